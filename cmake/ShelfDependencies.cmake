@@ -1,0 +1,43 @@
+# Finds every dependency from Debian 12 packages (deploy/install-deps.sh).
+# Nothing is downloaded. CUDA is optional and detected, never required.
+find_package(Threads REQUIRED)
+find_package(Protobuf REQUIRED)            # FindProtobuf: Debian ships no config
+find_package(gRPC CONFIG REQUIRED)
+find_package(absl CONFIG REQUIRED)
+find_package(RocksDB CONFIG REQUIRED)
+# civetweb's Debian config package names /usr/bin/civetweb, which only the
+# separate `civetweb` package ships; find the library directly instead.
+find_path(CIVETWEB_INCLUDE_DIR civetweb.h REQUIRED)
+find_library(CIVETWEB_LIBRARY civetweb REQUIRED)
+add_library(shelf_civetweb INTERFACE)
+target_include_directories(shelf_civetweb INTERFACE ${CIVETWEB_INCLUDE_DIR})
+target_link_libraries(shelf_civetweb INTERFACE ${CIVETWEB_LIBRARY})
+find_package(OpenSSL REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(IBVERBS IMPORTED_TARGET libibverbs)
+find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
+find_library(XXHASH_LIBRARY xxhash REQUIRED)
+add_library(shelf_xxhash INTERFACE)
+target_include_directories(shelf_xxhash INTERFACE ${XXHASH_INCLUDE_DIR})
+target_link_libraries(shelf_xxhash INTERFACE ${XXHASH_LIBRARY})
+find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+
+if(SHELF_BUILD_TESTS)
+  find_package(GTest CONFIG REQUIRED)
+endif()
+
+# CUDA: built when a toolkit is present (/usr/local/cuda or on PATH).
+set(SHELF_WITH_CUDA OFF)
+if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+  set(CUDAToolkit_ROOT /usr/local/cuda)
+endif()
+find_package(CUDAToolkit QUIET)
+if(CUDAToolkit_FOUND)
+  set(SHELF_WITH_CUDA ON)
+  message(STATUS "shelf: CUDA toolkit ${CUDAToolkit_VERSION} found: GPU memory paths enabled")
+else()
+  message(STATUS "shelf: no CUDA toolkit: GPU memory paths disabled")
+endif()
+if(IBVERBS_FOUND)
+  message(STATUS "shelf: libibverbs found: RDMA backend enabled")
+endif()

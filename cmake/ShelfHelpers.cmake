@@ -1,0 +1,72 @@
+# One helper declares every library, one every binary, one every test, so
+# flags, include roots and warnings are the same everywhere.
+#
+#   shelf_cc_library(NAME shelf_common HDRS a.h SRCS a.cc DEPS absl::status)
+#   shelf_cc_binary(NAME shelf-master SRCS main.cc DEPS shelf_master)
+#   shelf_cc_test(NAME allocator_test SRCS allocator_test.cc DEPS shelf_storage
+#                 LABELS unit)
+set(SHELF_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+if(SHELF_WERROR)
+  list(APPEND SHELF_WARNINGS -Werror)
+endif()
+if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  list(APPEND SHELF_WARNINGS -Wthread-safety)
+endif()
+
+function(shelf_cc_library)
+  cmake_parse_arguments(ARG "" "NAME" "HDRS;SRCS;DEPS;DEFINES" ${ARGN})
+  if(ARG_SRCS)
+    add_library(${ARG_NAME} STATIC ${ARG_SRCS} ${ARG_HDRS})
+    target_compile_options(${ARG_NAME} PRIVATE ${SHELF_WARNINGS})
+    target_include_directories(${ARG_NAME} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+    target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS})
+    target_compile_definitions(${ARG_NAME} PUBLIC ${ARG_DEFINES})
+  else()
+    add_library(${ARG_NAME} INTERFACE)
+    target_include_directories(${ARG_NAME} INTERFACE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+    target_link_libraries(${ARG_NAME} INTERFACE ${ARG_DEPS})
+    target_compile_definitions(${ARG_NAME} INTERFACE ${ARG_DEFINES})
+  endif()
+endfunction()
+
+function(shelf_cc_binary)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_compile_options(${ARG_NAME} PRIVATE ${SHELF_WARNINGS})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS})
+endfunction()
+
+# Tests get SHELF_BIN_DIR (where shelf-master etc. are) and SHELF_SOURCE_DIR
+# compiled in, and the same in their environment under CTest.
+function(shelf_cc_test)
+  cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_options(${ARG_NAME} PRIVATE ${SHELF_WARNINGS})
+  target_compile_definitions(${ARG_NAME} PRIVATE
+      SHELF_BIN_DIR="${CMAKE_BINARY_DIR}/bin" SHELF_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS unit)
+  endif()
+  set_tests_properties(${ARG_NAME} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
+      ENVIRONMENT "SHELF_BIN_DIR=${CMAKE_BINARY_DIR}/bin;SHELF_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()
+
+# Adds every direct subfolder of the current folder that has a CMakeLists.txt,
+# so a new test folder needs no edit elsewhere.
+function(shelf_add_subdirectories)
+  file(GLOB children LIST_DIRECTORIES true RELATIVE ${CMAKE_CURRENT_SOURCE_DIR}
+       ${CMAKE_CURRENT_SOURCE_DIR}/*)
+  list(SORT children)
+  foreach(child ${children})
+    if(IS_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${child}
+       AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${child}/CMakeLists.txt)
+      add_subdirectory(${child})
+    endif()
+  endforeach()
+endfunction()

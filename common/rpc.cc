@@ -1,0 +1,108 @@
+#include "common/rpc.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/hmac.h"
+
+namespace shelf {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+std::string AuthToken(const std::string& secret) {
+  if (secret.empty()) return std::string();
+  return absl::BytesToHexString(HmacSha256(secret, "shelf-grpc-v1"));
+}
+
+void PrepareContext(grpc::ClientContext* ctx, const std::string& token, uint64_t timeout_ms) {
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  if (!token.empty()) ctx->AddMetadata(kTokenHeader, token);
+}
+
+absl::Status CheckToken(const grpc::ServerContext* ctx, const std::string& token) {
+  if (token.empty()) return absl::OkStatus();
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(kTokenHeader);
+  if (it == md.end()) {
+    return absl::UnauthenticatedError("this cluster needs a secret: pass --secret-file");
+  }
+  std::string got(it->second.data(), it->second.size());
+  if (!ConstantTimeEqual(got, token)) {
+    return absl::UnauthenticatedError("wrong cluster secret");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  if (path.empty()) return std::string();
+  std::ifstream f(path);
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", what, " '", path, "'"));
+  std::stringstream buf;
+  buf << f.rdbuf();
+  return buf.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const TlsFiles& tls) {
+  if (!tls.enabled()) return grpc::InsecureServerCredentials();
+  if (tls.cert.empty() || tls.key.empty()) {
+    return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
+  }
+  auto cert = ReadPem(tls.cert, "--tls-cert");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadPem(tls.key, "--tls-key");
+  if (!key.ok()) return key.status();
+  auto ca = ReadPem(tls.ca, "--tls-ca");
+  if (!ca.ok()) return ca.status();
+  grpc::SslServerCredentialsOptions opts(
+      ca->empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                  : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
+  opts.pem_root_certs = *ca;
+  opts.pem_key_cert_pairs.push_back({*key, *cert});
+  return grpc::SslServerCredentials(opts);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
+    const TlsFiles& tls) {
+  if (!tls.enabled()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions opts;
+  auto ca = ReadPem(tls.ca, "--tls-ca");
+  if (!ca.ok()) return ca.status();
+  opts.pem_root_certs = *ca;
+  if (!tls.cert.empty()) {
+    auto cert = ReadPem(tls.cert, "--tls-cert");
+    if (!cert.ok()) return cert.status();
+    auto key = ReadPem(tls.key, "--tls-key");
+    if (!key.ok()) return key.status();
+    opts.pem_cert_chain = *cert;
+    opts.pem_private_key = *key;
+  }
+  return grpc::SslCredentials(opts);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
+                                                           const TlsFiles& tls) {
+  auto creds = ChannelCredentials(tls);
+  if (!creds.ok()) return creds.status();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, *creds, args);
+}
+
+}  // namespace shelf

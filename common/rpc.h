@@ -1,0 +1,48 @@
+// gRPC glue shared by every binary: status conversion, the cluster-secret
+// token carried in call metadata, deadlines and credentials.
+//
+// Authentication: when a cluster secret is configured, every call carries
+// metadata `x-shelf-token: hex(HMAC-SHA256(secret, "shelf-grpc-v1"))`; a
+// server with a secret answers UNAUTHENTICATED to any call without it.
+// Use TLS (--tls-cert/--tls-key/--tls-ca) where the network is not trusted:
+// the token is a bearer credential.
+#ifndef SHELF_COMMON_RPC_H_
+#define SHELF_COMMON_RPC_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace shelf {
+
+grpc::Status ToGrpc(const absl::Status& s);
+absl::Status FromGrpc(const grpc::Status& s);
+
+inline constexpr char kTokenHeader[] = "x-shelf-token";
+std::string AuthToken(const std::string& secret);
+
+// Sets the deadline and the token on a client context.
+void PrepareContext(grpc::ClientContext* ctx, const std::string& token, uint64_t timeout_ms);
+// OK when the server runs open or the call carries the right token.
+absl::Status CheckToken(const grpc::ServerContext* ctx, const std::string& token);
+
+struct TlsFiles {
+  std::string cert;  // PEM certificate chain
+  std::string key;   // PEM private key
+  std::string ca;    // PEM CA bundle that signed the peer
+  bool enabled() const { return !cert.empty() || !key.empty() || !ca.empty(); }
+};
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const TlsFiles& tls);
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const TlsFiles& tls);
+// A channel to HOST:PORT with Shelf's channel arguments (large messages,
+// keepalive, bounded reconnect backoff).
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
+                                                           const TlsFiles& tls);
+
+}  // namespace shelf
+
+#endif  // SHELF_COMMON_RPC_H_

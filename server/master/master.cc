@@ -1,0 +1,401 @@
+// Master: puts, lookups and removes. Registry, liveness and eviction are in
+// master_nodes.cc; admin calls in master_admin.cc.
+#include "server/master/master.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/hmac.h"
+#include "common/log.h"
+#include "transport/wire.h"
+
+namespace shelf {
+
+Master::Master(MasterOptions options)
+    : options_(std::move(options)),
+      grant_key_(options_.grant_key.empty() ? RandomBytes(32) : options_.grant_key),
+      start_ms_(MonoMs()) {}
+
+Master::~Master() = default;
+
+Master::Counters Master::counters() {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
+absl::Status Master::ValidateKey(const std::string& key) const {
+  if (key.empty()) return absl::InvalidArgumentError("empty key");
+  if (key.size() > kKeyBytesMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key of ", key.size(), " bytes exceeds the limit of ", kKeyBytesMax));
+  }
+  return absl::OkStatus();
+}
+
+Master::Object* Master::FindLocked(const std::string& key) {
+  auto it = objects_.find(key);
+  return it == objects_.end() ? nullptr : &it->second;
+}
+
+void Master::TouchLocked(Object* obj, uint64_t now) {
+  obj->last_access_ms = now;
+  for (Replica& r : obj->replicas) {
+    Node& n = *nodes_[r.node];
+    std::list<Object*>& lru = r.tier == v1::TIER_DRAM ? n.segments[r.segment].lru : n.ssd_lru;
+    lru.splice(lru.end(), lru, r.lru);
+  }
+}
+
+void Master::FillReplica(const Replica& r, uint64_t size, v1::Replica* out) {
+  const Node& n = *nodes_[r.node];
+  *out->mutable_store() = n.endpoint;
+  out->set_tier(r.tier);
+  out->set_segment_id(r.tier == v1::TIER_DRAM ? n.segments[r.segment].id : 0);
+  out->set_offset(r.tier == v1::TIER_DRAM ? r.offset : 0);
+  out->set_length(size);
+}
+
+void Master::FillLocation(const Object& obj, const std::string& key,
+                          const std::string& client_host, bool lease,
+                          v1::ObjectLocation* out) {
+  out->set_key(key);
+  out->set_found(true);
+  out->set_size(obj.size);
+  out->set_checksum(obj.checksum);
+  // Order: same host first, then DRAM before SSD.
+  std::vector<const Replica*> order;
+  for (const Replica& r : obj.replicas) {
+    if (nodes_[r.node]->state != v1::NODE_DEAD) order.push_back(&r);
+  }
+  auto rank = [&](const Replica* r) {
+    int local = nodes_[r->node]->endpoint.host_id() == client_host ? 0 : 2;
+    return local + (r->tier == v1::TIER_DRAM ? 0 : 1);
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const Replica* a, const Replica* b) { return rank(a) < rank(b); });
+  for (const Replica* r : order) FillReplica(*r, obj.size, out->add_replicas());
+  if (lease) {
+    uint64_t until_unix = UnixMs() + options_.lease_ms;
+    out->set_lease_expires_unix_ms(until_unix);
+  }
+}
+
+absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string& client_host,
+                              v1::PutStartResponse* resp) {
+  if (absl::Status s = ValidateKey(req.key()); !s.ok()) return s;
+  if (req.size() == 0) return absl::InvalidArgumentError("block size is 0");
+  if (req.size() > options_.block_bytes_max) {
+    return absl::InvalidArgumentError(absl::StrCat("block of ", req.size(),
+                                                   " bytes exceeds --block-bytes-max ",
+                                                   options_.block_bytes_max));
+  }
+  if (req.parent_key().size() > kKeyBytesMax) {
+    return absl::InvalidArgumentError("parent key exceeds 256 bytes");
+  }
+  uint32_t want = req.options().replicas() == 0 ? 1 : req.options().replicas();
+  if (want > kReplicasMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas=", want, " exceeds the limit of ", kReplicasMax));
+  }
+  uint64_t now = MonoMs();
+  absl::MutexLock lock(&mu_);
+  if (Object* obj = FindLocked(req.key()); obj != nullptr) {
+    ++counters_.dedup_hits;
+    TouchLocked(obj, now);
+    resp->set_state(v1::PUT_ALREADY_EXISTS);
+    return absl::OkStatus();
+  }
+  if (put_by_key_.contains(req.key())) {
+    resp->set_state(v1::PUT_IN_FLIGHT);
+    return absl::OkStatus();
+  }
+  std::vector<uint32_t> candidates = PlaceLocked(req.options(), client_host, req.size());
+  if (candidates.empty()) {
+    return absl::UnavailableError("no live store accepts placements");
+  }
+  PendingPut put;
+  put.key = req.key();
+  put.size = req.size();
+  put.checksum = req.checksum();
+  put.parent_key = req.parent_key();
+  put.deadline_ms = now + options_.put_timeout_ms;
+  // First try without dropping anything: fill free space, and where a
+  // segment is full, order demotions to SSD and wait (bounded) for them to
+  // free room. Only then drop least recently used blocks outright.
+  absl::Status last = absl::OkStatus();
+  uint64_t wait_until = now + options_.demote_wait_ms;
+  for (bool allow_drop = false;;) {
+    for (uint32_t node : candidates) {
+      if (put.ranges.size() == want) break;
+      bool used = false;
+      for (const Replica& r : put.ranges) used |= r.node == node;
+      if (used || nodes_[node]->state != v1::NODE_LIVE || nodes_[node]->draining) continue;
+      absl::StatusOr<Replica> r = AllocateOnNodeLocked(node, req.size(), now, allow_drop);
+      if (r.ok()) {
+        put.ranges.push_back(*r);
+      } else {
+        last = r.status();
+      }
+    }
+    if (put.ranges.size() == want || allow_drop) break;
+    uint64_t t = MonoMs();
+    if (demotions_pending_ == 0 || t >= wait_until) {
+      allow_drop = true;
+      continue;
+    }
+    // Give back what this attempt took (its nodes may die or re-register
+    // while we wait), wait for a demotion (or any free) to return space,
+    // then place again from scratch.
+    for (const Replica& r : put.ranges) FreeRangeLocked(r.node, r.segment, r.offset, put.size);
+    put.ranges.clear();
+    std::pair<uint64_t*, uint64_t> progress(&frees_, frees_);
+    mu_.AwaitWithTimeout(
+        absl::Condition(+[](std::pair<uint64_t*, uint64_t>* p) { return *p->first != p->second; },
+                        &progress),
+        absl::Milliseconds(wait_until - t));
+    now = MonoMs();
+    if (FindLocked(req.key()) != nullptr || put_by_key_.contains(req.key())) {
+      resp->set_state(FindLocked(req.key()) != nullptr ? v1::PUT_ALREADY_EXISTS : v1::PUT_IN_FLIGHT);
+      return absl::OkStatus();
+    }
+  }
+  if (put.ranges.size() < want && (put.ranges.empty() || !req.options().best_effort())) {
+    for (const Replica& r : put.ranges) FreeRangeLocked(r.node, r.segment, r.offset, put.size);
+    if (!last.ok() && last.code() != absl::StatusCode::kResourceExhausted) return last;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot place ", want, " replica(s) of ", req.size(), " bytes: ",
+        put.ranges.size() < candidates.size() ? "no evictable space" : "too few live stores",
+        last.ok() ? "" : absl::StrCat(" (", last.message(), ")")));
+  }
+  uint64_t put_id = next_put_id_++;
+  uint64_t expires_unix = UnixMs() + options_.put_timeout_ms;
+  resp->set_state(v1::PUT_STARTED);
+  resp->set_put_id(put_id);
+  resp->set_expires_unix_ms(expires_unix);
+  for (const Replica& r : put.ranges) {
+    FillReplica(r, put.size, resp->add_replicas());
+    const Node& n = *nodes_[r.node];
+    wire::Grant g;
+    g.put_id = put_id;
+    g.segment_id = n.segments[r.segment].id;
+    g.offset = r.offset;
+    g.length = put.size;
+    g.expires_unix_ms = expires_unix;
+    g.mac = wire::GrantMac(grant_key_, n.endpoint.node_id(), g);
+    v1::WriteGrant* wg = resp->add_grants();
+    wg->set_put_id(put_id);
+    wg->set_node_id(n.endpoint.node_id());
+    wg->set_segment_id(g.segment_id);
+    wg->set_offset(g.offset);
+    wg->set_length(g.length);
+    wg->set_expires_unix_ms(g.expires_unix_ms);
+    wg->set_mac(g.mac);
+  }
+  put_by_key_[put.key] = put_id;
+  puts_.emplace(put_id, std::move(put));
+  ++counters_.puts_started;
+  return absl::OkStatus();
+}
+
+void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* resp) {
+  uint64_t now = MonoMs();
+  absl::MutexLock lock(&mu_);
+  for (uint64_t id : req.put_ids()) {
+    v1::RpcStatus* st = resp->add_statuses();
+    auto it = puts_.find(id);
+    if (it == puts_.end()) {
+      st->set_code(static_cast<int>(absl::StatusCode::kNotFound));
+      st->set_message(absl::StrCat("put ", id, " is unknown: never started, aborted or expired"));
+      continue;
+    }
+    PendingPut& put = it->second;
+    // Replicas on nodes that died meanwhile were dropped by AbortPutLocked's
+    // caller; whatever remains is live.
+    auto [pos, inserted] = objects_.try_emplace(put.key);
+    assert(inserted);
+    (void)inserted;
+    Object& obj = pos->second;
+    obj.key = &pos->first;
+    obj.size = put.size;
+    obj.checksum = put.checksum;
+    obj.parent_key = std::move(put.parent_key);
+    obj.last_access_ms = now;
+    obj.replicas = std::move(put.ranges);
+    for (Replica& r : obj.replicas) {
+      std::list<Object*>& lru = nodes_[r.node]->segments[r.segment].lru;
+      r.lru = lru.insert(lru.end(), &obj);
+    }
+    put_by_key_.erase(put.key);
+    puts_.erase(it);
+    ++counters_.puts_committed;
+    st->set_code(0);
+  }
+}
+
+void Master::AbortPutLocked(uint64_t put_id) {
+  auto it = puts_.find(put_id);
+  if (it == puts_.end()) return;
+  for (const Replica& r : it->second.ranges) {
+    FreeRangeLocked(r.node, r.segment, r.offset, it->second.size);
+  }
+  put_by_key_.erase(it->second.key);
+  puts_.erase(it);
+}
+
+void Master::PutAbort(const v1::PutAbortRequest& req, v1::PutAbortResponse* resp) {
+  absl::MutexLock lock(&mu_);
+  for (uint64_t id : req.put_ids()) {
+    v1::RpcStatus* st = resp->add_statuses();
+    if (!puts_.contains(id)) {
+      st->set_code(static_cast<int>(absl::StatusCode::kNotFound));
+      st->set_message(absl::StrCat("put ", id, " is unknown"));
+      continue;
+    }
+    AbortPutLocked(id);
+    ++counters_.puts_aborted;
+    st->set_code(0);
+  }
+}
+
+absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp) {
+  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a lookup takes 1..", kBatchKeysMax, " keys, got ", req.keys_size()));
+  }
+  for (const std::string& key : req.keys()) {
+    if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+  }
+  uint64_t now = MonoMs();
+  absl::MutexLock lock(&mu_);
+  for (const std::string& key : req.keys()) {
+    v1::ObjectLocation* loc = resp->add_objects();
+    ++counters_.lookups;
+    Object* obj = FindLocked(key);
+    if (obj == nullptr) {
+      loc->set_key(key);
+      continue;
+    }
+    ++counters_.lookup_hits;
+    if (!req.no_lease()) {
+      obj->lease_until_ms = std::max(obj->lease_until_ms, now + options_.lease_ms);
+      ++counters_.leases_granted;
+    }
+    TouchLocked(obj, now);
+    FillLocation(*obj, key, req.client_host_id(), !req.no_lease(), loc);
+    if (loc->replicas_size() > 0 && loc->replicas(0).tier() == v1::TIER_SSD) {
+      ++counters_.hits_ssd;
+    } else {
+      ++counters_.hits_dram;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req,
+                                 v1::MatchPrefixResponse* resp) {
+  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a prefix match takes 1..", kBatchKeysMax, " keys, got ", req.keys_size()));
+  }
+  for (const std::string& key : req.keys()) {
+    if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+  }
+  uint64_t now = MonoMs();
+  absl::MutexLock lock(&mu_);
+  uint32_t matched = 0;
+  for (const std::string& key : req.keys()) {
+    ++counters_.lookups;
+    Object* obj = FindLocked(key);
+    if (obj == nullptr) break;
+    ++counters_.lookup_hits;
+    if (!req.no_lease()) {
+      obj->lease_until_ms = std::max(obj->lease_until_ms, now + options_.lease_ms);
+      ++counters_.leases_granted;
+    }
+    TouchLocked(obj, now);
+    v1::ObjectLocation* loc = resp->add_objects();
+    FillLocation(*obj, key, req.client_host_id(), !req.no_lease(), loc);
+    if (loc->replicas_size() > 0 && loc->replicas(0).tier() == v1::TIER_SSD) {
+      ++counters_.hits_ssd;
+    } else {
+      ++counters_.hits_dram;
+    }
+    ++matched;
+  }
+  resp->set_matched(matched);
+  return absl::OkStatus();
+}
+
+absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) {
+  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a remove takes 1..", kBatchKeysMax, " keys, got ", req.keys_size()));
+  }
+  for (const std::string& key : req.keys()) {
+    if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+  }
+  uint64_t now = MonoMs();
+  absl::MutexLock lock(&mu_);
+  for (const std::string& key : req.keys()) {
+    v1::RpcStatus* st = resp->add_statuses();
+    Object* obj = FindLocked(key);
+    if (obj == nullptr) {
+      st->set_code(static_cast<int>(absl::StatusCode::kNotFound));
+      st->set_message("no such key");
+      continue;
+    }
+    if ((obj->hard_pin || obj->pin_until_ms > now) && !req.force()) {
+      st->set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
+      st->set_message("key is pinned: unpin it or remove with force");
+      continue;
+    }
+    // The key disappears now; ranges under a read lease are freed when the
+    // lease ends (EraseObjectLocked defers them).
+    EraseObjectLocked(obj, now);
+    ++counters_.removes;
+    st->set_code(0);
+  }
+  return absl::OkStatus();
+}
+
+void Master::FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size) {
+  ++frees_;
+  absl::Status s = nodes_[node]->segments[segment].alloc->Free(offset, size);
+  if (!s.ok()) {
+    SHELF_LOG(ERROR) << "allocator free failed" << Kv("error", s.message());
+    assert(false);
+  }
+}
+
+void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
+  Node& n = *nodes_[r.node];
+  if (r.tier == v1::TIER_DRAM) {
+    n.segments[r.segment].lru.erase(r.lru);
+    if (n.state == v1::NODE_DEAD) return;  // its allocators were reset
+    if (obj->lease_until_ms > now) {
+      deferred_.push_back({obj->lease_until_ms, r.node, r.segment, r.offset, obj->size});
+    } else {
+      FreeRangeLocked(r.node, r.segment, r.offset, obj->size);
+    }
+  } else {
+    n.ssd_lru.erase(r.lru);
+    n.ssd_used -= std::min(n.ssd_used, obj->size);
+    if (n.state != v1::NODE_DEAD) {
+      v1::TierMove drop;
+      drop.set_move_id(next_move_id_++);
+      drop.set_key(*obj->key);
+      drop.set_kind(v1::TierMove::DROP_SSD);
+      n.outbox.push_back(std::move(drop));
+    }
+  }
+  if (obj->hard_pin) n.hard_pinned_bytes -= std::min(n.hard_pinned_bytes, obj->size);
+}
+
+void Master::EraseObjectLocked(Object* obj, uint64_t now) {
+  for (const Replica& r : obj->replicas) ReleaseReplicaLocked(obj, r, now);
+  objects_.erase(objects_.find(*obj->key));
+}
+
+}  // namespace shelf

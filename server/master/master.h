@@ -1,0 +1,234 @@
+// Master: the metadata master's state machine, without the RPC layer.
+//
+// Owns the node registry and liveness, one RangeAllocator per DRAM segment,
+// the object index, two-phase puts, read leases, pins and eviction. It never
+// touches block bytes. The gRPC services (service.h) are thin adapters over
+// these methods, and benchmarks and tests call them in-process.
+//
+// Invariants (checked by CheckInvariants in tests):
+//   - every committed object has >= 1 replica, each on a known node;
+//   - every DRAM replica and every pending put range is allocated exactly
+//     once in its segment's allocator, and nothing else is;
+//   - a replica whose object holds a lease (lease_until_ms > now) is never
+//     freed, moved or reused: Remove and eviction defer or skip it.
+//
+// Thread-safe: one mutex guards all state. Critical sections do no I/O and
+// no allocation proportional to more than one request.
+#ifndef SHELF_SERVER_MASTER_MASTER_H_
+#define SHELF_SERVER_MASTER_MASTER_H_
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/shelf.pb.h"
+#include "storage/allocator.h"
+
+namespace shelf {
+
+// Limits on requests, validated with INVALID_ARGUMENT (docs/master.md).
+inline constexpr size_t kKeyBytesMax = 256;
+inline constexpr size_t kBatchKeysMax = 1024;
+inline constexpr uint32_t kReplicasMax = 8;
+inline constexpr uint32_t kProtocolVersion = 1;
+
+struct MasterOptions {
+  std::string listen_address;            // advertised as the leader address
+  uint64_t node_ttl_ms = 3000;           // silence after which a store is dead
+  uint64_t heartbeat_interval_ms = 500;  // told to stores at registration
+  uint64_t put_timeout_ms = 30000;       // an open put is reclaimed after this
+  uint64_t lease_ms = 5000;              // read lease granted by lookups
+  double evict_high = 0.95;              // segment fill that starts eviction
+  double evict_low = 0.85;               // eviction stops below this fill
+  double ssd_evict_high = 0.98;          // the SSD tier's own watermarks
+  double ssd_evict_low = 0.95;
+  uint64_t block_bytes_max = 1ull << 30;
+  uint64_t alignment = 4096;             // every DRAM range starts aligned
+  uint64_t hard_pin_bytes_max = 0;       // per node; 0 = 10% of its DRAM
+  uint64_t demote_wait_ms = 2000;        // PutStart waits this long for demotions to free room
+  std::string grant_key;                 // HMAC key for write grants; random if empty
+};
+
+class Master {
+ public:
+  explicit Master(MasterOptions options);
+  ~Master();
+
+  // Stores.
+  absl::Status RegisterStore(const v1::RegisterStoreRequest& req, v1::RegisterStoreResponse* resp);
+  absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp);
+
+  // Puts. PutStart answers OK with state PUT_STARTED, PUT_ALREADY_EXISTS or
+  // PUT_IN_FLIGHT; RESOURCE_EXHAUSTED when nothing can be evicted to make
+  // room; UNAVAILABLE when no live store exists.
+  absl::Status PutStart(const v1::PutStartRequest& req, const std::string& client_host,
+                        v1::PutStartResponse* resp);
+  // Per-id statuses: NOT_FOUND for an unknown (or reclaimed) put id.
+  void PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* resp);
+  void PutAbort(const v1::PutAbortRequest& req, v1::PutAbortResponse* resp);
+
+  // Reads.
+  absl::Status Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp);
+  absl::Status MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPrefixResponse* resp);
+  absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp);
+
+  // Admin.
+  void Status(v1::StatusResponse* resp);
+  void Segments(v1::SegmentsResponse* resp);
+  absl::Status Stat(const v1::StatRequest& req, v1::StatResponse* resp);
+  absl::Status Drain(const v1::DrainRequest& req, v1::DrainResponse* resp);
+  absl::Status Evict(const v1::EvictRequest& req, v1::EvictResponse* resp);
+  absl::Status Pin(const v1::PinRequest& req);
+
+  // Periodic work: node liveness, put timeouts, deferred frees, watermark
+  // eviction. The server calls it every ~100 ms; tests call it directly.
+  void Tick();
+
+  // For tests: aborts if an invariant does not hold.
+  void CheckInvariants();
+
+  // Counters, for metrics and the admin status.
+  struct Counters {
+    uint64_t lookups = 0, lookup_hits = 0, hits_dram = 0, hits_ssd = 0;
+    uint64_t puts_started = 0, puts_committed = 0, puts_aborted = 0, puts_expired = 0;
+    uint64_t dedup_hits = 0, evictions = 0, demotions = 0, demotion_failures = 0;
+    uint64_t removes = 0, leases_granted = 0, nodes_died = 0;
+  };
+  Counters counters();
+
+  const MasterOptions& options() const { return options_; }
+  // The address reported as leader (the bound --listen address).
+  void SetLeaderAddress(const std::string& address);
+
+ private:
+  struct Node;
+  struct Object;
+  struct Replica {
+    uint32_t node = 0;            // index into nodes_
+    v1::Tier tier = v1::TIER_DRAM;
+    uint32_t segment = 0;
+    uint64_t offset = 0;
+    bool demoting = false;        // a DEMOTE order is out for this replica
+    std::list<Object*>::iterator lru;  // position in its node's tier list
+  };
+  struct Object {
+    const std::string* key = nullptr;  // points into objects_
+    uint64_t size = 0;
+    uint64_t checksum = 0;
+    uint64_t lease_until_ms = 0;       // MonoMs
+    uint64_t last_access_ms = 0;       // MonoMs
+    uint64_t pin_until_ms = 0;         // soft pin: MonoMs, UINT64_MAX = until unpinned
+    bool hard_pin = false;
+    std::string parent_key;
+    std::vector<Replica> replicas;
+  };
+  struct Segment {
+    uint32_t id = 0;
+    std::unique_ptr<RangeAllocator> alloc;
+    std::list<Object*> lru;  // front = least recently used
+  };
+  struct Node {
+    v1::StoreEndpoint endpoint;
+    std::string admin_address;
+    std::map<std::string, std::string> labels;
+    v1::NodeState state = v1::NODE_LIVE;
+    bool draining = false;
+    uint64_t incarnation = 0;
+    uint64_t last_heartbeat_ms = 0;
+    std::vector<Segment> segments;
+    uint64_t ssd_capacity = 0;
+    uint64_t ssd_used = 0;            // as the master accounts it
+    std::list<Object*> ssd_lru;
+    uint64_t hard_pinned_bytes = 0;
+    std::vector<v1::TierMove> outbox;  // orders for the next heartbeat
+  };
+  struct PendingPut {
+    std::string key;
+    uint64_t size = 0;
+    uint64_t checksum = 0;
+    std::string parent_key;
+    uint64_t deadline_ms = 0;  // MonoMs
+    std::vector<Replica> ranges;
+  };
+  struct DeferredFree {
+    uint64_t at_ms;
+    uint32_t node;
+    uint32_t segment;
+    uint64_t offset;
+    uint64_t size;
+  };
+
+  absl::Status ValidateKey(const std::string& key) const;
+  Object* FindLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int FindNodeLocked(const std::string& id_or_address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillLocation(const Object& obj, const std::string& key, const std::string& client_host,
+                    bool lease, v1::ObjectLocation* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TouchLocked(Object* obj, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unlinks replica `r` of `obj` from its LRU and frees its space (now, or
+  // when the object's lease ends).
+  void ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseObjectLocked(Object* obj, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropNodeReplicasLocked(uint32_t node, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AbortPutLocked(uint64_t put_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Allocates `size` bytes on `node`, evicting LRU objects there if needed.
+  // With `allow_drop`, drops LRU objects there (no demotion) until it fits;
+  // without, only orders demotions (asynchronous) and fails.
+  absl::StatusOr<Replica> AllocateOnNodeLocked(uint32_t node, uint64_t size, uint64_t now,
+                                               bool allow_drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts (or demotes) from `seg` of `node` until `target_used` bytes are
+  // used or nothing more is evictable. `demote_ok`: may order demotions
+  // (asynchronous) instead of dropping. Returns bytes freed now.
+  uint64_t EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target_used, bool demote_ok,
+                              uint64_t now, v1::EvictResponse* stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops least recently used SSD replicas of `node` until its SSD tier
+  // holds at most `target_used` bytes (or nothing more is evictable).
+  void EvictSsdLocked(uint32_t node, uint64_t target_used, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool EvictableLocked(const Object& obj, uint64_t now, bool allow_soft_pinned,
+                       bool for_demotion) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& result, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillNodeStatus(uint32_t node, uint64_t now, v1::NodeStatus* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillReplica(const Replica& r, uint64_t size, v1::Replica* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<uint32_t> PlaceLocked(const v1::PutOptions& opts, const std::string& client_host,
+                                    uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const MasterOptions options_;
+  const std::string grant_key_;
+  const uint64_t start_ms_;
+
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<Node>> nodes_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> node_by_id_ ABSL_GUARDED_BY(mu_);
+  absl::node_hash_map<std::string, Object> objects_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, PendingPut> puts_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint64_t> put_by_key_ ABSL_GUARDED_BY(mu_);
+  std::vector<DeferredFree> deferred_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_put_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t frees_ ABSL_GUARDED_BY(mu_) = 0;             // ranges freed so far
+  uint64_t demotions_pending_ ABSL_GUARDED_BY(mu_) = 0;  // DEMOTE orders not yet answered
+  uint64_t next_move_id_ ABSL_GUARDED_BY(mu_) = 1;
+  Counters counters_ ABSL_GUARDED_BY(mu_);
+  std::string leader_address_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shelf
+
+#endif  // SHELF_SERVER_MASTER_MASTER_H_

@@ -1,0 +1,512 @@
+// Master: node registry, liveness, placement, eviction and tier moves.
+#include <algorithm>
+#include <cassert>
+#include <cstdlib>
+#include <random>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "server/master/master.h"
+
+namespace shelf {
+
+absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
+                                   v1::RegisterStoreResponse* resp) {
+  if (req.protocol_version() != kProtocolVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "store speaks protocol ", req.protocol_version(), "; this master speaks ",
+        kProtocolVersion));
+  }
+  const v1::StoreEndpoint& ep = req.endpoint();
+  if (ep.node_id().empty() || ep.node_id().size() > 128) {
+    return absl::InvalidArgumentError("node id must be 1..128 bytes");
+  }
+  if (ep.data_address().empty()) return absl::InvalidArgumentError("store has no data address");
+  if (req.segments_size() == 0 || req.segments_size() > 64) {
+    return absl::InvalidArgumentError("a store registers 1..64 DRAM segments");
+  }
+  for (const v1::SegmentInfo& s : req.segments()) {
+    if (s.capacity_bytes() < options_.alignment) {
+      return absl::InvalidArgumentError("DRAM segment smaller than the allocation alignment");
+    }
+  }
+  uint64_t now = MonoMs();
+  absl::MutexLock lock(&mu_);
+  uint32_t idx;
+  auto it = node_by_id_.find(ep.node_id());
+  if (it != node_by_id_.end()) {
+    idx = it->second;
+    // A known node registering again (restart, master failover, or a
+    // heartbeat that found us forgetful): its old replicas leave, and its
+    // inventory below brings back whatever it still holds.
+    DropNodeReplicasLocked(idx, now);
+    SHELF_LOG(INFO) << "store re-registered" << Kv("node", ep.node_id())
+                    << Kv("addr", ep.data_address());
+  } else {
+    idx = static_cast<uint32_t>(nodes_.size());
+    nodes_.push_back(std::make_unique<Node>());
+    node_by_id_[ep.node_id()] = idx;
+    SHELF_LOG(INFO) << "store registered" << Kv("node", ep.node_id())
+                    << Kv("addr", ep.data_address());
+  }
+  Node& n = *nodes_[idx];
+  n.endpoint = ep;
+  n.admin_address = req.admin_address();
+  n.labels = std::map<std::string, std::string>(req.labels().begin(), req.labels().end());
+  n.state = v1::NODE_LIVE;
+  n.draining = false;
+  n.incarnation = req.incarnation();
+  n.last_heartbeat_ms = now;
+  n.segments.clear();
+  for (const v1::SegmentInfo& s : req.segments()) {
+    Segment seg;
+    seg.id = s.segment_id();
+    seg.alloc = std::make_unique<RangeAllocator>(s.capacity_bytes(), options_.alignment);
+    n.segments.push_back(std::move(seg));
+  }
+  n.ssd_capacity = req.ssd_capacity_bytes();
+  n.ssd_used = 0;
+  n.hard_pinned_bytes = 0;
+  n.outbox.clear();
+  for (const v1::InventoryEntry& e : req.inventory()) AddInventoryLocked(idx, e, now);
+  resp->set_grant_key(grant_key_);
+  resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+  resp->set_node_ttl_ms(options_.node_ttl_ms);
+  resp->set_term(1);
+  return absl::OkStatus();
+}
+
+void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint64_t now) {
+  if (ValidateKey(e.key()).ok() == false || e.size() == 0) return;
+  Node& n = *nodes_[node];
+  Replica r;
+  r.node = node;
+  r.tier = e.tier();
+  if (e.tier() == v1::TIER_DRAM) {
+    int seg = -1;
+    for (size_t i = 0; i < n.segments.size(); ++i) {
+      if (n.segments[i].id == e.segment_id()) seg = static_cast<int>(i);
+    }
+    if (seg < 0 || !n.segments[seg].alloc->Reserve(e.offset(), e.size()).ok()) {
+      SHELF_LOG(WARNING) << "inventory entry ignored: range not reservable"
+                         << Kv("node", n.endpoint.node_id()) << Kv("offset", e.offset());
+      return;
+    }
+    r.segment = static_cast<uint32_t>(seg);
+    r.offset = e.offset();
+  } else if (e.tier() != v1::TIER_SSD) {
+    return;
+  }
+  auto [pos, inserted] = objects_.try_emplace(e.key());
+  Object& obj = pos->second;
+  if (inserted) {
+    obj.key = &pos->first;
+    obj.size = e.size();
+    obj.checksum = e.checksum();
+    obj.last_access_ms = now;
+  } else if (obj.size != e.size() || obj.checksum != e.checksum()) {
+    // Same key, other bytes: keys are content addresses, so one copy is
+    // wrong. Keep what the index has; the store's copy is not served.
+    SHELF_LOG(WARNING) << "inventory entry disagrees with the index; ignored"
+                       << Kv("node", n.endpoint.node_id());
+    if (r.tier == v1::TIER_DRAM) FreeRangeLocked(node, r.segment, r.offset, e.size());
+    return;
+  } else {
+    for (const Replica& have : obj.replicas) {
+      if (have.node == node && have.tier == r.tier) {
+        if (r.tier == v1::TIER_DRAM) FreeRangeLocked(node, r.segment, r.offset, e.size());
+        return;
+      }
+    }
+  }
+  std::list<Object*>& lru = r.tier == v1::TIER_DRAM ? n.segments[r.segment].lru : n.ssd_lru;
+  r.lru = lru.insert(lru.end(), &obj);
+  if (r.tier == v1::TIER_SSD) n.ssd_used += e.size();
+  obj.replicas.push_back(r);
+}
+
+void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now) {
+  Node& n = *nodes_[node];
+  auto drop_list = [&](std::list<Object*>& lru) {
+    std::list<Object*> victims;
+    victims.swap(lru);
+    for (Object* obj : victims) {
+      auto& reps = obj->replicas;
+      for (const Replica& r : reps) {
+        if (r.node == node && r.demoting) --demotions_pending_;
+      }
+      reps.erase(std::remove_if(reps.begin(), reps.end(),
+                                [&](const Replica& r) { return r.node == node; }),
+                 reps.end());
+      if (reps.empty()) objects_.erase(objects_.find(*obj->key));
+    }
+  };
+  for (Segment& seg : n.segments) drop_list(seg.lru);
+  drop_list(n.ssd_lru);
+  // Puts in flight with a range on this node are aborted: the writer's
+  // commit answers NOT_FOUND and it retries elsewhere.
+  std::vector<uint64_t> doomed;
+  for (const auto& [id, put] : puts_) {
+    for (const Replica& r : put.ranges) {
+      if (r.node == node) doomed.push_back(id);
+    }
+  }
+  for (uint64_t id : doomed) {
+    auto it = puts_.find(id);
+    if (it == puts_.end()) continue;
+    // Ranges on this node need no free (its allocators are reset); others do.
+    for (const Replica& r : it->second.ranges) {
+      if (r.node != node) FreeRangeLocked(r.node, r.segment, r.offset, it->second.size);
+    }
+    put_by_key_.erase(it->second.key);
+    puts_.erase(it);
+    ++counters_.puts_aborted;
+  }
+  deferred_.erase(std::remove_if(deferred_.begin(), deferred_.end(),
+                                 [&](const DeferredFree& d) { return d.node == node; }),
+                  deferred_.end());
+  for (Segment& seg : n.segments) {
+    seg.alloc = std::make_unique<RangeAllocator>(seg.alloc->capacity(), options_.alignment);
+  }
+  n.ssd_used = 0;
+  n.hard_pinned_bytes = 0;
+  n.outbox.clear();
+}
+
+absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
+  uint64_t now = MonoMs();
+  absl::MutexLock lock(&mu_);
+  resp->set_term(1);
+  auto it = node_by_id_.find(req.node_id());
+  if (it == node_by_id_.end() || nodes_[it->second]->state == v1::NODE_DEAD ||
+      nodes_[it->second]->incarnation != req.incarnation()) {
+    resp->set_reregister(true);
+    return absl::OkStatus();
+  }
+  uint32_t idx = it->second;
+  Node& n = *nodes_[idx];
+  n.last_heartbeat_ms = now;
+  for (const v1::TierMoveResult& m : req.moves()) ApplyMoveResultLocked(idx, m, now);
+  if (n.outbox.empty() && req.wait_for_orders_ms() > 0) {
+    // Long poll: hold the call until orders arrive (or the wait ends), so
+    // a demotion starts as soon as it is ordered.
+    uint64_t wait_ms = std::min<uint64_t>(req.wait_for_orders_ms(), options_.node_ttl_ms / 2);
+    mu_.AwaitWithTimeout(
+        absl::Condition(+[](Node* node) { return !node->outbox.empty(); }, &n),
+        absl::Milliseconds(wait_ms));
+    if (n.state == v1::NODE_DEAD || n.incarnation != req.incarnation()) {
+      resp->set_reregister(true);
+      return absl::OkStatus();
+    }
+  }
+  for (v1::TierMove& m : n.outbox) *resp->add_moves() = std::move(m);
+  n.outbox.clear();
+  return absl::OkStatus();
+}
+
+void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& result,
+                                   uint64_t now) {
+  Object* obj = FindLocked(result.key());
+  Node& n = *nodes_[node];
+  if (obj == nullptr) {
+    // The object went away while the store worked (removed, or all its
+    // replicas died). A demoted copy must not linger on SSD.
+    if (result.ok()) {
+      v1::TierMove drop;
+      drop.set_move_id(next_move_id_++);
+      drop.set_key(result.key());
+      drop.set_kind(v1::TierMove::DROP_SSD);
+      n.outbox.push_back(std::move(drop));
+    }
+    return;
+  }
+  for (size_t i = 0; i < obj->replicas.size(); ++i) {
+    Replica& r = obj->replicas[i];
+    if (r.node != node || r.tier != v1::TIER_DRAM || !r.demoting) continue;
+    r.demoting = false;
+    --demotions_pending_;
+    if (!result.ok()) {
+      n.ssd_used -= std::min(n.ssd_used, obj->size);
+      ++counters_.demotion_failures;
+      SHELF_LOG(WARNING) << "demotion failed" << Kv("node", n.endpoint.node_id())
+                         << Kv("error", result.error());
+      return;  // stays in DRAM; eviction may drop it later
+    }
+    // Free the DRAM range (or defer it under a lease) and re-link as SSD.
+    Replica old = r;
+    n.segments[old.segment].lru.erase(old.lru);
+    if (obj->lease_until_ms > now) {
+      deferred_.push_back({obj->lease_until_ms, node, old.segment, old.offset, obj->size});
+    } else {
+      FreeRangeLocked(node, old.segment, old.offset, obj->size);
+    }
+    r.tier = v1::TIER_SSD;
+    r.segment = 0;
+    r.offset = 0;
+    r.lru = n.ssd_lru.insert(n.ssd_lru.end(), obj);
+    ++counters_.demotions;
+    return;
+  }
+}
+
+std::vector<uint32_t> Master::PlaceLocked(const v1::PutOptions& opts,
+                                          const std::string& client_host, uint64_t size) {
+  std::vector<uint32_t> live;
+  for (uint32_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = *nodes_[i];
+    if (n.state != v1::NODE_LIVE || n.draining) continue;
+    bool fits = false;
+    for (const Segment& s : n.segments) fits |= s.alloc->capacity() >= size;
+    if (fits) live.push_back(i);
+  }
+  auto free_bytes = [&](uint32_t i) {
+    uint64_t f = 0;
+    for (const Segment& s : nodes_[i]->segments) f += s.alloc->free_bytes();
+    return f;
+  };
+  // Most free space first; ties broken at random so equal stores share load.
+  std::vector<std::pair<uint64_t, uint32_t>> ranked;
+  for (uint32_t i : live) ranked.push_back({free_bytes(i), i});
+  std::shuffle(ranked.begin(), ranked.end(), std::default_random_engine(std::rand()));
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<uint32_t> order;
+  if (opts.prefer_local()) {
+    const std::string& host = opts.client_host_id().empty() ? client_host : opts.client_host_id();
+    for (const auto& [f, i] : ranked) {
+      if (nodes_[i]->endpoint.host_id() == host) order.push_back(i);
+    }
+  }
+  for (const auto& [f, i] : ranked) {
+    if (std::find(order.begin(), order.end(), i) == order.end()) order.push_back(i);
+  }
+  if (!opts.spread_label().empty()) {
+    // Distinct label values first, then the rest.
+    std::vector<uint32_t> first, rest;
+    std::set<std::string> seen;
+    for (uint32_t i : order) {
+      auto it = nodes_[i]->labels.find(opts.spread_label());
+      std::string v = it == nodes_[i]->labels.end() ? "" : it->second;
+      (seen.insert(v).second ? first : rest).push_back(i);
+    }
+    order = first;
+    order.insert(order.end(), rest.begin(), rest.end());
+  }
+  return order;
+}
+
+absl::StatusOr<Master::Replica> Master::AllocateOnNodeLocked(uint32_t node, uint64_t size,
+                                                             uint64_t now, bool allow_drop) {
+  Node& n = *nodes_[node];
+  absl::Status last = absl::ResourceExhaustedError("no segment large enough");
+  for (uint32_t si = 0; si < n.segments.size(); ++si) {
+    Segment& seg = n.segments[si];
+    if (seg.alloc->capacity() < size) continue;
+    absl::StatusOr<uint64_t> off = seg.alloc->Allocate(size);
+    if (!off.ok() && !allow_drop) {
+      // Full: start demotions (they free room asynchronously).
+      EvictSegmentLocked(node, &seg,
+                         static_cast<uint64_t>(options_.evict_low * seg.alloc->capacity()), true,
+                         now, nullptr);
+    }
+    if (!off.ok() && allow_drop) {
+      // No room and no time left to wait: drop LRU victims here, one at a
+      // time, until it fits. Bounded by the segment's object count.
+      size_t budget = seg.lru.size();
+      while (!off.ok() && budget-- > 0) {
+        uint64_t target = seg.alloc->used() > size ? seg.alloc->used() - size : 0;
+        if (EvictSegmentLocked(node, &seg, target, false, now, nullptr) == 0) break;
+        off = seg.alloc->Allocate(size);
+      }
+    }
+    if (off.ok()) {
+      Replica r;
+      r.node = node;
+      r.tier = v1::TIER_DRAM;
+      r.segment = si;
+      r.offset = *off;
+      // Past the high watermark: start demotions now rather than at the
+      // next tick, so headroom returns before writers run out of it.
+      if (seg.alloc->used() > options_.evict_high * seg.alloc->capacity()) {
+        EvictSegmentLocked(node, &seg,
+                           static_cast<uint64_t>(options_.evict_low * seg.alloc->capacity()), true,
+                           now, nullptr);
+      }
+      return r;
+    }
+    last = off.status();
+  }
+  return last;
+}
+
+bool Master::EvictableLocked(const Object& obj, uint64_t now, bool allow_soft_pinned,
+                             bool for_demotion) const {
+  // A demotion copies the block and frees its DRAM range only when the
+  // lease ends (deferred free), so a lease does not stop one; a drop would
+  // break the lease, so it does.
+  if (obj.hard_pin || (!for_demotion && obj.lease_until_ms > now)) return false;
+  if (obj.pin_until_ms > now && !allow_soft_pinned) return false;
+  for (const Replica& r : obj.replicas) {
+    if (r.demoting) return false;
+  }
+  return true;
+}
+
+uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target_used,
+                                    bool demote_ok, uint64_t now, v1::EvictResponse* stats) {
+  Node& n = *nodes_[node];
+  uint64_t freed = 0;
+  uint64_t pending = 0;  // bytes whose demotion is ordered: freed later
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto it = seg->lru.begin(); it != seg->lru.end();) {
+      if (seg->alloc->used() <= target_used + pending) return freed;
+      Object* obj = *it++;
+      if (!EvictableLocked(*obj, now, pass == 1, demote_ok)) continue;
+      Replica* rep = nullptr;
+      bool has_ssd_here = false;
+      for (Replica& r : obj->replicas) {
+        if (r.node == node && r.tier == v1::TIER_DRAM && &n.segments[r.segment] == seg) rep = &r;
+        if (r.node == node && r.tier == v1::TIER_SSD) has_ssd_here = true;
+      }
+      if (rep == nullptr) continue;
+      uint64_t aligned = seg->alloc->RoundUp(obj->size);
+      uint64_t ssd_high = static_cast<uint64_t>(options_.ssd_evict_high * n.ssd_capacity);
+      bool can_demote = demote_ok && !has_ssd_here && obj->size <= ssd_high;
+      if (can_demote && n.ssd_used + obj->size > ssd_high) {
+        // Make room on SSD first: its least recently used go, and this
+        // block takes their place (an LRU across both tiers).
+        EvictSsdLocked(node, static_cast<uint64_t>(options_.ssd_evict_low * n.ssd_capacity), now);
+        can_demote = n.ssd_used + obj->size <= ssd_high;
+      }
+      if (!can_demote && obj->lease_until_ms > now) continue;  // leased: cannot drop
+      if (can_demote) {
+        v1::TierMove m;
+        m.set_move_id(next_move_id_++);
+        m.set_key(*obj->key);
+        m.set_kind(v1::TierMove::DEMOTE);
+        m.set_segment_id(seg->id);
+        m.set_offset(rep->offset);
+        m.set_size(obj->size);
+        m.set_checksum(obj->checksum);
+        m.set_term(1);
+        n.outbox.push_back(std::move(m));
+        rep->demoting = true;
+        ++demotions_pending_;
+        n.ssd_used += obj->size;
+        pending += aligned;
+        if (stats != nullptr) stats->set_demoted_objects(stats->demoted_objects() + 1);
+        continue;
+      }
+      // Drop this replica; the object goes when it was the last one.
+      Replica victim = *rep;
+      obj->replicas.erase(obj->replicas.begin() + (rep - obj->replicas.data()));
+      ReleaseReplicaLocked(obj, victim, now);
+      if (obj->replicas.empty()) objects_.erase(objects_.find(*obj->key));
+      freed += aligned;
+      ++counters_.evictions;
+      if (stats != nullptr) {
+        stats->set_evicted_objects(stats->evicted_objects() + 1);
+        stats->set_evicted_bytes(stats->evicted_bytes() + aligned);
+      }
+    }
+  }
+  return freed;
+}
+
+void Master::Tick() {
+  uint64_t now = MonoMs();
+  absl::MutexLock lock(&mu_);
+  for (uint32_t i = 0; i < nodes_.size(); ++i) {
+    Node& n = *nodes_[i];
+    if (n.state == v1::NODE_DEAD) continue;
+    if (now - n.last_heartbeat_ms > options_.node_ttl_ms) {
+      SHELF_LOG(WARNING) << "store dead: no heartbeat within the TTL"
+                         << Kv("node", n.endpoint.node_id())
+                         << Kv("silent_ms", now - n.last_heartbeat_ms);
+      DropNodeReplicasLocked(i, now);
+      n.state = v1::NODE_DEAD;
+      ++counters_.nodes_died;
+    }
+  }
+  std::vector<uint64_t> expired;
+  for (const auto& [id, put] : puts_) {
+    if (put.deadline_ms <= now) expired.push_back(id);
+  }
+  for (uint64_t id : expired) {
+    AbortPutLocked(id);
+    ++counters_.puts_expired;
+  }
+  auto due = std::partition(deferred_.begin(), deferred_.end(),
+                            [&](const DeferredFree& d) { return d.at_ms > now; });
+  for (auto it = due; it != deferred_.end(); ++it) {
+    FreeRangeLocked(it->node, it->segment, it->offset, it->size);
+  }
+  deferred_.erase(due, deferred_.end());
+  for (uint32_t i = 0; i < nodes_.size(); ++i) {
+    Node& n = *nodes_[i];
+    if (n.state == v1::NODE_DEAD) continue;
+    for (Segment& seg : n.segments) {
+      uint64_t cap = seg.alloc->capacity();
+      if (seg.alloc->used() > options_.evict_high * cap) {
+        EvictSegmentLocked(i, &seg, static_cast<uint64_t>(options_.evict_low * cap), true, now,
+                           nullptr);
+      }
+    }
+    // The SSD tier has its own watermarks: drop its least recently used.
+    if (n.ssd_capacity > 0 && n.ssd_used > options_.ssd_evict_high * n.ssd_capacity) {
+      EvictSsdLocked(i, static_cast<uint64_t>(options_.ssd_evict_low * n.ssd_capacity), now);
+    }
+  }
+}
+
+void Master::EvictSsdLocked(uint32_t node, uint64_t target_used, uint64_t now) {
+  Node& n = *nodes_[node];
+  for (auto it = n.ssd_lru.begin(); it != n.ssd_lru.end() && n.ssd_used > target_used;) {
+    Object* obj = *it++;
+    if (!EvictableLocked(*obj, now, false, false)) continue;
+    for (size_t k = 0; k < obj->replicas.size(); ++k) {
+      if (obj->replicas[k].node == node && obj->replicas[k].tier == v1::TIER_SSD) {
+        Replica victim = obj->replicas[k];
+        obj->replicas.erase(obj->replicas.begin() + k);
+        ReleaseReplicaLocked(obj, victim, now);
+        ++counters_.evictions;
+        break;
+      }
+    }
+    if (obj->replicas.empty()) objects_.erase(objects_.find(*obj->key));
+  }
+}
+
+void Master::CheckInvariants() {
+  absl::MutexLock lock(&mu_);
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> used;
+  for (auto& [key, obj] : objects_) {
+    if (obj.replicas.empty() || obj.key == nullptr || *obj.key != key) std::abort();
+    for (const Replica& r : obj.replicas) {
+      if (r.node >= nodes_.size() || *r.lru != &obj) std::abort();
+      if (r.tier == v1::TIER_DRAM) {
+        used[{r.node, r.segment}] += nodes_[r.node]->segments[r.segment].alloc->RoundUp(obj.size);
+      }
+    }
+  }
+  for (auto& [id, put] : puts_) {
+    for (const Replica& r : put.ranges) {
+      used[{r.node, r.segment}] += nodes_[r.node]->segments[r.segment].alloc->RoundUp(put.size);
+    }
+  }
+  for (const DeferredFree& d : deferred_) {
+    used[{d.node, d.segment}] += nodes_[d.node]->segments[d.segment].alloc->RoundUp(d.size);
+  }
+  for (uint32_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i]->state == v1::NODE_DEAD) continue;
+    for (uint32_t s = 0; s < nodes_[i]->segments.size(); ++s) {
+      const RangeAllocator& a = *nodes_[i]->segments[s].alloc;
+      a.CheckInvariants();
+      if (a.used() != used[{i, s}]) std::abort();
+    }
+  }
+}
+
+}  // namespace shelf

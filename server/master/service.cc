@@ -1,0 +1,126 @@
+#include "server/master/service.h"
+
+#include "common/rpc.h"
+
+namespace shelf {
+
+#define SHELF_CHECK_TOKEN()                                        \
+  if (absl::Status auth = CheckToken(ctx, token_); !auth.ok()) { \
+    return ToGrpc(auth);                                           \
+  }
+
+grpc::Status MasterServiceImpl::RegisterStore(grpc::ServerContext* ctx,
+                                              const v1::RegisterStoreRequest* req,
+                                              v1::RegisterStoreResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return ToGrpc(master_->RegisterStore(*req, resp));
+}
+
+grpc::Status MasterServiceImpl::Heartbeat(grpc::ServerContext* ctx,
+                                          const v1::HeartbeatRequest* req,
+                                          v1::HeartbeatResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return ToGrpc(master_->Heartbeat(*req, resp));
+}
+
+grpc::Status MasterServiceImpl::PutStart(grpc::ServerContext* ctx, const v1::PutStartRequest* req,
+                                         v1::PutStartResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return ToGrpc(master_->PutStart(*req, req->options().client_host_id(), resp));
+}
+
+grpc::Status MasterServiceImpl::BatchPutStart(grpc::ServerContext* ctx,
+                                              const v1::BatchPutStartRequest* req,
+                                              v1::BatchPutStartResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  if (req->puts_size() == 0 || static_cast<size_t>(req->puts_size()) > kBatchKeysMax) {
+    return ToGrpc(absl::InvalidArgumentError("a batch put takes 1..1024 blocks"));
+  }
+  for (const v1::PutStartRequest& put : req->puts()) {
+    absl::Status s = master_->PutStart(put, put.options().client_host_id(), resp->add_results());
+    v1::RpcStatus* st = resp->add_statuses();
+    st->set_code(static_cast<int>(s.code()));
+    st->set_message(std::string(s.message()));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterServiceImpl::PutCommit(grpc::ServerContext* ctx,
+                                          const v1::PutCommitRequest* req,
+                                          v1::PutCommitResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  if (static_cast<size_t>(req->put_ids_size()) > kBatchKeysMax) {
+    return ToGrpc(absl::InvalidArgumentError("a commit takes at most 1024 put ids"));
+  }
+  master_->PutCommit(*req, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterServiceImpl::PutAbort(grpc::ServerContext* ctx, const v1::PutAbortRequest* req,
+                                         v1::PutAbortResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  if (static_cast<size_t>(req->put_ids_size()) > kBatchKeysMax) {
+    return ToGrpc(absl::InvalidArgumentError("an abort takes at most 1024 put ids"));
+  }
+  master_->PutAbort(*req, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterServiceImpl::Lookup(grpc::ServerContext* ctx, const v1::LookupRequest* req,
+                                       v1::LookupResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return ToGrpc(master_->Lookup(*req, resp));
+}
+
+grpc::Status MasterServiceImpl::MatchPrefix(grpc::ServerContext* ctx,
+                                            const v1::MatchPrefixRequest* req,
+                                            v1::MatchPrefixResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return ToGrpc(master_->MatchPrefix(*req, resp));
+}
+
+grpc::Status MasterServiceImpl::Remove(grpc::ServerContext* ctx, const v1::RemoveRequest* req,
+                                       v1::RemoveResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return ToGrpc(master_->Remove(*req, resp));
+}
+
+grpc::Status AdminServiceImpl::Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                                      v1::StatusResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  master_->Status(resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::Segments(grpc::ServerContext* ctx, const v1::SegmentsRequest* req,
+                                        v1::SegmentsResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  master_->Segments(resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::Stat(grpc::ServerContext* ctx, const v1::StatRequest* req,
+                                    v1::StatResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return ToGrpc(master_->Stat(*req, resp));
+}
+
+grpc::Status AdminServiceImpl::Drain(grpc::ServerContext* ctx, const v1::DrainRequest* req,
+                                     v1::DrainResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return ToGrpc(master_->Drain(*req, resp));
+}
+
+grpc::Status AdminServiceImpl::Evict(grpc::ServerContext* ctx, const v1::EvictRequest* req,
+                                     v1::EvictResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return ToGrpc(master_->Evict(*req, resp));
+}
+
+grpc::Status AdminServiceImpl::Pin(grpc::ServerContext* ctx, const v1::PinRequest* req,
+                                   v1::PinResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return ToGrpc(master_->Pin(*req));
+}
+
+}  // namespace shelf

@@ -1,0 +1,63 @@
+// gRPC adapters over Master: MasterService (stores, clients) and
+// AdminService (operators). Each call checks the cluster token first.
+#ifndef SHELF_SERVER_MASTER_SERVICE_H_
+#define SHELF_SERVER_MASTER_SERVICE_H_
+
+#include <string>
+
+#include "proto/shelf.grpc.pb.h"
+#include "server/master/master.h"
+
+namespace shelf {
+
+class MasterServiceImpl final : public v1::MasterService::Service {
+ public:
+  MasterServiceImpl(Master* master, std::string token) : master_(master), token_(token) {}
+  grpc::Status RegisterStore(grpc::ServerContext* ctx, const v1::RegisterStoreRequest* req,
+                             v1::RegisterStoreResponse* resp) override;
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override;
+  grpc::Status PutStart(grpc::ServerContext* ctx, const v1::PutStartRequest* req,
+                        v1::PutStartResponse* resp) override;
+  grpc::Status BatchPutStart(grpc::ServerContext* ctx, const v1::BatchPutStartRequest* req,
+                             v1::BatchPutStartResponse* resp) override;
+  grpc::Status PutCommit(grpc::ServerContext* ctx, const v1::PutCommitRequest* req,
+                         v1::PutCommitResponse* resp) override;
+  grpc::Status PutAbort(grpc::ServerContext* ctx, const v1::PutAbortRequest* req,
+                        v1::PutAbortResponse* resp) override;
+  grpc::Status Lookup(grpc::ServerContext* ctx, const v1::LookupRequest* req,
+                      v1::LookupResponse* resp) override;
+  grpc::Status MatchPrefix(grpc::ServerContext* ctx, const v1::MatchPrefixRequest* req,
+                           v1::MatchPrefixResponse* resp) override;
+  grpc::Status Remove(grpc::ServerContext* ctx, const v1::RemoveRequest* req,
+                      v1::RemoveResponse* resp) override;
+
+ private:
+  Master* const master_;
+  const std::string token_;
+};
+
+class AdminServiceImpl final : public v1::AdminService::Service {
+ public:
+  AdminServiceImpl(Master* master, std::string token) : master_(master), token_(token) {}
+  grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                      v1::StatusResponse* resp) override;
+  grpc::Status Segments(grpc::ServerContext* ctx, const v1::SegmentsRequest* req,
+                        v1::SegmentsResponse* resp) override;
+  grpc::Status Stat(grpc::ServerContext* ctx, const v1::StatRequest* req,
+                    v1::StatResponse* resp) override;
+  grpc::Status Drain(grpc::ServerContext* ctx, const v1::DrainRequest* req,
+                     v1::DrainResponse* resp) override;
+  grpc::Status Evict(grpc::ServerContext* ctx, const v1::EvictRequest* req,
+                     v1::EvictResponse* resp) override;
+  grpc::Status Pin(grpc::ServerContext* ctx, const v1::PinRequest* req,
+                   v1::PinResponse* resp) override;
+
+ private:
+  Master* const master_;
+  const std::string token_;
+};
+
+}  // namespace shelf
+
+#endif  // SHELF_SERVER_MASTER_SERVICE_H_

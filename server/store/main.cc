@@ -1,0 +1,101 @@
+// shelf-store: the per-node storage daemon. See docs/storage.md.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "absl/strings/str_split.h"
+#include "common/flags.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/ready_file.h"
+#include "server/store/store.h"
+
+int main(int argc, char** argv) {
+  using namespace shelf;
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  SetLogComponent("store");
+
+  StoreOptions opts;
+  std::string labels, secret_file, ready_file, admin_listen;
+  int64_t max_connections = opts.max_connections;
+  Flags flags("shelf-store", "the Shelf storage daemon (DRAM segment, SSD tier, data plane)");
+  flags.AddString("master", &opts.master, "HOST:PORT of the master (required)");
+  flags.AddString("listen", &opts.listen, "data-plane HOST:PORT (port 0 picks one)");
+  flags.AddString("admin-listen", &admin_listen,
+                  "gRPC HOST:PORT for health checking and reflection (off when empty)");
+  flags.AddSize("dram-size", &opts.dram_size, "size of the DRAM segment");
+  flags.AddString("ssd-dir", &opts.ssd_dir, "directory of the SSD tier (none: no SSD tier)");
+  flags.AddSize("ssd-size", &opts.ssd_size, "capacity of the SSD tier (0: 64GiB)");
+  flags.AddString("node-id", &opts.node_id,
+                  "stable node id (default: kept in --ssd-dir, else host:port)");
+  flags.AddString("run-dir", &opts.run_dir,
+                  "where the shared-memory socket lives (default /tmp/shelf-store-PORT)");
+  flags.AddString("labels", &labels, "placement labels, e.g. zone=a,rack=r1");
+  flags.AddString("secret-file", &secret_file, "cluster secret (>= 16 bytes)");
+  flags.AddString("tls-ca", &opts.tls.ca, "PEM CA bundle to verify the master's TLS certificate");
+  flags.AddString("tls-cert", &opts.tls.cert, "PEM client certificate for the master channel");
+  flags.AddString("tls-key", &opts.tls.key, "PEM client key for the master channel");
+  flags.AddBool("hugepages", &opts.hugepages, "back the DRAM segment with hugepages if reserved");
+  flags.AddBool("mlock", &opts.mlock, "lock the DRAM segment in memory");
+  flags.AddBool("shm", &opts.shm, "serve same-host clients through shared memory");
+  flags.AddInt("max-connections", &max_connections, "data-plane connection limit");
+  flags.AddString("ready-file", &ready_file, "write the data-plane HOST:PORT here once serving");
+  flags.ParseOrExit(argc, argv);
+  opts.max_connections = static_cast<int>(max_connections);
+
+  if (!labels.empty()) {
+    for (absl::string_view kv : absl::StrSplit(labels, ',', absl::SkipEmpty())) {
+      std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      if (p.first.empty() || p.second.empty()) {
+        std::fprintf(stderr, "shelf-store: --labels: expected key=value, got '%s'\n",
+                     std::string(kv).c_str());
+        return 2;
+      }
+      opts.labels[p.first] = p.second;
+    }
+  }
+  if (!secret_file.empty()) {
+    absl::StatusOr<std::string> s = ReadSecretFile(secret_file);
+    if (!s.ok()) {
+      std::fprintf(stderr, "shelf-store: %s\n", std::string(s.status().message()).c_str());
+      return 2;
+    }
+    opts.secret = *s;
+  } else {
+    SHELF_LOG(WARNING) << "no --secret-file: this store accepts any client";
+  }
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Start(opts);
+  if (!store.ok()) {
+    std::fprintf(stderr, "shelf-store: %s\n", std::string(store.status().message()).c_str());
+    return 1;
+  }
+  std::unique_ptr<grpc::Server> admin;
+  if (!admin_listen.empty()) {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(admin_listen, grpc::InsecureServerCredentials());
+    admin = builder.BuildAndStart();
+    if (admin == nullptr) {
+      std::fprintf(stderr, "shelf-store: cannot listen on --admin-listen %s\n",
+                   admin_listen.c_str());
+      return 1;
+    }
+  }
+  WriteReadyFile(ready_file, (*store)->data_address() + "\n");
+  std::thread runner([&] { (*store)->Run(); });
+  int sig = 0;
+  sigwait(&signals, &sig);
+  SHELF_LOG(INFO) << "stopping" << Kv("signal", sig);
+  (*store)->Stop();
+  runner.join();
+  if (admin != nullptr) admin->Shutdown();
+  return 0;
+}

@@ -1,0 +1,332 @@
+#include "server/store/store.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/checksum.h"
+#include "common/clock.h"
+#include "common/hmac.h"
+#include "common/log.h"
+#include "common/net.h"
+
+namespace shelf {
+namespace {
+
+constexpr uint32_t kSegmentId = 0;
+
+uint64_t RandomIncarnation() {
+  std::string b = RandomBytes(8);
+  uint64_t v = 0;
+  std::memcpy(&v, b.data(), sizeof(v));
+  return v == 0 ? 1 : v;
+}
+
+// The node id persists in the SSD directory so a restarted store (even on
+// another port) is the same node and its SSD blocks come back with it.
+std::string LoadOrCreateNodeId(const std::string& dir) {
+  std::string path = dir + "/NODE_ID";
+  std::ifstream in(path);
+  std::string id;
+  if (in && std::getline(in, id) && !id.empty()) return id;
+  id = absl::StrCat("node-", absl::BytesToHexString(RandomBytes(6)));
+  std::ofstream out(path);
+  out << id << "\n";
+  return id;
+}
+
+}  // namespace
+
+Store::Store(const StoreOptions& options)
+    : options_(options), incarnation_(RandomIncarnation()) {}
+
+Store::~Store() {
+  Stop();
+  data_server_.reset();
+  shm_server_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options) {
+  if (options.master.empty()) return absl::InvalidArgumentError("--master is required");
+  std::unique_ptr<Store> store(new Store(options));
+  auto seg = DramSegment::Create(
+      {.size_bytes = options.dram_size, .try_hugepages = options.hugepages, .mlock = options.mlock});
+  if (!seg.ok()) return seg.status();
+  store->segment_ = *std::move(seg);
+
+  if (!options.ssd_dir.empty()) {
+    SsdTier::Options so;
+    so.dir = options.ssd_dir;
+    so.capacity_bytes = options.ssd_size != 0 ? options.ssd_size : (64ull << 30);
+    auto ssd = SsdTier::Open(so);
+    if (ssd.ok()) {
+      store->ssd_ = *std::move(ssd);
+      SHELF_LOG(INFO) << "SSD tier open" << Kv("dir", options.ssd_dir)
+                      << Kv("used_bytes", store->ssd_->used_bytes())
+                      << Kv("capacity_bytes", so.capacity_bytes);
+    } else {
+      // A broken SSD tier must not take the DRAM tier down with it.
+      SHELF_LOG(ERROR) << "SSD TIER UNAVAILABLE: serving DRAM only"
+                       << Kv("dir", options.ssd_dir) << Kv("error", ssd.status().message());
+    }
+  }
+
+  absl::StatusOr<HostPort> listen = ParseHostPort(options.listen);
+  if (!listen.ok()) return listen.status();
+  DataServer::Options dso;
+  dso.listen = *listen;
+  dso.secret = options.secret;
+  dso.max_connections = options.max_connections;
+  auto server = DataServer::Start(dso, store.get());
+  if (!server.ok()) return server.status();
+  store->data_server_ = *std::move(server);
+  HostPort bound = store->data_server_->bound();
+  if (bound.host == "0.0.0.0" || bound.host == "::" || bound.host.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    bound.host = host;
+  }
+  store->data_address_ = bound.ToString();
+
+  if (!options.node_id.empty()) {
+    store->node_id_ = options.node_id;
+  } else if (store->ssd_ != nullptr) {
+    store->node_id_ = LoadOrCreateNodeId(options.ssd_dir);
+  } else {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    store->node_id_ = absl::StrCat(host, ":", bound.port);
+  }
+
+  store->run_dir_ = options.run_dir.empty()
+                        ? absl::StrCat("/tmp/shelf-store-", bound.port)
+                        : options.run_dir;
+  if (options.shm) {
+    std::error_code ec;
+    std::filesystem::create_directories(store->run_dir_, ec);
+    auto shm = ShmServer::Start(store->run_dir_ + "/shm.sock", store->segment_->fd(), kSegmentId,
+                                store->segment_->size(), options.secret);
+    if (shm.ok()) {
+      store->shm_server_ = *std::move(shm);
+    } else {
+      SHELF_LOG(WARNING) << "shared memory disabled" << Kv("error", shm.status().message());
+    }
+  }
+
+  auto channel = MakeChannel(options.master, options.tls);
+  if (!channel.ok()) return channel.status();
+  store->master_ = v1::MasterService::NewStub(*channel);
+  store->token_ = AuthToken(options.secret);
+  SHELF_LOG(INFO) << "store serving" << Kv("node", store->node_id_)
+                  << Kv("listen", store->data_address_)
+                  << Kv("dram_bytes", options.dram_size)
+                  << Kv("hugepages", store->segment_->hugepages())
+                  << Kv("shm", store->shm_server_ != nullptr ? store->shm_server_->path() : "off");
+  return store;
+}
+
+void Store::Stop() { stopping_.store(true); }
+
+absl::StatusOr<DataHandler::Region> Store::Segment(uint32_t id) {
+  if (id != kSegmentId) return absl::NotFoundError(absl::StrCat("no segment ", id));
+  return Region{segment_->data(), segment_->size()};
+}
+
+absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
+                               uint64_t length) {
+  std::string key;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    key = grant_key_;
+  }
+  if (key.empty()) return absl::UnavailableError("store not registered with a master yet");
+  return wire::VerifyGrant(key, node_id_, grant, segment_id, offset, length, UnixMs());
+}
+
+absl::Status Store::ReadKey(absl::string_view key, std::string* out) {
+  if (ssd_ == nullptr) return absl::NotFoundError("this store has no SSD tier");
+  return ssd_->Get(std::string(key), out);
+}
+
+absl::Status Store::Register() {
+  v1::RegisterStoreRequest req;
+  req.set_protocol_version(1);
+  v1::StoreEndpoint* ep = req.mutable_endpoint();
+  ep->set_node_id(node_id_);
+  ep->set_data_address(data_address_);
+  ep->set_host_id(HostId());
+  ep->add_transports(v1::TRANSPORT_TCP);
+  if (shm_server_ != nullptr) {
+    ep->set_shm_socket(shm_server_->path());
+    ep->add_transports(v1::TRANSPORT_SHM);
+  }
+  for (const auto& [k, v] : options_.labels) (*req.mutable_labels())[k] = v;
+  v1::SegmentInfo* seg = req.add_segments();
+  seg->set_segment_id(kSegmentId);
+  seg->set_capacity_bytes(segment_->size());
+  seg->set_tier(v1::TIER_DRAM);
+  req.set_incarnation(incarnation_);
+  if (ssd_ != nullptr) {
+    req.set_ssd_capacity_bytes(ssd_->capacity_bytes());
+    for (const SsdTier::Entry& e : ssd_->Inventory()) {
+      v1::InventoryEntry* inv = req.add_inventory();
+      inv->set_key(e.key);
+      inv->set_size(e.size);
+      inv->set_checksum(e.checksum);
+      inv->set_tier(v1::TIER_SSD);
+    }
+  }
+  v1::RegisterStoreResponse resp;
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, token_, options_.rpc_timeout_ms * 4);
+  absl::Status s = FromGrpc(master_->RegisterStore(&ctx, req, &resp));
+  if (!s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    grant_key_ = resp.grant_key();
+    heartbeat_interval_ms_ = std::max<uint64_t>(50, resp.heartbeat_interval_ms());
+    results_.clear();  // the new registration's inventory supersedes them
+    moves_.clear();
+  }
+  registered_.store(true);
+  SHELF_LOG(INFO) << "registered with master" << Kv("master", options_.master)
+                  << Kv("node", node_id_) << Kv("ssd_blocks", req.inventory_size());
+  return absl::OkStatus();
+}
+
+v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
+  v1::TierMoveResult result;
+  result.set_move_id(move.move_id());
+  result.set_key(move.key());
+  absl::Status s;
+  switch (move.kind()) {
+    case v1::TierMove::DEMOTE:
+      if (ssd_ == nullptr) {
+        s = absl::FailedPreconditionError("no SSD tier");
+      } else if (move.segment_id() != kSegmentId ||
+                 !segment_->Contains(move.offset(), move.size())) {
+        s = absl::OutOfRangeError("demotion range outside the segment");
+      } else {
+        // SsdTier::Put verifies the checksum before writing: a block that
+        // was corrupted in DRAM is reported, not copied.
+        s = ssd_->Put(move.key(), segment_->data() + move.offset(), move.size(), move.checksum());
+      }
+      break;
+    case v1::TierMove::DROP_SSD:
+      s = ssd_ == nullptr ? absl::OkStatus() : ssd_->Delete(move.key());
+      break;
+    default:
+      s = absl::InvalidArgumentError("unknown tier move");
+  }
+  result.set_ok(s.ok());
+  if (!s.ok()) result.set_error(std::string(s.message()));
+  return result;
+}
+
+absl::Status Store::HeartbeatOnce(bool* more_work) {
+  v1::HeartbeatRequest req;
+  req.set_node_id(node_id_);
+  req.set_incarnation(incarnation_);
+  req.set_dram_used_bytes(0);
+  {
+    // Long-poll only when idle: with moves queued or results to report,
+    // come back quickly instead.
+    std::lock_guard<std::mutex> lock(mu_);
+    bool idle = moves_.empty() && !moving_ && results_.empty();
+    req.set_wait_for_orders_ms(idle ? static_cast<uint32_t>(heartbeat_interval_ms_) : 0);
+  }
+  if (ssd_ != nullptr) {
+    req.set_ssd_used_bytes(ssd_->used_bytes());
+    req.set_ssd_capacity_bytes(ssd_->capacity_bytes());
+  }
+  std::vector<v1::TierMoveResult> sent;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sent.swap(results_);
+  }
+  for (const auto& r : sent) *req.add_moves() = r;
+  v1::HeartbeatResponse resp;
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, token_, options_.rpc_timeout_ms);
+  absl::Status s = FromGrpc(master_->Heartbeat(&ctx, req, &resp));
+  if (!s.ok()) {
+    // Not delivered: report again next time.
+    std::lock_guard<std::mutex> lock(mu_);
+    results_.insert(results_.begin(), sent.begin(), sent.end());
+    return s;
+  }
+  if (resp.reregister()) {
+    registered_.store(false);
+    return absl::OkStatus();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const v1::TierMove& m : resp.moves()) moves_.push_back(m);
+  *more_work = !moves_.empty() || moving_ || !results_.empty();
+  moves_cv_.notify_one();
+  return absl::OkStatus();
+}
+
+void Store::MoverLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_.load()) {
+    moves_cv_.wait_for(lock, std::chrono::milliseconds(100),
+                       [this] { return !moves_.empty() || stopping_.load(); });
+    while (!moves_.empty() && !stopping_.load()) {
+      v1::TierMove m = std::move(moves_.front());
+      moves_.pop_front();
+      moving_ = true;
+      lock.unlock();
+      v1::TierMoveResult r = Execute(m);
+      lock.lock();
+      moving_ = false;
+      results_.push_back(std::move(r));
+    }
+  }
+}
+
+void Store::Run() {
+  std::thread mover([this] { MoverLoop(); });
+  uint64_t backoff_ms = 100;
+  std::mt19937_64 rng(incarnation_);
+  uint64_t last_error_log = 0;
+  while (!stopping_.load()) {
+    absl::Status s;
+    bool more = false;
+    uint64_t started = MonoMs();
+    if (!registered_.load()) {
+      s = Register();
+    } else {
+      s = HeartbeatOnce(&more);
+    }
+    uint64_t sleep_ms;
+    if (s.ok()) {
+      backoff_ms = 100;
+      std::lock_guard<std::mutex> lock(mu_);
+      // The master holds a heartbeat while it has no orders (long poll),
+      // so sleep only what is left of the interval.
+      uint64_t took = MonoMs() - started;
+      sleep_ms = more ? 10 : (took >= heartbeat_interval_ms_ ? 0 : heartbeat_interval_ms_ - took);
+      if (!registered_.load()) sleep_ms = 0;
+    } else {
+      if (MonoMs() - last_error_log > 5000) {
+        SHELF_LOG(WARNING) << "master unreachable" << Kv("master", options_.master)
+                           << Kv("error", s.message());
+        last_error_log = MonoMs();
+      }
+      // Bounded exponential backoff with jitter.
+      sleep_ms = backoff_ms / 2 + rng() % (backoff_ms / 2 + 1);
+      backoff_ms = std::min<uint64_t>(backoff_ms * 2, 2000);
+    }
+    for (uint64_t slept = 0; slept < sleep_ms && !stopping_.load(); slept += 10) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint64_t>(10, sleep_ms)));
+    }
+  }
+  moves_cv_.notify_all();
+  mover.join();
+}
+
+}  // namespace shelf

@@ -1,0 +1,127 @@
+#include "storage/allocator.h"
+
+#include <cassert>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace shelf {
+
+RangeAllocator::RangeAllocator(uint64_t capacity, uint64_t alignment)
+    : capacity_(capacity & ~(alignment - 1)), alignment_(alignment) {
+  assert(alignment > 0 && (alignment & (alignment - 1)) == 0);
+  if (capacity_ > 0) InsertFree(0, capacity_);
+}
+
+void RangeAllocator::InsertFree(uint64_t offset, uint64_t size) {
+  by_offset_.emplace(offset, size);
+  by_size_.emplace(size, offset);
+}
+
+void RangeAllocator::EraseFree(std::map<uint64_t, uint64_t>::iterator it) {
+  by_size_.erase({it->second, it->first});
+  by_offset_.erase(it);
+}
+
+absl::StatusOr<uint64_t> RangeAllocator::Allocate(uint64_t size) {
+  if (size == 0) return absl::InvalidArgumentError("cannot allocate 0 bytes");
+  if (size > capacity_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("block of ", size, " bytes exceeds segment capacity ", capacity_));
+  }
+  uint64_t need = RoundUp(size);
+  auto fit = by_size_.lower_bound({need, 0});
+  if (fit == by_size_.end()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no free range of ", need, " bytes (free ", free_bytes(), " in ",
+                     by_offset_.size(), " extents)"));
+  }
+  uint64_t extent_size = fit->first;
+  uint64_t offset = fit->second;
+  EraseFree(by_offset_.find(offset));
+  if (extent_size > need) InsertFree(offset + need, extent_size - need);
+  used_ += need;
+  return offset;
+}
+
+absl::Status RangeAllocator::Free(uint64_t offset, uint64_t size) {
+  uint64_t len = RoundUp(size);
+  if (size == 0 || offset % alignment_ != 0 || offset > capacity_ || len > capacity_ - offset) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("free of [", offset, ", +", size, ") outside segment of ", capacity_));
+  }
+  auto next = by_offset_.lower_bound(offset);
+  if (next != by_offset_.end() && next->first < offset + len) {
+    return absl::FailedPreconditionError(absl::StrCat("double free at offset ", offset));
+  }
+  if (next != by_offset_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second > offset) {
+      return absl::FailedPreconditionError(absl::StrCat("double free at offset ", offset));
+    }
+  }
+  uint64_t start = offset;
+  uint64_t end = offset + len;
+  if (next != by_offset_.end() && next->first == end) {
+    end += next->second;
+    EraseFree(next);
+  }
+  auto after = by_offset_.lower_bound(start);
+  if (after != by_offset_.begin()) {
+    auto prev = std::prev(after);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      EraseFree(prev);
+    }
+  }
+  InsertFree(start, end - start);
+  used_ -= len;
+  return absl::OkStatus();
+}
+
+absl::Status RangeAllocator::Reserve(uint64_t offset, uint64_t size) {
+  uint64_t len = RoundUp(size);
+  if (size == 0 || offset % alignment_ != 0 || offset > capacity_ || len > capacity_ - offset) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("reserve of [", offset, ", +", size, ") outside segment of ", capacity_));
+  }
+  auto it = by_offset_.upper_bound(offset);
+  if (it == by_offset_.begin()) {
+    return absl::FailedPreconditionError(absl::StrCat("range at ", offset, " is not free"));
+  }
+  --it;
+  uint64_t ext_off = it->first;
+  uint64_t ext_len = it->second;
+  if (ext_off + ext_len < offset + len) {
+    return absl::FailedPreconditionError(absl::StrCat("range at ", offset, " is not free"));
+  }
+  EraseFree(it);
+  if (offset > ext_off) InsertFree(ext_off, offset - ext_off);
+  if (ext_off + ext_len > offset + len) {
+    InsertFree(offset + len, ext_off + ext_len - offset - len);
+  }
+  used_ += len;
+  return absl::OkStatus();
+}
+
+uint64_t RangeAllocator::largest_free() const {
+  return by_size_.empty() ? 0 : by_size_.rbegin()->first;
+}
+
+void RangeAllocator::CheckInvariants() const {
+  uint64_t free_sum = 0;
+  uint64_t prev_end = 0;
+  bool first = true;
+  for (const auto& [off, len] : by_offset_) {
+    if (len == 0 || off % alignment_ != 0 || off + len > capacity_) std::abort();
+    if (!first && off <= prev_end) std::abort();  // overlapping or not coalesced
+    if (by_size_.count({len, off}) != 1) std::abort();
+    prev_end = off + len;
+    first = false;
+    free_sum += len;
+  }
+  if (by_size_.size() != by_offset_.size()) std::abort();
+  if (free_sum + used_ != capacity_) std::abort();
+}
+
+}  // namespace shelf

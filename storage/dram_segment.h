@@ -1,0 +1,55 @@
+// DramSegment: the store's DRAM tier, one memfd-backed shared mapping.
+//
+// Hugepages are used when the machine has them reserved (MFD_HUGETLB);
+// otherwise the mapping falls back to normal pages with MADV_HUGEPAGE, and
+// the log says which. Same-node clients receive fd() over a Unix socket
+// (SCM_RIGHTS) and map it, so a local read is one memcpy.
+//
+// Thread-safe for concurrent access to disjoint ranges; the master's
+// allocator, not this class, decides who owns which range.
+#ifndef SHELF_STORAGE_DRAM_SEGMENT_H_
+#define SHELF_STORAGE_DRAM_SEGMENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace shelf {
+
+class DramSegment {
+ public:
+  struct Options {
+    uint64_t size_bytes = 0;
+    bool try_hugepages = true;
+    bool mlock = false;
+  };
+  // RESOURCE_EXHAUSTED if the memory cannot be had; INVALID_ARGUMENT for 0.
+  static absl::StatusOr<std::unique_ptr<DramSegment>> Create(const Options& options);
+  ~DramSegment();
+  DramSegment(const DramSegment&) = delete;
+  DramSegment& operator=(const DramSegment&) = delete;
+
+  char* data() const { return base_; }
+  uint64_t size() const { return size_; }
+  int fd() const { return fd_; }
+  bool hugepages() const { return hugepages_; }
+  // Whether [offset, offset+length) lies inside the segment (overflow-safe).
+  bool Contains(uint64_t offset, uint64_t length) const {
+    return offset <= size_ && length <= size_ - offset;
+  }
+
+ private:
+  DramSegment(char* base, uint64_t size, int fd, bool hugepages)
+      : base_(base), size_(size), fd_(fd), hugepages_(hugepages) {}
+
+  char* const base_;
+  const uint64_t size_;
+  const int fd_;
+  const bool hugepages_;
+};
+
+}  // namespace shelf
+
+#endif  // SHELF_STORAGE_DRAM_SEGMENT_H_

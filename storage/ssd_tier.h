@@ -1,0 +1,84 @@
+// SsdTier: the store's SSD tier, a RocksDB database in --ssd-dir with large
+// values in blob files (BlobDB). Self-describing: every value carries its
+// size and its writer's XXH3-64 checksum, so a restarted store rebuilds its
+// inventory by scanning, and a corrupt entry is detected on read.
+//
+// Record layout (docs/storage.md):
+//   RocksDB key   = "b" || block key
+//   RocksDB value = magic u32 "SSD1" | version u8 | 3 zero bytes |
+//                   size u64 | checksum u64 | size bytes of block
+//   (little-endian; 24-byte header)
+//
+//   auto tier = SsdTier::Open({.dir = "/var/lib/shelf/ssd", .capacity_bytes = 1 << 40});
+//   tier->Put(key, data, size, checksum);
+//
+// Thread-safe.
+#ifndef SHELF_STORAGE_SSD_TIER_H_
+#define SHELF_STORAGE_SSD_TIER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace rocksdb {
+class DB;
+class Env;
+}  // namespace rocksdb
+
+namespace shelf {
+
+class SsdTier {
+ public:
+  struct Options {
+    std::string dir;
+    uint64_t capacity_bytes = 0;  // Put refuses beyond this (RESOURCE_EXHAUSTED)
+    bool compression = false;     // KV tensors do not compress: off by default
+    bool sync = false;            // fsync each write (the WAL survives kill -9 anyway)
+    rocksdb::Env* env = nullptr;  // fault-injection seam for tests; null = default
+  };
+  struct Entry {
+    std::string key;
+    uint64_t size = 0;
+    uint64_t checksum = 0;
+  };
+
+  // Opens or creates the database. Scans it to rebuild the inventory.
+  static absl::StatusOr<std::unique_ptr<SsdTier>> Open(const Options& options);
+  ~SsdTier();
+
+  // Stores a block atomically (fully present or absent after a crash).
+  // Verifies `checksum` against `data` first: DATA_LOSS if they differ.
+  absl::Status Put(const std::string& key, const char* data, uint64_t size, uint64_t checksum);
+  // Reads and verifies a block. NOT_FOUND if absent; DATA_LOSS if corrupt
+  // (the entry is then deleted and never served); UNAVAILABLE on I/O error.
+  absl::Status Get(const std::string& key, std::string* out);
+  absl::Status Delete(const std::string& key);
+  bool Contains(const std::string& key);
+  std::vector<Entry> Inventory();
+
+  uint64_t used_bytes() const { return used_.load(); }
+  uint64_t capacity_bytes() const { return options_.capacity_bytes; }
+  const std::string& dir() const { return options_.dir; }
+
+ private:
+  SsdTier(const Options& options, rocksdb::DB* db);
+
+  const Options options_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::atomic<uint64_t> used_{0};
+  // What the tier holds: key -> (size, checksum). Rebuilt by a scan at
+  // open, so sizes are known without reading values back.
+  std::mutex mu_;
+  std::unordered_map<std::string, std::pair<uint64_t, uint64_t>> index_;  // guarded by mu_
+};
+
+}  // namespace shelf
+
+#endif  // SHELF_STORAGE_SSD_TIER_H_

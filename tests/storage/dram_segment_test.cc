@@ -1,0 +1,31 @@
+#include "storage/dram_segment.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstring>
+
+namespace shelf {
+namespace {
+
+TEST(DramSegment, CreatesSharedMappingWithHugepageFallback) {
+  auto seg = DramSegment::Create({.size_bytes = 4 << 20, .try_hugepages = true, .mlock = false});
+  ASSERT_TRUE(seg.ok()) << seg.status();
+  std::memset((*seg)->data(), 0xAB, (*seg)->size());
+  // A second mapping of the same fd (what a same-host client does) sees the bytes.
+  void* p = mmap(nullptr, (*seg)->size(), PROT_READ, MAP_SHARED, (*seg)->fd(), 0);
+  ASSERT_NE(p, MAP_FAILED);
+  EXPECT_EQ(static_cast<unsigned char*>(p)[123], 0xAB);
+  munmap(p, (*seg)->size());
+  EXPECT_TRUE((*seg)->Contains(0, 4 << 20));
+  EXPECT_FALSE((*seg)->Contains(1, 4 << 20));
+  EXPECT_FALSE((*seg)->Contains(~0ull, 2));  // overflow-safe
+}
+
+TEST(DramSegment, RejectsZero) {
+  EXPECT_EQ(DramSegment::Create({.size_bytes = 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shelf

@@ -1,0 +1,337 @@
+// shelf-bench replay: replays a Mooncake-format trace against a cluster and
+// reports what the cache saved, next to an LRU simulation at the same
+// capacity and the trace's ideal (infinite-capacity) hit ratio.
+#include <chrono>
+#include <cstdio>
+#include <list>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/clock.h"
+#include "common/flags.h"
+#include "common/units.h"
+#include "shelf/client.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/trace.h"
+#include "tools/json.h"
+#include "tools/local_cluster.h"
+
+namespace shelf::bench {
+namespace {
+
+// A two-level LRU of blocks: DRAM, whose victims move to SSD, whose victims
+// are dropped. Capacities in blocks; ssd 0 means DRAM only.
+class LruSim {
+ public:
+  LruSim(uint64_t dram_blocks, uint64_t ssd_blocks) : cap_{dram_blocks, ssd_blocks} {}
+  // Returns the number of leading ids present, then touches/inserts all.
+  size_t Request(const std::vector<uint64_t>& ids) {
+    size_t matched = 0;
+    while (matched < ids.size() && where_.count(ids[matched])) ++matched;
+    for (uint64_t id : ids) {
+      auto it = where_.find(id);
+      if (it != where_.end()) {
+        Level& l = levels_[it->second.level];
+        l.splice(l.end(), l, it->second.pos);
+        continue;
+      }
+      Insert(0, id);
+    }
+    return matched;
+  }
+
+ private:
+  using Level = std::list<uint64_t>;
+  struct Where {
+    int level;
+    Level::iterator pos;
+  };
+  void Insert(int level, uint64_t id) {
+    if (cap_[level] == 0) {
+      if (level == 0 && cap_[1] > 0) Insert(1, id);
+      return;
+    }
+    levels_[level].push_back(id);
+    where_[id] = Where{level, std::prev(levels_[level].end())};
+    if (levels_[level].size() > cap_[level]) {
+      uint64_t victim = levels_[level].front();
+      levels_[level].pop_front();
+      where_.erase(victim);
+      if (level == 0 && cap_[1] > 0) Insert(1, victim);
+    }
+  }
+  uint64_t cap_[2];
+  Level levels_[2];
+  std::unordered_map<uint64_t, Where> where_;
+};
+
+double IdealHitRatio(const std::vector<TraceRequest>& reqs) {
+  std::unordered_map<uint64_t, bool> seen;
+  uint64_t hit = 0, total = 0;
+  for (const TraceRequest& r : reqs) {
+    size_t m = 0;
+    while (m < r.hash_ids.size() && seen.count(r.hash_ids[m])) ++m;
+    hit += m;
+    total += r.hash_ids.size();
+    for (uint64_t id : r.hash_ids) seen[id] = true;
+  }
+  return total == 0 ? 0 : static_cast<double>(hit) / total;
+}
+
+struct ModelPreset {
+  const char* name;
+  uint64_t layers, kv_heads, head_dim;
+};
+constexpr ModelPreset kModels[] = {
+    {"llama-3-8b", 32, 8, 128}, {"llama-3-70b", 80, 8, 128}, {"mistral-7b", 32, 8, 128},
+    {"qwen2-7b", 28, 4, 128},   {"qwen2-72b", 80, 8, 128},
+};
+constexpr uint64_t kTokensPerBlock = 512;
+
+}  // namespace
+
+int Replay(int argc, char** argv) {
+  std::string trace = DefaultTracePath();
+  std::string master, model, work_dir;
+  int64_t requests = 1500, stores = 2;
+  uint64_t block_bytes = 256 << 10;
+  uint64_t dram_size = 256ull << 20, ssd_size = 2ull << 30;
+  double speed = 0, prefill_tokens_per_s = 8000;
+  bool json_only = false;
+  Flags flags("shelf-bench replay",
+              "replay a Mooncake-format trace: MatchPrefix, get the hits, put the misses");
+  flags.AddString("trace", &trace, "trace file (JSON lines); also the first argument");
+  flags.AddInt("requests", &requests, "replay the first N requests (0: all)");
+  flags.AddSize("block-bytes", &block_bytes,
+                "bytes per 512-token block (real Llama-3-8B KV is 64MiB; see --model)");
+  flags.AddString("model", &model,
+                  "compute --block-bytes from a model's fp16 KV: llama-3-8b, llama-3-70b, "
+                  "mistral-7b, qwen2-7b, qwen2-72b");
+  flags.AddString("master", &master, "use this cluster instead of starting one");
+  flags.AddInt("stores", &stores, "stores in the cluster the bench starts");
+  flags.AddSize("dram-size", &dram_size, "DRAM segment per store");
+  flags.AddSize("ssd-size", &ssd_size, "SSD tier per store (0: none)");
+  flags.AddDouble("speed", &speed, "0: as fast as possible; else trace pacing x this factor");
+  flags.AddDouble("prefill-tokens-per-s", &prefill_tokens_per_s,
+                  "GPU prefill rate used to value the tokens served from cache");
+  flags.AddBool("json-only", &json_only, "print only the JSON line");
+  flags.AddString("work-dir", &work_dir, "keep the started cluster's logs and data here");
+  std::vector<std::string> args = flags.ParseOrExit(argc, argv);
+  if (!args.empty()) trace = args[0];
+  if (!model.empty()) {
+    bool found = false;
+    for (const ModelPreset& m : kModels) {
+      if (model == m.name) {
+        block_bytes = 2 * m.layers * m.kv_heads * m.head_dim * 2 * kTokensPerBlock;
+        found = true;
+      }
+    }
+    if (!found) {
+      std::fprintf(stderr, "shelf-bench replay: unknown --model '%s'\n", model.c_str());
+      return 2;
+    }
+  }
+  if (block_bytes == 0 || block_bytes > (1ull << 30)) {
+    std::fprintf(stderr, "shelf-bench replay: --block-bytes must be 1..1GiB\n");
+    return 2;
+  }
+  auto reqs = ReadTrace(trace, static_cast<size_t>(requests));
+  if (!reqs.ok()) {
+    std::fprintf(stderr, "shelf-bench replay: %s\n", std::string(reqs.status().message()).c_str());
+    return 2;
+  }
+
+  std::unique_ptr<LocalCluster> cluster;
+  if (master.empty()) {
+    LocalCluster::Options co;
+    co.stores = static_cast<int>(stores);
+    co.dram_bytes = dram_size;
+    co.ssd_bytes = ssd_size;
+    co.work_dir = work_dir;
+    auto c = LocalCluster::Start(co);
+    if (!c.ok()) {
+      std::fprintf(stderr, "shelf-bench replay: cannot start a cluster: %s\n",
+                   std::string(c.status().message()).c_str());
+      return 1;
+    }
+    cluster = *std::move(c);
+    master = cluster->master_address();
+  }
+  ClientOptions copts;
+  copts.masters = {master};
+  copts.timeout_ms = 30000;
+  std::unique_ptr<Client> client;
+  if (Status s = Client::Open(copts, &client); !s.ok()) {
+    std::fprintf(stderr, "shelf-bench replay: %s\n", s.ToString().c_str());
+    return 1;
+  }
+
+  // Capacities in blocks, as the cluster allocates them (4 KiB aligned).
+  uint64_t aligned = (block_bytes + 4095) / 4096 * 4096;
+  uint64_t dram_blocks = static_cast<uint64_t>(stores) * (dram_size / aligned);
+  uint64_t ssd_blocks = static_cast<uint64_t>(stores) * (ssd_size / block_bytes);
+  LruSim sim(dram_blocks, ssd_blocks);
+  LruSim sim_dram(dram_blocks, 0);
+  uint64_t sim_hits = 0, sim_dram_hits = 0;
+
+  BlockPattern pattern(block_bytes);
+  std::vector<char> scratch;
+  Samples match_us, get_us, put_us;
+  uint64_t total_blocks = 0, hit_blocks = 0, errors = 0, mismatches = 0;
+  uint64_t put_bytes = 0, get_bytes = 0;
+  double get_seconds = 0, put_seconds = 0;
+  std::string first_error;
+  Progress progress("replay", reqs->size());
+  uint64_t t_start = MonoUs();
+  uint64_t trace_t0 = reqs->empty() ? 0 : (*reqs)[0].timestamp_ms;
+  for (size_t i = 0; i < reqs->size(); ++i) {
+    const TraceRequest& r = (*reqs)[i];
+    if (speed > 0) {
+      uint64_t due_us = static_cast<uint64_t>((r.timestamp_ms - trace_t0) * 1000 / speed);
+      uint64_t now = MonoUs() - t_start;
+      if (due_us > now) std::this_thread::sleep_for(std::chrono::microseconds(due_us - now));
+    }
+    if (r.hash_ids.empty()) continue;
+    sim_hits += sim.Request(r.hash_ids);
+    sim_dram_hits += sim_dram.Request(r.hash_ids);
+    total_blocks += r.hash_ids.size();
+    // Engines send a request's blocks in chunks of at most 1024 keys.
+    for (size_t base = 0; base < r.hash_ids.size(); base += 1024) {
+      size_t n = std::min<size_t>(1024, r.hash_ids.size() - base);
+      std::vector<std::string> keys;
+      for (size_t k = 0; k < n; ++k) keys.push_back(absl::StrCat("trace/", r.hash_ids[base + k]));
+      uint64_t t0 = MonoUs();
+      size_t matched = 0;
+      Status s = client->MatchPrefix(keys, &matched);
+      match_us.Add(static_cast<double>(MonoUs() - t0));
+      if (!s.ok()) {
+        ++errors;
+        if (first_error.empty()) first_error = s.ToString();
+        break;
+      }
+      if (matched > 0) {
+        std::vector<std::string> hit_keys(keys.begin(), keys.begin() + matched);
+        std::vector<std::string> values;
+        std::vector<Status> statuses;
+        t0 = MonoUs();
+        s = client->BatchGet(hit_keys, &values, &statuses);
+        uint64_t dt = MonoUs() - t0;
+        get_us.Add(static_cast<double>(dt));
+        get_seconds += dt / 1e6;
+        for (size_t k = 0; k < matched; ++k) {
+          if (!s.ok() || !statuses[k].ok()) {
+            ++errors;
+            if (first_error.empty()) first_error = s.ok() ? statuses[k].ToString() : s.ToString();
+            continue;
+          }
+          get_bytes += values[k].size();
+          if (!pattern.Check(r.hash_ids[base + k], values[k].data(), values[k].size())) {
+            ++mismatches;
+          } else {
+            ++hit_blocks;
+          }
+        }
+      }
+      if (matched < n) {
+        size_t misses = n - matched;
+        scratch.resize(misses * block_bytes);
+        std::vector<PutItem> items;
+        for (size_t k = matched; k < n; ++k) {
+          char* p = scratch.data() + (k - matched) * block_bytes;
+          pattern.Fill(r.hash_ids[base + k], p);
+          items.push_back(PutItem{keys[k], p, block_bytes});
+        }
+        std::vector<Status> statuses;
+        t0 = MonoUs();
+        s = client->BatchPut(items, &statuses);
+        uint64_t dt = MonoUs() - t0;
+        put_us.Add(static_cast<double>(dt));
+        put_seconds += dt / 1e6;
+        for (size_t k = 0; k < items.size(); ++k) {
+          if (!s.ok() || !statuses[k].ok()) {
+            ++errors;
+            if (first_error.empty()) first_error = s.ok() ? statuses[k].ToString() : s.ToString();
+          } else {
+            put_bytes += block_bytes;
+          }
+        }
+      }
+      if (matched < n) break;  // a prefix ends at its first miss
+    }
+    progress.Update(i + 1, absl::StrFormat("hit %.1f%%", total_blocks ? 100.0 * hit_blocks / total_blocks : 0.0));
+  }
+  double wall_s = (MonoUs() - t_start) / 1e6;
+  ClientStats cs = client->stats();
+  mismatches += cs.checksum_mismatches;
+
+  double hit_ratio = total_blocks ? static_cast<double>(hit_blocks) / total_blocks : 0;
+  double lru = total_blocks ? static_cast<double>(sim_hits) / total_blocks : 0;
+  double lru_dram = total_blocks ? static_cast<double>(sim_dram_hits) / total_blocks : 0;
+  double ideal = IdealHitRatio(*reqs);
+  double hit_dram = total_blocks ? static_cast<double>(cs.blocks_loaded_dram) / total_blocks : 0;
+  double hit_ssd = total_blocks ? static_cast<double>(cs.blocks_loaded_ssd) / total_blocks : 0;
+  uint64_t tokens_saved = hit_blocks * kTokensPerBlock;
+  double gpu_s_saved = prefill_tokens_per_s > 0 ? tokens_saved / prefill_tokens_per_s : 0;
+  double load_store = cs.bytes_stored ? static_cast<double>(cs.bytes_loaded) / cs.bytes_stored : 0;
+
+  if (!json_only) {
+    std::printf("\nShelf trace replay: %s\n", trace.c_str());
+    std::printf("  requests %zu, blocks %llu, block size %s, cluster %s\n", reqs->size(),
+                static_cast<unsigned long long>(total_blocks), FormatBytes(block_bytes).c_str(),
+                cluster ? absl::StrCat(stores, " stores x (DRAM ", FormatBytes(dram_size),
+                                       ssd_size ? absl::StrCat(" + SSD ", FormatBytes(ssd_size)) : "",
+                                       ")").c_str()
+                        : master.c_str());
+    std::printf("  wall time %.1f s\n\n", wall_s);
+    std::printf("  %-34s %8s\n", "hit ratio (prefix blocks)", "value");
+    std::printf("  %-34s %7.2f%%\n", "Shelf, all tiers", 100 * hit_ratio);
+    std::printf("  %-34s %7.2f%%\n", "  served from DRAM", 100 * hit_dram);
+    std::printf("  %-34s %7.2f%%\n", "  served from SSD", 100 * hit_ssd);
+    std::printf("  %-34s %7.2f%%\n", "LRU simulation, same capacity", 100 * lru);
+    std::printf("  %-34s %7.2f%%\n", "LRU simulation, DRAM only", 100 * lru_dram);
+    std::printf("  %-34s %7.2f%%\n\n", "ideal (infinite capacity)", 100 * ideal);
+    std::printf("  bytes loaded    %s (shm %s, tcp %s; from SSD %s)\n",
+                FormatBytes(cs.bytes_loaded).c_str(), FormatBytes(cs.bytes_loaded_shm).c_str(),
+                FormatBytes(cs.bytes_loaded_tcp).c_str(), FormatBytes(cs.bytes_loaded_ssd).c_str());
+    std::printf("  bytes stored    %s\n", FormatBytes(cs.bytes_stored).c_str());
+    std::printf("  load/store      %.3f\n", load_store);
+    std::printf("  get  %.2f GB/s  p50 %.0f us  p99 %.0f us (per request batch)\n",
+                get_seconds > 0 ? get_bytes / get_seconds / 1e9 : 0.0, get_us.Percentile(50),
+                get_us.Percentile(99));
+    std::printf("  put  %.2f GB/s  p50 %.0f us  p99 %.0f us\n",
+                put_seconds > 0 ? put_bytes / put_seconds / 1e9 : 0.0, put_us.Percentile(50),
+                put_us.Percentile(99));
+    std::printf("  MatchPrefix     p50 %.0f us  p99 %.0f us\n", match_us.Percentile(50),
+                match_us.Percentile(99));
+    std::printf("  prefill avoided %llu tokens = %.1f GPU-s at %.0f tokens/s, for %.2f s of fetching\n",
+                static_cast<unsigned long long>(tokens_saved), gpu_s_saved, prefill_tokens_per_s,
+                get_seconds);
+    std::printf("  errors %llu, checksum mismatches %llu%s%s\n\n",
+                static_cast<unsigned long long>(errors), static_cast<unsigned long long>(mismatches),
+                first_error.empty() ? "" : "; first error: ", first_error.c_str());
+  }
+  Json::Object o;
+  o.Add("bench", "replay").Add("requests", static_cast<uint64_t>(reqs->size()));
+  o.Add("blocks", total_blocks).Add("block_bytes", block_bytes);
+  o.Add("hit_ratio", hit_ratio).Add("hit_ratio_dram", hit_dram).Add("hit_ratio_ssd", hit_ssd);
+  o.Add("lru_sim_hit_ratio", lru).Add("lru_sim_dram_only_hit_ratio", lru_dram);
+  o.Add("ideal_hit_ratio", ideal).Add("errors", errors).Add("checksum_mismatches", mismatches);
+  o.Add("bytes_loaded", cs.bytes_loaded).Add("bytes_loaded_shm", cs.bytes_loaded_shm);
+  o.Add("bytes_loaded_tcp", cs.bytes_loaded_tcp).Add("bytes_loaded_ssd", cs.bytes_loaded_ssd);
+  o.Add("bytes_stored", cs.bytes_stored).Add("load_store_ratio", load_store);
+  o.Add("get_gbps", get_seconds > 0 ? get_bytes / get_seconds / 1e9 : 0.0);
+  o.Add("put_gbps", put_seconds > 0 ? put_bytes / put_seconds / 1e9 : 0.0);
+  o.Add("get_p50_us", get_us.Percentile(50)).Add("get_p99_us", get_us.Percentile(99));
+  o.Add("put_p50_us", put_us.Percentile(50)).Add("put_p99_us", put_us.Percentile(99));
+  o.Add("matchprefix_p50_us", match_us.Percentile(50)).Add("matchprefix_p99_us", match_us.Percentile(99));
+  o.Add("prefill_tokens_avoided", tokens_saved).Add("prefill_gpu_seconds_avoided", gpu_s_saved);
+  o.Add("fetch_seconds", get_seconds).Add("wall_seconds", wall_s);
+  std::printf("%s\n", o.str().c_str());
+  return errors == 0 && mismatches == 0 ? 0 : 1;
+}
+
+}  // namespace shelf::bench

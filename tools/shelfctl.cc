@@ -1,0 +1,483 @@
+// shelfctl: the Shelf admin CLI. `shelfctl --help` lists the commands.
+//
+// Exit status: 0 success; 1 other failure; 2 usage error; 3 NOT_FOUND;
+// 4 UNAVAILABLE or DEADLINE_EXCEEDED (cluster unreachable or too slow);
+// 5 UNAUTHENTICATED or PERMISSION_DENIED (wrong or missing secret);
+// 6 RESOURCE_EXHAUSTED. Errors print "shelfctl: CODE: message" on stderr.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/flags.h"
+#include "common/net.h"
+#include "common/rpc.h"
+#include "common/units.h"
+#include "proto/shelf.grpc.pb.h"
+#include "shelf/client.h"
+#include "tools/json.h"
+
+namespace shelf {
+namespace {
+
+struct Globals {
+  std::string master = "127.0.0.1:7000";
+  bool json = false;
+  uint64_t timeout_ms = 5000;
+  std::string secret_file;
+  std::string tls_ca;
+  std::string secret;
+  // Command options.
+  int64_t replicas = 1;
+  bool best_effort = false;
+  uint64_t bytes = 0;
+  std::string node;
+  uint64_t ttl_ms = 0;
+  bool hard = false;
+  uint64_t interval_ms = 1000;
+  int64_t iterations = 0;
+};
+
+int ExitCode(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk: return 0;
+    case absl::StatusCode::kInvalidArgument: return 2;
+    case absl::StatusCode::kNotFound: return 3;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded: return 4;
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied: return 5;
+    case absl::StatusCode::kResourceExhausted: return 6;
+    default: return 1;
+  }
+}
+
+const char* Hint(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kUnavailable:
+      return " (is shelf-master running at --master? check the address and port)";
+    case absl::StatusCode::kUnauthenticated:
+      return " (pass the cluster's --secret-file)";
+    case absl::StatusCode::kDeadlineExceeded:
+      return " (raise --timeout, or check the cluster's load)";
+    default:
+      return "";
+  }
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "shelfctl: %s: %s%s\n", absl::StatusCodeToString(s.code()).c_str(),
+               std::string(s.message()).c_str(), Hint(s.code()));
+  return ExitCode(s.code());
+}
+
+int Fail(const Status& s) {
+  return Fail(absl::Status(static_cast<absl::StatusCode>(s.code()), s.message()));
+}
+
+int Usage(const std::string& msg) {
+  std::fprintf(stderr, "shelfctl: %s\nRun 'shelfctl --help' for the commands.\n", msg.c_str());
+  return 2;
+}
+
+const char* StateName(v1::NodeState s) {
+  switch (s) {
+    case v1::NODE_LIVE: return "live";
+    case v1::NODE_DRAINING: return "draining";
+    case v1::NODE_DEAD: return "dead";
+    default: return "unknown";
+  }
+}
+
+const char* TierName(v1::Tier t) { return t == v1::TIER_SSD ? "ssd" : "dram"; }
+
+std::string NodeJson(const v1::NodeStatus& n) {
+  Json::Object o;
+  o.Add("node_id", n.node_id()).Add("address", n.address()).Add("state", StateName(n.state()));
+  o.Add("dram_capacity_bytes", n.dram_capacity_bytes()).Add("dram_used_bytes", n.dram_used_bytes());
+  o.Add("ssd_capacity_bytes", n.ssd_capacity_bytes()).Add("ssd_used_bytes", n.ssd_used_bytes());
+  o.Add("objects", n.objects()).Add("last_heartbeat_age_ms", n.last_heartbeat_age_ms());
+  Json::Object labels;
+  for (const auto& [k, v] : n.labels()) labels.Add(k, v);
+  o.Raw("labels", labels.str());
+  return o.str();
+}
+
+void PrintNodes(const google::protobuf::RepeatedPtrField<v1::NodeStatus>& nodes) {
+  std::printf("%-24s %-22s %-9s %21s %21s %9s\n", "NODE", "ADDRESS", "STATE", "DRAM used/cap",
+              "SSD used/cap", "OBJECTS");
+  for (const v1::NodeStatus& n : nodes) {
+    std::string dram = absl::StrCat(FormatBytes(n.dram_used_bytes()), "/",
+                                    FormatBytes(n.dram_capacity_bytes()));
+    std::string ssd = n.ssd_capacity_bytes() == 0
+                          ? "-"
+                          : absl::StrCat(FormatBytes(n.ssd_used_bytes()), "/",
+                                         FormatBytes(n.ssd_capacity_bytes()));
+    std::printf("%-24s %-22s %-9s %21s %21s %9llu\n", n.node_id().c_str(), n.address().c_str(),
+                StateName(n.state()), dram.c_str(), ssd.c_str(),
+                static_cast<unsigned long long>(n.objects()));
+  }
+}
+
+class Ctl {
+ public:
+  explicit Ctl(Globals g) : g_(std::move(g)) {}
+
+  absl::Status Connect() {
+    TlsFiles tls;
+    tls.ca = g_.tls_ca;
+    auto ch = MakeChannel(g_.master, tls);
+    if (!ch.ok()) return ch.status();
+    admin_ = v1::AdminService::NewStub(*ch);
+    token_ = AuthToken(g_.secret);
+    return absl::OkStatus();
+  }
+
+  template <typename Req, typename Resp>
+  absl::Status Admin(grpc::Status (v1::AdminService::Stub::*m)(grpc::ClientContext*, const Req&,
+                                                                Resp*),
+                     const Req& req, Resp* resp) {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token_, g_.timeout_ms);
+    return FromGrpc((admin_.get()->*m)(&ctx, req, resp));
+  }
+
+  absl::StatusOr<std::unique_ptr<Client>> OpenClient() {
+    ClientOptions opts;
+    opts.masters = {g_.master};
+    opts.secret = g_.secret;
+    opts.timeout_ms = g_.timeout_ms;
+    opts.tls_ca = g_.tls_ca;
+    std::unique_ptr<Client> c;
+    Status s = Client::Open(opts, &c);
+    if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
+    return c;
+  }
+
+  int Status_() {
+    v1::StatusResponse r;
+    if (absl::Status s = Admin(&v1::AdminService::Stub::Status, v1::StatusRequest(), &r); !s.ok()) {
+      return Fail(s);
+    }
+    if (g_.json) {
+      std::vector<std::string> nodes;
+      for (const auto& n : r.nodes()) nodes.push_back(NodeJson(n));
+      Json::Object o;
+      o.Add("version", r.version()).Add("leader", r.leader()).Add("is_leader", r.is_leader());
+      o.Add("term", r.term()).Add("recovering", r.recovering()).Add("objects", r.objects());
+      o.Add("puts_in_flight", r.puts_in_flight());
+      o.Add("dram_capacity_bytes", r.dram_capacity_bytes()).Add("dram_used_bytes", r.dram_used_bytes());
+      o.Add("ssd_capacity_bytes", r.ssd_capacity_bytes()).Add("ssd_used_bytes", r.ssd_used_bytes());
+      o.Add("uptime_ms", r.uptime_ms()).Raw("nodes", Json::Array(nodes));
+      std::printf("%s\n", o.str().c_str());
+      return 0;
+    }
+    int live = 0;
+    for (const auto& n : r.nodes()) live += n.state() != v1::NODE_DEAD;
+    std::printf("Shelf %s  leader %s  term %llu%s  up %llus\n", r.version().c_str(),
+                r.leader().c_str(), static_cast<unsigned long long>(r.term()),
+                r.recovering() ? " (recovering)" : "",
+                static_cast<unsigned long long>(r.uptime_ms() / 1000));
+    std::printf("objects %llu  puts in flight %llu  nodes %d live / %d\n",
+                static_cast<unsigned long long>(r.objects()),
+                static_cast<unsigned long long>(r.puts_in_flight()), live, r.nodes_size());
+    std::printf("DRAM %s / %s   SSD %s / %s\n\n", FormatBytes(r.dram_used_bytes()).c_str(),
+                FormatBytes(r.dram_capacity_bytes()).c_str(),
+                FormatBytes(r.ssd_used_bytes()).c_str(),
+                FormatBytes(r.ssd_capacity_bytes()).c_str());
+    PrintNodes(r.nodes());
+    return 0;
+  }
+
+  int Nodes() {
+    v1::StatusResponse r;
+    if (absl::Status s = Admin(&v1::AdminService::Stub::Status, v1::StatusRequest(), &r); !s.ok()) {
+      return Fail(s);
+    }
+    if (g_.json) {
+      std::vector<std::string> nodes;
+      for (const auto& n : r.nodes()) nodes.push_back(NodeJson(n));
+      std::printf("%s\n", Json::Array(nodes).c_str());
+    } else {
+      PrintNodes(r.nodes());
+    }
+    return 0;
+  }
+
+  int Segments() {
+    v1::SegmentsResponse r;
+    if (absl::Status s = Admin(&v1::AdminService::Stub::Segments, v1::SegmentsRequest(), &r);
+        !s.ok()) {
+      return Fail(s);
+    }
+    if (g_.json) {
+      std::vector<std::string> out;
+      for (const auto& s : r.segments()) {
+        Json::Object o;
+        o.Add("node_id", s.node_id()).Add("segment_id", static_cast<uint64_t>(s.segment_id()));
+        o.Add("tier", TierName(s.tier())).Add("capacity_bytes", s.capacity_bytes());
+        o.Add("used_bytes", s.used_bytes()).Add("free_extents", s.free_extents());
+        o.Add("largest_free_bytes", s.largest_free_bytes());
+        out.push_back(o.str());
+      }
+      std::printf("%s\n", Json::Array(out).c_str());
+      return 0;
+    }
+    std::printf("%-24s %4s %-5s %14s %14s %8s %14s\n", "NODE", "SEG", "TIER", "USED", "CAPACITY",
+                "EXTENTS", "LARGEST FREE");
+    for (const auto& s : r.segments()) {
+      std::printf("%-24s %4u %-5s %14s %14s %8llu %14s\n", s.node_id().c_str(), s.segment_id(),
+                  TierName(s.tier()), FormatBytes(s.used_bytes()).c_str(),
+                  FormatBytes(s.capacity_bytes()).c_str(),
+                  static_cast<unsigned long long>(s.free_extents()),
+                  s.tier() == v1::TIER_SSD ? "-" : FormatBytes(s.largest_free_bytes()).c_str());
+    }
+    return 0;
+  }
+
+  int Stat(const std::string& key) {
+    v1::StatRequest req;
+    req.set_key(key);
+    v1::StatResponse r;
+    if (absl::Status s = Admin(&v1::AdminService::Stub::Stat, req, &r); !s.ok()) return Fail(s);
+    const v1::ObjectLocation& o = r.object();
+    std::vector<std::string> reps;
+    for (const auto& rep : o.replicas()) {
+      Json::Object j;
+      j.Add("node_id", rep.store().node_id()).Add("address", rep.store().data_address());
+      j.Add("tier", TierName(rep.tier())).Add("segment_id", static_cast<uint64_t>(rep.segment_id()));
+      j.Add("offset", rep.offset());
+      reps.push_back(j.str());
+    }
+    if (g_.json) {
+      Json::Object j;
+      j.Add("key", key).Add("size", o.size()).Add("checksum", o.checksum());
+      j.Add("pinned", r.pinned()).Add("hard_pin", r.hard_pin());
+      j.Add("last_access_unix_ms", r.last_access_unix_ms());
+      j.Add("lease_expires_unix_ms", r.lease_expires_unix_ms()).Raw("replicas", Json::Array(reps));
+      std::printf("%s\n", j.str().c_str());
+      return 0;
+    }
+    std::printf("key       %s\nsize      %llu (%s)\nchecksum  %016llx\npinned    %s\n",
+                key.c_str(), static_cast<unsigned long long>(o.size()),
+                FormatBytes(o.size()).c_str(), static_cast<unsigned long long>(o.checksum()),
+                r.hard_pin() ? "hard" : (r.pinned() ? "soft" : "no"));
+    for (const auto& rep : o.replicas()) {
+      std::printf("replica   %s %s %s offset %llu\n", rep.store().node_id().c_str(),
+                  rep.store().data_address().c_str(), TierName(rep.tier()),
+                  static_cast<unsigned long long>(rep.offset()));
+    }
+    return 0;
+  }
+
+  int Put(const std::string& key, const std::string& file) {
+    std::string data;
+    if (file == "-") {
+      data.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    } else {
+      std::ifstream in(file, std::ios::binary);
+      if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot read '", file, "'")));
+      data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    if (g_.replicas < 1 || g_.replicas > 8) return Usage("--replicas takes 1..8");
+    auto client = OpenClient();
+    if (!client.ok()) return Fail(client.status());
+    PutOptions po;
+    po.replicas = static_cast<uint32_t>(g_.replicas);
+    po.best_effort = g_.best_effort;
+    Status s = (*client)->Put(key, data.data(), data.size(), po);
+    if (!s.ok()) return Fail(s);
+    if (g_.json) {
+      std::printf("%s\n", Json::Object().Add("key", key).Add("size", static_cast<uint64_t>(data.size())).str().c_str());
+    } else {
+      std::printf("stored %s (%s)\n", key.c_str(), FormatBytes(data.size()).c_str());
+    }
+    return 0;
+  }
+
+  int Get(const std::string& key, const std::string& file) {
+    auto client = OpenClient();
+    if (!client.ok()) return Fail(client.status());
+    std::string data;
+    Status s = (*client)->Get(key, &data, g_.timeout_ms);
+    if (!s.ok()) return Fail(s);
+    if (file == "-") {
+      std::fwrite(data.data(), 1, data.size(), stdout);
+      return 0;
+    }
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!out) return Fail(absl::UnavailableError(absl::StrCat("cannot write '", file, "'")));
+    if (g_.json) {
+      std::printf("%s\n", Json::Object().Add("key", key).Add("size", static_cast<uint64_t>(data.size())).str().c_str());
+    } else {
+      std::fprintf(stderr, "fetched %s (%s)\n", key.c_str(), FormatBytes(data.size()).c_str());
+    }
+    return 0;
+  }
+
+  int Rm(const std::string& key) {
+    auto client = OpenClient();
+    if (!client.ok()) return Fail(client.status());
+    Status s = (*client)->Remove(key, g_.timeout_ms);
+    if (!s.ok()) return Fail(s);
+    if (!g_.json) std::printf("removed %s\n", key.c_str());
+    if (g_.json) std::printf("%s\n", Json::Object().Add("removed", key).str().c_str());
+    return 0;
+  }
+
+  int Drain(const std::string& node, bool undrain) {
+    v1::DrainRequest req;
+    req.set_node(node);
+    req.set_undrain(undrain);
+    v1::DrainResponse r;
+    if (absl::Status s = Admin(&v1::AdminService::Stub::Drain, req, &r); !s.ok()) return Fail(s);
+    if (g_.json) {
+      std::printf("%s\n", NodeJson(r.node()).c_str());
+    } else {
+      std::printf("%s is %s\n", r.node().node_id().c_str(), StateName(r.node().state()));
+    }
+    return 0;
+  }
+
+  int Evict() {
+    if (g_.bytes == 0) return Usage("evict needs --bytes N (e.g. --bytes 1GiB)");
+    v1::EvictRequest req;
+    req.set_bytes(g_.bytes);
+    req.set_node(g_.node);
+    v1::EvictResponse r;
+    if (absl::Status s = Admin(&v1::AdminService::Stub::Evict, req, &r); !s.ok()) return Fail(s);
+    if (g_.json) {
+      Json::Object o;
+      o.Add("evicted_bytes", r.evicted_bytes()).Add("evicted_objects", r.evicted_objects());
+      o.Add("demoted_objects", r.demoted_objects());
+      std::printf("%s\n", o.str().c_str());
+    } else {
+      std::printf("evicted %s in %llu objects; %llu demotions ordered\n",
+                  FormatBytes(r.evicted_bytes()).c_str(),
+                  static_cast<unsigned long long>(r.evicted_objects()),
+                  static_cast<unsigned long long>(r.demoted_objects()));
+    }
+    return 0;
+  }
+
+  int Pin(const std::string& key, bool unpin) {
+    v1::PinRequest req;
+    req.set_key(key);
+    req.set_unpin(unpin);
+    req.set_hard(g_.hard);
+    req.set_ttl_ms(g_.ttl_ms);
+    v1::PinResponse r;
+    if (absl::Status s = Admin(&v1::AdminService::Stub::Pin, req, &r); !s.ok()) return Fail(s);
+    if (g_.json) {
+      std::printf("%s\n", Json::Object().Add("key", key).Add("pinned", !unpin).str().c_str());
+    } else {
+      std::printf("%s %s\n", unpin ? "unpinned" : (g_.hard ? "hard-pinned" : "pinned"), key.c_str());
+    }
+    return 0;
+  }
+
+  int Top() {
+    bool tty = isatty(STDOUT_FILENO);
+    for (int64_t i = 0; g_.iterations <= 0 || i < g_.iterations; ++i) {
+      v1::StatusResponse r;
+      absl::Status s = Admin(&v1::AdminService::Stub::Status, v1::StatusRequest(), &r);
+      if (tty) std::printf("\033[H\033[2J");
+      if (!s.ok()) {
+        std::printf("master %s: %s\n", g_.master.c_str(), std::string(s.message()).c_str());
+      } else {
+        std::printf("shelf top — leader %s term %llu — %s\n\n", r.leader().c_str(),
+                    static_cast<unsigned long long>(r.term()),
+                    FormatBytes(r.dram_used_bytes()).c_str());
+        std::printf("objects %llu   puts in flight %llu\nDRAM %s / %s   SSD %s / %s\n\n",
+                    static_cast<unsigned long long>(r.objects()),
+                    static_cast<unsigned long long>(r.puts_in_flight()),
+                    FormatBytes(r.dram_used_bytes()).c_str(),
+                    FormatBytes(r.dram_capacity_bytes()).c_str(),
+                    FormatBytes(r.ssd_used_bytes()).c_str(),
+                    FormatBytes(r.ssd_capacity_bytes()).c_str());
+        PrintNodes(r.nodes());
+      }
+      std::fflush(stdout);
+      if (g_.iterations > 0 && i + 1 >= g_.iterations) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(g_.interval_ms));
+    }
+    return 0;
+  }
+
+ private:
+  Globals g_;
+  std::unique_ptr<v1::AdminService::Stub> admin_;
+  std::string token_;
+};
+
+constexpr char kCommands[] =
+    "Commands:\n"
+    "  status                      cluster summary and nodes (--json: includes `nodes`)\n"
+    "  nodes                       the node table\n"
+    "  segments                    DRAM segments and SSD tiers with fill and fragmentation\n"
+    "  stat KEY                    where a key lives, its size, checksum, pins, lease\n"
+    "  put KEY FILE                store FILE ('-' = stdin) under KEY [--replicas N]\n"
+    "  get KEY FILE                fetch KEY into FILE ('-' = stdout)\n"
+    "  rm KEY                      remove KEY\n"
+    "  drain NODE | undrain NODE   stop / resume new placements on a node (id or address)\n"
+    "  evict --bytes N [--node N]  evict at least N bytes (demoting to SSD where it can)\n"
+    "  pin KEY [--ttl D] [--hard]  keep KEY from eviction; unpin KEY\n"
+    "  top                         live view, refreshed every --interval\n"
+    "\nExit status: 0 ok, 1 error, 2 usage, 3 not found, 4 unavailable/deadline,\n"
+    "5 unauthenticated, 6 resource exhausted.\n";
+
+}  // namespace
+}  // namespace shelf
+
+int main(int argc, char** argv) {
+  using namespace shelf;
+  Globals g;
+  Flags flags("shelfctl", "administer a Shelf cluster");
+  flags.AddString("master", &g.master, "HOST:PORT of the master");
+  flags.AddBool("json", &g.json, "machine-readable output");
+  flags.AddDurationMs("timeout", &g.timeout_ms, "deadline of each call");
+  flags.AddString("secret-file", &g.secret_file, "cluster secret");
+  flags.AddString("tls-ca", &g.tls_ca, "PEM CA bundle: talk TLS to the master");
+  flags.AddInt("replicas", &g.replicas, "put: replicas on distinct nodes");
+  flags.AddBool("best-effort", &g.best_effort, "put: accept fewer replicas than asked");
+  flags.AddSize("bytes", &g.bytes, "evict: bytes to evict");
+  flags.AddString("node", &g.node, "evict: only this node (id or address)");
+  flags.AddDurationMs("ttl", &g.ttl_ms, "pin: soft pin lifetime (0: until unpinned)");
+  flags.AddBool("hard", &g.hard, "pin: never evict (counts against the node's cap)");
+  flags.AddDurationMs("interval", &g.interval_ms, "top: refresh interval");
+  flags.AddInt("iterations", &g.iterations, "top: stop after N refreshes (0: forever)");
+  flags.set_epilog(kCommands);
+  std::vector<std::string> args = flags.ParseOrExit(argc, argv);
+  if (args.empty()) return Usage("missing command");
+  if (!g.secret_file.empty()) {
+    absl::StatusOr<std::string> s = ReadSecretFile(g.secret_file);
+    if (!s.ok()) return Fail(s.status());
+    g.secret = *s;
+  }
+  const std::string& cmd = args[0];
+  auto need = [&](size_t n) { return args.size() == n + 1; };
+  Ctl ctl(g);
+  if (absl::Status s = ctl.Connect(); !s.ok()) return Fail(s);
+  if (cmd == "status" && need(0)) return ctl.Status_();
+  if (cmd == "nodes" && need(0)) return ctl.Nodes();
+  if (cmd == "segments" && need(0)) return ctl.Segments();
+  if (cmd == "stat" && need(1)) return ctl.Stat(args[1]);
+  if (cmd == "put" && need(2)) return ctl.Put(args[1], args[2]);
+  if (cmd == "get" && need(2)) return ctl.Get(args[1], args[2]);
+  if (cmd == "rm" && need(1)) return ctl.Rm(args[1]);
+  if (cmd == "drain" && need(1)) return ctl.Drain(args[1], false);
+  if (cmd == "undrain" && need(1)) return ctl.Drain(args[1], true);
+  if (cmd == "evict" && need(0)) return ctl.Evict();
+  if (cmd == "pin" && need(1)) return ctl.Pin(args[1], false);
+  if (cmd == "unpin" && need(1)) return ctl.Pin(args[1], true);
+  if (cmd == "top" && need(0)) return ctl.Top();
+  return Usage(absl::StrCat("unknown command or wrong arguments: '", cmd, "'"));
+}

@@ -1,0 +1,221 @@
+#include "transport/data_server.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/hmac.h"
+#include "common/log.h"
+
+namespace shelf {
+
+absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(const Options& options,
+                                                               DataHandler* handler) {
+  HostPort bound;
+  absl::StatusOr<int> fd = TcpListen(options.listen, &bound);
+  if (!fd.ok()) return fd.status();
+  std::unique_ptr<DataServer> server(new DataServer(options, handler, *fd, bound));
+  server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  return server;
+}
+
+DataServer::DataServer(const Options& options, DataHandler* handler, int listen_fd,
+                       HostPort bound)
+    : options_(options), handler_(handler), listen_fd_(listen_fd), bound_(std::move(bound)) {}
+
+DataServer::~DataServer() { Stop(); }
+
+void DataServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  shutdown(listen_fd_, SHUT_RDWR);
+  if (accept_thread_.joinable()) accept_thread_.join();
+  close(listen_fd_);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (int fd : fds_) shutdown(fd, SHUT_RDWR);
+  cv_.wait(lock, [this] { return fds_.empty(); });
+}
+
+void DataServer::AcceptLoop() {
+  while (!stopping_.load()) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (stopping_.load()) break;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        SHELF_LOG(WARNING) << "out of file descriptors: refusing connections";
+        usleep(10000);
+        continue;
+      }
+      break;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<int>(fds_.size()) >= options_.max_connections) {
+      SHELF_LOG(WARNING) << "connection refused: limit reached"
+                         << Kv("max_connections", options_.max_connections);
+      close(fd);
+      continue;
+    }
+    fds_.insert(fd);
+    live_.fetch_add(1);
+    std::thread([this, fd] { Serve(fd); }).detach();
+  }
+}
+
+absl::Status DataServer::Handshake(int fd) {
+  std::string nonce = RandomBytes(wire::kNonceBytes);
+  char head[wire::kHeaderBytes];
+  wire::Header hello;
+  hello.op = wire::Op::kHello;
+  hello.extra_len = static_cast<uint32_t>(nonce.size());
+  wire::EncodeHeader(hello, head);
+  struct iovec iov[2] = {{head, sizeof(head)}, {nonce.data(), nonce.size()}};
+  if (absl::Status s = WriteFullv(fd, iov, 2); !s.ok()) return s;
+  char in[wire::kHeaderBytes];
+  if (absl::Status s = ReadFull(fd, in, sizeof(in)); !s.ok()) return s;
+  absl::StatusOr<wire::Header> auth = wire::DecodeHeader(in);
+  if (!auth.ok()) return auth.status();
+  if (auth->op != wire::Op::kAuth || auth->extra_len > wire::kExtraBytesMax) {
+    return absl::InvalidArgumentError("expected AUTH frame");
+  }
+  std::string mac(auth->extra_len, '\0');
+  if (absl::Status s = ReadFull(fd, mac.data(), mac.size()); !s.ok()) return s;
+  wire::Header reply;
+  reply.op = wire::Op::kAuth;
+  reply.request_id = auth->request_id;
+  absl::Status verdict = absl::OkStatus();
+  if (!options_.secret.empty() &&
+      !ConstantTimeEqual(mac, wire::AuthMac(options_.secret, nonce))) {
+    verdict = absl::UnauthenticatedError("data-plane handshake: wrong or missing cluster secret");
+  }
+  std::string msg(verdict.message());
+  reply.status = static_cast<uint16_t>(verdict.code());
+  reply.extra_len = static_cast<uint32_t>(msg.size());
+  wire::EncodeHeader(reply, head);
+  struct iovec out[2] = {{head, sizeof(head)}, {msg.data(), msg.size()}};
+  if (absl::Status s = WriteFullv(fd, out, 2); !s.ok()) return s;
+  return verdict;
+}
+
+void DataServer::Serve(int fd) {
+  SetIoTimeoutMs(fd, options_.io_timeout_ms);
+  absl::Status hs = Handshake(fd);
+  if (hs.ok()) {
+    // Idle connections wait without a timeout; a frame, once started, must
+    // arrive within io_timeout_ms.
+    while (!stopping_.load()) {
+      char head[wire::kHeaderBytes];
+      SetIoTimeoutMs(fd, 0);
+      ssize_t n = recv(fd, head, 1, MSG_PEEK);
+      if (n <= 0) break;
+      SetIoTimeoutMs(fd, options_.io_timeout_ms);
+      if (!ReadFull(fd, head, sizeof(head)).ok()) break;
+      absl::StatusOr<wire::Header> h = wire::DecodeHeader(head);
+      if (!h.ok()) {
+        SHELF_LOG(WARNING) << "closing connection: malformed frame"
+                           << Kv("error", h.status().message());
+        break;
+      }
+      if (!HandleFrame(fd, *h)) break;
+    }
+  } else if (hs.code() == absl::StatusCode::kUnauthenticated) {
+    SHELF_LOG(WARNING) << "data-plane connection rejected" << Kv("error", hs.message());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fds_.erase(fd);
+    close(fd);
+    live_.fetch_sub(1);
+  }
+  cv_.notify_all();
+}
+
+namespace {
+
+// Sends a response header, optional error text, and optional payload.
+bool Reply(int fd, const wire::Header& req, const absl::Status& status, const char* payload,
+           uint64_t payload_len) {
+  wire::Header h;
+  h.op = req.op;
+  h.request_id = req.request_id;
+  h.segment_id = req.segment_id;
+  h.offset = req.offset;
+  h.status = static_cast<uint16_t>(status.code());
+  std::string msg(status.message().substr(0, 1024));
+  h.extra_len = static_cast<uint32_t>(msg.size());
+  h.length = status.ok() ? payload_len : 0;
+  char head[wire::kHeaderBytes];
+  wire::EncodeHeader(h, head);
+  struct iovec iov[3] = {{head, sizeof(head)},
+                         {msg.data(), msg.size()},
+                         {const_cast<char*>(payload), status.ok() ? payload_len : 0}};
+  return WriteFullv(fd, iov, 3).ok();
+}
+
+}  // namespace
+
+bool DataServer::HandleFrame(int fd, const wire::Header& h) {
+  std::string extra(h.extra_len, '\0');
+  if (!ReadFull(fd, extra.data(), extra.size()).ok()) return false;
+  switch (h.op) {
+    case wire::Op::kPing:
+      return h.length == 0 && Reply(fd, h, absl::OkStatus(), nullptr, 0);
+    case wire::Op::kRead: {
+      absl::StatusOr<DataHandler::Region> seg = handler_->Segment(h.segment_id);
+      if (!seg.ok()) return Reply(fd, h, seg.status(), nullptr, 0);
+      if (h.offset > seg->size || h.length > seg->size - h.offset) {
+        return Reply(fd, h,
+                     absl::OutOfRangeError(absl::StrCat("read [", h.offset, ", +", h.length,
+                                                        ") outside segment of ", seg->size)),
+                     nullptr, 0);
+      }
+      handler_->OnRead(h.length);
+      return Reply(fd, h, absl::OkStatus(), seg->base + h.offset, h.length);
+    }
+    case wire::Op::kWrite: {
+      // A rejected write closes the connection: its payload is not drained.
+      absl::StatusOr<DataHandler::Region> seg = handler_->Segment(h.segment_id);
+      absl::Status verdict = seg.status();
+      if (verdict.ok() && (h.offset > seg->size || h.length > seg->size - h.offset)) {
+        verdict = absl::OutOfRangeError(absl::StrCat("write [", h.offset, ", +", h.length,
+                                                     ") outside segment of ", seg->size));
+      }
+      if (verdict.ok()) {
+        absl::StatusOr<wire::Grant> grant = wire::DecodeGrant(extra);
+        verdict = grant.ok() ? handler_->CheckWrite(*grant, h.segment_id, h.offset, h.length)
+                             : grant.status();
+      }
+      if (!verdict.ok()) {
+        SHELF_LOG(WARNING) << "write rejected" << Kv("error", verdict.message());
+        Reply(fd, h, verdict, nullptr, 0);
+        return false;
+      }
+      if (!ReadFull(fd, seg->base + h.offset, h.length).ok()) return false;
+      handler_->OnWrite(h.length);
+      return Reply(fd, h, absl::OkStatus(), nullptr, 0);
+    }
+    case wire::Op::kReadKey: {
+      if (extra.empty() || extra.size() > wire::kKeyBytesMax) {
+        return Reply(fd, h, absl::InvalidArgumentError("READ_KEY needs a key of 1..256 bytes"),
+                     nullptr, 0);
+      }
+      std::string value;
+      absl::Status s = handler_->ReadKey(extra, &value);
+      if (s.ok() && h.length != 0 && value.size() != h.length) {
+        s = absl::DataLossError(absl::StrCat("SSD block is ", value.size(), " bytes, expected ",
+                                             h.length));
+      }
+      if (s.ok()) handler_->OnRead(value.size());
+      return Reply(fd, h, s, value.data(), value.size());
+    }
+    case wire::Op::kHello:
+    case wire::Op::kAuth:
+      break;
+  }
+  SHELF_LOG(WARNING) << "closing connection: unexpected opcode"
+                     << Kv("op", static_cast<int>(h.op));
+  return false;
+}
+
+}  // namespace shelf

@@ -1,0 +1,86 @@
+// DataServer: the store's TCP data plane (docs/wire.md).
+//
+// One thread accepts; each connection gets a thread that reads frames and
+// moves payloads straight between the socket and segment memory (readv /
+// sendmsg, no intermediate copy). Every offset and length is bounds-checked
+// against its segment, every write against its grant; a malformed frame
+// closes the connection. Connections beyond `max_connections` are refused.
+//
+// Thread-safe. Stop() (or the destructor) closes every connection and joins.
+#ifndef SHELF_TRANSPORT_DATA_SERVER_H_
+#define SHELF_TRANSPORT_DATA_SERVER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
+#include "common/net.h"
+#include "transport/wire.h"
+
+namespace shelf {
+
+// What the server serves. Implemented by the store.
+class DataHandler {
+ public:
+  virtual ~DataHandler() = default;
+  struct Region {
+    char* base = nullptr;
+    uint64_t size = 0;
+  };
+  // The memory of DRAM segment `id`; NOT_FOUND if there is none.
+  virtual absl::StatusOr<Region> Segment(uint32_t id) = 0;
+  // OK iff `grant` allows writing [offset, offset+length) of `segment_id`.
+  virtual absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
+                                  uint64_t length) = 0;
+  // Reads a block of the SSD tier. NOT_FOUND if absent, DATA_LOSS if corrupt.
+  virtual absl::Status ReadKey(absl::string_view key, std::string* out) = 0;
+  // Accounting hooks.
+  virtual void OnRead(uint64_t bytes) {}
+  virtual void OnWrite(uint64_t bytes) {}
+};
+
+class DataServer {
+ public:
+  struct Options {
+    HostPort listen;
+    std::string secret;           // empty: open cluster
+    int max_connections = 1024;
+    uint64_t io_timeout_ms = 30000;  // a peer stalled mid-frame this long is dropped
+  };
+  static absl::StatusOr<std::unique_ptr<DataServer>> Start(const Options& options,
+                                                           DataHandler* handler);
+  ~DataServer();
+  const HostPort& bound() const { return bound_; }
+  void Stop();
+  int connections() const { return live_.load(); }
+
+ private:
+  DataServer(const Options& options, DataHandler* handler, int listen_fd, HostPort bound);
+  void AcceptLoop();
+  void Serve(int fd);
+  absl::Status Handshake(int fd);
+  // Returns false when the connection must close.
+  bool HandleFrame(int fd, const wire::Header& h);
+
+  const Options options_;
+  DataHandler* const handler_;
+  const int listen_fd_;
+  const HostPort bound_;
+  std::thread accept_thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> live_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<int> fds_;  // guarded by mu_
+};
+
+}  // namespace shelf
+
+#endif  // SHELF_TRANSPORT_DATA_SERVER_H_

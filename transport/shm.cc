@@ -1,0 +1,209 @@
+#include "transport/shm.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/base/internal/endian.h"
+#include "absl/strings/str_cat.h"
+#include "common/hmac.h"
+#include "common/log.h"
+#include "common/net.h"
+
+namespace shelf {
+namespace {
+
+constexpr uint32_t kShmMagic = 0x484D4853;  // "SHMH"
+
+std::string ShmMac(const std::string& secret, absl::string_view nonce) {
+  if (secret.empty()) return std::string(kMacBytes, '\0');
+  return HmacSha256(secret, absl::StrCat("shelf-shm-v1", nonce));
+}
+
+absl::Status FillAddr(const std::string& path, struct sockaddr_un* addr) {
+  std::memset(addr, 0, sizeof(*addr));
+  addr->sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr->sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", path));
+  }
+  std::memcpy(addr->sun_path, path.data(), path.size());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::Start(const std::string& socket_path,
+                                                            int memfd, uint32_t segment_id,
+                                                            uint64_t size, std::string secret) {
+  struct sockaddr_un addr;
+  if (absl::Status s = FillAddr(socket_path, &addr); !s.ok()) return s;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+  unlink(socket_path.c_str());
+  if (bind(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(fd, 64) != 0) {
+    int e = errno;
+    close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", socket_path, ": ", std::strerror(e)));
+  }
+  std::unique_ptr<ShmServer> server(
+      new ShmServer(socket_path, fd, memfd, segment_id, size, std::move(secret)));
+  server->thread_ = std::thread([s = server.get()] { s->Loop(); });
+  return server;
+}
+
+ShmServer::ShmServer(std::string path, int listen_fd, int memfd, uint32_t segment_id,
+                     uint64_t size, std::string secret)
+    : path_(std::move(path)),
+      listen_fd_(listen_fd),
+      memfd_(memfd),
+      segment_id_(segment_id),
+      size_(size),
+      secret_(std::move(secret)) {}
+
+ShmServer::~ShmServer() {
+  stopping_.store(true);
+  shutdown(listen_fd_, SHUT_RDWR);
+  if (thread_.joinable()) thread_.join();
+  close(listen_fd_);
+  unlink(path_.c_str());
+}
+
+void ShmServer::Loop() {
+  while (!stopping_.load()) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      break;
+    }
+    // Handshakes are tiny and bounded by a timeout, so one thread serves them.
+    SetIoTimeoutMs(fd, 2000);
+    ServeOne(fd);
+    close(fd);
+  }
+}
+
+void ShmServer::ServeOne(int fd) {
+  std::string nonce = RandomBytes(16);
+  char hello[20];
+  absl::little_endian::Store32(hello, kShmMagic);
+  std::memcpy(hello + 4, nonce.data(), 16);
+  if (!WriteFull(fd, hello, sizeof(hello)).ok()) return;
+  std::string mac(kMacBytes, '\0');
+  if (!ReadFull(fd, mac.data(), mac.size()).ok()) return;
+  bool ok = secret_.empty() || ConstantTimeEqual(mac, ShmMac(secret_, nonce));
+  char reply[16];
+  absl::little_endian::Store32(reply, ok ? 0 : static_cast<uint32_t>(absl::StatusCode::kUnauthenticated));
+  absl::little_endian::Store32(reply + 4, segment_id_);
+  absl::little_endian::Store64(reply + 8, ok ? size_ : 0);
+  struct iovec iov = {reply, sizeof(reply)};
+  struct msghdr msg;
+  std::memset(&msg, 0, sizeof(msg));
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (ok) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &memfd_, sizeof(int));
+  } else {
+    SHELF_LOG(WARNING) << "shared-memory attach rejected: wrong secret";
+  }
+  ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+  (void)n;
+}
+
+ShmMapping::~ShmMapping() {
+  if (base != nullptr) munmap(base, size);
+}
+
+absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::string& socket_path) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = maps_.find(socket_path);
+    if (it != maps_.end()) return it->second;
+  }
+  struct sockaddr_un addr;
+  if (absl::Status s = FillAddr(socket_path, &addr); !s.ok()) return s;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+  SetIoTimeoutMs(fd, 2000);
+  if (connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int e = errno;
+    close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach store socket ", socket_path, ": ", std::strerror(e)));
+  }
+  char hello[20];
+  absl::Status s = ReadFull(fd, hello, sizeof(hello));
+  if (s.ok() && absl::little_endian::Load32(hello) != kShmMagic) {
+    s = absl::UnavailableError("not a Shelf shared-memory socket");
+  }
+  if (s.ok()) {
+    std::string mac = ShmMac(secret_, absl::string_view(hello + 4, 16));
+    s = WriteFull(fd, mac.data(), mac.size());
+  }
+  char reply[16];
+  int memfd = -1;
+  if (s.ok()) {
+    struct iovec iov = {reply, sizeof(reply)};
+    struct msghdr msg;
+    std::memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    if (n != static_cast<ssize_t>(sizeof(reply))) {
+      s = absl::UnavailableError("short shared-memory reply");
+    } else {
+      for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+          std::memcpy(&memfd, CMSG_DATA(c), sizeof(int));
+        }
+      }
+      uint32_t code = absl::little_endian::Load32(reply);
+      if (code != 0) {
+        s = absl::Status(static_cast<absl::StatusCode>(code),
+                         "shared-memory attach refused: wrong or missing cluster secret");
+      } else if (memfd < 0) {
+        s = absl::UnavailableError("store sent no segment descriptor");
+      }
+    }
+  }
+  close(fd);
+  if (!s.ok()) {
+    if (memfd >= 0) close(memfd);
+    return s;
+  }
+  auto mapping = std::make_shared<ShmMapping>();
+  mapping->segment_id = absl::little_endian::Load32(reply + 4);
+  mapping->size = absl::little_endian::Load64(reply + 8);
+  void* p = mmap(nullptr, mapping->size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  close(memfd);
+  if (p == MAP_FAILED) {
+    return absl::UnavailableError(absl::StrCat("mmap store segment: ", std::strerror(errno)));
+  }
+  mapping->base = static_cast<char*>(p);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, inserted] = maps_.emplace(socket_path, mapping);
+  return it->second;
+}
+
+void ShmAttachments::Forget(const std::string& socket_path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  maps_.erase(socket_path);
+}
+
+}  // namespace shelf

@@ -1,0 +1,250 @@
+#include "transport/tcp_client.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/net.h"
+
+namespace shelf {
+namespace {
+
+absl::Status TimeLeft(uint64_t deadline_ms, uint64_t* left) {
+  uint64_t now = MonoMs();
+  if (now >= deadline_ms) return absl::DeadlineExceededError("data-plane deadline passed");
+  *left = deadline_ms - now;
+  return absl::OkStatus();
+}
+
+absl::Status WithPeer(const absl::Status& s, const std::string& address) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(s.message(), " (store ", address, ")"));
+}
+
+}  // namespace
+
+TcpDataClient::TcpDataClient(Options options) : options_(std::move(options)) {}
+
+TcpDataClient::~TcpDataClient() {
+  for (auto& [addr, fds] : idle_) {
+    for (int fd : fds) close(fd);
+  }
+}
+
+absl::Status TcpDataClient::Connect(const std::string& address, uint64_t deadline_ms, int* out) {
+  uint64_t left = 0;
+  if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
+  absl::StatusOr<HostPort> hp = ParseHostPort(address);
+  if (!hp.ok()) return hp.status();
+  absl::StatusOr<int> fd = TcpConnect(*hp, std::min(left, options_.connect_timeout_ms));
+  if (!fd.ok()) return fd.status();
+  SetIoTimeoutMs(*fd, left);
+  char head[wire::kHeaderBytes];
+  std::string nonce(wire::kNonceBytes, '\0');
+  absl::Status s = ReadFull(*fd, head, sizeof(head));
+  if (s.ok()) {
+    absl::StatusOr<wire::Header> hello = wire::DecodeHeader(head);
+    if (!hello.ok() || hello->op != wire::Op::kHello || hello->extra_len != wire::kNonceBytes) {
+      s = absl::UnavailableError(absl::StrCat(address, " is not a Shelf store (no HELLO)"));
+    } else {
+      s = ReadFull(*fd, nonce.data(), nonce.size());
+    }
+  }
+  if (s.ok()) {
+    std::string mac = wire::AuthMac(options_.secret, nonce);
+    wire::Header auth;
+    auth.op = wire::Op::kAuth;
+    auth.extra_len = static_cast<uint32_t>(mac.size());
+    struct iovec rest[1] = {{mac.data(), mac.size()}};
+    wire::Header reply;
+    s = Exchange(*fd, auth, rest, 1, &reply);
+  }
+  if (!s.ok()) {
+    close(*fd);
+    return s;
+  }
+  *out = *fd;
+  return absl::OkStatus();
+}
+
+absl::Status TcpDataClient::Exchange(int fd, const wire::Header& request, struct iovec* rest,
+                                     int restcnt, wire::Header* response) {
+  char head[wire::kHeaderBytes];
+  wire::EncodeHeader(request, head);
+  struct iovec iov[4];
+  iov[0] = {head, sizeof(head)};
+  int n = 1;
+  for (int i = 0; i < restcnt && n < 4; ++i) iov[n++] = rest[i];
+  if (absl::Status s = WriteFullv(fd, iov, n); !s.ok()) return s;
+  char in[wire::kHeaderBytes];
+  if (absl::Status s = ReadFull(fd, in, sizeof(in)); !s.ok()) return s;
+  absl::StatusOr<wire::Header> h = wire::DecodeHeader(in);
+  if (!h.ok()) return absl::UnavailableError(absl::StrCat("bad response: ", h.status().message()));
+  if (h->request_id != request.request_id || h->op != request.op) {
+    return absl::UnavailableError("response does not match request");
+  }
+  std::string msg(h->extra_len, '\0');
+  if (absl::Status s = ReadFull(fd, msg.data(), msg.size()); !s.ok()) return s;
+  *response = *h;
+  if (h->status != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(h->status), msg);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> TcpDataClient::Acquire(const std::string& address, uint64_t deadline_ms) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = idle_.find(address);
+    if (it != idle_.end() && !it->second.empty()) {
+      int fd = it->second.back();
+      it->second.pop_back();
+      return fd;
+    }
+  }
+  int fd = -1;
+  if (absl::Status s = Connect(address, deadline_ms, &fd); !s.ok()) return s;
+  return fd;
+}
+
+void TcpDataClient::Release(const std::string& address, int fd, bool reusable) {
+  if (reusable) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<int>& pool = idle_[address];
+    if (pool.size() < options_.max_idle_per_peer) {
+      pool.push_back(fd);
+      return;
+    }
+  }
+  close(fd);
+}
+
+void TcpDataClient::Forget(const std::string& address) {
+  std::vector<int> fds;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = idle_.find(address);
+    if (it == idle_.end()) return;
+    fds.swap(it->second);
+  }
+  for (int fd : fds) close(fd);
+}
+
+namespace {
+
+// Classifies an operation's failure: a status from the store (the frame
+// exchange completed) leaves the connection usable; a transport failure
+// does not.
+bool StoreAnswered(const absl::Status& s) {
+  return s.code() != absl::StatusCode::kUnavailable &&
+         s.code() != absl::StatusCode::kDeadlineExceeded;
+}
+
+}  // namespace
+
+absl::Status TcpDataClient::Read(const std::string& address, uint32_t segment_id,
+                                 uint64_t offset, uint64_t length, char* dst,
+                                 uint64_t deadline_ms) {
+  uint64_t left = 0;
+  if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
+  absl::StatusOr<int> fd = Acquire(address, deadline_ms);
+  if (!fd.ok()) return WithPeer(fd.status(), address);
+  if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) {
+    Release(address, *fd, true);
+    return s;
+  }
+  SetIoTimeoutMs(*fd, left);
+  wire::Header req;
+  req.op = wire::Op::kRead;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    req.request_id = next_request_id_++;
+  }
+  req.segment_id = segment_id;
+  req.offset = offset;
+  req.length = length;
+  wire::Header resp;
+  absl::Status s = Exchange(*fd, req, nullptr, 0, &resp);
+  if (s.ok() && resp.length != length) {
+    s = absl::UnavailableError("store answered a read with the wrong length");
+  }
+  if (s.ok()) s = ReadFull(*fd, dst, length);
+  Release(address, *fd, s.ok() || StoreAnswered(s));
+  return WithPeer(s, address);
+}
+
+absl::Status TcpDataClient::Write(const std::string& address, const wire::Grant& grant,
+                                  uint32_t segment_id, uint64_t offset, const char* src,
+                                  uint64_t length, uint64_t deadline_ms) {
+  uint64_t left = 0;
+  if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
+  absl::StatusOr<int> fd = Acquire(address, deadline_ms);
+  if (!fd.ok()) return WithPeer(fd.status(), address);
+  if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) {
+    Release(address, *fd, true);
+    return s;
+  }
+  SetIoTimeoutMs(*fd, left);
+  std::string extra = wire::EncodeGrant(grant);
+  wire::Header req;
+  req.op = wire::Op::kWrite;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    req.request_id = next_request_id_++;
+  }
+  req.segment_id = segment_id;
+  req.offset = offset;
+  req.length = length;
+  req.extra_len = static_cast<uint32_t>(extra.size());
+  struct iovec rest[2] = {{extra.data(), extra.size()}, {const_cast<char*>(src), length}};
+  wire::Header resp;
+  absl::Status s = Exchange(*fd, req, rest, 2, &resp);
+  // A rejected write makes the store close the connection.
+  Release(address, *fd, s.ok());
+  return WithPeer(s, address);
+}
+
+absl::Status TcpDataClient::ReadKey(const std::string& address, absl::string_view key,
+                                    uint64_t length, char* dst, uint64_t deadline_ms) {
+  uint64_t left = 0;
+  if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
+  absl::StatusOr<int> fd = Acquire(address, deadline_ms);
+  if (!fd.ok()) return WithPeer(fd.status(), address);
+  SetIoTimeoutMs(*fd, left);
+  wire::Header req;
+  req.op = wire::Op::kReadKey;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    req.request_id = next_request_id_++;
+  }
+  req.length = length;
+  req.extra_len = static_cast<uint32_t>(key.size());
+  struct iovec rest[1] = {{const_cast<char*>(key.data()), key.size()}};
+  wire::Header resp;
+  absl::Status s = Exchange(*fd, req, rest, 1, &resp);
+  if (s.ok() && resp.length != length) {
+    s = absl::UnavailableError("store answered a key read with the wrong length");
+  }
+  if (s.ok()) s = ReadFull(*fd, dst, length);
+  Release(address, *fd, s.ok() || StoreAnswered(s));
+  return WithPeer(s, address);
+}
+
+absl::Status TcpDataClient::Ping(const std::string& address, uint64_t deadline_ms) {
+  absl::StatusOr<int> fd = Acquire(address, deadline_ms);
+  if (!fd.ok()) return WithPeer(fd.status(), address);
+  uint64_t left = 0;
+  absl::Status s = TimeLeft(deadline_ms, &left);
+  if (s.ok()) {
+    SetIoTimeoutMs(*fd, left);
+    wire::Header req;
+    req.op = wire::Op::kPing;
+    wire::Header resp;
+    s = Exchange(*fd, req, nullptr, 0, &resp);
+  }
+  Release(address, *fd, s.ok());
+  return WithPeer(s, address);
+}
+
+}  // namespace shelf

@@ -1,0 +1,70 @@
+// TcpDataClient: the client side of the TCP data plane.
+//
+// Keeps a pool of authenticated, persistent connections per store address;
+// each operation borrows one, so concurrent operations to one store run on
+// parallel connections. Payloads move straight between the socket and the
+// caller's memory. Each call takes an absolute deadline (MonoMs clock): the
+// socket timeouts are set from it, so no call blocks past it.
+//
+// Thread-safe.
+#ifndef SHELF_TRANSPORT_TCP_CLIENT_H_
+#define SHELF_TRANSPORT_TCP_CLIENT_H_
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/status.h"
+#include "transport/wire.h"
+
+namespace shelf {
+
+class TcpDataClient {
+ public:
+  struct Options {
+    std::string secret;                 // cluster secret; empty for an open cluster
+    uint64_t connect_timeout_ms = 2000;
+    size_t max_idle_per_peer = 32;      // idle connections kept per store
+  };
+  explicit TcpDataClient(Options options);
+  ~TcpDataClient();
+  TcpDataClient(const TcpDataClient&) = delete;
+  TcpDataClient& operator=(const TcpDataClient&) = delete;
+
+  // Reads [offset, offset+length) of a DRAM segment into dst.
+  absl::Status Read(const std::string& address, uint32_t segment_id, uint64_t offset,
+                    uint64_t length, char* dst, uint64_t deadline_ms);
+  // Writes src into [offset, offset+length) under `grant`.
+  absl::Status Write(const std::string& address, const wire::Grant& grant, uint32_t segment_id,
+                     uint64_t offset, const char* src, uint64_t length, uint64_t deadline_ms);
+  // Reads an SSD-tier block of exactly `length` bytes by key into dst.
+  absl::Status ReadKey(const std::string& address, absl::string_view key, uint64_t length,
+                       char* dst, uint64_t deadline_ms);
+  // Round trip on one connection (connects and authenticates if needed).
+  absl::Status Ping(const std::string& address, uint64_t deadline_ms);
+  // Drops every pooled connection to `address` (e.g. after a store died).
+  void Forget(const std::string& address);
+
+ private:
+  absl::StatusOr<int> Acquire(const std::string& address, uint64_t deadline_ms);
+  void Release(const std::string& address, int fd, bool reusable);
+  absl::Status Connect(const std::string& address, uint64_t deadline_ms, int* fd);
+  // Sends a request, reads the response header and its error text. On OK the
+  // caller reads `response->length` payload bytes.
+  absl::Status Exchange(int fd, const wire::Header& request, struct iovec* extra_and_payload,
+                        int iovcnt, wire::Header* response);
+
+  const Options options_;
+  std::mutex mu_;
+  std::map<std::string, std::vector<int>> idle_;  // guarded by mu_
+  uint64_t next_request_id_ = 1;                  // guarded by mu_
+};
+
+}  // namespace shelf
+
+#endif  // SHELF_TRANSPORT_TCP_CLIENT_H_

@@ -1,0 +1,123 @@
+#include "transport/wire.h"
+
+#include "absl/base/internal/endian.h"
+#include "absl/strings/str_cat.h"
+#include "common/hmac.h"
+
+namespace shelf::wire {
+namespace {
+
+void Put16(char* p, uint16_t v) { absl::little_endian::Store16(p, v); }
+void Put32(char* p, uint32_t v) { absl::little_endian::Store32(p, v); }
+void Put64(char* p, uint64_t v) { absl::little_endian::Store64(p, v); }
+uint16_t Get16(const char* p) { return absl::little_endian::Load16(p); }
+uint32_t Get32(const char* p) { return absl::little_endian::Load32(p); }
+uint64_t Get64(const char* p) { return absl::little_endian::Load64(p); }
+
+}  // namespace
+
+void EncodeHeader(const Header& h, char out[kHeaderBytes]) {
+  Put32(out + 0, h.magic);
+  out[4] = static_cast<char>(h.version);
+  out[5] = static_cast<char>(h.op);
+  Put16(out + 6, h.status);
+  Put64(out + 8, h.request_id);
+  Put64(out + 16, h.offset);
+  Put64(out + 24, h.length);
+  Put32(out + 32, h.segment_id);
+  Put32(out + 36, h.extra_len);
+}
+
+absl::StatusOr<Header> DecodeHeader(const char in[kHeaderBytes]) {
+  Header h;
+  h.magic = Get32(in);
+  if (h.magic != kMagic) return absl::InvalidArgumentError("bad frame magic");
+  h.version = static_cast<uint8_t>(in[4]);
+  if (h.version != kVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported frame version ", h.version));
+  }
+  uint8_t op = static_cast<uint8_t>(in[5]);
+  if (op < static_cast<uint8_t>(Op::kHello) || op > static_cast<uint8_t>(Op::kPing)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown opcode ", op));
+  }
+  h.op = static_cast<Op>(op);
+  h.status = Get16(in + 6);
+  h.request_id = Get64(in + 8);
+  h.offset = Get64(in + 16);
+  h.length = Get64(in + 24);
+  h.segment_id = Get32(in + 32);
+  h.extra_len = Get32(in + 36);
+  if (h.extra_len > kExtraBytesMax) {
+    return absl::InvalidArgumentError(absl::StrCat("frame extra of ", h.extra_len, " bytes"));
+  }
+  if (h.length > kPayloadBytesMax) {
+    return absl::InvalidArgumentError(absl::StrCat("frame length of ", h.length, " bytes"));
+  }
+  return h;
+}
+
+namespace {
+
+std::string GrantFields(const Grant& g) {
+  std::string out(kGrantBytes - kMacBytes, '\0');
+  char* p = out.data();
+  Put64(p, g.put_id);
+  Put32(p + 8, g.segment_id);
+  Put64(p + 12, g.offset);
+  Put64(p + 20, g.length);
+  Put64(p + 28, g.expires_unix_ms);
+  return out;
+}
+
+}  // namespace
+
+std::string EncodeGrant(const Grant& g) {
+  std::string mac = g.mac;
+  mac.resize(kMacBytes, '\0');
+  return GrantFields(g) + mac;
+}
+
+absl::StatusOr<Grant> DecodeGrant(absl::string_view in) {
+  if (in.size() != kGrantBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grant of ", in.size(), " bytes, expected ", kGrantBytes));
+  }
+  Grant g;
+  const char* p = in.data();
+  g.put_id = Get64(p);
+  g.segment_id = Get32(p + 8);
+  g.offset = Get64(p + 12);
+  g.length = Get64(p + 20);
+  g.expires_unix_ms = Get64(p + 28);
+  g.mac = std::string(in.substr(kGrantBytes - kMacBytes));
+  return g;
+}
+
+std::string GrantMac(absl::string_view key, absl::string_view node_id, const Grant& g) {
+  return HmacSha256(key, absl::StrCat("shelf-grant-v1", node_id, "|", GrantFields(g)));
+}
+
+absl::Status VerifyGrant(absl::string_view key, absl::string_view node_id, const Grant& g,
+                         uint32_t segment_id, uint64_t offset, uint64_t length,
+                         uint64_t now_unix_ms) {
+  if (!ConstantTimeEqual(GrantMac(key, node_id, g), g.mac)) {
+    return absl::PermissionDeniedError("write grant does not verify (wrong node, key or fields)");
+  }
+  if (now_unix_ms > g.expires_unix_ms) {
+    return absl::PermissionDeniedError(absl::StrCat("write grant of put ", g.put_id, " expired"));
+  }
+  if (segment_id != g.segment_id || offset < g.offset || length > g.length ||
+      offset - g.offset > g.length - length) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "write [", offset, ", +", length, ") outside granted range [", g.offset, ", +", g.length,
+        ") of segment ", g.segment_id));
+  }
+  return absl::OkStatus();
+}
+
+std::string AuthMac(absl::string_view secret, absl::string_view nonce) {
+  if (secret.empty()) return std::string();
+  return HmacSha256(secret, absl::StrCat("shelf-auth-v1", nonce));
+}
+
+}  // namespace shelf::wire

@@ -1,0 +1,79 @@
+// The TCP data-plane frame format (docs/wire.md has the byte layout).
+//
+// Every frame is a fixed 40-byte little-endian header, then `extra_len`
+// bytes of opcode-specific metadata, then `payload` bytes (WRITE requests,
+// READ responses). The server speaks first: a HELLO with a 16-byte nonce;
+// the client answers AUTH with HMAC-SHA256(secret, "shelf-auth-v1" || nonce)
+// (32 zero-length bytes when the cluster runs without a secret).
+#ifndef SHELF_TRANSPORT_WIRE_H_
+#define SHELF_TRANSPORT_WIRE_H_
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace shelf::wire {
+
+inline constexpr uint32_t kMagic = 0x464C4853;  // "SHLF" on the wire
+inline constexpr uint8_t kVersion = 1;
+inline constexpr size_t kHeaderBytes = 40;
+inline constexpr uint32_t kExtraBytesMax = 4096;      // grant, key or error text
+inline constexpr size_t kNonceBytes = 16;
+inline constexpr size_t kKeyBytesMax = 256;
+inline constexpr uint64_t kPayloadBytesMax = 1ull << 32;  // one op moves at most 4 GiB
+
+enum class Op : uint8_t {
+  kHello = 1,    // server -> client on accept; extra = nonce
+  kAuth = 2,     // client -> server; extra = mac (0 or 32 bytes)
+  kRead = 3,     // read [offset, offset+length) of segment_id
+  kWrite = 4,    // write; extra = encoded grant; payload = length bytes
+  kReadKey = 5,  // read a block of the SSD tier; extra = key
+  kPing = 6,
+};
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint8_t version = kVersion;
+  Op op = Op::kPing;
+  uint16_t status = 0;        // responses: absl::StatusCode; requests: 0
+  uint64_t request_id = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;        // payload bytes (READ request: bytes wanted)
+  uint32_t segment_id = 0;
+  uint32_t extra_len = 0;
+};
+
+void EncodeHeader(const Header& h, char out[kHeaderBytes]);
+// INVALID_ARGUMENT on a bad magic, version, opcode or oversized extra.
+absl::StatusOr<Header> DecodeHeader(const char in[kHeaderBytes]);
+
+// A write grant as carried in a WRITE frame's extra section (68 bytes).
+struct Grant {
+  uint64_t put_id = 0;
+  uint32_t segment_id = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t expires_unix_ms = 0;
+  std::string mac;  // 32 bytes
+};
+inline constexpr size_t kGrantBytes = 8 + 4 + 8 + 8 + 8 + 32;
+
+std::string EncodeGrant(const Grant& g);
+absl::StatusOr<Grant> DecodeGrant(absl::string_view in);
+// The MAC binds the grant to one node: HMAC(key, node_id || fields).
+std::string GrantMac(absl::string_view key, absl::string_view node_id, const Grant& g);
+// OK iff the MAC matches, the grant has not expired at `now_unix_ms`, and
+// [offset, offset+length) of `segment_id` lies inside the grant.
+absl::Status VerifyGrant(absl::string_view key, absl::string_view node_id, const Grant& g,
+                         uint32_t segment_id, uint64_t offset, uint64_t length,
+                         uint64_t now_unix_ms);
+
+std::string AuthMac(absl::string_view secret, absl::string_view nonce);
+
+}  // namespace shelf::wire
+
+#endif  // SHELF_TRANSPORT_WIRE_H_
