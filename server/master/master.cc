@@ -371,6 +371,14 @@ void Master::FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, u
 
 void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
   Node& n = *nodes_[r.node];
+  if (r.demoting) {
+    // Its demotion is still out: undo the reservations made for it. The
+    // store's report will find no object and drop the SSD copy.
+    --demotions_pending_;
+    Segment& seg = n.segments[r.segment];
+    seg.demoting_bytes -= std::min(seg.demoting_bytes, seg.alloc->RoundUp(obj->size));
+    n.ssd_used -= std::min(n.ssd_used, obj->size);
+  }
   if (r.tier == v1::TIER_DRAM) {
     n.segments[r.segment].lru.erase(r.lru);
     if (n.state == v1::NODE_DEAD) return;  // its allocators were reset

@@ -134,6 +134,9 @@ class Master {
     uint32_t id = 0;
     std::unique_ptr<RangeAllocator> alloc;
     std::list<Object*> lru;  // front = least recently used
+    uint64_t demoting_bytes = 0;  // allocated bytes whose demotion is ordered
+    // Used bytes that eviction still has to act on.
+    uint64_t settled_used() const { return alloc->used() - demoting_bytes; }
   };
   struct Node {
     v1::StoreEndpoint endpoint;

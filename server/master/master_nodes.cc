@@ -169,6 +169,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now) {
                   deferred_.end());
   for (Segment& seg : n.segments) {
     seg.alloc = std::make_unique<RangeAllocator>(seg.alloc->capacity(), options_.alignment);
+    seg.demoting_bytes = 0;
   }
   n.ssd_used = 0;
   n.hard_pinned_bytes = 0;
@@ -227,6 +228,8 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
     if (r.node != node || r.tier != v1::TIER_DRAM || !r.demoting) continue;
     r.demoting = false;
     --demotions_pending_;
+    Segment& seg = n.segments[r.segment];
+    seg.demoting_bytes -= std::min(seg.demoting_bytes, seg.alloc->RoundUp(obj->size));
     if (!result.ok()) {
       n.ssd_used -= std::min(n.ssd_used, obj->size);
       ++counters_.demotion_failures;
@@ -329,7 +332,7 @@ absl::StatusOr<Master::Replica> Master::AllocateOnNodeLocked(uint32_t node, uint
       r.offset = *off;
       // Past the high watermark: start demotions now rather than at the
       // next tick, so headroom returns before writers run out of it.
-      if (seg.alloc->used() > options_.evict_high * seg.alloc->capacity()) {
+      if (seg.settled_used() > options_.evict_high * seg.alloc->capacity()) {
         EvictSegmentLocked(node, &seg,
                            static_cast<uint64_t>(options_.evict_low * seg.alloc->capacity()), true,
                            now, nullptr);
@@ -358,10 +361,10 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
                                     bool demote_ok, uint64_t now, v1::EvictResponse* stats) {
   Node& n = *nodes_[node];
   uint64_t freed = 0;
-  uint64_t pending = 0;  // bytes whose demotion is ordered: freed later
   for (int pass = 0; pass < 2; ++pass) {
     for (auto it = seg->lru.begin(); it != seg->lru.end();) {
-      if (seg->alloc->used() <= target_used + pending) return freed;
+      // Demotions already ordered will free their bytes: count them done.
+      if (seg->settled_used() <= target_used) return freed;
       Object* obj = *it++;
       if (!EvictableLocked(*obj, now, pass == 1, demote_ok)) continue;
       Replica* rep = nullptr;
@@ -395,7 +398,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
         rep->demoting = true;
         ++demotions_pending_;
         n.ssd_used += obj->size;
-        pending += aligned;
+        seg->demoting_bytes += aligned;
         if (stats != nullptr) stats->set_demoted_objects(stats->demoted_objects() + 1);
         continue;
       }
@@ -449,7 +452,7 @@ void Master::Tick() {
     if (n.state == v1::NODE_DEAD) continue;
     for (Segment& seg : n.segments) {
       uint64_t cap = seg.alloc->capacity();
-      if (seg.alloc->used() > options_.evict_high * cap) {
+      if (seg.settled_used() > options_.evict_high * cap) {
         EvictSegmentLocked(i, &seg, static_cast<uint64_t>(options_.evict_low * cap), true, now,
                            nullptr);
       }
