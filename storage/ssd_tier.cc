@@ -161,6 +161,15 @@ bool SsdTier::Contains(const std::string& key) {
   return index_.count(key) != 0;
 }
 
+bool SsdTier::Info(const std::string& key, uint64_t* size, uint64_t* checksum) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  *size = it->second.first;
+  *checksum = it->second.second;
+  return true;
+}
+
 absl::Status SsdTier::Delete(const std::string& key) {
   rocksdb::Status s = db_->Delete(rocksdb::WriteOptions(), DbKey(key));
   if (!s.ok()) return FromRocks(s, "delete");

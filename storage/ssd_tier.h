@@ -61,6 +61,8 @@ class SsdTier {
   absl::Status Get(const std::string& key, std::string* out);
   absl::Status Delete(const std::string& key);
   bool Contains(const std::string& key);
+  // Size and checksum of a held block; false if absent.
+  bool Info(const std::string& key, uint64_t* size, uint64_t* checksum);
   std::vector<Entry> Inventory();
 
   uint64_t used_bytes() const { return used_.load(); }

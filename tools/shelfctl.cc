@@ -22,7 +22,9 @@
 #include "common/units.h"
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
+#include "common/clock.h"
 #include "tools/json.h"
+#include "tools/plan.h"
 
 namespace shelf {
 namespace {
@@ -431,8 +433,63 @@ constexpr char kCommands[] =
     "  evict --bytes N [--node N]  evict at least N bytes (demoting to SSD where it can)\n"
     "  pin KEY [--ttl D] [--hard]  keep KEY from eviction; unpin KEY\n"
     "  top                         live view, refreshed every --interval\n"
+    "  plan ARGS                   size a cluster from the KV formula (shelfctl plan --help);\n"
+    "                              with --master, uses the bandwidth measured on that cluster\n"
     "\nExit status: 0 ok, 1 error, 2 usage, 3 not found, 4 unavailable/deadline,\n"
     "5 unauthenticated, 6 resource exhausted.\n";
+
+}  // namespace
+}  // namespace shelf
+
+namespace shelf {
+namespace {
+
+// Measures get bandwidth on the cluster: a few 16 MiB blocks put, then read
+// back several times. Returns GB/s.
+absl::StatusOr<double> MeasureGetGbps(const Globals& g) {
+  ClientOptions opts;
+  opts.masters = {g.master};
+  opts.secret = g.secret;
+  opts.timeout_ms = std::max<uint64_t>(g.timeout_ms, 30000);
+  opts.tls_ca = g.tls_ca;
+  std::unique_ptr<Client> client;
+  if (Status s = Client::Open(opts, &client); !s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
+  }
+  constexpr size_t kBlock = 16 << 20;
+  std::string block(kBlock, '\0');
+  for (size_t i = 0; i < kBlock; i += 8) std::memcpy(&block[i], &i, 8);
+  std::string key = absl::StrCat("shelfctl-plan-probe-", getpid(), "-", MonoUs());
+  if (Status s = client->Put(key, block.data(), block.size()); !s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
+  }
+  std::string out;
+  uint64_t bytes = 0, t0 = MonoUs();
+  for (int i = 0; i < 8; ++i) {
+    if (Status s = client->Get(key, &out); !s.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
+    }
+    bytes += out.size();
+  }
+  double secs = (MonoUs() - t0) / 1e6;
+  client->Remove(key);
+  return secs > 0 ? bytes / secs / 1e9 : 0.0;
+}
+
+int Plan(const Globals& g, bool measure, std::vector<std::string> args) {
+  bool has_link = false;
+  for (const std::string& a : args) has_link |= a.rfind("--link-gbps", 0) == 0;
+  if (measure && !has_link) {
+    absl::StatusOr<double> gbps = MeasureGetGbps(g);
+    if (!gbps.ok()) return Fail(gbps.status());
+    std::fprintf(stderr, "measured get bandwidth on %s: %.2f GB/s\n", g.master.c_str(), *gbps);
+    args.push_back(absl::StrFormat("--link-gbps=%.3f", *gbps));
+  }
+  absl::StatusOr<std::string> out = plan::RunPlanCommand(args, g.json);
+  if (!out.ok()) return Fail(out.status());
+  std::fputs(out->c_str(), stdout);
+  return 0;
+}
 
 }  // namespace
 }  // namespace shelf
@@ -440,6 +497,14 @@ constexpr char kCommands[] =
 int main(int argc, char** argv) {
   using namespace shelf;
   Globals g;
+  // `plan` takes its own flags: everything after the word goes to it.
+  int plan_at = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "plan") {
+      plan_at = i;
+      break;
+    }
+  }
   Flags flags("shelfctl", "administer a Shelf cluster");
   flags.AddString("master", &g.master, "HOST:PORT of the master");
   flags.AddBool("json", &g.json, "machine-readable output");
@@ -455,7 +520,16 @@ int main(int argc, char** argv) {
   flags.AddDurationMs("interval", &g.interval_ms, "top: refresh interval");
   flags.AddInt("iterations", &g.iterations, "top: stop after N refreshes (0: forever)");
   flags.set_epilog(kCommands);
-  std::vector<std::string> args = flags.ParseOrExit(argc, argv);
+  std::vector<std::string> args = flags.ParseOrExit(plan_at > 0 ? plan_at : argc, argv);
+  if (plan_at > 0) {
+    if (!args.empty()) return Usage("arguments before 'plan'");
+    if (!g.secret_file.empty()) {
+      absl::StatusOr<std::string> s = ReadSecretFile(g.secret_file);
+      if (!s.ok()) return Fail(s.status());
+      g.secret = *s;
+    }
+    return Plan(g, flags.WasSet("master"), std::vector<std::string>(argv + plan_at + 1, argv + argc));
+  }
   if (args.empty()) return Usage("missing command");
   if (!g.secret_file.empty()) {
     absl::StatusOr<std::string> s = ReadSecretFile(g.secret_file);

@@ -206,7 +206,6 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h) {
         s = absl::DataLossError(absl::StrCat("SSD block is ", value.size(), " bytes, expected ",
                                              h.length));
       }
-      if (s.ok()) handler_->OnRead(value.size());
       return Reply(fd, h, s, value.data(), value.size());
     }
     case wire::Op::kHello:

@@ -41,7 +41,8 @@ class DataHandler {
                                   uint64_t length) = 0;
   // Reads a block of the SSD tier. NOT_FOUND if absent, DATA_LOSS if corrupt.
   virtual absl::Status ReadKey(absl::string_view key, std::string* out) = 0;
-  // Accounting hooks.
+  // Accounting hooks for DRAM-segment reads and writes (ReadKey accounts
+  // for its own).
   virtual void OnRead(uint64_t bytes) {}
   virtual void OnWrite(uint64_t bytes) {}
 };

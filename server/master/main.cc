@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
 #include "common/hmac.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -36,7 +38,7 @@ int main(int argc, char** argv) {
   SetLogComponent("master");
   MasterOptions opts;
   std::string listen = "127.0.0.1:7000";
-  std::string secret_file, ready_file;
+  std::string secret_file, ready_file, metrics_listen;
   TlsFiles tls;
   Flags flags("shelf-master", "the Shelf metadata master (placement, index, leases, eviction)");
   flags.AddString("listen", &listen, "HOST:PORT to serve gRPC on (port 0 picks one)");
@@ -61,6 +63,8 @@ int main(int argc, char** argv) {
   flags.AddString("tls-key", &tls.key, "PEM private key for gRPC TLS");
   flags.AddString("tls-ca", &tls.ca, "PEM CA bundle for gRPC TLS");
   flags.AddString("ready-file", &ready_file, "write the bound HOST:PORT here once serving");
+  flags.AddString("metrics-listen", &metrics_listen,
+                  "HOST:PORT serving /metrics (Prometheus) and /health over HTTP (off when empty)");
   flags.ParseOrExit(argc, argv);
 
   if (!(opts.evict_low > 0 && opts.evict_low < opts.evict_high && opts.evict_high <= 1) ||
@@ -121,6 +125,33 @@ int main(int argc, char** argv) {
   }
   std::string bound = HostPort{hp->host, static_cast<uint16_t>(port)}.ToString();
   master->SetLeaderAddress(bound);
+  std::unique_ptr<HttpServer> http;
+  if (!metrics_listen.empty()) {
+    std::map<std::string, HttpHandler> handlers;
+    handlers["/metrics"] = [](const HttpRequest&) {
+      return HttpResponse{200, metrics::Registry::kContentType, DefaultRegistry().Render()};
+    };
+    handlers["/health"] = [&master](const HttpRequest&) {
+      v1::StatusResponse st;
+      master->Status(&st);
+      int live = 0;
+      for (const auto& n : st.nodes()) live += n.state() == v1::NODE_LIVE;
+      return HttpResponse{200, "application/json",
+                          absl::StrCat("{\"status\": \"ok\", \"role\": \"",
+                                       st.is_leader() ? "leader" : "standby", "\", \"term\": ",
+                                       st.term(), ", \"recovering\": ",
+                                       st.recovering() ? "true" : "false",
+                                       ", \"live_nodes\": ", live, "}\n")};
+    };
+    auto started = HttpServer::Start(metrics_listen, std::move(handlers));
+    if (!started.ok()) {
+      std::fprintf(stderr, "shelf-master: --metrics-listen: %s\n",
+                   std::string(started.status().message()).c_str());
+      return 1;
+    }
+    http = *std::move(started);
+    SHELF_LOG(INFO) << "metrics served" << Kv("listen", http->bound().ToString());
+  }
   SHELF_LOG(INFO) << "serving" << Kv("listen", bound) << Kv("node_ttl_ms", opts.node_ttl_ms)
                   << Kv("lease_ms", opts.lease_ms) << Kv("tls", tls.enabled());
   WriteReadyFile(ready_file, bound + "\n");
@@ -138,5 +169,6 @@ int main(int argc, char** argv) {
   stop.store(true);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   ticker.join();
+  http.reset();
   return 0;
 }

@@ -13,16 +13,68 @@
 
 namespace shelf {
 
-Master::Master(MasterOptions options)
+Master::Master(MasterOptions options, metrics::Registry* registry)
     : options_(std::move(options)),
       grant_key_(options_.grant_key.empty() ? RandomBytes(32) : options_.grant_key),
-      start_ms_(MonoMs()) {}
+      start_ms_(MonoMs()),
+      metrics_(registry != nullptr ? *registry : DefaultRegistry()) {
+  metrics::Registry& r = registry != nullptr ? *registry : DefaultRegistry();
+  gauges_.push_back(r.AddCallbackGauge("shelf_master_objects", "Committed objects in the index",
+                                       [this] {
+                                         absl::MutexLock lock(&mu_);
+                                         return static_cast<double>(objects_.size());
+                                       }));
+  gauges_.push_back(r.AddCallbackGauge("shelf_master_puts_in_flight", "Puts started, not committed",
+                                       [this] {
+                                         absl::MutexLock lock(&mu_);
+                                         return static_cast<double>(puts_.size());
+                                       }));
+  gauges_.push_back(r.AddCallbackGauge("shelf_master_is_leader", "1 when this master leads",
+                                       [] { return 1.0; }));
+  gauges_.push_back(r.AddCallbackGauge("shelf_master_term", "Leader term", [] { return 1.0; }));
+  gauges_.push_back(r.AddCallbackGauge(
+      "shelf_master_nodes", "Stores by state", {"state"}, [this] {
+        absl::MutexLock lock(&mu_);
+        double live = 0, draining = 0, dead = 0;
+        for (const auto& n : nodes_) {
+          if (n->state == v1::NODE_DEAD) {
+            ++dead;
+          } else if (n->draining) {
+            ++draining;
+          } else {
+            ++live;
+          }
+        }
+        return std::vector<metrics::GaugeSample>{
+            {{"live"}, live}, {{"draining"}, draining}, {{"dead"}, dead}};
+      }));
+  auto per_node = [this](bool used) {
+    absl::MutexLock lock(&mu_);
+    std::vector<metrics::GaugeSample> out;
+    for (const auto& n : nodes_) {
+      if (n->state == v1::NODE_DEAD) continue;
+      uint64_t cap = 0, use = 0;
+      for (const Segment& s : n->segments) {
+        cap += s.alloc->capacity();
+        use += s.alloc->used();
+      }
+      out.push_back({{n->endpoint.node_id(), "dram"}, static_cast<double>(used ? use : cap)});
+      if (n->ssd_capacity > 0) {
+        out.push_back({{n->endpoint.node_id(), "ssd"},
+                       static_cast<double>(used ? n->ssd_used : n->ssd_capacity)});
+      }
+    }
+    return out;
+  };
+  gauges_.push_back(r.AddCallbackGauge("shelf_master_capacity_bytes", "Capacity by node and tier",
+                                       {"node", "tier"}, [per_node] { return per_node(false); }));
+  gauges_.push_back(r.AddCallbackGauge("shelf_master_used_bytes", "Used bytes by node and tier",
+                                       {"node", "tier"}, [per_node] { return per_node(true); }));
+}
 
-Master::~Master() = default;
-
-Master::Counters Master::counters() {
-  absl::MutexLock lock(&mu_);
-  return counters_;
+Master::~Master() {
+  // Unregister the callbacks before the state they read goes away.
+  gauges_.clear();
 }
 
 absl::Status Master::ValidateKey(const std::string& key) const {
@@ -102,7 +154,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
   if (Object* obj = FindLocked(req.key()); obj != nullptr) {
-    ++counters_.dedup_hits;
+    metrics_.dedup_hits.Inc();
     TouchLocked(obj, now);
     resp->set_state(v1::PUT_ALREADY_EXISTS);
     return absl::OkStatus();
@@ -195,7 +247,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   }
   put_by_key_[put.key] = put_id;
   puts_.emplace(put_id, std::move(put));
-  ++counters_.puts_started;
+  metrics_.puts_started.Inc();
   return absl::OkStatus();
 }
 
@@ -229,7 +281,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
     }
     put_by_key_.erase(put.key);
     puts_.erase(it);
-    ++counters_.puts_committed;
+    metrics_.puts_committed.Inc();
     st->set_code(0);
   }
 }
@@ -254,7 +306,7 @@ void Master::PutAbort(const v1::PutAbortRequest& req, v1::PutAbortResponse* resp
       continue;
     }
     AbortPutLocked(id);
-    ++counters_.puts_aborted;
+    metrics_.puts_aborted.Inc();
     st->set_code(0);
   }
 }
@@ -271,23 +323,22 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
   absl::MutexLock lock(&mu_);
   for (const std::string& key : req.keys()) {
     v1::ObjectLocation* loc = resp->add_objects();
-    ++counters_.lookups;
+    metrics_.lookups_lookup.Inc();
     Object* obj = FindLocked(key);
     if (obj == nullptr) {
       loc->set_key(key);
       continue;
     }
-    ++counters_.lookup_hits;
     if (!req.no_lease()) {
       obj->lease_until_ms = std::max(obj->lease_until_ms, now + options_.lease_ms);
-      ++counters_.leases_granted;
+      metrics_.leases_granted.Inc();
     }
     TouchLocked(obj, now);
     FillLocation(*obj, key, req.client_host_id(), !req.no_lease(), loc);
     if (loc->replicas_size() > 0 && loc->replicas(0).tier() == v1::TIER_SSD) {
-      ++counters_.hits_ssd;
+      metrics_.hits_ssd.Inc();
     } else {
-      ++counters_.hits_dram;
+      metrics_.hits_dram.Inc();
     }
   }
   return absl::OkStatus();
@@ -306,21 +357,20 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req,
   absl::MutexLock lock(&mu_);
   uint32_t matched = 0;
   for (const std::string& key : req.keys()) {
-    ++counters_.lookups;
+    metrics_.lookups_match.Inc();
     Object* obj = FindLocked(key);
     if (obj == nullptr) break;
-    ++counters_.lookup_hits;
     if (!req.no_lease()) {
       obj->lease_until_ms = std::max(obj->lease_until_ms, now + options_.lease_ms);
-      ++counters_.leases_granted;
+      metrics_.leases_granted.Inc();
     }
     TouchLocked(obj, now);
     v1::ObjectLocation* loc = resp->add_objects();
     FillLocation(*obj, key, req.client_host_id(), !req.no_lease(), loc);
     if (loc->replicas_size() > 0 && loc->replicas(0).tier() == v1::TIER_SSD) {
-      ++counters_.hits_ssd;
+      metrics_.hits_ssd.Inc();
     } else {
-      ++counters_.hits_dram;
+      metrics_.hits_dram.Inc();
     }
     ++matched;
   }
@@ -354,7 +404,7 @@ absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* re
     // The key disappears now; ranges under a read lease are freed when the
     // lease ends (EraseObjectLocked defers them).
     EraseObjectLocked(obj, now);
-    ++counters_.removes;
+    metrics_.removes.Inc();
     st->set_code(0);
   }
   return absl::OkStatus();

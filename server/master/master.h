@@ -29,7 +29,9 @@
 #include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
 #include "proto/shelf.pb.h"
+#include "server/master/master_metrics.h"
 #include "storage/allocator.h"
 
 namespace shelf {
@@ -59,7 +61,9 @@ struct MasterOptions {
 
 class Master {
  public:
-  explicit Master(MasterOptions options);
+  // Metrics go to `registry` (the process-wide default when null); the
+  // registry must outlive the master.
+  explicit Master(MasterOptions options, metrics::Registry* registry = nullptr);
   ~Master();
 
   // Stores.
@@ -74,6 +78,12 @@ class Master {
   // Per-id statuses: NOT_FOUND for an unknown (or reclaimed) put id.
   void PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* resp);
   void PutAbort(const v1::PutAbortRequest& req, v1::PutAbortResponse* resp);
+
+  // Promotion of an SSD-resident block into DRAM on the same store.
+  // Promote answers promote_id 0 when there is nothing to do; RESOURCE_EXHAUSTED
+  // when the store's DRAM has no free room (promotion never evicts).
+  absl::Status Promote(const v1::PromoteRequest& req, v1::PromoteResponse* resp);
+  absl::Status PromoteCommit(const v1::PromoteCommitRequest& req);
 
   // Reads.
   absl::Status Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp);
@@ -95,14 +105,8 @@ class Master {
   // For tests: aborts if an invariant does not hold.
   void CheckInvariants();
 
-  // Counters, for metrics and the admin status.
-  struct Counters {
-    uint64_t lookups = 0, lookup_hits = 0, hits_dram = 0, hits_ssd = 0;
-    uint64_t puts_started = 0, puts_committed = 0, puts_aborted = 0, puts_expired = 0;
-    uint64_t dedup_hits = 0, evictions = 0, demotions = 0, demotion_failures = 0;
-    uint64_t removes = 0, leases_granted = 0, nodes_died = 0;
-  };
-  Counters counters();
+  // The master's counters (also exported as metrics).
+  const MasterMetrics& metrics() const { return metrics_; }
 
   const MasterOptions& options() const { return options_; }
   // The address reported as leader (the bound --listen address).
@@ -160,6 +164,16 @@ class Master {
     std::string parent_key;
     uint64_t deadline_ms = 0;  // MonoMs
     std::vector<Replica> ranges;
+  };
+  struct PendingPromote {
+    std::string key;
+    uint32_t node = 0;
+    uint64_t incarnation = 0;
+    uint32_t segment = 0;
+    uint64_t offset = 0;
+    uint64_t size = 0;
+    uint64_t checksum = 0;
+    uint64_t deadline_ms = 0;
   };
   struct DeferredFree {
     uint64_t at_ms;
@@ -224,11 +238,13 @@ class Master {
   absl::flat_hash_map<uint64_t, PendingPut> puts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint64_t> put_by_key_ ABSL_GUARDED_BY(mu_);
   std::vector<DeferredFree> deferred_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, PendingPromote> promotes_ ABSL_GUARDED_BY(mu_);
   uint64_t next_put_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t frees_ ABSL_GUARDED_BY(mu_) = 0;             // ranges freed so far
   uint64_t demotions_pending_ ABSL_GUARDED_BY(mu_) = 0;  // DEMOTE orders not yet answered
   uint64_t next_move_id_ ABSL_GUARDED_BY(mu_) = 1;
-  Counters counters_ ABSL_GUARDED_BY(mu_);
+  MasterMetrics metrics_;
+  std::vector<metrics::CallbackHandle> gauges_;
   std::string leader_address_ ABSL_GUARDED_BY(mu_);
 };
 

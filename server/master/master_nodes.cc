@@ -162,11 +162,18 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now) {
     }
     put_by_key_.erase(it->second.key);
     puts_.erase(it);
-    ++counters_.puts_aborted;
+    metrics_.puts_aborted.Inc();
   }
   deferred_.erase(std::remove_if(deferred_.begin(), deferred_.end(),
                                  [&](const DeferredFree& d) { return d.node == node; }),
                   deferred_.end());
+  for (auto it = promotes_.begin(); it != promotes_.end();) {
+    if (it->second.node == node) {
+      promotes_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
   for (Segment& seg : n.segments) {
     seg.alloc = std::make_unique<RangeAllocator>(seg.alloc->capacity(), options_.alignment);
     seg.demoting_bytes = 0;
@@ -232,7 +239,7 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
     seg.demoting_bytes -= std::min(seg.demoting_bytes, seg.alloc->RoundUp(obj->size));
     if (!result.ok()) {
       n.ssd_used -= std::min(n.ssd_used, obj->size);
-      ++counters_.demotion_failures;
+      metrics_.demotions_failed.Inc();
       SHELF_LOG(WARNING) << "demotion failed" << Kv("node", n.endpoint.node_id())
                          << Kv("error", result.error());
       return;  // stays in DRAM; eviction may drop it later
@@ -249,7 +256,7 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
     r.segment = 0;
     r.offset = 0;
     r.lru = n.ssd_lru.insert(n.ssd_lru.end(), obj);
-    ++counters_.demotions;
+    metrics_.demotions_ok.Inc();
     return;
   }
 }
@@ -408,7 +415,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
       ReleaseReplicaLocked(obj, victim, now);
       if (obj->replicas.empty()) objects_.erase(objects_.find(*obj->key));
       freed += aligned;
-      ++counters_.evictions;
+      metrics_.evictions.Inc();
       if (stats != nullptr) {
         stats->set_evicted_objects(stats->evicted_objects() + 1);
         stats->set_evicted_bytes(stats->evicted_bytes() + aligned);
@@ -416,6 +423,76 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
     }
   }
   return freed;
+}
+
+absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse* resp) {
+  if (absl::Status s = ValidateKey(req.key()); !s.ok()) return s;
+  uint64_t now = MonoMs();
+  absl::MutexLock lock(&mu_);
+  auto it = node_by_id_.find(req.node_id());
+  if (it == node_by_id_.end() || nodes_[it->second]->incarnation != req.incarnation() ||
+      nodes_[it->second]->state == v1::NODE_DEAD) {
+    return absl::FailedPreconditionError("unknown node or stale incarnation: register again");
+  }
+  uint32_t node = it->second;
+  Object* obj = FindLocked(req.key());
+  if (obj == nullptr || obj->size != req.size() || obj->checksum != req.checksum()) return absl::OkStatus();
+  bool ssd_here = false;
+  for (const Replica& r : obj->replicas) {
+    if (r.node != node) continue;
+    if (r.tier == v1::TIER_DRAM) return absl::OkStatus();  // already promoted
+    ssd_here = true;
+  }
+  if (!ssd_here) return absl::OkStatus();
+  for (const auto& [id, p] : promotes_) {
+    if (p.node == node && p.key == req.key()) return absl::OkStatus();  // one at a time
+  }
+  // Room as for a put, but never by dropping blocks: a full segment orders
+  // demotions of its least recently used and this promotion is skipped.
+  Node& n = *nodes_[node];
+  absl::StatusOr<Replica> r = AllocateOnNodeLocked(node, req.size(), now, /*allow_drop=*/false);
+  if (!r.ok()) return r.status();
+  uint64_t id = next_put_id_++;
+  promotes_[id] = PendingPromote{req.key(), node,       n.incarnation, r->segment,
+                                 r->offset, req.size(), req.checksum(),
+                                 now + options_.put_timeout_ms};
+  resp->set_promote_id(id);
+  resp->set_segment_id(n.segments[r->segment].id);
+  resp->set_offset(r->offset);
+  return absl::OkStatus();
+}
+
+absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
+  uint64_t now = MonoMs();
+  absl::MutexLock lock(&mu_);
+  auto it = promotes_.find(req.promote_id());
+  if (it == promotes_.end()) return absl::NotFoundError("unknown or expired promotion");
+  PendingPromote p = it->second;
+  promotes_.erase(it);
+  Node& n = *nodes_[p.node];
+  if (n.incarnation != p.incarnation || n.state == v1::NODE_DEAD) {
+    return absl::FailedPreconditionError("the store restarted since the promotion began");
+  }
+  Object* obj = FindLocked(p.key);
+  bool usable = req.ok() && obj != nullptr && obj->checksum == p.checksum && obj->size == p.size;
+  if (usable) {
+    for (const Replica& r : obj->replicas) usable &= !(r.node == p.node && r.tier == v1::TIER_DRAM);
+  }
+  if (!usable) {
+    FreeRangeLocked(p.node, p.segment, p.offset, p.size);
+    return absl::OkStatus();
+  }
+  Replica r;
+  r.node = p.node;
+  r.tier = v1::TIER_DRAM;
+  r.segment = p.segment;
+  r.offset = p.offset;
+  std::list<Object*>& lru = n.segments[p.segment].lru;
+  r.lru = lru.insert(lru.end(), obj);
+  obj->replicas.push_back(r);
+  obj->last_access_ms = now;
+  metrics_.promotions.Inc();
+  return absl::OkStatus();
 }
 
 void Master::Tick() {
@@ -430,7 +507,7 @@ void Master::Tick() {
                          << Kv("silent_ms", now - n.last_heartbeat_ms);
       DropNodeReplicasLocked(i, now);
       n.state = v1::NODE_DEAD;
-      ++counters_.nodes_died;
+      metrics_.nodes_died.Inc();
     }
   }
   std::vector<uint64_t> expired;
@@ -439,7 +516,19 @@ void Master::Tick() {
   }
   for (uint64_t id : expired) {
     AbortPutLocked(id);
-    ++counters_.puts_expired;
+    metrics_.puts_expired.Inc();
+  }
+  for (auto it = promotes_.begin(); it != promotes_.end();) {
+    const PendingPromote& p = it->second;
+    if (p.deadline_ms <= now) {
+      const Node& n = *nodes_[p.node];
+      if (n.incarnation == p.incarnation && n.state != v1::NODE_DEAD) {
+        FreeRangeLocked(p.node, p.segment, p.offset, p.size);
+      }
+      promotes_.erase(it++);
+    } else {
+      ++it;
+    }
   }
   auto due = std::partition(deferred_.begin(), deferred_.end(),
                             [&](const DeferredFree& d) { return d.at_ms > now; });
@@ -474,7 +563,7 @@ void Master::EvictSsdLocked(uint32_t node, uint64_t target_used, uint64_t now) {
         Replica victim = obj->replicas[k];
         obj->replicas.erase(obj->replicas.begin() + k);
         ReleaseReplicaLocked(obj, victim, now);
-        ++counters_.evictions;
+        metrics_.evictions.Inc();
         break;
       }
     }
@@ -498,6 +587,9 @@ void Master::CheckInvariants() {
     for (const Replica& r : put.ranges) {
       used[{r.node, r.segment}] += nodes_[r.node]->segments[r.segment].alloc->RoundUp(put.size);
     }
+  }
+  for (const auto& [id, p] : promotes_) {
+    used[{p.node, p.segment}] += nodes_[p.node]->segments[p.segment].alloc->RoundUp(p.size);
   }
   for (const DeferredFree& d : deferred_) {
     used[{d.node, d.segment}] += nodes_[d.node]->segments[d.segment].alloc->RoundUp(d.size);

@@ -4,29 +4,55 @@
 
 namespace shelf {
 
-#define SHELF_CHECK_TOKEN()                                        \
-  if (absl::Status auth = CheckToken(ctx, token_); !auth.ok()) { \
-    return ToGrpc(auth);                                           \
+namespace {
+
+// Times a call and counts its failure by code, for shelf_master_rpc_*.
+class RpcScope {
+ public:
+  RpcScope(const MasterMetrics& m, const char* method)
+      : metrics_(m), method_(method), timer_(m.rpc_seconds.WithLabels({method})) {}
+  grpc::Status Done(grpc::Status s) {
+    if (!s.ok()) {
+      metrics_.rpc_errors
+          .WithLabels({method_, absl::StatusCodeToString(static_cast<absl::StatusCode>(
+                                    s.error_code()))})
+          .Inc();
+    }
+    return s;
+  }
+
+ private:
+  const MasterMetrics& metrics_;
+  const char* method_;
+  metrics::ScopedTimer timer_;
+};
+
+}  // namespace
+
+#define SHELF_CHECK_TOKEN()                                                 \
+  RpcScope rpc_scope(master_->metrics(), __func__);                         \
+  if (absl::Status auth = CheckToken(ctx, token_); !auth.ok()) {          \
+    return rpc_scope.Done(ToGrpc(auth));                                    \
   }
 
 grpc::Status MasterServiceImpl::RegisterStore(grpc::ServerContext* ctx,
                                               const v1::RegisterStoreRequest* req,
                                               v1::RegisterStoreResponse* resp) {
   SHELF_CHECK_TOKEN();
-  return ToGrpc(master_->RegisterStore(*req, resp));
+  return rpc_scope.Done(ToGrpc(master_->RegisterStore(*req, resp)));
 }
 
 grpc::Status MasterServiceImpl::Heartbeat(grpc::ServerContext* ctx,
                                           const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse* resp) {
   SHELF_CHECK_TOKEN();
-  return ToGrpc(master_->Heartbeat(*req, resp));
+  return rpc_scope.Done(ToGrpc(master_->Heartbeat(*req, resp)));
 }
 
 grpc::Status MasterServiceImpl::PutStart(grpc::ServerContext* ctx, const v1::PutStartRequest* req,
                                          v1::PutStartResponse* resp) {
   SHELF_CHECK_TOKEN();
-  return ToGrpc(master_->PutStart(*req, req->options().client_host_id(), resp));
+  return rpc_scope.Done(ToGrpc(master_->PutStart(*req, req->options().client_host_id(), resp)));
 }
 
 grpc::Status MasterServiceImpl::BatchPutStart(grpc::ServerContext* ctx,
@@ -34,7 +60,7 @@ grpc::Status MasterServiceImpl::BatchPutStart(grpc::ServerContext* ctx,
                                               v1::BatchPutStartResponse* resp) {
   SHELF_CHECK_TOKEN();
   if (req->puts_size() == 0 || static_cast<size_t>(req->puts_size()) > kBatchKeysMax) {
-    return ToGrpc(absl::InvalidArgumentError("a batch put takes 1..1024 blocks"));
+    return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError("a batch put takes 1..1024 blocks")));
   }
   for (const v1::PutStartRequest& put : req->puts()) {
     absl::Status s = master_->PutStart(put, put.options().client_host_id(), resp->add_results());
@@ -50,7 +76,7 @@ grpc::Status MasterServiceImpl::PutCommit(grpc::ServerContext* ctx,
                                           v1::PutCommitResponse* resp) {
   SHELF_CHECK_TOKEN();
   if (static_cast<size_t>(req->put_ids_size()) > kBatchKeysMax) {
-    return ToGrpc(absl::InvalidArgumentError("a commit takes at most 1024 put ids"));
+    return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError("a commit takes at most 1024 put ids")));
   }
   master_->PutCommit(*req, resp);
   return grpc::Status::OK;
@@ -60,7 +86,7 @@ grpc::Status MasterServiceImpl::PutAbort(grpc::ServerContext* ctx, const v1::Put
                                          v1::PutAbortResponse* resp) {
   SHELF_CHECK_TOKEN();
   if (static_cast<size_t>(req->put_ids_size()) > kBatchKeysMax) {
-    return ToGrpc(absl::InvalidArgumentError("an abort takes at most 1024 put ids"));
+    return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError("an abort takes at most 1024 put ids")));
   }
   master_->PutAbort(*req, resp);
   return grpc::Status::OK;
@@ -69,20 +95,33 @@ grpc::Status MasterServiceImpl::PutAbort(grpc::ServerContext* ctx, const v1::Put
 grpc::Status MasterServiceImpl::Lookup(grpc::ServerContext* ctx, const v1::LookupRequest* req,
                                        v1::LookupResponse* resp) {
   SHELF_CHECK_TOKEN();
-  return ToGrpc(master_->Lookup(*req, resp));
+  return rpc_scope.Done(ToGrpc(master_->Lookup(*req, resp)));
 }
 
 grpc::Status MasterServiceImpl::MatchPrefix(grpc::ServerContext* ctx,
                                             const v1::MatchPrefixRequest* req,
                                             v1::MatchPrefixResponse* resp) {
   SHELF_CHECK_TOKEN();
-  return ToGrpc(master_->MatchPrefix(*req, resp));
+  return rpc_scope.Done(ToGrpc(master_->MatchPrefix(*req, resp)));
 }
 
 grpc::Status MasterServiceImpl::Remove(grpc::ServerContext* ctx, const v1::RemoveRequest* req,
                                        v1::RemoveResponse* resp) {
   SHELF_CHECK_TOKEN();
-  return ToGrpc(master_->Remove(*req, resp));
+  return rpc_scope.Done(ToGrpc(master_->Remove(*req, resp)));
+}
+
+grpc::Status MasterServiceImpl::Promote(grpc::ServerContext* ctx, const v1::PromoteRequest* req,
+                                        v1::PromoteResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return rpc_scope.Done(ToGrpc(master_->Promote(*req, resp)));
+}
+
+grpc::Status MasterServiceImpl::PromoteCommit(grpc::ServerContext* ctx,
+                                              const v1::PromoteCommitRequest* req,
+                                              v1::PromoteCommitResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return rpc_scope.Done(ToGrpc(master_->PromoteCommit(*req)));
 }
 
 grpc::Status AdminServiceImpl::Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
@@ -102,25 +141,25 @@ grpc::Status AdminServiceImpl::Segments(grpc::ServerContext* ctx, const v1::Segm
 grpc::Status AdminServiceImpl::Stat(grpc::ServerContext* ctx, const v1::StatRequest* req,
                                     v1::StatResponse* resp) {
   SHELF_CHECK_TOKEN();
-  return ToGrpc(master_->Stat(*req, resp));
+  return rpc_scope.Done(ToGrpc(master_->Stat(*req, resp)));
 }
 
 grpc::Status AdminServiceImpl::Drain(grpc::ServerContext* ctx, const v1::DrainRequest* req,
                                      v1::DrainResponse* resp) {
   SHELF_CHECK_TOKEN();
-  return ToGrpc(master_->Drain(*req, resp));
+  return rpc_scope.Done(ToGrpc(master_->Drain(*req, resp)));
 }
 
 grpc::Status AdminServiceImpl::Evict(grpc::ServerContext* ctx, const v1::EvictRequest* req,
                                      v1::EvictResponse* resp) {
   SHELF_CHECK_TOKEN();
-  return ToGrpc(master_->Evict(*req, resp));
+  return rpc_scope.Done(ToGrpc(master_->Evict(*req, resp)));
 }
 
 grpc::Status AdminServiceImpl::Pin(grpc::ServerContext* ctx, const v1::PinRequest* req,
                                    v1::PinResponse* resp) {
   SHELF_CHECK_TOKEN();
-  return ToGrpc(master_->Pin(*req));
+  return rpc_scope.Done(ToGrpc(master_->Pin(*req)));
 }
 
 }  // namespace shelf

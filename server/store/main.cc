@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/ready_file.h"
@@ -23,7 +25,7 @@ int main(int argc, char** argv) {
   SetLogComponent("store");
 
   StoreOptions opts;
-  std::string labels, secret_file, ready_file, admin_listen;
+  std::string labels, secret_file, ready_file, admin_listen, metrics_listen;
   int64_t max_connections = opts.max_connections;
   Flags flags("shelf-store", "the Shelf storage daemon (DRAM segment, SSD tier, data plane)");
   flags.AddString("master", &opts.master, "HOST:PORT of the master (required)");
@@ -45,8 +47,12 @@ int main(int argc, char** argv) {
   flags.AddBool("hugepages", &opts.hugepages, "back the DRAM segment with hugepages if reserved");
   flags.AddBool("mlock", &opts.mlock, "lock the DRAM segment in memory");
   flags.AddBool("shm", &opts.shm, "serve same-host clients through shared memory");
+  flags.AddBool("promote-on-hit", &opts.promote_on_hit,
+                "copy a block read from the SSD tier up into DRAM (the SSD copy stays)");
   flags.AddInt("max-connections", &max_connections, "data-plane connection limit");
   flags.AddString("ready-file", &ready_file, "write the data-plane HOST:PORT here once serving");
+  flags.AddString("metrics-listen", &metrics_listen,
+                  "HOST:PORT serving /metrics (Prometheus) and /health over HTTP (off when empty)");
   flags.ParseOrExit(argc, argv);
   opts.max_connections = static_cast<int>(max_connections);
 
@@ -89,6 +95,28 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  std::unique_ptr<HttpServer> http;
+  if (!metrics_listen.empty()) {
+    Store* st = store->get();
+    std::map<std::string, HttpHandler> handlers;
+    handlers["/metrics"] = [](const HttpRequest&) {
+      return HttpResponse{200, metrics::Registry::kContentType, DefaultRegistry().Render()};
+    };
+    handlers["/health"] = [st](const HttpRequest&) {
+      bool reg = st->registered();
+      return HttpResponse{reg ? 200 : 503, "application/json",
+                          std::string("{\"status\": \"") + (reg ? "ok" : "unregistered") +
+                              "\", \"node\": \"" + st->node_id() + "\", \"ssd\": " +
+                              (st->ssd() != nullptr ? "true" : "false") + "}\n"};
+    };
+    auto started = HttpServer::Start(metrics_listen, std::move(handlers));
+    if (!started.ok()) {
+      std::fprintf(stderr, "shelf-store: --metrics-listen: %s\n",
+                   std::string(started.status().message()).c_str());
+      return 1;
+    }
+    http = *std::move(started);
+  }
   WriteReadyFile(ready_file, (*store)->data_address() + "\n");
   std::thread runner([&] { (*store)->Run(); });
   int sig = 0;
@@ -97,5 +125,6 @@ int main(int argc, char** argv) {
   (*store)->Stop();
   runner.join();
   if (admin != nullptr) admin->Shutdown();
+  http.reset();
   return 0;
 }

@@ -18,6 +18,8 @@ namespace shelf {
 namespace {
 
 constexpr uint32_t kSegmentId = 0;
+// Promotions wait in a bounded queue; past it, reads are served without one.
+constexpr size_t kPromotionsMax = 64;
 
 uint64_t RandomIncarnation() {
   std::string b = RandomBytes(8);
@@ -41,10 +43,36 @@ std::string LoadOrCreateNodeId(const std::string& dir) {
 
 }  // namespace
 
+Store::Metrics::Metrics(metrics::Registry& r)
+    : read_bytes(r.AddCounter("shelf_store_read_bytes_total",
+                              "Bytes served, by tier and transport (shared-memory reads are "
+                              "counted by clients)",
+                              {"tier", "transport"})),
+      read_dram_tcp(read_bytes.WithLabels({"dram", "tcp"})),
+      read_ssd_tcp(read_bytes.WithLabels({"ssd", "tcp"})),
+      written_bytes(r.AddCounter("shelf_store_written_bytes_total",
+                                 "Bytes written, by tier and transport", {"tier", "transport"})),
+      written_dram_tcp(written_bytes.WithLabels({"dram", "tcp"})),
+      written_ssd_local(written_bytes.WithLabels({"ssd", "local"})),
+      demotions(r.AddCounter("shelf_store_demotions_total", "DRAM-to-SSD copies", {"result"})),
+      demotions_ok(demotions.WithLabels({"ok"})),
+      demotions_failed(demotions.WithLabels({"failed"})),
+      checksum_failures(r.AddCounter("shelf_store_checksum_failures_total",
+                                     "Blocks whose bytes did not match their checksum")
+                            .WithLabels()),
+      ssd_seconds(r.AddHistogram("shelf_store_ssd_op_seconds", "SSD tier operation time",
+                                 {"op"})),
+      promotions(r.AddCounter("shelf_store_promotions_total",
+                              "SSD blocks copied up to DRAM after a read (--promote-on-hit)")
+                     .WithLabels()),
+      ssd_read_seconds(ssd_seconds.WithLabels({"read"})),
+      ssd_write_seconds(ssd_seconds.WithLabels({"write"})) {}
+
 Store::Store(const StoreOptions& options)
-    : options_(options), incarnation_(RandomIncarnation()) {}
+    : options_(options), incarnation_(RandomIncarnation()), metrics_(DefaultRegistry()) {}
 
 Store::~Store() {
+  gauges_.clear();
   Stop();
   data_server_.reset();
   shm_server_.reset();
@@ -117,6 +145,30 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
     }
   }
 
+  Store* raw = store.get();
+  metrics::Registry& r = DefaultRegistry();
+  store->gauges_.push_back(r.AddCallbackGauge(
+      "shelf_store_capacity_bytes", "Capacity by tier", {"tier"}, [raw] {
+        std::vector<metrics::GaugeSample> out = {
+            {{"dram"}, static_cast<double>(raw->segment_->size())}};
+        if (raw->ssd_ != nullptr) {
+          out.push_back({{"ssd"}, static_cast<double>(raw->ssd_->capacity_bytes())});
+        }
+        return out;
+      }));
+  store->gauges_.push_back(r.AddCallbackGauge(
+      "shelf_store_used_bytes", "Used bytes by tier (DRAM use is tracked by the master)",
+      {"tier"}, [raw] {
+        std::vector<metrics::GaugeSample> out;
+        if (raw->ssd_ != nullptr) {
+          out.push_back({{"ssd"}, static_cast<double>(raw->ssd_->used_bytes())});
+        }
+        return out;
+      }));
+  store->gauges_.push_back(r.AddCallbackGauge(
+      "shelf_store_connections", "Open data-plane connections",
+      [raw] { return static_cast<double>(raw->data_server_->connections()); }));
+
   auto channel = MakeChannel(options.master, options.tls);
   if (!channel.ok()) return channel.status();
   store->master_ = v1::MasterService::NewStub(*channel);
@@ -149,7 +201,22 @@ absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, ui
 
 absl::Status Store::ReadKey(absl::string_view key, std::string* out) {
   if (ssd_ == nullptr) return absl::NotFoundError("this store has no SSD tier");
-  return ssd_->Get(std::string(key), out);
+  absl::Status s;
+  {
+    metrics::ScopedTimer timer(metrics_.ssd_read_seconds);
+    s = ssd_->Get(std::string(key), out);
+  }
+  if (s.ok()) metrics_.read_ssd_tcp.Inc(out->size());
+  if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Inc();
+  uint64_t size = 0, checksum = 0;
+  if (s.ok() && options_.promote_on_hit && ssd_->Info(std::string(key), &size, &checksum)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (promotions_.size() < kPromotionsMax) {
+      promotions_.push_back(Promotion{std::string(key), *out, checksum});
+      moves_cv_.notify_one();
+    }
+  }
+  return s;
 }
 
 absl::Status Store::Register() {
@@ -191,6 +258,7 @@ absl::Status Store::Register() {
     heartbeat_interval_ms_ = std::max<uint64_t>(50, resp.heartbeat_interval_ms());
     results_.clear();  // the new registration's inventory supersedes them
     moves_.clear();
+    promotions_.clear();
   }
   registered_.store(true);
   SHELF_LOG(INFO) << "registered with master" << Kv("master", options_.master)
@@ -213,7 +281,15 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
       } else {
         // SsdTier::Put verifies the checksum before writing: a block that
         // was corrupted in DRAM is reported, not copied.
+        metrics::ScopedTimer timer(metrics_.ssd_write_seconds);
         s = ssd_->Put(move.key(), segment_->data() + move.offset(), move.size(), move.checksum());
+        if (s.ok()) {
+          metrics_.written_ssd_local.Inc(move.size());
+          metrics_.demotions_ok.Inc();
+        } else {
+          metrics_.demotions_failed.Inc();
+          if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Inc();
+        }
       }
       break;
     case v1::TierMove::DROP_SSD:
@@ -273,8 +349,9 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
 void Store::MoverLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_.load()) {
-    moves_cv_.wait_for(lock, std::chrono::milliseconds(100),
-                       [this] { return !moves_.empty() || stopping_.load(); });
+    moves_cv_.wait_for(lock, std::chrono::milliseconds(100), [this] {
+      return !moves_.empty() || !promotions_.empty() || stopping_.load();
+    });
     while (!moves_.empty() && !stopping_.load()) {
       v1::TierMove m = std::move(moves_.front());
       moves_.pop_front();
@@ -285,7 +362,40 @@ void Store::MoverLoop() {
       moving_ = false;
       results_.push_back(std::move(r));
     }
+    // Master orders first; promotions are best effort.
+    if (moves_.empty() && !promotions_.empty() && registered_.load()) {
+      Promotion p = std::move(promotions_.front());
+      promotions_.pop_front();
+      lock.unlock();
+      Promote(p);
+      lock.lock();
+    }
   }
+}
+
+void Store::Promote(const Promotion& p) {
+  v1::PromoteRequest req;
+  req.set_node_id(node_id_);
+  req.set_incarnation(incarnation_);
+  req.set_key(p.key);
+  req.set_size(p.data.size());
+  req.set_checksum(p.checksum);
+  v1::PromoteResponse resp;
+  {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token_, options_.rpc_timeout_ms);
+    if (!master_->Promote(&ctx, req, &resp).ok() || resp.promote_id() == 0) return;
+  }
+  bool ok = resp.segment_id() == kSegmentId && segment_->Contains(resp.offset(), p.data.size());
+  if (ok) std::memcpy(segment_->data() + resp.offset(), p.data.data(), p.data.size());
+  v1::PromoteCommitRequest commit;
+  commit.set_node_id(node_id_);
+  commit.set_promote_id(resp.promote_id());
+  commit.set_ok(ok);
+  v1::PromoteCommitResponse unused;
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, token_, options_.rpc_timeout_ms);
+  if (master_->PromoteCommit(&ctx, commit, &unused).ok() && ok) metrics_.promotions.Inc();
 }
 
 void Store::Run() {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/metrics.h"
 #include "common/rpc.h"
 #include "proto/shelf.grpc.pb.h"
 #include "storage/dram_segment.h"
@@ -47,6 +48,7 @@ struct StoreOptions {
   bool hugepages = true;
   bool mlock = false;
   bool shm = true;                     // offer same-host shared memory
+  bool promote_on_hit = false;         // copy SSD blocks that are read back into DRAM
   int max_connections = 1024;
   uint64_t rpc_timeout_ms = 3000;
 };
@@ -69,21 +71,44 @@ class Store : public DataHandler {
   absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                           uint64_t length) override;
   absl::Status ReadKey(absl::string_view key, std::string* out) override;
-  void OnRead(uint64_t bytes) override { read_bytes_.fetch_add(bytes); }
-  void OnWrite(uint64_t bytes) override { written_bytes_.fetch_add(bytes); }
-
-  uint64_t read_bytes() const { return read_bytes_.load(); }
-  uint64_t written_bytes() const { return written_bytes_.load(); }
+  void OnRead(uint64_t bytes) override { metrics_.read_dram_tcp.Inc(bytes); }
+  void OnWrite(uint64_t bytes) override { metrics_.written_dram_tcp.Inc(bytes); }
   SsdTier* ssd() const { return ssd_.get(); }
 
  private:
   explicit Store(const StoreOptions& options);
+
+  struct Promotion {
+    std::string key;
+    std::string data;
+    uint64_t checksum;
+  };
+
+  // docs/metrics.md: shelf_store_*.
+  struct Metrics {
+    explicit Metrics(metrics::Registry& r);
+    metrics::Family<metrics::Counter>& read_bytes;
+    metrics::Counter& read_dram_tcp;
+    metrics::Counter& read_ssd_tcp;
+    metrics::Family<metrics::Counter>& written_bytes;
+    metrics::Counter& written_dram_tcp;
+    metrics::Counter& written_ssd_local;
+    metrics::Family<metrics::Counter>& demotions;
+    metrics::Counter& demotions_ok;
+    metrics::Counter& demotions_failed;
+    metrics::Counter& checksum_failures;
+    metrics::Family<metrics::Histogram>& ssd_seconds;
+    metrics::Counter& promotions;
+    metrics::Histogram& ssd_read_seconds;
+    metrics::Histogram& ssd_write_seconds;
+  };
   absl::Status Register();
   absl::Status HeartbeatOnce(bool* more_work);
   v1::TierMoveResult Execute(const v1::TierMove& move);
   // Carries out queued tier moves off the heartbeat thread, so a long
   // batch of demotions never delays liveness.
   void MoverLoop();
+  void Promote(const Promotion& p);
 
   const StoreOptions options_;
   std::string node_id_;
@@ -102,12 +127,13 @@ class Store : public DataHandler {
   uint64_t heartbeat_interval_ms_ = 500;       // guarded by mu_
   std::vector<v1::TierMoveResult> results_;    // guarded by mu_: to report
   std::deque<v1::TierMove> moves_;             // guarded by mu_: to carry out
+  std::deque<Promotion> promotions_;           // guarded by mu_: bounded by kPromotionsMax
   bool moving_ = false;                        // guarded by mu_: a move is running
   std::condition_variable moves_cv_;
   std::atomic<bool> registered_{false};
   std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> read_bytes_{0};
-  std::atomic<uint64_t> written_bytes_{0};
+  Metrics metrics_;
+  std::vector<metrics::CallbackHandle> gauges_;
 };
 
 }  // namespace shelf
