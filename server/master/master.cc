@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/hmac.h"
 #include "common/log.h"
+#include "common/sync_point.h"
 #include "transport/wire.h"
 
 namespace shelf {
@@ -203,6 +204,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     for (const Replica& r : put.ranges) FreeRangeLocked(r.node, r.segment, r.offset, put.size);
     put.ranges.clear();
     std::pair<uint64_t*, uint64_t> progress(&frees_, frees_);
+    SHELF_SYNC_POINT("Master::PutStart:WaitForRoom");
     mu_.AwaitWithTimeout(
         absl::Condition(+[](std::pair<uint64_t*, uint64_t>* p) { return *p->first != p->second; },
                         &progress),
@@ -252,6 +254,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
 }
 
 void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* resp) {
+  SHELF_SYNC_POINT("Master::PutCommit:Start");
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
   for (uint64_t id : req.put_ids()) {

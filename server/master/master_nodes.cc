@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/sync_point.h"
 #include "server/master/master.h"
 
 namespace shelf {
@@ -184,6 +185,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now) {
 }
 
 absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
+  SHELF_SYNC_POINT("Master::Heartbeat:Start");
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
   resp->set_term(1);
@@ -496,6 +498,7 @@ absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
 }
 
 void Master::Tick() {
+  SHELF_SYNC_POINT("Master::Tick:Start");
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
   for (uint32_t i = 0; i < nodes_.size(); ++i) {

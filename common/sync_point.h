@@ -1,0 +1,66 @@
+// Named sync points, after RocksDB's test_util/sync_point.h: code marks a
+// point with SHELF_SYNC_POINT("Master::PutStart:BeforeWait"); a test
+// installs a callback there, or orders points across threads
+// ("A" must run before "B" proceeds), to replay a race deterministically.
+// They compile to nothing unless SHELF_SYNC_POINTS is defined (CMake option
+// SHELF_SYNC_POINTS, on in every build but Release).
+//
+//   SyncPoint::Get()->SetCallBack("Master::Tick:Start", [&](void*) { ... });
+//   SyncPoint::Get()->EnableProcessing();
+//   ...
+//   SyncPoint::Get()->DisableProcessing();
+//   SyncPoint::Get()->ClearAll();
+//
+// Thread-safe. Callbacks run on the thread that reaches the point, with no
+// lock of the sync-point registry held.
+#ifndef SHELF_COMMON_SYNC_POINT_H_
+#define SHELF_COMMON_SYNC_POINT_H_
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shelf {
+
+class SyncPoint {
+ public:
+  static SyncPoint* Get();
+
+  // `fn` runs each time `point` is reached (argument: the point's context).
+  void SetCallBack(const std::string& point, std::function<void(void*)> fn);
+  // Each pair {a, b}: a thread reaching b waits until a has been reached.
+  void LoadDependency(const std::vector<std::pair<std::string, std::string>>& deps);
+  void EnableProcessing();
+  void DisableProcessing();
+  void ClearAll();
+  // How often `point` was reached while processing was enabled.
+  int Count(const std::string& point);
+
+  void Process(const std::string& point, void* arg);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool enabled_ = false;
+  std::map<std::string, std::function<void(void*)>> callbacks_;
+  std::map<std::string, std::vector<std::string>> predecessors_;
+  std::set<std::string> reached_;
+  std::map<std::string, int> counts_;
+};
+
+}  // namespace shelf
+
+#ifdef SHELF_SYNC_POINTS
+#define SHELF_SYNC_POINT(name) ::shelf::SyncPoint::Get()->Process(name, nullptr)
+#define SHELF_SYNC_POINT_ARG(name, arg) ::shelf::SyncPoint::Get()->Process(name, arg)
+#else
+#define SHELF_SYNC_POINT(name)
+#define SHELF_SYNC_POINT_ARG(name, arg)
+#endif
+
+#endif  // SHELF_COMMON_SYNC_POINT_H_

@@ -1,0 +1,117 @@
+// In-process master fixtures: a Master with fake-free registrations (a
+// registration is only a request), helpers for puts and lookups.
+#ifndef SHELF_TESTS_MASTER_MASTER_FIXTURE_H_
+#define SHELF_TESTS_MASTER_MASTER_FIXTURE_H_
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "common/metrics.h"
+#include "server/master/master.h"
+
+namespace shelf {
+
+class MasterFixture : public ::testing::Test {
+ protected:
+  void Make(MasterOptions o) {
+    registry_ = std::make_unique<metrics::Registry>();
+    master_ = std::make_unique<Master>(o, registry_.get());
+  }
+  void SetUp() override {
+    MasterOptions o;
+    o.lease_ms = 200;
+    o.put_timeout_ms = 300;
+    o.node_ttl_ms = 300;
+    o.demote_wait_ms = 100;
+    Make(o);
+  }
+  void TearDown() override {
+    if (master_) master_->CheckInvariants();
+  }
+
+  uint64_t Register(const std::string& id, uint64_t dram, uint64_t ssd = 0,
+                    const std::string& host = "host", uint64_t incarnation = 1,
+                    std::map<std::string, std::string> labels = {},
+                    std::vector<v1::InventoryEntry> inventory = {}) {
+    v1::RegisterStoreRequest req;
+    req.set_protocol_version(1);
+    req.mutable_endpoint()->set_node_id(id);
+    req.mutable_endpoint()->set_data_address(id + ":7100");
+    req.mutable_endpoint()->set_host_id(host);
+    req.mutable_endpoint()->add_transports(v1::TRANSPORT_TCP);
+    auto* seg = req.add_segments();
+    seg->set_segment_id(0);
+    seg->set_capacity_bytes(dram);
+    req.set_ssd_capacity_bytes(ssd);
+    req.set_incarnation(incarnation);
+    for (auto& [k, v] : labels) (*req.mutable_labels())[k] = v;
+    for (auto& e : inventory) *req.add_inventory() = e;
+    v1::RegisterStoreResponse resp;
+    EXPECT_TRUE(master_->RegisterStore(req, &resp).ok());
+    return incarnation;
+  }
+
+  absl::Status Heartbeat(const std::string& id, uint64_t incarnation,
+                         std::vector<v1::TierMoveResult> results, v1::HeartbeatResponse* resp) {
+    v1::HeartbeatRequest req;
+    req.set_node_id(id);
+    req.set_incarnation(incarnation);
+    for (auto& r : results) *req.add_moves() = r;
+    return master_->Heartbeat(req, resp);
+  }
+
+  v1::PutStartResponse Start(const std::string& key, uint64_t size, uint32_t replicas = 1,
+                             absl::Status* status = nullptr, v1::PutOptions opts = {}) {
+    v1::PutStartRequest req;
+    req.set_key(key);
+    req.set_size(size);
+    req.set_checksum(42);
+    opts.set_replicas(replicas);
+    *req.mutable_options() = opts;
+    v1::PutStartResponse resp;
+    absl::Status s = master_->PutStart(req, "client-host", &resp);
+    if (status != nullptr) *status = s;
+    return resp;
+  }
+
+  absl::Status Commit(uint64_t put_id) {
+    v1::PutCommitRequest req;
+    req.add_put_ids(put_id);
+    v1::PutCommitResponse resp;
+    master_->PutCommit(req, &resp);
+    return absl::Status(static_cast<absl::StatusCode>(resp.statuses(0).code()),
+                        resp.statuses(0).message());
+  }
+
+  absl::Status Put(const std::string& key, uint64_t size, uint32_t replicas = 1) {
+    absl::Status s;
+    v1::PutStartResponse r = Start(key, size, replicas, &s);
+    if (!s.ok()) return s;
+    if (r.state() != v1::PUT_STARTED) return absl::AlreadyExistsError("not started");
+    return Commit(r.put_id());
+  }
+
+  v1::ObjectLocation Lookup(const std::string& key, bool lease = true) {
+    v1::LookupRequest req;
+    req.add_keys(key);
+    req.set_no_lease(!lease);
+    v1::LookupResponse resp;
+    EXPECT_TRUE(master_->Lookup(req, &resp).ok());
+    return resp.objects(0);
+  }
+
+  uint64_t DramUsed() {
+    v1::StatusResponse st;
+    master_->Status(&st);
+    return st.dram_used_bytes();
+  }
+
+  std::unique_ptr<metrics::Registry> registry_;
+  std::unique_ptr<Master> master_;
+};
+
+}  // namespace shelf
+
+#endif  // SHELF_TESTS_MASTER_MASTER_FIXTURE_H_

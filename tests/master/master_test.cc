@@ -1,0 +1,317 @@
+// The master's state machine, in process: placement, two-phase puts,
+// leases, pins, eviction and demotion, liveness, limits.
+#include <thread>
+
+#include "common/clock.h"
+#include "tests/master/master_fixture.h"
+
+namespace shelf {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+void Sleep(uint64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+TEST_F(MasterFixture, TwoPhasePutIsInvisibleUntilCommitAndDedups) {
+  Register("a", 64 * kMiB);
+  v1::PutStartResponse r = Start("k", kMiB);
+  ASSERT_EQ(r.state(), v1::PUT_STARTED);
+  ASSERT_EQ(r.replicas_size(), 1);
+  ASSERT_EQ(r.grants_size(), 1);
+  EXPECT_EQ(r.grants(0).mac().size(), 32u);
+  EXPECT_FALSE(Lookup("k").found());
+  EXPECT_EQ(Start("k", kMiB).state(), v1::PUT_IN_FLIGHT);
+  ASSERT_TRUE(Commit(r.put_id()).ok());
+  EXPECT_TRUE(Lookup("k").found());
+  EXPECT_EQ(Start("k", kMiB).state(), v1::PUT_ALREADY_EXISTS);
+  EXPECT_EQ(Commit(r.put_id()).code(), absl::StatusCode::kNotFound);  // no double commit
+  EXPECT_EQ(master_->metrics().dedup_hits.Value(), 1u);
+}
+
+TEST_F(MasterFixture, LimitsAreInvalidArgument) {
+  Register("a", 64 * kMiB);
+  absl::Status s;
+  Start("", 10, 1, &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  Start(std::string(257, 'x'), 10, 1, &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  Start("k", 0, 1, &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  Start("k", 2ull << 30, 1, &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  Start("k", 10, 9, &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  v1::LookupRequest big;
+  for (int i = 0; i < 1025; ++i) big.add_keys("k");
+  v1::LookupResponse resp;
+  EXPECT_EQ(master_->Lookup(big, &resp).code(), absl::StatusCode::kInvalidArgument);
+  v1::MatchPrefixRequest none;
+  v1::MatchPrefixResponse mresp;
+  EXPECT_EQ(master_->MatchPrefix(none, &mresp).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DramUsed(), 0u);
+}
+
+TEST_F(MasterFixture, NoStoresIsUnavailableAndTooFewIsExhaustedUnlessBestEffort) {
+  absl::Status s;
+  Start("k", 10, 1, &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  Register("a", 64 * kMiB);
+  Register("b", 64 * kMiB);
+  Start("k", kMiB, 3, &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(DramUsed(), 0u);  // nothing leaked by the failed attempt
+  v1::PutOptions best;
+  best.set_best_effort(true);
+  v1::PutStartResponse r = Start("k", kMiB, 3, &s, best);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(r.replicas_size(), 2);
+  EXPECT_NE(r.replicas(0).store().node_id(), r.replicas(1).store().node_id());
+}
+
+TEST_F(MasterFixture, PlacementPrefersLocalSpreadsLabelsAndSkipsDrained) {
+  Register("a", 64 * kMiB, 0, "h1", 1, {{"zone", "z1"}});
+  Register("b", 64 * kMiB, 0, "h2", 1, {{"zone", "z1"}});
+  Register("c", 64 * kMiB, 0, "h3", 1, {{"zone", "z2"}});
+  v1::PutOptions local;
+  local.set_prefer_local(true);
+  local.set_client_host_id("h2");
+  for (int i = 0; i < 5; ++i) {
+    v1::PutStartResponse r = Start("l" + std::to_string(i), kMiB, 1, nullptr, local);
+    ASSERT_EQ(r.replicas_size(), 1);
+    EXPECT_EQ(r.replicas(0).store().node_id(), "b");
+  }
+  v1::PutOptions spread;
+  spread.set_spread_label("zone");
+  for (int i = 0; i < 5; ++i) {
+    v1::PutStartResponse r = Start("s" + std::to_string(i), kMiB, 2, nullptr, spread);
+    ASSERT_EQ(r.replicas_size(), 2);
+    bool has_c = r.replicas(0).store().node_id() == "c" || r.replicas(1).store().node_id() == "c";
+    EXPECT_TRUE(has_c) << "replicas not spread over zones";
+  }
+  v1::DrainRequest drain;
+  drain.set_node("c");
+  v1::DrainResponse dresp;
+  ASSERT_TRUE(master_->Drain(drain, &dresp).ok());
+  EXPECT_EQ(dresp.node().state(), v1::NODE_DRAINING);
+  for (int i = 0; i < 5; ++i) {
+    v1::PutStartResponse r = Start("d" + std::to_string(i), kMiB, 1);
+    EXPECT_NE(r.replicas(0).store().node_id(), "c");
+  }
+}
+
+TEST_F(MasterFixture, PutTimeoutReclaimsAndLateCommitFails) {
+  Register("a", 64 * kMiB);
+  v1::PutStartResponse r = Start("k", kMiB);
+  EXPECT_EQ(DramUsed(), kMiB);
+  Sleep(350);
+  // Keep the node alive past its TTL while waiting for the put to expire.
+  v1::HeartbeatResponse hb;
+  ASSERT_TRUE(Heartbeat("a", 1, {}, &hb).ok());
+  master_->Tick();
+  EXPECT_EQ(DramUsed(), 0u);
+  EXPECT_EQ(Commit(r.put_id()).code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(Lookup("k").found());
+  EXPECT_EQ(master_->metrics().puts_expired.Value(), 1u);
+}
+
+TEST_F(MasterFixture, RemoveHonoursLeases) {
+  Register("a", 8 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  v1::ObjectLocation loc = Lookup("k");  // takes a 200 ms lease
+  ASSERT_TRUE(loc.found());
+  uint64_t offset = loc.replicas(0).offset();
+  v1::RemoveRequest rm;
+  rm.add_keys("k");
+  v1::RemoveResponse rresp;
+  ASSERT_TRUE(master_->Remove(rm, &rresp).ok());
+  EXPECT_EQ(rresp.statuses(0).code(), 0);
+  EXPECT_FALSE(Lookup("k").found());
+  // The leased range is not reused while the lease runs: fill the rest.
+  for (int i = 0; i < 3; ++i) {
+    v1::PutStartResponse r = Start("n" + std::to_string(i), kMiB);
+    ASSERT_EQ(r.state(), v1::PUT_STARTED);
+    EXPECT_NE(r.replicas(0).offset(), offset);
+    ASSERT_TRUE(Commit(r.put_id()).ok());
+  }
+  Sleep(250);
+  master_->Tick();  // the lease ended: the deferred free happens
+  EXPECT_EQ(DramUsed(), 3 * kMiB);
+}
+
+TEST_F(MasterFixture, EvictionSkipsLeasedAndPinnedAndFailsFastWhenNothingIsEvictable) {
+  MasterOptions o;
+  o.lease_ms = 5000;
+  o.evict_high = 1.0;  // evict only when full, so the test sees each choice
+  o.evict_low = 0.99;
+  o.demote_wait_ms = 100;
+  Make(o);
+  Register("a", 4 * kMiB);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Put("k" + std::to_string(i), kMiB).ok());
+  v1::PinRequest pin;
+  pin.set_key("k0");
+  pin.set_hard(true);
+  // Hard pins are capped at 10% of the node's DRAM by default.
+  EXPECT_EQ(master_->Pin(pin).code(), absl::StatusCode::kResourceExhausted);
+  pin.set_hard(false);
+  ASSERT_TRUE(master_->Pin(pin).ok());  // soft pin: evicted last
+  Lookup("k1");                         // leased
+  // A new put must evict: the least recently used unleased, unpinned one
+  // is k2 (k1 is leased, k0 soft-pinned).
+  ASSERT_TRUE(Put("new", kMiB).ok());
+  EXPECT_TRUE(Lookup("k0", false).found());
+  EXPECT_TRUE(Lookup("k1", false).found());
+  EXPECT_FALSE(Lookup("k2", false).found());
+  // Pinned keys are not removed without force.
+  v1::RemoveRequest rm;
+  rm.add_keys("k0");
+  v1::RemoveResponse rresp;
+  ASSERT_TRUE(master_->Remove(rm, &rresp).ok());
+  EXPECT_EQ(rresp.statuses(0).code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  // Everything leased: a put fails fast with RESOURCE_EXHAUSTED.
+  for (const char* k : {"k0", "k1", "k3", "new"}) Lookup(k);
+  absl::Status s;
+  uint64_t t0 = MonoMs();
+  Start("blocked", kMiB, 1, &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_LT(MonoMs() - t0, 2000u);
+}
+
+TEST_F(MasterFixture, DemotionProtocolMovesReplicasToSsd) {
+  Register("a", 4 * kMiB, 64 * kMiB);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Put("k" + std::to_string(i), kMiB).ok());
+  master_->Tick();  // over the high watermark: demotions ordered
+  v1::HeartbeatResponse hb;
+  ASSERT_TRUE(Heartbeat("a", 1, {}, &hb).ok());
+  ASSERT_GT(hb.moves_size(), 0);
+  std::vector<v1::TierMoveResult> results;
+  for (const v1::TierMove& m : hb.moves()) {
+    EXPECT_EQ(m.kind(), v1::TierMove::DEMOTE);
+    EXPECT_EQ(m.size(), kMiB);
+    v1::TierMoveResult r;
+    r.set_move_id(m.move_id());
+    r.set_key(m.key());
+    r.set_ok(true);
+    results.push_back(r);
+  }
+  uint64_t used_before = DramUsed();
+  v1::HeartbeatResponse hb2;
+  ASSERT_TRUE(Heartbeat("a", 1, results, &hb2).ok());
+  EXPECT_EQ(DramUsed(), used_before - results.size() * kMiB);
+  v1::ObjectLocation loc = Lookup(results[0].key(), false);
+  ASSERT_TRUE(loc.found());
+  EXPECT_EQ(loc.replicas(0).tier(), v1::TIER_SSD);
+  EXPECT_EQ(master_->metrics().demotions_ok.Value(), results.size());
+}
+
+TEST_F(MasterFixture, FailedDemotionKeepsTheDramReplica) {
+  Register("a", 4 * kMiB, 64 * kMiB);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Put("k" + std::to_string(i), kMiB).ok());
+  master_->Tick();
+  v1::HeartbeatResponse hb;
+  ASSERT_TRUE(Heartbeat("a", 1, {}, &hb).ok());
+  ASSERT_GT(hb.moves_size(), 0);
+  v1::TierMoveResult r;
+  r.set_move_id(hb.moves(0).move_id());
+  r.set_key(hb.moves(0).key());
+  r.set_ok(false);
+  r.set_error("disk full");
+  v1::HeartbeatResponse hb2;
+  ASSERT_TRUE(Heartbeat("a", 1, {r}, &hb2).ok());
+  v1::ObjectLocation loc = Lookup(r.key(), false);
+  ASSERT_TRUE(loc.found());
+  EXPECT_EQ(loc.replicas(0).tier(), v1::TIER_DRAM);
+  EXPECT_EQ(master_->metrics().demotions_failed.Value(), 1u);
+}
+
+TEST_F(MasterFixture, DeadNodeLosesItsReplicasAndAbortsItsPuts) {
+  Register("a", 64 * kMiB);
+  Register("b", 64 * kMiB);
+  ASSERT_TRUE(Put("both", kMiB, 2).ok());
+  v1::PutStartResponse open = Start("open", kMiB, 2);
+  Sleep(200);
+  v1::HeartbeatResponse hb;
+  ASSERT_TRUE(Heartbeat("b", 1, {}, &hb).ok());
+  Sleep(200);  // a: 400 ms silent, TTL 300 ms; b: 200 ms
+  master_->Tick();
+  v1::ObjectLocation loc = Lookup("both", false);
+  ASSERT_TRUE(loc.found());
+  ASSERT_EQ(loc.replicas_size(), 1);
+  EXPECT_EQ(loc.replicas(0).store().node_id(), "b");
+  EXPECT_EQ(Commit(open.put_id()).code(), absl::StatusCode::kNotFound);
+  // A heartbeat from the dead node asks it to register again.
+  ASSERT_TRUE(Heartbeat("a", 1, {}, &hb).ok());
+  EXPECT_TRUE(hb.reregister());
+}
+
+TEST_F(MasterFixture, ReRegistrationRestoresSsdInventory) {
+  std::vector<v1::InventoryEntry> inv;
+  for (int i = 0; i < 3; ++i) {
+    v1::InventoryEntry e;
+    e.set_key("ssd" + std::to_string(i));
+    e.set_size(kMiB);
+    e.set_checksum(7);
+    e.set_tier(v1::TIER_SSD);
+    inv.push_back(e);
+  }
+  Register("a", 8 * kMiB, 64 * kMiB, "h", 1, {}, inv);
+  v1::ObjectLocation loc = Lookup("ssd1", false);
+  ASSERT_TRUE(loc.found());
+  EXPECT_EQ(loc.replicas(0).tier(), v1::TIER_SSD);
+  EXPECT_EQ(loc.checksum(), 7u);
+  // Same node, new incarnation (a restart), fewer blocks: the index follows.
+  inv.pop_back();
+  Register("a", 8 * kMiB, 64 * kMiB, "h", 2, {}, inv);
+  EXPECT_TRUE(Lookup("ssd0", false).found());
+  EXPECT_FALSE(Lookup("ssd2", false).found());
+}
+
+TEST_F(MasterFixture, MatchPrefixStopsAtFirstMiss) {
+  Register("a", 64 * kMiB);
+  for (const char* k : {"p0", "p1", "p3"}) ASSERT_TRUE(Put(k, 4096).ok());
+  v1::MatchPrefixRequest req;
+  for (const char* k : {"p0", "p1", "p2", "p3"}) req.add_keys(k);
+  v1::MatchPrefixResponse resp;
+  ASSERT_TRUE(master_->MatchPrefix(req, &resp).ok());
+  EXPECT_EQ(resp.matched(), 2u);
+  EXPECT_EQ(resp.objects_size(), 2);
+  EXPECT_GT(resp.objects(0).lease_expires_unix_ms(), 0u);
+}
+
+TEST_F(MasterFixture, PromotionAddsADramCopyBesideTheSsdOne) {
+  v1::InventoryEntry e;
+  e.set_key("cold");
+  e.set_size(kMiB);
+  e.set_checksum(9);
+  e.set_tier(v1::TIER_SSD);
+  Register("a", 8 * kMiB, 64 * kMiB, "h", 1, {}, {e});
+  v1::PromoteRequest req;
+  req.set_node_id("a");
+  req.set_incarnation(1);
+  req.set_key("cold");
+  req.set_size(kMiB);
+  req.set_checksum(9);
+  v1::PromoteResponse resp;
+  ASSERT_TRUE(master_->Promote(req, &resp).ok());
+  ASSERT_NE(resp.promote_id(), 0u);
+  v1::PromoteCommitRequest commit;
+  commit.set_node_id("a");
+  commit.set_promote_id(resp.promote_id());
+  commit.set_ok(true);
+  ASSERT_TRUE(master_->PromoteCommit(commit).ok());
+  v1::ObjectLocation loc = Lookup("cold", false);
+  ASSERT_EQ(loc.replicas_size(), 2);
+  EXPECT_EQ(loc.replicas(0).tier(), v1::TIER_DRAM);  // DRAM sorts first
+  EXPECT_EQ(loc.replicas(1).tier(), v1::TIER_SSD);
+  // A second promotion of the same block is a no-op.
+  v1::PromoteResponse again;
+  ASSERT_TRUE(master_->Promote(req, &again).ok());
+  EXPECT_EQ(again.promote_id(), 0u);
+  // A wrong checksum never promotes.
+  req.set_checksum(10);
+  v1::PromoteResponse wrong;
+  ASSERT_TRUE(master_->Promote(req, &wrong).ok());
+  EXPECT_EQ(wrong.promote_id(), 0u);
+}
+
+}  // namespace
+}  // namespace shelf
