@@ -1,0 +1,406 @@
+// LeaderElection: the campaign loop on its own thread.
+//
+// A candidate holds one lease (a "session") for as long as it can keep it
+// alive, leading or not, and campaigns with a transaction that creates the
+// leader key with that lease only if the key is absent. A session whose
+// lease is presumed lost is dropped: its lease is revoked as soon as etcd
+// answers (so a key it may still carry goes at once) and a new one granted.
+#include "coord/election.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+namespace shelf::coord {
+
+struct LeaderElection::Session {
+  Lease lease;
+  std::unique_ptr<LeaseKeepAlive> keepalive;
+};
+
+namespace {
+
+constexpr size_t kClusterNameBytesMax = 64;
+// Between failed campaign steps: short enough to win soon after etcd returns.
+constexpr uint64_t kCampaignBackoffMaxMs = 1000;
+
+absl::Status ValidateCluster(absl::string_view cluster) {
+  if (cluster.empty() || cluster.size() > kClusterNameBytesMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster name must be 1 to ", kClusterNameBytesMax, " bytes"));
+  }
+  for (char c : cluster) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cluster name '", cluster, "': only [A-Za-z0-9._-]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+LeaderInfo ToLeaderInfo(const KeyValue& kv) {
+  LeaderInfo info;
+  info.address = kv.value;
+  info.term = kv.create_revision;
+  info.lease_id = kv.lease;
+  return info;
+}
+
+}  // namespace
+
+std::string LeaderElection::LeaderKey(absl::string_view cluster, absl::string_view key_prefix) {
+  return absl::StrCat(key_prefix, "/", cluster, "/leader");
+}
+
+LeaderElection::LeaderElection(EtcdClient* client, ElectionOptions options)
+    : client_(client),
+      options_(std::move(options)),
+      key_(LeaderKey(options_.cluster, options_.key_prefix)) {}
+
+LeaderElection::~LeaderElection() { Stop(); }
+
+absl::Status LeaderElection::Start() {
+  absl::Status valid = ValidateCluster(options_.cluster);
+  if (!valid.ok()) return valid;
+  if (options_.address.empty()) return absl::InvalidArgumentError("election needs an address");
+  if (options_.lease_ttl_s < 1) return absl::InvalidArgumentError("lease TTL must be >= 1 s");
+  if (!options_.on_elected || !options_.on_lost) {
+    return absl::InvalidArgumentError("election needs on_elected and on_lost");
+  }
+  absl::MutexLock join_lock(&join_mu_);
+  absl::MutexLock lock(&mu_);
+  if (running_) return absl::FailedPreconditionError("election already running");
+  running_ = true;
+  stopping_ = false;
+  session_lost_ = false;
+  key_changed_ = false;
+  health_.clear();
+  thread_ = std::thread([this] { Run(); });
+  return absl::OkStatus();
+}
+
+void LeaderElection::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    cv_.SignalAll();
+  }
+  Join();
+  absl::MutexLock lock(&mu_);
+  running_ = false;
+}
+
+absl::Status LeaderElection::Resign() {
+  Stop();
+  int64_t held_term = 0;
+  int64_t lease_id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    std::swap(held_term, held_term_);
+    std::swap(lease_id, lease_id_);
+  }
+  absl::Status result;
+  if (held_term != 0) {
+    auto deleted = client_->DeleteIfCreateRevision(key_, held_term);
+    if (!deleted.ok()) result = deleted.status();
+  }
+  if (lease_id != 0) {
+    absl::Status revoked = client_->LeaseRevoke(lease_id);
+    if (!revoked.ok() && !absl::IsNotFound(revoked) && result.ok()) result = revoked;
+  }
+  SHELF_LOG(INFO) << "resigned from election" << Kv("key", key_) << Kv("term", held_term)
+                  << Kv("result", result.ToString());
+  return result;
+}
+
+void LeaderElection::Join() {
+  absl::MutexLock lock(&join_mu_);
+  if (!thread_.joinable()) return;
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    SHELF_LOG(ERROR) << "LeaderElection::Stop/Resign called from an election callback";
+    std::abort();
+  }
+  thread_.join();
+}
+
+bool LeaderElection::is_leader() const {
+  absl::MutexLock lock(&mu_);
+  return term_ != 0 && keepalive_ != nullptr && keepalive_->alive();
+}
+
+int64_t LeaderElection::term() const {
+  absl::MutexLock lock(&mu_);
+  return term_;
+}
+
+void LeaderElection::Run() {
+  std::unique_ptr<Session> session;
+  int64_t stale_lease = 0;
+  {
+    // A lease left behind by Stop() is not refreshed any more: drop it.
+    absl::MutexLock lock(&mu_);
+    std::swap(stale_lease, lease_id_);
+    held_term_ = 0;
+  }
+  int failures = 0;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) break;
+    }
+    if (stale_lease != 0) {
+      absl::Status s = client_->LeaseRevoke(stale_lease);
+      if (!s.ok() && !absl::IsNotFound(s)) {
+        SHELF_LOG(DEBUG) << "revoking an old election lease failed" << Kv("lease", stale_lease)
+                         << Kv("error", s.ToString());
+        if (!Backoff(&failures)) break;
+        continue;
+      }
+      stale_lease = 0;
+    }
+    if (session == nullptr) {
+      {
+        absl::MutexLock lock(&mu_);
+        session_lost_ = false;
+        health_.clear();
+      }
+      auto lease = client_->LeaseGrant(options_.lease_ttl_s);
+      if (!lease.ok()) {
+        SHELF_LOG(WARNING) << "election: cannot get an etcd lease" << Kv("key", key_)
+                           << Kv("error", lease.status().ToString());
+        if (!Backoff(&failures)) break;
+        continue;
+      }
+      session = std::make_unique<Session>();
+      session->lease = *lease;
+      KeepAliveCallbacks callbacks;
+      callbacks.on_lost = [this](const absl::Status&) {
+        absl::MutexLock lock(&mu_);
+        session_lost_ = true;
+        cv_.SignalAll();
+      };
+      callbacks.on_health = [this](const absl::Status& health) {
+        absl::MutexLock lock(&mu_);
+        health_.push_back(health);
+        cv_.SignalAll();
+      };
+      auto keepalive = client_->KeepAlive(session->lease, std::move(callbacks));
+      if (!keepalive.ok()) {  // only on arguments this code got wrong
+        SHELF_LOG(ERROR) << "election: keepalive refused" << Kv("error", keepalive.status());
+        std::abort();
+      }
+      session->keepalive = *std::move(keepalive);
+      absl::MutexLock lock(&mu_);
+      lease_id_ = session->lease.id;
+      keepalive_ = session->keepalive.get();
+    }
+
+    auto campaign = client_->CreateIfAbsent(key_, options_.address, session->lease.id);
+    Wake wake = Wake::kTimeout;
+    if (!campaign.ok()) {
+      SHELF_LOG(WARNING) << "election: campaign failed" << Kv("key", key_)
+                         << Kv("error", campaign.status().ToString());
+      // NOT_FOUND: etcd no longer has our lease.
+      if (absl::IsNotFound(campaign.status())) {
+        wake = Wake::kSessionLost;
+      } else if (!Backoff(&failures)) {
+        break;
+      }
+    } else {
+      failures = 0;
+      wake = campaign->created ? Lead(session.get(), campaign->kv, campaign->revision)
+                               : StandBy(session.get(), campaign->kv, campaign->revision);
+    }
+    if (wake == Wake::kStop) break;
+    if (wake == Wake::kSessionLost || !session->keepalive->alive()) {
+      session->keepalive->Stop();
+      {
+        absl::MutexLock lock(&mu_);
+        keepalive_ = nullptr;
+        lease_id_ = 0;
+      }
+      stale_lease = session->lease.id;
+      session.reset();
+    }
+  }
+  // Leaving: the lease stays until Resign() revokes it or it expires.
+  if (session != nullptr) session->keepalive->Stop();
+  absl::MutexLock lock(&mu_);
+  keepalive_ = nullptr;
+  lease_id_ = session != nullptr ? session->lease.id : stale_lease;
+}
+
+LeaderElection::Wake LeaderElection::Lead(Session* session, const KeyValue& kv, int64_t revision) {
+  const int64_t term = kv.create_revision;
+  {
+    absl::MutexLock lock(&mu_);
+    term_ = term;
+    held_term_ = term;
+    key_changed_ = false;
+    health_.clear();  // reports from before this term are not about it
+  }
+  SHELF_LOG(INFO) << "elected leader" << Kv("key", key_) << Kv("term", term)
+                  << Kv("address", options_.address) << Kv("lease", session->lease.id);
+  options_.on_elected(term);
+
+  // Someone deleting the key, or a key of another term in its place, ends
+  // this term as surely as losing the lease.
+  std::unique_ptr<EtcdWatch> watch = WatchKey(revision, [term](const WatchEvent& e) {
+    return e.type == WatchEvent::Type::kDelete || e.kv.create_revision != term;
+  });
+  Wake wake = WaitForWake(session, /*timeout_ms=*/0, /*leading=*/true);
+  {
+    absl::MutexLock lock(&mu_);
+    term_ = 0;
+    if (wake == Wake::kChanged) held_term_ = 0;
+  }
+  const char* why = wake == Wake::kStop          ? "stopped"
+                    : wake == Wake::kSessionLost ? "lease lost"
+                                                 : "key deleted or replaced";
+  if (wake == Wake::kStop) {
+    SHELF_LOG(INFO) << "leadership ended" << Kv("key", key_) << Kv("term", term) << Kv("why", why);
+  } else {
+    SHELF_LOG(WARNING) << "leadership ended" << Kv("key", key_) << Kv("term", term)
+                       << Kv("why", why);
+  }
+  options_.on_lost();
+  if (watch != nullptr) watch->Cancel();
+  return wake;
+}
+
+LeaderElection::Wake LeaderElection::StandBy(Session* session, const KeyValue& holder,
+                                             int64_t revision) {
+  {
+    absl::MutexLock lock(&mu_);
+    key_changed_ = false;
+  }
+  SHELF_LOG(DEBUG) << "standing by" << Kv("key", key_) << Kv("leader", holder.value)
+                   << Kv("term", holder.create_revision);
+  std::unique_ptr<EtcdWatch> watch =
+      WatchKey(revision, [](const WatchEvent& e) { return e.type == WatchEvent::Type::kDelete; });
+  // The watch makes takeover fast; the periodic re-read makes it certain
+  // even while the watch cannot reach etcd.
+  Wake wake = WaitForWake(session, static_cast<uint64_t>(session->lease.ttl_s) * 1000,
+                          /*leading=*/false);
+  if (watch != nullptr) watch->Cancel();
+  return wake;
+}
+
+std::unique_ptr<EtcdWatch> LeaderElection::WatchKey(
+    int64_t revision, std::function<bool(const WatchEvent&)> changed) {
+  WatchOptions options;
+  options.start_revision = revision + 1;
+  options.on_events = [this, changed = std::move(changed)](const std::vector<WatchEvent>& events,
+                                                           int64_t) {
+    if (std::none_of(events.begin(), events.end(), changed)) return;
+    absl::MutexLock lock(&mu_);
+    key_changed_ = true;
+    cv_.SignalAll();
+  };
+  options.on_error = [this](const absl::Status&) {
+    // The watch is over (history compacted): re-read the key.
+    absl::MutexLock lock(&mu_);
+    key_changed_ = true;
+    cv_.SignalAll();
+  };
+  auto watch = client_->Watch(key_, std::move(options));
+  if (!watch.ok()) {
+    SHELF_LOG(WARNING) << "election: cannot watch the leader key" << Kv("key", key_)
+                       << Kv("error", watch.status().ToString());
+    return nullptr;
+  }
+  return *std::move(watch);
+}
+
+LeaderElection::Wake LeaderElection::WaitForWake(Session* session, uint64_t timeout_ms,
+                                                 bool leading) {
+  const uint64_t deadline = timeout_ms == 0 ? UINT64_MAX : MonoMs() + timeout_ms;
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    if (stopping_) return Wake::kStop;
+    if (session_lost_) return Wake::kSessionLost;
+    if (key_changed_) {
+      key_changed_ = false;
+      return Wake::kChanged;
+    }
+    if (!health_.empty()) {
+      std::vector<absl::Status> reports;
+      reports.swap(health_);
+      if (leading && options_.on_health) {
+        mu_.Unlock();
+        for (const absl::Status& report : reports) options_.on_health(report);
+        mu_.Lock();
+      }
+      continue;
+    }
+    uint64_t now = MonoMs();
+    uint64_t until = deadline;
+    if (leading) {
+      // Do not depend on the keepalive thread being scheduled on time: the
+      // local deadline alone ends the term.
+      uint64_t expiry = session->keepalive->expiry_mono_ms();
+      if (now >= expiry) return Wake::kSessionLost;
+      until = std::min(until, expiry);
+    }
+    if (now >= until) return Wake::kTimeout;
+    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(std::min<uint64_t>(until - now, 1000)));
+  }
+}
+
+bool LeaderElection::Backoff(int* failures) {
+  uint64_t backoff_ms = client_->options().backoff_initial_ms << std::min(*failures, 10);
+  uint64_t until = MonoMs() + std::min<uint64_t>(backoff_ms, kCampaignBackoffMaxMs);
+  ++*failures;
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    uint64_t now = MonoMs();
+    if (now >= until) return true;
+    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(until - now));
+  }
+  return false;
+}
+
+absl::StatusOr<LeaderInfo> LeaderElection::GetLeader(EtcdClient* client, absl::string_view cluster,
+                                                     absl::string_view key_prefix) {
+  absl::Status valid = ValidateCluster(cluster);
+  if (!valid.ok()) return valid;
+  auto kv = client->Get(LeaderKey(cluster, key_prefix));
+  if (absl::IsNotFound(kv.status())) {
+    return absl::NotFoundError(absl::StrCat("cluster '", cluster, "' has no leader"));
+  }
+  if (!kv.ok()) return kv.status();
+  return ToLeaderInfo(*kv);
+}
+
+absl::StatusOr<std::unique_ptr<EtcdWatch>> LeaderElection::WatchLeader(
+    EtcdClient* client, absl::string_view cluster,
+    std::function<void(const std::optional<LeaderInfo>&)> on_change, absl::string_view key_prefix) {
+  absl::Status valid = ValidateCluster(cluster);
+  if (!valid.ok()) return valid;
+  if (!on_change) return absl::InvalidArgumentError("WatchLeader needs on_change");
+  std::string key = LeaderKey(cluster, key_prefix);
+  auto now = client->Range(key);
+  if (!now.ok()) return now.status();
+  std::optional<LeaderInfo> current;
+  if (!now->kvs.empty()) current = ToLeaderInfo(now->kvs.front());
+  on_change(current);
+
+  WatchOptions options;
+  options.start_revision = now->revision + 1;
+  options.on_events = [on_change](const std::vector<WatchEvent>& events, int64_t) {
+    // Only the state after the batch matters to a reader of "who leads".
+    const WatchEvent& last = events.back();
+    std::optional<LeaderInfo> leader;
+    if (last.type == WatchEvent::Type::kPut) leader = ToLeaderInfo(last.kv);
+    on_change(leader);
+  };
+  return client->Watch(key, std::move(options));
+}
+
+}  // namespace shelf::coord
