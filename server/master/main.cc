@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "coord/election.h"
+#include "coord/etcd_client.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/hmac.h"
@@ -39,6 +41,8 @@ int main(int argc, char** argv) {
   MasterOptions opts;
   std::string listen = "127.0.0.1:7000";
   std::string secret_file, ready_file, metrics_listen;
+  std::string etcd, cluster = "default", advertise;
+  uint64_t election_ttl_ms = 3000, recovery_grace_ms = 5000;
   TlsFiles tls;
   Flags flags("shelf-master", "the Shelf metadata master (placement, index, leases, eviction)");
   flags.AddString("listen", &listen, "HOST:PORT to serve gRPC on (port 0 picks one)");
@@ -63,6 +67,15 @@ int main(int argc, char** argv) {
   flags.AddString("tls-key", &tls.key, "PEM private key for gRPC TLS");
   flags.AddString("tls-ca", &tls.ca, "PEM CA bundle for gRPC TLS");
   flags.AddString("ready-file", &ready_file, "write the bound HOST:PORT here once serving");
+  flags.AddString("etcd", &etcd,
+                  "etcd endpoints http://HOST:PORT[,...]: elect one leader among masters");
+  flags.AddString("cluster", &cluster, "cluster name: masters of one cluster elect one leader");
+  flags.AddDurationMs("election-ttl", &election_ttl_ms,
+                      "leader lease TTL: a dead leader is replaced after about this long");
+  flags.AddDurationMs("recovery-grace", &recovery_grace_ms,
+                      "a new leader waits this long at most for known stores to re-register");
+  flags.AddString("advertise", &advertise,
+                  "HOST:PORT others reach this master at (default: the bound --listen)");
   flags.AddString("metrics-listen", &metrics_listen,
                   "HOST:PORT serving /metrics (Prometheus) and /health over HTTP (off when empty)");
   flags.ParseOrExit(argc, argv);
@@ -124,14 +137,80 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string bound = HostPort{hp->host, static_cast<uint16_t>(port)}.ToString();
-  master->SetLeaderAddress(bound);
+  if (advertise.empty()) advertise = bound;
+  master->SetLeaderAddress(advertise);
+
+  // High availability: campaign through etcd; lead only while elected.
+  std::unique_ptr<coord::EtcdClient> etcd_client;
+  std::unique_ptr<coord::LeaderElection> election;
+  std::unique_ptr<coord::EtcdWatch> leader_watch;
+  std::atomic<bool> etcd_degraded{false};
+  if (!etcd.empty()) {
+    auto client = coord::EtcdClient::Connect(etcd);
+    if (!client.ok()) {
+      std::fprintf(stderr, "shelf-master: --etcd: %s\n",
+                   std::string(client.status().message()).c_str());
+      return 2;
+    }
+    etcd_client = *std::move(client);
+    master->StartAsStandby();
+    std::string nodes_prefix = absl::StrCat("/shelf/", cluster, "/nodes/");
+    coord::EtcdClient* ec = etcd_client.get();
+    master->set_on_node_registered([ec, nodes_prefix](const std::string& id) {
+      absl::StatusOr<int64_t> put = ec->Put(nodes_prefix + id, "");
+      if (!put.ok()) {
+        SHELF_LOG(WARNING) << "cannot record node in etcd" << Kv("node", id)
+                           << Kv("error", put.status().message());
+      }
+    });
+    coord::ElectionOptions eo;
+    eo.cluster = cluster;
+    eo.address = advertise;
+    eo.lease_ttl_s = static_cast<int64_t>(std::max<uint64_t>(1, (election_ttl_ms + 999) / 1000));
+    eo.on_elected = [&, ec, nodes_prefix](int64_t term) {
+      // The index is soft state: start empty and let every store known to
+      // the cluster re-register with its inventory.
+      std::vector<std::string> expected;
+      auto known = ec->GetPrefix(nodes_prefix);
+      if (known.ok()) {
+        for (const auto& kv : known->kvs) expected.push_back(kv.key.substr(nodes_prefix.size()));
+      }
+      master->BecomeLeader(static_cast<uint64_t>(term), std::move(expected), recovery_grace_ms);
+    };
+    eo.on_lost = [&] { master->StepDown(""); };
+    eo.on_health = [&](const absl::Status& s) {
+      etcd_degraded.store(!s.ok());
+      if (!s.ok()) {
+        SHELF_LOG(WARNING) << "etcd unreachable: serving on the current lease (degraded)"
+                           << Kv("error", s.message());
+      } else {
+        SHELF_LOG(INFO) << "etcd reachable again";
+      }
+    };
+    election = std::make_unique<coord::LeaderElection>(etcd_client.get(), eo);
+    coord::LeaderElection* el = election.get();
+    master->set_lease_check([el] { return el->is_leader(); });
+    if (absl::Status s = election->Start(); !s.ok()) {
+      std::fprintf(stderr, "shelf-master: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+    auto watch = coord::LeaderElection::WatchLeader(
+        etcd_client.get(), cluster, [&](const std::optional<coord::LeaderInfo>& info) {
+          if (info.has_value() && info->address != advertise) {
+            master->SetLeaderHint(info->address);
+          }
+        });
+    if (watch.ok()) leader_watch = *std::move(watch);
+    SHELF_LOG(INFO) << "campaigning" << Kv("etcd", etcd) << Kv("cluster", cluster)
+                    << Kv("advertise", advertise);
+  }
   std::unique_ptr<HttpServer> http;
   if (!metrics_listen.empty()) {
     std::map<std::string, HttpHandler> handlers;
     handlers["/metrics"] = [](const HttpRequest&) {
       return HttpResponse{200, metrics::Registry::kContentType, DefaultRegistry().Render()};
     };
-    handlers["/health"] = [&master](const HttpRequest&) {
+    handlers["/health"] = [&](const HttpRequest&) {
       v1::StatusResponse st;
       master->Status(&st);
       int live = 0;
@@ -141,7 +220,10 @@ int main(int argc, char** argv) {
                                        st.is_leader() ? "leader" : "standby", "\", \"term\": ",
                                        st.term(), ", \"recovering\": ",
                                        st.recovering() ? "true" : "false",
-                                       ", \"live_nodes\": ", live, "}\n")};
+                                       ", \"etcd\": \"", etcd.empty() ? "off" :
+                                       (etcd_degraded.load() ? "degraded" : "ok"),
+                                       "\", \"leader\": \"", st.leader(),
+                                       "\", \"live_nodes\": ", live, "}\n")};
     };
     auto started = HttpServer::Start(metrics_listen, std::move(handlers));
     if (!started.ok()) {
@@ -167,6 +249,8 @@ int main(int argc, char** argv) {
   sigwait(&signals, &sig);
   SHELF_LOG(INFO) << "stopping" << Kv("signal", sig);
   stop.store(true);
+  leader_watch.reset();
+  if (election != nullptr) election->Resign().IgnoreError();  // hand over at once
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   ticker.join();
   http.reset();

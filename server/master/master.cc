@@ -31,8 +31,9 @@ Master::Master(MasterOptions options, metrics::Registry* registry)
                                          return static_cast<double>(puts_.size());
                                        }));
   gauges_.push_back(r.AddCallbackGauge("shelf_master_is_leader", "1 when this master leads",
-                                       [] { return 1.0; }));
-  gauges_.push_back(r.AddCallbackGauge("shelf_master_term", "Leader term", [] { return 1.0; }));
+                                       [this] { return is_leader() ? 1.0 : 0.0; }));
+  gauges_.push_back(r.AddCallbackGauge("shelf_master_term", "Leader term",
+                                       [this] { return static_cast<double>(term()); }));
   gauges_.push_back(r.AddCallbackGauge(
       "shelf_master_nodes", "Stores by state", {"state"}, [this] {
         absl::MutexLock lock(&mu_);
@@ -154,6 +155,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   }
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
   if (Object* obj = FindLocked(req.key()); obj != nullptr) {
     metrics_.dedup_hits.Inc();
     TouchLocked(obj, now);
@@ -257,6 +259,14 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
   SHELF_SYNC_POINT("Master::PutCommit:Start");
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) {
+    for (int i = 0; i < req.put_ids_size(); ++i) {
+      v1::RpcStatus* st = resp->add_statuses();
+      st->set_code(static_cast<int>(s.code()));
+      st->set_message(std::string(s.message()));
+    }
+    return;
+  }
   for (uint64_t id : req.put_ids()) {
     v1::RpcStatus* st = resp->add_statuses();
     auto it = puts_.find(id);
@@ -281,6 +291,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
     for (Replica& r : obj.replicas) {
       std::list<Object*>& lru = nodes_[r.node]->segments[r.segment].lru;
       r.lru = lru.insert(lru.end(), &obj);
+      NoticeLocked(obj, r, true);
     }
     put_by_key_.erase(put.key);
     puts_.erase(it);
@@ -301,6 +312,14 @@ void Master::AbortPutLocked(uint64_t put_id) {
 
 void Master::PutAbort(const v1::PutAbortRequest& req, v1::PutAbortResponse* resp) {
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) {
+    for (int i = 0; i < req.put_ids_size(); ++i) {
+      v1::RpcStatus* st = resp->add_statuses();
+      st->set_code(static_cast<int>(s.code()));
+      st->set_message(std::string(s.message()));
+    }
+    return;
+  }
   for (uint64_t id : req.put_ids()) {
     v1::RpcStatus* st = resp->add_statuses();
     if (!puts_.contains(id)) {
@@ -324,6 +343,7 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
   }
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   for (const std::string& key : req.keys()) {
     v1::ObjectLocation* loc = resp->add_objects();
     metrics_.lookups_lookup.Inc();
@@ -358,6 +378,7 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req,
   }
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint32_t matched = 0;
   for (const std::string& key : req.keys()) {
     metrics_.lookups_match.Inc();
@@ -391,6 +412,7 @@ absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* re
   }
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   for (const std::string& key : req.keys()) {
     v1::RpcStatus* st = resp->add_statuses();
     Object* obj = FindLocked(key);
@@ -435,6 +457,7 @@ void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
   if (r.tier == v1::TIER_DRAM) {
     n.segments[r.segment].lru.erase(r.lru);
     if (n.state == v1::NODE_DEAD) return;  // its allocators were reset
+    NoticeLocked(*obj, r, false);
     if (obj->lease_until_ms > now) {
       deferred_.push_back({obj->lease_until_ms, r.node, r.segment, r.offset, obj->size});
     } else {
@@ -452,6 +475,19 @@ void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
     }
   }
   if (obj->hard_pin) n.hard_pinned_bytes -= std::min(n.hard_pinned_bytes, obj->size);
+}
+
+void Master::NoticeLocked(const Object& obj, const Replica& r, bool record) {
+  Node& n = *nodes_[r.node];
+  v1::TierMove m;
+  m.set_kind(record ? v1::TierMove::RECORD : v1::TierMove::FORGET);
+  m.set_key(*obj.key);
+  m.set_segment_id(n.segments[r.segment].id);
+  m.set_offset(r.offset);
+  m.set_size(obj.size);
+  m.set_checksum(obj.checksum);
+  m.set_term(term_);
+  n.notices.push_back(std::move(m));
 }
 
 void Master::EraseObjectLocked(Object* obj, uint64_t now) {

@@ -18,6 +18,7 @@
 #define SHELF_SERVER_MASTER_MASTER_H_
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -112,6 +113,32 @@ class Master {
   // The address reported as leader (the bound --listen address).
   void SetLeaderAddress(const std::string& address);
 
+  // Leadership (docs/ha.md). A master without etcd leads from the start at
+  // term 1. With etcd, it starts as a standby; BecomeLeader starts a term
+  // with an empty index in the recovering state: stores re-register with
+  // their inventories, and recovery ends when every node in `expected`
+  // has registered or `grace_ms` has passed. Puts answer UNAVAILABLE while
+  // recovering; lookups answer from what is known. StepDown fences at once:
+  // every call but Status answers UNAVAILABLE "NOT_LEADER", naming
+  // `leader_hint` when known.
+  void BecomeLeader(uint64_t term, std::vector<std::string> expected, uint64_t grace_ms);
+  void StepDown(const std::string& leader_hint);
+  // Starts as a standby (used with etcd before the first election).
+  void StartAsStandby();
+  bool is_leader();
+  // Fencing: when set, consulted on every call; false means the leader's
+  // lease may have expired, so this master serves nothing until the
+  // election confirms (it answers NOT_LEADER meanwhile).
+  void set_lease_check(std::function<bool()> fn) { lease_check_ = std::move(fn); }
+  // Where a standby points callers (from the election key).
+  void SetLeaderHint(const std::string& address);
+  uint64_t term();
+  // Called (outside the lock) with each node id that registers while this
+  // master leads, so the HA layer can remember it in etcd.
+  void set_on_node_registered(std::function<void(const std::string&)> fn) {
+    on_node_registered_ = std::move(fn);
+  }
+
  private:
   struct Node;
   struct Object;
@@ -155,7 +182,8 @@ class Master {
     uint64_t ssd_used = 0;            // as the master accounts it
     std::list<Object*> ssd_lru;
     uint64_t hard_pinned_bytes = 0;
-    std::vector<v1::TierMove> outbox;  // orders for the next heartbeat
+    std::vector<v1::TierMove> outbox;   // orders for the next heartbeat (wake it)
+    std::vector<v1::TierMove> notices;  // RECORD/FORGET, ride along (no wake)
   };
   struct PendingPut {
     std::string key;
@@ -184,6 +212,10 @@ class Master {
   };
 
   absl::Status ValidateKey(const std::string& key) const;
+  // OK when this master leads (and, for `write`, is not recovering).
+  absl::Status CheckLeaderLocked(bool write) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets every node, object and put (a new term starts empty).
+  void ResetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Object* FindLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int FindNodeLocked(const std::string& id_or_address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillLocation(const Object& obj, const std::string& key, const std::string& client_host,
@@ -194,6 +226,10 @@ class Master {
   void ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseObjectLocked(Object* obj, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the store which committed block a DRAM range holds (or no longer
+  // holds), so it can report its DRAM contents to a new master.
+  void NoticeLocked(const Object& obj, const Replica& r, bool record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropNodeReplicasLocked(uint32_t node, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -246,6 +282,14 @@ class Master {
   MasterMetrics metrics_;
   std::vector<metrics::CallbackHandle> gauges_;
   std::string leader_address_ ABSL_GUARDED_BY(mu_);
+  bool leader_ ABSL_GUARDED_BY(mu_) = true;
+  uint64_t term_ ABSL_GUARDED_BY(mu_) = 1;
+  bool recovering_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t recovery_deadline_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> expected_nodes_ ABSL_GUARDED_BY(mu_);
+  std::string leader_hint_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const std::string&)> on_node_registered_;
+  std::function<bool()> lease_check_;
 };
 
 }  // namespace shelf

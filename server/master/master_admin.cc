@@ -38,6 +38,80 @@ void Master::FillNodeStatus(uint32_t idx, uint64_t now, v1::NodeStatus* out) {
   for (int t : n.endpoint.transports()) out->add_transports(static_cast<v1::TransportKind>(t));
 }
 
+absl::Status Master::CheckLeaderLocked(bool write) {
+  if (leader_ && lease_check_ && !lease_check_()) {
+    return absl::UnavailableError(
+        "NOT_LEADER: this master's leader lease lapsed; it serves nothing until re-elected");
+  }
+  if (!leader_) {
+    return absl::UnavailableError(absl::StrCat(
+        "NOT_LEADER: this master is a standby",
+        leader_hint_.empty() ? "" : absl::StrCat("; the leader is ", leader_hint_)));
+  }
+  if (write && recovering_) {
+    return absl::UnavailableError(
+        "master recovering: stores are re-registering after a leader change; retry shortly");
+  }
+  return absl::OkStatus();
+}
+
+void Master::ResetLocked() {
+  // Objects first: the node lists point at them.
+  objects_.clear();
+  puts_.clear();
+  put_by_key_.clear();
+  deferred_.clear();
+  promotes_.clear();
+  nodes_.clear();
+  node_by_id_.clear();
+  demotions_pending_ = 0;
+}
+
+void Master::BecomeLeader(uint64_t term, std::vector<std::string> expected, uint64_t grace_ms) {
+  absl::MutexLock lock(&mu_);
+  ResetLocked();
+  leader_ = true;
+  term_ = term;
+  leader_hint_.clear();
+  expected_nodes_ = std::move(expected);
+  recovering_ = !expected_nodes_.empty();
+  recovery_deadline_ms_ = MonoMs() + grace_ms;
+  SHELF_LOG(INFO) << "leading" << Kv("term", term) << Kv("expected_nodes", expected_nodes_.size())
+                  << Kv("recovering", recovering_);
+}
+
+void Master::StepDown(const std::string& leader_hint) {
+  absl::MutexLock lock(&mu_);
+  if (leader_) {
+    SHELF_LOG(WARNING) << "stepped down: no longer the leader" << Kv("term", term_);
+  }
+  leader_ = false;
+  recovering_ = false;
+  leader_hint_ = leader_hint;
+  ResetLocked();
+}
+
+void Master::StartAsStandby() {
+  absl::MutexLock lock(&mu_);
+  leader_ = false;
+  term_ = 0;
+}
+
+void Master::SetLeaderHint(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  if (!leader_) leader_hint_ = address;
+}
+
+bool Master::is_leader() {
+  absl::MutexLock lock(&mu_);
+  return leader_;
+}
+
+uint64_t Master::term() {
+  absl::MutexLock lock(&mu_);
+  return term_;
+}
+
 void Master::SetLeaderAddress(const std::string& address) {
   absl::MutexLock lock(&mu_);
   leader_address_ = address;
@@ -47,9 +121,11 @@ void Master::Status(v1::StatusResponse* resp) {
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
   resp->set_version(SHELF_VERSION);
-  resp->set_leader(leader_address_.empty() ? options_.listen_address : leader_address_);
-  resp->set_is_leader(true);
-  resp->set_term(1);
+  std::string self = leader_address_.empty() ? options_.listen_address : leader_address_;
+  resp->set_leader(leader_ ? self : leader_hint_);
+  resp->set_is_leader(leader_);
+  resp->set_term(term_);
+  resp->set_recovering(recovering_);
   resp->set_objects(objects_.size());
   resp->set_puts_in_flight(puts_.size());
   resp->set_uptime_ms(now - start_ms_);
@@ -93,6 +169,7 @@ absl::Status Master::Stat(const v1::StatRequest& req, v1::StatResponse* resp) {
   uint64_t now = MonoMs();
   uint64_t unix_now = UnixMs();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   Object* obj = FindLocked(req.key());
   if (obj == nullptr) return absl::NotFoundError("no such key");
   FillLocation(*obj, req.key(), "", false, resp->mutable_object());
@@ -112,6 +189,7 @@ absl::Status Master::Stat(const v1::StatRequest& req, v1::StatResponse* resp) {
 absl::Status Master::Drain(const v1::DrainRequest& req, v1::DrainResponse* resp) {
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   int idx = FindNodeLocked(req.node());
   if (idx < 0) {
     return absl::NotFoundError(absl::StrCat("no node '", req.node(), "' (use a node id or address "
@@ -128,6 +206,7 @@ absl::Status Master::Evict(const v1::EvictRequest& req, v1::EvictResponse* resp)
   if (req.bytes() == 0) return absl::InvalidArgumentError("evict needs --bytes > 0");
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   int only = -1;
   if (!req.node().empty()) {
     only = FindNodeLocked(req.node());
@@ -152,6 +231,7 @@ absl::Status Master::Pin(const v1::PinRequest& req) {
   if (absl::Status s = ValidateKey(req.key()); !s.ok()) return s;
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   Object* obj = FindLocked(req.key());
   if (obj == nullptr) return absl::NotFoundError("no such key");
   auto account = [&](bool add) {

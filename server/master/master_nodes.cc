@@ -35,6 +35,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   }
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint32_t idx;
   auto it = node_by_id_.find(ep.node_id());
   if (it != node_by_id_.end()) {
@@ -71,11 +72,19 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   n.ssd_used = 0;
   n.hard_pinned_bytes = 0;
   n.outbox.clear();
+  n.notices.clear();
   for (const v1::InventoryEntry& e : req.inventory()) AddInventoryLocked(idx, e, now);
   resp->set_grant_key(grant_key_);
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   resp->set_node_ttl_ms(options_.node_ttl_ms);
-  resp->set_term(1);
+  resp->set_term(term_);
+  if (on_node_registered_) {
+    // Outside the lock: the HA layer writes to etcd.
+    std::string id = ep.node_id();
+    mu_.Unlock();
+    on_node_registered_(id);
+    mu_.Lock();
+  }
   return absl::OkStatus();
 }
 
@@ -182,13 +191,15 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now) {
   n.ssd_used = 0;
   n.hard_pinned_bytes = 0;
   n.outbox.clear();
+  n.notices.clear();
 }
 
 absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
   SHELF_SYNC_POINT("Master::Heartbeat:Start");
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
-  resp->set_term(1);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
+  resp->set_term(term_);
   auto it = node_by_id_.find(req.node_id());
   if (it == node_by_id_.end() || nodes_[it->second]->state == v1::NODE_DEAD ||
       nodes_[it->second]->incarnation != req.incarnation()) {
@@ -212,7 +223,9 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
     }
   }
   for (v1::TierMove& m : n.outbox) *resp->add_moves() = std::move(m);
+  for (v1::TierMove& m : n.notices) *resp->add_moves() = std::move(m);
   n.outbox.clear();
+  n.notices.clear();
   return absl::OkStatus();
 }
 
@@ -402,7 +415,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
         m.set_offset(rep->offset);
         m.set_size(obj->size);
         m.set_checksum(obj->checksum);
-        m.set_term(1);
+        m.set_term(term_);
         n.outbox.push_back(std::move(m));
         rep->demoting = true;
         ++demotions_pending_;
@@ -431,6 +444,7 @@ absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse*
   if (absl::Status s = ValidateKey(req.key()); !s.ok()) return s;
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
   auto it = node_by_id_.find(req.node_id());
   if (it == node_by_id_.end() || nodes_[it->second]->incarnation != req.incarnation() ||
       nodes_[it->second]->state == v1::NODE_DEAD) {
@@ -467,6 +481,7 @@ absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse*
 absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   auto it = promotes_.find(req.promote_id());
   if (it == promotes_.end()) return absl::NotFoundError("unknown or expired promotion");
   PendingPromote p = it->second;
@@ -501,6 +516,17 @@ void Master::Tick() {
   SHELF_SYNC_POINT("Master::Tick:Start");
   uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
+  if (!leader_) return;
+  if (recovering_) {
+    size_t reported = 0;
+    for (const std::string& id : expected_nodes_) reported += node_by_id_.contains(id);
+    if (reported == expected_nodes_.size() || now >= recovery_deadline_ms_) {
+      recovering_ = false;
+      SHELF_LOG(INFO) << "recovery done" << Kv("term", term_)
+                      << Kv("reported", reported) << Kv("expected", expected_nodes_.size())
+                      << Kv("objects", objects_.size());
+    }
+  }
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
     Node& n = *nodes_[i];
     if (n.state == v1::NODE_DEAD) continue;

@@ -169,9 +169,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
       "shelf_store_connections", "Open data-plane connections",
       [raw] { return static_cast<double>(raw->data_server_->connections()); }));
 
-  auto channel = MakeChannel(options.master, options.tls);
-  if (!channel.ok()) return channel.status();
-  store->master_ = v1::MasterService::NewStub(*channel);
+  auto locator = MasterLocator::Create(options.master);
+  if (!locator.ok()) return locator.status();
+  store->locator_ = *std::move(locator);
   store->token_ = AuthToken(options.secret);
   SHELF_LOG(INFO) << "store serving" << Kv("node", store->node_id_)
                   << Kv("listen", store->data_address_)
@@ -219,6 +219,30 @@ absl::Status Store::ReadKey(absl::string_view key, std::string* out) {
   return s;
 }
 
+v1::MasterService::Stub* Store::Master(std::string* address) {
+  *address = locator_->Current();
+  if (address->empty()) return nullptr;  // etcd names no leader yet
+  std::lock_guard<std::mutex> lock(stubs_mu_);
+  auto& stub = stubs_[*address];
+  if (stub == nullptr) {
+    auto channel = MakeChannel(*address, options_.tls);
+    if (!channel.ok()) return nullptr;
+    stub = v1::MasterService::NewStub(*channel);
+  }
+  return stub.get();
+}
+
+void Store::MasterFailed(const std::string& address, const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kUnavailable &&
+      status.code() != absl::StatusCode::kDeadlineExceeded) {
+    return;
+  }
+  locator_->Failed(address, status);
+  // Another master may lead now: it knows this store only after a
+  // registration with the full inventory.
+  registered_.store(false);
+}
+
 absl::Status Store::Register() {
   v1::RegisterStoreRequest req;
   req.set_protocol_version(1);
@@ -237,6 +261,28 @@ absl::Status Store::Register() {
   seg->set_capacity_bytes(segment_->size());
   seg->set_tier(v1::TIER_DRAM);
   req.set_incarnation(incarnation_);
+  {
+    // DRAM contents the master told us about, checked against their bytes:
+    // a range overwritten since (a reused range, a write in flight) fails
+    // its checksum and is not reported.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = dram_records_.begin(); it != dram_records_.end();) {
+      const Record& r = it->second;
+      if (!segment_->Contains(it->first, r.size) ||
+          BlockChecksum(segment_->data() + it->first, r.size) != r.checksum) {
+        it = dram_records_.erase(it);
+        continue;
+      }
+      v1::InventoryEntry* inv = req.add_inventory();
+      inv->set_key(r.key);
+      inv->set_size(r.size);
+      inv->set_checksum(r.checksum);
+      inv->set_tier(v1::TIER_DRAM);
+      inv->set_segment_id(kSegmentId);
+      inv->set_offset(it->first);
+      ++it;
+    }
+  }
   if (ssd_ != nullptr) {
     req.set_ssd_capacity_bytes(ssd_->capacity_bytes());
     for (const SsdTier::Entry& e : ssd_->Inventory()) {
@@ -250,10 +296,22 @@ absl::Status Store::Register() {
   v1::RegisterStoreResponse resp;
   grpc::ClientContext ctx;
   PrepareContext(&ctx, token_, options_.rpc_timeout_ms * 4);
-  absl::Status s = FromGrpc(master_->RegisterStore(&ctx, req, &resp));
-  if (!s.ok()) return s;
+  std::string address;
+  v1::MasterService::Stub* master = Master(&address);
+  if (master == nullptr) return absl::UnavailableError("no leading master known yet");
+  absl::Status s = FromGrpc(master->RegisterStore(&ctx, req, &resp));
+  if (!s.ok()) {
+    MasterFailed(address, s);
+    return s;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (resp.term() < max_term_) {
+      // Fencing: a master of an older term answered (a deposed leader).
+      return absl::UnavailableError(absl::StrCat("master answered with term ", resp.term(),
+                                                 " older than ", max_term_));
+    }
+    max_term_ = resp.term();
     grant_key_ = resp.grant_key();
     heartbeat_interval_ms_ = std::max<uint64_t>(50, resp.heartbeat_interval_ms());
     results_.clear();  // the new registration's inventory supersedes them
@@ -261,7 +319,7 @@ absl::Status Store::Register() {
     promotions_.clear();
   }
   registered_.store(true);
-  SHELF_LOG(INFO) << "registered with master" << Kv("master", options_.master)
+  SHELF_LOG(INFO) << "registered with master" << Kv("master", address)
                   << Kv("node", node_id_) << Kv("ssd_blocks", req.inventory_size());
   return absl::OkStatus();
 }
@@ -286,6 +344,9 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
         if (s.ok()) {
           metrics_.written_ssd_local.Inc(move.size());
           metrics_.demotions_ok.Inc();
+          std::lock_guard<std::mutex> lock(mu_);
+          auto rec = dram_records_.find(move.offset());
+          if (rec != dram_records_.end() && rec->second.key == move.key()) dram_records_.erase(rec);
         } else {
           metrics_.demotions_failed.Inc();
           if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Inc();
@@ -328,22 +389,56 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
   PrepareContext(&ctx, token_, options_.rpc_timeout_ms);
-  absl::Status s = FromGrpc(master_->Heartbeat(&ctx, req, &resp));
+  std::string address;
+  v1::MasterService::Stub* master = Master(&address);
+  absl::Status s = master == nullptr ? absl::UnavailableError("no leading master known yet")
+                                     : FromGrpc(master->Heartbeat(&ctx, req, &resp));
   if (!s.ok()) {
+    if (master != nullptr) MasterFailed(address, s);
     // Not delivered: report again next time.
     std::lock_guard<std::mutex> lock(mu_);
     results_.insert(results_.begin(), sent.begin(), sent.end());
     return s;
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (resp.term() < max_term_) {
+    return absl::UnavailableError(
+        absl::StrCat("heartbeat answered by term ", resp.term(), " < ", max_term_, ": ignored"));
+  }
   if (resp.reregister()) {
     registered_.store(false);
     return absl::OkStatus();
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const v1::TierMove& m : resp.moves()) moves_.push_back(m);
+  for (const v1::TierMove& m : resp.moves()) {
+    if (m.term() != 0 && m.term() < max_term_) continue;  // an older term's order
+    if (m.kind() == v1::TierMove::RECORD || m.kind() == v1::TierMove::FORGET) {
+      NoteLocked(m);
+    } else {
+      moves_.push_back(m);
+    }
+  }
   *more_work = !moves_.empty() || moving_ || !results_.empty();
   moves_cv_.notify_one();
   return absl::OkStatus();
+}
+
+void Store::NoteLocked(const v1::TierMove& notice) {
+  if (notice.segment_id() != kSegmentId) return;
+  uint64_t start = notice.offset();
+  if (notice.kind() == v1::TierMove::FORGET) {
+    auto it = dram_records_.find(start);
+    if (it != dram_records_.end() && it->second.key == notice.key()) dram_records_.erase(it);
+    return;
+  }
+  // RECORD: drop any record overlapping the new block's range.
+  uint64_t end = start + notice.size();
+  auto it = dram_records_.lower_bound(start);
+  if (it != dram_records_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second.size > start) it = prev;
+  }
+  while (it != dram_records_.end() && it->first < end) it = dram_records_.erase(it);
+  dram_records_[start] = Record{notice.key(), notice.size(), notice.checksum()};
 }
 
 void Store::MoverLoop() {
@@ -384,7 +479,11 @@ void Store::Promote(const Promotion& p) {
   {
     grpc::ClientContext ctx;
     PrepareContext(&ctx, token_, options_.rpc_timeout_ms);
-    if (!master_->Promote(&ctx, req, &resp).ok() || resp.promote_id() == 0) return;
+    std::string address;
+    v1::MasterService::Stub* master = Master(&address);
+    if (master == nullptr || !master->Promote(&ctx, req, &resp).ok() || resp.promote_id() == 0) {
+      return;
+    }
   }
   bool ok = resp.segment_id() == kSegmentId && segment_->Contains(resp.offset(), p.data.size());
   if (ok) std::memcpy(segment_->data() + resp.offset(), p.data.data(), p.data.size());
@@ -395,7 +494,20 @@ void Store::Promote(const Promotion& p) {
   v1::PromoteCommitResponse unused;
   grpc::ClientContext ctx;
   PrepareContext(&ctx, token_, options_.rpc_timeout_ms);
-  if (master_->PromoteCommit(&ctx, commit, &unused).ok() && ok) metrics_.promotions.Inc();
+  std::string address;
+  v1::MasterService::Stub* master = Master(&address);
+  if (master != nullptr && master->PromoteCommit(&ctx, commit, &unused).ok() && ok) {
+    metrics_.promotions.Inc();
+    v1::TierMove note;
+    note.set_kind(v1::TierMove::RECORD);
+    note.set_key(p.key);
+    note.set_segment_id(kSegmentId);
+    note.set_offset(resp.offset());
+    note.set_size(p.data.size());
+    note.set_checksum(p.checksum);
+    std::lock_guard<std::mutex> lock(mu_);
+    NoteLocked(note);
+  }
 }
 
 void Store::Run() {
@@ -423,7 +535,7 @@ void Store::Run() {
       if (!registered_.load()) sleep_ms = 0;
     } else {
       if (MonoMs() - last_error_log > 5000) {
-        SHELF_LOG(WARNING) << "master unreachable" << Kv("master", options_.master)
+        SHELF_LOG(WARNING) << "master unreachable" << Kv("master", locator_->Current())
                            << Kv("error", s.message());
         last_error_log = MonoMs();
       }

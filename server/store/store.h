@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
 #include "common/rpc.h"
+#include "coord/master_locator.h"
 #include "proto/shelf.grpc.pb.h"
 #include "storage/dram_segment.h"
 #include "storage/ssd_tier.h"
@@ -35,7 +36,7 @@
 namespace shelf {
 
 struct StoreOptions {
-  std::string master;                  // HOST:PORT of the master
+  std::string master;                  // HOST:PORT[,...] or etcd://HOST:PORT[,...]/CLUSTER
   std::string listen = "127.0.0.1:7100";  // data plane
   uint64_t dram_size = 1ull << 30;
   std::string ssd_dir;                 // empty: no SSD tier
@@ -105,6 +106,8 @@ class Store : public DataHandler {
   absl::Status Register();
   absl::Status HeartbeatOnce(bool* more_work);
   v1::TierMoveResult Execute(const v1::TierMove& move);
+  // Applies a RECORD/FORGET notice to dram_records_.
+  void NoteLocked(const v1::TierMove& notice);
   // Carries out queued tier moves off the heartbeat thread, so a long
   // batch of demotions never delays liveness.
   void MoverLoop();
@@ -119,7 +122,13 @@ class Store : public DataHandler {
   std::unique_ptr<SsdTier> ssd_;
   std::unique_ptr<DataServer> data_server_;
   std::unique_ptr<ShmServer> shm_server_;
-  std::unique_ptr<v1::MasterService::Stub> master_;
+  // The leading master: its address and a stub for it (stubs are cached
+  // per address). A failure moves the locator on and forces registration.
+  v1::MasterService::Stub* Master(std::string* address);
+  void MasterFailed(const std::string& address, const absl::Status& status);
+  std::unique_ptr<MasterLocator> locator_;
+  std::mutex stubs_mu_;
+  std::map<std::string, std::unique_ptr<v1::MasterService::Stub>> stubs_;  // guarded by stubs_mu_
   std::string token_;
 
   std::mutex mu_;
@@ -127,6 +136,16 @@ class Store : public DataHandler {
   uint64_t heartbeat_interval_ms_ = 500;       // guarded by mu_
   std::vector<v1::TierMoveResult> results_;    // guarded by mu_: to report
   std::deque<v1::TierMove> moves_;             // guarded by mu_: to carry out
+  // Committed blocks in the DRAM segment, from the master's RECORD/FORGET
+  // notices: offset -> {key, size, checksum}. Reported (after a checksum
+  // check of the bytes) when registering, so a new master learns them.
+  struct Record {
+    std::string key;
+    uint64_t size;
+    uint64_t checksum;
+  };
+  std::map<uint64_t, Record> dram_records_;   // guarded by mu_
+  uint64_t max_term_ = 0;                      // guarded by mu_: orders from older terms are refused
   std::deque<Promotion> promotions_;           // guarded by mu_: bounded by kPromotionsMax
   bool moving_ = false;                        // guarded by mu_: a move is running
   std::condition_variable moves_cv_;

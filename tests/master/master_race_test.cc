@@ -29,6 +29,7 @@ TEST_F(MasterFixture, PutWaitsForDemotionInsteadOfDropping) {
     ASSERT_TRUE(Heartbeat("a", 1, {}, &hb).ok());  // runs once the put waits
     std::vector<v1::TierMoveResult> done;
     for (const auto& m : hb.moves()) {
+      if (m.kind() != v1::TierMove::DEMOTE) continue;
       v1::TierMoveResult r;
       r.set_move_id(m.move_id());
       r.set_key(m.key());
@@ -115,6 +116,7 @@ TEST_F(MasterFixture, RandomizedConcurrentOperationsKeepInvariants) {
             Heartbeat("a", 1, {}, &hb).IgnoreError();
             std::vector<v1::TierMoveResult> done;
             for (const auto& m : hb.moves()) {
+              if (m.kind() != v1::TierMove::DEMOTE) continue;
               v1::TierMoveResult res;
               res.set_move_id(m.move_id());
               res.set_key(m.key());

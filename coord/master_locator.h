@@ -1,0 +1,64 @@
+// MasterLocator: finds the leading master for stores, clients and shelfctl.
+//
+// A spec is either a static list, "HOST:PORT[,HOST:PORT...]" (the first is
+// tried first; a master that answers UNAVAILABLE or "NOT_LEADER: ... the
+// leader is X" moves the locator on, to X when named), or an etcd address,
+// "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER", where the leader's address is
+// read from the election key (coord/election.h).
+//
+//   auto loc = MasterLocator::Create("etcd://127.0.0.1:2379/prod");
+//   std::string addr = (*loc)->Current();
+//   ... call; on UNAVAILABLE: (*loc)->Failed(addr, status);
+//
+// Thread-safe.
+#ifndef SHELF_COORD_MASTER_LOCATOR_H_
+#define SHELF_COORD_MASTER_LOCATOR_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace shelf {
+
+namespace coord {
+class EtcdClient;
+}
+
+class MasterLocator {
+ public:
+  static absl::StatusOr<std::unique_ptr<MasterLocator>> Create(const std::string& spec);
+  ~MasterLocator();
+
+  // The address to try now. With etcd, the leader (looked up on first use
+  // and after failures); empty when etcd names no leader yet.
+  std::string Current();
+  // Reports that `address` failed with `status`; the next Current() moves
+  // on: to the leader named in a NOT_LEADER message, the next static
+  // entry, or a fresh etcd lookup.
+  void Failed(const std::string& address, const absl::Status& status);
+  // Every address a static spec names (one entry for etcd: the leader).
+  std::vector<std::string> Candidates();
+  bool uses_etcd() const { return etcd_ != nullptr; }
+
+  // "the leader is HOST:PORT" inside a NOT_LEADER message; empty if none.
+  static std::string LeaderHint(const absl::Status& status);
+
+ private:
+  MasterLocator() = default;
+  void RefreshFromEtcdLocked();
+
+  std::mutex mu_;
+  std::vector<std::string> static_;  // constant after Create
+  size_t next_ = 0;                  // guarded by mu_
+  std::string current_;              // guarded by mu_
+  std::unique_ptr<coord::EtcdClient> etcd_;
+  std::string cluster_;
+};
+
+}  // namespace shelf
+
+#endif  // SHELF_COORD_MASTER_LOCATOR_H_
