@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -23,6 +24,7 @@
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
 #include "common/clock.h"
+#include "coord/master_locator.h"
 #include "tools/json.h"
 #include "tools/plan.h"
 
@@ -133,27 +135,54 @@ class Ctl {
   explicit Ctl(Globals g) : g_(std::move(g)) {}
 
   absl::Status Connect() {
-    TlsFiles tls;
-    tls.ca = g_.tls_ca;
-    auto ch = MakeChannel(g_.master, tls);
-    if (!ch.ok()) return ch.status();
-    admin_ = v1::AdminService::NewStub(*ch);
+    auto loc = MasterLocator::Create(g_.master);
+    if (!loc.ok()) return loc.status();
+    locator_ = *std::move(loc);
     token_ = AuthToken(g_.secret);
     return absl::OkStatus();
   }
 
+  v1::AdminService::Stub* Stub(const std::string& address) {
+    auto& stub = stubs_[address];
+    if (stub == nullptr) {
+      TlsFiles tls;
+      tls.ca = g_.tls_ca;
+      auto ch = MakeChannel(address, tls);
+      if (!ch.ok()) return nullptr;
+      stub = v1::AdminService::NewStub(*ch);
+    }
+    return stub.get();
+  }
+
+  // Calls the leading master: a standby's NOT_LEADER, or an unreachable
+  // master, moves on to the next candidate (or the leader it names).
   template <typename Req, typename Resp>
   absl::Status Admin(grpc::Status (v1::AdminService::Stub::*m)(grpc::ClientContext*, const Req&,
                                                                 Resp*),
                      const Req& req, Resp* resp) {
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx, token_, g_.timeout_ms);
-    return FromGrpc((admin_.get()->*m)(&ctx, req, resp));
+    absl::Status last = absl::UnavailableError("no master to ask (etcd names no leader yet)");
+    size_t attempts = locator_->Candidates().size() + 2;
+    for (size_t i = 0; i < attempts; ++i) {
+      std::string address = locator_->Current();
+      v1::AdminService::Stub* stub = address.empty() ? nullptr : Stub(address);
+      if (stub == nullptr) break;
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx, token_, g_.timeout_ms);
+      last = FromGrpc((stub->*m)(&ctx, req, resp));
+      if (last.code() != absl::StatusCode::kUnavailable) return last;
+      locator_->Failed(address, last);
+    }
+    return last;
+  }
+
+  std::vector<std::string> ClientMasters() {
+    if (locator_->uses_etcd()) return {locator_->Current()};
+    return locator_->Candidates();
   }
 
   absl::StatusOr<std::unique_ptr<Client>> OpenClient() {
     ClientOptions opts;
-    opts.masters = {g_.master};
+    opts.masters = ClientMasters();
     opts.secret = g_.secret;
     opts.timeout_ms = g_.timeout_ms;
     opts.tls_ca = g_.tls_ca;
@@ -167,6 +196,14 @@ class Ctl {
     v1::StatusResponse r;
     if (absl::Status s = Admin(&v1::AdminService::Stub::Status, v1::StatusRequest(), &r); !s.ok()) {
       return Fail(s);
+    }
+    if (!r.is_leader() && !r.leader().empty()) {
+      // A standby answered: ask the leader it names.
+      v1::AdminService::Stub* leader = Stub(r.leader());
+      v1::StatusResponse lr;
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx, token_, g_.timeout_ms);
+      if (leader != nullptr && leader->Status(&ctx, v1::StatusRequest(), &lr).ok()) r = lr;
     }
     if (g_.json) {
       std::vector<std::string> nodes;
@@ -416,7 +453,8 @@ class Ctl {
 
  private:
   Globals g_;
-  std::unique_ptr<v1::AdminService::Stub> admin_;
+  std::unique_ptr<MasterLocator> locator_;
+  std::map<std::string, std::unique_ptr<v1::AdminService::Stub>> stubs_;
   std::string token_;
 };
 
@@ -448,7 +486,10 @@ namespace {
 // back several times. Returns GB/s.
 absl::StatusOr<double> MeasureGetGbps(const Globals& g) {
   ClientOptions opts;
-  opts.masters = {g.master};
+  auto loc = MasterLocator::Create(g.master);
+  if (!loc.ok()) return loc.status();
+  opts.masters = (*loc)->uses_etcd() ? std::vector<std::string>{(*loc)->Current()}
+                                     : (*loc)->Candidates();
   opts.secret = g.secret;
   opts.timeout_ms = std::max<uint64_t>(g.timeout_ms, 30000);
   opts.tls_ca = g.tls_ca;
@@ -506,7 +547,8 @@ int main(int argc, char** argv) {
     }
   }
   Flags flags("shelfctl", "administer a Shelf cluster");
-  flags.AddString("master", &g.master, "HOST:PORT of the master");
+  flags.AddString("master", &g.master,
+                  "the master: HOST:PORT[,HOST:PORT...] or etcd://HOST:PORT[,...]/CLUSTER");
   flags.AddBool("json", &g.json, "machine-readable output");
   flags.AddDurationMs("timeout", &g.timeout_ms, "deadline of each call");
   flags.AddString("secret-file", &g.secret_file, "cluster secret");
