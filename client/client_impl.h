@@ -1,14 +1,27 @@
 // ClientImpl: the implementation behind shelf::Client (client.h). Internal.
+//
+// Split by concern, one file each:
+//   client.cc          Open, options, deadlines, master calls, metadata calls
+//   client_write.cc    puts: placement, replica writes, commit/abort
+//   client_read.cc     gets: lookup, replica reads, checksums, failover
+//   client_buffers.cc  registered buffers, zero-copy forms, GPU staging
+//   client_async.cc    BatchFuture and the *Async calls
 #ifndef SHELF_CLIENT_CLIENT_IMPL_H_
 #define SHELF_CLIENT_CLIENT_IMPL_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "client/batch_state.h"
+#include "client/buffer_registry.h"
+#include "client/gpu_staging.h"
+#include "client/thread_pool.h"
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
 #include "transport/shm.h"
@@ -17,69 +30,171 @@
 namespace shelf {
 
 Status FromAbsl(const absl::Status& s);
+// INVALID_ARGUMENT for an empty key or one over kKeyBytesMax bytes.
+absl::Status ValidateKey(const std::string& key);
+// INVALID_ARGUMENT for a batch of 0 or over kBatchItemsMax `what`.
+absl::Status ValidateBatchSize(size_t n, const char* what);
 
 class ClientImpl final : public Client {
  public:
+  // REQUIRES: options checked by Client::Open.
   explicit ClientImpl(const ClientOptions& options);
+  // Close(), then waits for every asynchronous call.
+  ~ClientImpl() override;
   absl::Status Connect();
 
   Status Put(const std::string& key, const void* data, size_t size,
              const PutOptions& options) override;
-  Status Get(const std::string& key, std::string* out, uint64_t timeout_ms) override;
+  Status Get(const std::string& key, std::string* out, Deadline deadline) override;
   Status GetInto(const std::string& key, void* buffer, size_t capacity, size_t* size,
-                 uint64_t timeout_ms) override;
+                 Deadline deadline) override;
   Status BatchPut(const std::vector<PutItem>& items, std::vector<Status>* statuses,
                   const PutOptions& options) override;
   Status BatchGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
-                  std::vector<Status>* statuses, uint64_t timeout_ms) override;
+                  std::vector<Status>* statuses, Deadline deadline) override;
   Status Exists(const std::vector<std::string>& keys, std::vector<bool>* present,
-                uint64_t timeout_ms) override;
-  Status Remove(const std::string& key, uint64_t timeout_ms) override;
+                Deadline deadline) override;
+  Status Remove(const std::string& key, Deadline deadline) override;
   Status MatchPrefix(const std::vector<std::string>& keys, size_t* matched,
-                     uint64_t timeout_ms) override;
+                     Deadline deadline) override;
+
+  Status RegisterBuffer(void* base, size_t size, BufferHandle* handle, bool gpu) override;
+  Status UnregisterBuffer(BufferHandle handle) override;
+  Status PutFrom(const std::string& key, BufferHandle buffer, size_t offset, size_t size,
+                 const PutOptions& options) override;
+  Status GetInto(const std::string& key, BufferHandle buffer, size_t offset, size_t capacity,
+                 size_t* size, Deadline deadline) override;
+  Status BatchGetInto(const std::vector<GetIntoItem>& items, std::vector<Status>* statuses,
+                      std::vector<size_t>* sizes, Deadline deadline) override;
+  Status BatchPutFrom(const std::vector<PutFromItem>& items, std::vector<Status>* statuses,
+                      const PutOptions& options) override;
+
+  BatchFuture BatchGetAsync(std::vector<std::string> keys, Deadline deadline) override;
+  BatchFuture BatchPutAsync(std::vector<PutItem> items, const PutOptions& options) override;
+  BatchFuture BatchGetIntoAsync(std::vector<GetIntoItem> items, Deadline deadline) override;
+  BatchFuture BatchPutFromAsync(std::vector<PutFromItem> items, const PutOptions& options) override;
+
   ClientStats stats() const override;
   void Close() override;
 
  private:
-  uint64_t DeadlineMs(uint64_t timeout_ms) const;
+  // One block of a put, in host memory.
+  struct HostPut {
+    const std::string* key;
+    const char* data;
+    size_t size;
+  };
+  // Where a read's bytes go: host memory, or device memory through a bounce
+  // buffer.
+  struct ReadTarget {
+    char* data = nullptr;
+    size_t capacity = 0;
+    bool gpu = false;
+    int device = 0;
+  };
+  using PinOr = absl::StatusOr<BufferRegistry::Pin>;
+
+  // ---- client.cc
+  // The call's absolute deadline (MonoMs), after checking that the client
+  // is open and the deadline has not passed.
+  absl::Status Begin(const Deadline& deadline, uint64_t* deadline_ms) const;
+  static Deadline PutDeadline(const PutOptions& options);
+  // The deadline as an absolute time, fixed now (for calls that run later).
+  Deadline Absolute(const Deadline& deadline) const;
   absl::Status CheckOpen() const;
   // Runs one master RPC against the current master, moving on to the next
   // configured master when one is unreachable.
   template <typename Req, typename Resp>
   absl::Status CallMaster(grpc::Status (v1::MasterService::Stub::*method)(grpc::ClientContext*,
-                                                                           const Req&, Resp*),
+                                                                          const Req&, Resp*),
                           const Req& req, Resp* resp, uint64_t deadline_ms);
+  // Runs fn(i), i in [0, n), in parallel on the transfer threads.
+  void Parallel(size_t n, const std::function<void(size_t)>& fn);
+
+  // ---- client_write.cc
+  v1::PutStartRequest MakePutStart(const std::string& key, const void* data, size_t size,
+                                   const PutOptions& options) const;
   // Writes one replica's range.
   absl::Status WriteReplica(const v1::Replica& replica, const v1::WriteGrant& grant,
                             const char* data, uint64_t size, uint64_t deadline_ms);
+  // Writes the bytes of a started put to all its replicas.
+  absl::Status WriteReplicas(const v1::PutStartResponse& started, const char* data, uint64_t size,
+                             uint64_t deadline_ms);
+  // Commits puts whose bytes are written; one status per id. A put the
+  // master reclaimed meanwhile answers ABORTED (retryable).
+  absl::Status Commit(const std::vector<uint64_t>& put_ids, uint64_t deadline_ms,
+                      std::vector<absl::Status>* statuses);
+  void Abort(const std::vector<uint64_t>& put_ids);
+  // One put from PutStart to commit, waiting for another writer's put of
+  // the same key; PutWithRetry retries once when the put was reclaimed.
+  absl::Status PutOnce(const HostPut& item, const PutOptions& options, uint64_t deadline_ms);
+  absl::Status PutWithRetry(const HostPut& item, const PutOptions& options, uint64_t deadline_ms);
+  // Puts host blocks with one BatchPutStart, parallel writes and one commit.
+  // The return is the batch's status; (*statuses)[i] each block's.
+  absl::Status PutHostBlocks(const std::vector<HostPut>& items, const PutOptions& options,
+                             uint64_t deadline_ms, std::vector<absl::Status>* statuses);
+  // PutHostBlocks for a batch without repeated keys.
+  absl::Status PutUniqueBlocks(const std::vector<HostPut>& items, const PutOptions& options,
+                               uint64_t deadline_ms, std::vector<absl::Status>* statuses);
+
+  // ---- client_read.cc
   // Reads one object from the best replica that answers with the right
   // bytes. `dst` holds at least loc.size() bytes.
   absl::Status ReadObject(const v1::ObjectLocation& loc, char* dst, uint64_t deadline_ms);
   absl::Status ReadReplica(const v1::Replica& replica, const std::string& key, char* dst,
                            uint64_t size, uint64_t deadline_ms, const char** transport);
-  // Writes the bytes of a started put to all its replicas, then commits.
-  absl::Status FinishPut(const v1::PutStartResponse& started, const char* data, uint64_t size,
-                         uint64_t deadline_ms);
-  absl::Status PutOnce(const std::string& key, const char* data, size_t size,
-                       const PutOptions& options, uint64_t deadline_ms);
-  v1::PutStartRequest MakePutStart(const std::string& key, const void* data, size_t size,
-                                   const PutOptions& options) const;
+  // Reads into a target: OUT_OF_RANGE when the block does not fit.
+  absl::Status ReadToTarget(const v1::ObjectLocation& loc, const ReadTarget& target,
+                            uint64_t deadline_ms);
+  // One Lookup for `keys`, then read(i, location) for each hit, in
+  // parallel. (*statuses)[i]: NOT_FOUND for a miss, else read's status.
+  using ReadFn = std::function<absl::Status(size_t, const v1::ObjectLocation&)>;
+  absl::Status LookupAndRead(const std::vector<const std::string*>& keys, uint64_t deadline_ms,
+                             const ReadFn& read, std::vector<absl::Status>* statuses);
 
+  // ---- client_buffers.cc
+  // Stages device memory into a bounce buffer, then puts it.
+  absl::Status PutFromPin(const std::string& key, const BufferRegistry::Pin& pin,
+                          const PutOptions& options, uint64_t deadline_ms);
+  absl::Status BatchGetIntoPinned(const std::vector<GetIntoItem>& items, std::vector<PinOr>* pins,
+                                  uint64_t deadline_ms, std::vector<Status>* statuses,
+                                  std::vector<size_t>* sizes);
+  absl::Status BatchPutFromPinned(const std::vector<PutFromItem>& items, std::vector<PinOr>* pins,
+                                  const PutOptions& options, uint64_t deadline_ms,
+                                  std::vector<Status>* statuses);
+  std::vector<PinOr> PinForGet(const std::vector<GetIntoItem>& items);
+  std::vector<PinOr> PinForPut(const std::vector<PutFromItem>& items);
+
+  // ---- client_async.cc
+  // Runs work(state) on an async thread; the future is done when it
+  // returns. A closed client, a deadline already passed or a full queue
+  // give a future that is done at once with that status.
+  BatchFuture Submit(const Deadline& deadline, std::function<void(internal::BatchState*)> work);
+
+  // Constant after construction.
   const ClientOptions options_;
   const std::string token_;
+  std::vector<std::unique_ptr<v1::MasterService::Stub>> masters_;  // fixed after Connect
+
+  // Thread-safe members.
   TcpDataClient tcp_;
   ShmAttachments shm_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<v1::MasterService::Stub>> masters_;  // fixed after Connect
+  BufferRegistry buffers_;
+  GpuStaging gpu_;
   std::atomic<size_t> current_master_{0};
   std::atomic<bool> closed_{false};
 
   struct AtomicStats {
     std::atomic<uint64_t> bytes_stored{0}, bytes_loaded{0}, bytes_loaded_shm{0},
         bytes_loaded_tcp{0}, bytes_loaded_ssd{0}, blocks_loaded_dram{0}, blocks_loaded_ssd{0},
-        checksum_mismatches{0}, replica_failovers{0};
+        checksum_mismatches{0}, replica_failovers{0}, bytes_staged_gpu{0};
   };
   mutable AtomicStats stats_;
+
+  // Last: destroyed (joined) first, while everything their tasks use lives.
+  // Async tasks use the transfer pool, so it outlives the async pool.
+  std::unique_ptr<ThreadPool> transfer_pool_;
+  std::unique_ptr<ThreadPool> async_pool_;
 };
 
 }  // namespace shelf

@@ -4,7 +4,7 @@
 // where to write one) and moves block bytes straight between the caller's
 // memory and the stores: shared memory when the store is on this host, else
 // the TCP data plane. Every read is checked against the writer's checksum;
-// wrong bytes are never returned as a hit.
+// wrong bytes are never returned as a hit. docs/client.md is the guide.
 //
 //   shelf::ClientOptions opts;
 //   opts.masters = {"127.0.0.1:7000"};
@@ -14,16 +14,37 @@
 //   std::string bytes;
 //   s = client->Get("block-0", &bytes);          // NOT_FOUND on a miss
 //
-// Thread-safe: one Client may be shared by all of an engine's threads.
-// Errors (shelf::Status codes), common to every method:
-//   INVALID_ARGUMENT   empty key, key over 256 bytes, size 0, batch over 1024
-//   DEADLINE_EXCEEDED  the call's deadline passed (timeout_ms, or the default)
-//   UNAVAILABLE        no master or no replica could be reached
-//   UNAUTHENTICATED    the cluster needs a secret this client lacks
-//   FAILED_PRECONDITION the client was closed
+//   // Zero-copy: register the engine's KV pool once, then move blocks
+//   // straight between it and the cluster.
+//   shelf::BufferHandle pool;
+//   s = client->RegisterBuffer(kv_pool, kv_pool_bytes, &pool);
+//   s = client->GetInto(key, pool, slot * block_bytes, block_bytes, &size);
+//
+//   // Asynchronous: start the loads, compute, then collect.
+//   shelf::BatchFuture f = client->BatchGetIntoAsync(items);
+//   ... compute ...
+//   f.Wait();
+//   for (const shelf::Status& st : f.statuses()) ...
+//
+// Thread safety: a Client is thread-safe; one Client may be shared by all of
+// an engine's threads. A BatchFuture is not: use each from one thread at a
+// time. Deadline, BufferHandle and the option structs are plain values.
+//
+// Errors (shelf::Status codes), common to every method that takes a key:
+//   INVALID_ARGUMENT    empty key, key over 256 bytes, size 0, null data,
+//                       batch of 0 or over 1024 items
+//   DEADLINE_EXCEEDED   the call's deadline passed; a deadline already in the
+//                       past fails at once, before any network traffic
+//   UNAVAILABLE         no master, or no replica of a block, could be reached
+//   UNAUTHENTICATED     the cluster needs a secret this client lacks
+//   FAILED_PRECONDITION the client was closed (Close)
+// Each method lists the codes specific to it. Batch calls return a status for
+// the whole batch (not OK only when nothing could be done: closed client, a
+// bad argument, master unreachable) and one status per item.
 #ifndef SHELF_CLIENT_CLIENT_H_
 #define SHELF_CLIENT_CLIENT_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -34,28 +55,110 @@
 
 namespace shelf {
 
+// Limits of the API, checked on every call (INVALID_ARGUMENT beyond them).
+inline constexpr size_t kKeyBytesMax = 256;     // a key is 1..256 bytes
+inline constexpr size_t kBatchItemsMax = 1024;  // a batch is 1..1024 items
+
+// When a call must be done by. Every call takes one. A plain number is a
+// timeout in milliseconds counted from the start of the call, and 0 means
+// the client's ClientOptions::timeout_ms, so `client->Get(key, &v, 250)`
+// reads as "within 250 ms". Deadline::At takes an absolute time on the
+// monotonic clock (std::chrono::steady_clock, CLOCK_MONOTONIC), the natural
+// form for an engine that budgets a whole request: a deadline already in the
+// past fails with DEADLINE_EXCEEDED before any network traffic.
+class Deadline {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum class Kind { kClientDefault, kTimeout, kAt };
+
+  // `timeout_ms` from the start of the call; 0: the client's default.
+  // Implicit on purpose: every call took a `uint64_t timeout_ms` before
+  // Deadline existed, and a number still means exactly that.
+  Deadline(uint64_t timeout_ms = 0)  // NOLINT(google-explicit-constructor)
+      : kind_(timeout_ms == 0 ? Kind::kClientDefault : Kind::kTimeout), timeout_ms_(timeout_ms) {}
+  // The client's ClientOptions::timeout_ms.
+  static Deadline ClientDefault() { return Deadline(); }
+  // `when`, absolute. In the past (or now): the call fails at once.
+  static Deadline At(Clock::time_point when) {
+    Deadline d;
+    d.kind_ = Kind::kAt;
+    d.at_ = when;
+    return d;
+  }
+  // `timeout` from now (the moment After is called, not the call's start).
+  // Zero or negative: the deadline has already passed.
+  static Deadline After(std::chrono::milliseconds timeout) { return At(Clock::now() + timeout); }
+
+  Kind kind() const { return kind_; }
+  uint64_t timeout_ms() const { return timeout_ms_; }  // kTimeout only
+  Clock::time_point at() const { return at_; }         // kAt only
+
+ private:
+  Kind kind_ = Kind::kClientDefault;
+  uint64_t timeout_ms_ = 0;
+  Clock::time_point at_{};
+};
+
 struct ClientOptions {
-  std::vector<std::string> masters;  // "HOST:PORT" of the master(s)
+  std::vector<std::string> masters;  // "HOST:PORT" of the master(s); at least one
   std::string secret;                // cluster secret; empty for an open cluster
   uint64_t timeout_ms = 5000;        // default deadline of each call
   bool allow_tcp = true;             // transports this client may use
   bool allow_shm = true;
-  bool verify_checksums = true;      // check every block read against its checksum
-  std::string tls_ca;                // PEM file: use TLS to the master
+  bool verify_checksums = true;  // check every block read against its checksum
+  std::string tls_ca;            // PEM file: use TLS to the master
+  // Threads that move the blocks of batch calls in parallel, shared by every
+  // call of this client: a batch of blocks on remote stores is read over up
+  // to this many pooled connections at once. 1..256.
+  uint32_t transfer_threads = 8;
+  // Threads that run the *Async calls, and how many such calls may wait for
+  // one; a call beyond that completes at once with RESOURCE_EXHAUSTED.
+  // async_threads 1..64, async_queue_max 1..65536.
+  uint32_t async_threads = 4;
+  uint32_t async_queue_max = 256;
 };
 
 struct PutOptions {
-  uint32_t replicas = 1;        // stores that get a copy, on distinct nodes
-  bool best_effort = false;     // accept fewer replicas than asked
-  bool prefer_local = false;    // put a replica on this host when possible
-  std::string spread_label;     // e.g. "zone": replicas on distinct label values
-  uint64_t timeout_ms = 0;      // 0: the client's default
+  uint32_t replicas = 1;      // stores that get a copy, on distinct nodes (1..8)
+  bool best_effort = false;   // accept fewer replicas than asked
+  bool prefer_local = false;  // put a replica on this host when possible
+  std::string spread_label;   // e.g. "zone": replicas on distinct label values
+  // When the put must be done by. When left at the default, timeout_ms
+  // applies (0: the client's default); otherwise `deadline` wins.
+  Deadline deadline;
+  uint64_t timeout_ms = 0;
 };
 
-// One block of a batch put. `data` must stay valid until the call returns.
+// A block to store. `data` must stay valid until the call returns (for
+// BatchPutAsync: until its future is done).
 struct PutItem {
   std::string key;
   const void* data = nullptr;
+  size_t size = 0;
+};
+
+// Memory registered with RegisterBuffer, named by a process-unique id that is
+// never reused: a handle used after UnregisterBuffer, or with another Client,
+// is detected and answered INVALID_ARGUMENT. A default handle is invalid.
+struct BufferHandle {
+  uint64_t id = 0;
+  bool valid() const { return id != 0; }
+};
+
+// A block to read into bytes [offset, offset + capacity) of a registered
+// buffer.
+struct GetIntoItem {
+  std::string key;
+  BufferHandle buffer;
+  size_t offset = 0;
+  size_t capacity = 0;
+};
+
+// A block to store from bytes [offset, offset + size) of a registered buffer.
+struct PutFromItem {
+  std::string key;
+  BufferHandle buffer;
+  size_t offset = 0;
   size_t size = 0;
 };
 
@@ -70,45 +173,159 @@ struct ClientStats {
   uint64_t blocks_loaded_ssd = 0;
   uint64_t checksum_mismatches = 0;
   uint64_t replica_failovers = 0;  // reads that moved on to another replica
+  uint64_t bytes_staged_gpu = 0;   // moved through pinned bounce buffers (GPU memory)
+};
+
+namespace internal {
+struct BatchState;
+}  // namespace internal
+
+// The result of an asynchronous batch call, ready once the batch has run.
+// Move-only. Destroying (or assigning over) a future whose batch is still
+// running waits for it to finish: a batch is never cancelled, and after its
+// future is gone no byte of the caller's memory is touched any more.
+// Not thread-safe: use one future from one thread at a time.
+class BatchFuture {
+ public:
+  // An invalid future: done, with status FAILED_PRECONDITION.
+  BatchFuture() = default;
+  explicit BatchFuture(std::shared_ptr<internal::BatchState> state);
+  BatchFuture(BatchFuture&& other) noexcept = default;
+  BatchFuture& operator=(BatchFuture&& other) noexcept;
+  BatchFuture(const BatchFuture&) = delete;
+  BatchFuture& operator=(const BatchFuture&) = delete;
+  ~BatchFuture();
+
+  bool valid() const { return state_ != nullptr; }
+  // True when the batch has finished. Never blocks.
+  bool Poll() const;
+  // Waits up to `timeout_ms` for the batch; true when it has finished.
+  // Wait(0) is Poll(). The batch runs on whatever Wait answers.
+  bool Wait(uint64_t timeout_ms) const;
+  // Waits for the batch, without a limit (the batch itself has a deadline).
+  void Wait() const;
+
+  // The following wait for the batch to finish first.
+  // The batch's status, as the synchronous form would return it.
+  const Status& status() const;
+  // One status per item, in the order given; empty when status() is not OK.
+  const std::vector<Status>& statuses() const;
+  // BatchGetAsync: the blocks (moved out with std::move(*f.values()) if
+  // wanted); empty for other calls.
+  std::vector<std::string>* values();
+  // BatchGetIntoAsync: each block's size; empty for other calls.
+  const std::vector<size_t>& sizes() const;
+
+ private:
+  std::shared_ptr<internal::BatchState> state_;
 };
 
 class Client {
  public:
-  // Connects to the master. INVALID_ARGUMENT for no masters.
+  // Connects to the master(s) (lazily: the first call makes the connection).
+  // INVALID_ARGUMENT for no masters or an option outside its range;
+  // UNAVAILABLE when a master address cannot be parsed or TLS files read.
   static Status Open(const ClientOptions& options, std::unique_ptr<Client>* out);
+  // Closes the client (see Close) and waits for its asynchronous calls.
   virtual ~Client() = default;
 
+  // ------------------------------------------------------------ blocks
+
   // Stores a block. OK also when the key already exists (content keys make
-  // the write unnecessary). RESOURCE_EXHAUSTED when the cluster has no room
-  // it can evict.
+  // the write unnecessary; the existing bytes stay). RESOURCE_EXHAUSTED when
+  // the cluster has no room it can evict; INVALID_ARGUMENT for replicas
+  // outside 1..8. A put that fails leaves nothing visible.
   virtual Status Put(const std::string& key, const void* data, size_t size,
                      const PutOptions& options = PutOptions()) = 0;
   // Reads a block into `out` (resized). NOT_FOUND on a miss; DATA_LOSS when
   // every replica failed its checksum.
-  virtual Status Get(const std::string& key, std::string* out, uint64_t timeout_ms = 0) = 0;
-  // Reads a block into caller memory of `capacity` bytes; `size` gets the
-  // block size. OUT_OF_RANGE (nothing read) if the block is larger.
+  virtual Status Get(const std::string& key, std::string* out, Deadline deadline = Deadline()) = 0;
+  // Reads a block into caller memory of `capacity` bytes; `size` (may be
+  // null) gets the block size, also on OUT_OF_RANGE. NOT_FOUND on a miss;
+  // OUT_OF_RANGE, nothing read, when the block is larger than `capacity`;
+  // INVALID_ARGUMENT for a null buffer; DATA_LOSS as Get.
   virtual Status GetInto(const std::string& key, void* buffer, size_t capacity, size_t* size,
-                         uint64_t timeout_ms = 0) = 0;
-  // Batches: one master round trip for the metadata; per-item statuses in
-  // `statuses` (same order). The call's own status is not OK only when the
-  // whole batch failed (e.g. master unreachable, batch too large).
+                         Deadline deadline = Deadline()) = 0;
+  // Batches: one master round trip for the metadata, then the blocks move in
+  // parallel (ClientOptions::transfer_threads). `statuses` gets one status
+  // per item, in order, each as the single-item call would return it.
   virtual Status BatchPut(const std::vector<PutItem>& items, std::vector<Status>* statuses,
                           const PutOptions& options = PutOptions()) = 0;
+  // `values` gets the blocks (empty strings for items that failed).
   virtual Status BatchGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
-                          std::vector<Status>* statuses, uint64_t timeout_ms = 0) = 0;
-  // Which keys are present (no lease taken).
+                          std::vector<Status>* statuses, Deadline deadline = Deadline()) = 0;
+  // Which keys are present (no lease taken; a present key may be evicted
+  // before it is read).
   virtual Status Exists(const std::vector<std::string>& keys, std::vector<bool>* present,
-                        uint64_t timeout_ms = 0) = 0;
+                        Deadline deadline = Deadline()) = 0;
   // Removes a key. NOT_FOUND if absent; FAILED_PRECONDITION if pinned.
-  virtual Status Remove(const std::string& key, uint64_t timeout_ms = 0) = 0;
+  virtual Status Remove(const std::string& key, Deadline deadline = Deadline()) = 0;
   // Length of the longest run of leading keys present: the number of
-  // prefix blocks already computed. Takes read leases on them.
+  // prefix blocks already computed. Takes read leases on them, so they stay
+  // readable for the master's --lease after the call.
   virtual Status MatchPrefix(const std::vector<std::string>& keys, size_t* matched,
-                             uint64_t timeout_ms = 0) = 0;
+                             Deadline deadline = Deadline()) = 0;
+
+  // ------------------------------------------------ registered buffers
+
+  // Registers [base, base + size) for the zero-copy calls below and returns
+  // its handle. `gpu`: the memory is CUDA device memory; its blocks move
+  // through pinned host bounce buffers (the library must be built with CUDA).
+  // Regions may overlap. The memory stays the caller's: it must stay valid
+  // until UnregisterBuffer returns.
+  // INVALID_ARGUMENT: null base, size 0, host memory registered as gpu or
+  // device memory as host. UNIMPLEMENTED: gpu with a library built without
+  // CUDA. FAILED_PRECONDITION: gpu with no usable CUDA driver or device, or
+  // the client is closed. RESOURCE_EXHAUSTED: over 4096 registrations.
+  virtual Status RegisterBuffer(void* base, size_t size, BufferHandle* handle,
+                                bool gpu = false) = 0;
+  // Forgets a registration. Waits for calls already using the buffer to
+  // finish; after it returns the client never touches the memory again.
+  // INVALID_ARGUMENT when `handle` is not registered with this client.
+  virtual Status UnregisterBuffer(BufferHandle handle) = 0;
+  // Put from bytes [offset, offset + size) of a registered buffer, with no
+  // intermediate copy for host memory. INVALID_ARGUMENT: handle not
+  // registered (never, or unregistered already); OUT_OF_RANGE: the range is
+  // not inside the registered buffer. Otherwise as Put.
+  virtual Status PutFrom(const std::string& key, BufferHandle buffer, size_t offset, size_t size,
+                         const PutOptions& options = PutOptions()) = 0;
+  // Get into bytes [offset, offset + capacity) of a registered buffer.
+  // INVALID_ARGUMENT: handle not registered; OUT_OF_RANGE: the range is not
+  // inside the registered buffer, or the block is larger than `capacity`
+  // (nothing read; `size` gets the block size). Otherwise as GetInto.
+  virtual Status GetInto(const std::string& key, BufferHandle buffer, size_t offset,
+                         size_t capacity, size_t* size, Deadline deadline = Deadline()) = 0;
+  // Batch forms of the two above, with per-item statuses as for BatchGet.
+  // `sizes` (may be null) gets each block's size (0 for a miss).
+  virtual Status BatchGetInto(const std::vector<GetIntoItem>& items, std::vector<Status>* statuses,
+                              std::vector<size_t>* sizes, Deadline deadline = Deadline()) = 0;
+  virtual Status BatchPutFrom(const std::vector<PutFromItem>& items, std::vector<Status>* statuses,
+                              const PutOptions& options = PutOptions()) = 0;
+
+  // ------------------------------------------------------------ async
+
+  // The batch calls, run on the client's async threads so the caller
+  // overlaps them with compute. The deadline counts from this call (queueing
+  // included). Errors the synchronous form would return come as the
+  // future's status(); RESOURCE_EXHAUSTED when async_queue_max calls are
+  // already waiting. Items are copied; the memory they point at (PutItem
+  // data, registered buffers) must stay valid until the future is done, and
+  // a registered buffer cannot be unregistered before that.
+  virtual BatchFuture BatchGetAsync(std::vector<std::string> keys,
+                                    Deadline deadline = Deadline()) = 0;
+  virtual BatchFuture BatchPutAsync(std::vector<PutItem> items,
+                                    const PutOptions& options = PutOptions()) = 0;
+  virtual BatchFuture BatchGetIntoAsync(std::vector<GetIntoItem> items,
+                                        Deadline deadline = Deadline()) = 0;
+  virtual BatchFuture BatchPutFromAsync(std::vector<PutFromItem> items,
+                                        const PutOptions& options = PutOptions()) = 0;
+
+  // ------------------------------------------------------------ other
 
   virtual ClientStats stats() const = 0;
-  // Ends the client: later calls answer FAILED_PRECONDITION.
+  // Ends the client: later calls answer FAILED_PRECONDITION, async calls not
+  // yet started finish with FAILED_PRECONDITION, and calls in progress run
+  // to their end. Idempotent.
   virtual void Close() = 0;
 };
 

@@ -1,0 +1,465 @@
+// The C API (shelf/shelf.h) over shelf::Client.
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/memory_batch.h"
+#include "shelf/client.h"
+#include "shelf/keys.h"
+#include "shelf/shelf.h"
+
+namespace {
+
+using shelf::BatchFuture;
+using shelf::Client;
+using shelf::Deadline;
+using shelf::Status;
+using shelf::StatusCode;
+
+static_assert(SHELF_OK == static_cast<int>(StatusCode::kOk), "codes must match");
+static_assert(SHELF_INVALID_ARGUMENT == static_cast<int>(StatusCode::kInvalidArgument), "");
+static_assert(SHELF_DEADLINE_EXCEEDED == static_cast<int>(StatusCode::kDeadlineExceeded), "");
+static_assert(SHELF_NOT_FOUND == static_cast<int>(StatusCode::kNotFound), "");
+static_assert(SHELF_RESOURCE_EXHAUSTED == static_cast<int>(StatusCode::kResourceExhausted), "");
+static_assert(SHELF_FAILED_PRECONDITION == static_cast<int>(StatusCode::kFailedPrecondition), "");
+static_assert(SHELF_OUT_OF_RANGE == static_cast<int>(StatusCode::kOutOfRange), "");
+static_assert(SHELF_UNIMPLEMENTED == static_cast<int>(StatusCode::kUnimplemented), "");
+static_assert(SHELF_UNAVAILABLE == static_cast<int>(StatusCode::kUnavailable), "");
+static_assert(SHELF_DATA_LOSS == static_cast<int>(StatusCode::kDataLoss), "");
+static_assert(SHELF_UNAUTHENTICATED == static_cast<int>(StatusCode::kUnauthenticated), "");
+static_assert(SHELF_KEY_BYTES_MAX == shelf::kKeyBytesMax, "");
+static_assert(SHELF_BATCH_ITEMS_MAX == shelf::kBatchItemsMax, "");
+static_assert(SHELF_CONTENT_KEY_BYTES == shelf::kKeyBytes, "");
+
+thread_local std::string t_last_error;
+
+int Fail(StatusCode code, std::string message) {
+  t_last_error = std::move(message);
+  return static_cast<int>(code);
+}
+
+// Records a failed status's message; returns its code.
+int Report(const Status& s) {
+  if (!s.ok()) t_last_error = s.message();
+  return static_cast<int>(s.code());
+}
+
+int NullArg(const char* fn, const char* what) {
+  return Fail(StatusCode::kInvalidArgument, std::string(fn) + ": " + what + " is null");
+}
+
+// timeout_ms: 0 default, > 0 that long, < 0 already passed.
+Deadline ToDeadline(int64_t timeout_ms) {
+  if (timeout_ms < 0) return Deadline::At(Deadline::Clock::time_point::min());
+  return Deadline(static_cast<uint64_t>(timeout_ms));
+}
+
+bool MakeKeys(const void* const* keys, const size_t* key_lens, size_t n,
+              std::vector<std::string>* out) {
+  if (n > 0 && (keys == nullptr || key_lens == nullptr)) return false;
+  out->clear();
+  out->reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (keys[i] == nullptr && key_lens[i] != 0) return false;
+    out->emplace_back(static_cast<const char*>(keys[i]), key_lens[i]);
+  }
+  return true;
+}
+
+std::string MakeKey(const void* key, size_t key_len) {
+  if (key == nullptr) return std::string();  // rejected as an empty key
+  return std::string(static_cast<const char*>(key), key_len);
+}
+
+shelf::PutOptions ToPutOptions(const shelf_put_options_t* o, int64_t timeout_ms) {
+  shelf::PutOptions po;
+  if (o != nullptr) {
+    po.replicas = o->replicas;
+    po.best_effort = o->best_effort != 0;
+    po.prefer_local = o->prefer_local != 0;
+    if (o->spread_label != nullptr) po.spread_label = o->spread_label;
+  }
+  po.deadline = ToDeadline(timeout_ms);
+  return po;
+}
+
+}  // namespace
+
+struct shelf_options {
+  shelf::ClientOptions options;
+};
+
+struct shelf_client {
+  std::unique_ptr<Client> client;
+};
+
+struct shelf_future {
+  BatchFuture future;
+  size_t n = 0;
+};
+
+struct shelf_key_builder {
+  explicit shelf_key_builder(shelf::KeyNamespace ns) : builder(std::move(ns)) {}
+  shelf::KeyBuilder builder;
+};
+
+extern "C" {
+
+const char* shelf_status_name(int code) {
+  if (code < 0 || code > SHELF_UNAUTHENTICATED) return "UNKNOWN";
+  return shelf::StatusCodeName(static_cast<StatusCode>(code));
+}
+
+const char* shelf_last_error(void) { return t_last_error.c_str(); }
+
+shelf_options_t* shelf_options_new(void) { return new shelf_options(); }
+
+void shelf_options_free(shelf_options_t* options) { delete options; }
+
+int shelf_options_add_master(shelf_options_t* options, const char* host_port) {
+  if (options == nullptr) return NullArg("shelf_options_add_master", "options");
+  if (host_port == nullptr || *host_port == '\0') {
+    return Fail(StatusCode::kInvalidArgument, "shelf_options_add_master: empty address");
+  }
+  options->options.masters.emplace_back(host_port);
+  return SHELF_OK;
+}
+
+int shelf_options_set_secret(shelf_options_t* options, const char* secret) {
+  if (options == nullptr) return NullArg("shelf_options_set_secret", "options");
+  options->options.secret = secret == nullptr ? "" : secret;
+  return SHELF_OK;
+}
+
+int shelf_options_set_timeout_ms(shelf_options_t* options, uint64_t timeout_ms) {
+  if (options == nullptr) return NullArg("shelf_options_set_timeout_ms", "options");
+  if (timeout_ms == 0) {
+    return Fail(StatusCode::kInvalidArgument, "shelf_options_set_timeout_ms: must be >= 1");
+  }
+  options->options.timeout_ms = timeout_ms;
+  return SHELF_OK;
+}
+
+int shelf_options_set_transports(shelf_options_t* options, int allow_tcp, int allow_shm) {
+  if (options == nullptr) return NullArg("shelf_options_set_transports", "options");
+  if (!allow_tcp && !allow_shm) {
+    return Fail(StatusCode::kInvalidArgument, "shelf_options_set_transports: allows none");
+  }
+  options->options.allow_tcp = allow_tcp != 0;
+  options->options.allow_shm = allow_shm != 0;
+  return SHELF_OK;
+}
+
+int shelf_options_set_verify_checksums(shelf_options_t* options, int verify) {
+  if (options == nullptr) return NullArg("shelf_options_set_verify_checksums", "options");
+  options->options.verify_checksums = verify != 0;
+  return SHELF_OK;
+}
+
+int shelf_options_set_tls_ca(shelf_options_t* options, const char* pem_path) {
+  if (options == nullptr) return NullArg("shelf_options_set_tls_ca", "options");
+  options->options.tls_ca = pem_path == nullptr ? "" : pem_path;
+  return SHELF_OK;
+}
+
+int shelf_options_set_threads(shelf_options_t* options, uint32_t transfer_threads,
+                              uint32_t async_threads, uint32_t async_queue_max) {
+  if (options == nullptr) return NullArg("shelf_options_set_threads", "options");
+  options->options.transfer_threads = transfer_threads;
+  options->options.async_threads = async_threads;
+  options->options.async_queue_max = async_queue_max;
+  return SHELF_OK;  // ranges are checked by shelf_client_open
+}
+
+int shelf_client_open(const shelf_options_t* options, shelf_client_t** out) {
+  if (out == nullptr) return NullArg("shelf_client_open", "out");
+  *out = nullptr;
+  if (options == nullptr) return NullArg("shelf_client_open", "options");
+  auto c = std::make_unique<shelf_client>();
+  Status s = Client::Open(options->options, &c->client);
+  if (!s.ok()) return Report(s);
+  *out = c.release();
+  return SHELF_OK;
+}
+
+void shelf_client_close(shelf_client_t* client) {
+  if (client != nullptr) client->client->Close();
+}
+
+void shelf_client_destroy(shelf_client_t* client) { delete client; }
+
+void shelf_put_options_init(shelf_put_options_t* options) {
+  if (options == nullptr) return;
+  options->replicas = 1;
+  options->best_effort = 0;
+  options->prefer_local = 0;
+  options->spread_label = nullptr;
+}
+
+int shelf_put(shelf_client_t* client, const void* key, size_t key_len, const void* data,
+              size_t size, const shelf_put_options_t* put_options, int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_put", "client");
+  return Report(client->client->Put(MakeKey(key, key_len), data, size,
+                                    ToPutOptions(put_options, timeout_ms)));
+}
+
+int shelf_get(shelf_client_t* client, const void* key, size_t key_len, void** data, size_t* size,
+              int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_get", "client");
+  if (data == nullptr || size == nullptr) return NullArg("shelf_get", "data or size");
+  *data = nullptr;
+  *size = 0;
+  std::string value;
+  Status s = client->client->Get(MakeKey(key, key_len), &value, ToDeadline(timeout_ms));
+  if (!s.ok()) return Report(s);
+  void* p = std::malloc(value.size());
+  if (p == nullptr) return Fail(StatusCode::kResourceExhausted, "shelf_get: out of memory");
+  std::memcpy(p, value.data(), value.size());
+  *data = p;
+  *size = value.size();
+  return SHELF_OK;
+}
+
+int shelf_get_into(shelf_client_t* client, const void* key, size_t key_len, void* buffer,
+                   size_t capacity, size_t* size, int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_get_into", "client");
+  return Report(client->client->GetInto(MakeKey(key, key_len), buffer, capacity, size,
+                                        ToDeadline(timeout_ms)));
+}
+
+int shelf_exists(shelf_client_t* client, const void* const* keys, const size_t* key_lens, size_t n,
+                 uint8_t* present, int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_exists", "client");
+  if (present == nullptr && n > 0) return NullArg("shelf_exists", "present");
+  std::vector<std::string> k;
+  if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_exists", "a key");
+  std::vector<bool> p;
+  Status s = client->client->Exists(k, &p, ToDeadline(timeout_ms));
+  if (!s.ok()) return Report(s);
+  for (size_t i = 0; i < n; ++i) present[i] = p[i] ? 1 : 0;
+  return SHELF_OK;
+}
+
+int shelf_remove(shelf_client_t* client, const void* key, size_t key_len, int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_remove", "client");
+  return Report(client->client->Remove(MakeKey(key, key_len), ToDeadline(timeout_ms)));
+}
+
+int shelf_match_prefix(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
+                       size_t n, size_t* matched, int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_match_prefix", "client");
+  std::vector<std::string> k;
+  if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_match_prefix", "a key");
+  return Report(client->client->MatchPrefix(k, matched, ToDeadline(timeout_ms)));
+}
+
+int shelf_batch_put(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
+                    const void* const* data, const size_t* sizes, size_t n,
+                    const shelf_put_options_t* put_options, int* statuses, int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_batch_put", "client");
+  if (n > 0 && (data == nullptr || sizes == nullptr || statuses == nullptr)) {
+    return NullArg("shelf_batch_put", "data, sizes or statuses");
+  }
+  std::vector<std::string> k;
+  if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_batch_put", "a key");
+  std::vector<shelf::PutItem> items(n);
+  for (size_t i = 0; i < n; ++i) items[i] = shelf::PutItem{std::move(k[i]), data[i], sizes[i]};
+  std::vector<Status> st;
+  Status s = client->client->BatchPut(items, &st, ToPutOptions(put_options, timeout_ms));
+  if (!s.ok()) return Report(s);
+  for (size_t i = 0; i < n; ++i) statuses[i] = Report(st[i]);
+  return SHELF_OK;
+}
+
+int shelf_batch_get_into(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
+                         void* const* buffers, const size_t* capacities, size_t n, size_t* sizes,
+                         int* statuses, int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_batch_get_into", "client");
+  if (n > 0 && (buffers == nullptr || capacities == nullptr || statuses == nullptr)) {
+    return NullArg("shelf_batch_get_into", "buffers, capacities or statuses");
+  }
+  std::vector<std::string> k;
+  if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_batch_get_into", "a key");
+  std::vector<void*> targets(buffers, buffers + n);
+  std::vector<size_t> caps(capacities, capacities + n);
+  std::vector<Status> st;
+  std::vector<size_t> sz;
+  Status s = shelf::BatchGetIntoMemory(client->client.get(), k, targets, caps,
+                                       ToDeadline(timeout_ms), &st, &sz);
+  if (!s.ok()) return Report(s);
+  for (size_t i = 0; i < n; ++i) {
+    if (sizes != nullptr) sizes[i] = sz[i];
+    statuses[i] = Report(st[i]);
+  }
+  return SHELF_OK;
+}
+
+void shelf_free(void* p) { std::free(p); }
+
+int shelf_register_buffer(shelf_client_t* client, void* base, size_t size, int gpu,
+                          uint64_t* handle) {
+  if (client == nullptr) return NullArg("shelf_register_buffer", "client");
+  if (handle == nullptr) return NullArg("shelf_register_buffer", "handle");
+  shelf::BufferHandle h;
+  Status s = client->client->RegisterBuffer(base, size, &h, gpu != 0);
+  if (!s.ok()) return Report(s);
+  *handle = h.id;
+  return SHELF_OK;
+}
+
+int shelf_unregister_buffer(shelf_client_t* client, uint64_t handle) {
+  if (client == nullptr) return NullArg("shelf_unregister_buffer", "client");
+  return Report(client->client->UnregisterBuffer(shelf::BufferHandle{handle}));
+}
+
+int shelf_put_from(shelf_client_t* client, const void* key, size_t key_len, uint64_t handle,
+                   size_t offset, size_t size, const shelf_put_options_t* put_options,
+                   int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_put_from", "client");
+  return Report(client->client->PutFrom(MakeKey(key, key_len), shelf::BufferHandle{handle}, offset,
+                                        size, ToPutOptions(put_options, timeout_ms)));
+}
+
+int shelf_get_into_buffer(shelf_client_t* client, const void* key, size_t key_len, uint64_t handle,
+                          size_t offset, size_t capacity, size_t* size, int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_get_into_buffer", "client");
+  return Report(client->client->GetInto(MakeKey(key, key_len), shelf::BufferHandle{handle}, offset,
+                                        capacity, size, ToDeadline(timeout_ms)));
+}
+
+int shelf_batch_get_into_async(shelf_client_t* client, const void* const* keys,
+                               const size_t* key_lens, const uint64_t* handles,
+                               const size_t* offsets, const size_t* capacities, size_t n,
+                               int64_t timeout_ms, shelf_future_t** future) {
+  if (future == nullptr) return NullArg("shelf_batch_get_into_async", "future");
+  *future = nullptr;
+  if (client == nullptr) return NullArg("shelf_batch_get_into_async", "client");
+  if (n > 0 && (handles == nullptr || offsets == nullptr || capacities == nullptr)) {
+    return NullArg("shelf_batch_get_into_async", "handles, offsets or capacities");
+  }
+  std::vector<std::string> k;
+  if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_batch_get_into_async", "a key");
+  std::vector<shelf::GetIntoItem> items(n);
+  for (size_t i = 0; i < n; ++i) {
+    items[i] = shelf::GetIntoItem{std::move(k[i]), shelf::BufferHandle{handles[i]}, offsets[i],
+                                  capacities[i]};
+  }
+  auto f = std::make_unique<shelf_future>();
+  f->n = n;
+  f->future = client->client->BatchGetIntoAsync(std::move(items), ToDeadline(timeout_ms));
+  // A batch refused at submission is done already; report that at once.
+  int rc = f->future.Poll() ? Report(f->future.status()) : SHELF_OK;
+  *future = f.release();
+  return rc;
+}
+
+int shelf_batch_put_from_async(shelf_client_t* client, const void* const* keys,
+                               const size_t* key_lens, const uint64_t* handles,
+                               const size_t* offsets, const size_t* sizes, size_t n,
+                               const shelf_put_options_t* put_options, int64_t timeout_ms,
+                               shelf_future_t** future) {
+  if (future == nullptr) return NullArg("shelf_batch_put_from_async", "future");
+  *future = nullptr;
+  if (client == nullptr) return NullArg("shelf_batch_put_from_async", "client");
+  if (n > 0 && (handles == nullptr || offsets == nullptr || sizes == nullptr)) {
+    return NullArg("shelf_batch_put_from_async", "handles, offsets or sizes");
+  }
+  std::vector<std::string> k;
+  if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_batch_put_from_async", "a key");
+  std::vector<shelf::PutFromItem> items(n);
+  for (size_t i = 0; i < n; ++i) {
+    items[i] =
+        shelf::PutFromItem{std::move(k[i]), shelf::BufferHandle{handles[i]}, offsets[i], sizes[i]};
+  }
+  auto f = std::make_unique<shelf_future>();
+  f->n = n;
+  f->future =
+      client->client->BatchPutFromAsync(std::move(items), ToPutOptions(put_options, timeout_ms));
+  int rc = f->future.Poll() ? Report(f->future.status()) : SHELF_OK;
+  *future = f.release();
+  return rc;
+}
+
+int shelf_future_poll(const shelf_future_t* future) {
+  return future == nullptr || future->future.Poll() ? 1 : 0;
+}
+
+int shelf_future_wait(const shelf_future_t* future, int64_t timeout_ms) {
+  if (future == nullptr) return 1;
+  if (timeout_ms < 0) {
+    future->future.Wait();
+    return 1;
+  }
+  return future->future.Wait(static_cast<uint64_t>(timeout_ms)) ? 1 : 0;
+}
+
+int shelf_future_result(shelf_future_t* future, int* statuses, size_t* sizes, size_t n) {
+  if (future == nullptr) return NullArg("shelf_future_result", "future");
+  if (n != future->n) {
+    return Fail(StatusCode::kInvalidArgument, "shelf_future_result: n is " + std::to_string(n) +
+                                                  " but the batch has " +
+                                                  std::to_string(future->n) + " items");
+  }
+  const Status& s = future->future.status();
+  if (!s.ok()) return Report(s);
+  const std::vector<Status>& st = future->future.statuses();
+  const std::vector<size_t>& sz = future->future.sizes();
+  for (size_t i = 0; i < n; ++i) {
+    if (statuses != nullptr) statuses[i] = i < st.size() ? Report(st[i]) : SHELF_INTERNAL;
+    if (sizes != nullptr) sizes[i] = i < sz.size() ? sz[i] : 0;
+  }
+  return SHELF_OK;
+}
+
+void shelf_future_free(shelf_future_t* future) { delete future; }
+
+int shelf_key_builder_new(const char* model, const char* dtype, const char* kv_layout,
+                          uint32_t tp_rank, uint32_t tp_size, const char* salt,
+                          uint32_t chunk_tokens, shelf_key_builder_t** out) {
+  if (out == nullptr) return NullArg("shelf_key_builder_new", "out");
+  *out = nullptr;
+  if (model == nullptr || dtype == nullptr || kv_layout == nullptr) {
+    return NullArg("shelf_key_builder_new", "model, dtype or kv_layout");
+  }
+  shelf::KeyNamespace ns;
+  ns.model = model;
+  ns.dtype = dtype;
+  ns.kv_layout = kv_layout;
+  ns.tp_rank = tp_rank;
+  ns.tp_size = tp_size;
+  ns.salt = salt == nullptr ? "" : salt;
+  ns.chunk_tokens = chunk_tokens;
+  std::string why;
+  if (!shelf::KeyBuilder::Validate(ns, &why)) {
+    return Fail(StatusCode::kInvalidArgument, "invalid key namespace: " + why);
+  }
+  *out = new shelf_key_builder(std::move(ns));
+  return SHELF_OK;
+}
+
+void shelf_key_builder_free(shelf_key_builder_t* builder) { delete builder; }
+
+int shelf_block_keys(const shelf_key_builder_t* builder, const uint32_t* tokens, size_t n,
+                     uint8_t* keys, size_t keys_capacity, size_t* count) {
+  if (builder == nullptr || count == nullptr)
+    return NullArg("shelf_block_keys", "builder or count");
+  if (tokens == nullptr && n > 0) return NullArg("shelf_block_keys", "tokens");
+  size_t chunk = builder->builder.key_namespace().chunk_tokens;
+  *count = n / chunk;
+  if (*count * shelf::kKeyBytes > keys_capacity) {
+    return Fail(StatusCode::kOutOfRange,
+                "shelf_block_keys: " + std::to_string(*count) + " keys need " +
+                    std::to_string(*count * shelf::kKeyBytes) + " bytes, the buffer has " +
+                    std::to_string(keys_capacity));
+  }
+  if (*count > 0 && keys == nullptr) return NullArg("shelf_block_keys", "keys");
+  std::vector<std::string> k = builder->builder.BlockKeys(tokens, n);
+  for (size_t i = 0; i < k.size(); ++i) {
+    std::memcpy(keys + i * shelf::kKeyBytes, k[i].data(), shelf::kKeyBytes);
+  }
+  return SHELF_OK;
+}
+
+}  // extern "C"

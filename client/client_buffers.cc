@@ -1,0 +1,207 @@
+// ClientImpl: registered buffers and the zero-copy calls. Host memory moves
+// straight between the buffer and the transport (one memcpy into a mapped
+// segment, or the socket writing from / reading into it); device memory goes
+// through a pinned bounce buffer (gpu_staging.h).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "client/client_impl.h"
+#include "common/clock.h"
+
+namespace shelf {
+
+Status ClientImpl::RegisterBuffer(void* base, size_t size, BufferHandle* handle, bool gpu) {
+  if (absl::Status s = CheckOpen(); !s.ok()) return FromAbsl(s);
+  if (handle == nullptr) return Status(StatusCode::kInvalidArgument, "RegisterBuffer: null handle");
+  if (base == nullptr || size == 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "RegisterBuffer needs memory: a non-null base and a size > 0");
+  }
+  if (reinterpret_cast<uintptr_t>(base) + size < reinterpret_cast<uintptr_t>(base)) {
+    return Status(StatusCode::kInvalidArgument, "RegisterBuffer: the range wraps around");
+  }
+  int device = 0;
+  absl::Status s =
+      gpu ? GpuStaging::CheckDeviceMemory(base, size, &device) : GpuStaging::CheckHostMemory(base);
+  if (!s.ok()) return FromAbsl(s);
+  absl::StatusOr<BufferHandle> h = buffers_.Add(base, size, gpu, device);
+  if (!h.ok()) return FromAbsl(h.status());
+  *handle = *h;
+  return Status::Ok();
+}
+
+Status ClientImpl::UnregisterBuffer(BufferHandle handle) {
+  // Allowed on a closed client: the engine frees its memory after Close.
+  return FromAbsl(buffers_.Remove(handle));
+}
+
+absl::Status ClientImpl::PutFromPin(const std::string& key, const BufferRegistry::Pin& pin,
+                                    const PutOptions& options, uint64_t deadline_ms) {
+  if (pin.length() == 0) return absl::InvalidArgumentError("a block needs a size > 0");
+  if (!pin.gpu())
+    return PutWithRetry(HostPut{&key, pin.data(), pin.length()}, options, deadline_ms);
+  absl::StatusOr<GpuStaging::Bounce> bounce = gpu_.Acquire(pin.length(), deadline_ms);
+  if (!bounce.ok()) return bounce.status();
+  if (absl::Status s = gpu_.FromDevice(pin.device(), &*bounce, pin.data(), pin.length()); !s.ok()) {
+    return s;
+  }
+  stats_.bytes_staged_gpu.fetch_add(pin.length());
+  return PutWithRetry(HostPut{&key, bounce->data(), pin.length()}, options, deadline_ms);
+}
+
+Status ClientImpl::PutFrom(const std::string& key, BufferHandle buffer, size_t offset, size_t size,
+                           const PutOptions& options) {
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(PutDeadline(options), &deadline_ms); !s.ok()) return FromAbsl(s);
+  if (absl::Status s = ValidateKey(key); !s.ok()) return FromAbsl(s);
+  PinOr pin = buffers_.Acquire(buffer, offset, size);
+  if (!pin.ok()) return FromAbsl(pin.status());
+  return FromAbsl(PutFromPin(key, *pin, options, deadline_ms));
+}
+
+Status ClientImpl::GetInto(const std::string& key, BufferHandle buffer, size_t offset,
+                           size_t capacity, size_t* size, Deadline deadline) {
+  std::vector<Status> statuses;
+  std::vector<size_t> sizes;
+  Status s =
+      BatchGetInto({GetIntoItem{key, buffer, offset, capacity}}, &statuses, &sizes, deadline);
+  if (!s.ok()) return s;
+  if (size != nullptr) *size = sizes[0];
+  return statuses[0];
+}
+
+std::vector<ClientImpl::PinOr> ClientImpl::PinForGet(const std::vector<GetIntoItem>& items) {
+  std::vector<PinOr> pins;
+  pins.reserve(items.size());
+  for (const GetIntoItem& item : items) {
+    pins.push_back(buffers_.Acquire(item.buffer, item.offset, item.capacity));
+  }
+  return pins;
+}
+
+std::vector<ClientImpl::PinOr> ClientImpl::PinForPut(const std::vector<PutFromItem>& items) {
+  std::vector<PinOr> pins;
+  pins.reserve(items.size());
+  for (const PutFromItem& item : items) {
+    pins.push_back(buffers_.Acquire(item.buffer, item.offset, item.size));
+  }
+  return pins;
+}
+
+absl::Status ClientImpl::BatchGetIntoPinned(const std::vector<GetIntoItem>& items,
+                                            std::vector<PinOr>* pins, uint64_t deadline_ms,
+                                            std::vector<Status>* statuses,
+                                            std::vector<size_t>* sizes) {
+  if (absl::Status s = ValidateBatchSize(items.size(), "blocks"); !s.ok()) return s;
+  std::vector<absl::Status> results(items.size());
+  std::vector<size_t> sent;  // items whose key and buffer are fine
+  std::vector<const std::string*> keys;
+  for (size_t i = 0; i < items.size(); ++i) {
+    absl::Status v = ValidateKey(items[i].key);
+    if (v.ok()) v = (*pins)[i].status();
+    if (!v.ok()) {
+      results[i] = v;
+      continue;
+    }
+    sent.push_back(i);
+    keys.push_back(&items[i].key);
+  }
+  std::vector<size_t> found(items.size(), 0);
+  std::vector<absl::Status> read;
+  absl::Status s = LookupAndRead(
+      keys, deadline_ms,
+      [&](size_t j, const v1::ObjectLocation& loc) {
+        size_t i = sent[j];
+        const BufferRegistry::Pin& pin = *(*pins)[i];
+        found[i] = loc.size();
+        return ReadToTarget(loc, ReadTarget{pin.data(), pin.length(), pin.gpu(), pin.device()},
+                            deadline_ms);
+      },
+      &read);
+  if (!s.ok()) return s;
+  for (size_t j = 0; j < sent.size(); ++j) results[sent[j]] = read[j];
+  statuses->clear();
+  for (const absl::Status& r : results) statuses->push_back(FromAbsl(r));
+  if (sizes != nullptr) *sizes = std::move(found);
+  return absl::OkStatus();
+}
+
+Status ClientImpl::BatchGetInto(const std::vector<GetIntoItem>& items,
+                                std::vector<Status>* statuses, std::vector<size_t>* sizes,
+                                Deadline deadline) {
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
+  if (statuses == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "BatchGetInto: null statuses");
+  }
+  std::vector<PinOr> pins = PinForGet(items);
+  return FromAbsl(BatchGetIntoPinned(items, &pins, deadline_ms, statuses, sizes));
+}
+
+absl::Status ClientImpl::BatchPutFromPinned(const std::vector<PutFromItem>& items,
+                                            std::vector<PinOr>* pins, const PutOptions& options,
+                                            uint64_t deadline_ms, std::vector<Status>* statuses) {
+  if (absl::Status s = ValidateBatchSize(items.size(), "blocks"); !s.ok()) return s;
+  std::vector<absl::Status> results(items.size());
+  std::vector<size_t> host, device;
+  for (size_t i = 0; i < items.size(); ++i) {
+    absl::Status v = ValidateKey(items[i].key);
+    if (v.ok()) v = (*pins)[i].status();
+    if (v.ok() && items[i].size == 0) v = absl::InvalidArgumentError("a block needs a size > 0");
+    if (!v.ok()) {
+      results[i] = v;
+      continue;
+    }
+    ((*pins)[i]->gpu() ? device : host).push_back(i);
+  }
+  // Host blocks: one batch, written straight from the buffer.
+  std::vector<HostPut> puts;
+  for (size_t i : host) puts.push_back({&items[i].key, (*pins)[i]->data(), items[i].size});
+  std::vector<absl::Status> put;
+  if (absl::Status s = PutHostBlocks(puts, options, deadline_ms, &put); !s.ok()) return s;
+  for (size_t j = 0; j < host.size(); ++j) results[host[j]] = put[j];
+  // Device blocks: staged into bounce buffers a window at a time (the pool
+  // of pinned buffers is bounded), each window one batch.
+  const size_t window = std::max<size_t>(1, transfer_pool_->threads());
+  for (size_t begin = 0; begin < device.size(); begin += window) {
+    size_t n = std::min(window, device.size() - begin);
+    std::vector<absl::StatusOr<GpuStaging::Bounce>> bounces;
+    std::vector<HostPut> staged;
+    std::vector<size_t> staged_index;
+    for (size_t k = 0; k < n; ++k) {
+      size_t i = device[begin + k];
+      const BufferRegistry::Pin& pin = *(*pins)[i];
+      bounces.push_back(gpu_.Acquire(pin.length(), deadline_ms));
+      absl::Status st = bounces.back().status();
+      if (st.ok()) st = gpu_.FromDevice(pin.device(), &*bounces.back(), pin.data(), pin.length());
+      if (!st.ok()) {
+        results[i] = st;
+        continue;
+      }
+      stats_.bytes_staged_gpu.fetch_add(pin.length());
+      staged.push_back({&items[i].key, bounces.back()->data(), pin.length()});
+      staged_index.push_back(i);
+    }
+    if (absl::Status s = PutHostBlocks(staged, options, deadline_ms, &put); !s.ok()) {
+      for (size_t i : staged_index) results[i] = s;
+      continue;
+    }
+    for (size_t j = 0; j < staged_index.size(); ++j) results[staged_index[j]] = put[j];
+  }
+  statuses->clear();
+  for (const absl::Status& r : results) statuses->push_back(FromAbsl(r));
+  return absl::OkStatus();
+}
+
+Status ClientImpl::BatchPutFrom(const std::vector<PutFromItem>& items,
+                                std::vector<Status>* statuses, const PutOptions& options) {
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(PutDeadline(options), &deadline_ms); !s.ok()) return FromAbsl(s);
+  if (statuses == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "BatchPutFrom: null statuses");
+  }
+  std::vector<PinOr> pins = PinForPut(items);
+  return FromAbsl(BatchPutFromPinned(items, &pins, options, deadline_ms, statuses));
+}
+
+}  // namespace shelf

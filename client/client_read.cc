@@ -1,0 +1,180 @@
+// ClientImpl: gets. One Lookup answers every key's replicas (same host first,
+// DRAM before SSD) with a read lease; the blocks are then read in parallel,
+// each from the first replica that answers with the right bytes.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "client/client_impl.h"
+#include "common/checksum.h"
+#include "common/clock.h"
+#include "common/net.h"
+
+namespace shelf {
+
+absl::Status ClientImpl::ReadReplica(const v1::Replica& replica, const std::string& key, char* dst,
+                                     uint64_t size, uint64_t deadline_ms, const char** transport) {
+  const v1::StoreEndpoint& store = replica.store();
+  if (replica.tier() == v1::TIER_SSD) {
+    *transport = "tcp";
+    if (!options_.allow_tcp) return absl::UnavailableError("SSD reads need the tcp transport");
+    return tcp_.ReadKey(store.data_address(), key, size, dst, deadline_ms);
+  }
+  if (options_.allow_shm && !store.shm_socket().empty() && store.host_id() == HostId()) {
+    absl::StatusOr<std::shared_ptr<ShmMapping>> map = shm_.Get(store.shm_socket());
+    if (map.ok() && (*map)->segment_id == replica.segment_id() &&
+        replica.offset() <= (*map)->size && size <= (*map)->size - replica.offset()) {
+      *transport = "shm";
+      std::memcpy(dst, (*map)->base + replica.offset(), size);
+      return absl::OkStatus();
+    }
+    shm_.Forget(store.shm_socket());
+  }
+  *transport = "tcp";
+  if (!options_.allow_tcp) {
+    return absl::UnavailableError("no shared transport with store " + store.data_address());
+  }
+  return tcp_.Read(store.data_address(), replica.segment_id(), replica.offset(), size, dst,
+                   deadline_ms);
+}
+
+absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst,
+                                    uint64_t deadline_ms) {
+  absl::Status last = absl::UnavailableError("the block has no reachable replica");
+  bool mismatch = false;
+  for (int i = 0; i < loc.replicas_size(); ++i) {
+    const v1::Replica& r = loc.replicas(i);
+    if (i > 0) stats_.replica_failovers.fetch_add(1);
+    const char* transport = "tcp";
+    absl::Status s = ReadReplica(r, loc.key(), dst, loc.size(), deadline_ms, &transport);
+    if (!s.ok()) {
+      last = s;
+      if (s.code() == absl::StatusCode::kDeadlineExceeded) break;
+      continue;
+    }
+    // The lease protects the range only until it ends: bytes read after
+    // that may belong to another block, so the read does not count.
+    if (loc.lease_expires_unix_ms() != 0 && UnixMs() > loc.lease_expires_unix_ms()) {
+      last = absl::DeadlineExceededError("read lease expired during the read");
+      continue;
+    }
+    bool verify = options_.verify_checksums || r.tier() == v1::TIER_SSD;
+    if (verify && BlockChecksum(dst, loc.size()) != loc.checksum()) {
+      stats_.checksum_mismatches.fetch_add(1);
+      mismatch = true;
+      last = absl::DataLossError(
+          absl::StrCat("checksum mismatch from store ", r.store().data_address()));
+      continue;
+    }
+    stats_.bytes_loaded.fetch_add(loc.size());
+    if (r.tier() == v1::TIER_SSD) {
+      stats_.bytes_loaded_ssd.fetch_add(loc.size());
+      stats_.blocks_loaded_ssd.fetch_add(1);
+    } else {
+      stats_.blocks_loaded_dram.fetch_add(1);
+    }
+    (std::strcmp(transport, "shm") == 0 ? stats_.bytes_loaded_shm : stats_.bytes_loaded_tcp)
+        .fetch_add(loc.size());
+    return absl::OkStatus();
+  }
+  if (mismatch && last.code() != absl::StatusCode::kDataLoss) {
+    return absl::DataLossError("every replica failed or had wrong bytes");
+  }
+  return last;
+}
+
+absl::Status ClientImpl::ReadToTarget(const v1::ObjectLocation& loc, const ReadTarget& target,
+                                      uint64_t deadline_ms) {
+  if (loc.size() > target.capacity) {
+    return absl::OutOfRangeError(absl::StrCat("block of ", loc.size(),
+                                              " bytes does not fit the buffer of ", target.capacity,
+                                              " bytes; nothing was read"));
+  }
+  if (!target.gpu) return ReadObject(loc, target.data, deadline_ms);
+  absl::StatusOr<GpuStaging::Bounce> bounce = gpu_.Acquire(loc.size(), deadline_ms);
+  if (!bounce.ok()) return bounce.status();
+  if (absl::Status s = ReadObject(loc, bounce->data(), deadline_ms); !s.ok()) return s;
+  absl::Status s = gpu_.ToDevice(target.device, target.data, *bounce, loc.size());
+  if (s.ok()) stats_.bytes_staged_gpu.fetch_add(loc.size());
+  return s;
+}
+
+absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& keys,
+                                       uint64_t deadline_ms, const ReadFn& read,
+                                       std::vector<absl::Status>* statuses) {
+  statuses->assign(keys.size(), absl::OkStatus());
+  if (keys.empty()) return absl::OkStatus();
+  v1::LookupRequest req;
+  for (const std::string* k : keys) req.add_keys(*k);
+  req.set_client_host_id(HostId());
+  v1::LookupResponse resp;
+  absl::Status s = CallMaster(&v1::MasterService::Stub::Lookup, req, &resp, deadline_ms);
+  if (!s.ok()) return s;
+  if (resp.objects_size() != static_cast<int>(keys.size())) {
+    return absl::InternalError("malformed lookup response");
+  }
+  Parallel(keys.size(), [&](size_t i) {
+    const v1::ObjectLocation& loc = resp.objects(static_cast<int>(i));
+    (*statuses)[i] = loc.found() ? read(i, loc) : absl::NotFoundError("no such key");
+  });
+  return absl::OkStatus();
+}
+
+Status ClientImpl::GetInto(const std::string& key, void* buffer, size_t capacity, size_t* size,
+                           Deadline deadline) {
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
+  if (absl::Status s = ValidateKey(key); !s.ok()) return FromAbsl(s);
+  if (buffer == nullptr) return Status(StatusCode::kInvalidArgument, "GetInto: null buffer");
+  std::vector<absl::Status> statuses;
+  absl::Status s = LookupAndRead(
+      {&key}, deadline_ms,
+      [&](size_t, const v1::ObjectLocation& loc) {
+        if (size != nullptr) *size = loc.size();
+        return ReadToTarget(loc, ReadTarget{static_cast<char*>(buffer), capacity}, deadline_ms);
+      },
+      &statuses);
+  return FromAbsl(s.ok() ? statuses[0] : s);
+}
+
+Status ClientImpl::Get(const std::string& key, std::string* out, Deadline deadline) {
+  if (out == nullptr) return Status(StatusCode::kInvalidArgument, "Get: null out");
+  std::vector<std::string> values;
+  std::vector<Status> statuses;
+  Status s = BatchGet({key}, &values, &statuses, deadline);
+  if (!s.ok()) return s;
+  if (statuses[0].ok()) *out = std::move(values[0]);
+  return statuses[0];
+}
+
+Status ClientImpl::BatchGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
+                            std::vector<Status>* statuses, Deadline deadline) {
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
+  if (values == nullptr || statuses == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "BatchGet: null values or statuses");
+  }
+  if (absl::Status s = ValidateBatchSize(keys.size(), "keys"); !s.ok()) return FromAbsl(s);
+  for (const std::string& k : keys) {
+    if (absl::Status s = ValidateKey(k); !s.ok()) return FromAbsl(s);
+  }
+  std::vector<const std::string*> key_ptrs;
+  for (const std::string& k : keys) key_ptrs.push_back(&k);
+  values->assign(keys.size(), std::string());
+  std::vector<absl::Status> results;
+  absl::Status s = LookupAndRead(
+      key_ptrs, deadline_ms,
+      [&](size_t i, const v1::ObjectLocation& loc) {
+        std::string& v = (*values)[i];
+        v.resize(loc.size());
+        absl::Status r = ReadObject(loc, v.data(), deadline_ms);
+        if (!r.ok()) v.clear();
+        return r;
+      },
+      &results);
+  if (!s.ok()) return FromAbsl(s);
+  statuses->clear();
+  for (const absl::Status& r : results) statuses->push_back(FromAbsl(r));
+  return Status::Ok();
+}
+
+}  // namespace shelf

@@ -1,0 +1,290 @@
+// ClientImpl: puts. PutStart (or BatchPutStart) places the replicas, the
+// client writes each range over shared memory or TCP, and one PutCommit makes
+// the written blocks visible; blocks that could not be written are aborted.
+#include <cstring>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "client/client_impl.h"
+#include "common/checksum.h"
+#include "common/clock.h"
+#include "common/net.h"
+
+namespace shelf {
+namespace {
+
+// Time an abort may take: it frees ranges early but is not needed for
+// correctness (an uncommitted put expires on the master).
+constexpr uint64_t kAbortTimeoutMs = 2000;
+constexpr uint64_t kInFlightBackoffMaxMs = 100;
+
+absl::Status FromRpcStatus(const v1::RpcStatus& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
+}
+
+absl::Status CheckBlock(const void* data, size_t size) {
+  if (size == 0 || data == nullptr) {
+    return absl::InvalidArgumentError("a block needs data and a size > 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+v1::PutStartRequest ClientImpl::MakePutStart(const std::string& key, const void* data, size_t size,
+                                             const PutOptions& options) const {
+  v1::PutStartRequest req;
+  req.set_key(key);
+  req.set_size(size);
+  req.set_checksum(BlockChecksum(data, size));
+  v1::PutOptions* po = req.mutable_options();
+  po->set_replicas(options.replicas);
+  po->set_best_effort(options.best_effort);
+  po->set_prefer_local(options.prefer_local);
+  po->set_spread_label(options.spread_label);
+  po->set_client_host_id(HostId());
+  return req;
+}
+
+absl::Status ClientImpl::WriteReplica(const v1::Replica& replica, const v1::WriteGrant& grant,
+                                      const char* data, uint64_t size, uint64_t deadline_ms) {
+  const v1::StoreEndpoint& store = replica.store();
+  if (options_.allow_shm && !store.shm_socket().empty() && store.host_id() == HostId()) {
+    absl::StatusOr<std::shared_ptr<ShmMapping>> map = shm_.Get(store.shm_socket());
+    if (map.ok() && (*map)->segment_id == replica.segment_id() &&
+        replica.offset() <= (*map)->size && size <= (*map)->size - replica.offset()) {
+      std::memcpy((*map)->base + replica.offset(), data, size);
+      stats_.bytes_stored.fetch_add(size);
+      return absl::OkStatus();
+    }
+    // Fall through to TCP: the socket may belong to a restarted store.
+    shm_.Forget(store.shm_socket());
+  }
+  if (!options_.allow_tcp) {
+    return absl::UnavailableError("no shared transport with store " + store.data_address());
+  }
+  wire::Grant g;
+  g.put_id = grant.put_id();
+  g.segment_id = grant.segment_id();
+  g.offset = grant.offset();
+  g.length = grant.length();
+  g.expires_unix_ms = grant.expires_unix_ms();
+  g.mac = grant.mac();
+  absl::Status s = tcp_.Write(store.data_address(), g, replica.segment_id(), replica.offset(), data,
+                              size, deadline_ms);
+  if (s.ok()) stats_.bytes_stored.fetch_add(size);
+  return s;
+}
+
+absl::Status ClientImpl::WriteReplicas(const v1::PutStartResponse& started, const char* data,
+                                       uint64_t size, uint64_t deadline_ms) {
+  if (started.replicas_size() != started.grants_size() || started.replicas_size() == 0) {
+    return absl::InternalError("malformed PutStart response");
+  }
+  for (int i = 0; i < started.replicas_size(); ++i) {
+    absl::Status s = WriteReplica(started.replicas(i), started.grants(i), data, size, deadline_ms);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ClientImpl::Commit(const std::vector<uint64_t>& put_ids, uint64_t deadline_ms,
+                                std::vector<absl::Status>* statuses) {
+  v1::PutCommitRequest commit;
+  for (uint64_t id : put_ids) commit.add_put_ids(id);
+  v1::PutCommitResponse resp;
+  absl::Status s = CallMaster(&v1::MasterService::Stub::PutCommit, commit, &resp, deadline_ms);
+  if (!s.ok()) return s;
+  if (resp.statuses_size() != static_cast<int>(put_ids.size())) {
+    return absl::InternalError("malformed commit response");
+  }
+  statuses->clear();
+  for (int i = 0; i < resp.statuses_size(); ++i) {
+    absl::Status st = FromRpcStatus(resp.statuses(i));
+    if (st.code() == absl::StatusCode::kNotFound) {
+      // The put was reclaimed (timeout) or a target store died: retryable.
+      st = absl::AbortedError(absl::StrCat("put was reclaimed before commit: ", st.message()));
+    }
+    statuses->push_back(st);
+  }
+  return absl::OkStatus();
+}
+
+void ClientImpl::Abort(const std::vector<uint64_t>& put_ids) {
+  if (put_ids.empty()) return;
+  v1::PutAbortRequest abort;
+  for (uint64_t id : put_ids) abort.add_put_ids(id);
+  v1::PutAbortResponse unused;
+  CallMaster(&v1::MasterService::Stub::PutAbort, abort, &unused, MonoMs() + kAbortTimeoutMs)
+      .IgnoreError();
+}
+
+absl::Status ClientImpl::PutOnce(const HostPut& item, const PutOptions& options,
+                                 uint64_t deadline_ms) {
+  v1::PutStartRequest req = MakePutStart(*item.key, item.data, item.size, options);
+  // A put of the same key by another writer is in flight: wait for it to
+  // commit (or vanish, then write it ourselves).
+  for (uint64_t backoff_ms = 2;; backoff_ms = std::min(backoff_ms * 2, kInFlightBackoffMaxMs)) {
+    v1::PutStartResponse started;
+    absl::Status s = CallMaster(&v1::MasterService::Stub::PutStart, req, &started, deadline_ms);
+    if (!s.ok()) return s;
+    switch (started.state()) {
+      case v1::PUT_ALREADY_EXISTS:
+        return absl::OkStatus();
+      case v1::PUT_STARTED: {
+        absl::Status written = WriteReplicas(started, item.data, item.size, deadline_ms);
+        if (!written.ok()) {
+          Abort({started.put_id()});
+          return written;
+        }
+        std::vector<absl::Status> committed;
+        s = Commit({started.put_id()}, deadline_ms, &committed);
+        return s.ok() ? committed[0] : s;
+      }
+      case v1::PUT_IN_FLIGHT:
+        break;
+      default:
+        return absl::InternalError("unknown PutStart state");
+    }
+    if (MonoMs() + backoff_ms >= deadline_ms) {
+      return absl::DeadlineExceededError("another writer's put of this key is still open");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+  }
+}
+
+absl::Status ClientImpl::PutWithRetry(const HostPut& item, const PutOptions& options,
+                                      uint64_t deadline_ms) {
+  absl::Status s = PutOnce(item, options, deadline_ms);
+  // One retry: placement picks live stores again.
+  if (s.code() == absl::StatusCode::kAborted) s = PutOnce(item, options, deadline_ms);
+  return s;
+}
+
+absl::Status ClientImpl::PutHostBlocks(const std::vector<HostPut>& all_items,
+                                       const PutOptions& options, uint64_t deadline_ms,
+                                       std::vector<absl::Status>* all_statuses) {
+  all_statuses->assign(all_items.size(), absl::OkStatus());
+  if (all_items.empty()) return absl::OkStatus();
+  // A key twice in one batch is put once: the second would wait for the
+  // first's commit, which comes only after the whole batch is written.
+  std::vector<HostPut> items;
+  std::vector<size_t> first_of(all_items.size());
+  {
+    absl::flat_hash_map<absl::string_view, size_t> seen;
+    for (size_t i = 0; i < all_items.size(); ++i) {
+      auto [it, inserted] = seen.emplace(*all_items[i].key, items.size());
+      if (inserted) items.push_back(all_items[i]);
+      first_of[i] = it->second;
+    }
+  }
+  std::vector<absl::Status> unique_statuses;
+  absl::Status s = PutUniqueBlocks(items, options, deadline_ms, &unique_statuses);
+  if (!s.ok()) return s;
+  for (size_t i = 0; i < all_items.size(); ++i) (*all_statuses)[i] = unique_statuses[first_of[i]];
+  return absl::OkStatus();
+}
+
+absl::Status ClientImpl::PutUniqueBlocks(const std::vector<HostPut>& items,
+                                         const PutOptions& options, uint64_t deadline_ms,
+                                         std::vector<absl::Status>* statuses) {
+  statuses->assign(items.size(), absl::OkStatus());
+  v1::BatchPutStartRequest req;
+  for (const HostPut& item : items) {
+    *req.add_puts() = MakePutStart(*item.key, item.data, item.size, options);
+  }
+  v1::BatchPutStartResponse resp;
+  absl::Status s = CallMaster(&v1::MasterService::Stub::BatchPutStart, req, &resp, deadline_ms);
+  if (!s.ok()) return s;
+  if (resp.results_size() != static_cast<int>(items.size()) ||
+      resp.statuses_size() != static_cast<int>(items.size())) {
+    return absl::InternalError("malformed batch put response");
+  }
+  // Write every started block in parallel; blocks another writer is putting
+  // go through the single-block path, which waits for that writer.
+  enum class Next { kDone, kCommit, kAbort };
+  std::vector<Next> next(items.size(), Next::kDone);
+  Parallel(items.size(), [&](size_t i) {
+    absl::Status st = FromRpcStatus(resp.statuses(static_cast<int>(i)));
+    const v1::PutStartResponse& started = resp.results(static_cast<int>(i));
+    if (!st.ok()) {
+      (*statuses)[i] = st;
+    } else if (started.state() == v1::PUT_STARTED) {
+      st = WriteReplicas(started, items[i].data, items[i].size, deadline_ms);
+      (*statuses)[i] = st;
+      next[i] = st.ok() ? Next::kCommit : Next::kAbort;
+    } else if (started.state() == v1::PUT_IN_FLIGHT) {
+      (*statuses)[i] = PutWithRetry(items[i], options, deadline_ms);
+    } else if (started.state() != v1::PUT_ALREADY_EXISTS) {
+      (*statuses)[i] = absl::InternalError("unknown PutStart state");
+    }
+  });
+  std::vector<uint64_t> commit_ids, abort_ids;
+  std::vector<size_t> committing;
+  for (size_t i = 0; i < items.size(); ++i) {
+    uint64_t id = resp.results(static_cast<int>(i)).put_id();
+    if (next[i] == Next::kCommit) {
+      commit_ids.push_back(id);
+      committing.push_back(i);
+    } else if (next[i] == Next::kAbort) {
+      abort_ids.push_back(id);
+    }
+  }
+  Abort(abort_ids);
+  if (commit_ids.empty()) return absl::OkStatus();
+  std::vector<absl::Status> committed;
+  s = Commit(commit_ids, deadline_ms, &committed);
+  std::vector<size_t> retry;
+  for (size_t j = 0; j < committing.size(); ++j) {
+    size_t i = committing[j];
+    (*statuses)[i] = s.ok() ? committed[j] : s;
+    if ((*statuses)[i].code() == absl::StatusCode::kAborted) retry.push_back(i);
+  }
+  Parallel(retry.size(), [&](size_t j) {
+    (*statuses)[retry[j]] = PutWithRetry(items[retry[j]], options, deadline_ms);
+  });
+  return absl::OkStatus();
+}
+
+Status ClientImpl::Put(const std::string& key, const void* data, size_t size,
+                       const PutOptions& options) {
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(PutDeadline(options), &deadline_ms); !s.ok()) return FromAbsl(s);
+  if (absl::Status s = ValidateKey(key); !s.ok()) return FromAbsl(s);
+  if (absl::Status s = CheckBlock(data, size); !s.ok()) return FromAbsl(s);
+  HostPut item{&key, static_cast<const char*>(data), size};
+  return FromAbsl(PutWithRetry(item, options, deadline_ms));
+}
+
+Status ClientImpl::BatchPut(const std::vector<PutItem>& items, std::vector<Status>* statuses,
+                            const PutOptions& options) {
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(PutDeadline(options), &deadline_ms); !s.ok()) return FromAbsl(s);
+  if (statuses == nullptr) return Status(StatusCode::kInvalidArgument, "BatchPut: null statuses");
+  if (absl::Status s = ValidateBatchSize(items.size(), "blocks"); !s.ok()) return FromAbsl(s);
+  statuses->assign(items.size(), Status());
+  std::vector<HostPut> puts;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < items.size(); ++i) {
+    absl::Status v = ValidateKey(items[i].key);
+    if (v.ok()) v = CheckBlock(items[i].data, items[i].size);
+    if (!v.ok()) {
+      (*statuses)[i] = FromAbsl(v);
+      continue;
+    }
+    puts.push_back({&items[i].key, static_cast<const char*>(items[i].data), items[i].size});
+    index.push_back(i);
+  }
+  std::vector<absl::Status> results;
+  absl::Status s = PutHostBlocks(puts, options, deadline_ms, &results);
+  if (!s.ok()) {
+    statuses->clear();
+    return FromAbsl(s);
+  }
+  for (size_t j = 0; j < index.size(); ++j) (*statuses)[index[j]] = FromAbsl(results[j]);
+  return Status::Ok();
+}
+
+}  // namespace shelf

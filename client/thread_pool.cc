@@ -1,0 +1,99 @@
+#include "client/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <memory>
+#include <utility>
+
+namespace shelf {
+
+ThreadPool::ThreadPool(size_t threads, size_t queue_max) : queue_max_(queue_max) {
+  assert(threads >= 1 && queue_max >= 1);
+  threads_.reserve(threads);
+  for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+}
+
+ThreadPool::~ThreadPool() { Shutdown(); }
+
+bool ThreadPool::TrySubmit(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_ || queue_.size() >= queue_max_) return false;
+  queue_.push_back(std::move(task));
+  return true;
+}
+
+void ThreadPool::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void ThreadPool::Loop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      // Queued tasks still run after Shutdown: each owes someone a result.
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+namespace {
+
+// Shared by the caller and the helpers of one ParallelFor. Helpers hold it
+// by shared_ptr: one that starts after the caller returned finds no item
+// left and never touches `fn`.
+struct ForState {
+  explicit ForState(size_t n, const std::function<void(size_t)>* fn) : n(n), fn(fn) {}
+  const size_t n;
+  const std::function<void(size_t)>* const fn;
+  std::atomic<size_t> next{0};
+  absl::Mutex mu;
+  size_t finished ABSL_GUARDED_BY(mu) = 0;
+
+  void Work() {
+    for (;;) {
+      size_t i = next.fetch_add(1);
+      if (i >= n) return;
+      (*fn)(i);
+      absl::MutexLock lock(&mu);
+      ++finished;
+    }
+  }
+};
+
+}  // namespace
+
+void ParallelFor(ThreadPool* pool, size_t n, size_t helpers_max,
+                 const std::function<void(size_t)>& fn) {
+  if (n == 0) return;
+  if (n == 1 || pool == nullptr || helpers_max == 0) {
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  auto state = std::make_shared<ForState>(n, &fn);
+  size_t helpers = std::min(n - 1, helpers_max);
+  for (size_t h = 0; h < helpers; ++h) {
+    if (!pool->TrySubmit([state] { state->Work(); })) break;  // busy: do more ourselves
+  }
+  state->Work();
+  absl::MutexLock lock(&state->mu);
+  auto all_done = [&state]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state->mu) {
+    return state->finished == state->n;
+  };
+  state->mu.Await(absl::Condition(&all_done));
+}
+
+}  // namespace shelf

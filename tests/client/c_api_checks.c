@@ -1,0 +1,289 @@
+/* The C API (shelf/shelf.h) exercised from C against a running cluster.
+ * Compiled as C99 with -pedantic -Werror, so shelf.h is proven to be C.
+ * shelf_c_api_checks(master) returns the number of failed checks and prints
+ * each failure; c_api_test.cc starts the cluster and calls it. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shelf/shelf.h"
+
+int shelf_c_api_checks(const char* master);
+
+static int failures;
+
+#define CHECK(cond)                                                                            \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              shelf_last_error());                                                             \
+      ++failures;                                                                              \
+    }                                                                                          \
+  } while (0)
+
+#define CHECK_RC(call, want)                                                                   \
+  do {                                                                                         \
+    int rc_ = (call);                                                                          \
+    if (rc_ != (want)) {                                                                       \
+      fprintf(stderr, "%s:%d: %s returned %s, want %s (last error: %s)\n", __FILE__, __LINE__, \
+              #call, shelf_status_name(rc_), shelf_status_name(want), shelf_last_error());     \
+      ++failures;                                                                              \
+    }                                                                                          \
+  } while (0)
+
+static void fill(unsigned char* p, size_t n, unsigned seed) {
+  size_t i;
+  uint32_t x = seed * 2654435761u + 1;
+  for (i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    p[i] = (unsigned char)x;
+  }
+}
+
+static void check_status_names(void) {
+  CHECK(strcmp(shelf_status_name(SHELF_OK), "OK") == 0);
+  CHECK(strcmp(shelf_status_name(SHELF_NOT_FOUND), "NOT_FOUND") == 0);
+  CHECK(strcmp(shelf_status_name(SHELF_DEADLINE_EXCEEDED), "DEADLINE_EXCEEDED") == 0);
+  CHECK(strcmp(shelf_status_name(99), "UNKNOWN") == 0);
+  CHECK(strcmp(shelf_status_name(-1), "UNKNOWN") == 0);
+}
+
+static void check_options(void) {
+  shelf_options_t* opts = shelf_options_new();
+  shelf_client_t* client = (shelf_client_t*)1;
+  CHECK(opts != NULL);
+  CHECK_RC(shelf_client_open(opts, &client), SHELF_INVALID_ARGUMENT); /* no master */
+  CHECK(client == NULL);
+  CHECK(strstr(shelf_last_error(), "masters") != NULL);
+  CHECK_RC(shelf_options_add_master(opts, ""), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_set_timeout_ms(opts, 0), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_set_transports(opts, 0, 0), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_add_master(NULL, "x:1"), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_set_threads(opts, 0, 1, 1), SHELF_OK);
+  CHECK_RC(shelf_options_add_master(opts, "127.0.0.1:1"), SHELF_OK);
+  CHECK_RC(shelf_client_open(opts, &client), SHELF_INVALID_ARGUMENT); /* 0 threads */
+  shelf_options_free(opts);
+  shelf_options_free(NULL);
+}
+
+static void check_keys(void) {
+  /* The first vector of tests/data/key_vectors.json (chunk4_basic). */
+  static const uint32_t tokens[12] = {128000, 791, 4062,  14198, 39935, 35308,
+                                      927,    279, 16053, 5679,  13,    128001};
+  static const char* want_hex = "011ce894f273beb7606958fba4885cfaef";
+  shelf_key_builder_t* kb = NULL;
+  uint8_t keys[3 * SHELF_CONTENT_KEY_BYTES];
+  size_t count = 0, i;
+  char hex[2 * SHELF_CONTENT_KEY_BYTES + 1];
+  CHECK_RC(shelf_key_builder_new("example/model-7b", "bf16", "paged_nhd", 0, 1, NULL, 4, &kb),
+           SHELF_OK);
+  CHECK_RC(shelf_block_keys(kb, tokens, 12, keys, 10, &count), SHELF_OUT_OF_RANGE);
+  CHECK(count == 3);
+  CHECK_RC(shelf_block_keys(kb, tokens, 12, keys, sizeof(keys), &count), SHELF_OK);
+  CHECK(count == 3);
+  for (i = 0; i < SHELF_CONTENT_KEY_BYTES; ++i) sprintf(hex + 2 * i, "%02x", keys[i]);
+  CHECK(strcmp(hex, want_hex) == 0);
+  shelf_key_builder_free(kb);
+  kb = (shelf_key_builder_t*)1;
+  CHECK_RC(shelf_key_builder_new("m", "bf16", "l", 2, 2, "", 4, &kb), SHELF_INVALID_ARGUMENT);
+  CHECK(kb == NULL);
+  CHECK(strstr(shelf_last_error(), "tp_rank") != NULL);
+}
+
+static void check_blocks(shelf_client_t* c) {
+  unsigned char data[5000], buf[8192];
+  void* got = NULL;
+  size_t size = 0;
+  const void* keys[3];
+  size_t key_lens[3];
+  uint8_t present[3];
+  size_t matched = 99;
+  const char k0[] = {'c', '/', 0, 'b', 'i', 'n'}; /* keys may hold 0 bytes */
+  shelf_put_options_t po;
+  fill(data, sizeof(data), 1);
+  shelf_put_options_init(&po);
+  CHECK(po.replicas == 1);
+
+  CHECK_RC(shelf_put(c, k0, sizeof(k0), data, sizeof(data), &po, 0), SHELF_OK);
+  CHECK_RC(shelf_put(c, k0, sizeof(k0), data, sizeof(data), NULL, 0), SHELF_OK); /* exists */
+  CHECK_RC(shelf_get(c, k0, sizeof(k0), &got, &size, 0), SHELF_OK);
+  CHECK(size == sizeof(data) && got != NULL && memcmp(got, data, size) == 0);
+  shelf_free(got);
+  CHECK_RC(shelf_get_into(c, k0, sizeof(k0), buf, sizeof(buf), &size, 5000), SHELF_OK);
+  CHECK(size == sizeof(data) && memcmp(buf, data, size) == 0);
+  /* Buffer too small: OUT_OF_RANGE, the size still reported. */
+  size = 0;
+  CHECK_RC(shelf_get_into(c, k0, sizeof(k0), buf, 100, &size, 0), SHELF_OUT_OF_RANGE);
+  CHECK(size == sizeof(data));
+  CHECK(strstr(shelf_last_error(), "does not fit") != NULL);
+  CHECK_RC(shelf_get(c, "c/absent", 8, &got, &size, 0), SHELF_NOT_FOUND);
+  CHECK(got == NULL);
+
+  keys[0] = k0;
+  key_lens[0] = sizeof(k0);
+  keys[1] = "c/absent";
+  key_lens[1] = 8;
+  keys[2] = k0;
+  key_lens[2] = sizeof(k0);
+  CHECK_RC(shelf_exists(c, keys, key_lens, 3, present, 0), SHELF_OK);
+  CHECK(present[0] == 1 && present[1] == 0 && present[2] == 1);
+  CHECK_RC(shelf_match_prefix(c, keys, key_lens, 3, &matched, 0), SHELF_OK);
+  CHECK(matched == 1);
+  CHECK_RC(shelf_remove(c, k0, sizeof(k0), 0), SHELF_OK);
+  CHECK_RC(shelf_remove(c, k0, sizeof(k0), 0), SHELF_NOT_FOUND);
+
+  /* Bad arguments. */
+  CHECK_RC(shelf_put(c, "", 0, data, 1, NULL, 0), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_put(c, "k", 1, NULL, 1, NULL, 0), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_put(NULL, "k", 1, data, 1, NULL, 0), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_match_prefix(c, keys, key_lens, 0, &matched, 0), SHELF_INVALID_ARGUMENT);
+  /* A deadline already passed fails before any traffic. */
+  CHECK_RC(shelf_get_into(c, "k", 1, buf, sizeof(buf), &size, -1), SHELF_DEADLINE_EXCEEDED);
+  CHECK(strstr(shelf_last_error(), "already passed") != NULL);
+  CHECK_RC(shelf_put(c, "k", 1, data, 1, NULL, -5), SHELF_DEADLINE_EXCEEDED);
+}
+
+static void check_batches(shelf_client_t* c) {
+  enum { N = 4, B = 3000 };
+  unsigned char data[N][B], out[N][B];
+  const void* keys[N];
+  size_t key_lens[N], sizes[N], caps[N], data_sizes[N];
+  const void* datas[N];
+  void* bufs[N];
+  int statuses[N];
+  static const char* names[N] = {"cb/0", "cb/1", "cb/2", "cb/3"};
+  size_t i;
+  for (i = 0; i < N; ++i) {
+    fill(data[i], B, 10 + (unsigned)i);
+    keys[i] = names[i];
+    key_lens[i] = strlen(names[i]);
+    datas[i] = data[i];
+    data_sizes[i] = B;
+    bufs[i] = out[i];
+    caps[i] = B;
+  }
+  data_sizes[3] = 0; /* one bad item */
+  CHECK_RC(shelf_batch_put(c, keys, key_lens, datas, data_sizes, N, NULL, statuses, 0), SHELF_OK);
+  CHECK(statuses[0] == SHELF_OK && statuses[1] == SHELF_OK && statuses[2] == SHELF_OK);
+  CHECK(statuses[3] == SHELF_INVALID_ARGUMENT);
+  caps[1] = 10; /* too small */
+  CHECK_RC(shelf_batch_get_into(c, keys, key_lens, bufs, caps, N, sizes, statuses, 0), SHELF_OK);
+  CHECK(statuses[0] == SHELF_OK && memcmp(out[0], data[0], B) == 0 && sizes[0] == B);
+  CHECK(statuses[1] == SHELF_OUT_OF_RANGE && sizes[1] == B);
+  CHECK(statuses[2] == SHELF_OK && memcmp(out[2], data[2], B) == 0);
+  CHECK(statuses[3] == SHELF_NOT_FOUND);
+}
+
+static void check_registered(shelf_client_t* c) {
+  enum { N = 8, B = 64 * 1024 };
+  unsigned char* src = (unsigned char*)malloc(N * B);
+  unsigned char* dst = (unsigned char*)calloc(N, B);
+  uint64_t in = 0, out = 0, handles[N];
+  const void* keys[N];
+  size_t key_lens[N], offsets[N], lens[N], sizes[N];
+  int statuses[N];
+  char names[N][16];
+  shelf_future_t* f = NULL;
+  size_t i;
+  fill(src, N * B, 77);
+  CHECK_RC(shelf_register_buffer(c, src, N * B, 0, &in), SHELF_OK);
+  CHECK_RC(shelf_register_buffer(c, dst, N * B, 0, &out), SHELF_OK);
+  CHECK(in != 0 && out != 0 && in != out);
+  CHECK_RC(shelf_register_buffer(c, NULL, 10, 0, &in), SHELF_INVALID_ARGUMENT);
+
+  for (i = 0; i < N; ++i) {
+    sprintf(names[i], "creg/%u", (unsigned)i);
+    keys[i] = names[i];
+    key_lens[i] = strlen(names[i]);
+    handles[i] = in;
+    offsets[i] = i * B;
+    lens[i] = B;
+  }
+  CHECK_RC(shelf_put_from(c, keys[0], key_lens[0], in, 0, B, NULL, 0), SHELF_OK);
+  CHECK_RC(shelf_batch_put_from_async(c, keys, key_lens, handles, offsets, lens, N, NULL, 0, &f),
+           SHELF_OK);
+  CHECK(shelf_future_wait(f, 30000) == 1);
+  CHECK(shelf_future_poll(f) == 1);
+  CHECK_RC(shelf_future_result(f, statuses, NULL, N), SHELF_OK);
+  for (i = 0; i < N; ++i) CHECK(statuses[i] == SHELF_OK);
+  CHECK_RC(shelf_future_result(f, statuses, NULL, N + 1), SHELF_INVALID_ARGUMENT);
+  shelf_future_free(f);
+
+  for (i = 0; i < N; ++i) {
+    handles[i] = out;
+    offsets[i] = (N - 1 - i) * B;
+  }
+  f = NULL;
+  CHECK_RC(shelf_batch_get_into_async(c, keys, key_lens, handles, offsets, lens, N, 0, &f),
+           SHELF_OK);
+  CHECK_RC(shelf_future_result(f, statuses, sizes, N), SHELF_OK);
+  for (i = 0; i < N; ++i) {
+    CHECK(statuses[i] == SHELF_OK && sizes[i] == B);
+    CHECK(memcmp(dst + (N - 1 - i) * B, src + i * B, B) == 0);
+  }
+  shelf_future_free(f);
+
+  /* Misuse: a range outside the buffer, an unknown handle. */
+  CHECK_RC(shelf_get_into_buffer(c, keys[0], key_lens[0], out, N * B - 10, B, sizes, 0),
+           SHELF_OUT_OF_RANGE);
+  CHECK(strstr(shelf_last_error(), "outside registered buffer") != NULL);
+  CHECK_RC(shelf_get_into_buffer(c, keys[0], key_lens[0], out, 0, B, sizes, 0), SHELF_OK);
+  CHECK(memcmp(dst, src, B) == 0);
+  CHECK_RC(shelf_unregister_buffer(c, out), SHELF_OK);
+  CHECK_RC(shelf_get_into_buffer(c, keys[0], key_lens[0], out, 0, B, sizes, 0),
+           SHELF_INVALID_ARGUMENT);
+  CHECK(strstr(shelf_last_error(), "not registered") != NULL);
+  CHECK_RC(shelf_unregister_buffer(c, out), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_put_from(c, "creg/x", 6, 123456789, 0, 1, NULL, 0), SHELF_INVALID_ARGUMENT);
+  /* A GPU registration of host memory never succeeds. */
+  CHECK(shelf_register_buffer(c, dst, B, 1, &out) != SHELF_OK);
+  CHECK_RC(shelf_unregister_buffer(c, in), SHELF_OK);
+  free(src);
+  free(dst);
+}
+
+static void check_closed(shelf_client_t* c) {
+  unsigned char buf[16];
+  size_t size = 0;
+  uint64_t h = 0;
+  shelf_future_t* f = NULL;
+  const void* keys[1] = {"k"};
+  size_t key_lens[1] = {1}, offsets[1] = {0}, caps[1] = {1};
+  uint64_t handles[1] = {1};
+  shelf_client_close(c);
+  CHECK_RC(shelf_get_into(c, "k", 1, buf, sizeof(buf), &size, 0), SHELF_FAILED_PRECONDITION);
+  CHECK(strstr(shelf_last_error(), "closed") != NULL);
+  CHECK_RC(shelf_put(c, "k", 1, buf, 1, NULL, 0), SHELF_FAILED_PRECONDITION);
+  CHECK_RC(shelf_register_buffer(c, buf, sizeof(buf), 0, &h), SHELF_FAILED_PRECONDITION);
+  CHECK_RC(shelf_batch_get_into_async(c, keys, key_lens, handles, offsets, caps, 1, 0, &f),
+           SHELF_FAILED_PRECONDITION);
+  CHECK(f != NULL && shelf_future_poll(f) == 1);
+  CHECK_RC(shelf_future_result(f, NULL, NULL, 1), SHELF_FAILED_PRECONDITION);
+  shelf_future_free(f);
+}
+
+int shelf_c_api_checks(const char* master) {
+  shelf_options_t* opts;
+  shelf_client_t* c = NULL;
+  failures = 0;
+  check_status_names();
+  check_options();
+  check_keys();
+
+  opts = shelf_options_new();
+  CHECK_RC(shelf_options_add_master(opts, master), SHELF_OK);
+  CHECK_RC(shelf_options_set_timeout_ms(opts, 20000), SHELF_OK);
+  CHECK_RC(shelf_client_open(opts, &c), SHELF_OK);
+  shelf_options_free(opts);
+  if (c == NULL) return failures + 1;
+  check_blocks(c);
+  check_batches(c);
+  check_registered(c);
+  check_closed(c);
+  shelf_client_destroy(c);
+  shelf_client_destroy(NULL);
+  return failures;
+}

@@ -1,0 +1,338 @@
+// libshelf against a real cluster (shelf-master and two shelf-store
+// processes on loopback): registered buffers and the zero-copy calls, the
+// asynchronous batches, parallel remote reads, deadlines and failover.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "shelf/client.h"
+#include "shelf/keys.h"
+#include "tools/local_cluster.h"
+
+namespace shelf {
+namespace {
+
+using std::chrono::milliseconds;
+
+void Fill(char* p, size_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t v = rng();
+    std::memcpy(p + i, &v, std::min<size_t>(8, n - i));
+  }
+}
+
+std::string Block(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  Fill(s.data(), n, seed);
+  return s;
+}
+
+std::unique_ptr<LocalCluster> StartCluster(int stores) {
+  LocalCluster::Options o;
+  o.stores = stores;
+  o.dram_bytes = 128ull << 20;
+  o.bin_dir = SHELF_BIN_DIR;
+  auto c = LocalCluster::Start(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
+std::unique_ptr<Client> OpenClient(const std::string& master, bool allow_shm = true,
+                                   uint32_t transfer_threads = 8) {
+  ClientOptions co;
+  co.masters = {master};
+  co.timeout_ms = 20000;
+  co.allow_shm = allow_shm;
+  co.transfer_threads = transfer_threads;
+  std::unique_ptr<Client> c;
+  Status s = Client::Open(co, &c);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return c;
+}
+
+// One cluster for the suite: every test uses its own keys.
+class ClientClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = StartCluster(2).release(); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(cluster_, nullptr);
+    client_ = OpenClient(cluster_->master_address());
+    ASSERT_NE(client_, nullptr);
+  }
+  static LocalCluster* cluster_;
+  std::unique_ptr<Client> client_;
+};
+LocalCluster* ClientClusterTest::cluster_ = nullptr;
+
+TEST_F(ClientClusterTest, ZeroCopyPutFromAndGetIntoRoundTrip) {
+  constexpr size_t kBlock = 256 << 10;
+  constexpr size_t kSlots = 8;
+  std::vector<char> src(kSlots * kBlock), dst(kSlots * kBlock, 0);
+  Fill(src.data(), src.size(), 11);
+  BufferHandle in, out;
+  ASSERT_TRUE(client_->RegisterBuffer(src.data(), src.size(), &in).ok());
+  ASSERT_TRUE(client_->RegisterBuffer(dst.data(), dst.size(), &out).ok());
+  for (size_t i = 0; i < kSlots; ++i) {
+    Status s = client_->PutFrom("zc/" + std::to_string(i), in, i * kBlock, kBlock);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+  }
+  // Read them back into reversed slots.
+  for (size_t i = 0; i < kSlots; ++i) {
+    size_t size = 0;
+    size_t slot = kSlots - 1 - i;
+    Status s = client_->GetInto("zc/" + std::to_string(i), out, slot * kBlock, kBlock, &size);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+    EXPECT_EQ(size, kBlock);
+    EXPECT_EQ(std::memcmp(dst.data() + slot * kBlock, src.data() + i * kBlock, kBlock), 0) << i;
+  }
+  // Same host: the bytes came through shared memory.
+  EXPECT_GE(client_->stats().bytes_loaded_shm, kSlots * kBlock);
+  // A TCP-only client reads the same bytes into its registered memory.
+  std::unique_ptr<Client> tcp = OpenClient(cluster_->master_address(), /*allow_shm=*/false);
+  std::vector<char> tdst(kBlock);
+  BufferHandle th;
+  ASSERT_TRUE(tcp->RegisterBuffer(tdst.data(), tdst.size(), &th).ok());
+  size_t size = 0;
+  ASSERT_TRUE(tcp->GetInto("zc/3", th, 0, kBlock, &size).ok());
+  EXPECT_EQ(std::memcmp(tdst.data(), src.data() + 3 * kBlock, kBlock), 0);
+  EXPECT_EQ(tcp->stats().bytes_loaded_tcp, kBlock);
+  EXPECT_TRUE(client_->UnregisterBuffer(in).ok());
+  EXPECT_TRUE(client_->UnregisterBuffer(out).ok());
+}
+
+TEST_F(ClientClusterTest, BufferTooSmallIsOutOfRangeAndTouchesNothing) {
+  std::string data = Block(64 << 10, 3);
+  ASSERT_TRUE(client_->Put("small/64k", data.data(), data.size()).ok());
+  std::vector<char> mem(96 << 10, '\x5a');
+  BufferHandle h;
+  ASSERT_TRUE(client_->RegisterBuffer(mem.data(), mem.size(), &h).ok());
+  size_t size = 0;
+  Status s = client_->GetInto("small/64k", h, 1024, 32 << 10, &size);
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << s.ToString();
+  EXPECT_NE(s.message().find("does not fit"), std::string::npos) << s.ToString();
+  EXPECT_EQ(size, data.size()) << "the size is reported so the caller can retry";
+  for (char c : mem) ASSERT_EQ(c, '\x5a') << "a block that does not fit must not be written";
+  // The same with unregistered memory.
+  char tiny[100];
+  s = client_->GetInto("small/64k", tiny, sizeof(tiny), &size);
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
+  // And it fits with the right capacity.
+  ASSERT_TRUE(client_->GetInto("small/64k", h, 1024, 64 << 10, &size).ok());
+  EXPECT_EQ(std::memcmp(mem.data() + 1024, data.data(), data.size()), 0);
+  EXPECT_EQ(mem[1023], '\x5a');
+  EXPECT_EQ(mem[1024 + data.size()], '\x5a');
+  // A miss through a registered buffer is NOT_FOUND.
+  EXPECT_EQ(client_->GetInto("small/absent", h, 0, 8, &size).code(), StatusCode::kNotFound);
+}
+
+TEST_F(ClientClusterTest, BatchGetReadsRemoteBlocksInParallel) {
+  constexpr size_t kBlocks = 32;
+  constexpr size_t kBlock = 1 << 20;
+  std::vector<std::string> data;
+  std::vector<PutItem> items;
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < kBlocks; ++i) {
+    data.push_back(Block(kBlock, 100 + static_cast<uint32_t>(i)));
+    keys.push_back("par/" + std::to_string(i));
+  }
+  for (size_t i = 0; i < kBlocks; ++i) items.push_back({keys[i], data[i].data(), kBlock});
+  std::vector<Status> statuses;
+  ASSERT_TRUE(client_->BatchPut(items, &statuses).ok());
+  for (size_t i = 0; i < kBlocks; ++i) ASSERT_TRUE(statuses[i].ok()) << statuses[i].ToString();
+
+  // Over TCP, serially (one transfer thread) and in parallel (eight).
+  double ms[2] = {0, 0};
+  for (int run = 0; run < 2; ++run) {
+    std::unique_ptr<Client> tcp =
+        OpenClient(cluster_->master_address(), /*allow_shm=*/false, run == 0 ? 1 : 8);
+    std::vector<std::string> values;
+    ASSERT_TRUE(tcp->BatchGet(keys, &values, &statuses).ok());  // warms the pool
+    uint64_t t0 = MonoUs();
+    Status s = tcp->BatchGet(keys, &values, &statuses);
+    ms[run] = (MonoUs() - t0) / 1000.0;
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (size_t i = 0; i < kBlocks; ++i) {
+      ASSERT_TRUE(statuses[i].ok()) << i << ": " << statuses[i].ToString();
+      ASSERT_TRUE(values[i] == data[i]) << "block " << i << " differs";
+    }
+    EXPECT_EQ(tcp->stats().bytes_loaded_tcp, 2 * kBlocks * kBlock);
+  }
+  // Timing is only reported: the machine running the test may have one core.
+  std::printf("BatchGet of %zu x 1 MiB over tcp: %.1f ms serial, %.1f ms parallel\n", kBlocks,
+              ms[0], ms[1]);
+}
+
+TEST_F(ClientClusterTest, AsyncBatchesOverlapWithTheCaller) {
+  constexpr size_t kBlocks = 16;
+  constexpr size_t kBlock = 128 << 10;
+  std::vector<char> src(kBlocks * kBlock), dst(kBlocks * kBlock, 0);
+  Fill(src.data(), src.size(), 21);
+  BufferHandle in, out;
+  ASSERT_TRUE(client_->RegisterBuffer(src.data(), src.size(), &in).ok());
+  ASSERT_TRUE(client_->RegisterBuffer(dst.data(), dst.size(), &out).ok());
+  std::vector<PutFromItem> puts;
+  std::vector<GetIntoItem> gets;
+  for (size_t i = 0; i < kBlocks; ++i) {
+    std::string key = "async/" + std::to_string(i);
+    puts.push_back({key, in, i * kBlock, kBlock});
+    gets.push_back({key, out, i * kBlock, kBlock});
+  }
+  BatchFuture put = client_->BatchPutFromAsync(puts);
+  // The caller is free while the batch runs.
+  uint64_t spins = 0;
+  while (!put.Poll()) ++spins;
+  ASSERT_TRUE(put.status().ok()) << put.status().ToString();
+  ASSERT_EQ(put.statuses().size(), kBlocks);
+  for (const Status& s : put.statuses()) ASSERT_TRUE(s.ok()) << s.ToString();
+
+  BatchFuture get = client_->BatchGetIntoAsync(gets);
+  // Waiting with a timeout either finishes or says it has not.
+  bool done = get.Wait(30000);
+  ASSERT_TRUE(done);
+  ASSERT_TRUE(get.status().ok()) << get.status().ToString();
+  for (size_t i = 0; i < kBlocks; ++i) {
+    EXPECT_TRUE(get.statuses()[i].ok()) << get.statuses()[i].ToString();
+    EXPECT_EQ(get.sizes()[i], kBlock);
+  }
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), src.size()), 0);
+
+  // Owned-value forms.
+  std::string a = Block(5000, 1), b = Block(7000, 2);
+  BatchFuture p2 = client_->BatchPutAsync(
+      {PutItem{"async/a", a.data(), a.size()}, PutItem{"async/b", b.data(), b.size()}});
+  ASSERT_TRUE(p2.status().ok());
+  BatchFuture g2 = client_->BatchGetAsync({"async/a", "async/missing", "async/b"});
+  ASSERT_TRUE(g2.status().ok());
+  std::vector<std::string> values = std::move(*g2.values());
+  EXPECT_TRUE(values[0] == a);
+  EXPECT_EQ(g2.statuses()[1].code(), StatusCode::kNotFound);
+  EXPECT_TRUE(values[2] == b);
+  std::printf("polled %llu times while an async put ran\n", static_cast<unsigned long long>(spins));
+}
+
+TEST_F(ClientClusterTest, UnregisterWaitsForAnAsyncBatchUsingTheBuffer) {
+  constexpr size_t kBlock = 1 << 20;
+  std::vector<std::string> keys;
+  std::string data = Block(kBlock, 31);
+  for (int i = 0; i < 8; ++i) {
+    keys.push_back("unreg/" + std::to_string(i));
+    ASSERT_TRUE(client_->Put(keys.back(), data.data(), data.size()).ok());
+  }
+  std::vector<char> mem(8 * kBlock);
+  BufferHandle h;
+  ASSERT_TRUE(client_->RegisterBuffer(mem.data(), mem.size(), &h).ok());
+  std::vector<GetIntoItem> gets;
+  for (int i = 0; i < 8; ++i) gets.push_back({keys[i], h, i * kBlock, kBlock});
+  BatchFuture f = client_->BatchGetIntoAsync(gets);
+  ASSERT_TRUE(client_->UnregisterBuffer(h).ok());
+  // Unregister returned: the batch no longer touches the memory.
+  EXPECT_TRUE(f.Poll());
+  ASSERT_TRUE(f.status().ok());
+  for (const Status& s : f.statuses()) EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(std::memcmp(mem.data() + 7 * kBlock, data.data(), kBlock), 0);
+}
+
+TEST_F(ClientClusterTest, BatchPutFromRepeatedAndExistingKeys) {
+  std::vector<char> mem(3 * 4096);
+  Fill(mem.data(), mem.size(), 41);
+  BufferHandle h;
+  ASSERT_TRUE(client_->RegisterBuffer(mem.data(), mem.size(), &h).ok());
+  ASSERT_TRUE(client_->PutFrom("dup/existing", h, 0, 4096).ok());
+  std::vector<Status> statuses;
+  Status s = client_->BatchPutFrom(
+      {PutFromItem{"dup/x", h, 4096, 4096}, PutFromItem{"dup/x", h, 4096, 4096},
+       PutFromItem{"dup/existing", h, 0, 4096}, PutFromItem{"dup/bad", h, 8192, 8192}},
+      &statuses);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(statuses[0].ok()) << statuses[0].ToString();
+  EXPECT_TRUE(statuses[1].ok()) << statuses[1].ToString();
+  EXPECT_TRUE(statuses[2].ok()) << "ALREADY_EXISTS is success: " << statuses[2].ToString();
+  EXPECT_EQ(statuses[3].code(), StatusCode::kOutOfRange);
+  std::string got;
+  ASSERT_TRUE(client_->Get("dup/x", &got).ok());
+  EXPECT_EQ(std::memcmp(got.data(), mem.data() + 4096, 4096), 0);
+}
+
+TEST_F(ClientClusterTest, DeadlinesAgainstALiveCluster) {
+  std::string data = Block(4096, 51);
+  ASSERT_TRUE(client_->Put("dl/a", data.data(), data.size()).ok());
+  std::string got;
+  EXPECT_EQ(client_->Get("dl/a", &got, Deadline::After(milliseconds(-5))).code(),
+            StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(got.empty());
+  ASSERT_TRUE(client_->Get("dl/a", &got, Deadline::After(milliseconds(10000))).ok());
+  EXPECT_TRUE(got == data);
+  ASSERT_TRUE(client_->Get("dl/a", &got, 10000).ok());
+  PutOptions po;
+  po.deadline = Deadline::At(Deadline::Clock::now() - milliseconds(1));
+  EXPECT_EQ(client_->Put("dl/b", data.data(), data.size(), po).code(),
+            StatusCode::kDeadlineExceeded);
+  std::vector<bool> present;
+  ASSERT_TRUE(client_->Exists({"dl/b"}, &present).ok());
+  EXPECT_FALSE(present[0]) << "a put refused for its deadline left nothing behind";
+}
+
+TEST_F(ClientClusterTest, ContentKeysPrefixMatchAndLoad) {
+  KeyNamespace ns;
+  ns.model = "test/model";
+  ns.dtype = "bf16";
+  ns.kv_layout = "paged_nhd";
+  ns.chunk_tokens = 16;
+  KeyBuilder kb(ns);
+  std::vector<uint32_t> tokens(16 * 6);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 7 + 1);
+  std::vector<std::string> keys = kb.BlockKeys(tokens);
+  ASSERT_EQ(keys.size(), 6u);
+  std::vector<std::string> blocks;
+  for (int i = 0; i < 4; ++i) {
+    blocks.push_back(Block(8192, 60 + i));
+    ASSERT_TRUE(client_->Put(keys[i], blocks[i].data(), blocks[i].size()).ok());
+  }
+  size_t matched = 0;
+  ASSERT_TRUE(client_->MatchPrefix(keys, &matched).ok());
+  EXPECT_EQ(matched, 4u);
+  std::vector<char> pool(6 * 8192);
+  BufferHandle h;
+  ASSERT_TRUE(client_->RegisterBuffer(pool.data(), pool.size(), &h).ok());
+  std::vector<GetIntoItem> loads;
+  for (size_t i = 0; i < matched; ++i) loads.push_back({keys[i], h, i * 8192, 8192});
+  std::vector<Status> statuses;
+  std::vector<size_t> sizes;
+  ASSERT_TRUE(client_->BatchGetInto(loads, &statuses, &sizes).ok());
+  for (size_t i = 0; i < matched; ++i) {
+    ASSERT_TRUE(statuses[i].ok()) << statuses[i].ToString();
+    EXPECT_EQ(std::memcmp(pool.data() + i * 8192, blocks[i].data(), 8192), 0) << i;
+  }
+}
+
+TEST(ClientFailoverTest, ZeroCopyGetFallsOverToAnotherReplica) {
+  std::unique_ptr<LocalCluster> cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  std::unique_ptr<Client> client = OpenClient(cluster->master_address(), /*allow_shm=*/false);
+  std::string data = Block(300 << 10, 71);
+  PutOptions po;
+  po.replicas = 2;
+  ASSERT_TRUE(client->Put("fo/a", data.data(), data.size(), po).ok());
+  cluster->KillStore(0);
+  std::vector<char> mem(data.size());
+  BufferHandle h;
+  ASSERT_TRUE(client->RegisterBuffer(mem.data(), mem.size(), &h).ok());
+  size_t size = 0;
+  Status s = client->GetInto("fo/a", h, 0, mem.size(), &size, 20000);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(std::memcmp(mem.data(), data.data(), data.size()), 0);
+}
+
+}  // namespace
+}  // namespace shelf
