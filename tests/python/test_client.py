@@ -1,0 +1,192 @@
+"""shelf.Client against a real cluster: every call, zero-copy buffers,
+async batches, and the errors misuse must raise."""
+
+import os
+import time
+
+import pytest
+
+import shelf
+
+
+def block(n, seed):
+    return os.urandom(n) if seed is None else bytes((i * 31 + seed) & 0xFF for i in range(n))
+
+
+def test_put_get_exists_remove(client, unique):
+    key = unique + b"a"
+    data = os.urandom(100_000)
+    client.put(key, data)
+    client.put(key, data)  # already there: success
+    assert client.get(key) == data
+    assert client.get(unique + b"absent") is None
+    assert client.exists(key) is True
+    assert client.exists([key, unique + b"absent"]) == [True, False]
+    assert client.remove(key) is True
+    assert client.remove(key) is False
+    assert client.get(key) is None
+
+
+def test_str_keys_are_their_utf8_bytes(client, unique):
+    key = unique.decode() + "ключ"
+    client.put(key, b"v")
+    assert client.get(key.encode("utf-8")) == b"v"
+
+
+def test_batches_and_match_prefix(client, unique):
+    keys = [unique + b"%d" % i for i in range(6)]
+    values = [os.urandom(4096 + i) for i in range(6)]
+    statuses = client.batch_put(keys[:4], values[:4])
+    assert [s.ok for s in statuses] == [True] * 4
+    assert all(statuses) and repr(statuses[0]) == "<shelf.Status OK>"
+    assert client.match_prefix(keys) == 4
+    got = client.batch_get(keys)
+    assert got[:4] == values[:4] and got[4:] == [None, None]
+    got, st = client.batch_get(keys, return_statuses=True)
+    assert st[4].code == shelf.StatusCode.NOT_FOUND and st[4].name == "NOT_FOUND"
+    with pytest.raises(shelf.NotFoundError):
+        st[5].raise_if_error()
+
+
+def test_zero_copy_into_bytearray_memoryview_and_numpy(client, unique):
+    data = os.urandom(64 << 10)
+    client.put(unique + b"z", data)
+    buf = bytearray(100 << 10)
+    assert client.get_into(unique + b"z", buf) == len(data)
+    assert bytes(buf[:len(data)]) == data
+    view = memoryview(bytearray(200 << 10))
+    assert client.get_into(unique + b"z", view, offset=1000) == len(data)
+    assert view[1000:1000 + len(data)].tobytes() == data
+    assert client.get_into(unique + b"missing", buf) is None
+
+    np = pytest.importorskip("numpy")
+    arr = np.zeros(32 << 10, dtype=np.uint16)  # 64 KiB
+    assert client.get_into(unique + b"z", arr) == len(data)
+    assert arr.tobytes() == data
+    # put_from a slice of a numpy array, without copying it first.
+    src = np.arange(1 << 16, dtype=np.uint32)
+    client.put_from(unique + b"slice", src, offset=4096, size=8192)
+    assert client.get(unique + b"slice") == src.tobytes()[4096:4096 + 8192]
+
+
+def test_batch_get_into_targets(client, unique):
+    keys = [unique + b"%d" % i for i in range(3)]
+    values = [os.urandom(10_000), os.urandom(20_000), os.urandom(30_000)]
+    client.batch_put(keys, values)
+    targets = [bytearray(10_000), bytearray(100), bytearray(30_000)]
+    sizes, st = client.batch_get_into(keys, targets, return_statuses=True)
+    assert sizes == [10_000, None, 30_000]
+    assert st[1].code == shelf.StatusCode.OUT_OF_RANGE
+    assert bytes(targets[0]) == values[0] and bytes(targets[2]) == values[2]
+    assert targets[1] == bytearray(100), "a block that does not fit is not written"
+
+
+def test_buffer_too_small_raises_out_of_range(client, unique):
+    client.put(unique + b"big", os.urandom(50_000))
+    small = bytearray(1000)
+    with pytest.raises(shelf.OutOfRangeError, match="does not fit") as e:
+        client.get_into(unique + b"big", small)
+    assert isinstance(e.value, ValueError)
+    assert e.value.code == int(shelf.StatusCode.OUT_OF_RANGE)
+    assert small == bytearray(1000)
+    with pytest.raises(shelf.OutOfRangeError):
+        client.get_into(unique + b"big", bytearray(100), offset=200)
+    with pytest.raises(BufferError):
+        client.get_into(unique + b"big", b"read-only bytes" * 5000)
+
+
+def test_registered_buffers(client, unique):
+    pool = bytearray(1 << 20)
+    handle = client.register_buffer(pool)
+    assert handle.size == len(pool) and not handle.gpu
+    data = os.urandom(128 << 10)
+    pool[0:len(data)] = data
+    client.put_from(unique + b"r", handle, offset=0, size=len(data))
+    assert client.get_into(unique + b"r", handle, offset=512 << 10, capacity=len(data)) == len(data)
+    assert bytes(pool[512 << 10:(512 << 10) + len(data)]) == data
+    with pytest.raises(shelf.OutOfRangeError, match="outside registered buffer"):
+        client.get_into(unique + b"r", handle, offset=(1 << 20) - 10, capacity=len(data))
+    # Async loads into the registered buffer.
+    keys = [unique + b"r"] * 4
+    fut = client.batch_get_into_async(keys, handle, [i * len(data) for i in range(4)], len(data))
+    assert fut.wait(30) is True and fut.done()
+    assert fut.result() == [len(data)] * 4
+    assert bytes(pool[3 * len(data):4 * len(data)]) == data
+    client.unregister_buffer(handle)
+    with pytest.raises(shelf.InvalidArgumentError, match="not registered"):
+        client.get_into(unique + b"r", handle)
+    with pytest.raises(shelf.InvalidArgumentError):
+        client.unregister_buffer(handle)
+
+
+def test_gpu_registration_of_host_memory_fails(client):
+    with pytest.raises(shelf.Error) as e:
+        client.register_buffer(bytearray(4096), gpu=True)
+    assert e.value.code_name in ("UNIMPLEMENTED", "FAILED_PRECONDITION", "INVALID_ARGUMENT")
+
+
+def test_async_batches(client, unique):
+    keys = [unique + b"%d" % i for i in range(8)]
+    values = [os.urandom(50_000) for _ in keys]
+    put = client.batch_put_async(keys, values)
+    assert all(s.ok for s in put.result())
+    get = client.batch_get_async(keys + [unique + b"absent"])
+    got = get.result()
+    assert got[:8] == values and got[8] is None
+    assert get.statuses()[8].code == shelf.StatusCode.NOT_FOUND
+
+
+def test_deadline_in_the_past_fails_at_once(client, unique):
+    start = time.monotonic()
+    with pytest.raises(shelf.DeadlineExceededError, match="already passed") as e:
+        client.get(unique + b"x", timeout_ms=-1)
+    assert isinstance(e.value, TimeoutError)
+    with pytest.raises(TimeoutError):
+        client.put(unique + b"x", b"v", timeout_ms=-1)
+    with pytest.raises(TimeoutError):
+        client.batch_get_async([unique + b"x"], timeout_ms=-1).result()
+    assert time.monotonic() - start < 1.0
+    assert client.exists(unique + b"x") is False
+
+
+def test_misuse_raises_clear_errors(client):
+    with pytest.raises(shelf.InvalidArgumentError, match="empty key"):
+        client.get(b"")
+    with pytest.raises(ValueError, match="exceeds the limit"):
+        client.put(b"k" * 257, b"v")
+    with pytest.raises(TypeError):
+        client.get(12)
+    with pytest.raises(shelf.InvalidArgumentError, match="1..1024"):
+        client.match_prefix([])
+    with pytest.raises(ValueError, match="one value per key"):
+        client.batch_put([b"a", b"b"], [b"x"])
+
+
+def test_closed_client_raises_failed_precondition(cluster, unique):
+    c = shelf.Client(cluster.master)
+    c.put(unique + b"k", b"v")
+    c.close()
+    with pytest.raises(shelf.FailedPreconditionError, match="closed"):
+        c.get(unique + b"k")
+    with pytest.raises(shelf.FailedPreconditionError):
+        c.batch_get_async([unique + b"k"]).result()
+    with shelf.Client([cluster.master]) as d:
+        assert d.get(unique + b"k") == b"v"
+    with pytest.raises(shelf.FailedPreconditionError):
+        d.get(unique + b"k")
+
+
+def test_unreachable_master_raises_unavailable():
+    c = shelf.Client(["127.0.0.1:1"], timeout_ms=1000)
+    with pytest.raises((shelf.UnavailableError, shelf.DeadlineExceededError)) as e:
+        c.get(b"k")
+    assert isinstance(e.value, (ConnectionError, TimeoutError))
+
+
+def test_tcp_only_client_and_stats(cluster, unique):
+    with shelf.Client([cluster.master], allow_shm=False) as c:
+        data = os.urandom(300_000)
+        c.put(unique + b"t", data)
+        assert c.get(unique + b"t") == data
+        st = c.stats()
+        assert st["bytes_loaded_tcp"] == len(data) and st["bytes_loaded_shm"] == 0
