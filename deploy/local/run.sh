@@ -12,4 +12,5 @@ bash "$root/deploy/install-deps.sh"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHELF_BUILD_TESTS=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)" --target shelf-master shelf-store shelfctl shelf-bench
 # The replay starts and stops its own cluster (processes die with it).
-exec "$build/bin/shelf-bench" replay "$root/deploy/local/traces/synthetic_trace.jsonl" "$@"
+exec "$build/bin/shelf-bench" replay "$root/deploy/local/traces/synthetic_trace.jsonl" \
+  --plot "$build/replay-hit-ratio.svg" "$@"

@@ -92,11 +92,73 @@ constexpr ModelPreset kModels[] = {
 };
 constexpr uint64_t kTokensPerBlock = 512;
 
+// Hit ratio per tier over a window of requests.
+struct Window {
+  double dram = 0;
+  double ssd = 0;
+};
+
+// A stacked bar chart of hit ratio per tier over time, for a terminal.
+std::string AsciiChart(const std::vector<Window>& w) {
+  if (w.empty()) return "";
+  double top = 0.01;
+  for (const Window& x : w) top = std::max(top, x.dram + x.ssd);
+  const int rows = 8;
+  std::string out = "  hit ratio per window of requests (# DRAM, + SSD)\n";
+  for (int r = rows; r >= 1; --r) {
+    double level = top * r / rows;
+    out += absl::StrFormat("  %5.1f%% |", 100 * level);
+    for (const Window& x : w) {
+      double mid = level - top / rows / 2;
+      out += x.dram >= mid ? '#' : (x.dram + x.ssd >= mid ? '+' : ' ');
+    }
+    out += "\n";
+  }
+  out += "         +" + std::string(w.size(), '-') + "> requests\n";
+  return out;
+}
+
+// The same chart as an SVG file.
+bool WriteSvg(const std::string& path, const std::vector<Window>& w, double lru, double ideal) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return false;
+  const double width = 640, height = 320, left = 50, bottom = 290, plot_h = 260;
+  double top = std::max(0.01, ideal);
+  for (const Window& x : w) top = std::max(top, x.dram + x.ssd);
+  double bw = w.empty() ? 0 : (width - left - 10) / w.size();
+  std::fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                  "font-family=\"sans-serif\" font-size=\"11\">\n", width, height);
+  std::fprintf(f, "<text x=\"%.0f\" y=\"14\">Shelf replay: hit ratio per window "
+                  "(blue DRAM, orange SSD; dashed: LRU simulation, dotted: ideal)</text>\n", left);
+  for (size_t i = 0; i < w.size(); ++i) {
+    double hd = plot_h * w[i].dram / top, hs = plot_h * w[i].ssd / top;
+    double x = left + i * bw;
+    std::fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                    "fill=\"#3b6fb6\"/>\n", x, bottom - hd, bw * 0.9, hd);
+    std::fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                    "fill=\"#e08a2c\"/>\n", x, bottom - hd - hs, bw * 0.9, hs);
+  }
+  for (auto [v, dash] : {std::pair<double, const char*>{lru, "6,4"}, {ideal, "2,3"}}) {
+    double y = bottom - plot_h * v / top;
+    std::fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"black\" "
+                    "stroke-dasharray=\"%s\"/>\n", left, y, width - 10, y, dash);
+  }
+  std::fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n",
+               left, bottom, width - 10, bottom);
+  for (int t = 0; t <= 4; ++t) {
+    double v = top * t / 4;
+    std::fprintf(f, "<text x=\"4\" y=\"%.1f\">%.1f%%</text>\n", bottom - plot_h * t / 4 + 4,
+                 100 * v);
+  }
+  std::fprintf(f, "</svg>\n");
+  return std::fclose(f) == 0;
+}
+
 }  // namespace
 
 int Replay(int argc, char** argv) {
   std::string trace = DefaultTracePath();
-  std::string master, model, work_dir;
+  std::string master, model, work_dir, plot;
   int64_t requests = 1500, stores = 2;
   uint64_t block_bytes = 256 << 10;
   uint64_t dram_size = 256ull << 20, ssd_size = 2ull << 30;
@@ -120,6 +182,7 @@ int Replay(int argc, char** argv) {
                   "GPU prefill rate used to value the tokens served from cache");
   flags.AddBool("json-only", &json_only, "print only the JSON line");
   flags.AddString("work-dir", &work_dir, "keep the started cluster's logs and data here");
+  flags.AddString("plot", &plot, "also write the hit-ratio-over-time chart as SVG to this file");
   std::vector<std::string> args = flags.ParseOrExit(argc, argv);
   if (!args.empty()) trace = args[0];
   if (!model.empty()) {
@@ -186,6 +249,10 @@ int Replay(int argc, char** argv) {
   double get_seconds = 0, put_seconds = 0;
   std::string first_error;
   Progress progress("replay", reqs->size());
+  // Hit ratio per tier in 60 windows of requests, for the chart.
+  const size_t windows = std::min<size_t>(60, std::max<size_t>(1, reqs->size()));
+  std::vector<Window> chart;
+  uint64_t win_blocks = 0, win_dram0 = 0, win_ssd0 = 0;
   uint64_t t_start = MonoUs();
   uint64_t trace_t0 = reqs->empty() ? 0 : (*reqs)[0].timestamp_ms;
   for (size_t i = 0; i < reqs->size(); ++i) {
@@ -262,6 +329,17 @@ int Replay(int argc, char** argv) {
       }
       if (matched < n) break;  // a prefix ends at its first miss
     }
+    win_blocks += r.hash_ids.size();
+    if ((i + 1) * windows / reqs->size() != i * windows / reqs->size() || i + 1 == reqs->size()) {
+      ClientStats now = client->stats();
+      if (win_blocks > 0) {
+        chart.push_back(Window{double(now.blocks_loaded_dram - win_dram0) / win_blocks,
+                               double(now.blocks_loaded_ssd - win_ssd0) / win_blocks});
+      }
+      win_blocks = 0;
+      win_dram0 = now.blocks_loaded_dram;
+      win_ssd0 = now.blocks_loaded_ssd;
+    }
     progress.Update(i + 1, absl::StrFormat("hit %.1f%%", total_blocks ? 100.0 * hit_blocks / total_blocks : 0.0));
   }
   double wall_s = (MonoUs() - t_start) / 1e6;
@@ -310,6 +388,12 @@ int Replay(int argc, char** argv) {
     std::printf("  prefill avoided %llu tokens = %.1f GPU-s at %.0f tokens/s, for %.2f s of fetching\n",
                 static_cast<unsigned long long>(tokens_saved), gpu_s_saved, prefill_tokens_per_s,
                 get_seconds);
+    std::printf("\n%s\n", AsciiChart(chart).c_str());
+    if (!plot.empty()) {
+      std::printf("  chart written to %s\n", WriteSvg(plot, chart, lru, ideal)
+                                                 ? plot.c_str()
+                                                 : "(could not write the SVG file)");
+    }
     std::printf("  errors %llu, checksum mismatches %llu%s%s\n\n",
                 static_cast<unsigned long long>(errors), static_cast<unsigned long long>(mismatches),
                 first_error.empty() ? "" : "; first error: ", first_error.c_str());
