@@ -159,21 +159,27 @@ Status ClientImpl::BatchGet(const std::vector<std::string>& keys, std::vector<st
   }
   std::vector<const std::string*> key_ptrs;
   for (const std::string& k : keys) key_ptrs.push_back(&k);
-  values->assign(keys.size(), std::string());
+  // Strings of a vector the caller reuses keep their memory: a block of the
+  // same size as last time needs no allocation and no zero-fill.
+  values->resize(keys.size());
   std::vector<absl::Status> results;
   absl::Status s = LookupAndRead(
       key_ptrs, deadline_ms,
       [&](size_t i, const v1::ObjectLocation& loc) {
         std::string& v = (*values)[i];
         v.resize(loc.size());
-        absl::Status r = ReadObject(loc, v.data(), deadline_ms);
-        if (!r.ok()) v.clear();
-        return r;
+        return ReadObject(loc, v.data(), deadline_ms);
       },
       &results);
-  if (!s.ok()) return FromAbsl(s);
+  if (!s.ok()) {
+    values->clear();
+    return FromAbsl(s);
+  }
   statuses->clear();
-  for (const absl::Status& r : results) statuses->push_back(FromAbsl(r));
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok()) (*values)[i].clear();
+    statuses->push_back(FromAbsl(results[i]));
+  }
   return Status::Ok();
 }
 

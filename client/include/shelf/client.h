@@ -251,7 +251,8 @@ class Client {
   // per item, in order, each as the single-item call would return it.
   virtual Status BatchPut(const std::vector<PutItem>& items, std::vector<Status>* statuses,
                           const PutOptions& options = PutOptions()) = 0;
-  // `values` gets the blocks (empty strings for items that failed).
+  // `values` gets the blocks (empty strings for items that failed). Reusing
+  // one `values` vector across calls reuses its strings' memory.
   virtual Status BatchGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
                           std::vector<Status>* statuses, Deadline deadline = Deadline()) = 0;
   // Which keys are present (no lease taken; a present key may be evicted
