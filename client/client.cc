@@ -2,7 +2,9 @@
 // calls (Exists, Remove, MatchPrefix). See client_impl.h for the other parts.
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
 #include "common/clock.h"
@@ -18,6 +20,9 @@ constexpr uint32_t kAsyncQueueMax = 65536;
 // ParallelFor helpers may queue behind each other; a few per thread keeps
 // every transfer thread busy without letting the queue grow unbounded.
 constexpr size_t kTransferQueuePerThread = 4;
+// Pauses between rounds over the masters while a leader change is under way.
+constexpr uint64_t kLeaderWaitFirstMs = 10;
+constexpr uint64_t kLeaderWaitMaxMs = 200;
 static_assert(kBatchItemsMax <= 1024, "the master takes at most 1024 keys a call");
 
 absl::Status ValidateOptions(const ClientOptions& o) {
@@ -50,6 +55,14 @@ uint64_t ToMonoMsCeil(Deadline::Clock::time_point t) {
   auto since = t.time_since_epoch();
   auto ms = std::chrono::ceil<std::chrono::milliseconds>(since).count();
   return ms < 0 ? 0 : static_cast<uint64_t>(ms);
+}
+
+// A master that answers but cannot serve now: a standby, a leader whose
+// lease lapsed, or a new leader rebuilding its index (docs/ha.md).
+bool MasterInTransition(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable &&
+         (absl::StartsWith(s.message(), "NOT_LEADER") ||
+          absl::StartsWith(s.message(), "master recovering"));
 }
 
 }  // namespace
@@ -161,17 +174,27 @@ absl::Status ClientImpl::CallMaster(
     grpc::Status (v1::MasterService::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
     const Req& req, Resp* resp, uint64_t deadline_ms) {
   absl::Status last = absl::DeadlineExceededError("deadline passed before the master call");
-  for (size_t attempt = 0; attempt < masters_.size(); ++attempt) {
-    uint64_t now = MonoMs();
-    if (now >= deadline_ms) break;
-    size_t idx = current_master_.load() % masters_.size();
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx, token_, deadline_ms - now);
-    last = FromGrpc((masters_[idx].get()->*method)(&ctx, req, resp));
-    if (last.code() != absl::StatusCode::kUnavailable) return last;
-    current_master_.store(idx + 1);  // try the next master
+  // Each master once; then, while some master answered that a leader change
+  // is under way, again after a pause, until the deadline. When none
+  // answers at all, the call fails at once: a cache that is down must not
+  // stall the engine for a whole deadline.
+  for (uint64_t pause_ms = kLeaderWaitFirstMs;;
+       pause_ms = std::min(2 * pause_ms, kLeaderWaitMaxMs)) {
+    bool transition = false;
+    for (size_t attempt = 0; attempt < masters_.size(); ++attempt) {
+      uint64_t now = MonoMs();
+      if (now >= deadline_ms) return last;
+      size_t idx = current_master_.load() % masters_.size();
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx, token_, deadline_ms - now);
+      last = FromGrpc((masters_[idx].get()->*method)(&ctx, req, resp));
+      if (last.code() != absl::StatusCode::kUnavailable) return last;
+      transition = transition || MasterInTransition(last);
+      current_master_.store(idx + 1);  // try the next master
+    }
+    if (!transition || MonoMs() + pause_ms >= deadline_ms) return last;
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
   }
-  return last;
 }
 
 // The master calls the other files make.
