@@ -1,4 +1,8 @@
 // shelf-bench: Shelf's benchmarks. `shelf-bench --help` lists them.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +19,55 @@ std::string DefaultTracePath() {
   return SHELF_SOURCE_TRACE;
 }
 
+// The subcommands below are declared here rather than in bench.h, which
+// declares the older ones; each takes argv with argv[0] = its own name.
+int KvBench(int argc, char** argv);         // kv_bench.cc
+int TransportBench(int argc, char** argv);  // transport_bench.cc
+int SsdBench(int argc, char** argv);        // ssd_bench.cc
+int MasterBench(int argc, char** argv);     // master_bench.cc
+#ifdef SHELF_BENCH_HAVE_CLIENT
+int ClientBench(int argc, char** argv);  // client_bench.cc
+#endif
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+// The first SIGINT/SIGTERM asks the running bench to stop: it finishes the
+// row in progress, prints what it measured and stops every process it
+// started. A second one exits at once; children still die with us
+// (PR_SET_PDEATHSIG), only temporary directories may be left behind.
+void OnStopSignal(int sig) {
+  if (g_stop.exchange(true)) {
+    static const char kMsg[] = "shelf-bench: second signal, exiting now\n";
+    ssize_t unused = write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+    (void)unused;
+    _exit(128 + sig);
+  }
+  static const char kMsg[] = "shelf-bench: stopping (again to force)\n";
+  ssize_t unused = write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+  (void)unused;
+}
+
+void InstallStopHandlers() {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  // SA_RESTART: library calls (gRPC, RocksDB, hiredis) keep their blocking
+  // semantics; the benches poll StopRequested() between operations.
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+  // A peer that vanishes must be an error, not a silent death.
+  signal(SIGPIPE, SIG_IGN);
+}
+
+}  // namespace
+
+bool StopRequested() { return g_stop.load(std::memory_order_relaxed); }
+
 }  // namespace shelf::bench
 
 namespace {
@@ -22,8 +75,16 @@ namespace {
 constexpr char kHelp[] =
     "shelf-bench: Shelf's benchmarks\n\n"
     "Usage: shelf-bench SUBCOMMAND [flags]   (shelf-bench SUBCOMMAND --help for its flags)\n\n"
-    "  replay [TRACE]   replay a Mooncake-format trace against a local (or given) cluster\n\n"
-    "Each prints a table, then one JSON object with its figures on its last line.\n";
+    "  replay [TRACE]   replay a Mooncake-format trace against a local (or given) cluster\n"
+    "  kv               put/get through libshelf (shm and tcp) next to redis-server\n"
+    "  transport        the tcp and shm data planes next to plain sockets and memcpy\n"
+    "  ssd              the SSD tier (RocksDB) next to raw O_DIRECT I/O\n"
+    "  master           lookups, prefix matches and puts per second; bytes per object\n"
+#ifdef SHELF_BENCH_HAVE_CLIENT
+    "  client           the client SDK's own overheads\n"
+#endif
+    "\nEach prints a table, then one JSON object with its figures on its last line.\n"
+    "docs/benchmarks.md explains the figures.\n";
 
 }  // namespace
 
@@ -32,8 +93,16 @@ int main(int argc, char** argv) {
     std::fputs(kHelp, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  shelf::bench::InstallStopHandlers();
   std::string sub = argv[1];
   if (sub == "replay") return shelf::bench::Replay(argc - 1, argv + 1);
+  if (sub == "kv") return shelf::bench::KvBench(argc - 1, argv + 1);
+  if (sub == "transport") return shelf::bench::TransportBench(argc - 1, argv + 1);
+  if (sub == "ssd") return shelf::bench::SsdBench(argc - 1, argv + 1);
+  if (sub == "master") return shelf::bench::MasterBench(argc - 1, argv + 1);
+#ifdef SHELF_BENCH_HAVE_CLIENT
+  if (sub == "client") return shelf::bench::ClientBench(argc - 1, argv + 1);
+#endif
   std::fprintf(stderr, "shelf-bench: unknown subcommand '%s'\n%s", sub.c_str(), kHelp);
   return 2;
 }

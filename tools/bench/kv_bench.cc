@@ -1,0 +1,722 @@
+// shelf-bench kv: end-to-end puts and gets through libshelf against a
+// cluster, next to the same workload against redis-server through hiredis.
+//
+// Three systems run every row, one right after another, so each Shelf row
+// has a Redis row measured moments before it on the same machine:
+//   redis  redis-server (persistence off) through hiredis: SET/GET, and one
+//          pipeline of SETs/GETs for the batched rows
+//   shm    libshelf with its defaults: a same-host store is written and read
+//          through its shared-memory segment (one memcpy)
+//   tcp    libshelf with allow_shm=false: the TCP data plane over loopback
+// A row is (put|get, block size, threads, single|batch). A put row writes
+// new keys (a key that exists makes a Shelf put free, so rewriting one
+// would measure nothing); the get row reads those keys back; then they are
+// removed (FLUSHALL for Redis) before the next row.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
+#include "common/flags.h"
+#include "common/units.h"
+#include "shelf/client.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/redis_peer.h"
+#include "tools/json.h"
+#include "tools/local_cluster.h"
+
+namespace shelf::bench {
+
+bool StopRequested();  // main.cc: SIGINT/SIGTERM arrived
+
+namespace {
+
+constexpr const char* kSystems[] = {"redis", "shm", "tcp"};
+constexpr uint64_t kIdsPerThreadShift = 32;  // key ids of thread t start at t << 32
+constexpr size_t kCheckEvery = 64;           // verify the bytes of every 64th get
+
+// Block contents: one random pattern; the first 8 bytes carry the block's
+// id, so a reader checks the bytes and that it got the block it asked for.
+class Blocks {
+ public:
+  explicit Blocks(size_t max_bytes) : bytes_(max_bytes) {
+    BlockPattern(max_bytes).Fill(0, bytes_.data());
+  }
+  void Fill(uint64_t id, char* out, size_t size) const {
+    std::memcpy(out, bytes_.data(), size);
+    Stamp(id, out);
+  }
+  static void Stamp(uint64_t id, char* out) { std::memcpy(out, &id, sizeof(id)); }
+  bool Check(uint64_t id, const char* data, size_t got, size_t want) const {
+    return got == want && want >= 8 && std::memcmp(data, &id, sizeof(id)) == 0 &&
+           std::memcmp(data + 8, bytes_.data() + 8, want - 8) == 0;
+  }
+
+ private:
+  std::vector<char> bytes_;
+};
+
+struct Row {
+  std::string system;
+  bool put = false;
+  bool batch = false;
+  uint64_t size = 0;
+  int threads = 0;
+  // Results.
+  uint64_t ops = 0, blocks = 0, bytes = 0, errors = 0, mismatches = 0;
+  double seconds = 0, p50_us = 0, p99_us = 0;
+  std::string first_error;
+  double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+  double ops_per_s() const { return seconds > 0 ? blocks / seconds : 0; }
+  std::string op() const { return put ? "put" : "get"; }
+  std::string mode() const { return batch ? "batch" : "single"; }
+};
+
+struct Config {
+  std::vector<uint64_t> sizes;
+  std::vector<int> threads;
+  int batch = 16;
+  double seconds = 1.0;
+  uint64_t row_bytes_max = 256ull << 20;
+  bool client_per_thread = false;
+  uint64_t timeout_ms = 60000;
+};
+
+// What one worker thread's op reports.
+struct OpResult {
+  uint64_t blocks = 0;  // blocks moved
+  uint64_t errors = 0;
+  uint64_t mismatches = 0;
+  std::string error;  // the first error's text
+};
+
+// The op index of the untimed warm-up op each thread runs first: it pays
+// for first-touch costs (connections, buffers, allocator growth) of both
+// Shelf and Redis outside the figures.
+constexpr uint64_t kWarmupOp = UINT64_MAX;
+
+// Runs row->threads workers; each first calls op(thread, kWarmupOp), then,
+// once all are warm, op(thread, i) for i = 0, 1, ... until the row's time is
+// up, `quota` ops are done, or a stop is requested. Fills the row's
+// results; latency is per op (per batch for batches).
+template <typename Op>
+void RunRow(const Config& cfg, uint64_t quota, Row* row, Op op) {
+  struct PerThread {
+    std::vector<double> lat_us;
+    uint64_t ops = 0, blocks = 0, errors = 0, mismatches = 0;
+    std::string error;
+  };
+  std::vector<PerThread> per(row->threads);
+  std::mutex mu;
+  std::condition_variable cv;
+  int warm = 0;
+  bool go = false;
+  uint64_t deadline_us = 0;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < row->threads; ++t) {
+    workers.emplace_back([&, t] {
+      op(t, kWarmupOp);
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        ++warm;
+        cv.notify_all();
+        cv.wait(lock, [&] { return go; });
+      }
+      PerThread& p = per[t];
+      for (uint64_t i = 0; i < quota && !StopRequested(); ++i) {
+        uint64_t t0 = MonoUs();
+        if (t0 >= deadline_us) break;
+        OpResult r = op(t, i);
+        p.lat_us.push_back(static_cast<double>(MonoUs() - t0));
+        ++p.ops;
+        p.blocks += r.blocks;
+        p.errors += r.errors;
+        p.mismatches += r.mismatches;
+        if (p.error.empty()) p.error = r.error;
+      }
+    });
+  }
+  uint64_t start;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return warm == row->threads; });
+    start = MonoUs();
+    deadline_us = start + static_cast<uint64_t>(cfg.seconds * 1e6);
+    go = true;
+  }
+  cv.notify_all();
+  for (std::thread& w : workers) w.join();
+  row->seconds = (MonoUs() - start) / 1e6;
+  Samples lat;
+  for (const PerThread& p : per) {
+    for (double v : p.lat_us) lat.Add(v);
+    row->ops += p.ops;
+    row->blocks += p.blocks;
+    row->errors += p.errors;
+    row->mismatches += p.mismatches;
+    if (row->first_error.empty()) row->first_error = p.error;
+  }
+  row->bytes = row->blocks * row->size;
+  row->p50_us = lat.Percentile(50);
+  row->p99_us = lat.Percentile(99);
+}
+
+// The handles of one system for one row.
+struct Target {
+  std::string system;
+  std::vector<Client*> clients;                   // Shelf: per thread (may all be the same)
+  std::vector<std::unique_ptr<RedisConn>> redis;  // Redis: per thread
+  bool redis_system() const { return system == "redis"; }
+};
+
+std::string KeyOf(const std::string& prefix, uint64_t id) { return absl::StrCat(prefix, id); }
+
+// Put row: thread t writes ids (t << 32) + n, n = 0, 1, ...; `written`
+// gets the ids that were stored, for the get row.
+void PutRow(const Config& cfg, const Blocks& blocks, const std::string& prefix, Target* target,
+            Row* row, std::vector<uint64_t>* written) {
+  size_t per_op = row->batch ? cfg.batch : 1;
+  uint64_t quota = std::max<uint64_t>(
+      1, cfg.row_bytes_max / (row->size * per_op * static_cast<uint64_t>(row->threads)));
+  // Each thread owns per_op buffers, filled (and so faulted in) up front;
+  // an op only restamps their ids.
+  std::vector<std::vector<char>> bufs(row->threads);
+  for (auto& b : bufs) {
+    b.resize(per_op * row->size);
+    for (size_t j = 0; j < per_op; ++j) blocks.Fill(0, b.data() + j * row->size, row->size);
+  }
+  std::vector<std::vector<uint64_t>> ids(row->threads);
+  RunRow(cfg, quota, row, [&](int t, uint64_t i) {
+    OpResult r;
+    char* base = bufs[t].data();
+    // The warm-up op writes one block, under an id above those of the
+    // timed ops: enough to open connections and fault in buffers.
+    bool warmup = i == kWarmupOp;
+    bool batch = row->batch && !warmup;
+    size_t n_blocks = batch ? per_op : 1;
+    uint64_t index = warmup ? (1ull << (kIdsPerThreadShift - 1)) : i * per_op;
+    uint64_t first = (static_cast<uint64_t>(t) << kIdsPerThreadShift) + index;
+    if (target->redis_system()) {
+      RedisConn* conn = target->redis[t].get();
+      absl::Status s;
+      if (!batch) {
+        Blocks::Stamp(first, base);
+        s = conn->Set(KeyOf(prefix, first), base, row->size);
+      } else {
+        std::vector<RedisItem> items(n_blocks);
+        for (size_t j = 0; j < n_blocks; ++j) {
+          Blocks::Stamp(first + j, base + j * row->size);
+          items[j] = RedisItem{KeyOf(prefix, first + j), base + j * row->size, row->size};
+        }
+        s = conn->PipelinedSet(items);
+      }
+      if (s.ok()) {
+        r.blocks = n_blocks;
+        for (size_t j = 0; j < n_blocks; ++j) ids[t].push_back(first + j);
+      } else {
+        r.errors = n_blocks;
+        r.error = std::string(s.message());
+      }
+      return r;
+    }
+    Client* client = target->clients[t];
+    if (!batch) {
+      Blocks::Stamp(first, base);
+      Status s = client->Put(KeyOf(prefix, first), base, row->size);
+      if (s.ok()) {
+        r.blocks = 1;
+        ids[t].push_back(first);
+      } else {
+        r.errors = 1;
+        r.error = s.ToString();
+      }
+      return r;
+    }
+    std::vector<PutItem> items(n_blocks);
+    for (size_t j = 0; j < n_blocks; ++j) {
+      Blocks::Stamp(first + j, base + j * row->size);
+      items[j] = PutItem{KeyOf(prefix, first + j), base + j * row->size, row->size};
+    }
+    std::vector<Status> statuses;
+    Status s = client->BatchPut(items, &statuses);
+    for (size_t j = 0; j < n_blocks; ++j) {
+      const Status& st = s.ok() ? statuses[j] : s;
+      if (st.ok()) {
+        ++r.blocks;
+        ids[t].push_back(first + j);
+      } else {
+        ++r.errors;
+        if (r.error.empty()) r.error = st.ToString();
+      }
+    }
+    return r;
+  });
+  // Interleave the threads' ids so every get thread reads blocks of all.
+  written->clear();
+  for (size_t n = 0;; ++n) {
+    bool any = false;
+    for (const auto& v : ids) {
+      if (n < v.size()) {
+        written->push_back(v[n]);
+        any = true;
+      }
+    }
+    if (!any) break;
+  }
+}
+
+// Get row: thread t reads the written ids round-robin from its own start.
+void GetRow(const Config& cfg, const Blocks& blocks, const std::string& prefix,
+            const std::vector<uint64_t>& ids, Target* target, Row* row) {
+  size_t per_op = row->batch ? cfg.batch : 1;
+  std::vector<std::vector<char>> bufs(row->threads, std::vector<char>(row->size, 1));
+  std::vector<std::vector<std::string>> values(row->threads);
+  size_t n = ids.size();
+  RunRow(cfg, UINT64_MAX, row, [&](int t, uint64_t i) {
+    OpResult r;
+    size_t start = (n * static_cast<size_t>(t)) / static_cast<size_t>(row->threads);
+    if (i == kWarmupOp) i = n / 2;  // any block; its result is not counted
+    bool check = i % kCheckEvery == 0;
+    if (!row->batch) {
+      uint64_t id = ids[(start + i) % n];
+      std::string key = KeyOf(prefix, id);
+      char* buf = bufs[t].data();
+      size_t got = 0;
+      bool ok;
+      if (target->redis_system()) {
+        absl::Status s = target->redis[t]->GetInto(key, buf, row->size, &got);
+        ok = s.ok();
+        if (!ok) r.error = std::string(s.message());
+      } else {
+        Status s = target->clients[t]->GetInto(key, buf, row->size, &got);
+        ok = s.ok();
+        if (!ok) r.error = s.ToString();
+      }
+      if (!ok) {
+        r.errors = 1;
+      } else if (check && !blocks.Check(id, buf, got, row->size)) {
+        r.mismatches = 1;
+      } else {
+        r.blocks = 1;
+      }
+      return r;
+    }
+    std::vector<std::string> keys(per_op);
+    std::vector<uint64_t> batch_ids(per_op);
+    for (size_t j = 0; j < per_op; ++j) {
+      batch_ids[j] = ids[(start + i * per_op + j) % n];
+      keys[j] = KeyOf(prefix, batch_ids[j]);
+    }
+    std::vector<std::string>& vals = values[t];
+    std::vector<bool> ok(per_op, false);
+    if (target->redis_system()) {
+      size_t missing = 0;
+      absl::Status s = target->redis[t]->PipelinedGet(keys, &vals, &missing);
+      if (!s.ok()) {
+        r.error = std::string(s.message());
+      } else {
+        for (size_t j = 0; j < per_op; ++j) ok[j] = vals[j].size() == row->size;
+        if (missing > 0) r.error = "redis: missing keys";
+      }
+    } else {
+      std::vector<Status> statuses;
+      Status s = target->clients[t]->BatchGet(keys, &vals, &statuses);
+      for (size_t j = 0; j < per_op; ++j) {
+        ok[j] = s.ok() && statuses[j].ok();
+        if (!ok[j] && r.error.empty()) r.error = s.ok() ? statuses[j].ToString() : s.ToString();
+      }
+    }
+    for (size_t j = 0; j < per_op; ++j) {
+      if (!ok[j]) {
+        ++r.errors;
+      } else if (check && !blocks.Check(batch_ids[j], vals[j].data(), vals[j].size(), row->size)) {
+        ++r.mismatches;
+      } else {
+        ++r.blocks;
+      }
+    }
+    return r;
+  });
+}
+
+// Removes a row's keys so the next row starts with empty stores.
+void Cleanup(const std::string& prefix, const std::vector<uint64_t>& ids, Target* target) {
+  if (target->redis_system()) {
+    if (!target->redis.empty()) target->redis[0]->FlushAll().IgnoreError();
+    return;
+  }
+  size_t workers = std::min<size_t>(target->clients.size(), 8);
+  std::vector<std::thread> th;
+  for (size_t w = 0; w < workers; ++w) {
+    th.emplace_back([&, w] {
+      for (size_t i = w; i < ids.size(); i += workers) {
+        target->clients[w]->Remove(KeyOf(prefix, ids[i])).ok();
+      }
+    });
+  }
+  for (std::thread& t : th) t.join();
+}
+
+// Writes `bytes` in 4 MiB blocks through `target` and removes them again,
+// so that the rows find the stores' segment pages (and Redis's allocator)
+// already faulted in, as in a long-running deployment.
+void Prewarm(const Blocks& blocks, uint64_t max_size, const std::string& prefix, uint64_t bytes,
+             Target* target) {
+  const uint64_t size = std::min<uint64_t>(4ull << 20, max_size);
+  std::vector<char> buf(size);
+  blocks.Fill(0, buf.data(), size);
+  std::vector<uint64_t> ids;
+  for (uint64_t id = 0; id * size < bytes && !StopRequested(); ++id) {
+    bool ok = target->redis_system()
+                  ? target->redis[0]->Set(KeyOf(prefix, id), buf.data(), size).ok()
+                  : target->clients[0]->Put(KeyOf(prefix, id), buf.data(), size).ok();
+    if (!ok) break;  // full: warm enough
+    ids.push_back(id);
+  }
+  Cleanup(prefix, ids, target);
+}
+
+absl::StatusOr<std::vector<uint64_t>> ParseSizes(const std::string& text) {
+  std::vector<uint64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    absl::StatusOr<uint64_t> v = ParseSize(part);
+    if (!v.ok()) return v.status();
+    if (*v < 8 || *v > (1ull << 30)) {
+      return absl::InvalidArgumentError(absl::StrCat("block size ", part, " not in 8B..1GiB"));
+    }
+    out.push_back(*v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError("no block sizes");
+  return out;
+}
+
+absl::StatusOr<std::vector<int>> ParseInts(const std::string& text, int lo, int hi) {
+  std::vector<int> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v < lo || v > hi) {
+      return absl::InvalidArgumentError(absl::StrCat("'", part, "' is not in ", lo, "..", hi));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError("empty list");
+  return out;
+}
+
+std::string Ratio(double shelf, double redis) {
+  return redis > 0 ? absl::StrFormat("%.2fx", shelf / redis) : "-";
+}
+
+}  // namespace
+
+int KvBench(int argc, char** argv) {
+  std::string master, sizes_text = "64KiB,1MiB,4MiB", threads_text = "1,4,16", work_dir;
+  std::string redis_binary = "/usr/bin/redis-server", systems_text = "redis,shm,tcp";
+  int64_t stores = 2, batch = 16;
+  uint64_t dram_size = 1ull << 30, row_bytes_max = 256ull << 20;
+  double seconds = 1.0;
+  bool quick = false, json_only = false, no_redis = false, client_per_thread = false;
+  Flags flags("shelf-bench kv",
+              "puts and gets through libshelf (shared memory and TCP) next to redis-server");
+  flags.AddString("master", &master, "use this cluster instead of starting one");
+  flags.AddInt("stores", &stores, "stores in the cluster the bench starts");
+  flags.AddSize("dram-size", &dram_size, "DRAM segment per store");
+  flags.AddString("sizes", &sizes_text, "block sizes, comma-separated");
+  flags.AddString("threads", &threads_text, "client thread counts, comma-separated");
+  flags.AddInt("batch", &batch, "blocks per BatchPut/BatchGet (and per Redis pipeline)");
+  flags.AddDouble("seconds", &seconds, "time limit of each row");
+  flags.AddSize("row-bytes-max", &row_bytes_max,
+                "a put row stops after writing this much (at least one op per thread)");
+  flags.AddBool("client-per-thread", &client_per_thread,
+                "give each thread its own Client (default: one Client shared by all threads)");
+  flags.AddString("redis-server", &redis_binary, "redis-server binary for the baseline");
+  flags.AddBool("no-redis", &no_redis, "skip the Redis rows");
+  flags.AddString("systems", &systems_text, "systems to run, of redis,shm,tcp");
+  flags.AddBool("quick", &quick,
+                "tiny run for smoke tests: 64KiB,1MiB x 1,4 threads, 0.2 s rows, small stores");
+  flags.AddBool("json-only", &json_only, "print only the JSON line");
+  flags.AddString("work-dir", &work_dir, "keep the cluster's and Redis's logs here");
+  flags.ParseOrExit(argc, argv);
+  if (quick) {
+    if (!flags.WasSet("sizes")) sizes_text = "64KiB,1MiB";
+    if (!flags.WasSet("threads")) threads_text = "1,4";
+    if (!flags.WasSet("seconds")) seconds = 0.2;
+    if (!flags.WasSet("dram-size")) dram_size = 256ull << 20;
+    if (!flags.WasSet("row-bytes-max")) row_bytes_max = 32ull << 20;
+  }
+  Config cfg;
+  auto sizes = ParseSizes(sizes_text);
+  auto threads = ParseInts(threads_text, 1, 256);
+  if (!sizes.ok() || !threads.ok() || batch < 1 || batch > 1024 || seconds <= 0) {
+    std::fprintf(
+        stderr, "shelf-bench kv: bad --sizes, --threads, --batch (1..1024) or --seconds%s%s\n",
+        sizes.ok() ? "" : ": ", sizes.ok() ? "" : std::string(sizes.status().message()).c_str());
+    return 2;
+  }
+  cfg.sizes = *sizes;
+  cfg.threads = *threads;
+  cfg.batch = static_cast<int>(batch);
+  cfg.seconds = seconds;
+  cfg.row_bytes_max = row_bytes_max;
+  cfg.client_per_thread = client_per_thread;
+  int max_threads = *std::max_element(cfg.threads.begin(), cfg.threads.end());
+  uint64_t max_size = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
+
+  // Processes: the cluster (unless given), then Redis.
+  std::unique_ptr<LocalCluster> cluster;
+  if (master.empty()) {
+    LocalCluster::Options co;
+    co.stores = static_cast<int>(stores);
+    co.dram_bytes = dram_size;
+    co.work_dir = work_dir;
+    // Short leases: a removed block's range is reused soon after its row.
+    co.master_args = {"--lease", "1s"};
+    auto c = LocalCluster::Start(co);
+    if (!c.ok()) {
+      std::fprintf(stderr, "shelf-bench kv: cannot start a cluster: %s\n",
+                   std::string(c.status().message()).c_str());
+      return 1;
+    }
+    cluster = *std::move(c);
+    master = cluster->master_address();
+  }
+  std::string redis_note;
+  std::unique_ptr<RedisServer> redis;
+  std::string scratch_dir;
+  no_redis = no_redis || !absl::StrContains(systems_text, "redis");
+  if (!no_redis) {
+    std::string dir = cluster ? cluster->work_dir() : work_dir;
+    if (dir.empty()) {
+      char tmpl[] = "/tmp/shelf-bench-redis-XXXXXX";
+      if (mkdtemp(tmpl) != nullptr) scratch_dir = dir = tmpl;
+    }
+    auto r = RedisServer::Start(redis_binary, dir.empty() ? "/tmp" : dir);
+    if (r.ok()) {
+      redis = *std::move(r);
+    } else {
+      redis_note = std::string(r.status().message());
+      std::fprintf(stderr, "shelf-bench kv: no Redis baseline: %s\n", redis_note.c_str());
+    }
+  } else {
+    redis_note = "--no-redis";
+  }
+
+  // Clients: per system, one shared or one per thread.
+  std::vector<std::unique_ptr<Client>> clients;
+  auto open_client = [&](bool shm) -> Client* {
+    ClientOptions o;
+    o.masters = {master};
+    o.allow_shm = shm;
+    o.timeout_ms = cfg.timeout_ms;
+    std::unique_ptr<Client> c;
+    if (Status s = Client::Open(o, &c); !s.ok()) {
+      std::fprintf(stderr, "shelf-bench kv: %s\n", s.ToString().c_str());
+      return nullptr;
+    }
+    clients.push_back(std::move(c));
+    return clients.back().get();
+  };
+  std::vector<Target> targets;
+  for (const char* sys : kSystems) {
+    if (!absl::StrContains(absl::StrCat(",", systems_text, ","), absl::StrCat(",", sys, ","))) {
+      continue;
+    }
+    Target t;
+    t.system = sys;
+    if (t.redis_system()) {
+      if (redis == nullptr) continue;
+      for (int i = 0; i < max_threads; ++i) {
+        auto conn = RedisConn::Connect(redis->port());
+        if (!conn.ok()) {
+          std::fprintf(stderr, "shelf-bench kv: %s\n",
+                       std::string(conn.status().message()).c_str());
+          return 1;
+        }
+        t.redis.push_back(*std::move(conn));
+      }
+    } else {
+      bool shm = t.system == "shm";
+      for (int i = 0; i < max_threads; ++i) {
+        Client* c = (i == 0 || cfg.client_per_thread) ? open_client(shm) : t.clients[0];
+        if (c == nullptr) return 1;
+        t.clients.push_back(c);
+      }
+    }
+    targets.push_back(std::move(t));
+  }
+
+  std::string run_prefix = absl::StrCat("kv/", getpid(), "/", MonoUs() % 1000000, "/");
+  Blocks blocks(max_size);
+  if (!StopRequested()) {
+    uint64_t row_max = std::max<uint64_t>(row_bytes_max, max_size * max_threads * cfg.batch);
+    for (Target& t : targets) {
+      if (t.redis_system()) {
+        Prewarm(blocks, max_size, run_prefix + "warm/", std::min<uint64_t>(row_max, 256ull << 20),
+                &t);
+      } else if (t.system == "shm" && cluster != nullptr) {
+        // 90% of the cluster's DRAM, under the master's eviction watermark.
+        Prewarm(blocks, max_size, run_prefix + "warm/", stores * dram_size / 10 * 9, &t);
+      }
+    }
+  }
+  std::vector<Row> rows;
+  size_t total_rows = cfg.sizes.size() * cfg.threads.size() * 2 * targets.size() * 2;
+  Progress progress("kv", total_rows);
+  auto print_row = [&](const Row& r, double redis_gbps) {
+    if (json_only) return;
+    std::printf("  %-4s %-6s %7s %3d  %-5s %8.3f %9.0f %9.0f %9.0f  %7s%s\n", r.op().c_str(),
+                r.mode().c_str(), FormatBytes(r.size).c_str(), r.threads, r.system.c_str(),
+                r.gbps(), r.ops_per_s(), r.p50_us, r.p99_us,
+                r.system == "redis" ? "" : Ratio(r.gbps(), redis_gbps).c_str(),
+                r.errors + r.mismatches
+                    ? absl::StrCat("  errors ", r.errors, " mismatches ", r.mismatches).c_str()
+                    : "");
+    std::fflush(stdout);
+  };
+  if (!json_only) {
+    std::printf("\nShelf kv: libshelf vs redis-server, %s, %s per row%s\n",
+                cluster ? absl::StrCat(stores, " local stores x ", FormatBytes(dram_size)).c_str()
+                        : master.c_str(),
+                absl::StrFormat("%.1f s", cfg.seconds).c_str(),
+                cfg.client_per_thread ? ", a Client per thread" : ", one shared Client");
+    if (!redis_note.empty()) std::printf("  (no Redis rows: %s)\n", redis_note.c_str());
+    std::printf("\n  %-4s %-6s %7s %3s  %-5s %8s %9s %9s %9s  %7s\n", "op", "mode", "block", "thr",
+                "sys", "GB/s", "blocks/s", "p50 us", "p99 us", "vs redis");
+  }
+  size_t done = 0;
+  for (uint64_t size : cfg.sizes) {
+    for (int nthreads : cfg.threads) {
+      for (bool batch_mode : {false, true}) {
+        double redis_gbps[2] = {0, 0};  // put, get
+        for (Target& target : targets) {
+          if (StopRequested()) break;
+          std::string prefix = absl::StrCat(run_prefix, target.system, "/", size, "/", nthreads,
+                                            batch_mode ? "b/" : "s/");
+          std::vector<uint64_t> written;
+          Row put{target.system, true, batch_mode, size, nthreads};
+          PutRow(cfg, blocks, prefix, &target, &put, &written);
+          if (target.redis_system()) redis_gbps[0] = put.gbps();
+          print_row(put, redis_gbps[0]);
+          rows.push_back(put);
+          Row get{target.system, false, batch_mode, size, nthreads};
+          if (!written.empty() && !StopRequested()) {
+            GetRow(cfg, blocks, prefix, written, &target, &get);
+          } else if (written.empty()) {
+            get.errors = 1;
+            get.first_error = "the put row stored nothing";
+          }
+          if (target.redis_system()) redis_gbps[1] = get.gbps();
+          print_row(get, redis_gbps[1]);
+          rows.push_back(get);
+          Cleanup(prefix, written, &target);
+          done += 2;
+          if (json_only || !isatty(STDOUT_FILENO)) progress.Update(done, "");
+        }
+      }
+    }
+  }
+
+  // Shelf/Redis GB/s per matching row; the minimum over the get rows of
+  // 1 MiB and up is the headline.
+  auto find = [&](const Row& like, const char* system) -> const Row* {
+    for (const Row& r : rows) {
+      if (r.system == system && r.put == like.put && r.batch == like.batch && r.size == like.size &&
+          r.threads == like.threads) {
+        return &r;
+      }
+    }
+    return nullptr;
+  };
+  double mins[2][2] = {{0, 0}, {0, 0}};  // [shm|tcp][get|put]
+  bool have[2][2] = {{false, false}, {false, false}};
+  uint64_t errors = 0, mismatches = 0;
+  std::string first_error;
+  std::vector<std::string> row_json;
+  for (const Row& r : rows) {
+    errors += r.errors;
+    mismatches += r.mismatches;
+    if (first_error.empty() && !r.first_error.empty()) {
+      first_error = absl::StrCat(r.system, " ", r.op(), ": ", r.first_error);
+    }
+    const Row* base = r.system == "redis" ? nullptr : find(r, "redis");
+    Json::Object o;
+    o.Add("sys", r.system).Add("op", r.op()).Add("mode", r.mode()).Add("block_bytes", r.size);
+    o.Add("threads", r.threads).Add("gbps", r.gbps()).Add("blocks_per_s", r.ops_per_s());
+    o.Add("p50_us", r.p50_us).Add("p99_us", r.p99_us).Add("errors", r.errors + r.mismatches);
+    if (base != nullptr && base->gbps() > 0) {
+      double ratio = r.gbps() / base->gbps();
+      o.Add("vs_redis", ratio);
+      int s = r.system == "shm" ? 0 : 1;
+      int p = r.put ? 1 : 0;
+      if (r.size >= (1ull << 20)) {
+        mins[s][p] = have[s][p] ? std::min(mins[s][p], ratio) : ratio;
+        have[s][p] = true;
+      }
+    }
+    row_json.push_back(o.str());
+  }
+  ClientStats shm_stats, tcp_stats;
+  for (const Target& t : targets) {
+    if (t.system == "shm") shm_stats = t.clients[0]->stats();
+    if (t.system == "tcp") tcp_stats = t.clients[0]->stats();
+  }
+  if (!json_only) {
+    std::printf("\n  Shelf/Redis GB/s, smallest over the rows of 1 MiB blocks and up:\n");
+    std::printf("    get: shm %s, tcp %s\n",
+                have[0][0] ? absl::StrFormat("%.2fx", mins[0][0]).c_str() : "-",
+                have[1][0] ? absl::StrFormat("%.2fx", mins[1][0]).c_str() : "-");
+    std::printf("    put: shm %s, tcp %s\n",
+                have[0][1] ? absl::StrFormat("%.2fx", mins[0][1]).c_str() : "-",
+                have[1][1] ? absl::StrFormat("%.2fx", mins[1][1]).c_str() : "-");
+    std::printf("  bytes loaded by the shm client: %s through shared memory, %s over tcp%s\n",
+                FormatBytes(shm_stats.bytes_loaded_shm).c_str(),
+                FormatBytes(shm_stats.bytes_loaded_tcp).c_str(),
+                cfg.client_per_thread ? " (its first Client)" : "");
+    std::printf("  errors %llu, mismatches %llu%s%s\n\n", static_cast<unsigned long long>(errors),
+                static_cast<unsigned long long>(mismatches),
+                first_error.empty() ? "" : "; first: ", first_error.c_str());
+  }
+  Json::Object o;
+  o.Add("bench", "kv").Add("redis", redis != nullptr).Add("stopped", StopRequested());
+  o.Add("seconds_per_row", cfg.seconds).Add("batch", cfg.batch);
+  o.Add("client_per_thread", cfg.client_per_thread);
+  if (have[1][0])
+    o.Add("tcp_vs_redis_min", mins[1][0]);
+  else
+    o.Raw("tcp_vs_redis_min", "null");
+  if (have[0][0])
+    o.Add("shm_vs_redis_min", mins[0][0]);
+  else
+    o.Raw("shm_vs_redis_min", "null");
+  if (have[1][1]) o.Add("tcp_vs_redis_put_min", mins[1][1]);
+  if (have[0][1]) o.Add("shm_vs_redis_put_min", mins[0][1]);
+  o.Add("shm_bytes_loaded_shm", shm_stats.bytes_loaded_shm);
+  o.Add("tcp_bytes_loaded_shm", tcp_stats.bytes_loaded_shm);
+  o.Add("errors", errors).Add("mismatches", mismatches);
+  o.Raw("rows", Json::Array(row_json));
+  targets.clear();
+  clients.clear();
+  redis.reset();
+  cluster.reset();
+  if (!scratch_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(scratch_dir, ec);
+  }
+  std::printf("%s\n", o.str().c_str());
+  return errors == 0 && mismatches == 0 ? 0 : 1;
+}
+
+}  // namespace shelf::bench

@@ -1,0 +1,224 @@
+#include "tools/bench/redis_peer.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+
+#ifdef SHELF_BENCH_HAVE_HIREDIS
+#include <hiredis/hiredis.h>
+#endif
+
+namespace shelf::bench {
+namespace {
+
+// A loopback port that was free a moment ago (the server may lose a race
+// for it; Start then tries another).
+absl::StatusOr<int> FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError("socket failed");
+  sockaddr_in addr;
+  std::memset(&addr, 0, sizeof(addr));
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return absl::UnavailableError("cannot bind a loopback port");
+  }
+  close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+}  // namespace
+
+#ifdef SHELF_BENCH_HAVE_HIREDIS
+
+bool RedisSupported() { return true; }
+
+namespace {
+
+// Takes ownership of a reply; frees it on scope exit.
+struct Reply {
+  explicit Reply(void* r) : r(static_cast<redisReply*>(r)) {}
+  ~Reply() {
+    if (r != nullptr) freeReplyObject(r);
+  }
+  redisReply* r;
+};
+
+absl::Status ContextError(redisContext* ctx, const char* what) {
+  return absl::UnavailableError(
+      absl::StrCat("redis ", what, ": ", ctx->errstr[0] ? ctx->errstr : "connection lost"));
+}
+
+absl::Status ReplyError(const redisReply* r, const char* what) {
+  return absl::InternalError(absl::StrCat("redis ", what, ": ", r->str ? r->str : "error"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(const std::string& binary,
+                                                                const std::string& work_dir) {
+  if (access(binary.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(absl::StrCat("no redis-server at ", binary));
+  }
+  absl::Status last = absl::UnavailableError("redis-server did not start");
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    absl::StatusOr<int> port = FreeLoopbackPort();
+    if (!port.ok()) return port.status();
+    auto proc = Process::Spawn(
+        {binary, "--port", std::to_string(*port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", work_dir, "--daemonize", "no", "--loglevel", "warning"},
+        work_dir + "/redis.log");
+    if (!proc.ok()) return proc.status();
+    uint64_t until = MonoMs() + 10000;
+    while (MonoMs() < until && (*proc)->Running()) {
+      absl::StatusOr<std::unique_ptr<RedisConn>> conn = RedisConn::Connect(*port);
+      if (conn.ok() && (*conn)->Ping().ok()) {
+        return std::unique_ptr<RedisServer>(new RedisServer(*std::move(proc), *port));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    last = absl::UnavailableError(absl::StrCat("redis-server did not answer on port ", *port,
+                                               "; see ", work_dir, "/redis.log"));
+  }
+  return last;
+}
+
+RedisServer::~RedisServer() = default;  // Process's destructor stops it
+
+absl::StatusOr<std::unique_ptr<RedisConn>> RedisConn::Connect(int port) {
+  struct timeval tv = {30, 0};
+  redisContext* ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
+  if (ctx == nullptr) return absl::UnavailableError("redis: out of memory");
+  if (ctx->err != 0) {
+    absl::Status s = ContextError(ctx, "connect");
+    redisFree(ctx);
+    return s;
+  }
+  redisSetTimeout(ctx, tv);
+  return std::unique_ptr<RedisConn>(new RedisConn(ctx));
+}
+
+RedisConn::~RedisConn() { redisFree(ctx_); }
+
+absl::Status RedisConn::Ping() {
+  Reply rep(redisCommand(ctx_, "PING"));
+  if (rep.r == nullptr) return ContextError(ctx_, "PING");
+  if (rep.r->type == REDIS_REPLY_ERROR) return ReplyError(rep.r, "PING");
+  return absl::OkStatus();
+}
+
+absl::Status RedisConn::Set(const std::string& key, const void* data, size_t size) {
+  Reply rep(redisCommand(ctx_, "SET %b %b", key.data(), key.size(), data, size));
+  if (rep.r == nullptr) return ContextError(ctx_, "SET");
+  if (rep.r->type == REDIS_REPLY_ERROR) return ReplyError(rep.r, "SET");
+  return absl::OkStatus();
+}
+
+absl::Status RedisConn::GetInto(const std::string& key, void* buffer, size_t capacity,
+                                size_t* size) {
+  Reply rep(redisCommand(ctx_, "GET %b", key.data(), key.size()));
+  if (rep.r == nullptr) return ContextError(ctx_, "GET");
+  if (rep.r->type == REDIS_REPLY_ERROR) return ReplyError(rep.r, "GET");
+  if (rep.r->type == REDIS_REPLY_NIL) return absl::NotFoundError("no such key");
+  *size = rep.r->len;
+  if (rep.r->len > capacity) return absl::OutOfRangeError("value larger than the buffer");
+  std::memcpy(buffer, rep.r->str, rep.r->len);
+  return absl::OkStatus();
+}
+
+absl::Status RedisConn::PipelinedSet(const std::vector<RedisItem>& items) {
+  for (const RedisItem& it : items) {
+    if (redisAppendCommand(ctx_, "SET %b %b", it.key.data(), it.key.size(), it.data, it.size) !=
+        REDIS_OK) {
+      return ContextError(ctx_, "SET");
+    }
+  }
+  absl::Status first = absl::OkStatus();
+  for (size_t i = 0; i < items.size(); ++i) {
+    void* r = nullptr;
+    if (redisGetReply(ctx_, &r) != REDIS_OK) return ContextError(ctx_, "SET");
+    Reply rep(r);
+    if (rep.r->type == REDIS_REPLY_ERROR && first.ok()) first = ReplyError(rep.r, "SET");
+  }
+  return first;
+}
+
+absl::Status RedisConn::PipelinedGet(const std::vector<std::string>& keys,
+                                     std::vector<std::string>* values, size_t* missing) {
+  for (const std::string& k : keys) {
+    if (redisAppendCommand(ctx_, "GET %b", k.data(), k.size()) != REDIS_OK) {
+      return ContextError(ctx_, "GET");
+    }
+  }
+  values->resize(keys.size());
+  *missing = 0;
+  absl::Status first = absl::OkStatus();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    void* r = nullptr;
+    if (redisGetReply(ctx_, &r) != REDIS_OK) return ContextError(ctx_, "GET");
+    Reply rep(r);
+    if (rep.r->type == REDIS_REPLY_STRING) {
+      (*values)[i].assign(rep.r->str, rep.r->len);
+    } else {
+      (*values)[i].clear();
+      if (rep.r->type == REDIS_REPLY_NIL) {
+        ++*missing;
+      } else if (first.ok()) {
+        first = ReplyError(rep.r, "GET");
+      }
+    }
+  }
+  return first;
+}
+
+absl::Status RedisConn::FlushAll() {
+  Reply rep(redisCommand(ctx_, "FLUSHALL"));
+  if (rep.r == nullptr) return ContextError(ctx_, "FLUSHALL");
+  if (rep.r->type == REDIS_REPLY_ERROR) return ReplyError(rep.r, "FLUSHALL");
+  return absl::OkStatus();
+}
+
+#else  // !SHELF_BENCH_HAVE_HIREDIS
+
+bool RedisSupported() { return false; }
+
+absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(const std::string&,
+                                                                const std::string&) {
+  (void)FreeLoopbackPort;
+  return absl::UnimplementedError("shelf-bench was built without hiredis (libhiredis-dev)");
+}
+RedisServer::~RedisServer() = default;
+absl::StatusOr<std::unique_ptr<RedisConn>> RedisConn::Connect(int) {
+  return absl::UnimplementedError("built without hiredis");
+}
+RedisConn::~RedisConn() = default;
+absl::Status RedisConn::Ping() { return absl::UnimplementedError("built without hiredis"); }
+absl::Status RedisConn::Set(const std::string&, const void*, size_t) {
+  return absl::UnimplementedError("built without hiredis");
+}
+absl::Status RedisConn::GetInto(const std::string&, void*, size_t, size_t*) {
+  return absl::UnimplementedError("built without hiredis");
+}
+absl::Status RedisConn::PipelinedSet(const std::vector<RedisItem>&) {
+  return absl::UnimplementedError("built without hiredis");
+}
+absl::Status RedisConn::PipelinedGet(const std::vector<std::string>&, std::vector<std::string>*,
+                                     size_t*) {
+  return absl::UnimplementedError("built without hiredis");
+}
+absl::Status RedisConn::FlushAll() { return absl::UnimplementedError("built without hiredis"); }
+
+#endif  // SHELF_BENCH_HAVE_HIREDIS
+
+}  // namespace shelf::bench

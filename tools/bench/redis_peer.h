@@ -1,0 +1,92 @@
+// RedisPeer: a private redis-server and a blocking hiredis connection, the
+// baseline the kv bench measures Shelf against.
+//
+// The server runs with persistence off (`--save '' --appendonly no`) on a
+// loopback port of its own, as a child process that dies with the bench
+// (PR_SET_PDEATHSIG, through Process::Spawn); the destructor stops it.
+//
+//   auto server = RedisServer::Start("/usr/bin/redis-server", work_dir);
+//   auto conn = RedisConn::Connect((*server)->port());
+//   (*conn)->Set("k", data, size);
+//
+// Built without hiredis (no libhiredis-dev), Start answers UNIMPLEMENTED
+// and the kv bench reports its Redis rows as unavailable.
+//
+// RedisServer: drive from one thread. RedisConn: one thread at a time (a
+// hiredis context is not thread-safe); give each thread its own.
+#ifndef SHELF_TOOLS_BENCH_REDIS_PEER_H_
+#define SHELF_TOOLS_BENCH_REDIS_PEER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tools/local_cluster.h"
+
+struct redisContext;
+
+namespace shelf::bench {
+
+// Whether this build can talk to Redis at all.
+bool RedisSupported();
+
+class RedisServer {
+ public:
+  // Starts `binary` on a free loopback port, logging to work_dir/redis.log,
+  // and waits (up to 10 s) until it answers PING. NOT_FOUND when the binary
+  // is missing, UNIMPLEMENTED without hiredis, UNAVAILABLE when it does not
+  // come up.
+  static absl::StatusOr<std::unique_ptr<RedisServer>> Start(const std::string& binary,
+                                                            const std::string& work_dir);
+  ~RedisServer();  // SIGTERM, then SIGKILL after 3 s
+  int port() const { return port_; }
+
+ private:
+  RedisServer(std::unique_ptr<Process> process, int port)
+      : process_(std::move(process)), port_(port) {}
+  std::unique_ptr<Process> process_;
+  int port_;
+};
+
+// One value of a pipelined SET. `data` must stay valid for the call.
+struct RedisItem {
+  std::string key;
+  const void* data = nullptr;
+  size_t size = 0;
+};
+
+class RedisConn {
+ public:
+  // Connects to 127.0.0.1:port; UNAVAILABLE if it cannot.
+  static absl::StatusOr<std::unique_ptr<RedisConn>> Connect(int port);
+  ~RedisConn();
+  RedisConn(const RedisConn&) = delete;
+  RedisConn& operator=(const RedisConn&) = delete;
+
+  // Errors: UNAVAILABLE when the connection broke (the connection is then
+  // unusable), INTERNAL for an error reply.
+  absl::Status Ping();
+  absl::Status Set(const std::string& key, const void* data, size_t size);
+  // Copies the value into `buffer`; NOT_FOUND on a missing key,
+  // OUT_OF_RANGE when it is larger than `capacity`.
+  absl::Status GetInto(const std::string& key, void* buffer, size_t capacity, size_t* size);
+  // One pipeline: every SET is sent before the first reply is read.
+  absl::Status PipelinedSet(const std::vector<RedisItem>& items);
+  // One pipeline of GETs; values[i] is empty for a missing key, and
+  // `missing` counts them.
+  absl::Status PipelinedGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
+                            size_t* missing);
+  absl::Status FlushAll();
+
+ private:
+  explicit RedisConn(redisContext* ctx) : ctx_(ctx) {}
+  redisContext* ctx_;
+};
+
+}  // namespace shelf::bench
+
+#endif  // SHELF_TOOLS_BENCH_REDIS_PEER_H_

@@ -1,0 +1,455 @@
+// shelf-bench ssd: the SSD tier (SsdTier: RocksDB with BlobDB) next to raw
+// sequential I/O of the same bytes on the same directory.
+//
+// For each block size:
+//   raw write   O_DIRECT pwrite of every block into one file, aligned
+//               buffers, then fdatasync
+//   tier write  SsdTier::Put of every block, then closing the tier (its
+//               memtable flush) and fsync of every file it wrote: both
+//               sides count the time until the bytes are on the device
+//   raw read    O_DIRECT pread of every block
+//   tier read   SsdTier::Get of every block, after dropping the tier's
+//               files from the page cache (posix_fadvise DONTNEED, which
+//               needs no privileges), so RocksDB's buffered reads start
+//               cold like O_DIRECT ones. RocksDB reads a blob with one
+//               buffered pread of its size; the kernel may read ahead.
+// Put-call throughput (what a demoting store thread waits for) and the
+// tier's open time (it scans every record to rebuild its index) are shown
+// too. Then compression on and off, on KV-like bytes: fp16 values drawn
+// from a normal distribution, as attention K/V activations roughly are,
+// which LZ4 cannot shrink.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/checksum.h"
+#include "common/clock.h"
+#include "common/flags.h"
+#include "common/units.h"
+#include "storage/ssd_tier.h"
+#include "tools/bench/bench_util.h"
+#include "tools/json.h"
+
+namespace shelf::bench {
+
+bool StopRequested();  // main.cc: SIGINT/SIGTERM arrived
+
+namespace {
+
+constexpr size_t kAlign = 4096;
+
+struct AlignedBuffer {
+  explicit AlignedBuffer(size_t n) : size(n) {
+    void* p = nullptr;
+    if (posix_memalign(&p, kAlign, std::max(n, kAlign)) != 0) std::abort();
+    data = static_cast<char*>(p);
+  }
+  ~AlignedBuffer() { std::free(data); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  char* data;
+  size_t size;
+};
+
+struct Measure {
+  uint64_t bytes = 0;
+  double seconds = 0;
+  Samples lat_us;
+  double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+};
+
+// Files under `dir`, recursively.
+std::vector<std::string> FilesUnder(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec)) out.push_back(it->path().string());
+  }
+  return out;
+}
+
+uint64_t BytesUnder(const std::string& dir) {
+  uint64_t total = 0;
+  for (const std::string& f : FilesUnder(dir)) {
+    struct stat st;
+    if (stat(f.c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return total;
+}
+
+// fsync (sync = true) and/or drop from the page cache every file under dir.
+void SyncAndDrop(const std::string& dir, bool sync, bool drop) {
+  for (const std::string& f : FilesUnder(dir)) {
+    int fd = open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (sync) fsync(fd);
+    if (drop) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+  }
+  if (sync) {
+    int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+      fsync(fd);
+      close(fd);
+    }
+  }
+}
+
+// Block `id` of `size` bytes: `base` with the id in its first 8 bytes.
+void Stamp(uint64_t id, char* block) { std::memcpy(block, &id, sizeof(id)); }
+
+absl::Status RawWrite(const std::string& path, AlignedBuffer* buf, uint64_t size, uint64_t count,
+                      Measure* m) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("open ", path,
+                                               " with O_DIRECT: ", std::strerror(errno),
+                                               " (tmpfs has no O_DIRECT: pass --dir on a disk)"));
+  }
+  uint64_t start = MonoUs();
+  for (uint64_t i = 0; i < count && !StopRequested(); ++i) {
+    Stamp(i, buf->data);
+    uint64_t t0 = MonoUs();
+    ssize_t n = pwrite(fd, buf->data, size, static_cast<off_t>(i * size));
+    m->lat_us.Add(static_cast<double>(MonoUs() - t0));
+    if (n != static_cast<ssize_t>(size)) {
+      close(fd);
+      return absl::UnavailableError(absl::StrCat("write ", path, ": ", std::strerror(errno)));
+    }
+    m->bytes += size;
+  }
+  fdatasync(fd);
+  m->seconds = (MonoUs() - start) / 1e6;
+  close(fd);
+  return absl::OkStatus();
+}
+
+absl::Status RawRead(const std::string& path, AlignedBuffer* buf, uint64_t size, uint64_t count,
+                     Measure* m, uint64_t* mismatches) {
+  int fd = open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0)
+    return absl::UnavailableError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  uint64_t start = MonoUs();
+  for (uint64_t i = 0; i < count && !StopRequested(); ++i) {
+    uint64_t t0 = MonoUs();
+    ssize_t n = pread(fd, buf->data, size, static_cast<off_t>(i * size));
+    m->lat_us.Add(static_cast<double>(MonoUs() - t0));
+    if (n != static_cast<ssize_t>(size)) {
+      close(fd);
+      return absl::UnavailableError(absl::StrCat("read ", path, ": ", std::strerror(errno)));
+    }
+    if (std::memcmp(buf->data, &i, sizeof(i)) != 0) ++*mismatches;
+    m->bytes += size;
+  }
+  m->seconds = (MonoUs() - start) / 1e6;
+  close(fd);
+  return absl::OkStatus();
+}
+
+struct TierFigures {
+  Measure write, read;
+  double put_call_gbps = 0;  // bytes over the time spent inside Put
+  double open_s = 0;         // reopening: the scan that rebuilds the index
+  uint64_t disk_bytes = 0;   // bytes the tier's files occupy after the writes
+};
+
+// Writes `count` blocks (base restamped per id) through a fresh SsdTier in
+// dir, closes and syncs it, reopens it cold and reads every block back.
+absl::Status TierRun(const std::string& dir, bool compression, const char* base, uint64_t size,
+                     uint64_t count, TierFigures* f, uint64_t* mismatches) {
+  std::vector<char> block(base, base + size);
+  std::vector<uint64_t> sums(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    Stamp(i, block.data());
+    sums[i] = BlockChecksum(block.data(), size);
+  }
+  SsdTier::Options opts;
+  opts.dir = dir;
+  opts.compression = compression;
+  {
+    auto tier = SsdTier::Open(opts);
+    if (!tier.ok()) return tier.status();
+    double in_put = 0;
+    uint64_t start = MonoUs();
+    for (uint64_t i = 0; i < count && !StopRequested(); ++i) {
+      Stamp(i, block.data());
+      uint64_t t0 = MonoUs();
+      absl::Status s = (*tier)->Put(absl::StrCat("blk", i), block.data(), size, sums[i]);
+      uint64_t dt = MonoUs() - t0;
+      f->write.lat_us.Add(static_cast<double>(dt));
+      in_put += dt / 1e6;
+      if (!s.ok()) return s;
+      f->write.bytes += size;
+    }
+    tier->reset();  // flushes the memtable and closes
+    SyncAndDrop(dir, /*sync=*/true, /*drop=*/false);
+    f->write.seconds = (MonoUs() - start) / 1e6;
+    f->put_call_gbps = in_put > 0 ? f->write.bytes / in_put / 1e9 : 0;
+  }
+  f->disk_bytes = BytesUnder(dir);
+  uint64_t t_open = MonoUs();
+  auto tier = SsdTier::Open(opts);
+  if (!tier.ok()) return tier.status();
+  f->open_s = (MonoUs() - t_open) / 1e6;
+  SyncAndDrop(dir, /*sync=*/false, /*drop=*/true);
+  std::string out;
+  uint64_t written = f->write.bytes / size;
+  uint64_t start = MonoUs();
+  for (uint64_t i = 0; i < written && !StopRequested(); ++i) {
+    uint64_t t0 = MonoUs();
+    absl::Status s = (*tier)->Get(absl::StrCat("blk", i), &out);
+    f->read.lat_us.Add(static_cast<double>(MonoUs() - t0));
+    if (!s.ok()) return s;
+    if (out.size() != size || std::memcmp(out.data(), &i, sizeof(i)) != 0) ++*mismatches;
+    f->read.bytes += size;
+  }
+  f->read.seconds = (MonoUs() - start) / 1e6;
+  return absl::OkStatus();
+}
+
+// IEEE half from float (round to nearest even; no NaN inputs here).
+uint16_t ToHalf(float v) {
+  uint32_t x;
+  std::memcpy(&x, &v, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = x & 0x7fffff;
+  if (exp <= 0) {
+    if (exp < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000;
+    uint32_t shift = static_cast<uint32_t>(14 - exp);
+    uint32_t half = mant >> shift;
+    if ((mant >> (shift - 1)) & 1) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+  uint32_t half = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  if ((mant & 0x1fff) > 0x1000 || ((mant & 0x1fff) == 0x1000 && (half & 1))) ++half;
+  return static_cast<uint16_t>(half);
+}
+
+std::string ShortBytes(uint64_t b) {
+  if (b >= (1ull << 20) && b % (1ull << 20) == 0) return absl::StrCat(b >> 20, "MiB");
+  if (b >= 1024 && b % 1024 == 0) return absl::StrCat(b >> 10, "KiB");
+  return absl::StrCat(b, "B");
+}
+
+struct SizeRow {
+  uint64_t size = 0;
+  uint64_t count = 0;
+  Measure raw_write, raw_read;
+  TierFigures tier;
+};
+
+}  // namespace
+
+int SsdBench(int argc, char** argv) {
+  std::string dir, sizes_text = "256KiB,4MiB,16MiB";
+  uint64_t bytes = 1ull << 30, compress_bytes = 256ull << 20;
+  bool quick = false, json_only = false, keep = false;
+  Flags flags("shelf-bench ssd", "the SSD tier (RocksDB) next to raw O_DIRECT I/O");
+  flags.AddString("dir", &dir,
+                  "directory on the disk to measure (created when missing; default: a fresh "
+                  "temporary directory); the bench removes what it wrote");
+  flags.AddString("sizes", &sizes_text, "block sizes, comma-separated (multiples of 4KiB)");
+  flags.AddSize("bytes", &bytes, "bytes written and read per block size, by each side");
+  flags.AddSize("compress-bytes", &compress_bytes, "bytes written for the compression on/off rows");
+  flags.AddBool("keep", &keep, "leave the written files in place");
+  flags.AddBool("quick", &quick, "tiny run for smoke tests (32MiB per size, 16MiB compressed)");
+  flags.AddBool("json-only", &json_only, "print only the JSON line");
+  flags.ParseOrExit(argc, argv);
+  if (quick) {
+    if (!flags.WasSet("bytes")) bytes = 32ull << 20;
+    if (!flags.WasSet("compress-bytes")) compress_bytes = 16ull << 20;
+  }
+  std::vector<uint64_t> sizes;
+  bool ok = true;
+  for (absl::string_view p : absl::StrSplit(sizes_text, ',', absl::SkipEmpty())) {
+    absl::StatusOr<uint64_t> v = ParseSize(p);
+    ok = ok && v.ok() && *v >= kAlign && *v % kAlign == 0 && *v <= (1ull << 30);
+    if (v.ok()) sizes.push_back(*v);
+  }
+  if (!ok || sizes.empty() || bytes == 0) {
+    std::fprintf(stderr, "shelf-bench ssd: --sizes must be multiples of 4KiB up to 1GiB\n");
+    return 2;
+  }
+
+  // Work in a fresh subdirectory; remove it (and `dir`, if we made it).
+  std::error_code ec;
+  bool made_dir = false;
+  if (dir.empty()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-ssd-bench-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      std::fprintf(stderr, "shelf-bench ssd: mkdtemp failed\n");
+      return 1;
+    }
+    dir = tmpl;
+    made_dir = true;
+  } else if (!std::filesystem::exists(dir)) {
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      std::fprintf(stderr, "shelf-bench ssd: cannot create %s: %s\n", dir.c_str(),
+                   ec.message().c_str());
+      return 1;
+    }
+    made_dir = true;
+  }
+  std::string work = made_dir ? dir : absl::StrCat(dir, "/shelf-ssd-bench-", getpid());
+  std::filesystem::create_directories(work, ec);
+  auto cleanup = [&] {
+    if (keep) return;
+    std::filesystem::remove_all(made_dir ? dir : work, ec);
+  };
+
+  uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
+  AlignedBuffer buf(max_size);
+  BlockPattern pattern(max_size);
+  pattern.Fill(0, buf.data);  // random bytes: incompressible, like KV tensors
+  std::string error;
+  uint64_t mismatches = 0;
+  std::vector<SizeRow> rows;
+  for (uint64_t size : sizes) {
+    if (StopRequested()) break;
+    SizeRow r;
+    r.size = size;
+    r.count = std::max<uint64_t>(1, bytes / size);
+    std::string raw = work + "/raw.dat";
+    std::string tier_dir = absl::StrCat(work, "/tier-", size);
+    absl::Status s = RawWrite(raw, &buf, size, r.count, &r.raw_write);
+    if (s.ok()) s = TierRun(tier_dir, false, buf.data, size, r.count, &r.tier, &mismatches);
+    if (s.ok()) s = RawRead(raw, &buf, size, r.count, &r.raw_read, &mismatches);
+    pattern.Fill(0, buf.data);  // RawRead overwrote the stamp; restore the base
+    std::filesystem::remove(raw, ec);
+    std::filesystem::remove_all(tier_dir, ec);
+    if (!s.ok()) {
+      error = std::string(s.message());
+      std::fprintf(stderr, "shelf-bench ssd: %s\n", error.c_str());
+      break;
+    }
+    rows.push_back(std::move(r));
+    if (json_only) std::fprintf(stderr, "ssd %s done\n", ShortBytes(size).c_str());
+  }
+  // Compression on/off on KV-like fp16 bytes, 4 MiB blocks.
+  constexpr uint64_t kCompressBlock = 4ull << 20;
+  TierFigures comp[2];  // [0] off, [1] on
+  double kv_raw_ratio = 0;
+  if (error.empty() && !StopRequested()) {
+    std::vector<char> kv(kCompressBlock);
+    std::mt19937 rng(42);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (size_t i = 0; i + 2 <= kv.size(); i += 2) {
+      uint16_t h = ToHalf(normal(rng));
+      std::memcpy(&kv[i], &h, 2);
+    }
+    uint64_t count = std::max<uint64_t>(1, compress_bytes / kCompressBlock);
+    for (int on = 0; on < 2 && error.empty(); ++on) {
+      std::string d = absl::StrCat(work, "/compress-", on);
+      absl::Status s =
+          TierRun(d, on == 1, kv.data(), kCompressBlock, count, &comp[on], &mismatches);
+      std::filesystem::remove_all(d, ec);
+      if (!s.ok()) error = std::string(s.message());
+    }
+    if (comp[0].disk_bytes > 0) {
+      kv_raw_ratio = static_cast<double>(comp[1].disk_bytes) / comp[0].disk_bytes;
+    }
+  }
+  cleanup();
+
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  if (!json_only) {
+    std::printf("\nShelf SSD tier vs raw O_DIRECT on %s, %s per size\n\n",
+                made_dir ? "a temporary directory" : dir.c_str(), FormatBytes(bytes).c_str());
+    std::printf("  %-6s %-5s %9s %9s %9s   %9s %9s %9s  %6s\n", "block", "op", "tier GB/s",
+                "p50 us", "p99 us", "raw GB/s", "p50 us", "p99 us", "ratio");
+    for (SizeRow& r : rows) {
+      std::printf(
+          "  %-6s %-5s %9.3f %9.0f %9.0f   %9.3f %9.0f %9.0f  %5.2fx\n", ShortBytes(r.size).c_str(),
+          "write", r.tier.write.gbps(), r.tier.write.lat_us.Percentile(50),
+          r.tier.write.lat_us.Percentile(99), r.raw_write.gbps(), r.raw_write.lat_us.Percentile(50),
+          r.raw_write.lat_us.Percentile(99), ratio(r.tier.write.gbps(), r.raw_write.gbps()));
+      std::printf("  %-6s %-5s %9.3f %9.0f %9.0f   %9.3f %9.0f %9.0f  %5.2fx\n",
+                  ShortBytes(r.size).c_str(), "read", r.tier.read.gbps(),
+                  r.tier.read.lat_us.Percentile(50), r.tier.read.lat_us.Percentile(99),
+                  r.raw_read.gbps(), r.raw_read.lat_us.Percentile(50),
+                  r.raw_read.lat_us.Percentile(99), ratio(r.tier.read.gbps(), r.raw_read.gbps()));
+    }
+    std::printf("\n  %-6s %14s %12s %14s\n", "block", "Put calls GB/s", "tier open s",
+                "disk/logical");
+    for (SizeRow& r : rows) {
+      std::printf("  %-6s %14.3f %12.3f %14.3f\n", ShortBytes(r.size).c_str(), r.tier.put_call_gbps,
+                  r.tier.open_s, ratio(static_cast<double>(r.tier.disk_bytes), r.tier.write.bytes));
+    }
+    if (comp[0].write.bytes > 0) {
+      std::printf(
+          "\n  KV-like fp16 (normal) 4MiB blocks, %s: compression %-3s write %.3f GB/s, "
+          "read %.3f GB/s, on disk %s\n",
+          FormatBytes(comp[0].write.bytes).c_str(), "off", comp[0].write.gbps(),
+          comp[0].read.gbps(), FormatBytes(comp[0].disk_bytes).c_str());
+      std::printf(
+          "  %*s compression %-3s write %.3f GB/s, read %.3f GB/s, on disk %s (%.3f of off)\n",
+          static_cast<int>(std::strlen("KV-like fp16 (normal) 4MiB blocks, ") +
+                           FormatBytes(comp[0].write.bytes).size() + 1),
+          "", "on", comp[1].write.gbps(), comp[1].read.gbps(),
+          FormatBytes(comp[1].disk_bytes).c_str(), kv_raw_ratio);
+    }
+    std::printf(
+        "\n  write: until fsync'd (tier: Put + close + fsync); read: page cache dropped "
+        "first\n  mismatches %llu%s%s\n\n",
+        static_cast<unsigned long long>(mismatches),
+        error.empty() ? "" : "; error: ", error.c_str());
+  }
+  Json::Object o;
+  o.Add("bench", "ssd").Add("bytes_per_size", bytes).Add("stopped", StopRequested());
+  std::vector<std::string> row_json;
+  for (SizeRow& r : rows) {
+    std::string label = ShortBytes(r.size);
+    for (char& c : label) c = static_cast<char>(std::tolower(c));
+    if (label.size() > 3) label = label.substr(0, label.size() - 2);  // "4mib" -> "4m"
+    o.Add("write_ratio_" + label, ratio(r.tier.write.gbps(), r.raw_write.gbps()));
+    o.Add("read_ratio_" + label, ratio(r.tier.read.gbps(), r.raw_read.gbps()));
+    Json::Object j;
+    j.Add("block_bytes", r.size).Add("blocks", r.count);
+    j.Add("tier_write_gbps", r.tier.write.gbps()).Add("raw_write_gbps", r.raw_write.gbps());
+    j.Add("tier_read_gbps", r.tier.read.gbps()).Add("raw_read_gbps", r.raw_read.gbps());
+    j.Add("tier_write_p50_us", r.tier.write.lat_us.Percentile(50));
+    j.Add("tier_write_p99_us", r.tier.write.lat_us.Percentile(99));
+    j.Add("tier_read_p50_us", r.tier.read.lat_us.Percentile(50));
+    j.Add("tier_read_p99_us", r.tier.read.lat_us.Percentile(99));
+    j.Add("raw_write_p50_us", r.raw_write.lat_us.Percentile(50));
+    j.Add("raw_write_p99_us", r.raw_write.lat_us.Percentile(99));
+    j.Add("raw_read_p50_us", r.raw_read.lat_us.Percentile(50));
+    j.Add("raw_read_p99_us", r.raw_read.lat_us.Percentile(99));
+    j.Add("put_call_gbps", r.tier.put_call_gbps).Add("tier_open_s", r.tier.open_s);
+    j.Add("disk_bytes", r.tier.disk_bytes);
+    row_json.push_back(j.str());
+  }
+  if (rows.empty()) {
+    o.Raw("write_ratio_4m", "null").Raw("read_ratio_4m", "null");
+  }
+  o.Add("kv_compression_disk_ratio", kv_raw_ratio);
+  o.Add("compression_off_write_gbps", comp[0].write.gbps());
+  o.Add("compression_on_write_gbps", comp[1].write.gbps());
+  o.Add("compression_off_read_gbps", comp[0].read.gbps());
+  o.Add("compression_on_read_gbps", comp[1].read.gbps());
+  o.Add("mismatches", mismatches).Add("error", error);
+  o.Raw("sizes", Json::Array(row_json));
+  std::printf("%s\n", o.str().c_str());
+  return error.empty() && mismatches == 0 ? 0 : 1;
+}
+
+}  // namespace shelf::bench

@@ -1,0 +1,536 @@
+// shelf-bench transport: the data plane alone, between real processes on
+// loopback, next to baselines measured in the same run.
+//
+// A one-store cluster is started; the bench gets write grants for fixed
+// ranges of the store's DRAM segment through the master (BatchPutStart,
+// then PutCommit) and from then on moves bytes without the master:
+//   tcp  TcpDataClient READ and WRITE frames to the store's DataServer
+//   shm  memcpy to and from the store's segment, mapped through its
+//        shm socket (ShmAttachments)
+// Baselines, each moving the same bytes the same way:
+//   socket  a plain blocking-socket peer in a forked process: for a READ,
+//           one 16-byte request, then the peer sends the batch's bytes; for
+//           a WRITE, a 16-byte header and the bytes, then a 1-byte ack.
+//           A batch is one request: the ideal a per-block protocol pays
+//           round trips against.
+//   memcpy  memcpy between two private buffers of this process
+// Every operation runs on one thread and one connection. A cell (block
+// size, batch) alternates Shelf and baseline in rounds, so both see the
+// same machine noise.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
+#include "common/flags.h"
+#include "common/net.h"
+#include "common/rpc.h"
+#include "common/units.h"
+#include "proto/shelf.grpc.pb.h"
+#include "tools/bench/bench_util.h"
+#include "tools/json.h"
+#include "tools/local_cluster.h"
+#include "transport/shm.h"
+#include "transport/tcp_client.h"
+
+namespace shelf::bench {
+
+bool StopRequested();  // main.cc: SIGINT/SIGTERM arrived
+
+namespace {
+
+constexpr uint64_t kOpTimeoutMs = 60000;
+
+// The baseline peer's 16-byte request: op (1 = send me, 2 = take these),
+// blocks, block bytes.
+struct PeerRequest {
+  uint32_t op;
+  uint32_t blocks;
+  uint64_t block_bytes;
+};
+static_assert(sizeof(PeerRequest) == 16, "the request is 16 bytes on the wire");
+constexpr uint32_t kPeerSend = 1;
+constexpr uint32_t kPeerTake = 2;
+
+// Serves baseline requests on `listen_fd` until killed. Runs in a forked
+// child that has no other threads.
+[[noreturn]] void RunBaselinePeer(int listen_fd, uint64_t block_bytes_max) {
+  std::vector<char> buf(block_bytes_max, 7);
+  for (;;) {
+    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      _exit(1);
+    }
+    for (;;) {
+      PeerRequest req;
+      if (!ReadFull(fd, &req, sizeof(req)).ok()) break;
+      if (req.block_bytes > block_bytes_max) break;
+      bool ok = true;
+      for (uint32_t i = 0; i < req.blocks && ok; ++i) {
+        ok = req.op == kPeerSend ? WriteFull(fd, buf.data(), req.block_bytes).ok()
+                                 : ReadFull(fd, buf.data(), req.block_bytes).ok();
+      }
+      char ack = 1;
+      if (ok && req.op == kPeerTake) ok = WriteFull(fd, &ack, 1).ok();
+      if (!ok) break;
+    }
+    close(fd);
+  }
+}
+
+// A baseline peer in a forked process. Fork before any thread exists.
+class BaselinePeer {
+ public:
+  static absl::StatusOr<std::unique_ptr<BaselinePeer>> Start(uint64_t block_bytes_max) {
+    HostPort bound;
+    absl::StatusOr<int> lfd = TcpListen(HostPort{"127.0.0.1", 0}, &bound, 4);
+    if (!lfd.ok()) return lfd.status();
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+      close(*lfd);
+      return absl::ResourceExhaustedError("fork failed");
+    }
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      RunBaselinePeer(*lfd, block_bytes_max);
+    }
+    close(*lfd);
+    return std::unique_ptr<BaselinePeer>(new BaselinePeer(pid, bound));
+  }
+  ~BaselinePeer() {
+    if (fd_ >= 0) close(fd_);
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  absl::Status Connect() {
+    absl::StatusOr<int> fd = TcpConnect(address_, 5000);
+    if (!fd.ok()) return fd.status();
+    fd_ = *fd;
+    return absl::OkStatus();
+  }
+  // Receives `blocks` blocks of `size` bytes into dst[i].
+  absl::Status Receive(const std::vector<char*>& dst, uint64_t size) {
+    PeerRequest req{kPeerSend, static_cast<uint32_t>(dst.size()), size};
+    if (absl::Status s = WriteFull(fd_, &req, sizeof(req)); !s.ok()) return s;
+    for (char* d : dst) {
+      if (absl::Status s = ReadFull(fd_, d, size); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  // Sends src[i] (size bytes each) and waits for the ack.
+  absl::Status Send(const std::vector<char*>& src, uint64_t size) {
+    PeerRequest req{kPeerTake, static_cast<uint32_t>(src.size()), size};
+    if (absl::Status s = WriteFull(fd_, &req, sizeof(req)); !s.ok()) return s;
+    for (char* d : src) {
+      if (absl::Status s = WriteFull(fd_, d, size); !s.ok()) return s;
+    }
+    char ack = 0;
+    return ReadFull(fd_, &ack, 1);
+  }
+
+ private:
+  BaselinePeer(pid_t pid, HostPort address) : pid_(pid), address_(std::move(address)) {}
+  pid_t pid_;
+  HostPort address_;
+  int fd_ = -1;
+};
+
+// Ranges of the store's segment the bench may write, with their grants.
+struct Range {
+  uint32_t segment = 0;
+  uint64_t offset = 0;
+  wire::Grant grant;
+};
+
+struct StoreRanges {
+  std::string data_address;
+  std::string shm_socket;
+  std::vector<Range> ranges;
+};
+
+// Places `count` blocks of `size` bytes through the master and commits
+// them, so the ranges stay allocated to the bench for the whole run.
+absl::StatusOr<StoreRanges> AllocateRanges(v1::MasterService::Stub* master, const std::string& tag,
+                                           uint64_t size, int count) {
+  v1::BatchPutStartRequest req;
+  for (int i = 0; i < count; ++i) {
+    v1::PutStartRequest* p = req.add_puts();
+    p->set_key(absl::StrCat("transport/", tag, "/", size, "/", i));
+    p->set_size(size);
+    p->mutable_options()->set_replicas(1);
+  }
+  v1::BatchPutStartResponse resp;
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, AuthToken(""), 30000);
+  absl::Status s = FromGrpc(master->BatchPutStart(&ctx, req, &resp));
+  if (!s.ok()) return s;
+  if (resp.results_size() != count) return absl::InternalError("malformed BatchPutStart answer");
+  StoreRanges out;
+  v1::PutCommitRequest commit;
+  for (int i = 0; i < count; ++i) {
+    if (resp.statuses_size() > i && resp.statuses(i).code() != 0) {
+      return absl::ResourceExhaustedError(resp.statuses(i).message());
+    }
+    const v1::PutStartResponse& r = resp.results(i);
+    if (r.state() != v1::PUT_STARTED || r.replicas_size() != 1 || r.grants_size() != 1) {
+      return absl::InternalError("PutStart did not grant one range");
+    }
+    const v1::Replica& rep = r.replicas(0);
+    const v1::WriteGrant& g = r.grants(0);
+    out.data_address = rep.store().data_address();
+    out.shm_socket = rep.store().shm_socket();
+    Range range;
+    range.segment = rep.segment_id();
+    range.offset = rep.offset();
+    range.grant.put_id = g.put_id();
+    range.grant.segment_id = g.segment_id();
+    range.grant.offset = g.offset();
+    range.grant.length = g.length();
+    range.grant.expires_unix_ms = g.expires_unix_ms();
+    range.grant.mac = g.mac();
+    out.ranges.push_back(range);
+    commit.add_put_ids(r.put_id());
+  }
+  v1::PutCommitResponse cresp;
+  grpc::ClientContext cctx;
+  PrepareContext(&cctx, AuthToken(""), 30000);
+  s = FromGrpc(master->PutCommit(&cctx, commit, &cresp));
+  if (!s.ok()) return s;
+  return out;
+}
+
+// One measured figure: bytes over time, and latency per batch.
+struct Measure {
+  uint64_t bytes = 0;
+  double seconds = 0;
+  Samples lat_us;
+  uint64_t errors = 0;
+  std::string error;
+  double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+};
+
+// Runs fn (one batch) until `seconds` passed, at least once. fn returns
+// a Status; bytes per call are `batch_bytes`.
+template <typename Fn>
+void Timed(double seconds, uint64_t batch_bytes, Measure* m, Fn fn) {
+  uint64_t start = MonoUs();
+  uint64_t until = start + static_cast<uint64_t>(seconds * 1e6);
+  do {
+    uint64_t t0 = MonoUs();
+    absl::Status s = fn();
+    uint64_t t1 = MonoUs();
+    m->lat_us.Add(static_cast<double>(t1 - t0));
+    if (s.ok()) {
+      m->bytes += batch_bytes;
+    } else {
+      ++m->errors;
+      if (m->error.empty()) m->error = std::string(s.message());
+    }
+  } while (MonoUs() < until && !StopRequested());
+  m->seconds += (MonoUs() - start) / 1e6;
+}
+
+std::string ShortBytes(uint64_t b) {
+  if (b >= (1ull << 20) && b % (1ull << 20) == 0) return absl::StrCat(b >> 20, "MiB");
+  if (b >= 1024 && b % 1024 == 0) return absl::StrCat(b >> 10, "KiB");
+  return absl::StrCat(b, "B");
+}
+
+struct Cell {
+  uint64_t size = 0;
+  int batch = 0;
+  // [0] read, [1] write
+  Measure tcp[2], sock[2], shm[2], mem;
+};
+
+}  // namespace
+
+int TransportBench(int argc, char** argv) {
+  std::string sizes_text = "64KiB,1MiB,16MiB", batches_text = "1,32", work_dir;
+  double seconds = 1.5;
+  int64_t rounds = 3;
+  bool quick = false, json_only = false;
+  Flags flags("shelf-bench transport",
+              "tcp and shm data planes between real processes, next to a plain socket peer and "
+              "memcpy");
+  flags.AddString("sizes", &sizes_text, "block sizes, comma-separated");
+  flags.AddString("batches", &batches_text, "blocks per batch, comma-separated");
+  flags.AddDouble("seconds", &seconds, "time per figure per cell, split over the rounds");
+  flags.AddInt("rounds", &rounds, "rounds alternating Shelf and baseline, per cell");
+  flags.AddBool("quick", &quick, "tiny run for smoke tests (0.05 s per figure, batches 1,4)");
+  flags.AddBool("json-only", &json_only, "print only the JSON line");
+  flags.AddString("work-dir", &work_dir, "keep the cluster's logs here");
+  flags.ParseOrExit(argc, argv);
+  if (quick) {
+    if (!flags.WasSet("seconds")) seconds = 0.05;
+    if (!flags.WasSet("rounds")) rounds = 1;
+    if (!flags.WasSet("batches")) batches_text = "1,4";
+  }
+  std::vector<uint64_t> sizes;
+  std::vector<int> batches;
+  bool ok = seconds > 0 && rounds >= 1;
+  for (absl::string_view p : absl::StrSplit(sizes_text, ',', absl::SkipEmpty())) {
+    absl::StatusOr<uint64_t> v = ParseSize(p);
+    ok = ok && v.ok() && *v >= 1 && *v <= (256ull << 20);
+    if (v.ok()) sizes.push_back(*v);
+  }
+  for (absl::string_view p : absl::StrSplit(batches_text, ',', absl::SkipEmpty())) {
+    int v = 0;
+    ok = ok && absl::SimpleAtoi(p, &v) && v >= 1 && v <= 1024;
+    batches.push_back(v);
+  }
+  if (!ok || sizes.empty() || batches.empty()) {
+    std::fprintf(stderr,
+                 "shelf-bench transport: bad --sizes (1B..256MiB), --batches (1..1024), "
+                 "--seconds or --rounds\n");
+    return 2;
+  }
+  uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
+  int max_batch = *std::max_element(batches.begin(), batches.end());
+
+  // The baseline peer first: fork while this process has one thread.
+  auto peer = BaselinePeer::Start(max_size);
+  if (!peer.ok()) {
+    std::fprintf(stderr, "shelf-bench transport: %s\n",
+                 std::string(peer.status().message()).c_str());
+    return 1;
+  }
+  if (absl::Status s = (*peer)->Connect(); !s.ok()) {
+    std::fprintf(stderr, "shelf-bench transport: baseline peer: %s\n",
+                 std::string(s.message()).c_str());
+    return 1;
+  }
+
+  // A one-store cluster holding every size's ranges at once.
+  uint64_t segment_bytes = 64ull << 20;
+  for (uint64_t s : sizes) segment_bytes += (s + 4095) / 4096 * 4096 * max_batch;
+  LocalCluster::Options co;
+  co.stores = 1;
+  co.dram_bytes = segment_bytes;
+  co.work_dir = work_dir;
+  co.master_args = {"--put-timeout", "1h"};  // grants stay valid for the whole run
+  auto cluster = LocalCluster::Start(co);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "shelf-bench transport: cannot start a cluster: %s\n",
+                 std::string(cluster.status().message()).c_str());
+    return 1;
+  }
+  auto channel = MakeChannel((*cluster)->master_address(), TlsFiles());
+  if (!channel.ok()) {
+    std::fprintf(stderr, "shelf-bench transport: %s\n",
+                 std::string(channel.status().message()).c_str());
+    return 1;
+  }
+  auto master = v1::MasterService::NewStub(*channel);
+  std::string tag = absl::StrCat(getpid(), "-", MonoUs() % 1000000);
+  std::vector<StoreRanges> ranges;
+  for (uint64_t s : sizes) {
+    auto r = AllocateRanges(master.get(), tag, s, max_batch);
+    if (!r.ok()) {
+      std::fprintf(stderr, "shelf-bench transport: cannot place %s blocks: %s\n",
+                   ShortBytes(s).c_str(), std::string(r.status().message()).c_str());
+      return 1;
+    }
+    ranges.push_back(*std::move(r));
+  }
+  TcpDataClient tcp(TcpDataClient::Options{});
+  ShmAttachments shm("");
+  auto mapping = shm.Get(ranges[0].shm_socket);
+  if (!mapping.ok()) {
+    std::fprintf(stderr, "shelf-bench transport: cannot map the store's segment: %s\n",
+                 std::string(mapping.status().message()).c_str());
+    return 1;
+  }
+  const std::string& addr = ranges[0].data_address;
+
+  // Private buffers, written once so their pages are in place.
+  std::vector<char> src_mem(max_size * max_batch), dst_mem(max_size * max_batch, 0);
+  BlockPattern pattern(std::min<uint64_t>(max_size, 1ull << 20));
+  for (size_t off = 0; off < src_mem.size(); off += pattern.bytes()) {
+    std::vector<char> tmp(pattern.bytes());
+    pattern.Fill(off / pattern.bytes(), tmp.data());
+    std::memcpy(src_mem.data() + off, tmp.data(), std::min(tmp.size(), src_mem.size() - off));
+  }
+
+  std::vector<Cell> cells;
+  uint64_t mismatches = 0;
+  double per_round = seconds / static_cast<double>(rounds);
+  for (size_t si = 0; si < sizes.size() && !StopRequested(); ++si) {
+    uint64_t size = sizes[si];
+    const StoreRanges& sr = ranges[si];
+    for (int batch : batches) {
+      if (StopRequested()) break;
+      Cell c;
+      c.size = size;
+      c.batch = batch;
+      uint64_t batch_bytes = size * batch;
+      std::vector<char*> src(batch), dst(batch), seg(batch);
+      for (int j = 0; j < batch; ++j) {
+        src[j] = src_mem.data() + j * size;
+        dst[j] = dst_mem.data() + j * size;
+        seg[j] = (*mapping)->base + sr.ranges[j].offset;
+      }
+      auto tcp_write = [&]() -> absl::Status {
+        for (int j = 0; j < batch; ++j) {
+          const Range& r = sr.ranges[j];
+          absl::Status s =
+              tcp.Write(addr, r.grant, r.segment, r.offset, src[j], size, MonoMs() + kOpTimeoutMs);
+          if (!s.ok()) return s;
+        }
+        return absl::OkStatus();
+      };
+      auto tcp_read = [&]() -> absl::Status {
+        for (int j = 0; j < batch; ++j) {
+          const Range& r = sr.ranges[j];
+          absl::Status s =
+              tcp.Read(addr, r.segment, r.offset, size, dst[j], MonoMs() + kOpTimeoutMs);
+          if (!s.ok()) return s;
+        }
+        return absl::OkStatus();
+      };
+      auto shm_write = [&]() -> absl::Status {
+        for (int j = 0; j < batch; ++j) std::memcpy(seg[j], src[j], size);
+        return absl::OkStatus();
+      };
+      auto shm_read = [&]() -> absl::Status {
+        for (int j = 0; j < batch; ++j) std::memcpy(dst[j], seg[j], size);
+        return absl::OkStatus();
+      };
+      auto mem_copy = [&]() -> absl::Status {
+        for (int j = 0; j < batch; ++j) std::memcpy(dst[j], src[j], size);
+        return absl::OkStatus();
+      };
+      // Correctness once per cell, outside the timings: what TCP wrote,
+      // shared memory and TCP read back; what shared memory wrote, TCP reads.
+      absl::Status check = tcp_write();
+      std::fill(dst_mem.begin(), dst_mem.begin() + batch_bytes, 0);
+      if (check.ok()) check = tcp_read();
+      if (check.ok() && std::memcmp(dst_mem.data(), src_mem.data(), batch_bytes) != 0) ++mismatches;
+      for (int j = 0; j < batch; ++j) {
+        if (std::memcmp(seg[j], src[j], size) != 0) ++mismatches;
+      }
+      if (!check.ok()) {
+        std::fprintf(stderr, "shelf-bench transport: %s x%d: %s\n", ShortBytes(size).c_str(), batch,
+                     std::string(check.message()).c_str());
+        ++mismatches;
+      }
+      for (int64_t round = 0; round < rounds && !StopRequested(); ++round) {
+        Timed(per_round, batch_bytes, &c.sock[0], [&] { return (*peer)->Receive(dst, size); });
+        Timed(per_round, batch_bytes, &c.tcp[0], tcp_read);
+        Timed(per_round, batch_bytes, &c.sock[1], [&] { return (*peer)->Send(src, size); });
+        Timed(per_round, batch_bytes, &c.tcp[1], tcp_write);
+        Timed(per_round, batch_bytes, &c.mem, mem_copy);
+        Timed(per_round, batch_bytes, &c.shm[0], shm_read);
+        Timed(per_round, batch_bytes, &c.shm[1], shm_write);
+      }
+      cells.push_back(std::move(c));
+      if (json_only) {
+        std::fprintf(stderr, "transport %s x%d done\n", ShortBytes(size).c_str(), batch);
+      }
+    }
+  }
+
+  // The headline ratio for a size: the smallest over read/write and batches.
+  auto ratio_min = [&](uint64_t size, bool shm_path, bool* found) {
+    double best = 0;
+    *found = false;
+    for (Cell& c : cells) {
+      if (c.size != size) continue;
+      for (int d = 0; d < 2; ++d) {
+        double base = shm_path ? c.mem.gbps() : c.sock[d].gbps();
+        double got = shm_path ? c.shm[d].gbps() : c.tcp[d].gbps();
+        if (base <= 0) continue;
+        double r = got / base;
+        best = *found ? std::min(best, r) : r;
+        *found = true;
+      }
+    }
+    return best;
+  };
+  uint64_t errors = 0;
+  std::string first_error;
+  std::vector<std::string> rows;
+  if (!json_only) {
+    std::printf("\nShelf transport: one store process on loopback, one client thread\n\n");
+    std::printf("  %-6s %5s %-4s %-5s %8s %9s %9s   %-8s %8s %9s %9s  %6s\n", "block", "batch",
+                "path", "op", "GB/s", "p50 us", "p99 us", "baseline", "GB/s", "p50 us", "p99 us",
+                "ratio");
+  }
+  for (Cell& c : cells) {
+    for (int path = 0; path < 2; ++path) {  // 0 tcp, 1 shm
+      for (int d = 0; d < 2; ++d) {
+        Measure& m = path == 0 ? c.tcp[d] : c.shm[d];
+        Measure& b = path == 0 ? c.sock[d] : c.mem;
+        errors += m.errors + (path == 0 ? b.errors : 0);
+        if (first_error.empty()) first_error = !m.error.empty() ? m.error : b.error;
+        double ratio = b.gbps() > 0 ? m.gbps() / b.gbps() : 0;
+        const char* path_name = path == 0 ? "tcp" : "shm";
+        const char* op = d == 0 ? "read" : "write";
+        const char* base_name = path == 0 ? "socket" : "memcpy";
+        if (!json_only) {
+          std::printf("  %-6s %5d %-4s %-5s %8.3f %9.0f %9.0f   %-8s %8.3f %9.0f %9.0f  %5.2fx\n",
+                      ShortBytes(c.size).c_str(), c.batch, path_name, op, m.gbps(),
+                      m.lat_us.Percentile(50), m.lat_us.Percentile(99), base_name, b.gbps(),
+                      b.lat_us.Percentile(50), b.lat_us.Percentile(99), ratio);
+        }
+        Json::Object o;
+        o.Add("path", path_name).Add("op", op).Add("block_bytes", c.size).Add("batch", c.batch);
+        o.Add("gbps", m.gbps()).Add("p50_us", m.lat_us.Percentile(50));
+        o.Add("p99_us", m.lat_us.Percentile(99)).Add("baseline", base_name);
+        o.Add("baseline_gbps", b.gbps()).Add("baseline_p50_us", b.lat_us.Percentile(50));
+        o.Add("baseline_p99_us", b.lat_us.Percentile(99)).Add("ratio", ratio);
+        rows.push_back(o.str());
+      }
+    }
+  }
+  Json::Object o;
+  o.Add("bench", "transport").Add("stopped", StopRequested());
+  const std::pair<uint64_t, const char*> kHeadlines[] = {
+      {64ull << 10, "64k"}, {1ull << 20, "1m"}, {16ull << 20, "16m"}};
+  for (const auto& [size, label] : kHeadlines) {
+    for (bool shm_path : {false, true}) {
+      bool found = false;
+      double r = ratio_min(size, shm_path, &found);
+      std::string key = absl::StrCat(shm_path ? "shm" : "tcp", "_ratio_", label);
+      if (found) {
+        o.Add(key, r);
+      } else {
+        o.Raw(key, "null");
+      }
+    }
+  }
+  if (!json_only) {
+    std::printf(
+        "\n  ratio = Shelf GB/s / baseline GB/s; headline per size = the smallest over "
+        "read/write and batches\n");
+    std::printf("  errors %llu, mismatches %llu%s%s\n\n", static_cast<unsigned long long>(errors),
+                static_cast<unsigned long long>(mismatches),
+                first_error.empty() ? "" : "; first: ", first_error.c_str());
+  }
+  o.Add("errors", errors).Add("mismatches", mismatches);
+  o.Raw("rows", Json::Array(rows));
+  mapping->reset();
+  shm.Forget(ranges[0].shm_socket);
+  cluster->reset();
+  peer->reset();
+  std::printf("%s\n", o.str().c_str());
+  return errors == 0 && mismatches == 0 ? 0 : 1;
+}
+
+}  // namespace shelf::bench
