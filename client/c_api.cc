@@ -296,6 +296,22 @@ int shelf_batch_get_into(shelf_client_t* client, const void* const* keys, const 
   return SHELF_OK;
 }
 
+int shelf_client_stats(const shelf_client_t* client, shelf_client_stats_t* stats) {
+  if (client == nullptr || stats == nullptr) return NullArg("shelf_client_stats", "an argument");
+  shelf::ClientStats s = client->client->stats();
+  stats->bytes_stored = s.bytes_stored;
+  stats->bytes_loaded = s.bytes_loaded;
+  stats->bytes_loaded_shm = s.bytes_loaded_shm;
+  stats->bytes_loaded_tcp = s.bytes_loaded_tcp;
+  stats->bytes_loaded_ssd = s.bytes_loaded_ssd;
+  stats->blocks_loaded_dram = s.blocks_loaded_dram;
+  stats->blocks_loaded_ssd = s.blocks_loaded_ssd;
+  stats->checksum_mismatches = s.checksum_mismatches;
+  stats->replica_failovers = s.replica_failovers;
+  stats->bytes_staged_gpu = s.bytes_staged_gpu;
+  return SHELF_OK;
+}
+
 void shelf_free(void* p) { std::free(p); }
 
 int shelf_register_buffer(shelf_client_t* client, void* base, size_t size, int gpu,

@@ -241,6 +241,14 @@ static void check_registered(shelf_client_t* c) {
   /* A GPU registration of host memory never succeeds. */
   CHECK(shelf_register_buffer(c, dst, B, 1, &out) != SHELF_OK);
   CHECK_RC(shelf_unregister_buffer(c, in), SHELF_OK);
+  {
+    shelf_client_stats_t st;
+    CHECK_RC(shelf_client_stats(c, &st), SHELF_OK);
+    CHECK(st.bytes_loaded >= (uint64_t)N * B + B);
+    CHECK(st.bytes_loaded == st.bytes_loaded_shm + st.bytes_loaded_tcp);
+    CHECK(st.bytes_stored >= (uint64_t)N * B);
+    CHECK_RC(shelf_client_stats(c, NULL), SHELF_INVALID_ARGUMENT);
+  }
   free(src);
   free(dst);
 }

@@ -223,8 +223,10 @@ class BatchFuture {
 class Client {
  public:
   // Connects to the master(s) (lazily: the first call makes the connection).
-  // INVALID_ARGUMENT for no masters or an option outside its range;
-  // UNAVAILABLE when a master address cannot be parsed or TLS files read.
+  // INVALID_ARGUMENT for no masters, a null `out` or an option outside its
+  // range; NOT_FOUND when the tls_ca file cannot be read. A master that is
+  // down or an address that does not resolve shows on the first call
+  // (UNAVAILABLE), not here.
   static Status Open(const ClientOptions& options, std::unique_ptr<Client>* out);
   // Closes the client (see Close) and waits for its asynchronous calls.
   virtual ~Client() = default;

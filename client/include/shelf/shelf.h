@@ -164,6 +164,22 @@ int shelf_batch_get_into(shelf_client_t* client, const void* const* keys, const 
                          void* const* buffers, const size_t* capacities, size_t n, size_t* sizes,
                          int* statuses, int64_t timeout_ms);
 
+/* Transfer counters (shelf::ClientStats). */
+typedef struct shelf_client_stats {
+  uint64_t bytes_stored;     /* written to stores, all replicas */
+  uint64_t bytes_loaded;     /* read from stores */
+  uint64_t bytes_loaded_shm; /* of which through shared memory */
+  uint64_t bytes_loaded_tcp; /* of which over TCP */
+  uint64_t bytes_loaded_ssd; /* of which served from an SSD tier */
+  uint64_t blocks_loaded_dram;
+  uint64_t blocks_loaded_ssd;
+  uint64_t checksum_mismatches;
+  uint64_t replica_failovers; /* reads that moved on to another replica */
+  uint64_t bytes_staged_gpu;  /* through pinned bounce buffers */
+} shelf_client_stats_t;
+/* Fills *stats. SHELF_INVALID_ARGUMENT for a null pointer. */
+int shelf_client_stats(const shelf_client_t* client, shelf_client_stats_t* stats);
+
 /* Frees memory the library returned (shelf_get). Null is fine. */
 void shelf_free(void* p);
 
