@@ -20,6 +20,9 @@ constexpr uint32_t kAsyncQueueMax = 65536;
 // ParallelFor helpers may queue behind each other; a few per thread keeps
 // every transfer thread busy without letting the queue grow unbounded.
 constexpr size_t kTransferQueuePerThread = 4;
+// Longer timeouts are taken as this (about 35 years): "no deadline"
+// written as a huge number must not wrap around into the past.
+constexpr uint64_t kTimeoutMsMax = uint64_t{1} << 40;
 // Pauses between rounds over the masters while a leader change is under way.
 constexpr uint64_t kLeaderWaitFirstMs = 10;
 constexpr uint64_t kLeaderWaitMaxMs = 200;
@@ -136,10 +139,10 @@ absl::Status ClientImpl::Begin(const Deadline& deadline, uint64_t* deadline_ms) 
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   switch (deadline.kind()) {
     case Deadline::Kind::kClientDefault:
-      *deadline_ms = MonoMs() + options_.timeout_ms;
+      *deadline_ms = MonoMs() + std::min(options_.timeout_ms, kTimeoutMsMax);
       break;
     case Deadline::Kind::kTimeout:
-      *deadline_ms = MonoMs() + deadline.timeout_ms();
+      *deadline_ms = MonoMs() + std::min(deadline.timeout_ms(), kTimeoutMsMax);
       break;
     case Deadline::Kind::kAt:
       if (deadline.at() <= Deadline::Clock::now()) {
@@ -160,9 +163,11 @@ Deadline ClientImpl::PutDeadline(const PutOptions& options) {
 Deadline ClientImpl::Absolute(const Deadline& deadline) const {
   switch (deadline.kind()) {
     case Deadline::Kind::kClientDefault:
-      return Deadline::After(std::chrono::milliseconds(options_.timeout_ms));
+      return Deadline::After(
+          std::chrono::milliseconds(std::min(options_.timeout_ms, kTimeoutMsMax)));
     case Deadline::Kind::kTimeout:
-      return Deadline::After(std::chrono::milliseconds(deadline.timeout_ms()));
+      return Deadline::After(
+          std::chrono::milliseconds(std::min(deadline.timeout_ms(), kTimeoutMsMax)));
     case Deadline::Kind::kAt:
       break;
   }

@@ -161,25 +161,34 @@ absl::Status ClientImpl::BatchPutFromPinned(const std::vector<PutFromItem>& item
   if (absl::Status s = PutHostBlocks(puts, options, deadline_ms, &put); !s.ok()) return s;
   for (size_t j = 0; j < host.size(); ++j) results[host[j]] = put[j];
   // Device blocks: staged into bounce buffers a window at a time (the pool
-  // of pinned buffers is bounded), each window one batch.
-  const size_t window = std::max<size_t>(1, transfer_pool_->threads());
-  for (size_t begin = 0; begin < device.size(); begin += window) {
-    size_t n = std::min(window, device.size() - begin);
-    std::vector<absl::StatusOr<GpuStaging::Bounce>> bounces;
+  // of pinned buffers is bounded), each window one batch. Only the first
+  // buffer of a window is waited for; the window ends at the first one not
+  // free at once, so concurrent callers never hold some buffers while
+  // waiting for more.
+  const size_t window_max = std::max<size_t>(1, transfer_pool_->threads());
+  for (size_t next = 0; next < device.size();) {
+    std::vector<GpuStaging::Bounce> bounces;
+    bounces.reserve(window_max);
     std::vector<HostPut> staged;
     std::vector<size_t> staged_index;
-    for (size_t k = 0; k < n; ++k) {
-      size_t i = device[begin + k];
+    while (next < device.size() && bounces.size() < window_max) {
+      size_t i = device[next];
       const BufferRegistry::Pin& pin = *(*pins)[i];
-      bounces.push_back(gpu_.Acquire(pin.length(), deadline_ms));
-      absl::Status st = bounces.back().status();
-      if (st.ok()) st = gpu_.FromDevice(pin.device(), &*bounces.back(), pin.data(), pin.length());
+      absl::StatusOr<GpuStaging::Bounce> b =
+          gpu_.Acquire(pin.length(), bounces.empty() ? deadline_ms : MonoMs());
+      if (!b.ok() && !bounces.empty() && b.status().code() == absl::StatusCode::kDeadlineExceeded) {
+        break;  // none free now: put this window first
+      }
+      ++next;
+      absl::Status st = b.status();
+      if (st.ok()) st = gpu_.FromDevice(pin.device(), &*b, pin.data(), pin.length());
       if (!st.ok()) {
         results[i] = st;
         continue;
       }
       stats_.bytes_staged_gpu.fetch_add(pin.length());
-      staged.push_back({&items[i].key, bounces.back()->data(), pin.length()});
+      bounces.push_back(*std::move(b));
+      staged.push_back({&items[i].key, bounces.back().data(), pin.length()});
       staged_index.push_back(i);
     }
     if (absl::Status s = PutHostBlocks(staged, options, deadline_ms, &put); !s.ok()) {

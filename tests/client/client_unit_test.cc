@@ -407,6 +407,16 @@ TEST(MisuseTest, BadArgumentsAreInvalidArgument) {
   EXPECT_EQ(c->BatchGetAsync(many).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(DeadlineTest, HugeTimeoutsDoNotWrapIntoThePast) {
+  std::unique_ptr<Client> c = OpenUnconnected();
+  std::string out;
+  // UINT64_MAX as "no deadline": the call reaches the (unreachable) master.
+  Status s = c->Get("k", &out, UINT64_MAX);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  s = c->BatchGetAsync({"k"}, UINT64_MAX).status();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+}
+
 TEST(MisuseTest, UnreachableMasterIsUnavailableWithinTheDeadline) {
   std::unique_ptr<Client> c = OpenUnconnected();
   std::string out;
