@@ -190,3 +190,29 @@ def test_tcp_only_client_and_stats(cluster, unique):
         assert c.get(unique + b"t") == data
         st = c.stats()
         assert st["bytes_loaded_tcp"] == len(data) and st["bytes_loaded_shm"] == 0
+
+
+def test_threads_share_one_client(client, unique):
+    import threading
+    keys = [unique + b"%d" % i for i in range(16)]
+    values = [os.urandom(20_000) for _ in keys]
+    client.batch_put(keys, values)
+    errors = []
+
+    def reader(seed):
+        try:
+            for _ in range(20):
+                got = client.batch_get(keys[seed:] + keys[:seed])
+                assert got == values[seed:] + values[:seed]
+                buf = bytearray(20_000)
+                assert client.get_into(keys[seed], buf) == 20_000
+                assert bytes(buf) == values[seed]
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
