@@ -1,0 +1,344 @@
+// Disk faults under the SSD tier: a full file system (a tiny tmpfs the test
+// mounts, so it needs root and skips without it) and blob files corrupted
+// on disk. In both, errors are clear (a status that says what happened, a
+// log line), nothing wrong is ever served, and the store keeps serving.
+#include <gtest/gtest.h>
+#include <rocksdb/env.h>
+#include <sys/mount.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/checksum.h"
+#include "common/clock.h"
+#include "shelf/client.h"
+#include "storage/ssd_tier.h"
+#include "tests/fault/fault_util.h"
+#include "tools/local_cluster.h"
+#include "transport/tcp_client.h"
+
+namespace shelf {
+namespace {
+
+using fault::BlockBytes;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// A tmpfs of `bytes` mounted on a fresh directory, unmounted on destruction.
+class TinyDisk {
+ public:
+  static absl::StatusOr<std::unique_ptr<TinyDisk>> Mount(uint64_t bytes) {
+    if (!fault::IsRoot()) return absl::FailedPreconditionError("mounting a tmpfs needs root");
+    std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-fulldisk-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) return absl::UnavailableError("mkdtemp failed");
+    std::string opts = absl::StrCat("size=", bytes);
+    if (mount("tmpfs", tmpl.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
+      std::string err = std::strerror(errno);
+      rmdir(tmpl.c_str());
+      return absl::FailedPreconditionError(absl::StrCat("mount tmpfs: ", err));
+    }
+    return std::unique_ptr<TinyDisk>(new TinyDisk(tmpl));
+  }
+  ~TinyDisk() {
+    umount2(dir_.c_str(), MNT_DETACH);
+    rmdir(dir_.c_str());
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  explicit TinyDisk(std::string dir) : dir_(std::move(dir)) {}
+  std::string dir_;
+};
+
+// RocksDB's info log, kept off the disk under test (see the DISABLED test
+// below for why that matters).
+class QuietLogger : public rocksdb::Logger {
+ public:
+  using rocksdb::Logger::Logv;
+  void Logv(const char* /*format*/, va_list /*ap*/) override {}
+};
+
+class LogOffTheDiskEnv : public rocksdb::EnvWrapper {
+ public:
+  LogOffTheDiskEnv() : rocksdb::EnvWrapper(rocksdb::Env::Default()) {}
+  rocksdb::Status NewLogger(const std::string& /*fname*/,
+                            std::shared_ptr<rocksdb::Logger>* result) override {
+    *result = std::make_shared<QuietLogger>();
+    return rocksdb::Status::OK();
+  }
+};
+
+// Fills a tier on a 4 MiB disk; returns how many 512 KiB blocks it took and
+// the error of the first that did not fit.
+void FillTier(SsdTier* tier, int* stored, absl::Status* full) {
+  constexpr size_t kBytes = 512 << 10;
+  *stored = 0;
+  *full = absl::OkStatus();
+  for (int i = 0; i < 64 && full->ok(); ++i) {
+    std::string data = BlockBytes(kBytes, i);
+    *full = tier->Put(absl::StrCat("k", i), data.data(), data.size(),
+                      BlockChecksum(data.data(), data.size()));
+    if (full->ok()) ++*stored;
+  }
+}
+
+TEST(FullDiskTest, SsdTierReportsNoSpaceAndKeepsWhatItHas) {
+  auto disk = TinyDisk::Mount(4ull << 20);
+  if (!disk.ok()) GTEST_SKIP() << disk.status();
+  LogOffTheDiskEnv env;
+  SsdTier::Options so;
+  so.dir = (*disk)->dir() + "/ssd";
+  so.capacity_bytes = 1ull << 30;  // the tier believes it has room; the disk has not
+  so.env = &env;
+  auto tier = SsdTier::Open(so);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  int stored = 0;
+  absl::Status full;
+  FillTier(tier->get(), &stored, &full);
+  ASSERT_FALSE(full.ok()) << "a 4 MiB disk took 32 MiB";
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_NE(full.message().find("No space left"), absl::string_view::npos)
+      << "the error should say the disk is full: " << full;
+  // The failed block is not there; what was stored reads back exactly.
+  std::string got;
+  EXPECT_EQ((*tier)->Get(absl::StrCat("k", stored), &got).code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE((*tier)->Contains(absl::StrCat("k", stored)));
+  EXPECT_EQ((*tier)->Inventory().size(), static_cast<size_t>(stored));
+  for (int i = 0; i < stored; ++i) {
+    absl::Status s = (*tier)->Get(absl::StrCat("k", i), &got);
+    ASSERT_TRUE(s.ok()) << i << ": " << s;
+    EXPECT_TRUE(got == BlockBytes(512 << 10, i)) << i;
+  }
+  // Later writes keep failing cleanly (RocksDB stops writing after a hard
+  // error); nothing crashes.
+  std::string data = BlockBytes(4096, 1);
+  EXPECT_FALSE(
+      (*tier)->Put("late", data.data(), data.size(), BlockChecksum(data.data(), data.size())).ok());
+  tier->reset();
+}
+
+// DISABLED: crashes today. With the default Env, RocksDB writes its info
+// log (LOG) into the tier's directory. When the disk fills, the failed
+// write is followed by an error message to that same log, and RocksDB
+// 7.8 (Debian's build keeps assertions) aborts the process in
+// WritableFileWriter::AssertFalseAndGetStatusForPrevError. SsdTier::Open
+// (storage/ssd_tier.cc) should keep the info log off the data disk
+// (Options::info_log forwarding to the process log, or db_log_dir), so a
+// full SSD is a RESOURCE_EXHAUSTED write, not a dead store.
+TEST(FullDiskTest, DISABLED_SsdTierWithItsInfoLogOnTheFullDiskSurvives) {
+  auto disk = TinyDisk::Mount(4ull << 20);
+  if (!disk.ok()) GTEST_SKIP() << disk.status();
+  SsdTier::Options so;
+  so.dir = (*disk)->dir() + "/ssd";
+  so.capacity_bytes = 1ull << 30;
+  auto tier = SsdTier::Open(so);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  int stored = 0;
+  absl::Status full;
+  FillTier(tier->get(), &stored, &full);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  tier->reset();
+}
+
+// DISABLED: fails today: the store aborts when its SSD directory fills
+// (same cause as DISABLED_SsdTierWithItsInfoLogOnTheFullDiskSurvives), so
+// every block it held, DRAM included, is lost and puts fail UNAVAILABLE.
+TEST(FullDiskTest, DISABLED_StoreWithAFullSsdDirectoryServesNothingWrong) {
+  auto disk = TinyDisk::Mount(6ull << 20);
+  if (!disk.ok()) GTEST_SKIP() << disk.status();
+  LocalCluster::Options o;
+  o.stores = 0;
+  o.dram_bytes = 8ull << 20;
+  o.bin_dir = SHELF_BIN_DIR;
+  o.master_args = {"--demote-wait", "300ms"};
+  o.keep_work_dir = std::getenv("SHELF_FAULT_KEEP") != nullptr;
+  auto cluster = LocalCluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  LocalCluster& c = **cluster;
+  auto idx = c.AddStore({"--ssd-dir", (*disk)->dir() + "/ssd", "--ssd-size", "256MiB"});
+  ASSERT_TRUE(idx.ok()) << idx.status();
+  ClientOptions co;
+  co.masters = {c.master_address()};
+  co.timeout_ms = 20000;
+  std::unique_ptr<Client> client;
+  ASSERT_TRUE(Client::Open(co, &client).ok());
+
+  // Four times the DRAM segment: demotions fill the disk, then fail.
+  constexpr size_t kBytes = 256 << 10;
+  constexpr int kCount = 128;
+  int put_ok = 0;
+  for (int i = 0; i < kCount; ++i) {
+    std::string data = BlockBytes(kBytes, i);
+    Status s = client->Put(absl::StrCat("full-", i), data.data(), data.size());
+    if (s.ok()) {
+      ++put_ok;
+    } else {
+      EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+    }
+  }
+  EXPECT_GT(put_ok, kCount / 2);
+  int hits = 0;
+  for (int i = 0; i < kCount; ++i) {
+    std::string got;
+    Status s = client->Get(absl::StrCat("full-", i), &got);
+    if (s.ok()) {
+      ++hits;
+      EXPECT_TRUE(got == BlockBytes(kBytes, i)) << "wrong bytes for block " << i;
+    } else {
+      EXPECT_EQ(s.code(), StatusCode::kNotFound) << i << ": " << s.ToString();
+    }
+  }
+  EXPECT_GT(hits, 0);
+  // The failure is visible to the operator: the master logs the failed
+  // demotions with the store's reason.
+  std::string log = ReadFile(c.work_dir() + "/master.log");
+  EXPECT_NE(log.find("demotion failed"), std::string::npos);
+  EXPECT_NE(log.find("No space left"), std::string::npos)
+      << "master log should carry the disk's error";
+  // The store is alive and still takes blocks in DRAM.
+  EXPECT_TRUE(c.store_process(0)->Running());
+  std::string data = BlockBytes(4096, 4242);
+  EXPECT_TRUE(client->Put("after-full", data.data(), data.size()).ok());
+  std::string got;
+  EXPECT_TRUE(client->Get("after-full", &got).ok());
+  EXPECT_TRUE(got == data);
+  std::printf("full SSD: %d of %d puts ok, %d readable afterwards\n", put_ok, kCount, hits);
+}
+
+// Flips bytes through every blob file under `dir`; returns how many files.
+int CorruptBlobFiles(const std::string& dir) {
+  int files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file() || e.path().extension() != ".blob") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t size = e.file_size();
+    for (uint64_t off = 100; off + 100 < size; off += 1024) {
+      f.seekg(static_cast<std::streamoff>(off));
+      char c = 0;
+      f.read(&c, 1);
+      c = static_cast<char>(c ^ 0x5A);
+      f.seekp(static_cast<std::streamoff>(off));
+      f.write(&c, 1);
+    }
+    ++files;
+  }
+  return files;
+}
+
+TEST(CorruptBlobTest, CorruptSsdBlocksAreReportedAndNeverServed) {
+  LocalCluster::Options o;
+  o.stores = 1;
+  o.dram_bytes = 16ull << 20;
+  o.ssd_bytes = 256ull << 20;
+  o.bin_dir = SHELF_BIN_DIR;
+  auto cluster = LocalCluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  LocalCluster& c = **cluster;
+  ClientOptions co;
+  co.masters = {c.master_address()};
+  co.timeout_ms = 10000;
+  co.verify_checksums = false;  // the store itself must not serve bad bytes
+  std::unique_ptr<Client> client;
+  ASSERT_TRUE(Client::Open(co, &client).ok());
+  fault::FaultProbe probe(c.master_address(), "");
+
+  constexpr size_t kBytes = 256 << 10;
+  constexpr int kCount = 8;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kCount; ++i) {
+    keys.push_back(absl::StrCat("blob-", i));
+    std::string data = BlockBytes(kBytes, i);
+    ASSERT_TRUE(client->Put(keys.back(), data.data(), data.size()).ok());
+  }
+  // Demote everything to the SSD tier and wait until the master has moved
+  // every replica there.
+  {
+    v1::EvictRequest req;
+    req.set_bytes(1ull << 40);
+    v1::EvictResponse resp;
+    ASSERT_TRUE(probe.admin()->Evict(probe.Context().get(), req, &resp).ok());
+    EXPECT_EQ(resp.demoted_objects(), static_cast<uint64_t>(kCount));
+  }
+  auto all_on_ssd = [&](const v1::StatusResponse& st) {
+    return st.ssd_used_bytes() == kCount * kBytes && st.dram_used_bytes() == 0;
+  };
+  ASSERT_TRUE(probe.WaitFor(all_on_ssd, 15000).ok());
+
+  // A clean stop flushes RocksDB, so the blocks sit in blob files; the
+  // restarted store reports them.
+  auto restart = [&]() -> absl::Status {
+    c.store_process(0)->Stop();
+    if (absl::Status s = c.RestartStore(0); !s.ok()) return s;
+    return probe.WaitFor(
+        [&](const v1::StatusResponse& st) {
+          for (const v1::NodeStatus& n : st.nodes()) {
+            if (n.address() == c.store_address(0) && n.state() == v1::NODE_LIVE) return true;
+          }
+          return false;
+        },
+        15000);
+  };
+  ASSERT_TRUE(restart().ok());
+  ASSERT_TRUE(probe.WaitFor(all_on_ssd, 15000).ok());
+  ASSERT_GT(CorruptBlobFiles(c.store_ssd_dir(0)), 0) << "no blob file to corrupt";
+
+  // The running store reads the damaged files: DATA_LOSS, never a hit, and
+  // never wrong bytes, through the client and on the raw data plane.
+  int data_loss = 0;
+  for (int i = 0; i < kCount / 2; ++i) {
+    std::string got;
+    Status s = client->Get(keys[i], &got);
+    if (s.ok()) {
+      EXPECT_TRUE(got == BlockBytes(kBytes, i)) << "corrupt bytes served for " << keys[i];
+    } else {
+      EXPECT_TRUE(s.code() == StatusCode::kDataLoss || s.code() == StatusCode::kNotFound)
+          << s.ToString();
+      data_loss += s.code() == StatusCode::kDataLoss;
+    }
+  }
+  EXPECT_GT(data_loss, 0);
+  {
+    TcpDataClient raw(TcpDataClient::Options{});
+    std::string buf(kBytes, '\0');
+    for (int i = kCount / 2; i < kCount; ++i) {
+      absl::Status s =
+          raw.ReadKey(c.store_address(0), keys[i], kBytes, buf.data(), MonoMs() + 5000);
+      if (s.ok()) {
+        EXPECT_TRUE(buf == BlockBytes(kBytes, i)) << "corrupt bytes served for " << keys[i];
+      } else {
+        EXPECT_TRUE(s.code() == absl::StatusCode::kDataLoss ||
+                    s.code() == absl::StatusCode::kNotFound)
+            << s;
+      }
+    }
+  }
+  std::string log = ReadFile(c.work_dir() + "/store0.log");
+  EXPECT_NE(log.find("corrupt SSD entry dropped"), std::string::npos);
+
+  // A restart over the damaged files: the store comes up, and what it
+  // reports is either intact or not served.
+  ASSERT_TRUE(restart().ok());
+  for (int i = 0; i < kCount; ++i) {
+    std::string got;
+    Status s = client->Get(keys[i], &got);
+    if (s.ok()) {
+      EXPECT_TRUE(got == BlockBytes(kBytes, i)) << "corrupt bytes served for " << keys[i];
+    } else {
+      EXPECT_TRUE(s.code() == StatusCode::kDataLoss || s.code() == StatusCode::kNotFound)
+          << s.ToString();
+    }
+  }
+  std::string data = BlockBytes(kBytes, 99);
+  ASSERT_TRUE(client->Put("after-corruption", data.data(), data.size()).ok());
+  std::string got;
+  ASSERT_TRUE(client->Get("after-corruption", &got).ok());
+  EXPECT_TRUE(got == data);
+}
+
+}  // namespace
+}  // namespace shelf

