@@ -180,6 +180,8 @@ TEST_F(ClusterTest, ShelfctlRoundTripsAFileAndReportsStatus) {
 }
 
 TEST_F(ClusterTest, ReplicasSurviveAStoreKilledWithSigkill) {
+  // Three stores, two replicas of every block.
+  ASSERT_TRUE(cluster_->AddStore().ok());
   std::vector<std::string> keys;
   PutOptions po;
   po.replicas = 2;
@@ -196,7 +198,10 @@ TEST_F(ClusterTest, ReplicasSurviveAStoreKilledWithSigkill) {
     EXPECT_TRUE(got == RandomBytes(64 << 10, 500 + i));
   }
   // The master declares the node dead within its TTL (3 s) plus a tick.
-  ASSERT_TRUE(cluster_->WaitForLiveNodes(1, 6000).ok());
+  uint64_t t0 = MonoMs();
+  ASSERT_TRUE(cluster_->WaitForLiveNodes(2, 6000).ok());
+  std::printf("store declared dead %llu ms after the kill\n",
+              static_cast<unsigned long long>(MonoMs() - t0));
   std::string text;
   ASSERT_EQ(cluster_->Shelfctl({"nodes", "--json"}, &text), 0);
   EXPECT_NE(text.find("\"state\": \"dead\""), std::string::npos) << text;
