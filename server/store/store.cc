@@ -1,6 +1,10 @@
 #include "server/store/store.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -340,7 +344,13 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
         // SsdTier::Put verifies the checksum before writing: a block that
         // was corrupted in DRAM is reported, not copied.
         metrics::ScopedTimer timer(metrics_.ssd_write_seconds);
+        // Fault injection for crash tests: SHELF_FAULT_KILL_IN_DEMOTION=
+        // before-write|after-write kills the store at that point of its
+        // first demotion (tests/fault). Unset in production.
+        static const char* kill_point = std::getenv("SHELF_FAULT_KILL_IN_DEMOTION");
+        if (kill_point != nullptr && std::strcmp(kill_point, "before-write") == 0) raise(SIGKILL);
         s = ssd_->Put(move.key(), segment_->data() + move.offset(), move.size(), move.checksum());
+        if (kill_point != nullptr && std::strcmp(kill_point, "after-write") == 0) raise(SIGKILL);
         if (s.ok()) {
           metrics_.written_ssd_local.Inc(move.size());
           metrics_.demotions_ok.Inc();
