@@ -283,7 +283,8 @@ class Client {
   virtual Status RegisterBuffer(void* base, size_t size, BufferHandle* handle,
                                 bool gpu = false) = 0;
   // Forgets a registration. Waits for calls already using the buffer to
-  // finish; after it returns the client never touches the memory again.
+  // finish (asynchronous ones included: their futures are then done);
+  // after it returns the client never touches the memory again.
   // INVALID_ARGUMENT when `handle` is not registered with this client.
   virtual Status UnregisterBuffer(BufferHandle handle) = 0;
   // Put from bytes [offset, offset + size) of a registered buffer, with no
