@@ -75,6 +75,7 @@ struct Row {
   bool batch = false;
   uint64_t size = 0;
   int threads = 0;
+  size_t batch_n = 1;  // blocks per op: --batch, less where the row would exceed --row-bytes-max
   // Results.
   uint64_t ops = 0, blocks = 0, bytes = 0, errors = 0, mismatches = 0;
   double seconds = 0, p50_us = 0, p99_us = 0;
@@ -82,7 +83,7 @@ struct Row {
   double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
   double ops_per_s() const { return seconds > 0 ? blocks / seconds : 0; }
   std::string op() const { return put ? "put" : "get"; }
-  std::string mode() const { return batch ? "batch" : "single"; }
+  std::string mode() const { return batch ? absl::StrCat("x", batch_n) : "single"; }
 };
 
 struct Config {
@@ -188,7 +189,7 @@ std::string KeyOf(const std::string& prefix, uint64_t id) { return absl::StrCat(
 // gets the ids that were stored, for the get row.
 void PutRow(const Config& cfg, const Blocks& blocks, const std::string& prefix, Target* target,
             Row* row, std::vector<uint64_t>* written) {
-  size_t per_op = row->batch ? cfg.batch : 1;
+  size_t per_op = row->batch_n;
   uint64_t quota = std::max<uint64_t>(
       1, cfg.row_bytes_max / (row->size * per_op * static_cast<uint64_t>(row->threads)));
   // Each thread owns per_op buffers, filled (and so faulted in) up front;
@@ -281,16 +282,20 @@ void PutRow(const Config& cfg, const Blocks& blocks, const std::string& prefix, 
 // Get row: thread t reads the written ids round-robin from its own start.
 void GetRow(const Config& cfg, const Blocks& blocks, const std::string& prefix,
             const std::vector<uint64_t>& ids, Target* target, Row* row) {
-  size_t per_op = row->batch ? cfg.batch : 1;
+  size_t per_op = row->batch_n;
   std::vector<std::vector<char>> bufs(row->threads, std::vector<char>(row->size, 1));
   std::vector<std::vector<std::string>> values(row->threads);
   size_t n = ids.size();
   RunRow(cfg, UINT64_MAX, row, [&](int t, uint64_t i) {
     OpResult r;
     size_t start = (n * static_cast<size_t>(t)) / static_cast<size_t>(row->threads);
-    if (i == kWarmupOp) i = n / 2;  // any block; its result is not counted
+    // The warm-up op reads one block (any); its result is not counted.
+    bool warmup = i == kWarmupOp;
+    if (warmup) i = n / 2;
+    bool batch = row->batch && !warmup;
+    size_t n_blocks = batch ? per_op : 1;
     bool check = i % kCheckEvery == 0;
-    if (!row->batch) {
+    if (!batch) {
       uint64_t id = ids[(start + i) % n];
       std::string key = KeyOf(prefix, id);
       char* buf = bufs[t].data();
@@ -314,32 +319,32 @@ void GetRow(const Config& cfg, const Blocks& blocks, const std::string& prefix,
       }
       return r;
     }
-    std::vector<std::string> keys(per_op);
-    std::vector<uint64_t> batch_ids(per_op);
-    for (size_t j = 0; j < per_op; ++j) {
-      batch_ids[j] = ids[(start + i * per_op + j) % n];
+    std::vector<std::string> keys(n_blocks);
+    std::vector<uint64_t> batch_ids(n_blocks);
+    for (size_t j = 0; j < n_blocks; ++j) {
+      batch_ids[j] = ids[(start + i * n_blocks + j) % n];
       keys[j] = KeyOf(prefix, batch_ids[j]);
     }
     std::vector<std::string>& vals = values[t];
-    std::vector<bool> ok(per_op, false);
+    std::vector<bool> ok(n_blocks, false);
     if (target->redis_system()) {
       size_t missing = 0;
       absl::Status s = target->redis[t]->PipelinedGet(keys, &vals, &missing);
       if (!s.ok()) {
         r.error = std::string(s.message());
       } else {
-        for (size_t j = 0; j < per_op; ++j) ok[j] = vals[j].size() == row->size;
+        for (size_t j = 0; j < n_blocks; ++j) ok[j] = vals[j].size() == row->size;
         if (missing > 0) r.error = "redis: missing keys";
       }
     } else {
       std::vector<Status> statuses;
       Status s = target->clients[t]->BatchGet(keys, &vals, &statuses);
-      for (size_t j = 0; j < per_op; ++j) {
+      for (size_t j = 0; j < n_blocks; ++j) {
         ok[j] = s.ok() && statuses[j].ok();
         if (!ok[j] && r.error.empty()) r.error = s.ok() ? statuses[j].ToString() : s.ToString();
       }
     }
-    for (size_t j = 0; j < per_op; ++j) {
+    for (size_t j = 0; j < n_blocks; ++j) {
       if (!ok[j]) {
         ++r.errors;
       } else if (check && !blocks.Check(batch_ids[j], vals[j].data(), vals[j].size(), row->size)) {
@@ -426,7 +431,7 @@ int KvBench(int argc, char** argv) {
   std::string master, sizes_text = "64KiB,1MiB,4MiB", threads_text = "1,4,16", work_dir;
   std::string redis_binary = "/usr/bin/redis-server", systems_text = "redis,shm,tcp";
   int64_t stores = 2, batch = 16;
-  uint64_t dram_size = 1ull << 30, row_bytes_max = 256ull << 20;
+  uint64_t dram_size = 1536ull << 20, row_bytes_max = 256ull << 20;
   double seconds = 1.0;
   bool quick = false, json_only = false, no_redis = false, client_per_thread = false;
   Flags flags("shelf-bench kv",
@@ -436,10 +441,13 @@ int KvBench(int argc, char** argv) {
   flags.AddSize("dram-size", &dram_size, "DRAM segment per store");
   flags.AddString("sizes", &sizes_text, "block sizes, comma-separated");
   flags.AddString("threads", &threads_text, "client thread counts, comma-separated");
-  flags.AddInt("batch", &batch, "blocks per BatchPut/BatchGet (and per Redis pipeline)");
+  flags.AddInt("batch", &batch,
+               "blocks per BatchPut/BatchGet and per Redis pipeline (fewer where threads x batch x "
+               "block would exceed --row-bytes-max)");
   flags.AddDouble("seconds", &seconds, "time limit of each row");
   flags.AddSize("row-bytes-max", &row_bytes_max,
-                "a put row stops after writing this much (at least one op per thread)");
+                "a put row stops after writing this much (at least one op per thread), and no "
+                "row has more in flight");
   flags.AddBool("client-per-thread", &client_per_thread,
                 "give each thread its own Client (default: one Client shared by all threads)");
   flags.AddString("redis-server", &redis_binary, "redis-server binary for the baseline");
@@ -482,8 +490,10 @@ int KvBench(int argc, char** argv) {
     co.stores = static_cast<int>(stores);
     co.dram_bytes = dram_size;
     co.work_dir = work_dir;
-    // Short leases: a removed block's range is reused soon after its row.
-    co.master_args = {"--lease", "1s"};
+    // Leases outlast the slowest get op on a busy 2-core machine, and end
+    // soon enough that the ranges of a row's removed blocks (freed when
+    // their leases end) are free again a few rows later.
+    co.master_args = {"--lease", "3s"};
     auto c = LocalCluster::Start(co);
     if (!c.ok()) {
       std::fprintf(stderr, "shelf-bench kv: cannot start a cluster: %s\n",
@@ -561,7 +571,7 @@ int KvBench(int argc, char** argv) {
   std::string run_prefix = absl::StrCat("kv/", getpid(), "/", MonoUs() % 1000000, "/");
   Blocks blocks(max_size);
   if (!StopRequested()) {
-    uint64_t row_max = std::max<uint64_t>(row_bytes_max, max_size * max_threads * cfg.batch);
+    uint64_t row_max = row_bytes_max;
     for (Target& t : targets) {
       if (t.redis_system()) {
         Prewarm(blocks, max_size, run_prefix + "warm/", std::min<uint64_t>(row_max, 256ull << 20),
@@ -607,11 +617,19 @@ int KvBench(int argc, char** argv) {
                                             batch_mode ? "b/" : "s/");
           std::vector<uint64_t> written;
           Row put{target.system, true, batch_mode, size, nthreads};
+          if (batch_mode) {
+            // A row moves at most --row-bytes-max at once: fewer blocks per
+            // op where threads x batch x size would exceed it.
+            uint64_t fit = row_bytes_max / (size * static_cast<uint64_t>(nthreads));
+            put.batch_n = static_cast<size_t>(
+                std::max<uint64_t>(1, std::min<uint64_t>(fit, static_cast<uint64_t>(cfg.batch))));
+          }
           PutRow(cfg, blocks, prefix, &target, &put, &written);
           if (target.redis_system()) redis_gbps[0] = put.gbps();
           print_row(put, redis_gbps[0]);
           rows.push_back(put);
           Row get{target.system, false, batch_mode, size, nthreads};
+          get.batch_n = put.batch_n;
           if (!written.empty() && !StopRequested()) {
             GetRow(cfg, blocks, prefix, written, &target, &get);
           } else if (written.empty()) {
@@ -653,7 +671,8 @@ int KvBench(int argc, char** argv) {
     }
     const Row* base = r.system == "redis" ? nullptr : find(r, "redis");
     Json::Object o;
-    o.Add("sys", r.system).Add("op", r.op()).Add("mode", r.mode()).Add("block_bytes", r.size);
+    o.Add("sys", r.system).Add("op", r.op()).Add("batch", static_cast<uint64_t>(r.batch_n));
+    o.Add("block_bytes", r.size);
     o.Add("threads", r.threads).Add("gbps", r.gbps()).Add("blocks_per_s", r.ops_per_s());
     o.Add("p50_us", r.p50_us).Add("p99_us", r.p99_us).Add("errors", r.errors + r.mismatches);
     if (base != nullptr && base->gbps() > 0) {

@@ -81,7 +81,7 @@ constexpr char kHelp[] =
     "  ssd              the SSD tier (RocksDB) next to raw O_DIRECT I/O\n"
     "  master           lookups, prefix matches and puts per second; bytes per object\n"
 #ifdef SHELF_BENCH_HAVE_CLIENT
-    "  client           the client SDK's own overheads\n"
+    "  client           MatchPrefix latency and BatchGet throughput through libshelf\n"
 #endif
     "\nEach prints a table, then one JSON object with its figures on its last line.\n"
     "docs/benchmarks.md explains the figures.\n";
