@@ -266,6 +266,8 @@ Status ClientImpl::Remove(const std::string& key, Deadline deadline) {
 
 Status ClientImpl::MatchPrefix(const std::vector<std::string>& keys, size_t* matched,
                                Deadline deadline) {
+  uint64_t start_us = MonoUs();
+  auto run = [&]() -> Status {
   uint64_t deadline_ms = 0;
   if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
   if (matched == nullptr) return Status(StatusCode::kInvalidArgument, "MatchPrefix: null matched");
@@ -284,6 +286,14 @@ Status ClientImpl::MatchPrefix(const std::vector<std::string>& keys, size_t* mat
   }
   *matched = resp.matched();
   return Status::Ok();
+};
+  Status s = run();
+  RecordOp("match_prefix", s, start_us);
+  if (s.ok()) {
+    metrics_.prefix_lookups.Inc(keys.size());
+    metrics_.prefix_hits.Inc(*matched);
+  }
+  return s;
 }
 
 ClientStats ClientImpl::stats() const {
@@ -299,6 +309,47 @@ ClientStats ClientImpl::stats() const {
   s.replica_failovers = stats_.replica_failovers.load();
   s.bytes_staged_gpu = stats_.bytes_staged_gpu.load();
   return s;
+}
+
+ClientImpl::ClientMetrics::ClientMetrics(metrics::Registry& r)
+    : ops(r.AddCounter("shelf_client_ops_total", "SDK operations by call and result",
+                       {"op", "result"})),
+      op_seconds(r.AddHistogram("shelf_client_op_seconds", "SDK operation latency", {"op"})),
+      bytes(r.AddCounter("shelf_client_bytes_total", "Block bytes moved by direction and transport",
+                         {"direction", "transport"})),
+      prefix_hits(r.AddCounter("shelf_client_prefix_hits_total",
+                               "Blocks found by prefix matching")
+                      .WithLabels()),
+      prefix_lookups(r.AddCounter("shelf_client_prefix_lookups_total",
+                                  "Blocks asked for by prefix matching")
+                         .WithLabels()),
+      checksum_mismatches(r.AddCounter("shelf_client_checksum_mismatches_total",
+                                       "Replicas whose bytes failed the checksum (never returned)")
+                              .WithLabels()),
+      failovers(r.AddCounter("shelf_client_replica_failovers_total",
+                             "Reads that moved on to another replica")
+                    .WithLabels()) {}
+
+void ClientImpl::RecordOp(const char* op, const Status& s, uint64_t start_us) const {
+  const char* result = s.ok() ? "ok"
+                       : s.code() == StatusCode::kNotFound ? "miss"
+                                                           : StatusCodeName(s.code());
+  metrics_.ops.WithLabels({op, result}).Inc();
+  metrics_.op_seconds.WithLabels({op}).Observe((MonoUs() - start_us) / 1e6);
+}
+
+std::string ClientImpl::MetricsText() const {
+  // The byte counters live in stats_; bring the exported counters up to them.
+  auto sync = [](metrics::Counter& c, uint64_t v) {
+    if (v > c.Value()) c.Inc(v - c.Value());
+  };
+  ClientStats st = stats();
+  sync(metrics_.bytes.WithLabels({"load", "shm"}), st.bytes_loaded_shm);
+  sync(metrics_.bytes.WithLabels({"load", "tcp"}), st.bytes_loaded_tcp);
+  sync(metrics_.bytes.WithLabels({"store", "any"}), st.bytes_stored);
+  sync(metrics_.checksum_mismatches, st.checksum_mismatches);
+  sync(metrics_.failovers, st.replica_failovers);
+  return registry_->Render();
 }
 
 void ClientImpl::Close() { closed_.store(true); }

@@ -23,6 +23,7 @@
 #include "client/gpu_staging.h"
 #include "client/thread_pool.h"
 #include "proto/shelf.grpc.pb.h"
+#include "common/metrics.h"
 #include "shelf/client.h"
 #include "transport/shm.h"
 #include "transport/tcp_client.h"
@@ -75,6 +76,7 @@ class ClientImpl final : public Client {
   BatchFuture BatchPutFromAsync(std::vector<PutFromItem> items, const PutOptions& options) override;
 
   ClientStats stats() const override;
+  std::string MetricsText() const override;
   void Close() override;
 
  private:
@@ -190,6 +192,22 @@ class ClientImpl final : public Client {
         checksum_mismatches{0}, replica_failovers{0}, bytes_staged_gpu{0};
   };
   mutable AtomicStats stats_;
+
+  // Counts an operation by result and times it (shelf_client_ops_total,
+  // shelf_client_op_seconds).
+  void RecordOp(const char* op, const Status& s, uint64_t start_us) const;
+  struct ClientMetrics {
+    explicit ClientMetrics(metrics::Registry& r);
+    metrics::Family<metrics::Counter>& ops;
+    metrics::Family<metrics::Histogram>& op_seconds;
+    metrics::Family<metrics::Counter>& bytes;
+    metrics::Counter& prefix_hits;
+    metrics::Counter& prefix_lookups;
+    metrics::Counter& checksum_mismatches;
+    metrics::Counter& failovers;
+  };
+  std::unique_ptr<metrics::Registry> registry_ = std::make_unique<metrics::Registry>();
+  ClientMetrics metrics_{*registry_};
 
   // Last: destroyed (joined) first, while everything their tasks use lives.
   // Async tasks use the transfer pool, so it outlives the async pool.

@@ -137,13 +137,19 @@ Status ClientImpl::GetInto(const std::string& key, void* buffer, size_t capacity
 }
 
 Status ClientImpl::Get(const std::string& key, std::string* out, Deadline deadline) {
-  if (out == nullptr) return Status(StatusCode::kInvalidArgument, "Get: null out");
-  std::vector<std::string> values;
-  std::vector<Status> statuses;
-  Status s = BatchGet({key}, &values, &statuses, deadline);
-  if (!s.ok()) return s;
-  if (statuses[0].ok()) *out = std::move(values[0]);
-  return statuses[0];
+  uint64_t start_us = MonoUs();
+  auto run = [&]() -> Status {
+    if (out == nullptr) return Status(StatusCode::kInvalidArgument, "Get: null out");
+    std::vector<std::string> values;
+    std::vector<Status> statuses;
+    Status s = BatchGet({key}, &values, &statuses, deadline);
+    if (!s.ok()) return s;
+    if (statuses[0].ok()) *out = std::move(values[0]);
+    return statuses[0];
+  };
+  Status s = run();
+  RecordOp("get", s, start_us);
+  return s;
 }
 
 Status ClientImpl::BatchGet(const std::vector<std::string>& keys, std::vector<std::string>* values,

@@ -255,7 +255,10 @@ Status ClientImpl::Put(const std::string& key, const void* data, size_t size,
   if (absl::Status s = ValidateKey(key); !s.ok()) return FromAbsl(s);
   if (absl::Status s = CheckBlock(data, size); !s.ok()) return FromAbsl(s);
   HostPut item{&key, static_cast<const char*>(data), size};
-  return FromAbsl(PutWithRetry(item, options, deadline_ms));
+  uint64_t start_us = MonoUs();
+  Status s = FromAbsl(PutWithRetry(item, options, deadline_ms));
+  RecordOp("put", s, start_us);
+  return s;
 }
 
 Status ClientImpl::BatchPut(const std::vector<PutItem>& items, std::vector<Status>* statuses,

@@ -64,6 +64,28 @@ TEST_F(ClusterTest, PutGetRoundTripsAllSizes) {
   }
 }
 
+TEST_F(ClusterTest, ClientExposesItsOwnMetrics) {
+  std::string data = RandomBytes(8192, 9);
+  ASSERT_TRUE(client_->Put("m0", data.data(), data.size()).ok());
+  std::string got;
+  ASSERT_TRUE(client_->Get("m0", &got).ok());
+  EXPECT_EQ(client_->Get("m-missing", &got).code(), StatusCode::kNotFound);
+  size_t matched = 0;
+  ASSERT_TRUE(client_->MatchPrefix({"m0", "m-missing", "m0"}, &matched).ok());
+  EXPECT_EQ(matched, 1u);
+  std::string text = client_->MetricsText();
+  EXPECT_NE(text.find("shelf_client_ops_total{op=\"get\",result=\"ok\"} 1"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("shelf_client_ops_total{op=\"get\",result=\"miss\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("shelf_client_ops_total{op=\"put\",result=\"ok\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("shelf_client_prefix_lookups_total 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("shelf_client_prefix_hits_total 1"), std::string::npos);
+  EXPECT_NE(text.find("shelf_client_bytes_total{direction=\"load\",transport=\"shm\"} 8192"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("shelf_client_op_seconds_bucket{op=\"get\""), std::string::npos);
+}
+
 TEST_F(ClusterTest, TcpOnlyClientReadsTheSameBytes) {
   ClientOptions co;
   co.masters = {cluster_->master_address()};

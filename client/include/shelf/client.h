@@ -327,6 +327,11 @@ class Client {
   // ------------------------------------------------------------ other
 
   virtual ClientStats stats() const = 0;
+  // This client's metrics in the Prometheus text format 0.0.4
+  // (docs/metrics.md: shelf_client_ops_total, shelf_client_op_seconds,
+  // shelf_client_bytes_total, shelf_client_prefix_*), for the engine to
+  // serve on its own /metrics endpoint.
+  virtual std::string MetricsText() const = 0;
   // Ends the client: later calls answer FAILED_PRECONDITION, async calls not
   // yet started finish with FAILED_PRECONDITION, and calls in progress run
   // to their end. Idempotent.
