@@ -4,6 +4,7 @@
 // log line), nothing wrong is ever served, and the store keeps serving.
 #include <gtest/gtest.h>
 #include <rocksdb/env.h>
+#include <sched.h>
 #include <sys/mount.h>
 
 #include <filesystem>
@@ -37,6 +38,11 @@ class TinyDisk {
     std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-fulldisk-XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) return absl::UnavailableError("mkdtemp failed");
     std::string opts = absl::StrCat("size=", bytes);
+    // In a mount namespace of this thread's own (inherited by the stores it
+    // forks), the mount dies with the test even if the test aborts.
+    static const bool private_ns = unshare(CLONE_NEWNS) == 0 &&
+                                   mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
+    (void)private_ns;
     if (mount("tmpfs", tmpl.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
       std::string err = std::strerror(errno);
       rmdir(tmpl.c_str());
