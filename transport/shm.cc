@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -190,6 +191,17 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::strin
   auto mapping = std::make_shared<ShmMapping>();
   mapping->segment_id = absl::little_endian::Load32(reply + 4);
   mapping->size = absl::little_endian::Load64(reply + 8);
+  // A store (or whatever answers on its socket) claiming a larger segment
+  // than its descriptor holds would leave the tail of the mapping unbacked:
+  // a copy there is SIGBUS, not an error. Map only what is there.
+  struct stat st;
+  if (fstat(memfd, &st) != 0 || mapping->size == 0 ||
+      mapping->size > static_cast<uint64_t>(st.st_size)) {
+    uint64_t have = st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    close(memfd);
+    return absl::DataLossError(absl::StrCat("store segment claims ", mapping->size,
+                                            " bytes over a descriptor of ", have));
+  }
   void* p = mmap(nullptr, mapping->size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
   close(memfd);
   if (p == MAP_FAILED) {

@@ -279,19 +279,38 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
     // Replicas on nodes that died meanwhile were dropped by AbortPutLocked's
     // caller; whatever remains is live.
     auto [pos, inserted] = objects_.try_emplace(put.key);
-    assert(inserted);
-    (void)inserted;
     Object& obj = pos->second;
-    obj.key = &pos->first;
-    obj.size = put.size;
-    obj.checksum = put.checksum;
-    obj.parent_key = std::move(put.parent_key);
+    if (inserted) {
+      obj.key = &pos->first;
+      obj.size = put.size;
+      obj.checksum = put.checksum;
+      obj.parent_key = std::move(put.parent_key);
+    } else if (obj.size != put.size || obj.checksum != put.checksum) {
+      // A store's inventory brought the key in while the put was open (a
+      // store restart, a master failover) and its bytes differ: keys are
+      // content addresses, so one copy is wrong. The index keeps what it
+      // has; the writer learns its copy was not taken.
+      for (const Replica& r : put.ranges) FreeRangeLocked(r.node, r.segment, r.offset, put.size);
+      put_by_key_.erase(put.key);
+      puts_.erase(it);
+      st->set_code(static_cast<int>(absl::StatusCode::kAlreadyExists));
+      st->set_message("the key was registered meanwhile with other size or checksum");
+      continue;
+    }
     obj.last_access_ms = now;
-    obj.replicas = std::move(put.ranges);
-    for (Replica& r : obj.replicas) {
+    for (Replica& r : put.ranges) {
+      // The same bytes may already be indexed on this node (its inventory
+      // arrived during the put); one replica per node and tier.
+      bool have = false;
+      for (const Replica& o : obj.replicas) have |= o.node == r.node && o.tier == r.tier;
+      if (have || obj.replicas.size() >= kReplicasMax) {
+        FreeRangeLocked(r.node, r.segment, r.offset, put.size);
+        continue;
+      }
       std::list<Object*>& lru = nodes_[r.node]->segments[r.segment].lru;
       r.lru = lru.insert(lru.end(), &obj);
-      NoticeLocked(obj, r, true);
+      obj.replicas.push_back(r);
+      NoticeLocked(obj, obj.replicas.back(), true);
     }
     put_by_key_.erase(put.key);
     puts_.erase(it);

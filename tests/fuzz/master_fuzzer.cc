@@ -37,12 +37,6 @@ bool Tracing() {
   return on;
 }
 
-// Paths into bugs already reported are steered around, so the fuzzer
-// looks for new ones; SHELF_FUZZ_KNOWN_BUGS=1 walks into them again.
-//   known-bug-put-commit-over-inventory: committing a put whose key a
-//   store's inventory brought into the index meanwhile.
-bool AvoidKnownBugs() { return std::getenv("SHELF_FUZZ_KNOWN_BUGS") == nullptr; }
-
 void Trace(const char* call, const google::protobuf::Message& req, const absl::Status& s) {
   if (Tracing()) {
     std::fprintf(stderr, "%s {%s} -> %s\n", call, req.ShortDebugString().c_str(),
@@ -213,16 +207,7 @@ class Program {
       Check(resp.replicas_size() == resp.grants_size() && resp.replicas_size() > 0,
             "one grant per replica");
       put_ids_.push_back(resp.put_id());
-      put_keys_[resp.put_id()] = req.key();
     }
-  }
-
-  // Whether `key` is committed (Stat does not touch the LRU).
-  bool Indexed(const std::string& key) {
-    v1::StatRequest req;
-    req.set_key(key);
-    v1::StatResponse resp;
-    return master_->Stat(req, &resp).ok();
   }
 
   void Commit(bool abort) {
@@ -239,8 +224,6 @@ class Program {
     } else {
       v1::PutCommitRequest req;
       for (uint64_t id : ids) {
-        auto key = put_keys_.find(id);
-        if (AvoidKnownBugs() && key != put_keys_.end() && Indexed(key->second)) continue;
         req.add_put_ids(id);
       }
       n = req.put_ids_size();
@@ -376,8 +359,7 @@ class Program {
         Trace("PutStart(raw)", req, master_->PutStart(req, req.options().client_host_id(), &resp));
         if (resp.state() == v1::PUT_STARTED) {
           put_ids_.push_back(resp.put_id());
-          put_keys_[resp.put_id()] = req.key();
-        }
+            }
         break;
       }
       case 1: {
@@ -455,7 +437,6 @@ class Program {
   std::map<std::string, uint64_t> incarnations_;
   std::map<std::string, std::vector<v1::TierMove>> pending_moves_;
   std::vector<uint64_t> put_ids_;
-  std::map<uint64_t, std::string> put_keys_;
 };
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Bugs the master fuzzer found, written out as plain call sequences so each
-// reads without a fuzzer. Each test is DISABLED while its bug is open (the
-// fuzzer's input is corpus/master_fuzzer/known-bug-<name>); enable it with
-// the fix.
+// reads without a fuzzer; they stay as regression tests. A test is DISABLED
+// while its bug is open (the fuzzer's input is then
+// corpus/master_fuzzer/known-bug-<name>); enable it with the fix.
 #include <gtest/gtest.h>
 
 #include "common/metrics.h"
@@ -71,7 +71,7 @@ class MasterKnownBugsTest : public ::testing::Test {
 // the object that the inventory created: store b's replica leaves the
 // object but its range stays allocated and its LRU entry stays linked
 // (CheckInvariants aborts: "used" of b's segment disagrees).
-TEST_F(MasterKnownBugsTest, DISABLED_CommitOverAnInventoryEntryKeepsTheIndexConsistent) {
+TEST_F(MasterKnownBugsTest, CommitOverAnInventoryEntryKeepsTheIndexConsistent) {
   CommitOverInventory();
   master_->CheckInvariants();
 }
@@ -79,7 +79,7 @@ TEST_F(MasterKnownBugsTest, DISABLED_CommitOverAnInventoryEntryKeepsTheIndexCons
 // The consequence: b's LRU list keeps a pointer to the object; once the
 // key is removed, evicting b's segment reads freed memory (AddressSanitizer
 // reports heap-use-after-free in Master::EvictSegmentLocked).
-TEST_F(MasterKnownBugsTest, DISABLED_EvictionAfterCommitOverInventoryReadsNoFreedMemory) {
+TEST_F(MasterKnownBugsTest, EvictionAfterCommitOverInventoryReadsNoFreedMemory) {
   CommitOverInventory();
   v1::RemoveRequest rm;
   rm.add_keys("k");

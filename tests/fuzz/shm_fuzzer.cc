@@ -113,20 +113,8 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
   Check(reply.size() == 16 && absl::little_endian::Load32(reply.data()) == 0,
         "a mapping from a refusal");
   // The engine memcpy's anywhere inside [base, base + size): that must be
-  // backed by the descriptor. Opt-in while the known finding stands (see
-  // tests/fuzz/README.md): SHELF_FUZZ_SHM_STRICT=1.
-  if ((*m)->size > fd_size) {
-    static bool reported = false;
-    if (!reported) {
-      std::fprintf(stderr, "shm_fuzzer: finding: mapping of %llu bytes over a descriptor of %llu\n",
-                   static_cast<unsigned long long>((*m)->size),
-                   static_cast<unsigned long long>(fd_size));
-      reported = true;
-    }
-    if (std::getenv("SHELF_FUZZ_SHM_STRICT") != nullptr) {
-      Check(false, "a client mapping is never larger than its descriptor");
-    }
-  }
+  // backed by the descriptor.
+  Check((*m)->size <= fd_size, "a client mapping is never larger than its descriptor");
 }
 
 // A real store side: fuzzed bytes as the client's MAC.

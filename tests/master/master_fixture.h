@@ -16,6 +16,7 @@ namespace shelf {
 class MasterFixture : public ::testing::Test {
  protected:
   void Make(MasterOptions o) {
+    master_.reset();  // its metric callbacks live in the old registry
     registry_ = std::make_unique<metrics::Registry>();
     master_ = std::make_unique<Master>(o, registry_.get());
   }
