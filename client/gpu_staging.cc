@@ -47,8 +47,9 @@ struct GpuStaging::Buffer {
   std::map<int, cudaStream_t> streams;  // per device, created on first use
 
   ~Buffer() {
-    for (auto& [device, stream] : streams) {
-      OnDevice(device, [&] {
+    for (auto& entry : streams) {
+      cudaStream_t stream = entry.second;
+      OnDevice(entry.first, [stream] {
         cudaStreamDestroy(stream);
         return absl::OkStatus();
       }).IgnoreError();

@@ -8,7 +8,8 @@
 #   3. the suite again built with AddressSanitizer and UBSan
 #      (-DSHELF_SANITIZE=address,undefined, build/asan), ctest -j2, on the
 #      labels in SHELF_ASAN_LABELS (default: all), less the packaging tests
-#      (SHELF_ASAN_EXCLUDE, default ^deploy_).
+#      and the clang thread-safety check, which stage 1 ran
+#      (SHELF_ASAN_EXCLUDE, default ^deploy_|^thread_safety_).
 # Logs of failing tests are printed. Exit status 0 only when all pass.
 # SHELF_SKIP_FUZZ=1 / SHELF_SKIP_ASAN=1 leave out stages 2 / 3;
 # ThreadSanitizer has its own script (tests/sanitize.sh).
@@ -70,5 +71,5 @@ if [[ "${SHELF_SKIP_ASAN:-0}" != 1 ]]; then
   # The deploy tests check packaging (which Debian packages the binaries
   # need), which instrumented binaries change; they run in stage 1.
   stage asan-ctest ctest --test-dir "$asan_build" -j"${SHELF_ASAN_JOBS:-2}" \
-    --output-on-failure --timeout 900 -E "${SHELF_ASAN_EXCLUDE:-^deploy_}" "${label_args[@]}"
+    --output-on-failure --timeout 900 -E "${SHELF_ASAN_EXCLUDE:-^deploy_|^thread_safety_}" "${label_args[@]}"
 fi

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/hmac.h"
@@ -22,8 +23,8 @@ Master::Master(MasterOptions options, metrics::Registry* registry)
   metrics::Registry& r = registry != nullptr ? *registry : DefaultRegistry();
   gauges_.push_back(r.AddCallbackGauge("shelf_master_objects", "Committed objects in the index",
                                        [this] {
-                                         absl::MutexLock lock(&mu_);
-                                         return static_cast<double>(objects_.size());
+                                         absl::ReaderMutexLock lock(&mu_);
+                                         return static_cast<double>(ObjectCountLocked());
                                        }));
   gauges_.push_back(r.AddCallbackGauge("shelf_master_puts_in_flight", "Puts started, not committed",
                                        [this] {
@@ -88,18 +89,98 @@ absl::Status Master::ValidateKey(const std::string& key) const {
   return absl::OkStatus();
 }
 
+Master::Shard& Master::ShardOf(absl::string_view key) {
+  // The high bits: the shard's hash map uses the low ones.
+  return shards_[(absl::Hash<absl::string_view>{}(key) >> 32) % kShards];
+}
+
 Master::Object* Master::FindLocked(const std::string& key) {
-  auto it = objects_.find(key);
-  return it == objects_.end() ? nullptr : &it->second;
+  Shard& shard = ShardOf(key);
+  absl::MutexLock lock(&shard.mu);
+  auto it = shard.objects.find(key);
+  return it == shard.objects.end() ? nullptr : &it->second;
+}
+
+std::pair<Master::Object*, bool> Master::EmplaceLocked(const std::string& key) {
+  Shard& shard = ShardOf(key);
+  absl::MutexLock lock(&shard.mu);
+  auto [pos, inserted] = shard.objects.try_emplace(ObjectKey(key));
+  if (inserted) pos->second.key = &pos->first;
+  return {&pos->second, inserted};
+}
+
+void Master::EraseIndexLocked(Object* obj) {
+  absl::string_view key = obj->key->view();
+  Shard& shard = ShardOf(key);
+  absl::MutexLock lock(&shard.mu);
+  shard.objects.erase(shard.objects.find(key));
+}
+
+size_t Master::ObjectCountLocked() {
+  size_t n = 0;
+  for (Shard& shard : shards_) {
+    absl::MutexLock lock(&shard.mu);
+    n += shard.objects.size();
+  }
+  return n;
+}
+
+void Master::PrefetchSlot(const std::string& key) {
+  // Reads only the table's own pointers, which change only under mu_ held
+  // exclusively; the caller holds it shared. A prefetch is a hint besides.
+  ShardOf(key).objects.prefetch(key);
+}
+
+void Master::FindBatchLocked(const google::protobuf::RepeatedPtrField<std::string>& keys,
+                             bool stop_at_miss, bool lease, uint64_t now, Object** found,
+                             LookupCounts* counts) {
+  // A batch is a run of cache misses (the table slot, then the object):
+  // fetch slots a few keys ahead so the misses overlap.
+  const int n = keys.size();
+  for (int i = 0; i < std::min(n, kPrefetchAhead); ++i) PrefetchSlot(keys[i]);
+  for (int i = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n) PrefetchSlot(keys[i + kPrefetchAhead]);
+    Shard& shard = ShardOf(keys[i]);
+    absl::MutexLock lock(&shard.mu);
+    auto it = shard.objects.find(keys[i]);
+    if (it == shard.objects.end()) {
+      found[i] = nullptr;
+      if (!stop_at_miss) continue;
+      for (int j = i + 1; j < n; ++j) found[j] = nullptr;
+      return;
+    }
+    Object* obj = found[i] = &it->second;
+    // The fields lookups change; the shard orders lookups of one object.
+    if (lease) {
+      obj->lease_until_ms = std::max(obj->lease_until_ms, now + options_.lease_ms);
+      ++counts->leases;
+    }
+    TouchLocked(obj, now);
+  }
 }
 
 void Master::TouchLocked(Object* obj, uint64_t now) {
   obj->last_access_ms = now;
-  for (Replica& r : obj->replicas) {
-    Node& n = *nodes_[r.node];
-    std::list<Object*>& lru = r.tier == v1::TIER_DRAM ? n.segments[r.segment].lru : n.ssd_lru;
-    lru.splice(lru.end(), lru, r.lru);
+  for (Replica& r : obj->replicas) r.referenced = true;
+}
+
+void Master::FillFoundLocked(const Object& obj, const std::string& key,
+                             const std::string& client_host, bool lease, v1::ObjectLocation* out,
+                             LookupCounts* counts) {
+  FillLocation(obj, key, client_host, lease, out);
+  if (out->replicas_size() > 0 && out->replicas(0).tier() == v1::TIER_SSD) {
+    ++counts->ssd;
+  } else {
+    ++counts->dram;
   }
+}
+
+void Master::LookupCounts::AddTo(MasterMetrics& m) const {
+  // Once per call, not per key: lookups run in parallel, and a shared
+  // counter bumped per key is a cache line every core fights over.
+  if (leases != 0) m.leases_granted.Inc(leases);
+  if (ssd != 0) m.hits_ssd.Inc(ssd);
+  if (dram != 0) m.hits_dram.Inc(dram);
 }
 
 void Master::FillReplica(const Replica& r, uint64_t size, v1::Replica* out) {
@@ -118,18 +199,17 @@ void Master::FillLocation(const Object& obj, const std::string& key,
   out->set_found(true);
   out->set_size(obj.size);
   out->set_checksum(obj.checksum);
-  // Order: same host first, then DRAM before SSD.
-  std::vector<const Replica*> order;
+  // Order: same host first, then DRAM before SSD (stable among equals).
+  absl::InlinedVector<std::pair<int, const Replica*>, 4> order;
   for (const Replica& r : obj.replicas) {
-    if (nodes_[r.node]->state != v1::NODE_DEAD) order.push_back(&r);
+    const Node& n = *nodes_[r.node];
+    if (n.state == v1::NODE_DEAD) continue;
+    int rank = (n.endpoint.host_id() == client_host ? 0 : 2) + (r.tier == v1::TIER_DRAM ? 0 : 1);
+    order.emplace_back(rank, &r);
   }
-  auto rank = [&](const Replica* r) {
-    int local = nodes_[r->node]->endpoint.host_id() == client_host ? 0 : 2;
-    return local + (r->tier == v1::TIER_DRAM ? 0 : 1);
-  };
   std::stable_sort(order.begin(), order.end(),
-                   [&](const Replica* a, const Replica* b) { return rank(a) < rank(b); });
-  for (const Replica* r : order) FillReplica(*r, obj.size, out->add_replicas());
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [rank, r] : order) FillReplica(*r, obj.size, out->add_replicas());
   if (lease) {
     uint64_t until_unix = UnixMs() + options_.lease_ms;
     out->set_lease_expires_unix_ms(until_unix);
@@ -278,13 +358,14 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
     PendingPut& put = it->second;
     // Replicas on nodes that died meanwhile were dropped by AbortPutLocked's
     // caller; whatever remains is live.
-    auto [pos, inserted] = objects_.try_emplace(put.key);
-    Object& obj = pos->second;
+    auto [objp, inserted] = EmplaceLocked(put.key);
+    Object& obj = *objp;
     if (inserted) {
-      obj.key = &pos->first;
       obj.size = put.size;
       obj.checksum = put.checksum;
-      obj.parent_key = std::move(put.parent_key);
+      if (!put.parent_key.empty()) {
+        obj.parent_key = std::make_unique<std::string>(std::move(put.parent_key));
+      }
     } else if (obj.size != put.size || obj.checksum != put.checksum) {
       // A store's inventory brought the key in while the put was open (a
       // store restart, a master failover) and its bytes differ: keys are
@@ -361,28 +442,22 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   }
   uint64_t now = MonoMs();
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
-  for (const std::string& key : req.keys()) {
+  metrics_.lookups_lookup.Inc(req.keys_size());
+  LookupCounts counts;
+  Object* found[kBatchKeysMax];
+  FindBatchLocked(req.keys(), false, !req.no_lease(), now, found, &counts);
+  for (int i = 0; i < req.keys_size(); ++i) {
     v1::ObjectLocation* loc = resp->add_objects();
-    metrics_.lookups_lookup.Inc();
-    Object* obj = FindLocked(key);
-    if (obj == nullptr) {
-      loc->set_key(key);
-      continue;
-    }
-    if (!req.no_lease()) {
-      obj->lease_until_ms = std::max(obj->lease_until_ms, now + options_.lease_ms);
-      metrics_.leases_granted.Inc();
-    }
-    TouchLocked(obj, now);
-    FillLocation(*obj, key, req.client_host_id(), !req.no_lease(), loc);
-    if (loc->replicas_size() > 0 && loc->replicas(0).tier() == v1::TIER_SSD) {
-      metrics_.hits_ssd.Inc();
+    if (found[i] == nullptr) {
+      loc->set_key(req.keys(i));
     } else {
-      metrics_.hits_dram.Inc();
+      FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), !req.no_lease(), loc,
+                      &counts);
     }
   }
+  counts.AddTo(metrics_);
   return absl::OkStatus();
 }
 
@@ -396,27 +471,20 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req,
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   }
   uint64_t now = MonoMs();
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint32_t matched = 0;
-  for (const std::string& key : req.keys()) {
-    metrics_.lookups_match.Inc();
-    Object* obj = FindLocked(key);
-    if (obj == nullptr) break;
-    if (!req.no_lease()) {
-      obj->lease_until_ms = std::max(obj->lease_until_ms, now + options_.lease_ms);
-      metrics_.leases_granted.Inc();
-    }
-    TouchLocked(obj, now);
-    v1::ObjectLocation* loc = resp->add_objects();
-    FillLocation(*obj, key, req.client_host_id(), !req.no_lease(), loc);
-    if (loc->replicas_size() > 0 && loc->replicas(0).tier() == v1::TIER_SSD) {
-      metrics_.hits_ssd.Inc();
-    } else {
-      metrics_.hits_dram.Inc();
-    }
+  LookupCounts counts;
+  Object* found[kBatchKeysMax];
+  FindBatchLocked(req.keys(), true, !req.no_lease(), now, found, &counts);
+  for (int i = 0; i < req.keys_size() && found[i] != nullptr; ++i) {
+    FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), !req.no_lease(),
+                    resp->add_objects(), &counts);
     ++matched;
   }
+  // Keys examined: the matched run and the miss that ended it.
+  metrics_.lookups_match.Inc(std::min<uint64_t>(matched + 1, req.keys_size()));
+  counts.AddTo(metrics_);
   resp->set_matched(matched);
   return absl::OkStatus();
 }
@@ -488,7 +556,7 @@ void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
     if (n.state != v1::NODE_DEAD) {
       v1::TierMove drop;
       drop.set_move_id(next_move_id_++);
-      drop.set_key(*obj->key);
+      drop.set_key(obj->key->str());
       drop.set_kind(v1::TierMove::DROP_SSD);
       n.outbox.push_back(std::move(drop));
     }
@@ -500,7 +568,7 @@ void Master::NoticeLocked(const Object& obj, const Replica& r, bool record) {
   Node& n = *nodes_[r.node];
   v1::TierMove m;
   m.set_kind(record ? v1::TierMove::RECORD : v1::TierMove::FORGET);
-  m.set_key(*obj.key);
+  m.set_key(obj.key->str());
   m.set_segment_id(n.segments[r.segment].id);
   m.set_offset(r.offset);
   m.set_size(obj.size);
@@ -511,7 +579,7 @@ void Master::NoticeLocked(const Object& obj, const Replica& r, bool record) {
 
 void Master::EraseObjectLocked(Object* obj, uint64_t now) {
   for (const Replica& r : obj->replicas) ReleaseReplicaLocked(obj, r, now);
-  objects_.erase(objects_.find(*obj->key));
+  EraseIndexLocked(obj);
 }
 
 }  // namespace shelf

@@ -12,11 +12,21 @@
 //   - a replica whose object holds a lease (lease_until_ms > now) is never
 //     freed, moved or reused: Remove and eviction defer or skip it.
 //
-// Thread-safe: one mutex guards all state. Critical sections do no I/O and
-// no allocation proportional to more than one request.
+// Thread-safe. Locking: `mu_` guards nodes, allocators, LRU lists, puts and
+// leadership; the object index is split into kShards shards by key hash,
+// each with its own mutex, always taken after `mu_`. Lookups (Lookup,
+// MatchPrefix, Stat) hold `mu_` shared and one shard at a time, so they run
+// in parallel with each other; everything that changes nodes, ranges or
+// LRU order holds `mu_` exclusively, so it never sees a lookup half done.
+// A lookup changes only its object's lease and access marks. LRU order is
+// kept by CLOCK (second chance): a lookup marks the replica referenced and
+// eviction moves a referenced replica to the back instead of evicting it.
+// Critical sections do no I/O and no allocation proportional to more than
+// one request.
 #ifndef SHELF_SERVER_MASTER_MASTER_H_
 #define SHELF_SERVER_MASTER_MASTER_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -27,8 +37,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/container/node_hash_map.h"
+#include "absl/hash/hash.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "proto/shelf.pb.h"
@@ -144,22 +157,50 @@ class Master {
   struct Object;
   struct Replica {
     uint32_t node = 0;            // index into nodes_
-    v1::Tier tier = v1::TIER_DRAM;
     uint32_t segment = 0;
     uint64_t offset = 0;
-    bool demoting = false;        // a DEMOTE order is out for this replica
     std::list<Object*>::iterator lru;  // position in its node's tier list
+    v1::Tier tier = v1::TIER_DRAM;
+    bool demoting = false;        // a DEMOTE order is out for this replica
+    bool referenced = false;      // read since eviction last passed it (CLOCK)
+  };
+  // A key stored in the index: up to 24 bytes inline (content keys are 17,
+  // docs/keys.md), longer ones on the heap.
+  class ObjectKey {
+   public:
+    explicit ObjectKey(absl::string_view s) : bytes_(s.begin(), s.end()) {}
+    absl::string_view view() const { return {bytes_.data(), bytes_.size()}; }
+    std::string str() const { return std::string(view()); }
+
+   private:
+    absl::InlinedVector<char, 24> bytes_;
+  };
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(absl::string_view k) const { return absl::Hash<absl::string_view>{}(k); }
+    size_t operator()(const ObjectKey& k) const { return (*this)(k.view()); }
+  };
+  struct KeyEq {
+    using is_transparent = void;
+    static absl::string_view V(absl::string_view k) { return k; }
+    static absl::string_view V(const ObjectKey& k) { return k.view(); }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const { return V(a) == V(b); }
   };
   struct Object {
-    const std::string* key = nullptr;  // points into objects_
+    const ObjectKey* key = nullptr;  // points into its shard's map
     uint64_t size = 0;
     uint64_t checksum = 0;
     uint64_t lease_until_ms = 0;       // MonoMs
     uint64_t last_access_ms = 0;       // MonoMs
     uint64_t pin_until_ms = 0;         // soft pin: MonoMs, UINT64_MAX = until unpinned
     bool hard_pin = false;
-    std::string parent_key;
-    std::vector<Replica> replicas;
+    // Out of line: most blocks carry none, and an empty std::string costs
+    // 32 bytes in every object.
+    std::unique_ptr<std::string> parent_key;
+    // Inline: almost every block has one replica, and a heap array costs a
+    // malloc'd block and a header besides.
+    absl::InlinedVector<Replica, 1> replicas;
   };
   struct Segment {
     uint32_t id = 0;
@@ -211,16 +252,54 @@ class Master {
     uint64_t size;
   };
 
+  // The object index: one shard per slice of the key hash space.
+  struct Shard {
+    absl::Mutex mu;
+    absl::node_hash_map<ObjectKey, Object, KeyHash, KeyEq> objects ABSL_GUARDED_BY(mu);
+  };
+  static constexpr size_t kShards = 16;
+  Shard& ShardOf(absl::string_view key);
+
   absl::Status ValidateKey(const std::string& key) const;
   // OK when this master leads (and, for `write`, is not recovering).
-  absl::Status CheckLeaderLocked(bool write) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckLeaderLocked(bool write) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Forgets every node, object and put (a new term starts empty).
   void ResetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Index access for callers holding mu_ exclusively (no lookup is in
+  // flight, so the object may be changed after the shard is released).
   Object* FindLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Inserts `key` (when absent); returns the object and whether it is new.
+  std::pair<Object*, bool> EmplaceLocked(const std::string& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseIndexLocked(Object* obj) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t ObjectCountLocked() ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  struct LookupCounts {
+    uint64_t leases = 0, dram = 0, ssd = 0;
+    void AddTo(MasterMetrics& m) const;
+  };
+  // The read half of Lookup and MatchPrefix, under mu_ shared: finds each
+  // of `keys`, granting a lease (when `lease`) and marking the access under
+  // the key's shard. Nothing can leave the index while mu_ is held, so the
+  // pointers stay valid until it is released. With `stop_at_miss`, keys
+  // after the first absent one are not looked for (null).
+  void FindBatchLocked(const google::protobuf::RepeatedPtrField<std::string>& keys,
+                       bool stop_at_miss, bool lease, uint64_t now, Object** found,
+                       LookupCounts* counts) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  static constexpr int kPrefetchAhead = 6;
+  // Starts loading the table slot of `key` (no shard lock: see the body).
+  void PrefetchSlot(const std::string& key) ABSL_SHARED_LOCKS_REQUIRED(mu_)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Fills `out` from a found object. Reads only what changes under mu_
+  // held exclusively, so no shard lock.
+  void FillFoundLocked(const Object& obj, const std::string& key, const std::string& client_host,
+                       bool lease, v1::ObjectLocation* out, LookupCounts* counts)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   int FindNodeLocked(const std::string& id_or_address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillLocation(const Object& obj, const std::string& key, const std::string& client_host,
-                    bool lease, v1::ObjectLocation* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void TouchLocked(Object* obj, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                    bool lease, v1::ObjectLocation* out) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Marks an access: last_access_ms and the CLOCK bit of every replica.
+  // Under mu_ shared, the caller holds the object's shard.
+  void TouchLocked(Object* obj, uint64_t now) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Unlinks replica `r` of `obj` from its LRU and frees its space (now, or
   // when the object's lease ends).
   void ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now)
@@ -259,7 +338,7 @@ class Master {
   void FillNodeStatus(uint32_t node, uint64_t now, v1::NodeStatus* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillReplica(const Replica& r, uint64_t size, v1::Replica* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::vector<uint32_t> PlaceLocked(const v1::PutOptions& opts, const std::string& client_host,
                                     uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -270,7 +349,7 @@ class Master {
   absl::Mutex mu_;
   std::vector<std::unique_ptr<Node>> nodes_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> node_by_id_ ABSL_GUARDED_BY(mu_);
-  absl::node_hash_map<std::string, Object> objects_ ABSL_GUARDED_BY(mu_);
+  std::array<Shard, kShards> shards_;  // each shard's mutex is taken after mu_
   absl::flat_hash_map<uint64_t, PendingPut> puts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint64_t> put_by_key_ ABSL_GUARDED_BY(mu_);
   std::vector<DeferredFree> deferred_ ABSL_GUARDED_BY(mu_);

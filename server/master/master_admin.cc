@@ -57,7 +57,10 @@ absl::Status Master::CheckLeaderLocked(bool write) {
 
 void Master::ResetLocked() {
   // Objects first: the node lists point at them.
-  objects_.clear();
+  for (Shard& shard : shards_) {
+    absl::MutexLock lock(&shard.mu);
+    shard.objects.clear();
+  }
   puts_.clear();
   put_by_key_.clear();
   deferred_.clear();
@@ -126,7 +129,7 @@ void Master::Status(v1::StatusResponse* resp) {
   resp->set_is_leader(leader_);
   resp->set_term(term_);
   resp->set_recovering(recovering_);
-  resp->set_objects(objects_.size());
+  resp->set_objects(ObjectCountLocked());
   resp->set_puts_in_flight(puts_.size());
   resp->set_uptime_ms(now - start_ms_);
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
@@ -179,7 +182,7 @@ absl::Status Master::Stat(const v1::StatRequest& req, v1::StatResponse* resp) {
     resp->set_pin_expires_unix_ms(unix_now + (obj->pin_until_ms - now));
   }
   resp->set_last_access_unix_ms(unix_now - (now - obj->last_access_ms));
-  resp->set_parent_key(obj->parent_key);
+  if (obj->parent_key != nullptr) resp->set_parent_key(*obj->parent_key);
   if (obj->lease_until_ms > now) {
     resp->set_lease_expires_unix_ms(unix_now + (obj->lease_until_ms - now));
   }
@@ -234,7 +237,7 @@ absl::Status Master::Pin(const v1::PinRequest& req) {
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   Object* obj = FindLocked(req.key());
   if (obj == nullptr) return absl::NotFoundError("no such key");
-  auto account = [&](bool add) {
+  auto account = [&](bool add) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const Replica& r : obj->replicas) {
       Node& n = *nodes_[r.node];
       if (add) {

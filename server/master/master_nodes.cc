@@ -109,10 +109,9 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
   } else if (e.tier() != v1::TIER_SSD) {
     return;
   }
-  auto [pos, inserted] = objects_.try_emplace(e.key());
-  Object& obj = pos->second;
+  auto [objp, inserted] = EmplaceLocked(e.key());
+  Object& obj = *objp;
   if (inserted) {
-    obj.key = &pos->first;
     obj.size = e.size();
     obj.checksum = e.checksum();
     obj.last_access_ms = now;
@@ -139,7 +138,7 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
 
 void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now) {
   Node& n = *nodes_[node];
-  auto drop_list = [&](std::list<Object*>& lru) {
+  auto drop_list = [&](std::list<Object*>& lru) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::list<Object*> victims;
     victims.swap(lru);
     for (Object* obj : victims) {
@@ -150,7 +149,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now) {
       reps.erase(std::remove_if(reps.begin(), reps.end(),
                                 [&](const Replica& r) { return r.node == node; }),
                  reps.end());
-      if (reps.empty()) objects_.erase(objects_.find(*obj->key));
+      if (reps.empty()) EraseIndexLocked(obj);
     }
   };
   for (Segment& seg : n.segments) drop_list(seg.lru);
@@ -286,7 +285,7 @@ std::vector<uint32_t> Master::PlaceLocked(const v1::PutOptions& opts,
     for (const Segment& s : n.segments) fits |= s.alloc->capacity() >= size;
     if (fits) live.push_back(i);
   }
-  auto free_bytes = [&](uint32_t i) {
+  auto free_bytes = [&](uint32_t i) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     uint64_t f = 0;
     for (const Segment& s : nodes_[i]->segments) f += s.alloc->free_bytes();
     return f;
@@ -383,12 +382,14 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
                                     bool demote_ok, uint64_t now, v1::EvictResponse* stats) {
   Node& n = *nodes_[node];
   uint64_t freed = 0;
-  for (int pass = 0; pass < 2; ++pass) {
+  // Pass 0 gives every replica read since the last scan its second chance
+  // (to the back, mark cleared); pass 1 takes the rest in LRU order; pass 2
+  // takes soft-pinned blocks too.
+  for (int pass = 0; pass < 3; ++pass) {
     for (auto it = seg->lru.begin(); it != seg->lru.end();) {
       // Demotions already ordered will free their bytes: count them done.
       if (seg->settled_used() <= target_used) return freed;
       Object* obj = *it++;
-      if (!EvictableLocked(*obj, now, pass == 1, demote_ok)) continue;
       Replica* rep = nullptr;
       bool has_ssd_here = false;
       for (Replica& r : obj->replicas) {
@@ -396,6 +397,12 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
         if (r.node == node && r.tier == v1::TIER_SSD) has_ssd_here = true;
       }
       if (rep == nullptr) continue;
+      if (rep->referenced) {
+        rep->referenced = false;
+        seg->lru.splice(seg->lru.end(), seg->lru, rep->lru);
+        continue;
+      }
+      if (!EvictableLocked(*obj, now, pass == 2, demote_ok)) continue;
       uint64_t aligned = seg->alloc->RoundUp(obj->size);
       uint64_t ssd_high = static_cast<uint64_t>(options_.ssd_evict_high * n.ssd_capacity);
       bool can_demote = demote_ok && !has_ssd_here && obj->size <= ssd_high;
@@ -409,7 +416,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
       if (can_demote) {
         v1::TierMove m;
         m.set_move_id(next_move_id_++);
-        m.set_key(*obj->key);
+        m.set_key(obj->key->str());
         m.set_kind(v1::TierMove::DEMOTE);
         m.set_segment_id(seg->id);
         m.set_offset(rep->offset);
@@ -428,7 +435,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
       Replica victim = *rep;
       obj->replicas.erase(obj->replicas.begin() + (rep - obj->replicas.data()));
       ReleaseReplicaLocked(obj, victim, now);
-      if (obj->replicas.empty()) objects_.erase(objects_.find(*obj->key));
+      if (obj->replicas.empty()) EraseIndexLocked(obj);
       freed += aligned;
       metrics_.evictions.Inc();
       if (stats != nullptr) {
@@ -524,7 +531,7 @@ void Master::Tick() {
       recovering_ = false;
       SHELF_LOG(INFO) << "recovery done" << Kv("term", term_)
                       << Kv("reported", reported) << Kv("expected", expected_nodes_.size())
-                      << Kv("objects", objects_.size());
+                      << Kv("objects", ObjectCountLocked());
     }
   }
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
@@ -584,31 +591,45 @@ void Master::Tick() {
 
 void Master::EvictSsdLocked(uint32_t node, uint64_t target_used, uint64_t now) {
   Node& n = *nodes_[node];
-  for (auto it = n.ssd_lru.begin(); it != n.ssd_lru.end() && n.ssd_used > target_used;) {
-    Object* obj = *it++;
-    if (!EvictableLocked(*obj, now, false, false)) continue;
-    for (size_t k = 0; k < obj->replicas.size(); ++k) {
-      if (obj->replicas[k].node == node && obj->replicas[k].tier == v1::TIER_SSD) {
-        Replica victim = obj->replicas[k];
-        obj->replicas.erase(obj->replicas.begin() + k);
-        ReleaseReplicaLocked(obj, victim, now);
-        metrics_.evictions.Inc();
-        break;
+  // Pass 0 gives replicas read since the last scan a second chance (CLOCK).
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto it = n.ssd_lru.begin(); it != n.ssd_lru.end() && n.ssd_used > target_used;) {
+      Object* obj = *it++;
+      size_t k = 0;
+      while (k < obj->replicas.size() &&
+             !(obj->replicas[k].node == node && obj->replicas[k].tier == v1::TIER_SSD)) {
+        ++k;
       }
+      if (k == obj->replicas.size()) continue;
+      if (obj->replicas[k].referenced) {
+        obj->replicas[k].referenced = false;
+        n.ssd_lru.splice(n.ssd_lru.end(), n.ssd_lru, obj->replicas[k].lru);
+        continue;
+      }
+      if (!EvictableLocked(*obj, now, false, false)) continue;
+      Replica victim = obj->replicas[k];
+      obj->replicas.erase(obj->replicas.begin() + k);
+      ReleaseReplicaLocked(obj, victim, now);
+      metrics_.evictions.Inc();
+      if (obj->replicas.empty()) EraseIndexLocked(obj);
     }
-    if (obj->replicas.empty()) objects_.erase(objects_.find(*obj->key));
   }
 }
 
 void Master::CheckInvariants() {
   absl::MutexLock lock(&mu_);
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> used;
-  for (auto& [key, obj] : objects_) {
-    if (obj.replicas.empty() || obj.key == nullptr || *obj.key != key) std::abort();
-    for (const Replica& r : obj.replicas) {
-      if (r.node >= nodes_.size() || *r.lru != &obj) std::abort();
-      if (r.tier == v1::TIER_DRAM) {
-        used[{r.node, r.segment}] += nodes_[r.node]->segments[r.segment].alloc->RoundUp(obj.size);
+  for (Shard& shard : shards_) {
+    absl::MutexLock shard_lock(&shard.mu);
+    for (auto& [key, obj] : shard.objects) {
+      if (obj.replicas.empty() || obj.key == nullptr || obj.key->view() != key.view()) std::abort();
+      if (&ShardOf(key.view()) != &shard) std::abort();
+      for (const Replica& r : obj.replicas) {
+        if (r.node >= nodes_.size() || *r.lru != &obj) std::abort();
+        if (r.tier == v1::TIER_DRAM) {
+          used[{r.node, r.segment}] +=
+              nodes_[r.node]->segments[r.segment].alloc->RoundUp(obj.size);
+        }
       }
     }
   }
