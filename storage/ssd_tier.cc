@@ -5,6 +5,8 @@
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -41,6 +43,29 @@ bool ParseHeader(const rocksdb::Slice& v, uint64_t* size, uint64_t* checksum) {
   return *size == v.size() - kRecordHeader;
 }
 
+// RocksDB's info log, sent to the process log instead of a LOG file in the
+// tier's directory: when that disk fills, a failed write to LOG is followed
+// by another (the error message itself), which RocksDB's assertion build
+// (Debian's) turns into an abort. Warnings and errors only.
+class ForwardingLogger : public rocksdb::Logger {
+ public:
+  ForwardingLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel()) return;
+    char line[1024];
+    std::vsnprintf(line, sizeof(line), format, ap);
+    if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL) {
+      SHELF_LOG(ERROR) << "rocksdb: " << line;
+    } else {
+      SHELF_LOG(WARNING) << "rocksdb: " << line;
+    }
+  }
+  void Logv(const char* format, va_list ap) override {
+    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
+  }
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const Options& options) {
@@ -69,6 +94,8 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const Options& options) {
   o.bytes_per_sync = 1ull << 20;
   o.paranoid_checks = true;
   o.max_open_files = 512;
+  o.info_log = std::make_shared<ForwardingLogger>();
+  o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   rocksdb::BlockBasedTableOptions table;
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));

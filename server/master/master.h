@@ -55,6 +55,8 @@ inline constexpr size_t kKeyBytesMax = 256;
 inline constexpr size_t kBatchKeysMax = 1024;
 inline constexpr uint32_t kReplicasMax = 8;
 inline constexpr uint32_t kProtocolVersion = 1;
+// After a failed demotion, a node gets no demotion orders for this long.
+inline constexpr uint64_t kSsdFailureBackoffMs = 10000;
 
 struct MasterOptions {
   std::string listen_address;            // advertised as the leader address
@@ -221,6 +223,7 @@ class Master {
     std::vector<Segment> segments;
     uint64_t ssd_capacity = 0;
     uint64_t ssd_used = 0;            // as the master accounts it
+    uint64_t ssd_failing_until_ms = 0;  // MonoMs; no demotions before (a demotion failed)
     std::list<Object*> ssd_lru;
     uint64_t hard_pinned_bytes = 0;
     std::vector<v1::TierMove> outbox;   // orders for the next heartbeat (wake it)

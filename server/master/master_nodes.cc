@@ -253,6 +253,9 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
     seg.demoting_bytes -= std::min(seg.demoting_bytes, seg.alloc->RoundUp(obj->size));
     if (!result.ok()) {
       n.ssd_used -= std::min(n.ssd_used, obj->size);
+      // A failing SSD tier (full disk, I/O errors) gets no demotions for a
+      // while: each would cost a writer its --demote-wait for nothing.
+      n.ssd_failing_until_ms = now + kSsdFailureBackoffMs;
       metrics_.demotions_failed.Inc();
       SHELF_LOG(WARNING) << "demotion failed" << Kv("node", n.endpoint.node_id())
                          << Kv("error", result.error());
@@ -387,8 +390,10 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
   // takes soft-pinned blocks too.
   for (int pass = 0; pass < 3; ++pass) {
     for (auto it = seg->lru.begin(); it != seg->lru.end();) {
-      // Demotions already ordered will free their bytes: count them done.
-      if (seg->settled_used() <= target_used) return freed;
+      // Demotions already ordered will free their bytes: count them done,
+      // unless this pass must make room now (it drops; a demotion may yet
+      // fail).
+      if ((demote_ok ? seg->settled_used() : seg->alloc->used()) <= target_used) return freed;
       Object* obj = *it++;
       Replica* rep = nullptr;
       bool has_ssd_here = false;
@@ -405,7 +410,8 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
       if (!EvictableLocked(*obj, now, pass == 2, demote_ok)) continue;
       uint64_t aligned = seg->alloc->RoundUp(obj->size);
       uint64_t ssd_high = static_cast<uint64_t>(options_.ssd_evict_high * n.ssd_capacity);
-      bool can_demote = demote_ok && !has_ssd_here && obj->size <= ssd_high;
+      bool can_demote = demote_ok && !has_ssd_here && obj->size <= ssd_high &&
+                        n.ssd_failing_until_ms <= now;
       if (can_demote && n.ssd_used + obj->size > ssd_high) {
         // Make room on SSD first: its least recently used go, and this
         // block takes their place (an LRU across both tiers).

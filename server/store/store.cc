@@ -95,6 +95,23 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
     so.dir = options.ssd_dir;
     so.capacity_bytes = options.ssd_size != 0 ? options.ssd_size : (64ull << 30);
     auto ssd = SsdTier::Open(so);
+    if (!ssd.ok()) {
+      // What is there cannot be read: keep it for a post-mortem under
+      // another name and start this tier empty. Its blocks are lost to the
+      // cache, never served wrong.
+      std::string aside = absl::StrCat(options.ssd_dir, ".unreadable-", UnixMs());
+      std::error_code ec;
+      std::filesystem::rename(options.ssd_dir, aside, ec);
+      SHELF_LOG(ERROR) << "SSD TIER UNREADABLE: starting it empty"
+                       << Kv("dir", options.ssd_dir) << Kv("error", ssd.status().message())
+                       << Kv("moved_to", ec ? std::string("(not moved: ") + ec.message() + ")"
+                                            : aside);
+      if (!ec) {
+        ssd = SsdTier::Open(so);
+        // Same identity: the node id moves back into the fresh directory.
+        std::filesystem::copy_file(aside + "/NODE_ID", options.ssd_dir + "/NODE_ID", ec);
+      }
+    }
     if (ssd.ok()) {
       store->ssd_ = *std::move(ssd);
       SHELF_LOG(INFO) << "SSD tier open" << Kv("dir", options.ssd_dir)
