@@ -20,7 +20,8 @@ absl::Status ClientImpl::ReadReplica(const v1::Replica& replica, const std::stri
     return tcp_.ReadKey(store.data_address(), key, size, dst, deadline_ms);
   }
   if (options_.allow_shm && !store.shm_socket().empty() && store.host_id() == HostId()) {
-    absl::StatusOr<std::shared_ptr<ShmMapping>> map = shm_.Get(store.shm_socket());
+    absl::StatusOr<std::shared_ptr<ShmMapping>> map =
+        shm_.Get(store.shm_socket(), store.incarnation());
     if (map.ok() && (*map)->segment_id == replica.segment_id() &&
         replica.offset() <= (*map)->size && size <= (*map)->size - replica.offset()) {
       *transport = "shm";
@@ -41,14 +42,25 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst,
                                     uint64_t deadline_ms) {
   absl::Status last = absl::UnavailableError("the block has no reachable replica");
   bool mismatch = false;
-  for (int i = 0; i < loc.replicas_size(); ++i) {
+  const int n = loc.replicas_size();
+  for (int i = 0; i < n; ++i) {
     const v1::Replica& r = loc.replicas(i);
     if (i > 0) stats_.replica_failovers.fetch_add(1);
     const char* transport = "tcp";
-    absl::Status s = ReadReplica(r, loc.key(), dst, loc.size(), deadline_ms, &transport);
+    // A replica that takes the connection but never answers (a frozen
+    // store, a cut link the master has not noticed yet) must not eat the
+    // whole deadline: while others remain, this one gets an equal share of
+    // the time left.
+    uint64_t now = MonoMs();
+    if (now >= deadline_ms) {
+      last = absl::DeadlineExceededError("deadline passed before every replica was tried");
+      break;
+    }
+    uint64_t attempt_deadline = deadline_ms;
+    if (n - i > 1) attempt_deadline = now + (deadline_ms - now) / static_cast<uint64_t>(n - i);
+    absl::Status s = ReadReplica(r, loc.key(), dst, loc.size(), attempt_deadline, &transport);
     if (!s.ok()) {
       last = s;
-      if (s.code() == absl::StatusCode::kDeadlineExceeded) break;
       continue;
     }
     // The lease protects the range only until it ends: bytes read after

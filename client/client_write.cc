@@ -52,7 +52,8 @@ absl::Status ClientImpl::WriteReplica(const v1::Replica& replica, const v1::Writ
                                       const char* data, uint64_t size, uint64_t deadline_ms) {
   const v1::StoreEndpoint& store = replica.store();
   if (options_.allow_shm && !store.shm_socket().empty() && store.host_id() == HostId()) {
-    absl::StatusOr<std::shared_ptr<ShmMapping>> map = shm_.Get(store.shm_socket());
+    absl::StatusOr<std::shared_ptr<ShmMapping>> map =
+        shm_.Get(store.shm_socket(), store.incarnation());
     if (map.ok() && (*map)->segment_id == replica.segment_id() &&
         replica.offset() <= (*map)->size && size <= (*map)->size - replica.offset()) {
       std::memcpy((*map)->base + replica.offset(), data, size);

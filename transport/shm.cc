@@ -128,11 +128,16 @@ ShmMapping::~ShmMapping() {
   if (base != nullptr) munmap(base, size);
 }
 
-absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::string& socket_path) {
+absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::string& socket_path,
+                                                                uint64_t incarnation) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = maps_.find(socket_path);
-    if (it != maps_.end()) return it->second;
+    if (it != maps_.end()) {
+      if (incarnation == 0 || it->second->incarnation == incarnation) return it->second;
+      // The store restarted: this mapping is the dead one's memory.
+      maps_.erase(it);
+    }
   }
   struct sockaddr_un addr;
   if (absl::Status s = FillAddr(socket_path, &addr); !s.ok()) return s;
@@ -191,6 +196,7 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::strin
   auto mapping = std::make_shared<ShmMapping>();
   mapping->segment_id = absl::little_endian::Load32(reply + 4);
   mapping->size = absl::little_endian::Load64(reply + 8);
+  mapping->incarnation = incarnation;
   // A store (or whatever answers on its socket) claiming a larger segment
   // than its descriptor holds would leave the tail of the mapping unbacked:
   // a copy there is SIGBUS, not an error. Map only what is there.
@@ -209,7 +215,7 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::strin
   }
   mapping->base = static_cast<char*>(p);
   std::lock_guard<std::mutex> lock(mu_);
-  auto [it, inserted] = maps_.emplace(socket_path, mapping);
+  auto [it, inserted] = maps_.insert_or_assign(socket_path, mapping);
   return it->second;
 }
 

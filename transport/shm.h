@@ -56,6 +56,7 @@ struct ShmMapping {
   char* base = nullptr;
   uint64_t size = 0;
   uint32_t segment_id = 0;
+  uint64_t incarnation = 0;  // of the store it was made for (0: unknown)
   ~ShmMapping();
 };
 
@@ -63,8 +64,12 @@ class ShmAttachments {
  public:
   explicit ShmAttachments(std::string secret) : secret_(std::move(secret)) {}
   // Maps (once) the segment served at `socket_path`. UNAVAILABLE when the
-  // socket cannot be reached, UNAUTHENTICATED on a wrong secret.
-  absl::StatusOr<std::shared_ptr<ShmMapping>> Get(const std::string& socket_path);
+  // socket cannot be reached, UNAUTHENTICATED on a wrong secret. A cached
+  // mapping made for another non-zero `incarnation` of the store (it
+  // restarted: same socket path, new segment) is dropped and the segment
+  // attached again.
+  absl::StatusOr<std::shared_ptr<ShmMapping>> Get(const std::string& socket_path,
+                                                  uint64_t incarnation = 0);
   // Forgets a mapping (e.g. the store restarted with a new segment).
   void Forget(const std::string& socket_path);
 

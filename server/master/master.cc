@@ -248,6 +248,18 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   }
   std::vector<uint32_t> candidates = PlaceLocked(req.options(), client_host, req.size());
   if (candidates.empty()) {
+    // UNAVAILABLE is for "try again later": only when no store is up. A
+    // block no live store can ever hold is a permanent refusal.
+    uint64_t largest = 0;
+    for (const auto& n : nodes_) {
+      if (n->state != v1::NODE_LIVE || n->draining) continue;
+      for (const Segment& seg : n->segments) largest = std::max(largest, seg.alloc->capacity());
+    }
+    if (largest > 0 && largest < req.size()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("block of ", req.size(), " bytes is larger than every live store's DRAM "
+                       "segment (the largest holds ", largest, " bytes)"));
+    }
     return absl::UnavailableError("no live store accepts placements");
   }
   PendingPut put;

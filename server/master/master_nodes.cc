@@ -55,6 +55,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   }
   Node& n = *nodes_[idx];
   n.endpoint = ep;
+  n.endpoint.set_incarnation(req.incarnation());
   n.admin_address = req.admin_address();
   n.labels = std::map<std::string, std::string>(req.labels().begin(), req.labels().end());
   n.state = v1::NODE_LIVE;

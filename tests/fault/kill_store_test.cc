@@ -55,6 +55,7 @@ class MixedLoad {
   uint64_t gets_ok() const { return gets_ok_.load(); }
   uint64_t puts_ok() const { return puts_ok_.load(); }
   uint64_t puts_failed() const { return puts_failed_.load(); }
+  void set_after_kill() { after_kill_.store(true); }
 
  private:
   void Worker(int t, uint64_t until_ms) {
@@ -65,7 +66,10 @@ class MixedLoad {
     for (uint64_t i = 0; MonoMs() < until_ms && i < 100000; ++i) {
       // Bounded, so the survivors never need to evict (a miss must mean a
       // lost replica, not a full segment).
-      bool put = (rng() % 3 == 0 && puts_ok_.load() < kBlocksMax) || committed().empty();
+      // Half the blocks before the kill, so puts after it always remain
+      // to be done, however fast the first half went.
+      uint64_t cap = after_kill_.load() ? kBlocksMax : kBlocksMax / 2;
+      bool put = (rng() % 3 == 0 && puts_ok_.load() < cap) || committed().empty();
       if (put) {
         uint64_t seed = (static_cast<uint64_t>(t) << 32) | i;
         size_t size = 4096 + rng() % (128 << 10);
@@ -109,6 +113,7 @@ class MixedLoad {
   std::vector<Committed> committed_;
   std::vector<std::string> get_failures_;
   std::atomic<uint64_t> gets_ok_{0}, puts_ok_{0}, puts_failed_{0};
+  std::atomic<bool> after_kill_{false};
 };
 
 TEST(KillStoreTest, NoFailedGetForABlockWithASurvivingReplica) {
@@ -136,6 +141,7 @@ TEST(KillStoreTest, NoFailedGetForABlockWithASurvivingReplica) {
   size_t committed_at_kill = load.committed().size();
   (*cluster)->KillStore(0);
   uint64_t killed_at = MonoMs();
+  load.set_after_kill();
   runner.join();
 
   std::vector<std::string> failures = load.get_failures();
@@ -178,16 +184,13 @@ namespace {
 // killed and restarted (same --run-dir, so the same socket path) must
 // write the restarted store's segment, not the dead one's.
 //
-// DISABLED: fails today. ShmAttachments (transport/shm.h) caches mappings
-// by socket path and ClientImpl::WriteReplica / ReadReplica
-// (client/client_write.cc, client_read.cc) reuse the cached mapping while
-// its segment id and size match, which they always do after a restart (id
-// 0, same --dram-size). The put's bytes land in the dead store's memfd,
-// which the client's mapping keeps alive; the put commits, and every other
-// reader gets the restarted store's zeros: DATA_LOSS (checksum mismatch),
-// or wrong bytes for a reader with verify_checksums off. The writer itself
-// reads its own stale mapping and sees nothing wrong.
-TEST(KillStoreTest, DISABLED_SharedMemoryClientWritesTheRestartedStoreNotTheDeadOne) {
+// ShmAttachments (transport/shm.h) caches mappings by socket path; after a
+// restart the segment id and size match the dead store's (id 0, same
+// --dram-size), so only the store's incarnation, which the master hands
+// out with every replica, tells the mappings apart. Were the stale one
+// used, the put's bytes would land in the dead store's memfd and every
+// other reader would get DATA_LOSS (or wrong bytes without verification).
+TEST(KillStoreTest, SharedMemoryClientWritesTheRestartedStoreNotTheDeadOne) {
   LocalCluster::Options o;
   o.stores = 1;
   o.dram_bytes = 32ull << 20;

@@ -543,16 +543,11 @@ TEST_F(BadInputTest, EveryBadInputGetsItsAnswerAndChangesNothing) {
   EXPECT_TRUE(got == existing_);
 }
 
-// DISABLED: fails today. A block under --block-bytes-max but larger than
-// every store's segment answers UNAVAILABLE ("no live store accepts
-// placements") although every store is live: Master::PutStart
-// (server/master/master.cc) reports an empty PlaceLocked result, which also
-// drops stores too small for the block, as UNAVAILABLE. The client treats
-// UNAVAILABLE from the master as "master unreachable" and moves on to the
-// next master (ClientImpl::CallMaster), and callers retry a permanent error.
-// It should be RESOURCE_EXHAUSTED (or OUT_OF_RANGE) naming the largest
-// segment; UNAVAILABLE only when no store is live.
-TEST_F(BadInputTest, DISABLED_ABlockLargerThanEverySegmentIsResourceExhausted) {
+// A block under --block-bytes-max but larger than every store's segment is
+// a permanent refusal, RESOURCE_EXHAUSTED naming the largest segment: not
+// UNAVAILABLE, which the client reads as "master unreachable, try the next
+// one" and callers retry.
+TEST_F(BadInputTest, ABlockLargerThanEverySegmentIsResourceExhausted) {
   absl::StatusOr<fault::ClusterSnapshot> before = probe_->Snapshot();
   ASSERT_TRUE(before.ok());
   EXPECT_EQ(PutStartCode("too-big", 512ull << 20), "RESOURCE_EXHAUSTED");
