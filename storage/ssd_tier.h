@@ -3,14 +3,20 @@
 // size and its writer's XXH3-64 checksum, so a restarted store rebuilds its
 // inventory by scanning, and a corrupt entry is detected on read.
 //
-// Record layout (docs/storage.md):
-//   RocksDB key   = "b" || block key
-//   RocksDB value = magic u32 "SSD1" | version u8 | 3 zero bytes |
-//                   size u64 | checksum u64 | size bytes of block
-//   (little-endian; 24-byte header)
+// Record layout (docs/storage.md), two records per block, written in one
+// batch:
+//   "b" || block key -> header | size bytes of block   (a blob)
+//   "m" || block key -> header                          (index rebuild)
+//   header = magic u32 "SSD1" | version u8 | 3 zero bytes |
+//            size u64 | checksum u64   (little-endian; 24 bytes)
+//
+// Durability: writes skip RocksDB's log (the block would be written twice,
+// and CRC'd in software); Sync() flushes what was written so far into blob
+// and table files. What was not synced is absent after a crash, never half.
 //
 //   auto tier = SsdTier::Open({.dir = "/var/lib/shelf/ssd", .capacity_bytes = 1 << 40});
 //   tier->Put(key, data, size, checksum);
+//   tier->Sync();  // before telling anyone the block is on SSD
 //
 // Thread-safe.
 #ifndef SHELF_STORAGE_SSD_TIER_H_
@@ -30,6 +36,7 @@
 namespace rocksdb {
 class DB;
 class Env;
+struct WriteOptions;
 }  // namespace rocksdb
 
 namespace shelf {
@@ -40,7 +47,14 @@ class SsdTier {
     std::string dir;
     uint64_t capacity_bytes = 0;  // Put refuses beyond this (RESOURCE_EXHAUSTED)
     bool compression = false;     // KV tensors do not compress: off by default
-    bool sync = false;            // fsync each write (the WAL survives kill -9 anyway)
+    // Each write through RocksDB's log with fsync (durable at once, slow);
+    // by default writes are durable at Sync().
+    bool sync = false;
+    // O_DIRECT for reads and for the flushes that write blob files: a
+    // block read is one device read, and the page cache is not filled
+    // with bytes the DRAM tier already holds. Off where the file system
+    // has no O_DIRECT (tmpfs): Open probes and falls back.
+    bool direct_io = true;
     rocksdb::Env* env = nullptr;  // fault-injection seam for tests; null = default
   };
   struct Entry {
@@ -53,9 +67,14 @@ class SsdTier {
   static absl::StatusOr<std::unique_ptr<SsdTier>> Open(const Options& options);
   ~SsdTier();
 
-  // Stores a block atomically (fully present or absent after a crash).
-  // Verifies `checksum` against `data` first: DATA_LOSS if they differ.
+  // Stores a block atomically (fully present or absent after a crash;
+  // present for sure once Sync() returns OK). Verifies `checksum` against
+  // `data` first: DATA_LOSS if they differ.
   absl::Status Put(const std::string& key, const char* data, uint64_t size, uint64_t checksum);
+  // Makes every Put and Delete that returned before it durable. On failure
+  // the blocks put since the last Sync leave the index (not served, not in
+  // the inventory).
+  absl::Status Sync();
   // Reads and verifies a block. NOT_FOUND if absent; DATA_LOSS if corrupt
   // (the entry is then deleted and never served); UNAVAILABLE on I/O error.
   absl::Status Get(const std::string& key, std::string* out);
@@ -71,6 +90,7 @@ class SsdTier {
 
  private:
   SsdTier(const Options& options, rocksdb::DB* db);
+  rocksdb::WriteOptions WriteOpts() const;
 
   const Options options_;
   std::unique_ptr<rocksdb::DB> db_;
@@ -79,6 +99,7 @@ class SsdTier {
   // open, so sizes are known without reading values back.
   std::mutex mu_;
   std::unordered_map<std::string, std::pair<uint64_t, uint64_t>> index_;  // guarded by mu_
+  std::vector<std::string> unsynced_;  // guarded by mu_: put since the last Sync
 };
 
 }  // namespace shelf

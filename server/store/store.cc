@@ -345,6 +345,25 @@ absl::Status Store::Register() {
   return absl::OkStatus();
 }
 
+void Store::SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced) {
+  if (*unsynced == 0 || ssd_ == nullptr) return;
+  *unsynced = 0;
+  absl::Status s = ssd_->Sync();
+  // Fault injection for crash tests: after-write kills the store once its
+  // first demotions are durable, before the master hears of them.
+  static const char* kill_point = std::getenv("SHELF_FAULT_KILL_IN_DEMOTION");
+  if (kill_point != nullptr && std::strcmp(kill_point, "after-write") == 0) raise(SIGKILL);
+  if (s.ok()) return;
+  // Not durable: the master must keep the DRAM copies.
+  SHELF_LOG(ERROR) << "SSD tier sync failed; demotions reported as failed"
+                   << Kv("error", s.message());
+  for (v1::TierMoveResult& r : *run) {
+    if (!r.ok()) continue;
+    r.set_ok(false);
+    r.set_error(absl::StrCat("SSD tier sync: ", s.message()));
+  }
+}
+
 v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
   v1::TierMoveResult result;
   result.set_move_id(move.move_id());
@@ -362,12 +381,11 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
         // was corrupted in DRAM is reported, not copied.
         metrics::ScopedTimer timer(metrics_.ssd_write_seconds);
         // Fault injection for crash tests: SHELF_FAULT_KILL_IN_DEMOTION=
-        // before-write|after-write kills the store at that point of its
-        // first demotion (tests/fault). Unset in production.
+        // before-write kills the store before its first demotion writes
+        // (after-write: see SyncRun). Unset in production.
         static const char* kill_point = std::getenv("SHELF_FAULT_KILL_IN_DEMOTION");
         if (kill_point != nullptr && std::strcmp(kill_point, "before-write") == 0) raise(SIGKILL);
         s = ssd_->Put(move.key(), segment_->data() + move.offset(), move.size(), move.checksum());
-        if (kill_point != nullptr && std::strcmp(kill_point, "after-write") == 0) raise(SIGKILL);
         if (s.ok()) {
           metrics_.written_ssd_local.Inc(move.size());
           metrics_.demotions_ok.Inc();
@@ -474,15 +492,29 @@ void Store::MoverLoop() {
     moves_cv_.wait_for(lock, std::chrono::milliseconds(100), [this] {
       return !moves_.empty() || !promotions_.empty() || stopping_.load();
     });
+    // A run of moves is reported only once what it wrote to SSD is
+    // durable (SsdTier::Sync): the master frees a demoted block's DRAM
+    // range on the report, so the SSD copy must survive a crash by then.
+    // Runs are cut at kSyncBytes so reports keep flowing under load.
+    std::vector<v1::TierMoveResult> run;
+    uint64_t unsynced = 0;
     while (!moves_.empty() && !stopping_.load()) {
       v1::TierMove m = std::move(moves_.front());
       moves_.pop_front();
       moving_ = true;
       lock.unlock();
-      v1::TierMoveResult r = Execute(m);
+      run.push_back(Execute(m));
+      if (m.kind() == v1::TierMove::DEMOTE && run.back().ok()) unsynced += m.size();
+      bool last = false;
+      {
+        std::lock_guard<std::mutex> peek(mu_);
+        last = moves_.empty();
+      }
+      if (last || unsynced >= kSyncBytes) SyncRun(&run, &unsynced);
       lock.lock();
       moving_ = false;
-      results_.push_back(std::move(r));
+      for (v1::TierMoveResult& r : run) results_.push_back(std::move(r));
+      run.clear();
     }
     // Master orders first; promotions are best effort.
     if (moves_.empty() && !promotions_.empty() && registered_.load()) {

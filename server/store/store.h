@@ -106,6 +106,10 @@ class Store : public DataHandler {
   absl::Status Register();
   absl::Status HeartbeatOnce(bool* more_work);
   v1::TierMoveResult Execute(const v1::TierMove& move);
+  // Makes the SSD writes of `run` durable; on failure turns its successful
+  // demotions into failures. Resets `unsynced`.
+  void SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced);
+  static constexpr uint64_t kSyncBytes = 64ull << 20;
   // Applies a RECORD/FORGET notice to dram_records_.
   void NoteLocked(const v1::TierMove& notice);
   // Carries out queued tier moves off the heartbeat thread, so a long

@@ -68,8 +68,10 @@ void FillTier(SsdTier* tier, int* stored, absl::Status* full) {
   *full = absl::OkStatus();
   for (int i = 0; i < 64 && full->ok(); ++i) {
     std::string data = BlockBytes(kBytes, i);
+    // Each block made durable before the next, as the store's mover does.
     *full = tier->Put(absl::StrCat("k", i), data.data(), data.size(),
                       BlockChecksum(data.data(), data.size()));
+    if (full->ok()) *full = tier->Sync();
     if (full->ok()) ++*stored;
   }
 }

@@ -150,12 +150,15 @@ TEST(SsdTier, FailingWritesAreStatusesAndTheTierRecovers) {
     auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20, .env = env.get()});
     ASSERT_TRUE(tier.ok()) << tier.status();
     fault_fs->fail_writes.store(true);
+    // The write lands in memory; making it durable fails.
     absl::Status s = (*tier)->Put("a", a.data(), a.size(), BlockChecksum(a.data(), a.size()));
+    if (s.ok()) s = (*tier)->Sync();
     EXPECT_FALSE(s.ok());
     EXPECT_NE(s.message().find("SSD tier"), std::string::npos) << s;
     fault_fs->fail_writes.store(false);
     std::string got;
     EXPECT_NE((*tier)->Get("a", &got).code(), absl::StatusCode::kOk);
+    EXPECT_FALSE((*tier)->Contains("a"));
   }
   // After the fault clears, a reopened tier works and holds no half block.
   auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20, .env = env.get()});
@@ -166,6 +169,7 @@ TEST(SsdTier, FailingWritesAreStatusesAndTheTierRecovers) {
     EXPECT_EQ(BlockChecksum(got.data(), got.size()), e.checksum);
   }
   ASSERT_TRUE((*tier)->Put("b", a.data(), a.size(), BlockChecksum(a.data(), a.size())).ok());
+  ASSERT_TRUE((*tier)->Sync().ok());
   fs::remove_all(dir);
 }
 
