@@ -140,6 +140,11 @@ class ClientImpl final : public Client {
                                uint64_t deadline_ms, std::vector<absl::Status>* statuses);
 
   // ---- client_read.cc
+  // Transport negotiation: what the store advertises (an empty list, from a
+  // store older than the list, means TCP, plus shared memory when it names
+  // a socket) and what this client allows. Best shared: shm, then tcp.
+  static bool Offers(const v1::StoreEndpoint& store, v1::TransportKind kind);
+  bool UseShm(const v1::StoreEndpoint& store) const;
   // Reads one object from the best replica that answers with the right
   // bytes. `dst` holds at least loc.size() bytes.
   absl::Status ReadObject(const v1::ObjectLocation& loc, char* dst, uint64_t deadline_ms);

@@ -11,15 +11,32 @@
 
 namespace shelf {
 
+bool ClientImpl::Offers(const v1::StoreEndpoint& store, v1::TransportKind kind) {
+  if (store.transports_size() == 0) {
+    return kind == v1::TRANSPORT_TCP || (kind == v1::TRANSPORT_SHM && !store.shm_socket().empty());
+  }
+  for (int t : store.transports()) {
+    if (t == kind) return true;
+  }
+  return false;
+}
+
+bool ClientImpl::UseShm(const v1::StoreEndpoint& store) const {
+  return options_.allow_shm && Offers(store, v1::TRANSPORT_SHM) && !store.shm_socket().empty() &&
+         store.host_id() == HostId();
+}
+
 absl::Status ClientImpl::ReadReplica(const v1::Replica& replica, const std::string& key, char* dst,
                                      uint64_t size, uint64_t deadline_ms, const char** transport) {
   const v1::StoreEndpoint& store = replica.store();
   if (replica.tier() == v1::TIER_SSD) {
     *transport = "tcp";
-    if (!options_.allow_tcp) return absl::UnavailableError("SSD reads need the tcp transport");
+    if (!options_.allow_tcp || !Offers(store, v1::TRANSPORT_TCP)) {
+      return absl::UnavailableError("SSD reads need the tcp transport, on both ends");
+    }
     return tcp_.ReadKey(store.data_address(), key, size, dst, deadline_ms);
   }
-  if (options_.allow_shm && !store.shm_socket().empty() && store.host_id() == HostId()) {
+  if (UseShm(store)) {
     absl::StatusOr<std::shared_ptr<ShmMapping>> map =
         shm_.Get(store.shm_socket(), store.incarnation());
     if (map.ok() && (*map)->segment_id == replica.segment_id() &&
@@ -31,7 +48,7 @@ absl::Status ClientImpl::ReadReplica(const v1::Replica& replica, const std::stri
     shm_.Forget(store.shm_socket());
   }
   *transport = "tcp";
-  if (!options_.allow_tcp) {
+  if (!options_.allow_tcp || !Offers(store, v1::TRANSPORT_TCP)) {
     return absl::UnavailableError("no shared transport with store " + store.data_address());
   }
   return tcp_.Read(store.data_address(), replica.segment_id(), replica.offset(), size, dst,

@@ -51,7 +51,7 @@ v1::PutStartRequest ClientImpl::MakePutStart(const std::string& key, const void*
 absl::Status ClientImpl::WriteReplica(const v1::Replica& replica, const v1::WriteGrant& grant,
                                       const char* data, uint64_t size, uint64_t deadline_ms) {
   const v1::StoreEndpoint& store = replica.store();
-  if (options_.allow_shm && !store.shm_socket().empty() && store.host_id() == HostId()) {
+  if (UseShm(store)) {
     absl::StatusOr<std::shared_ptr<ShmMapping>> map =
         shm_.Get(store.shm_socket(), store.incarnation());
     if (map.ok() && (*map)->segment_id == replica.segment_id() &&
@@ -63,7 +63,7 @@ absl::Status ClientImpl::WriteReplica(const v1::Replica& replica, const v1::Writ
     // Fall through to TCP: the socket may belong to a restarted store.
     shm_.Forget(store.shm_socket());
   }
-  if (!options_.allow_tcp) {
+  if (!options_.allow_tcp || !Offers(store, v1::TRANSPORT_TCP)) {
     return absl::UnavailableError("no shared transport with store " + store.data_address());
   }
   wire::Grant g;

@@ -1,0 +1,122 @@
+// A mixed fleet: one store that offers only TCP (--shm=false) next to one
+// that also offers shared memory, all on this host. Clients use the best
+// transport both ends share (shm, then tcp) per store, and a client that
+// shares no transport with a store gets a clear error for that replica and
+// is served by the other.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "shelf/client.h"
+#include "tools/local_cluster.h"
+
+namespace shelf {
+namespace {
+
+std::string Bytes(size_t n, uint64_t seed) {
+  std::string s(n, '\0');
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    s[i] = static_cast<char>(x);
+  }
+  return s;
+}
+
+class MixedFleetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LocalCluster::Options o;
+    o.stores = 0;
+    o.dram_bytes = 64ull << 20;
+    o.bin_dir = SHELF_BIN_DIR;
+    auto cluster = LocalCluster::Start(o);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    auto tcp_only = cluster_->AddStore({"--shm=false"});
+    ASSERT_TRUE(tcp_only.ok()) << tcp_only.status();
+    auto both = cluster_->AddStore({});
+    ASSERT_TRUE(both.ok()) << both.status();
+  }
+
+  std::unique_ptr<Client> Open(bool allow_tcp, bool allow_shm) {
+    ClientOptions co;
+    co.masters = {cluster_->master_address()};
+    co.allow_tcp = allow_tcp;
+    co.allow_shm = allow_shm;
+    std::unique_ptr<Client> client;
+    Status s = Client::Open(co, &client);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return client;
+  }
+
+  std::unique_ptr<LocalCluster> cluster_;
+};
+
+TEST_F(MixedFleetTest, EachStoreIsReachedOverTheBestTransportBothEndsShare) {
+  std::unique_ptr<Client> client = Open(true, true);
+  ASSERT_NE(client, nullptr);
+  constexpr int kBlocks = 32;
+  constexpr size_t kBytes = 256 << 10;
+  PutOptions po;
+  po.replicas = 2;  // one replica on each store
+  for (int i = 0; i < kBlocks; ++i) {
+    std::string data = Bytes(kBytes, i);
+    ASSERT_TRUE(client->Put(absl::StrCat("mixed-", i), data.data(), data.size(), po).ok()) << i;
+  }
+  for (int i = 0; i < kBlocks; ++i) {
+    std::string got;
+    ASSERT_TRUE(client->Get(absl::StrCat("mixed-", i), &got).ok()) << i;
+    EXPECT_TRUE(got == Bytes(kBytes, i)) << i;
+  }
+  // Both replicas are local; the master lists them in its order, and the
+  // client takes shared memory where the store offers it.
+  ClientStats st = client->stats();
+  EXPECT_EQ(st.bytes_loaded, kBlocks * kBytes);
+  EXPECT_GT(st.bytes_loaded_shm + st.bytes_loaded_tcp, 0u);
+
+  // Single-replica blocks, spread by placement over both stores.
+  std::unique_ptr<Client> tcp_client = Open(true, false);
+  std::unique_ptr<Client> shm_client = Open(false, true);
+  ASSERT_NE(tcp_client, nullptr);
+  ASSERT_NE(shm_client, nullptr);
+  PutOptions one;
+  one.replicas = 1;
+  int via_tcp_store = 0, via_shm_store = 0;
+  for (int i = 0; i < kBlocks; ++i) {
+    std::string key = absl::StrCat("single-", i);
+    std::string data = Bytes(kBytes, 1000 + i);
+    ASSERT_TRUE(tcp_client->Put(key, data.data(), data.size(), one).ok()) << i;
+    // Any client that shares a transport with the store holding it reads it.
+    std::string got;
+    ASSERT_TRUE(tcp_client->Get(key, &got).ok()) << i;
+    EXPECT_TRUE(got == data);
+    got.clear();
+    Status s = shm_client->Get(key, &got);
+    if (s.ok()) {
+      EXPECT_TRUE(got == data);
+      ++via_shm_store;
+    } else {
+      // The block sits on the TCP-only store: a shm-only client shares no
+      // transport with it, and says so.
+      EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+      EXPECT_NE(s.message().find("no shared transport"), std::string::npos) << s.ToString();
+      ++via_tcp_store;
+    }
+  }
+  // Placement spreads single-replica blocks over both stores.
+  EXPECT_GT(via_tcp_store, 0);
+  EXPECT_GT(via_shm_store, 0);
+  EXPECT_EQ(shm_client->stats().bytes_loaded_tcp, 0u);
+  EXPECT_EQ(tcp_client->stats().bytes_loaded_shm, 0u);
+  EXPECT_EQ(shm_client->stats().bytes_loaded_shm, static_cast<uint64_t>(via_shm_store) * kBytes);
+  std::printf("mixed fleet: %d single-replica blocks on the tcp-only store, %d on the shm store\n",
+              via_tcp_store, via_shm_store);
+}
+
+}  // namespace
+}  // namespace shelf
