@@ -10,22 +10,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "shelf/client.h"
+#include "tests/fault/fault_util.h"
 #include "tools/local_cluster.h"
 
 namespace shelf {
 namespace {
 
-std::string Bytes(size_t n, uint64_t seed) {
-  std::string s(n, '\0');
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    s[i] = static_cast<char>(x);
-  }
-  return s;
-}
+using fault::BlockBytes;
 
 class MixedFleetTest : public ::testing::Test {
  protected:
@@ -65,13 +56,13 @@ TEST_F(MixedFleetTest, EachStoreIsReachedOverTheBestTransportBothEndsShare) {
   PutOptions po;
   po.replicas = 2;  // one replica on each store
   for (int i = 0; i < kBlocks; ++i) {
-    std::string data = Bytes(kBytes, i);
+    std::string data = BlockBytes(kBytes, i);
     ASSERT_TRUE(client->Put(absl::StrCat("mixed-", i), data.data(), data.size(), po).ok()) << i;
   }
   for (int i = 0; i < kBlocks; ++i) {
     std::string got;
     ASSERT_TRUE(client->Get(absl::StrCat("mixed-", i), &got).ok()) << i;
-    EXPECT_TRUE(got == Bytes(kBytes, i)) << i;
+    EXPECT_TRUE(got == BlockBytes(kBytes, i)) << i;
   }
   // Both replicas are local; the master lists them in its order, and the
   // client takes shared memory where the store offers it.
@@ -89,7 +80,7 @@ TEST_F(MixedFleetTest, EachStoreIsReachedOverTheBestTransportBothEndsShare) {
   int via_tcp_store = 0, via_shm_store = 0;
   for (int i = 0; i < kBlocks; ++i) {
     std::string key = absl::StrCat("single-", i);
-    std::string data = Bytes(kBytes, 1000 + i);
+    std::string data = BlockBytes(kBytes, 1000 + i);
     ASSERT_TRUE(tcp_client->Put(key, data.data(), data.size(), one).ok()) << i;
     // Any client that shares a transport with the store holding it reads it.
     std::string got;
