@@ -1,12 +1,11 @@
 #include "storage/ssd_tier.h"
 
+#include <fcntl.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
-
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdarg>
@@ -93,8 +92,8 @@ bool DirectIoWorks(const std::string& dir) {
   if (fd >= 0) close(fd);
   unlink(probe.c_str());
   if (fd < 0) {
-    SHELF_LOG(INFO) << "SSD tier without O_DIRECT: the file system refuses it"
-                    << Kv("dir", dir) << Kv("error", std::strerror(err));
+    SHELF_LOG(INFO) << "SSD tier without O_DIRECT: the file system refuses it" << Kv("dir", dir)
+                    << Kv("error", std::strerror(err));
   }
   return fd >= 0;
 }
@@ -183,8 +182,8 @@ absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t siz
   }
   if (options_.capacity_bytes != 0 && !Contains(key) &&
       used_.load() + size > options_.capacity_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "SSD tier full: ", used_.load(), " + ", size, " > ", options_.capacity_bytes, " bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat("SSD tier full: ", used_.load(), " + ", size,
+                                                     " > ", options_.capacity_bytes, " bytes"));
   }
   char header[kRecordHeader];
   EncodeHeader(size, checksum, header);
@@ -194,7 +193,8 @@ absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t siz
   rocksdb::Slice value_parts[2] = {rocksdb::Slice(header, kRecordHeader),
                                    rocksdb::Slice(data, size)};
   rocksdb::WriteBatch batch;
-  rocksdb::Status s = batch.Put(rocksdb::SliceParts(&key_part, 1), rocksdb::SliceParts(value_parts, 2));
+  rocksdb::Status s =
+      batch.Put(rocksdb::SliceParts(&key_part, 1), rocksdb::SliceParts(value_parts, 2));
   if (s.ok()) s = batch.Put(meta_key, rocksdb::Slice(header, kRecordHeader));
   if (s.ok()) s = db_->Write(WriteOpts(), &batch);
   if (!s.ok()) return FromRocks(s, "write");
@@ -222,9 +222,9 @@ absl::Status SsdTier::Get(const std::string& key, std::string* out) {
   rocksdb::Status s = db_->Get(ro, db_->DefaultColumnFamily(), DbKey(key), &v);
   if (s.IsNotFound()) return absl::NotFoundError("not on the SSD tier");
   uint64_t size = 0, checksum = 0;
-  bool corrupt = s.IsCorruption() ||
-                 (s.ok() && (!ParseHeader(v, &size, &checksum) ||
-                             BlockChecksum(v.data() + kRecordHeader, size) != checksum));
+  bool corrupt =
+      s.IsCorruption() || (s.ok() && (!ParseHeader(v, &size, &checksum) ||
+                                      BlockChecksum(v.data() + kRecordHeader, size) != checksum));
   if (corrupt) {
     SHELF_LOG(ERROR) << "corrupt SSD entry dropped" << Kv("dir", options_.dir)
                      << Kv("detail", s.ok() ? "checksum mismatch" : s.ToString());

@@ -3,8 +3,8 @@
 #include <errno.h>
 #include <poll.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -59,8 +59,8 @@ absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::Start(const std::string& s
   return server;
 }
 
-ShmServer::ShmServer(std::string path, int listen_fd, int memfd, uint32_t segment_id,
-                     uint64_t size, std::string secret)
+ShmServer::ShmServer(std::string path, int listen_fd, int memfd, uint32_t segment_id, uint64_t size,
+                     std::string secret)
     : path_(std::move(path)),
       listen_fd_(listen_fd),
       memfd_(memfd),
@@ -100,7 +100,8 @@ void ShmServer::ServeOne(int fd) {
   if (!ReadFull(fd, mac.data(), mac.size()).ok()) return;
   bool ok = secret_.empty() || ConstantTimeEqual(mac, ShmMac(secret_, nonce));
   char reply[16];
-  absl::little_endian::Store32(reply, ok ? 0 : static_cast<uint32_t>(absl::StatusCode::kUnauthenticated));
+  absl::little_endian::Store32(reply,
+                               ok ? 0 : static_cast<uint32_t>(absl::StatusCode::kUnauthenticated));
   absl::little_endian::Store32(reply + 4, segment_id_);
   absl::little_endian::Store64(reply + 8, ok ? size_ : 0);
   struct iovec iov = {reply, sizeof(reply)};
@@ -205,8 +206,8 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::strin
       mapping->size > static_cast<uint64_t>(st.st_size)) {
     uint64_t have = st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
     close(memfd);
-    return absl::DataLossError(absl::StrCat("store segment claims ", mapping->size,
-                                            " bytes over a descriptor of ", have));
+    return absl::DataLossError(
+        absl::StrCat("store segment claims ", mapping->size, " bytes over a descriptor of ", have));
   }
   void* p = mmap(nullptr, mapping->size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
   close(memfd);

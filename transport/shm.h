@@ -29,9 +29,9 @@ class ShmServer {
  public:
   // Serves `memfd` (of `size` bytes, segment `segment_id`) on `socket_path`
   // (created; an existing stale socket is replaced).
-  static absl::StatusOr<std::unique_ptr<ShmServer>> Start(const std::string& socket_path,
-                                                          int memfd, uint32_t segment_id,
-                                                          uint64_t size, std::string secret);
+  static absl::StatusOr<std::unique_ptr<ShmServer>> Start(const std::string& socket_path, int memfd,
+                                                          uint32_t segment_id, uint64_t size,
+                                                          std::string secret);
   ~ShmServer();
   const std::string& path() const { return path_; }
 

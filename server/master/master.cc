@@ -21,36 +21,35 @@ Master::Master(MasterOptions options, metrics::Registry* registry)
       start_ms_(MonoMs()),
       metrics_(registry != nullptr ? *registry : DefaultRegistry()) {
   metrics::Registry& r = registry != nullptr ? *registry : DefaultRegistry();
-  gauges_.push_back(r.AddCallbackGauge("shelf_master_objects", "Committed objects in the index",
-                                       [this] {
-                                         absl::ReaderMutexLock lock(&mu_);
-                                         return static_cast<double>(ObjectCountLocked());
-                                       }));
-  gauges_.push_back(r.AddCallbackGauge("shelf_master_puts_in_flight", "Puts started, not committed",
-                                       [this] {
-                                         absl::MutexLock lock(&mu_);
-                                         return static_cast<double>(puts_.size());
-                                       }));
+  gauges_.push_back(
+      r.AddCallbackGauge("shelf_master_objects", "Committed objects in the index", [this] {
+        absl::ReaderMutexLock lock(&mu_);
+        return static_cast<double>(ObjectCountLocked());
+      }));
+  gauges_.push_back(
+      r.AddCallbackGauge("shelf_master_puts_in_flight", "Puts started, not committed", [this] {
+        absl::MutexLock lock(&mu_);
+        return static_cast<double>(puts_.size());
+      }));
   gauges_.push_back(r.AddCallbackGauge("shelf_master_is_leader", "1 when this master leads",
                                        [this] { return is_leader() ? 1.0 : 0.0; }));
   gauges_.push_back(r.AddCallbackGauge("shelf_master_term", "Leader term",
                                        [this] { return static_cast<double>(term()); }));
-  gauges_.push_back(r.AddCallbackGauge(
-      "shelf_master_nodes", "Stores by state", {"state"}, [this] {
-        absl::MutexLock lock(&mu_);
-        double live = 0, draining = 0, dead = 0;
-        for (const auto& n : nodes_) {
-          if (n->state == v1::NODE_DEAD) {
-            ++dead;
-          } else if (n->draining) {
-            ++draining;
-          } else {
-            ++live;
-          }
-        }
-        return std::vector<metrics::GaugeSample>{
-            {{"live"}, live}, {{"draining"}, draining}, {{"dead"}, dead}};
-      }));
+  gauges_.push_back(r.AddCallbackGauge("shelf_master_nodes", "Stores by state", {"state"}, [this] {
+    absl::MutexLock lock(&mu_);
+    double live = 0, draining = 0, dead = 0;
+    for (const auto& n : nodes_) {
+      if (n->state == v1::NODE_DEAD) {
+        ++dead;
+      } else if (n->draining) {
+        ++draining;
+      } else {
+        ++live;
+      }
+    }
+    return std::vector<metrics::GaugeSample>{
+        {{"live"}, live}, {{"draining"}, draining}, {{"dead"}, dead}};
+  }));
   auto per_node = [this](bool used) {
     absl::MutexLock lock(&mu_);
     std::vector<metrics::GaugeSample> out;
@@ -192,9 +191,8 @@ void Master::FillReplica(const Replica& r, uint64_t size, v1::Replica* out) {
   out->set_length(size);
 }
 
-void Master::FillLocation(const Object& obj, const std::string& key,
-                          const std::string& client_host, bool lease,
-                          v1::ObjectLocation* out) {
+void Master::FillLocation(const Object& obj, const std::string& key, const std::string& client_host,
+                          bool lease, v1::ObjectLocation* out) {
   out->set_key(key);
   out->set_found(true);
   out->set_size(obj.size);
@@ -221,9 +219,8 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   if (absl::Status s = ValidateKey(req.key()); !s.ok()) return s;
   if (req.size() == 0) return absl::InvalidArgumentError("block size is 0");
   if (req.size() > options_.block_bytes_max) {
-    return absl::InvalidArgumentError(absl::StrCat("block of ", req.size(),
-                                                   " bytes exceeds --block-bytes-max ",
-                                                   options_.block_bytes_max));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block of ", req.size(), " bytes exceeds --block-bytes-max ", options_.block_bytes_max));
   }
   if (req.parent_key().size() > kKeyBytesMax) {
     return absl::InvalidArgumentError("parent key exceeds 256 bytes");
@@ -257,8 +254,10 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     }
     if (largest > 0 && largest < req.size()) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("block of ", req.size(), " bytes is larger than every live store's DRAM "
-                       "segment (the largest holds ", largest, " bytes)"));
+          absl::StrCat("block of ", req.size(),
+                       " bytes is larger than every live store's DRAM "
+                       "segment (the largest holds ",
+                       largest, " bytes)"));
     }
     return absl::UnavailableError("no live store accepts placements");
   }
@@ -300,12 +299,13 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     std::pair<uint64_t*, uint64_t> progress(&frees_, frees_);
     SHELF_SYNC_POINT("Master::PutStart:WaitForRoom");
     mu_.AwaitWithTimeout(
-        absl::Condition(+[](std::pair<uint64_t*, uint64_t>* p) { return *p->first != p->second; },
-                        &progress),
+        absl::Condition(
+            +[](std::pair<uint64_t*, uint64_t>* p) { return *p->first != p->second; }, &progress),
         absl::Milliseconds(wait_until - t));
     now = MonoMs();
     if (FindLocked(req.key()) != nullptr || put_by_key_.contains(req.key())) {
-      resp->set_state(FindLocked(req.key()) != nullptr ? v1::PUT_ALREADY_EXISTS : v1::PUT_IN_FLIGHT);
+      resp->set_state(FindLocked(req.key()) != nullptr ? v1::PUT_ALREADY_EXISTS
+                                                       : v1::PUT_IN_FLIGHT);
       return absl::OkStatus();
     }
   }
@@ -465,16 +465,14 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
     if (found[i] == nullptr) {
       loc->set_key(req.keys(i));
     } else {
-      FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), !req.no_lease(), loc,
-                      &counts);
+      FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), !req.no_lease(), loc, &counts);
     }
   }
   counts.AddTo(metrics_);
   return absl::OkStatus();
 }
 
-absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req,
-                                 v1::MatchPrefixResponse* resp) {
+absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPrefixResponse* resp) {
   if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
     return absl::InvalidArgumentError(
         absl::StrCat("a prefix match takes 1..", kBatchKeysMax, " keys, got ", req.keys_size()));

@@ -69,10 +69,10 @@ struct MasterOptions {
   double ssd_evict_high = 0.98;          // the SSD tier's own watermarks
   double ssd_evict_low = 0.95;
   uint64_t block_bytes_max = 1ull << 30;
-  uint64_t alignment = 4096;             // every DRAM range starts aligned
-  uint64_t hard_pin_bytes_max = 0;       // per node; 0 = 10% of its DRAM
-  uint64_t demote_wait_ms = 2000;        // PutStart waits this long for demotions to free room
-  std::string grant_key;                 // HMAC key for write grants; random if empty
+  uint64_t alignment = 4096;        // every DRAM range starts aligned
+  uint64_t hard_pin_bytes_max = 0;  // per node; 0 = 10% of its DRAM
+  uint64_t demote_wait_ms = 2000;   // PutStart waits this long for demotions to free room
+  std::string grant_key;            // HMAC key for write grants; random if empty
 };
 
 class Master {
@@ -158,13 +158,13 @@ class Master {
   struct Node;
   struct Object;
   struct Replica {
-    uint32_t node = 0;            // index into nodes_
+    uint32_t node = 0;  // index into nodes_
     uint32_t segment = 0;
     uint64_t offset = 0;
     std::list<Object*>::iterator lru;  // position in its node's tier list
     v1::Tier tier = v1::TIER_DRAM;
-    bool demoting = false;        // a DEMOTE order is out for this replica
-    bool referenced = false;      // read since eviction last passed it (CLOCK)
+    bool demoting = false;    // a DEMOTE order is out for this replica
+    bool referenced = false;  // read since eviction last passed it (CLOCK)
   };
   // A key stored in the index: up to 24 bytes inline (content keys are 17,
   // docs/keys.md), longer ones on the heap.
@@ -187,15 +187,17 @@ class Master {
     static absl::string_view V(absl::string_view k) { return k; }
     static absl::string_view V(const ObjectKey& k) { return k.view(); }
     template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const { return V(a) == V(b); }
+    bool operator()(const A& a, const B& b) const {
+      return V(a) == V(b);
+    }
   };
   struct Object {
     const ObjectKey* key = nullptr;  // points into its shard's map
     uint64_t size = 0;
     uint64_t checksum = 0;
-    uint64_t lease_until_ms = 0;       // MonoMs
-    uint64_t last_access_ms = 0;       // MonoMs
-    uint64_t pin_until_ms = 0;         // soft pin: MonoMs, UINT64_MAX = until unpinned
+    uint64_t lease_until_ms = 0;  // MonoMs
+    uint64_t last_access_ms = 0;  // MonoMs
+    uint64_t pin_until_ms = 0;    // soft pin: MonoMs, UINT64_MAX = until unpinned
     bool hard_pin = false;
     // Out of line: most blocks carry none, and an empty std::string costs
     // 32 bytes in every object.
@@ -207,7 +209,7 @@ class Master {
   struct Segment {
     uint32_t id = 0;
     std::unique_ptr<RangeAllocator> alloc;
-    std::list<Object*> lru;  // front = least recently used
+    std::list<Object*> lru;       // front = least recently used
     uint64_t demoting_bytes = 0;  // allocated bytes whose demotion is ordered
     // Used bytes that eviction still has to act on.
     uint64_t settled_used() const { return alloc->used() - demoting_bytes; }
@@ -222,7 +224,7 @@ class Master {
     uint64_t last_heartbeat_ms = 0;
     std::vector<Segment> segments;
     uint64_t ssd_capacity = 0;
-    uint64_t ssd_used = 0;            // as the master accounts it
+    uint64_t ssd_used = 0;              // as the master accounts it
     uint64_t ssd_failing_until_ms = 0;  // MonoMs; no demotions before (a demotion failed)
     std::list<Object*> ssd_lru;
     uint64_t hard_pinned_bytes = 0;
@@ -272,8 +274,7 @@ class Master {
   // flight, so the object may be changed after the shard is released).
   Object* FindLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inserts `key` (when absent); returns the object and whether it is new.
-  std::pair<Object*, bool> EmplaceLocked(const std::string& key)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::pair<Object*, bool> EmplaceLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseIndexLocked(Object* obj) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t ObjectCountLocked() ABSL_SHARED_LOCKS_REQUIRED(mu_);
   struct LookupCounts {
@@ -290,8 +291,8 @@ class Master {
                        LookupCounts* counts) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static constexpr int kPrefetchAhead = 6;
   // Starts loading the table slot of `key` (no shard lock: see the body).
-  void PrefetchSlot(const std::string& key) ABSL_SHARED_LOCKS_REQUIRED(mu_)
-      ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  void PrefetchSlot(const std::string& key)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // Fills `out` from a found object. Reads only what changes under mu_
   // held exclusively, so no shard lock.
   void FillFoundLocked(const Object& obj, const std::string& key, const std::string& client_host,
@@ -332,8 +333,7 @@ class Master {
   void EvictSsdLocked(uint32_t node, uint64_t target_used, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EvictableLocked(const Object& obj, uint64_t now, bool allow_soft_pinned,
-                       bool for_demotion) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                       bool for_demotion) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& result, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint64_t now)
@@ -358,7 +358,7 @@ class Master {
   std::vector<DeferredFree> deferred_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, PendingPromote> promotes_ ABSL_GUARDED_BY(mu_);
   uint64_t next_put_id_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t frees_ ABSL_GUARDED_BY(mu_) = 0;             // ranges freed so far
+  uint64_t frees_ ABSL_GUARDED_BY(mu_) = 0;              // ranges freed so far
   uint64_t demotions_pending_ ABSL_GUARDED_BY(mu_) = 0;  // DEMOTE orders not yet answered
   uint64_t next_move_id_ ABSL_GUARDED_BY(mu_) = 1;
   MasterMetrics metrics_;

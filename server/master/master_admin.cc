@@ -44,9 +44,9 @@ absl::Status Master::CheckLeaderLocked(bool write) {
         "NOT_LEADER: this master's leader lease lapsed; it serves nothing until re-elected");
   }
   if (!leader_) {
-    return absl::UnavailableError(absl::StrCat(
-        "NOT_LEADER: this master is a standby",
-        leader_hint_.empty() ? "" : absl::StrCat("; the leader is ", leader_hint_)));
+    return absl::UnavailableError(
+        absl::StrCat("NOT_LEADER: this master is a standby",
+                     leader_hint_.empty() ? "" : absl::StrCat("; the leader is ", leader_hint_)));
   }
   if (write && recovering_) {
     return absl::UnavailableError(
@@ -195,7 +195,8 @@ absl::Status Master::Drain(const v1::DrainRequest& req, v1::DrainResponse* resp)
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   int idx = FindNodeLocked(req.node());
   if (idx < 0) {
-    return absl::NotFoundError(absl::StrCat("no node '", req.node(), "' (use a node id or address "
+    return absl::NotFoundError(absl::StrCat("no node '", req.node(),
+                                            "' (use a node id or address "
                                             "from 'shelfctl nodes')"));
   }
   nodes_[idx]->draining = !req.undrain();
@@ -261,9 +262,9 @@ absl::Status Master::Pin(const v1::PinRequest& req) {
       for (const Segment& s : n.segments) dram += s.alloc->capacity();
       uint64_t cap = options_.hard_pin_bytes_max != 0 ? options_.hard_pin_bytes_max : dram / 10;
       if (n.hard_pinned_bytes + obj->size > cap) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "hard pins on node ", n.endpoint.node_id(), " would exceed ", cap,
-            " bytes (--hard-pin-max); use a soft pin"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("hard pins on node ", n.endpoint.node_id(), " would exceed ", cap,
+                         " bytes (--hard-pin-max); use a soft pin"));
       }
     }
     account(true);

@@ -16,9 +16,9 @@ namespace shelf {
 absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
                                    v1::RegisterStoreResponse* resp) {
   if (req.protocol_version() != kProtocolVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "store speaks protocol ", req.protocol_version(), "; this master speaks ",
-        kProtocolVersion));
+    return absl::FailedPreconditionError(absl::StrCat("store speaks protocol ",
+                                                      req.protocol_version(),
+                                                      "; this master speaks ", kProtocolVersion));
   }
   const v1::StoreEndpoint& ep = req.endpoint();
   if (ep.node_id().empty() || ep.node_id().size() > 128) {
@@ -214,9 +214,9 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
     // Long poll: hold the call until orders arrive (or the wait ends), so
     // a demotion starts as soon as it is ordered.
     uint64_t wait_ms = std::min<uint64_t>(req.wait_for_orders_ms(), options_.node_ttl_ms / 2);
-    mu_.AwaitWithTimeout(
-        absl::Condition(+[](Node* node) { return !node->outbox.empty(); }, &n),
-        absl::Milliseconds(wait_ms));
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](Node* node) { return !node->outbox.empty(); }, &n),
+                         absl::Milliseconds(wait_ms));
     if (n.state == v1::NODE_DEAD || n.incarnation != req.incarnation()) {
       resp->set_reregister(true);
       return absl::OkStatus();
@@ -229,8 +229,7 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
   return absl::OkStatus();
 }
 
-void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& result,
-                                   uint64_t now) {
+void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& result, uint64_t now) {
   Object* obj = FindLocked(result.key());
   Node& n = *nodes_[node];
   if (obj == nullptr) {
@@ -411,8 +410,8 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
       if (!EvictableLocked(*obj, now, pass == 2, demote_ok)) continue;
       uint64_t aligned = seg->alloc->RoundUp(obj->size);
       uint64_t ssd_high = static_cast<uint64_t>(options_.ssd_evict_high * n.ssd_capacity);
-      bool can_demote = demote_ok && !has_ssd_here && obj->size <= ssd_high &&
-                        n.ssd_failing_until_ms <= now;
+      bool can_demote =
+          demote_ok && !has_ssd_here && obj->size <= ssd_high && n.ssd_failing_until_ms <= now;
       if (can_demote && n.ssd_used + obj->size > ssd_high) {
         // Make room on SSD first: its least recently used go, and this
         // block takes their place (an LRU across both tiers).
@@ -466,7 +465,8 @@ absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse*
   }
   uint32_t node = it->second;
   Object* obj = FindLocked(req.key());
-  if (obj == nullptr || obj->size != req.size() || obj->checksum != req.checksum()) return absl::OkStatus();
+  if (obj == nullptr || obj->size != req.size() || obj->checksum != req.checksum())
+    return absl::OkStatus();
   bool ssd_here = false;
   for (const Replica& r : obj->replicas) {
     if (r.node != node) continue;
@@ -483,9 +483,9 @@ absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse*
   absl::StatusOr<Replica> r = AllocateOnNodeLocked(node, req.size(), now, /*allow_drop=*/false);
   if (!r.ok()) return r.status();
   uint64_t id = next_put_id_++;
-  promotes_[id] = PendingPromote{req.key(), node,       n.incarnation, r->segment,
-                                 r->offset, req.size(), req.checksum(),
-                                 now + options_.put_timeout_ms};
+  promotes_[id] =
+      PendingPromote{req.key(), node,       n.incarnation,  r->segment,
+                     r->offset, req.size(), req.checksum(), now + options_.put_timeout_ms};
   resp->set_promote_id(id);
   resp->set_segment_id(n.segments[r->segment].id);
   resp->set_offset(r->offset);
@@ -536,8 +536,8 @@ void Master::Tick() {
     for (const std::string& id : expected_nodes_) reported += node_by_id_.contains(id);
     if (reported == expected_nodes_.size() || now >= recovery_deadline_ms_) {
       recovering_ = false;
-      SHELF_LOG(INFO) << "recovery done" << Kv("term", term_)
-                      << Kv("reported", reported) << Kv("expected", expected_nodes_.size())
+      SHELF_LOG(INFO) << "recovery done" << Kv("term", term_) << Kv("reported", reported)
+                      << Kv("expected", expected_nodes_.size())
                       << Kv("objects", ObjectCountLocked());
     }
   }
@@ -634,8 +634,7 @@ void Master::CheckInvariants() {
       for (const Replica& r : obj.replicas) {
         if (r.node >= nodes_.size() || *r.lru != &obj) std::abort();
         if (r.tier == v1::TIER_DRAM) {
-          used[{r.node, r.segment}] +=
-              nodes_[r.node]->segments[r.segment].alloc->RoundUp(obj.size);
+          used[{r.node, r.segment}] += nodes_[r.node]->segments[r.segment].alloc->RoundUp(obj.size);
         }
       }
     }

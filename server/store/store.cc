@@ -5,7 +5,6 @@
 
 #include <cstdlib>
 #include <cstring>
-
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -64,8 +63,7 @@ Store::Metrics::Metrics(metrics::Registry& r)
       checksum_failures(r.AddCounter("shelf_store_checksum_failures_total",
                                      "Blocks whose bytes did not match their checksum")
                             .WithLabels()),
-      ssd_seconds(r.AddHistogram("shelf_store_ssd_op_seconds", "SSD tier operation time",
-                                 {"op"})),
+      ssd_seconds(r.AddHistogram("shelf_store_ssd_op_seconds", "SSD tier operation time", {"op"})),
       promotions(r.AddCounter("shelf_store_promotions_total",
                               "SSD blocks copied up to DRAM after a read (--promote-on-hit)")
                      .WithLabels()),
@@ -85,8 +83,9 @@ Store::~Store() {
 absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options) {
   if (options.master.empty()) return absl::InvalidArgumentError("--master is required");
   std::unique_ptr<Store> store(new Store(options));
-  auto seg = DramSegment::Create(
-      {.size_bytes = options.dram_size, .try_hugepages = options.hugepages, .mlock = options.mlock});
+  auto seg = DramSegment::Create({.size_bytes = options.dram_size,
+                                  .try_hugepages = options.hugepages,
+                                  .mlock = options.mlock});
   if (!seg.ok()) return seg.status();
   store->segment_ = *std::move(seg);
 
@@ -102,10 +101,10 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
       std::string aside = absl::StrCat(options.ssd_dir, ".unreadable-", UnixMs());
       std::error_code ec;
       std::filesystem::rename(options.ssd_dir, aside, ec);
-      SHELF_LOG(ERROR) << "SSD TIER UNREADABLE: starting it empty"
-                       << Kv("dir", options.ssd_dir) << Kv("error", ssd.status().message())
-                       << Kv("moved_to", ec ? std::string("(not moved: ") + ec.message() + ")"
-                                            : aside);
+      SHELF_LOG(ERROR) << "SSD TIER UNREADABLE: starting it empty" << Kv("dir", options.ssd_dir)
+                       << Kv("error", ssd.status().message())
+                       << Kv("moved_to",
+                             ec ? std::string("(not moved: ") + ec.message() + ")" : aside);
       if (!ec) {
         ssd = SsdTier::Open(so);
         // Same identity: the node id moves back into the fresh directory.
@@ -119,8 +118,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
                       << Kv("capacity_bytes", so.capacity_bytes);
     } else {
       // A broken SSD tier must not take the DRAM tier down with it.
-      SHELF_LOG(ERROR) << "SSD TIER UNAVAILABLE: serving DRAM only"
-                       << Kv("dir", options.ssd_dir) << Kv("error", ssd.status().message());
+      SHELF_LOG(ERROR) << "SSD TIER UNAVAILABLE: serving DRAM only" << Kv("dir", options.ssd_dir)
+                       << Kv("error", ssd.status().message());
     }
   }
 
@@ -151,9 +150,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
     store->node_id_ = absl::StrCat(host, ":", bound.port);
   }
 
-  store->run_dir_ = options.run_dir.empty()
-                        ? absl::StrCat("/tmp/shelf-store-", bound.port)
-                        : options.run_dir;
+  store->run_dir_ =
+      options.run_dir.empty() ? absl::StrCat("/tmp/shelf-store-", bound.port) : options.run_dir;
   if (options.shm) {
     std::error_code ec;
     std::filesystem::create_directories(store->run_dir_, ec);
@@ -168,8 +166,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
 
   Store* raw = store.get();
   metrics::Registry& r = DefaultRegistry();
-  store->gauges_.push_back(r.AddCallbackGauge(
-      "shelf_store_capacity_bytes", "Capacity by tier", {"tier"}, [raw] {
+  store->gauges_.push_back(
+      r.AddCallbackGauge("shelf_store_capacity_bytes", "Capacity by tier", {"tier"}, [raw] {
         std::vector<metrics::GaugeSample> out = {
             {{"dram"}, static_cast<double>(raw->segment_->size())}};
         if (raw->ssd_ != nullptr) {
@@ -177,26 +175,25 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
         }
         return out;
       }));
-  store->gauges_.push_back(r.AddCallbackGauge(
-      "shelf_store_used_bytes", "Used bytes by tier (DRAM use is tracked by the master)",
-      {"tier"}, [raw] {
-        std::vector<metrics::GaugeSample> out;
-        if (raw->ssd_ != nullptr) {
-          out.push_back({{"ssd"}, static_cast<double>(raw->ssd_->used_bytes())});
-        }
-        return out;
-      }));
-  store->gauges_.push_back(r.AddCallbackGauge(
-      "shelf_store_connections", "Open data-plane connections",
-      [raw] { return static_cast<double>(raw->data_server_->connections()); }));
+  store->gauges_.push_back(
+      r.AddCallbackGauge("shelf_store_used_bytes",
+                         "Used bytes by tier (DRAM use is tracked by the master)", {"tier"}, [raw] {
+                           std::vector<metrics::GaugeSample> out;
+                           if (raw->ssd_ != nullptr) {
+                             out.push_back({{"ssd"}, static_cast<double>(raw->ssd_->used_bytes())});
+                           }
+                           return out;
+                         }));
+  store->gauges_.push_back(
+      r.AddCallbackGauge("shelf_store_connections", "Open data-plane connections",
+                         [raw] { return static_cast<double>(raw->data_server_->connections()); }));
 
   auto locator = MasterLocator::Create(options.master);
   if (!locator.ok()) return locator.status();
   store->locator_ = *std::move(locator);
   store->token_ = AuthToken(options.secret);
   SHELF_LOG(INFO) << "store serving" << Kv("node", store->node_id_)
-                  << Kv("listen", store->data_address_)
-                  << Kv("dram_bytes", options.dram_size)
+                  << Kv("listen", store->data_address_) << Kv("dram_bytes", options.dram_size)
                   << Kv("hugepages", store->segment_->hugepages())
                   << Kv("shm", store->shm_server_ != nullptr ? store->shm_server_->path() : "off");
   return store;
@@ -329,8 +326,8 @@ absl::Status Store::Register() {
     std::lock_guard<std::mutex> lock(mu_);
     if (resp.term() < max_term_) {
       // Fencing: a master of an older term answered (a deposed leader).
-      return absl::UnavailableError(absl::StrCat("master answered with term ", resp.term(),
-                                                 " older than ", max_term_));
+      return absl::UnavailableError(
+          absl::StrCat("master answered with term ", resp.term(), " older than ", max_term_));
     }
     max_term_ = resp.term();
     grant_key_ = resp.grant_key();
@@ -340,8 +337,8 @@ absl::Status Store::Register() {
     promotions_.clear();
   }
   registered_.store(true);
-  SHELF_LOG(INFO) << "registered with master" << Kv("master", address)
-                  << Kv("node", node_id_) << Kv("ssd_blocks", req.inventory_size());
+  SHELF_LOG(INFO) << "registered with master" << Kv("master", address) << Kv("node", node_id_)
+                  << Kv("ssd_blocks", req.inventory_size());
   return absl::OkStatus();
 }
 

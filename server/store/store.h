@@ -36,20 +36,20 @@
 namespace shelf {
 
 struct StoreOptions {
-  std::string master;                  // HOST:PORT[,...] or etcd://HOST:PORT[,...]/CLUSTER
+  std::string master;                     // HOST:PORT[,...] or etcd://HOST:PORT[,...]/CLUSTER
   std::string listen = "127.0.0.1:7100";  // data plane
   uint64_t dram_size = 1ull << 30;
-  std::string ssd_dir;                 // empty: no SSD tier
-  uint64_t ssd_size = 0;               // 0 with --ssd-dir: 64 GiB
-  std::string node_id;                 // empty: persisted in ssd_dir, else host:port
-  std::string run_dir;                 // empty: /tmp/shelf-store-<port>
+  std::string ssd_dir;    // empty: no SSD tier
+  uint64_t ssd_size = 0;  // 0 with --ssd-dir: 64 GiB
+  std::string node_id;    // empty: persisted in ssd_dir, else host:port
+  std::string run_dir;    // empty: /tmp/shelf-store-<port>
   std::map<std::string, std::string> labels;
   std::string secret;
-  TlsFiles tls;                        // for the channel to the master
+  TlsFiles tls;  // for the channel to the master
   bool hugepages = true;
   bool mlock = false;
-  bool shm = true;                     // offer same-host shared memory
-  bool promote_on_hit = false;         // copy SSD blocks that are read back into DRAM
+  bool shm = true;              // offer same-host shared memory
+  bool promote_on_hit = false;  // copy SSD blocks that are read back into DRAM
   int max_connections = 1024;
   uint64_t rpc_timeout_ms = 3000;
 };
@@ -136,10 +136,10 @@ class Store : public DataHandler {
   std::string token_;
 
   std::mutex mu_;
-  std::string grant_key_;                      // guarded by mu_
-  uint64_t heartbeat_interval_ms_ = 500;       // guarded by mu_
-  std::vector<v1::TierMoveResult> results_;    // guarded by mu_: to report
-  std::deque<v1::TierMove> moves_;             // guarded by mu_: to carry out
+  std::string grant_key_;                    // guarded by mu_
+  uint64_t heartbeat_interval_ms_ = 500;     // guarded by mu_
+  std::vector<v1::TierMoveResult> results_;  // guarded by mu_: to report
+  std::deque<v1::TierMove> moves_;           // guarded by mu_: to carry out
   // Committed blocks in the DRAM segment, from the master's RECORD/FORGET
   // notices: offset -> {key, size, checksum}. Reported (after a checksum
   // check of the bytes) when registering, so a new master learns them.
@@ -148,10 +148,10 @@ class Store : public DataHandler {
     uint64_t size;
     uint64_t checksum;
   };
-  std::map<uint64_t, Record> dram_records_;   // guarded by mu_
-  uint64_t max_term_ = 0;                      // guarded by mu_: orders from older terms are refused
-  std::deque<Promotion> promotions_;           // guarded by mu_: bounded by kPromotionsMax
-  bool moving_ = false;                        // guarded by mu_: a move is running
+  std::map<uint64_t, Record> dram_records_;  // guarded by mu_
+  uint64_t max_term_ = 0;                    // guarded by mu_: orders from older terms are refused
+  std::deque<Promotion> promotions_;         // guarded by mu_: bounded by kPromotionsMax
+  bool moving_ = false;                      // guarded by mu_: a move is running
   std::condition_variable moves_cv_;
   std::atomic<bool> registered_{false};
   std::atomic<bool> stopping_{false};

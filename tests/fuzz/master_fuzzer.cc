@@ -359,7 +359,7 @@ class Program {
         Trace("PutStart(raw)", req, master_->PutStart(req, req.options().client_host_id(), &resp));
         if (resp.state() == v1::PUT_STARTED) {
           put_ids_.push_back(resp.put_id());
-            }
+        }
         break;
       }
       case 1: {
