@@ -116,19 +116,27 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const Options& options) {
   o.enable_blob_files = true;
   o.min_blob_size = 4096;
   o.blob_file_size = 256ull << 20;
-  o.enable_blob_garbage_collection = true;
-  o.blob_garbage_collection_age_cutoff = 0.25;
+  // No garbage collection in every compaction: it rewrites the live blobs
+  // of the oldest files each time (reads fell to 0.19 of raw with it on);
+  // CollectGarbageIfNeeded runs one when garbage outweighs live bytes.
+  o.enable_blob_garbage_collection = false;
   o.compression = options.compression ? rocksdb::kLZ4Compression : rocksdb::kNoCompression;
   o.blob_compression_type =
       options.compression ? rocksdb::kLZ4Compression : rocksdb::kNoCompression;
+  // Writes are bounded by the flushes that copy memtables into blob files
+  // (with a software CRC32C over every blob): two of them run at once, and
+  // four memtables absorb bursts.
   o.write_buffer_size = 64ull << 20;
-  o.max_write_buffer_number = 3;
-  o.max_background_jobs = 2;
-  o.bytes_per_sync = 1ull << 20;
+  o.max_write_buffer_number = 4;
+  o.max_background_flushes = 2;
+  o.max_background_compactions = 2;
   o.paranoid_checks = true;
   o.max_open_files = 512;
+  // O_DIRECT reads: one device read per block, no page-cache copy of bytes
+  // the DRAM tier already holds. Flushes stay buffered: O_DIRECT blob
+  // writes (1 MiB synchronous writes) ran at 0.05 of raw.
   o.use_direct_reads = direct_io;
-  o.use_direct_io_for_flush_and_compaction = direct_io;
+  o.use_direct_io_for_flush_and_compaction = false;
   o.info_log = std::make_shared<ForwardingLogger>();
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   rocksdb::BlockBasedTableOptions table;
@@ -255,7 +263,7 @@ absl::Status SsdTier::Sync() {
   rocksdb::FlushOptions fo;
   fo.wait = true;
   absl::Status s = FromRocks(db_->Flush(fo), "sync");
-  if (s.ok()) return s;
+  if (s.ok()) return CollectGarbageIfNeeded();
   // What could not be made durable is not offered: not in the inventory,
   // not served (it may still reach the disk with a later flush, whole).
   std::lock_guard<std::mutex> lock(mu_);
@@ -266,6 +274,35 @@ absl::Status SsdTier::Sync() {
     index_.erase(it);
   }
   return s;
+}
+
+uint64_t SsdTier::blob_file_bytes() {
+  uint64_t bytes = 0;
+  db_->GetIntProperty(rocksdb::DB::Properties::kTotalBlobFileSize, &bytes);
+  return bytes;
+}
+
+absl::Status SsdTier::CollectGarbageIfNeeded() {
+  // Blob files are deleted whole once every blob in them is dropped, which
+  // LRU order mostly does; the blocks that outlive their neighbours keep a
+  // file alive. When the files hold more than twice the live bytes (and
+  // the excess is worth a pass), one compaction rewrites the live blobs:
+  // each live byte is copied at most once per doubling of the garbage.
+  uint64_t files = blob_file_bytes();
+  uint64_t live = used_.load();
+  if (files <= 2 * live || files - live < options_.gc_min_garbage_bytes) return absl::OkStatus();
+  rocksdb::CompactRangeOptions co;
+  co.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
+  co.blob_garbage_collection_age_cutoff = 1.0;
+  co.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  absl::Status s = FromRocks(db_->CompactRange(co, nullptr, nullptr), "garbage collection");
+  SHELF_LOG(INFO) << "SSD tier garbage collected" << Kv("blob_bytes_before", files)
+                  << Kv("blob_bytes_after", blob_file_bytes()) << Kv("live_bytes", live);
+  // A failed pass leaves the files as they were: the data is intact.
+  if (!s.ok()) {
+    SHELF_LOG(WARNING) << "SSD tier garbage collection failed" << Kv("error", s.message());
+  }
+  return absl::OkStatus();
 }
 
 bool SsdTier::Contains(const std::string& key) {

@@ -50,11 +50,13 @@ class SsdTier {
     // Each write through RocksDB's log with fsync (durable at once, slow);
     // by default writes are durable at Sync().
     bool sync = false;
-    // O_DIRECT for reads and for the flushes that write blob files: a
-    // block read is one device read, and the page cache is not filled
-    // with bytes the DRAM tier already holds. Off where the file system
-    // has no O_DIRECT (tmpfs): Open probes and falls back.
+    // O_DIRECT for reads: a block read is one device read, and the page
+    // cache is not filled with bytes the DRAM tier already holds. Off where
+    // the file system has no O_DIRECT (tmpfs): Open probes and falls back.
     bool direct_io = true;
+    // Garbage collection runs when blob files exceed twice the live bytes
+    // by at least this much (CollectGarbageIfNeeded).
+    uint64_t gc_min_garbage_bytes = 256ull << 20;
     rocksdb::Env* env = nullptr;  // fault-injection seam for tests; null = default
   };
   struct Entry {
@@ -85,12 +87,16 @@ class SsdTier {
   std::vector<Entry> Inventory();
 
   uint64_t used_bytes() const { return used_.load(); }
+  // Bytes in blob files on disk, garbage included.
+  uint64_t blob_file_bytes();
   uint64_t capacity_bytes() const { return options_.capacity_bytes; }
   const std::string& dir() const { return options_.dir; }
 
  private:
   SsdTier(const Options& options, rocksdb::DB* db);
   rocksdb::WriteOptions WriteOpts() const;
+  // Run after each Sync: see the definition.
+  absl::Status CollectGarbageIfNeeded();
 
   const Options options_;
   std::unique_ptr<rocksdb::DB> db_;
