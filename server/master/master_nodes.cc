@@ -139,22 +139,29 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
 
 void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now) {
   Node& n = *nodes_[node];
-  auto drop_list = [&](std::list<Object*>& lru) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::list<Object*> victims;
-    victims.swap(lru);
-    for (Object* obj : victims) {
-      auto& reps = obj->replicas;
-      for (const Replica& r : reps) {
-        if (r.node == node && r.demoting) --demotions_pending_;
-      }
-      reps.erase(std::remove_if(reps.begin(), reps.end(),
-                                [&](const Replica& r) { return r.node == node; }),
-                 reps.end());
-      if (reps.empty()) EraseIndexLocked(obj);
-    }
+  // One object can sit in two of this node's lists (a DRAM replica and an
+  // SSD one: a promoted block keeps its SSD copy), so collect every object
+  // once before touching any: erasing the object on its first list would
+  // leave a dangling pointer in the second (found by the master fuzzer).
+  std::vector<Object*> victims;
+  auto take = [&victims](std::list<Object*>& lru) {
+    victims.insert(victims.end(), lru.begin(), lru.end());
+    lru.clear();
   };
-  for (Segment& seg : n.segments) drop_list(seg.lru);
-  drop_list(n.ssd_lru);
+  for (Segment& seg : n.segments) take(seg.lru);
+  take(n.ssd_lru);
+  std::sort(victims.begin(), victims.end());
+  victims.erase(std::unique(victims.begin(), victims.end()), victims.end());
+  for (Object* obj : victims) {
+    auto& reps = obj->replicas;
+    for (const Replica& r : reps) {
+      if (r.node == node && r.demoting) --demotions_pending_;
+    }
+    reps.erase(std::remove_if(reps.begin(), reps.end(),
+                              [&](const Replica& r) { return r.node == node; }),
+               reps.end());
+    if (reps.empty()) EraseIndexLocked(obj);
+  }
   // Puts in flight with a range on this node are aborted: the writer's
   // commit answers NOT_FOUND and it retries elsewhere.
   std::vector<uint64_t> doomed;

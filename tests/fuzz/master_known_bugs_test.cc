@@ -98,5 +98,35 @@ TEST_F(MasterKnownBugsTest, EvictionAfterCommitOverInventoryReadsNoFreedMemory) 
   }
 }
 
+// A node whose inventory holds one block twice, in DRAM and on SSD (a
+// promoted block keeps its SSD copy), and then re-registers (or dies):
+// dropping the node's replicas visited the object once per list and, having
+// erased it on the first, read freed memory on the second (AddressSanitizer:
+// heap-use-after-free in Master::DropNodeReplicasLocked).
+TEST_F(MasterKnownBugsTest, NodeHoldingABlockInBothTiersDropsItOnce) {
+  v1::RegisterStoreRequest a = Store("a", 1);
+  for (v1::Tier tier : {v1::TIER_DRAM, v1::TIER_SSD}) {
+    v1::InventoryEntry* e = a.add_inventory();
+    e->set_key("k");
+    e->set_size(65536);
+    e->set_checksum(1);
+    e->set_tier(tier);
+    e->set_segment_id(0);
+    e->set_offset(0);
+  }
+  v1::RegisterStoreResponse reg;
+  ASSERT_TRUE(master_->RegisterStore(a, &reg).ok());
+  v1::StatRequest stat;
+  stat.set_key("k");
+  v1::StatResponse found;
+  ASSERT_TRUE(master_->Stat(stat, &found).ok());
+  ASSERT_EQ(found.object().replicas_size(), 2);
+  // The store restarts: everything it held leaves the index, once.
+  ASSERT_TRUE(master_->RegisterStore(Store("a", 2), &reg).ok());
+  master_->CheckInvariants();
+  v1::StatResponse gone;
+  EXPECT_EQ(master_->Stat(stat, &gone).code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace shelf
