@@ -244,6 +244,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     return absl::OkStatus();
   }
   std::vector<uint32_t> candidates = PlaceLocked(req.options(), client_host, req.size());
+  const uint64_t epoch = reset_epoch_;
   if (candidates.empty()) {
     // UNAVAILABLE is for "try again later": only when no store is up. A
     // block no live store can ever hold is a permanent refusal.
@@ -303,6 +304,13 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
             +[](std::pair<uint64_t*, uint64_t>* p) { return *p->first != p->second; }, &progress),
         absl::Milliseconds(wait_until - t));
     now = MonoMs();
+    if (reset_epoch_ != epoch) {
+      // The master stepped down (or began a new term) while this call
+      // waited: `candidates` name nodes that no longer exist.
+      return CheckLeaderLocked(true).ok()
+                 ? absl::UnavailableError("the master started a new term; retry the put")
+                 : CheckLeaderLocked(true);
+    }
     if (FindLocked(req.key()) != nullptr || put_by_key_.contains(req.key())) {
       resp->set_state(FindLocked(req.key()) != nullptr ? v1::PUT_ALREADY_EXISTS
                                                        : v1::PUT_IN_FLIGHT);

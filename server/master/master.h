@@ -361,6 +361,9 @@ class Master {
   uint64_t frees_ ABSL_GUARDED_BY(mu_) = 0;              // ranges freed so far
   uint64_t demotions_pending_ ABSL_GUARDED_BY(mu_) = 0;  // DEMOTE orders not yet answered
   uint64_t next_move_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Bumped by ResetLocked: a call that waited (releasing mu_) compares it
+  // before touching a Node it held, since a reset frees every Node.
+  uint64_t reset_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   MasterMetrics metrics_;
   std::vector<metrics::CallbackHandle> gauges_;
   std::string leader_address_ ABSL_GUARDED_BY(mu_);

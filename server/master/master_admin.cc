@@ -68,6 +68,7 @@ void Master::ResetLocked() {
   nodes_.clear();
   node_by_id_.clear();
   demotions_pending_ = 0;
+  ++reset_epoch_;  // wakes and invalidates calls waiting on a node
 }
 
 void Master::BecomeLeader(uint64_t term, std::vector<std::string> expected, uint64_t grace_ms) {

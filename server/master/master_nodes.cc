@@ -157,9 +157,9 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now) {
     for (const Replica& r : reps) {
       if (r.node == node && r.demoting) --demotions_pending_;
     }
-    reps.erase(std::remove_if(reps.begin(), reps.end(),
-                              [&](const Replica& r) { return r.node == node; }),
-               reps.end());
+    reps.erase(
+        std::remove_if(reps.begin(), reps.end(), [&](const Replica& r) { return r.node == node; }),
+        reps.end());
     if (reps.empty()) EraseIndexLocked(obj);
   }
   // Puts in flight with a range on this node are aborted: the writer's
@@ -221,9 +221,22 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
     // Long poll: hold the call until orders arrive (or the wait ends), so
     // a demotion starts as soon as it is ordered.
     uint64_t wait_ms = std::min<uint64_t>(req.wait_for_orders_ms(), options_.node_ttl_ms / 2);
-    mu_.AwaitWithTimeout(absl::Condition(
-                             +[](Node* node) { return !node->outbox.empty(); }, &n),
-                         absl::Milliseconds(wait_ms));
+    // A step-down during the wait frees every Node (ResetLocked): the
+    // condition, which absl evaluates in whichever thread unlocks, must
+    // look at the epoch before it looks at the node.
+    struct Wait {
+      const uint64_t* epoch;
+      uint64_t seen;
+      Node* node;
+    } wait{&reset_epoch_, reset_epoch_, &n};
+    mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](Wait* w) { return *w->epoch != w->seen || !w->node->outbox.empty(); }, &wait),
+        absl::Milliseconds(wait_ms));
+    if (reset_epoch_ != wait.seen) {
+      resp->set_reregister(true);
+      return absl::OkStatus();
+    }
     if (n.state == v1::NODE_DEAD || n.incarnation != req.incarnation()) {
       resp->set_reregister(true);
       return absl::OkStatus();

@@ -4,6 +4,7 @@
 #include <random>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/sync_point.h"
 #include "tests/master/master_fixture.h"
 
@@ -11,6 +12,38 @@ namespace shelf {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
+
+// A store's heartbeat long-polls for orders, holding a pointer to its Node
+// while it waits; a step-down meanwhile frees every Node. absl evaluates a
+// waiter's condition in the thread that unlocks, so the step-down itself
+// read the freed Node (AddressSanitizer: heap-use-after-free, seen in the
+// HA failover test). The waiter now checks the reset epoch first and tells
+// the store to register again.
+TEST_F(MasterFixture, AStepDownDuringAHeartbeatLongPollFreesNothingInUse) {
+  MasterOptions o;
+  o.node_ttl_ms = 10000;  // the long poll waits up to half of it
+  Make(o);
+  Register("a", 64 * kMiB);
+  std::atomic<bool> answered{false};
+  absl::Status status;
+  v1::HeartbeatResponse resp;
+  std::thread store([&] {
+    v1::HeartbeatRequest hb;
+    hb.set_node_id("a");
+    hb.set_incarnation(1);
+    hb.set_wait_for_orders_ms(3000);
+    status = master_->Heartbeat(hb, &resp);
+    answered.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(answered.load()) << "the heartbeat did not wait for orders";
+  uint64_t t0 = MonoMs();
+  master_->StepDown("elsewhere:1");
+  store.join();
+  EXPECT_LT(MonoMs() - t0, 2000u) << "the waiting heartbeat was not woken";
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(resp.reregister());
+}
 
 #ifdef SHELF_SYNC_POINTS
 // A put that finds DRAM full orders demotions and waits; the store's
