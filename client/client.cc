@@ -268,25 +268,26 @@ Status ClientImpl::MatchPrefix(const std::vector<std::string>& keys, size_t* mat
                                Deadline deadline) {
   uint64_t start_us = MonoUs();
   auto run = [&]() -> Status {
-  uint64_t deadline_ms = 0;
-  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
-  if (matched == nullptr) return Status(StatusCode::kInvalidArgument, "MatchPrefix: null matched");
-  if (absl::Status s = ValidateBatchSize(keys.size(), "keys"); !s.ok()) return FromAbsl(s);
-  for (const std::string& k : keys) {
-    if (absl::Status s = ValidateKey(k); !s.ok()) return FromAbsl(s);
-  }
-  v1::MatchPrefixRequest req;
-  for (const std::string& k : keys) req.add_keys(k);
-  req.set_client_host_id(HostId());
-  v1::MatchPrefixResponse resp;
-  absl::Status s = CallMaster(&v1::MasterService::Stub::MatchPrefix, req, &resp, deadline_ms);
-  if (!s.ok()) return FromAbsl(s);
-  if (resp.matched() > keys.size()) {
-    return Status(StatusCode::kInternal, "malformed prefix-match response");
-  }
-  *matched = resp.matched();
-  return Status::Ok();
-};
+    uint64_t deadline_ms = 0;
+    if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
+    if (matched == nullptr)
+      return Status(StatusCode::kInvalidArgument, "MatchPrefix: null matched");
+    if (absl::Status s = ValidateBatchSize(keys.size(), "keys"); !s.ok()) return FromAbsl(s);
+    for (const std::string& k : keys) {
+      if (absl::Status s = ValidateKey(k); !s.ok()) return FromAbsl(s);
+    }
+    v1::MatchPrefixRequest req;
+    for (const std::string& k : keys) req.add_keys(k);
+    req.set_client_host_id(HostId());
+    v1::MatchPrefixResponse resp;
+    absl::Status s = CallMaster(&v1::MasterService::Stub::MatchPrefix, req, &resp, deadline_ms);
+    if (!s.ok()) return FromAbsl(s);
+    if (resp.matched() > keys.size()) {
+      return Status(StatusCode::kInternal, "malformed prefix-match response");
+    }
+    *matched = resp.matched();
+    return Status::Ok();
+  };
   Status s = run();
   RecordOp("match_prefix", s, start_us);
   if (s.ok()) {
@@ -317,12 +318,11 @@ ClientImpl::ClientMetrics::ClientMetrics(metrics::Registry& r)
       op_seconds(r.AddHistogram("shelf_client_op_seconds", "SDK operation latency", {"op"})),
       bytes(r.AddCounter("shelf_client_bytes_total", "Block bytes moved by direction and transport",
                          {"direction", "transport"})),
-      prefix_hits(r.AddCounter("shelf_client_prefix_hits_total",
-                               "Blocks found by prefix matching")
+      prefix_hits(r.AddCounter("shelf_client_prefix_hits_total", "Blocks found by prefix matching")
                       .WithLabels()),
-      prefix_lookups(r.AddCounter("shelf_client_prefix_lookups_total",
-                                  "Blocks asked for by prefix matching")
-                         .WithLabels()),
+      prefix_lookups(
+          r.AddCounter("shelf_client_prefix_lookups_total", "Blocks asked for by prefix matching")
+              .WithLabels()),
       checksum_mismatches(r.AddCounter("shelf_client_checksum_mismatches_total",
                                        "Replicas whose bytes failed the checksum (never returned)")
                               .WithLabels()),
@@ -331,7 +331,7 @@ ClientImpl::ClientMetrics::ClientMetrics(metrics::Registry& r)
                     .WithLabels()) {}
 
 void ClientImpl::RecordOp(const char* op, const Status& s, uint64_t start_us) const {
-  const char* result = s.ok() ? "ok"
+  const char* result = s.ok()                              ? "ok"
                        : s.code() == StatusCode::kNotFound ? "miss"
                                                            : StatusCodeName(s.code());
   metrics_.ops.WithLabels({op, result}).Inc();

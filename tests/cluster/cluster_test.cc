@@ -123,8 +123,7 @@ TEST_F(ClusterTest, BadInputGetsClearErrors) {
   char small[4];
   size_t size = 0;
   ASSERT_TRUE(client_->Put("eight", "12345678", 8).ok());
-  EXPECT_EQ(client_->GetInto("eight", small, sizeof(small), &size).code(),
-            StatusCode::kOutOfRange);
+  EXPECT_EQ(client_->GetInto("eight", small, sizeof(small), &size).code(), StatusCode::kOutOfRange);
   EXPECT_EQ(size, 8u);
   client_->Close();
   EXPECT_EQ(client_->Get("eight", &got).code(), StatusCode::kFailedPrecondition);

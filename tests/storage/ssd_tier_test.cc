@@ -179,16 +179,18 @@ TEST(SsdTier, FailingWritesAreStatusesAndTheTierRecovers) {
 // blobs and the garbage leaves the disk. The survivors read back intact.
 TEST(SsdTier, GarbageOutweighingLiveBytesIsCollected) {
   std::string dir = TempDir("ssd-gc");
-  auto tier = SsdTier::Open(
-      {.dir = dir, .capacity_bytes = 256 << 20, .gc_min_garbage_bytes = 4 << 20});
+  auto tier =
+      SsdTier::Open({.dir = dir, .capacity_bytes = 256 << 20, .gc_min_garbage_bytes = 4 << 20});
   ASSERT_TRUE(tier.ok()) << tier.status();
   constexpr int kBlocks = 48;
   constexpr size_t kBytes = 512 << 10;
   // Four flushes, so four blob files, each with one survivor.
   for (int i = 0; i < kBlocks; ++i) {
     std::string b = Block(kBytes, 100 + i);
-    ASSERT_TRUE((*tier)->Put(absl::StrCat("g", i), b.data(), b.size(),
-                             BlockChecksum(b.data(), b.size())).ok());
+    ASSERT_TRUE(
+        (*tier)
+            ->Put(absl::StrCat("g", i), b.data(), b.size(), BlockChecksum(b.data(), b.size()))
+            .ok());
     if (i % 12 == 11) {
       ASSERT_TRUE((*tier)->Sync().ok());
     }
