@@ -307,9 +307,8 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     if (reset_epoch_ != epoch) {
       // The master stepped down (or began a new term) while this call
       // waited: `candidates` name nodes that no longer exist.
-      return CheckLeaderLocked(true).ok()
-                 ? absl::UnavailableError("the master started a new term; retry the put")
-                 : CheckLeaderLocked(true);
+      absl::Status s = CheckLeaderLocked(true);
+      return s.ok() ? absl::UnavailableError("the master started a new term; retry the put") : s;
     }
     if (FindLocked(req.key()) != nullptr || put_by_key_.contains(req.key())) {
       resp->set_state(FindLocked(req.key()) != nullptr ? v1::PUT_ALREADY_EXISTS
