@@ -15,6 +15,7 @@ namespace shelf {
 namespace {
 
 constexpr uint32_t kTransferThreadsMax = 256;
+constexpr uint32_t kStreamsPerBlockMax = 16;
 constexpr uint32_t kAsyncThreadsMax = 64;
 constexpr uint32_t kAsyncQueueMax = 65536;
 // ParallelFor helpers may queue behind each other; a few per thread keeps
@@ -28,10 +29,26 @@ constexpr uint64_t kLeaderWaitFirstMs = 10;
 constexpr uint64_t kLeaderWaitMaxMs = 200;
 static_assert(kBatchItemsMax <= 1024, "the master takes at most 1024 keys a call");
 
+transport::TcpEngine::Options TcpEngineOptions(const ClientOptions& o) {
+  transport::TcpEngine::Options t;
+  t.secret = o.secret;
+  t.streams_per_op = o.tcp_streams_per_block;
+  // Every transfer thread may stripe one block: each stripe needs a thread
+  // and a pooled connection.
+  t.threads = static_cast<size_t>(o.transfer_threads) * o.tcp_streams_per_block;
+  t.max_idle_per_peer = std::max<size_t>(32, t.threads + 1);
+  return t;
+}
+
 absl::Status ValidateOptions(const ClientOptions& o) {
   if (o.masters.empty()) return absl::InvalidArgumentError("ClientOptions.masters is empty");
   if (o.timeout_ms == 0) {
     return absl::InvalidArgumentError("ClientOptions.timeout_ms must be at least 1");
+  }
+  if (o.tcp_streams_per_block < 1 || o.tcp_streams_per_block > kStreamsPerBlockMax) {
+    return absl::InvalidArgumentError(absl::StrCat("ClientOptions.tcp_streams_per_block is ",
+                                                   o.tcp_streams_per_block, "; it takes 1..",
+                                                   kStreamsPerBlockMax));
   }
   if (o.transfer_threads < 1 || o.transfer_threads > kTransferThreadsMax) {
     return absl::InvalidArgumentError(absl::StrCat("ClientOptions.transfer_threads is ",
@@ -103,8 +120,7 @@ Status Client::Open(const ClientOptions& options, std::unique_ptr<Client>* out) 
 ClientImpl::ClientImpl(const ClientOptions& options)
     : options_(options),
       token_(AuthToken(options.secret)),
-      tcp_(TcpDataClient::Options{options.secret, 2000,
-                                  std::max<size_t>(32, options.transfer_threads + 1)}),
+      tcp_(TcpEngineOptions(options)),
       shm_(options.secret),
       gpu_(2 * static_cast<size_t>(options.transfer_threads) + 2),
       transfer_pool_(std::make_unique<ThreadPool>(

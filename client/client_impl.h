@@ -21,12 +21,13 @@
 #include "client/batch_state.h"
 #include "client/buffer_registry.h"
 #include "client/gpu_staging.h"
-#include "client/thread_pool.h"
 #include "common/metrics.h"
+#include "common/thread_pool.h"
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
-#include "transport/shm.h"
-#include "transport/tcp_client.h"
+#include "transport/engine.h"
+#include "transport/shm_engine.h"
+#include "transport/tcp_engine.h"
 
 namespace shelf {
 
@@ -144,7 +145,16 @@ class ClientImpl final : public Client {
   // store older than the list, means TCP, plus shared memory when it names
   // a socket) and what this client allows. Best shared: shm, then tcp.
   static bool Offers(const v1::StoreEndpoint& store, v1::TransportKind kind);
-  bool UseShm(const v1::StoreEndpoint& store) const;
+  // The store as the transport engines see it: a route for each transport
+  // it offers and this client allows.
+  transport::Peer PeerOf(const v1::StoreEndpoint& store) const;
+  // Moves [replica.offset(), +size) of the replica's segment to or from
+  // `local` over the best transport both ends share (shm, then tcp; a
+  // failed shm op falls back to tcp). `grant`: writes only. `*transport`
+  // names the transport of the last attempt.
+  absl::Status MoveReplica(transport::OpKind kind, const v1::Replica& replica,
+                           const v1::WriteGrant* grant, char* local, uint64_t size,
+                           uint64_t deadline_ms, const char** transport);
   // Reads one object from the best replica that answers with the right
   // bytes. `dst` holds at least loc.size() bytes.
   absl::Status ReadObject(const v1::ObjectLocation& loc, char* dst, uint64_t deadline_ms);
@@ -184,8 +194,8 @@ class ClientImpl final : public Client {
   std::vector<std::unique_ptr<v1::MasterService::Stub>> masters_;  // fixed after Connect
 
   // Thread-safe members.
-  TcpDataClient tcp_;
-  ShmAttachments shm_;
+  transport::TcpEngine tcp_;
+  transport::ShmEngine shm_;
   BufferRegistry buffers_;
   GpuStaging gpu_;
   std::atomic<size_t> current_master_{0};

@@ -21,9 +21,57 @@ bool ClientImpl::Offers(const v1::StoreEndpoint& store, v1::TransportKind kind) 
   return false;
 }
 
-bool ClientImpl::UseShm(const v1::StoreEndpoint& store) const {
-  return options_.allow_shm && Offers(store, v1::TRANSPORT_SHM) && !store.shm_socket().empty() &&
-         store.host_id() == HostId();
+transport::Peer ClientImpl::PeerOf(const v1::StoreEndpoint& store) const {
+  transport::Peer peer;
+  peer.node_id = store.node_id();
+  peer.incarnation = store.incarnation();
+  peer.host_id = store.host_id();
+  if (options_.allow_tcp && Offers(store, v1::TRANSPORT_TCP)) {
+    peer.set_route(transport::Kind::kTcp, store.data_address());
+  }
+  if (options_.allow_shm && Offers(store, v1::TRANSPORT_SHM)) {
+    peer.set_route(transport::Kind::kShm, store.shm_socket());
+  }
+  return peer;
+}
+
+absl::Status ClientImpl::MoveReplica(transport::OpKind kind, const v1::Replica& replica,
+                                     const v1::WriteGrant* grant, char* local, uint64_t size,
+                                     uint64_t deadline_ms, const char** transport) {
+  const transport::Peer peer = PeerOf(replica.store());
+  transport::Op op;
+  op.kind = kind;
+  op.peer = &peer;
+  op.segment_id = replica.segment_id();
+  op.remote_offset = replica.offset();
+  op.length = size;
+  if (grant != nullptr) {
+    wire::Grant g;
+    g.put_id = grant->put_id();
+    g.segment_id = grant->segment_id();
+    g.offset = grant->offset();
+    g.length = grant->length();
+    g.expires_unix_ms = grant->expires_unix_ms();
+    g.mac = grant->mac();
+    op.grant = wire::EncodeGrant(g);
+  }
+  absl::Status last =
+      absl::UnavailableError("no shared transport with store " + replica.store().data_address());
+  transport::Engine* const engines[] = {&shm_, &tcp_};  // best first
+  for (transport::Engine* engine : engines) {
+    if (!engine->Reaches(peer)) continue;
+    *transport = transport::KindName(engine->kind());
+    absl::StatusOr<transport::MemoryHandle> handle =
+        engine->RegisterMemory(local, size, transport::MemoryKind::kHost);
+    if (!handle.ok()) return handle.status();
+    op.local = *handle;
+    last = engine->Execute({&op, 1}, deadline_ms);
+    engine->UnregisterMemory(*handle).IgnoreError();
+    // Shared memory fails when the mapping is gone or stale (a restarted
+    // store): the same replica is then moved over the next transport.
+    if (last.ok() || engine->kind() != transport::Kind::kShm) return last;
+  }
+  return last;
 }
 
 absl::Status ClientImpl::ReadReplica(const v1::Replica& replica, const std::string& key, char* dst,
@@ -34,25 +82,9 @@ absl::Status ClientImpl::ReadReplica(const v1::Replica& replica, const std::stri
     if (!options_.allow_tcp || !Offers(store, v1::TRANSPORT_TCP)) {
       return absl::UnavailableError("SSD reads need the tcp transport, on both ends");
     }
-    return tcp_.ReadKey(store.data_address(), key, size, dst, deadline_ms);
+    return tcp_.client().ReadKey(store.data_address(), key, size, dst, deadline_ms);
   }
-  if (UseShm(store)) {
-    absl::StatusOr<std::shared_ptr<ShmMapping>> map =
-        shm_.Get(store.shm_socket(), store.incarnation());
-    if (map.ok() && (*map)->segment_id == replica.segment_id() &&
-        replica.offset() <= (*map)->size && size <= (*map)->size - replica.offset()) {
-      *transport = "shm";
-      std::memcpy(dst, (*map)->base + replica.offset(), size);
-      return absl::OkStatus();
-    }
-    shm_.Forget(store.shm_socket());
-  }
-  *transport = "tcp";
-  if (!options_.allow_tcp || !Offers(store, v1::TRANSPORT_TCP)) {
-    return absl::UnavailableError("no shared transport with store " + store.data_address());
-  }
-  return tcp_.Read(store.data_address(), replica.segment_id(), replica.offset(), size, dst,
-                   deadline_ms);
+  return MoveReplica(transport::OpKind::kRead, replica, nullptr, dst, size, deadline_ms, transport);
 }
 
 absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst,

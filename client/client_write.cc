@@ -50,31 +50,9 @@ v1::PutStartRequest ClientImpl::MakePutStart(const std::string& key, const void*
 
 absl::Status ClientImpl::WriteReplica(const v1::Replica& replica, const v1::WriteGrant& grant,
                                       const char* data, uint64_t size, uint64_t deadline_ms) {
-  const v1::StoreEndpoint& store = replica.store();
-  if (UseShm(store)) {
-    absl::StatusOr<std::shared_ptr<ShmMapping>> map =
-        shm_.Get(store.shm_socket(), store.incarnation());
-    if (map.ok() && (*map)->segment_id == replica.segment_id() &&
-        replica.offset() <= (*map)->size && size <= (*map)->size - replica.offset()) {
-      std::memcpy((*map)->base + replica.offset(), data, size);
-      stats_.bytes_stored.fetch_add(size);
-      return absl::OkStatus();
-    }
-    // Fall through to TCP: the socket may belong to a restarted store.
-    shm_.Forget(store.shm_socket());
-  }
-  if (!options_.allow_tcp || !Offers(store, v1::TRANSPORT_TCP)) {
-    return absl::UnavailableError("no shared transport with store " + store.data_address());
-  }
-  wire::Grant g;
-  g.put_id = grant.put_id();
-  g.segment_id = grant.segment_id();
-  g.offset = grant.offset();
-  g.length = grant.length();
-  g.expires_unix_ms = grant.expires_unix_ms();
-  g.mac = grant.mac();
-  absl::Status s = tcp_.Write(store.data_address(), g, replica.segment_id(), replica.offset(), data,
-                              size, deadline_ms);
+  const char* transport = "tcp";
+  absl::Status s = MoveReplica(transport::OpKind::kWrite, replica, &grant, const_cast<char*>(data),
+                               size, deadline_ms, &transport);
   if (s.ok()) stats_.bytes_stored.fetch_add(size);
   return s;
 }

@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "storage/allocator.h"
+#include "tests/common/memory_handler.h"
 #include "transport/data_server.h"
 #include "transport/tcp_client.h"
 #include "transport/wire.h"
@@ -34,55 +35,13 @@ constexpr char kSecret[] = "concurrency-test-secret";
 constexpr char kGrantKey[] = "concurrency-grant-key";
 constexpr char kNode[] = "node-c";
 
-class MemoryHandler : public DataHandler {
- public:
-  explicit MemoryHandler(uint64_t size) : memory_(size, '\0') {}
-  absl::StatusOr<Region> Segment(uint32_t id) override {
-    if (id != 0) return absl::NotFoundError("no such segment");
-    return Region{memory_.data(), memory_.size()};
-  }
-  absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
-                          uint64_t length) override {
-    return wire::VerifyGrant(kGrantKey, kNode, grant, segment_id, offset, length, UnixMs());
-  }
-  absl::Status ReadKey(absl::string_view key, std::string* out) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = keys_.find(std::string(key));
-    if (it == keys_.end()) return absl::NotFoundError("no such key");
-    *out = it->second;
-    return absl::OkStatus();
-  }
-  void OnRead(uint64_t bytes) override { read_.fetch_add(bytes); }
-  void OnWrite(uint64_t bytes) override { written_.fetch_add(bytes); }
-  void AddKey(const std::string& key, std::string value) {
-    std::lock_guard<std::mutex> lock(mu_);
-    keys_[key] = std::move(value);
-  }
-  uint64_t written() const { return written_.load(); }
-  uint64_t read() const { return read_.load(); }
-
- private:
-  std::string memory_;
-  std::mutex mu_;
-  std::map<std::string, std::string> keys_;
-  std::atomic<uint64_t> read_{0}, written_{0};
-};
-
-wire::Grant MakeGrant(uint64_t put_id, uint64_t offset, uint64_t length) {
-  wire::Grant g;
-  g.put_id = put_id;
-  g.segment_id = 0;
-  g.offset = offset;
-  g.length = length;
-  g.expires_unix_ms = UnixMs() + 60000;
-  g.mac = wire::GrantMac(kGrantKey, kNode, g);
-  return g;
-}
+using testing::MemoryHandler;
 
 TEST(ConcurrencyTest, DataPlaneServesManyThreadsOnPooledConnections) {
   constexpr int kThreads = 8;
   constexpr uint64_t kSlice = 256 << 10;
-  MemoryHandler handler(kThreads * kSlice);
+  MemoryHandler handler(kThreads * kSlice, kGrantKey, kNode);
+  ASSERT_TRUE(handler.ok());
   handler.AddKey("ssd-key", std::string(10000, 'k'));
   DataServer::Options so;
   so.listen = HostPort{"127.0.0.1", 0};
@@ -108,7 +67,7 @@ TEST(ConcurrencyTest, DataPlaneServesManyThreadsOnPooledConnections) {
       uint64_t off = rng() % (kSlice - len + 1);
       for (uint64_t j = 0; j < len; ++j) buf[j] = static_cast<char>(rng());
       uint64_t deadline = MonoMs() + 20000;
-      wire::Grant g = MakeGrant(t * 1000 + i, base, kSlice);
+      wire::Grant g = handler.MakeGrant(t * 1000 + i, base, kSlice);
       absl::Status s = own.Write(address, g, 0, base + off, buf.data(), len, deadline);
       if (!s.ok()) {
         ADD_FAILURE() << "write: " << s;
@@ -135,7 +94,7 @@ TEST(ConcurrencyTest, DataPlaneServesManyThreadsOnPooledConnections) {
         }
         case 2: {
           // Outside the grant: rejected, and the connection is dropped.
-          wire::Grant other = MakeGrant(1, base, kSlice / 2);
+          wire::Grant other = handler.MakeGrant(1, base, kSlice / 2);
           s = client.Write(address, other, 0, base + kSlice / 2, buf.data(), 16, deadline);
           if (s.code() != absl::StatusCode::kPermissionDenied) {
             ADD_FAILURE() << "ungranted write: " << s;

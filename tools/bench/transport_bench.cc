@@ -4,9 +4,11 @@
 // A one-store cluster is started; the bench gets write grants for fixed
 // ranges of the store's DRAM segment through the master (BatchPutStart,
 // then PutCommit) and from then on moves bytes without the master:
-//   tcp  TcpDataClient READ and WRITE frames to the store's DataServer
-//   shm  memcpy to and from the store's segment, mapped through its
-//        shm socket (ShmAttachments)
+//   tcp  transport::TcpEngine: a batch is one engine batch of READ or
+//        WRITE ops on pooled connections, a block of 4 MiB or more striped
+//        over --tcp-streams connections
+//   shm  transport::ShmEngine: one memcpy per block to or from the
+//        store's segment, mapped through its shm socket
 // Baselines, each moving the same bytes the same way:
 //   socket  a plain blocking-socket peer in a forked process: for a READ,
 //           one 16-byte request, then the peer sends the batch's bytes; for
@@ -14,9 +16,11 @@
 //           A batch is one request: the ideal a per-block protocol pays
 //           round trips against.
 //   memcpy  memcpy between two private buffers of this process
-// Every operation runs on one thread and one connection. A cell (block
-// size, batch) alternates Shelf and baseline in rounds, so both see the
-// same machine noise; a ratio is the median of the rounds' ratios.
+// The baselines run on one thread and one connection; Shelf's tcp path uses
+// what the engine does for a client (parallel ops, striping), so its ratio
+// says what the engine adds over one plain socket. A cell (block size,
+// batch) alternates Shelf and baseline in rounds, so both see the same
+// machine noise; a ratio is the median of the rounds' ratios.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -41,8 +45,9 @@
 #include "tools/bench/bench_util.h"
 #include "tools/json.h"
 #include "tools/local_cluster.h"
-#include "transport/shm.h"
-#include "transport/tcp_client.h"
+#include "transport/engine.h"
+#include "transport/shm_engine.h"
+#include "transport/tcp_engine.h"
 
 namespace shelf::bench {
 
@@ -282,6 +287,7 @@ int TransportBench(int argc, char** argv) {
   std::string sizes_text = "64KiB,1MiB,16MiB", batches_text = "1,32", work_dir;
   double seconds = 1.5;
   int64_t rounds = 5;
+  int64_t tcp_streams = 4;
   bool quick = false, json_only = false;
   Flags flags("shelf-bench transport",
               "tcp and shm data planes between real processes, next to a plain socket peer and "
@@ -290,6 +296,8 @@ int TransportBench(int argc, char** argv) {
   flags.AddString("batches", &batches_text, "blocks per batch, comma-separated");
   flags.AddDouble("seconds", &seconds, "time per figure per cell, split over the rounds");
   flags.AddInt("rounds", &rounds, "rounds alternating Shelf and baseline, per cell");
+  flags.AddInt("tcp-streams", &tcp_streams,
+               "tcp connections one block of 4 MiB or more is striped over (1..16)");
   flags.AddBool("quick", &quick, "tiny run for smoke tests (0.05 s per figure, batches 1,4)");
   flags.AddBool("json-only", &json_only, "print only the JSON line");
   flags.AddString("work-dir", &work_dir, "keep the cluster's logs here");
@@ -301,7 +309,7 @@ int TransportBench(int argc, char** argv) {
   }
   std::vector<uint64_t> sizes;
   std::vector<int> batches;
-  bool ok = seconds > 0 && rounds >= 1;
+  bool ok = seconds > 0 && rounds >= 1 && tcp_streams >= 1 && tcp_streams <= 16;
   for (absl::string_view p : absl::StrSplit(sizes_text, ',', absl::SkipEmpty())) {
     absl::StatusOr<uint64_t> v = ParseSize(p);
     ok = ok && v.ok() && *v >= 1 && *v <= (256ull << 20);
@@ -315,7 +323,7 @@ int TransportBench(int argc, char** argv) {
   if (!ok || sizes.empty() || batches.empty()) {
     std::fprintf(stderr,
                  "shelf-bench transport: bad --sizes (1B..256MiB), --batches (1..1024), "
-                 "--seconds or --rounds\n");
+                 "--seconds, --rounds or --tcp-streams (1..16)\n");
     return 2;
   }
   uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
@@ -366,17 +374,22 @@ int TransportBench(int argc, char** argv) {
     }
     ranges.push_back(*std::move(r));
   }
-  TcpDataClient tcp(TcpDataClient::Options{});
-  ShmAttachments shm("");
-  auto mapping = shm.Get(ranges[0].shm_socket);
-  if (!mapping.ok()) {
-    std::fprintf(stderr, "shelf-bench transport: cannot map the store's segment: %s\n",
-                 std::string(mapping.status().message()).c_str());
+  transport::TcpEngine::Options to;
+  to.streams_per_op = static_cast<size_t>(tcp_streams);
+  transport::TcpEngine tcp(to);
+  transport::ShmEngine shm("");
+  transport::Peer store;
+  store.node_id = "bench-store";
+  store.host_id = HostId();
+  store.set_route(transport::Kind::kTcp, ranges[0].data_address);
+  store.set_route(transport::Kind::kShm, ranges[0].shm_socket);
+  if (!shm.Reaches(store)) {
+    std::fprintf(stderr, "shelf-bench transport: the store offers no shared memory\n");
     return 1;
   }
-  const std::string& addr = ranges[0].data_address;
 
-  // Private buffers, written once so their pages are in place.
+  // Private buffers, written once so their pages are in place, and
+  // registered with both engines.
   std::vector<char> src_mem(max_size * max_batch), dst_mem(max_size * max_batch, 0);
   BlockPattern pattern(std::min<uint64_t>(max_size, 1ull << 20));
   for (size_t off = 0; off < src_mem.size(); off += pattern.bytes()) {
@@ -384,6 +397,40 @@ int TransportBench(int argc, char** argv) {
     pattern.Fill(off / pattern.bytes(), tmp.data());
     std::memcpy(src_mem.data() + off, tmp.data(), std::min(tmp.size(), src_mem.size() - off));
   }
+  transport::MemoryHandle handles[2][2];  // [tcp, shm][src, dst]
+  transport::Engine* engines[2] = {&tcp, &shm};
+  for (int e = 0; e < 2; ++e) {
+    auto hs =
+        engines[e]->RegisterMemory(src_mem.data(), src_mem.size(), transport::MemoryKind::kHost);
+    auto hd =
+        engines[e]->RegisterMemory(dst_mem.data(), dst_mem.size(), transport::MemoryKind::kHost);
+    if (!hs.ok() || !hd.ok()) {
+      std::fprintf(stderr, "shelf-bench transport: cannot register memory: %s\n",
+                   std::string((hs.ok() ? hd.status() : hs.status()).message()).c_str());
+      return 1;
+    }
+    handles[e][0] = *hs;
+    handles[e][1] = *hd;
+  }
+  // One batch of `batch` ops of `size` bytes: block j between src/dst block
+  // j and range j.
+  auto make_ops = [&](int e, transport::OpKind kind, const StoreRanges& sr, uint64_t size,
+                      int batch) {
+    std::vector<transport::Op> ops(batch);
+    for (int j = 0; j < batch; ++j) {
+      const Range& r = sr.ranges[j];
+      transport::Op& op = ops[j];
+      op.kind = kind;
+      op.local = handles[e][kind == transport::OpKind::kRead ? 1 : 0];
+      op.local_offset = j * size;
+      op.peer = &store;
+      op.segment_id = r.segment;
+      op.remote_offset = r.offset;
+      op.length = size;
+      if (kind == transport::OpKind::kWrite) op.grant = wire::EncodeGrant(r.grant);
+    }
+    return ops;
+  };
 
   std::vector<Cell> cells;
   uint64_t mismatches = 0;
@@ -397,50 +444,36 @@ int TransportBench(int argc, char** argv) {
       c.size = size;
       c.batch = batch;
       uint64_t batch_bytes = size * batch;
-      std::vector<char*> src(batch), dst(batch), seg(batch);
+      std::vector<char*> src(batch), dst(batch);
       for (int j = 0; j < batch; ++j) {
         src[j] = src_mem.data() + j * size;
         dst[j] = dst_mem.data() + j * size;
-        seg[j] = (*mapping)->base + sr.ranges[j].offset;
       }
-      auto tcp_write = [&]() -> absl::Status {
-        for (int j = 0; j < batch; ++j) {
-          const Range& r = sr.ranges[j];
-          absl::Status s =
-              tcp.Write(addr, r.grant, r.segment, r.offset, src[j], size, MonoMs() + kOpTimeoutMs);
-          if (!s.ok()) return s;
-        }
-        return absl::OkStatus();
+      const std::vector<transport::Op> ops[2][2] = {
+          {make_ops(0, transport::OpKind::kRead, sr, size, batch),
+           make_ops(0, transport::OpKind::kWrite, sr, size, batch)},
+          {make_ops(1, transport::OpKind::kRead, sr, size, batch),
+           make_ops(1, transport::OpKind::kWrite, sr, size, batch)}};
+      auto run = [&](int e, int d) {
+        return [&, e, d]() { return engines[e]->Execute(ops[e][d], MonoMs() + kOpTimeoutMs); };
       };
-      auto tcp_read = [&]() -> absl::Status {
-        for (int j = 0; j < batch; ++j) {
-          const Range& r = sr.ranges[j];
-          absl::Status s =
-              tcp.Read(addr, r.segment, r.offset, size, dst[j], MonoMs() + kOpTimeoutMs);
-          if (!s.ok()) return s;
-        }
-        return absl::OkStatus();
-      };
-      auto shm_write = [&]() -> absl::Status {
-        for (int j = 0; j < batch; ++j) std::memcpy(seg[j], src[j], size);
-        return absl::OkStatus();
-      };
-      auto shm_read = [&]() -> absl::Status {
-        for (int j = 0; j < batch; ++j) std::memcpy(dst[j], seg[j], size);
-        return absl::OkStatus();
-      };
+      auto tcp_read = run(0, 0);
+      auto tcp_write = run(0, 1);
+      auto shm_read = run(1, 0);
+      auto shm_write = run(1, 1);
       auto mem_copy = [&]() -> absl::Status {
         for (int j = 0; j < batch; ++j) std::memcpy(dst[j], src[j], size);
         return absl::OkStatus();
       };
       // Correctness once per cell, outside the timings: what TCP wrote,
-      // shared memory and TCP read back; what shared memory wrote, TCP reads.
+      // TCP and shared memory read back.
       absl::Status check = tcp_write();
-      std::fill(dst_mem.begin(), dst_mem.begin() + batch_bytes, 0);
-      if (check.ok()) check = tcp_read();
-      if (check.ok() && std::memcmp(dst_mem.data(), src_mem.data(), batch_bytes) != 0) ++mismatches;
-      for (int j = 0; j < batch; ++j) {
-        if (std::memcmp(seg[j], src[j], size) != 0) ++mismatches;
+      for (auto* read : {&tcp_read, &shm_read}) {
+        std::fill(dst_mem.begin(), dst_mem.begin() + batch_bytes, 0);
+        if (check.ok()) check = (*read)();
+        if (check.ok() && std::memcmp(dst_mem.data(), src_mem.data(), batch_bytes) != 0) {
+          ++mismatches;
+        }
       }
       if (!check.ok()) {
         std::fprintf(stderr, "shelf-bench transport: %s x%d: %s\n", ShortBytes(size).c_str(), batch,
@@ -541,8 +574,6 @@ int TransportBench(int argc, char** argv) {
   }
   o.Add("errors", errors).Add("mismatches", mismatches);
   o.Raw("rows", Json::Array(rows));
-  mapping->reset();
-  shm.Forget(ranges[0].shm_socket);
   cluster->reset();
   peer->reset();
   std::printf("%s\n", o.str().c_str());

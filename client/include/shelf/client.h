@@ -111,6 +111,11 @@ struct ClientOptions {
   // call of this client: a batch of blocks on remote stores is read over up
   // to this many pooled connections at once. 1..256.
   uint32_t transfer_threads = 8;
+  // TCP streams one large block moves over at once: a block of at least
+  // 4 MiB to or from a remote store is cut into up to this many stripes
+  // (each at least 2 MiB), each on its own pooled connection. 1..16; 1
+  // moves every block on one connection.
+  uint32_t tcp_streams_per_block = 4;
   // Threads that run the *Async calls, and how many such calls may wait for
   // one; a call beyond that completes at once with RESOURCE_EXHAUSTED.
   // async_threads 1..64, async_queue_max 1..65536.

@@ -1,4 +1,4 @@
-#include "client/thread_pool.h"
+#include "common/thread_pool.h"
 
 #include <algorithm>
 #include <atomic>

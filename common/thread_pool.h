@@ -1,6 +1,6 @@
 // ThreadPool: a fixed set of threads running tasks from a bounded queue, and
 // ParallelFor, which spreads the items of a batch over the calling thread and
-// a pool. Internal to libshelf.
+// a pool. Used by libshelf and the transport engines.
 //
 //   ThreadPool pool(4, /*queue_max=*/16);
 //   bool queued = pool.TrySubmit([] { ... });   // false: full or shut down
@@ -9,8 +9,8 @@
 // Thread-safe. A task must not wait for another task of the same pool (it
 // could be queued behind it); ParallelFor never does: its caller takes items
 // too, so it finishes even when every pool thread is busy.
-#ifndef SHELF_CLIENT_THREAD_POOL_H_
-#define SHELF_CLIENT_THREAD_POOL_H_
+#ifndef SHELF_COMMON_THREAD_POOL_H_
+#define SHELF_COMMON_THREAD_POOL_H_
 
 #include <cstddef>
 #include <deque>
@@ -62,4 +62,4 @@ void ParallelFor(ThreadPool* pool, size_t n, size_t helpers_max,
 
 }  // namespace shelf
 
-#endif  // SHELF_CLIENT_THREAD_POOL_H_
+#endif  // SHELF_COMMON_THREAD_POOL_H_

@@ -1,0 +1,367 @@
+// transport::Engine, TCP and shared-memory backends, against a real
+// DataServer and ShmServer on loopback: block round trips (striped and not),
+// per-op statuses in a mixed batch, grants, deadlines against a silent peer,
+// a peer that dies halfway through a payload, and registration errors.
+#include "transport/engine.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/net.h"
+#include "tests/common/memory_handler.h"
+#include "transport/data_server.h"
+#include "transport/shm.h"
+#include "transport/shm_engine.h"
+#include "transport/tcp_engine.h"
+#include "transport/wire.h"
+
+namespace shelf::transport {
+namespace {
+
+constexpr char kSecret[] = "engine-test-secret";
+constexpr char kGrantKey[] = "engine-test-grant-key";
+constexpr char kNode[] = "node-e";
+constexpr uint64_t kSegment = 64ull << 20;
+
+std::string Pattern(uint64_t n, uint64_t seed) {
+  std::string s(n, '\0');
+  std::mt19937_64 rng(seed);
+  for (uint64_t i = 0; i < n; i += 8) {
+    uint64_t v = rng();
+    std::memcpy(s.data() + i, &v, std::min<uint64_t>(8, n - i));
+  }
+  return s;
+}
+
+class TcpEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(handler_.ok());
+    DataServer::Options so;
+    so.listen = HostPort{"127.0.0.1", 0};
+    so.secret = kSecret;
+    auto server = DataServer::Start(so, &handler_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    peer_.node_id = kNode;
+    peer_.set_route(Kind::kTcp, server_->bound().ToString());
+  }
+
+  std::string Grant(uint64_t put_id, uint64_t offset, uint64_t length) {
+    return wire::EncodeGrant(handler_.MakeGrant(put_id, offset, length));
+  }
+  Op Read(MemoryHandle h, uint64_t local_offset, uint64_t remote, uint64_t length) {
+    return Op{OpKind::kRead, h, local_offset, &peer_, 0, remote, length, ""};
+  }
+  Op Write(MemoryHandle h, uint64_t local_offset, uint64_t remote, uint64_t length,
+           std::string grant) {
+    return Op{OpKind::kWrite, h, local_offset, &peer_, 0, remote, length, std::move(grant)};
+  }
+
+  testing::MemoryHandler handler_{kSegment, kGrantKey, kNode};
+  std::unique_ptr<DataServer> server_;
+  Peer peer_;
+};
+
+TEST_F(TcpEngineTest, BlocksRoundTripStripedAndNot) {
+  TcpEngine::Options o;
+  o.secret = kSecret;
+  TcpEngine engine(o);
+  EXPECT_EQ(engine.StripesFor(64 << 10), 1u);
+  EXPECT_EQ(engine.StripesFor(1 << 20), 1u);
+  EXPECT_EQ(engine.StripesFor(5 << 20), 2u);
+  EXPECT_EQ(engine.StripesFor(16 << 20), 4u);
+  EXPECT_EQ(engine.StripesFor(1ull << 30), 4u);
+  for (uint64_t size :
+       {uint64_t{1}, uint64_t{64} << 10, uint64_t{5} << 20 | 13, uint64_t{16} << 20}) {
+    SCOPED_TRACE(size);
+    std::string src = Pattern(size, size);
+    std::string dst(size, '\0');
+    auto hs = engine.RegisterMemory(src.data(), size, MemoryKind::kHost);
+    auto hd = engine.RegisterMemory(dst.data(), size, MemoryKind::kHost);
+    ASSERT_TRUE(hs.ok() && hd.ok());
+    const uint64_t remote = 4096 + size % 4096;
+    const uint64_t writes_before = handler_.written();
+    Op w = Write(*hs, 0, remote, size, Grant(size, remote, size));
+    ASSERT_TRUE(engine.Execute({&w, 1}, MonoMs() + 20000).ok());
+    // Every byte went over the wire once, whatever the striping.
+    EXPECT_EQ(handler_.written() - writes_before, size);
+    ASSERT_EQ(std::memcmp(handler_.base() + remote, src.data(), size), 0);
+    Op r = Read(*hd, 0, remote, size);
+    std::shared_ptr<Batch> batch = engine.Submit({&r, 1}, MonoMs() + 20000);
+    batch->Wait();
+    EXPECT_TRUE(batch->Poll());
+    ASSERT_TRUE(batch->status().ok()) << batch->status();
+    EXPECT_EQ(dst, src);
+    EXPECT_TRUE(engine.UnregisterMemory(*hs).ok());
+    EXPECT_TRUE(engine.UnregisterMemory(*hd).ok());
+  }
+}
+
+TEST_F(TcpEngineTest, EachOpOfAMixedBatchGetsItsOwnStatus) {
+  TcpEngine::Options o;
+  o.secret = kSecret;
+  TcpEngine engine(o);
+  std::string buf = Pattern(8 << 20, 7);
+  auto h = engine.RegisterMemory(buf.data(), buf.size(), MemoryKind::kHost);
+  ASSERT_TRUE(h.ok());
+  Peer nowhere;  // offers no tcp route
+  nowhere.node_id = "node-x";
+  std::vector<Op> ops = {
+      Write(*h, 0, 0, 1 << 20, Grant(1, 0, 1 << 20)),                    // 0 ok
+      Read(*h, 0, kSegment - 10, 100),                                   // 1 outside the segment
+      Read(*h + 1000, 0, 0, 10),                                         // 2 unregistered memory
+      Read(*h, buf.size() - 5, 0, 10),                                   // 3 local range too long
+      Read(*h, 0, 0, 0),                                                 // 4 empty
+      Write(*h, 0, 2 << 20, 4096, ""),                                   // 5 no grant
+      Write(*h, 0, 3 << 20, 8192, Grant(2, 3 << 20, 4096)),              // 6 grant too small
+      Write(*h, 1 << 20, 4 << 20, 6 << 20, Grant(3, 4 << 20, 6 << 20)),  // 7 ok, striped
+      Op{OpKind::kRead, *h, 0, &nowhere, 0, 0, 10, ""},                  // 8 unreachable
+      Write(*h, 0, 12 << 20, 6 << 20, Grant(4, 12 << 20, 5 << 20)),  // 9 striped, one stripe bad
+  };
+  std::shared_ptr<Batch> batch = engine.Submit(ops, MonoMs() + 20000);
+  batch->Wait();
+  const std::vector<absl::Status>& st = batch->statuses();
+  ASSERT_EQ(st.size(), ops.size());
+  EXPECT_TRUE(st[0].ok()) << st[0];
+  EXPECT_EQ(st[1].code(), absl::StatusCode::kOutOfRange) << st[1];
+  EXPECT_EQ(st[2].code(), absl::StatusCode::kInvalidArgument) << st[2];
+  EXPECT_EQ(st[3].code(), absl::StatusCode::kOutOfRange) << st[3];
+  EXPECT_EQ(st[4].code(), absl::StatusCode::kInvalidArgument) << st[4];
+  EXPECT_EQ(st[5].code(), absl::StatusCode::kInvalidArgument) << st[5];
+  EXPECT_EQ(st[6].code(), absl::StatusCode::kPermissionDenied) << st[6];
+  EXPECT_TRUE(st[7].ok()) << st[7];
+  EXPECT_EQ(st[8].code(), absl::StatusCode::kUnavailable) << st[8];
+  EXPECT_EQ(st[9].code(), absl::StatusCode::kPermissionDenied) << st[9];
+  EXPECT_EQ(batch->status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(std::memcmp(handler_.base(), buf.data(), 1 << 20), 0);
+  EXPECT_EQ(std::memcmp(handler_.base() + (4 << 20), buf.data() + (1 << 20), 6 << 20), 0);
+  // The refused write wrote nothing.
+  EXPECT_EQ(handler_.base()[3 << 20], 0);
+  // The striped write whose grant ends early: its stripes inside the grant
+  // may land, the last one (past the grant) never does.
+  EXPECT_EQ(std::string(handler_.base() + (17 << 20), 1 << 20), std::string(1 << 20, '\0'));
+}
+
+TEST_F(TcpEngineTest, RegistrationErrors) {
+  TcpEngine engine(TcpEngine::Options{});
+  char byte = 0;
+  EXPECT_EQ(engine.RegisterMemory(nullptr, 10, MemoryKind::kHost).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine.RegisterMemory(&byte, 0, MemoryKind::kHost).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine.RegisterMemory(&byte, 1, MemoryKind::kGpu).status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(engine.UnregisterMemory(12345).code(), absl::StatusCode::kNotFound);
+  auto h = engine.RegisterMemory(&byte, 1, MemoryKind::kHost);
+  ASSERT_TRUE(h.ok());
+  EXPECT_TRUE(engine.UnregisterMemory(*h).ok());
+  EXPECT_EQ(engine.UnregisterMemory(*h).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(TcpEngineTest, WrongSecretFailsEveryOp) {
+  TcpEngine::Options o;
+  o.secret = "not-the-secret";
+  TcpEngine engine(o);
+  std::string buf(4096, 'x');
+  auto h = engine.RegisterMemory(buf.data(), buf.size(), MemoryKind::kHost);
+  ASSERT_TRUE(h.ok());
+  std::vector<Op> ops = {Read(*h, 0, 0, 4096), Write(*h, 0, 0, 4096, Grant(1, 0, 4096))};
+  std::shared_ptr<Batch> batch = engine.Submit(ops, MonoMs() + 5000);
+  batch->Wait();
+  for (const absl::Status& s : batch->statuses()) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  }
+  EXPECT_EQ(handler_.written(), 0u);
+}
+
+// A listener that speaks the handshake and then misbehaves: `silent` never
+// answers a request; otherwise it answers a READ with a header promising
+// the payload, sends half of it and closes the connection.
+class BadPeer {
+ public:
+  explicit BadPeer(bool silent) : silent_(silent) {
+    HostPort bound;
+    absl::StatusOr<int> fd = TcpListen(HostPort{"127.0.0.1", 0}, &bound);
+    if (fd.ok()) listen_fd_ = *fd;
+    address_ = bound.ToString();
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~BadPeer() {
+    stopping_ = true;
+    shutdown(listen_fd_, SHUT_RDWR);
+    thread_.join();
+    close(listen_fd_);
+  }
+  const std::string& address() const { return address_; }
+
+ private:
+  void Loop() {
+    while (!stopping_) {
+      int fd = accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) return;
+      char head[wire::kHeaderBytes];
+      wire::Header hello;
+      hello.op = wire::Op::kHello;
+      hello.extra_len = wire::kNonceBytes;
+      wire::EncodeHeader(hello, head);
+      std::string nonce(wire::kNonceBytes, 'n');
+      (void)WriteFull(fd, head, sizeof(head));
+      (void)WriteFull(fd, nonce.data(), nonce.size());
+      absl::StatusOr<wire::Header> auth = ReadFrame(fd);
+      if (auth.ok()) {
+        wire::Header ok;
+        ok.op = wire::Op::kAuth;
+        ok.request_id = auth->request_id;
+        wire::EncodeHeader(ok, head);
+        (void)WriteFull(fd, head, sizeof(head));
+        absl::StatusOr<wire::Header> req = ReadFrame(fd);
+        if (req.ok() && silent_) {
+          while (!stopping_) usleep(10000);
+        } else if (req.ok()) {
+          wire::Header resp;
+          resp.op = req->op;
+          resp.request_id = req->request_id;
+          resp.length = req->length;
+          wire::EncodeHeader(resp, head);
+          (void)WriteFull(fd, head, sizeof(head));
+          std::string half(req->length / 2, 'h');
+          (void)WriteFull(fd, half.data(), half.size());
+        }
+      }
+      close(fd);
+    }
+  }
+  static absl::StatusOr<wire::Header> ReadFrame(int fd) {
+    char head[wire::kHeaderBytes];
+    if (absl::Status s = ReadFull(fd, head, sizeof(head)); !s.ok()) return s;
+    absl::StatusOr<wire::Header> h = wire::DecodeHeader(head);
+    if (!h.ok()) return h;
+    std::string extra(h->extra_len, '\0');
+    if (absl::Status s = ReadFull(fd, extra.data(), extra.size()); !s.ok()) return s;
+    return h;
+  }
+
+  const bool silent_;
+  int listen_fd_ = -1;
+  std::string address_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+TEST(TcpEngineFaultTest, SilentPeerFailsTheOpAtItsDeadline) {
+  BadPeer peer_server(/*silent=*/true);
+  Peer peer;
+  peer.node_id = "silent";
+  peer.set_route(Kind::kTcp, peer_server.address());
+  TcpEngine engine(TcpEngine::Options{});
+  std::string buf(1 << 20, '\0');
+  auto h = engine.RegisterMemory(buf.data(), buf.size(), MemoryKind::kHost);
+  ASSERT_TRUE(h.ok());
+  Op op{OpKind::kRead, *h, 0, &peer, 0, 0, buf.size(), ""};
+  uint64_t start = MonoMs();
+  absl::Status s = engine.Execute({&op, 1}, start + 300);
+  uint64_t took = MonoMs() - start;
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(s.code() == absl::StatusCode::kDeadlineExceeded ||
+              s.code() == absl::StatusCode::kUnavailable)
+      << s;
+  EXPECT_LT(took, 5000u) << "the op outlived its deadline by far";
+}
+
+TEST(TcpEngineFaultTest, PeerDyingHalfwayThroughAPayloadFailsTheOp) {
+  BadPeer peer_server(/*silent=*/false);
+  Peer peer;
+  peer.node_id = "dying";
+  peer.set_route(Kind::kTcp, peer_server.address());
+  TcpEngine engine(TcpEngine::Options{});
+  std::string buf(1 << 20, '\0');
+  auto h = engine.RegisterMemory(buf.data(), buf.size(), MemoryKind::kHost);
+  ASSERT_TRUE(h.ok());
+  Op op{OpKind::kRead, *h, 0, &peer, 0, 0, buf.size(), ""};
+  absl::Status s = engine.Execute({&op, 1}, MonoMs() + 5000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+}
+
+class ShmEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(handler_.ok());
+    socket_ = absl::StrCat(::testing::TempDir(), "/engine-test-", getpid(), ".sock");
+    auto server = ShmServer::Start(socket_, handler_.memfd(), 0, handler_.size(), kSecret);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    peer_.node_id = kNode;
+    peer_.host_id = HostId();
+    peer_.incarnation = 1;
+    peer_.set_route(Kind::kShm, socket_);
+  }
+
+  testing::MemoryHandler handler_{4 << 20, kGrantKey, kNode};
+  std::string socket_;
+  std::unique_ptr<ShmServer> server_;
+  Peer peer_;
+};
+
+TEST_F(ShmEngineTest, ReadsAndWritesAreCopiesOfTheMappedSegment) {
+  ShmEngine engine(kSecret);
+  EXPECT_TRUE(engine.Reaches(peer_));
+  std::string src = Pattern(1 << 20, 3), dst(1 << 20, '\0');
+  auto hs = engine.RegisterMemory(src.data(), src.size(), MemoryKind::kHost);
+  auto hd = engine.RegisterMemory(dst.data(), dst.size(), MemoryKind::kHost);
+  ASSERT_TRUE(hs.ok() && hd.ok());
+  std::vector<Op> ops = {{OpKind::kWrite, *hs, 0, &peer_, 0, 8192, src.size(), ""}};
+  ASSERT_TRUE(engine.Execute(ops, MonoMs() + 1000).ok());
+  EXPECT_EQ(std::memcmp(handler_.base() + 8192, src.data(), src.size()), 0);
+  ops = {{OpKind::kRead, *hd, 0, &peer_, 0, 8192, dst.size(), ""}};
+  ASSERT_TRUE(engine.Execute(ops, MonoMs() + 1000).ok());
+  EXPECT_EQ(dst, src);
+
+  // Not the mapped segment, or past its end: UNAVAILABLE (the caller moves
+  // to another transport), nothing copied.
+  std::memset(dst.data(), 0, dst.size());
+  ops = {{OpKind::kRead, *hd, 0, &peer_, 7, 0, 16, ""},
+         {OpKind::kRead, *hd, 0, &peer_, 0, (4 << 20) - 8, 16, ""}};
+  std::shared_ptr<Batch> batch = engine.Submit(ops, MonoMs() + 1000);
+  batch->Wait();
+  EXPECT_EQ(batch->statuses()[0].code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(batch->statuses()[1].code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(dst, std::string(dst.size(), '\0'));
+}
+
+TEST_F(ShmEngineTest, ReachesOnlyAStoreOnThisHostThatOffersShm) {
+  ShmEngine engine(kSecret);
+  Peer other_host = peer_;
+  other_host.host_id = "another-host";
+  EXPECT_FALSE(engine.Reaches(other_host));
+  Peer no_shm = peer_;
+  no_shm.set_route(Kind::kShm, "");
+  EXPECT_FALSE(engine.Reaches(no_shm));
+  std::string buf(64, '\0');
+  auto h = engine.RegisterMemory(buf.data(), buf.size(), MemoryKind::kHost);
+  ASSERT_TRUE(h.ok());
+  Op op{OpKind::kRead, *h, 0, &other_host, 0, 0, 64, ""};
+  EXPECT_EQ(engine.Execute({&op, 1}, MonoMs() + 1000).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(ShmEngineTest, WrongSecretIsRefused) {
+  ShmEngine engine("wrong");
+  std::string buf(64, '\0');
+  auto h = engine.RegisterMemory(buf.data(), buf.size(), MemoryKind::kHost);
+  ASSERT_TRUE(h.ok());
+  Op op{OpKind::kRead, *h, 0, &peer_, 0, 0, 64, ""};
+  absl::Status s = engine.Execute({&op, 1}, MonoMs() + 1000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("secret"), absl::string_view::npos) << s;
+}
+
+}  // namespace
+}  // namespace shelf::transport

@@ -1,0 +1,47 @@
+#include "transport/shm_engine.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/net.h"
+
+namespace shelf::transport {
+
+bool ShmEngine::Reaches(const Peer& peer) const {
+  return !peer.route(Kind::kShm).empty() && peer.host_id == HostId();
+}
+
+void ShmEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work,
+                      uint64_t /*deadline_ms*/) {
+  for (const Work& w : work) {
+    const Op& op = w.op;
+    const std::string& socket = op.peer->route(Kind::kShm);
+    absl::StatusOr<std::shared_ptr<ShmMapping>> map =
+        attachments_.Get(socket, op.peer->incarnation);
+    if (!map.ok()) {
+      batch->Complete(
+          w.index, absl::UnavailableError(absl::StrCat("shared memory of store ", op.peer->node_id,
+                                                       " unavailable: ", map.status().message())));
+      continue;
+    }
+    const ShmMapping& m = **map;
+    if (m.segment_id != op.segment_id || op.remote_offset > m.size ||
+        op.length > m.size - op.remote_offset) {
+      // The socket may belong to a restarted store: map it afresh next time.
+      attachments_.Forget(socket);
+      batch->Complete(w.index, absl::UnavailableError(absl::StrCat(
+                                   "store ", op.peer->node_id, "'s mapped segment ", m.segment_id,
+                                   " (", m.size, " bytes) does not hold segment ", op.segment_id,
+                                   " [", op.remote_offset, ", +", op.length, ")")));
+      continue;
+    }
+    if (op.kind == OpKind::kRead) {
+      std::memcpy(w.local, m.base + op.remote_offset, op.length);
+    } else {
+      std::memcpy(m.base + op.remote_offset, w.local, op.length);
+    }
+    batch->Complete(w.index, absl::OkStatus());
+  }
+}
+
+}  // namespace shelf::transport

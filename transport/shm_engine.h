@@ -1,0 +1,40 @@
+// ShmEngine: the shared-memory backend of transport::Engine. It reaches a
+// store on this host (same HostId) that offers shm: the store's segment is
+// mapped once (ShmAttachments, bound to the store's incarnation) and each op
+// is one memcpy, run in the submitting thread.
+//
+// An op fails with UNAVAILABLE, and the mapping is dropped, when the socket
+// cannot be reached or the mapping does not match the op (another segment,
+// a range past its end): the caller then uses another transport. The
+// master's allocator and grants still decide which ranges a put touches.
+//
+// Thread-safe.
+#ifndef SHELF_TRANSPORT_SHM_ENGINE_H_
+#define SHELF_TRANSPORT_SHM_ENGINE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/engine.h"
+#include "transport/shm.h"
+
+namespace shelf::transport {
+
+class ShmEngine final : public Engine {
+ public:
+  explicit ShmEngine(std::string secret) : attachments_(std::move(secret)) {}
+
+  Kind kind() const override { return Kind::kShm; }
+  // A store on this host that offers shm.
+  bool Reaches(const Peer& peer) const override;
+
+ private:
+  void Start(std::shared_ptr<Batch> batch, std::vector<Work> work, uint64_t deadline_ms) override;
+
+  ShmAttachments attachments_;
+};
+
+}  // namespace shelf::transport
+
+#endif  // SHELF_TRANSPORT_SHM_ENGINE_H_
