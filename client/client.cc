@@ -10,6 +10,10 @@
 #include "common/clock.h"
 #include "common/net.h"
 #include "common/rpc.h"
+#if SHELF_WITH_RDMA
+#include "transport/rdma/ib_verbs.h"
+#include "transport/rdma/rdma_transport.h"
+#endif
 
 namespace shelf {
 namespace {
@@ -44,6 +48,10 @@ absl::Status ValidateOptions(const ClientOptions& o) {
   if (o.masters.empty()) return absl::InvalidArgumentError("ClientOptions.masters is empty");
   if (o.timeout_ms == 0) {
     return absl::InvalidArgumentError("ClientOptions.timeout_ms must be at least 1");
+  }
+  if (!o.rdma_device.empty() && (o.rdma_port < 1 || o.rdma_port > 255 || o.rdma_gid_index > 255)) {
+    return absl::InvalidArgumentError(
+        "ClientOptions.rdma_port takes 1..255 and rdma_gid_index 0..255");
   }
   if (o.tcp_streams_per_block < 1 || o.tcp_streams_per_block > kStreamsPerBlockMax) {
     return absl::InvalidArgumentError(absl::StrCat("ClientOptions.tcp_streams_per_block is ",
@@ -142,7 +150,28 @@ absl::Status ClientImpl::Connect() {
     if (!ch.ok()) return ch.status();
     masters_.push_back(v1::MasterService::NewStub(*ch));
   }
+  if (options_.rdma_device.empty()) return absl::OkStatus();
+#if SHELF_WITH_RDMA
+  auto verbs = std::make_shared<rdma::IbVerbs>();
+  rdma_verbs_ = verbs;
+  rdma::RdmaTransport::Options ro;
+  ro.secret = options_.secret;
+  ro.device.device_name = options_.rdma_device;
+  ro.device.port_num = static_cast<uint8_t>(options_.rdma_port);
+  ro.device.gid_index = static_cast<int>(options_.rdma_gid_index);
+  absl::StatusOr<std::unique_ptr<rdma::RdmaTransport>> rdma =
+      rdma::RdmaTransport::Open(verbs.get(), ro);
+  if (!rdma.ok()) {
+    return absl::Status(rdma.status().code(),
+                        absl::StrCat("ClientOptions.rdma_device ", options_.rdma_device, ": ",
+                                     rdma.status().message()));
+  }
+  rdma_ = *std::move(rdma);
   return absl::OkStatus();
+#else
+  return absl::UnimplementedError(
+      "ClientOptions.rdma_device is set but this libshelf was built without RDMA (libibverbs)");
+#endif
 }
 
 absl::Status ClientImpl::CheckOpen() const {
@@ -319,6 +348,7 @@ ClientStats ClientImpl::stats() const {
   s.bytes_loaded = stats_.bytes_loaded.load();
   s.bytes_loaded_shm = stats_.bytes_loaded_shm.load();
   s.bytes_loaded_tcp = stats_.bytes_loaded_tcp.load();
+  s.bytes_loaded_rdma = stats_.bytes_loaded_rdma.load();
   s.bytes_loaded_ssd = stats_.bytes_loaded_ssd.load();
   s.blocks_loaded_dram = stats_.blocks_loaded_dram.load();
   s.blocks_loaded_ssd = stats_.blocks_loaded_ssd.load();
@@ -362,6 +392,7 @@ std::string ClientImpl::MetricsText() const {
   ClientStats st = stats();
   sync(metrics_.bytes.WithLabels({"load", "shm"}), st.bytes_loaded_shm);
   sync(metrics_.bytes.WithLabels({"load", "tcp"}), st.bytes_loaded_tcp);
+  sync(metrics_.bytes.WithLabels({"load", "rdma"}), st.bytes_loaded_rdma);
   sync(metrics_.bytes.WithLabels({"store", "any"}), st.bytes_stored);
   sync(metrics_.checksum_mismatches, st.checksum_mismatches);
   sync(metrics_.failovers, st.replica_failovers);

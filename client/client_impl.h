@@ -149,9 +149,10 @@ class ClientImpl final : public Client {
   // it offers and this client allows.
   transport::Peer PeerOf(const v1::StoreEndpoint& store) const;
   // Moves [replica.offset(), +size) of the replica's segment to or from
-  // `local` over the best transport both ends share (shm, then tcp; a
-  // failed shm op falls back to tcp). `grant`: writes only. `*transport`
-  // names the transport of the last attempt.
+  // `local` over the best transport both ends share (shm, then rdma for
+  // reads, then tcp; a failed shm or rdma op falls back to the next).
+  // `grant`: writes only. `*transport` names the transport of the last
+  // attempt.
   absl::Status MoveReplica(transport::OpKind kind, const v1::Replica& replica,
                            const v1::WriteGrant* grant, char* local, uint64_t size,
                            uint64_t deadline_ms, const char** transport);
@@ -196,6 +197,10 @@ class ClientImpl final : public Client {
   // Thread-safe members.
   transport::TcpEngine tcp_;
   transport::ShmEngine shm_;
+  // Set by Connect when options_.rdma_device names one: the device (a
+  // VerbsApi) and the RDMA engine on it. Fixed after Connect.
+  std::shared_ptr<void> rdma_verbs_;  // destroyed after rdma_
+  std::unique_ptr<transport::Engine> rdma_;
   BufferRegistry buffers_;
   GpuStaging gpu_;
   std::atomic<size_t> current_master_{0};
@@ -203,8 +208,8 @@ class ClientImpl final : public Client {
 
   struct AtomicStats {
     std::atomic<uint64_t> bytes_stored{0}, bytes_loaded{0}, bytes_loaded_shm{0},
-        bytes_loaded_tcp{0}, bytes_loaded_ssd{0}, blocks_loaded_dram{0}, blocks_loaded_ssd{0},
-        checksum_mismatches{0}, replica_failovers{0}, bytes_staged_gpu{0};
+        bytes_loaded_tcp{0}, bytes_loaded_rdma{0}, bytes_loaded_ssd{0}, blocks_loaded_dram{0},
+        blocks_loaded_ssd{0}, checksum_mismatches{0}, replica_failovers{0}, bytes_staged_gpu{0};
   };
   mutable AtomicStats stats_;
 

@@ -32,6 +32,9 @@ transport::Peer ClientImpl::PeerOf(const v1::StoreEndpoint& store) const {
   if (options_.allow_shm && Offers(store, v1::TRANSPORT_SHM)) {
     peer.set_route(transport::Kind::kShm, store.shm_socket());
   }
+  if (rdma_ != nullptr && Offers(store, v1::TRANSPORT_RDMA)) {
+    peer.set_route(transport::Kind::kRdma, store.data_address());
+  }
   return peer;
 }
 
@@ -57,9 +60,11 @@ absl::Status ClientImpl::MoveReplica(transport::OpKind kind, const v1::Replica& 
   }
   absl::Status last =
       absl::UnavailableError("no shared transport with store " + replica.store().data_address());
-  transport::Engine* const engines[] = {&shm_, &tcp_};  // best first
+  // Best first. RDMA only reads: stores take writes under the put's grant.
+  transport::Engine* const engines[] = {
+      &shm_, kind == transport::OpKind::kRead ? rdma_.get() : nullptr, &tcp_};
   for (transport::Engine* engine : engines) {
-    if (!engine->Reaches(peer)) continue;
+    if (engine == nullptr || !engine->Reaches(peer)) continue;
     *transport = transport::KindName(engine->kind());
     absl::StatusOr<transport::MemoryHandle> handle =
         engine->RegisterMemory(local, size, transport::MemoryKind::kHost);
@@ -68,8 +73,9 @@ absl::Status ClientImpl::MoveReplica(transport::OpKind kind, const v1::Replica& 
     last = engine->Execute({&op, 1}, deadline_ms);
     engine->UnregisterMemory(*handle).IgnoreError();
     // Shared memory fails when the mapping is gone or stale (a restarted
-    // store): the same replica is then moved over the next transport.
-    if (last.ok() || engine->kind() != transport::Kind::kShm) return last;
+    // store), RDMA when its queue pair cannot be made: the same replica is
+    // then moved over the next transport.
+    if (last.ok() || engine->kind() == transport::Kind::kTcp) return last;
   }
   return last;
 }
@@ -133,7 +139,9 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst,
     } else {
       stats_.blocks_loaded_dram.fetch_add(1);
     }
-    (std::strcmp(transport, "shm") == 0 ? stats_.bytes_loaded_shm : stats_.bytes_loaded_tcp)
+    (std::strcmp(transport, "shm") == 0    ? stats_.bytes_loaded_shm
+     : std::strcmp(transport, "rdma") == 0 ? stats_.bytes_loaded_rdma
+                                           : stats_.bytes_loaded_tcp)
         .fetch_add(loc.size());
     return absl::OkStatus();
   }

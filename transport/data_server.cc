@@ -12,7 +12,7 @@
 namespace shelf {
 
 absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(const Options& options,
-                                                               DataHandler* handler) {
+                                                              DataHandler* handler) {
   HostPort bound;
   absl::StatusOr<int> fd = TcpListen(options.listen, &bound);
   if (!fd.ok()) return fd.status();
@@ -21,8 +21,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(const Options& opt
   return server;
 }
 
-DataServer::DataServer(const Options& options, DataHandler* handler, int listen_fd,
-                       HostPort bound)
+DataServer::DataServer(const Options& options, DataHandler* handler, int listen_fd, HostPort bound)
     : options_(options), handler_(handler), listen_fd_(listen_fd), bound_(std::move(bound)) {}
 
 DataServer::~DataServer() { Stop(); }
@@ -85,8 +84,7 @@ absl::Status DataServer::Handshake(int fd) {
   reply.op = wire::Op::kAuth;
   reply.request_id = auth->request_id;
   absl::Status verdict = absl::OkStatus();
-  if (!options_.secret.empty() &&
-      !ConstantTimeEqual(mac, wire::AuthMac(options_.secret, nonce))) {
+  if (!options_.secret.empty() && !ConstantTimeEqual(mac, wire::AuthMac(options_.secret, nonce))) {
     verdict = absl::UnauthenticatedError("data-plane handshake: wrong or missing cluster secret");
   }
   std::string msg(verdict.message());
@@ -101,6 +99,7 @@ absl::Status DataServer::Handshake(int fd) {
 void DataServer::Serve(int fd) {
   SetIoTimeoutMs(fd, options_.io_timeout_ms);
   absl::Status hs = Handshake(fd);
+  Connection conn;
   if (hs.ok()) {
     // Idle connections wait without a timeout; a frame, once started, must
     // arrive within io_timeout_ms.
@@ -117,11 +116,12 @@ void DataServer::Serve(int fd) {
                            << Kv("error", h.status().message());
         break;
       }
-      if (!HandleFrame(fd, *h)) break;
+      if (!HandleFrame(fd, *h, &conn)) break;
     }
   } else if (hs.code() == absl::StatusCode::kUnauthenticated) {
     SHELF_LOG(WARNING) << "data-plane connection rejected" << Kv("error", hs.message());
   }
+  conn.rdma.reset();  // before the socket: the peer sees the QP gone first
   {
     std::lock_guard<std::mutex> lock(mu_);
     fds_.erase(fd);
@@ -155,7 +155,7 @@ bool Reply(int fd, const wire::Header& req, const absl::Status& status, const ch
 
 }  // namespace
 
-bool DataServer::HandleFrame(int fd, const wire::Header& h) {
+bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
   std::string extra(h.extra_len, '\0');
   if (!ReadFull(fd, extra.data(), extra.size()).ok()) return false;
   switch (h.op) {
@@ -178,8 +178,8 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h) {
       absl::StatusOr<DataHandler::Region> seg = handler_->Segment(h.segment_id);
       absl::Status verdict = seg.status();
       if (verdict.ok() && (h.offset > seg->size || h.length > seg->size - h.offset)) {
-        verdict = absl::OutOfRangeError(absl::StrCat("write [", h.offset, ", +", h.length,
-                                                     ") outside segment of ", seg->size));
+        verdict = absl::OutOfRangeError(
+            absl::StrCat("write [", h.offset, ", +", h.length, ") outside segment of ", seg->size));
       }
       if (verdict.ok()) {
         absl::StatusOr<wire::Grant> grant = wire::DecodeGrant(extra);
@@ -203,17 +203,33 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h) {
       std::string value;
       absl::Status s = handler_->ReadKey(extra, &value);
       if (s.ok() && h.length != 0 && value.size() != h.length) {
-        s = absl::DataLossError(absl::StrCat("SSD block is ", value.size(), " bytes, expected ",
-                                             h.length));
+        s = absl::DataLossError(
+            absl::StrCat("SSD block is ", value.size(), " bytes, expected ", h.length));
       }
       return Reply(fd, h, s, value.data(), value.size());
+    }
+    case wire::Op::kRdmaConnect: {
+      if (h.length != 0) return false;
+      if (options_.rdma == nullptr) {
+        return Reply(fd, h, absl::FailedPreconditionError("this store offers no rdma transport"),
+                     nullptr, 0);
+      }
+      conn->rdma.reset();  // a reconnect replaces the old queue pair
+      std::string store_info;
+      absl::StatusOr<std::shared_ptr<void>> qp =
+          options_.rdma->Accept(h.segment_id, extra, &store_info);
+      if (!qp.ok()) {
+        SHELF_LOG(WARNING) << "rdma connection refused" << Kv("error", qp.status().message());
+        return Reply(fd, h, qp.status(), nullptr, 0);
+      }
+      conn->rdma = *std::move(qp);
+      return Reply(fd, h, absl::OkStatus(), store_info.data(), store_info.size());
     }
     case wire::Op::kHello:
     case wire::Op::kAuth:
       break;
   }
-  SHELF_LOG(WARNING) << "closing connection: unexpected opcode"
-                     << Kv("op", static_cast<int>(h.op));
+  SHELF_LOG(WARNING) << "closing connection: unexpected opcode" << Kv("op", static_cast<int>(h.op));
   return false;
 }
 

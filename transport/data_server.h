@@ -19,8 +19,8 @@
 #include <string>
 #include <thread>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/net.h"
 #include "transport/wire.h"
 
@@ -47,11 +47,28 @@ class DataHandler {
   virtual void OnWrite(uint64_t bytes) {}
 };
 
+// The store side of the RDMA backend (transport/rdma/rdma_transport.h),
+// when the store offers RDMA: one queue pair per TCP connection that asks,
+// exposing a DRAM segment for one-sided READs by that client.
+class RdmaAcceptor {
+ public:
+  virtual ~RdmaAcceptor() = default;
+  // Connects a new queue pair to the client described by `client_info`
+  // (its connection info bytes) and fills `store_info` with this end's.
+  // The result holds the queue pair; releasing it tears the pair down.
+  // INVALID_ARGUMENT for malformed info, NOT_FOUND for an unknown segment,
+  // otherwise the device's error.
+  virtual absl::StatusOr<std::shared_ptr<void>> Accept(uint32_t segment_id,
+                                                       absl::string_view client_info,
+                                                       std::string* store_info) = 0;
+};
+
 class DataServer {
  public:
   struct Options {
     HostPort listen;
-    std::string secret;           // empty: open cluster
+    std::string secret;            // empty: open cluster
+    RdmaAcceptor* rdma = nullptr;  // null: RDMA_CONNECT is refused
     int max_connections = 1024;
     uint64_t io_timeout_ms = 30000;  // a peer stalled mid-frame this long is dropped
   };
@@ -67,8 +84,12 @@ class DataServer {
   void AcceptLoop();
   void Serve(int fd);
   absl::Status Handshake(int fd);
+  // What one connection holds beyond its socket.
+  struct Connection {
+    std::shared_ptr<void> rdma;  // its queue pair, after RDMA_CONNECT
+  };
   // Returns false when the connection must close.
-  bool HandleFrame(int fd, const wire::Header& h);
+  bool HandleFrame(int fd, const wire::Header& h, Connection* conn);
 
   const Options options_;
   DataHandler* const handler_;

@@ -143,9 +143,8 @@ bool StoreAnswered(const absl::Status& s) {
 
 }  // namespace
 
-absl::Status TcpDataClient::Read(const std::string& address, uint32_t segment_id,
-                                 uint64_t offset, uint64_t length, char* dst,
-                                 uint64_t deadline_ms) {
+absl::Status TcpDataClient::Read(const std::string& address, uint32_t segment_id, uint64_t offset,
+                                 uint64_t length, char* dst, uint64_t deadline_ms) {
   uint64_t left = 0;
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
   absl::StatusOr<int> fd = Acquire(address, deadline_ms);
@@ -229,6 +228,37 @@ absl::Status TcpDataClient::ReadKey(const std::string& address, absl::string_vie
   if (s.ok()) s = ReadFull(*fd, dst, length);
   Release(address, *fd, s.ok() || StoreAnswered(s));
   return WithPeer(s, address);
+}
+
+absl::StatusOr<int> TcpDataClient::Dial(const std::string& address, uint64_t deadline_ms) {
+  int fd = -1;
+  if (absl::Status s = Connect(address, deadline_ms, &fd); !s.ok()) return WithPeer(s, address);
+  return fd;
+}
+
+absl::StatusOr<std::string> TcpDataClient::RdmaConnect(int fd, uint32_t segment_id,
+                                                       absl::string_view local_info,
+                                                       uint64_t deadline_ms) {
+  uint64_t left = 0;
+  if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
+  SetIoTimeoutMs(fd, left);
+  wire::Header req;
+  req.op = wire::Op::kRdmaConnect;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    req.request_id = next_request_id_++;
+  }
+  req.segment_id = segment_id;
+  req.extra_len = static_cast<uint32_t>(local_info.size());
+  struct iovec rest[1] = {{const_cast<char*>(local_info.data()), local_info.size()}};
+  wire::Header resp;
+  if (absl::Status s = Exchange(fd, req, rest, 1, &resp); !s.ok()) return s;
+  if (resp.length > wire::kExtraBytesMax) {
+    return absl::UnavailableError("store answered RDMA_CONNECT with an oversized payload");
+  }
+  std::string remote(resp.length, '\0');
+  if (absl::Status s = ReadFull(fd, remote.data(), remote.size()); !s.ok()) return s;
+  return remote;
 }
 
 absl::Status TcpDataClient::Ping(const std::string& address, uint64_t deadline_ms) {

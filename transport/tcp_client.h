@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "transport/wire.h"
 
 namespace shelf {
@@ -27,9 +27,9 @@ namespace shelf {
 class TcpDataClient {
  public:
   struct Options {
-    std::string secret;                 // cluster secret; empty for an open cluster
+    std::string secret;  // cluster secret; empty for an open cluster
     uint64_t connect_timeout_ms = 2000;
-    size_t max_idle_per_peer = 32;      // idle connections kept per store
+    size_t max_idle_per_peer = 32;  // idle connections kept per store
   };
   explicit TcpDataClient(Options options);
   ~TcpDataClient();
@@ -49,6 +49,16 @@ class TcpDataClient {
   absl::Status Ping(const std::string& address, uint64_t deadline_ms);
   // Drops every pooled connection to `address` (e.g. after a store died).
   void Forget(const std::string& address);
+
+  // A new authenticated connection to `address`, outside the pool; the
+  // caller owns (and closes) the descriptor. For the RDMA backend's control
+  // channel, whose queue pair on the store lives as long as the connection.
+  absl::StatusOr<int> Dial(const std::string& address, uint64_t deadline_ms);
+  // RDMA_CONNECT on `fd` (from Dial): sends this end's RDMA connection info
+  // for `segment_id`, returns the store's. FAILED_PRECONDITION when the
+  // store offers no RDMA; UNAVAILABLE when the connection fails.
+  absl::StatusOr<std::string> RdmaConnect(int fd, uint32_t segment_id, absl::string_view local_info,
+                                          uint64_t deadline_ms);
 
  private:
   absl::StatusOr<int> Acquire(const std::string& address, uint64_t deadline_ms);

@@ -37,7 +37,7 @@ absl::StatusOr<Header> DecodeHeader(const char in[kHeaderBytes]) {
     return absl::InvalidArgumentError(absl::StrCat("unsupported frame version ", h.version));
   }
   uint8_t op = static_cast<uint8_t>(in[5]);
-  if (op < static_cast<uint8_t>(Op::kHello) || op > static_cast<uint8_t>(Op::kPing)) {
+  if (op < static_cast<uint8_t>(Op::kHello) || op > static_cast<uint8_t>(Op::kRdmaConnect)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown opcode ", op));
   }
   h.op = static_cast<Op>(op);

@@ -11,17 +11,17 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace shelf::wire {
 
 inline constexpr uint32_t kMagic = 0x464C4853;  // "SHLF" on the wire
 inline constexpr uint8_t kVersion = 1;
 inline constexpr size_t kHeaderBytes = 40;
-inline constexpr uint32_t kExtraBytesMax = 4096;      // grant, key or error text
+inline constexpr uint32_t kExtraBytesMax = 4096;  // grant, key or error text
 inline constexpr size_t kNonceBytes = 16;
 inline constexpr size_t kKeyBytesMax = 256;
 inline constexpr uint64_t kPayloadBytesMax = 1ull << 32;  // one op moves at most 4 GiB
@@ -33,16 +33,20 @@ enum class Op : uint8_t {
   kWrite = 4,    // write; extra = encoded grant; payload = length bytes
   kReadKey = 5,  // read a block of the SSD tier; extra = key
   kPing = 6,
+  // Sets up the RDMA connection of this TCP connection: extra = the
+  // client's RDMA connection info; response payload = the store's. The
+  // store's queue pair lives as long as the TCP connection.
+  kRdmaConnect = 7,
 };
 
 struct Header {
   uint32_t magic = kMagic;
   uint8_t version = kVersion;
   Op op = Op::kPing;
-  uint16_t status = 0;        // responses: absl::StatusCode; requests: 0
+  uint16_t status = 0;  // responses: absl::StatusCode; requests: 0
   uint64_t request_id = 0;
   uint64_t offset = 0;
-  uint64_t length = 0;        // payload bytes (READ request: bytes wanted)
+  uint64_t length = 0;  // payload bytes (READ request: bytes wanted)
   uint32_t segment_id = 0;
   uint32_t extra_len = 0;
 };

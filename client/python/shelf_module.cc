@@ -1130,6 +1130,7 @@ PYBIND11_MODULE(shelf, m) {
              d["bytes_stored"] = s.bytes_stored;
              d["bytes_loaded"] = s.bytes_loaded;
              d["bytes_loaded_shm"] = s.bytes_loaded_shm;
+             d["bytes_loaded_rdma"] = s.bytes_loaded_rdma;
              d["bytes_loaded_tcp"] = s.bytes_loaded_tcp;
              d["bytes_loaded_ssd"] = s.bytes_loaded_ssd;
              d["blocks_loaded_dram"] = s.blocks_loaded_dram;

@@ -9,8 +9,8 @@
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "common/http_server.h"
-#include "common/metrics.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/net.h"
 #include "common/ready_file.h"
 #include "server/store/store.h"
@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   StoreOptions opts;
   std::string labels, secret_file, ready_file, admin_listen, metrics_listen;
   int64_t max_connections = opts.max_connections;
+  int64_t rdma_port = opts.rdma_port, rdma_gid_index = opts.rdma_gid_index;
   Flags flags("shelf-store", "the Shelf storage daemon (DRAM segment, SSD tier, data plane)");
   flags.AddString("master", &opts.master, "HOST:PORT of the master (required)");
   flags.AddString("listen", &opts.listen, "data-plane HOST:PORT (port 0 picks one)");
@@ -47,6 +48,12 @@ int main(int argc, char** argv) {
   flags.AddBool("hugepages", &opts.hugepages, "back the DRAM segment with hugepages if reserved");
   flags.AddBool("mlock", &opts.mlock, "lock the DRAM segment in memory");
   flags.AddBool("shm", &opts.shm, "serve same-host clients through shared memory");
+  flags.AddString("rdma-device", &opts.rdma_device,
+                  "RDMA device offering clients one-sided reads of the DRAM segment, e.g. mlx5_0 "
+                  "(off when empty; a device that fails to open is logged, not fatal)");
+  flags.AddInt("rdma-port", &rdma_port, "port of --rdma-device");
+  flags.AddInt("rdma-gid-index", &rdma_gid_index,
+               "GID table index of --rdma-device's port (RoCE v2: the index of the IPv4 GID)");
   flags.AddBool("promote-on-hit", &opts.promote_on_hit,
                 "copy a block read from the SSD tier up into DRAM (the SSD copy stays)");
   flags.AddInt("max-connections", &max_connections, "data-plane connection limit");
@@ -55,6 +62,12 @@ int main(int argc, char** argv) {
                   "HOST:PORT serving /metrics (Prometheus) and /health over HTTP (off when empty)");
   flags.ParseOrExit(argc, argv);
   opts.max_connections = static_cast<int>(max_connections);
+  if (rdma_port < 1 || rdma_port > 255 || rdma_gid_index < 0 || rdma_gid_index > 255) {
+    std::fprintf(stderr, "shelf-store: --rdma-port takes 1..255, --rdma-gid-index 0..255\n");
+    return 2;
+  }
+  opts.rdma_port = static_cast<int>(rdma_port);
+  opts.rdma_gid_index = static_cast<int>(rdma_gid_index);
 
   if (!labels.empty()) {
     for (absl::string_view kv : absl::StrSplit(labels, ',', absl::SkipEmpty())) {
@@ -106,8 +119,8 @@ int main(int argc, char** argv) {
       bool reg = st->registered();
       return HttpResponse{reg ? 200 : 503, "application/json",
                           std::string("{\"status\": \"") + (reg ? "ok" : "unregistered") +
-                              "\", \"node\": \"" + st->node_id() + "\", \"ssd\": " +
-                              (st->ssd() != nullptr ? "true" : "false") + "}\n"};
+                              "\", \"node\": \"" + st->node_id() +
+                              "\", \"ssd\": " + (st->ssd() != nullptr ? "true" : "false") + "}\n"};
     };
     auto started = HttpServer::Start(metrics_listen, std::move(handlers));
     if (!started.ok()) {

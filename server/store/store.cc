@@ -16,6 +16,10 @@
 #include "common/hmac.h"
 #include "common/log.h"
 #include "common/net.h"
+#if SHELF_WITH_RDMA
+#include "transport/rdma/ib_verbs.h"
+#include "transport/rdma/rdma_transport.h"
+#endif
 
 namespace shelf {
 namespace {
@@ -73,11 +77,63 @@ Store::Metrics::Metrics(metrics::Registry& r)
 Store::Store(const StoreOptions& options)
     : options_(options), incarnation_(RandomIncarnation()), metrics_(DefaultRegistry()) {}
 
+#if SHELF_WITH_RDMA
+struct Store::Rdma {
+  rdma::IbVerbs verbs;
+  std::unique_ptr<rdma::RdmaEngine> engine;
+  std::unique_ptr<rdma::RdmaStoreAcceptor> acceptor;  // before engine
+  ~Rdma() { acceptor.reset(); }
+};
+#else
+struct Store::Rdma {};
+#endif
+
+namespace {
+
+// Opens the RDMA device and exposes the segment on it; null (logged) when
+// that fails or the build has no RDMA.
+std::unique_ptr<Store::Rdma> OpenRdma(const StoreOptions& options, DramSegment* segment,
+                                      uint32_t segment_id) {
+  if (options.rdma_device.empty()) return nullptr;
+#if SHELF_WITH_RDMA
+  auto r = std::make_unique<Store::Rdma>();
+  rdma::RdmaEngine::Options eo;
+  eo.device_name = options.rdma_device;
+  eo.port_num = static_cast<uint8_t>(options.rdma_port);
+  eo.gid_index = options.rdma_gid_index;
+  absl::Status s;
+  auto engine = rdma::RdmaEngine::Open(&r->verbs, eo);
+  if (engine.ok()) {
+    r->engine = *std::move(engine);
+    r->acceptor = std::make_unique<rdma::RdmaStoreAcceptor>(r->engine.get());
+    s = r->acceptor->AddSegment(segment_id, segment->data(), segment->size());
+  } else {
+    s = engine.status();
+  }
+  if (s.ok()) {
+    SHELF_LOG(INFO) << "rdma offered" << Kv("device", options.rdma_device)
+                    << Kv("mtu", r->engine->mtu_bytes());
+    return r;
+  }
+  SHELF_LOG(ERROR) << "RDMA UNAVAILABLE: serving tcp and shm only"
+                   << Kv("device", options.rdma_device) << Kv("error", s.message());
+#else
+  (void)segment;
+  (void)segment_id;
+  SHELF_LOG(ERROR) << "RDMA UNAVAILABLE: this build has no RDMA support (libibverbs not found)"
+                   << Kv("device", options.rdma_device);
+#endif
+  return nullptr;
+}
+
+}  // namespace
+
 Store::~Store() {
   gauges_.clear();
   Stop();
   data_server_.reset();
   shm_server_.reset();
+  rdma_.reset();
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options) {
@@ -129,6 +185,10 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
   dso.listen = *listen;
   dso.secret = options.secret;
   dso.max_connections = options.max_connections;
+  store->rdma_ = OpenRdma(options, store->segment_.get(), kSegmentId);
+#if SHELF_WITH_RDMA
+  if (store->rdma_ != nullptr) dso.rdma = store->rdma_->acceptor.get();
+#endif
   auto server = DataServer::Start(dso, store.get());
   if (!server.ok()) return server.status();
   store->data_server_ = *std::move(server);
@@ -195,7 +255,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
   SHELF_LOG(INFO) << "store serving" << Kv("node", store->node_id_)
                   << Kv("listen", store->data_address_) << Kv("dram_bytes", options.dram_size)
                   << Kv("hugepages", store->segment_->hugepages())
-                  << Kv("shm", store->shm_server_ != nullptr ? store->shm_server_->path() : "off");
+                  << Kv("shm", store->shm_server_ != nullptr ? store->shm_server_->path() : "off")
+                  << Kv("rdma", store->rdma_ != nullptr ? options.rdma_device : "off");
   return store;
 }
 
@@ -273,6 +334,7 @@ absl::Status Store::Register() {
     ep->set_shm_socket(shm_server_->path());
     ep->add_transports(v1::TRANSPORT_SHM);
   }
+  if (rdma_ != nullptr) ep->add_transports(v1::TRANSPORT_RDMA);
   for (const auto& [k, v] : options_.labels) (*req.mutable_labels())[k] = v;
   v1::SegmentInfo* seg = req.add_segments();
   seg->set_segment_id(kSegmentId);

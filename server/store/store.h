@@ -48,7 +48,13 @@ struct StoreOptions {
   TlsFiles tls;  // for the channel to the master
   bool hugepages = true;
   bool mlock = false;
-  bool shm = true;              // offer same-host shared memory
+  bool shm = true;  // offer same-host shared memory
+  // RDMA device to offer one-sided reads of the DRAM segment on (e.g.
+  // "mlx5_0"); empty: no RDMA. A device that cannot be opened is logged and
+  // the store serves without RDMA.
+  std::string rdma_device;
+  int rdma_port = 1;
+  int rdma_gid_index = 0;
   bool promote_on_hit = false;  // copy SSD blocks that are read back into DRAM
   int max_connections = 1024;
   uint64_t rpc_timeout_ms = 3000;
@@ -56,6 +62,9 @@ struct StoreOptions {
 
 class Store : public DataHandler {
  public:
+  // The RDMA device, its engine and the acceptor of client queue pairs
+  // (defined in store.cc).
+  struct Rdma;
   static absl::StatusOr<std::unique_ptr<Store>> Start(const StoreOptions& options);
   ~Store() override;
 
@@ -126,6 +135,8 @@ class Store : public DataHandler {
   std::unique_ptr<SsdTier> ssd_;
   std::unique_ptr<DataServer> data_server_;
   std::unique_ptr<ShmServer> shm_server_;
+  // Null without RDMA. Outlives data_server_.
+  std::unique_ptr<Rdma> rdma_;
   // The leading master: its address and a stub for it (stubs are cached
   // per address). A failure moves the locator on and forces registration.
   v1::MasterService::Stub* Master(std::string* address);

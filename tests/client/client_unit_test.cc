@@ -13,9 +13,9 @@
 #include "client/batch_state.h"
 #include "client/buffer_registry.h"
 #include "client/gpu_staging.h"
-#include "client/thread_pool.h"
 #include "common/clock.h"
 #include "common/sync_point.h"
+#include "common/thread_pool.h"
 #include "shelf/client.h"
 
 namespace shelf {
@@ -243,6 +243,13 @@ TEST(ClientOptionsTest, OpenRejectsOptionsOutOfRange) {
   EXPECT_NE(s.message().find("allows no transport"), std::string::npos) << s.ToString();
   o.allow_tcp = true;
   EXPECT_TRUE(Client::Open(o, &c).ok());
+  // An RDMA device that is not there: Open says which, and fails.
+  o.rdma_device = "shelf-no-such-rdma-device";
+  s = Client::Open(o, &c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("shelf-no-such-rdma-device"), std::string::npos) << s.ToString();
+  o.rdma_port = 0;
+  EXPECT_EQ(Client::Open(o, &c).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(DeadlineTest, NumbersAreTimeoutsAndZeroIsTheDefault) {

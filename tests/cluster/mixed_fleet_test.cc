@@ -5,6 +5,8 @@
 // is served by the other.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -107,6 +109,27 @@ TEST_F(MixedFleetTest, EachStoreIsReachedOverTheBestTransportBothEndsShare) {
   EXPECT_EQ(shm_client->stats().bytes_loaded_shm, static_cast<uint64_t>(via_shm_store) * kBytes);
   std::printf("mixed fleet: %d single-replica blocks on the tcp-only store, %d on the shm store\n",
               via_tcp_store, via_shm_store);
+}
+
+TEST_F(MixedFleetTest, AStoreWhoseRdmaDeviceFailsToOpenServesWithoutRdma) {
+  // This machine may have no RDMA at all; the device name is one no machine
+  // has. The store logs it, advertises tcp and shm only, and serves.
+  auto store = cluster_->AddStore({"--rdma-device=shelf-no-such-rdma-device"});
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::unique_ptr<Client> client = Open(true, true);
+  ASSERT_NE(client, nullptr);
+  PutOptions all;
+  all.replicas = 3;  // one replica on every store
+  std::string data = BlockBytes(100 << 10, 77);
+  ASSERT_TRUE(client->Put("rdma-less", data.data(), data.size(), all).ok());
+  std::string got;
+  ASSERT_TRUE(client->Get("rdma-less", &got).ok());
+  EXPECT_TRUE(got == data);
+  EXPECT_EQ(client->stats().bytes_loaded_rdma, 0u);
+  std::ifstream log(absl::StrCat(cluster_->work_dir(), "/store", *store, ".log"));
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("RDMA UNAVAILABLE"), std::string::npos) << text;
+  EXPECT_NE(text.find("shelf-no-such-rdma-device"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ namespace {
 
 int AccessFlags(MemoryKind kind, MemoryAccess access) {
   int flags = IBV_ACCESS_LOCAL_WRITE;
+  if (access == MemoryAccess::kRemoteRead) flags |= IBV_ACCESS_REMOTE_READ;
   if (access == MemoryAccess::kRemoteReadWrite) {
     flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
   }
@@ -26,9 +27,9 @@ int AccessFlags(MemoryKind kind, MemoryAccess access) {
   return flags;
 }
 
-// kRemoteReadWrite grants everything kLocal does.
+// Each level grants everything the levels before it do.
 bool Grants(MemoryAccess have, MemoryAccess want) {
-  return have == MemoryAccess::kRemoteReadWrite || want == MemoryAccess::kLocal;
+  return static_cast<int>(have) >= static_cast<int>(want);
 }
 
 }  // namespace

@@ -41,10 +41,11 @@ namespace shelf::rdma {
 enum class MemoryKind { kHost, kGpu };
 
 // kLocal: only this process's device may touch the memory (the source or
-// destination of our own READs and WRITEs). kRemoteReadWrite: a connected
-// peer holding the rkey may READ and WRITE anywhere in the region; only a
-// store's segment is registered so.
-enum class MemoryAccess { kLocal, kRemoteReadWrite };
+// destination of our own READs and WRITEs). kRemoteRead: a connected peer
+// holding the rkey may also READ anywhere in the region (a store's segment:
+// writes stay two-sided, under the put's grant). kRemoteReadWrite: a peer
+// may also WRITE there.
+enum class MemoryAccess { kLocal, kRemoteRead, kRemoteReadWrite };
 
 // How a region got registered.
 enum class RegistrationPath { kHost, kGpuDmabuf, kGpuPeerMemory };

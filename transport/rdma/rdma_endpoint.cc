@@ -112,8 +112,13 @@ absl::Status RdmaEndpoint::CreateQpLocked() {
   attr.port_num = device_.port_num;
   // An end that exposes nothing refuses every remote operation on its QP,
   // whatever its MRs allow.
-  attr.qp_access_flags =
-      options_.expose.has_value() ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE : 0;
+  attr.qp_access_flags = 0;
+  if (options_.expose.has_value()) {
+    attr.qp_access_flags = IBV_ACCESS_REMOTE_READ;
+    if (options_.expose->access == MemoryAccess::kRemoteReadWrite) {
+      attr.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE;
+    }
+  }
   absl::Status s = device_.verbs->ModifyQp(
       qp_, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   if (!s.ok()) {

@@ -105,10 +105,10 @@ struct EndpointDevice {
 class RdmaEndpoint {
  public:
   struct Options {
-    // The region the peer may READ and WRITE (a store's segment); it must be
-    // registered with MemoryAccess::kRemoteReadWrite on this endpoint's engine
-    // and stay registered while the endpoint lives. Unset: the peer gets no
-    // access at all (the QP refuses remote operations).
+    // The region the peer may READ (kRemoteRead) or READ and WRITE
+    // (kRemoteReadWrite): a store's segment, registered on this endpoint's
+    // engine, staying registered while the endpoint lives. Unset: the peer
+    // gets no access at all (the QP refuses remote operations).
     std::optional<MemoryRegion> expose;
     // Re-establishes the connection after a teardown; unset: a torn-down
     // endpoint fails every Submit with UNAVAILABLE until LocalInfo + Connect

@@ -119,10 +119,11 @@ absl::StatusOr<std::unique_ptr<RdmaEndpoint>> RdmaEngine::CreateEndpoint(
       options.batch_ops_max < 1 || options.batches_max < 1) {
     return absl::InvalidArgumentError("RDMA endpoint limits out of range");
   }
-  if (options.expose.has_value() && (options.expose->access != MemoryAccess::kRemoteReadWrite ||
-                                     !registry_->IsLive(*options.expose))) {
+  if (options.expose.has_value() &&
+      (options.expose->access == MemoryAccess::kLocal || !registry_->IsLive(*options.expose))) {
     return absl::InvalidArgumentError(
-        "RDMA endpoint can expose only a live kRemoteReadWrite region of its engine");
+        "RDMA endpoint can expose only a live kRemoteRead or kRemoteReadWrite region of its "
+        "engine");
   }
   std::unique_ptr<RdmaEndpoint> endpoint(
       new RdmaEndpoint(device_, std::move(options), &live_endpoints_));

@@ -105,6 +105,13 @@ struct ClientOptions {
   uint64_t timeout_ms = 5000;        // default deadline of each call
   bool allow_tcp = true;             // transports this client may use
   bool allow_shm = true;
+  // RDMA device for one-sided reads from stores that offer rdma (e.g.
+  // "mlx5_0"); empty: no RDMA. Open fails when the device cannot be opened
+  // or the library was built without RDMA. Writes always go over shm or
+  // tcp, under the put's grant.
+  std::string rdma_device;
+  uint32_t rdma_port = 1;
+  uint32_t rdma_gid_index = 0;
   bool verify_checksums = true;  // check every block read against its checksum
   std::string tls_ca;            // PEM file: use TLS to the master
   // Threads that move the blocks of batch calls in parallel, shared by every
@@ -173,6 +180,7 @@ struct ClientStats {
   uint64_t bytes_loaded = 0;      // read from stores
   uint64_t bytes_loaded_shm = 0;  // of which through shared memory
   uint64_t bytes_loaded_tcp = 0;
+  uint64_t bytes_loaded_rdma = 0;
   uint64_t bytes_loaded_ssd = 0;  // of which served from an SSD tier
   uint64_t blocks_loaded_dram = 0;
   uint64_t blocks_loaded_ssd = 0;
