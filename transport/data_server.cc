@@ -1,8 +1,11 @@
 #include "transport/data_server.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +52,10 @@ void DataServer::AcceptLoop() {
       }
       break;
     }
+    // Answers are small frames written back to back when a client
+    // pipelines: Nagle would hold each behind the last one's ACK.
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     std::lock_guard<std::mutex> lock(mu_);
     if (static_cast<int>(fds_.size()) >= options_.max_connections) {
       SHELF_LOG(WARNING) << "connection refused: limit reached"
@@ -105,10 +112,16 @@ void DataServer::Serve(int fd) {
     // arrive within io_timeout_ms.
     while (!stopping_.load()) {
       char head[wire::kHeaderBytes];
-      SetIoTimeoutMs(fd, 0);
-      ssize_t n = recv(fd, head, 1, MSG_PEEK);
-      if (n <= 0) break;
-      SetIoTimeoutMs(fd, options_.io_timeout_ms);
+      // A pipelining client has the next frame waiting: no timeout change.
+      ssize_t n = recv(fd, head, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0) break;
+      if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) break;
+        SetIoTimeoutMs(fd, 0);
+        n = recv(fd, head, 1, MSG_PEEK);
+        if (n <= 0) break;
+        SetIoTimeoutMs(fd, options_.io_timeout_ms);
+      }
       if (!ReadFull(fd, head, sizeof(head)).ok()) break;
       absl::StatusOr<wire::Header> h = wire::DecodeHeader(head);
       if (!h.ok()) {

@@ -77,6 +77,10 @@ absl::Status TcpDataClient::Exchange(int fd, const wire::Header& request, struct
   int n = 1;
   for (int i = 0; i < restcnt && n < 4; ++i) iov[n++] = rest[i];
   if (absl::Status s = WriteFullv(fd, iov, n); !s.ok()) return s;
+  return Receive(fd, request, response);
+}
+
+absl::Status TcpDataClient::Receive(int fd, const wire::Header& request, wire::Header* response) {
   char in[wire::kHeaderBytes];
   if (absl::Status s = ReadFull(fd, in, sizeof(in)); !s.ok()) return s;
   absl::StatusOr<wire::Header> h = wire::DecodeHeader(in);
@@ -228,6 +232,113 @@ absl::Status TcpDataClient::ReadKey(const std::string& address, absl::string_vie
   if (s.ok()) s = ReadFull(*fd, dst, length);
   Release(address, *fd, s.ok() || StoreAnswered(s));
   return WithPeer(s, address);
+}
+
+void TcpDataClient::ReadMany(const std::string& address, absl::Span<const ReadRequest> reads,
+                             uint64_t deadline_ms, std::vector<absl::Status>* statuses) {
+  statuses->assign(reads.size(), absl::OkStatus());
+  if (reads.empty()) return;
+  uint64_t left = 0;
+  absl::Status failed = TimeLeft(deadline_ms, &left);
+  absl::StatusOr<int> fd = failed.ok() ? Acquire(address, deadline_ms) : failed;
+  if (!fd.ok()) {
+    for (absl::Status& s : *statuses) s = WithPeer(fd.status(), address);
+    return;
+  }
+  failed = TimeLeft(deadline_ms, &left);
+  if (failed.ok()) SetIoTimeoutMs(*fd, left);
+  // Every request first, in one write: the store answers them in order.
+  std::vector<wire::Header> requests(reads.size());
+  std::string heads(reads.size() * wire::kHeaderBytes, '\0');
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < reads.size(); ++i) requests[i].request_id = next_request_id_++;
+  }
+  for (size_t i = 0; i < reads.size(); ++i) {
+    wire::Header& req = requests[i];
+    req.op = wire::Op::kRead;
+    req.segment_id = reads[i].segment_id;
+    req.offset = reads[i].offset;
+    req.length = reads[i].length;
+    wire::EncodeHeader(req, heads.data() + i * wire::kHeaderBytes);
+  }
+  if (failed.ok()) failed = WriteFull(*fd, heads.data(), heads.size());
+  size_t done = 0;
+  for (; done < reads.size() && failed.ok(); ++done) {
+    wire::Header resp;
+    absl::Status s = Receive(*fd, requests[done], &resp);
+    if (s.ok() && resp.length != reads[done].length) {
+      s = absl::UnavailableError("store answered a read with the wrong length");
+    }
+    if (s.ok()) s = ReadFull(*fd, reads[done].dst, reads[done].length);
+    // A status from the store keeps the stream in step; anything else
+    // fails this read and every one after it.
+    if (!s.ok() && !StoreAnswered(s)) {
+      failed = s;
+      break;
+    }
+    (*statuses)[done] = WithPeer(s, address);
+  }
+  for (size_t i = done; i < reads.size(); ++i) (*statuses)[i] = WithPeer(failed, address);
+  Release(address, *fd, failed.ok());
+}
+
+void TcpDataClient::WriteMany(const std::string& address, absl::Span<const WriteRequest> writes,
+                              uint64_t deadline_ms, std::vector<absl::Status>* statuses) {
+  statuses->assign(writes.size(), absl::OkStatus());
+  if (writes.empty()) return;
+  uint64_t left = 0;
+  absl::Status failed = TimeLeft(deadline_ms, &left);
+  absl::StatusOr<int> fd = failed.ok() ? Acquire(address, deadline_ms) : failed;
+  if (!fd.ok()) {
+    for (absl::Status& s : *statuses) s = WithPeer(fd.status(), address);
+    return;
+  }
+  failed = TimeLeft(deadline_ms, &left);
+  if (failed.ok()) SetIoTimeoutMs(*fd, left);
+  std::vector<wire::Header> requests(writes.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < writes.size(); ++i) requests[i].request_id = next_request_id_++;
+  }
+  // Every frame first, then the answers in order. The store closes the
+  // connection after refusing a write, so the frames after it are lost.
+  size_t sent = 0;
+  for (; sent < writes.size() && failed.ok(); ++sent) {
+    const WriteRequest& w = writes[sent];
+    wire::Header& req = requests[sent];
+    std::string extra = wire::EncodeGrant(*w.grant);
+    req.op = wire::Op::kWrite;
+    req.segment_id = w.segment_id;
+    req.offset = w.offset;
+    req.length = w.length;
+    req.extra_len = static_cast<uint32_t>(extra.size());
+    char head[wire::kHeaderBytes];
+    wire::EncodeHeader(req, head);
+    struct iovec iov[3] = {
+        {head, sizeof(head)}, {extra.data(), extra.size()}, {const_cast<char*>(w.src), w.length}};
+    failed = WriteFullv(*fd, iov, 3);
+  }
+  size_t answered = 0;
+  bool clean = failed.ok();
+  for (; answered < writes.size(); ++answered) {
+    wire::Header resp;
+    absl::Status s = Receive(*fd, requests[answered], &resp);
+    if (!StoreAnswered(s)) break;
+    (*statuses)[answered] = WithPeer(s, address);
+    if (!s.ok()) {
+      clean = false;  // the store closes the connection after a refusal
+      ++answered;
+      break;
+    }
+  }
+  Release(address, *fd, clean && answered == writes.size());
+  // Writes that got no answer are done one at a time, each getting its own
+  // status (a refused write before them cost them their connection).
+  for (size_t i = answered; i < writes.size(); ++i) {
+    const WriteRequest& w = writes[i];
+    (*statuses)[i] = Write(address, *w.grant, w.segment_id, w.offset, w.src, w.length, deadline_ms);
+  }
 }
 
 absl::StatusOr<int> TcpDataClient::Dial(const std::string& address, uint64_t deadline_ms) {

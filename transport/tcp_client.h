@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "transport/wire.h"
 
 namespace shelf {
@@ -42,6 +43,28 @@ class TcpDataClient {
   // Writes src into [offset, offset+length) under `grant`.
   absl::Status Write(const std::string& address, const wire::Grant& grant, uint32_t segment_id,
                      uint64_t offset, const char* src, uint64_t length, uint64_t deadline_ms);
+  // Pipelined forms: every request goes out on one connection before the
+  // answers are read, so a run of small blocks pays one round trip, not
+  // one each. One status per request.
+  struct ReadRequest {
+    uint32_t segment_id = 0;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    char* dst = nullptr;
+  };
+  void ReadMany(const std::string& address, absl::Span<const ReadRequest> reads,
+                uint64_t deadline_ms, std::vector<absl::Status>* statuses);
+  struct WriteRequest {
+    const wire::Grant* grant = nullptr;
+    uint32_t segment_id = 0;
+    uint64_t offset = 0;
+    const char* src = nullptr;
+    uint64_t length = 0;
+  };
+  // A write the store refuses closes the connection; the writes after it
+  // are then sent again one at a time, so each gets its own status.
+  void WriteMany(const std::string& address, absl::Span<const WriteRequest> writes,
+                 uint64_t deadline_ms, std::vector<absl::Status>* statuses);
   // Reads an SSD-tier block of exactly `length` bytes by key into dst.
   absl::Status ReadKey(const std::string& address, absl::string_view key, uint64_t length,
                        char* dst, uint64_t deadline_ms);
@@ -68,6 +91,8 @@ class TcpDataClient {
   // caller reads `response->length` payload bytes.
   absl::Status Exchange(int fd, const wire::Header& request, struct iovec* extra_and_payload,
                         int iovcnt, wire::Header* response);
+  // Reads the response to `request`: its header and error text.
+  absl::Status Receive(int fd, const wire::Header& request, wire::Header* response);
 
   const Options options_;
   std::mutex mu_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -64,59 +66,111 @@ absl::Status TcpEngine::Move(const Work& w, uint64_t begin, uint64_t length, uin
 }
 
 void TcpEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work, uint64_t deadline_ms) {
-  // Cut large ops into stripes, and gather small ops into runs of at least
-  // stripe_bytes_min moved one after another on one connection: a thread
-  // hop and a connection per 64 KiB block would cost more than they overlap.
+  // Large ops are cut into stripes, one task each. Small ops to one store
+  // are gathered, in order and per direction, into runs of at least
+  // stripe_bytes_min moved pipelined on one connection: a thread hop, a
+  // connection and a round trip per 64 KiB block would cost more than they
+  // overlap.
   struct Piece {
     size_t item;
     uint64_t begin;
     uint64_t length;
   };
-  std::vector<std::vector<Piece>> tasks;
+  struct Run {
+    std::vector<Piece> pieces;
+    uint64_t bytes = 0;
+  };
+  std::vector<Run> tasks;
+  std::map<std::pair<std::string, OpKind>, size_t> open;  // gathering run's task
   std::vector<std::shared_ptr<StripedOp>> striped(work.size());
-  uint64_t open_bytes = 0;  // in tasks.back(), when it gathers small ops
-  bool open = false;
   for (size_t i = 0; i < work.size(); ++i) {
-    const uint64_t length = work[i].op.length;
-    const size_t n = StripesFor(length);
+    const Op& op = work[i].op;
+    const size_t n = StripesFor(op.length);
     if (n == 1) {
-      if (!open) tasks.emplace_back();
-      tasks.back().push_back({i, 0, length});
-      open_bytes = (open ? open_bytes : 0) + length;
-      open = open_bytes < options_.stripe_bytes_min;
+      auto key = std::make_pair(op.peer->route(Kind::kTcp), op.kind);
+      auto it = open.find(key);
+      if (it == open.end()) {
+        it = open.emplace(key, tasks.size()).first;
+        tasks.emplace_back();
+      }
+      Run& run = tasks[it->second];
+      run.pieces.push_back({i, 0, op.length});
+      run.bytes += op.length;
+      if (run.bytes >= options_.stripe_bytes_min) open.erase(it);
       continue;
     }
-    open = false;
     striped[i] = std::make_shared<StripedOp>(n);
-    const uint64_t base = length / n;
+    const uint64_t base = op.length / n;
     uint64_t begin = 0;
     for (size_t k = 0; k < n; ++k) {
-      uint64_t len = k + 1 == n ? length - begin : base;
-      tasks.push_back({{i, begin, len}});
+      uint64_t len = k + 1 == n ? op.length - begin : base;
+      tasks.push_back(Run{{{i, begin, len}}, len});
       begin += len;
     }
   }
   auto shared_work = std::make_shared<std::vector<Work>>(std::move(work));
-  auto run = [this, batch, shared_work, striped, deadline_ms](const std::vector<Piece>& task) {
-    for (const Piece& p : task) {
-      const Work& w = (*shared_work)[p.item];
-      absl::Status s = Move(w, p.begin, p.length, deadline_ms);
-      if (striped[p.item] == nullptr) {
-        batch->Complete(w.index, std::move(s));
-        continue;
-      }
-      absl::Status result;
-      if (striped[p.item]->Finish(s, &result)) batch->Complete(w.index, std::move(result));
+  auto run = [this, batch, shared_work, striped, deadline_ms](const Run& task) {
+    const std::vector<Work>& w = *shared_work;
+    if (task.pieces.size() > 1) {
+      MoveRun(
+          task.pieces.size(), [&](size_t k) { return &w[task.pieces[k].item]; }, deadline_ms,
+          batch.get());
+      return;
     }
+    const Piece& p = task.pieces[0];
+    absl::Status s = Move(w[p.item], p.begin, p.length, deadline_ms);
+    if (striped[p.item] == nullptr) {
+      batch->Complete(w[p.item].index, std::move(s));
+      return;
+    }
+    absl::Status result;
+    if (striped[p.item]->Finish(s, &result)) batch->Complete(w[p.item].index, std::move(result));
   };
   if (tasks.size() == 1) {
     run(tasks[0]);  // nothing to overlap: no thread hop
     return;
   }
-  for (std::vector<Piece>& t : tasks) {
-    auto task = std::make_shared<std::vector<Piece>>(std::move(t));
+  for (Run& t : tasks) {
+    auto task = std::make_shared<Run>(std::move(t));
     if (!pool_->TrySubmit([run, task] { run(*task); })) run(*task);
   }
+}
+
+void TcpEngine::MoveRun(size_t n, const std::function<const Work*(size_t)>& item,
+                        uint64_t deadline_ms, Batch* batch) {
+  const Work& first = *item(0);
+  const std::string& address = first.op.peer->route(Kind::kTcp);
+  std::vector<absl::Status> statuses;
+  if (first.op.kind == OpKind::kRead) {
+    std::vector<TcpDataClient::ReadRequest> reads(n);
+    for (size_t k = 0; k < n; ++k) {
+      const Work& w = *item(k);
+      reads[k] = {w.op.segment_id, w.op.remote_offset, w.op.length, w.local};
+    }
+    client_.ReadMany(address, reads, deadline_ms, &statuses);
+  } else {
+    // Grants are decoded first: a write without a valid one fails alone.
+    std::vector<wire::Grant> grants(n);
+    std::vector<TcpDataClient::WriteRequest> writes;
+    std::vector<size_t> sent;
+    statuses.assign(n, absl::OkStatus());
+    for (size_t k = 0; k < n; ++k) {
+      const Work& w = *item(k);
+      absl::StatusOr<wire::Grant> g = wire::DecodeGrant(w.op.grant);
+      if (!g.ok()) {
+        statuses[k] = absl::InvalidArgumentError(
+            absl::StrCat("a tcp write needs the put's grant: ", g.status().message()));
+        continue;
+      }
+      grants[k] = *std::move(g);
+      writes.push_back({&grants[k], w.op.segment_id, w.op.remote_offset, w.local, w.op.length});
+      sent.push_back(k);
+    }
+    std::vector<absl::Status> written;
+    client_.WriteMany(address, writes, deadline_ms, &written);
+    for (size_t j = 0; j < sent.size(); ++j) statuses[sent[j]] = written[j];
+  }
+  for (size_t k = 0; k < n; ++k) batch->Complete(item(k)->index, std::move(statuses[k]));
 }
 
 }  // namespace shelf::transport

@@ -4,10 +4,11 @@
 // Large ops are striped: an op of at least 2 * stripe_bytes_min bytes is cut
 // into up to `streams_per_op` contiguous stripes, each moved on its own
 // pooled connection in parallel (a write's stripes all carry the put's
-// grant, which covers each of them). Smaller ops are gathered, in order,
-// into runs of at least stripe_bytes_min moved one after another on one
-// connection. Each stripe and run is a task on the engine's threads; a batch
-// that makes a single task runs it in the submitting thread.
+// grant, which covers each of them). Smaller ops to one store are gathered,
+// in order and per direction, into runs of at least stripe_bytes_min moved
+// pipelined on one connection (every request sent before the answers are
+// read). Each stripe and run is a task on the engine's threads; a batch that
+// makes a single task runs it in the submitting thread.
 //
 //   transport::TcpEngine tcp({.secret = secret});
 //   tcp.Execute(ops, MonoMs() + 1000);
@@ -19,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +58,10 @@ class TcpEngine final : public Engine {
   void Start(std::shared_ptr<Batch> batch, std::vector<Work> work, uint64_t deadline_ms) override;
   // Moves [begin, begin + length) of one op, relative to its start.
   absl::Status Move(const Work& w, uint64_t begin, uint64_t length, uint64_t deadline_ms);
+  // Moves n whole ops, all reads or all writes to one store, pipelined on
+  // one connection, and completes each in `batch`.
+  void MoveRun(size_t n, const std::function<const Work*(size_t)>& item, uint64_t deadline_ms,
+               Batch* batch);
 
   const Options options_;
   TcpDataClient client_;

@@ -108,9 +108,9 @@ absl::Status VerifyGrant(absl::string_view key, absl::string_view node_id, const
   }
   if (segment_id != g.segment_id || offset < g.offset || length > g.length ||
       offset - g.offset > g.length - length) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "write [", offset, ", +", length, ") outside granted range [", g.offset, ", +", g.length,
-        ") of segment ", g.segment_id));
+    return absl::PermissionDeniedError(absl::StrCat("write [", offset, ", +", length,
+                                                    ") outside granted range [", g.offset, ", +",
+                                                    g.length, ") of segment ", g.segment_id));
   }
   return absl::OkStatus();
 }

@@ -151,6 +151,53 @@ TEST_F(TcpEngineTest, EachOpOfAMixedBatchGetsItsOwnStatus) {
   EXPECT_EQ(std::string(handler_.base() + (17 << 20), 1 << 20), std::string(1 << 20, '\0'));
 }
 
+TEST_F(TcpEngineTest, PipelinedRunsOfSmallOpsKeepEachOpsStatus) {
+  TcpEngine::Options o;
+  o.secret = kSecret;
+  TcpEngine engine(o);
+  EXPECT_EQ(engine.StripesFor(64 << 10), 1u);
+  constexpr uint64_t kBlock = 64 << 10;
+  constexpr int kOps = 24;
+  std::string src = Pattern(kBlock * kOps, 11), dst(kBlock * kOps, '\0');
+  auto hs = engine.RegisterMemory(src.data(), src.size(), MemoryKind::kHost);
+  auto hd = engine.RegisterMemory(dst.data(), dst.size(), MemoryKind::kHost);
+  ASSERT_TRUE(hs.ok() && hd.ok());
+  // Writes: op 5's grant is for another range (refused: the store closes
+  // the connection mid-run), op 9 has none; every other write lands.
+  std::vector<Op> writes;
+  for (int i = 0; i < kOps; ++i) {
+    const uint64_t remote = 1000000 + i * kBlock;
+    std::string grant = i == 5 ? Grant(i, 0, kBlock) : i == 9 ? "" : Grant(i, remote, kBlock);
+    writes.push_back(Write(*hs, i * kBlock, remote, kBlock, grant));
+  }
+  std::shared_ptr<Batch> batch = engine.Submit(writes, MonoMs() + 20000);
+  batch->Wait();
+  for (int i = 0; i < kOps; ++i) {
+    absl::StatusCode want = i == 5   ? absl::StatusCode::kPermissionDenied
+                            : i == 9 ? absl::StatusCode::kInvalidArgument
+                                     : absl::StatusCode::kOk;
+    EXPECT_EQ(batch->statuses()[i].code(), want) << i << ": " << batch->statuses()[i];
+  }
+  // Reads: op 7 is outside the segment (the store answers it and the
+  // stream stays in step); the others read what was written.
+  std::vector<Op> reads;
+  for (int i = 0; i < kOps; ++i) {
+    reads.push_back(Read(*hd, i * kBlock, i == 7 ? kSegment : 1000000 + i * kBlock, kBlock));
+  }
+  batch = engine.Submit(reads, MonoMs() + 20000);
+  batch->Wait();
+  for (int i = 0; i < kOps; ++i) {
+    const absl::Status& s = batch->statuses()[i];
+    if (i == 7) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << i << ": " << s;
+    if (i == 5 || i == 9) continue;  // never written
+    EXPECT_EQ(std::memcmp(dst.data() + i * kBlock, src.data() + i * kBlock, kBlock), 0) << i;
+  }
+}
+
 TEST_F(TcpEngineTest, RegistrationErrors) {
   TcpEngine engine(TcpEngine::Options{});
   char byte = 0;
@@ -289,6 +336,15 @@ TEST(TcpEngineFaultTest, PeerDyingHalfwayThroughAPayloadFailsTheOp) {
   Op op{OpKind::kRead, *h, 0, &peer, 0, 0, buf.size(), ""};
   absl::Status s = engine.Execute({&op, 1}, MonoMs() + 5000);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  // A pipelined run: the first answer breaks off, every op of the run fails.
+  std::vector<Op> run;
+  for (uint64_t i = 0; i < 4; ++i)
+    run.push_back({OpKind::kRead, *h, i << 16, &peer, 0, 0, 1 << 16, ""});
+  std::shared_ptr<Batch> batch = engine.Submit(run, MonoMs() + 5000);
+  batch->Wait();
+  for (const absl::Status& st : batch->statuses()) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  }
 }
 
 class ShmEngineTest : public ::testing::Test {
