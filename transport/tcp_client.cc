@@ -234,26 +234,41 @@ absl::Status TcpDataClient::ReadKey(const std::string& address, absl::string_vie
   return WithPeer(s, address);
 }
 
+absl::StatusOr<int> TcpDataClient::StartPipeline(const std::string& address, size_t n,
+                                                 uint64_t deadline_ms,
+                                                 std::vector<wire::Header>* requests,
+                                                 std::vector<absl::Status>* statuses) {
+  statuses->assign(n, absl::OkStatus());
+  if (n == 0) return absl::InvalidArgumentError("no requests");
+  uint64_t left = 0;
+  absl::Status s = TimeLeft(deadline_ms, &left);
+  absl::StatusOr<int> fd = s.ok() ? Acquire(address, deadline_ms) : s;
+  if (fd.ok()) {
+    s = TimeLeft(deadline_ms, &left);
+    if (!s.ok()) {
+      Release(address, *fd, true);
+      fd = s;
+    }
+  }
+  if (!fd.ok()) {
+    for (absl::Status& st : *statuses) st = WithPeer(fd.status(), address);
+    return fd.status();
+  }
+  SetIoTimeoutMs(*fd, left);
+  requests->assign(n, wire::Header());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (wire::Header& h : *requests) h.request_id = next_request_id_++;
+  return fd;
+}
+
 void TcpDataClient::ReadMany(const std::string& address, absl::Span<const ReadRequest> reads,
                              uint64_t deadline_ms, std::vector<absl::Status>* statuses) {
-  statuses->assign(reads.size(), absl::OkStatus());
-  if (reads.empty()) return;
-  uint64_t left = 0;
-  absl::Status failed = TimeLeft(deadline_ms, &left);
-  absl::StatusOr<int> fd = failed.ok() ? Acquire(address, deadline_ms) : failed;
-  if (!fd.ok()) {
-    for (absl::Status& s : *statuses) s = WithPeer(fd.status(), address);
-    return;
-  }
-  failed = TimeLeft(deadline_ms, &left);
-  if (failed.ok()) SetIoTimeoutMs(*fd, left);
+  std::vector<wire::Header> requests;
+  absl::StatusOr<int> fd = StartPipeline(address, reads.size(), deadline_ms, &requests, statuses);
+  if (!fd.ok()) return;
+  absl::Status failed;
   // Every request first, in one write: the store answers them in order.
-  std::vector<wire::Header> requests(reads.size());
   std::string heads(reads.size() * wire::kHeaderBytes, '\0');
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < reads.size(); ++i) requests[i].request_id = next_request_id_++;
-  }
   for (size_t i = 0; i < reads.size(); ++i) {
     wire::Header& req = requests[i];
     req.op = wire::Op::kRead;
@@ -262,7 +277,7 @@ void TcpDataClient::ReadMany(const std::string& address, absl::Span<const ReadRe
     req.length = reads[i].length;
     wire::EncodeHeader(req, heads.data() + i * wire::kHeaderBytes);
   }
-  if (failed.ok()) failed = WriteFull(*fd, heads.data(), heads.size());
+  failed = WriteFull(*fd, heads.data(), heads.size());
   size_t done = 0;
   for (; done < reads.size() && failed.ok(); ++done) {
     wire::Header resp;
@@ -285,22 +300,10 @@ void TcpDataClient::ReadMany(const std::string& address, absl::Span<const ReadRe
 
 void TcpDataClient::WriteMany(const std::string& address, absl::Span<const WriteRequest> writes,
                               uint64_t deadline_ms, std::vector<absl::Status>* statuses) {
-  statuses->assign(writes.size(), absl::OkStatus());
-  if (writes.empty()) return;
-  uint64_t left = 0;
-  absl::Status failed = TimeLeft(deadline_ms, &left);
-  absl::StatusOr<int> fd = failed.ok() ? Acquire(address, deadline_ms) : failed;
-  if (!fd.ok()) {
-    for (absl::Status& s : *statuses) s = WithPeer(fd.status(), address);
-    return;
-  }
-  failed = TimeLeft(deadline_ms, &left);
-  if (failed.ok()) SetIoTimeoutMs(*fd, left);
-  std::vector<wire::Header> requests(writes.size());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < writes.size(); ++i) requests[i].request_id = next_request_id_++;
-  }
+  std::vector<wire::Header> requests;
+  absl::StatusOr<int> fd = StartPipeline(address, writes.size(), deadline_ms, &requests, statuses);
+  if (!fd.ok()) return;
+  absl::Status failed;
   // Every frame first, then the answers in order. The store closes the
   // connection after refusing a write, so the frames after it are lost.
   size_t sent = 0;

@@ -91,6 +91,12 @@ class TcpDataClient {
   // caller reads `response->length` payload bytes.
   absl::Status Exchange(int fd, const wire::Header& request, struct iovec* extra_and_payload,
                         int iovcnt, wire::Header* response);
+  // For the pipelined calls: a connection to `address` with its timeouts set
+  // from the deadline, and `n` requests with fresh ids. On failure every
+  // status gets it.
+  absl::StatusOr<int> StartPipeline(const std::string& address, size_t n, uint64_t deadline_ms,
+                                    std::vector<wire::Header>* requests,
+                                    std::vector<absl::Status>* statuses);
   // Reads the response to `request`: its header and error text.
   absl::Status Receive(int fd, const wire::Header& request, wire::Header* response);
 

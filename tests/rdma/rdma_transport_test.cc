@@ -227,6 +227,14 @@ TEST_F(SimulatedRdmaTransportTest, AStoreThatGoesAwayIsDialledAgain) {
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(client_->stats().connections, 2u);
   EXPECT_EQ(std::memcmp(dst.data(), handler_.base(), 4096), 0);
+  // Back at the old route with a new incarnation (a restart on the same
+  // port): the old incarnation's connection is dropped, not kept forever.
+  transport::Peer again = peer_;
+  again.incarnation = 1000;
+  op.peer = &again;
+  ASSERT_TRUE(client_->Execute({&op, 1}, MonoMs() + 2000).ok());
+  EXPECT_EQ(client_->stats().dropped, 1u);
+  EXPECT_EQ(client_->stats().connections, 3u);
 }
 
 }  // namespace

@@ -304,18 +304,25 @@ class BadPeer {
   std::thread thread_;
 };
 
-TEST(TcpEngineFaultTest, SilentPeerFailsTheOpAtItsDeadline) {
-  BadPeer peer_server(/*silent=*/true);
+// An engine, 1 MiB of registered memory, and a BadPeer to read from.
+struct BadPeerRig {
+  explicit BadPeerRig(bool silent) : server(silent), engine(TcpEngine::Options{}) {
+    peer.node_id = silent ? "silent" : "dying";
+    peer.set_route(Kind::kTcp, server.address());
+    handle = *engine.RegisterMemory(buf.data(), buf.size(), MemoryKind::kHost);
+  }
+  BadPeer server;
   Peer peer;
-  peer.node_id = "silent";
-  peer.set_route(Kind::kTcp, peer_server.address());
-  TcpEngine engine(TcpEngine::Options{});
-  std::string buf(1 << 20, '\0');
-  auto h = engine.RegisterMemory(buf.data(), buf.size(), MemoryKind::kHost);
-  ASSERT_TRUE(h.ok());
-  Op op{OpKind::kRead, *h, 0, &peer, 0, 0, buf.size(), ""};
+  TcpEngine engine;
+  std::string buf = std::string(1 << 20, '\0');
+  MemoryHandle handle = 0;
+};
+
+TEST(TcpEngineFaultTest, SilentPeerFailsTheOpAtItsDeadline) {
+  BadPeerRig rig(/*silent=*/true);
+  Op op{OpKind::kRead, rig.handle, 0, &rig.peer, 0, 0, rig.buf.size(), ""};
   uint64_t start = MonoMs();
-  absl::Status s = engine.Execute({&op, 1}, start + 300);
+  absl::Status s = rig.engine.Execute({&op, 1}, start + 300);
   uint64_t took = MonoMs() - start;
   EXPECT_FALSE(s.ok());
   EXPECT_TRUE(s.code() == absl::StatusCode::kDeadlineExceeded ||
@@ -325,22 +332,16 @@ TEST(TcpEngineFaultTest, SilentPeerFailsTheOpAtItsDeadline) {
 }
 
 TEST(TcpEngineFaultTest, PeerDyingHalfwayThroughAPayloadFailsTheOp) {
-  BadPeer peer_server(/*silent=*/false);
-  Peer peer;
-  peer.node_id = "dying";
-  peer.set_route(Kind::kTcp, peer_server.address());
-  TcpEngine engine(TcpEngine::Options{});
-  std::string buf(1 << 20, '\0');
-  auto h = engine.RegisterMemory(buf.data(), buf.size(), MemoryKind::kHost);
-  ASSERT_TRUE(h.ok());
-  Op op{OpKind::kRead, *h, 0, &peer, 0, 0, buf.size(), ""};
-  absl::Status s = engine.Execute({&op, 1}, MonoMs() + 5000);
+  BadPeerRig rig(/*silent=*/false);
+  Op op{OpKind::kRead, rig.handle, 0, &rig.peer, 0, 0, rig.buf.size(), ""};
+  absl::Status s = rig.engine.Execute({&op, 1}, MonoMs() + 5000);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   // A pipelined run: the first answer breaks off, every op of the run fails.
   std::vector<Op> run;
-  for (uint64_t i = 0; i < 4; ++i)
-    run.push_back({OpKind::kRead, *h, i << 16, &peer, 0, 0, 1 << 16, ""});
-  std::shared_ptr<Batch> batch = engine.Submit(run, MonoMs() + 5000);
+  for (uint64_t i = 0; i < 4; ++i) {
+    run.push_back({OpKind::kRead, rig.handle, i << 16, &rig.peer, 0, 0, 1 << 16, ""});
+  }
+  std::shared_ptr<Batch> batch = rig.engine.Submit(run, MonoMs() + 5000);
   batch->Wait();
   for (const absl::Status& st : batch->statuses()) {
     EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;

@@ -155,8 +155,21 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Get(
   }
   absl::StatusOr<std::shared_ptr<Connection>> conn = Dial(key, deadline_ms);
   if (!conn.ok()) return conn.status();
+  std::vector<std::shared_ptr<Connection>> stale;  // released after the lock
   absl::MutexLock lock(&mu_);
   ++stats_.connections;
+  // A new incarnation at the same route: the store restarted, and the
+  // connections to its old incarnation lead nowhere.
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    const auto& [route, segment, incarnation] = it->first;
+    if (route == std::get<0>(key) && incarnation != std::get<2>(key)) {
+      stale.push_back(std::move(it->second));
+      it = connections_.erase(it);
+      ++stats_.dropped;
+    } else {
+      ++it;
+    }
+  }
   // Another thread may have dialled meanwhile: the first one stays.
   auto [it, inserted] = connections_.emplace(key, *conn);
   return it->second;
