@@ -34,7 +34,9 @@ void FuzzHeader(const std::string& bytes) {
   Check(std::string(again, sizeof(again)) == bytes.substr(0, wire::kHeaderBytes),
         "header round trip");
   Check(h->magic == wire::kMagic && h->version == wire::kVersion, "magic and version");
-  Check(static_cast<uint8_t>(h->op) >= 1 && static_cast<uint8_t>(h->op) <= 6, "opcode range");
+  Check(static_cast<uint8_t>(h->op) >= static_cast<uint8_t>(wire::Op::kHello) &&
+            static_cast<uint8_t>(h->op) <= static_cast<uint8_t>(wire::Op::kRdmaConnect),
+        "opcode range");
   Check(h->extra_len <= wire::kExtraBytesMax, "extra limit");
   Check(h->length <= wire::kPayloadBytesMax, "length limit");
 }
