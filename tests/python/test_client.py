@@ -192,6 +192,26 @@ def test_tcp_only_client_and_stats(cluster, unique):
         assert st["bytes_loaded_tcp"] == len(data) and st["bytes_loaded_shm"] == 0
 
 
+def test_striped_blocks_and_transport_options(cluster, unique):
+    # A 9 MiB block over tcp is striped over 3 connections, one over 1 is
+    # not; both read back whole.
+    for streams in (1, 3):
+        with shelf.Client([cluster.master], allow_shm=False,
+                          tcp_streams_per_block=streams) as c:
+            data = os.urandom(9 << 20)
+            key = unique + b"s%d" % streams
+            c.put(key, data)
+            assert c.get(key) == data
+            st = c.stats()
+            assert st["bytes_loaded_tcp"] == len(data) and st["bytes_loaded_rdma"] == 0
+    with pytest.raises(shelf.InvalidArgumentError):
+        shelf.Client([cluster.master], tcp_streams_per_block=0)
+    # An RDMA device that is not there: the client says which, and fails.
+    with pytest.raises(shelf.Error) as e:
+        shelf.Client([cluster.master], rdma_device="shelf-no-such-rdma-device")
+    assert "shelf-no-such-rdma-device" in str(e.value)
+
+
 def test_threads_share_one_client(client, unique):
     import threading
     keys = [unique + b"%d" % i for i in range(16)]
