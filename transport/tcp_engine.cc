@@ -82,7 +82,8 @@ void TcpEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work, uint
   };
   std::vector<Run> tasks;
   std::map<std::pair<std::string, OpKind>, size_t> open;  // gathering run's task
-  std::vector<std::shared_ptr<StripedOp>> striped(work.size());
+  // Shared by every task (copies of `run`), like the work itself.
+  auto striped = std::make_shared<std::vector<std::shared_ptr<StripedOp>>>(work.size());
   for (size_t i = 0; i < work.size(); ++i) {
     const Op& op = work[i].op;
     const size_t n = StripesFor(op.length);
@@ -99,7 +100,7 @@ void TcpEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work, uint
       if (run.bytes >= options_.stripe_bytes_min) open.erase(it);
       continue;
     }
-    striped[i] = std::make_shared<StripedOp>(n);
+    (*striped)[i] = std::make_shared<StripedOp>(n);
     const uint64_t base = op.length / n;
     uint64_t begin = 0;
     for (size_t k = 0; k < n; ++k) {
@@ -119,12 +120,13 @@ void TcpEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work, uint
     }
     const Piece& p = task.pieces[0];
     absl::Status s = Move(w[p.item], p.begin, p.length, deadline_ms);
-    if (striped[p.item] == nullptr) {
+    StripedOp* stripes = (*striped)[p.item].get();
+    if (stripes == nullptr) {
       batch->Complete(w[p.item].index, std::move(s));
       return;
     }
     absl::Status result;
-    if (striped[p.item]->Finish(s, &result)) batch->Complete(w[p.item].index, std::move(result));
+    if (stripes->Finish(s, &result)) batch->Complete(w[p.item].index, std::move(result));
   };
   if (tasks.size() == 1) {
     run(tasks[0]);  // nothing to overlap: no thread hop
