@@ -19,6 +19,12 @@ inline uint64_t MonoUs() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+// Milliseconds from `then` to `now`, 0 when `then` is later. A time
+// stamped by another thread may be later than a `now` read before taking
+// the lock that orders them; the plain unsigned difference then wraps to
+// centuries.
+inline uint64_t ElapsedMs(uint64_t now, uint64_t then) { return now > then ? now - then : 0; }
+
 inline uint64_t UnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())

@@ -34,7 +34,7 @@ void Master::FillNodeStatus(uint32_t idx, uint64_t now, v1::NodeStatus* out) {
   out->set_ssd_capacity_bytes(n.ssd_capacity);
   out->set_ssd_used_bytes(n.ssd_used);
   out->set_objects(objects);
-  out->set_last_heartbeat_age_ms(now - n.last_heartbeat_ms);
+  out->set_last_heartbeat_age_ms(ElapsedMs(now, n.last_heartbeat_ms));
   for (int t : n.endpoint.transports()) out->add_transports(static_cast<v1::TransportKind>(t));
 }
 
@@ -182,7 +182,7 @@ absl::Status Master::Stat(const v1::StatRequest& req, v1::StatResponse* resp) {
   if (obj->pin_until_ms > now && obj->pin_until_ms != UINT64_MAX) {
     resp->set_pin_expires_unix_ms(unix_now + (obj->pin_until_ms - now));
   }
-  resp->set_last_access_unix_ms(unix_now - (now - obj->last_access_ms));
+  resp->set_last_access_unix_ms(unix_now - ElapsedMs(now, obj->last_access_ms));
   if (obj->parent_key != nullptr) resp->set_parent_key(*obj->parent_key);
   if (obj->lease_until_ms > now) {
     resp->set_lease_expires_unix_ms(unix_now + (obj->lease_until_ms - now));

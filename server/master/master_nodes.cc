@@ -548,8 +548,9 @@ absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
 
 void Master::Tick() {
   SHELF_SYNC_POINT("Master::Tick:Start");
-  uint64_t now = MonoMs();
   absl::MutexLock lock(&mu_);
+  // Read under the lock: every heartbeat stamp is then no later than `now`.
+  const uint64_t now = MonoMs();
   if (!leader_) return;
   if (recovering_) {
     size_t reported = 0;
@@ -564,10 +565,10 @@ void Master::Tick() {
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
     Node& n = *nodes_[i];
     if (n.state == v1::NODE_DEAD) continue;
-    if (now - n.last_heartbeat_ms > options_.node_ttl_ms) {
+    const uint64_t silent_ms = ElapsedMs(now, n.last_heartbeat_ms);
+    if (silent_ms > options_.node_ttl_ms) {
       SHELF_LOG(WARNING) << "store dead: no heartbeat within the TTL"
-                         << Kv("node", n.endpoint.node_id())
-                         << Kv("silent_ms", now - n.last_heartbeat_ms);
+                         << Kv("node", n.endpoint.node_id()) << Kv("silent_ms", silent_ms);
       DropNodeReplicasLocked(i, now);
       n.state = v1::NODE_DEAD;
       metrics_.nodes_died.Inc();
