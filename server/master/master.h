@@ -57,6 +57,8 @@ inline constexpr uint32_t kReplicasMax = 8;
 inline constexpr uint32_t kProtocolVersion = 1;
 // After a failed demotion, a node gets no demotion orders for this long.
 inline constexpr uint64_t kSsdFailureBackoffMs = 10000;
+// A store declared dead keeps its orphans (Node::orphans) this many TTLs.
+inline constexpr uint64_t kOrphansKeepTtls = 10;
 
 struct MasterOptions {
   std::string listen_address;            // advertised as the leader address
@@ -230,6 +232,12 @@ class Master {
     uint64_t hard_pinned_bytes = 0;
     std::vector<v1::TierMove> outbox;   // orders for the next heartbeat (wake it)
     std::vector<v1::TierMove> notices;  // RECORD/FORGET, ride along (no wake)
+    // The DRAM replicas this node held when it was declared dead, kept
+    // until orphans_until_ms (MonoMs): the same process (same incarnation)
+    // may register again, its memory intact, without knowing the keys of
+    // blocks whose RECORD notices it never received.
+    std::vector<v1::InventoryEntry> orphans;
+    uint64_t orphans_until_ms = 0;
   };
   struct PendingPut {
     std::string key;
@@ -313,7 +321,11 @@ class Master {
   // holds), so it can report its DRAM contents to a new master.
   void NoticeLocked(const Object& obj, const Replica& r, bool record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropNodeReplicasLocked(uint32_t node, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets every replica on `node` and aborts its puts in flight. With
+  // `orphans`, appends the node's DRAM replicas to it first.
+  void DropNodeReplicasLocked(uint32_t node, uint64_t now,
+                              std::vector<v1::InventoryEntry>* orphans = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortPutLocked(uint64_t put_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -37,15 +37,24 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint32_t idx;
+  std::vector<v1::InventoryEntry> orphans;
   auto it = node_by_id_.find(ep.node_id());
   if (it != node_by_id_.end()) {
     idx = it->second;
     // A known node registering again (restart, master failover, or a
     // heartbeat that found us forgetful): its old replicas leave, and its
-    // inventory below brings back whatever it still holds.
-    DropNodeReplicasLocked(idx, now);
+    // inventory below brings back whatever it still holds. The same
+    // process (same incarnation) still holds every DRAM block the index
+    // gave it, including those whose RECORD notice it never got: those
+    // come back as orphans.
+    Node& old = *nodes_[idx];
+    const bool same_process = old.incarnation == req.incarnation();
+    if (same_process) orphans.swap(old.orphans);
+    old.orphans.clear();
+    old.orphans.shrink_to_fit();
+    DropNodeReplicasLocked(idx, now, same_process ? &orphans : nullptr);
     SHELF_LOG(INFO) << "store re-registered" << Kv("node", ep.node_id())
-                    << Kv("addr", ep.data_address());
+                    << Kv("addr", ep.data_address()) << Kv("orphans", orphans.size());
   } else {
     idx = static_cast<uint32_t>(nodes_.size());
     nodes_.push_back(std::make_unique<Node>());
@@ -74,7 +83,21 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   n.hard_pinned_bytes = 0;
   n.outbox.clear();
   n.notices.clear();
-  for (const v1::InventoryEntry& e : req.inventory()) AddInventoryLocked(idx, e, now);
+  // Orphans first: they are what the index held, while a store's record
+  // of a range may be stale (a RECORD for a newer block not yet received).
+  // Inventory entries for the same block and range are then no news.
+  for (const v1::InventoryEntry& e : orphans) AddInventoryLocked(idx, e, now);
+  auto restored = [&](const v1::InventoryEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const Object* obj = orphans.empty() ? nullptr : FindLocked(e.key());
+    if (obj == nullptr || e.tier() != v1::TIER_DRAM) return false;
+    for (const Replica& r : obj->replicas) {
+      if (r.node == idx && r.tier == v1::TIER_DRAM && r.offset == e.offset()) return true;
+    }
+    return false;
+  };
+  for (const v1::InventoryEntry& e : req.inventory()) {
+    if (!restored(e)) AddInventoryLocked(idx, e, now);
+  }
   resp->set_grant_key(grant_key_);
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   resp->set_node_ttl_ms(options_.node_ttl_ms);
@@ -137,7 +160,8 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
   obj.replicas.push_back(r);
 }
 
-void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now) {
+void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
+                                    std::vector<v1::InventoryEntry>* orphans) {
   Node& n = *nodes_[node];
   // One object can sit in two of this node's lists (a DRAM replica and an
   // SSD one: a promoted block keeps its SSD copy), so collect every object
@@ -156,6 +180,15 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now) {
     auto& reps = obj->replicas;
     for (const Replica& r : reps) {
       if (r.node == node && r.demoting) --demotions_pending_;
+      if (r.node == node && r.tier == v1::TIER_DRAM && orphans != nullptr) {
+        v1::InventoryEntry& e = orphans->emplace_back();
+        e.set_key(obj->key->str());
+        e.set_tier(v1::TIER_DRAM);
+        e.set_segment_id(n.segments[r.segment].id);
+        e.set_offset(r.offset);
+        e.set_size(obj->size);
+        e.set_checksum(obj->checksum);
+      }
     }
     reps.erase(
         std::remove_if(reps.begin(), reps.end(), [&](const Replica& r) { return r.node == node; }),
@@ -564,12 +597,20 @@ void Master::Tick() {
   }
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
     Node& n = *nodes_[i];
-    if (n.state == v1::NODE_DEAD) continue;
+    if (n.state == v1::NODE_DEAD) {
+      if (!n.orphans.empty() && now >= n.orphans_until_ms) {
+        n.orphans.clear();
+        n.orphans.shrink_to_fit();
+      }
+      continue;
+    }
     const uint64_t silent_ms = ElapsedMs(now, n.last_heartbeat_ms);
     if (silent_ms > options_.node_ttl_ms) {
       SHELF_LOG(WARNING) << "store dead: no heartbeat within the TTL"
                          << Kv("node", n.endpoint.node_id()) << Kv("silent_ms", silent_ms);
-      DropNodeReplicasLocked(i, now);
+      n.orphans.clear();
+      DropNodeReplicasLocked(i, now, &n.orphans);
+      n.orphans_until_ms = now + kOrphansKeepTtls * options_.node_ttl_ms;
       n.state = v1::NODE_DEAD;
       metrics_.nodes_died.Inc();
     }

@@ -245,6 +245,60 @@ TEST_F(MasterFixture, DeadNodeLosesItsReplicasAndAbortsItsPuts) {
   EXPECT_TRUE(hb.reregister());
 }
 
+// A store declared dead while its process lives on (a stall longer than
+// the TTL) registers again with the same incarnation. Its inventory lists
+// only the blocks whose RECORD notices reached it; the rest come back from
+// what the index held when it died, at their old ranges. A record of a
+// range that the index had given to a newer block is stale and loses.
+TEST_F(MasterFixture, AStoreDeclaredDeadButAliveGetsBackBlocksItWasNeverToldOf) {
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("told", kMiB).ok());
+  ASSERT_TRUE(Put("untold", kMiB).ok());
+  v1::ObjectLocation told = Lookup("told", false);
+  v1::ObjectLocation untold = Lookup("untold", false);
+  ASSERT_TRUE(told.found() && untold.found());
+  Sleep(400);  // TTL 300 ms, no heartbeat: no notice was delivered
+  master_->Tick();
+  ASSERT_FALSE(Lookup("untold", false).found());
+  ASSERT_EQ(DramUsed(), 0u);
+
+  std::vector<v1::InventoryEntry> inv(2);
+  inv[0].set_key("told");
+  inv[0].set_tier(v1::TIER_DRAM);
+  inv[0].set_offset(told.replicas(0).offset());
+  inv[0].set_size(kMiB);
+  inv[0].set_checksum(42);
+  inv[1] = inv[0];  // an older block's record of the range "untold" now holds
+  inv[1].set_key("stale");
+  inv[1].set_offset(untold.replicas(0).offset());
+  Register("a", 16 * kMiB, 0, "host", 1, {}, inv);
+  for (const v1::ObjectLocation& before : {told, untold}) {
+    v1::ObjectLocation now = Lookup(before.key(), false);
+    ASSERT_TRUE(now.found()) << before.key();
+    ASSERT_EQ(now.replicas_size(), 1);
+    EXPECT_EQ(now.replicas(0).offset(), before.replicas(0).offset()) << before.key();
+  }
+  EXPECT_FALSE(Lookup("stale", false).found());
+  EXPECT_EQ(DramUsed(), 2 * kMiB);
+  // Their ranges are taken: a new block goes elsewhere.
+  ASSERT_TRUE(Put("new", kMiB).ok());
+  uint64_t off = Lookup("new", false).replicas(0).offset();
+  EXPECT_NE(off, told.replicas(0).offset());
+  EXPECT_NE(off, untold.replicas(0).offset());
+}
+
+// A restarted store (a new incarnation) has fresh memory: nothing of what
+// the index held comes back but what its inventory lists.
+TEST_F(MasterFixture, ARestartedStoreGetsNoOrphansBack) {
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  Sleep(400);
+  master_->Tick();
+  Register("a", 16 * kMiB, 0, "host", 2);
+  EXPECT_FALSE(Lookup("k", false).found());
+  EXPECT_EQ(DramUsed(), 0u);
+}
+
 TEST_F(MasterFixture, ReRegistrationRestoresSsdInventory) {
   std::vector<v1::InventoryEntry> inv;
   for (int i = 0; i < 3; ++i) {
