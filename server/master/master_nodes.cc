@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <random>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -49,9 +50,8 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
     // come back as orphans.
     Node& old = *nodes_[idx];
     const bool same_process = old.incarnation == req.incarnation();
-    if (same_process) orphans.swap(old.orphans);
-    old.orphans.clear();
-    old.orphans.shrink_to_fit();
+    orphans = std::exchange(old.orphans, {});
+    if (!same_process) orphans.clear();
     DropNodeReplicasLocked(idx, now, same_process ? &orphans : nullptr);
     SHELF_LOG(INFO) << "store re-registered" << Kv("node", ep.node_id())
                     << Kv("addr", ep.data_address()) << Kv("orphans", orphans.size());
@@ -87,17 +87,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   // of a range may be stale (a RECORD for a newer block not yet received).
   // Inventory entries for the same block and range are then no news.
   for (const v1::InventoryEntry& e : orphans) AddInventoryLocked(idx, e, now);
-  auto restored = [&](const v1::InventoryEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const Object* obj = orphans.empty() ? nullptr : FindLocked(e.key());
-    if (obj == nullptr || e.tier() != v1::TIER_DRAM) return false;
-    for (const Replica& r : obj->replicas) {
-      if (r.node == idx && r.tier == v1::TIER_DRAM && r.offset == e.offset()) return true;
-    }
-    return false;
-  };
-  for (const v1::InventoryEntry& e : req.inventory()) {
-    if (!restored(e)) AddInventoryLocked(idx, e, now);
-  }
+  for (const v1::InventoryEntry& e : req.inventory()) AddInventoryLocked(idx, e, now);
   resp->set_grant_key(grant_key_);
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   resp->set_node_ttl_ms(options_.node_ttl_ms);
@@ -114,6 +104,14 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
 
 void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint64_t now) {
   if (ValidateKey(e.key()).ok() == false || e.size() == 0) return;
+  // One replica per node and tier: an entry the index already holds here
+  // (restored as an orphan, or listed twice) is no news.
+  Object* known = FindLocked(e.key());
+  if (known != nullptr) {
+    for (const Replica& have : known->replicas) {
+      if (have.node == node && have.tier == e.tier()) return;
+    }
+  }
   Node& n = *nodes_[node];
   Replica r;
   r.node = node;
@@ -133,27 +131,20 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
   } else if (e.tier() != v1::TIER_SSD) {
     return;
   }
-  auto [objp, inserted] = EmplaceLocked(e.key());
-  Object& obj = *objp;
-  if (inserted) {
-    obj.size = e.size();
-    obj.checksum = e.checksum();
-    obj.last_access_ms = now;
-  } else if (obj.size != e.size() || obj.checksum != e.checksum()) {
+  if (known == nullptr) {
+    known = EmplaceLocked(e.key()).first;
+    known->size = e.size();
+    known->checksum = e.checksum();
+    known->last_access_ms = now;
+  } else if (known->size != e.size() || known->checksum != e.checksum()) {
     // Same key, other bytes: keys are content addresses, so one copy is
     // wrong. Keep what the index has; the store's copy is not served.
     SHELF_LOG(WARNING) << "inventory entry disagrees with the index; ignored"
                        << Kv("node", n.endpoint.node_id());
     if (r.tier == v1::TIER_DRAM) FreeRangeLocked(node, r.segment, r.offset, e.size());
     return;
-  } else {
-    for (const Replica& have : obj.replicas) {
-      if (have.node == node && have.tier == r.tier) {
-        if (r.tier == v1::TIER_DRAM) FreeRangeLocked(node, r.segment, r.offset, e.size());
-        return;
-      }
-    }
   }
+  Object& obj = *known;
   std::list<Object*>& lru = r.tier == v1::TIER_DRAM ? n.segments[r.segment].lru : n.ssd_lru;
   r.lru = lru.insert(lru.end(), &obj);
   if (r.tier == v1::TIER_SSD) n.ssd_used += e.size();
@@ -598,18 +589,14 @@ void Master::Tick() {
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
     Node& n = *nodes_[i];
     if (n.state == v1::NODE_DEAD) {
-      if (!n.orphans.empty() && now >= n.orphans_until_ms) {
-        n.orphans.clear();
-        n.orphans.shrink_to_fit();
-      }
+      if (now >= n.orphans_until_ms) n.orphans = {};
       continue;
     }
     const uint64_t silent_ms = ElapsedMs(now, n.last_heartbeat_ms);
     if (silent_ms > options_.node_ttl_ms) {
       SHELF_LOG(WARNING) << "store dead: no heartbeat within the TTL"
                          << Kv("node", n.endpoint.node_id()) << Kv("silent_ms", silent_ms);
-      n.orphans.clear();
-      DropNodeReplicasLocked(i, now, &n.orphans);
+      DropNodeReplicasLocked(i, now, &n.orphans);  // empty while live
       n.orphans_until_ms = now + kOrphansKeepTtls * options_.node_ttl_ms;
       n.state = v1::NODE_DEAD;
       metrics_.nodes_died.Inc();
