@@ -407,10 +407,25 @@ absl::Status Store::Register() {
 void Store::SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced) {
   if (*unsynced == 0 || ssd_ == nullptr) return;
   *unsynced = 0;
-  absl::Status s = ssd_->Sync();
-  // Fault injection for crash tests: after-write kills the store once its
-  // first demotions are durable, before the master hears of them.
+  // Fault injection for crash tests (unset in production):
+  //   before-sync: a run of two or more demotions has executed and is not
+  //     durable yet; the store waits long enough for any report of them to
+  //     reach the master, then dies;
+  //   after-write: the store dies once its first demotions are durable,
+  //     before the master hears of them.
   static const char* kill_point = std::getenv("SHELF_FAULT_KILL_IN_DEMOTION");
+  uint64_t executed = demotions_unsynced_;
+  demotions_unsynced_ = 0;
+  if (kill_point != nullptr && std::strcmp(kill_point, "before-sync") == 0 && executed >= 2) {
+    uint64_t wait_ms;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      wait_ms = 4 * heartbeat_interval_ms_ + 500;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+    raise(SIGKILL);
+  }
+  absl::Status s = ssd_->Sync();
   if (kill_point != nullptr && std::strcmp(kill_point, "after-write") == 0) raise(SIGKILL);
   if (s.ok()) return;
   // Not durable: the master must keep the DRAM copies.
@@ -555,6 +570,12 @@ void Store::MoverLoop() {
     // durable (SsdTier::Sync): the master frees a demoted block's DRAM
     // range on the report, so the SSD copy must survive a crash by then.
     // Runs are cut at kSyncBytes so reports keep flowing under load.
+    //
+    // `run` holds the demotions executed since the last Sync; they reach
+    // results_ (and so the next heartbeat) only after it. Only demotions
+    // are reported: the master acts on nothing else, and a DROP_SSD
+    // result for a key it no longer knows would make it order the drop
+    // again.
     std::vector<v1::TierMoveResult> run;
     uint64_t unsynced = 0;
     while (!moves_.empty() && !stopping_.load()) {
@@ -562,16 +583,34 @@ void Store::MoverLoop() {
       moves_.pop_front();
       moving_ = true;
       lock.unlock();
-      run.push_back(Execute(m));
-      if (m.kind() == v1::TierMove::DEMOTE && run.back().ok()) unsynced += m.size();
+      v1::TierMoveResult result = Execute(m);
+      if (m.kind() == v1::TierMove::DEMOTE) {
+        if (result.ok()) {
+          unsynced += m.size();
+          ++demotions_unsynced_;
+        }
+        run.push_back(std::move(result));
+      }
       bool last = false;
       {
         std::lock_guard<std::mutex> peek(mu_);
         last = moves_.empty();
       }
-      if (last || unsynced >= kSyncBytes) SyncRun(&run, &unsynced);
+      bool flush = last || unsynced == 0 || unsynced >= kSyncBytes;
+      if (flush) SyncRun(&run, &unsynced);
       lock.lock();
       moving_ = false;
+      if (flush) {
+        for (v1::TierMoveResult& r : run) results_.push_back(std::move(r));
+        run.clear();
+      }
+    }
+    if (!run.empty()) {
+      // Stopping with demotions executed but not synced: make them durable
+      // and report them, so the master hears of what is on SSD.
+      lock.unlock();
+      SyncRun(&run, &unsynced);
+      lock.lock();
       for (v1::TierMoveResult& r : run) results_.push_back(std::move(r));
       run.clear();
     }

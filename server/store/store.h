@@ -115,10 +115,12 @@ class Store : public DataHandler {
   absl::Status Register();
   absl::Status HeartbeatOnce(bool* more_work);
   v1::TierMoveResult Execute(const v1::TierMove& move);
-  // Makes the SSD writes of `run` durable; on failure turns its successful
-  // demotions into failures. Resets `unsynced`.
+  // Makes the SSD writes of `run` (the demotions executed since the last
+  // call) durable; on failure turns its successful demotions into
+  // failures. Resets `unsynced`. The mover reports a run only after this.
   void SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced);
   static constexpr uint64_t kSyncBytes = 64ull << 20;
+  uint64_t demotions_unsynced_ = 0;  // mover thread only: executed since the last Sync
   // Applies a RECORD/FORGET notice to dram_records_.
   void NoteLocked(const v1::TierMove& notice);
   // Carries out queued tier moves off the heartbeat thread, so a long
