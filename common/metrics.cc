@@ -276,7 +276,7 @@ class CallbackFamily final : public FamilyBase {
       : FamilyBase(std::move(name), std::move(help), MetricType::kGauge, std::move(label_names)) {}
 
   uint64_t Add(Fn fn) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    shelf::MutexLock lock(&mu_);
     uint64_t id = next_id_++;
     callbacks_.emplace(id, std::move(fn));
     return id;
@@ -284,7 +284,7 @@ class CallbackFamily final : public FamilyBase {
 
   void Remove(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_) {
     Fn dead;  // destroyed after the lock is released
-    absl::MutexLock lock(&mu_);
+    shelf::MutexLock lock(&mu_);
     auto it = callbacks_.find(id);
     if (it == callbacks_.end()) return;
     dead = std::move(it->second);
@@ -295,7 +295,7 @@ class CallbackFamily final : public FamilyBase {
     std::vector<GaugeSample> samples;
     {
       // Held while the callbacks run, so Remove() waits for a running one.
-      absl::MutexLock lock(&mu_);
+      shelf::MutexLock lock(&mu_);
       for (const auto& [id, fn] : callbacks_) {
         std::vector<GaugeSample> some = fn();
         for (GaugeSample& s : some) {
@@ -321,7 +321,7 @@ class CallbackFamily final : public FamilyBase {
   }
 
  private:
-  mutable absl::Mutex mu_;
+  mutable shelf::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Fn> callbacks_ ABSL_GUARDED_BY(mu_);
 };
@@ -334,7 +334,7 @@ Family<T>::Family(std::string name, std::string help, std::vector<std::string> l
     : FamilyBase(std::move(name), std::move(help), TypeOf<T>(), std::move(label_names)),
       bounds_(std::move(bounds)) {
   if (this->label_names().empty()) {
-    absl::MutexLock lock(&mu_);
+    shelf::MutexLock lock(&mu_);
     children_.emplace(LabelValues{}, NewChild<T>(bounds_));
   }
 }
@@ -342,12 +342,7 @@ Family<T>::Family(std::string name, std::string help, std::vector<std::string> l
 template <typename T>
 T& Family<T>::WithLabels(const LabelValues& values) {
   CheckLabelCount(values);
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    auto it = children_.find(values);
-    if (it != children_.end()) return *it->second;
-  }
-  absl::MutexLock lock(&mu_);
+  shelf::MutexLock lock(&mu_);
   std::unique_ptr<T>& child = children_[values];
   if (child == nullptr) child = NewChild<T>(bounds_);
   return *child;
@@ -359,7 +354,7 @@ void Family<T>::RenderTo(std::string* out) const {
   // read from the atomics without it.
   std::vector<std::pair<const LabelValues*, const T*>> children;
   {
-    absl::ReaderMutexLock lock(&mu_);
+    shelf::MutexLock lock(&mu_);
     children.reserve(children_.size());
     for (const auto& [labels, child] : children_) children.emplace_back(&labels, child.get());
   }
@@ -413,7 +408,7 @@ internal::FamilyBase* Registry::FindOrAdd(absl::string_view name, absl::string_v
     if (!seen.insert(label).second) Die(absl::StrCat(name, ": label '", label, "' twice"));
   }
 
-  absl::MutexLock lock(&mu_);
+  shelf::MutexLock lock(&mu_);
   auto it = families_.find(std::string(name));
   if (it != families_.end()) {
     internal::FamilyBase* f = it->second.get();
@@ -492,7 +487,7 @@ std::string Registry::Render() const {
   // callback may take locks of its own that are also held around Add*.
   std::vector<const internal::FamilyBase*> families;
   {
-    absl::MutexLock lock(&mu_);
+    shelf::MutexLock lock(&mu_);
     families.reserve(families_.size());
     for (const auto& [name, family] : families_) families.push_back(family.get());
   }

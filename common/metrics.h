@@ -44,7 +44,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace shelf {
 namespace metrics {
@@ -197,7 +197,7 @@ class Family final : public internal::FamilyBase {
          std::vector<double> bounds);
 
   const std::vector<double> bounds_;
-  mutable absl::Mutex mu_;
+  mutable shelf::Mutex mu_;
   std::map<LabelValues, std::unique_ptr<T>> children_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -283,7 +283,7 @@ class Registry {
                                   std::vector<std::string> label_names, std::vector<double> bounds,
                                   bool callback) ABSL_LOCKS_EXCLUDED(mu_);
 
-  mutable absl::Mutex mu_;
+  mutable shelf::Mutex mu_;
   std::map<std::string, std::unique_ptr<internal::FamilyBase>> families_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -7,12 +7,9 @@
 # RocksDB, no protobuf (Debian ships them uninstrumented, and TSan reports
 # races it cannot see the synchronization of).
 #
-# Abseil is uninstrumented too, so TSan does not see absl::Mutex lock and
-# unlock: accesses guarded by one (the metrics registry's families) look
-# racy. Those frames are suppressed (tsan.supp below, written next to the
-# build); std::mutex, std::atomic and everything else is checked in full.
-# Real races found and not fixed yet are suppressed by name, each with its
-# reason, so the run guards the rest; SHELF_TSAN_KNOWN_BUGS=1 shows them.
+# Abseil is uninstrumented too, so TSan would not see absl::Mutex lock and
+# unlock: the sources built here lock std::mutex (shelf::Mutex) instead, and
+# the run has no suppressions at all: any report fails it.
 #
 #   bash tests/sanitize.sh          # build into build/tsan and run
 # Exit status 0 only when every test passes with no report.
@@ -59,27 +56,10 @@ foreach(test concurrency_test:tests/fault/concurrency_test.cc
   target_link_libraries(\${name} PRIVATE shelf_tsan_lib GTest::gtest GTest::gtest_main)
 endforeach()
 CMAKE
-cat >"$build/tsan.supp" <<'SUPP'
-# absl::Mutex is not instrumented (Debian's Abseil): what it guards looks
-# racy to TSan. These are the metrics registry's absl::Mutex-guarded maps.
-race:shelf::metrics::Family
-race:shelf::metrics::Registry
-race:shelf::metrics::internal::CallbackFamily
-SUPP
-# Races that are real bugs, reported and not fixed yet: suppressed so the
-# run checks everything else; SHELF_TSAN_KNOWN_BUGS=1 shows them.
-if [[ "${SHELF_TSAN_KNOWN_BUGS:-0}" != 1 ]]; then
-  cat >>"$build/tsan.supp" <<'SUPP'
-# DataServer::Serve (transport/data_server.cc) calls cv_.notify_all() after
-# releasing mu_, on a detached thread; Stop() can see fds_ empty and the
-# destructor destroy cv_ (and the server) before that call: use after free.
-race:shelf::DataServer::~DataServer
-SUPP
-fi
 cmake -S "$build/project" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
 cmake --build "$build" -j"$jobs"
-export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$build/tsan.supp"
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 status=0
 for test in concurrency_test allocator_test metrics_test; do
   # Death tests fork a threaded process; TSan and they do not mix.

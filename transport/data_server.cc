@@ -104,6 +104,18 @@ absl::Status DataServer::Handshake(int fd) {
 }
 
 void DataServer::Serve(int fd) {
+  ServeConnection(fd);  // everything the connection held is gone when it returns
+  // Stop() waits for fds_ to empty and may then destroy this server, so
+  // this thread (detached) touches nothing of it after unlocking: the
+  // notify happens under the lock.
+  std::lock_guard<std::mutex> lock(mu_);
+  fds_.erase(fd);
+  close(fd);
+  live_.fetch_sub(1);
+  cv_.notify_all();
+}
+
+void DataServer::ServeConnection(int fd) {
   SetIoTimeoutMs(fd, options_.io_timeout_ms);
   absl::Status hs = Handshake(fd);
   Connection conn;
@@ -135,13 +147,6 @@ void DataServer::Serve(int fd) {
     SHELF_LOG(WARNING) << "data-plane connection rejected" << Kv("error", hs.message());
   }
   conn.rdma.reset();  // before the socket: the peer sees the QP gone first
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    fds_.erase(fd);
-    close(fd);
-    live_.fetch_sub(1);
-  }
-  cv_.notify_all();
 }
 
 namespace {

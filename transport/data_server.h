@@ -82,7 +82,10 @@ class DataServer {
  private:
   DataServer(const Options& options, DataHandler* handler, int listen_fd, HostPort bound);
   void AcceptLoop();
+  // A connection's thread: ServeConnection, then the socket is released
+  // and Stop() told.
   void Serve(int fd);
+  void ServeConnection(int fd);
   absl::Status Handshake(int fd);
   // What one connection holds beyond its socket.
   struct Connection {
