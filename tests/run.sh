@@ -10,9 +10,14 @@
 #      labels in SHELF_ASAN_LABELS (default: all), less the packaging tests
 #      and the clang thread-safety check, which stage 1 ran
 #      (SHELF_ASAN_EXCLUDE, default ^deploy_|^thread_safety_).
+#   4. ThreadSanitizer on the concurrency tests of the data plane,
+#      allocator and metrics (tests/sanitize.sh: clang build in build/tsan,
+#      no suppressions);
+#   5. every skipped test, printed with its reason (tests/skips.sh); a skip
+#      tests/allowed_skips.txt does not list fails the run.
 # Logs of failing tests are printed. Exit status 0 only when all pass.
-# SHELF_SKIP_FUZZ=1 / SHELF_SKIP_ASAN=1 leave out stages 2 / 3;
-# ThreadSanitizer has its own script (tests/sanitize.sh).
+# SHELF_SKIP_FUZZ=1 / SHELF_SKIP_ASAN=1 / SHELF_SKIP_TSAN=1 leave out
+# stages 2 / 3 / 4.
 #
 # Time of each stage from clean build folders, 2 cores shared with other
 # work, no ccache (CCACHE_DISABLE=1), measured on the development machine
@@ -48,7 +53,13 @@ trap report EXIT
 stage install-deps bash "$root/deploy/install-deps.sh"
 stage configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 stage build cmake --build "$build" -j"$jobs"
-stage ctest ctest --test-dir "$build" -j"$jobs" --output-on-failure --timeout 600
+# CTest's output is kept (ctest-output.log) for tests/skips.sh.
+ctest_logged() {
+  local dir=$1
+  shift
+  ctest --test-dir "$dir" "$@" 2>&1 | tee "$dir/ctest-output.log"
+}
+stage ctest ctest_logged "$build" -j"$jobs" --output-on-failure --timeout 600
 
 if [[ "${SHELF_SKIP_FUZZ:-0}" != 1 ]]; then
   stage fuzz env SHELF_FUZZ_BUILD_DIR="${SHELF_FUZZ_BUILD_DIR:-$root/build/fuzz}" \
@@ -70,6 +81,17 @@ if [[ "${SHELF_SKIP_ASAN:-0}" != 1 ]]; then
   [[ -n "$asan_labels" ]] && label_args=(-L "$asan_labels")
   # The deploy tests check packaging (which Debian packages the binaries
   # need), which instrumented binaries change; they run in stage 1.
-  stage asan-ctest ctest --test-dir "$asan_build" -j"${SHELF_ASAN_JOBS:-2}" \
+  stage asan-ctest ctest_logged "$asan_build" -j"${SHELF_ASAN_JOBS:-2}" \
     --output-on-failure --timeout 900 -E "${SHELF_ASAN_EXCLUDE:-^deploy_|^thread_safety_}" "${label_args[@]}"
 fi
+
+if [[ "${SHELF_SKIP_TSAN:-0}" != 1 ]]; then
+  stage tsan env SHELF_TSAN_BUILD_DIR="${SHELF_TSAN_BUILD_DIR:-$root/build/tsan}" \
+    bash "$root/tests/sanitize.sh"
+fi
+
+# Every skipped test, with its reason; a skip that tests/allowed_skips.txt
+# does not list (only the hardware tests are) fails the run.
+skip_dirs=("$build")
+[[ "${SHELF_SKIP_ASAN:-0}" != 1 ]] && skip_dirs+=("$asan_build")
+stage skips bash "$root/tests/skips.sh" "${skip_dirs[@]}"
