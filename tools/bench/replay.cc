@@ -185,19 +185,23 @@ int Replay(int argc, char** argv) {
   flags.AddString("plot", &plot, "also write the hit-ratio-over-time chart as SVG to this file");
   std::vector<std::string> args = flags.ParseOrExit(argc, argv);
   if (!args.empty()) trace = args[0];
-  if (!model.empty()) {
-    bool found = false;
+  // The fetch time is reported for the model's real block size: the bench
+  // moves --block-bytes per block (a real model's blocks would make the
+  // bundled trace terabytes), so the measured time is scaled by
+  // model bytes / block bytes, i.e. the same bandwidth over the real bytes.
+  auto model_block_bytes = [](const std::string& name) -> uint64_t {
     for (const ModelPreset& m : kModels) {
-      if (model == m.name) {
-        block_bytes = 2 * m.layers * m.kv_heads * m.head_dim * 2 * kTokensPerBlock;
-        found = true;
-      }
+      if (name == m.name) return 2 * m.layers * m.kv_heads * m.head_dim * 2 * kTokensPerBlock;
     }
-    if (!found) {
-      std::fprintf(stderr, "shelf-bench replay: unknown --model '%s'\n", model.c_str());
-      return 2;
-    }
+    return 0;
+  };
+  std::string fetch_model = model.empty() ? "llama-3-8b" : model;
+  uint64_t real_block_bytes = model_block_bytes(fetch_model);
+  if (real_block_bytes == 0) {
+    std::fprintf(stderr, "shelf-bench replay: unknown --model '%s'\n", model.c_str());
+    return 2;
   }
+  if (!model.empty()) block_bytes = real_block_bytes;
   if (block_bytes == 0 || block_bytes > (1ull << 30)) {
     std::fprintf(stderr, "shelf-bench replay: --block-bytes must be 1..1GiB\n");
     return 2;
@@ -355,6 +359,9 @@ int Replay(int argc, char** argv) {
   uint64_t tokens_saved = hit_blocks * kTokensPerBlock;
   double gpu_s_saved = prefill_tokens_per_s > 0 ? tokens_saved / prefill_tokens_per_s : 0;
   double load_store = cs.bytes_stored ? static_cast<double>(cs.bytes_loaded) / cs.bytes_stored : 0;
+  double fetch_scale = static_cast<double>(real_block_bytes) / static_cast<double>(block_bytes);
+  double fetch_s_scaled = get_seconds * fetch_scale;
+  double get_gbps = get_seconds > 0 ? get_bytes / get_seconds / 1e9 : 0.0;
 
   if (!json_only) {
     std::printf("\nShelf trace replay: %s\n", trace.c_str());
@@ -387,7 +394,11 @@ int Replay(int argc, char** argv) {
                 match_us.Percentile(99));
     std::printf("  prefill avoided %llu tokens = %.1f GPU-s at %.0f tokens/s, for %.2f s of fetching\n",
                 static_cast<unsigned long long>(tokens_saved), gpu_s_saved, prefill_tokens_per_s,
-                get_seconds);
+                fetch_s_scaled);
+    std::printf("    (fetch time at the measured %.2f GB/s for %s's %s per 512-token block:\n"
+                "     x%.1f the %.2f s measured with %s blocks)\n",
+                get_gbps, fetch_model.c_str(), FormatBytes(real_block_bytes).c_str(), fetch_scale,
+                get_seconds, FormatBytes(block_bytes).c_str());
     std::printf("\n%s\n", AsciiChart(chart).c_str());
     if (!plot.empty()) {
       std::printf("  chart written to %s\n", WriteSvg(plot, chart, lru, ideal)
@@ -407,13 +418,15 @@ int Replay(int argc, char** argv) {
   o.Add("bytes_loaded", cs.bytes_loaded).Add("bytes_loaded_shm", cs.bytes_loaded_shm);
   o.Add("bytes_loaded_tcp", cs.bytes_loaded_tcp).Add("bytes_loaded_ssd", cs.bytes_loaded_ssd);
   o.Add("bytes_stored", cs.bytes_stored).Add("load_store_ratio", load_store);
-  o.Add("get_gbps", get_seconds > 0 ? get_bytes / get_seconds / 1e9 : 0.0);
+  o.Add("get_gbps", get_gbps);
   o.Add("put_gbps", put_seconds > 0 ? put_bytes / put_seconds / 1e9 : 0.0);
   o.Add("get_p50_us", get_us.Percentile(50)).Add("get_p99_us", get_us.Percentile(99));
   o.Add("put_p50_us", put_us.Percentile(50)).Add("put_p99_us", put_us.Percentile(99));
   o.Add("matchprefix_p50_us", match_us.Percentile(50)).Add("matchprefix_p99_us", match_us.Percentile(99));
   o.Add("prefill_tokens_avoided", tokens_saved).Add("prefill_gpu_seconds_avoided", gpu_s_saved);
-  o.Add("fetch_seconds", get_seconds).Add("wall_seconds", wall_s);
+  o.Add("fetch_seconds", get_seconds).Add("fetch_seconds_at_model_size", fetch_s_scaled);
+  o.Add("fetch_scale", fetch_scale).Add("fetch_scale_model", fetch_model);
+  o.Add("wall_seconds", wall_s);
   std::printf("%s\n", o.str().c_str());
   return errors == 0 && mismatches == 0 ? 0 : 1;
 }

@@ -466,7 +466,8 @@ int TransportBench(int argc, char** argv) {
         return absl::OkStatus();
       };
       // Correctness once per cell, outside the timings: what TCP wrote,
-      // TCP and shared memory read back.
+      // TCP and shared memory read back; what shared memory wrote, TCP
+      // reads back.
       absl::Status check = tcp_write();
       for (auto* read : {&tcp_read, &shm_read}) {
         std::fill(dst_mem.begin(), dst_mem.begin() + batch_bytes, 0);
@@ -474,6 +475,18 @@ int TransportBench(int argc, char** argv) {
         if (check.ok() && std::memcmp(dst_mem.data(), src_mem.data(), batch_bytes) != 0) {
           ++mismatches;
         }
+      }
+      // What shared memory wrote, TCP reads back; the source changes first,
+      // so the check sees the shm write and not what TCP left there.
+      if (check.ok()) {
+        for (size_t k = 0; k < batch_bytes; ++k) src_mem[k] ^= 0x5A;
+        check = shm_write();
+        std::fill(dst_mem.begin(), dst_mem.begin() + batch_bytes, 0);
+        if (check.ok()) check = tcp_read();
+        if (check.ok() && std::memcmp(dst_mem.data(), src_mem.data(), batch_bytes) != 0) {
+          ++mismatches;
+        }
+        for (size_t k = 0; k < batch_bytes; ++k) src_mem[k] ^= 0x5A;
       }
       if (!check.ok()) {
         std::fprintf(stderr, "shelf-bench transport: %s x%d: %s\n", ShortBytes(size).c_str(), batch,
