@@ -49,9 +49,12 @@ absl::Status ValidateOptions(const ClientOptions& o) {
   if (o.timeout_ms == 0) {
     return absl::InvalidArgumentError("ClientOptions.timeout_ms must be at least 1");
   }
-  if (!o.rdma_device.empty() && (o.rdma_port < 1 || o.rdma_port > 255 || o.rdma_gid_index > 255)) {
+  if (!o.rdma_device.empty() &&
+      (o.rdma_port < 1 || o.rdma_port > 255 || o.rdma_gid_index < -1 || o.rdma_gid_index > 255 ||
+       o.rdma_traffic_class > 255 || o.rdma_service_level > 15 || o.rdma_pkey_index > 65535)) {
     return absl::InvalidArgumentError(
-        "ClientOptions.rdma_port takes 1..255 and rdma_gid_index 0..255");
+        "ClientOptions.rdma_port takes 1..255, rdma_gid_index -1 (auto) or 0..255, "
+        "rdma_traffic_class 0..255, rdma_service_level 0..15 and rdma_pkey_index 0..65535");
   }
   if (o.tcp_streams_per_block < 1 || o.tcp_streams_per_block > kStreamsPerBlockMax) {
     return absl::InvalidArgumentError(absl::StrCat("ClientOptions.tcp_streams_per_block is ",
@@ -159,6 +162,9 @@ absl::Status ClientImpl::Connect() {
   ro.device.device_name = options_.rdma_device;
   ro.device.port_num = static_cast<uint8_t>(options_.rdma_port);
   ro.device.gid_index = static_cast<int>(options_.rdma_gid_index);
+  ro.device.traffic_class = static_cast<int>(options_.rdma_traffic_class);
+  ro.device.service_level = static_cast<int>(options_.rdma_service_level);
+  ro.device.pkey_index = static_cast<int>(options_.rdma_pkey_index);
   absl::StatusOr<std::unique_ptr<rdma::RdmaTransport>> rdma =
       rdma::RdmaTransport::Open(verbs.get(), ro);
   if (!rdma.ok()) {

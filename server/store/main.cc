@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   std::string labels, secret_file, ready_file, admin_listen, metrics_listen;
   int64_t max_connections = opts.max_connections;
   int64_t rdma_port = opts.rdma_port, rdma_gid_index = opts.rdma_gid_index;
+  int64_t rdma_traffic_class = opts.rdma_traffic_class;
+  int64_t rdma_service_level = opts.rdma_service_level;
+  int64_t rdma_pkey_index = opts.rdma_pkey_index;
   Flags flags("shelf-store", "the Shelf storage daemon (DRAM segment, SSD tier, data plane)");
   flags.AddString("master", &opts.master, "HOST:PORT of the master (required)");
   flags.AddString("listen", &opts.listen, "data-plane HOST:PORT (port 0 picks one)");
@@ -53,7 +56,14 @@ int main(int argc, char** argv) {
                   "(off when empty; a device that fails to open is logged, not fatal)");
   flags.AddInt("rdma-port", &rdma_port, "port of --rdma-device");
   flags.AddInt("rdma-gid-index", &rdma_gid_index,
-               "GID table index of --rdma-device's port (RoCE v2: the index of the IPv4 GID)");
+               "GID table index of --rdma-device's port; -1: auto (InfiniBand: 0; RoCE: the "
+               "first RoCE v2 GID, an IPv4 or global one before a link-local one)");
+  flags.AddInt("rdma-traffic-class", &rdma_traffic_class,
+               "traffic class of --rdma-device's packets (RoCE: DSCP << 2 | ECN), 0..255");
+  flags.AddInt("rdma-service-level", &rdma_service_level,
+               "service level of --rdma-device's packets, 0..15");
+  flags.AddInt("rdma-pkey-index", &rdma_pkey_index,
+               "P_Key table index of --rdma-device's port (the InfiniBand partition)");
   flags.AddBool("promote-on-hit", &opts.promote_on_hit,
                 "copy a block read from the SSD tier up into DRAM (the SSD copy stays)");
   flags.AddInt("max-connections", &max_connections, "data-plane connection limit");
@@ -62,12 +72,20 @@ int main(int argc, char** argv) {
                   "HOST:PORT serving /metrics (Prometheus) and /health over HTTP (off when empty)");
   flags.ParseOrExit(argc, argv);
   opts.max_connections = static_cast<int>(max_connections);
-  if (rdma_port < 1 || rdma_port > 255 || rdma_gid_index < 0 || rdma_gid_index > 255) {
-    std::fprintf(stderr, "shelf-store: --rdma-port takes 1..255, --rdma-gid-index 0..255\n");
+  if (rdma_port < 1 || rdma_port > 255 || rdma_gid_index < -1 || rdma_gid_index > 255 ||
+      rdma_traffic_class < 0 || rdma_traffic_class > 255 || rdma_service_level < 0 ||
+      rdma_service_level > 15 || rdma_pkey_index < 0 || rdma_pkey_index > 65535) {
+    std::fprintf(stderr,
+                 "shelf-store: --rdma-port takes 1..255, --rdma-gid-index -1 (auto) or 0..255, "
+                 "--rdma-traffic-class 0..255, --rdma-service-level 0..15, --rdma-pkey-index "
+                 "0..65535\n");
     return 2;
   }
   opts.rdma_port = static_cast<int>(rdma_port);
   opts.rdma_gid_index = static_cast<int>(rdma_gid_index);
+  opts.rdma_traffic_class = static_cast<int>(rdma_traffic_class);
+  opts.rdma_service_level = static_cast<int>(rdma_service_level);
+  opts.rdma_pkey_index = static_cast<int>(rdma_pkey_index);
 
   if (!labels.empty()) {
     for (absl::string_view kv : absl::StrSplit(labels, ',', absl::SkipEmpty())) {

@@ -101,6 +101,9 @@ std::unique_ptr<Store::Rdma> OpenRdma(const StoreOptions& options, DramSegment* 
   eo.device_name = options.rdma_device;
   eo.port_num = static_cast<uint8_t>(options.rdma_port);
   eo.gid_index = options.rdma_gid_index;
+  eo.traffic_class = options.rdma_traffic_class;
+  eo.service_level = options.rdma_service_level;
+  eo.pkey_index = options.rdma_pkey_index;
   absl::Status s;
   auto engine = rdma::RdmaEngine::Open(&r->verbs, eo);
   if (engine.ok()) {

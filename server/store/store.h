@@ -54,7 +54,10 @@ struct StoreOptions {
   // the store serves without RDMA.
   std::string rdma_device;
   int rdma_port = 1;
-  int rdma_gid_index = 0;
+  int rdma_gid_index = -1;  // -1: auto (RdmaEngine::Options::gid_index)
+  int rdma_traffic_class = 0;
+  int rdma_service_level = 0;
+  int rdma_pkey_index = 0;
   bool promote_on_hit = false;  // copy SSD blocks that are read back into DRAM
   int max_connections = 1024;
   uint64_t rpc_timeout_ms = 3000;

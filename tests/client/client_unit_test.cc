@@ -250,6 +250,18 @@ TEST(ClientOptionsTest, OpenRejectsOptionsOutOfRange) {
   EXPECT_NE(s.message().find("shelf-no-such-rdma-device"), std::string::npos) << s.ToString();
   o.rdma_port = 0;
   EXPECT_EQ(Client::Open(o, &c).code(), StatusCode::kInvalidArgument);
+  o.rdma_port = 1;
+  o.rdma_gid_index = -2;  // -1 is auto
+  EXPECT_EQ(Client::Open(o, &c).code(), StatusCode::kInvalidArgument);
+  o.rdma_gid_index = -1;
+  o.rdma_traffic_class = 256;
+  EXPECT_EQ(Client::Open(o, &c).code(), StatusCode::kInvalidArgument);
+  o.rdma_traffic_class = 0;
+  o.rdma_service_level = 16;
+  EXPECT_EQ(Client::Open(o, &c).code(), StatusCode::kInvalidArgument);
+  o.rdma_service_level = 0;
+  o.rdma_pkey_index = 65536;
+  EXPECT_EQ(Client::Open(o, &c).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(DeadlineTest, NumbersAreTimeoutsAndZeroIsTheDefault) {

@@ -11,6 +11,8 @@ namespace {
 
 ConnectionInfo Sample() {
   ConnectionInfo info;
+  info.rd_atomic_responder = 16;
+  info.rd_atomic_initiator = 8;
   for (int i = 0; i < 16; ++i) info.gid[i] = static_cast<uint8_t>(0xf0 + i);
   info.lid = 0x1234;
   info.mtu = 5;  // IBV_MTU_4096
@@ -28,6 +30,9 @@ TEST(ConnectionInfoTest, RoundTripsEveryField) {
   ASSERT_EQ(bytes.size(), kConnectionInfoBytes);
   absl::StatusOr<ConnectionInfo> out = DecodeConnectionInfo(bytes);
   ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->version, kConnectionInfoVersion);
+  EXPECT_EQ(out->rd_atomic_responder, 16);
+  EXPECT_EQ(out->rd_atomic_initiator, 8);
   EXPECT_EQ(out->gid, in.gid);
   EXPECT_EQ(out->lid, in.lid);
   EXPECT_EQ(out->mtu, in.mtu);
@@ -42,9 +47,10 @@ TEST(ConnectionInfoTest, MatchesDocumentedLayout) {
   const std::string b = EncodeConnectionInfo(Sample());
   auto byte = [&b](size_t i) { return static_cast<uint8_t>(b[i]); };
   EXPECT_EQ(b.substr(0, 4), "SRDM");  // magic
-  EXPECT_EQ(byte(4), 1);              // version, little-endian
+  EXPECT_EQ(byte(4), 2);              // version, little-endian
   EXPECT_EQ(byte(5), 0);
-  EXPECT_EQ(byte(6), 0);     // reserved
+  EXPECT_EQ(byte(6), 16);    // responder READ depth
+  EXPECT_EQ(byte(7), 8);     // initiator READ depth
   EXPECT_EQ(byte(8), 0xf0);  // gid, network order as stored
   EXPECT_EQ(byte(23), 0xff);
   EXPECT_EQ(byte(24), 0x34);  // lid
@@ -74,10 +80,15 @@ TEST(ConnectionInfoTest, RejectsMalformedRecords) {
   bad[0] = 'X';  // magic
   EXPECT_TRUE(rejected(bad));
   bad = good;
-  bad[4] = 2;  // version
+  bad[4] = 3;  // version
+  EXPECT_TRUE(rejected(bad));
+  bad[4] = 0;
   EXPECT_TRUE(rejected(bad));
   bad = good;
-  bad[7] = 1;  // reserved
+  bad[6] = 0;  // responder depth
+  EXPECT_TRUE(rejected(bad));
+  bad = good;
+  bad[7] = 0;  // initiator depth
   EXPECT_TRUE(rejected(bad));
   bad = good;
   bad[27] = 1;  // reserved
@@ -97,6 +108,29 @@ TEST(ConnectionInfoTest, RejectsMalformedRecords) {
   wraps.segment.addr = ~uint64_t{0} - 10;
   wraps.segment.length = 11;
   EXPECT_TRUE(rejected(EncodeConnectionInfo(wraps)));
+}
+
+TEST(ConnectionInfoTest, VersionOneHasNoDepthsAndReservedBytesStayZero) {
+  ConnectionInfo v1 = Sample();
+  v1.version = 1;
+  const std::string bytes = EncodeConnectionInfo(v1);
+  ASSERT_EQ(bytes.size(), kConnectionInfoBytes);
+  EXPECT_EQ(static_cast<uint8_t>(bytes[4]), 1);
+  EXPECT_EQ(bytes[6], 0);  // reserved in version 1: the depths are not written
+  EXPECT_EQ(bytes[7], 0);
+  absl::StatusOr<ConnectionInfo> out = DecodeConnectionInfo(bytes);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->version, 1);
+  EXPECT_EQ(out->rd_atomic_responder, 0);
+  EXPECT_EQ(out->rd_atomic_initiator, 0);
+  EXPECT_EQ(out->qp_num, v1.qp_num);
+  // A version 1 record with its reserved bytes set is malformed.
+  std::string bad = bytes;
+  bad[6] = 4;
+  EXPECT_FALSE(DecodeConnectionInfo(bad).ok());
+  bad = bytes;
+  bad[7] = 4;
+  EXPECT_FALSE(DecodeConnectionInfo(bad).ok());
 }
 
 TEST(ConnectionInfoTest, InitiatorOnlyEndExposesNothing) {

@@ -543,7 +543,7 @@ TEST_F(SimulatedRdmaEndpointTest, OpenFailsCleanly) {
   options.device_name = "mlx5_0";
   EXPECT_EQ(RdmaEngine::Open(&sim_, options).status().code(), absl::StatusCode::kNotFound);
   options.device_name = "sim0";
-  options.gid_index = 5;  // the simulated GID table has one entry
+  options.gid_index = 200;  // past the simulated GID table
   EXPECT_FALSE(RdmaEngine::Open(&sim_, options).ok());
   SimulatedVerbs::Options no_devices;
   no_devices.device_names.clear();

@@ -6,6 +6,7 @@
 #include "absl/base/internal/endian.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "transport/rdma/check.h"
 
 namespace shelf::rdma {
 namespace {
@@ -13,7 +14,8 @@ namespace {
 // Field offsets; the layout is documented in docs/rdma.md.
 constexpr size_t kMagicAt = 0;
 constexpr size_t kVersionAt = 4;
-constexpr size_t kReservedAt = 6;  // u16, must be 0
+constexpr size_t kRdAtomicResponderAt = 6;  // u8; version 1: reserved, must be 0
+constexpr size_t kRdAtomicInitiatorAt = 7;  // u8; version 1: reserved, must be 0
 constexpr size_t kGidAt = 8;
 constexpr size_t kLidAt = 24;
 constexpr size_t kMtuAt = 26;
@@ -31,7 +33,14 @@ std::string EncodeConnectionInfo(const ConnectionInfo& info) {
   std::string out(kConnectionInfoBytes, '\0');
   char* p = out.data();
   absl::little_endian::Store32(p + kMagicAt, kConnectionInfoMagic);
-  absl::little_endian::Store16(p + kVersionAt, kConnectionInfoVersion);
+  SHELF_RDMA_CHECK(info.version >= kConnectionInfoVersionMin &&
+                   info.version <= kConnectionInfoVersion);
+  absl::little_endian::Store16(p + kVersionAt, info.version);
+  if (info.version >= 2) {
+    SHELF_RDMA_CHECK(info.rd_atomic_responder >= 1 && info.rd_atomic_initiator >= 1);
+    p[kRdAtomicResponderAt] = static_cast<char>(info.rd_atomic_responder);
+    p[kRdAtomicInitiatorAt] = static_cast<char>(info.rd_atomic_initiator);
+  }
   std::memcpy(p + kGidAt, info.gid.data(), info.gid.size());
   absl::little_endian::Store16(p + kLidAt, info.lid);
   p[kMtuAt] = static_cast<char>(info.mtu);
@@ -53,14 +62,22 @@ absl::StatusOr<ConnectionInfo> DecodeConnectionInfo(absl::string_view bytes) {
     return absl::InvalidArgumentError("RDMA connection info: bad magic");
   }
   const uint16_t version = absl::little_endian::Load16(p + kVersionAt);
-  if (version != kConnectionInfoVersion) {
+  if (version < kConnectionInfoVersionMin || version > kConnectionInfoVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat("RDMA connection info: unsupported version ", version));
   }
-  if (absl::little_endian::Load16(p + kReservedAt) != 0 || p[kReserved2At] != 0) {
-    return absl::InvalidArgumentError("RDMA connection info: reserved field set");
-  }
   ConnectionInfo info;
+  info.version = version;
+  info.rd_atomic_responder = static_cast<uint8_t>(p[kRdAtomicResponderAt]);
+  info.rd_atomic_initiator = static_cast<uint8_t>(p[kRdAtomicInitiatorAt]);
+  const bool depths_ok = version >= 2
+                             ? info.rd_atomic_responder >= 1 && info.rd_atomic_initiator >= 1
+                             : info.rd_atomic_responder == 0 && info.rd_atomic_initiator == 0;
+  if (!depths_ok || p[kReserved2At] != 0) {
+    return absl::InvalidArgumentError(
+        version >= 2 ? "RDMA connection info: READ depth 0 or reserved field set"
+                     : "RDMA connection info: reserved field set");
+  }
   std::memcpy(info.gid.data(), p + kGidAt, info.gid.size());
   info.lid = absl::little_endian::Load16(p + kLidAt);
   info.mtu = static_cast<uint8_t>(p[kMtuAt]);

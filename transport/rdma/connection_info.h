@@ -25,7 +25,11 @@
 namespace shelf::rdma {
 
 inline constexpr uint32_t kConnectionInfoMagic = 0x4D445253;  // "SRDM" on the wire
-inline constexpr uint16_t kConnectionInfoVersion = 1;
+// Version 2 adds the READ depths (bytes 6 and 7, reserved in version 1).
+// Encoders write version 2, or version 1 to answer a peer that spoke it;
+// decoders accept both.
+inline constexpr uint16_t kConnectionInfoVersion = 2;
+inline constexpr uint16_t kConnectionInfoVersionMin = 1;
 inline constexpr size_t kConnectionInfoBytes = 56;
 inline constexpr uint32_t kQpNumMax = 0xffffff;  // QPNs and PSNs are 24-bit
 inline constexpr uint32_t kPsnMax = 0xffffff;
@@ -40,6 +44,13 @@ struct RemoteSegment {
 };
 
 struct ConnectionInfo {
+  uint16_t version = kConnectionInfoVersion;  // kConnectionInfoVersionMin..kConnectionInfoVersion
+  // RDMA READs this end can have outstanding on the QP, as the responder
+  // (its device's max_qp_rd_atom, capped) and as the initiator (its
+  // max_qp_init_rd_atom, capped): 1..255 in version 2; 0 (not advertised)
+  // in version 1, where the encoder ignores them.
+  uint8_t rd_atomic_responder = 0;
+  uint8_t rd_atomic_initiator = 0;
   std::array<uint8_t, 16> gid{};  // port GID at the chosen index; all zero: address by LID
   uint16_t lid = 0;               // port LID (InfiniBand); 0 on RoCE
   uint8_t mtu = 0;                // the port's active MTU, an ibv_mtu value (1..5)
@@ -48,11 +59,13 @@ struct ConnectionInfo {
   RemoteSegment segment;
 };
 
-// Always kConnectionInfoBytes bytes.
+// Always kConnectionInfoBytes bytes, in `info.version`.
+// REQUIRES: a supported version; in version 2, both READ depths at least 1.
 std::string EncodeConnectionInfo(const ConnectionInfo& info);
 // INVALID_ARGUMENT when `bytes` has the wrong length, magic or version, a
-// non-zero reserved field, an MTU outside 1..5, a QPN or PSN over 24 bits, or
-// a segment whose range wraps around the address space.
+// non-zero reserved field, a READ depth of 0 (version 2), an MTU outside
+// 1..5, a QPN or PSN over 24 bits, or a segment whose range wraps around the
+// address space.
 absl::StatusOr<ConnectionInfo> DecodeConnectionInfo(absl::string_view bytes);
 
 }  // namespace shelf::rdma

@@ -2,8 +2,11 @@
 #include "transport/rdma/ib_verbs.h"
 
 #include <cerrno>
+#include <fstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace shelf::rdma {
 namespace {
@@ -75,6 +78,45 @@ absl::Status IbVerbs::QueryPort(ibv_context* ctx, uint8_t port_num, ibv_port_att
 
 absl::Status IbVerbs::QueryGid(ibv_context* ctx, uint8_t port_num, int gid_index, ibv_gid* gid) {
   return FromRc(ibv_query_gid(ctx, port_num, gid_index, gid), "ibv_query_gid");
+}
+
+absl::StatusOr<GidType> IbVerbs::QueryGidType(ibv_context* ctx, uint8_t port_num, int gid_index) {
+  if (gid_index < 0) return absl::InvalidArgumentError("negative GID index");
+#if SHELF_HAVE_IBV_QUERY_GID_EX
+  ibv_gid_entry entry{};
+  int rc = ibv_query_gid_ex(ctx, port_num, static_cast<uint32_t>(gid_index), &entry, 0);
+  if (rc == 0) {
+    switch (entry.gid_type) {
+      case IBV_GID_TYPE_IB:
+        return GidType::kInfiniBand;
+      case IBV_GID_TYPE_ROCE_V1:
+        return GidType::kRoceV1;
+      case IBV_GID_TYPE_ROCE_V2:
+        return GidType::kRoceV2;
+      default:
+        return absl::UnimplementedError(absl::StrCat("unknown GID type ", entry.gid_type));
+    }
+  }
+  if (rc == ENODATA) return absl::NotFoundError("unused GID table entry");
+  // Other failures (an old kernel without the query ioctl): read sysfs.
+#endif
+  ibv_port_attr port{};
+  if (absl::Status s = QueryPort(ctx, port_num, &port); !s.ok()) return s;
+  const std::string path =
+      absl::StrCat("/sys/class/infiniband/", ibv_get_device_name(ctx->device), "/ports/",
+                   static_cast<int>(port_num), "/gid_attrs/types/", gid_index);
+  std::ifstream file(path);
+  std::string type;
+  // The kernel refuses to read the type of an unused entry (EINVAL).
+  if (!file || !std::getline(file, type)) {
+    return absl::NotFoundError(absl::StrCat("cannot read ", path, " (unused entry?)"));
+  }
+  absl::string_view t = absl::StripAsciiWhitespace(type);
+  if (t == "RoCE v2") return GidType::kRoceV2;
+  if (t == "IB/RoCE v1") {
+    return port.link_layer == IBV_LINK_LAYER_ETHERNET ? GidType::kRoceV1 : GidType::kInfiniBand;
+  }
+  return absl::UnimplementedError(absl::StrCat(path, ": unknown GID type '", t, "'"));
 }
 
 absl::StatusOr<ibv_pd*> IbVerbs::AllocPd(ibv_context* ctx) {

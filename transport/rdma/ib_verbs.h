@@ -23,6 +23,7 @@ class IbVerbs final : public VerbsApi {
   absl::Status QueryDevice(ibv_context* ctx, ibv_device_attr* attr) override;
   absl::Status QueryPort(ibv_context* ctx, uint8_t port_num, ibv_port_attr* attr) override;
   absl::Status QueryGid(ibv_context* ctx, uint8_t port_num, int gid_index, ibv_gid* gid) override;
+  absl::StatusOr<GidType> QueryGidType(ibv_context* ctx, uint8_t port_num, int gid_index) override;
   absl::StatusOr<ibv_pd*> AllocPd(ibv_context* ctx) override;
   absl::Status DeallocPd(ibv_pd* pd) override;
   absl::StatusOr<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length, int access) override;

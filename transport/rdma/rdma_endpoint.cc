@@ -108,7 +108,7 @@ absl::Status RdmaEndpoint::CreateQpLocked() {
   qp_ = *qp;
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
-  attr.pkey_index = 0;
+  attr.pkey_index = device_.pkey_index;
   attr.port_num = device_.port_num;
   // An end that exposes nothing refuses every remote operation on its QP,
   // whatever its MRs allow.
@@ -156,6 +156,9 @@ void RdmaEndpoint::DestroyQpLocked() {
 std::string RdmaEndpoint::LocalInfoLocked() const {
   ConnectionInfo info;
   std::copy(std::begin(device_.gid.raw), std::end(device_.gid.raw), info.gid.begin());
+  info.version = info_version_;
+  info.rd_atomic_responder = device_.rd_atomic_responder;
+  info.rd_atomic_initiator = device_.rd_atomic_initiator;
   info.lid = device_.lid;
   info.mtu = static_cast<uint8_t>(device_.active_mtu);
   info.qp_num = qp_ == nullptr ? 0 : qp_->qp_num;
@@ -181,15 +184,27 @@ absl::Status RdmaEndpoint::ConnectLocked(absl::string_view remote_info) {
         state_ == State::kConnected ? "RDMA endpoint already connected"
                                     : "RDMA endpoint broken: call LocalInfo for a fresh QP first");
   }
+  // Each direction's READ depth is what its initiator can issue and its
+  // responder can hold: an initiator deeper than the responder has READs
+  // refused (REM_INV_REQ) once that many are outstanding. A version 1 peer
+  // advertises no depths; it uses its own device's depth both ways, as this
+  // end does with it (the behaviour before depths were exchanged).
+  const uint8_t legacy = std::min(device_.rd_atomic_initiator, device_.rd_atomic_responder);
+  const uint8_t remote_responder = remote->version >= 2 ? remote->rd_atomic_responder : legacy;
+  const uint8_t remote_initiator = remote->version >= 2 ? remote->rd_atomic_initiator : legacy;
+  const uint8_t max_rd_atomic = std::min(device_.rd_atomic_initiator, remote_responder);
+  const uint8_t max_dest_rd_atomic = std::min(device_.rd_atomic_responder, remote_initiator);
+  SHELF_RDMA_CHECK(max_rd_atomic >= 1 && max_dest_rd_atomic >= 1);
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RTR;
   attr.path_mtu = static_cast<ibv_mtu>(std::min<int>(device_.active_mtu, remote->mtu));
   attr.dest_qp_num = remote->qp_num;
   attr.rq_psn = remote->psn;
-  attr.max_dest_rd_atomic = device_.rd_atomic;
+  attr.max_dest_rd_atomic = max_dest_rd_atomic;
   attr.min_rnr_timer = kMinRnrTimer;
   attr.ah_attr.port_num = device_.port_num;
   attr.ah_attr.dlid = remote->lid;
+  attr.ah_attr.sl = device_.service_level;
   // Route by GID (a global route header) whenever the peer gave one: RoCE
   // requires it, and it also works inside an InfiniBand subnet.
   if (!IsZeroGid(remote->gid)) {
@@ -197,6 +212,7 @@ absl::Status RdmaEndpoint::ConnectLocked(absl::string_view remote_info) {
     std::copy(remote->gid.begin(), remote->gid.end(), attr.ah_attr.grh.dgid.raw);
     attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(device_.gid_index);
     attr.ah_attr.grh.hop_limit = kHopLimit;
+    attr.ah_attr.grh.traffic_class = device_.traffic_class;
   }
   absl::Status s =
       device_.verbs->ModifyQp(qp_, &attr,
@@ -209,7 +225,7 @@ absl::Status RdmaEndpoint::ConnectLocked(absl::string_view remote_info) {
     attr.retry_cnt = kRetryCount;
     attr.rnr_retry = kRnrRetry;
     attr.sq_psn = psn_;
-    attr.max_rd_atomic = device_.rd_atomic;
+    attr.max_rd_atomic = max_rd_atomic;
     s = device_.verbs->ModifyQp(qp_, &attr,
                                 IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                                     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
@@ -219,6 +235,9 @@ absl::Status RdmaEndpoint::ConnectLocked(absl::string_view remote_info) {
     return s;
   }
   remote_ = remote->segment;
+  info_version_ = remote->version;
+  max_rd_atomic_ = max_rd_atomic;
+  max_dest_rd_atomic_ = max_dest_rd_atomic;
   state_ = State::kConnected;
   ever_connected_ = true;
   unsignaled_run_ = 0;
@@ -494,6 +513,11 @@ std::optional<RemoteSegment> RdmaEndpoint::remote_segment() const {
 RdmaEndpoint::Stats RdmaEndpoint::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
+}
+
+std::pair<uint8_t, uint8_t> RdmaEndpoint::rd_atomic() const {
+  absl::MutexLock lock(&mu_);
+  return {max_rd_atomic_, max_dest_rd_atomic_};
 }
 
 }  // namespace shelf::rdma

@@ -51,6 +51,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -93,11 +94,19 @@ struct EndpointDevice {
   ibv_pd* pd = nullptr;
   MemoryRegistry* registry = nullptr;
   uint8_t port_num = 1;
-  int gid_index = 0;
-  ibv_gid gid{};
+  int gid_index = 0;  // the chosen index, never "auto"
+  ibv_gid gid{};      // never all zero
   uint16_t lid = 0;
+  uint16_t pkey_index = 0;
+  uint8_t traffic_class = 0;  // the GRH's traffic class (RoCE: DSCP << 2 | ECN)
+  uint8_t service_level = 0;  // 0..15
   ibv_mtu active_mtu = IBV_MTU_1024;
-  uint8_t rd_atomic = 1;       // outstanding READs per QP, each direction
+  // Outstanding READs per QP this device allows, capped: as the responder
+  // (max_qp_rd_atom) and as the initiator (max_qp_init_rd_atom). Both >= 1.
+  // A connection uses the smaller of each end's initiator depth and the
+  // other end's responder depth.
+  uint8_t rd_atomic_responder = 1;
+  uint8_t rd_atomic_initiator = 1;
   uint64_t msg_bytes_max = 0;  // the port's largest message
   uint32_t qp_wr_max = 0;      // the device's largest send queue
 };
@@ -169,6 +178,11 @@ class RdmaEndpoint {
   // The peer's segment as of the last Connect; unset before it.
   std::optional<RemoteSegment> remote_segment() const ABSL_LOCKS_EXCLUDED(mu_);
   Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The READ depths negotiated by the last Connect: READs this end may have
+  // outstanding (min of its initiator depth and the peer's responder depth),
+  // and READs it accepts from the peer (min of its responder depth and the
+  // peer's initiator depth). {0, 0} before the first Connect.
+  std::pair<uint8_t, uint8_t> rd_atomic() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   friend class RdmaEngine;  // the only constructor of endpoints
@@ -220,6 +234,13 @@ class RdmaEndpoint {
   ibv_cq* cq_ ABSL_GUARDED_BY(mu_) = nullptr;
   ibv_qp* qp_ ABSL_GUARDED_BY(mu_) = nullptr;
   uint32_t psn_ ABSL_GUARDED_BY(mu_) = 0;
+  // The connection info version LocalInfo encodes: the peer's, once a
+  // Connect has seen it, so that an older peer can read the answer.
+  uint16_t info_version_ ABSL_GUARDED_BY(mu_) = kConnectionInfoVersion;
+  // READ depths of the current connection (ibv_qp_attr max_rd_atomic,
+  // max_dest_rd_atomic); 0 before the first Connect.
+  uint8_t max_rd_atomic_ ABSL_GUARDED_BY(mu_) = 0;
+  uint8_t max_dest_rd_atomic_ ABSL_GUARDED_BY(mu_) = 0;
   bool ever_connected_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<RemoteSegment> remote_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Batch> batches_ ABSL_GUARDED_BY(mu_);

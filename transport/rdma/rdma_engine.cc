@@ -17,9 +17,67 @@ constexpr int kRdAtomicWanted = 16;
 // An op's length travels in a 32-bit SGE length; keep well inside it.
 constexpr uint64_t kOpBytesLimit = uint64_t{1} << 31;
 
+constexpr int kGidIndexMax = 255;        // ibv_global_route.sgid_index is a u8
+constexpr int kTrafficClassMax = 255;    // ibv_global_route.traffic_class is a u8
+constexpr int kServiceLevelMax = 15;     // the SL is 4 bits
+constexpr int kRdAtomicMax = 255;        // ibv_qp_attr.max_rd_atomic is a u8
+static_assert(kRdAtomicWanted <= kRdAtomicMax);
+
+bool IsZero(const ibv_gid& gid) {
+  return std::all_of(std::begin(gid.raw), std::end(gid.raw), [](uint8_t b) { return b == 0; });
+}
+
+// fe80::/10: reachable only inside one L2 segment.
+bool IsLinkLocal(const ibv_gid& gid) { return gid.raw[0] == 0xfe && (gid.raw[1] & 0xc0) == 0x80; }
+
+std::string Where(const std::string& device, uint8_t port, int gid_index) {
+  return absl::StrCat("RDMA device ", device, " port ", static_cast<int>(port), " GID index ",
+                      gid_index);
+}
+
+// The auto choice of GID index (see Options::gid_index).
+absl::StatusOr<int> ChooseGidIndex(VerbsApi* verbs, ibv_context* ctx, const std::string& device,
+                                   uint8_t port_num, const ibv_port_attr& port) {
+  // UNSPECIFIED is what old kernels report for InfiniBand.
+  if (port.link_layer != IBV_LINK_LAYER_ETHERNET) return 0;
+  const int entries = std::min(port.gid_tbl_len, kGidIndexMax + 1);
+  int link_local = -1;
+  for (int i = 0; i < entries; ++i) {
+    absl::StatusOr<GidType> type = verbs->QueryGidType(ctx, port_num, i);
+    if (!type.ok() || *type != GidType::kRoceV2) continue;  // unused, or not v2
+    ibv_gid gid{};
+    if (!verbs->QueryGid(ctx, port_num, i, &gid).ok() || IsZero(gid)) continue;
+    if (!IsLinkLocal(gid)) return i;
+    if (link_local < 0) link_local = i;
+  }
+  if (link_local >= 0) return link_local;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "RDMA device ", device, " port ", static_cast<int>(port_num), ": no RoCE v2 GID among ",
+      entries, " entries (does its network interface have an IP address?); give a GID index "
+      "to use another type"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs, Options options) {
+  if (options.gid_index != kGidIndexAuto &&
+      (options.gid_index < 0 || options.gid_index > kGidIndexMax)) {
+    return absl::InvalidArgumentError(absl::StrCat("RDMA gid_index ", options.gid_index,
+                                                   "; want 0..", kGidIndexMax, " or auto (",
+                                                   kGidIndexAuto, ")"));
+  }
+  if (options.traffic_class < 0 || options.traffic_class > kTrafficClassMax) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RDMA traffic_class ", options.traffic_class, "; want 0..", kTrafficClassMax));
+  }
+  if (options.service_level < 0 || options.service_level > kServiceLevelMax) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RDMA service_level ", options.service_level, "; want 0..", kServiceLevelMax));
+  }
+  if (options.pkey_index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RDMA pkey_index ", options.pkey_index, " is negative"));
+  }
   absl::StatusOr<std::vector<std::string>> names = verbs->ListDevices();
   if (!names.ok()) return names.status();
   if (names->empty()) return absl::NotFoundError("no RDMA devices");
@@ -33,17 +91,49 @@ absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs, Op
   d.verbs = verbs;
   d.context = *ctx;
   d.port_num = options.port_num;
-  d.gid_index = options.gid_index;
+  d.traffic_class = static_cast<uint8_t>(options.traffic_class);
+  d.service_level = static_cast<uint8_t>(options.service_level);
   // From here on the destructor releases whatever was acquired.
   ibv_device_attr device_attr{};
   absl::Status s = verbs->QueryDevice(d.context, &device_attr);
   ibv_port_attr port{};
   if (s.ok()) s = verbs->QueryPort(d.context, options.port_num, &port);
   if (s.ok() && port.state != IBV_PORT_ACTIVE) {
-    s = absl::UnavailableError(
-        absl::StrCat("RDMA device ", name, " port ", options.port_num, " is not ACTIVE"));
+    s = absl::UnavailableError(absl::StrCat("RDMA device ", name, " port ",
+                                            static_cast<int>(options.port_num), " is not ACTIVE"));
   }
-  if (s.ok()) s = verbs->QueryGid(d.context, options.port_num, options.gid_index, &d.gid);
+  // Index 0 is taken on trust: some providers report no P_Key table at all.
+  if (s.ok() && options.pkey_index > 0 && options.pkey_index >= port.pkey_tbl_len) {
+    s = absl::InvalidArgumentError(absl::StrCat(
+        "RDMA device ", name, " port ", static_cast<int>(options.port_num), ": pkey_index ",
+        options.pkey_index, " outside its ", port.pkey_tbl_len, "-entry P_Key table"));
+  }
+  d.pkey_index = static_cast<uint16_t>(options.pkey_index);
+  d.gid_index = options.gid_index;
+  if (s.ok() && d.gid_index == kGidIndexAuto) {
+    absl::StatusOr<int> chosen = ChooseGidIndex(verbs, d.context, name, options.port_num, port);
+    if (chosen.ok()) {
+      d.gid_index = *chosen;
+    } else {
+      s = chosen.status();
+    }
+  }
+  if (s.ok()) {
+    s = verbs->QueryGid(d.context, options.port_num, d.gid_index, &d.gid);
+    if (!s.ok()) {
+      s = absl::Status(s.code(), absl::StrCat(Where(name, options.port_num, d.gid_index), ": ",
+                                              s.message()));
+    }
+  }
+  // An unused GID entry reads as zeros. A QP with that source GID would
+  // send frames no peer can answer, so refuse it here rather than have every
+  // connection time out.
+  if (s.ok() && IsZero(d.gid)) {
+    s = absl::FailedPreconditionError(absl::StrCat(
+        Where(name, options.port_num, d.gid_index),
+        ": the GID is all zero (an unused entry; on RoCE, no IP address behind it); pick an "
+        "index that has a GID (ibv_devinfo -v, show_gids) or leave the index on auto"));
+  }
   if (s.ok()) {
     absl::StatusOr<ibv_pd*> pd = verbs->AllocPd(d.context);
     if (pd.ok()) {
@@ -55,8 +145,10 @@ absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs, Op
   if (!s.ok()) return s;
   d.lid = port.lid;
   d.active_mtu = port.active_mtu;
-  d.rd_atomic = static_cast<uint8_t>(std::max(
-      1, std::min({kRdAtomicWanted, device_attr.max_qp_rd_atom, device_attr.max_qp_init_rd_atom})));
+  d.rd_atomic_responder =
+      static_cast<uint8_t>(std::clamp(device_attr.max_qp_rd_atom, 1, kRdAtomicWanted));
+  d.rd_atomic_initiator =
+      static_cast<uint8_t>(std::clamp(device_attr.max_qp_init_rd_atom, 1, kRdAtomicWanted));
   d.msg_bytes_max = port.max_msg_sz;
   d.qp_wr_max = static_cast<uint32_t>(std::max(0, device_attr.max_qp_wr));
 
@@ -70,6 +162,7 @@ absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs, Op
   d.registry = engine->registry_.get();
   SHELF_LOG(INFO) << "RDMA device opened" << Kv("device", name)
                   << Kv("port", static_cast<int>(options.port_num))
+                  << Kv("gid_index", d.gid_index)
                   << Kv("mtu", engine->mtu_bytes()) << Kv("lid", d.lid);
   return engine;
 }

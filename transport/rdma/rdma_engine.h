@@ -37,13 +37,25 @@ namespace shelf::rdma {
 
 class RdmaEngine {
  public:
+  static constexpr int kGidIndexAuto = -1;
+
   struct Options {
     std::string device_name;  // empty: the first device listed
     uint8_t port_num = 1;
-    // GID table index used for routing. On RoCE v2 this is usually the
-    // index whose type is "RoCE v2" for the port's IP address
-    // (/sys/class/infiniband/<dev>/ports/<port>/gid_attrs/types/<index>).
-    int gid_index = 0;
+    // GID table index used for routing, 0..255, or kGidIndexAuto: index 0
+    // on an InfiniBand port; on RoCE the first RoCE v2 entry, one with an
+    // IPv4 or global IPv6 address before a link-local one (index 0 is
+    // usually RoCE v1, link-local, and unroutable). An explicit index is
+    // used as given, whatever its type.
+    int gid_index = kGidIndexAuto;
+    // Traffic class of the global route header (RoCE: DSCP << 2 | ECN), 0..255,
+    // and service level, 0..15: lossless fabrics (PFC, ECN) map them to the
+    // lossless priority. Both ends set their own; they apply to what each sends.
+    int traffic_class = 0;
+    int service_level = 0;
+    // Index into the port's P_Key table (0..pkey_tbl_len - 1): the partition
+    // the QPs join on InfiniBand.
+    int pkey_index = 0;
     GpuRegistration gpu_registration = GpuRegistration::kAuto;
     // Exports GPU memory for the dmabuf path. Null: the CUDA exporter when
     // the build has CUDA, else no dmabuf path (GPU memory then registers
@@ -52,9 +64,13 @@ class RdmaEngine {
     size_t regions_max = 4096;
   };
 
-  // Opens the device and port and allocates a protection domain. NOT_FOUND
-  // when there is no such device (or none at all); UNAVAILABLE when the port
-  // is not ACTIVE; otherwise the device's error.
+  // Opens the device and port, picks the GID and allocates a protection
+  // domain. NOT_FOUND when there is no such device (or none at all);
+  // UNAVAILABLE when the port is not ACTIVE; INVALID_ARGUMENT for an option
+  // out of range; FAILED_PRECONDITION when the GID at the index is all zero
+  // (an unused entry: on RoCE, no address behind it) or, on auto, when a
+  // RoCE port has no RoCE v2 GID; otherwise the device's error. Errors about
+  // the GID name the device, port and index.
   static absl::StatusOr<std::unique_ptr<RdmaEngine>> Open(VerbsApi* verbs, Options options);
   // Deregisters all memory and closes the device.
   ~RdmaEngine();
@@ -77,6 +93,8 @@ class RdmaEngine {
   absl::StatusOr<std::unique_ptr<RdmaEndpoint>> CreateEndpoint(RdmaEndpoint::Options options);
 
   const std::string& device_name() const { return device_name_; }
+  // The GID index in use (the chosen one when the options said auto).
+  int gid_index() const { return device_.gid_index; }
   // The port's active MTU in bytes.
   uint32_t mtu_bytes() const { return 128u << device_.active_mtu; }
 

@@ -2,6 +2,7 @@
 // simulated_verbs.h for what it enforces and why).
 #include "transport/rdma/simulated_verbs.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -18,8 +19,9 @@ namespace shelf::rdma {
 struct SimulatedVerbs::Device {
   std::string name;
   int index = 0;
-  ibv_gid gid{};
+  std::vector<SimulatedGid> gids;  // gid_table_len entries; all zero: unused
   uint16_t lid = 0;
+  int max_qp_rd_atom = 0;
 };
 
 struct SimulatedVerbs::Context {
@@ -65,9 +67,15 @@ struct SimulatedVerbs::Qp {
   bool sq_sig_all = false;
   uint32_t max_send_wr = 0;
   uint32_t max_send_sge = 0;
+  uint16_t pkey_index = 0;
   // Connection, set at RTR and RTS.
   uint32_t dest_qp_num = 0;
   bool is_global = false;
+  uint8_t sgid_index = 0;
+  uint8_t traffic_class = 0;
+  uint8_t service_level = 0;
+  uint8_t max_rd_atomic = 0;
+  uint8_t max_dest_rd_atomic = 0;
   ibv_gid dest_gid{};
   uint16_t dest_lid = 0;
   uint32_t rq_psn = 0;
@@ -89,11 +97,32 @@ bool Covers(uint64_t base, uint64_t length, uint64_t addr, uint64_t bytes) {
 
 bool ValidMtu(int mtu) { return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096; }
 
+bool IsZero(const std::array<uint8_t, 16>& gid) {
+  for (uint8_t b : gid) {
+    if (b != 0) return false;
+  }
+  return true;
+}
+
 constexpr int kAccessKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
                              IBV_ACCESS_RELAXED_ORDERING;
 
 }  // namespace
+
+std::vector<SimulatedGid> SimulatedVerbs::DefaultGids() {
+  SimulatedGid link_local;
+  link_local.gid[0] = 0xfe;
+  link_local.gid[1] = 0x80;
+  SimulatedGid ipv4;  // ::ffff:10.0.0.0
+  ipv4.gid[10] = 0xff;
+  ipv4.gid[11] = 0xff;
+  ipv4.gid[12] = 10;
+  std::vector<SimulatedGid> gids = {link_local, link_local, ipv4, ipv4};
+  gids[0].type = gids[2].type = GidType::kRoceV1;
+  gids[1].type = gids[3].type = GidType::kRoceV2;
+  return gids;
+}
 
 SimulatedVerbs::SimulatedVerbs() : SimulatedVerbs(Options{}) {}
 
@@ -102,12 +131,16 @@ SimulatedVerbs::SimulatedVerbs(Options options) : options_(std::move(options)) {
     auto device = std::make_unique<Device>();
     device->name = options_.device_names[i];
     device->index = static_cast<int>(i);
-    // A link-local GID (fe80::/64) with the device index as interface id.
-    device->gid.raw[0] = 0xfe;
-    device->gid.raw[1] = 0x80;
-    device->gid.raw[14] = static_cast<uint8_t>((i + 1) >> 8);
-    device->gid.raw[15] = static_cast<uint8_t>(i + 1);
+    device->gids.resize(std::max<size_t>(options_.gid_table_len, options_.gids.size()));
+    for (size_t g = 0; g < options_.gids.size(); ++g) {
+      SimulatedGid entry = options_.gids[g];
+      if (!IsZero(entry.gid)) entry.gid[15] = static_cast<uint8_t>(entry.gid[15] + i + 1);
+      device->gids[g] = entry;
+    }
     device->lid = static_cast<uint16_t>(i + 1);
+    auto depth = options_.max_qp_rd_atom_of.find(device->name);
+    device->max_qp_rd_atom =
+        depth == options_.max_qp_rd_atom_of.end() ? options_.max_qp_rd_atom : depth->second;
     devices_.push_back(std::move(device));
   }
 }
@@ -174,7 +207,8 @@ absl::Status SimulatedVerbs::CloseDevice(ibv_context* ctx) {
 
 absl::Status SimulatedVerbs::QueryDevice(ibv_context* ctx, ibv_device_attr* attr) {
   absl::MutexLock lock(&mu_);
-  if (FindContext(ctx) == nullptr) return Errno(EINVAL, "QueryDevice: unknown context");
+  Context* context = FindContext(ctx);
+  if (context == nullptr) return Errno(EINVAL, "QueryDevice: unknown context");
   *attr = ibv_device_attr{};
   std::snprintf(attr->fw_ver, sizeof(attr->fw_ver), "simulated");
   attr->max_mr_size = ~uint64_t{0};
@@ -185,8 +219,8 @@ absl::Status SimulatedVerbs::QueryDevice(ibv_context* ctx, ibv_device_attr* attr
   attr->max_cqe = options_.max_cqe;
   attr->max_mr = 1 << 20;
   attr->max_pd = 1 << 16;
-  attr->max_qp_rd_atom = options_.max_qp_rd_atom;
-  attr->max_qp_init_rd_atom = options_.max_qp_rd_atom;
+  attr->max_qp_rd_atom = context->device->max_qp_rd_atom;
+  attr->max_qp_init_rd_atom = context->device->max_qp_rd_atom;
   attr->phys_port_cnt = 1;
   return absl::OkStatus();
 }
@@ -200,10 +234,11 @@ absl::Status SimulatedVerbs::QueryPort(ibv_context* ctx, uint8_t port_num, ibv_p
   attr->state = IBV_PORT_ACTIVE;
   attr->max_mtu = IBV_MTU_4096;
   attr->active_mtu = options_.active_mtu;
-  attr->gid_tbl_len = 1;
+  attr->gid_tbl_len = static_cast<int>(context->device->gids.size());
+  attr->pkey_tbl_len = static_cast<uint16_t>(options_.pkey_table_len);
   attr->max_msg_sz = options_.max_msg_bytes;
   attr->lid = context->device->lid;
-  attr->link_layer = IBV_LINK_LAYER_INFINIBAND;
+  attr->link_layer = options_.link_layer;
   return absl::OkStatus();
 }
 
@@ -212,9 +247,26 @@ absl::Status SimulatedVerbs::QueryGid(ibv_context* ctx, uint8_t port_num, int gi
   absl::MutexLock lock(&mu_);
   Context* context = FindContext(ctx);
   if (context == nullptr) return Errno(EINVAL, "QueryGid: unknown context");
-  if (port_num != 1 || gid_index != 0) return Errno(EINVAL, "QueryGid: only port 1, index 0");
-  *gid = context->device->gid;
+  const std::vector<SimulatedGid>& gids = context->device->gids;
+  if (port_num != 1 || gid_index < 0 || static_cast<size_t>(gid_index) >= gids.size()) {
+    return Errno(EINVAL, "QueryGid: no such port or index");
+  }
+  std::copy(gids[gid_index].gid.begin(), gids[gid_index].gid.end(), gid->raw);
   return absl::OkStatus();
+}
+
+absl::StatusOr<GidType> SimulatedVerbs::QueryGidType(ibv_context* ctx, uint8_t port_num,
+                                                     int gid_index) {
+  absl::MutexLock lock(&mu_);
+  Context* context = FindContext(ctx);
+  if (context == nullptr) return Errno(EINVAL, "QueryGidType: unknown context");
+  const std::vector<SimulatedGid>& gids = context->device->gids;
+  if (port_num != 1 || gid_index < 0 || static_cast<size_t>(gid_index) >= gids.size()) {
+    return Errno(EINVAL, "QueryGidType: no such port or index");
+  }
+  // As ibv_query_gid_ex: an unused entry has no type.
+  if (IsZero(gids[gid_index].gid)) return Errno(ENODATA, "QueryGidType: unused entry");
+  return gids[gid_index].type;
 }
 
 absl::StatusOr<ibv_pd*> SimulatedVerbs::AllocPd(ibv_context* ctx) {
@@ -406,7 +458,11 @@ absl::Status SimulatedVerbs::ModifyQp(ibv_qp* handle, ibv_qp_attr* attr, int mas
         return Errno(EINVAL, "ModifyQp RESET->INIT: missing attributes");
       }
       if (attr->port_num != 1) return Errno(EINVAL, "ModifyQp RESET->INIT: bad port");
+      if (attr->pkey_index >= options_.pkey_table_len) {
+        return Errno(EINVAL, "ModifyQp RESET->INIT: pkey_index outside the P_Key table");
+      }
       qp->port = attr->port_num;
+      qp->pkey_index = attr->pkey_index;
       qp->access_flags = attr->qp_access_flags;
       SetState(qp, IBV_QPS_INIT);
       return absl::OkStatus();
@@ -419,20 +475,31 @@ absl::Status SimulatedVerbs::ModifyQp(ibv_qp* handle, ibv_qp_attr* attr, int mas
       if (!ValidMtu(attr->path_mtu) || attr->path_mtu > options_.active_mtu) {
         return Errno(EINVAL, "ModifyQp INIT->RTR: path MTU above the port's");
       }
-      if (attr->max_dest_rd_atomic > options_.max_qp_rd_atom) {
+      if (attr->max_dest_rd_atomic > qp->context->device->max_qp_rd_atom) {
         return Errno(EINVAL, "ModifyQp INIT->RTR: max_dest_rd_atomic above the device's");
       }
       if (attr->dest_qp_num > 0xffffff || attr->rq_psn > 0xffffff) {
         return Errno(EINVAL, "ModifyQp INIT->RTR: QPN or PSN over 24 bits");
+      }
+      if (attr->ah_attr.sl > 15) return Errno(EINVAL, "ModifyQp INIT->RTR: SL over 4 bits");
+      if (attr->ah_attr.is_global) {
+        const std::vector<SimulatedGid>& gids = qp->context->device->gids;
+        const uint8_t sgid = attr->ah_attr.grh.sgid_index;
+        if (sgid >= gids.size() || IsZero(gids[sgid].gid)) {
+          return Errno(EINVAL, "ModifyQp INIT->RTR: sgid_index names no GID");
+        }
+      } else if (options_.link_layer == IBV_LINK_LAYER_ETHERNET) {
+        return Errno(EINVAL, "ModifyQp INIT->RTR: RoCE needs a global route header");
       }
       qp->dest_qp_num = attr->dest_qp_num;
       qp->rq_psn = attr->rq_psn;
       qp->is_global = attr->ah_attr.is_global != 0;
       qp->dest_gid = attr->ah_attr.grh.dgid;
       qp->dest_lid = attr->ah_attr.dlid;
-      if (qp->is_global && attr->ah_attr.grh.sgid_index != 0) {
-        return Errno(EINVAL, "ModifyQp INIT->RTR: bad sgid_index");
-      }
+      qp->sgid_index = attr->ah_attr.grh.sgid_index;
+      qp->traffic_class = attr->ah_attr.grh.traffic_class;
+      qp->service_level = attr->ah_attr.sl;
+      qp->max_dest_rd_atomic = attr->max_dest_rd_atomic;
       SetState(qp, IBV_QPS_RTR);
       return absl::OkStatus();
     case IBV_QPS_RTR:
@@ -441,10 +508,11 @@ absl::Status SimulatedVerbs::ModifyQp(ibv_qp* handle, ibv_qp_attr* attr, int mas
                    IBV_QP_MAX_QP_RD_ATOMIC)) {
         return Errno(EINVAL, "ModifyQp RTR->RTS: missing attributes");
       }
-      if (attr->max_rd_atomic > options_.max_qp_rd_atom || attr->sq_psn > 0xffffff) {
+      if (attr->max_rd_atomic > qp->context->device->max_qp_rd_atom || attr->sq_psn > 0xffffff) {
         return Errno(EINVAL, "ModifyQp RTR->RTS: bad attributes");
       }
       qp->sq_psn = attr->sq_psn;
+      qp->max_rd_atomic = attr->max_rd_atomic;
       SetState(qp, IBV_QPS_RTS);
       return absl::OkStatus();
     default:
@@ -469,17 +537,28 @@ SimulatedVerbs::Qp* SimulatedVerbs::Peer(const Qp& qp) const {
   auto it = qps_by_num_.find(qp.dest_qp_num);
   if (it == qps_by_num_.end()) return nullptr;
   Qp* peer = it->second;
+  if (peer->state != IBV_QPS_RTR && peer->state != IBV_QPS_RTS) return nullptr;
   const Device& peer_device = *peer->context->device;
   const Device& device = *qp.context->device;
-  bool addressed = qp.is_global ? std::memcmp(qp.dest_gid.raw, peer_device.gid.raw, 16) == 0
-                                : qp.dest_lid == peer_device.lid;
-  if (!addressed) return nullptr;
-  if (peer->state != IBV_QPS_RTR && peer->state != IBV_QPS_RTS) return nullptr;
+  // Routed by GID, each end's destination is the other's source GID (the
+  // one at its sgid_index), and both sources are of one type.
+  if (qp.is_global != peer->is_global) return nullptr;
+  bool addressed = false;
+  bool back = false;
+  if (qp.is_global) {
+    const SimulatedGid& source = device.gids[qp.sgid_index];
+    const SimulatedGid& peer_source = peer_device.gids[peer->sgid_index];
+    addressed = std::memcmp(qp.dest_gid.raw, peer_source.gid.data(), 16) == 0 &&
+                source.type == peer_source.type;
+    back = std::memcmp(peer->dest_gid.raw, source.gid.data(), 16) == 0;
+  } else {
+    addressed = qp.dest_lid == peer_device.lid;
+    back = peer->dest_lid == device.lid;
+  }
   // The peer must be connected back to this QP, with matching PSNs.
-  bool back = peer->dest_qp_num == qp.qp.qp_num &&
-              (peer->is_global ? std::memcmp(peer->dest_gid.raw, device.gid.raw, 16) == 0
-                               : peer->dest_lid == device.lid);
-  if (!back || peer->rq_psn != qp.sq_psn) return nullptr;
+  if (!addressed || !back || peer->dest_qp_num != qp.qp.qp_num || peer->rq_psn != qp.sq_psn) {
+    return nullptr;
+  }
   return peer;
 }
 
@@ -500,6 +579,7 @@ ibv_wc_status SimulatedVerbs::Execute(Qp* qp, const ibv_send_wr& wr) {
   if (total > options_.max_msg_bytes) return IBV_WC_LOC_LEN_ERR;
   Qp* peer = Peer(*qp);
   if (peer == nullptr) return IBV_WC_RETRY_EXC_ERR;
+  if (read && qp->max_rd_atomic > peer->max_dest_rd_atomic) return IBV_WC_REM_INV_REQ_ERR;
   // Remote side: the rkey must be the peer PD's and grant access to the whole
   // range, and the peer QP must accept that kind of remote access.
   const int needed = read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
@@ -630,6 +710,23 @@ void SimulatedVerbs::DropCompletions(int count) {
 SimulatedVerbs::Stats SimulatedVerbs::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
+}
+
+absl::StatusOr<SimulatedVerbs::QpAttributes> SimulatedVerbs::QpAttrs(uint32_t qp_num) const {
+  absl::MutexLock lock(&mu_);
+  auto it = qps_by_num_.find(qp_num);
+  if (it == qps_by_num_.end()) return absl::NotFoundError(absl::StrCat("no QP ", qp_num));
+  const Qp& qp = *it->second;
+  QpAttributes a;
+  a.state = qp.state;
+  a.pkey_index = qp.pkey_index;
+  a.is_global = qp.is_global;
+  a.sgid_index = qp.sgid_index;
+  a.traffic_class = qp.traffic_class;
+  a.service_level = qp.service_level;
+  a.max_rd_atomic = qp.max_rd_atomic;
+  a.max_dest_rd_atomic = qp.max_dest_rd_atomic;
+  return a;
 }
 
 absl::StatusOr<ibv_qp_state> SimulatedVerbs::QpState(uint32_t qp_num) const {

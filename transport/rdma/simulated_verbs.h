@@ -6,9 +6,21 @@
 // up here as it would on hardware:
 //   - QPs move RESET -> INIT -> RTR -> RTS (or to ERR) with the attribute
 //     masks libibverbs requires; posting before RTS fails with EINVAL.
+//   - Each port has a GID table with typed entries (by default a RoCE port
+//     laid out like a ConnectX one: RoCE v1 and v2 link-local GIDs, then
+//     RoCE v1 and v2 IPv4-mapped GIDs, then unused entries that read as all
+//     zero). An RTR's sgid_index must name a used entry, the service level
+//     must fit in 4 bits and the READ depths in the device's limits; a
+//     P_Key index must fall inside the port's P_Key table.
 //   - Two QPs are a connected pair when each one's RTR attributes (remote QPN,
-//     GID or LID, PSN) name the other. READ and WRITE then execute by memcpy
-//     between registered regions, synchronously inside PostSend.
+//     PSN, and the GID at the peer's sgid_index or its LID) name the other,
+//     and, when routed by GID, both source GIDs have the same type (RoCE v1
+//     and v2 do not talk). READ and WRITE then execute by memcpy between
+//     registered regions, synchronously inside PostSend.
+//   - A READ from a QP whose max_rd_atomic exceeds the responder QP's
+//     max_dest_rd_atomic completes with IBV_WC_REM_INV_REQ_ERR: a responder
+//     refuses the READ that overflows its resources, which on hardware
+//     happens as soon as that many are outstanding.
 //   - lkeys and rkeys are checked: the key must exist, belong to the QP's PD,
 //     grant the access (LOCAL_WRITE for a READ's destination, REMOTE_READ /
 //     REMOTE_WRITE on the remote MR and the remote QP) and cover the whole
@@ -39,6 +51,7 @@
 #ifndef SHELF_TRANSPORT_RDMA_SIMULATED_VERBS_H_
 #define SHELF_TRANSPORT_RDMA_SIMULATED_VERBS_H_
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -51,21 +64,53 @@
 
 namespace shelf::rdma {
 
+// One entry of a simulated port's GID table.
+struct SimulatedGid {
+  std::array<uint8_t, 16> gid{};
+  GidType type = GidType::kRoceV2;
+};
+
 class SimulatedVerbs final : public VerbsApi {
  public:
+  // A ConnectX-like RoCE table: fe80::/64 RoCE v1 and v2 (indexes 0 and 1),
+  // then ::ffff:10.0.0.0 RoCE v1 and v2 (indexes 2 and 3).
+  static std::vector<SimulatedGid> DefaultGids();
+
   struct Options {
     // One simulated device per name; all share one simulated fabric.
     std::vector<std::string> device_names = {"sim0", "sim1"};
     int max_qp_wr = 1024;
     int max_sge = 4;
     int max_cqe = 1 << 16;
-    int max_qp_rd_atom = 16;
+    int max_qp_rd_atom = 16;  // also max_qp_init_rd_atom
+    // Per device name, overrides max_qp_rd_atom (devices of different depths).
+    std::map<std::string, int> max_qp_rd_atom_of;
     ibv_mtu active_mtu = IBV_MTU_4096;
     uint32_t max_msg_bytes = 1u << 31;
+    uint8_t link_layer = IBV_LINK_LAYER_ETHERNET;
+    // The port's used GID entries, from index 0. Every device has this table
+    // with its own number (1, 2, ...) added to the last byte of each GID, so
+    // that each device's GIDs differ. The table has gid_table_len entries;
+    // those past the list are unused.
+    std::vector<SimulatedGid> gids = DefaultGids();
+    int gid_table_len = 16;
+    int pkey_table_len = 2;
   };
 
   // The calls FailNext can make fail.
   enum class Call { kRegMr, kRegDmabufMr, kCreateQp, kModifyQp, kPostSend };
+
+  // A QP's attributes as the last transitions set them.
+  struct QpAttributes {
+    ibv_qp_state state = IBV_QPS_RESET;
+    uint16_t pkey_index = 0;
+    bool is_global = false;
+    uint8_t sgid_index = 0;
+    uint8_t traffic_class = 0;
+    uint8_t service_level = 0;
+    uint8_t max_rd_atomic = 0;
+    uint8_t max_dest_rd_atomic = 0;
+  };
 
   struct Stats {
     uint64_t post_calls = 0;             // PostSend calls that got past argument checks
@@ -97,6 +142,7 @@ class SimulatedVerbs final : public VerbsApi {
   absl::Status QueryDevice(ibv_context* ctx, ibv_device_attr* attr) override;
   absl::Status QueryPort(ibv_context* ctx, uint8_t port_num, ibv_port_attr* attr) override;
   absl::Status QueryGid(ibv_context* ctx, uint8_t port_num, int gid_index, ibv_gid* gid) override;
+  absl::StatusOr<GidType> QueryGidType(ibv_context* ctx, uint8_t port_num, int gid_index) override;
   absl::StatusOr<ibv_pd*> AllocPd(ibv_context* ctx) override;
   absl::Status DeallocPd(ibv_pd* pd) override;
   absl::StatusOr<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length, int access) override;
@@ -127,6 +173,8 @@ class SimulatedVerbs final : public VerbsApi {
   Stats stats() const;
   // NOT_FOUND if no live QP has that number.
   absl::StatusOr<ibv_qp_state> QpState(uint32_t qp_num) const;
+  // NOT_FOUND if no live QP has that number.
+  absl::StatusOr<QpAttributes> QpAttrs(uint32_t qp_num) const;
 
  private:
   struct Device;

@@ -39,6 +39,10 @@
 
 namespace shelf::rdma {
 
+// What a GID table entry addresses with. RoCE v1 frames are plain Ethernet
+// (one L2 segment); RoCE v2 frames are UDP/IP, routable.
+enum class GidType { kInfiniBand, kRoceV1, kRoceV2 };
+
 class VerbsApi {
  public:
   virtual ~VerbsApi() = default;
@@ -53,8 +57,16 @@ class VerbsApi {
 
   virtual absl::Status QueryDevice(ibv_context* ctx, ibv_device_attr* attr) = 0;
   virtual absl::Status QueryPort(ibv_context* ctx, uint8_t port_num, ibv_port_attr* attr) = 0;
+  // The GID at `gid_index`; an unused entry reads as all zero, as it does
+  // through ibv_query_gid.
   virtual absl::Status QueryGid(ibv_context* ctx, uint8_t port_num, int gid_index,
                                 ibv_gid* gid) = 0;
+  // The type of the GID at `gid_index` (ibv_query_gid_ex, or
+  // /sys/class/infiniband/<dev>/ports/<port>/gid_attrs/types/<index> where
+  // that call is missing). Every entry of an InfiniBand port is kInfiniBand.
+  // An error (NOT_FOUND for an unused entry) when the type cannot be read.
+  virtual absl::StatusOr<GidType> QueryGidType(ibv_context* ctx, uint8_t port_num,
+                                               int gid_index) = 0;
 
   virtual absl::StatusOr<ibv_pd*> AllocPd(ibv_context* ctx) = 0;
   // FAILED_PRECONDITION while MRs or QPs of the PD still exist.

@@ -111,7 +111,15 @@ struct ClientOptions {
   // tcp, under the put's grant.
   std::string rdma_device;
   uint32_t rdma_port = 1;
-  uint32_t rdma_gid_index = 0;
+  // GID table index, 0..255; -1: auto (InfiniBand: 0; RoCE: the first RoCE
+  // v2 GID, an IPv4 or global one before a link-local one).
+  int32_t rdma_gid_index = -1;
+  // Traffic class (RoCE: DSCP << 2 | ECN, 0..255) and service level (0..15)
+  // of this client's RDMA packets, for lossless fabric priorities; P_Key
+  // table index of the port (the InfiniBand partition).
+  uint32_t rdma_traffic_class = 0;
+  uint32_t rdma_service_level = 0;
+  uint32_t rdma_pkey_index = 0;
   bool verify_checksums = true;  // check every block read against its checksum
   std::string tls_ca;            // PEM file: use TLS to the master
   // Threads that move the blocks of batch calls in parallel, shared by every
