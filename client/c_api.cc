@@ -80,9 +80,14 @@ shelf::PutOptions ToPutOptions(const shelf_put_options_t* o, int64_t timeout_ms)
     po.best_effort = o->best_effort != 0;
     po.prefer_local = o->prefer_local != 0;
     if (o->spread_label != nullptr) po.spread_label = o->spread_label;
+    po.gpu = shelf::GpuSync{o->gpu.stream, o->gpu.event};
   }
   po.deadline = ToDeadline(timeout_ms);
   return po;
+}
+
+shelf::GpuSync ToGpuSync(const shelf_gpu_sync_t* gpu) {
+  return gpu == nullptr ? shelf::GpuSync() : shelf::GpuSync{gpu->stream, gpu->event};
 }
 
 }  // namespace
@@ -104,6 +109,47 @@ struct shelf_key_builder {
   explicit shelf_key_builder(shelf::KeyNamespace ns) : builder(std::move(ns)) {}
   shelf::KeyBuilder builder;
 };
+
+namespace {
+
+// shelf_get_into_buffer[_gpu]; `fn` names the call in errors.
+int GetIntoBuffer(const char* fn, shelf_client_t* client, const void* key, size_t key_len,
+                  uint64_t handle, size_t offset, size_t capacity, size_t* size,
+                  const shelf_gpu_sync_t* gpu, int64_t timeout_ms) {
+  if (client == nullptr) return NullArg(fn, "client");
+  return Report(client->client->GetInto(MakeKey(key, key_len), shelf::BufferHandle{handle}, offset,
+                                        capacity, size, ToDeadline(timeout_ms), ToGpuSync(gpu)));
+}
+
+// shelf_batch_get_into_async[_gpu]; `fn` names the call in errors.
+int BatchGetIntoAsync(const char* fn, shelf_client_t* client, const void* const* keys,
+                      const size_t* key_lens, const uint64_t* handles, const size_t* offsets,
+                      const size_t* capacities, size_t n, const shelf_gpu_sync_t* gpu,
+                      int64_t timeout_ms, shelf_future_t** future) {
+  if (future == nullptr) return NullArg(fn, "future");
+  *future = nullptr;
+  if (client == nullptr) return NullArg(fn, "client");
+  if (n > 0 && (handles == nullptr || offsets == nullptr || capacities == nullptr)) {
+    return NullArg(fn, "handles, offsets or capacities");
+  }
+  std::vector<std::string> k;
+  if (!MakeKeys(keys, key_lens, n, &k)) return NullArg(fn, "a key");
+  std::vector<shelf::GetIntoItem> items(n);
+  for (size_t i = 0; i < n; ++i) {
+    items[i] = shelf::GetIntoItem{std::move(k[i]), shelf::BufferHandle{handles[i]}, offsets[i],
+                                  capacities[i]};
+  }
+  auto f = std::make_unique<shelf_future>();
+  f->n = n;
+  f->future =
+      client->client->BatchGetIntoAsync(std::move(items), ToDeadline(timeout_ms), ToGpuSync(gpu));
+  // A batch refused at submission is done already; report that at once.
+  int rc = f->future.Poll() ? Report(f->future.status()) : SHELF_OK;
+  *future = f.release();
+  return rc;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -196,6 +242,8 @@ void shelf_put_options_init(shelf_put_options_t* options) {
   options->best_effort = 0;
   options->prefer_local = 0;
   options->spread_label = nullptr;
+  options->gpu.stream = nullptr;
+  options->gpu.event = nullptr;
 }
 
 int shelf_put(shelf_client_t* client, const void* key, size_t key_len, const void* data,
@@ -340,35 +388,32 @@ int shelf_put_from(shelf_client_t* client, const void* key, size_t key_len, uint
 
 int shelf_get_into_buffer(shelf_client_t* client, const void* key, size_t key_len, uint64_t handle,
                           size_t offset, size_t capacity, size_t* size, int64_t timeout_ms) {
-  if (client == nullptr) return NullArg("shelf_get_into_buffer", "client");
-  return Report(client->client->GetInto(MakeKey(key, key_len), shelf::BufferHandle{handle}, offset,
-                                        capacity, size, ToDeadline(timeout_ms)));
+  return GetIntoBuffer("shelf_get_into_buffer", client, key, key_len, handle, offset, capacity,
+                       size, nullptr, timeout_ms);
+}
+
+int shelf_get_into_buffer_gpu(shelf_client_t* client, const void* key, size_t key_len,
+                              uint64_t handle, size_t offset, size_t capacity, size_t* size,
+                              const shelf_gpu_sync_t* gpu, int64_t timeout_ms) {
+  return GetIntoBuffer("shelf_get_into_buffer_gpu", client, key, key_len, handle, offset, capacity,
+                       size, gpu, timeout_ms);
 }
 
 int shelf_batch_get_into_async(shelf_client_t* client, const void* const* keys,
                                const size_t* key_lens, const uint64_t* handles,
                                const size_t* offsets, const size_t* capacities, size_t n,
                                int64_t timeout_ms, shelf_future_t** future) {
-  if (future == nullptr) return NullArg("shelf_batch_get_into_async", "future");
-  *future = nullptr;
-  if (client == nullptr) return NullArg("shelf_batch_get_into_async", "client");
-  if (n > 0 && (handles == nullptr || offsets == nullptr || capacities == nullptr)) {
-    return NullArg("shelf_batch_get_into_async", "handles, offsets or capacities");
-  }
-  std::vector<std::string> k;
-  if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_batch_get_into_async", "a key");
-  std::vector<shelf::GetIntoItem> items(n);
-  for (size_t i = 0; i < n; ++i) {
-    items[i] = shelf::GetIntoItem{std::move(k[i]), shelf::BufferHandle{handles[i]}, offsets[i],
-                                  capacities[i]};
-  }
-  auto f = std::make_unique<shelf_future>();
-  f->n = n;
-  f->future = client->client->BatchGetIntoAsync(std::move(items), ToDeadline(timeout_ms));
-  // A batch refused at submission is done already; report that at once.
-  int rc = f->future.Poll() ? Report(f->future.status()) : SHELF_OK;
-  *future = f.release();
-  return rc;
+  return BatchGetIntoAsync("shelf_batch_get_into_async", client, keys, key_lens, handles, offsets,
+                           capacities, n, nullptr, timeout_ms, future);
+}
+
+int shelf_batch_get_into_async_gpu(shelf_client_t* client, const void* const* keys,
+                                   const size_t* key_lens, const uint64_t* handles,
+                                   const size_t* offsets, const size_t* capacities, size_t n,
+                                   const shelf_gpu_sync_t* gpu, int64_t timeout_ms,
+                                   shelf_future_t** future) {
+  return BatchGetIntoAsync("shelf_batch_get_into_async_gpu", client, keys, key_lens, handles,
+                           offsets, capacities, n, gpu, timeout_ms, future);
 }
 
 int shelf_batch_put_from_async(shelf_client_t* client, const void* const* keys,

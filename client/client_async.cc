@@ -131,16 +131,19 @@ BatchFuture ClientImpl::BatchPutAsync(std::vector<PutItem> items, const PutOptio
   });
 }
 
-BatchFuture ClientImpl::BatchGetIntoAsync(std::vector<GetIntoItem> items, Deadline deadline) {
+BatchFuture ClientImpl::BatchGetIntoAsync(std::vector<GetIntoItem> items, Deadline deadline,
+                                          const GpuSync& gpu) {
   Deadline at = Absolute(deadline);
   // Pinned now, so the buffers cannot be unregistered before the future is
   // done; the pins go with the task, after it finished the future. So
   // UnregisterBuffer returning means the future is done.
   auto pins = std::make_shared<std::vector<PinOr>>(PinForGet(items));
-  return Submit(at, [this, items = std::move(items), at, pins](internal::BatchState* st) {
+  return Submit(at, [this, items = std::move(items), at, gpu, pins](internal::BatchState* st) {
     uint64_t deadline_ms = 0;
     absl::Status s = Begin(at, &deadline_ms);
-    if (s.ok()) s = BatchGetIntoPinned(items, pins.get(), deadline_ms, &st->statuses, &st->sizes);
+    if (s.ok()) {
+      s = BatchGetIntoPinned(items, pins.get(), deadline_ms, gpu, &st->statuses, &st->sizes);
+    }
     st->status = FromAbsl(s);
   });
 }

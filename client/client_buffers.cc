@@ -21,8 +21,7 @@ Status ClientImpl::RegisterBuffer(void* base, size_t size, BufferHandle* handle,
     return Status(StatusCode::kInvalidArgument, "RegisterBuffer: the range wraps around");
   }
   int device = 0;
-  absl::Status s =
-      gpu ? GpuStaging::CheckDeviceMemory(base, size, &device) : GpuStaging::CheckHostMemory(base);
+  absl::Status s = gpu ? gpu_.CheckDeviceMemory(base, size, &device) : gpu_.CheckHostMemory(base);
   if (!s.ok()) return FromAbsl(s);
   absl::StatusOr<BufferHandle> h = buffers_.Add(base, size, gpu, device);
   if (!h.ok()) return FromAbsl(h.status());
@@ -42,7 +41,9 @@ absl::Status ClientImpl::PutFromPin(const std::string& key, const BufferRegistry
     return PutWithRetry(HostPut{&key, pin.data(), pin.length()}, options, deadline_ms);
   absl::StatusOr<GpuStaging::Bounce> bounce = gpu_.Acquire(pin.length(), deadline_ms);
   if (!bounce.ok()) return bounce.status();
-  if (absl::Status s = gpu_.FromDevice(pin.device(), &*bounce, pin.data(), pin.length()); !s.ok()) {
+  if (absl::Status s =
+          gpu_.FromDevice(pin.device(), &*bounce, pin.data(), pin.length(), options.gpu);
+      !s.ok()) {
     return s;
   }
   stats_.bytes_staged_gpu.fetch_add(pin.length());
@@ -60,11 +61,11 @@ Status ClientImpl::PutFrom(const std::string& key, BufferHandle buffer, size_t o
 }
 
 Status ClientImpl::GetInto(const std::string& key, BufferHandle buffer, size_t offset,
-                           size_t capacity, size_t* size, Deadline deadline) {
+                           size_t capacity, size_t* size, Deadline deadline, const GpuSync& gpu) {
   std::vector<Status> statuses;
   std::vector<size_t> sizes;
   Status s =
-      BatchGetInto({GetIntoItem{key, buffer, offset, capacity}}, &statuses, &sizes, deadline);
+      BatchGetInto({GetIntoItem{key, buffer, offset, capacity}}, &statuses, &sizes, deadline, gpu);
   if (!s.ok()) return s;
   if (size != nullptr) *size = sizes[0];
   return statuses[0];
@@ -90,7 +91,7 @@ std::vector<ClientImpl::PinOr> ClientImpl::PinForPut(const std::vector<PutFromIt
 
 absl::Status ClientImpl::BatchGetIntoPinned(const std::vector<GetIntoItem>& items,
                                             std::vector<PinOr>* pins, uint64_t deadline_ms,
-                                            std::vector<Status>* statuses,
+                                            const GpuSync& gpu, std::vector<Status>* statuses,
                                             std::vector<size_t>* sizes) {
   if (absl::Status s = ValidateBatchSize(items.size(), "blocks"); !s.ok()) return s;
   std::vector<absl::Status> results(items.size());
@@ -114,7 +115,7 @@ absl::Status ClientImpl::BatchGetIntoPinned(const std::vector<GetIntoItem>& item
         size_t i = sent[j];
         const BufferRegistry::Pin& pin = *(*pins)[i];
         found[i] = loc.size();
-        return ReadToTarget(loc, ReadTarget{pin.data(), pin.length(), pin.gpu(), pin.device()},
+        return ReadToTarget(loc, ReadTarget{pin.data(), pin.length(), pin.gpu(), pin.device(), gpu},
                             deadline_ms);
       },
       &read);
@@ -128,14 +129,14 @@ absl::Status ClientImpl::BatchGetIntoPinned(const std::vector<GetIntoItem>& item
 
 Status ClientImpl::BatchGetInto(const std::vector<GetIntoItem>& items,
                                 std::vector<Status>* statuses, std::vector<size_t>* sizes,
-                                Deadline deadline) {
+                                Deadline deadline, const GpuSync& gpu) {
   uint64_t deadline_ms = 0;
   if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
   if (statuses == nullptr) {
     return Status(StatusCode::kInvalidArgument, "BatchGetInto: null statuses");
   }
   std::vector<PinOr> pins = PinForGet(items);
-  return FromAbsl(BatchGetIntoPinned(items, &pins, deadline_ms, statuses, sizes));
+  return FromAbsl(BatchGetIntoPinned(items, &pins, deadline_ms, gpu, statuses, sizes));
 }
 
 absl::Status ClientImpl::BatchPutFromPinned(const std::vector<PutFromItem>& items,
@@ -181,7 +182,7 @@ absl::Status ClientImpl::BatchPutFromPinned(const std::vector<PutFromItem>& item
       }
       ++next;
       absl::Status st = b.status();
-      if (st.ok()) st = gpu_.FromDevice(pin.device(), &*b, pin.data(), pin.length());
+      if (st.ok()) st = gpu_.FromDevice(pin.device(), &*b, pin.data(), pin.length(), options.gpu);
       if (!st.ok()) {
         results[i] = st;
         continue;

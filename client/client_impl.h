@@ -65,15 +65,16 @@ class ClientImpl final : public Client {
   Status PutFrom(const std::string& key, BufferHandle buffer, size_t offset, size_t size,
                  const PutOptions& options) override;
   Status GetInto(const std::string& key, BufferHandle buffer, size_t offset, size_t capacity,
-                 size_t* size, Deadline deadline) override;
+                 size_t* size, Deadline deadline, const GpuSync& gpu) override;
   Status BatchGetInto(const std::vector<GetIntoItem>& items, std::vector<Status>* statuses,
-                      std::vector<size_t>* sizes, Deadline deadline) override;
+                      std::vector<size_t>* sizes, Deadline deadline, const GpuSync& gpu) override;
   Status BatchPutFrom(const std::vector<PutFromItem>& items, std::vector<Status>* statuses,
                       const PutOptions& options) override;
 
   BatchFuture BatchGetAsync(std::vector<std::string> keys, Deadline deadline) override;
   BatchFuture BatchPutAsync(std::vector<PutItem> items, const PutOptions& options) override;
-  BatchFuture BatchGetIntoAsync(std::vector<GetIntoItem> items, Deadline deadline) override;
+  BatchFuture BatchGetIntoAsync(std::vector<GetIntoItem> items, Deadline deadline,
+                                const GpuSync& gpu) override;
   BatchFuture BatchPutFromAsync(std::vector<PutFromItem> items, const PutOptions& options) override;
 
   ClientStats stats() const override;
@@ -88,12 +89,13 @@ class ClientImpl final : public Client {
     size_t size;
   };
   // Where a read's bytes go: host memory, or device memory through a bounce
-  // buffer.
+  // buffer, ordered with the caller's CUDA work by `sync`.
   struct ReadTarget {
     char* data = nullptr;
     size_t capacity = 0;
     bool gpu = false;
     int device = 0;
+    GpuSync sync;
   };
   using PinOr = absl::StatusOr<BufferRegistry::Pin>;
 
@@ -171,12 +173,13 @@ class ClientImpl final : public Client {
                              const ReadFn& read, std::vector<absl::Status>* statuses);
 
   // ---- client_buffers.cc
-  // Stages device memory into a bounce buffer, then puts it.
+  // Puts a registered range; device memory is staged into a bounce buffer
+  // first, after options.gpu.
   absl::Status PutFromPin(const std::string& key, const BufferRegistry::Pin& pin,
                           const PutOptions& options, uint64_t deadline_ms);
   absl::Status BatchGetIntoPinned(const std::vector<GetIntoItem>& items, std::vector<PinOr>* pins,
-                                  uint64_t deadline_ms, std::vector<Status>* statuses,
-                                  std::vector<size_t>* sizes);
+                                  uint64_t deadline_ms, const GpuSync& gpu,
+                                  std::vector<Status>* statuses, std::vector<size_t>* sizes);
   absl::Status BatchPutFromPinned(const std::vector<PutFromItem>& items, std::vector<PinOr>* pins,
                                   const PutOptions& options, uint64_t deadline_ms,
                                   std::vector<Status>* statuses);

@@ -162,7 +162,7 @@ absl::Status ClientImpl::ReadToTarget(const v1::ObjectLocation& loc, const ReadT
   absl::StatusOr<GpuStaging::Bounce> bounce = gpu_.Acquire(loc.size(), deadline_ms);
   if (!bounce.ok()) return bounce.status();
   if (absl::Status s = ReadObject(loc, bounce->data(), deadline_ms); !s.ok()) return s;
-  absl::Status s = gpu_.ToDevice(target.device, target.data, *bounce, loc.size());
+  absl::Status s = gpu_.ToDevice(target.device, target.data, *bounce, loc.size(), target.sync);
   if (s.ok()) stats_.bytes_staged_gpu.fetch_add(loc.size());
   return s;
 }

@@ -8,114 +8,118 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 
-#ifdef SHELF_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 namespace shelf {
-
-#ifdef SHELF_WITH_CUDA
 
 namespace {
 
-absl::Status CudaError(const char* what, cudaError_t e) {
-  return absl::InternalError(
-      absl::StrCat(what, ": ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
-}
-
-// Runs `fn` with `device` current on this thread, then restores the
+// Runs fn() with `device` current on this thread, then restores the
 // caller's device: engine threads keep their own CUDA state.
 template <typename Fn>
-absl::Status OnDevice(int device, Fn fn) {
+absl::Status OnDevice(CudaRuntime* cuda, int device, Fn fn) {
   int previous = -1;
-  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  if (!cuda->GetDevice(&previous).ok()) previous = -1;
   if (previous != device) {
-    if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
-      return CudaError("cudaSetDevice", e);
-    }
+    if (absl::Status s = cuda->SetDevice(device); !s.ok()) return s;
   }
   absl::Status s = fn();
-  if (previous >= 0 && previous != device) cudaSetDevice(previous);
+  if (previous >= 0 && previous != device) cuda->SetDevice(previous).IgnoreError();
   return s;
 }
 
 }  // namespace
 
 struct GpuStaging::Buffer {
-  char* host = nullptr;
-  size_t capacity = 0;
-  std::map<int, cudaStream_t> streams;  // per device, created on first use
+  // A stream for the copies of this buffer on one device, and an event
+  // for ordering them with the caller's streams.
+  struct Lane {
+    CudaRuntime::Stream stream = nullptr;
+    CudaRuntime::Event event = nullptr;
+  };
 
+  explicit Buffer(CudaRuntime* c) : cuda(c) {}
   ~Buffer() {
-    for (auto& entry : streams) {
-      cudaStream_t stream = entry.second;
-      OnDevice(entry.first, [stream] {
-        cudaStreamDestroy(stream);
+    WaitPending().IgnoreError();
+    for (auto& [device, lane] : lanes) {
+      OnDevice(cuda, device, [this, &lane] {
+        if (lane.event != nullptr) cuda->EventDestroy(lane.event);
+        cuda->StreamDestroy(lane.stream);
         return absl::OkStatus();
       }).IgnoreError();
     }
-    if (host != nullptr) cudaFreeHost(host);
+    if (host != nullptr) cuda->FreeHost(host);
   }
 
-  absl::StatusOr<cudaStream_t> Stream(int device) {
-    auto it = streams.find(device);
-    if (it != streams.end()) return it->second;
-    cudaStream_t stream = nullptr;
-    absl::Status s = OnDevice(device, [&] {
-      cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-      return e == cudaSuccess ? absl::OkStatus() : CudaError("cudaStreamCreate", e);
-    });
-    if (!s.ok()) return s;
-    streams.emplace(device, stream);
-    return stream;
+  // The lane of `device`, created on first use. REQUIRES: `device` current.
+  absl::StatusOr<Lane*> LaneOf(int device) {
+    auto it = lanes.find(device);
+    if (it != lanes.end()) return &it->second;
+    Lane lane;
+    if (absl::Status s = cuda->StreamCreate(&lane.stream); !s.ok()) return s;
+    if (absl::Status s = cuda->EventCreate(&lane.event); !s.ok()) {
+      cuda->StreamDestroy(lane.stream);
+      return s;
+    }
+    return &lanes.emplace(device, lane).first->second;
   }
+
+  // Waits for the copy out of `host` still in flight, if any.
+  absl::Status WaitPending() {
+    if (pending == nullptr) return absl::OkStatus();
+    CudaRuntime::Event e = pending;
+    pending = nullptr;
+    return OnDevice(cuda, pending_device, [&] { return cuda->EventSynchronize(e); });
+  }
+
+  CudaRuntime* const cuda;
+  char* host = nullptr;
+  size_t capacity = 0;
+  std::map<int, Lane> lanes;  // per device
+  // Set while an asynchronous copy to device memory may still read `host`
+  // (ToDevice with a GpuSync): the event recorded after it, on the lane of
+  // `pending_device`.
+  CudaRuntime::Event pending = nullptr;
+  int pending_device = 0;
 };
 
-bool GpuStaging::Built() { return true; }
+bool GpuStaging::Built() { return CudaRuntime::Default()->Built(); }
 
 absl::Status GpuStaging::CheckDeviceMemory(const void* p, size_t n, int* device) {
   int count = 0;
-  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("GPU buffer, but CUDA has no usable device: ",
-                     e == cudaSuccess ? "no device" : cudaGetErrorString(e)));
+  absl::Status s = cuda_->DeviceCount(&count);
+  if (s.code() == absl::StatusCode::kUnimplemented) return s;  // no CUDA built in
+  if (!s.ok() || count == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("GPU buffer, but CUDA has no usable device: ",
+                                                      s.ok() ? "no device" : s.message()));
   }
-  cudaPointerAttributes attr;
-  if (cudaError_t e = cudaPointerGetAttributes(&attr, p); e != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error for later calls
-    return absl::InvalidArgumentError(
-        absl::StrCat("GPU buffer is not CUDA memory: ", cudaGetErrorString(e)));
+  CudaRuntime::PointerInfo first;
+  if (s = cuda_->PointerAttributes(p, &first); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU buffer is not CUDA memory: ", s.message()));
   }
-  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
+  if (first.type == CudaRuntime::MemoryType::kHost) {
     return absl::InvalidArgumentError(
         "buffer registered as GPU memory is host memory: register it with gpu=false");
   }
   // The whole range must belong to the same device allocation family; CUDA
   // reports per pointer, so check the last byte too.
-  cudaPointerAttributes last;
+  CudaRuntime::PointerInfo last;
   const char* end = static_cast<const char*>(p) + n - 1;
-  if (cudaPointerGetAttributes(&last, end) != cudaSuccess || last.device != attr.device ||
-      (last.type != cudaMemoryTypeDevice && last.type != cudaMemoryTypeManaged)) {
-    cudaGetLastError();
+  if (!cuda_->PointerAttributes(end, &last).ok() || last.device != first.device ||
+      last.type == CudaRuntime::MemoryType::kHost) {
     return absl::InvalidArgumentError(
         absl::StrCat("GPU buffer of ", n, " bytes runs past its device allocation"));
   }
-  *device = attr.device;
+  *device = first.device;
   return absl::OkStatus();
 }
 
 absl::Status GpuStaging::CheckHostMemory(const void* p) {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    cudaGetLastError();
+  if (!cuda_->DeviceCount(&count).ok() || count == 0) {
     return absl::OkStatus();  // no device: no device memory either
   }
-  cudaPointerAttributes attr;
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    cudaGetLastError();
-    return absl::OkStatus();
-  }
-  if (attr.type == cudaMemoryTypeDevice) {
+  CudaRuntime::PointerInfo info;
+  if (!cuda_->PointerAttributes(p, &info).ok()) return absl::OkStatus();
+  if (info.type == CudaRuntime::MemoryType::kDevice) {
     return absl::InvalidArgumentError(
         "buffer registered as host memory is CUDA device memory: register it with gpu=true");
   }
@@ -128,7 +132,8 @@ GpuStaging::Bounce::~Bounce() {
 
 char* GpuStaging::Bounce::data() const { return buffer_->host; }
 
-GpuStaging::GpuStaging(size_t buffers_max) : buffers_max_(std::max<size_t>(1, buffers_max)) {}
+GpuStaging::GpuStaging(size_t buffers_max, CudaRuntime* cuda)
+    : cuda_(cuda), buffers_max_(std::max<size_t>(1, buffers_max)) {}
 
 GpuStaging::~GpuStaging() = default;
 
@@ -155,17 +160,22 @@ absl::StatusOr<GpuStaging::Bounce> GpuStaging::Acquire(size_t bytes, uint64_t de
       free_.erase(it);
     }
   }
-  if (buffer == nullptr) buffer = std::make_unique<Buffer>();
+  if (buffer == nullptr) buffer = std::make_unique<Buffer>(cuda_);
+  // The host writes into the buffer next: a copy still reading it must end.
+  if (absl::Status s = buffer->WaitPending(); !s.ok()) {
+    Return(std::move(buffer));
+    return s;
+  }
   if (buffer->capacity < bytes) {
-    if (buffer->host != nullptr) cudaFreeHost(buffer->host);
+    if (buffer->host != nullptr) cuda_->FreeHost(buffer->host);
     buffer->host = nullptr;
     buffer->capacity = 0;
     void* p = nullptr;
-    if (cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable); e != cudaSuccess) {
-      cudaGetLastError();
+    if (absl::Status s = cuda_->HostAlloc(bytes, &p); !s.ok()) {
       Return(std::move(buffer));
+      if (s.code() == absl::StatusCode::kUnimplemented) return s;
       return absl::ResourceExhaustedError(absl::StrCat("cannot allocate a pinned bounce buffer of ",
-                                                       bytes, " bytes: ", cudaGetErrorString(e)));
+                                                       bytes, " bytes: ", s.message()));
     }
     buffer->host = static_cast<char*>(p);
     buffer->capacity = bytes;
@@ -179,58 +189,65 @@ void GpuStaging::Return(std::unique_ptr<Buffer> buffer) {
   free_.push_back(std::move(buffer));
 }
 
-absl::Status GpuStaging::ToDevice(int device, void* dst, const Bounce& bounce, size_t n) {
-  return OnDevice(device, [&]() -> absl::Status {
-    absl::StatusOr<cudaStream_t> stream = bounce.buffer_->Stream(device);
-    if (!stream.ok()) return stream.status();
-    cudaError_t e = cudaMemcpyAsync(dst, bounce.data(), n, cudaMemcpyHostToDevice, *stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(*stream);
-    return e == cudaSuccess ? absl::OkStatus() : CudaError("cudaMemcpyAsync to device", e);
+absl::Status GpuStaging::FromDevice(int device, Bounce* bounce, const void* src, size_t n,
+                                    const GpuSync& sync) {
+  Buffer* buffer = bounce->buffer_.get();
+  return OnDevice(cuda_, device, [&]() -> absl::Status {
+    absl::StatusOr<Buffer::Lane*> lane = buffer->LaneOf(device);
+    if (!lane.ok()) return lane.status();
+    const CudaRuntime::Stream stream = (*lane)->stream;
+    // The copy must not read device memory before the caller's writes to
+    // it are done: they are on the caller's stream, or before its event.
+    if (sync.event != nullptr) {
+      if (absl::Status s = cuda_->StreamWaitEvent(stream, sync.event); !s.ok()) return s;
+    }
+    if (sync.stream != nullptr) {
+      if (absl::Status s = cuda_->EventRecord((*lane)->event, sync.stream); !s.ok()) return s;
+      if (absl::Status s = cuda_->StreamWaitEvent(stream, (*lane)->event); !s.ok()) return s;
+    }
+    absl::Status s =
+        cuda_->MemcpyAsync(bounce->data(), src, n, CudaRuntime::CopyKind::kDeviceToHost, stream);
+    // Waited for also after a failed enqueue: nothing of this call may
+    // still run when the bounce is reused.
+    absl::Status done = cuda_->StreamSynchronize(stream);
+    return s.ok() ? done : s;
   });
 }
 
-absl::Status GpuStaging::FromDevice(int device, Bounce* bounce, const void* src, size_t n) {
-  return OnDevice(device, [&]() -> absl::Status {
-    absl::StatusOr<cudaStream_t> stream = bounce->buffer_->Stream(device);
-    if (!stream.ok()) return stream.status();
-    cudaError_t e = cudaMemcpyAsync(bounce->data(), src, n, cudaMemcpyDeviceToHost, *stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(*stream);
-    return e == cudaSuccess ? absl::OkStatus() : CudaError("cudaMemcpyAsync from device", e);
+absl::Status GpuStaging::ToDevice(int device, void* dst, const Bounce& bounce, size_t n,
+                                  const GpuSync& sync) {
+  Buffer* buffer = bounce.buffer_.get();
+  return OnDevice(cuda_, device, [&]() -> absl::Status {
+    absl::StatusOr<Buffer::Lane*> lane = buffer->LaneOf(device);
+    if (!lane.ok()) return lane.status();
+    const CudaRuntime::Stream stream = (*lane)->stream;
+    const CudaRuntime::Event event = (*lane)->event;
+    // The copy must not overwrite device memory that work already on the
+    // caller's stream still reads or writes.
+    if (sync.stream != nullptr) {
+      if (absl::Status s = cuda_->EventRecord(event, sync.stream); !s.ok()) return s;
+      if (absl::Status s = cuda_->StreamWaitEvent(stream, event); !s.ok()) return s;
+    }
+    absl::Status s =
+        cuda_->MemcpyAsync(dst, bounce.data(), n, CudaRuntime::CopyKind::kHostToDevice, stream);
+    if (s.ok() && (sync.stream != nullptr || sync.event != nullptr)) {
+      // The caller's work after the call waits on the GPU, not the host.
+      // A wait captures the event as recorded at the time of the call, so
+      // recording `event` again here does not disturb the wait above.
+      s = cuda_->EventRecord(event, stream);
+      if (s.ok() && sync.event != nullptr) s = cuda_->EventRecord(sync.event, stream);
+      if (s.ok() && sync.stream != nullptr) s = cuda_->StreamWaitEvent(sync.stream, event);
+      if (s.ok()) {
+        buffer->pending = event;
+        buffer->pending_device = device;
+        return absl::OkStatus();
+      }
+    }
+    absl::Status done = cuda_->StreamSynchronize(stream);
+    return s.ok() ? done : s;
   });
 }
 
-#else  // !SHELF_WITH_CUDA
-
-namespace {
-
-absl::Status NoCuda() {
-  return absl::UnimplementedError(
-      "GPU buffers need libshelf built with CUDA (a CUDA toolkit found at configure time)");
-}
-
-}  // namespace
-
-struct GpuStaging::Buffer {};
-
-bool GpuStaging::Built() { return false; }
-
-absl::Status GpuStaging::CheckDeviceMemory(const void*, size_t, int*) { return NoCuda(); }
-absl::Status GpuStaging::CheckHostMemory(const void*) { return absl::OkStatus(); }
-
-GpuStaging::Bounce::~Bounce() = default;
-char* GpuStaging::Bounce::data() const { return nullptr; }
-
-GpuStaging::GpuStaging(size_t buffers_max) : buffers_max_(buffers_max) {}
-GpuStaging::~GpuStaging() = default;
-
-absl::StatusOr<GpuStaging::Bounce> GpuStaging::Acquire(size_t, uint64_t) { return NoCuda(); }
-void GpuStaging::Return(std::unique_ptr<Buffer>) {}
-absl::Status GpuStaging::ToDevice(int, void*, const Bounce&, size_t) { return NoCuda(); }
-absl::Status GpuStaging::FromDevice(int, Bounce*, const void*, size_t) { return NoCuda(); }
-
-#endif  // SHELF_WITH_CUDA
-
-// Both builds define Buffer above.
 GpuStaging::Bounce::Bounce(GpuStaging* owner, std::unique_ptr<Buffer> buffer)
     : owner_(owner), buffer_(std::move(buffer)) {}
 

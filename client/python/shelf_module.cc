@@ -46,6 +46,22 @@ PutOptions MakePutOptions(uint32_t replicas, bool best_effort, bool prefer_local
   return po;
 }
 
+// The GpuSync of a call from its `stream` and `event` arguments: CUDA
+// handles as ints (torch: torch.cuda.current_stream().cuda_stream,
+// torch.cuda.Event().cuda_event), None when not given. Stream 0 is the
+// legacy default stream (what torch reports for it), passed to CUDA as
+// cudaStreamLegacy, since a null handle means "no stream" to libshelf.
+GpuSync MakeGpuSync(std::optional<uintptr_t> stream, std::optional<uintptr_t> event) {
+  constexpr uintptr_t kCudaStreamLegacy = 0x1;  // cudaStreamLegacy in driver_types.h
+  GpuSync sync;
+  if (stream) sync.stream = reinterpret_cast<void*>(*stream == 0 ? kCudaStreamLegacy : *stream);
+  if (event) {
+    if (*event == 0) throw py::value_error("event=0 is not a CUDA event");
+    sync.event = reinterpret_cast<void*>(*event);
+  }
+  return sync;
+}
+
 // An asynchronous batch. Holds the Python buffers the batch reads from or
 // writes into until it is done.
 class PyFuture {
@@ -279,15 +295,17 @@ PYBIND11_MODULE(shelf, m) {
       .def(
           "get_into",
           [](PyClient& c, py::handle key, py::handle target, size_t offset,
-             std::optional<size_t> capacity, int64_t timeout_ms) -> py::object {
+             std::optional<size_t> capacity, int64_t timeout_ms, std::optional<uintptr_t> stream,
+             std::optional<uintptr_t> event) -> py::object {
             std::string k = ToKey(key);
+            GpuSync sync = MakeGpuSync(stream, event);
             size_t size = 0;
             Status s;
             if (py::isinstance<PyBufferHandle>(target)) {
               PyBufferHandle h = target.cast<PyBufferHandle>();
               size_t cap = capacity ? *capacity : (offset <= h.size ? h.size - offset : 0);
               py::gil_scoped_release nogil;
-              s = c.get()->GetInto(k, h.handle, offset, cap, &size, ToDeadline(timeout_ms));
+              s = c.get()->GetInto(k, h.handle, offset, cap, &size, ToDeadline(timeout_ms), sync);
             } else {
               BufferView v(target, /*writable=*/true);
               if (offset > v.size()) {
@@ -308,17 +326,23 @@ PYBIND11_MODULE(shelf, m) {
           },
           py::arg("key"), py::arg("target"), py::kw_only(), py::arg("offset") = 0,
           py::arg("capacity") = py::none(), py::arg("timeout_ms") = 0,
+          py::arg("stream") = py::none(), py::arg("event") = py::none(),
           "Reads the block straight into `target` (a writable buffer: bytearray, memoryview, "
           "numpy array; or a BufferHandle) at `offset`; returns its size, or None on a miss. "
-          "OutOfRangeError when it does not fit.")
+          "OutOfRangeError when it does not fit. For a GPU BufferHandle, `stream` and `event` "
+          "(CUDA handles as ints) order the copy with the caller's stream: it follows the "
+          "stream's earlier work, `event` is recorded after it, later work on `stream` waits "
+          "for it, and the call returns once the copy is enqueued.")
       .def(
           "put_from",
           [](PyClient& c, py::handle key, py::handle source, size_t offset,
              std::optional<size_t> size, uint32_t replicas, bool best_effort, bool prefer_local,
-             const std::string& spread_label, int64_t timeout_ms) {
+             const std::string& spread_label, int64_t timeout_ms, std::optional<uintptr_t> stream,
+             std::optional<uintptr_t> event) {
             std::string k = ToKey(key);
             PutOptions po =
                 MakePutOptions(replicas, best_effort, prefer_local, spread_label, timeout_ms);
+            po.gpu = MakeGpuSync(stream, event);
             Status s;
             if (py::isinstance<PyBufferHandle>(source)) {
               PyBufferHandle h = source.cast<PyBufferHandle>();
@@ -344,8 +368,12 @@ PYBIND11_MODULE(shelf, m) {
           py::arg("key"), py::arg("source"), py::kw_only(), py::arg("offset") = 0,
           py::arg("size") = py::none(), py::arg("replicas") = 1, py::arg("best_effort") = false,
           py::arg("prefer_local") = false, py::arg("spread_label") = "", py::arg("timeout_ms") = 0,
+          py::arg("stream") = py::none(), py::arg("event") = py::none(),
           "Stores bytes [offset, offset+size) of `source` (a buffer or a BufferHandle) "
-          "without copying them first.")
+          "without copying them first. For a GPU BufferHandle, the copy out of device memory "
+          "waits for the work enqueued on `stream` before the call and for `event` (CUDA "
+          "handles as ints; stream 0 is the legacy default stream); without them the caller "
+          "must have synchronized its writes.")
       .def(
           "exists",
           [](PyClient& c, py::handle keys, int64_t timeout_ms) -> py::object {
@@ -509,22 +537,28 @@ PYBIND11_MODULE(shelf, m) {
       .def(
           "batch_get_into_async",
           [](PyClient& c, py::handle keys, py::handle handle, std::vector<size_t> offsets,
-             size_t capacity, int64_t timeout_ms) {
+             size_t capacity, int64_t timeout_ms, std::optional<uintptr_t> stream,
+             std::optional<uintptr_t> event) {
             std::vector<std::string> k = ToKeys(keys);
+            GpuSync sync = MakeGpuSync(stream, event);
             PyBufferHandle h = handle.cast<PyBufferHandle>();
             if (offsets.size() != k.size()) throw py::value_error("one offset per key");
             std::vector<GetIntoItem> items;
             for (size_t i = 0; i < k.size(); ++i) {
               items.push_back(GetIntoItem{k[i], h.handle, offsets[i], capacity});
             }
-            BatchFuture f = c.get()->BatchGetIntoAsync(std::move(items), ToDeadline(timeout_ms));
+            BatchFuture f =
+                c.get()->BatchGetIntoAsync(std::move(items), ToDeadline(timeout_ms), sync);
             return std::make_unique<PyFuture>(PyFuture::Kind::kGetInto, std::move(f),
                                               std::vector<BufferView>(), py::list());
           },
           py::arg("keys"), py::arg("buffer"), py::arg("offsets"), py::arg("capacity"),
-          py::kw_only(), py::arg("timeout_ms") = 0,
+          py::kw_only(), py::arg("timeout_ms") = 0, py::arg("stream") = py::none(),
+          py::arg("event") = py::none(),
           "Starts reading block i into [offsets[i], offsets[i]+capacity) of a registered "
-          "buffer; returns a Future whose result() is the sizes.")
+          "buffer; returns a Future whose result() is the sizes. `stream` and `event` as for "
+          "get_into, set up when the batch runs: enqueue work that reads the blocks after "
+          "the Future is done.")
       .def("register_buffer", &PyClient::Register, py::arg("target"), py::arg("size") = py::none(),
            py::arg("gpu") = false,
            "Registers a writable buffer (kept referenced until unregistered) or a raw address "

@@ -106,6 +106,7 @@ static void check_blocks(shelf_client_t* c) {
   fill(data, sizeof(data), 1);
   shelf_put_options_init(&po);
   CHECK(po.replicas == 1);
+  CHECK(po.gpu.stream == NULL && po.gpu.event == NULL); /* no GPU ordering */
 
   CHECK_RC(shelf_put(c, k0, sizeof(k0), data, sizeof(data), &po, 0), SHELF_OK);
   CHECK_RC(shelf_put(c, k0, sizeof(k0), data, sizeof(data), NULL, 0), SHELF_OK); /* exists */
@@ -232,6 +233,23 @@ static void check_registered(shelf_client_t* c) {
   CHECK(strstr(shelf_last_error(), "outside registered buffer") != NULL);
   CHECK_RC(shelf_get_into_buffer(c, keys[0], key_lens[0], out, 0, B, sizes, 0), SHELF_OK);
   CHECK(memcmp(dst, src, B) == 0);
+  /* The GPU-ordered form, on host memory: no sync given, or one ignored. */
+  memset(dst, 0, B);
+  CHECK_RC(shelf_get_into_buffer_gpu(c, keys[0], key_lens[0], out, 0, B, sizes, NULL, 0),
+           SHELF_OK);
+  CHECK(memcmp(dst, src, B) == 0);
+  {
+    shelf_gpu_sync_t none;
+    none.stream = NULL;
+    none.event = NULL;
+    memset(dst, 0, B);
+    CHECK_RC(shelf_get_into_buffer_gpu(c, keys[0], key_lens[0], out, 0, B, sizes, &none, 0),
+             SHELF_OK);
+    CHECK(memcmp(dst, src, B) == 0);
+  }
+  CHECK_RC(shelf_get_into_buffer_gpu(NULL, keys[0], key_lens[0], out, 0, B, sizes, NULL, 0),
+           SHELF_INVALID_ARGUMENT);
+  CHECK(strstr(shelf_last_error(), "shelf_get_into_buffer_gpu") != NULL);
   CHECK_RC(shelf_unregister_buffer(c, out), SHELF_OK);
   CHECK_RC(shelf_get_into_buffer(c, keys[0], key_lens[0], out, 0, B, sizes, 0),
            SHELF_INVALID_ARGUMENT);

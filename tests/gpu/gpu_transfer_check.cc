@@ -12,7 +12,10 @@
 //        a key already present writes nothing);
 //   get  BatchGetInto into device memory cleared before every round, then
 //        copied back to pinned host memory and compared byte for byte;
-//   one  PutFrom and GetInto of a single block at other offsets, compared.
+//   one  PutFrom and GetInto of a single block at other offsets, compared;
+//   ordered  puts right behind a write still queued on the engine's stream,
+//        with that stream (or an event) passed (GpuSync), and gets ordered
+//        on it, read back on the stream and compared (CheckStreamOrdering).
 // The baseline: cudaMemcpy of the same blocks, one call per block, between
 // device memory and pinned host memory: D2H is the ceiling of a put (its
 // bytes leave the GPU), H2D of a get.
@@ -31,6 +34,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +44,7 @@
 #include <memory>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -404,6 +409,123 @@ ShelfResult MeasureShelf(Client* client, const std::string& transport, BufferHan
   return res;
 }
 
+// Blocks a stream for a while: the work enqueued behind it has certainly
+// not run when the host's next call starts.
+constexpr int kStreamStallMs = 200;
+void CUDART_CB StallStream(void*) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(kStreamStallMs));
+}
+
+// Puts and gets ordered on the engine's stream (GpuSync), device memory
+// only. The engine's write of the blocks is enqueued on its stream behind
+// a stall, and the put follows at once with that stream passed: a put that
+// did not wait for the stream would store the stale bytes under a valid
+// checksum. The get goes into memory that earlier work on the stream is
+// still clearing, and the engine copies the blocks back on its stream with
+// no host wait in between; every byte is compared. Then the same with an
+// event instead of the stream for a single PutFrom.
+struct OrderedResult {
+  uint64_t blocks_verified = 0;
+  uint64_t blocks_wrong = 0;
+};
+
+OrderedResult CheckStreamOrdering(Client* client, BufferHandle src, BufferHandle dst, uint64_t seed,
+                                  const std::string& key_prefix, const Memory& m, Errors* errors) {
+  OrderedResult res;
+  const size_t block_bytes = kBlockBytes[0];
+  const size_t batch_bytes = kBatchBlocks * block_bytes;
+  const std::string label = absl::StrCat(key_prefix, " stream-ordered");
+  cudaStream_t stream = nullptr;
+  cudaEvent_t event = nullptr;
+  if (!errors->Cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                    "cudaStreamCreate") ||
+      !errors->Cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate")) {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    return res;
+  }
+  std::vector<std::string> keys = Keys(absl::StrCat(key_prefix, "/ordered"), kBatchBlocks);
+  const std::string one = absl::StrCat(key_prefix, "/ordered-one");
+  FillBlocks(seed, block_bytes, kBatchBlocks, m.expected());
+  auto run = [&]() -> bool {
+    // Batch put behind the engine's write, ordered by the stream.
+    if (!errors->Cuda(m.Set(m.src(), 0x11, batch_bytes), "cudaMemset src") ||
+        !errors->Cuda(cudaLaunchHostFunc(stream, StallStream, nullptr), "cudaLaunchHostFunc") ||
+        !errors->Cuda(
+            cudaMemcpyAsync(m.src(), m.expected(), batch_bytes, cudaMemcpyHostToDevice, stream),
+            "cudaMemcpyAsync src on the engine's stream")) {
+      return false;
+    }
+    std::vector<PutFromItem> puts;
+    for (size_t i = 0; i < kBatchBlocks; ++i) {
+      puts.push_back({keys[i], src, i * block_bytes, block_bytes});
+    }
+    PutOptions po;
+    po.gpu.stream = stream;
+    std::vector<Status> statuses;
+    if (!CheckBatch(client->BatchPutFrom(puts, &statuses, po), statuses,
+                    absl::StrCat(label, " BatchPutFrom"), errors)) {
+      return false;
+    }
+    // Batch get into memory earlier work on the stream still clears,
+    // read back on the stream; the event must be complete after it.
+    if (!errors->Cuda(cudaLaunchHostFunc(stream, StallStream, nullptr), "cudaLaunchHostFunc") ||
+        !errors->Cuda(cudaMemsetAsync(m.dst(), 0x22, batch_bytes, stream), "cudaMemsetAsync")) {
+      return false;
+    }
+    std::vector<GetIntoItem> gets;
+    for (size_t i = 0; i < kBatchBlocks; ++i) {
+      gets.push_back({keys[i], dst, i * block_bytes, block_bytes});
+    }
+    std::vector<size_t> sizes;
+    if (!CheckBatch(
+            client->BatchGetInto(gets, &statuses, &sizes, Deadline(), GpuSync{stream, event}),
+            statuses, absl::StrCat(label, " BatchGetInto"), errors) ||
+        !errors->Cuda(
+            cudaMemcpyAsync(m.readback(), m.dst(), batch_bytes, cudaMemcpyDeviceToHost, stream),
+            "cudaMemcpyAsync back on the engine's stream") ||
+        !errors->Cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize") ||
+        !errors->Cuda(cudaEventQuery(event), "cudaEventQuery after the stream")) {
+      return false;
+    }
+    res.blocks_verified += kBatchBlocks;
+    res.blocks_wrong += CompareBlocks(m.expected(), m.readback(), block_bytes, kBatchBlocks,
+                                      absl::StrCat(label, " batch"), errors);
+    // A single put ordered by an event the engine recorded after its
+    // write, and a get with no ordering (in place when it returns).
+    if (!errors->Cuda(m.Set(m.src(), 0x33, block_bytes), "cudaMemset src") ||
+        !errors->Cuda(cudaLaunchHostFunc(stream, StallStream, nullptr), "cudaLaunchHostFunc") ||
+        !errors->Cuda(cudaMemcpyAsync(m.src(), m.expected() + block_bytes, block_bytes,
+                                      cudaMemcpyHostToDevice, stream),
+                      "cudaMemcpyAsync src on the engine's stream") ||
+        !errors->Cuda(cudaEventRecord(event, stream), "cudaEventRecord")) {
+      return false;
+    }
+    PutOptions by_event;
+    by_event.gpu.event = event;
+    size_t size = 0;
+    if (!errors->Shelf(client->PutFrom(one, src, 0, block_bytes, by_event),
+                       absl::StrCat(label, " PutFrom")) ||
+        !errors->Cuda(m.Set(m.dst(), 0x44, block_bytes), "cudaMemset dst") ||
+        !errors->Shelf(client->GetInto(one, dst, 0, block_bytes, &size),
+                       absl::StrCat(label, " GetInto")) ||
+        !errors->Cuda(m.Copy(m.readback(), m.dst(), block_bytes, cudaMemcpyDeviceToHost),
+                      "cudaMemcpy back")) {
+      return false;
+    }
+    res.blocks_verified += 1;
+    res.blocks_wrong += CompareBlocks(m.expected() + block_bytes, m.readback(), block_bytes, 1,
+                                      absl::StrCat(label, " single"), errors);
+    return true;
+  };
+  run();
+  errors->Cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  cudaEventDestroy(event);
+  cudaStreamDestroy(stream);
+  for (const std::string& k : keys) client->Remove(k);
+  client->Remove(one);
+  return res;
+}
+
 bool HasNvidiaDeviceNodes() {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
@@ -554,6 +676,7 @@ int Run(int argc, char** argv) {
   const std::string run_id = absl::StrCat("gpu-check/", UnixMs(), "/", MonoUs());
   std::vector<Row> copies;
   std::vector<ShelfResult> results;
+  std::vector<OrderedResult> ordered;
   ClientStats totals;
   for (size_t t = 0; t < std::size(transports); ++t) {
     const Transport& tr = transports[t];
@@ -586,6 +709,10 @@ int Run(int argc, char** argv) {
                                      absl::StrCat(run_id, "/", tr.name, "/", SizeName(b)), m,
                                      &errors));
     }
+    if (m.device()) {
+      ordered.push_back(CheckStreamOrdering(client.get(), src, dst, t * 1000 + 7,
+                                            absl::StrCat(run_id, "/", tr.name), m, &errors));
+    }
     errors.Shelf(client->UnregisterBuffer(src), "UnregisterBuffer src");
     errors.Shelf(client->UnregisterBuffer(dst), "UnregisterBuffer dst");
     ClientStats st = client->stats();
@@ -607,6 +734,12 @@ int Run(int argc, char** argv) {
   // the ratio to the copy that bounds them.
   uint64_t blocks_verified = 0, blocks_wrong = 0;
   for (const ShelfResult& r : results) {
+    blocks_verified += r.blocks_verified;
+    blocks_wrong += r.blocks_wrong;
+  }
+  uint64_t ordered_verified = 0;
+  for (const OrderedResult& r : ordered) {
+    ordered_verified += r.blocks_verified;
     blocks_verified += r.blocks_verified;
     blocks_wrong += r.blocks_wrong;
   }
@@ -664,6 +797,7 @@ int Run(int argc, char** argv) {
       static_cast<unsigned long long>(errors.count()), first_error.c_str());
   std::printf("gpu_transfer_check: %s\n", ok ? "PASSED" : "FAILED");
   o.Add("blocks_verified", blocks_verified)
+      .Add("ordered_blocks_verified", ordered_verified)
       .Add("blocks_wrong", blocks_wrong)
       .Add("bytes_staged_gpu", totals.bytes_staged_gpu)
       .Add("bytes_loaded_shm", totals.bytes_loaded_shm)

@@ -138,6 +138,33 @@ struct ClientOptions {
   uint32_t async_queue_max = 256;
 };
 
+// How a transfer between a registered GPU buffer and the cluster orders
+// with the caller's CUDA work (docs/client.md, "GPU memory and stream
+// ordering"). The handles are CUDA's, carried as void* so that this header
+// needs no CUDA header: `stream` a cudaStream_t, `event` a cudaEvent_t, both
+// on the device of the buffer; nullptr: not given. To name the legacy
+// default stream pass cudaStreamLegacy (or cudaStreamPerThread), not 0.
+//   Puts: the copy out of device memory starts after the work enqueued on
+//     `stream` before the call, and after the work `event` captured (the
+//     caller recorded it after writing the blocks). So a put may follow a
+//     kernel that writes the blocks at once, without synchronizing.
+//   Gets: the copy into device memory starts after the work enqueued on
+//     `stream` before the call; `event` is recorded after the copy, and
+//     work enqueued on `stream` after the call runs after the copy. With
+//     either given the call returns once the copy is enqueued, not done:
+//     the engine waits on its stream, not on the host. A failure of the
+//     copy itself then shows on the caller's stream, as CUDA errors do.
+// With neither given (the default) there is no ordering with the caller's
+// streams: a put reads device memory as it is when the call starts (the
+// caller must have synchronized its writes to it), and a get's bytes are in
+// place when the call returns. Ignored for host memory. For *Async calls
+// the ordering is set up when the batch runs: a get's `stream` and `event`
+// order work enqueued after the future is done.
+struct GpuSync {
+  void* stream = nullptr;
+  void* event = nullptr;
+};
+
 struct PutOptions {
   uint32_t replicas = 1;      // stores that get a copy, on distinct nodes (1..8)
   bool best_effort = false;   // accept fewer replicas than asked
@@ -147,6 +174,8 @@ struct PutOptions {
   // applies (0: the client's default); otherwise `deadline` wins.
   Deadline deadline;
   uint64_t timeout_ms = 0;
+  // Registered GPU buffers: what the copy out of device memory waits for.
+  GpuSync gpu;
 };
 
 // A block to store. `data` must stay valid until the call returns (for
@@ -305,7 +334,9 @@ class Client {
                                 bool gpu = false) = 0;
   // Forgets a registration. Waits for calls already using the buffer to
   // finish (asynchronous ones included: their futures are then done);
-  // after it returns the client never touches the memory again.
+  // after it returns the client never touches the memory again, except a
+  // copy into GPU memory that a get with a GpuSync enqueued: it is ordered
+  // before that GpuSync's stream and event, so wait on those before freeing.
   // INVALID_ARGUMENT when `handle` is not registered with this client.
   virtual Status UnregisterBuffer(BufferHandle handle) = 0;
   // Put from bytes [offset, offset + size) of a registered buffer, with no
@@ -318,12 +349,16 @@ class Client {
   // INVALID_ARGUMENT: handle not registered; OUT_OF_RANGE: the range is not
   // inside the registered buffer, or the block is larger than `capacity`
   // (nothing read; `size` gets the block size). Otherwise as GetInto.
+  // `gpu`: how the copy into a GPU buffer orders with the caller's stream
+  // (GpuSync); the runtime's error (INTERNAL) when CUDA refuses it.
   virtual Status GetInto(const std::string& key, BufferHandle buffer, size_t offset,
-                         size_t capacity, size_t* size, Deadline deadline = Deadline()) = 0;
+                         size_t capacity, size_t* size, Deadline deadline = Deadline(),
+                         const GpuSync& gpu = GpuSync()) = 0;
   // Batch forms of the two above, with per-item statuses as for BatchGet.
   // `sizes` (may be null) gets each block's size (0 for a miss).
   virtual Status BatchGetInto(const std::vector<GetIntoItem>& items, std::vector<Status>* statuses,
-                              std::vector<size_t>* sizes, Deadline deadline = Deadline()) = 0;
+                              std::vector<size_t>* sizes, Deadline deadline = Deadline(),
+                              const GpuSync& gpu = GpuSync()) = 0;
   virtual Status BatchPutFrom(const std::vector<PutFromItem>& items, std::vector<Status>* statuses,
                               const PutOptions& options = PutOptions()) = 0;
 
@@ -341,7 +376,8 @@ class Client {
   virtual BatchFuture BatchPutAsync(std::vector<PutItem> items,
                                     const PutOptions& options = PutOptions()) = 0;
   virtual BatchFuture BatchGetIntoAsync(std::vector<GetIntoItem> items,
-                                        Deadline deadline = Deadline()) = 0;
+                                        Deadline deadline = Deadline(),
+                                        const GpuSync& gpu = GpuSync()) = 0;
   virtual BatchFuture BatchPutFromAsync(std::vector<PutFromItem> items,
                                         const PutOptions& options = PutOptions()) = 0;
 

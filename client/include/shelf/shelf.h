@@ -121,12 +121,30 @@ void shelf_client_close(shelf_client_t* client);
  * has been freed. */
 void shelf_client_destroy(shelf_client_t* client);
 
-/* Options of a put; shelf_put_options_init sets the defaults (1 replica). */
+/* How a transfer between a registered GPU buffer and the cluster orders with
+ * the caller's CUDA work (shelf::GpuSync; docs/client.md, "GPU memory and
+ * stream ordering"): `stream` a cudaStream_t, `event` a cudaEvent_t, both on
+ * the buffer's device; null: not given (name the legacy default stream as
+ * cudaStreamLegacy, not 0). A put's copy out of device memory waits for the
+ * work on `stream` before the call and for `event`; a get's copy into device
+ * memory waits for the work on `stream` before the call, then `event` is
+ * recorded after it and later work on `stream` waits for it, and the call
+ * returns once the copy is enqueued. Both null (the default): no ordering;
+ * the caller synchronizes before a put, and a get's bytes are in place when
+ * it returns. */
+typedef struct shelf_gpu_sync {
+  void* stream;
+  void* event;
+} shelf_gpu_sync_t;
+
+/* Options of a put; shelf_put_options_init sets the defaults (1 replica, no
+ * GPU ordering). */
 typedef struct shelf_put_options {
   uint32_t replicas;        /* 1..8 */
   int best_effort;          /* accept fewer replicas than asked */
   int prefer_local;         /* a replica on this host when possible */
   const char* spread_label; /* e.g. "zone", or null */
+  shelf_gpu_sync_t gpu;     /* registered GPU buffers: what the put waits for */
 } shelf_put_options_t;
 void shelf_put_options_init(shelf_put_options_t* options);
 
@@ -202,6 +220,11 @@ int shelf_put_from(shelf_client_t* client, const void* key, size_t key_len, uint
                    int64_t timeout_ms);
 int shelf_get_into_buffer(shelf_client_t* client, const void* key, size_t key_len, uint64_t handle,
                           size_t offset, size_t capacity, size_t* size, int64_t timeout_ms);
+/* shelf_get_into_buffer ordered with the caller's CUDA work by `gpu` (may be
+ * null: none). SHELF_INTERNAL when CUDA refuses the stream or event. */
+int shelf_get_into_buffer_gpu(shelf_client_t* client, const void* key, size_t key_len,
+                              uint64_t handle, size_t offset, size_t capacity, size_t* size,
+                              const shelf_gpu_sync_t* gpu, int64_t timeout_ms);
 
 /* ---------------------------------------------------------------- async */
 
@@ -216,6 +239,14 @@ int shelf_batch_get_into_async(shelf_client_t* client, const void* const* keys,
                                const size_t* key_lens, const uint64_t* handles,
                                const size_t* offsets, const size_t* capacities, size_t n,
                                int64_t timeout_ms, shelf_future_t** future);
+/* shelf_batch_get_into_async ordered with the caller's CUDA work by `gpu`
+ * (may be null: none), set up when the batch runs: work that reads the
+ * blocks is enqueued after the future is done. */
+int shelf_batch_get_into_async_gpu(shelf_client_t* client, const void* const* keys,
+                                   const size_t* key_lens, const uint64_t* handles,
+                                   const size_t* offsets, const size_t* capacities, size_t n,
+                                   const shelf_gpu_sync_t* gpu, int64_t timeout_ms,
+                                   shelf_future_t** future);
 /* Starts a batch put from registered buffers, as above. */
 int shelf_batch_put_from_async(shelf_client_t* client, const void* const* keys,
                                const size_t* key_lens, const uint64_t* handles,

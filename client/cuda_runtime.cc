@@ -1,0 +1,134 @@
+#include "client/cuda_runtime.h"
+
+#include "absl/strings/str_cat.h"
+
+#ifdef SHELF_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace shelf {
+namespace {
+
+#ifdef SHELF_WITH_CUDA
+
+absl::Status Check(const char* what, cudaError_t e) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  // Clears a non-sticky error so that it does not show in a later call.
+  cudaGetLastError();
+  return absl::InternalError(
+      absl::StrCat(what, ": ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
+}
+
+cudaStream_t AsStream(CudaRuntime::Stream s) { return static_cast<cudaStream_t>(s); }
+cudaEvent_t AsEvent(CudaRuntime::Event e) { return static_cast<cudaEvent_t>(e); }
+
+class RealCudaRuntime final : public CudaRuntime {
+ public:
+  bool Built() const override { return true; }
+  absl::Status DeviceCount(int* count) override {
+    return Check("cudaGetDeviceCount", cudaGetDeviceCount(count));
+  }
+  absl::Status GetDevice(int* device) override {
+    return Check("cudaGetDevice", cudaGetDevice(device));
+  }
+  absl::Status SetDevice(int device) override {
+    return Check("cudaSetDevice", cudaSetDevice(device));
+  }
+  absl::Status PointerAttributes(const void* p, PointerInfo* info) override {
+    cudaPointerAttributes attr;
+    if (absl::Status s = Check("cudaPointerGetAttributes", cudaPointerGetAttributes(&attr, p));
+        !s.ok()) {
+      return s;
+    }
+    info->type = attr.type == cudaMemoryTypeDevice    ? MemoryType::kDevice
+                 : attr.type == cudaMemoryTypeManaged ? MemoryType::kManaged
+                                                      : MemoryType::kHost;
+    info->device = attr.device;
+    return absl::OkStatus();
+  }
+  absl::Status HostAlloc(size_t bytes, void** p) override {
+    return Check("cudaHostAlloc", cudaHostAlloc(p, bytes, cudaHostAllocPortable));
+  }
+  void FreeHost(void* p) override { cudaFreeHost(p); }
+  absl::Status StreamCreate(Stream* stream) override {
+    cudaStream_t s = nullptr;
+    absl::Status st =
+        Check("cudaStreamCreate", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *stream = s;
+    return st;
+  }
+  void StreamDestroy(Stream stream) override { cudaStreamDestroy(AsStream(stream)); }
+  absl::Status EventCreate(Event* event) override {
+    cudaEvent_t e = nullptr;
+    absl::Status st =
+        Check("cudaEventCreate", cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    *event = e;
+    return st;
+  }
+  void EventDestroy(Event event) override { cudaEventDestroy(AsEvent(event)); }
+  absl::Status EventRecord(Event event, Stream stream) override {
+    return Check("cudaEventRecord", cudaEventRecord(AsEvent(event), AsStream(stream)));
+  }
+  absl::Status StreamWaitEvent(Stream stream, Event event) override {
+    return Check("cudaStreamWaitEvent", cudaStreamWaitEvent(AsStream(stream), AsEvent(event), 0));
+  }
+  absl::Status MemcpyAsync(void* dst, const void* src, size_t n, CopyKind kind,
+                           Stream stream) override {
+    return Check(kind == CopyKind::kHostToDevice ? "cudaMemcpyAsync to device"
+                                                 : "cudaMemcpyAsync from device",
+                 cudaMemcpyAsync(dst, src, n,
+                                 kind == CopyKind::kHostToDevice ? cudaMemcpyHostToDevice
+                                                                 : cudaMemcpyDeviceToHost,
+                                 AsStream(stream)));
+  }
+  absl::Status StreamSynchronize(Stream stream) override {
+    return Check("cudaStreamSynchronize", cudaStreamSynchronize(AsStream(stream)));
+  }
+  absl::Status EventSynchronize(Event event) override {
+    return Check("cudaEventSynchronize", cudaEventSynchronize(AsEvent(event)));
+  }
+};
+
+#else  // !SHELF_WITH_CUDA
+
+absl::Status NoCuda() {
+  return absl::UnimplementedError(
+      "GPU buffers need libshelf built with CUDA (a CUDA toolkit found at configure time)");
+}
+
+class NoCudaRuntime final : public CudaRuntime {
+ public:
+  bool Built() const override { return false; }
+  absl::Status DeviceCount(int*) override { return NoCuda(); }
+  absl::Status GetDevice(int*) override { return NoCuda(); }
+  absl::Status SetDevice(int) override { return NoCuda(); }
+  absl::Status PointerAttributes(const void*, PointerInfo*) override { return NoCuda(); }
+  absl::Status HostAlloc(size_t, void**) override { return NoCuda(); }
+  void FreeHost(void*) override {}
+  absl::Status StreamCreate(Stream*) override { return NoCuda(); }
+  void StreamDestroy(Stream) override {}
+  absl::Status EventCreate(Event*) override { return NoCuda(); }
+  void EventDestroy(Event) override {}
+  absl::Status EventRecord(Event, Stream) override { return NoCuda(); }
+  absl::Status StreamWaitEvent(Stream, Event) override { return NoCuda(); }
+  absl::Status MemcpyAsync(void*, const void*, size_t, CopyKind, Stream) override {
+    return NoCuda();
+  }
+  absl::Status StreamSynchronize(Stream) override { return NoCuda(); }
+  absl::Status EventSynchronize(Event) override { return NoCuda(); }
+};
+
+#endif  // SHELF_WITH_CUDA
+
+}  // namespace
+
+CudaRuntime* CudaRuntime::Default() {
+#ifdef SHELF_WITH_CUDA
+  static RealCudaRuntime* runtime = new RealCudaRuntime();
+#else
+  static NoCudaRuntime* runtime = new NoCudaRuntime();
+#endif
+  return runtime;
+}
+
+}  // namespace shelf
