@@ -39,8 +39,9 @@ struct GpuStaging::Buffer {
   explicit Buffer(CudaRuntime* c) : cuda(c) {}
   ~Buffer() {
     WaitPending().IgnoreError();
-    for (auto& [device, lane] : lanes) {
-      OnDevice(cuda, device, [this, &lane] {
+    for (auto& entry : lanes) {
+      const Lane& lane = entry.second;
+      OnDevice(cuda, entry.first, [this, &lane] {
         if (lane.event != nullptr) cuda->EventDestroy(lane.event);
         cuda->StreamDestroy(lane.stream);
         return absl::OkStatus();
