@@ -1,11 +1,27 @@
 // Time sources. Deadlines and TTLs use the monotonic clock; only values that
 // cross process boundaries (grant expiry, lease expiry shown to clients) use
 // wall-clock Unix milliseconds.
+//
+// Components whose logic depends on time (the master's TTLs, leases and
+// put timeouts, the store's heartbeat loop) read it, and wait with a
+// timeout, through an injected Clock, as LevelDB's Env::NowMicros: the
+// process uses Clock::Real(), tests a ManualClock (common/manual_clock.h)
+// that they advance instead of sleeping.
+//
+//   Clock* clock = options.clock;            // Clock::Real() by default
+//   uint64_t deadline = clock->NowMs() + wait_ms;
+//   clock->AwaitUntil(&mu_, absl::Condition(&ready_), deadline);
 #ifndef SHELF_COMMON_CLOCK_H_
 #define SHELF_COMMON_CLOCK_H_
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <mutex>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace shelf {
 
@@ -30,6 +46,34 @@ inline uint64_t UnixMs() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+// A source of time, and timed waits measured in it. A deadline passed to a
+// wait is a NowMs() value. Implementations are thread-safe.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+
+  // The system's clocks (MonoMs, UnixMs); never destroyed.
+  static Clock* Real();
+
+  // Monotonic milliseconds.
+  virtual uint64_t NowMs() = 0;
+  // Wall-clock Unix milliseconds.
+  virtual uint64_t UnixMs() = 0;
+
+  // Waits until `cond` holds or NowMs() reaches `deadline_ms`, releasing
+  // `mu` meanwhile, as absl::Mutex::AwaitWithTimeout. Returns whether
+  // `cond` holds; `mu` is held again on return.
+  // REQUIRES: `mu` held exclusively.
+  virtual bool AwaitUntil(absl::Mutex* mu, const absl::Condition& cond, uint64_t deadline_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
+
+  // As AwaitUntil for a std::mutex and the condition variable that is
+  // notified whenever `pred` may have become true. Returns pred().
+  // REQUIRES: `lock` owns its mutex; `pred` reads only what that mutex guards.
+  virtual bool WaitUntil(std::unique_lock<std::mutex>* lock, std::condition_variable* cv,
+                         uint64_t deadline_ms, const std::function<bool()>& pred) = 0;
+};
 
 }  // namespace shelf
 

@@ -18,7 +18,8 @@ namespace shelf {
 Master::Master(MasterOptions options, metrics::Registry* registry)
     : options_(std::move(options)),
       grant_key_(options_.grant_key.empty() ? RandomBytes(32) : options_.grant_key),
-      start_ms_(MonoMs()),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+      start_ms_(clock_->NowMs()),
       metrics_(registry != nullptr ? *registry : DefaultRegistry()) {
   metrics::Registry& r = registry != nullptr ? *registry : DefaultRegistry();
   gauges_.push_back(
@@ -209,7 +210,7 @@ void Master::FillLocation(const Object& obj, const std::string& key, const std::
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [rank, r] : order) FillReplica(*r, obj.size, out->add_replicas());
   if (lease) {
-    uint64_t until_unix = UnixMs() + options_.lease_ms;
+    uint64_t until_unix = clock_->UnixMs() + options_.lease_ms;
     out->set_lease_expires_unix_ms(until_unix);
   }
 }
@@ -230,7 +231,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     return absl::InvalidArgumentError(
         absl::StrCat("replicas=", want, " exceeds the limit of ", kReplicasMax));
   }
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
   if (Object* obj = FindLocked(req.key()); obj != nullptr) {
@@ -287,7 +288,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
       }
     }
     if (put.ranges.size() == want || allow_drop) break;
-    uint64_t t = MonoMs();
+    uint64_t t = clock_->NowMs();
     if (demotions_pending_ == 0 || t >= wait_until) {
       allow_drop = true;
       continue;
@@ -299,11 +300,12 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     put.ranges.clear();
     std::pair<uint64_t*, uint64_t> progress(&frees_, frees_);
     SHELF_SYNC_POINT("Master::PutStart:WaitForRoom");
-    mu_.AwaitWithTimeout(
+    clock_->AwaitUntil(
+        &mu_,
         absl::Condition(
             +[](std::pair<uint64_t*, uint64_t>* p) { return *p->first != p->second; }, &progress),
-        absl::Milliseconds(wait_until - t));
-    now = MonoMs();
+        wait_until);
+    now = clock_->NowMs();
     if (reset_epoch_ != epoch) {
       // The master stepped down (or began a new term) while this call
       // waited: `candidates` name nodes that no longer exist.
@@ -325,7 +327,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
         last.ok() ? "" : absl::StrCat(" (", last.message(), ")")));
   }
   uint64_t put_id = next_put_id_++;
-  uint64_t expires_unix = UnixMs() + options_.put_timeout_ms;
+  uint64_t expires_unix = clock_->UnixMs() + options_.put_timeout_ms;
   resp->set_state(v1::PUT_STARTED);
   resp->set_put_id(put_id);
   resp->set_expires_unix_ms(expires_unix);
@@ -356,7 +358,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
 
 void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* resp) {
   SHELF_SYNC_POINT("Master::PutCommit:Start");
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) {
     for (int i = 0; i < req.put_ids_size(); ++i) {
@@ -460,7 +462,7 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
   for (const std::string& key : req.keys()) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   }
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   absl::ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   metrics_.lookups_lookup.Inc(req.keys_size());
@@ -487,7 +489,7 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
   for (const std::string& key : req.keys()) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   }
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   absl::ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint32_t matched = 0;
@@ -514,7 +516,7 @@ absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* re
   for (const std::string& key : req.keys()) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   }
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   for (const std::string& key : req.keys()) {

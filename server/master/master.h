@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "proto/shelf.pb.h"
 #include "server/master/master_metrics.h"
@@ -75,6 +76,10 @@ struct MasterOptions {
   uint64_t hard_pin_bytes_max = 0;  // per node; 0 = 10% of its DRAM
   uint64_t demote_wait_ms = 2000;   // PutStart waits this long for demotions to free room
   std::string grant_key;            // HMAC key for write grants; random if empty
+  // Every time the master reads (TTLs, leases, put and pin expiry, wall
+  // times it reports) and every timed wait (PutStart waiting for room, a
+  // heartbeat long poll). Must outlive the master.
+  Clock* clock = Clock::Real();
 };
 
 class Master {
@@ -197,9 +202,9 @@ class Master {
     const ObjectKey* key = nullptr;  // points into its shard's map
     uint64_t size = 0;
     uint64_t checksum = 0;
-    uint64_t lease_until_ms = 0;  // MonoMs
-    uint64_t last_access_ms = 0;  // MonoMs
-    uint64_t pin_until_ms = 0;    // soft pin: MonoMs, UINT64_MAX = until unpinned
+    uint64_t lease_until_ms = 0;  // NowMs
+    uint64_t last_access_ms = 0;  // NowMs
+    uint64_t pin_until_ms = 0;    // soft pin: NowMs, UINT64_MAX = until unpinned
     bool hard_pin = false;
     // Out of line: most blocks carry none, and an empty std::string costs
     // 32 bytes in every object.
@@ -227,13 +232,13 @@ class Master {
     std::vector<Segment> segments;
     uint64_t ssd_capacity = 0;
     uint64_t ssd_used = 0;              // as the master accounts it
-    uint64_t ssd_failing_until_ms = 0;  // MonoMs; no demotions before (a demotion failed)
+    uint64_t ssd_failing_until_ms = 0;  // NowMs; no demotions before (a demotion failed)
     std::list<Object*> ssd_lru;
     uint64_t hard_pinned_bytes = 0;
     std::vector<v1::TierMove> outbox;   // orders for the next heartbeat (wake it)
     std::vector<v1::TierMove> notices;  // RECORD/FORGET, ride along (no wake)
     // The DRAM replicas this node held when it was declared dead, kept
-    // until orphans_until_ms (MonoMs): the same process (same incarnation)
+    // until orphans_until_ms (NowMs): the same process (same incarnation)
     // may register again, its memory intact, without knowing the keys of
     // blocks whose RECORD notices it never received.
     std::vector<v1::InventoryEntry> orphans;
@@ -244,7 +249,7 @@ class Master {
     uint64_t size = 0;
     uint64_t checksum = 0;
     std::string parent_key;
-    uint64_t deadline_ms = 0;  // MonoMs
+    uint64_t deadline_ms = 0;  // NowMs
     std::vector<Replica> ranges;
   };
   struct PendingPromote {
@@ -359,6 +364,7 @@ class Master {
 
   const MasterOptions options_;
   const std::string grant_key_;
+  Clock* const clock_;
   const uint64_t start_ms_;
 
   absl::Mutex mu_;

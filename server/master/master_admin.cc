@@ -79,7 +79,7 @@ void Master::BecomeLeader(uint64_t term, std::vector<std::string> expected, uint
   leader_hint_.clear();
   expected_nodes_ = std::move(expected);
   recovering_ = !expected_nodes_.empty();
-  recovery_deadline_ms_ = MonoMs() + grace_ms;
+  recovery_deadline_ms_ = clock_->NowMs() + grace_ms;
   SHELF_LOG(INFO) << "leading" << Kv("term", term) << Kv("expected_nodes", expected_nodes_.size())
                   << Kv("recovering", recovering_);
 }
@@ -122,7 +122,7 @@ void Master::SetLeaderAddress(const std::string& address) {
 }
 
 void Master::Status(v1::StatusResponse* resp) {
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   resp->set_version(SHELF_VERSION);
   std::string self = leader_address_.empty() ? options_.listen_address : leader_address_;
@@ -170,8 +170,8 @@ void Master::Segments(v1::SegmentsResponse* resp) {
 
 absl::Status Master::Stat(const v1::StatRequest& req, v1::StatResponse* resp) {
   if (absl::Status s = ValidateKey(req.key()); !s.ok()) return s;
-  uint64_t now = MonoMs();
-  uint64_t unix_now = UnixMs();
+  uint64_t now = clock_->NowMs();
+  uint64_t unix_now = clock_->UnixMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   Object* obj = FindLocked(req.key());
@@ -191,7 +191,7 @@ absl::Status Master::Stat(const v1::StatRequest& req, v1::StatResponse* resp) {
 }
 
 absl::Status Master::Drain(const v1::DrainRequest& req, v1::DrainResponse* resp) {
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   int idx = FindNodeLocked(req.node());
@@ -209,7 +209,7 @@ absl::Status Master::Drain(const v1::DrainRequest& req, v1::DrainResponse* resp)
 
 absl::Status Master::Evict(const v1::EvictRequest& req, v1::EvictResponse* resp) {
   if (req.bytes() == 0) return absl::InvalidArgumentError("evict needs --bytes > 0");
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   int only = -1;
@@ -234,7 +234,7 @@ absl::Status Master::Evict(const v1::EvictRequest& req, v1::EvictResponse* resp)
 
 absl::Status Master::Pin(const v1::PinRequest& req) {
   if (absl::Status s = ValidateKey(req.key()); !s.ok()) return s;
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   Object* obj = FindLocked(req.key());

@@ -34,7 +34,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
       return absl::InvalidArgumentError("DRAM segment smaller than the allocation alignment");
     }
   }
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint32_t idx;
@@ -227,7 +227,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
 
 absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
   SHELF_SYNC_POINT("Master::Heartbeat:Start");
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   resp->set_term(term_);
@@ -253,10 +253,11 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
       uint64_t seen;
       Node* node;
     } wait{&reset_epoch_, reset_epoch_, &n};
-    mu_.AwaitWithTimeout(
+    clock_->AwaitUntil(
+        &mu_,
         absl::Condition(
             +[](Wait* w) { return *w->epoch != w->seen || !w->node->outbox.empty(); }, &wait),
-        absl::Milliseconds(wait_ms));
+        now + wait_ms);
     if (reset_epoch_ != wait.seen) {
       resp->set_reregister(true);
       return absl::OkStatus();
@@ -499,7 +500,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
 
 absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse* resp) {
   if (absl::Status s = ValidateKey(req.key()); !s.ok()) return s;
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
   auto it = node_by_id_.find(req.node_id());
@@ -537,7 +538,7 @@ absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse*
 }
 
 absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   auto it = promotes_.find(req.promote_id());
@@ -573,8 +574,9 @@ absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
 void Master::Tick() {
   SHELF_SYNC_POINT("Master::Tick:Start");
   absl::MutexLock lock(&mu_);
+  SHELF_SYNC_POINT("Master::Tick:Locked");
   // Read under the lock: every heartbeat stamp is then no later than `now`.
-  const uint64_t now = MonoMs();
+  const uint64_t now = clock_->NowMs();
   if (!leader_) return;
   if (recovering_) {
     size_t reported = 0;

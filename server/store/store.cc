@@ -75,7 +75,10 @@ Store::Metrics::Metrics(metrics::Registry& r)
       ssd_write_seconds(ssd_seconds.WithLabels({"write"})) {}
 
 Store::Store(const StoreOptions& options)
-    : options_(options), incarnation_(RandomIncarnation()), metrics_(DefaultRegistry()) {}
+    : options_(options),
+      clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+      incarnation_(RandomIncarnation()),
+      metrics_(DefaultRegistry()) {}
 
 #if SHELF_WITH_RDMA
 struct Store::Rdma {
@@ -263,7 +266,13 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
   return store;
 }
 
-void Store::Stop() { stopping_.store(true); }
+void Store::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_.store(true);
+  }
+  stop_cv_.notify_all();
+}
 
 absl::StatusOr<DataHandler::Region> Store::Segment(uint32_t id) {
   if (id != kSegmentId) return absl::NotFoundError(absl::StrCat("no segment ", id));
@@ -278,7 +287,7 @@ absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, ui
     key = grant_key_;
   }
   if (key.empty()) return absl::UnavailableError("store not registered with a master yet");
-  return wire::VerifyGrant(key, node_id_, grant, segment_id, offset, length, UnixMs());
+  return wire::VerifyGrant(key, node_id_, grant, segment_id, offset, length, clock_->UnixMs());
 }
 
 absl::Status Store::ReadKey(absl::string_view key, std::string* out) {
@@ -566,7 +575,7 @@ void Store::NoteLocked(const v1::TierMove& notice) {
 void Store::MoverLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_.load()) {
-    moves_cv_.wait_for(lock, std::chrono::milliseconds(100), [this] {
+    clock_->WaitUntil(&lock, &moves_cv_, clock_->NowMs() + 100, [this] {
       return !moves_.empty() || !promotions_.empty() || stopping_.load();
     });
     // A run of moves is reported only once what it wrote to SSD is
@@ -678,7 +687,7 @@ void Store::Run() {
   while (!stopping_.load()) {
     absl::Status s;
     bool more = false;
-    uint64_t started = MonoMs();
+    uint64_t started = clock_->NowMs();
     if (!registered_.load()) {
       s = Register();
     } else {
@@ -690,22 +699,22 @@ void Store::Run() {
       std::lock_guard<std::mutex> lock(mu_);
       // The master holds a heartbeat while it has no orders (long poll),
       // so sleep only what is left of the interval.
-      uint64_t took = MonoMs() - started;
+      uint64_t took = clock_->NowMs() - started;
       sleep_ms = more ? 10 : (took >= heartbeat_interval_ms_ ? 0 : heartbeat_interval_ms_ - took);
       if (!registered_.load()) sleep_ms = 0;
     } else {
-      if (MonoMs() - last_error_log > 5000) {
+      if (clock_->NowMs() - last_error_log > 5000) {
         SHELF_LOG(WARNING) << "master unreachable" << Kv("master", locator_->Current())
                            << Kv("error", s.message());
-        last_error_log = MonoMs();
+        last_error_log = clock_->NowMs();
       }
       // Bounded exponential backoff with jitter.
       sleep_ms = backoff_ms / 2 + rng() % (backoff_ms / 2 + 1);
       backoff_ms = std::min<uint64_t>(backoff_ms * 2, 2000);
     }
-    for (uint64_t slept = 0; slept < sleep_ms && !stopping_.load(); slept += 10) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint64_t>(10, sleep_ms)));
-    }
+    std::unique_lock<std::mutex> lock(mu_);
+    clock_->WaitUntil(&lock, &stop_cv_, clock_->NowMs() + sleep_ms,
+                      [this] { return stopping_.load(); });
   }
   moves_cv_.notify_all();
   mover.join();

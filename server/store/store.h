@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "common/rpc.h"
 #include "coord/master_locator.h"
@@ -61,6 +62,9 @@ struct StoreOptions {
   bool promote_on_hit = false;  // copy SSD blocks that are read back into DRAM
   int max_connections = 1024;
   uint64_t rpc_timeout_ms = 3000;
+  // Time for the heartbeat loop (intervals, backoff), the mover's waits and
+  // grant expiry checks. Must outlive the store.
+  Clock* clock = Clock::Real();
 };
 
 class Store : public DataHandler {
@@ -132,6 +136,7 @@ class Store : public DataHandler {
   void Promote(const Promotion& p);
 
   const StoreOptions options_;
+  Clock* const clock_;
   std::string node_id_;
   std::string data_address_;
   std::string run_dir_;
@@ -169,6 +174,7 @@ class Store : public DataHandler {
   std::deque<Promotion> promotions_;         // guarded by mu_: bounded by kPromotionsMax
   bool moving_ = false;                      // guarded by mu_: a move is running
   std::condition_variable moves_cv_;
+  std::condition_variable stop_cv_;  // notified (under mu_) when stopping_ is set
   std::atomic<bool> registered_{false};
   std::atomic<bool> stopping_{false};
   Metrics metrics_;

@@ -1,5 +1,8 @@
 // In-process master fixtures: a Master with fake-free registrations (a
-// registration is only a request), helpers for puts and lookups.
+// registration is only a request), helpers for puts and lookups. The
+// master runs on a ManualClock: a test moves time with clock_.Advance(),
+// so TTLs, leases and timeouts end exactly where it says, however slow the
+// machine.
 #ifndef SHELF_TESTS_MASTER_MASTER_FIXTURE_H_
 #define SHELF_TESTS_MASTER_MASTER_FIXTURE_H_
 
@@ -8,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "common/manual_clock.h"
 #include "common/metrics.h"
 #include "server/master/master.h"
 
@@ -15,8 +19,10 @@ namespace shelf {
 
 class MasterFixture : public ::testing::Test {
  protected:
-  void Make(MasterOptions o) {
+  // A master with options `o` on `clock` (clock_ when null).
+  void Make(MasterOptions o, Clock* clock = nullptr) {
     master_.reset();  // its metric callbacks live in the old registry
+    o.clock = clock != nullptr ? clock : &clock_;
     registry_ = std::make_unique<metrics::Registry>();
     master_ = std::make_unique<Master>(o, registry_.get());
   }
@@ -109,6 +115,7 @@ class MasterFixture : public ::testing::Test {
     return st.dram_used_bytes();
   }
 
+  ManualClock clock_;  // outlives master_
   std::unique_ptr<metrics::Registry> registry_;
   std::unique_ptr<Master> master_;
 };

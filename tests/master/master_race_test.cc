@@ -1,6 +1,8 @@
 // Races replayed deterministically with named sync points, plus a
 // randomized multi-threaded run checked against the master's invariants.
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -35,12 +37,16 @@ TEST_F(MasterFixture, AStepDownDuringAHeartbeatLongPollFreesNothingInUse) {
     status = master_->Heartbeat(hb, &resp);
     answered.store(true);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  clock_.WaitForWaiters(1);  // the heartbeat waits for orders
   EXPECT_FALSE(answered.load()) << "the heartbeat did not wait for orders";
-  uint64_t t0 = MonoMs();
   master_->StepDown("elsewhere:1");
+  // The clock stands still: only the step-down can end the wait.
+  for (uint64_t t0 = MonoMs(); !answered.load() && MonoMs() - t0 < 10000;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(answered.load()) << "the waiting heartbeat was not woken";
+  if (!answered.load()) clock_.Advance(o.node_ttl_ms);  // let it end
   store.join();
-  EXPECT_LT(MonoMs() - t0, 2000u) << "the waiting heartbeat was not woken";
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_TRUE(resp.reregister());
 }
@@ -55,7 +61,7 @@ TEST_F(MasterFixture, AStepDownDuringAHeartbeatLongPollFreesNothingInUse) {
 TEST_F(MasterFixture, AHeartbeatRacingTheTickerNeverKillsALiveStore) {
   MasterOptions o;
   o.node_ttl_ms = 60000;
-  Make(o);
+  Make(o, Clock::Real());  // real threads racing on real time
   Register("a", 16 * kMiB);
   Register("b", 16 * kMiB);
   std::atomic<bool> stop{false};
@@ -80,6 +86,56 @@ TEST_F(MasterFixture, AHeartbeatRacingTheTickerNeverKillsALiveStore) {
 }
 
 #ifdef SHELF_SYNC_POINTS
+// The same race, placed exactly: at the moment the ticker reads the clock,
+// time moves on and a heartbeat, stamped with the later time, gets in
+// before the ticker compares wherever the ticker does not hold the lock.
+// Read before the lock, `now` was older than the stamp and the silence
+// wrapped; read under it, the heartbeat waits for the tick to end.
+TEST_F(MasterFixture, AHeartbeatStampedAfterTheTickerReadTheClockNeverKillsALiveStore) {
+  MasterOptions o;
+  o.node_ttl_ms = 60000;
+  Make(o);
+  Register("a", 16 * kMiB);
+  const std::thread::id ticker = std::this_thread::get_id();
+  std::atomic<bool> locked{false};  // the ticker holds the master's lock
+  SyncPoint::Get()->SetCallBack("Master::Tick:Locked", [&](void*) { locked.store(true); });
+  SyncPoint::Get()->EnableProcessing();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool heartbeat_read = false;  // guarded by mu
+  std::thread store;
+  absl::Status status;
+  v1::HeartbeatResponse resp;
+  std::atomic<int> ticker_reads{0};
+  clock_.SetReadHook([&] {
+    if (std::this_thread::get_id() != ticker) {
+      std::lock_guard<std::mutex> lock(mu);  // the heartbeat read the clock
+      heartbeat_read = true;
+      cv.notify_all();
+      return;
+    }
+    if (ticker_reads.fetch_add(1) != 0) return;
+    clock_.Advance(1);
+    store = std::thread([&] { status = Heartbeat("a", 1, {}, &resp); });
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return heartbeat_read; });
+    }
+    // Nothing else holds the lock: without the ticker holding it, the
+    // heartbeat gets in now.
+    if (!locked.load()) store.join();
+  });
+  master_->Tick();
+  clock_.SetReadHook(nullptr);
+  if (store.joinable()) store.join();
+  SyncPoint::Get()->DisableProcessing();
+  SyncPoint::Get()->ClearAll();
+  EXPECT_EQ(ticker_reads.load(), 1);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_FALSE(resp.reregister());
+  EXPECT_EQ(master_->metrics().nodes_died.Value(), 0u);
+}
+
 // A put that finds DRAM full orders demotions and waits; the store's
 // report, arriving while it waits, frees room and the put proceeds
 // without dropping anything.
@@ -129,7 +185,7 @@ TEST_F(MasterFixture, LateCommitAfterReclaimIsRejected) {
   SyncPoint::Get()->EnableProcessing();
   absl::Status commit;
   std::thread writer([&] { commit = Commit(r.put_id()); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  clock_.Advance(350);  // past the put timeout of 300 ms
   v1::HeartbeatResponse hb;
   ASSERT_TRUE(Heartbeat("a", 1, {}, &hb).ok());
   master_->Tick();
@@ -151,7 +207,7 @@ TEST_F(MasterFixture, RandomizedConcurrentOperationsKeepInvariants) {
   o.put_timeout_ms = 50;
   o.node_ttl_ms = 60000;
   o.demote_wait_ms = 5;
-  Make(o);
+  Make(o, Clock::Real());  // leases and puts expire while the threads run
   Register("a", 8 * kMiB, 16 * kMiB);
   Register("b", 8 * kMiB);
   std::atomic<bool> stop{false};
