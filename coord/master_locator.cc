@@ -1,13 +1,24 @@
 #include "coord/master_locator.h"
 
+#include <memory>
+#include <optional>
+
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/clock.h"
 #include "coord/election.h"
 #include "coord/etcd_client.h"
 
 namespace shelf {
 
-MasterLocator::~MasterLocator() = default;
+MasterLocator::~MasterLocator() {
+  std::unique_ptr<coord::EtcdWatch> watch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    watch = std::move(watch_);
+  }
+  watch.reset();  // cancels: no callback runs after this
+}
 
 absl::StatusOr<std::unique_ptr<MasterLocator>> MasterLocator::Create(const std::string& spec) {
   std::unique_ptr<MasterLocator> loc(new MasterLocator());
@@ -22,6 +33,8 @@ absl::StatusOr<std::unique_ptr<MasterLocator>> MasterLocator::Create(const std::
     auto client = coord::EtcdClient::Connect(rest.substr(0, slash));
     if (!client.ok()) return client.status();
     loc->etcd_ = *std::move(client);
+    std::lock_guard<std::mutex> lock(loc->mu_);
+    loc->EnsureWatchLocked();  // else Current() reads the key and retries the watch
     return loc;
   }
   for (absl::string_view a : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
@@ -37,9 +50,58 @@ void MasterLocator::RefreshFromEtcdLocked() {
   current_ = leader.ok() ? leader->address : std::string();
 }
 
+bool MasterLocator::EnsureWatchLocked() {
+  if (watch_ != nullptr) return true;
+  uint64_t now = MonoMs();
+  if (now < watch_retry_ms_) return false;
+  // The callback runs on the watch's thread, first before WatchLeader
+  // returns (while mu_ is held here): it must not take mu_ then.
+  struct First {
+    bool pending = true;
+    std::string address;
+  };
+  auto first = std::make_shared<First>();
+  auto watch = coord::LeaderElection::WatchLeader(
+      etcd_.get(), cluster_, [this, first](const std::optional<coord::LeaderInfo>& l) {
+        std::string address = l.has_value() ? l->address : std::string();
+        if (first->pending) {
+          first->pending = false;
+          first->address = address;
+          return;
+        }
+        OnLeaderChange(address);
+      });
+  if (!watch.ok()) {
+    watch_retry_ms_ = now + 1000;
+    return false;
+  }
+  watch_ = *std::move(watch);
+  if (!first->address.empty()) current_ = first->address;
+  return true;
+}
+
+void MasterLocator::OnLeaderChange(const std::string& address) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (address == current_) return;
+    current_ = address;
+  }
+  if (address.empty()) return;  // no leader yet: the next put of the key tells
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  if (listener_) listener_();
+}
+
+void MasterLocator::SetListener(std::function<void()> listener) {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  listener_ = std::move(listener);
+}
+
 std::string MasterLocator::Current() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (etcd_ != nullptr && current_.empty()) RefreshFromEtcdLocked();
+  if (etcd_ != nullptr) {
+    EnsureWatchLocked();
+    if (current_.empty()) RefreshFromEtcdLocked();
+  }
   return current_;
 }
 

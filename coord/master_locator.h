@@ -10,10 +10,16 @@
 //   std::string addr = (*loc)->Current();
 //   ... call; on UNAVAILABLE: (*loc)->Failed(addr, status);
 //
+// With etcd the locator also watches the leader key, so Current() follows
+// a new leader the moment etcd names it, and a listener (SetListener) is
+// told: a store sleeping in its backoff after the old leader died retries
+// at once instead of after the backoff (docs/ha.md, failover timeline).
+//
 // Thread-safe.
 #ifndef SHELF_COORD_MASTER_LOCATOR_H_
 #define SHELF_COORD_MASTER_LOCATOR_H_
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,6 +32,7 @@ namespace shelf {
 
 namespace coord {
 class EtcdClient;
+class EtcdWatch;
 }
 
 class MasterLocator {
@@ -47,9 +54,19 @@ class MasterLocator {
   // "the leader is HOST:PORT" inside a NOT_LEADER message; empty if none.
   static std::string LeaderHint(const absl::Status& status);
 
+  // Calls `listener` (from the watch's thread) each time etcd names a new
+  // leader; nullptr removes it. When this returns, no call to a previous
+  // listener is running. Nothing happens with a static spec.
+  void SetListener(std::function<void()> listener);
+
  private:
   MasterLocator() = default;
   void RefreshFromEtcdLocked();
+  // Starts the leader watch if it is not running; false when etcd cannot
+  // be read now (Current() then reads the key itself and tries again
+  // later).
+  bool EnsureWatchLocked();
+  void OnLeaderChange(const std::string& address);
 
   std::mutex mu_;
   std::vector<std::string> static_;  // constant after Create
@@ -57,6 +74,12 @@ class MasterLocator {
   std::string current_;              // guarded by mu_
   std::unique_ptr<coord::EtcdClient> etcd_;
   std::string cluster_;
+  uint64_t watch_retry_ms_ = 0;  // guarded by mu_: MonoMs of the next watch attempt
+  std::mutex listener_mu_;       // held while the listener runs or changes
+  std::function<void()> listener_;  // guarded by listener_mu_
+  // Declared last: destroyed (cancelled) first, while what its callback
+  // touches is still alive.
+  std::unique_ptr<coord::EtcdWatch> watch_;  // guarded by mu_
 };
 
 }  // namespace shelf

@@ -681,6 +681,14 @@ void Store::Promote(const Promotion& p) {
 
 void Store::Run() {
   std::thread mover([this] { MoverLoop(); });
+  // A new leader named in etcd ends the wait below at once: after the old
+  // leader died, the backoff would otherwise hold the store up to 2 s past
+  // the election, and the new leader's recovery waits for every store.
+  locator_->SetListener([this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++leader_changes_;
+    stop_cv_.notify_all();
+  });
   uint64_t backoff_ms = 100;
   std::mt19937_64 rng(incarnation_);
   uint64_t last_error_log = 0;
@@ -713,9 +721,12 @@ void Store::Run() {
       backoff_ms = std::min<uint64_t>(backoff_ms * 2, 2000);
     }
     std::unique_lock<std::mutex> lock(mu_);
+    uint64_t changes = leader_changes_;
     clock_->WaitUntil(&lock, &stop_cv_, clock_->NowMs() + sleep_ms,
-                      [this] { return stopping_.load(); });
+                      [this, changes] { return stopping_.load() || leader_changes_ != changes; });
+    if (leader_changes_ != changes) backoff_ms = 100;
   }
+  locator_->SetListener(nullptr);
   moves_cv_.notify_all();
   mover.join();
 }

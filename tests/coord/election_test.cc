@@ -14,9 +14,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "coord/master_locator.h"
 #include "tests/coord/etcd_harness.h"
 
 namespace shelf::coord {
@@ -220,6 +222,38 @@ TEST_F(ElectionTest, ResignHandsOverAtOnce) {
   ASSERT_TRUE(b.election().Resign().ok());
   EXPECT_TRUE(absl::IsNotFound(LeaderElection::GetLeader(client_.get(), cluster_).status()));
   (*watch)->Cancel();
+}
+
+// A store's locator follows the leader key: a new leader is known, and the
+// listener told, as soon as etcd names it (the store then retries at once
+// instead of sleeping out its backoff).
+TEST_F(ElectionTest, MasterLocatorFollowsANewLeaderAndTellsItsListener) {
+  Candidate a("a", client_.get(), cluster_, &recorder_);
+  Candidate b("b", client_.get(), cluster_, &recorder_);
+  ASSERT_GT(StartLeader(&a, "a"), 0);
+  auto locator = MasterLocator::Create(absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_));
+  ASSERT_TRUE(locator.ok()) << locator.status();
+  EXPECT_EQ((*locator)->Current(), a.address());
+  absl::Mutex mu;
+  int told = 0;
+  (*locator)->SetListener([&] {
+    absl::MutexLock lock(&mu);
+    ++told;
+  });
+  ASSERT_TRUE(b.election().Start().ok());
+  size_t from = recorder_.size();
+  ASSERT_TRUE(a.election().Resign().ok());
+  ASSERT_TRUE(recorder_.WaitFor(from, 3000, Elected("b")).has_value());
+  {
+    absl::MutexLock lock(&mu);
+    auto was_told = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return told > 0; };
+    EXPECT_TRUE(mu.AwaitWithTimeout(absl::Condition(&was_told), absl::Milliseconds(3000)))
+        << "the listener was not told of the new leader";
+  }
+  // Current() follows the watch, with no failure reported to it.
+  EXPECT_EQ((*locator)->Current(), b.address());
+  (*locator)->SetListener(nullptr);
+  ASSERT_TRUE(b.election().Resign().ok());
 }
 
 TEST_F(ElectionTest, CrashedLeaderIsReplacedAfterItsTtl) {
