@@ -26,7 +26,15 @@ std::string Block(size_t n, uint64_t seed) {
   return s;
 }
 
-void RunCrash(const char* kill_point, bool expect_some_on_ssd) {
+// A master, one store (8 MiB DRAM, 64 MiB SSD) started with the fault
+// point `kill_point`, and a client.
+struct CrashRig {
+  std::unique_ptr<LocalCluster> cluster;
+  int store = -1;
+  std::unique_ptr<Client> client;
+};
+
+void StartRig(const char* kill_point, CrashRig* rig) {
   LocalCluster::Options o;
   o.stores = 0;
   o.dram_bytes = 8ull << 20;
@@ -34,26 +42,34 @@ void RunCrash(const char* kill_point, bool expect_some_on_ssd) {
   o.bin_dir = SHELF_BIN_DIR;
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
+  rig->cluster = *std::move(cluster);
   setenv("SHELF_FAULT_KILL_IN_DEMOTION", kill_point, 1);
-  auto added = (*cluster)->AddStore();
+  auto added = rig->cluster->AddStore();
   unsetenv("SHELF_FAULT_KILL_IN_DEMOTION");
   ASSERT_TRUE(added.ok()) << added.status();
+  rig->store = *added;
   ClientOptions co;
-  co.masters = {(*cluster)->master_address()};
+  co.masters = {rig->cluster->master_address()};
   co.timeout_ms = 5000;
-  std::unique_ptr<Client> client;
-  ASSERT_TRUE(Client::Open(co, &client).ok());
+  ASSERT_TRUE(Client::Open(co, &rig->client).ok());
+}
+
+void RunCrash(const char* kill_point, bool expect_some_on_ssd) {
+  CrashRig rig;
+  ASSERT_NO_FATAL_FAILURE(StartRig(kill_point, &rig));
+  LocalCluster* cluster = rig.cluster.get();
+  Client* client = rig.client.get();
   // Fill past the high watermark: the first demotion kills the store.
   constexpr int kBlocks = 12;
   for (int i = 0; i < kBlocks; ++i) {
     std::string data = Block(1 << 20, i);
     client->Put(absl::StrCat("c", i), data.data(), data.size());
   }
-  Process* store = (*cluster)->store_process(*added);
+  Process* store = cluster->store_process(rig.store);
   ASSERT_NE(store->Wait(10000), -1) << "the store did not reach its kill point";
-  ASSERT_TRUE((*cluster)->WaitForLiveNodes(0, 8000).ok());
-  ASSERT_TRUE((*cluster)->RestartStore(*added).ok());
-  ASSERT_TRUE((*cluster)->WaitForLiveNodes(1, 15000).ok());
+  ASSERT_TRUE(cluster->WaitForLiveNodes(0, 8000).ok());
+  ASSERT_TRUE(cluster->RestartStore(rig.store).ok());
+  ASSERT_TRUE(cluster->WaitForLiveNodes(1, 15000).ok());
   int readable = 0;
   for (int i = 0; i < kBlocks; ++i) {
     std::string got;
@@ -80,22 +96,10 @@ void RunCrash(const char* kill_point, bool expect_some_on_ssd) {
 // its Sync would have let the master free the only DRAM copy of a block
 // the crash then took from the SSD tier (its memtable, without a WAL).
 TEST(DemotionCrashTest, NoDemotionIsReportedBeforeItIsDurable) {
-  LocalCluster::Options o;
-  o.stores = 0;
-  o.dram_bytes = 8ull << 20;
-  o.ssd_bytes = 64ull << 20;
-  o.bin_dir = SHELF_BIN_DIR;
-  auto cluster = LocalCluster::Start(o);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  setenv("SHELF_FAULT_KILL_IN_DEMOTION", "before-sync", 1);
-  auto added = (*cluster)->AddStore();
-  unsetenv("SHELF_FAULT_KILL_IN_DEMOTION");
-  ASSERT_TRUE(added.ok()) << added.status();
-  ClientOptions co;
-  co.masters = {(*cluster)->master_address()};
-  co.timeout_ms = 5000;
-  std::unique_ptr<Client> client;
-  ASSERT_TRUE(Client::Open(co, &client).ok());
+  CrashRig rig;
+  ASSERT_NO_FATAL_FAILURE(StartRig("before-sync", &rig));
+  LocalCluster* cluster = rig.cluster.get();
+  Client* client = rig.client.get();
   // 6 MiB of 8: below the high watermark, so only the order below demotes.
   constexpr int kBlocks = 6;
   for (int i = 0; i < kBlocks; ++i) {
@@ -103,21 +107,21 @@ TEST(DemotionCrashTest, NoDemotionIsReportedBeforeItIsDurable) {
     ASSERT_TRUE(client->Put(absl::StrCat("d", i), data.data(), data.size()).ok());
   }
   std::string out;
-  ASSERT_EQ((*cluster)->Shelfctl({"evict", "--bytes", "4MiB", "--json"}, &out), 0) << out;
+  ASSERT_EQ(cluster->Shelfctl({"evict", "--bytes", "4MiB", "--json"}, &out), 0) << out;
   size_t at = out.find("\"demoted_objects\"");
   ASSERT_NE(at, std::string::npos) << out;
   ASSERT_EQ(std::strtoull(out.c_str() + out.find(':', at) + 1, nullptr, 10), 4u) << out;
-  Process* store = (*cluster)->store_process(*added);
+  Process* store = cluster->store_process(rig.store);
   ASSERT_NE(store->Wait(20000), -1) << "the store did not reach its kill point";
   // What the master believes now, before the store is declared dead.
   std::vector<int> on_ssd;
   for (int i = 0; i < kBlocks; ++i) {
     std::string stat;
-    (*cluster)->Shelfctl({"stat", absl::StrCat("d", i)}, &stat);
+    cluster->Shelfctl({"stat", absl::StrCat("d", i)}, &stat);
     if (stat.find(" ssd offset ") != std::string::npos) on_ssd.push_back(i);
   }
-  ASSERT_TRUE((*cluster)->RestartStore(*added).ok());
-  ASSERT_TRUE((*cluster)->WaitForLiveNodes(1, 15000).ok());
+  ASSERT_TRUE(cluster->RestartStore(rig.store).ok());
+  ASSERT_TRUE(cluster->WaitForLiveNodes(1, 15000).ok());
   for (int i : on_ssd) {
     std::string got;
     Status s = client->Get(absl::StrCat("d", i), &got);
