@@ -274,6 +274,11 @@ template absl::Status ClientImpl::CallMaster(
     grpc::Status (v1::MasterService::Stub::*)(grpc::ClientContext*, const v1::LookupRequest&,
                                               v1::LookupResponse*),
     const v1::LookupRequest&, v1::LookupResponse*, uint64_t);
+template absl::Status ClientImpl::CallMaster(
+    grpc::Status (v1::MasterService::Stub::*)(grpc::ClientContext*,
+                                              const v1::ReleaseLeasesRequest&,
+                                              v1::ReleaseLeasesResponse*),
+    const v1::ReleaseLeasesRequest&, v1::ReleaseLeasesResponse*, uint64_t);
 
 void ClientImpl::Parallel(size_t n, const std::function<void(size_t)>& fn) {
   ParallelFor(transfer_pool_.get(), n, transfer_pool_->threads(), fn);
@@ -330,6 +335,9 @@ Status ClientImpl::MatchPrefix(const std::vector<std::string>& keys, size_t* mat
     v1::MatchPrefixRequest req;
     for (const std::string& k : keys) req.add_keys(k);
     req.set_client_host_id(HostId());
+    // Only the count is returned: the get that follows takes its own
+    // lease, and a lease nobody reads under only keeps blocks from eviction.
+    req.set_no_lease(true);
     v1::MatchPrefixResponse resp;
     absl::Status s = CallMaster(&v1::MasterService::Stub::MatchPrefix, req, &resp, deadline_ms);
     if (!s.ok()) return FromAbsl(s);

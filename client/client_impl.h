@@ -171,6 +171,9 @@ class ClientImpl final : public Client {
   using ReadFn = std::function<absl::Status(size_t, const v1::ObjectLocation&)>;
   absl::Status LookupAndRead(const std::vector<const std::string*>& keys, uint64_t deadline_ms,
                              const ReadFn& read, std::vector<absl::Status>* statuses);
+  // Gives back the leases of `resp` (a Lookup answered at
+  // `leased_at_unix_ms`) once their reads are done. Best effort.
+  void ReleaseLeases(const v1::LookupResponse& resp, uint64_t leased_at_unix_ms);
 
   // ---- client_buffers.cc
   // Puts a registered range; device memory is staged into a bounce buffer

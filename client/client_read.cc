@@ -10,6 +10,13 @@
 #include "common/net.h"
 
 namespace shelf {
+namespace {
+
+// Time a lease release may take: it lets eviction take the blocks sooner
+// but is not needed for correctness (the lease runs out on its own).
+constexpr uint64_t kReleaseTimeoutMs = 1000;
+
+}  // namespace
 
 bool ClientImpl::Offers(const v1::StoreEndpoint& store, v1::TransportKind kind) {
   if (store.transports_size() == 0) {
@@ -178,6 +185,7 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
   v1::LookupResponse resp;
   absl::Status s = CallMaster(&v1::MasterService::Stub::Lookup, req, &resp, deadline_ms);
   if (!s.ok()) return s;
+  const uint64_t leased_at_unix_ms = UnixMs();
   if (resp.objects_size() != static_cast<int>(keys.size())) {
     return absl::InternalError("malformed lookup response");
   }
@@ -185,7 +193,27 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
     const v1::ObjectLocation& loc = resp.objects(static_cast<int>(i));
     (*statuses)[i] = loc.found() ? read(i, loc) : absl::NotFoundError("no such key");
   });
+  ReleaseLeases(resp, leased_at_unix_ms);
   return absl::OkStatus();
+}
+
+void ClientImpl::ReleaseLeases(const v1::LookupResponse& resp, uint64_t leased_at_unix_ms) {
+  // The master counts a lease's holders and forgets them when the lease
+  // runs out; a release that arrives after that could end a later reader's
+  // lease. So a lease is given back only in its first half, far from its
+  // end; a later one is left to run out.
+  v1::ReleaseLeasesRequest req;
+  const uint64_t now = UnixMs();
+  for (const v1::ObjectLocation& loc : resp.objects()) {
+    const uint64_t until = loc.lease_expires_unix_ms();
+    if (!loc.found() || until <= leased_at_unix_ms) continue;
+    if (now >= leased_at_unix_ms + (until - leased_at_unix_ms) / 2) continue;
+    req.add_keys(loc.key());
+  }
+  if (req.keys_size() == 0) return;
+  v1::ReleaseLeasesResponse unused;
+  CallMaster(&v1::MasterService::Stub::ReleaseLeases, req, &unused, MonoMs() + kReleaseTimeoutMs)
+      .IgnoreError();
 }
 
 Status ClientImpl::GetInto(const std::string& key, void* buffer, size_t capacity, size_t* size,

@@ -132,11 +132,11 @@ void Master::PrefetchSlot(const std::string& key) {
 }
 
 void Master::FindBatchLocked(const google::protobuf::RepeatedPtrField<std::string>& keys,
-                             bool stop_at_miss, bool lease, uint64_t now, Object** found,
-                             LookupCounts* counts) {
+                             bool stop_at_miss, bool lease, bool touch, uint64_t now,
+                             Object** found, LookupCounts* counts) {
   // A batch is a run of cache misses (the table slot, then the object):
   // fetch slots a few keys ahead so the misses overlap.
-  const int n = keys.size();
+  int n = keys.size();
   for (int i = 0; i < std::min(n, kPrefetchAhead); ++i) PrefetchSlot(keys[i]);
   for (int i = 0; i < n; ++i) {
     if (i + kPrefetchAhead < n) PrefetchSlot(keys[i + kPrefetchAhead]);
@@ -147,21 +147,39 @@ void Master::FindBatchLocked(const google::protobuf::RepeatedPtrField<std::strin
       found[i] = nullptr;
       if (!stop_at_miss) continue;
       for (int j = i + 1; j < n; ++j) found[j] = nullptr;
-      return;
+      n = i;
+      break;
     }
     Object* obj = found[i] = &it->second;
+    if (!touch) continue;
     // The fields lookups change; the shard orders lookups of one object.
     if (lease) {
+      if (obj->lease_until_ms <= now) obj->lease_holders = 0;
       obj->lease_until_ms = std::max(obj->lease_until_ms, now + options_.lease_ms);
+      ++obj->lease_holders;
       ++counts->leases;
     }
     TouchLocked(obj, now);
   }
+  if (touch) MoveToBackLocked(found, n);
 }
 
-void Master::TouchLocked(Object* obj, uint64_t now) {
-  obj->last_access_ms = now;
-  for (Replica& r : obj->replicas) r.referenced = true;
+void Master::TouchLocked(Object* obj, uint64_t now) { obj->last_access_ms = now; }
+
+void Master::MoveToBackLocked(Object* const* objs, int n) {
+  // Replicas and list positions change only under mu_ held exclusively, so
+  // reading them under mu_ shared is safe; the splices race only with
+  // other lookups, which lru_mu_ orders.
+  absl::MutexLock lock(&lru_mu_);
+  for (int i = 0; i < n; ++i) {
+    if (objs[i] == nullptr) continue;
+    for (const Replica& r : objs[i]->replicas) {
+      Node& node = *nodes_[r.node];
+      std::list<Object*>& lru =
+          r.tier == v1::TIER_DRAM ? node.segments[r.segment].lru : node.ssd_lru;
+      lru.splice(lru.end(), lru, r.lru);
+    }
+  }
 }
 
 void Master::FillFoundLocked(const Object& obj, const std::string& key,
@@ -237,6 +255,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   if (Object* obj = FindLocked(req.key()); obj != nullptr) {
     metrics_.dedup_hits.Inc();
     TouchLocked(obj, now);
+    MoveToBackLocked(&obj, 1);
     resp->set_state(v1::PUT_ALREADY_EXISTS);
     return absl::OkStatus();
   }
@@ -468,16 +487,17 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
   metrics_.lookups_lookup.Inc(req.keys_size());
   LookupCounts counts;
   Object* found[kBatchKeysMax];
-  FindBatchLocked(req.keys(), false, !req.no_lease(), now, found, &counts);
+  const bool lease = !req.no_lease() && !req.peek();
+  FindBatchLocked(req.keys(), false, lease, !req.peek(), now, found, &counts);
   for (int i = 0; i < req.keys_size(); ++i) {
     v1::ObjectLocation* loc = resp->add_objects();
     if (found[i] == nullptr) {
       loc->set_key(req.keys(i));
     } else {
-      FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), !req.no_lease(), loc, &counts);
+      FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), lease, loc, &counts);
     }
   }
-  counts.AddTo(metrics_);
+  if (!req.peek()) counts.AddTo(metrics_);
   return absl::OkStatus();
 }
 
@@ -495,7 +515,7 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
   uint32_t matched = 0;
   LookupCounts counts;
   Object* found[kBatchKeysMax];
-  FindBatchLocked(req.keys(), true, !req.no_lease(), now, found, &counts);
+  FindBatchLocked(req.keys(), true, !req.no_lease(), true, now, found, &counts);
   for (int i = 0; i < req.keys_size() && found[i] != nullptr; ++i) {
     FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), !req.no_lease(),
                     resp->add_objects(), &counts);
@@ -505,6 +525,36 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
   metrics_.lookups_match.Inc(std::min<uint64_t>(matched + 1, req.keys_size()));
   counts.AddTo(metrics_);
   resp->set_matched(matched);
+  return absl::OkStatus();
+}
+
+absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
+  if (static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a lease release takes at most ", kBatchKeysMax, " keys, got ",
+                     req.keys_size()));
+  }
+  for (const std::string& key : req.keys()) {
+    if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+  }
+  uint64_t now = MonoMs();
+  // Shared, like a lookup: only the lease fields change, under the shard.
+  absl::ReaderMutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
+  uint64_t released = 0;
+  for (const std::string& key : req.keys()) {
+    Shard& shard = ShardOf(key);
+    absl::MutexLock shard_lock(&shard.mu);
+    auto it = shard.objects.find(key);
+    if (it == shard.objects.end()) continue;
+    Object& obj = it->second;
+    if (obj.lease_until_ms <= now || obj.lease_holders == 0) continue;
+    if (--obj.lease_holders == 0) {
+      obj.lease_until_ms = 0;
+      ++released;
+    }
+  }
+  if (released != 0) metrics_.leases_released.Inc(released);
   return absl::OkStatus();
 }
 

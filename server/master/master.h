@@ -18,9 +18,9 @@
 // MatchPrefix, Stat) hold `mu_` shared and one shard at a time, so they run
 // in parallel with each other; everything that changes nodes, ranges or
 // LRU order holds `mu_` exclusively, so it never sees a lookup half done.
-// A lookup changes only its object's lease and access marks. LRU order is
-// kept by CLOCK (second chance): a lookup marks the replica referenced and
-// eviction moves a referenced replica to the back instead of evicting it.
+// A lookup changes only its object's lease and access time, and moves its
+// replicas to the back of their LRU lists under `lru_mu_` (one lock per
+// batch), so the lists hold exact LRU order.
 // Critical sections do no I/O and no allocation proportional to more than
 // one request.
 #ifndef SHELF_SERVER_MASTER_MASTER_H_
@@ -111,6 +111,11 @@ class Master {
   // Reads.
   absl::Status Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp);
   absl::Status MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPrefixResponse* resp);
+  // Gives back one lease on each key (taken by a Lookup or MatchPrefix
+  // whose reader is done). A key whose every lease is given back is no
+  // longer leased: eviction may take it at once. Unknown keys and keys
+  // without a running lease are ignored.
+  absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req);
   absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp);
 
   // Admin.
@@ -170,8 +175,7 @@ class Master {
     uint64_t offset = 0;
     std::list<Object*>::iterator lru;  // position in its node's tier list
     v1::Tier tier = v1::TIER_DRAM;
-    bool demoting = false;    // a DEMOTE order is out for this replica
-    bool referenced = false;  // read since eviction last passed it (CLOCK)
+    bool demoting = false;  // a DEMOTE order is out for this replica
   };
   // A key stored in the index: up to 24 bytes inline (content keys are 17,
   // docs/keys.md), longer ones on the heap.
@@ -206,6 +210,9 @@ class Master {
     uint64_t last_access_ms = 0;  // NowMs
     uint64_t pin_until_ms = 0;    // soft pin: NowMs, UINT64_MAX = until unpinned
     bool hard_pin = false;
+    // Leases granted since the lease last ran out and not yet given back;
+    // the lease ends at lease_until_ms or when this drops to 0.
+    uint32_t lease_holders = 0;
     // Out of line: most blocks carry none, and an empty std::string costs
     // 32 bytes in every object.
     std::unique_ptr<std::string> parent_key;
@@ -298,9 +305,10 @@ class Master {
   // of `keys`, granting a lease (when `lease`) and marking the access under
   // the key's shard. Nothing can leave the index while mu_ is held, so the
   // pointers stay valid until it is released. With `stop_at_miss`, keys
-  // after the first absent one are not looked for (null).
+  // after the first absent one are not looked for (null). Without `touch`,
+  // neither lease nor access is marked (a peek).
   void FindBatchLocked(const google::protobuf::RepeatedPtrField<std::string>& keys,
-                       bool stop_at_miss, bool lease, uint64_t now, Object** found,
+                       bool stop_at_miss, bool lease, bool touch, uint64_t now, Object** found,
                        LookupCounts* counts) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static constexpr int kPrefetchAhead = 6;
   // Starts loading the table slot of `key` (no shard lock: see the body).
@@ -314,9 +322,13 @@ class Master {
   int FindNodeLocked(const std::string& id_or_address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillLocation(const Object& obj, const std::string& key, const std::string& client_host,
                     bool lease, v1::ObjectLocation* out) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Marks an access: last_access_ms and the CLOCK bit of every replica.
-  // Under mu_ shared, the caller holds the object's shard.
+  // Marks an access: last_access_ms. Under mu_ shared, the caller holds the
+  // object's shard.
   void TouchLocked(Object* obj, uint64_t now) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Moves every replica of the `n` objects (null entries skipped) to the
+  // back of its LRU list, in order: the last one is the most recent.
+  void MoveToBackLocked(Object* const* objs, int n) ABSL_SHARED_LOCKS_REQUIRED(mu_)
+      ABSL_LOCKS_EXCLUDED(lru_mu_);
   // Unlinks replica `r` of `obj` from its LRU and frees its space (now, or
   // when the object's lease ends).
   void ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now)
@@ -339,12 +351,25 @@ class Master {
   // without, only orders demotions (asynchronous) and fails.
   absl::StatusOr<Replica> AllocateOnNodeLocked(uint32_t node, uint64_t size, uint64_t now,
                                                bool allow_drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What an eviction pass may do with a victim.
+  enum class EvictMode {
+    // Order demotions (asynchronous); drop only a DRAM replica whose block
+    // has a copy on the node's SSD. The watermark pass: a block that cannot
+    // be demoted stays until a put needs its room (a drop frees room at
+    // once, so keeping free room ahead of puts would only waste capacity).
+    kDemote,
+    // Demote where possible, else drop (shelfctl evict).
+    kDemoteOrDrop,
+    // Drop now: a put needs the room (no demotions: they are not done yet).
+    kDrop,
+  };
   // Evicts (or demotes) from `seg` of `node` until `target_used` bytes are
-  // used or nothing more is evictable. `demote_ok`: may order demotions
-  // (asynchronous) instead of dropping. Returns bytes freed now.
-  uint64_t EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target_used, bool demote_ok,
+  // used or nothing more is evictable. Returns bytes freed now.
+  uint64_t EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target_used, EvictMode mode,
                               uint64_t now, v1::EvictResponse* stats)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `node` can take demotions now (an SSD tier that is not failing).
+  bool CanDemoteLocked(const Node& n, uint64_t now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops least recently used SSD replicas of `node` until its SSD tier
   // holds at most `target_used` bytes (or nothing more is evictable).
   void EvictSsdLocked(uint32_t node, uint64_t target_used, uint64_t now)
@@ -368,6 +393,9 @@ class Master {
   const uint64_t start_ms_;
 
   absl::Mutex mu_;
+  // The LRU lists change under mu_ held exclusively, or under mu_ shared
+  // plus this (lookups moving what they found to the back).
+  absl::Mutex lru_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::vector<std::unique_ptr<Node>> nodes_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> node_by_id_ ABSL_GUARDED_BY(mu_);
   std::array<Shard, kShards> shards_;  // each shard's mutex is taken after mu_

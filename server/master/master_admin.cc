@@ -225,7 +225,7 @@ absl::Status Master::Evict(const v1::EvictRequest& req, v1::EvictResponse* resp)
       if (left == 0) break;
       uint64_t used = seg.alloc->used();
       uint64_t target = used > left ? used - left : 0;
-      uint64_t freed = EvictSegmentLocked(i, &seg, target, true, now, resp);
+      uint64_t freed = EvictSegmentLocked(i, &seg, target, EvictMode::kDemoteOrDrop, now, resp);
       left -= std::min(left, freed);
     }
   }

@@ -34,6 +34,9 @@ struct MasterMetrics {
         leases_granted(r.AddCounter("shelf_master_leases_granted_total",
                                     "Read leases granted or extended by lookups")
                            .WithLabels()),
+        leases_released(r.AddCounter("shelf_master_leases_released_total",
+                                     "Leases ended early: every holder gave its lease back")
+                            .WithLabels()),
         promotions(r.AddCounter("shelf_master_promotions_total",
                                 "SSD-to-DRAM promotions committed")
                        .WithLabels()),
@@ -62,6 +65,7 @@ struct MasterMetrics {
   metrics::Counter& demotions_ok;
   metrics::Counter& demotions_failed;
   metrics::Counter& leases_granted;
+  metrics::Counter& leases_released;
   metrics::Counter& promotions;
   metrics::Counter& removes;
   metrics::Counter& nodes_died;

@@ -333,26 +333,42 @@ std::vector<uint32_t> Master::PlaceLocked(const v1::PutOptions& opts,
     for (const Segment& s : n.segments) fits |= s.alloc->capacity() >= size;
     if (fits) live.push_back(i);
   }
-  auto free_bytes = [&](uint32_t i) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    uint64_t f = 0;
-    for (const Segment& s : nodes_[i]->segments) f += s.alloc->free_bytes();
-    return f;
+  // Stores with room for the block first, most free space first. Then
+  // the full ones, the one whose least recently used block was used
+  // longest ago first: the put evicts there, so the stores together evict
+  // as one LRU rather than each its own share. Ties are broken at random
+  // so equal stores share load.
+  struct Rank {
+    bool room = false;
+    uint64_t free = 0;
+    uint64_t oldest_ms = UINT64_MAX;
+    uint32_t node = 0;
   };
-  // Most free space first; ties broken at random so equal stores share load.
-  std::vector<std::pair<uint64_t, uint32_t>> ranked;
-  for (uint32_t i : live) ranked.push_back({free_bytes(i), i});
+  std::vector<Rank> ranked;
+  for (uint32_t i : live) {
+    Rank r;
+    r.node = i;
+    for (const Segment& s : nodes_[i]->segments) {
+      r.free += s.alloc->free_bytes();
+      r.room |= s.alloc->largest_free() >= s.alloc->RoundUp(size);
+      if (!s.lru.empty()) r.oldest_ms = std::min(r.oldest_ms, s.lru.front()->last_access_ms);
+    }
+    ranked.push_back(r);
+  }
   std::shuffle(ranked.begin(), ranked.end(), std::default_random_engine(std::rand()));
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Rank& a, const Rank& b) {
+    if (a.room != b.room) return a.room;
+    return a.room ? a.free > b.free : a.oldest_ms < b.oldest_ms;
+  });
   std::vector<uint32_t> order;
   if (opts.prefer_local()) {
     const std::string& host = opts.client_host_id().empty() ? client_host : opts.client_host_id();
-    for (const auto& [f, i] : ranked) {
-      if (nodes_[i]->endpoint.host_id() == host) order.push_back(i);
+    for (const Rank& r : ranked) {
+      if (nodes_[r.node]->endpoint.host_id() == host) order.push_back(r.node);
     }
   }
-  for (const auto& [f, i] : ranked) {
-    if (std::find(order.begin(), order.end(), i) == order.end()) order.push_back(i);
+  for (const Rank& r : ranked) {
+    if (std::find(order.begin(), order.end(), r.node) == order.end()) order.push_back(r.node);
   }
   if (!opts.spread_label().empty()) {
     // Distinct label values first, then the rest.
@@ -377,11 +393,11 @@ absl::StatusOr<Master::Replica> Master::AllocateOnNodeLocked(uint32_t node, uint
     Segment& seg = n.segments[si];
     if (seg.alloc->capacity() < size) continue;
     absl::StatusOr<uint64_t> off = seg.alloc->Allocate(size);
-    if (!off.ok() && !allow_drop) {
+    if (!off.ok() && !allow_drop && CanDemoteLocked(n, now)) {
       // Full: start demotions (they free room asynchronously).
       EvictSegmentLocked(node, &seg,
-                         static_cast<uint64_t>(options_.evict_low * seg.alloc->capacity()), true,
-                         now, nullptr);
+                         static_cast<uint64_t>(options_.evict_low * seg.alloc->capacity()),
+                         EvictMode::kDemote, now, nullptr);
     }
     if (!off.ok() && allow_drop) {
       // No room and no time left to wait: drop LRU victims here, one at a
@@ -389,7 +405,7 @@ absl::StatusOr<Master::Replica> Master::AllocateOnNodeLocked(uint32_t node, uint
       size_t budget = seg.lru.size();
       while (!off.ok() && budget-- > 0) {
         uint64_t target = seg.alloc->used() > size ? seg.alloc->used() - size : 0;
-        if (EvictSegmentLocked(node, &seg, target, false, now, nullptr) == 0) break;
+        if (EvictSegmentLocked(node, &seg, target, EvictMode::kDrop, now, nullptr) == 0) break;
         off = seg.alloc->Allocate(size);
       }
     }
@@ -401,10 +417,11 @@ absl::StatusOr<Master::Replica> Master::AllocateOnNodeLocked(uint32_t node, uint
       r.offset = *off;
       // Past the high watermark: start demotions now rather than at the
       // next tick, so headroom returns before writers run out of it.
-      if (seg.settled_used() > options_.evict_high * seg.alloc->capacity()) {
+      if (seg.settled_used() > options_.evict_high * seg.alloc->capacity() &&
+          CanDemoteLocked(n, now)) {
         EvictSegmentLocked(node, &seg,
-                           static_cast<uint64_t>(options_.evict_low * seg.alloc->capacity()), true,
-                           now, nullptr);
+                           static_cast<uint64_t>(options_.evict_low * seg.alloc->capacity()),
+                           EvictMode::kDemote, now, nullptr);
       }
       return r;
     }
@@ -426,14 +443,18 @@ bool Master::EvictableLocked(const Object& obj, uint64_t now, bool allow_soft_pi
   return true;
 }
 
+bool Master::CanDemoteLocked(const Node& n, uint64_t now) const {
+  return n.ssd_capacity > 0 && n.ssd_failing_until_ms <= now;
+}
+
 uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target_used,
-                                    bool demote_ok, uint64_t now, v1::EvictResponse* stats) {
+                                    EvictMode mode, uint64_t now, v1::EvictResponse* stats) {
   Node& n = *nodes_[node];
+  const bool demote_ok = mode != EvictMode::kDrop;
   uint64_t freed = 0;
-  // Pass 0 gives every replica read since the last scan its second chance
-  // (to the back, mark cleared); pass 1 takes the rest in LRU order; pass 2
-  // takes soft-pinned blocks too.
-  for (int pass = 0; pass < 3; ++pass) {
+  // The list is in LRU order (lookups move what they find to the back).
+  // Pass 0 skips soft-pinned blocks; pass 1 takes them too.
+  for (int pass = 0; pass < 2; ++pass) {
     for (auto it = seg->lru.begin(); it != seg->lru.end();) {
       // Demotions already ordered will free their bytes: count them done,
       // unless this pass must make room now (it drops; a demotion may yet
@@ -447,12 +468,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
         if (r.node == node && r.tier == v1::TIER_SSD) has_ssd_here = true;
       }
       if (rep == nullptr) continue;
-      if (rep->referenced) {
-        rep->referenced = false;
-        seg->lru.splice(seg->lru.end(), seg->lru, rep->lru);
-        continue;
-      }
-      if (!EvictableLocked(*obj, now, pass == 2, demote_ok)) continue;
+      if (!EvictableLocked(*obj, now, pass == 1, demote_ok)) continue;
       uint64_t aligned = seg->alloc->RoundUp(obj->size);
       uint64_t ssd_high = static_cast<uint64_t>(options_.ssd_evict_high * n.ssd_capacity);
       bool can_demote =
@@ -464,6 +480,9 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
         can_demote = n.ssd_used + obj->size <= ssd_high;
       }
       if (!can_demote && obj->lease_until_ms > now) continue;  // leased: cannot drop
+      // The watermark pass drops only what stays on SSD here; the rest
+      // keeps its room until a put needs it.
+      if (!can_demote && mode == EvictMode::kDemote && !has_ssd_here) continue;
       if (can_demote) {
         v1::TierMove m;
         m.set_move_id(next_move_id_++);
@@ -635,9 +654,9 @@ void Master::Tick() {
     if (n.state == v1::NODE_DEAD) continue;
     for (Segment& seg : n.segments) {
       uint64_t cap = seg.alloc->capacity();
-      if (seg.settled_used() > options_.evict_high * cap) {
-        EvictSegmentLocked(i, &seg, static_cast<uint64_t>(options_.evict_low * cap), true, now,
-                           nullptr);
+      if (seg.settled_used() > options_.evict_high * cap && CanDemoteLocked(n, now)) {
+        EvictSegmentLocked(i, &seg, static_cast<uint64_t>(options_.evict_low * cap),
+                           EvictMode::kDemote, now, nullptr);
       }
     }
     // The SSD tier has its own watermarks: drop its least recently used.
@@ -649,28 +668,21 @@ void Master::Tick() {
 
 void Master::EvictSsdLocked(uint32_t node, uint64_t target_used, uint64_t now) {
   Node& n = *nodes_[node];
-  // Pass 0 gives replicas read since the last scan a second chance (CLOCK).
-  for (int pass = 0; pass < 2; ++pass) {
-    for (auto it = n.ssd_lru.begin(); it != n.ssd_lru.end() && n.ssd_used > target_used;) {
-      Object* obj = *it++;
-      size_t k = 0;
-      while (k < obj->replicas.size() &&
-             !(obj->replicas[k].node == node && obj->replicas[k].tier == v1::TIER_SSD)) {
-        ++k;
-      }
-      if (k == obj->replicas.size()) continue;
-      if (obj->replicas[k].referenced) {
-        obj->replicas[k].referenced = false;
-        n.ssd_lru.splice(n.ssd_lru.end(), n.ssd_lru, obj->replicas[k].lru);
-        continue;
-      }
-      if (!EvictableLocked(*obj, now, false, false)) continue;
-      Replica victim = obj->replicas[k];
-      obj->replicas.erase(obj->replicas.begin() + k);
-      ReleaseReplicaLocked(obj, victim, now);
-      metrics_.evictions.Inc();
-      if (obj->replicas.empty()) EraseIndexLocked(obj);
+  // In LRU order (lookups move what they find to the back).
+  for (auto it = n.ssd_lru.begin(); it != n.ssd_lru.end() && n.ssd_used > target_used;) {
+    Object* obj = *it++;
+    size_t k = 0;
+    while (k < obj->replicas.size() &&
+           !(obj->replicas[k].node == node && obj->replicas[k].tier == v1::TIER_SSD)) {
+      ++k;
     }
+    if (k == obj->replicas.size()) continue;
+    if (!EvictableLocked(*obj, now, false, false)) continue;
+    Replica victim = obj->replicas[k];
+    obj->replicas.erase(obj->replicas.begin() + k);
+    ReleaseReplicaLocked(obj, victim, now);
+    metrics_.evictions.Inc();
+    if (obj->replicas.empty()) EraseIndexLocked(obj);
   }
 }
 

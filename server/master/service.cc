@@ -105,6 +105,13 @@ grpc::Status MasterServiceImpl::MatchPrefix(grpc::ServerContext* ctx,
   return rpc_scope.Done(ToGrpc(master_->MatchPrefix(*req, resp)));
 }
 
+grpc::Status MasterServiceImpl::ReleaseLeases(grpc::ServerContext* ctx,
+                                              const v1::ReleaseLeasesRequest* req,
+                                              v1::ReleaseLeasesResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return rpc_scope.Done(ToGrpc(master_->ReleaseLeases(*req)));
+}
+
 grpc::Status MasterServiceImpl::Remove(grpc::ServerContext* ctx, const v1::RemoveRequest* req,
                                        v1::RemoveResponse* resp) {
   SHELF_CHECK_TOKEN();

@@ -29,6 +29,8 @@ class MasterServiceImpl final : public v1::MasterService::Service {
                       v1::LookupResponse* resp) override;
   grpc::Status MatchPrefix(grpc::ServerContext* ctx, const v1::MatchPrefixRequest* req,
                            v1::MatchPrefixResponse* resp) override;
+  grpc::Status ReleaseLeases(grpc::ServerContext* ctx, const v1::ReleaseLeasesRequest* req,
+                             v1::ReleaseLeasesResponse* resp) override;
   grpc::Status Remove(grpc::ServerContext* ctx, const v1::RemoveRequest* req,
                       v1::RemoveResponse* resp) override;
   grpc::Status Promote(grpc::ServerContext* ctx, const v1::PromoteRequest* req,

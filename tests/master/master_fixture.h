@@ -109,6 +109,16 @@ class MasterFixture : public ::testing::Test {
     return resp.objects(0);
   }
 
+  // A lookup that takes no lease and is not an access.
+  v1::ObjectLocation Peek(const std::string& key) {
+    v1::LookupRequest req;
+    req.add_keys(key);
+    req.set_peek(true);
+    v1::LookupResponse resp;
+    EXPECT_TRUE(master_->Lookup(req, &resp).ok());
+    return resp.objects(0);
+  }
+
   uint64_t DramUsed() {
     v1::StatusResponse st;
     master_->Status(&st);

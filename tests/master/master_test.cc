@@ -182,6 +182,115 @@ TEST_F(MasterFixture, EvictionSkipsLeasedAndPinnedAndFailsFastWhenNothingIsEvict
   EXPECT_EQ(clock_.waiters(), 0u);
 }
 
+// Without an SSD tier nothing can be demoted, and a drop frees room at
+// once: the watermarks must not keep a tenth of the DRAM empty.
+TEST_F(MasterFixture, DramOnlyEvictionDropsOnlyWhatAPutNeeds) {
+  MasterOptions o;  // the default watermarks, 0.95 / 0.85
+  o.demote_wait_ms = 100;
+  Make(o);
+  Register("a", 20 * kMiB);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Put("k" + std::to_string(i), kMiB).ok());
+  master_->Tick();
+  EXPECT_EQ(DramUsed(), 20 * kMiB);  // full, past the high mark: nothing dropped
+  EXPECT_EQ(master_->metrics().evictions.Value(), 0u);
+  ASSERT_TRUE(Put("new", kMiB).ok());
+  EXPECT_EQ(DramUsed(), 20 * kMiB);  // one block made room for one
+  EXPECT_EQ(master_->metrics().evictions.Value(), 1u);
+  EXPECT_FALSE(Peek("k0").found());  // the least recently used
+  EXPECT_TRUE(Peek("k1").found());
+}
+
+// Lookups keep the lists in exact LRU order: the block read least recently
+// goes first, whatever the order the blocks were put in.
+TEST_F(MasterFixture, EvictionFollowsTheOrderOfLookups) {
+  Register("a", 4 * kMiB);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Put("k" + std::to_string(i), kMiB).ok());
+  Lookup("k1", false);
+  Lookup("k0", false);  // recency now k2 < k3 < k1 < k0
+  ASSERT_TRUE(Put("n0", kMiB).ok());
+  ASSERT_TRUE(Put("n1", kMiB).ok());
+  EXPECT_FALSE(Peek("k2").found());
+  EXPECT_FALSE(Peek("k3").found());
+  ASSERT_TRUE(Put("n2", kMiB).ok());
+  EXPECT_FALSE(Peek("k1").found());  // read before k0, so it goes first
+  EXPECT_TRUE(Peek("k0").found());
+}
+
+// With every store full, a put goes to the store whose least recently
+// used block is the oldest: the stores evict as one LRU.
+TEST_F(MasterFixture, FullStoresTakeAPutWhereTheOldestBlockIs) {
+  Register("a", 2 * kMiB);
+  Register("b", 2 * kMiB);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Put("k" + std::to_string(i), kMiB).ok());
+  std::vector<std::string> on_a, on_b;
+  for (int i = 0; i < 4; ++i) {
+    std::string k = "k" + std::to_string(i);
+    (Peek(k).replicas(0).store().node_id() == "a" ? on_a : on_b).push_back(k);
+  }
+  ASSERT_EQ(on_a.size(), 2u);  // the most free space first: one each in turn
+  Sleep(5);
+  for (const std::string& k : on_a) Lookup(k, false);  // b now holds the oldest
+  // Each store's two oldest go in turn: b, b, a, a, b, b, ...
+  for (int round = 0; round < 8; ++round) {
+    Sleep(5);
+    std::string k = "n" + std::to_string(round);
+    ASSERT_TRUE(Put(k, kMiB).ok());
+    EXPECT_EQ(Peek(k).replicas(0).store().node_id(), round / 2 % 2 == 0 ? "b" : "a") << round;
+  }
+  for (const std::string& k : on_a) EXPECT_FALSE(Peek(k).found());
+  EXPECT_EQ(master_->metrics().evictions.Value(), 8u);
+}
+
+// A peek (monitoring) neither leases nor counts as an access.
+TEST_F(MasterFixture, PeekLookupLeavesLeaseAndOrderAlone) {
+  Register("a", 2 * kMiB);
+  ASSERT_TRUE(Put("k0", kMiB).ok());
+  ASSERT_TRUE(Put("k1", kMiB).ok());
+  v1::ObjectLocation loc = Peek("k0");
+  ASSERT_TRUE(loc.found());
+  EXPECT_EQ(loc.lease_expires_unix_ms(), 0u);
+  ASSERT_TRUE(Put("n0", kMiB).ok());
+  EXPECT_FALSE(Peek("k0").found());  // still the least recently used
+  EXPECT_TRUE(Peek("k1").found());
+  EXPECT_EQ(master_->metrics().leases_granted.Value(), 0u);
+}
+
+// A lease ends when every reader that took it gives it back, not only when
+// it runs out: eviction then takes the block in its LRU turn.
+TEST_F(MasterFixture, ReleasedLeasesLetEvictionTakeTheBlock) {
+  MasterOptions o;
+  o.lease_ms = 60000;  // never runs out during the test
+  o.demote_wait_ms = 100;
+  Make(o);
+  Register("a", 2 * kMiB);
+  ASSERT_TRUE(Put("k0", kMiB).ok());
+  ASSERT_TRUE(Put("k1", kMiB).ok());
+  Lookup("k0");
+  Lookup("k0");  // two readers of k0
+  Lookup("k1");  // recency k0 < k1
+  auto release = [this](std::vector<std::string> keys) {
+    v1::ReleaseLeasesRequest req;
+    for (const std::string& k : keys) req.add_keys(k);
+    return master_->ReleaseLeases(req);
+  };
+  ASSERT_TRUE(release({"k0", "k1", "unknown"}).ok());
+  // k0 still has a reader: the put takes k1, although k0 is older.
+  ASSERT_TRUE(Put("n0", kMiB).ok());
+  EXPECT_TRUE(Peek("k0").found());
+  EXPECT_FALSE(Peek("k1").found());
+  // The last reader of k0 gives it back (a release more is ignored): the
+  // next put takes k0, older than n0.
+  ASSERT_TRUE(release({"k0", "k0"}).ok());
+  ASSERT_TRUE(Put("n1", kMiB).ok());
+  EXPECT_FALSE(Peek("k0").found());
+  EXPECT_TRUE(Peek("n0").found());
+  EXPECT_EQ(master_->metrics().leases_released.Value(), 2u);
+  // Too many keys is refused.
+  v1::ReleaseLeasesRequest big;
+  for (size_t i = 0; i <= kBatchKeysMax; ++i) big.add_keys("k");
+  EXPECT_EQ(master_->ReleaseLeases(big).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(MasterFixture, DemotionProtocolMovesReplicasToSsd) {
   Register("a", 4 * kMiB, 64 * kMiB);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(Put("k" + std::to_string(i), kMiB).ok());

@@ -12,7 +12,9 @@
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/rpc.h"
 #include "common/units.h"
+#include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
@@ -154,6 +156,82 @@ bool WriteSvg(const std::string& path, const std::vector<Window>& w, double lru,
   return std::fclose(f) == 0;
 }
 
+// The prefix chains of a trace: each block's parent (the block before it in
+// the first request that holds it) and every block in order of first use,
+// parents before children.
+struct Chains {
+  static constexpr uint64_t kNone = ~0ull;
+  std::unordered_map<uint64_t, uint64_t> parent;
+  std::vector<uint64_t> order;
+
+  explicit Chains(const std::vector<TraceRequest>& reqs) {
+    for (const TraceRequest& r : reqs) {
+      for (size_t k = 0; k < r.hash_ids.size(); ++k) {
+        if (parent.emplace(r.hash_ids[k], k == 0 ? kNone : r.hash_ids[k - 1]).second) {
+          order.push_back(r.hash_ids[k]);
+        }
+      }
+    }
+  }
+};
+
+// What the cluster's DRAM holds at one point of the replay.
+struct CapacitySample {
+  size_t requests = 0;          // replayed so far
+  uint64_t configured = 0;      // DRAM capacity of the live stores
+  uint64_t allocated = 0;       // allocated by the master (blocks, open puts, deferred frees)
+  uint64_t puts_in_flight = 0;
+  uint64_t resident_blocks = 0;  // trace blocks in the index
+  uint64_t orphaned_blocks = 0;  // ... of which some ancestor is not: they can never hit
+};
+
+// Reads the master's state without changing it: Status for the capacity,
+// and lookups that `peek` (no lease, no access) for which blocks are
+// resident. `seen` is how many blocks of `chains.order` were used so far.
+absl::Status SampleCapacity(const std::string& master, const Chains& chains, size_t seen,
+                            CapacitySample* out) {
+  TlsFiles none;
+  auto ch = MakeChannel(master, none);
+  if (!ch.ok()) return ch.status();
+  auto admin = v1::AdminService::NewStub(*ch);
+  auto stub = v1::MasterService::NewStub(*ch);
+  {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, "", 10000);
+    v1::StatusResponse r;
+    grpc::Status s = admin->Status(&ctx, v1::StatusRequest(), &r);
+    if (!s.ok()) return absl::UnavailableError(s.error_message());
+    out->configured = r.dram_capacity_bytes();
+    out->allocated = r.dram_used_bytes();
+    out->puts_in_flight = r.puts_in_flight();
+  }
+  std::unordered_map<uint64_t, bool> useful;  // resident and every ancestor resident
+  out->resident_blocks = out->orphaned_blocks = 0;
+  for (size_t base = 0; base < seen; base += 1024) {
+    size_t n = std::min<size_t>(1024, seen - base);
+    v1::LookupRequest req;
+    req.set_peek(true);
+    for (size_t k = 0; k < n; ++k) req.add_keys(absl::StrCat("trace/", chains.order[base + k]));
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, "", 10000);
+    v1::LookupResponse resp;
+    grpc::Status s = stub->Lookup(&ctx, req, &resp);
+    if (!s.ok()) return absl::UnavailableError(s.error_message());
+    if (resp.objects_size() != static_cast<int>(n)) return absl::InternalError("short lookup");
+    // Parents come first in `order`, so theirs is known by now.
+    for (size_t k = 0; k < n; ++k) {
+      uint64_t id = chains.order[base + k];
+      bool resident = resp.objects(static_cast<int>(k)).found();
+      uint64_t p = chains.parent.at(id);
+      bool chain_ok = p == Chains::kNone || useful[p];
+      useful[id] = resident && chain_ok;
+      out->resident_blocks += resident;
+      out->orphaned_blocks += resident && !chain_ok;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int Replay(int argc, char** argv) {
@@ -256,6 +334,14 @@ int Replay(int argc, char** argv) {
   // Hit ratio per tier in 60 windows of requests, for the chart.
   const size_t windows = std::min<size_t>(60, std::max<size_t>(1, reqs->size()));
   std::vector<Window> chart;
+  // DRAM use sampled every few windows (between requests, so the peeks
+  // race nothing) and at the end.
+  const size_t windows_per_sample = 5;
+  Chains chains(*reqs);
+  std::unordered_map<uint64_t, bool> used_ids;
+  size_t seen_blocks = 0;  // prefix of chains.order used so far
+  std::vector<CapacitySample> capacity;
+  std::string sample_error;
   uint64_t win_blocks = 0, win_dram0 = 0, win_ssd0 = 0;
   uint64_t t_start = MonoUs();
   uint64_t trace_t0 = reqs->empty() ? 0 : (*reqs)[0].timestamp_ms;
@@ -267,6 +353,10 @@ int Replay(int argc, char** argv) {
       if (due_us > now) std::this_thread::sleep_for(std::chrono::microseconds(due_us - now));
     }
     if (r.hash_ids.empty()) continue;
+    for (uint64_t id : r.hash_ids) used_ids.emplace(id, true);
+    while (seen_blocks < chains.order.size() && used_ids.count(chains.order[seen_blocks])) {
+      ++seen_blocks;
+    }
     sim_hits += sim.Request(r.hash_ids);
     sim_dram_hits += sim_dram.Request(r.hash_ids);
     total_blocks += r.hash_ids.size();
@@ -343,6 +433,16 @@ int Replay(int argc, char** argv) {
       win_blocks = 0;
       win_dram0 = now.blocks_loaded_dram;
       win_ssd0 = now.blocks_loaded_ssd;
+      if (chart.size() % windows_per_sample == 0 || i + 1 == reqs->size()) {
+        CapacitySample c;
+        c.requests = i + 1;
+        absl::Status s = SampleCapacity(master, chains, seen_blocks, &c);
+        if (s.ok()) {
+          capacity.push_back(c);
+        } else if (sample_error.empty()) {
+          sample_error = s.ToString();
+        }
+      }
     }
     progress.Update(i + 1, absl::StrFormat("hit %.1f%%", total_blocks ? 100.0 * hit_blocks / total_blocks : 0.0));
   }
@@ -400,6 +500,25 @@ int Replay(int argc, char** argv) {
                 get_gbps, fetch_model.c_str(), FormatBytes(real_block_bytes).c_str(), fetch_scale,
                 get_seconds, FormatBytes(block_bytes).c_str());
     std::printf("\n%s\n", AsciiChart(chart).c_str());
+    std::printf("  DRAM over time: configured, allocated, holding trace blocks, and of those\n"
+                "  the orphaned tails (a block of the chain before them is gone: no hit)\n");
+    std::printf("  %9s %11s %11s %7s %11s %7s %9s %7s %6s\n", "requests", "configured",
+                "allocated", "", "resident", "", "orphaned", "", "puts");
+    for (const CapacitySample& c : capacity) {
+      auto pct = [](uint64_t a, uint64_t b) { return b ? 100.0 * a / b : 0.0; };
+      uint64_t resident_bytes = c.resident_blocks * aligned;
+      std::printf("  %9zu %11s %11s %6.1f%% %11s %6.1f%% %9llu %6.1f%% %6llu\n", c.requests,
+                  FormatBytes(c.configured).c_str(), FormatBytes(c.allocated).c_str(),
+                  pct(c.allocated, c.configured), FormatBytes(resident_bytes).c_str(),
+                  pct(resident_bytes, c.configured),
+                  static_cast<unsigned long long>(c.orphaned_blocks),
+                  pct(c.orphaned_blocks, c.resident_blocks),
+                  static_cast<unsigned long long>(c.puts_in_flight));
+    }
+    if (!sample_error.empty()) {
+      std::printf("  (some samples failed: %s)\n", sample_error.c_str());
+    }
+    std::printf("\n");
     if (!plot.empty()) {
       std::printf("  chart written to %s\n", WriteSvg(plot, chart, lru, ideal)
                                                  ? plot.c_str()
@@ -427,6 +546,31 @@ int Replay(int argc, char** argv) {
   o.Add("fetch_seconds", get_seconds).Add("fetch_seconds_at_model_size", fetch_s_scaled);
   o.Add("fetch_scale", fetch_scale).Add("fetch_scale_model", fetch_model);
   o.Add("wall_seconds", wall_s);
+  std::vector<std::string> samples;
+  double resident_sum = 0, orphaned_sum = 0;
+  uint64_t resident_n = 0;
+  for (const CapacitySample& c : capacity) {
+    Json::Object s;
+    s.Add("requests", static_cast<uint64_t>(c.requests)).Add("configured_bytes", c.configured);
+    s.Add("allocated_bytes", c.allocated).Add("resident_bytes", c.resident_blocks * aligned);
+    s.Add("resident_blocks", c.resident_blocks).Add("orphaned_blocks", c.orphaned_blocks);
+    s.Add("puts_in_flight", c.puts_in_flight);
+    samples.push_back(s.str());
+    // Averages over the samples once DRAM is full (the cold start is not
+    // a loss of capacity).
+    if (c.configured > 0 && c.allocated * 10 >= c.configured * 9) {
+      resident_sum += static_cast<double>(c.resident_blocks * aligned) / c.configured;
+      orphaned_sum += c.resident_blocks ? double(c.orphaned_blocks) / c.resident_blocks : 0;
+      ++resident_n;
+    }
+  }
+  o.Raw("dram_samples", Json::Array(samples));
+  o.Add("dram_resident_fraction_when_full", resident_n ? resident_sum / resident_n : 0.0);
+  o.Add("dram_orphaned_fraction_when_full", resident_n ? orphaned_sum / resident_n : 0.0);
+  if (!capacity.empty()) {
+    o.Add("orphaned_blocks_end", capacity.back().orphaned_blocks);
+    o.Add("resident_blocks_end", capacity.back().resident_blocks);
+  }
   std::printf("%s\n", o.str().c_str());
   return errors == 0 && mismatches == 0 ? 0 : 1;
 }
