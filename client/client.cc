@@ -136,10 +136,18 @@ ClientImpl::ClientImpl(const ClientOptions& options)
       gpu_(2 * static_cast<size_t>(options.transfer_threads) + 2),
       transfer_pool_(std::make_unique<ThreadPool>(
           options.transfer_threads, kTransferQueuePerThread * options.transfer_threads)),
-      async_pool_(std::make_unique<ThreadPool>(options.async_threads, options.async_queue_max)) {}
+      async_pool_(std::make_unique<ThreadPool>(options.async_threads, options.async_queue_max)) {
+  releaser_ = std::thread([this] { ReleaseLoop(); });
+}
 
 ClientImpl::~ClientImpl() {
   Close();
+  {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    release_stop_ = true;
+  }
+  release_cv_.notify_all();
+  releaser_.join();
   // Async calls first: they use the transfer threads.
   async_pool_->Shutdown();
   transfer_pool_->Shutdown();

@@ -10,9 +10,12 @@
 #define SHELF_CLIENT_CLIENT_IMPL_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -172,8 +175,11 @@ class ClientImpl final : public Client {
   absl::Status LookupAndRead(const std::vector<const std::string*>& keys, uint64_t deadline_ms,
                              const ReadFn& read, std::vector<absl::Status>* statuses);
   // Gives back the leases of `resp` (a Lookup answered at
-  // `leased_at_unix_ms`) once their reads are done. Best effort.
+  // `leased_at_unix_ms`) once their reads are done. Best effort and off the
+  // caller's path: the keys are queued for the releaser thread, which sends
+  // them in batches (ReleaseLoop).
   void ReleaseLeases(const v1::LookupResponse& resp, uint64_t leased_at_unix_ms);
+  void ReleaseLoop();
 
   // ---- client_buffers.cc
   // Puts a registered range; device memory is staged into a bounce buffer
@@ -234,6 +240,19 @@ class ClientImpl final : public Client {
   };
   std::unique_ptr<metrics::Registry> registry_ = std::make_unique<metrics::Registry>();
   ClientMetrics metrics_{*registry_};
+
+  // Leases to give back (ReleaseLeases): each key with the wall time after
+  // which its release is no longer sent (half its lease: a late release
+  // could end a newer reader's lease, and the lease runs out anyway).
+  struct PendingRelease {
+    std::string key;
+    uint64_t send_by_unix_ms;
+  };
+  std::mutex release_mu_;
+  std::condition_variable release_cv_;
+  std::vector<PendingRelease> releases_;  // guarded by release_mu_
+  bool release_stop_ = false;             // guarded by release_mu_
+  std::thread releaser_;                  // joined in the destructor, before the pools
 
   // Last: destroyed (joined) first, while everything their tasks use lives.
   // Async tasks use the transfer pool, so it outlives the async pool.

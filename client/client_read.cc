@@ -15,6 +15,10 @@ namespace {
 // Time a lease release may take: it lets eviction take the blocks sooner
 // but is not needed for correctness (the lease runs out on its own).
 constexpr uint64_t kReleaseTimeoutMs = 1000;
+// How long the releaser gathers keys before it sends them, and how many
+// may wait (beyond that, leases run out on their own).
+constexpr uint64_t kReleaseGatherMs = 2;
+constexpr size_t kReleaseQueueMax = 64 * 1024;
 
 }  // namespace
 
@@ -199,21 +203,56 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
 
 void ClientImpl::ReleaseLeases(const v1::LookupResponse& resp, uint64_t leased_at_unix_ms) {
   // The master counts a lease's holders and forgets them when the lease
-  // runs out; a release that arrives after that could end a later reader's
+  // runs out; a release that arrived after that could end a later reader's
   // lease. So a lease is given back only in its first half, far from its
   // end; a later one is left to run out.
-  v1::ReleaseLeasesRequest req;
-  const uint64_t now = UnixMs();
+  std::vector<PendingRelease> add;
   for (const v1::ObjectLocation& loc : resp.objects()) {
     const uint64_t until = loc.lease_expires_unix_ms();
     if (!loc.found() || until <= leased_at_unix_ms) continue;
-    if (now >= leased_at_unix_ms + (until - leased_at_unix_ms) / 2) continue;
-    req.add_keys(loc.key());
+    add.push_back({loc.key(), leased_at_unix_ms + (until - leased_at_unix_ms) / 2});
   }
-  if (req.keys_size() == 0) return;
-  v1::ReleaseLeasesResponse unused;
-  CallMaster(&v1::MasterService::Stub::ReleaseLeases, req, &unused, MonoMs() + kReleaseTimeoutMs)
-      .IgnoreError();
+  if (add.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    // Bounded: past it, leases simply run out.
+    if (releases_.size() + add.size() > kReleaseQueueMax) return;
+    for (PendingRelease& r : add) releases_.push_back(std::move(r));
+  }
+  release_cv_.notify_one();
+}
+
+void ClientImpl::ReleaseLoop() {
+  std::unique_lock<std::mutex> lock(release_mu_);
+  while (true) {
+    release_cv_.wait(lock, [this] { return release_stop_ || !releases_.empty(); });
+    if (release_stop_) return;
+    // Gather what concurrent reads give back for a moment: one call
+    // carries many keys.
+    release_cv_.wait_for(lock, std::chrono::milliseconds(kReleaseGatherMs),
+                         [this] { return release_stop_ || releases_.size() >= kBatchItemsMax; });
+    if (release_stop_) return;
+    std::vector<PendingRelease> batch;
+    batch.swap(releases_);
+    lock.unlock();
+    const uint64_t now = UnixMs();
+    v1::ReleaseLeasesRequest req;
+    auto send = [&] {
+      if (req.keys_size() == 0) return;
+      v1::ReleaseLeasesResponse unused;
+      CallMaster(&v1::MasterService::Stub::ReleaseLeases, req, &unused,
+                 MonoMs() + kReleaseTimeoutMs)
+          .IgnoreError();
+      req.clear_keys();
+    };
+    for (const PendingRelease& r : batch) {
+      if (now >= r.send_by_unix_ms) continue;
+      req.add_keys(r.key);
+      if (static_cast<size_t>(req.keys_size()) == kBatchItemsMax) send();
+    }
+    send();
+    lock.lock();
+  }
 }
 
 Status ClientImpl::GetInto(const std::string& key, void* buffer, size_t capacity, size_t* size,

@@ -537,7 +537,7 @@ absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
   for (const std::string& key : req.keys()) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   }
-  uint64_t now = MonoMs();
+  uint64_t now = clock_->NowMs();
   // Shared, like a lookup: only the lease fields change, under the shard.
   absl::ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;

@@ -228,11 +228,11 @@ TEST_F(MasterFixture, FullStoresTakeAPutWhereTheOldestBlockIs) {
     (Peek(k).replicas(0).store().node_id() == "a" ? on_a : on_b).push_back(k);
   }
   ASSERT_EQ(on_a.size(), 2u);  // the most free space first: one each in turn
-  Sleep(5);
+  clock_.Advance(5);
   for (const std::string& k : on_a) Lookup(k, false);  // b now holds the oldest
   // Each store's two oldest go in turn: b, b, a, a, b, b, ...
   for (int round = 0; round < 8; ++round) {
-    Sleep(5);
+    clock_.Advance(5);
     std::string k = "n" + std::to_string(round);
     ASSERT_TRUE(Put(k, kMiB).ok());
     EXPECT_EQ(Peek(k).replicas(0).store().node_id(), round / 2 % 2 == 0 ? "b" : "a") << round;
