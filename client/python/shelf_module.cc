@@ -592,4 +592,5 @@ PYBIND11_MODULE(shelf, m) {
       });
 
   BindStorageAdapter(m);
+  BindMooncake(m);
 }
