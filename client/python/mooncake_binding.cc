@@ -361,6 +361,21 @@ class MooncakeStore {
     return out;
   }
 
+  // remove_all / remove_by_regex: the number of keys removed, or a negative
+  // code. Pinned keys stay, as Mooncake keeps objects it may not remove.
+  int64_t RemoveMatching(const std::string& pattern, bool regex) {
+    std::shared_ptr<Client> c = client();
+    if (c == nullptr) return kMcInvalidParams;
+    uint64_t removed = 0;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = c->RemoveMatching(pattern, &removed, regex);
+    }
+    if (!s.ok()) return ToMooncake(s);
+    return static_cast<int64_t>(removed);
+  }
+
   // The block's size, or a negative code. Reads the size without the bytes:
   // a get into one byte answers OUT_OF_RANGE with the size for any larger
   // block.
@@ -775,6 +790,14 @@ void BindMooncake(py::module_& parent) {
       .def("remove", &MooncakeStore::Remove, py::arg("key"))
       .def("batch_remove", &MooncakeStore::BatchRemove, py::arg("keys"))
       .def("get_size", &MooncakeStore::GetSize, py::arg("key"))
+      .def("remove_all", [](MooncakeStore& s) { return s.RemoveMatching("", false); })
+      .def(
+          "remove_by_regex",
+          [](MooncakeStore& s, const std::string& regex_pattern) {
+            return s.RemoveMatching(regex_pattern, true);
+          },
+          py::arg("regex_pattern"),
+          "Removes the keys in which the ECMAScript regex is found; the count removed.")
       .def("register_buffer", &MooncakeStore::RegisterBuffer, py::arg("buffer_ptr"),
            py::arg("size"))
       .def("unregister_buffer", &MooncakeStore::UnregisterBuffer, py::arg("buffer_ptr"))
@@ -801,8 +824,6 @@ void BindMooncake(py::module_& parent) {
       // Not supported: NOT_SUPPORTED (-1012), whatever the arguments.
       .def("setup_dummy", not_supported)
       .def("init_all", not_supported)
-      .def("remove_all", not_supported)
-      .def("remove_by_regex", not_supported)
       .def("get_into_ranges", not_supported)
       .def("put_from_with_metadata", not_supported)
       .def("put_tensor", not_supported)

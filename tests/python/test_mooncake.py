@@ -130,10 +130,11 @@ def test_misses_and_bad_arguments(store, pool):
     assert store.batch_put_from_multi_buffers(["a"], [[addr], [addr]], [[1]]) == [INVALID_PARAMS]
     assert store.batch_get_into_multi_buffers(["a"], [[addr, addr]], [[1]]) == [INVALID_PARAMS]
     assert store.put_batch(["a", "b"], [b"x"]) == INVALID_PARAMS
+    assert store.remove_by_regex("(") == INVALID_PARAMS
+    assert store.remove_by_regex("a" * 300) == INVALID_PARAMS
     # Not supported: a code, never wrong data.
-    assert store.remove_all() == NOT_SUPPORTED
-    assert store.remove_by_regex("^a.*") == NOT_SUPPORTED
     assert store.get_into_ranges("a", [], []) == NOT_SUPPORTED
+    assert store.put_tensor("a", None) == NOT_SUPPORTED
 
 
 def test_values_batches_and_buffers(store, pool):
@@ -175,6 +176,17 @@ def test_values_batches_and_buffers(store, pool):
     assert arr[:3 * 8192].tobytes() == data.tobytes()
     assert store.batch_remove(["pf", "absent"]) == [OK, OBJECT_NOT_FOUND]
     assert store.is_exist("pf") == 0
+
+
+def test_remove_by_regex_and_remove_all(store):
+    keys = [f"rx/{p}/{i}" for p in ("keep", "drop") for i in range(5)]
+    assert store.put_batch(keys, [b"v" * 10] * len(keys)) == OK
+    assert store.remove_by_regex("^rx/drop/[0-3]$") == 4
+    assert store.batch_is_exist(keys) == [1] * 5 + [0, 0, 0, 0, 1]
+    assert store.remove_by_regex("^rx/drop/") == 1
+    assert store.remove_by_regex("^rx/drop/") == 0
+    assert store.remove_all() >= 5
+    assert store.batch_is_exist(keys) == [0] * 10
 
 
 def test_multi_buffers(store, pool):
@@ -247,7 +259,8 @@ def test_vllm_connector_sequence(store):
         t[:] = 0
     assert store.batch_get_into_multi_buffers(keys, ptrs, sizes) == [block * len(kv)] * 8
     assert all(np.array_equal(a, b) for a, b in zip(kv, before))
-    assert store.remove_all() == NOT_SUPPORTED
+    assert store.remove_all() >= 8
+    assert store.batch_is_exist(keys) == [0] * 8
     for t in kv:
         assert store.unregister_buffer(t.ctypes.data) == OK
 
