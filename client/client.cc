@@ -353,8 +353,7 @@ Status ClientImpl::RemoveMatching(const std::string& pattern, uint64_t* removed,
   // loop ends (or the deadline ends it).
   while (true) {
     v1::RemoveMatchingResponse resp;
-    absl::Status s =
-        CallMaster(&v1::MasterService::Stub::RemoveMatching, req, &resp, deadline_ms);
+    absl::Status s = CallMaster(&v1::MasterService::Stub::RemoveMatching, req, &resp, deadline_ms);
     if (!s.ok()) return FromAbsl(s);
     if (removed != nullptr) *removed += resp.removed();
     if (!resp.more()) return Status::Ok();

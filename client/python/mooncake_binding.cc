@@ -630,8 +630,8 @@ class MooncakeStore {
     if (config.replica_num < 1 || config.replica_num > 8) return kMcInvalidParams;
     po->replicas = static_cast<uint32_t>(config.replica_num);
     std::string host = Hostname();
-    po->prefer_local = config.prefer_alloc_in_same_node ||
-                       (!host.empty() && config.preferred_segment == host);
+    po->prefer_local =
+        config.prefer_alloc_in_same_node || (!host.empty() && config.preferred_segment == host);
     return kMcOk;
   }
 
@@ -708,18 +708,18 @@ class MooncakeStore {
   }
 
   std::mutex mu_;
-  std::shared_ptr<Client> client_;         // guarded by mu_; null: not set up
-  std::map<uint64_t, Region> regions_;     // guarded by mu_; by base address
-  std::string hostname_;                   // guarded by mu_
+  std::shared_ptr<Client> client_;      // guarded by mu_; null: not set up
+  std::map<uint64_t, Region> regions_;  // guarded by mu_; by base address
+  std::string hostname_;                // guarded by mu_
 };
 
 }  // namespace
 
 void BindMooncake(py::module_& parent) {
-  py::module_ m = parent.def_submodule(
-      "mooncake",
-      "Mooncake Store's Python API (mooncake.store) over a Shelf cluster; see "
-      "docs/mooncake-compat.md.");
+  py::module_ m =
+      parent.def_submodule("mooncake",
+                           "Mooncake Store's Python API (mooncake.store) over a Shelf cluster; see "
+                           "docs/mooncake-compat.md.");
   // `import shelf.mooncake` / `from shelf.mooncake import ...` find it.
   py::module_::import("sys").attr("modules")["shelf.mooncake"] = m;
 
@@ -803,12 +803,12 @@ void BindMooncake(py::module_& parent) {
       .def("unregister_buffer", &MooncakeStore::UnregisterBuffer, py::arg("buffer_ptr"))
       .def("get_into", &MooncakeStore::GetInto, py::arg("key"), py::arg("buffer_ptr"),
            py::arg("size"))
-      .def("batch_get_into", &MooncakeStore::BatchGetInto, py::arg("keys"),
-           py::arg("buffer_ptrs"), py::arg("sizes"))
+      .def("batch_get_into", &MooncakeStore::BatchGetInto, py::arg("keys"), py::arg("buffer_ptrs"),
+           py::arg("sizes"))
       .def("put_from", &MooncakeStore::PutFrom, py::arg("key"), py::arg("buffer_ptr"),
            py::arg("size"), py::arg("config") = kDefault)
-      .def("batch_put_from", &MooncakeStore::BatchPutFrom, py::arg("keys"),
-           py::arg("buffer_ptrs"), py::arg("sizes"), py::arg("config") = kDefault)
+      .def("batch_put_from", &MooncakeStore::BatchPutFrom, py::arg("keys"), py::arg("buffer_ptrs"),
+           py::arg("sizes"), py::arg("config") = kDefault)
       .def("batch_put_from_multi_buffers", &MooncakeStore::BatchPutFromMulti, py::arg("keys"),
            py::arg("all_buffer_ptrs"), py::arg("all_sizes"), py::arg("config") = kDefault)
       .def(

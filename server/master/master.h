@@ -54,9 +54,9 @@ namespace shelf {
 // Limits on requests, validated with INVALID_ARGUMENT (docs/master.md).
 inline constexpr size_t kKeyBytesMax = 256;
 inline constexpr size_t kBatchKeysMax = 1024;
-inline constexpr size_t kPatternBytesMax = 256;       // ListKeys / RemoveMatching
-inline constexpr size_t kListKeysMax = 1024;          // keys in one ListKeys page
-inline constexpr size_t kRemoveMatchingMax = 65536;   // keys one RemoveMatching removes
+inline constexpr size_t kPatternBytesMax = 256;      // ListKeys / RemoveMatching
+inline constexpr size_t kListKeysMax = 1024;         // keys in one ListKeys page
+inline constexpr size_t kRemoveMatchingMax = 65536;  // keys one RemoveMatching removes
 inline constexpr uint32_t kReplicasMax = 8;
 inline constexpr uint32_t kProtocolVersion = 1;
 // After a failed demotion, a node gets no demotion orders for this long.

@@ -88,9 +88,8 @@ class KeyMatcher {
  public:
   absl::Status Init(const std::string& pattern, bool regex) {
     if (pattern.size() > kPatternBytesMax) {
-      return absl::InvalidArgumentError(absl::StrCat("pattern of ", pattern.size(),
-                                                     " bytes exceeds the limit of ",
-                                                     kPatternBytesMax));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pattern of ", pattern.size(), " bytes exceeds the limit of ", kPatternBytesMax));
     }
     pattern_ = pattern;
     regex_ = regex && !pattern.empty();

@@ -533,8 +533,7 @@ TEST_F(MasterFixture, ListKeysPagesInByteOrderByGlobOrRegex) {
             (std::vector<std::string>{"a/2", "b/x"}));
   EXPECT_EQ(ListAll(master_.get(), "\\[x\\]", false, 10, &pages),
             (std::vector<std::string>{"[x]"}));
-  EXPECT_EQ(ListAll(master_.get(), "a\\*b", false, 10, &pages),
-            (std::vector<std::string>{"a*b"}));
+  EXPECT_EQ(ListAll(master_.get(), "a\\*b", false, 10, &pages), (std::vector<std::string>{"a*b"}));
   EXPECT_EQ(ListAll(master_.get(), "c*", false, 10, &pages),
             (std::vector<std::string>{std::string("c\0\xff", 3)}));
   EXPECT_EQ(ListAll(master_.get(), "/1$", true, 10, &pages),
