@@ -720,8 +720,10 @@ void BindMooncake(py::module_& parent) {
       parent.def_submodule("mooncake",
                            "Mooncake Store's Python API (mooncake.store) over a Shelf cluster; see "
                            "docs/mooncake-compat.md.");
-  // `import shelf.mooncake` / `from shelf.mooncake import ...` find it.
-  py::module_::import("sys").attr("modules")["shelf.mooncake"] = m;
+  // Importable by its full name (shelf._shelf.mooncake); the package's
+  // shelf/mooncake.py re-exports it as shelf.mooncake.
+  std::string name = parent.attr("__name__").cast<std::string>() + ".mooncake";
+  py::module_::import("sys").attr("modules")[py::str(name)] = m;
 
   py::class_<ReplicateConfig>(m, "ReplicateConfig")
       .def(py::init<>())

@@ -284,7 +284,8 @@ def test_lmcache_sequence(big_cluster):
 
 
 def test_shim_in_subprocess(big_cluster):
-    shelf_dir = pathlib.Path(shelf.__file__).parent
+    # <build>/python holds the shelf package and the compat directory.
+    shelf_dir = pathlib.Path(shelf.__file__).resolve().parent.parent
     compat = shelf_dir / "compat"
     assert (compat / "mooncake" / "store.py").exists()
     code = f"""
