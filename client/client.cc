@@ -328,6 +328,52 @@ Status ClientImpl::Remove(const std::string& key, Deadline deadline) {
   return Status(static_cast<StatusCode>(resp.statuses(0).code()), resp.statuses(0).message());
 }
 
+Status ClientImpl::ListKeys(const std::string& cursor, const std::string& pattern, size_t count,
+                            std::vector<std::string>* keys, std::string* next_cursor, bool regex,
+                            Deadline deadline) {
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
+  if (keys == nullptr || next_cursor == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "ListKeys: null output");
+  }
+  if (count == 0 || count > kBatchItemsMax) {
+    return Status(StatusCode::kInvalidArgument,
+                  "ListKeys: count must be 1.." + std::to_string(kBatchItemsMax));
+  }
+  v1::ListKeysRequest req;
+  req.set_cursor(cursor);
+  req.set_pattern(pattern);
+  req.set_regex(regex);
+  req.set_count(static_cast<uint32_t>(count));
+  v1::ListKeysResponse resp;
+  absl::Status s = CallMaster(&v1::MasterService::Stub::ListKeys, req, &resp, deadline_ms);
+  if (!s.ok()) return FromAbsl(s);
+  keys->assign(resp.keys().begin(), resp.keys().end());
+  *next_cursor = resp.next_cursor();
+  return Status::Ok();
+}
+
+Status ClientImpl::RemoveMatching(const std::string& pattern, uint64_t* removed, bool regex,
+                                  bool force, Deadline deadline) {
+  if (removed != nullptr) *removed = 0;
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
+  v1::RemoveMatchingRequest req;
+  req.set_pattern(pattern);
+  req.set_regex(regex);
+  req.set_force(force);
+  // Each call removes a bounded number of keys and makes progress, so the
+  // loop ends (or the deadline ends it).
+  while (true) {
+    v1::RemoveMatchingResponse resp;
+    absl::Status s = CallMaster(&v1::MasterService::Stub::RemoveMatching, req, &resp, deadline_ms);
+    if (!s.ok()) return FromAbsl(s);
+    if (removed != nullptr) *removed += resp.removed();
+    if (!resp.more()) return Status::Ok();
+    if (resp.removed() == 0) return Status(StatusCode::kInternal, "RemoveMatching: no progress");
+  }
+}
+
 Status ClientImpl::MatchPrefix(const std::vector<std::string>& keys, size_t* matched,
                                Deadline deadline) {
   uint64_t start_us = MonoUs();

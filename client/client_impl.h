@@ -60,6 +60,11 @@ class ClientImpl final : public Client {
   Status Exists(const std::vector<std::string>& keys, std::vector<bool>* present,
                 Deadline deadline) override;
   Status Remove(const std::string& key, Deadline deadline) override;
+  Status ListKeys(const std::string& cursor, const std::string& pattern, size_t count,
+                  std::vector<std::string>* keys, std::string* next_cursor, bool regex,
+                  Deadline deadline) override;
+  Status RemoveMatching(const std::string& pattern, uint64_t* removed, bool regex, bool force,
+                        Deadline deadline) override;
   Status MatchPrefix(const std::vector<std::string>& keys, size_t* matched,
                      Deadline deadline) override;
 

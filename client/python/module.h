@@ -150,6 +150,7 @@ class PyClient {
 // The bindings of the other files, called by the module in this order.
 void BindKeys(py::module_& m);            // keys_binding.cc
 void BindStorageAdapter(py::module_& m);  // adapter_binding.cc
+void BindMooncake(py::module_& m);        // mooncake_binding.cc: shelf.mooncake
 
 }  // namespace shelf::python
 

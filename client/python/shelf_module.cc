@@ -1,4 +1,6 @@
-// The `shelf` Python module: libshelf for Python engines (pybind11).
+// The `shelf` Python module: libshelf for Python engines (pybind11). Built
+// as the extension `shelf._shelf`; the package `shelf` (python/shelf/
+// __init__.py) re-exports it.
 //
 //   import shelf
 //   client = shelf.Client(["127.0.0.1:7000"])
@@ -139,7 +141,7 @@ class PyFuture {
 }  // namespace
 }  // namespace shelf::python
 
-PYBIND11_MODULE(shelf, m) {
+PYBIND11_MODULE(_shelf, m) {
   using namespace shelf;          // NOLINT: the module body names every type
   using namespace shelf::python;  // NOLINT
   m.doc() =
@@ -592,4 +594,5 @@ PYBIND11_MODULE(shelf, m) {
       });
 
   BindStorageAdapter(m);
+  BindMooncake(m);
 }

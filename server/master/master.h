@@ -54,6 +54,9 @@ namespace shelf {
 // Limits on requests, validated with INVALID_ARGUMENT (docs/master.md).
 inline constexpr size_t kKeyBytesMax = 256;
 inline constexpr size_t kBatchKeysMax = 1024;
+inline constexpr size_t kPatternBytesMax = 256;      // ListKeys / RemoveMatching
+inline constexpr size_t kListKeysMax = 1024;         // keys in one ListKeys page
+inline constexpr size_t kRemoveMatchingMax = 65536;  // keys one RemoveMatching removes
 inline constexpr uint32_t kReplicasMax = 8;
 inline constexpr uint32_t kProtocolVersion = 1;
 // After a failed demotion, a node gets no demotion orders for this long.
@@ -117,6 +120,17 @@ class Master {
   // without a running lease are ignored.
   absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req);
   absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp);
+  // Listing and bulk removal by pattern (master_keys.cc; the pattern forms
+  // are in shelf.proto). ListKeys scans the whole index for each page: a
+  // page costs O(keys) time, however small. INVALID_ARGUMENT: a pattern
+  // over kPatternBytesMax, a regex that does not compile, a count over
+  // kListKeysMax, a cursor longer than a key. RemoveMatching removes at most
+  // kRemoveMatchingMax keys per call (`more` says there are others); a
+  // leased key disappears at once and its ranges are freed when the lease
+  // ends, as Remove.
+  absl::Status ListKeys(const v1::ListKeysRequest& req, v1::ListKeysResponse* resp);
+  absl::Status RemoveMatching(const v1::RemoveMatchingRequest& req,
+                              v1::RemoveMatchingResponse* resp);
 
   // Admin.
   void Status(v1::StatusResponse* resp);

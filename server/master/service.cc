@@ -118,6 +118,19 @@ grpc::Status MasterServiceImpl::Remove(grpc::ServerContext* ctx, const v1::Remov
   return rpc_scope.Done(ToGrpc(master_->Remove(*req, resp)));
 }
 
+grpc::Status MasterServiceImpl::ListKeys(grpc::ServerContext* ctx, const v1::ListKeysRequest* req,
+                                         v1::ListKeysResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return rpc_scope.Done(ToGrpc(master_->ListKeys(*req, resp)));
+}
+
+grpc::Status MasterServiceImpl::RemoveMatching(grpc::ServerContext* ctx,
+                                               const v1::RemoveMatchingRequest* req,
+                                               v1::RemoveMatchingResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return rpc_scope.Done(ToGrpc(master_->RemoveMatching(*req, resp)));
+}
+
 grpc::Status MasterServiceImpl::Promote(grpc::ServerContext* ctx, const v1::PromoteRequest* req,
                                         v1::PromoteResponse* resp) {
   SHELF_CHECK_TOKEN();

@@ -33,6 +33,10 @@ class MasterServiceImpl final : public v1::MasterService::Service {
                              v1::ReleaseLeasesResponse* resp) override;
   grpc::Status Remove(grpc::ServerContext* ctx, const v1::RemoveRequest* req,
                       v1::RemoveResponse* resp) override;
+  grpc::Status ListKeys(grpc::ServerContext* ctx, const v1::ListKeysRequest* req,
+                        v1::ListKeysResponse* resp) override;
+  grpc::Status RemoveMatching(grpc::ServerContext* ctx, const v1::RemoveMatchingRequest* req,
+                              v1::RemoveMatchingResponse* resp) override;
   grpc::Status Promote(grpc::ServerContext* ctx, const v1::PromoteRequest* req,
                        v1::PromoteResponse* resp) override;
   grpc::Status PromoteCommit(grpc::ServerContext* ctx, const v1::PromoteCommitRequest* req,

@@ -1,6 +1,9 @@
 // The master's state machine, in process: placement, two-phase puts,
 // leases, pins, eviction and demotion, liveness, limits.
+#include <algorithm>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/master/master_fixture.h"
 
@@ -595,6 +598,101 @@ TEST_F(MasterFixture, APutWaitsForRoomUntilTheDemoteWaitEndsThenDrops) {
   ASSERT_EQ(r.state(), v1::PUT_STARTED);
   ASSERT_TRUE(Commit(r.put_id()).ok());
   EXPECT_GE(master_->metrics().evictions.Value(), 1u);
+}
+
+// Lists every page of a listing.
+std::vector<std::string> ListAll(Master* master, const std::string& pattern, bool regex,
+                                 uint32_t count, int* pages) {
+  std::vector<std::string> all;
+  std::string cursor;
+  *pages = 0;
+  while (true) {
+    v1::ListKeysRequest req;
+    req.set_cursor(cursor);
+    req.set_pattern(pattern);
+    req.set_regex(regex);
+    req.set_count(count);
+    v1::ListKeysResponse resp;
+    EXPECT_TRUE(master->ListKeys(req, &resp).ok());
+    ++*pages;
+    for (const std::string& k : resp.keys()) all.push_back(k);
+    if (resp.next_cursor().empty()) return all;
+    EXPECT_EQ(resp.next_cursor(), resp.keys(resp.keys_size() - 1));
+    cursor = resp.next_cursor();
+    if (*pages > 100) return all;
+  }
+}
+
+TEST_F(MasterFixture, ListKeysPagesInByteOrderByGlobOrRegex) {
+  Register("a", 64 * kMiB);
+  std::vector<std::string> keys = {"a/1", "a/2", "a/10", "b/1", "b/x", std::string("c\0\xff", 3),
+                                   "[x]", "a*b"};
+  for (const std::string& k : keys) ASSERT_TRUE(Put(k, 4096).ok());
+  int pages = 0;
+  std::vector<std::string> all = ListAll(master_.get(), "", false, 3, &pages);
+  std::vector<std::string> sorted = keys;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(all, sorted);
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(ListAll(master_.get(), "a/*", false, 1024, &pages),
+            (std::vector<std::string>{"a/1", "a/10", "a/2"}));
+  EXPECT_EQ(ListAll(master_.get(), "a/?", false, 1, &pages),
+            (std::vector<std::string>{"a/1", "a/2"}));
+  EXPECT_EQ(ListAll(master_.get(), "[ab]/[^1]*", false, 2, &pages),
+            (std::vector<std::string>{"a/2", "b/x"}));
+  EXPECT_EQ(ListAll(master_.get(), "\\[x\\]", false, 10, &pages),
+            (std::vector<std::string>{"[x]"}));
+  EXPECT_EQ(ListAll(master_.get(), "a\\*b", false, 10, &pages), (std::vector<std::string>{"a*b"}));
+  EXPECT_EQ(ListAll(master_.get(), "c*", false, 10, &pages),
+            (std::vector<std::string>{std::string("c\0\xff", 3)}));
+  EXPECT_EQ(ListAll(master_.get(), "/1$", true, 10, &pages),
+            (std::vector<std::string>{"a/1", "b/1"}));
+  EXPECT_EQ(ListAll(master_.get(), "zzz*", false, 10, &pages), std::vector<std::string>{});
+
+  v1::ListKeysRequest bad;
+  v1::ListKeysResponse resp;
+  bad.set_count(kListKeysMax + 1);
+  EXPECT_EQ(master_->ListKeys(bad, &resp).code(), absl::StatusCode::kInvalidArgument);
+  bad.set_count(1);
+  bad.set_pattern(std::string(kPatternBytesMax + 1, '*'));
+  EXPECT_EQ(master_->ListKeys(bad, &resp).code(), absl::StatusCode::kInvalidArgument);
+  bad.set_pattern("(");
+  bad.set_regex(true);
+  EXPECT_EQ(master_->ListKeys(bad, &resp).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(MasterFixture, RemoveMatchingKeepsPinnedKeysUnlessForced) {
+  Register("a", 64 * kMiB);
+  for (const char* k : {"s/1", "s/2", "s/3", "t/1"}) ASSERT_TRUE(Put(k, kMiB).ok());
+  v1::PinRequest pin;
+  pin.set_key("s/3");
+  ASSERT_TRUE(master_->Pin(pin).ok());
+  v1::RemoveMatchingRequest req;
+  req.set_pattern("^s/");
+  req.set_regex(true);
+  v1::RemoveMatchingResponse resp;
+  ASSERT_TRUE(master_->RemoveMatching(req, &resp).ok());
+  EXPECT_EQ(resp.removed(), 2u);
+  EXPECT_EQ(resp.pinned(), 1u);
+  EXPECT_FALSE(resp.more());
+  EXPECT_FALSE(Lookup("s/1", false).found());
+  EXPECT_TRUE(Lookup("s/3", false).found());
+  EXPECT_TRUE(Lookup("t/1", false).found());
+  master_->Tick();
+  EXPECT_EQ(DramUsed(), 2 * kMiB);
+  EXPECT_EQ(master_->metrics().removes.Value(), 2u);
+
+  v1::RemoveMatchingRequest all;  // "" matches every key
+  all.set_force(true);
+  resp.Clear();
+  ASSERT_TRUE(master_->RemoveMatching(all, &resp).ok());
+  EXPECT_EQ(resp.removed(), 2u);
+  EXPECT_EQ(resp.pinned(), 0u);
+  master_->Tick();
+  EXPECT_EQ(DramUsed(), 0u);
+  all.set_pattern("[");
+  all.set_regex(true);
+  EXPECT_EQ(master_->RemoveMatching(all, &resp).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

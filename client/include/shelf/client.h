@@ -313,6 +313,25 @@ class Client {
                         Deadline deadline = Deadline()) = 0;
   // Removes a key. NOT_FOUND if absent; FAILED_PRECONDITION if pinned.
   virtual Status Remove(const std::string& key, Deadline deadline = Deadline()) = 0;
+  // One page of a listing of the keys matching `pattern`: a glob (Redis's:
+  // `*`, `?`, `[a-z]`, `[^a]`, `\x`) that must match the whole key, or with
+  // `regex` an ECMAScript regular expression found anywhere in the key; ""
+  // matches every key; at most 256 bytes. `keys` gets up to `count`
+  // (1..1024) matching keys greater than `cursor` ("" for the first page),
+  // in byte order; `next_cursor` gets the next page's cursor, "" when the
+  // listing is complete. A key present for the whole listing is listed
+  // exactly once. Each page scans the master's whole index: for tools and
+  // front ends, not for an engine's hot path. INVALID_ARGUMENT: a bad
+  // pattern or count, null outputs.
+  virtual Status ListKeys(const std::string& cursor, const std::string& pattern, size_t count,
+                          std::vector<std::string>* keys, std::string* next_cursor,
+                          bool regex = false, Deadline deadline = Deadline()) = 0;
+  // Removes every key matching `pattern` (as ListKeys; "" removes all keys),
+  // leaving pinned keys unless `force`. `removed` (may be null) gets how
+  // many keys were removed, also when the call fails part way (a deadline
+  // passing between the master's bounded steps).
+  virtual Status RemoveMatching(const std::string& pattern, uint64_t* removed, bool regex = false,
+                                bool force = false, Deadline deadline = Deadline()) = 0;
   // Length of the longest run of leading keys present: the number of
   // prefix blocks already computed. Takes read leases on them, so they stay
   // readable for the master's --lease after the call.

@@ -1,0 +1,10 @@
+"""Shelf: a distributed KV-cache block store for LLM inference.
+
+The extension module is shelf._shelf; everything it defines is re-exported
+here (Client, KeyNamespace, KeyBuilder, StorageAdapter, the Error classes,
+...). shelf.mooncake is Mooncake Store's Python API over Shelf. See
+docs/client.md and docs/mooncake-compat.md.
+"""
+
+from ._shelf import *  # noqa: F401,F403
+from ._shelf import __doc__ as _extension_doc  # noqa: F401

@@ -1,0 +1,205 @@
+// Master: listing the index and removing keys by pattern (ListKeys,
+// RemoveMatching). The pattern forms are described in shelf.proto.
+#include <queue>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "server/master/master.h"
+
+namespace shelf {
+namespace {
+
+// Redis's glob: `*` any run, `?` one byte, `[...]` a set (`^` or `!` first
+// negates, `a-z` a range), `\` escapes the next byte. The whole key must
+// match. Backtracks only to the last `*`, so time is O(|pattern| * |key|).
+bool GlobMatch(absl::string_view p, absl::string_view k) {
+  size_t pi = 0, ki = 0;
+  size_t star_p = absl::string_view::npos, star_k = 0;
+  while (ki < k.size()) {
+    bool advanced = false;
+    if (pi < p.size()) {
+      char c = p[pi];
+      if (c == '*') {
+        star_p = pi++;
+        star_k = ki;
+        continue;
+      }
+      if (c == '?') {
+        ++pi;
+        ++ki;
+        advanced = true;
+      } else if (c == '[') {
+        size_t j = pi + 1;
+        bool negate = j < p.size() && (p[j] == '^' || p[j] == '!');
+        if (negate) ++j;
+        bool hit = false;
+        bool first = true;
+        while (j < p.size() && (p[j] != ']' || first)) {
+          first = false;
+          char lo = p[j];
+          if (lo == '\\' && j + 1 < p.size()) lo = p[++j];
+          char hi = lo;
+          if (j + 2 < p.size() && p[j + 1] == '-' && p[j + 2] != ']') {
+            hi = p[j + 2];
+            if (hi == '\\' && j + 3 < p.size()) hi = p[++j + 2];
+            j += 2;
+          }
+          unsigned char kc = static_cast<unsigned char>(k[ki]);
+          if (static_cast<unsigned char>(lo) <= kc && kc <= static_cast<unsigned char>(hi)) {
+            hit = true;
+          }
+          ++j;
+        }
+        // An unclosed `[` matches itself.
+        if (j >= p.size()) {
+          if (k[ki] == '[') {
+            ++pi;
+            ++ki;
+            advanced = true;
+          }
+        } else if (hit != negate) {
+          pi = j + 1;
+          ++ki;
+          advanced = true;
+        }
+      } else {
+        if (c == '\\' && pi + 1 < p.size()) c = p[++pi];
+        if (c == k[ki]) {
+          ++pi;
+          ++ki;
+          advanced = true;
+        }
+      }
+    }
+    if (advanced) continue;
+    if (star_p == absl::string_view::npos) return false;
+    pi = star_p + 1;
+    ki = ++star_k;
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+// A compiled pattern: glob or regex; empty matches everything.
+class KeyMatcher {
+ public:
+  absl::Status Init(const std::string& pattern, bool regex) {
+    if (pattern.size() > kPatternBytesMax) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pattern of ", pattern.size(), " bytes exceeds the limit of ", kPatternBytesMax));
+    }
+    pattern_ = pattern;
+    regex_ = regex && !pattern.empty();
+    if (regex_) {
+      try {
+        re_ = std::regex(pattern, std::regex::ECMAScript | std::regex::optimize);
+      } catch (const std::regex_error& e) {
+        return absl::InvalidArgumentError(absl::StrCat("bad regex: ", e.what()));
+      }
+    }
+    return absl::OkStatus();
+  }
+  bool Match(absl::string_view key) const {
+    if (pattern_.empty()) return true;
+    if (!regex_) return GlobMatch(pattern_, key);
+    try {
+      return std::regex_search(key.begin(), key.end(), re_);
+    } catch (const std::regex_error&) {
+      return false;  // too complex for this key: not a match
+    }
+  }
+
+ private:
+  std::string pattern_;
+  bool regex_ = false;
+  std::regex re_;
+};
+
+}  // namespace
+
+absl::Status Master::ListKeys(const v1::ListKeysRequest& req, v1::ListKeysResponse* resp) {
+  size_t count = req.count() == 0 ? kListKeysMax : req.count();
+  if (count > kListKeysMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a listing page is 1..", kListKeysMax, " keys, asked ", req.count()));
+  }
+  if (req.cursor().size() > kKeyBytesMax) return absl::InvalidArgumentError("bad cursor");
+  KeyMatcher matcher;
+  if (absl::Status s = matcher.Init(req.pattern(), req.regex()); !s.ok()) return s;
+  const std::string& cursor = req.cursor();
+  // The `count` smallest matching keys above the cursor: a max-heap.
+  std::priority_queue<std::string> page;
+  bool more = false;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
+    for (Shard& shard : shards_) {
+      absl::MutexLock shard_lock(&shard.mu);
+      for (const auto& [key, obj] : shard.objects) {
+        absl::string_view k = key.view();
+        if (!cursor.empty() && k <= cursor) continue;
+        if (page.size() == count && k >= page.top()) {
+          more = more || matcher.Match(k);
+          continue;
+        }
+        if (!matcher.Match(k)) continue;
+        page.emplace(k);
+        if (page.size() > count) {
+          page.pop();
+          more = true;
+        }
+      }
+    }
+  }
+  std::vector<std::string> keys;
+  keys.reserve(page.size());
+  while (!page.empty()) {
+    keys.push_back(page.top());
+    page.pop();
+  }
+  for (auto it = keys.rbegin(); it != keys.rend(); ++it) resp->add_keys(*it);
+  if (more) resp->set_next_cursor(keys.front());  // the largest key of the page
+  return absl::OkStatus();
+}
+
+absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
+                                    v1::RemoveMatchingResponse* resp) {
+  KeyMatcher matcher;
+  if (absl::Status s = matcher.Init(req.pattern(), req.regex()); !s.ok()) return s;
+  uint64_t now = clock_->NowMs();
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
+  // Collect first: erasing changes the shard maps being walked. With mu_
+  // held exclusively the pointers stay valid until the erase.
+  std::vector<Object*> victims;
+  uint64_t pinned = 0;
+  bool more = false;
+  for (Shard& shard : shards_) {
+    absl::MutexLock shard_lock(&shard.mu);
+    for (auto& [key, obj] : shard.objects) {
+      if (!matcher.Match(key.view())) continue;
+      if ((obj.hard_pin || obj.pin_until_ms > now) && !req.force()) {
+        ++pinned;
+        continue;
+      }
+      if (victims.size() == kRemoveMatchingMax) {
+        more = true;
+        continue;
+      }
+      victims.push_back(&obj);
+    }
+  }
+  for (Object* obj : victims) {
+    EraseObjectLocked(obj, now);
+    metrics_.removes.Inc();
+  }
+  resp->set_removed(victims.size());
+  resp->set_pinned(pinned);
+  resp->set_more(more);
+  return absl::OkStatus();
+}
+
+}  // namespace shelf
