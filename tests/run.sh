@@ -22,13 +22,15 @@
 # Time of each stage from clean build folders, 2 cores shared with other
 # work, no ccache (CCACHE_DISABLE=1), measured on the development machine
 # (the script prints its own figures at the end of every run):
-#   install-deps + configure      10 s
-#   build                        949 s   (201 steps)
-#   ctest                        114 s   (57 tests, -j2)
-#   fuzz: clang build + 4 x 10 s 190 s
-#   asan build                   952 s   (199 steps)
-#   asan ctest                   169 s   (56 tests, -j2)
-#   total                       ~2390 s  (40 min, under CI's 90): the whole
+#   install-deps + configure       6 s
+#   build                        839 s
+#   ctest                        268 s   (64 tests, -j2; ha_failover_test alone)
+#   fuzz: clang build + 4 x 10 s 177 s
+#   asan build                   972 s
+#   asan ctest                   192 s   (58 tests, -j2)
+#   tsan: clang build + 3 tests   23 s
+#   skips                          0 s
+#   total                       ~2480 s  (41 min, under CI's 90): the whole
 #   ASan suite runs, no label subset is needed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
