@@ -45,11 +45,13 @@ absl::StatusOr<uint64_t> RangeAllocator::Allocate(uint64_t size) {
 }
 
 absl::Status RangeAllocator::Free(uint64_t offset, uint64_t size) {
-  uint64_t len = RoundUp(size);
-  if (size == 0 || offset % alignment_ != 0 || offset > capacity_ || len > capacity_ - offset) {
+  // size first: RoundUp of a size near 2^64 wraps to a small length.
+  if (size == 0 || size > capacity_ || offset % alignment_ != 0 || offset > capacity_ ||
+      RoundUp(size) > capacity_ - offset) {
     return absl::FailedPreconditionError(
         absl::StrCat("free of [", offset, ", +", size, ") outside segment of ", capacity_));
   }
+  uint64_t len = RoundUp(size);
   auto next = by_offset_.lower_bound(offset);
   if (next != by_offset_.end() && next->first < offset + len) {
     return absl::FailedPreconditionError(absl::StrCat("double free at offset ", offset));
@@ -80,11 +82,13 @@ absl::Status RangeAllocator::Free(uint64_t offset, uint64_t size) {
 }
 
 absl::Status RangeAllocator::Reserve(uint64_t offset, uint64_t size) {
-  uint64_t len = RoundUp(size);
-  if (size == 0 || offset % alignment_ != 0 || offset > capacity_ || len > capacity_ - offset) {
+  // size first: RoundUp of a size near 2^64 wraps to a small length.
+  if (size == 0 || size > capacity_ || offset % alignment_ != 0 || offset > capacity_ ||
+      RoundUp(size) > capacity_ - offset) {
     return absl::FailedPreconditionError(
         absl::StrCat("reserve of [", offset, ", +", size, ") outside segment of ", capacity_));
   }
+  uint64_t len = RoundUp(size);
   auto it = by_offset_.upper_bound(offset);
   if (it == by_offset_.begin()) {
     return absl::FailedPreconditionError(absl::StrCat("range at ", offset, " is not free"));
