@@ -283,8 +283,7 @@ template absl::Status ClientImpl::CallMaster(
                                               v1::LookupResponse*),
     const v1::LookupRequest&, v1::LookupResponse*, uint64_t);
 template absl::Status ClientImpl::CallMaster(
-    grpc::Status (v1::MasterService::Stub::*)(grpc::ClientContext*,
-                                              const v1::ReleaseLeasesRequest&,
+    grpc::Status (v1::MasterService::Stub::*)(grpc::ClientContext*, const v1::ReleaseLeasesRequest&,
                                               v1::ReleaseLeasesResponse*),
     const v1::ReleaseLeasesRequest&, v1::ReleaseLeasesResponse*, uint64_t);
 

@@ -69,10 +69,10 @@ class ManualClock final : public Clock {
   const uint64_t unix_offset_ms_;  // UnixMs() - NowMs()
 
   std::mutex mu_;
-  std::condition_variable waiters_cv_;                     // a waiter was added
-  std::map<uint64_t, std::function<void()>> waiters_;      // guarded by mu_
-  uint64_t next_waiter_ = 1;                               // guarded by mu_
-  std::function<void()> read_hook_;                        // guarded by mu_
+  std::condition_variable waiters_cv_;                 // a waiter was added
+  std::map<uint64_t, std::function<void()>> waiters_;  // guarded by mu_
+  uint64_t next_waiter_ = 1;                           // guarded by mu_
+  std::function<void()> read_hook_;                    // guarded by mu_
   std::atomic<bool> has_read_hook_{false};
 };
 

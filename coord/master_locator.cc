@@ -26,8 +26,8 @@ absl::StatusOr<std::unique_ptr<MasterLocator>> MasterLocator::Create(const std::
   if (absl::ConsumePrefix(&rest, "etcd://")) {
     size_t slash = rest.rfind('/');
     if (slash == absl::string_view::npos || slash + 1 == rest.size() || slash == 0) {
-      return absl::InvalidArgumentError(
-          "expected etcd://HOST:PORT[,HOST:PORT...]/CLUSTER, got '" + spec + "'");
+      return absl::InvalidArgumentError("expected etcd://HOST:PORT[,HOST:PORT...]/CLUSTER, got '" +
+                                        spec + "'");
     }
     loc->cluster_ = std::string(rest.substr(slash + 1));
     auto client = coord::EtcdClient::Connect(rest.substr(0, slash));

@@ -33,7 +33,7 @@ namespace shelf {
 namespace coord {
 class EtcdClient;
 class EtcdWatch;
-}
+}  // namespace coord
 
 class MasterLocator {
  public:
@@ -74,8 +74,8 @@ class MasterLocator {
   std::string current_;              // guarded by mu_
   std::unique_ptr<coord::EtcdClient> etcd_;
   std::string cluster_;
-  uint64_t watch_retry_ms_ = 0;  // guarded by mu_: MonoMs of the next watch attempt
-  std::mutex listener_mu_;       // held while the listener runs or changes
+  uint64_t watch_retry_ms_ = 0;     // guarded by mu_: MonoMs of the next watch attempt
+  std::mutex listener_mu_;          // held while the listener runs or changes
   std::function<void()> listener_;  // guarded by listener_mu_
   // Declared last: destroyed (cancelled) first, while what its callback
   // touches is still alive.

@@ -32,9 +32,9 @@ absl::StatusOr<uint64_t> RangeAllocator::Allocate(uint64_t size) {
   uint64_t need = RoundUp(size);
   auto fit = by_size_.lower_bound({need, 0});
   if (fit == by_size_.end()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("no free range of ", need, " bytes (free ", free_bytes(), " in ",
-                     by_offset_.size(), " extents)"));
+    return absl::ResourceExhaustedError(absl::StrCat("no free range of ", need, " bytes (free ",
+                                                     free_bytes(), " in ", by_offset_.size(),
+                                                     " extents)"));
   }
   uint64_t extent_size = fit->first;
   uint64_t offset = fit->second;

@@ -530,9 +530,8 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
 
 absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
   if (static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a lease release takes at most ", kBatchKeysMax, " keys, got ",
-                     req.keys_size()));
+    return absl::InvalidArgumentError(absl::StrCat("a lease release takes at most ", kBatchKeysMax,
+                                                   " keys, got ", req.keys_size()));
   }
   for (const std::string& key : req.keys()) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;

@@ -15,8 +15,7 @@ struct MasterMetrics {
         lookups_lookup(lookups.WithLabels({"lookup"})),
         lookups_match(lookups.WithLabels({"match_prefix"})),
         hits(r.AddCounter("shelf_master_lookup_hits_total",
-                          "Lookups that found the key, by the tier of the best replica",
-                          {"tier"})),
+                          "Lookups that found the key, by the tier of the best replica", {"tier"})),
         hits_dram(hits.WithLabels({"dram"})),
         hits_ssd(hits.WithLabels({"ssd"})),
         puts(r.AddCounter("shelf_master_puts_total", "Puts by outcome", {"result"})),
@@ -37,8 +36,7 @@ struct MasterMetrics {
         leases_released(r.AddCounter("shelf_master_leases_released_total",
                                      "Leases ended early: every holder gave its lease back")
                             .WithLabels()),
-        promotions(r.AddCounter("shelf_master_promotions_total",
-                                "SSD-to-DRAM promotions committed")
+        promotions(r.AddCounter("shelf_master_promotions_total", "SSD-to-DRAM promotions committed")
                        .WithLabels()),
         removes(r.AddCounter("shelf_master_removes_total", "Keys removed").WithLabels()),
         nodes_died(r.AddCounter("shelf_master_nodes_died_total",

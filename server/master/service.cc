@@ -14,8 +14,8 @@ class RpcScope {
   grpc::Status Done(grpc::Status s) {
     if (!s.ok()) {
       metrics_.rpc_errors
-          .WithLabels({method_, absl::StatusCodeToString(static_cast<absl::StatusCode>(
-                                    s.error_code()))})
+          .WithLabels(
+              {method_, absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()))})
           .Inc();
     }
     return s;
@@ -29,10 +29,10 @@ class RpcScope {
 
 }  // namespace
 
-#define SHELF_CHECK_TOKEN()                                                 \
-  RpcScope rpc_scope(master_->metrics(), __func__);                         \
-  if (absl::Status auth = CheckToken(ctx, token_); !auth.ok()) {          \
-    return rpc_scope.Done(ToGrpc(auth));                                    \
+#define SHELF_CHECK_TOKEN()                                      \
+  RpcScope rpc_scope(master_->metrics(), __func__);              \
+  if (absl::Status auth = CheckToken(ctx, token_); !auth.ok()) { \
+    return rpc_scope.Done(ToGrpc(auth));                         \
   }
 
 grpc::Status MasterServiceImpl::RegisterStore(grpc::ServerContext* ctx,
@@ -42,8 +42,7 @@ grpc::Status MasterServiceImpl::RegisterStore(grpc::ServerContext* ctx,
   return rpc_scope.Done(ToGrpc(master_->RegisterStore(*req, resp)));
 }
 
-grpc::Status MasterServiceImpl::Heartbeat(grpc::ServerContext* ctx,
-                                          const v1::HeartbeatRequest* req,
+grpc::Status MasterServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse* resp) {
   SHELF_CHECK_TOKEN();
   return rpc_scope.Done(ToGrpc(master_->Heartbeat(*req, resp)));
@@ -71,12 +70,12 @@ grpc::Status MasterServiceImpl::BatchPutStart(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status MasterServiceImpl::PutCommit(grpc::ServerContext* ctx,
-                                          const v1::PutCommitRequest* req,
+grpc::Status MasterServiceImpl::PutCommit(grpc::ServerContext* ctx, const v1::PutCommitRequest* req,
                                           v1::PutCommitResponse* resp) {
   SHELF_CHECK_TOKEN();
   if (static_cast<size_t>(req->put_ids_size()) > kBatchKeysMax) {
-    return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError("a commit takes at most 1024 put ids")));
+    return rpc_scope.Done(
+        ToGrpc(absl::InvalidArgumentError("a commit takes at most 1024 put ids")));
   }
   master_->PutCommit(*req, resp);
   return grpc::Status::OK;
@@ -86,7 +85,8 @@ grpc::Status MasterServiceImpl::PutAbort(grpc::ServerContext* ctx, const v1::Put
                                          v1::PutAbortResponse* resp) {
   SHELF_CHECK_TOKEN();
   if (static_cast<size_t>(req->put_ids_size()) > kBatchKeysMax) {
-    return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError("an abort takes at most 1024 put ids")));
+    return rpc_scope.Done(
+        ToGrpc(absl::InvalidArgumentError("an abort takes at most 1024 put ids")));
   }
   master_->PutAbort(*req, resp);
   return grpc::Status::OK;

@@ -125,20 +125,20 @@ TEST(DemotionCrashTest, NoDemotionIsReportedBeforeItIsDurable) {
   for (int i : on_ssd) {
     std::string got;
     Status s = client->Get(absl::StrCat("d", i), &got);
-    ASSERT_TRUE(s.ok()) << "block d" << i << " was reported on SSD before it was durable and is lost: "
+    ASSERT_TRUE(s.ok()) << "block d" << i
+                        << " was reported on SSD before it was durable and is lost: "
                         << s.ToString();
     ASSERT_TRUE(got == Block(1 << 20, 100 + i)) << "block d" << i << " came back with wrong bytes";
   }
-  std::printf("before-sync: the master had been told of %zu demotions at the kill\n", on_ssd.size());
+  std::printf("before-sync: the master had been told of %zu demotions at the kill\n",
+              on_ssd.size());
 }
 
 TEST(DemotionCrashTest, KilledBeforeTheSsdWriteLeavesNothingHalf) {
   RunCrash("before-write", false);
 }
 
-TEST(DemotionCrashTest, KilledAfterTheSsdWriteKeepsTheWholeBlock) {
-  RunCrash("after-write", true);
-}
+TEST(DemotionCrashTest, KilledAfterTheSsdWriteKeepsTheWholeBlock) { RunCrash("after-write", true); }
 
 }  // namespace
 }  // namespace shelf
