@@ -46,6 +46,13 @@ transport::TcpEngine::Options TcpEngineOptions(const ClientOptions& o) {
 
 absl::Status ValidateOptions(const ClientOptions& o) {
   if (o.masters.empty()) return absl::InvalidArgumentError("ClientOptions.masters is empty");
+  for (const std::string& m : o.masters) {
+    if (absl::StartsWith(m, "etcd://") && o.masters.size() > 1) {
+      return absl::InvalidArgumentError(
+          "ClientOptions.masters: an etcd:// spec names the masters alone (one entry, "
+          "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER)");
+    }
+  }
   if (o.timeout_ms == 0) {
     return absl::InvalidArgumentError("ClientOptions.timeout_ms must be at least 1");
   }
@@ -156,8 +163,17 @@ ClientImpl::~ClientImpl() {
 absl::Status ClientImpl::Connect() {
   TlsFiles tls;
   tls.ca = options_.tls_ca;
-  for (const std::string& m : options_.masters) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> ch = MakeChannel(m, tls);
+  if (absl::StartsWith(options_.masters[0], "etcd://")) {
+    absl::StatusOr<std::unique_ptr<MasterLocator>> loc = MasterLocator::Create(options_.masters[0]);
+    if (!loc.ok()) {
+      return absl::Status(loc.status().code(),
+                          absl::StrCat("ClientOptions.masters ", options_.masters[0], ": ",
+                                       loc.status().message()));
+    }
+    locator_ = *std::move(loc);
+  }
+  for (size_t i = 0; locator_ == nullptr && i < options_.masters.size(); ++i) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> ch = MakeChannel(options_.masters[i], tls);
     if (!ch.ok()) return ch.status();
     masters_.push_back(v1::MasterService::NewStub(*ch));
   }
@@ -233,6 +249,30 @@ Deadline ClientImpl::Absolute(const Deadline& deadline) const {
   return deadline;
 }
 
+absl::Status ClientImpl::LeaderStub(std::string* address,
+                                    std::shared_ptr<v1::MasterService::Stub>* stub) {
+  *address = locator_->Current();
+  if (address->empty()) {
+    // Worded as a leader change, so CallMaster waits for the election.
+    return absl::UnavailableError(
+        absl::StrCat("NOT_LEADER: etcd names no leading master yet (", options_.masters[0], ")"));
+  }
+  MutexLock lock(&leader_stubs_mu_);
+  std::shared_ptr<v1::MasterService::Stub>& cached = leader_stubs_[*address];
+  if (cached == nullptr) {
+    TlsFiles tls;
+    tls.ca = options_.tls_ca;
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> ch = MakeChannel(*address, tls);
+    if (!ch.ok()) {
+      leader_stubs_.erase(*address);
+      return ch.status();
+    }
+    cached = v1::MasterService::NewStub(*ch);
+  }
+  *stub = cached;
+  return absl::OkStatus();
+}
+
 template <typename Req, typename Resp>
 absl::Status ClientImpl::CallMaster(
     grpc::Status (v1::MasterService::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
@@ -245,16 +285,38 @@ absl::Status ClientImpl::CallMaster(
   for (uint64_t pause_ms = kLeaderWaitFirstMs;;
        pause_ms = std::min(2 * pause_ms, kLeaderWaitMaxMs)) {
     bool transition = false;
-    for (size_t attempt = 0; attempt < masters_.size(); ++attempt) {
+    // With etcd: the named leader, then whichever master the locator moves
+    // on to (a NOT_LEADER hint, or a fresh read of the leader key).
+    size_t attempts = locator_ != nullptr ? 2 : masters_.size();
+    for (size_t attempt = 0; attempt < attempts; ++attempt) {
       uint64_t now = MonoMs();
       if (now >= deadline_ms) return last;
-      size_t idx = current_master_.load() % masters_.size();
+      std::string address;
+      std::shared_ptr<v1::MasterService::Stub> leader;
+      v1::MasterService::Stub* stub = nullptr;
+      size_t idx = 0;
+      if (locator_ != nullptr) {
+        absl::Status s = LeaderStub(&address, &leader);
+        if (!s.ok()) {
+          last = s;
+          transition = transition || MasterInTransition(s);
+          continue;
+        }
+        stub = leader.get();
+      } else {
+        idx = current_master_.load() % masters_.size();
+        stub = masters_[idx].get();
+      }
       grpc::ClientContext ctx;
       PrepareContext(&ctx, token_, deadline_ms - now);
-      last = FromGrpc((masters_[idx].get()->*method)(&ctx, req, resp));
+      last = FromGrpc((stub->*method)(&ctx, req, resp));
       if (last.code() != absl::StatusCode::kUnavailable) return last;
       transition = transition || MasterInTransition(last);
-      current_master_.store(idx + 1);  // try the next master
+      if (locator_ != nullptr) {
+        locator_->Failed(address, last);
+      } else {
+        current_master_.store(idx + 1);  // try the next master
+      }
     }
     if (!transition || MonoMs() + pause_ms >= deadline_ms) return last;
     std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));

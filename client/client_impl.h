@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,7 +26,9 @@
 #include "client/buffer_registry.h"
 #include "client/gpu_staging.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "common/thread_pool.h"
+#include "coord/master_locator.h"
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
 #include "transport/engine.h"
@@ -115,8 +118,12 @@ class ClientImpl final : public Client {
   // The deadline as an absolute time, fixed now (for calls that run later).
   Deadline Absolute(const Deadline& deadline) const;
   absl::Status CheckOpen() const;
+  // With locator_: the leader's address and its stub (made on first use).
+  absl::Status LeaderStub(std::string* address, std::shared_ptr<v1::MasterService::Stub>* stub)
+      ABSL_LOCKS_EXCLUDED(leader_stubs_mu_);
   // Runs one master RPC against the current master, moving on to the next
-  // configured master when one is unreachable.
+  // configured master (or, with etcd, the next leader) when one is
+  // unreachable.
   template <typename Req, typename Resp>
   absl::Status CallMaster(grpc::Status (v1::MasterService::Stub::*method)(grpc::ClientContext*,
                                                                           const Req&, Resp*),
@@ -210,6 +217,10 @@ class ClientImpl final : public Client {
   const ClientOptions options_;
   const std::string token_;
   std::vector<std::unique_ptr<v1::MasterService::Stub>> masters_;  // fixed after Connect
+  // Set by Connect when options_.masters is one "etcd://" spec: the leader
+  // is whichever master etcd names (coord/master_locator.h), and masters_
+  // stays empty.
+  std::unique_ptr<MasterLocator> locator_;
 
   // Thread-safe members.
   transport::TcpEngine tcp_;
@@ -221,6 +232,11 @@ class ClientImpl final : public Client {
   BufferRegistry buffers_;
   GpuStaging gpu_;
   std::atomic<size_t> current_master_{0};
+  // With locator_: a stub per leader address seen, kept for the client's
+  // life (a cluster has a handful of masters).
+  Mutex leader_stubs_mu_;
+  std::map<std::string, std::shared_ptr<v1::MasterService::Stub>> leader_stubs_
+      ABSL_GUARDED_BY(leader_stubs_mu_);
   std::atomic<bool> closed_{false};
 
   struct AtomicStats {

@@ -144,7 +144,7 @@ class HaTest : public ::testing::Test {
 
   // Shorter than the defaults, so the tests of fencing and outages run
   // quicker; the failover timing test (HaDefaultsTest) runs the defaults.
-  std::vector<std::string> master_flags_ = {"--election-ttl", "2s", "--node-ttl", "2s",
+  std::vector<std::string> master_flags_ = {"--election-ttl",   "2s", "--node-ttl", "2s",
                                             "--recovery-grace", "4s"};
   std::unique_ptr<coord::testing::EtcdProcess> etcd_;
   std::unique_ptr<coord::EtcdClient> etcd_client_;
@@ -261,16 +261,17 @@ TEST_F(HaDefaultsTest, KillingTheLeaderLosesNothingALiveStoreHolds) {
   }
   // The watcher ends once recovery is done (or after 20 s).
   std::move(join_watcher).Invoke();
-  std::printf("failover phases after kill -9 of the leader (election TTL %llu ms, defaults):\n"
-              "  new leader elected      %6llu ms\n"
-              "  stores re-registered    %6llu ms\n"
-              "  recovery done           %6llu ms\n"
-              "  every block readable    %6llu ms\n",
-              static_cast<unsigned long long>(kDefaultElectionTtlMs),
-              static_cast<unsigned long long>(elected_ms.load()),
-              static_cast<unsigned long long>(registered_ms.load()),
-              static_cast<unsigned long long>(recovered_ms.load()),
-              static_cast<unsigned long long>(readable_ms));
+  std::printf(
+      "failover phases after kill -9 of the leader (election TTL %llu ms, defaults):\n"
+      "  new leader elected      %6llu ms\n"
+      "  stores re-registered    %6llu ms\n"
+      "  recovery done           %6llu ms\n"
+      "  every block readable    %6llu ms\n",
+      static_cast<unsigned long long>(kDefaultElectionTtlMs),
+      static_cast<unsigned long long>(elected_ms.load()),
+      static_cast<unsigned long long>(registered_ms.load()),
+      static_cast<unsigned long long>(recovered_ms.load()),
+      static_cast<unsigned long long>(readable_ms));
   ASSERT_GT(elected_ms.load(), 0u) << "no new leader";
   ASSERT_GT(readable_ms, 0u) << readable_count << " of " << kBlocks
                              << " blocks readable 20 s after the kill";
@@ -343,12 +344,11 @@ TEST_F(HaTest, AStoreRestartingDuringRecoveryIsHandled) {
   stores_[0]->Signal(SIGKILL);
   stores_[0]->Wait(5000);
   std::string ready = absl::StrCat(dir_, "/s0b.addr");
-  auto p = Process::Spawn(
-      {std::string(SHELF_BIN_DIR) + "/shelf-store", "--master",
-       absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_), "--listen", "127.0.0.1:0",
-       "--dram-size", "64MiB", "--node-id", "store0", "--run-dir", dir_ + "/s0b.run",
-       "--ready-file", ready},
-      dir_ + "/s0b.log");
+  auto p = Process::Spawn({std::string(SHELF_BIN_DIR) + "/shelf-store", "--master",
+                           absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_), "--listen",
+                           "127.0.0.1:0", "--dram-size", "64MiB", "--node-id", "store0",
+                           "--run-dir", dir_ + "/s0b.run", "--ready-file", ready},
+                          dir_ + "/s0b.log");
   ASSERT_TRUE(p.ok());
   stores_[0] = *std::move(p);
   ASSERT_TRUE(WaitForLiveStores(2, 20000).ok());
@@ -381,10 +381,64 @@ TEST_F(HaTest, LeaderKeepsServingThroughAShortEtcdOutage) {
   // longer one (etcd's own restart can take longer than the 2 s TTL here)
   // elects again. Either way nothing the stores hold is lost.
   std::printf("after the etcd outage: leader %s term %lld (before: %s term %lld)\n",
-              again->address.c_str(), static_cast<long long>(again->term),
-              old->address.c_str(), static_cast<long long>(old->term));
+              again->address.c_str(), static_cast<long long>(again->term), old->address.c_str(),
+              static_cast<long long>(old->term));
   ASSERT_TRUE(client->Get("during-outage", &got).ok());
   EXPECT_TRUE(got == data);
+}
+
+// A client given "etcd://.../CLUSTER" instead of the masters' addresses
+// finds the leader through etcd and follows it after kill -9: the block
+// written before the kill reads back, and new puts succeed.
+TEST_F(HaTest, AClientGivenEtcdFollowsTheLeaderAcrossAFailover) {
+  ClientOptions co;
+  co.masters = {absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_)};
+  co.timeout_ms = 2000;
+  std::unique_ptr<Client> client;
+  Status open = Client::Open(co, &client);
+  ASSERT_TRUE(open.ok()) << open.ToString();
+  PutOptions two;
+  two.replicas = 2;
+  std::string data = Block(64 << 10, 11);
+  Status put = client->Put("via-etcd", data.data(), data.size(), two);
+  ASSERT_TRUE(put.ok()) << put.ToString();
+  // The stores learn what they hold through heartbeats; the new leader
+  // rebuilds from them.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  auto old = Leader();
+  ASSERT_TRUE(old.ok());
+  masters_[MasterIndex(old->address)]->Signal(SIGKILL);
+  masters_[MasterIndex(old->address)]->Wait(5000);
+  std::string got;
+  Status s;
+  for (uint64_t until = MonoMs() + 20000; MonoMs() < until;) {
+    s = client->Get("via-etcd", &got);
+    if (s.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(s.ok()) << "not readable through etcd 20 s after the kill: " << s.ToString();
+  EXPECT_TRUE(got == data);
+  auto now = Leader();
+  ASSERT_TRUE(now.ok());
+  EXPECT_NE(now->address, old->address);
+  std::string more = Block(4096, 12);
+  Status again = client->Put("via-etcd-after", more.data(), more.size());
+  ASSERT_TRUE(again.ok()) << again.ToString();
+  ASSERT_TRUE(client->Get("via-etcd-after", &got).ok());
+  EXPECT_TRUE(got == more);
+}
+
+// A malformed etcd spec, or one mixed with addresses, fails Open clearly.
+TEST(EtcdMasterSpecTest, MalformedSpecsAreRefusedAtOpen) {
+  std::unique_ptr<Client> client;
+  ClientOptions co;
+  co.masters = {"etcd://127.0.0.1:2379"};  // no /CLUSTER
+  Status s = Client::Open(co, &client);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("CLUSTER"), std::string::npos) << s.ToString();
+  co.masters = {"etcd://127.0.0.1:2379/c", "127.0.0.1:7000"};
+  s = Client::Open(co, &client);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
 }
 
 }  // namespace

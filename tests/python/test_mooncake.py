@@ -69,7 +69,6 @@ def test_setup_errors_and_health(big_cluster):
     assert s.health_check() == INVALID_PARAMS
     assert s.setup("h", "P2PHANDSHAKE", 1, 1, "udp", "", big_cluster.master) == INVALID_PARAMS
     assert s.setup("h", "P2PHANDSHAKE", -1, 1, "tcp", "", big_cluster.master) == INVALID_PARAMS
-    assert s.setup("h", "P2PHANDSHAKE", 1, 1, "tcp", "", "etcd://127.0.0.1:2379") == NOT_SUPPORTED
     assert s.setup("h", "P2PHANDSHAKE", 1, 1, "tcp", "", "127.0.0.1:1") == RPC_FAIL
     # Keywords with Mooncake's names; a list of masters.
     assert s.setup(local_hostname="h1", metadata_server="http://meta:8080/metadata",
@@ -82,7 +81,9 @@ def test_setup_errors_and_health(big_cluster):
     assert s.put("k", b"v") == INVALID_PARAMS
     assert s.get("k") == b""
     assert s.batch_is_exist(["k"]) == [INVALID_PARAMS]
-    assert s.setup_dummy(1, 1, "127.0.0.1:1") == NOT_SUPPORTED
+    assert s.setup_dummy(1, 1, "127.0.0.1:1") == RPC_FAIL
+    assert s.setup_dummy(-1, 1, big_cluster.master) == INVALID_PARAMS
+    assert s.init_all("tcp", "") == NOT_SUPPORTED
 
 
 @pytest.mark.parametrize("size", [1, 4095, 1 * MiB + 7, 64 * MiB])
@@ -133,7 +134,7 @@ def test_misses_and_bad_arguments(store, pool):
     assert store.remove_by_regex("(") == INVALID_PARAMS
     assert store.remove_by_regex("a" * 300) == INVALID_PARAMS
     # Not supported: a code, never wrong data.
-    assert store.get_into_ranges("a", [], []) == NOT_SUPPORTED
+    assert store.put_from_with_metadata("a", addr, addr, 1, 1) == NOT_SUPPORTED
     assert store.put_tensor("a", None) == NOT_SUPPORTED
 
 
@@ -176,6 +177,40 @@ def test_values_batches_and_buffers(store, pool):
     assert arr[:3 * 8192].tobytes() == data.tobytes()
     assert store.batch_remove(["pf", "absent"]) == [OK, OBJECT_NOT_FOUND]
     assert store.is_exist("pf") == 0
+
+
+def test_get_into_ranges(store, pool):
+    arr, addr = pool
+    a = rand(4096, 1).tobytes()
+    b = rand(1000, 2).tobytes()
+    assert store.put_batch(["rng/a", "rng/b"], [a, b]) == OK
+    arr[:8192] = 0
+    # Two buffers (both inside the registered pool): a's bytes 100..300 and
+    # 4000..4096 to the first, b's 0..1000 to the second; then a miss and a
+    # range past b's end.
+    first, second = addr, addr + 4096
+    got = store.get_into_ranges(
+        [first, second],
+        [["rng/a"], ["rng/b", "rng/absent", "rng/b"]],
+        [[[0, 200]], [[0], [0], [10]]],
+        [[[100, 4000]], [[0], [0], [990]]],
+        [[[200, 96]], [[1000], [5], [20]]])
+    assert got == [[[200, 96]], [[1000], [OBJECT_NOT_FOUND], [INVALID_PARAMS]]]
+    assert arr[0:200].tobytes() == a[100:300]
+    assert arr[200:296].tobytes() == a[4000:4096]
+    assert arr[4096:5096].tobytes() == b
+    # A target outside every registered buffer, negative offsets, ragged
+    # lists: INVALID_PARAMS for that key, nothing copied.
+    other = np.zeros(64, dtype=np.uint8)
+    assert store.get_into_ranges([other.ctypes.data], [["rng/a"]], [[[0]]], [[[0]]],
+                                 [[[64]]]) == [[[INVALID_PARAMS]]]
+    assert not other.any()
+    assert store.get_into_ranges([addr], [["rng/a"]], [[[-1]]], [[[0]]],
+                                 [[[1]]]) == [[[INVALID_PARAMS]]]
+    assert store.get_into_ranges([addr], [["rng/a"]], [[[0, 1]]], [[[0]]],
+                                 [[[1]]]) == [[[INVALID_PARAMS]]]
+    assert store.get_into_ranges([addr, addr], [["rng/a"]], [[[0]]], [[[0]]],
+                                 [[[1]]]) == [[[INVALID_PARAMS]]]
 
 
 def test_remove_by_regex_and_remove_all(store):

@@ -100,7 +100,11 @@ class Deadline {
 };
 
 struct ClientOptions {
-  std::vector<std::string> masters;  // "HOST:PORT" of the master(s); at least one
+  // The master(s): "HOST:PORT" entries (at least one; an unreachable one
+  // moves the client on to the next), or a single
+  // "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER": the leader etcd names for
+  // CLUSTER (the masters' --cluster), followed across failovers.
+  std::vector<std::string> masters;
   std::string secret;                // cluster secret; empty for an open cluster
   uint64_t timeout_ms = 5000;        // default deadline of each call
   bool allow_tcp = true;             // transports this client may use

@@ -1,0 +1,329 @@
+// MooncakeStore's setup and its multi-buffer and ranged transfers.
+#include "client/python/mooncake_store.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shelf::python::mooncake {
+
+namespace {
+
+// Mooncake's HA form "etcd://HOST:PORT[;HOST:PORT...]" as libshelf's
+// "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER": ';' separates endpoints too,
+// and a spec without "/CLUSTER" names the masters' default cluster.
+std::string EtcdSpec(const std::string& spec) {
+  std::string out = spec;
+  std::replace(out.begin(), out.end(), ';', ',');
+  if (out.find('/', std::strlen("etcd://")) == std::string::npos) out += "/default";
+  return out;
+}
+
+bool IsEtcd(const std::string& s) { return s.rfind("etcd://", 0) == 0; }
+
+}  // namespace
+
+std::vector<std::string> MasterList(const std::string& master_server_addr,
+                                    const std::string& metadata_server) {
+  // Shelf's masters are found through etcd when either address names it:
+  // master_server_addr first; metadata_server (Mooncake's transfer-engine
+  // metadata, often etcd) when master_server_addr is empty.
+  if (IsEtcd(master_server_addr)) return {EtcdSpec(master_server_addr)};
+  if (master_server_addr.empty() && IsEtcd(metadata_server)) return {EtcdSpec(metadata_server)};
+  std::vector<std::string> masters;
+  size_t start = 0;
+  while (start <= master_server_addr.size()) {
+    size_t comma = master_server_addr.find_first_of(",;", start);
+    if (comma == std::string::npos) comma = master_server_addr.size();
+    if (comma > start) masters.push_back(master_server_addr.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return masters;
+}
+
+int MooncakeStore::Setup(const std::string& local_hostname, const std::string& metadata_server,
+                         int64_t global_segment_size, int64_t local_buffer_size,
+                         const std::string& protocol, const std::string& rdma_devices,
+                         const std::string& master_server_addr) {
+  if (global_segment_size < 0 || local_buffer_size < 0) return kMcInvalidParams;
+  ClientOptions o;
+  o.masters = MasterList(master_server_addr, metadata_server);
+  if (o.masters.empty()) return kMcInvalidParams;
+  if (protocol == "rdma") {
+    // The first device of Mooncake's comma-separated list; none: tcp.
+    o.rdma_device = rdma_devices.substr(0, rdma_devices.find(','));
+  } else if (protocol != "tcp") {
+    return kMcInvalidParams;
+  }
+  return Connect(o, local_hostname);
+}
+
+int MooncakeStore::SetupConfig(const py::dict& config) {
+  auto text = [&](const char* key, const char* fallback) -> std::string {
+    if (!config.contains(key) || config[key].is_none()) return fallback;
+    return py::str(config[key]).cast<std::string>();
+  };
+  auto size = [&](const char* key, int64_t* out) {
+    if (!config.contains(key) || config[key].is_none()) return true;
+    py::object v = config[key];
+    if (py::isinstance<py::int_>(v)) {
+      *out = v.cast<int64_t>();
+      return *out >= 0;
+    }
+    return ParseSize(py::str(v).cast<std::string>(), out);
+  };
+  int64_t segment = kDefaultSegmentBytes, buffer = kDefaultSegmentBytes;
+  if (!size("global_segment_size", &segment) || !size("local_buffer_size", &buffer)) {
+    return kMcInvalidParams;
+  }
+  // An empty master address with metadata_server naming etcd finds the
+  // masters there (MasterList).
+  std::string master = config.contains("master_server_address")
+                           ? text("master_server_address", "")
+                           : text("master_server_addr", "127.0.0.1:50051");
+  std::string devices = text("device_name", "");
+  if (devices.empty()) devices = text("rdma_devices", "");
+  return Setup(text("local_hostname", ""), text("metadata_server", "P2PHANDSHAKE"), segment, buffer,
+               text("protocol", "tcp"), devices, master);
+}
+
+int MooncakeStore::SetupDummy(int64_t mem_pool_size, int64_t local_buffer_size,
+                              const std::string& server_address) {
+  if (mem_pool_size < 0 || local_buffer_size < 0) return kMcInvalidParams;
+  ClientOptions o;
+  o.masters = MasterList(server_address, "");
+  if (o.masters.empty()) return kMcInvalidParams;
+  return Connect(o, "");
+}
+
+int MooncakeStore::Connect(const ClientOptions& options, const std::string& hostname) {
+  std::unique_ptr<Client> c;
+  if (!Client::Open(options, &c).ok()) return kMcInvalidParams;
+  std::shared_ptr<Client> client(std::move(c));
+  // Open connects lazily; Mooncake's setup fails when the master cannot be
+  // reached, so probe it once.
+  std::vector<bool> present;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = client->Exists({"\x01shelf-mooncake-probe"}, &present);
+  }
+  if (!s.ok()) return ToMooncake(s);
+  Close();
+  std::lock_guard<std::mutex> lock(mu_);
+  client_ = std::move(client);
+  hostname_ = hostname;
+  return kMcOk;
+}
+
+bool ParseSize(const std::string& text, int64_t* out) {
+  size_t i = 0;
+  while (i < text.size() && text[i] == ' ') ++i;
+  size_t digits = i;
+  uint64_t value = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (value > (UINT64_MAX - 9) / 10) return false;
+    value = value * 10 + static_cast<uint64_t>(text[i] - '0');
+  }
+  if (i == digits) return false;
+  while (i < text.size() && text[i] == ' ') ++i;
+  std::string unit;
+  for (; i < text.size(); ++i) {
+    if (text[i] == ' ') continue;
+    unit.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(text[i]))));
+  }
+  // Mooncake reads KB, MB, GB, TB as powers of 1024; KiB, MiB, ... too.
+  static const std::pair<const char*, int> kUnits[] = {
+      {"", 0},     {"B", 0},  {"K", 10},  {"KB", 10},  {"KIB", 10}, {"M", 20},  {"MB", 20},
+      {"MIB", 20}, {"G", 30}, {"GB", 30}, {"GIB", 30}, {"T", 40},   {"TB", 40}, {"TIB", 40}};
+  for (const auto& [name, shift] : kUnits) {
+    if (unit != name) continue;
+    if (shift > 0 && value > (uint64_t{INT64_MAX} >> shift)) return false;
+    if (value > uint64_t{INT64_MAX}) return false;
+    *out = static_cast<int64_t>(value << shift);
+    return true;
+  }
+  return false;
+}
+
+// Block i is the concatenation of its pieces [ptrs[i][j], + sizes[i][j]).
+// Shelf stores a block contiguously, so the pieces are gathered into one
+// host buffer per key and the keys go out in one BatchPut.
+std::vector<int> MooncakeStore::BatchPutFromMulti(
+    const std::vector<std::string>& keys, const std::vector<std::vector<uint64_t>>& all_ptrs,
+    const std::vector<std::vector<int64_t>>& all_sizes, const ReplicateConfig& config) {
+  std::vector<int> out(keys.size(), kMcInvalidParams);
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr || all_ptrs.size() != keys.size() || all_sizes.size() != keys.size()) {
+    return out;
+  }
+  PutOptions po;
+  if (int rc = ToPutOptions(config, &po); rc != kMcOk) {
+    std::fill(out.begin(), out.end(), rc);
+    return out;
+  }
+  std::vector<std::string> blocks;
+  std::vector<size_t> where;
+  blocks.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    int rc = CheckPieces(keys[i], all_ptrs[i], all_sizes[i]);
+    if (rc != kMcOk) {
+      out[i] = rc;
+      continue;
+    }
+    std::string block;
+    for (size_t j = 0; j < all_ptrs[i].size(); ++j) {
+      block.append(reinterpret_cast<const char*>(all_ptrs[i][j]),
+                   static_cast<size_t>(all_sizes[i][j]));
+    }
+    blocks.push_back(std::move(block));
+    where.push_back(i);
+  }
+  py::gil_scoped_release nogil;
+  ForEachSlice(blocks.size(), [&](size_t b, size_t e) {
+    std::vector<PutItem> slice;
+    for (size_t i = b; i < e; ++i) {
+      slice.push_back(PutItem{keys[where[i]], blocks[i].data(), blocks[i].size()});
+    }
+    std::vector<Status> st;
+    Status s = c->BatchPut(slice, &st, po);
+    for (size_t i = b; i < e; ++i) out[where[i]] = ToMooncake(s.ok() ? st[i - b] : s);
+  });
+  return out;
+}
+
+// Reads each block in one BatchGet, then scatters it over its pieces in
+// order. A block whose size differs from the pieces' total fails with
+// BUFFER_OVERFLOW (larger) or INVALID_PARAMS (smaller), nothing copied.
+std::vector<int> MooncakeStore::BatchGetIntoMulti(
+    const std::vector<std::string>& keys, const std::vector<std::vector<uint64_t>>& all_ptrs,
+    const std::vector<std::vector<int64_t>>& all_sizes) {
+  std::vector<int> out(keys.size(), kMcInvalidParams);
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr || all_ptrs.size() != keys.size() || all_sizes.size() != keys.size()) {
+    return out;
+  }
+  std::vector<std::string> valid;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    int rc = CheckPieces(keys[i], all_ptrs[i], all_sizes[i]);
+    if (rc != kMcOk) {
+      out[i] = rc;
+      continue;
+    }
+    valid.push_back(keys[i]);
+    where.push_back(i);
+  }
+  py::gil_scoped_release nogil;
+  ForEachSlice(valid.size(), [&](size_t b, size_t e) {
+    std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
+    std::vector<std::string> values;
+    std::vector<Status> st;
+    Status s = c->BatchGet(slice, &values, &st);
+    for (size_t i = b; i < e; ++i) {
+      size_t k = where[i];
+      if (!s.ok() || !st[i - b].ok()) {
+        out[k] = ToMooncake(s.ok() ? st[i - b] : s);
+        continue;
+      }
+      const std::string& v = values[i - b];
+      size_t total = 0;
+      for (int64_t n : all_sizes[k]) total += static_cast<size_t>(n);
+      if (v.size() != total) {
+        out[k] = v.size() > total ? kMcBufferOverflow : kMcInvalidParams;
+        continue;
+      }
+      size_t at = 0;
+      for (size_t j = 0; j < all_ptrs[k].size(); ++j) {
+        size_t n = static_cast<size_t>(all_sizes[k][j]);
+        std::memcpy(reinterpret_cast<void*>(all_ptrs[k][j]), v.data() + at, n);
+        at += n;
+      }
+      out[k] = static_cast<int>(std::min<size_t>(total, INT32_MAX));
+    }
+  });
+  return out;
+}
+
+std::vector<std::vector<std::vector<int64_t>>> MooncakeStore::GetIntoRanges(
+    const std::vector<uint64_t>& buffers, const std::vector<std::vector<std::string>>& keys,
+    const std::vector<std::vector<std::vector<int64_t>>>& dst_offsets,
+    const std::vector<std::vector<std::vector<int64_t>>>& src_offsets,
+    const std::vector<std::vector<std::vector<int64_t>>>& sizes) {
+  using Ranges = std::vector<std::vector<std::vector<int64_t>>>;
+  Ranges out(keys.size());
+  std::shared_ptr<Client> c = client();
+  bool shapes = buffers.size() == keys.size() && dst_offsets.size() == keys.size() &&
+                src_offsets.size() == keys.size() && sizes.size() == keys.size();
+  // Each key's ranges, checked against its target buffer; a key with a bad
+  // range fails whole (every range answers the code).
+  std::vector<std::string> wanted;
+  std::vector<std::pair<size_t, size_t>> where;  // (buffer, key) of each wanted key
+  for (size_t b = 0; b < keys.size(); ++b) {
+    out[b].resize(keys[b].size());
+    bool buffer_shape = shapes && dst_offsets[b].size() == keys[b].size() &&
+                        src_offsets[b].size() == keys[b].size() &&
+                        sizes[b].size() == keys[b].size();
+    for (size_t k = 0; k < keys[b].size(); ++k) {
+      size_t n = buffer_shape ? sizes[b][k].size() : 0;
+      int rc = c == nullptr || !buffer_shape ? kMcInvalidParams : kMcOk;
+      if (rc == kMcOk && (dst_offsets[b][k].size() != n || src_offsets[b][k].size() != n)) {
+        rc = kMcInvalidParams;
+      }
+      for (size_t r = 0; rc == kMcOk && r < n; ++r) {
+        BufferHandle h;
+        size_t off = 0;
+        if (dst_offsets[b][k][r] < 0 || src_offsets[b][k][r] < 0) {
+          rc = kMcInvalidParams;
+        } else {
+          rc = Locate(keys[b][k], buffers[b] + static_cast<uint64_t>(dst_offsets[b][k][r]),
+                      sizes[b][k][r], &h, &off);
+        }
+      }
+      if (rc != kMcOk) {
+        out[b][k].assign(std::max<size_t>(n, 1), rc);
+        continue;
+      }
+      wanted.push_back(keys[b][k]);
+      where.emplace_back(b, k);
+    }
+  }
+  if (wanted.empty()) return out;
+  // One BatchGet per slice of keys; then each block's ranges are copied out.
+  py::gil_scoped_release nogil;
+  ForEachSlice(wanted.size(), [&](size_t begin, size_t end) {
+    std::vector<std::string> slice(wanted.begin() + begin, wanted.begin() + end);
+    std::vector<std::string> values;
+    std::vector<Status> st;
+    Status s = c->BatchGet(slice, &values, &st);
+    for (size_t i = begin; i < end; ++i) {
+      auto [b, k] = where[i];
+      std::vector<int64_t>& result = out[b][k];
+      size_t n = sizes[b][k].size();
+      if (!s.ok() || !st[i - begin].ok()) {
+        result.assign(std::max<size_t>(n, 1), ToMooncake(s.ok() ? st[i - begin] : s));
+        continue;
+      }
+      const std::string& v = values[i - begin];
+      result.resize(n);
+      for (size_t r = 0; r < n; ++r) {
+        uint64_t src = static_cast<uint64_t>(src_offsets[b][k][r]);
+        uint64_t len = static_cast<uint64_t>(sizes[b][k][r]);
+        if (src > v.size() || len > v.size() - src) {
+          result[r] = kMcInvalidParams;  // past the block's end
+          continue;
+        }
+        std::memcpy(
+            reinterpret_cast<char*>(buffers[b] + static_cast<uint64_t>(dst_offsets[b][k][r])),
+            v.data() + src, len);
+        result[r] = static_cast<int64_t>(len);
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace shelf::python::mooncake
