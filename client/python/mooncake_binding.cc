@@ -37,6 +37,17 @@ void BindMooncake(py::module_& parent) {
   std::string name = parent.attr("__name__").cast<std::string>() + ".mooncake";
   py::module_::import("sys").attr("modules")[py::str(name)] = m;
 
+  // Mooncake's enums, with its values (types.h).
+  py::enum_<mooncake::SoftPinAction>(m, "SoftPinAction")
+      .value("PRESERVE", mooncake::SoftPinAction::kPreserve)
+      .value("ENABLE", mooncake::SoftPinAction::kEnable)
+      .value("DISABLE", mooncake::SoftPinAction::kDisable)
+      .export_values();
+  py::enum_<mooncake::ObjectDataType>(m, "ObjectDataType")
+      .value("UNKNOWN", mooncake::ObjectDataType::kUnknown)
+      .value("KVCACHE", mooncake::ObjectDataType::kKvCache)
+      .export_values();
+
   py::class_<ReplicateConfig>(m, "ReplicateConfig")
       .def(py::init<>())
       .def(py::init([](int64_t replica_num, bool with_soft_pin,
@@ -58,6 +69,18 @@ void BindMooncake(py::module_& parent) {
       .def_readwrite("preferred_segments", &ReplicateConfig::preferred_segments)
       .def_readwrite("preferred_segment", &ReplicateConfig::preferred_segment)
       .def_readwrite("prefer_alloc_in_same_node", &ReplicateConfig::prefer_alloc_in_same_node)
+      .def_property(
+          "soft_pin_action",
+          [](const ReplicateConfig& c) { return mooncake::SoftPinAction(c.soft_pin_action); },
+          [](ReplicateConfig& c, mooncake::SoftPinAction a) {
+            c.soft_pin_action = static_cast<int>(a);
+          })
+      .def_readwrite("soft_pin_ttl_ms", &ReplicateConfig::soft_pin_ttl_ms)
+      .def_readwrite("with_hard_pin", &ReplicateConfig::with_hard_pin)
+      .def_property(
+          "data_type",
+          [](const ReplicateConfig& c) { return mooncake::ObjectDataType(c.data_type); },
+          [](ReplicateConfig& c, mooncake::ObjectDataType t) { c.data_type = static_cast<int>(t); })
       .def("__str__", [](const ReplicateConfig& c) {
         return "ReplicateConfig: { replica_num: " + std::to_string(c.replica_num) +
                ", with_soft_pin: " + (c.with_soft_pin ? "true" : "false") +

@@ -76,13 +76,22 @@ inline int ToMooncake(const Status& s) {
 
 inline bool ValidKey(const std::string& key) { return !key.empty() && key.size() <= kKeyBytesMax; }
 
+// Mooncake's SoftPinAction and ObjectDataType, with its values.
+enum class SoftPinAction : int { kPreserve = 0, kEnable = 1, kDisable = 2 };
+enum class ObjectDataType : int { kUnknown = 0, kKvCache = 1 };
+
 // Mooncake's ReplicateConfig. replica_num maps to PutOptions::replicas;
 // preferred_segment naming this host and prefer_alloc_in_same_node ask for
-// a local replica (prefer_local); with_soft_pin and other segment names are
-// accepted and have no effect.
+// a local replica (prefer_local); the pin fields, data_type and other
+// segment names are accepted and have no effect (a cache block is evicted
+// by LRU; Shelf pins through its admin API).
 struct ReplicateConfig {
   int64_t replica_num = 1;
   bool with_soft_pin = false;
+  int soft_pin_action = 0;  // SoftPinAction: PRESERVE 0, ENABLE 1, DISABLE 2
+  int64_t soft_pin_ttl_ms = 0;
+  bool with_hard_pin = false;
+  int data_type = 0;  // ObjectDataType: UNKNOWN 0, KVCACHE 1
   std::vector<std::string> preferred_segments;
   std::string preferred_segment;
   bool prefer_alloc_in_same_node = false;

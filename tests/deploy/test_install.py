@@ -82,6 +82,33 @@ class InstallTest(unittest.TestCase):
             # The deploy component installs no binaries and vice versa.
             self.assertFalse(os.path.exists(os.path.join(prefix, "lib", "systemd")))
 
+    def test_python_component(self):
+        """The `shelf` package lands in Debian's dist-packages for the
+        prefix, imports (shelf, shelf.mooncake) from there, and the
+        mooncake.store shim lands off every path, in share/shelf/."""
+        cache = os.path.join(BUILD_DIR, "CMakeCache.txt")
+        with open(cache) as f:
+            if "SHELF_PYTHON_INSTALL_DIR" not in f.read():
+                self.fail("the build has no Python module (SHELF_BUILD_PYTHON=OFF or no pybind11)")
+        with tempfile.TemporaryDirectory() as prefix:
+            cmake_install("python", prefix)
+            found = [os.path.join(root, d) for root, dirs, _ in os.walk(prefix) for d in dirs
+                     if d == "shelf" and os.path.basename(root) == "dist-packages"]
+            self.assertEqual(len(found), 1, found)
+            site = os.path.dirname(found[0])
+            self.assertRegex(site, r"/lib/python3\.\d+/dist-packages$")
+            compat = os.path.join(prefix, "share", "shelf", "python-compat")
+            self.assertTrue(os.path.isfile(os.path.join(compat, "mooncake", "store.py")))
+            env = dict(os.environ, PYTHONPATH=f"{site}:{compat}")
+            proc = subprocess.run(
+                ["/usr/bin/python3", "-c",
+                 "import shelf, shelf.mooncake, mooncake.store as m; "
+                 "assert m.MooncakeDistributedStore is shelf.mooncake.MooncakeDistributedStore; "
+                 "print(shelf.__file__)"],
+                capture_output=True, text=True, timeout=60, env=env, cwd=prefix)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertTrue(proc.stdout.strip().startswith(site), proc.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import shelf
-from shelf.mooncake import MooncakeDistributedStore, ReplicateConfig
+from shelf.mooncake import (MooncakeDistributedStore, ObjectDataType, ReplicateConfig,
+                            SoftPinAction)
 
 from conftest import Cluster
 
@@ -136,6 +137,25 @@ def test_misses_and_bad_arguments(store, pool):
     # Not supported: a code, never wrong data.
     assert store.put_from_with_metadata("a", addr, addr, 1, 1) == NOT_SUPPORTED
     assert store.put_tensor("a", None) == NOT_SUPPORTED
+
+
+def test_replicate_config_fields(store):
+    # Mooncake's enums with its values; the fields are accepted and the put
+    # succeeds (pins and data types have no effect on Shelf: see the docs).
+    assert int(SoftPinAction.PRESERVE) == 0 and int(SoftPinAction.ENABLE) == 1
+    assert int(SoftPinAction.DISABLE) == 2 and int(ObjectDataType.KVCACHE) == 1
+    c = ReplicateConfig()
+    assert c.soft_pin_action == SoftPinAction.PRESERVE and c.replica_num == 1
+    c.soft_pin_action = SoftPinAction.ENABLE
+    c.soft_pin_ttl_ms = 1000
+    c.with_hard_pin = True
+    c.data_type = ObjectDataType.KVCACHE
+    c.replica_num = 2
+    assert c.soft_pin_action == SoftPinAction.ENABLE and c.data_type == ObjectDataType.KVCACHE
+    assert store.put("cfg/k", b"c" * 100, c) == OK
+    assert store.get("cfg/k") == b"c" * 100
+    c.replica_num = 9
+    assert store.put("cfg/k9", b"c", c) == INVALID_PARAMS
 
 
 def test_values_batches_and_buffers(store, pool):

@@ -1,6 +1,8 @@
 """Mooncake Store's Python API (mooncake.store) over a Shelf cluster; see
 docs/mooncake-compat.md."""
 
-from ._shelf.mooncake import BufferHandle, MooncakeDistributedStore, ReplicateConfig
+from ._shelf.mooncake import (BufferHandle, MooncakeDistributedStore, ObjectDataType,
+                              ReplicateConfig, SoftPinAction)
 
-__all__ = ["BufferHandle", "MooncakeDistributedStore", "ReplicateConfig"]
+__all__ = ["BufferHandle", "MooncakeDistributedStore", "ObjectDataType", "ReplicateConfig",
+           "SoftPinAction"]

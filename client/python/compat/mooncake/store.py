@@ -2,6 +2,8 @@
 MooncakeDistributedStore` gets shelf.mooncake's class. docs/mooncake-compat.md
 lists what each method does on Shelf."""
 
-from shelf.mooncake import BufferHandle, MooncakeDistributedStore, ReplicateConfig
+from shelf.mooncake import (BufferHandle, MooncakeDistributedStore, ObjectDataType,
+                             ReplicateConfig, SoftPinAction)
 
-__all__ = ["BufferHandle", "MooncakeDistributedStore", "ReplicateConfig"]
+__all__ = ["BufferHandle", "MooncakeDistributedStore", "ObjectDataType", "ReplicateConfig",
+           "SoftPinAction"]
