@@ -435,6 +435,40 @@ Status ClientImpl::RemoveMatching(const std::string& pattern, uint64_t* removed,
   }
 }
 
+Status ClientImpl::Locate(const std::vector<std::string>& keys, std::vector<NodeRun>* nodes,
+                          size_t* cluster_blocks, Deadline deadline) {
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
+  if (nodes == nullptr) return Status(StatusCode::kInvalidArgument, "Locate: null nodes");
+  if (keys.empty()) return Status(StatusCode::kInvalidArgument, "Locate: no keys");
+  if (absl::Status s = ValidateBatchSize(keys.size(), "keys"); !s.ok()) return FromAbsl(s);
+  for (const std::string& k : keys) {
+    if (absl::Status s = ValidateKey(k); !s.ok()) return FromAbsl(s);
+  }
+  v1::LocateRequest req;
+  for (const std::string& k : keys) req.add_keys(k);
+  v1::LocateResponse resp;
+  absl::Status s = CallMaster(&v1::MasterService::Stub::Locate, req, &resp, deadline_ms);
+  if (!s.ok()) return FromAbsl(s);
+  nodes->clear();
+  for (const v1::NodeRun& n : resp.nodes()) {
+    if (n.blocks() > keys.size() || n.dram_blocks() > n.blocks() ||
+        static_cast<size_t>(n.tiers_size()) != n.blocks()) {
+      return Status(StatusCode::kInternal, "malformed Locate response");
+    }
+    NodeRun out;
+    out.node_id = n.store().node_id();
+    out.data_address = n.store().data_address();
+    out.host_id = n.store().host_id();
+    out.blocks = n.blocks();
+    out.dram_blocks = n.dram_blocks();
+    for (int t : n.tiers()) out.tiers.push_back(t == v1::TIER_DRAM ? Tier::kDram : Tier::kSsd);
+    nodes->push_back(std::move(out));
+  }
+  if (cluster_blocks != nullptr) *cluster_blocks = resp.cluster_blocks();
+  return Status::Ok();
+}
+
 Status ClientImpl::MatchPrefix(const std::vector<std::string>& keys, size_t* matched,
                                Deadline deadline) {
   uint64_t start_us = MonoUs();

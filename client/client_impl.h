@@ -70,6 +70,8 @@ class ClientImpl final : public Client {
                         Deadline deadline) override;
   Status MatchPrefix(const std::vector<std::string>& keys, size_t* matched,
                      Deadline deadline) override;
+  Status Locate(const std::vector<std::string>& keys, std::vector<NodeRun>* nodes,
+                size_t* cluster_blocks, Deadline deadline) override;
 
   Status RegisterBuffer(void* base, size_t size, BufferHandle* handle, bool gpu) override;
   Status UnregisterBuffer(BufferHandle handle) override;

@@ -424,6 +424,40 @@ PYBIND11_MODULE(_shelf, m) {
           py::arg("keys"), py::kw_only(), py::arg("timeout_ms") = 0,
           "The number of leading keys present (read leases taken on them).")
       .def(
+          "locate",
+          [](PyClient& c, py::handle keys, int64_t timeout_ms) {
+            std::vector<std::string> k = ToKeys(keys);
+            std::vector<NodeRun> nodes;
+            size_t cluster_blocks = 0;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = c.get()->Locate(k, &nodes, &cluster_blocks, ToDeadline(timeout_ms));
+            }
+            Check(s);
+            py::list out;
+            for (const NodeRun& n : nodes) {
+              py::list tiers;
+              for (Tier t : n.tiers) tiers.append(t == Tier::kDram ? "dram" : "ssd");
+              py::dict d;
+              d["node_id"] = n.node_id;
+              d["data_address"] = n.data_address;
+              d["host_id"] = n.host_id;
+              d["blocks"] = n.blocks;
+              d["dram_blocks"] = n.dram_blocks;
+              d["tiers"] = tiers;
+              out.append(d);
+            }
+            py::dict result;
+            result["cluster_blocks"] = cluster_blocks;
+            result["nodes"] = out;
+            return result;
+          },
+          py::arg("keys"), py::kw_only(), py::arg("timeout_ms") = 0,
+          "Where the chain of keys lives: {'cluster_blocks': n, 'nodes': [{'node_id', "
+          "'data_address', 'host_id', 'blocks', 'dram_blocks', 'tiers': ['dram'|'ssd', ...]}]}, "
+          "longest run first. No lease, no LRU move.")
+      .def(
           "batch_get",
           [](PyClient& c, py::handle keys, int64_t timeout_ms, bool return_statuses) -> py::object {
             std::vector<std::string> k = ToKeys(keys);

@@ -129,6 +129,9 @@ class Master {
   // leased key disappears at once and its ranges are freed when the lease
   // ends, as Remove.
   absl::Status ListKeys(const v1::ListKeysRequest& req, v1::ListKeysResponse* resp);
+  // Per live store, the leading run of the chain it holds and each block's
+  // tier (master_keys.cc). Touches nothing: no lease, no LRU move.
+  absl::Status Locate(const v1::LocateRequest& req, v1::LocateResponse* resp);
   absl::Status RemoveMatching(const v1::RemoveMatchingRequest& req,
                               v1::RemoveMatchingResponse* resp);
 

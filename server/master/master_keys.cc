@@ -1,5 +1,7 @@
-// Master: listing the index and removing keys by pattern (ListKeys,
-// RemoveMatching). The pattern forms are described in shelf.proto.
+// Master: queries over the key space: listing the index and removing keys
+// by pattern (ListKeys, RemoveMatching; the pattern forms are described in
+// shelf.proto), and where a chain of blocks lives (Locate).
+#include <algorithm>
 #include <queue>
 #include <regex>
 #include <string>
@@ -199,6 +201,81 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
   resp->set_removed(victims.size());
   resp->set_pinned(pinned);
   resp->set_more(more);
+  return absl::OkStatus();
+}
+
+absl::Status Master::Locate(const v1::LocateRequest& req, v1::LocateResponse* resp) {
+  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Locate takes 1..", kBatchKeysMax, " keys, got ", req.keys_size()));
+  }
+  for (const std::string& key : req.keys()) {
+    if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+  }
+  absl::ReaderMutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
+  Object* found[kBatchKeysMax];
+  LookupCounts unused;
+  FindBatchLocked(req.keys(), /*stop_at_miss=*/true, /*lease=*/false, /*touch=*/false, 0, found,
+                  &unused);
+  // A node's run goes on while it holds every block so far; it stops at
+  // its first gap. The walk ends when no node's run is still going (or at
+  // the chain's first block no node holds: FindBatchLocked stopped there).
+  struct Run {
+    uint32_t blocks = 0;
+    uint32_t dram_blocks = 0;
+    std::vector<v1::Tier> tiers;
+  };
+  absl::flat_hash_map<uint32_t, Run> runs;
+  uint32_t cluster_blocks = 0;
+  for (int i = 0; i < req.keys_size() && found[i] != nullptr; ++i) {
+    const uint32_t block = static_cast<uint32_t>(i);
+    ++cluster_blocks;
+    bool any_going = false;
+    for (const Replica& r : found[i]->replicas) {
+      if (nodes_[r.node]->state == v1::NODE_DEAD) continue;
+      const v1::Tier tier = r.tier == v1::TIER_DRAM ? v1::TIER_DRAM : v1::TIER_SSD;
+      auto it = runs.find(r.node);
+      if (it != runs.end() && it->second.blocks == block + 1) {
+        // Another replica of this block on the same node: DRAM wins.
+        if (tier == v1::TIER_DRAM) it->second.tiers.back() = v1::TIER_DRAM;
+        continue;
+      }
+      // Block 0 starts a run; a later block extends only an unbroken one.
+      if (block > 0 && (it == runs.end() || it->second.blocks != block)) continue;
+      Run& run = it == runs.end() ? runs[r.node] : it->second;
+      run.blocks = block + 1;
+      run.tiers.push_back(tier);
+      any_going = true;
+    }
+    if (!any_going) break;
+  }
+  for (auto& entry : runs) {
+    Run& run = entry.second;
+    while (run.dram_blocks < run.blocks && run.tiers[run.dram_blocks] == v1::TIER_DRAM) {
+      ++run.dram_blocks;
+    }
+  }
+  struct Ranked {
+    const Run* run;
+    const v1::StoreEndpoint* store;
+  };
+  std::vector<Ranked> order;
+  order.reserve(runs.size());
+  for (const auto& entry : runs) order.push_back({&entry.second, &nodes_[entry.first]->endpoint});
+  std::sort(order.begin(), order.end(), [](const Ranked& a, const Ranked& b) {
+    if (a.run->blocks != b.run->blocks) return a.run->blocks > b.run->blocks;
+    if (a.run->dram_blocks != b.run->dram_blocks) return a.run->dram_blocks > b.run->dram_blocks;
+    return a.store->node_id() < b.store->node_id();
+  });
+  for (const Ranked& r : order) {
+    v1::NodeRun* out = resp->add_nodes();
+    *out->mutable_store() = *r.store;
+    out->set_blocks(r.run->blocks);
+    out->set_dram_blocks(r.run->dram_blocks);
+    for (v1::Tier t : r.run->tiers) out->add_tiers(t);
+  }
+  resp->set_cluster_blocks(cluster_blocks);
   return absl::OkStatus();
 }
 

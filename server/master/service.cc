@@ -124,6 +124,12 @@ grpc::Status MasterServiceImpl::ListKeys(grpc::ServerContext* ctx, const v1::Lis
   return rpc_scope.Done(ToGrpc(master_->ListKeys(*req, resp)));
 }
 
+grpc::Status MasterServiceImpl::Locate(grpc::ServerContext* ctx, const v1::LocateRequest* req,
+                                       v1::LocateResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return rpc_scope.Done(ToGrpc(master_->Locate(*req, resp)));
+}
+
 grpc::Status MasterServiceImpl::RemoveMatching(grpc::ServerContext* ctx,
                                                const v1::RemoveMatchingRequest* req,
                                                v1::RemoveMatchingResponse* resp) {

@@ -48,6 +48,27 @@ def test_batches_and_match_prefix(client, unique):
         st[5].raise_if_error()
 
 
+def test_locate_says_which_store_holds_the_longest_prefix(client, unique):
+    keys = [unique + b"%d" % i for i in range(5)]
+    for k in keys[:3]:
+        client.put(k, os.urandom(4096), replicas=2)  # on both stores
+    client.put(keys[3], os.urandom(4096))              # on one of them
+    where = client.locate(keys)
+    assert where["cluster_blocks"] == 4
+    nodes = where["nodes"]
+    assert sorted(n["node_id"] for n in nodes) == ["node-0", "node-1"]
+    assert [n["blocks"] for n in nodes] == [4, 3]  # longest run first
+    assert nodes[0]["dram_blocks"] == 4 and nodes[0]["tiers"] == ["dram"] * 4
+    assert nodes[1]["tiers"] == ["dram"] * 3
+    assert all(n["data_address"] and n["host_id"] for n in nodes)
+    # A removed block ends the runs it was in.
+    assert client.remove(keys[3])
+    assert client.locate(keys)["cluster_blocks"] == 3
+    assert client.locate([unique + b"absent"]) == {"cluster_blocks": 0, "nodes": []}
+    with pytest.raises(shelf.InvalidArgumentError):
+        client.locate([])
+
+
 def test_zero_copy_into_bytearray_memoryview_and_numpy(client, unique):
     data = os.urandom(64 << 10)
     client.put(unique + b"z", data)

@@ -105,9 +105,9 @@ struct ClientOptions {
   // "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER": the leader etcd names for
   // CLUSTER (the masters' --cluster), followed across failovers.
   std::vector<std::string> masters;
-  std::string secret;                // cluster secret; empty for an open cluster
-  uint64_t timeout_ms = 5000;        // default deadline of each call
-  bool allow_tcp = true;             // transports this client may use
+  std::string secret;          // cluster secret; empty for an open cluster
+  uint64_t timeout_ms = 5000;  // default deadline of each call
+  bool allow_tcp = true;       // transports this client may use
   bool allow_shm = true;
   // RDMA device for one-sided reads from stores that offer rdma (e.g.
   // "mlx5_0"); empty: no RDMA. Open fails when the device cannot be opened
@@ -274,6 +274,19 @@ class BatchFuture {
   std::shared_ptr<internal::BatchState> state_;
 };
 
+// A tier of a store.
+enum class Tier : uint8_t { kDram = 1, kSsd = 2 };
+
+// One store's share of a chain of blocks (Client::Locate).
+struct NodeRun {
+  std::string node_id;       // the store's --node-id
+  std::string data_address;  // HOST:PORT of its data plane
+  std::string host_id;       // its machine
+  size_t blocks = 0;         // keys[0..blocks) all have a replica on it
+  size_t dram_blocks = 0;    // keys[0..dram_blocks) all have one in its DRAM
+  std::vector<Tier> tiers;   // per block of the run: kDram when a DRAM replica is there
+};
+
 class Client {
  public:
   // Connects to the master(s) (lazily: the first call makes the connection).
@@ -341,6 +354,14 @@ class Client {
   // readable for the master's --lease after the call.
   virtual Status MatchPrefix(const std::vector<std::string>& keys, size_t* matched,
                              Deadline deadline = Deadline()) = 0;
+  // Where the chain `keys` (1..1024 keys, in order) lives, for routing a
+  // request to the node holding most of its prefix: per live store holding
+  // keys[0], the leading run it holds and each block's tier, longest run
+  // first. `cluster_blocks` (may be null) gets the leading run present
+  // anywhere (as MatchPrefix's `matched`). Read-only: no lease is taken and
+  // no block's LRU position moves.
+  virtual Status Locate(const std::vector<std::string>& keys, std::vector<NodeRun>* nodes,
+                        size_t* cluster_blocks = nullptr, Deadline deadline = Deadline()) = 0;
 
   // ------------------------------------------------ registered buffers
 

@@ -1,0 +1,111 @@
+// Master::Locate: per store, the leading run of a chain it holds and the
+// tier of each block, built from store inventories so every replica's
+// place is known.
+#include <string>
+#include <vector>
+
+#include "tests/master/master_fixture.h"
+
+namespace shelf {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+v1::InventoryEntry Entry(const std::string& key, v1::Tier tier, uint64_t offset = 0) {
+  v1::InventoryEntry e;
+  e.set_key(key);
+  e.set_size(kMiB);
+  e.set_checksum(7);
+  e.set_tier(tier);
+  if (tier == v1::TIER_DRAM) e.set_offset(offset);
+  return e;
+}
+
+v1::LocateResponse Locate(Master* m, std::vector<std::string> keys, absl::Status* status) {
+  v1::LocateRequest req;
+  for (const std::string& k : keys) req.add_keys(k);
+  v1::LocateResponse resp;
+  *status = m->Locate(req, &resp);
+  return resp;
+}
+
+std::vector<v1::Tier> Tiers(const v1::NodeRun& n) {
+  std::vector<v1::Tier> out;
+  for (int t : n.tiers()) out.push_back(static_cast<v1::Tier>(t));
+  return out;
+}
+
+TEST_F(MasterFixture, LocateGivesEachStoresLeadingRunAndItsTiers) {
+  constexpr auto D = v1::TIER_DRAM;
+  constexpr auto S = v1::TIER_SSD;
+  // a: k0 k1 in DRAM, k2 on SSD. b: k0 in DRAM, k1 on SSD, k3 (after its
+  // gap at k2). c: k1 only, so no run from k0.
+  Register("a", 16 * kMiB, 64 * kMiB, "ha", 1, {},
+           {Entry("k0", D, 0), Entry("k1", D, kMiB), Entry("k2", S)});
+  Register("b", 16 * kMiB, 64 * kMiB, "hb", 1, {},
+           {Entry("k0", D, 0), Entry("k1", S), Entry("k3", D, kMiB)});
+  Register("c", 16 * kMiB, 64 * kMiB, "hc", 1, {}, {Entry("k1", D, 0)});
+  uint64_t leases = master_->metrics().leases_granted.Value();
+
+  absl::Status s;
+  v1::LocateResponse r = Locate(master_.get(), {"k0", "k1", "k2", "k3", "k4"}, &s);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(r.cluster_blocks(), 4u);  // k0..k3 are each somewhere; k4 nowhere
+  ASSERT_EQ(r.nodes_size(), 2);
+  EXPECT_EQ(r.nodes(0).store().node_id(), "a");
+  EXPECT_EQ(r.nodes(0).store().host_id(), "ha");
+  EXPECT_EQ(r.nodes(0).blocks(), 3u);
+  EXPECT_EQ(r.nodes(0).dram_blocks(), 2u);
+  EXPECT_EQ(Tiers(r.nodes(0)), (std::vector<v1::Tier>{D, D, S}));
+  EXPECT_EQ(r.nodes(1).store().node_id(), "b");
+  EXPECT_EQ(r.nodes(1).blocks(), 2u);
+  EXPECT_EQ(r.nodes(1).dram_blocks(), 1u);
+  EXPECT_EQ(Tiers(r.nodes(1)), (std::vector<v1::Tier>{D, S}));
+  // Read-only: no lease was taken.
+  EXPECT_EQ(master_->metrics().leases_granted.Value(), leases);
+
+  // A chain whose first block is nowhere: no node, no cluster run.
+  r = Locate(master_.get(), {"k9", "k0"}, &s);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(r.cluster_blocks(), 0u);
+  EXPECT_EQ(r.nodes_size(), 0);
+  // Starting at k1: c's run counts now, and b's ends at its gap.
+  r = Locate(master_.get(), {"k1", "k2"}, &s);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(r.nodes_size(), 3);
+  EXPECT_EQ(r.nodes(0).store().node_id(), "a");
+  EXPECT_EQ(r.nodes(0).blocks(), 2u);
+  // b and c hold one block each; c's is in DRAM, so c ranks first.
+  EXPECT_EQ(r.nodes(1).store().node_id(), "c");
+  EXPECT_EQ(r.nodes(1).dram_blocks(), 1u);
+  EXPECT_EQ(r.nodes(2).store().node_id(), "b");
+  EXPECT_EQ(r.nodes(2).dram_blocks(), 0u);
+
+  // A dead store is left out.
+  clock_.Advance(301);  // past the 300 ms TTL; only b and c heartbeat
+  v1::HeartbeatResponse hb;
+  ASSERT_TRUE(Heartbeat("b", 1, {}, &hb).ok());
+  ASSERT_TRUE(Heartbeat("c", 1, {}, &hb).ok());
+  master_->Tick();
+  r = Locate(master_.get(), {"k0", "k1", "k2"}, &s);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(r.nodes_size(), 1);
+  EXPECT_EQ(r.nodes(0).store().node_id(), "b");
+  EXPECT_EQ(r.nodes(0).blocks(), 2u);
+}
+
+TEST_F(MasterFixture, LocateRefusesBadChains) {
+  Register("a", 16 * kMiB);
+  absl::Status s;
+  Locate(master_.get(), {}, &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  Locate(master_.get(), std::vector<std::string>(kBatchKeysMax + 1, "k"), &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  Locate(master_.get(), {"k", ""}, &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  Locate(master_.get(), {std::string(kKeyBytesMax + 1, 'x')}, &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shelf
