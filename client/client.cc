@@ -497,10 +497,10 @@ Status ClientImpl::MatchPrefix(const std::vector<std::string>& keys, size_t* mat
     return Status::Ok();
   };
   Status s = run();
-  RecordOp("match_prefix", s, start_us);
+  RecordOp(Op::kMatchPrefix, s, start_us);
   if (s.ok()) {
-    metrics_.prefix_lookups.Inc(keys.size());
-    metrics_.prefix_hits.Inc(*matched);
+    metrics_.prefix_lookups.Increment(keys.size());
+    metrics_.prefix_hits.Increment(*matched);
   }
   return s;
 }
@@ -521,45 +521,58 @@ ClientStats ClientImpl::stats() const {
   return s;
 }
 
-ClientImpl::ClientMetrics::ClientMetrics(metrics::Registry& r)
-    : ops(r.AddCounter("shelf_client_ops_total", "SDK operations by call and result",
-                       {"op", "result"})),
-      op_seconds(r.AddHistogram("shelf_client_op_seconds", "SDK operation latency", {"op"})),
-      bytes(r.AddCounter("shelf_client_bytes_total", "Block bytes moved by direction and transport",
-                         {"direction", "transport"})),
-      prefix_hits(r.AddCounter("shelf_client_prefix_hits_total", "Blocks found by prefix matching")
-                      .WithLabels()),
-      prefix_lookups(
-          r.AddCounter("shelf_client_prefix_lookups_total", "Blocks asked for by prefix matching")
-              .WithLabels()),
-      checksum_mismatches(r.AddCounter("shelf_client_checksum_mismatches_total",
-                                       "Replicas whose bytes failed the checksum (never returned)")
-                              .WithLabels()),
-      failovers(r.AddCounter("shelf_client_replica_failovers_total",
-                             "Reads that moved on to another replica")
-                    .WithLabels()) {}
+ClientImpl::ClientMetrics::ClientMetrics(prom::Exposition& e)
+    : ops(prom::AddCounter(e.registry(), "shelf_client_ops_total",
+                           "SDK operations by call and result")),
+      op_seconds(
+          prom::AddHistogram(e.registry(), "shelf_client_op_seconds", "SDK operation latency")),
+      bytes(prom::AddCounter(e.registry(), "shelf_client_bytes_total",
+                             "Block bytes moved by direction and transport")),
+      bytes_load_shm(prom::Child(bytes, {{"direction", "load"}, {"transport", "shm"}})),
+      bytes_load_tcp(prom::Child(bytes, {{"direction", "load"}, {"transport", "tcp"}})),
+      bytes_load_rdma(prom::Child(bytes, {{"direction", "load"}, {"transport", "rdma"}})),
+      bytes_store(prom::Child(bytes, {{"direction", "store"}, {"transport", "any"}})),
+      prefix_hits(prom::AddUnlabelledCounter(e.registry(), "shelf_client_prefix_hits_total",
+                                             "Blocks found by prefix matching")),
+      prefix_lookups(prom::AddUnlabelledCounter(e.registry(), "shelf_client_prefix_lookups_total",
+                                                "Blocks asked for by prefix matching")),
+      checksum_mismatches(
+          prom::AddUnlabelledCounter(e.registry(), "shelf_client_checksum_mismatches_total",
+                                     "Replicas whose bytes failed the checksum (never returned)")),
+      failovers(prom::AddUnlabelledCounter(e.registry(), "shelf_client_replica_failovers_total",
+                                           "Reads that moved on to another replica")) {}
 
-void ClientImpl::RecordOp(const char* op, const Status& s, uint64_t start_us) const {
-  const char* result = s.ok()                              ? "ok"
-                       : s.code() == StatusCode::kNotFound ? "miss"
-                                                           : StatusCodeName(s.code());
-  metrics_.ops.WithLabels({op, result}).Inc();
-  metrics_.op_seconds.WithLabels({op}).Observe((MonoUs() - start_us) / 1e6);
+void ClientImpl::RecordOp(Op op, const Status& s, uint64_t start_us) const {
+  // The children are resolved on the first call of each op and result, then
+  // cached: no label lookup (and no family lock) per operation.
+  size_t o = static_cast<size_t>(op);
+  const char* name = op == Op::kGet ? "get" : op == Op::kPut ? "put" : "match_prefix";
+  int code = static_cast<int>(s.code());
+  size_t c = code >= 0 && static_cast<size_t>(code) < kResults ? code : 2;  // 2: kUnknown
+  const char* result = c == 0 ? "ok"
+                       : c == static_cast<size_t>(StatusCode::kNotFound)
+                           ? "miss"
+                           : StatusCodeName(static_cast<StatusCode>(c));
+  op_children_[o].ops[c].Get(metrics_.ops, {{"op", name}, {"result", result}}).Increment();
+  op_children_[o]
+      .seconds.Get(metrics_.op_seconds, {{"op", name}}, prom::LatencyBuckets())
+      .Observe((MonoUs() - start_us) / 1e6);
 }
 
 std::string ClientImpl::MetricsText() const {
   // The byte counters live in stats_; bring the exported counters up to them.
-  auto sync = [](metrics::Counter& c, uint64_t v) {
-    if (v > c.Value()) c.Inc(v - c.Value());
+  auto sync = [](prom::Counter& c, uint64_t v) {
+    double now = static_cast<double>(v);
+    if (now > c.Value()) c.Increment(now - c.Value());
   };
   ClientStats st = stats();
-  sync(metrics_.bytes.WithLabels({"load", "shm"}), st.bytes_loaded_shm);
-  sync(metrics_.bytes.WithLabels({"load", "tcp"}), st.bytes_loaded_tcp);
-  sync(metrics_.bytes.WithLabels({"load", "rdma"}), st.bytes_loaded_rdma);
-  sync(metrics_.bytes.WithLabels({"store", "any"}), st.bytes_stored);
+  sync(metrics_.bytes_load_shm, st.bytes_loaded_shm);
+  sync(metrics_.bytes_load_tcp, st.bytes_loaded_tcp);
+  sync(metrics_.bytes_load_rdma, st.bytes_loaded_rdma);
+  sync(metrics_.bytes_store, st.bytes_stored);
   sync(metrics_.checksum_mismatches, st.checksum_mismatches);
   sync(metrics_.failovers, st.replica_failovers);
-  return registry_->Render();
+  return exposition_->Render();
 }
 
 void ClientImpl::Close() { closed_.store(true); }

@@ -9,6 +9,7 @@
 #ifndef SHELF_CLIENT_CLIENT_IMPL_H_
 #define SHELF_CLIENT_CLIENT_IMPL_H_
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -25,8 +26,8 @@
 #include "client/batch_state.h"
 #include "client/buffer_registry.h"
 #include "client/gpu_staging.h"
-#include "common/metrics.h"
 #include "common/mutex.h"
+#include "common/prom.h"
 #include "common/thread_pool.h"
 #include "coord/master_locator.h"
 #include "proto/shelf.grpc.pb.h"
@@ -248,21 +249,37 @@ class ClientImpl final : public Client {
   };
   mutable AtomicStats stats_;
 
+  // The operations RecordOp counts (the `op` label).
+  enum class Op { kGet = 0, kPut = 1, kMatchPrefix = 2 };
+  static constexpr size_t kOps = 3;
+  // Results by StatusCode (0 "ok" .. 16; kNotFound is "miss").
+  static constexpr size_t kResults = 17;
   // Counts an operation by result and times it (shelf_client_ops_total,
   // shelf_client_op_seconds).
-  void RecordOp(const char* op, const Status& s, uint64_t start_us) const;
+  void RecordOp(Op op, const Status& s, uint64_t start_us) const;
   struct ClientMetrics {
-    explicit ClientMetrics(metrics::Registry& r);
-    metrics::Family<metrics::Counter>& ops;
-    metrics::Family<metrics::Histogram>& op_seconds;
-    metrics::Family<metrics::Counter>& bytes;
-    metrics::Counter& prefix_hits;
-    metrics::Counter& prefix_lookups;
-    metrics::Counter& checksum_mismatches;
-    metrics::Counter& failovers;
+    explicit ClientMetrics(prom::Exposition& e);
+    prom::Family<prom::Counter>& ops;
+    prom::Family<prom::Histogram>& op_seconds;
+    prom::Family<prom::Counter>& bytes;
+    prom::Counter& bytes_load_shm;
+    prom::Counter& bytes_load_tcp;
+    prom::Counter& bytes_load_rdma;
+    prom::Counter& bytes_store;
+    prom::Counter& prefix_hits;
+    prom::Counter& prefix_lookups;
+    prom::Counter& checksum_mismatches;
+    prom::Counter& failovers;
   };
-  std::unique_ptr<metrics::Registry> registry_ = std::make_unique<metrics::Registry>();
-  ClientMetrics metrics_{*registry_};
+  // The client's own metrics (one per Client, rendered by MetricsText()).
+  std::unique_ptr<prom::Exposition> exposition_ = std::make_unique<prom::Exposition>();
+  ClientMetrics metrics_{*exposition_};
+  // Children of ops and op_seconds, resolved on first use per op and result.
+  struct OpChildren {
+    std::array<prom::LazyChild<prom::Counter>, kResults> ops;
+    prom::LazyChild<prom::Histogram> seconds;
+  };
+  mutable std::array<OpChildren, kOps> op_children_;
 
   // Leases to give back (ReleaseLeases): each key with the wall time after
   // which its release is no longer sent (half its lease: a late release

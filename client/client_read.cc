@@ -284,7 +284,7 @@ Status ClientImpl::Get(const std::string& key, std::string* out, Deadline deadli
     return statuses[0];
   };
   Status s = run();
-  RecordOp("get", s, start_us);
+  RecordOp(Op::kGet, s, start_us);
   return s;
 }
 

@@ -236,7 +236,7 @@ Status ClientImpl::Put(const std::string& key, const void* data, size_t size,
   HostPut item{&key, static_cast<const char*>(data), size};
   uint64_t start_us = MonoUs();
   Status s = FromAbsl(PutWithRetry(item, options, deadline_ms));
-  RecordOp("put", s, start_us);
+  RecordOp(Op::kPut, s, start_us);
   return s;
 }
 

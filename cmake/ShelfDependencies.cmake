@@ -14,6 +14,12 @@ target_include_directories(shelf_civetweb INTERFACE ${CIVETWEB_INCLUDE_DIR})
 target_link_libraries(shelf_civetweb INTERFACE ${CIVETWEB_LIBRARY})
 find_package(OpenSSL REQUIRED)
 find_package(PkgConfig REQUIRED)
+# prometheus-cpp (prometheus-cpp-dev): the metrics registry and text
+# serializer. Core only: the daemons serve /metrics through common/http_server
+# (civetweb), and engines linking libshelf must not pull an HTTP server. Found
+# through pkg-config because the package's CMake config also requires the
+# civetweb config (see above) and CURL for the pull and push parts.
+pkg_check_modules(PROMETHEUS_CPP_CORE REQUIRED IMPORTED_TARGET prometheus-cpp-core)
 pkg_check_modules(IBVERBS IMPORTED_TARGET libibverbs)
 find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
 find_library(XXHASH_LIBRARY xxhash REQUIRED)

@@ -4,7 +4,7 @@
 //
 //   std::map<std::string, HttpHandler> handlers;
 //   handlers["/metrics"] = [](const HttpRequest&) {
-//     return HttpResponse{200, metrics::Registry::kContentType, DefaultRegistry().Render()};
+//     return HttpResponse{200, prom::Exposition::kContentType, DefaultExposition().Render()};
 //   };
 //   handlers["/health"] = [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"};
 //   }; SHELF_ASSIGN_OR_RETURN(std::unique_ptr<HttpServer> http,

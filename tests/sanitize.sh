@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ThreadSanitizer on the concurrency tests of the project's own structures:
 # the TCP data plane (DataServer + pooled TcpDataClient), RangeAllocator,
-# the metrics registry (tests/fault/concurrency_test.cc), and the allocator
-# and metrics unit tests. Built with clang -fsanitize=thread from a small
+# the metrics layer over prometheus-cpp (tests/fault/concurrency_test.cc),
+# and the allocator and metrics (common/prom.h) unit tests. Built with clang -fsanitize=thread from a small
 # CMake project generated here, from the sources alone: no gRPC, no
 # RocksDB, no protobuf (Debian ships them uninstrumented, and TSan reports
 # races it cannot see the synchronization of).
@@ -37,18 +37,23 @@ find_package(absl CONFIG REQUIRED)
 find_package(OpenSSL REQUIRED)
 find_package(GTest CONFIG REQUIRED)
 find_library(XXHASH_LIBRARY xxhash REQUIRED)
+# prometheus-cpp-core is uninstrumented too: its counters are atomics and its
+# families lock std::mutex, whose pthread calls TSan intercepts.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PROMETHEUS_CPP_CORE REQUIRED IMPORTED_TARGET prometheus-cpp-core)
 add_library(shelf_tsan_lib STATIC
   \${ROOT}/common/flags.cc \${ROOT}/common/hmac.cc \${ROOT}/common/log.cc
   \${ROOT}/common/net.cc \${ROOT}/common/sync_point.cc \${ROOT}/common/units.cc
-  \${ROOT}/common/metrics.cc \${ROOT}/storage/allocator.cc
+  \${ROOT}/common/prom.cc \${ROOT}/storage/allocator.cc
   \${ROOT}/transport/wire.cc \${ROOT}/transport/data_server.cc
   \${ROOT}/transport/tcp_client.cc)
 target_include_directories(shelf_tsan_lib PUBLIC \${ROOT})
 target_link_libraries(shelf_tsan_lib PUBLIC absl::status absl::statusor absl::strings
-  absl::str_format absl::synchronization \${XXHASH_LIBRARY} OpenSSL::Crypto Threads::Threads)
+  absl::str_format absl::synchronization \${XXHASH_LIBRARY} OpenSSL::Crypto Threads::Threads
+  PkgConfig::PROMETHEUS_CPP_CORE)
 foreach(test concurrency_test:tests/fault/concurrency_test.cc
              allocator_test:tests/storage/allocator_test.cc
-             metrics_test:tests/metrics/metrics_test.cc)
+             prom_test:tests/metrics/prom_test.cc)
   string(REPLACE ":" ";" parts \${test})
   list(GET parts 0 name)
   list(GET parts 1 src)
@@ -61,7 +66,7 @@ cmake -S "$build/project" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$build" -j"$jobs"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 status=0
-for test in concurrency_test allocator_test metrics_test; do
+for test in concurrency_test allocator_test prom_test; do
   # Death tests fork a threaded process; TSan and they do not mix.
   if "$build/$test" --gtest_filter='-*DeathTest*' >"$build/$test.log" 2>&1; then
     echo "tsan: $test: $(grep -c '^\[       OK \]' "$build/$test.log") tests passed, no report"

@@ -9,15 +9,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
-#include "coord/election.h"
-#include "coord/etcd_client.h"
-#include "common/http_server.h"
-#include "common/metrics.h"
 #include "common/hmac.h"
+#include "common/http_server.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/prom.h"
 #include "common/ready_file.h"
 #include "common/rpc.h"
+#include "coord/election.h"
+#include "coord/etcd_client.h"
 #include "server/master/master.h"
 #include "server/master/service.h"
 
@@ -110,7 +110,8 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<HostPort> hp = ParseHostPort(listen);
   if (!hp.ok()) {
-    std::fprintf(stderr, "shelf-master: --listen: %s\n", std::string(hp.status().message()).c_str());
+    std::fprintf(stderr, "shelf-master: --listen: %s\n",
+                 std::string(hp.status().message()).c_str());
     return 2;
   }
 
@@ -208,22 +209,20 @@ int main(int argc, char** argv) {
   if (!metrics_listen.empty()) {
     std::map<std::string, HttpHandler> handlers;
     handlers["/metrics"] = [](const HttpRequest&) {
-      return HttpResponse{200, metrics::Registry::kContentType, DefaultRegistry().Render()};
+      return HttpResponse{200, prom::Exposition::kContentType, DefaultExposition().Render()};
     };
     handlers["/health"] = [&](const HttpRequest&) {
       v1::StatusResponse st;
       master->Status(&st);
       int live = 0;
       for (const auto& n : st.nodes()) live += n.state() == v1::NODE_LIVE;
-      return HttpResponse{200, "application/json",
-                          absl::StrCat("{\"status\": \"ok\", \"role\": \"",
-                                       st.is_leader() ? "leader" : "standby", "\", \"term\": ",
-                                       st.term(), ", \"recovering\": ",
-                                       st.recovering() ? "true" : "false",
-                                       ", \"etcd\": \"", etcd.empty() ? "off" :
-                                       (etcd_degraded.load() ? "degraded" : "ok"),
-                                       "\", \"leader\": \"", st.leader(),
-                                       "\", \"live_nodes\": ", live, "}\n")};
+      return HttpResponse{
+          200, "application/json",
+          absl::StrCat("{\"status\": \"ok\", \"role\": \"", st.is_leader() ? "leader" : "standby",
+                       "\", \"term\": ", st.term(),
+                       ", \"recovering\": ", st.recovering() ? "true" : "false", ", \"etcd\": \"",
+                       etcd.empty() ? "off" : (etcd_degraded.load() ? "degraded" : "ok"),
+                       "\", \"leader\": \"", st.leader(), "\", \"live_nodes\": ", live, "}\n")};
     };
     auto started = HttpServer::Start(metrics_listen, std::move(handlers));
     if (!started.ok()) {

@@ -15,13 +15,13 @@
 
 namespace shelf {
 
-Master::Master(MasterOptions options, metrics::Registry* registry)
+Master::Master(MasterOptions options, prom::Exposition* exposition)
     : options_(std::move(options)),
       grant_key_(options_.grant_key.empty() ? RandomBytes(32) : options_.grant_key),
       clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
       start_ms_(clock_->NowMs()),
-      metrics_(registry != nullptr ? *registry : DefaultRegistry()) {
-  metrics::Registry& r = registry != nullptr ? *registry : DefaultRegistry();
+      metrics_(exposition != nullptr ? *exposition : DefaultExposition()) {
+  prom::Exposition& r = exposition != nullptr ? *exposition : DefaultExposition();
   gauges_.push_back(
       r.AddCallbackGauge("shelf_master_objects", "Committed objects in the index", [this] {
         absl::ReaderMutexLock lock(&mu_);
@@ -48,12 +48,12 @@ Master::Master(MasterOptions options, metrics::Registry* registry)
         ++live;
       }
     }
-    return std::vector<metrics::GaugeSample>{
+    return std::vector<prom::GaugeSample>{
         {{"live"}, live}, {{"draining"}, draining}, {{"dead"}, dead}};
   }));
   auto per_node = [this](bool used) {
     absl::MutexLock lock(&mu_);
-    std::vector<metrics::GaugeSample> out;
+    std::vector<prom::GaugeSample> out;
     for (const auto& n : nodes_) {
       if (n->state == v1::NODE_DEAD) continue;
       uint64_t cap = 0, use = 0;
@@ -196,9 +196,9 @@ void Master::FillFoundLocked(const Object& obj, const std::string& key,
 void Master::LookupCounts::AddTo(MasterMetrics& m) const {
   // Once per call, not per key: lookups run in parallel, and a shared
   // counter bumped per key is a cache line every core fights over.
-  if (leases != 0) m.leases_granted.Inc(leases);
-  if (ssd != 0) m.hits_ssd.Inc(ssd);
-  if (dram != 0) m.hits_dram.Inc(dram);
+  if (leases != 0) m.leases_granted.Increment(leases);
+  if (ssd != 0) m.hits_ssd.Increment(ssd);
+  if (dram != 0) m.hits_dram.Increment(dram);
 }
 
 void Master::FillReplica(const Replica& r, uint64_t size, v1::Replica* out) {
@@ -253,7 +253,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
   if (Object* obj = FindLocked(req.key()); obj != nullptr) {
-    metrics_.dedup_hits.Inc();
+    metrics_.dedup_hits.Increment();
     TouchLocked(obj, now);
     MoveToBackLocked(&obj, 1);
     resp->set_state(v1::PUT_ALREADY_EXISTS);
@@ -371,7 +371,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   }
   put_by_key_[put.key] = put_id;
   puts_.emplace(put_id, std::move(put));
-  metrics_.puts_started.Inc();
+  metrics_.puts_started.Increment();
   return absl::OkStatus();
 }
 
@@ -435,7 +435,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
     }
     put_by_key_.erase(put.key);
     puts_.erase(it);
-    metrics_.puts_committed.Inc();
+    metrics_.puts_committed.Increment();
     st->set_code(0);
   }
 }
@@ -468,7 +468,7 @@ void Master::PutAbort(const v1::PutAbortRequest& req, v1::PutAbortResponse* resp
       continue;
     }
     AbortPutLocked(id);
-    metrics_.puts_aborted.Inc();
+    metrics_.puts_aborted.Increment();
     st->set_code(0);
   }
 }
@@ -484,7 +484,7 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
   uint64_t now = clock_->NowMs();
   absl::ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
-  metrics_.lookups_lookup.Inc(req.keys_size());
+  metrics_.lookups_lookup.Increment(req.keys_size());
   LookupCounts counts;
   Object* found[kBatchKeysMax];
   const bool lease = !req.no_lease() && !req.peek();
@@ -522,7 +522,7 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
     ++matched;
   }
   // Keys examined: the matched run and the miss that ended it.
-  metrics_.lookups_match.Inc(std::min<uint64_t>(matched + 1, req.keys_size()));
+  metrics_.lookups_match.Increment(std::min<uint64_t>(matched + 1, req.keys_size()));
   counts.AddTo(metrics_);
   resp->set_matched(matched);
   return absl::OkStatus();
@@ -553,7 +553,7 @@ absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
       ++released;
     }
   }
-  if (released != 0) metrics_.leases_released.Inc(released);
+  if (released != 0) metrics_.leases_released.Increment(released);
   return absl::OkStatus();
 }
 
@@ -584,7 +584,7 @@ absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* re
     // The key disappears now; ranges under a read lease are freed when the
     // lease ends (EraseObjectLocked defers them).
     EraseObjectLocked(obj, now);
-    metrics_.removes.Inc();
+    metrics_.removes.Increment();
     st->set_code(0);
   }
   return absl::OkStatus();

@@ -44,7 +44,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
-#include "common/metrics.h"
+#include "common/prom.h"
 #include "proto/shelf.pb.h"
 #include "server/master/master_metrics.h"
 #include "storage/allocator.h"
@@ -87,9 +87,9 @@ struct MasterOptions {
 
 class Master {
  public:
-  // Metrics go to `registry` (the process-wide default when null); the
-  // registry must outlive the master.
-  explicit Master(MasterOptions options, metrics::Registry* registry = nullptr);
+  // Metrics go to `exposition` (the process-wide default when null), which
+  // must outlive the master.
+  explicit Master(MasterOptions options, prom::Exposition* exposition = nullptr);
   ~Master();
 
   // Stores.
@@ -428,7 +428,7 @@ class Master {
   // before touching a Node it held, since a reset frees every Node.
   uint64_t reset_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   MasterMetrics metrics_;
-  std::vector<metrics::CallbackHandle> gauges_;
+  std::vector<prom::CallbackHandle> gauges_;
   std::string leader_address_ ABSL_GUARDED_BY(mu_);
   bool leader_ ABSL_GUARDED_BY(mu_) = true;
   uint64_t term_ ABSL_GUARDED_BY(mu_) = 1;

@@ -196,7 +196,7 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
   }
   for (Object* obj : victims) {
     EraseObjectLocked(obj, now);
-    metrics_.removes.Inc();
+    metrics_.removes.Increment();
   }
   resp->set_removed(victims.size());
   resp->set_pinned(pinned);

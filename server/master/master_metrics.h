@@ -1,74 +1,124 @@
-// The master's metrics (docs/metrics.md), registered once in a registry and
-// updated lock-free on the hot paths. Values that live in the master's
-// state (objects, capacity, nodes) are callback gauges owned by Master.
+// The master's metrics (docs/metrics.md), registered once in a
+// prom::Exposition and updated lock-free on the hot paths: every child is
+// resolved at construction, or (RPC method and code) on its first use and
+// cached. Values that live in the master's state (objects, capacity, nodes)
+// are callback gauges owned by Master.
 #ifndef SHELF_SERVER_MASTER_MASTER_METRICS_H_
 #define SHELF_SERVER_MASTER_MASTER_METRICS_H_
 
-#include "common/metrics.h"
+#include <array>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "common/log.h"
+#include "common/prom.h"
 
 namespace shelf {
 
 struct MasterMetrics {
-  explicit MasterMetrics(metrics::Registry& r)
-      : lookups(r.AddCounter("shelf_master_lookups_total",
-                             "Keys looked up (match_prefix: up to the first miss)", {"op"})),
-        lookups_lookup(lookups.WithLabels({"lookup"})),
-        lookups_match(lookups.WithLabels({"match_prefix"})),
-        hits(r.AddCounter("shelf_master_lookup_hits_total",
-                          "Lookups that found the key, by the tier of the best replica", {"tier"})),
-        hits_dram(hits.WithLabels({"dram"})),
-        hits_ssd(hits.WithLabels({"ssd"})),
-        puts(r.AddCounter("shelf_master_puts_total", "Puts by outcome", {"result"})),
-        puts_started(puts.WithLabels({"started"})),
-        puts_committed(puts.WithLabels({"committed"})),
-        puts_aborted(puts.WithLabels({"aborted"})),
-        puts_expired(puts.WithLabels({"expired"})),
-        dedup_hits(puts.WithLabels({"dedup"})),
-        evictions(r.AddCounter("shelf_master_evictions_total", "Replicas dropped by eviction")
-                      .WithLabels()),
-        demotions(r.AddCounter("shelf_master_demotions_total",
-                               "DRAM-to-SSD demotions reported by stores", {"result"})),
-        demotions_ok(demotions.WithLabels({"ok"})),
-        demotions_failed(demotions.WithLabels({"failed"})),
-        leases_granted(r.AddCounter("shelf_master_leases_granted_total",
-                                    "Read leases granted or extended by lookups")
-                           .WithLabels()),
-        leases_released(r.AddCounter("shelf_master_leases_released_total",
-                                     "Leases ended early: every holder gave its lease back")
-                            .WithLabels()),
-        promotions(r.AddCounter("shelf_master_promotions_total", "SSD-to-DRAM promotions committed")
-                       .WithLabels()),
-        removes(r.AddCounter("shelf_master_removes_total", "Keys removed").WithLabels()),
-        nodes_died(r.AddCounter("shelf_master_nodes_died_total",
-                                "Stores declared dead after missing heartbeats")
-                       .WithLabels()),
-        rpc_seconds(r.AddHistogram("shelf_master_rpc_seconds", "gRPC handling time", {"method"})),
-        rpc_errors(r.AddCounter("shelf_master_rpc_errors_total", "gRPC calls that failed",
-                                {"method", "code"})) {}
+  // Every gRPC method that service.cc times (the `method` label): the
+  // MasterService and AdminService handlers, by their C++ name (__func__).
+  static constexpr std::array<const char*, 20> kRpcMethods = {
+      "RegisterStore", "Heartbeat",      "PutStart",    "BatchPutStart", "PutCommit",
+      "PutAbort",      "Lookup",         "MatchPrefix", "ReleaseLeases", "Remove",
+      "ListKeys",      "RemoveMatching", "Promote",     "PromoteCommit", "Status",
+      "Segments",      "Stat",           "Drain",       "Evict",         "Pin"};
+  // gRPC status codes are 0 (OK) .. 16 (UNAUTHENTICATED).
+  static constexpr size_t kRpcCodes = 17;
 
-  metrics::Family<metrics::Counter>& lookups;
-  metrics::Counter& lookups_lookup;
-  metrics::Counter& lookups_match;
-  metrics::Family<metrics::Counter>& hits;
-  metrics::Counter& hits_dram;
-  metrics::Counter& hits_ssd;
-  metrics::Family<metrics::Counter>& puts;
-  metrics::Counter& puts_started;
-  metrics::Counter& puts_committed;
-  metrics::Counter& puts_aborted;
-  metrics::Counter& puts_expired;
-  metrics::Counter& dedup_hits;
-  metrics::Counter& evictions;
-  metrics::Family<metrics::Counter>& demotions;
-  metrics::Counter& demotions_ok;
-  metrics::Counter& demotions_failed;
-  metrics::Counter& leases_granted;
-  metrics::Counter& leases_released;
-  metrics::Counter& promotions;
-  metrics::Counter& removes;
-  metrics::Counter& nodes_died;
-  metrics::Family<metrics::Histogram>& rpc_seconds;
-  metrics::Family<metrics::Counter>& rpc_errors;
+  // The index of `method` in kRpcMethods; a handler missing from the list is
+  // a bug (aborts). Called once per handler (a function-local static).
+  static size_t RpcIndex(const char* method) {
+    for (size_t i = 0; i < kRpcMethods.size(); ++i) {
+      if (std::strcmp(kRpcMethods[i], method) == 0) return i;
+    }
+    SHELF_LOG(ERROR) << "RPC method " << method << " missing from MasterMetrics::kRpcMethods";
+    std::abort();
+  }
+
+  explicit MasterMetrics(prom::Exposition& e)
+      : lookups(prom::AddCounter(e.registry(), "shelf_master_lookups_total",
+                                 "Keys looked up (match_prefix: up to the first miss)")),
+        lookups_lookup(prom::Child(lookups, {{"op", "lookup"}})),
+        lookups_match(prom::Child(lookups, {{"op", "match_prefix"}})),
+        hits(prom::AddCounter(e.registry(), "shelf_master_lookup_hits_total",
+                              "Lookups that found the key, by the tier of the best replica")),
+        hits_dram(prom::Child(hits, {{"tier", "dram"}})),
+        hits_ssd(prom::Child(hits, {{"tier", "ssd"}})),
+        puts(prom::AddCounter(e.registry(), "shelf_master_puts_total", "Puts by outcome")),
+        puts_started(prom::Child(puts, {{"result", "started"}})),
+        puts_committed(prom::Child(puts, {{"result", "committed"}})),
+        puts_aborted(prom::Child(puts, {{"result", "aborted"}})),
+        puts_expired(prom::Child(puts, {{"result", "expired"}})),
+        dedup_hits(prom::Child(puts, {{"result", "dedup"}})),
+        evictions(prom::AddUnlabelledCounter(e.registry(), "shelf_master_evictions_total",
+                                             "Replicas dropped by eviction")),
+        demotions(prom::AddCounter(e.registry(), "shelf_master_demotions_total",
+                                   "DRAM-to-SSD demotions reported by stores")),
+        demotions_ok(prom::Child(demotions, {{"result", "ok"}})),
+        demotions_failed(prom::Child(demotions, {{"result", "failed"}})),
+        leases_granted(prom::AddUnlabelledCounter(e.registry(), "shelf_master_leases_granted_total",
+                                                  "Read leases granted or extended by lookups")),
+        leases_released(
+            prom::AddUnlabelledCounter(e.registry(), "shelf_master_leases_released_total",
+                                       "Leases ended early: every holder gave its lease back")),
+        promotions(prom::AddUnlabelledCounter(e.registry(), "shelf_master_promotions_total",
+                                              "SSD-to-DRAM promotions committed")),
+        removes(
+            prom::AddUnlabelledCounter(e.registry(), "shelf_master_removes_total", "Keys removed")),
+        nodes_died(prom::AddUnlabelledCounter(e.registry(), "shelf_master_nodes_died_total",
+                                              "Stores declared dead after missing heartbeats")),
+        rpc_seconds(
+            prom::AddHistogram(e.registry(), "shelf_master_rpc_seconds", "gRPC handling time")),
+        rpc_errors(prom::AddCounter(e.registry(), "shelf_master_rpc_errors_total",
+                                    "gRPC calls that failed")) {}
+
+  // shelf_master_rpc_seconds{method} of kRpcMethods[method]; created on the
+  // method's first call, so methods never called export nothing.
+  prom::Histogram& RpcSeconds(size_t method) const {
+    return rpc[method].seconds.Get(rpc_seconds, {{"method", kRpcMethods[method]}},
+                                   prom::LatencyBuckets());
+  }
+  // shelf_master_rpc_errors_total{method,code}.
+  prom::Counter& RpcErrors(size_t method, int code) const {
+    size_t c = code >= 0 && static_cast<size_t>(code) < kRpcCodes ? code : 2;  // 2: UNKNOWN
+    return rpc[method].errors[c].Get(
+        rpc_errors, {{"method", kRpcMethods[method]},
+                     {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(c))}});
+  }
+
+  prom::Family<prom::Counter>& lookups;
+  prom::Counter& lookups_lookup;
+  prom::Counter& lookups_match;
+  prom::Family<prom::Counter>& hits;
+  prom::Counter& hits_dram;
+  prom::Counter& hits_ssd;
+  prom::Family<prom::Counter>& puts;
+  prom::Counter& puts_started;
+  prom::Counter& puts_committed;
+  prom::Counter& puts_aborted;
+  prom::Counter& puts_expired;
+  prom::Counter& dedup_hits;
+  prom::Counter& evictions;
+  prom::Family<prom::Counter>& demotions;
+  prom::Counter& demotions_ok;
+  prom::Counter& demotions_failed;
+  prom::Counter& leases_granted;
+  prom::Counter& leases_released;
+  prom::Counter& promotions;
+  prom::Counter& removes;
+  prom::Counter& nodes_died;
+  prom::Family<prom::Histogram>& rpc_seconds;
+  prom::Family<prom::Counter>& rpc_errors;
+
+ private:
+  struct Rpc {
+    prom::LazyChild<prom::Histogram> seconds;
+    std::array<prom::LazyChild<prom::Counter>, kRpcCodes> errors;
+  };
+  mutable std::array<Rpc, kRpcMethods.size()> rpc;
 };
 
 }  // namespace shelf

@@ -203,7 +203,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
     }
     put_by_key_.erase(it->second.key);
     puts_.erase(it);
-    metrics_.puts_aborted.Inc();
+    metrics_.puts_aborted.Increment();
   }
   deferred_.erase(std::remove_if(deferred_.begin(), deferred_.end(),
                                  [&](const DeferredFree& d) { return d.node == node; }),
@@ -301,7 +301,7 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
       // A failing SSD tier (full disk, I/O errors) gets no demotions for a
       // while: each would cost a writer its --demote-wait for nothing.
       n.ssd_failing_until_ms = now + kSsdFailureBackoffMs;
-      metrics_.demotions_failed.Inc();
+      metrics_.demotions_failed.Increment();
       SHELF_LOG(WARNING) << "demotion failed" << Kv("node", n.endpoint.node_id())
                          << Kv("error", result.error());
       return;  // stays in DRAM; eviction may drop it later
@@ -318,7 +318,7 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
     r.segment = 0;
     r.offset = 0;
     r.lru = n.ssd_lru.insert(n.ssd_lru.end(), obj);
-    metrics_.demotions_ok.Inc();
+    metrics_.demotions_ok.Increment();
     return;
   }
 }
@@ -507,7 +507,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
       ReleaseReplicaLocked(obj, victim, now);
       if (obj->replicas.empty()) EraseIndexLocked(obj);
       freed += aligned;
-      metrics_.evictions.Inc();
+      metrics_.evictions.Increment();
       if (stats != nullptr) {
         stats->set_evicted_objects(stats->evicted_objects() + 1);
         stats->set_evicted_bytes(stats->evicted_bytes() + aligned);
@@ -586,7 +586,7 @@ absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
   r.lru = lru.insert(lru.end(), obj);
   obj->replicas.push_back(r);
   obj->last_access_ms = now;
-  metrics_.promotions.Inc();
+  metrics_.promotions.Increment();
   return absl::OkStatus();
 }
 
@@ -620,7 +620,7 @@ void Master::Tick() {
       DropNodeReplicasLocked(i, now, &n.orphans);  // empty while live
       n.orphans_until_ms = now + kOrphansKeepTtls * options_.node_ttl_ms;
       n.state = v1::NODE_DEAD;
-      metrics_.nodes_died.Inc();
+      metrics_.nodes_died.Increment();
     }
   }
   std::vector<uint64_t> expired;
@@ -629,7 +629,7 @@ void Master::Tick() {
   }
   for (uint64_t id : expired) {
     AbortPutLocked(id);
-    metrics_.puts_expired.Inc();
+    metrics_.puts_expired.Increment();
   }
   for (auto it = promotes_.begin(); it != promotes_.end();) {
     const PendingPromote& p = it->second;
@@ -681,7 +681,7 @@ void Master::EvictSsdLocked(uint32_t node, uint64_t target_used, uint64_t now) {
     Replica victim = obj->replicas[k];
     obj->replicas.erase(obj->replicas.begin() + k);
     ReleaseReplicaLocked(obj, victim, now);
-    metrics_.evictions.Inc();
+    metrics_.evictions.Increment();
     if (obj->replicas.empty()) EraseIndexLocked(obj);
   }
 }

@@ -7,32 +7,30 @@ namespace shelf {
 namespace {
 
 // Times a call and counts its failure by code, for shelf_master_rpc_*.
+// `method` is the handler's index in MasterMetrics::kRpcMethods: the
+// children are resolved once per method and code, not per call.
 class RpcScope {
  public:
-  RpcScope(const MasterMetrics& m, const char* method)
-      : metrics_(m), method_(method), timer_(m.rpc_seconds.WithLabels({method})) {}
+  RpcScope(const MasterMetrics& m, size_t method)
+      : metrics_(m), method_(method), timer_(m.RpcSeconds(method)) {}
   grpc::Status Done(grpc::Status s) {
-    if (!s.ok()) {
-      metrics_.rpc_errors
-          .WithLabels(
-              {method_, absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()))})
-          .Inc();
-    }
+    if (!s.ok()) metrics_.RpcErrors(method_, s.error_code()).Increment();
     return s;
   }
 
  private:
   const MasterMetrics& metrics_;
-  const char* method_;
-  metrics::ScopedTimer timer_;
+  const size_t method_;
+  prom::ScopedTimer timer_;
 };
 
 }  // namespace
 
-#define SHELF_CHECK_TOKEN()                                      \
-  RpcScope rpc_scope(master_->metrics(), __func__);              \
-  if (absl::Status auth = CheckToken(ctx, token_); !auth.ok()) { \
-    return rpc_scope.Done(ToGrpc(auth));                         \
+#define SHELF_CHECK_TOKEN()                                           \
+  static const size_t kRpcMethod = MasterMetrics::RpcIndex(__func__); \
+  RpcScope rpc_scope(master_->metrics(), kRpcMethod);                 \
+  if (absl::Status auth = CheckToken(ctx, token_); !auth.ok()) {      \
+    return rpc_scope.Done(ToGrpc(auth));                              \
   }
 
 grpc::Status MasterServiceImpl::RegisterStore(grpc::ServerContext* ctx,

@@ -10,8 +10,8 @@
 #include "common/flags.h"
 #include "common/http_server.h"
 #include "common/log.h"
-#include "common/metrics.h"
 #include "common/net.h"
+#include "common/prom.h"
 #include "common/ready_file.h"
 #include "server/store/store.h"
 
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     Store* st = store->get();
     std::map<std::string, HttpHandler> handlers;
     handlers["/metrics"] = [](const HttpRequest&) {
-      return HttpResponse{200, metrics::Registry::kContentType, DefaultRegistry().Render()};
+      return HttpResponse{200, prom::Exposition::kContentType, DefaultExposition().Render()};
     };
     handlers["/health"] = [st](const HttpRequest&) {
       bool reg = st->registered();

@@ -50,35 +50,36 @@ std::string LoadOrCreateNodeId(const std::string& dir) {
 
 }  // namespace
 
-Store::Metrics::Metrics(metrics::Registry& r)
-    : read_bytes(r.AddCounter("shelf_store_read_bytes_total",
-                              "Bytes served, by tier and transport (shared-memory reads are "
-                              "counted by clients)",
-                              {"tier", "transport"})),
-      read_dram_tcp(read_bytes.WithLabels({"dram", "tcp"})),
-      read_ssd_tcp(read_bytes.WithLabels({"ssd", "tcp"})),
-      written_bytes(r.AddCounter("shelf_store_written_bytes_total",
-                                 "Bytes written, by tier and transport", {"tier", "transport"})),
-      written_dram_tcp(written_bytes.WithLabels({"dram", "tcp"})),
-      written_ssd_local(written_bytes.WithLabels({"ssd", "local"})),
-      demotions(r.AddCounter("shelf_store_demotions_total", "DRAM-to-SSD copies", {"result"})),
-      demotions_ok(demotions.WithLabels({"ok"})),
-      demotions_failed(demotions.WithLabels({"failed"})),
-      checksum_failures(r.AddCounter("shelf_store_checksum_failures_total",
-                                     "Blocks whose bytes did not match their checksum")
-                            .WithLabels()),
-      ssd_seconds(r.AddHistogram("shelf_store_ssd_op_seconds", "SSD tier operation time", {"op"})),
-      promotions(r.AddCounter("shelf_store_promotions_total",
-                              "SSD blocks copied up to DRAM after a read (--promote-on-hit)")
-                     .WithLabels()),
-      ssd_read_seconds(ssd_seconds.WithLabels({"read"})),
-      ssd_write_seconds(ssd_seconds.WithLabels({"write"})) {}
+Store::Metrics::Metrics(prom::Exposition& e)
+    : read_bytes(prom::AddCounter(e.registry(), "shelf_store_read_bytes_total",
+                                  "Bytes served, by tier and transport (shared-memory reads are "
+                                  "counted by clients)")),
+      read_dram_tcp(prom::Child(read_bytes, {{"tier", "dram"}, {"transport", "tcp"}})),
+      read_ssd_tcp(prom::Child(read_bytes, {{"tier", "ssd"}, {"transport", "tcp"}})),
+      written_bytes(prom::AddCounter(e.registry(), "shelf_store_written_bytes_total",
+                                     "Bytes written, by tier and transport")),
+      written_dram_tcp(prom::Child(written_bytes, {{"tier", "dram"}, {"transport", "tcp"}})),
+      written_ssd_local(prom::Child(written_bytes, {{"tier", "ssd"}, {"transport", "local"}})),
+      demotions(
+          prom::AddCounter(e.registry(), "shelf_store_demotions_total", "DRAM-to-SSD copies")),
+      demotions_ok(prom::Child(demotions, {{"result", "ok"}})),
+      demotions_failed(prom::Child(demotions, {{"result", "failed"}})),
+      checksum_failures(
+          prom::AddUnlabelledCounter(e.registry(), "shelf_store_checksum_failures_total",
+                                     "Blocks whose bytes did not match their checksum")),
+      ssd_seconds(prom::AddHistogram(e.registry(), "shelf_store_ssd_op_seconds",
+                                     "SSD tier operation time")),
+      promotions(prom::AddUnlabelledCounter(
+          e.registry(), "shelf_store_promotions_total",
+          "SSD blocks copied up to DRAM after a read (--promote-on-hit)")),
+      ssd_read_seconds(prom::Child(ssd_seconds, {{"op", "read"}})),
+      ssd_write_seconds(prom::Child(ssd_seconds, {{"op", "write"}})) {}
 
 Store::Store(const StoreOptions& options)
     : options_(options),
       clock_(options.clock != nullptr ? options.clock : Clock::Real()),
       incarnation_(RandomIncarnation()),
-      metrics_(DefaultRegistry()) {}
+      metrics_(DefaultExposition()) {}
 
 #if SHELF_WITH_RDMA
 struct Store::Rdma {
@@ -231,10 +232,10 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
   }
 
   Store* raw = store.get();
-  metrics::Registry& r = DefaultRegistry();
+  prom::Exposition& r = DefaultExposition();
   store->gauges_.push_back(
       r.AddCallbackGauge("shelf_store_capacity_bytes", "Capacity by tier", {"tier"}, [raw] {
-        std::vector<metrics::GaugeSample> out = {
+        std::vector<prom::GaugeSample> out = {
             {{"dram"}, static_cast<double>(raw->segment_->size())}};
         if (raw->ssd_ != nullptr) {
           out.push_back({{"ssd"}, static_cast<double>(raw->ssd_->capacity_bytes())});
@@ -244,7 +245,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
   store->gauges_.push_back(
       r.AddCallbackGauge("shelf_store_used_bytes",
                          "Used bytes by tier (DRAM use is tracked by the master)", {"tier"}, [raw] {
-                           std::vector<metrics::GaugeSample> out;
+                           std::vector<prom::GaugeSample> out;
                            if (raw->ssd_ != nullptr) {
                              out.push_back({{"ssd"}, static_cast<double>(raw->ssd_->used_bytes())});
                            }
@@ -294,11 +295,11 @@ absl::Status Store::ReadKey(absl::string_view key, std::string* out) {
   if (ssd_ == nullptr) return absl::NotFoundError("this store has no SSD tier");
   absl::Status s;
   {
-    metrics::ScopedTimer timer(metrics_.ssd_read_seconds);
+    prom::ScopedTimer timer(metrics_.ssd_read_seconds);
     s = ssd_->Get(std::string(key), out);
   }
-  if (s.ok()) metrics_.read_ssd_tcp.Inc(out->size());
-  if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Inc();
+  if (s.ok()) metrics_.read_ssd_tcp.Increment(out->size());
+  if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Increment();
   uint64_t size = 0, checksum = 0;
   if (s.ok() && options_.promote_on_hit && ssd_->Info(std::string(key), &size, &checksum)) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -465,7 +466,7 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
       } else {
         // SsdTier::Put verifies the checksum before writing: a block that
         // was corrupted in DRAM is reported, not copied.
-        metrics::ScopedTimer timer(metrics_.ssd_write_seconds);
+        prom::ScopedTimer timer(metrics_.ssd_write_seconds);
         // Fault injection for crash tests: SHELF_FAULT_KILL_IN_DEMOTION=
         // before-write kills the store before its first demotion writes
         // (after-write: see SyncRun). Unset in production.
@@ -473,14 +474,14 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
         if (kill_point != nullptr && std::strcmp(kill_point, "before-write") == 0) raise(SIGKILL);
         s = ssd_->Put(move.key(), segment_->data() + move.offset(), move.size(), move.checksum());
         if (s.ok()) {
-          metrics_.written_ssd_local.Inc(move.size());
-          metrics_.demotions_ok.Inc();
+          metrics_.written_ssd_local.Increment(move.size());
+          metrics_.demotions_ok.Increment();
           std::lock_guard<std::mutex> lock(mu_);
           auto rec = dram_records_.find(move.offset());
           if (rec != dram_records_.end() && rec->second.key == move.key()) dram_records_.erase(rec);
         } else {
-          metrics_.demotions_failed.Inc();
-          if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Inc();
+          metrics_.demotions_failed.Increment();
+          if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Increment();
         }
       }
       break;
@@ -666,7 +667,7 @@ void Store::Promote(const Promotion& p) {
   std::string address;
   v1::MasterService::Stub* master = Master(&address);
   if (master != nullptr && master->PromoteCommit(&ctx, commit, &unused).ok() && ok) {
-    metrics_.promotions.Inc();
+    metrics_.promotions.Increment();
     v1::TierMove note;
     note.set_kind(v1::TierMove::RECORD);
     note.set_key(p.key);

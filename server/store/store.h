@@ -25,7 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
-#include "common/metrics.h"
+#include "common/prom.h"
 #include "common/rpc.h"
 #include "coord/master_locator.h"
 #include "proto/shelf.grpc.pb.h"
@@ -88,8 +88,8 @@ class Store : public DataHandler {
   absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                           uint64_t length) override;
   absl::Status ReadKey(absl::string_view key, std::string* out) override;
-  void OnRead(uint64_t bytes) override { metrics_.read_dram_tcp.Inc(bytes); }
-  void OnWrite(uint64_t bytes) override { metrics_.written_dram_tcp.Inc(bytes); }
+  void OnRead(uint64_t bytes) override { metrics_.read_dram_tcp.Increment(bytes); }
+  void OnWrite(uint64_t bytes) override { metrics_.written_dram_tcp.Increment(bytes); }
   SsdTier* ssd() const { return ssd_.get(); }
 
  private:
@@ -103,21 +103,21 @@ class Store : public DataHandler {
 
   // docs/metrics.md: shelf_store_*.
   struct Metrics {
-    explicit Metrics(metrics::Registry& r);
-    metrics::Family<metrics::Counter>& read_bytes;
-    metrics::Counter& read_dram_tcp;
-    metrics::Counter& read_ssd_tcp;
-    metrics::Family<metrics::Counter>& written_bytes;
-    metrics::Counter& written_dram_tcp;
-    metrics::Counter& written_ssd_local;
-    metrics::Family<metrics::Counter>& demotions;
-    metrics::Counter& demotions_ok;
-    metrics::Counter& demotions_failed;
-    metrics::Counter& checksum_failures;
-    metrics::Family<metrics::Histogram>& ssd_seconds;
-    metrics::Counter& promotions;
-    metrics::Histogram& ssd_read_seconds;
-    metrics::Histogram& ssd_write_seconds;
+    explicit Metrics(prom::Exposition& e);
+    prom::Family<prom::Counter>& read_bytes;
+    prom::Counter& read_dram_tcp;
+    prom::Counter& read_ssd_tcp;
+    prom::Family<prom::Counter>& written_bytes;
+    prom::Counter& written_dram_tcp;
+    prom::Counter& written_ssd_local;
+    prom::Family<prom::Counter>& demotions;
+    prom::Counter& demotions_ok;
+    prom::Counter& demotions_failed;
+    prom::Counter& checksum_failures;
+    prom::Family<prom::Histogram>& ssd_seconds;
+    prom::Counter& promotions;
+    prom::Histogram& ssd_read_seconds;
+    prom::Histogram& ssd_write_seconds;
   };
   absl::Status Register();
   absl::Status HeartbeatOnce(bool* more_work);
@@ -179,7 +179,7 @@ class Store : public DataHandler {
   std::atomic<bool> registered_{false};
   std::atomic<bool> stopping_{false};
   Metrics metrics_;
-  std::vector<metrics::CallbackHandle> gauges_;
+  std::vector<prom::CallbackHandle> gauges_;
 };
 
 }  // namespace shelf

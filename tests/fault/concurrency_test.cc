@@ -21,7 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
-#include "common/metrics.h"
+#include "common/prom.h"
 #include "storage/allocator.h"
 #include "tests/common/memory_handler.h"
 #include "transport/data_server.h"
@@ -184,11 +184,15 @@ TEST(ConcurrencyTest, AllocatorBehindAMutexNeverHandsOutARangeTwice) {
 }
 
 TEST(ConcurrencyTest, MetricsUpdateRegisterAndRenderAtOnce) {
-  metrics::Registry registry;
-  metrics::Family<metrics::Counter>& counters =
-      registry.AddCounter("test_ops_total", "ops", {"thread"});
-  metrics::Histogram& latency =
-      registry.AddHistogram("test_latency_seconds", "latency").WithLabels();
+  // common/prom.h over prometheus-cpp: updates, children added, a LazyChild
+  // resolved by every thread at once, and callback gauges coming and going,
+  // all while another thread renders.
+  prom::Exposition registry;
+  prom::Family<prom::Counter>& counters =
+      prom::AddCounter(registry.registry(), "test_ops_total", "ops");
+  prom::Histogram& latency =
+      prom::Child(prom::AddHistogram(registry.registry(), "test_latency_seconds", "latency"), {});
+  prom::LazyChild<prom::Counter> shared;
   std::atomic<bool> stop{false};
   std::atomic<int64_t> live{0};
   constexpr int kThreads = 6;
@@ -196,16 +200,17 @@ TEST(ConcurrencyTest, MetricsUpdateRegisterAndRenderAtOnce) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      metrics::Counter& mine = counters.WithLabels({absl::StrCat(t)});
+      prom::Counter& mine = prom::Child(counters, {{"thread", absl::StrCat(t)}});
       for (int i = 0; i < kOps; ++i) {
-        mine.Inc();
+        mine.Increment();
+        shared.Get(counters, {{"thread", "shared"}}).Increment();
         latency.Observe(i * 1e-6);
         if (i % 1000 == 0) {
           // Children and callbacks come and go while others render.
-          counters.WithLabels({absl::StrCat(t, "-", i)}).Inc();
-          metrics::CallbackHandle h =
+          prom::Child(counters, {{"thread", absl::StrCat(t, "-", i)}}).Increment();
+          prom::CallbackHandle h =
               registry.AddCallbackGauge("test_live", "live", {"thread"}, [&live, t] {
-                return std::vector<metrics::GaugeSample>{
+                return std::vector<prom::GaugeSample>{
                     {{absl::StrCat(t)}, static_cast<double>(live.load())}};
               });
           live.fetch_add(1);
@@ -223,10 +228,16 @@ TEST(ConcurrencyTest, MetricsUpdateRegisterAndRenderAtOnce) {
   stop.store(true);
   renderer.join();
   for (int t = 0; t < kThreads; ++t) {
-    EXPECT_EQ(counters.WithLabels({absl::StrCat(t)}).Value(), static_cast<uint64_t>(kOps));
+    EXPECT_EQ(prom::Child(counters, {{"thread", absl::StrCat(t)}}).Value(), kOps);
   }
-  EXPECT_EQ(latency.Snap().count, static_cast<uint64_t>(kThreads * kOps));
-  EXPECT_EQ(registry.Render().find("test_live"), std::string::npos) << "handles were reset";
+  EXPECT_EQ(prom::Child(counters, {{"thread", "shared"}}).Value(), kThreads * kOps);
+  EXPECT_EQ(&shared.Get(counters, {{"thread", "shared"}}),
+            &prom::Child(counters, {{"thread", "shared"}}));
+  std::string text = registry.Render();
+  EXPECT_NE(text.find(absl::StrCat("test_latency_seconds_count ", kThreads * kOps, "\n")),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("test_live"), std::string::npos) << "handles were reset";
 }
 
 }  // namespace

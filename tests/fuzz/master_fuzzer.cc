@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/log.h"
-#include "common/metrics.h"
+#include "common/prom.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/shelf.pb.h"
 #include "server/master/master.h"
@@ -432,7 +432,7 @@ class Program {
   }
 
   fuzz::FuzzInput& in_;
-  metrics::Registry registry_;
+  prom::Exposition registry_;
   std::unique_ptr<Master> master_;
   std::map<std::string, uint64_t> incarnations_;
   std::map<std::string, std::vector<v1::TierMove>> pending_moves_;

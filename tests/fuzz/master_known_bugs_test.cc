@@ -4,7 +4,7 @@
 // corpus/master_fuzzer/known-bug-<name>); enable it with the fix.
 #include <gtest/gtest.h>
 
-#include "common/metrics.h"
+#include "common/prom.h"
 #include "proto/shelf.pb.h"
 #include "server/master/master.h"
 
@@ -62,7 +62,7 @@ class MasterKnownBugsTest : public ::testing::Test {
     return started.put_id();
   }
 
-  metrics::Registry registry_;
+  prom::Exposition registry_;
   std::unique_ptr<Master> master_;
 };
 

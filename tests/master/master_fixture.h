@@ -12,7 +12,7 @@
 #include <string>
 
 #include "common/manual_clock.h"
-#include "common/metrics.h"
+#include "common/prom.h"
 #include "server/master/master.h"
 
 namespace shelf {
@@ -23,7 +23,7 @@ class MasterFixture : public ::testing::Test {
   void Make(MasterOptions o, Clock* clock = nullptr) {
     master_.reset();  // its metric callbacks live in the old registry
     o.clock = clock != nullptr ? clock : &clock_;
-    registry_ = std::make_unique<metrics::Registry>();
+    registry_ = std::make_unique<prom::Exposition>();
     master_ = std::make_unique<Master>(o, registry_.get());
   }
   void SetUp() override {
@@ -126,7 +126,7 @@ class MasterFixture : public ::testing::Test {
   }
 
   ManualClock clock_;  // outlives master_
-  std::unique_ptr<metrics::Registry> registry_;
+  std::unique_ptr<prom::Exposition> registry_;
   std::unique_ptr<Master> master_;
 };
 

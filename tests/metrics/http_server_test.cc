@@ -15,8 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/metrics.h"
 #include "common/net.h"
+#include "common/prom.h"
 #include "gtest/gtest.h"
 
 namespace shelf {
@@ -64,10 +64,10 @@ absl::StatusOr<Reply> Get(const HostPort& addr, const std::string& path) {
 class HttpServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    registry_.AddCounter("test_scrapes_total", "Scrapes.").WithLabels().Inc(7);
+    prom::AddUnlabelledCounter(registry_.registry(), "test_scrapes_total", "Scrapes.").Increment(7);
     std::map<std::string, HttpHandler> handlers;
     handlers["/metrics"] = [this](const HttpRequest&) {
-      return HttpResponse{200, metrics::Registry::kContentType, registry_.Render()};
+      return HttpResponse{200, prom::Exposition::kContentType, registry_.Render()};
     };
     handlers["/health"] = [this](const HttpRequest& request) {
       absl::MutexLock lock(&mu_);
@@ -81,7 +81,7 @@ class HttpServerTest : public ::testing::Test {
     server_ = std::move(*server);
   }
 
-  metrics::Registry registry_;
+  prom::Exposition registry_;
   std::atomic<bool> healthy_{true};
   absl::Mutex mu_;
   std::string last_query_ ABSL_GUARDED_BY(mu_);

@@ -19,11 +19,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/metrics.h"
+#include "common/prom.h"
 #include "gtest/gtest.h"
 
 namespace shelf {
-namespace metrics {
+namespace prom {
 namespace {
 
 constexpr const char* kPromtool = "/usr/bin/promtool";
@@ -81,23 +81,23 @@ TEST_F(PromtoolTest, CheckerCatchesBrokenOutput) {
 }
 
 TEST_F(PromtoolTest, EveryTypeIsValid) {
-  Registry registry;
-  Family<Counter>& ops =
-      registry.AddCounter("test_ops_total", "Operations by result.", {"op", "result"});
-  ops.WithLabels({"get", "ok"}).Inc(7);
-  ops.WithLabels({"put", "quote\" back\\slash\nnewline"}).Inc();
-  registry.AddCounter("test_unlabeled_total", "Help with \\ and\na newline.");
-  Family<Gauge>& used = registry.AddGauge("test_used_bytes", "Bytes used.", {"node", "tier"});
-  used.WithLabels({"n1", "dram"}).Set(137438953472.0);
-  used.WithLabels({"n1", "ssd"}).Set(0.5);
-  used.WithLabels({"n2", "dram"}).Set(-std::numeric_limits<double>::infinity());
-  used.WithLabels({"n3", "dram"}).Set(std::numeric_limits<double>::quiet_NaN());
-  Family<Histogram>& latency =
-      registry.AddHistogram("test_rpc_seconds", "RPC latency.", {"method"});
-  for (double v : {0.00001, 0.0003, 0.02, 3.0, 60.0}) latency.WithLabels({"Lookup"}).Observe(v);
-  latency.WithLabels({"PutStart"});
-  registry.AddHistogram("test_size_bytes", "Sizes.", {}, ExponentialBuckets(4096, 4, 6))
-      .WithLabels()
+  Exposition registry;
+  prometheus::Registry& reg = registry.registry();
+  Family<Counter>& ops = AddCounter(reg, "test_ops_total", "Operations by result.");
+  Child(ops, {{"op", "get"}, {"result", "ok"}}).Increment(7);
+  Child(ops, {{"op", "put"}, {"result", "quote\" back\\slash\nnewline"}}).Increment();
+  AddUnlabelledCounter(reg, "test_unlabeled_total", "Help with \\ and\na newline.");
+  Family<Gauge>& used = AddGauge(reg, "test_used_bytes", "Bytes used.");
+  Child(used, {{"node", "n1"}, {"tier", "dram"}}).Set(137438953472.0);
+  Child(used, {{"node", "n1"}, {"tier", "ssd"}}).Set(0.5);
+  Child(used, {{"node", "n2"}, {"tier", "dram"}}).Set(-std::numeric_limits<double>::infinity());
+  Child(used, {{"node", "n3"}, {"tier", "dram"}}).Set(std::numeric_limits<double>::quiet_NaN());
+  Family<Histogram>& latency = AddHistogram(reg, "test_rpc_seconds", "RPC latency.");
+  for (double v : {0.00001, 0.0003, 0.02, 3.0, 60.0}) {
+    Child(latency, {{"method", "Lookup"}}).Observe(v);
+  }
+  Child(latency, {{"method", "PutStart"}});
+  Child(AddHistogram(reg, "test_size_bytes", "Sizes."), {}, ExponentialBuckets(4096, 4, 6))
       .Observe(1 << 20);
   CallbackHandle nodes = registry.AddCallbackGauge("test_nodes", "Nodes by state.", {"state"}, [] {
     return std::vector<GaugeSample>{{{"live"}, 3}, {{"dead"}, 0}};
@@ -147,16 +147,17 @@ std::vector<CatalogueEntry> Catalogue() {
 
 // Registers each documented metric with one made-up child, as the master,
 // store and client will (a bad name or label aborts here).
-void RegisterCatalogue(const std::vector<CatalogueEntry>& catalogue, Registry* registry) {
+void RegisterCatalogue(const std::vector<CatalogueEntry>& catalogue, Exposition* registry) {
+  prometheus::Registry& r = registry->registry();
   for (const CatalogueEntry& e : catalogue) {
-    std::vector<std::string> values;
-    for (const std::string& l : e.labels) values.push_back("v_" + l);
+    Labels labels;
+    for (const std::string& l : e.labels) labels[l] = "v_" + l;
     if (e.type == "counter") {
-      registry->AddCounter(e.name, "Documented.", e.labels).WithLabels(values).Inc(3);
+      Child(AddCounter(r, e.name, "Documented."), labels).Increment(3);
     } else if (e.type == "gauge") {
-      registry->AddGauge(e.name, "Documented.", e.labels).WithLabels(values).Set(2);
+      Child(AddGauge(r, e.name, "Documented."), labels).Set(2);
     } else if (e.type == "histogram") {
-      registry->AddHistogram(e.name, "Documented.", e.labels).WithLabels(values).Observe(0.001);
+      Child(AddHistogram(r, e.name, "Documented."), labels).Observe(0.001);
     } else {
       ADD_FAILURE() << e.name << ": unknown type '" << e.type << "'";
     }
@@ -205,7 +206,7 @@ TEST(CatalogueTest, DocumentedNamesRegister) {
       EXPECT_EQ(e.labels, (std::vector<std::string>{"node", "tier"}));
     }
   }
-  Registry registry;
+  Exposition registry;
   RegisterCatalogue(catalogue, &registry);
   EXPECT_NE(registry.Render().find("shelf_store_read_bytes_total{tier=\"v_tier\","
                                    "transport=\"v_transport\"} 3\n"),
@@ -213,7 +214,7 @@ TEST(CatalogueTest, DocumentedNamesRegister) {
 }
 
 TEST_F(PromtoolTest, DocumentedCatalogueIsValid) {
-  Registry registry;
+  Exposition registry;
   RegisterCatalogue(Catalogue(), &registry);
   std::string text = registry.Render();
   CheckResult r = Promtool(text);
@@ -221,5 +222,5 @@ TEST_F(PromtoolTest, DocumentedCatalogueIsValid) {
 }
 
 }  // namespace
-}  // namespace metrics
+}  // namespace prom
 }  // namespace shelf
