@@ -3,10 +3,10 @@
 #include "server/master/master.h"
 
 #include <algorithm>
-#include <cassert>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/hmac.h"
 #include "common/log.h"
@@ -360,6 +360,11 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     g.length = put.size;
     g.expires_unix_ms = expires_unix;
     g.mac = wire::GrantMac(grant_key_, n.endpoint.node_id(), g);
+    // Paired with the store's VerifyGrant: a grant the master cannot verify
+    // itself would fail every write of this put.
+    SHELF_CHECK(wire::VerifyGrant(grant_key_, n.endpoint.node_id(), g, g.segment_id, g.offset,
+                                  g.length, g.expires_unix_ms)
+                    .ok());
     v1::WriteGrant* wg = resp->add_grants();
     wg->set_put_id(put_id);
     wg->set_node_id(n.endpoint.node_id());
@@ -593,17 +598,19 @@ absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* re
 void Master::FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size) {
   ++frees_;
   absl::Status s = nodes_[node]->segments[segment].alloc->Free(offset, size);
-  if (!s.ok()) {
-    SHELF_LOG(ERROR) << "allocator free failed" << Kv("error", s.message());
-    assert(false);
-  }
+  // The master frees only ranges it allocated or reserved itself: a refusal
+  // means its books are wrong, and going on would hand out live bytes.
+  SHELF_CHECK(s.ok()) << "node " << node << " segment " << segment << ": " << s.message();
 }
 
 void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
+  SHELF_CHECK(r.node < nodes_.size() && r.segment < nodes_[r.node]->segments.size());
   Node& n = *nodes_[r.node];
   if (r.demoting) {
     // Its demotion is still out: undo the reservations made for it. The
-    // store's report will find no object and drop the SSD copy.
+    // store's report will find no object and drop the SSD copy. Paired with
+    // the order that counted it (EvictSegmentLocked).
+    SHELF_CHECK(demotions_pending_ > 0) << "a demoting replica with no demotion pending";
     --demotions_pending_;
     Segment& seg = n.segments[r.segment];
     seg.demoting_bytes -= std::min(seg.demoting_bytes, seg.alloc->RoundUp(obj->size));
