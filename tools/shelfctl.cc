@@ -372,7 +372,9 @@ class Ctl {
       if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot read '", file, "'")));
       data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
-    if (g_.replicas < 1 || g_.replicas > 8) return Usage("--replicas takes 1..8");
+    if (g_.replicas < 1 || g_.replicas > kReplicasMax) {
+      return Usage(absl::StrCat("--replicas takes 1..", kReplicasMax));
+    }
     auto client = OpenClient();
     if (!client.ok()) return Fail(client.status());
     PutOptions po;

@@ -627,7 +627,7 @@ class MooncakeStore {
   }
 
   int ToPutOptions(const ReplicateConfig& config, PutOptions* po) {
-    if (config.replica_num < 1 || config.replica_num > 8) return kMcInvalidParams;
+    if (config.replica_num < 1 || config.replica_num > kReplicasMax) return kMcInvalidParams;
     po->replicas = static_cast<uint32_t>(config.replica_num);
     std::string host = Hostname();
     po->prefer_local =

@@ -242,7 +242,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
         "block of ", req.size(), " bytes exceeds --block-bytes-max ", options_.block_bytes_max));
   }
   if (req.parent_key().size() > kKeyBytesMax) {
-    return absl::InvalidArgumentError("parent key exceeds 256 bytes");
+    return absl::InvalidArgumentError(absl::StrCat("parent key exceeds ", kKeyBytesMax, " bytes"));
   }
   uint32_t want = req.options().replicas() == 0 ? 1 : req.options().replicas();
   if (want > kReplicasMax) {
@@ -479,9 +479,9 @@ void Master::PutAbort(const v1::PutAbortRequest& req, v1::PutAbortResponse* resp
 }
 
 absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp) {
-  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
+  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchItemsMax) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a lookup takes 1..", kBatchKeysMax, " keys, got ", req.keys_size()));
+        absl::StrCat("a lookup takes 1..", kBatchItemsMax, " keys, got ", req.keys_size()));
   }
   for (const std::string& key : req.keys()) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
@@ -491,7 +491,7 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   metrics_.lookups_lookup.Inc(req.keys_size());
   LookupCounts counts;
-  Object* found[kBatchKeysMax];
+  Object* found[kBatchItemsMax];
   const bool lease = !req.no_lease() && !req.peek();
   FindBatchLocked(req.keys(), false, lease, !req.peek(), now, found, &counts);
   for (int i = 0; i < req.keys_size(); ++i) {
@@ -507,9 +507,9 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
 }
 
 absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPrefixResponse* resp) {
-  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
+  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchItemsMax) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a prefix match takes 1..", kBatchKeysMax, " keys, got ", req.keys_size()));
+        absl::StrCat("a prefix match takes 1..", kBatchItemsMax, " keys, got ", req.keys_size()));
   }
   for (const std::string& key : req.keys()) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
@@ -519,7 +519,7 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint32_t matched = 0;
   LookupCounts counts;
-  Object* found[kBatchKeysMax];
+  Object* found[kBatchItemsMax];
   FindBatchLocked(req.keys(), true, !req.no_lease(), true, now, found, &counts);
   for (int i = 0; i < req.keys_size() && found[i] != nullptr; ++i) {
     FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), !req.no_lease(),
@@ -534,8 +534,8 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
 }
 
 absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
-  if (static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
-    return absl::InvalidArgumentError(absl::StrCat("a lease release takes at most ", kBatchKeysMax,
+  if (static_cast<size_t>(req.keys_size()) > kBatchItemsMax) {
+    return absl::InvalidArgumentError(absl::StrCat("a lease release takes at most ", kBatchItemsMax,
                                                    " keys, got ", req.keys_size()));
   }
   for (const std::string& key : req.keys()) {
@@ -563,9 +563,9 @@ absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
 }
 
 absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) {
-  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
+  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchItemsMax) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a remove takes 1..", kBatchKeysMax, " keys, got ", req.keys_size()));
+        absl::StrCat("a remove takes 1..", kBatchItemsMax, " keys, got ", req.keys_size()));
   }
   for (const std::string& key : req.keys()) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;

@@ -476,10 +476,12 @@ int KvBench(int argc, char** argv) {
   Config cfg;
   auto sizes = ParseSizes(sizes_text);
   auto threads = ParseInts(threads_text, 1, 256);
-  if (!sizes.ok() || !threads.ok() || batch < 1 || batch > 1024 || seconds <= 0) {
-    std::fprintf(
-        stderr, "shelf-bench kv: bad --sizes, --threads, --batch (1..1024) or --seconds%s%s\n",
-        sizes.ok() ? "" : ": ", sizes.ok() ? "" : std::string(sizes.status().message()).c_str());
+  if (!sizes.ok() || !threads.ok() || batch < 1 || batch > static_cast<int64_t>(kBatchItemsMax) ||
+      seconds <= 0) {
+    std::fprintf(stderr,
+                 "shelf-bench kv: bad --sizes, --threads, --batch (1..%zu) or --seconds%s%s\n",
+                 kBatchItemsMax, sizes.ok() ? "" : ": ",
+                 sizes.ok() ? "" : std::string(sizes.status().message()).c_str());
     return 2;
   }
   cfg.sizes = *sizes;

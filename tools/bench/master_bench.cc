@@ -456,11 +456,11 @@ int MasterBench(int argc, char** argv) {
   }
   if (objects_small < static_cast<int64_t>(kChain) || objects < objects_small ||
       grpc_objects < static_cast<int64_t>(kChain) || grpc_threads < 1 || seconds <= 0 ||
-      object_bytes == 0 || key_bytes < 8 || key_bytes > 256) {
+      object_bytes == 0 || key_bytes < 8 || static_cast<size_t>(key_bytes) > kKeyBytesMax) {
     std::fprintf(stderr,
                  "shelf-bench master: need %zu <= --objects-small <= --objects, "
-                 "--grpc-objects >= %zu, --grpc-threads >= 1, --key-bytes 8..256\n",
-                 kChain, kChain);
+                 "--grpc-objects >= %zu, --grpc-threads >= 1, --key-bytes 8..%zu\n",
+                 kChain, kChain, kKeyBytesMax);
     return 2;
   }
   g_key_bytes = static_cast<size_t>(key_bytes);
