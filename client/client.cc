@@ -31,7 +31,6 @@ constexpr uint64_t kTimeoutMsMax = uint64_t{1} << 40;
 // Pauses between rounds over the masters while a leader change is under way.
 constexpr uint64_t kLeaderWaitFirstMs = 10;
 constexpr uint64_t kLeaderWaitMaxMs = 200;
-static_assert(kBatchItemsMax <= 1024, "the master takes at most 1024 keys a call");
 
 transport::TcpEngine::Options TcpEngineOptions(const ClientOptions& o) {
   transport::TcpEngine::Options t;
@@ -397,9 +396,9 @@ Status ClientImpl::ListKeys(const std::string& cursor, const std::string& patter
   if (keys == nullptr || next_cursor == nullptr) {
     return Status(StatusCode::kInvalidArgument, "ListKeys: null output");
   }
-  if (count == 0 || count > kBatchItemsMax) {
+  if (count == 0 || count > kListKeysMax) {
     return Status(StatusCode::kInvalidArgument,
-                  "ListKeys: count must be 1.." + std::to_string(kBatchItemsMax));
+                  "ListKeys: count must be 1.." + std::to_string(kListKeysMax));
   }
   v1::ListKeysRequest req;
   req.set_cursor(cursor);

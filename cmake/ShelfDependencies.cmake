@@ -5,6 +5,7 @@ find_package(Protobuf REQUIRED)            # FindProtobuf: Debian ships no confi
 find_package(gRPC CONFIG REQUIRED)
 find_package(absl CONFIG REQUIRED)
 find_package(RocksDB CONFIG REQUIRED)
+find_package(nlohmann_json 3 CONFIG REQUIRED)  # nlohmann-json3-dev: common/json.h
 # civetweb's Debian config package names /usr/bin/civetweb, which only the
 # separate `civetweb` package ships; find the library directly instead.
 find_path(CIVETWEB_INCLUDE_DIR civetweb.h REQUIRED)

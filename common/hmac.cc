@@ -5,7 +5,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
-#include <cassert>
+#include "common/check.h"
 
 namespace shelf {
 
@@ -14,7 +14,7 @@ std::string HmacSha256(absl::string_view key, absl::string_view message) {
   unsigned int out_len = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(message.data()), message.size(), out, &out_len);
-  assert(out_len == kMacBytes);
+  SHELF_CHECK(out_len == kMacBytes) << "HMAC-SHA256 gave " << out_len << " bytes";
   return std::string(reinterpret_cast<char*>(out), out_len);
 }
 
@@ -26,8 +26,8 @@ bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
 std::string RandomBytes(size_t n) {
   std::string out(n, '\0');
   int ok = RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n));
-  (void)ok;
-  assert(ok == 1);
+  // No randomness means no secure nonces or grant keys: nothing to go on with.
+  SHELF_CHECK(ok == 1) << "RAND_bytes failed";
   return out;
 }
 

@@ -1,14 +1,15 @@
 #include "common/manual_clock.h"
 
-#include <cassert>
 #include <utility>
 #include <vector>
+
+#include "common/check.h"
 
 namespace shelf {
 
 ManualClock::ManualClock(uint64_t now_ms, uint64_t unix_ms)
     : now_ms_(now_ms), unix_offset_ms_(unix_ms - now_ms) {
-  assert(unix_ms >= now_ms);
+  SHELF_CHECK(unix_ms >= now_ms) << "unix " << unix_ms << " before monotonic " << now_ms;
 }
 
 uint64_t ManualClock::NowMs() {

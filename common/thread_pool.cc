@@ -2,14 +2,15 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cassert>
 #include <memory>
 #include <utility>
+
+#include "common/check.h"
 
 namespace shelf {
 
 ThreadPool::ThreadPool(size_t threads, size_t queue_max) : queue_max_(queue_max) {
-  assert(threads >= 1 && queue_max >= 1);
+  SHELF_CHECK(threads >= 1 && queue_max >= 1) << threads << " threads, queue of " << queue_max;
   threads_.reserve(threads);
   for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
 }

@@ -6,7 +6,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <cassert>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -60,8 +60,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
 
 EtcdChannels::EtcdChannels(std::vector<std::string> addresses, const EtcdOptions& options)
     : addresses_(std::move(addresses)), options_(options) {
-  assert(!addresses_.empty());
-  assert(options_.attempts_max >= 1);
+  SHELF_CHECK(!addresses_.empty());
+  SHELF_CHECK(options_.attempts_max >= 1);
   for (const std::string& address : addresses_) {
     auto ep = std::make_unique<EtcdEndpoint>();
     ep->address = address;

@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
-  libabsl-dev librocksdb-dev libcivetweb-dev libxxhash-dev prometheus-cpp-dev
+  libabsl-dev librocksdb-dev libcivetweb-dev libxxhash-dev prometheus-cpp-dev nlohmann-json3-dev
   libibverbs-dev librdmacm-dev rdma-core
   libgtest-dev libgmock-dev googletest
   libhiredis-dev redis-server

@@ -1,15 +1,13 @@
 #include "storage/allocator.h"
 
-#include <cassert>
-#include <cstdlib>
-
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 
 namespace shelf {
 
 RangeAllocator::RangeAllocator(uint64_t capacity, uint64_t alignment)
     : capacity_(capacity & ~(alignment - 1)), alignment_(alignment) {
-  assert(alignment > 0 && (alignment & (alignment - 1)) == 0);
+  SHELF_CHECK(alignment > 0 && (alignment & (alignment - 1)) == 0) << "alignment " << alignment;
   if (capacity_ > 0) InsertFree(0, capacity_);
 }
 
@@ -40,6 +38,8 @@ absl::StatusOr<uint64_t> RangeAllocator::Allocate(uint64_t size) {
   uint64_t offset = fit->second;
   EraseFree(by_offset_.find(offset));
   if (extent_size > need) InsertFree(offset + need, extent_size - need);
+  // Paired with Free's and Reserve's: the bytes handed out were free.
+  SHELF_CHECK(need <= capacity_ - used_) << "allocating " << need << " with " << used_ << " used";
   used_ += need;
   return offset;
 }
@@ -77,6 +77,8 @@ absl::Status RangeAllocator::Free(uint64_t offset, uint64_t size) {
     }
   }
   InsertFree(start, end - start);
+  // Paired with Allocate's and Reserve's: only bytes counted as used come back.
+  SHELF_CHECK(len <= used_) << "freeing " << len << " with " << used_ << " used";
   used_ -= len;
   return absl::OkStatus();
 }
@@ -104,6 +106,7 @@ absl::Status RangeAllocator::Reserve(uint64_t offset, uint64_t size) {
   if (ext_off + ext_len > offset + len) {
     InsertFree(offset + len, ext_off + ext_len - offset - len);
   }
+  SHELF_CHECK(len <= capacity_ - used_) << "reserving " << len << " with " << used_ << " used";
   used_ += len;
   return absl::OkStatus();
 }
@@ -117,15 +120,16 @@ void RangeAllocator::CheckInvariants() const {
   uint64_t prev_end = 0;
   bool first = true;
   for (const auto& [off, len] : by_offset_) {
-    if (len == 0 || off % alignment_ != 0 || off + len > capacity_) std::abort();
-    if (!first && off <= prev_end) std::abort();  // overlapping or not coalesced
-    if (by_size_.count({len, off}) != 1) std::abort();
+    SHELF_CHECK(len != 0 && off % alignment_ == 0 && off + len <= capacity_)
+        << "extent " << off << "+" << len;
+    SHELF_CHECK(first || off > prev_end) << "extent " << off << " overlaps or is not coalesced";
+    SHELF_CHECK(by_size_.count({len, off}) == 1) << "extent " << off << " not in the size index";
     prev_end = off + len;
     first = false;
     free_sum += len;
   }
-  if (by_size_.size() != by_offset_.size()) std::abort();
-  if (free_sum + used_ != capacity_) std::abort();
+  SHELF_CHECK(by_size_.size() == by_offset_.size());
+  SHELF_CHECK(free_sum + used_ == capacity_) << free_sum << " free + " << used_ << " used";
 }
 
 }  // namespace shelf

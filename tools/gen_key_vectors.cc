@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/json.h"
 #include "shelf/keys.h"
 
 namespace {
@@ -88,71 +89,47 @@ std::vector<Case> Cases() {
   return cases;
 }
 
-// JSON string: the strings here are valid UTF-8, written as is; only the
-// characters JSON requires are escaped.
-std::string Quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned char>(c));
-      out += buf;
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
-  return out;
-}
-
 }  // namespace
 
 int main() {
-  std::string out;
-  out += "{\n";
-  out += "  \"spec\": \"docs/keys.md\",\n";
-  out += "  \"version\": " + std::to_string(shelf::kKeyVersion) + ",\n";
-  out += "  \"cases\": [\n";
-  const std::vector<Case> cases = Cases();
-  for (size_t c = 0; c < cases.size(); ++c) {
-    const Case& k = cases[c];
+  shelf::Json root = shelf::Json::object();
+  root["spec"] = "docs/keys.md";
+  root["version"] = shelf::kKeyVersion;
+  shelf::Json out_cases = shelf::Json::array();
+  for (const Case& k : Cases()) {
     std::string error;
     if (!shelf::KeyBuilder::Validate(k.ns, &error)) {
       std::fprintf(stderr, "case %s: %s\n", k.name.c_str(), error.c_str());
       return 1;
     }
     const shelf::KeyBuilder builder(k.ns);
-    out += "    {\n";
-    out += "      \"name\": " + Quote(k.name) + ",\n";
-    out += "      \"about\": " + Quote(k.about) + ",\n";
-    out += "      \"namespace\": {\"model\": " + Quote(k.ns.model) +
-           ", \"dtype\": " + Quote(k.ns.dtype) + ", \"kv_layout\": " + Quote(k.ns.kv_layout) +
-           ", \"tp_rank\": " + std::to_string(k.ns.tp_rank) +
-           ", \"tp_size\": " + std::to_string(k.ns.tp_size) + ", \"salt\": " + Quote(k.ns.salt) +
-           ", \"chunk_tokens\": " + std::to_string(k.ns.chunk_tokens) + "},\n";
-    out += "      \"namespace_hex\": " +
-           Quote(shelf::KeyBuilder::ToHex(shelf::KeyBuilder::SerializeNamespace(k.ns))) + ",\n";
-    out += "      \"namespace_digest_hex\": " +
-           Quote(shelf::KeyBuilder::ToHex(builder.namespace_digest())) + ",\n";
-    out += "      \"tokens\": [";
-    for (size_t i = 0; i < k.tokens.size(); ++i) {
-      if (i > 0) out += ", ";
-      out += std::to_string(k.tokens[i]);
+    shelf::Json ns = shelf::Json::object();
+    ns["model"] = k.ns.model;
+    ns["dtype"] = k.ns.dtype;
+    ns["kv_layout"] = k.ns.kv_layout;
+    ns["tp_rank"] = k.ns.tp_rank;
+    ns["tp_size"] = k.ns.tp_size;
+    ns["salt"] = k.ns.salt;
+    ns["chunk_tokens"] = k.ns.chunk_tokens;
+    shelf::Json c = shelf::Json::object();
+    c["name"] = k.name;
+    c["about"] = k.about;
+    c["namespace"] = std::move(ns);
+    c["namespace_hex"] = shelf::KeyBuilder::ToHex(shelf::KeyBuilder::SerializeNamespace(k.ns));
+    c["namespace_digest_hex"] = shelf::KeyBuilder::ToHex(builder.namespace_digest());
+    c["tokens"] = k.tokens;
+    shelf::Json keys = shelf::Json::array();
+    for (const std::string& key : builder.BlockKeys(k.tokens)) {
+      keys.push_back(shelf::KeyBuilder::ToHex(key));
     }
-    out += "],\n";
-    out += "      \"keys\": [";
-    const std::vector<std::string> keys = builder.BlockKeys(k.tokens);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      out += i == 0 ? "\n" : ",\n";
-      out += "        " + Quote(shelf::KeyBuilder::ToHex(keys[i]));
-    }
-    out += keys.empty() ? "]\n" : "\n      ]\n";
-    out += c + 1 < cases.size() ? "    },\n" : "    }\n";
+    c["keys"] = std::move(keys);
+    out_cases.push_back(std::move(c));
   }
-  out += "  ]\n}\n";
+  root["cases"] = std::move(out_cases);
+  // The namespace strings are valid UTF-8 (Validate checks the vectors'
+  // own), written as they are.
+  const std::string out =
+      root.dump(2, ' ', /*ensure_ascii=*/false, shelf::Json::error_handler_t::replace) + "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
 }

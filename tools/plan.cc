@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/flags.h"
+#include "common/json.h"
 
 namespace shelf::plan {
 namespace {
@@ -74,27 +75,6 @@ uint64_t CeilBytes(double bytes) {
     return static_cast<uint64_t>(nearest);
   }
   return static_cast<uint64_t>(std::ceil(bytes));
-}
-
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppendFormat(&out, "\\u%04x", c);
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out + "\"";
-}
-
-// The shortest of %.15g and %.17g that reads back as the same double.
-std::string JsonNumber(double d) {
-  std::string shorter = absl::StrFormat("%.15g", d);
-  return std::strtod(shorter.c_str(), nullptr) == d ? shorter : absl::StrFormat("%.17g", d);
 }
 
 double ResolvedKnee(const PlanInputs& in) {
@@ -349,28 +329,41 @@ std::string FormatReport(const Plan& p) {
 std::string FormatJson(const Plan& p) {
   const PlanInputs& in = p.in;
   const ModelShape& m = in.model;
-  std::string out = "{";
-  absl::StrAppend(&out, "\"model\":{\"name\":", JsonString(m.name), ",\"layers\":", m.layers,
-                  ",\"kv_heads\":", m.kv_heads, ",\"head_dim\":", m.head_dim,
-                  ",\"dtype_bytes\":", m.dtype_bytes, ",\"hidden\":", m.hidden,
-                  ",\"active_params\":", JsonNumber(m.active_params), "},");
-  absl::StrAppend(
-      &out, "\"inputs\":{\"context_tokens\":", in.context_tokens, ",\"concurrent\":", in.concurrent,
-      ",\"reuse\":", JsonNumber(in.reuse), ",\"window\":", in.window, ",\"replicas\":", in.replicas,
-      ",\"nodes\":", in.nodes, ",\"evict_high\":", JsonNumber(in.evict_high),
-      ",\"link_gbps\":", JsonNumber(in.link_gbps), ",\"prefill_tps\":", JsonNumber(in.prefill_tps),
-      ",\"knee_tokens\":", JsonNumber(in.knee_tokens),
-      ",\"fetch_overhead_s\":", JsonNumber(in.fetch_overhead_s), "},");
-  absl::StrAppend(
-      &out, "\"kv_bytes_per_token\":", p.kv_bytes_per_token,
-      ",\"kv_bytes_per_context\":", p.kv_bytes_per_context, ",\"dram_bytes\":", p.dram_bytes,
-      ",\"ssd_bytes\":", p.ssd_bytes, ",\"dram_bytes_per_node\":", p.dram_bytes_per_node,
-      ",\"ssd_bytes_per_node\":", p.ssd_bytes_per_node,
-      ",\"t_recompute_s\":", JsonNumber(p.t_recompute_s),
-      ",\"t_fetch_s\":", JsonNumber(p.t_fetch_s),
-      ",\"break_even_tokens\":", p.fetch_never_wins ? "null" : JsonNumber(p.break_even_tokens),
-      ",\"reused_tokens\":", p.reused_tokens, ",\"saved_s\":", JsonNumber(p.saved_s), "}");
-  return out;
+  Json model = Json::object();
+  model["name"] = m.name;
+  model["layers"] = m.layers;
+  model["kv_heads"] = m.kv_heads;
+  model["head_dim"] = m.head_dim;
+  model["dtype_bytes"] = m.dtype_bytes;
+  model["hidden"] = m.hidden;
+  model["active_params"] = m.active_params;
+  Json inputs = Json::object();
+  inputs["context_tokens"] = in.context_tokens;
+  inputs["concurrent"] = in.concurrent;
+  inputs["reuse"] = in.reuse;
+  inputs["window"] = in.window;
+  inputs["replicas"] = in.replicas;
+  inputs["nodes"] = in.nodes;
+  inputs["evict_high"] = in.evict_high;
+  inputs["link_gbps"] = in.link_gbps;
+  inputs["prefill_tps"] = in.prefill_tps;
+  inputs["knee_tokens"] = in.knee_tokens;
+  inputs["fetch_overhead_s"] = in.fetch_overhead_s;
+  Json o = Json::object();
+  o["model"] = std::move(model);
+  o["inputs"] = std::move(inputs);
+  o["kv_bytes_per_token"] = p.kv_bytes_per_token;
+  o["kv_bytes_per_context"] = p.kv_bytes_per_context;
+  o["dram_bytes"] = p.dram_bytes;
+  o["ssd_bytes"] = p.ssd_bytes;
+  o["dram_bytes_per_node"] = p.dram_bytes_per_node;
+  o["ssd_bytes_per_node"] = p.ssd_bytes_per_node;
+  o["t_recompute_s"] = p.t_recompute_s;
+  o["t_fetch_s"] = p.t_fetch_s;
+  o["break_even_tokens"] = p.fetch_never_wins ? Json(nullptr) : Json(p.break_even_tokens);
+  o["reused_tokens"] = p.reused_tokens;
+  o["saved_s"] = p.saved_s;
+  return JsonDump(o);
 }
 
 namespace {

@@ -7,25 +7,25 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <map>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/clock.h"
 #include "common/flags.h"
+#include "common/json.h"
 #include "common/net.h"
 #include "common/rpc.h"
 #include "common/units.h"
+#include "coord/master_locator.h"
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
-#include "common/clock.h"
-#include "coord/master_locator.h"
-#include "tools/json.h"
 #include "tools/plan.h"
 
 namespace shelf {
@@ -51,15 +51,22 @@ struct Globals {
 
 int ExitCode(absl::StatusCode code) {
   switch (code) {
-    case absl::StatusCode::kOk: return 0;
-    case absl::StatusCode::kInvalidArgument: return 2;
-    case absl::StatusCode::kNotFound: return 3;
+    case absl::StatusCode::kOk:
+      return 0;
+    case absl::StatusCode::kInvalidArgument:
+      return 2;
+    case absl::StatusCode::kNotFound:
+      return 3;
     case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded: return 4;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 4;
     case absl::StatusCode::kUnauthenticated:
-    case absl::StatusCode::kPermissionDenied: return 5;
-    case absl::StatusCode::kResourceExhausted: return 6;
-    default: return 1;
+    case absl::StatusCode::kPermissionDenied:
+      return 5;
+    case absl::StatusCode::kResourceExhausted:
+      return 6;
+    default:
+      return 1;
   }
 }
 
@@ -93,33 +100,57 @@ int Usage(const std::string& msg) {
 
 const char* StateName(v1::NodeState s) {
   switch (s) {
-    case v1::NODE_LIVE: return "live";
-    case v1::NODE_DRAINING: return "draining";
-    case v1::NODE_DEAD: return "dead";
-    default: return "unknown";
+    case v1::NODE_LIVE:
+      return "live";
+    case v1::NODE_DRAINING:
+      return "draining";
+    case v1::NODE_DEAD:
+      return "dead";
+    default:
+      return "unknown";
   }
 }
 
 const char* TierName(v1::Tier t) { return t == v1::TIER_SSD ? "ssd" : "dram"; }
 
-std::string NodeJson(const v1::NodeStatus& n) {
-  Json::Object o;
-  o.Add("node_id", n.node_id()).Add("address", n.address()).Add("state", StateName(n.state()));
-  o.Add("dram_capacity_bytes", n.dram_capacity_bytes()).Add("dram_used_bytes", n.dram_used_bytes());
-  o.Add("ssd_capacity_bytes", n.ssd_capacity_bytes()).Add("ssd_used_bytes", n.ssd_used_bytes());
-  o.Add("objects", n.objects()).Add("last_heartbeat_age_ms", n.last_heartbeat_age_ms());
-  Json::Object labels;
-  for (const auto& [k, v] : n.labels()) labels.Add(k, v);
-  o.Raw("labels", labels.str());
-  return o.str();
+Json NodeJson(const v1::NodeStatus& n) {
+  Json o = Json::object();
+  o["node_id"] = n.node_id();
+  o["address"] = n.address();
+  o["state"] = StateName(n.state());
+  o["dram_capacity_bytes"] = n.dram_capacity_bytes();
+  o["dram_used_bytes"] = n.dram_used_bytes();
+  o["ssd_capacity_bytes"] = n.ssd_capacity_bytes();
+  o["ssd_used_bytes"] = n.ssd_used_bytes();
+  o["objects"] = n.objects();
+  o["last_heartbeat_age_ms"] = n.last_heartbeat_age_ms();
+  Json labels = Json::object();
+  for (const auto& [k, v] : n.labels()) labels[k] = v;
+  o["labels"] = labels;
+  return o;
+}
+
+// {"<field>": key, "<field>_hex": hex}: keys are bytes (common/json.h).
+Json KeyObject(const std::string& field, const std::string& key) {
+  Json o = Json::object();
+  AddBytesField(&o, field, key);
+  return o;
+}
+
+// One line: the key fields and one more.
+template <typename T>
+std::string KeyJson(const std::string& field, const std::string& key, const char* name, T value) {
+  Json o = KeyObject(field, key);
+  o[name] = value;
+  return JsonDump(o);
 }
 
 void PrintNodes(const google::protobuf::RepeatedPtrField<v1::NodeStatus>& nodes) {
   std::printf("%-24s %-22s %-9s %21s %21s %9s\n", "NODE", "ADDRESS", "STATE", "DRAM used/cap",
               "SSD used/cap", "OBJECTS");
   for (const v1::NodeStatus& n : nodes) {
-    std::string dram = absl::StrCat(FormatBytes(n.dram_used_bytes()), "/",
-                                    FormatBytes(n.dram_capacity_bytes()));
+    std::string dram =
+        absl::StrCat(FormatBytes(n.dram_used_bytes()), "/", FormatBytes(n.dram_capacity_bytes()));
     std::string ssd = n.ssd_capacity_bytes() == 0
                           ? "-"
                           : absl::StrCat(FormatBytes(n.ssd_used_bytes()), "/",
@@ -158,7 +189,7 @@ class Ctl {
   // master, moves on to the next candidate (or the leader it names).
   template <typename Req, typename Resp>
   absl::Status Admin(grpc::Status (v1::AdminService::Stub::*m)(grpc::ClientContext*, const Req&,
-                                                                Resp*),
+                                                               Resp*),
                      const Req& req, Resp* resp) {
     absl::Status last = absl::UnavailableError("no master to ask (etcd names no leader yet)");
     size_t attempts = locator_->Candidates().size() + 2;
@@ -206,16 +237,23 @@ class Ctl {
       if (leader != nullptr && leader->Status(&ctx, v1::StatusRequest(), &lr).ok()) r = lr;
     }
     if (g_.json) {
-      std::vector<std::string> nodes;
+      Json nodes = Json::array();
       for (const auto& n : r.nodes()) nodes.push_back(NodeJson(n));
-      Json::Object o;
-      o.Add("version", r.version()).Add("leader", r.leader()).Add("is_leader", r.is_leader());
-      o.Add("term", r.term()).Add("recovering", r.recovering()).Add("objects", r.objects());
-      o.Add("puts_in_flight", r.puts_in_flight());
-      o.Add("dram_capacity_bytes", r.dram_capacity_bytes()).Add("dram_used_bytes", r.dram_used_bytes());
-      o.Add("ssd_capacity_bytes", r.ssd_capacity_bytes()).Add("ssd_used_bytes", r.ssd_used_bytes());
-      o.Add("uptime_ms", r.uptime_ms()).Raw("nodes", Json::Array(nodes));
-      std::printf("%s\n", o.str().c_str());
+      Json o = Json::object();
+      o["version"] = r.version();
+      o["leader"] = r.leader();
+      o["is_leader"] = r.is_leader();
+      o["term"] = r.term();
+      o["recovering"] = r.recovering();
+      o["objects"] = r.objects();
+      o["puts_in_flight"] = r.puts_in_flight();
+      o["dram_capacity_bytes"] = r.dram_capacity_bytes();
+      o["dram_used_bytes"] = r.dram_used_bytes();
+      o["ssd_capacity_bytes"] = r.ssd_capacity_bytes();
+      o["ssd_used_bytes"] = r.ssd_used_bytes();
+      o["uptime_ms"] = r.uptime_ms();
+      o["nodes"] = nodes;
+      std::printf("%s\n", JsonDump(o).c_str());
       return 0;
     }
     int live = 0;
@@ -241,9 +279,9 @@ class Ctl {
       return Fail(s);
     }
     if (g_.json) {
-      std::vector<std::string> nodes;
+      Json nodes = Json::array();
       for (const auto& n : r.nodes()) nodes.push_back(NodeJson(n));
-      std::printf("%s\n", Json::Array(nodes).c_str());
+      std::printf("%s\n", JsonDump(nodes).c_str());
     } else {
       PrintNodes(r.nodes());
     }
@@ -257,16 +295,19 @@ class Ctl {
       return Fail(s);
     }
     if (g_.json) {
-      std::vector<std::string> out;
+      Json out = Json::array();
       for (const auto& s : r.segments()) {
-        Json::Object o;
-        o.Add("node_id", s.node_id()).Add("segment_id", static_cast<uint64_t>(s.segment_id()));
-        o.Add("tier", TierName(s.tier())).Add("capacity_bytes", s.capacity_bytes());
-        o.Add("used_bytes", s.used_bytes()).Add("free_extents", s.free_extents());
-        o.Add("largest_free_bytes", s.largest_free_bytes());
-        out.push_back(o.str());
+        Json o = Json::object();
+        o["node_id"] = s.node_id();
+        o["segment_id"] = static_cast<uint64_t>(s.segment_id());
+        o["tier"] = TierName(s.tier());
+        o["capacity_bytes"] = s.capacity_bytes();
+        o["used_bytes"] = s.used_bytes();
+        o["free_extents"] = s.free_extents();
+        o["largest_free_bytes"] = s.largest_free_bytes();
+        out.push_back(o);
       }
-      std::printf("%s\n", Json::Array(out).c_str());
+      std::printf("%s\n", JsonDump(out).c_str());
       return 0;
     }
     std::printf("%-24s %4s %-5s %14s %14s %8s %14s\n", "NODE", "SEG", "TIER", "USED", "CAPACITY",
@@ -287,26 +328,32 @@ class Ctl {
     v1::StatResponse r;
     if (absl::Status s = Admin(&v1::AdminService::Stub::Stat, req, &r); !s.ok()) return Fail(s);
     const v1::ObjectLocation& o = r.object();
-    std::vector<std::string> reps;
+    Json reps = Json::array();
     for (const auto& rep : o.replicas()) {
-      Json::Object j;
-      j.Add("node_id", rep.store().node_id()).Add("address", rep.store().data_address());
-      j.Add("tier", TierName(rep.tier())).Add("segment_id", static_cast<uint64_t>(rep.segment_id()));
-      j.Add("offset", rep.offset());
-      reps.push_back(j.str());
+      Json j = Json::object();
+      j["node_id"] = rep.store().node_id();
+      j["address"] = rep.store().data_address();
+      j["tier"] = TierName(rep.tier());
+      j["segment_id"] = static_cast<uint64_t>(rep.segment_id());
+      j["offset"] = rep.offset();
+      reps.push_back(j);
     }
     if (g_.json) {
-      Json::Object j;
-      j.Add("key", key).Add("size", o.size()).Add("checksum", o.checksum());
-      j.Add("pinned", r.pinned()).Add("hard_pin", r.hard_pin());
-      j.Add("last_access_unix_ms", r.last_access_unix_ms());
-      j.Add("lease_expires_unix_ms", r.lease_expires_unix_ms()).Raw("replicas", Json::Array(reps));
-      std::printf("%s\n", j.str().c_str());
+      Json j = Json::object();
+      AddBytesField(&j, "key", key);
+      j["size"] = o.size();
+      j["checksum"] = o.checksum();
+      j["pinned"] = r.pinned();
+      j["hard_pin"] = r.hard_pin();
+      j["last_access_unix_ms"] = r.last_access_unix_ms();
+      j["lease_expires_unix_ms"] = r.lease_expires_unix_ms();
+      j["replicas"] = reps;
+      std::printf("%s\n", JsonDump(j).c_str());
       return 0;
     }
-    std::printf("key       %s\nsize      %llu (%s)\nchecksum  %016llx\npinned    %s\n",
-                key.c_str(), static_cast<unsigned long long>(o.size()),
-                FormatBytes(o.size()).c_str(), static_cast<unsigned long long>(o.checksum()),
+    std::printf("key       %s\nsize      %llu (%s)\nchecksum  %016llx\npinned    %s\n", key.c_str(),
+                static_cast<unsigned long long>(o.size()), FormatBytes(o.size()).c_str(),
+                static_cast<unsigned long long>(o.checksum()),
                 r.hard_pin() ? "hard" : (r.pinned() ? "soft" : "no"));
     for (const auto& rep : o.replicas()) {
       std::printf("replica   %s %s %s offset %llu\n", rep.store().node_id().c_str(),
@@ -325,7 +372,9 @@ class Ctl {
       if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot read '", file, "'")));
       data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
-    if (g_.replicas < 1 || g_.replicas > 8) return Usage("--replicas takes 1..8");
+    if (g_.replicas < 1 || g_.replicas > kReplicasMax) {
+      return Usage(absl::StrCat("--replicas takes 1..", kReplicasMax));
+    }
     auto client = OpenClient();
     if (!client.ok()) return Fail(client.status());
     PutOptions po;
@@ -334,7 +383,7 @@ class Ctl {
     Status s = (*client)->Put(key, data.data(), data.size(), po);
     if (!s.ok()) return Fail(s);
     if (g_.json) {
-      std::printf("%s\n", Json::Object().Add("key", key).Add("size", static_cast<uint64_t>(data.size())).str().c_str());
+      std::printf("%s\n", KeyJson("key", key, "size", static_cast<uint64_t>(data.size())).c_str());
     } else {
       std::printf("stored %s (%s)\n", key.c_str(), FormatBytes(data.size()).c_str());
     }
@@ -355,7 +404,7 @@ class Ctl {
     out.write(data.data(), static_cast<std::streamsize>(data.size()));
     if (!out) return Fail(absl::UnavailableError(absl::StrCat("cannot write '", file, "'")));
     if (g_.json) {
-      std::printf("%s\n", Json::Object().Add("key", key).Add("size", static_cast<uint64_t>(data.size())).str().c_str());
+      std::printf("%s\n", KeyJson("key", key, "size", static_cast<uint64_t>(data.size())).c_str());
     } else {
       std::fprintf(stderr, "fetched %s (%s)\n", key.c_str(), FormatBytes(data.size()).c_str());
     }
@@ -368,7 +417,7 @@ class Ctl {
     Status s = (*client)->Remove(key, g_.timeout_ms);
     if (!s.ok()) return Fail(s);
     if (!g_.json) std::printf("removed %s\n", key.c_str());
-    if (g_.json) std::printf("%s\n", Json::Object().Add("removed", key).str().c_str());
+    if (g_.json) std::printf("%s\n", JsonDump(KeyObject("removed", key)).c_str());
     return 0;
   }
 
@@ -379,7 +428,7 @@ class Ctl {
     v1::DrainResponse r;
     if (absl::Status s = Admin(&v1::AdminService::Stub::Drain, req, &r); !s.ok()) return Fail(s);
     if (g_.json) {
-      std::printf("%s\n", NodeJson(r.node()).c_str());
+      std::printf("%s\n", JsonDump(NodeJson(r.node())).c_str());
     } else {
       std::printf("%s is %s\n", r.node().node_id().c_str(), StateName(r.node().state()));
     }
@@ -394,10 +443,11 @@ class Ctl {
     v1::EvictResponse r;
     if (absl::Status s = Admin(&v1::AdminService::Stub::Evict, req, &r); !s.ok()) return Fail(s);
     if (g_.json) {
-      Json::Object o;
-      o.Add("evicted_bytes", r.evicted_bytes()).Add("evicted_objects", r.evicted_objects());
-      o.Add("demoted_objects", r.demoted_objects());
-      std::printf("%s\n", o.str().c_str());
+      Json o = Json::object();
+      o["evicted_bytes"] = r.evicted_bytes();
+      o["evicted_objects"] = r.evicted_objects();
+      o["demoted_objects"] = r.demoted_objects();
+      std::printf("%s\n", JsonDump(o).c_str());
     } else {
       std::printf("evicted %s in %llu objects; %llu demotions ordered\n",
                   FormatBytes(r.evicted_bytes()).c_str(),
@@ -416,9 +466,10 @@ class Ctl {
     v1::PinResponse r;
     if (absl::Status s = Admin(&v1::AdminService::Stub::Pin, req, &r); !s.ok()) return Fail(s);
     if (g_.json) {
-      std::printf("%s\n", Json::Object().Add("key", key).Add("pinned", !unpin).str().c_str());
+      std::printf("%s\n", KeyJson("key", key, "pinned", !unpin).c_str());
     } else {
-      std::printf("%s %s\n", unpin ? "unpinned" : (g_.hard ? "hard-pinned" : "pinned"), key.c_str());
+      std::printf("%s %s\n", unpin ? "unpinned" : (g_.hard ? "hard-pinned" : "pinned"),
+                  key.c_str());
     }
     return 0;
   }
@@ -435,13 +486,12 @@ class Ctl {
         std::printf("shelf top — leader %s term %llu — %s\n\n", r.leader().c_str(),
                     static_cast<unsigned long long>(r.term()),
                     FormatBytes(r.dram_used_bytes()).c_str());
-        std::printf("objects %llu   puts in flight %llu\nDRAM %s / %s   SSD %s / %s\n\n",
-                    static_cast<unsigned long long>(r.objects()),
-                    static_cast<unsigned long long>(r.puts_in_flight()),
-                    FormatBytes(r.dram_used_bytes()).c_str(),
-                    FormatBytes(r.dram_capacity_bytes()).c_str(),
-                    FormatBytes(r.ssd_used_bytes()).c_str(),
-                    FormatBytes(r.ssd_capacity_bytes()).c_str());
+        std::printf(
+            "objects %llu   puts in flight %llu\nDRAM %s / %s   SSD %s / %s\n\n",
+            static_cast<unsigned long long>(r.objects()),
+            static_cast<unsigned long long>(r.puts_in_flight()),
+            FormatBytes(r.dram_used_bytes()).c_str(), FormatBytes(r.dram_capacity_bytes()).c_str(),
+            FormatBytes(r.ssd_used_bytes()).c_str(), FormatBytes(r.ssd_capacity_bytes()).c_str());
         PrintNodes(r.nodes());
       }
       std::fflush(stdout);
@@ -488,8 +538,8 @@ absl::StatusOr<double> MeasureGetGbps(const Globals& g) {
   ClientOptions opts;
   auto loc = MasterLocator::Create(g.master);
   if (!loc.ok()) return loc.status();
-  opts.masters = (*loc)->uses_etcd() ? std::vector<std::string>{(*loc)->Current()}
-                                     : (*loc)->Candidates();
+  opts.masters =
+      (*loc)->uses_etcd() ? std::vector<std::string>{(*loc)->Current()} : (*loc)->Candidates();
   opts.secret = g.secret;
   opts.timeout_ms = std::max<uint64_t>(g.timeout_ms, 30000);
   opts.tls_ca = g.tls_ca;
@@ -570,7 +620,8 @@ int main(int argc, char** argv) {
       if (!s.ok()) return Fail(s.status());
       g.secret = *s;
     }
-    return Plan(g, flags.WasSet("master"), std::vector<std::string>(argv + plan_at + 1, argv + argc));
+    return Plan(g, flags.WasSet("master"),
+                std::vector<std::string>(argv + plan_at + 1, argv + argc));
   }
   if (args.empty()) return Usage("missing command");
   if (!g.secret_file.empty()) {

@@ -214,8 +214,10 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
       return Reply(fd, h, absl::OkStatus(), nullptr, 0);
     }
     case wire::Op::kReadKey: {
-      if (extra.empty() || extra.size() > wire::kKeyBytesMax) {
-        return Reply(fd, h, absl::InvalidArgumentError("READ_KEY needs a key of 1..256 bytes"),
+      if (extra.empty() || extra.size() > kKeyBytesMax) {
+        return Reply(fd, h,
+                     absl::InvalidArgumentError(
+                         absl::StrCat("READ_KEY needs a key of 1..", kKeyBytesMax, " bytes")),
                      nullptr, 0);
       }
       std::string value;

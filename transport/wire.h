@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "shelf/limits.h"
 
 namespace shelf::wire {
 
@@ -22,8 +23,8 @@ inline constexpr uint32_t kMagic = 0x464C4853;  // "SHLF" on the wire
 inline constexpr uint8_t kVersion = 1;
 inline constexpr size_t kHeaderBytes = 40;
 inline constexpr uint32_t kExtraBytesMax = 4096;  // grant, key or error text
+static_assert(kKeyBytesMax <= kExtraBytesMax, "READ_KEY carries the key in extra");
 inline constexpr size_t kNonceBytes = 16;
-inline constexpr size_t kKeyBytesMax = 256;
 inline constexpr uint64_t kPayloadBytesMax = 1ull << 32;  // one op moves at most 4 GiB
 
 enum class Op : uint8_t {

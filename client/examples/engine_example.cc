@@ -83,7 +83,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
   }
   if (f->block_tokens == 0 || f->block_bytes == 0 || f->tokens / f->block_tokens == 0 ||
       f->tokens / f->block_tokens > shelf::kBatchItemsMax) {
-    std::fprintf(stderr, "engine_example: need 1..1024 full blocks of tokens\n");
+    std::fprintf(stderr, "engine_example: need 1..%zu full blocks of tokens\n",
+                 shelf::kBatchItemsMax);
     return false;
   }
   return true;

@@ -543,7 +543,8 @@ class MooncakeStore {
   }
 
   int ToPutOptions(const ReplicateConfig& config, PutOptions* po) {
-    if (config.replica_num < 1 || config.replica_num > 8) return kMcInvalidParams;
+    if (config.replica_num < 1 || config.replica_num > static_cast<int64_t>(kReplicasMax))
+      return kMcInvalidParams;
     po->replicas = static_cast<uint32_t>(config.replica_num);
     std::string host = Hostname();
     po->prefer_local =

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "common/json.h"
 #include "common/hmac.h"
 #include "common/http_server.h"
 #include "common/log.h"
@@ -216,13 +217,15 @@ int main(int argc, char** argv) {
       master->Status(&st);
       int live = 0;
       for (const auto& n : st.nodes()) live += n.state() == v1::NODE_LIVE;
-      return HttpResponse{
-          200, "application/json",
-          absl::StrCat("{\"status\": \"ok\", \"role\": \"", st.is_leader() ? "leader" : "standby",
-                       "\", \"term\": ", st.term(),
-                       ", \"recovering\": ", st.recovering() ? "true" : "false", ", \"etcd\": \"",
-                       etcd.empty() ? "off" : (etcd_degraded.load() ? "degraded" : "ok"),
-                       "\", \"leader\": \"", st.leader(), "\", \"live_nodes\": ", live, "}\n")};
+      Json body = Json::object();
+      body["status"] = "ok";
+      body["role"] = st.is_leader() ? "leader" : "standby";
+      body["term"] = st.term();
+      body["recovering"] = st.recovering();
+      body["etcd"] = etcd.empty() ? "off" : (etcd_degraded.load() ? "degraded" : "ok");
+      body["leader"] = st.leader();
+      body["live_nodes"] = live;
+      return HttpResponse{200, "application/json", JsonDump(body) + "\n"};
     };
     auto started = HttpServer::Start(metrics_listen, std::move(handlers));
     if (!started.ok()) {

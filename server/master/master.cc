@@ -3,10 +3,10 @@
 #include "server/master/master.h"
 
 #include <algorithm>
-#include <cassert>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/hmac.h"
 #include "common/log.h"
@@ -242,7 +242,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
         "block of ", req.size(), " bytes exceeds --block-bytes-max ", options_.block_bytes_max));
   }
   if (req.parent_key().size() > kKeyBytesMax) {
-    return absl::InvalidArgumentError("parent key exceeds 256 bytes");
+    return absl::InvalidArgumentError(absl::StrCat("parent key exceeds ", kKeyBytesMax, " bytes"));
   }
   uint32_t want = req.options().replicas() == 0 ? 1 : req.options().replicas();
   if (want > kReplicasMax) {
@@ -360,6 +360,11 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     g.length = put.size;
     g.expires_unix_ms = expires_unix;
     g.mac = wire::GrantMac(grant_key_, n.endpoint.node_id(), g);
+    // Paired with the store's VerifyGrant: a grant the master cannot verify
+    // itself would fail every write of this put.
+    SHELF_CHECK(wire::VerifyGrant(grant_key_, n.endpoint.node_id(), g, g.segment_id, g.offset,
+                                  g.length, g.expires_unix_ms)
+                    .ok());
     v1::WriteGrant* wg = resp->add_grants();
     wg->set_put_id(put_id);
     wg->set_node_id(n.endpoint.node_id());
@@ -474,9 +479,9 @@ void Master::PutAbort(const v1::PutAbortRequest& req, v1::PutAbortResponse* resp
 }
 
 absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp) {
-  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
+  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchItemsMax) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a lookup takes 1..", kBatchKeysMax, " keys, got ", req.keys_size()));
+        absl::StrCat("a lookup takes 1..", kBatchItemsMax, " keys, got ", req.keys_size()));
   }
   for (const std::string& key : req.keys()) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
@@ -486,7 +491,7 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   metrics_.lookups_lookup.Increment(req.keys_size());
   LookupCounts counts;
-  Object* found[kBatchKeysMax];
+  Object* found[kBatchItemsMax];
   const bool lease = !req.no_lease() && !req.peek();
   FindBatchLocked(req.keys(), false, lease, !req.peek(), now, found, &counts);
   for (int i = 0; i < req.keys_size(); ++i) {
@@ -502,9 +507,9 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
 }
 
 absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPrefixResponse* resp) {
-  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
+  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchItemsMax) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a prefix match takes 1..", kBatchKeysMax, " keys, got ", req.keys_size()));
+        absl::StrCat("a prefix match takes 1..", kBatchItemsMax, " keys, got ", req.keys_size()));
   }
   for (const std::string& key : req.keys()) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
@@ -514,7 +519,7 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint32_t matched = 0;
   LookupCounts counts;
-  Object* found[kBatchKeysMax];
+  Object* found[kBatchItemsMax];
   FindBatchLocked(req.keys(), true, !req.no_lease(), true, now, found, &counts);
   for (int i = 0; i < req.keys_size() && found[i] != nullptr; ++i) {
     FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), !req.no_lease(),
@@ -529,8 +534,8 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
 }
 
 absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
-  if (static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
-    return absl::InvalidArgumentError(absl::StrCat("a lease release takes at most ", kBatchKeysMax,
+  if (static_cast<size_t>(req.keys_size()) > kBatchItemsMax) {
+    return absl::InvalidArgumentError(absl::StrCat("a lease release takes at most ", kBatchItemsMax,
                                                    " keys, got ", req.keys_size()));
   }
   for (const std::string& key : req.keys()) {
@@ -558,9 +563,9 @@ absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
 }
 
 absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) {
-  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchKeysMax) {
+  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchItemsMax) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a remove takes 1..", kBatchKeysMax, " keys, got ", req.keys_size()));
+        absl::StrCat("a remove takes 1..", kBatchItemsMax, " keys, got ", req.keys_size()));
   }
   for (const std::string& key : req.keys()) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
@@ -593,17 +598,19 @@ absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* re
 void Master::FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size) {
   ++frees_;
   absl::Status s = nodes_[node]->segments[segment].alloc->Free(offset, size);
-  if (!s.ok()) {
-    SHELF_LOG(ERROR) << "allocator free failed" << Kv("error", s.message());
-    assert(false);
-  }
+  // The master frees only ranges it allocated or reserved itself: a refusal
+  // means its books are wrong, and going on would hand out live bytes.
+  SHELF_CHECK(s.ok()) << "node " << node << " segment " << segment << ": " << s.message();
 }
 
 void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
+  SHELF_CHECK(r.node < nodes_.size() && r.segment < nodes_[r.node]->segments.size());
   Node& n = *nodes_[r.node];
   if (r.demoting) {
     // Its demotion is still out: undo the reservations made for it. The
-    // store's report will find no object and drop the SSD copy.
+    // store's report will find no object and drop the SSD copy. Paired with
+    // the order that counted it (EvictSegmentLocked).
+    SHELF_CHECK(demotions_pending_ > 0) << "a demoting replica with no demotion pending";
     --demotions_pending_;
     Segment& seg = n.segments[r.segment];
     seg.demoting_bytes -= std::min(seg.demoting_bytes, seg.alloc->RoundUp(obj->size));

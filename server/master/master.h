@@ -47,18 +47,14 @@
 #include "common/prom.h"
 #include "proto/shelf.pb.h"
 #include "server/master/master_metrics.h"
+#include "shelf/limits.h"
 #include "storage/allocator.h"
 
 namespace shelf {
 
-// Limits on requests, validated with INVALID_ARGUMENT (docs/master.md).
-inline constexpr size_t kKeyBytesMax = 256;
-inline constexpr size_t kBatchKeysMax = 1024;
-inline constexpr size_t kPatternBytesMax = 256;      // ListKeys / RemoveMatching
-inline constexpr size_t kListKeysMax = 1024;         // keys in one ListKeys page
+// Limits on requests, validated with INVALID_ARGUMENT (docs/master.md); the
+// protocol's own (key, batch, replicas, version) are in shelf/limits.h.
 inline constexpr size_t kRemoveMatchingMax = 65536;  // keys one RemoveMatching removes
-inline constexpr uint32_t kReplicasMax = 8;
-inline constexpr uint32_t kProtocolVersion = 1;
 // After a failed demotion, a node gets no demotion orders for this long.
 inline constexpr uint64_t kSsdFailureBackoffMs = 10000;
 // A store declared dead keeps its orphans (Node::orphans) this many TTLs.

@@ -1,12 +1,12 @@
 // Master: node registry, liveness, placement, eviction and tier moves.
 #include <algorithm>
-#include <cassert>
 #include <cstdlib>
 #include <random>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/sync_point.h"
@@ -293,6 +293,7 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
     Replica& r = obj->replicas[i];
     if (r.node != node || r.tier != v1::TIER_DRAM || !r.demoting) continue;
     r.demoting = false;
+    SHELF_CHECK(demotions_pending_ > 0) << "a demotion result with no demotion pending";
     --demotions_pending_;
     Segment& seg = n.segments[r.segment];
     seg.demoting_bytes -= std::min(seg.demoting_bytes, seg.alloc->RoundUp(obj->size));

@@ -1,5 +1,6 @@
 #include "server/master/service.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/rpc.h"
 
 namespace shelf {
@@ -56,8 +57,9 @@ grpc::Status MasterServiceImpl::BatchPutStart(grpc::ServerContext* ctx,
                                               const v1::BatchPutStartRequest* req,
                                               v1::BatchPutStartResponse* resp) {
   SHELF_CHECK_TOKEN();
-  if (req->puts_size() == 0 || static_cast<size_t>(req->puts_size()) > kBatchKeysMax) {
-    return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError("a batch put takes 1..1024 blocks")));
+  if (req->puts_size() == 0 || static_cast<size_t>(req->puts_size()) > kBatchItemsMax) {
+    return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("a batch put takes 1..", kBatchItemsMax, " blocks"))));
   }
   for (const v1::PutStartRequest& put : req->puts()) {
     absl::Status s = master_->PutStart(put, put.options().client_host_id(), resp->add_results());
@@ -71,9 +73,9 @@ grpc::Status MasterServiceImpl::BatchPutStart(grpc::ServerContext* ctx,
 grpc::Status MasterServiceImpl::PutCommit(grpc::ServerContext* ctx, const v1::PutCommitRequest* req,
                                           v1::PutCommitResponse* resp) {
   SHELF_CHECK_TOKEN();
-  if (static_cast<size_t>(req->put_ids_size()) > kBatchKeysMax) {
-    return rpc_scope.Done(
-        ToGrpc(absl::InvalidArgumentError("a commit takes at most 1024 put ids")));
+  if (static_cast<size_t>(req->put_ids_size()) > kBatchItemsMax) {
+    return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("a commit takes at most ", kBatchItemsMax, " put ids"))));
   }
   master_->PutCommit(*req, resp);
   return grpc::Status::OK;
@@ -82,9 +84,9 @@ grpc::Status MasterServiceImpl::PutCommit(grpc::ServerContext* ctx, const v1::Pu
 grpc::Status MasterServiceImpl::PutAbort(grpc::ServerContext* ctx, const v1::PutAbortRequest* req,
                                          v1::PutAbortResponse* resp) {
   SHELF_CHECK_TOKEN();
-  if (static_cast<size_t>(req->put_ids_size()) > kBatchKeysMax) {
-    return rpc_scope.Done(
-        ToGrpc(absl::InvalidArgumentError("an abort takes at most 1024 put ids")));
+  if (static_cast<size_t>(req->put_ids_size()) > kBatchItemsMax) {
+    return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("an abort takes at most ", kBatchItemsMax, " put ids"))));
   }
   master_->PutAbort(*req, resp);
   return grpc::Status::OK;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
+#include "common/json.h"
 #include "common/http_server.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -135,10 +136,12 @@ int main(int argc, char** argv) {
     };
     handlers["/health"] = [st](const HttpRequest&) {
       bool reg = st->registered();
-      return HttpResponse{reg ? 200 : 503, "application/json",
-                          std::string("{\"status\": \"") + (reg ? "ok" : "unregistered") +
-                              "\", \"node\": \"" + st->node_id() +
-                              "\", \"ssd\": " + (st->ssd() != nullptr ? "true" : "false") + "}\n"};
+      // The node id comes from a flag or the host name: JsonDump quotes it.
+      Json body = Json::object();
+      body["status"] = reg ? "ok" : "unregistered";
+      body["node"] = st->node_id();
+      body["ssd"] = st->ssd() != nullptr;
+      return HttpResponse{reg ? 200 : 503, "application/json", JsonDump(body) + "\n"};
     };
     auto started = HttpServer::Start(metrics_listen, std::move(handlers));
     if (!started.ok()) {

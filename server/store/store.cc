@@ -16,6 +16,7 @@
 #include "common/hmac.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "shelf/limits.h"
 #if SHELF_WITH_RDMA
 #include "transport/rdma/ib_verbs.h"
 #include "transport/rdma/rdma_transport.h"
@@ -337,7 +338,7 @@ void Store::MasterFailed(const std::string& address, const absl::Status& status)
 
 absl::Status Store::Register() {
   v1::RegisterStoreRequest req;
-  req.set_protocol_version(1);
+  req.set_protocol_version(kProtocolVersion);
   v1::StoreEndpoint* ep = req.mutable_endpoint();
   ep->set_node_id(node_id_);
   ep->set_data_address(data_address_);

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/clock.h"
+#include "common/json.h"
 #include "shelf/client.h"
 #include "tools/local_cluster.h"
 
@@ -68,9 +69,9 @@ TEST(TiersClusterTest, DramOverflowsToSsdAndSurvivesKill9) {
   EXPECT_EQ(st.checksum_mismatches, 0u);
   std::string json;
   ASSERT_EQ((*cluster)->Shelfctl({"status", "--json"}, &json), 0);
-  size_t pos = json.find("\"ssd_used_bytes\": ");
-  ASSERT_NE(pos, std::string::npos);
-  uint64_t ssd_used = std::stoull(json.substr(pos + 18));
+  const Json status = JsonParse(json);
+  ASSERT_TRUE(status.is_object() && status["ssd_used_bytes"].is_number_unsigned()) << json;
+  uint64_t ssd_used = status["ssd_used_bytes"].get<uint64_t>();
   EXPECT_GT(ssd_used, 0u);
   EXPECT_LE(ssd_used, kSsd);
 
@@ -80,7 +81,7 @@ TEST(TiersClusterTest, DramOverflowsToSsdAndSurvivesKill9) {
   for (int i = 0; i < blocks; ++i) {
     std::string out;
     (*cluster)->Shelfctl({"stat", "tier-" + std::to_string(i), "--json"}, &out);
-    if (out.find("\"tier\": \"ssd\"") != std::string::npos) on_ssd.push_back(i);
+    if (out.find("\"tier\":\"ssd\"") != std::string::npos) on_ssd.push_back(i);
   }
   ASSERT_FALSE(on_ssd.empty());
   std::string ssd_dir = (*cluster)->store_ssd_dir(0);

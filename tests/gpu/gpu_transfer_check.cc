@@ -51,8 +51,8 @@
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/json.h"
 #include "shelf/client.h"
-#include "tools/json.h"
 #include "tools/local_cluster.h"
 
 namespace shelf {
@@ -752,16 +752,16 @@ int Run(int argc, char** argv) {
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   std::printf("%-7s %-11s %-24s %9s %9s  vs %s\n", "block", "path", "op", "GB/s", "p50_ms",
               copy_name.c_str());
-  Json::Object o;
-  o.Add("check", "gpu_transfer")
-      .Add("memory", host_memory ? "host" : "device")
-      .Add("device", device_name)
-      .Add("batch_blocks", static_cast<uint64_t>(kBatchBlocks))
-      .Add("rounds", rounds)
-      .Add("copy_rounds", copy_rounds)
-      .Add("transfer_threads", transfer_threads);
+  Json o = {{"check", "gpu_transfer"},
+            {"memory", host_memory ? "host" : "device"},
+            {"device", device_name},
+            {"batch_blocks", static_cast<uint64_t>(kBatchBlocks)},
+            {"rounds", rounds},
+            {"copy_rounds", copy_rounds},
+            {"transfer_threads", transfer_threads}};
   if (!host_memory) {
-    o.Add("driver_cuda", CudaVersionText(driver)).Add("runtime_cuda", CudaVersionText(runtime));
+    o["driver_cuda"] = CudaVersionText(driver);
+    o["runtime_cuda"] = CudaVersionText(runtime);
   }
   for (size_t b : kBlockBytes) {
     std::string size = SizeName(b);
@@ -771,7 +771,7 @@ int Run(int argc, char** argv) {
       std::printf("%-7s %-11s %-24s %9.2f %9.3f\n", size.c_str(), r.path.c_str(),
                   r.op == "d2h" ? "D2H (src to host)" : "H2D (host to dst)", r.gbps(),
                   Median(r.batch_ms));
-      o.Add(absl::StrCat(r.name, "_", r.op, "_", key_size, "_gbps"), r.gbps());
+      o[absl::StrCat(r.name, "_", r.op, "_", key_size, "_gbps")] = r.gbps();
     }
     for (const ShelfResult& res : results) {
       for (const Row* r : {&res.put, &res.get}) {
@@ -782,7 +782,8 @@ int Run(int argc, char** argv) {
                     put ? "put (BatchPutFrom)" : "get (BatchGetInto)", r->gbps(),
                     Median(r->batch_ms), vs, put ? "D2H" : "H2D");
         std::string p = absl::StrCat(r->op, "_", r->name, "_", key_size, "_");
-        o.Add(p + "gbps", r->gbps()).Add(p + (put ? "vs_d2h" : "vs_h2d"), vs);
+        o[p + "gbps"] = r->gbps();
+        o[p + (put ? "vs_d2h" : "vs_h2d")] = vs;
       }
     }
   }
@@ -796,17 +797,17 @@ int Run(int argc, char** argv) {
       static_cast<unsigned long long>(blocks_wrong),
       static_cast<unsigned long long>(errors.count()), first_error.c_str());
   std::printf("gpu_transfer_check: %s\n", ok ? "PASSED" : "FAILED");
-  o.Add("blocks_verified", blocks_verified)
-      .Add("ordered_blocks_verified", ordered_verified)
-      .Add("blocks_wrong", blocks_wrong)
-      .Add("bytes_staged_gpu", totals.bytes_staged_gpu)
-      .Add("bytes_loaded_shm", totals.bytes_loaded_shm)
-      .Add("bytes_loaded_tcp", totals.bytes_loaded_tcp)
-      .Add("checksum_mismatches", totals.checksum_mismatches)
-      .Add("errors", errors.count())
-      .Add("first_error", errors.first())
-      .Add("ok", ok);
-  std::printf("%s\n", o.str().c_str());
+  o.update(Json{{"blocks_verified", blocks_verified},
+                {"ordered_blocks_verified", ordered_verified},
+                {"blocks_wrong", blocks_wrong},
+                {"bytes_staged_gpu", totals.bytes_staged_gpu},
+                {"bytes_loaded_shm", totals.bytes_loaded_shm},
+                {"bytes_loaded_tcp", totals.bytes_loaded_tcp},
+                {"checksum_mismatches", totals.checksum_mismatches},
+                {"errors", errors.count()},
+                {"first_error", errors.first()},
+                {"ok", ok}});
+  std::printf("%s\n", JsonDump(o).c_str());
   return ok ? 0 : 1;
 }
 

@@ -15,248 +15,10 @@
 #include <utility>
 #include <vector>
 
+#include "common/json.h"
+
 namespace shelf {
 namespace {
-
-// A minimal JSON reader for the vectors file: objects, arrays, strings (with
-// the standard escapes), non-negative integers, true, false, null.
-struct Json {
-  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject };
-  Kind kind = kNull;
-  bool boolean = false;
-  uint64_t number = 0;
-  std::string string;
-  std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object;
-
-  // The member named `key`, or null when there is none.
-  const Json* Get(const std::string& key) const {
-    for (const auto& [k, v] : object) {
-      if (k == key) return &v;
-    }
-    return nullptr;
-  }
-};
-
-class JsonReader {
- public:
-  explicit JsonReader(std::string text) : text_(std::move(text)) {}
-
-  // Parses the whole text into *out; false with error() set on bad input.
-  bool Parse(Json* out) {
-    if (!Value(out)) return false;
-    SkipSpace();
-    if (pos_ != text_.size()) return Fail("trailing characters");
-    return true;
-  }
-  const std::string& error() const { return error_; }
-
- private:
-  bool Fail(const std::string& what) {
-    error_ = what + " at offset " + std::to_string(pos_);
-    return false;
-  }
-  void SkipSpace() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' ||
-                                   text_[pos_] == '\r' || text_[pos_] == '\t')) {
-      ++pos_;
-    }
-  }
-  bool Literal(const char* word) {
-    const std::string w(word);
-    if (text_.compare(pos_, w.size(), w) != 0) return Fail("bad literal");
-    pos_ += w.size();
-    return true;
-  }
-  bool Value(Json* out) {
-    SkipSpace();
-    if (pos_ >= text_.size()) return Fail("unexpected end");
-    const char c = text_[pos_];
-    if (c == '{') return Object(out);
-    if (c == '[') return Array(out);
-    if (c == '"') {
-      out->kind = Json::kString;
-      return String(&out->string);
-    }
-    if (c >= '0' && c <= '9') return Number(out);
-    if (c == 't' || c == 'f') {
-      out->kind = Json::kBool;
-      out->boolean = c == 't';
-      return Literal(c == 't' ? "true" : "false");
-    }
-    if (c == 'n') {
-      out->kind = Json::kNull;
-      return Literal("null");
-    }
-    return Fail("unexpected character");
-  }
-  bool Number(Json* out) {
-    out->kind = Json::kNumber;
-    out->number = 0;
-    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
-      if (out->number > (UINT64_MAX - 9) / 10) return Fail("number too large");
-      out->number = out->number * 10 + static_cast<uint64_t>(text_[pos_++] - '0');
-    }
-    if (pos_ < text_.size() && (text_[pos_] == '.' || text_[pos_] == 'e' || text_[pos_] == 'E')) {
-      return Fail("only integers are supported");
-    }
-    return true;
-  }
-  bool Hex4(uint32_t* v) {
-    if (text_.size() - pos_ < 4) return Fail("short \\u escape");
-    *v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = text_[pos_++];
-      *v <<= 4;
-      if (c >= '0' && c <= '9') {
-        *v |= static_cast<uint32_t>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        *v |= static_cast<uint32_t>(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        *v |= static_cast<uint32_t>(c - 'A' + 10);
-      } else {
-        return Fail("bad \\u escape");
-      }
-    }
-    return true;
-  }
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else {
-      out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    }
-  }
-  bool String(std::string* out) {
-    ++pos_;  // the opening quote
-    out->clear();
-    while (true) {
-      if (pos_ >= text_.size()) return Fail("unterminated string");
-      const char c = text_[pos_++];
-      if (c == '"') return true;
-      if (c != '\\') {
-        out->push_back(c);
-        continue;
-      }
-      if (pos_ >= text_.size()) return Fail("unterminated escape");
-      const char e = text_[pos_++];
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out->push_back(e);
-          break;
-        case 'b':
-          out->push_back('\b');
-          break;
-        case 'f':
-          out->push_back('\f');
-          break;
-        case 'n':
-          out->push_back('\n');
-          break;
-        case 'r':
-          out->push_back('\r');
-          break;
-        case 't':
-          out->push_back('\t');
-          break;
-        case 'u': {
-          uint32_t cp = 0;
-          if (!Hex4(&cp)) return false;
-          if (cp >= 0xd800 && cp < 0xdc00) {  // a surrogate pair
-            uint32_t low = 0;
-            if (text_.compare(pos_, 2, "\\u") != 0) return Fail("lone surrogate");
-            pos_ += 2;
-            if (!Hex4(&low)) return false;
-            if (low < 0xdc00 || low >= 0xe000) return Fail("bad surrogate pair");
-            cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
-          }
-          AppendUtf8(cp, out);
-          break;
-        }
-        default:
-          return Fail("bad escape");
-      }
-    }
-  }
-  bool Array(Json* out) {
-    out->kind = Json::kArray;
-    ++pos_;
-    SkipSpace();
-    if (pos_ < text_.size() && text_[pos_] == ']') {
-      ++pos_;
-      return true;
-    }
-    while (true) {
-      out->array.emplace_back();
-      if (!Value(&out->array.back())) return false;
-      SkipSpace();
-      if (pos_ >= text_.size()) return Fail("unterminated array");
-      const char c = text_[pos_++];
-      if (c == ']') return true;
-      if (c != ',') return Fail("expected , or ]");
-    }
-  }
-  bool Object(Json* out) {
-    out->kind = Json::kObject;
-    ++pos_;
-    SkipSpace();
-    if (pos_ < text_.size() && text_[pos_] == '}') {
-      ++pos_;
-      return true;
-    }
-    while (true) {
-      SkipSpace();
-      if (pos_ >= text_.size() || text_[pos_] != '"') return Fail("expected a member name");
-      std::string key;
-      if (!String(&key)) return false;
-      SkipSpace();
-      if (pos_ >= text_.size() || text_[pos_++] != ':') return Fail("expected :");
-      out->object.emplace_back(std::move(key), Json());
-      if (!Value(&out->object.back().second)) return false;
-      SkipSpace();
-      if (pos_ >= text_.size()) return Fail("unterminated object");
-      const char c = text_[pos_++];
-      if (c == '}') return true;
-      if (c != ',') return Fail("expected , or }");
-    }
-  }
-
-  std::string text_;
-  size_t pos_ = 0;
-  std::string error_;
-};
-
-TEST(JsonReaderTest, ReadsTheShapesTheVectorsUse) {
-  Json v;
-  JsonReader reader(
-      R"({"a": [1, 4294967295], "s": "x\"\u00e9\ud83d\ude00", "t": true, "n": null})");
-  ASSERT_TRUE(reader.Parse(&v)) << reader.error();
-  ASSERT_EQ(v.kind, Json::kObject);
-  ASSERT_NE(v.Get("a"), nullptr);
-  ASSERT_EQ(v.Get("a")->array.size(), 2u);
-  EXPECT_EQ(v.Get("a")->array[1].number, 4294967295u);
-  EXPECT_EQ(v.Get("s")->string, "x\"\xc3\xa9\xf0\x9f\x98\x80");
-  EXPECT_TRUE(v.Get("t")->boolean);
-  EXPECT_EQ(v.Get("n")->kind, Json::kNull);
-  EXPECT_EQ(v.Get("missing"), nullptr);
-
-  Json bad;
-  EXPECT_FALSE(JsonReader("[1, 2").Parse(&bad));
-  EXPECT_FALSE(JsonReader("{\"a\": 1.5}").Parse(&bad));
-  EXPECT_FALSE(JsonReader("[1] x").Parse(&bad));
-}
 
 // One case of the vectors file.
 struct Vector {
@@ -269,19 +31,24 @@ struct Vector {
 };
 
 const Json& Member(const Json& object, const std::string& key) {
-  const Json* v = object.Get(key);
-  if (v == nullptr) {
+  static const Json kNull;
+  if (!object.is_object() || !object.contains(key)) {
     ADD_FAILURE() << "missing member " << key;
-    static const Json kNull;
     return kNull;
   }
-  return *v;
+  return object[key];
+}
+
+std::string Str(const Json& v) {
+  EXPECT_TRUE(v.is_string());
+  return v.is_string() ? v.get<std::string>() : std::string();
 }
 
 uint32_t U32(const Json& v) {
-  EXPECT_EQ(v.kind, Json::kNumber);
-  EXPECT_LE(v.number, UINT32_MAX);
-  return static_cast<uint32_t>(v.number);
+  EXPECT_TRUE(v.is_number_unsigned());
+  if (!v.is_number_unsigned()) return 0;
+  EXPECT_LE(v.get<uint64_t>(), UINT32_MAX);
+  return static_cast<uint32_t>(v.get<uint64_t>());
 }
 
 std::vector<Vector> LoadVectors() {
@@ -290,27 +57,28 @@ std::vector<Vector> LoadVectors() {
   EXPECT_TRUE(in.good()) << "cannot open " << path;
   std::stringstream text;
   text << in.rdbuf();
-  Json root;
-  JsonReader reader(text.str());
-  EXPECT_TRUE(reader.Parse(&root)) << path << ": " << reader.error();
-  EXPECT_EQ(Member(root, "version").number, kKeyVersion);
+  const Json root = JsonParse(text.str());
+  EXPECT_FALSE(root.is_discarded()) << path << " is not JSON";
+  EXPECT_EQ(U32(Member(root, "version")), kKeyVersion);
 
   std::vector<Vector> vectors;
-  for (const Json& c : Member(root, "cases").array) {
+  static const Json kNoCases = Json::array();
+  const Json& cases = Member(root, "cases");
+  for (const Json& c : cases.is_array() ? cases : kNoCases) {
     Vector v;
-    v.name = Member(c, "name").string;
+    v.name = Str(Member(c, "name"));
     const Json& ns = Member(c, "namespace");
-    v.ns.model = Member(ns, "model").string;
-    v.ns.dtype = Member(ns, "dtype").string;
-    v.ns.kv_layout = Member(ns, "kv_layout").string;
+    v.ns.model = Str(Member(ns, "model"));
+    v.ns.dtype = Str(Member(ns, "dtype"));
+    v.ns.kv_layout = Str(Member(ns, "kv_layout"));
     v.ns.tp_rank = U32(Member(ns, "tp_rank"));
     v.ns.tp_size = U32(Member(ns, "tp_size"));
-    v.ns.salt = Member(ns, "salt").string;
+    v.ns.salt = Str(Member(ns, "salt"));
     v.ns.chunk_tokens = U32(Member(ns, "chunk_tokens"));
-    v.namespace_hex = Member(c, "namespace_hex").string;
-    v.namespace_digest_hex = Member(c, "namespace_digest_hex").string;
-    for (const Json& t : Member(c, "tokens").array) v.tokens.push_back(U32(t));
-    for (const Json& k : Member(c, "keys").array) v.keys_hex.push_back(k.string);
+    v.namespace_hex = Str(Member(c, "namespace_hex"));
+    v.namespace_digest_hex = Str(Member(c, "namespace_digest_hex"));
+    for (const Json& t : Member(c, "tokens")) v.tokens.push_back(U32(t));
+    for (const Json& k : Member(c, "keys")) v.keys_hex.push_back(Str(k));
     vectors.push_back(std::move(v));
   }
   return vectors;

@@ -99,7 +99,7 @@ TEST_F(MasterFixture, LocateRefusesBadChains) {
   absl::Status s;
   Locate(master_.get(), {}, &s);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  Locate(master_.get(), std::vector<std::string>(kBatchKeysMax + 1, "k"), &s);
+  Locate(master_.get(), std::vector<std::string>(kBatchItemsMax + 1, "k"), &s);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   Locate(master_.get(), {"k", ""}, &s);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

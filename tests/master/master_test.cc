@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "tests/master/master_fixture.h"
 
 namespace shelf {
@@ -28,23 +29,32 @@ TEST_F(MasterFixture, TwoPhasePutIsInvisibleUntilCommitAndDedups) {
   EXPECT_EQ(master_->metrics().dedup_hits.Value(), 1u);
 }
 
+// docs/master.md and proto/shelf.proto quote these values.
+static_assert(kKeyBytesMax == 256 && kBatchItemsMax == 1024 && kReplicasMax == 8 &&
+              kProtocolVersion == 1);
+
 TEST_F(MasterFixture, LimitsAreInvalidArgument) {
   Register("a", 64 * kMiB);
   absl::Status s;
   Start("", 10, 1, &s);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  Start(std::string(257, 'x'), 10, 1, &s);
+  // Each message names the limit from shelf/limits.h.
+  Start(std::string(kKeyBytesMax + 1, 'x'), 10, 1, &s);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), std::to_string(kKeyBytesMax))) << s;
   Start("k", 0, 1, &s);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   Start("k", 2ull << 30, 1, &s);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  Start("k", 10, 9, &s);
+  Start("k", 10, kReplicasMax + 1, &s);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), std::to_string(kReplicasMax))) << s;
   v1::LookupRequest big;
-  for (int i = 0; i < 1025; ++i) big.add_keys("k");
+  for (size_t i = 0; i <= kBatchItemsMax; ++i) big.add_keys("k");
   v1::LookupResponse resp;
-  EXPECT_EQ(master_->Lookup(big, &resp).code(), absl::StatusCode::kInvalidArgument);
+  s = master_->Lookup(big, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), std::to_string(kBatchItemsMax))) << s;
   v1::MatchPrefixRequest none;
   v1::MatchPrefixResponse mresp;
   EXPECT_EQ(master_->MatchPrefix(none, &mresp).code(), absl::StatusCode::kInvalidArgument);
@@ -290,7 +300,7 @@ TEST_F(MasterFixture, ReleasedLeasesLetEvictionTakeTheBlock) {
   EXPECT_EQ(master_->metrics().leases_released.Value(), 2u);
   // Too many keys is refused.
   v1::ReleaseLeasesRequest big;
-  for (size_t i = 0; i <= kBatchKeysMax; ++i) big.add_keys("k");
+  for (size_t i = 0; i <= kBatchItemsMax; ++i) big.add_keys("k");
   EXPECT_EQ(master_->ReleaseLeases(big).code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -23,10 +23,10 @@
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/json.h"
 #include "shelf/client.h"
 #include "shelf/keys.h"
 #include "tools/bench/bench_util.h"
-#include "tools/json.h"
 #include "tools/local_cluster.h"
 
 namespace shelf::bench {
@@ -317,28 +317,30 @@ int ClientBench(int argc, char** argv) {
     }
     std::printf("\n");
   }
-  Json::Object o;
-  o.Add("bench", "client");
+  Json o = Json::object();
+  o["bench"] = "client";
   for (const LatencyRow& r : latency) {
     std::string p = absl::StrFormat("matchprefix_%d_", r.keys);
-    o.Add(p + "p50_us", r.p50_us)
-        .Add(p + "p99_us", r.p99_us)
-        .Add(p + "matched", static_cast<uint64_t>(r.matched));
+    o[p + "p50_us"] = r.p50_us;
+    o[p + "p99_us"] = r.p99_us;
+    o[p + "matched"] = static_cast<uint64_t>(r.matched);
   }
   for (const ThroughputRow& r : throughput) {
     std::string t = r.transport;
     std::replace(t.begin(), t.end(), '-', '_');
     std::string p = r.name + "_" + t + "_";
-    o.Add(p + "gibps", r.gibps).Add(p + "p50_ms", r.p50_ms).Add(p + "p99_ms", r.p99_ms);
+    o[p + "gibps"] = r.gibps;
+    o[p + "p50_ms"] = r.p50_ms;
+    o[p + "p99_ms"] = r.p99_ms;
   }
-  o.Add("batch_blocks", static_cast<uint64_t>(kBatchBlocks))
-      .Add("block_bytes", static_cast<uint64_t>(kBatchBlockBytes))
-      .Add("matchprefix_calls", static_cast<int64_t>(calls))
-      .Add("batchget_rounds", static_cast<int64_t>(rounds))
-      .Add("errors", errors)
-      .Add("mismatches", mismatches)
-      .Add("stopped", StopRequested());
-  std::printf("%s\n", o.str().c_str());
+  o["batch_blocks"] = static_cast<uint64_t>(kBatchBlocks);
+  o["block_bytes"] = static_cast<uint64_t>(kBatchBlockBytes);
+  o["matchprefix_calls"] = static_cast<int64_t>(calls);
+  o["batchget_rounds"] = static_cast<int64_t>(rounds);
+  o["errors"] = errors;
+  o["mismatches"] = mismatches;
+  o["stopped"] = StopRequested();
+  std::printf("%s\n", JsonDump(o).c_str());
   return errors == 0 && mismatches == 0 && !StopRequested() ? 0 : 1;
 }
 

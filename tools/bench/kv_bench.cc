@@ -33,11 +33,11 @@
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/json.h"
 #include "common/units.h"
 #include "shelf/client.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/redis_peer.h"
-#include "tools/json.h"
 #include "tools/local_cluster.h"
 
 namespace shelf::bench {
@@ -476,10 +476,12 @@ int KvBench(int argc, char** argv) {
   Config cfg;
   auto sizes = ParseSizes(sizes_text);
   auto threads = ParseInts(threads_text, 1, 256);
-  if (!sizes.ok() || !threads.ok() || batch < 1 || batch > 1024 || seconds <= 0) {
-    std::fprintf(
-        stderr, "shelf-bench kv: bad --sizes, --threads, --batch (1..1024) or --seconds%s%s\n",
-        sizes.ok() ? "" : ": ", sizes.ok() ? "" : std::string(sizes.status().message()).c_str());
+  if (!sizes.ok() || !threads.ok() || batch < 1 || batch > static_cast<int64_t>(kBatchItemsMax) ||
+      seconds <= 0) {
+    std::fprintf(stderr,
+                 "shelf-bench kv: bad --sizes, --threads, --batch (1..%zu) or --seconds%s%s\n",
+                 kBatchItemsMax, sizes.ok() ? "" : ": ",
+                 sizes.ok() ? "" : std::string(sizes.status().message()).c_str());
     return 2;
   }
   cfg.sizes = *sizes;
@@ -670,7 +672,7 @@ int KvBench(int argc, char** argv) {
   bool have[2][2] = {{false, false}, {false, false}};
   uint64_t errors = 0, mismatches = 0;
   std::string first_error;
-  std::vector<std::string> row_json;
+  Json row_json = Json::array();
   for (const Row& r : rows) {
     errors += r.errors;
     mismatches += r.mismatches;
@@ -678,14 +680,20 @@ int KvBench(int argc, char** argv) {
       first_error = absl::StrCat(r.system, " ", r.op(), ": ", r.first_error);
     }
     const Row* base = r.system == "redis" ? nullptr : find(r, "redis");
-    Json::Object o;
-    o.Add("sys", r.system).Add("op", r.op()).Add("batch", static_cast<uint64_t>(r.batch_n));
-    o.Add("block_bytes", r.size);
-    o.Add("threads", r.threads).Add("gbps", r.gbps()).Add("blocks_per_s", r.ops_per_s());
-    o.Add("p50_us", r.p50_us).Add("p99_us", r.p99_us).Add("errors", r.errors + r.mismatches);
+    Json o = Json::object();
+    o["sys"] = r.system;
+    o["op"] = r.op();
+    o["batch"] = static_cast<uint64_t>(r.batch_n);
+    o["block_bytes"] = r.size;
+    o["threads"] = r.threads;
+    o["gbps"] = r.gbps();
+    o["blocks_per_s"] = r.ops_per_s();
+    o["p50_us"] = r.p50_us;
+    o["p99_us"] = r.p99_us;
+    o["errors"] = r.errors + r.mismatches;
     if (base != nullptr && base->gbps() > 0) {
       double ratio = r.gbps() / base->gbps();
-      o.Add("vs_redis", ratio);
+      o["vs_redis"] = ratio;
       int s = r.system == "shm" ? 0 : 1;
       int p = r.put ? 1 : 0;
       if (r.size >= (1ull << 20)) {
@@ -693,7 +701,7 @@ int KvBench(int argc, char** argv) {
         have[s][p] = true;
       }
     }
-    row_json.push_back(o.str());
+    row_json.push_back(o);
   }
   ClientStats shm_stats, tcp_stats;
   for (const Target& t : targets) {
@@ -716,24 +724,28 @@ int KvBench(int argc, char** argv) {
                 static_cast<unsigned long long>(mismatches),
                 first_error.empty() ? "" : "; first: ", first_error.c_str());
   }
-  Json::Object o;
-  o.Add("bench", "kv").Add("redis", redis != nullptr).Add("stopped", StopRequested());
-  o.Add("seconds_per_row", cfg.seconds).Add("batch", cfg.batch);
-  o.Add("client_per_thread", cfg.client_per_thread);
+  Json o = Json::object();
+  o["bench"] = "kv";
+  o["redis"] = redis != nullptr;
+  o["stopped"] = StopRequested();
+  o["seconds_per_row"] = cfg.seconds;
+  o["batch"] = cfg.batch;
+  o["client_per_thread"] = cfg.client_per_thread;
   if (have[1][0])
-    o.Add("tcp_vs_redis_min", mins[1][0]);
+    o["tcp_vs_redis_min"] = mins[1][0];
   else
-    o.Raw("tcp_vs_redis_min", "null");
+    o["tcp_vs_redis_min"] = nullptr;
   if (have[0][0])
-    o.Add("shm_vs_redis_min", mins[0][0]);
+    o["shm_vs_redis_min"] = mins[0][0];
   else
-    o.Raw("shm_vs_redis_min", "null");
-  if (have[1][1]) o.Add("tcp_vs_redis_put_min", mins[1][1]);
-  if (have[0][1]) o.Add("shm_vs_redis_put_min", mins[0][1]);
-  o.Add("shm_bytes_loaded_shm", shm_stats.bytes_loaded_shm);
-  o.Add("tcp_bytes_loaded_shm", tcp_stats.bytes_loaded_shm);
-  o.Add("errors", errors).Add("mismatches", mismatches);
-  o.Raw("rows", Json::Array(row_json));
+    o["shm_vs_redis_min"] = nullptr;
+  if (have[1][1]) o["tcp_vs_redis_put_min"] = mins[1][1];
+  if (have[0][1]) o["shm_vs_redis_put_min"] = mins[0][1];
+  o["shm_bytes_loaded_shm"] = shm_stats.bytes_loaded_shm;
+  o["tcp_bytes_loaded_shm"] = tcp_stats.bytes_loaded_shm;
+  o["errors"] = errors;
+  o["mismatches"] = mismatches;
+  o["rows"] = row_json;
   targets.clear();
   clients.clear();
   redis.reset();
@@ -742,7 +754,7 @@ int KvBench(int argc, char** argv) {
     std::error_code ec;
     std::filesystem::remove_all(scratch_dir, ec);
   }
-  std::printf("%s\n", o.str().c_str());
+  std::printf("%s\n", JsonDump(o).c_str());
   return errors == 0 && mismatches == 0 ? 0 : 1;
 }
 

@@ -37,12 +37,12 @@
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/json.h"
 #include "common/rpc.h"
 #include "common/units.h"
 #include "proto/shelf.grpc.pb.h"
 #include "server/master/master.h"
 #include "tools/bench/bench_util.h"
-#include "tools/json.h"
 #include "tools/local_cluster.h"
 
 namespace shelf::bench {
@@ -456,11 +456,11 @@ int MasterBench(int argc, char** argv) {
   }
   if (objects_small < static_cast<int64_t>(kChain) || objects < objects_small ||
       grpc_objects < static_cast<int64_t>(kChain) || grpc_threads < 1 || seconds <= 0 ||
-      object_bytes == 0 || key_bytes < 8 || key_bytes > 256) {
+      object_bytes == 0 || key_bytes < 8 || static_cast<size_t>(key_bytes) > kKeyBytesMax) {
     std::fprintf(stderr,
                  "shelf-bench master: need %zu <= --objects-small <= --objects, "
-                 "--grpc-objects >= %zu, --grpc-threads >= 1, --key-bytes 8..256\n",
-                 kChain, kChain);
+                 "--grpc-objects >= %zu, --grpc-threads >= 1, --key-bytes 8..%zu\n",
+                 kChain, kChain, kKeyBytesMax);
     return 2;
   }
   g_key_bytes = static_cast<size_t>(key_bytes);
@@ -595,33 +595,43 @@ int MasterBench(int argc, char** argv) {
     std::printf("  errors %llu%s%s\n\n", static_cast<unsigned long long>(errors),
                 error.empty() ? "" : "; ", error.c_str());
   }
-  Json::Object o;
-  o.Add("bench", "master").Add("stopped", StopRequested()).Add("key_bytes", key_bytes);
-  o.Add("objects_small", in_small).Add("objects", in_big).Add("object_bytes", object_bytes);
-  o.Add("lookups_per_s_1t", reads[1][0].per_cpu_s());
-  o.Add("lookups_per_s_1t_wall", reads[1][0].per_s());
-  o.Add("lookups_per_s_2t_wall", reads[1][1].per_s());
-  o.Add("lookups_per_s_1t_b1", reads[0][0].per_cpu_s());
-  o.Add("lookups_per_s_1t_b1_wall", reads[0][0].per_s());
-  o.Add("lookups_per_s_2t_b1_wall", reads[0][1].per_s());
-  o.Add("matchprefix_keys_per_s_1t", reads[2][0].per_cpu_s());
-  o.Add("matchprefix_keys_per_s_1t_wall", reads[2][0].per_s());
-  o.Add("matchprefix_keys_per_s_2t_wall", reads[2][1].per_s());
-  o.Add("puts_per_s", fill_small.per_cpu_s()).Add("puts_per_s_wall", fill_small.per_s());
-  o.Add("inventory_objects_per_s", fill_big.per_cpu_s());
-  o.Add("bytes_per_object_1m", bpo_small).Add("bytes_per_object_10m", bpo_big);
-  o.Add("heap_bytes_per_object_1m", heap_small_bpo).Add("heap_bytes_per_object_10m", heap_big_bpo);
-  o.Add("grpc_threads", grpc_threads);
-  o.Add("grpc_matchprefix_keys_per_s_b1", grpc[0].per_s());
-  o.Add("grpc_matchprefix_keys_per_s_b16", grpc[1].per_s());
-  o.Add("grpc_matchprefix_keys_per_s_b64", grpc[2].per_s());
-  o.Add("grpc_matchprefix_keys_per_master_cpu_s_b64", grpc[2].per_cpu_s());
-  o.Add("grpc_matchprefix_p50_us_b64", grpc[2].lat_us.Percentile(50));
-  o.Add("grpc_matchprefix_p99_us_b64", grpc[2].lat_us.Percentile(99));
-  o.Add("grpc_puts_per_s", grpc_fill.per_s());
-  o.Add("goal_lookups", goal_lookup).Add("goal_grpc", goal_grpc).Add("goal_memory", goal_memory);
-  o.Add("errors", errors).Add("error", error);
-  std::printf("%s\n", o.str().c_str());
+  Json o = Json::object();
+  o["bench"] = "master";
+  o["stopped"] = StopRequested();
+  o["key_bytes"] = key_bytes;
+  o["objects_small"] = in_small;
+  o["objects"] = in_big;
+  o["object_bytes"] = object_bytes;
+  o["lookups_per_s_1t"] = reads[1][0].per_cpu_s();
+  o["lookups_per_s_1t_wall"] = reads[1][0].per_s();
+  o["lookups_per_s_2t_wall"] = reads[1][1].per_s();
+  o["lookups_per_s_1t_b1"] = reads[0][0].per_cpu_s();
+  o["lookups_per_s_1t_b1_wall"] = reads[0][0].per_s();
+  o["lookups_per_s_2t_b1_wall"] = reads[0][1].per_s();
+  o["matchprefix_keys_per_s_1t"] = reads[2][0].per_cpu_s();
+  o["matchprefix_keys_per_s_1t_wall"] = reads[2][0].per_s();
+  o["matchprefix_keys_per_s_2t_wall"] = reads[2][1].per_s();
+  o["puts_per_s"] = fill_small.per_cpu_s();
+  o["puts_per_s_wall"] = fill_small.per_s();
+  o["inventory_objects_per_s"] = fill_big.per_cpu_s();
+  o["bytes_per_object_1m"] = bpo_small;
+  o["bytes_per_object_10m"] = bpo_big;
+  o["heap_bytes_per_object_1m"] = heap_small_bpo;
+  o["heap_bytes_per_object_10m"] = heap_big_bpo;
+  o["grpc_threads"] = grpc_threads;
+  o["grpc_matchprefix_keys_per_s_b1"] = grpc[0].per_s();
+  o["grpc_matchprefix_keys_per_s_b16"] = grpc[1].per_s();
+  o["grpc_matchprefix_keys_per_s_b64"] = grpc[2].per_s();
+  o["grpc_matchprefix_keys_per_master_cpu_s_b64"] = grpc[2].per_cpu_s();
+  o["grpc_matchprefix_p50_us_b64"] = grpc[2].lat_us.Percentile(50);
+  o["grpc_matchprefix_p99_us_b64"] = grpc[2].lat_us.Percentile(99);
+  o["grpc_puts_per_s"] = grpc_fill.per_s();
+  o["goal_lookups"] = goal_lookup;
+  o["goal_grpc"] = goal_grpc;
+  o["goal_memory"] = goal_memory;
+  o["errors"] = errors;
+  o["error"] = error;
+  std::printf("%s\n", JsonDump(o).c_str());
   return error.empty() && errors == 0 ? 0 : 1;
 }
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/json.h"
 #include "common/rpc.h"
 #include "common/units.h"
 #include "proto/shelf.grpc.pb.h"
@@ -19,7 +20,6 @@
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/trace.h"
-#include "tools/json.h"
 #include "tools/local_cluster.h"
 
 namespace shelf::bench {
@@ -128,22 +128,32 @@ bool WriteSvg(const std::string& path, const std::vector<Window>& w, double lru,
   double top = std::max(0.01, ideal);
   for (const Window& x : w) top = std::max(top, x.dram + x.ssd);
   double bw = w.empty() ? 0 : (width - left - 10) / w.size();
-  std::fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                  "font-family=\"sans-serif\" font-size=\"11\">\n", width, height);
-  std::fprintf(f, "<text x=\"%.0f\" y=\"14\">Shelf replay: hit ratio per window "
-                  "(blue DRAM, orange SSD; dashed: LRU simulation, dotted: ideal)</text>\n", left);
+  std::fprintf(f,
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+               "font-family=\"sans-serif\" font-size=\"11\">\n",
+               width, height);
+  std::fprintf(f,
+               "<text x=\"%.0f\" y=\"14\">Shelf replay: hit ratio per window "
+               "(blue DRAM, orange SSD; dashed: LRU simulation, dotted: ideal)</text>\n",
+               left);
   for (size_t i = 0; i < w.size(); ++i) {
     double hd = plot_h * w[i].dram / top, hs = plot_h * w[i].ssd / top;
     double x = left + i * bw;
-    std::fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
-                    "fill=\"#3b6fb6\"/>\n", x, bottom - hd, bw * 0.9, hd);
-    std::fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
-                    "fill=\"#e08a2c\"/>\n", x, bottom - hd - hs, bw * 0.9, hs);
+    std::fprintf(f,
+                 "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                 "fill=\"#3b6fb6\"/>\n",
+                 x, bottom - hd, bw * 0.9, hd);
+    std::fprintf(f,
+                 "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                 "fill=\"#e08a2c\"/>\n",
+                 x, bottom - hd - hs, bw * 0.9, hs);
   }
   for (auto [v, dash] : {std::pair<double, const char*>{lru, "6,4"}, {ideal, "2,3"}}) {
     double y = bottom - plot_h * v / top;
-    std::fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"black\" "
-                    "stroke-dasharray=\"%s\"/>\n", left, y, width - 10, y, dash);
+    std::fprintf(f,
+                 "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"black\" "
+                 "stroke-dasharray=\"%s\"/>\n",
+                 left, y, width - 10, y, dash);
   }
   std::fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n",
                left, bottom, width - 10, bottom);
@@ -177,9 +187,9 @@ struct Chains {
 
 // What the cluster's DRAM holds at one point of the replay.
 struct CapacitySample {
-  size_t requests = 0;          // replayed so far
-  uint64_t configured = 0;      // DRAM capacity of the live stores
-  uint64_t allocated = 0;       // allocated by the master (blocks, open puts, deferred frees)
+  size_t requests = 0;      // replayed so far
+  uint64_t configured = 0;  // DRAM capacity of the live stores
+  uint64_t allocated = 0;   // allocated by the master (blocks, open puts, deferred frees)
   uint64_t puts_in_flight = 0;
   uint64_t resident_blocks = 0;  // trace blocks in the index
   uint64_t orphaned_blocks = 0;  // ... of which some ancestor is not: they can never hit
@@ -444,7 +454,8 @@ int Replay(int argc, char** argv) {
         }
       }
     }
-    progress.Update(i + 1, absl::StrFormat("hit %.1f%%", total_blocks ? 100.0 * hit_blocks / total_blocks : 0.0));
+    progress.Update(i + 1, absl::StrFormat("hit %.1f%%",
+                                           total_blocks ? 100.0 * hit_blocks / total_blocks : 0.0));
   }
   double wall_s = (MonoUs() - t_start) / 1e6;
   ClientStats cs = client->stats();
@@ -465,12 +476,13 @@ int Replay(int argc, char** argv) {
 
   if (!json_only) {
     std::printf("\nShelf trace replay: %s\n", trace.c_str());
-    std::printf("  requests %zu, blocks %llu, block size %s, cluster %s\n", reqs->size(),
-                static_cast<unsigned long long>(total_blocks), FormatBytes(block_bytes).c_str(),
-                cluster ? absl::StrCat(stores, " stores x (DRAM ", FormatBytes(dram_size),
-                                       ssd_size ? absl::StrCat(" + SSD ", FormatBytes(ssd_size)) : "",
-                                       ")").c_str()
-                        : master.c_str());
+    std::printf(
+        "  requests %zu, blocks %llu, block size %s, cluster %s\n", reqs->size(),
+        static_cast<unsigned long long>(total_blocks), FormatBytes(block_bytes).c_str(),
+        cluster ? absl::StrCat(stores, " stores x (DRAM ", FormatBytes(dram_size),
+                               ssd_size ? absl::StrCat(" + SSD ", FormatBytes(ssd_size)) : "", ")")
+                      .c_str()
+                : master.c_str());
     std::printf("  wall time %.1f s\n\n", wall_s);
     std::printf("  %-34s %8s\n", "hit ratio (prefix blocks)", "value");
     std::printf("  %-34s %7.2f%%\n", "Shelf, all tiers", 100 * hit_ratio);
@@ -492,18 +504,21 @@ int Replay(int argc, char** argv) {
                 put_us.Percentile(99));
     std::printf("  MatchPrefix     p50 %.0f us  p99 %.0f us\n", match_us.Percentile(50),
                 match_us.Percentile(99));
-    std::printf("  prefill avoided %llu tokens = %.1f GPU-s at %.0f tokens/s, for %.2f s of fetching\n",
-                static_cast<unsigned long long>(tokens_saved), gpu_s_saved, prefill_tokens_per_s,
-                fetch_s_scaled);
-    std::printf("    (fetch time at the measured %.2f GB/s for %s's %s per 512-token block:\n"
-                "     x%.1f the %.2f s measured with %s blocks)\n",
-                get_gbps, fetch_model.c_str(), FormatBytes(real_block_bytes).c_str(), fetch_scale,
-                get_seconds, FormatBytes(block_bytes).c_str());
+    std::printf(
+        "  prefill avoided %llu tokens = %.1f GPU-s at %.0f tokens/s, for %.2f s of fetching\n",
+        static_cast<unsigned long long>(tokens_saved), gpu_s_saved, prefill_tokens_per_s,
+        fetch_s_scaled);
+    std::printf(
+        "    (fetch time at the measured %.2f GB/s for %s's %s per 512-token block:\n"
+        "     x%.1f the %.2f s measured with %s blocks)\n",
+        get_gbps, fetch_model.c_str(), FormatBytes(real_block_bytes).c_str(), fetch_scale,
+        get_seconds, FormatBytes(block_bytes).c_str());
     std::printf("\n%s\n", AsciiChart(chart).c_str());
-    std::printf("  DRAM over time: configured, allocated, holding trace blocks, and of those\n"
-                "  the orphaned tails (a block of the chain before them is gone: no hit)\n");
-    std::printf("  %9s %11s %11s %7s %11s %7s %9s %7s %6s\n", "requests", "configured",
-                "allocated", "", "resident", "", "orphaned", "", "puts");
+    std::printf(
+        "  DRAM over time: configured, allocated, holding trace blocks, and of those\n"
+        "  the orphaned tails (a block of the chain before them is gone: no hit)\n");
+    std::printf("  %9s %11s %11s %7s %11s %7s %9s %7s %6s\n", "requests", "configured", "allocated",
+                "", "resident", "", "orphaned", "", "puts");
     for (const CapacitySample& c : capacity) {
       auto pct = [](uint64_t a, uint64_t b) { return b ? 100.0 * a / b : 0.0; };
       uint64_t resident_bytes = c.resident_blocks * aligned;
@@ -525,37 +540,57 @@ int Replay(int argc, char** argv) {
                                                  : "(could not write the SVG file)");
     }
     std::printf("  errors %llu, checksum mismatches %llu%s%s\n\n",
-                static_cast<unsigned long long>(errors), static_cast<unsigned long long>(mismatches),
+                static_cast<unsigned long long>(errors),
+                static_cast<unsigned long long>(mismatches),
                 first_error.empty() ? "" : "; first error: ", first_error.c_str());
   }
-  Json::Object o;
-  o.Add("bench", "replay").Add("requests", static_cast<uint64_t>(reqs->size()));
-  o.Add("blocks", total_blocks).Add("block_bytes", block_bytes);
-  o.Add("hit_ratio", hit_ratio).Add("hit_ratio_dram", hit_dram).Add("hit_ratio_ssd", hit_ssd);
-  o.Add("lru_sim_hit_ratio", lru).Add("lru_sim_dram_only_hit_ratio", lru_dram);
-  o.Add("ideal_hit_ratio", ideal).Add("errors", errors).Add("checksum_mismatches", mismatches);
-  o.Add("bytes_loaded", cs.bytes_loaded).Add("bytes_loaded_shm", cs.bytes_loaded_shm);
-  o.Add("bytes_loaded_tcp", cs.bytes_loaded_tcp).Add("bytes_loaded_ssd", cs.bytes_loaded_ssd);
-  o.Add("bytes_stored", cs.bytes_stored).Add("load_store_ratio", load_store);
-  o.Add("get_gbps", get_gbps);
-  o.Add("put_gbps", put_seconds > 0 ? put_bytes / put_seconds / 1e9 : 0.0);
-  o.Add("get_p50_us", get_us.Percentile(50)).Add("get_p99_us", get_us.Percentile(99));
-  o.Add("put_p50_us", put_us.Percentile(50)).Add("put_p99_us", put_us.Percentile(99));
-  o.Add("matchprefix_p50_us", match_us.Percentile(50)).Add("matchprefix_p99_us", match_us.Percentile(99));
-  o.Add("prefill_tokens_avoided", tokens_saved).Add("prefill_gpu_seconds_avoided", gpu_s_saved);
-  o.Add("fetch_seconds", get_seconds).Add("fetch_seconds_at_model_size", fetch_s_scaled);
-  o.Add("fetch_scale", fetch_scale).Add("fetch_scale_model", fetch_model);
-  o.Add("wall_seconds", wall_s);
-  std::vector<std::string> samples;
+  Json o = Json::object();
+  o["bench"] = "replay";
+  o["requests"] = static_cast<uint64_t>(reqs->size());
+  o["blocks"] = total_blocks;
+  o["block_bytes"] = block_bytes;
+  o["hit_ratio"] = hit_ratio;
+  o["hit_ratio_dram"] = hit_dram;
+  o["hit_ratio_ssd"] = hit_ssd;
+  o["lru_sim_hit_ratio"] = lru;
+  o["lru_sim_dram_only_hit_ratio"] = lru_dram;
+  o["ideal_hit_ratio"] = ideal;
+  o["errors"] = errors;
+  o["checksum_mismatches"] = mismatches;
+  o["bytes_loaded"] = cs.bytes_loaded;
+  o["bytes_loaded_shm"] = cs.bytes_loaded_shm;
+  o["bytes_loaded_tcp"] = cs.bytes_loaded_tcp;
+  o["bytes_loaded_ssd"] = cs.bytes_loaded_ssd;
+  o["bytes_stored"] = cs.bytes_stored;
+  o["load_store_ratio"] = load_store;
+  o["get_gbps"] = get_gbps;
+  o["put_gbps"] = put_seconds > 0 ? put_bytes / put_seconds / 1e9 : 0.0;
+  o["get_p50_us"] = get_us.Percentile(50);
+  o["get_p99_us"] = get_us.Percentile(99);
+  o["put_p50_us"] = put_us.Percentile(50);
+  o["put_p99_us"] = put_us.Percentile(99);
+  o["matchprefix_p50_us"] = match_us.Percentile(50);
+  o["matchprefix_p99_us"] = match_us.Percentile(99);
+  o["prefill_tokens_avoided"] = tokens_saved;
+  o["prefill_gpu_seconds_avoided"] = gpu_s_saved;
+  o["fetch_seconds"] = get_seconds;
+  o["fetch_seconds_at_model_size"] = fetch_s_scaled;
+  o["fetch_scale"] = fetch_scale;
+  o["fetch_scale_model"] = fetch_model;
+  o["wall_seconds"] = wall_s;
+  Json samples = Json::array();
   double resident_sum = 0, orphaned_sum = 0;
   uint64_t resident_n = 0;
   for (const CapacitySample& c : capacity) {
-    Json::Object s;
-    s.Add("requests", static_cast<uint64_t>(c.requests)).Add("configured_bytes", c.configured);
-    s.Add("allocated_bytes", c.allocated).Add("resident_bytes", c.resident_blocks * aligned);
-    s.Add("resident_blocks", c.resident_blocks).Add("orphaned_blocks", c.orphaned_blocks);
-    s.Add("puts_in_flight", c.puts_in_flight);
-    samples.push_back(s.str());
+    Json s = Json::object();
+    s["requests"] = static_cast<uint64_t>(c.requests);
+    s["configured_bytes"] = c.configured;
+    s["allocated_bytes"] = c.allocated;
+    s["resident_bytes"] = c.resident_blocks * aligned;
+    s["resident_blocks"] = c.resident_blocks;
+    s["orphaned_blocks"] = c.orphaned_blocks;
+    s["puts_in_flight"] = c.puts_in_flight;
+    samples.push_back(s);
     // Averages over the samples once DRAM is full (the cold start is not
     // a loss of capacity).
     if (c.configured > 0 && c.allocated * 10 >= c.configured * 9) {
@@ -564,14 +599,14 @@ int Replay(int argc, char** argv) {
       ++resident_n;
     }
   }
-  o.Raw("dram_samples", Json::Array(samples));
-  o.Add("dram_resident_fraction_when_full", resident_n ? resident_sum / resident_n : 0.0);
-  o.Add("dram_orphaned_fraction_when_full", resident_n ? orphaned_sum / resident_n : 0.0);
+  o["dram_samples"] = samples;
+  o["dram_resident_fraction_when_full"] = resident_n ? resident_sum / resident_n : 0.0;
+  o["dram_orphaned_fraction_when_full"] = resident_n ? orphaned_sum / resident_n : 0.0;
   if (!capacity.empty()) {
-    o.Add("orphaned_blocks_end", capacity.back().orphaned_blocks);
-    o.Add("resident_blocks_end", capacity.back().resident_blocks);
+    o["orphaned_blocks_end"] = capacity.back().orphaned_blocks;
+    o["resident_blocks_end"] = capacity.back().resident_blocks;
   }
-  std::printf("%s\n", o.str().c_str());
+  std::printf("%s\n", JsonDump(o).c_str());
   return errors == 0 && mismatches == 0 ? 0 : 1;
 }
 

@@ -39,10 +39,10 @@
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/json.h"
 #include "common/units.h"
 #include "storage/ssd_tier.h"
 #include "tools/bench/bench_util.h"
-#include "tools/json.h"
 
 namespace shelf::bench {
 
@@ -428,42 +428,50 @@ int SsdBench(int argc, char** argv) {
         static_cast<unsigned long long>(mismatches),
         error.empty() ? "" : "; error: ", error.c_str());
   }
-  Json::Object o;
-  o.Add("bench", "ssd").Add("bytes_per_size", bytes).Add("stopped", StopRequested());
-  std::vector<std::string> row_json;
+  Json o = Json::object();
+  o["bench"] = "ssd";
+  o["bytes_per_size"] = bytes;
+  o["stopped"] = StopRequested();
+  Json row_json = Json::array();
   for (SizeRow& r : rows) {
     std::string label = ShortBytes(r.size);
     for (char& c : label) c = static_cast<char>(std::tolower(c));
     if (label.size() > 3) label = label.substr(0, label.size() - 2);  // "4mib" -> "4m"
-    o.Add("write_ratio_" + label, ratio(r.tier.write.gbps(), r.raw_write.gbps()));
-    o.Add("read_ratio_" + label, ratio(r.tier.read.gbps(), r.raw_read.gbps()));
-    Json::Object j;
-    j.Add("block_bytes", r.size).Add("blocks", r.count);
-    j.Add("tier_write_gbps", r.tier.write.gbps()).Add("raw_write_gbps", r.raw_write.gbps());
-    j.Add("tier_read_gbps", r.tier.read.gbps()).Add("raw_read_gbps", r.raw_read.gbps());
-    j.Add("tier_write_p50_us", r.tier.write.lat_us.Percentile(50));
-    j.Add("tier_write_p99_us", r.tier.write.lat_us.Percentile(99));
-    j.Add("tier_read_p50_us", r.tier.read.lat_us.Percentile(50));
-    j.Add("tier_read_p99_us", r.tier.read.lat_us.Percentile(99));
-    j.Add("raw_write_p50_us", r.raw_write.lat_us.Percentile(50));
-    j.Add("raw_write_p99_us", r.raw_write.lat_us.Percentile(99));
-    j.Add("raw_read_p50_us", r.raw_read.lat_us.Percentile(50));
-    j.Add("raw_read_p99_us", r.raw_read.lat_us.Percentile(99));
-    j.Add("put_call_gbps", r.tier.put_call_gbps).Add("tier_open_s", r.tier.open_s);
-    j.Add("disk_bytes", r.tier.disk_bytes);
-    row_json.push_back(j.str());
+    o["write_ratio_" + label] = ratio(r.tier.write.gbps(), r.raw_write.gbps());
+    o["read_ratio_" + label] = ratio(r.tier.read.gbps(), r.raw_read.gbps());
+    Json j = Json::object();
+    j["block_bytes"] = r.size;
+    j["blocks"] = r.count;
+    j["tier_write_gbps"] = r.tier.write.gbps();
+    j["raw_write_gbps"] = r.raw_write.gbps();
+    j["tier_read_gbps"] = r.tier.read.gbps();
+    j["raw_read_gbps"] = r.raw_read.gbps();
+    j["tier_write_p50_us"] = r.tier.write.lat_us.Percentile(50);
+    j["tier_write_p99_us"] = r.tier.write.lat_us.Percentile(99);
+    j["tier_read_p50_us"] = r.tier.read.lat_us.Percentile(50);
+    j["tier_read_p99_us"] = r.tier.read.lat_us.Percentile(99);
+    j["raw_write_p50_us"] = r.raw_write.lat_us.Percentile(50);
+    j["raw_write_p99_us"] = r.raw_write.lat_us.Percentile(99);
+    j["raw_read_p50_us"] = r.raw_read.lat_us.Percentile(50);
+    j["raw_read_p99_us"] = r.raw_read.lat_us.Percentile(99);
+    j["put_call_gbps"] = r.tier.put_call_gbps;
+    j["tier_open_s"] = r.tier.open_s;
+    j["disk_bytes"] = r.tier.disk_bytes;
+    row_json.push_back(j);
   }
   if (rows.empty()) {
-    o.Raw("write_ratio_4m", "null").Raw("read_ratio_4m", "null");
+    o["write_ratio_4m"] = nullptr;
+    o["read_ratio_4m"] = nullptr;
   }
-  o.Add("kv_compression_disk_ratio", kv_raw_ratio);
-  o.Add("compression_off_write_gbps", comp[0].write.gbps());
-  o.Add("compression_on_write_gbps", comp[1].write.gbps());
-  o.Add("compression_off_read_gbps", comp[0].read.gbps());
-  o.Add("compression_on_read_gbps", comp[1].read.gbps());
-  o.Add("mismatches", mismatches).Add("error", error);
-  o.Raw("sizes", Json::Array(row_json));
-  std::printf("%s\n", o.str().c_str());
+  o["kv_compression_disk_ratio"] = kv_raw_ratio;
+  o["compression_off_write_gbps"] = comp[0].write.gbps();
+  o["compression_on_write_gbps"] = comp[1].write.gbps();
+  o["compression_off_read_gbps"] = comp[0].read.gbps();
+  o["compression_on_read_gbps"] = comp[1].read.gbps();
+  o["mismatches"] = mismatches;
+  o["error"] = error;
+  o["sizes"] = row_json;
+  std::printf("%s\n", JsonDump(o).c_str());
   return error.empty() && mismatches == 0 ? 0 : 1;
 }
 

@@ -1,32 +1,27 @@
 #include "tools/bench/trace.h"
 
-#include <cctype>
+#include <cmath>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/json.h"
 
 namespace shelf::bench {
 namespace {
 
-// Finds `"name"` followed by ':' and returns the position after the colon.
-size_t FindField(const std::string& line, const char* name) {
-  std::string quoted = absl::StrCat("\"", name, "\"");
-  size_t p = line.find(quoted);
-  if (p == std::string::npos) return p;
-  p = line.find(':', p + quoted.size());
-  return p == std::string::npos ? p : p + 1;
-}
-
-bool ParseUint(const std::string& line, size_t* pos, uint64_t* out) {
-  while (*pos < line.size() && std::isspace(static_cast<unsigned char>(line[*pos]))) ++*pos;
-  size_t start = *pos;
-  uint64_t v = 0;
-  while (*pos < line.size() && std::isdigit(static_cast<unsigned char>(line[*pos]))) {
-    v = v * 10 + (line[*pos] - '0');
-    ++*pos;
+// A non-negative whole number (Mooncake traces write some as 12.0).
+bool ToUint(const Json& v, uint64_t* out) {
+  if (v.is_number_unsigned()) {
+    *out = v.get<uint64_t>();
+    return true;
   }
-  *out = v;
-  return *pos > start;
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (!(d >= 0) || d >= 18446744073709551616.0) return false;
+    *out = static_cast<uint64_t>(d);
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -44,24 +39,19 @@ absl::StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path, siz
     auto bad = [&](const char* what) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": ", what));
     };
-    size_t p = FindField(line, "timestamp");
-    if (p == std::string::npos || !ParseUint(line, &p, &r.timestamp_ms)) return bad("no timestamp");
-    p = FindField(line, "input_length");
-    if (p != std::string::npos) ParseUint(line, &p, &r.input_length);
-    p = FindField(line, "output_length");
-    if (p != std::string::npos) ParseUint(line, &p, &r.output_length);
-    p = FindField(line, "hash_ids");
-    if (p == std::string::npos) return bad("no hash_ids");
-    p = line.find('[', p);
-    if (p == std::string::npos) return bad("hash_ids is not a list");
-    ++p;
-    while (true) {
-      while (p < line.size() && (std::isspace(static_cast<unsigned char>(line[p])) || line[p] == ','))
-        ++p;
-      if (p < line.size() && line[p] == ']') break;
-      uint64_t id = 0;
-      if (!ParseUint(line, &p, &id)) return bad("malformed hash_ids");
-      r.hash_ids.push_back(id);
+    const Json j = JsonParse(line);
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    auto ts = j.find("timestamp");
+    if (ts == j.end() || !ToUint(*ts, &r.timestamp_ms)) return bad("no timestamp");
+    if (auto it = j.find("input_length"); it != j.end()) ToUint(*it, &r.input_length);
+    if (auto it = j.find("output_length"); it != j.end()) ToUint(*it, &r.output_length);
+    auto ids = j.find("hash_ids");
+    if (ids == j.end()) return bad("no hash_ids");
+    if (!ids->is_array()) return bad("hash_ids is not a list");
+    for (const Json& id : *ids) {
+      uint64_t v = 0;
+      if (!ToUint(id, &v)) return bad("malformed hash_ids");
+      r.hash_ids.push_back(v);
     }
     out.push_back(std::move(r));
   }

@@ -38,12 +38,12 @@
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/json.h"
 #include "common/net.h"
 #include "common/rpc.h"
 #include "common/units.h"
 #include "proto/shelf.grpc.pb.h"
 #include "tools/bench/bench_util.h"
-#include "tools/json.h"
 #include "tools/local_cluster.h"
 #include "transport/engine.h"
 #include "transport/shm_engine.h"
@@ -526,7 +526,7 @@ int TransportBench(int argc, char** argv) {
   };
   uint64_t errors = 0;
   std::string first_error;
-  std::vector<std::string> rows;
+  Json rows = Json::array();
   if (!json_only) {
     std::printf("\nShelf transport: one store process on loopback, one client thread\n\n");
     std::printf("  %-6s %5s %-4s %-5s %8s %9s %9s   %-8s %8s %9s %9s  %6s\n", "block", "batch",
@@ -550,18 +550,26 @@ int TransportBench(int argc, char** argv) {
                       m.lat_us.Percentile(50), m.lat_us.Percentile(99), base_name, b.gbps(),
                       b.lat_us.Percentile(50), b.lat_us.Percentile(99), ratio);
         }
-        Json::Object o;
-        o.Add("path", path_name).Add("op", op).Add("block_bytes", c.size).Add("batch", c.batch);
-        o.Add("gbps", m.gbps()).Add("p50_us", m.lat_us.Percentile(50));
-        o.Add("p99_us", m.lat_us.Percentile(99)).Add("baseline", base_name);
-        o.Add("baseline_gbps", b.gbps()).Add("baseline_p50_us", b.lat_us.Percentile(50));
-        o.Add("baseline_p99_us", b.lat_us.Percentile(99)).Add("ratio", ratio);
-        rows.push_back(o.str());
+        Json o = Json::object();
+        o["path"] = path_name;
+        o["op"] = op;
+        o["block_bytes"] = c.size;
+        o["batch"] = c.batch;
+        o["gbps"] = m.gbps();
+        o["p50_us"] = m.lat_us.Percentile(50);
+        o["p99_us"] = m.lat_us.Percentile(99);
+        o["baseline"] = base_name;
+        o["baseline_gbps"] = b.gbps();
+        o["baseline_p50_us"] = b.lat_us.Percentile(50);
+        o["baseline_p99_us"] = b.lat_us.Percentile(99);
+        o["ratio"] = ratio;
+        rows.push_back(o);
       }
     }
   }
-  Json::Object o;
-  o.Add("bench", "transport").Add("stopped", StopRequested());
+  Json o = Json::object();
+  o["bench"] = "transport";
+  o["stopped"] = StopRequested();
   const std::pair<uint64_t, const char*> kHeadlines[] = {
       {64ull << 10, "64k"}, {1ull << 20, "1m"}, {16ull << 20, "16m"}};
   for (const auto& [size, label] : kHeadlines) {
@@ -570,9 +578,9 @@ int TransportBench(int argc, char** argv) {
       double r = ratio_min(size, shm_path, &found);
       std::string key = absl::StrCat(shm_path ? "shm" : "tcp", "_ratio_", label);
       if (found) {
-        o.Add(key, r);
+        o[key] = r;
       } else {
-        o.Raw(key, "null");
+        o[key] = nullptr;
       }
     }
   }
@@ -585,11 +593,12 @@ int TransportBench(int argc, char** argv) {
                 static_cast<unsigned long long>(mismatches),
                 first_error.empty() ? "" : "; first: ", first_error.c_str());
   }
-  o.Add("errors", errors).Add("mismatches", mismatches);
-  o.Raw("rows", Json::Array(rows));
+  o["errors"] = errors;
+  o["mismatches"] = mismatches;
+  o["rows"] = rows;
   cluster->reset();
   peer->reset();
-  std::printf("%s\n", o.str().c_str());
+  std::printf("%s\n", JsonDump(o).c_str());
   return errors == 0 && mismatches == 0 ? 0 : 1;
 }
 

@@ -6,7 +6,7 @@
 #include "absl/base/internal/endian.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "transport/rdma/check.h"
+#include "common/check.h"
 
 namespace shelf::rdma {
 namespace {
@@ -33,11 +33,10 @@ std::string EncodeConnectionInfo(const ConnectionInfo& info) {
   std::string out(kConnectionInfoBytes, '\0');
   char* p = out.data();
   absl::little_endian::Store32(p + kMagicAt, kConnectionInfoMagic);
-  SHELF_RDMA_CHECK(info.version >= kConnectionInfoVersionMin &&
-                   info.version <= kConnectionInfoVersion);
+  SHELF_CHECK(info.version >= kConnectionInfoVersionMin && info.version <= kConnectionInfoVersion);
   absl::little_endian::Store16(p + kVersionAt, info.version);
   if (info.version >= 2) {
-    SHELF_RDMA_CHECK(info.rd_atomic_responder >= 1 && info.rd_atomic_initiator >= 1);
+    SHELF_CHECK(info.rd_atomic_responder >= 1 && info.rd_atomic_initiator >= 1);
     p[kRdAtomicResponderAt] = static_cast<char>(info.rd_atomic_responder);
     p[kRdAtomicInitiatorAt] = static_cast<char>(info.rd_atomic_initiator);
   }

@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/log.h"
-#include "transport/rdma/check.h"
 
 namespace shelf::rdma {
 namespace {
@@ -147,7 +147,7 @@ absl::Status MemoryRegistry::Unregister(uint64_t id) {
     return absl::NotFoundError(absl::StrCat("RDMA registration: no region ", id));
   }
   auto it = by_addr_.find({id_it->second, id});
-  SHELF_RDMA_CHECK(it != by_addr_.end() && it->second.refs > 0);
+  SHELF_CHECK(it != by_addr_.end() && it->second.refs > 0);
   if (--it->second.refs > 0) return absl::OkStatus();
   absl::Status s = verbs_->DeregMr(it->second.mr);
   // The region is gone from the cache either way: a failed deregistration

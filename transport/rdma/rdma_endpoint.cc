@@ -9,9 +9,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "transport/rdma/check.h"
 
 namespace shelf::rdma {
 namespace {
@@ -84,7 +84,7 @@ RdmaEndpoint::~RdmaEndpoint() {
 }
 
 absl::Status RdmaEndpoint::CreateQpLocked() {
-  SHELF_RDMA_CHECK(qp_ == nullptr && cq_ == nullptr);
+  SHELF_CHECK(qp_ == nullptr && cq_ == nullptr);
   // Every WR on the send queue can end in one completion (a flush after an
   // error), so a CQ as deep as the send queue never overflows.
   absl::StatusOr<ibv_cq*> cq =
@@ -194,7 +194,7 @@ absl::Status RdmaEndpoint::ConnectLocked(absl::string_view remote_info) {
   const uint8_t remote_initiator = remote->version >= 2 ? remote->rd_atomic_initiator : legacy;
   const uint8_t max_rd_atomic = std::min(device_.rd_atomic_initiator, remote_responder);
   const uint8_t max_dest_rd_atomic = std::min(device_.rd_atomic_responder, remote_initiator);
-  SHELF_RDMA_CHECK(max_rd_atomic >= 1 && max_dest_rd_atomic >= 1);
+  SHELF_CHECK(max_rd_atomic >= 1 && max_dest_rd_atomic >= 1);
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RTR;
   attr.path_mtu = static_cast<ibv_mtu>(std::min<int>(device_.active_mtu, remote->mtu));
@@ -273,7 +273,7 @@ absl::Status RdmaEndpoint::EnsureConnectedLocked() {
 
 void RdmaEndpoint::FinishOp(uint64_t batch, uint32_t op, absl::Status status) {
   auto it = batches_.find(batch);
-  SHELF_RDMA_CHECK(it != batches_.end() && it->second.remaining > 0);
+  SHELF_CHECK(it != batches_.end() && it->second.remaining > 0);
   it->second.ops[op] = std::move(status);
   --it->second.remaining;
 }
@@ -382,7 +382,7 @@ absl::StatusOr<uint64_t> RdmaEndpoint::Submit(absl::Span<const RdmaOp> ops) {
   }
   absl::Status connected = EnsureConnectedLocked();
   if (!connected.ok()) return connected;
-  SHELF_RDMA_CHECK(remote_.has_value());
+  SHELF_CHECK(remote_.has_value());
   const uint64_t id = next_batch_++;
   Batch& batch = batches_[id];
   batch.ops.assign(ops.size(), absl::OkStatus());

@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/log.h"
-#include "transport/rdma/check.h"
 
 namespace shelf::rdma {
 namespace {
@@ -17,10 +17,10 @@ constexpr int kRdAtomicWanted = 16;
 // An op's length travels in a 32-bit SGE length; keep well inside it.
 constexpr uint64_t kOpBytesLimit = uint64_t{1} << 31;
 
-constexpr int kGidIndexMax = 255;        // ibv_global_route.sgid_index is a u8
-constexpr int kTrafficClassMax = 255;    // ibv_global_route.traffic_class is a u8
-constexpr int kServiceLevelMax = 15;     // the SL is 4 bits
-constexpr int kRdAtomicMax = 255;        // ibv_qp_attr.max_rd_atomic is a u8
+constexpr int kGidIndexMax = 255;      // ibv_global_route.sgid_index is a u8
+constexpr int kTrafficClassMax = 255;  // ibv_global_route.traffic_class is a u8
+constexpr int kServiceLevelMax = 15;   // the SL is 4 bits
+constexpr int kRdAtomicMax = 255;      // ibv_qp_attr.max_rd_atomic is a u8
 static_assert(kRdAtomicWanted <= kRdAtomicMax);
 
 bool IsZero(const ibv_gid& gid) {
@@ -51,10 +51,11 @@ absl::StatusOr<int> ChooseGidIndex(VerbsApi* verbs, ibv_context* ctx, const std:
     if (link_local < 0) link_local = i;
   }
   if (link_local >= 0) return link_local;
-  return absl::FailedPreconditionError(absl::StrCat(
-      "RDMA device ", device, " port ", static_cast<int>(port_num), ": no RoCE v2 GID among ",
-      entries, " entries (does its network interface have an IP address?); give a GID index "
-      "to use another type"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("RDMA device ", device, " port ", static_cast<int>(port_num),
+                   ": no RoCE v2 GID among ", entries,
+                   " entries (does its network interface have an IP address?); give a GID index "
+                   "to use another type"));
 }
 
 }  // namespace
@@ -67,12 +68,12 @@ absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs, Op
                                                    kGidIndexAuto, ")"));
   }
   if (options.traffic_class < 0 || options.traffic_class > kTrafficClassMax) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "RDMA traffic_class ", options.traffic_class, "; want 0..", kTrafficClassMax));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RDMA traffic_class ", options.traffic_class, "; want 0..", kTrafficClassMax));
   }
   if (options.service_level < 0 || options.service_level > kServiceLevelMax) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "RDMA service_level ", options.service_level, "; want 0..", kServiceLevelMax));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RDMA service_level ", options.service_level, "; want 0..", kServiceLevelMax));
   }
   if (options.pkey_index < 0) {
     return absl::InvalidArgumentError(
@@ -121,8 +122,8 @@ absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs, Op
   if (s.ok()) {
     s = verbs->QueryGid(d.context, options.port_num, d.gid_index, &d.gid);
     if (!s.ok()) {
-      s = absl::Status(s.code(), absl::StrCat(Where(name, options.port_num, d.gid_index), ": ",
-                                              s.message()));
+      s = absl::Status(s.code(),
+                       absl::StrCat(Where(name, options.port_num, d.gid_index), ": ", s.message()));
     }
   }
   // An unused GID entry reads as zeros. A QP with that source GID would
@@ -161,14 +162,13 @@ absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs, Op
   engine->registry_ = std::make_unique<MemoryRegistry>(verbs, d.pd, registry_options);
   d.registry = engine->registry_.get();
   SHELF_LOG(INFO) << "RDMA device opened" << Kv("device", name)
-                  << Kv("port", static_cast<int>(options.port_num))
-                  << Kv("gid_index", d.gid_index)
+                  << Kv("port", static_cast<int>(options.port_num)) << Kv("gid_index", d.gid_index)
                   << Kv("mtu", engine->mtu_bytes()) << Kv("lid", d.lid);
   return engine;
 }
 
 RdmaEngine::~RdmaEngine() {
-  SHELF_RDMA_CHECK(live_endpoints_.load() == 0);
+  SHELF_CHECK(live_endpoints_.load() == 0);
   registry_.reset();
   if (device_.pd != nullptr) {
     absl::Status s = device_.verbs->DeallocPd(device_.pd);

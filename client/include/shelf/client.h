@@ -51,13 +51,13 @@
 #include <string>
 #include <vector>
 
+#include "shelf/limits.h"
 #include "shelf/status.h"
 
 namespace shelf {
 
-// Limits of the API, checked on every call (INVALID_ARGUMENT beyond them).
-inline constexpr size_t kKeyBytesMax = 256;     // a key is 1..256 bytes
-inline constexpr size_t kBatchItemsMax = 1024;  // a batch is 1..1024 items
+// Limits of the API (shelf/limits.h: kKeyBytesMax, kBatchItemsMax,
+// kReplicasMax), checked on every call (INVALID_ARGUMENT beyond them).
 
 // When a call must be done by. Every call takes one. A plain number is a
 // timeout in milliseconds counted from the start of the call, and 0 means
@@ -170,7 +170,7 @@ struct GpuSync {
 };
 
 struct PutOptions {
-  uint32_t replicas = 1;      // stores that get a copy, on distinct nodes (1..8)
+  uint32_t replicas = 1;      // stores that get a copy, on distinct nodes (1..kReplicasMax)
   bool best_effort = false;   // accept fewer replicas than asked
   bool prefer_local = false;  // put a replica on this host when possible
   std::string spread_label;   // e.g. "zone": replicas on distinct label values
