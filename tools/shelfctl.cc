@@ -421,6 +421,49 @@ class Ctl {
     return 0;
   }
 
+  // Where a chain of keys lives: per store, its leading run of the chain.
+  int Locate(const std::vector<std::string>& keys) {
+    auto client = OpenClient();
+    if (!client.ok()) return Fail(client.status());
+    std::vector<NodeRun> nodes;
+    size_t cluster_blocks = 0;
+    Status s = (*client)->Locate(keys, &nodes, &cluster_blocks, g_.timeout_ms);
+    if (!s.ok()) return Fail(s);
+    auto tier_text = [](const NodeRun& n) {
+      std::string t;
+      for (Tier x : n.tiers) t.push_back(x == Tier::kDram ? 'D' : 'S');
+      return t;
+    };
+    if (g_.json) {
+      Json out = Json::array();
+      for (const NodeRun& n : nodes) {
+        Json j = Json::object();
+        j["node_id"] = n.node_id;
+        j["address"] = n.data_address;
+        j["host_id"] = n.host_id;
+        j["blocks"] = static_cast<uint64_t>(n.blocks);
+        j["dram_blocks"] = static_cast<uint64_t>(n.dram_blocks);
+        Json tiers = Json::array();
+        for (Tier x : n.tiers) tiers.push_back(x == Tier::kDram ? "dram" : "ssd");
+        j["tiers"] = tiers;
+        out.push_back(j);
+      }
+      Json o = Json::object();
+      o["keys"] = static_cast<uint64_t>(keys.size());
+      o["cluster_blocks"] = static_cast<uint64_t>(cluster_blocks);
+      o["nodes"] = out;
+      std::printf("%s\n", JsonDump(o).c_str());
+      return 0;
+    }
+    std::printf("%zu keys, the first %zu present in the cluster\n", keys.size(), cluster_blocks);
+    std::printf("%-24s %-22s %7s %7s  %s\n", "NODE", "ADDRESS", "BLOCKS", "DRAM", "TIERS");
+    for (const NodeRun& n : nodes) {
+      std::printf("%-24s %-22s %7zu %7zu  %s\n", n.node_id.c_str(), n.data_address.c_str(),
+                  n.blocks, n.dram_blocks, tier_text(n).c_str());
+    }
+    return 0;
+  }
+
   int Drain(const std::string& node, bool undrain) {
     v1::DrainRequest req;
     req.set_node(node);
@@ -517,6 +560,8 @@ constexpr char kCommands[] =
     "  put KEY FILE                store FILE ('-' = stdin) under KEY [--replicas N]\n"
     "  get KEY FILE                fetch KEY into FILE ('-' = stdout)\n"
     "  rm KEY                      remove KEY\n"
+    "  locate KEY...               per node, how many leading keys of the chain it holds\n"
+    "                              and in which tier (D: DRAM, S: SSD)\n"
     "  drain NODE | undrain NODE   stop / resume new placements on a node (id or address)\n"
     "  evict --bytes N [--node N]  evict at least N bytes (demoting to SSD where it can)\n"
     "  pin KEY [--ttl D] [--hard]  keep KEY from eviction; unpin KEY\n"
@@ -640,6 +685,9 @@ int main(int argc, char** argv) {
   if (cmd == "put" && need(2)) return ctl.Put(args[1], args[2]);
   if (cmd == "get" && need(2)) return ctl.Get(args[1], args[2]);
   if (cmd == "rm" && need(1)) return ctl.Rm(args[1]);
+  if (cmd == "locate" && args.size() >= 2) {
+    return ctl.Locate(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
   if (cmd == "drain" && need(1)) return ctl.Drain(args[1], false);
   if (cmd == "undrain" && need(1)) return ctl.Drain(args[1], true);
   if (cmd == "evict" && need(0)) return ctl.Evict();

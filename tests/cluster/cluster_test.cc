@@ -202,6 +202,18 @@ TEST_F(ClusterTest, ShelfctlRoundTripsAFileAndReportsStatus) {
   }
   EXPECT_TRUE(live) << text;
   EXPECT_TRUE(listed) << text;
+  // locate: the one store holding file-key has a run of 1 (of 2 keys).
+  ASSERT_EQ(cluster_->Shelfctl({"locate", "file-key", "missing-key", "--json"}, &text), 0) << text;
+  const Json where = JsonParse(text);
+  ASSERT_TRUE(where.is_object()) << text;
+  EXPECT_EQ(where["keys"], 2) << text;
+  EXPECT_EQ(where["cluster_blocks"], 1) << text;
+  ASSERT_EQ(where["nodes"].size(), 1u) << text;
+  EXPECT_EQ(where["nodes"][0]["blocks"], 1) << text;
+  EXPECT_EQ(where["nodes"][0]["tiers"][0], "dram") << text;
+  ASSERT_EQ(cluster_->Shelfctl({"locate", "file-key"}, &text), 0) << text;
+  EXPECT_NE(text.find("BLOCKS"), std::string::npos) << text;
+  EXPECT_EQ(cluster_->Shelfctl({"locate"}, &text), 2);
   EXPECT_EQ(cluster_->Shelfctl({"get", "missing-key", out}, &text), 3);
   EXPECT_EQ(cluster_->Shelfctl({"rm", "file-key"}, &text), 0);
   EXPECT_EQ(cluster_->Shelfctl({"stat", "file-key"}, &text), 3);
