@@ -4,8 +4,11 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
@@ -107,9 +110,11 @@ int main(int argc, char** argv) {
     copts.secret = *s;
   }
   if (!requirepass_file.empty()) {
-    absl::StatusOr<std::string> s = ReadSecretFile(requirepass_file);
-    if (!s.ok()) return Fail("--requirepass-file: " + std::string(s.status().message()));
-    cmd_opts.requirepass = *s;
+    std::ifstream f(requirepass_file, std::ios::binary);
+    if (!f) return Fail("--requirepass-file: cannot read '" + requirepass_file + "'");
+    std::stringstream text;
+    text << f.rdbuf();
+    cmd_opts.requirepass = std::string(absl::StripAsciiWhitespace(text.str()));
     if (cmd_opts.requirepass.empty()) return Fail("--requirepass-file is empty");
   }
   std::unique_ptr<Client> client;

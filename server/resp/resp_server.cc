@@ -27,6 +27,7 @@ constexpr size_t kReadChunkBytes = 1 << 20;
 constexpr size_t kReadPerEventBytes = 16 << 20;  // then let other connections run
 constexpr size_t kNotifyOutBytes = 256 << 10;    // flush a long pipeline's replies early
 constexpr int kIovMax = 64;
+constexpr size_t kDrainBytesMax = 8 << 20;  // then close anyway
 }  // namespace
 
 struct Connection {
@@ -51,6 +52,11 @@ struct Connection {
   size_t wq_off = 0;           // bytes of wq.front() already written
   bool reading = true;
   bool want_write = false;
+  // After an error reply: our side is shut down and what the client still
+  // sends is read and dropped until it closes, so the reply is not lost to
+  // a reset (closing with unread input sends RST).
+  bool draining = false;
+  size_t drained_bytes = 0;
   uint32_t events = 0;
 
   std::atomic<bool> closed{false};
@@ -239,6 +245,21 @@ void RespServer::ChargeParser(Connection* conn) {
 
 void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
   static thread_local std::vector<char> buf(kReadChunkBytes);
+  if (conn->draining) {
+    for (;;) {
+      ssize_t n = read(conn->fd, buf.data(), buf.size());
+      if (n > 0) {
+        conn->drained_bytes += static_cast<size_t>(n);
+        if (conn->drained_bytes <= kDrainBytesMax) continue;
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return;
+      }
+      Close(conn);
+      return;
+    }
+  }
   size_t total = 0;
   bool eof = false;
   while (conn->reading && total < kReadPerEventBytes) {
@@ -417,9 +438,10 @@ void RespServer::Flush(const std::shared_ptr<Connection>& conn) {
     }
   }
   conn->want_write = !conn->wq.empty();
-  if (!conn->want_write && close_after) {
-    Close(conn);
-    return;
+  if (!conn->want_write && close_after && !conn->draining) {
+    shutdown(conn->fd, SHUT_WR);
+    conn->draining = true;
+    conn->reading = true;  // to see the client's close
   }
   UpdateEvents(conn.get());
 }

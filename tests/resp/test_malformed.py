@@ -1,0 +1,100 @@
+"""Bad input to shelf-resp, over raw sockets: each bad connection gets a
+clear error or is closed, the gateway keeps serving the others, and nothing
+half-written is readable."""
+
+import select
+import socket
+
+import pytest
+
+
+def read_until_closed(s):
+    """Everything the gateway sends before it closes the connection."""
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+BAD = {
+    "bulk longer than its length": b"*2\r\n$3\r\nGET\r\n$2\r\nabc\r\n",
+    "missing CRLF": b"*1\n$4\r\nPING\r\n",
+    "negative bulk length": b"*2\r\n$3\r\nGET\r\n$-7\r\n",
+    "2^63 bulk length": b"*2\r\n$3\r\nGET\r\n$9223372036854775808\r\n",
+    "too-deep array": b"*1\r\n" * 64 + b"$4\r\nPING\r\n",
+    "1 GiB array header": b"*1073741824\r\n",
+    "huge inline line": b"A" * (128 << 10),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_malformed_input_gets_an_error_and_a_close(gateway, name):
+    s = gateway.socket()
+    s.sendall(b"*1\r\n$4\r\nPING\r\n" + BAD[name])
+    reply = read_until_closed(s)
+    s.close()
+    assert reply.startswith(b"+PONG\r\n-ERR Protocol error"), reply[:200]
+    assert reply.endswith(b"\r\n")
+    # The gateway still serves others.
+    ok = gateway.socket()
+    ok.sendall(b"PING\r\n")
+    assert ok.recv(100) == b"+PONG\r\n"
+    ok.close()
+
+
+def test_client_dying_mid_value_leaves_nothing(gateway, unique):
+    key = unique + b"half"
+    s = gateway.socket()
+    s.sendall(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$1000\r\n" % (len(key), key) + b"x" * 500)
+    s.close()
+    r = gateway.redis()
+    assert r.get(key) is None
+    assert r.exists(key) == 0
+    assert r.ping() is True
+    r.close()
+
+
+def test_value_over_the_max_closes_with_an_error(small_gateway, unique):
+    key = unique + b"big"
+    s = small_gateway.socket()
+    s.sendall(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(key), key, (1 << 20) + 1))
+    reply = read_until_closed(s)
+    s.close()
+    assert reply.startswith(b"-ERR value of 1048577 bytes is over --max-value-size"), reply
+    r = small_gateway.redis()
+    assert r.get(key) is None
+    r.close()
+
+
+def test_over_max_inflight_bytes_is_oom(small_gateway, unique):
+    # 2 MiB may be in flight; three clients each announce a ~1 MB value and
+    # send part of it. Whichever is read last goes over and gets -OOM.
+    socks = []
+    for i in range(3):
+        key = unique + b"%d" % i
+        s = small_gateway.socket()
+        s.sendall(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$1000000\r\n" % (len(key), key) + b"y" * 10)
+        socks.append(s)
+    readable, _, _ = select.select(socks, [], [], 60)
+    assert len(readable) >= 1
+    reply = read_until_closed(readable[0])
+    assert reply.startswith(b"-OOM "), reply
+    for s in socks:
+        s.close()
+    r = small_gateway.redis()
+    assert r.info()["inflight_rejections"] >= 1
+    for i in range(3):
+        assert r.get(unique + b"%d" % i) is None
+    assert r.set(unique + b"after", b"z" * 1000) is True
+    r.close()
+
+
+def test_pipelined_inline_and_multibulk_replies_in_order(gateway, unique):
+    s = gateway.socket()
+    k = unique.decode()
+    s.sendall(("SET %sa 1\r\n*2\r\n$3\r\nGET\r\n$%d\r\n%sa\r\nGET %smissing\r\nECHO x\r\nQUIT\r\n"
+               % (k, len(k) + 1, k, k)).encode())
+    assert read_until_closed(s) == b"+OK\r\n$1\r\n1\r\n$-1\r\n$1\r\nx\r\n+OK\r\n"
+    s.close()
