@@ -93,8 +93,6 @@ void CommandHandler::Execute(Session* session, std::vector<std::string>* args, R
                              bool* close) {
   Ctx c{session, args, out, close, absl::AsciiStrToLower((*args)[0])};
   stats_->commands.fetch_add(1, std::memory_order_relaxed);
-  size_t before = out->chunks.empty() ? 0 : out->chunks.back().size();
-  (void)before;
   Dispatch(c);
 }
 

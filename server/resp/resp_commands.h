@@ -91,6 +91,19 @@ class CommandHandler {
   // to `out`. Sets `*close` after QUIT. May block on the cluster.
   void Execute(Session* session, std::vector<std::string>* args, ReplyChunks* out, bool* close);
 
+  // Pipelines (resp_pipeline.cc). A run of consecutive plain `GET key` or
+  // plain `SET key value` commands of one connection may be executed
+  // together, with one batch call for the run instead of one call per
+  // command; the replies are exactly those of running them one by one.
+  enum class BatchKind { kNone, kGet, kSet };
+  // Whether `args` may join a run, for `session` (authenticated, key valid).
+  BatchKind Batchable(const Session& session, const std::vector<std::string>& args) const;
+  // Runs `commands`, all of `kind`, appending one reply per command.
+  void ExecuteRun(Session* session, BatchKind kind, std::vector<std::vector<std::string>>* commands,
+                  ReplyChunks* out);
+  // The most commands one run takes (libshelf's batch limit).
+  static constexpr size_t kRunCommandsMax = kBatchItemsMax;
+
   const CommandOptions& options() const { return options_; }
 
  private:

@@ -339,6 +339,9 @@ void RespServer::Schedule(const std::shared_ptr<Connection>& conn) {
 void RespServer::Work(std::shared_ptr<Connection> conn) {
   for (;;) {
     Connection::Pending p;
+    // Consecutive GETs (or SETs) of a pipeline run as one batch.
+    std::vector<std::vector<std::string>> run;
+    CommandHandler::BatchKind kind = CommandHandler::BatchKind::kNone;
     {
       absl::MutexLock l(&conn->mu);
       if (conn->closed.load() || conn->queue.empty() || conn->close_after) {
@@ -347,12 +350,25 @@ void RespServer::Work(std::shared_ptr<Connection> conn) {
       }
       p = std::move(conn->queue.front());
       conn->queue.pop_front();
+      if (p.error.empty()) kind = handler_->Batchable(conn->session, p.args);
+      while (kind != CommandHandler::BatchKind::kNone && !conn->queue.empty() &&
+             run.size() + 1 < CommandHandler::kRunCommandsMax &&
+             conn->queue.front().error.empty() &&
+             handler_->Batchable(conn->session, conn->queue.front().args) == kind) {
+        if (run.empty()) run.push_back(std::move(p.args));
+        p.bytes += conn->queue.front().bytes;
+        run.push_back(std::move(conn->queue.front().args));
+        conn->queue.pop_front();
+      }
     }
     ReplyChunks reply;
     bool close = false;
     if (!p.error.empty()) {
       RespWriter(reply.tail(), conn->session.protocol).Error(p.error);
       close = true;
+    } else if (!run.empty()) {
+      handler_->ExecuteRun(&conn->session, kind, &run, &reply);
+      run.clear();
     } else {
       handler_->Execute(&conn->session, &p.args, &reply, &close);
     }

@@ -197,3 +197,25 @@ def test_value_over_the_max_is_refused_and_nothing_is_stored(small_gateway, uniq
     assert c.get(unique + b"big") is None
     assert c.set(unique + b"ok", os.urandom(1 << 20)) is True  # exactly the max is fine
     c.close()
+
+
+def test_pipelined_runs_match_one_by_one(r, unique):
+    # Runs of GETs and of SETs go to the cluster as batches; the replies
+    # must be those of running the commands one at a time, in order.
+    k, k2 = unique + b"k", unique + b"k2"
+    p = r.pipeline(transaction=False)
+    p.set(k, b"a")
+    p.set(k, b"b")          # the same key twice in one run
+    p.set(k2, b"x")
+    p.get(k)
+    p.get(k2)
+    p.get(unique + b"missing")
+    p.set(k2, b"x")         # identical bytes
+    p.set(k2, b"y")         # replaced
+    p.get(k2)
+    p.set(b"", b"bad key")  # not batchable: its own error, the rest unaffected
+    p.get(k)
+    replies = p.execute(raise_on_error=False)
+    assert replies[:9] == [True, True, True, b"b", b"x", None, True, True, b"y"]
+    assert isinstance(replies[9], redis.exceptions.ResponseError)
+    assert replies[10] == b"b"
