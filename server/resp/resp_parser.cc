@@ -109,10 +109,14 @@ RespParser::Result RespParser::ParseInline(std::vector<std::string>* args, std::
       while (i < line.size() && line[i] != ' ' && line[i] != '\t') arg.push_back(line[i++]);
     }
     args->push_back(std::move(arg));
+    if (args->size() > limits_.args_max) {
+      return Fail(
+          absl::StrCat("Protocol error: inline request of over ", limits_.args_max, " arguments"),
+          error);
+    }
   }
   Compact();
-  if (args->empty()) return Next(args, error);  // an empty line: nothing to run
-  return Result::kCommand;
+  return Result::kCommand;  // empty for an empty line: Next skips it
 }
 
 RespParser::Result RespParser::Next(std::vector<std::string>* args, std::string* error) {
@@ -126,7 +130,11 @@ RespParser::Result RespParser::Next(std::vector<std::string>* args, std::string*
         Compact();
         return Result::kNeedMore;
       }
-      if (buf_[pos_] != '*') return ParseInline(args, error);
+      if (buf_[pos_] != '*') {
+        Result r = ParseInline(args, error);
+        if (r == Result::kCommand && args->empty()) continue;  // an empty line
+        return r;
+      }
       absl::string_view line;
       std::string e;
       if (!TakeLine(&line, &e)) {

@@ -92,6 +92,7 @@ TEST(RespParserTest, MalformedInputIsAnErrorAfterTheGoodCommands) {
       {"header line too long", "*1\r\n$" + std::string(100, '1'), "too big"},
       {"inline too long", std::string(100, 'a'), "too big"},
       {"unbalanced quote", "SET a \"b\r\n", "quotes"},
+      {"inline of too many arguments", "a b c d e f g h i\r\n", "arguments"},
   };
   for (const Case& c : cases) {
     std::string error;
