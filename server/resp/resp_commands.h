@@ -101,8 +101,11 @@ class CommandHandler {
   // Runs `commands`, all of `kind`, appending one reply per command.
   void ExecuteRun(Session* session, BatchKind kind, std::vector<std::vector<std::string>>* commands,
                   ReplyChunks* out);
-  // The most commands one run takes (libshelf's batch limit).
-  static constexpr size_t kRunCommandsMax = kBatchItemsMax;
+  // The most commands one run takes: SETs up to libshelf's batch limit
+  // (their values are in memory already, under --max-inflight-bytes); GETs
+  // fewer, as a run holds all its values at once before they are sent.
+  static constexpr size_t kSetRunCommandsMax = kBatchItemsMax;
+  static constexpr size_t kGetRunCommandsMax = 32;
 
   const CommandOptions& options() const { return options_; }
 

@@ -26,6 +26,9 @@ namespace {
 constexpr size_t kReadChunkBytes = 1 << 20;
 constexpr size_t kReadPerEventBytes = 16 << 20;  // then let other connections run
 constexpr size_t kNotifyOutBytes = 256 << 10;    // flush a long pipeline's replies early
+// A connection's replies not yet sent; beyond it its commands wait until
+// the client reads (a pipeline of large GETs must not fill memory).
+constexpr size_t kUnsentBytesMax = 64 << 20;
 constexpr int kIovMax = 64;
 constexpr size_t kDrainBytesMax = 8 << 20;  // then close anyway
 }  // namespace
@@ -65,6 +68,8 @@ struct Connection {
   bool running ABSL_GUARDED_BY(mu) = false;
   std::deque<std::string> out ABSL_GUARDED_BY(mu);
   size_t out_bytes ABSL_GUARDED_BY(mu) = 0;
+  // Bytes of replies in `out` and `wq` together.
+  std::atomic<size_t> unsent_bytes{0};
   bool close_after ABSL_GUARDED_BY(mu) = false;
 };
 
@@ -344,15 +349,18 @@ void RespServer::Work(std::shared_ptr<Connection> conn) {
     CommandHandler::BatchKind kind = CommandHandler::BatchKind::kNone;
     {
       absl::MutexLock l(&conn->mu);
-      if (conn->closed.load() || conn->queue.empty() || conn->close_after) {
-        conn->running = false;
+      if (conn->closed.load() || conn->queue.empty() || conn->close_after ||
+          conn->unsent_bytes.load() > kUnsentBytesMax) {
+        conn->running = false;  // Flush schedules it again once the client has read
         return;
       }
       p = std::move(conn->queue.front());
       conn->queue.pop_front();
       if (p.error.empty()) kind = handler_->Batchable(conn->session, p.args);
       while (kind != CommandHandler::BatchKind::kNone && !conn->queue.empty() &&
-             run.size() + 1 < CommandHandler::kRunCommandsMax &&
+             run.size() + 1 < (kind == CommandHandler::BatchKind::kGet
+                                   ? CommandHandler::kGetRunCommandsMax
+                                   : CommandHandler::kSetRunCommandsMax) &&
              conn->queue.front().error.empty() &&
              handler_->Batchable(conn->session, conn->queue.front().args) == kind) {
         if (run.empty()) run.push_back(std::move(p.args));
@@ -380,6 +388,7 @@ void RespServer::Work(std::shared_ptr<Connection> conn) {
       for (std::string& chunk : reply.chunks) {
         if (chunk.empty()) continue;
         conn->out_bytes += chunk.size();
+        conn->unsent_bytes.fetch_add(chunk.size());
         conn->out.push_back(std::move(chunk));
       }
       if (close) {
@@ -440,6 +449,7 @@ void RespServer::Flush(const std::shared_ptr<Connection>& conn) {
       return;
     }
     stats_->bytes_out.fetch_add(static_cast<uint64_t>(w));
+    conn->unsent_bytes.fetch_sub(static_cast<size_t>(w));
     size_t left = static_cast<size_t>(w);
     while (left > 0) {
       size_t in_front = conn->wq.front().size() - conn->wq_off;
@@ -459,6 +469,7 @@ void RespServer::Flush(const std::shared_ptr<Connection>& conn) {
     conn->draining = true;
     conn->reading = true;  // to see the client's close
   }
+  if (!close_after && conn->unsent_bytes.load() <= kUnsentBytesMax) Schedule(conn);
   UpdateEvents(conn.get());
 }
 

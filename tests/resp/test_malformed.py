@@ -98,3 +98,27 @@ def test_pipelined_inline_and_multibulk_replies_in_order(gateway, unique):
                % (k, len(k) + 1, k, k)).encode())
     assert read_until_closed(s) == b"+OK\r\n$1\r\n1\r\n$-1\r\n$1\r\nx\r\n+OK\r\n"
     s.close()
+
+
+def test_slow_reader_of_a_long_pipeline_gets_every_reply(gateway, unique):
+    # 48 GETs of a 4 MiB value (192 MiB of replies) sent before reading one:
+    # the gateway holds at most a bounded amount of replies for a client that
+    # does not read, then resumes as it reads, with every reply in order.
+    key = unique + b"v"
+    value = bytes(range(256)) * (16 << 10)
+    r = gateway.redis()
+    r.set(key, value)
+    r.close()
+    s = gateway.socket()
+    n = 48
+    get = b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key)
+    s.sendall(get * n + b"PING\r\n")
+    one = b"$%d\r\n" % len(value) + value + b"\r\n"
+    want = one * n + b"+PONG\r\n"
+    got = bytearray()
+    while len(got) < len(want):
+        chunk = s.recv(1 << 20)
+        assert chunk, "closed after %d bytes" % len(got)
+        got += chunk
+    s.close()
+    assert bytes(got) == want
