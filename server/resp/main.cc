@@ -161,6 +161,7 @@ int main(int argc, char** argv) {
       return Fail("--admin-listen: " + std::string(started.status().message()), 1);
     }
     http = *std::move(started);
+    SHELF_LOG(INFO) << "serving /metrics and /health" << Kv("address", http->bound().ToString());
   }
   SHELF_LOG(INFO) << "serving RESP" << Kv("address", (*server)->address());
   WriteReadyFile(ready_file, (*server)->address() + "\n");

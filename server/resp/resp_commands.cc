@@ -210,7 +210,9 @@ void CommandHandler::Hello(Ctx& c) {
     if (opt == "AUTH" && i + 2 < c.argc()) {
       const std::string& user = c.arg(i + 1);
       const std::string& pass = c.arg(i + 2);
-      if (options_.requirepass.empty() || user != "default" || pass != options_.requirepass) {
+      // With no password configured any AUTH passes, as for Redis's
+      // default `nopass` user.
+      if (!options_.requirepass.empty() && (user != "default" || pass != options_.requirepass)) {
         return c.Error("WRONGPASS invalid username-password pair or user is disabled.");
       }
       c.session->authenticated = true;

@@ -111,10 +111,26 @@ def cluster():
     c.stop()
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="session")
 def gateway(cluster):
-    """The usual gateway: defaults, plus FLUSHDB enabled."""
-    return cluster.gateway("resp", "--enable-flush", "--admin-listen", "127.0.0.1:0")
+    """The usual gateway: defaults, plus FLUSHDB, metrics and a unix socket."""
+    admin = f"127.0.0.1:{free_port()}"
+    g = cluster.gateway("resp", "--enable-flush", "--admin-listen", admin,
+                        "--unix-socket", str(cluster.dir / "resp.sock"))
+    g.admin = admin
+    g.unix_socket = str(cluster.dir / "resp.sock")
+    return g
+
+
+@pytest.fixture(scope="session")
+def few_clients_gateway(cluster):
+    return cluster.gateway("resp-few", "--max-clients", "2")
 
 
 @pytest.fixture(scope="session")

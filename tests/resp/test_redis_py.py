@@ -3,6 +3,7 @@ redis:// backend drives Redis."""
 
 import concurrent.futures
 import os
+import time
 
 import pytest
 import redis
@@ -219,3 +220,52 @@ def test_pipelined_runs_match_one_by_one(r, unique):
     assert replies[:9] == [True, True, True, b"b", b"x", None, True, True, b"y"]
     assert isinstance(replies[9], redis.exceptions.ResponseError)
     assert replies[10] == b"b"
+
+
+def test_unix_socket(gateway, unique):
+    c = redis.Redis(unix_socket_path=gateway.unix_socket, socket_timeout=60)
+    assert c.set(unique + b"k", b"over unix") is True
+    c.close()
+    r = gateway.redis()
+    assert r.get(unique + b"k") == b"over unix"
+    r.close()
+
+
+def test_max_clients(few_clients_gateway):
+    # Two clients are served; until the fixture's own probe connection has
+    # been seen closed, the second may still be refused: then start over.
+    for _ in range(100):
+        a, b = few_clients_gateway.socket(), few_clients_gateway.socket()
+        replies = []
+        for s in (a, b):
+            s.sendall(b"PING\r\n")
+            replies.append(s.recv(100))
+        if replies == [b"+PONG\r\n"] * 2:
+            break
+        assert b"max number of clients" in b"".join(replies), replies
+        a.close()
+        b.close()
+        time.sleep(0.05)
+    assert replies == [b"+PONG\r\n"] * 2
+    c = few_clients_gateway.socket()
+    data = b""
+    while True:
+        chunk = c.recv(100)
+        if not chunk:
+            break
+        data += chunk
+    assert data == b"-ERR max number of clients reached\r\n"
+    for s in (a, b, c):
+        s.close()
+
+
+def test_health_and_metrics(gateway, r):
+    import urllib.request
+    r.ping()
+    with urllib.request.urlopen(f"http://{gateway.admin}/health", timeout=30) as h:
+        assert h.status == 200
+        assert b'"ok"' in h.read()
+    with urllib.request.urlopen(f"http://{gateway.admin}/metrics", timeout=30) as m:
+        text = m.read().decode()
+    assert "shelf_resp_connections" in text
+    assert "shelf_resp_commands_total" in text
