@@ -59,6 +59,9 @@ struct Connection {
   // sends is read and dropped until it closes, so the reply is not lost to
   // a reset (closing with unread input sends RST).
   bool draining = false;
+  // The client shut its sending side down (or went away) with commands
+  // still to run: they run, their replies are sent, then it is closed.
+  std::atomic<bool> peer_closed{false};
   size_t drained_bytes = 0;
   uint32_t events = 0;
 
@@ -265,6 +268,10 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
       return;
     }
   }
+  if (!conn->reading) {  // a hang-up or error while not reading
+    Close(conn);
+    return;
+  }
   size_t total = 0;
   bool eof = false;
   while (conn->reading && total < kReadPerEventBytes) {
@@ -280,7 +287,6 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
     eof = true;  // closed by the peer, or reset
     break;
   }
-  if (!conn->reading && total == 0) eof = true;  // hang-up while not reading
   stats_->bytes_in.fetch_add(total);
   std::vector<std::string> args;
   std::string error;
@@ -314,8 +320,23 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
     queued = true;
   }
   if (eof) {
-    Close(conn);
-    return;
+    bool busy = !conn->wq.empty();
+    {
+      absl::MutexLock l(&conn->mu);
+      busy = busy || conn->running || !conn->queue.empty() || !conn->out.empty();
+    }
+    if (!busy) {
+      Close(conn);
+      return;
+    }
+    conn->peer_closed.store(true);
+    if (conn->reading) {
+      conn->reading = false;
+      conn->parser = RespParser(options_.limits);  // a partial command never runs
+      ChargeParser(conn.get());
+      UpdateEvents(conn.get());
+    }
+    queued = true;
   }
   if (queued) Schedule(conn);
 }
@@ -348,10 +369,14 @@ void RespServer::Work(std::shared_ptr<Connection> conn) {
     std::vector<std::vector<std::string>> run;
     CommandHandler::BatchKind kind = CommandHandler::BatchKind::kNone;
     {
-      absl::MutexLock l(&conn->mu);
+      absl::ReleasableMutexLock l(&conn->mu);
       if (conn->closed.load() || conn->queue.empty() || conn->close_after ||
           conn->unsent_bytes.load() > kUnsentBytesMax) {
         conn->running = false;  // Flush schedules it again once the client has read
+        if (conn->peer_closed.load()) {
+          l.Release();
+          Notify(conn);  // the loop closes it once the replies are out
+        }
         return;
       }
       p = std::move(conn->queue.front());
@@ -470,6 +495,17 @@ void RespServer::Flush(const std::shared_ptr<Connection>& conn) {
     conn->reading = true;  // to see the client's close
   }
   if (!close_after && conn->unsent_bytes.load() <= kUnsentBytesMax) Schedule(conn);
+  if (conn->peer_closed.load() && conn->wq.empty()) {
+    bool idle;
+    {
+      absl::MutexLock l(&conn->mu);
+      idle = !conn->running && conn->queue.empty() && conn->out.empty();
+    }
+    if (idle) {
+      Close(conn);
+      return;
+    }
+  }
   UpdateEvents(conn.get());
 }
 

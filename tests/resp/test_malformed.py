@@ -122,3 +122,15 @@ def test_slow_reader_of_a_long_pipeline_gets_every_reply(gateway, unique):
         got += chunk
     s.close()
     assert bytes(got) == want
+
+
+def test_commands_sent_before_a_half_close_still_run(gateway, unique):
+    # `printf 'SET k v\r\nGET k\r\n' | nc host port`: the client shuts its
+    # sending side down right after the commands; they run and it gets
+    # every reply before the gateway closes.
+    k = unique + b"k"
+    s = gateway.socket()
+    s.sendall(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$1\r\nv\r\nGET %s\r\n" % (len(k), k, k))
+    s.shutdown(socket.SHUT_WR)
+    assert read_until_closed(s) == b"+OK\r\n$1\r\nv\r\n"
+    s.close()
