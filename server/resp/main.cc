@@ -134,19 +134,6 @@ int main(int argc, char** argv) {
       RespServer::Start(server_opts, &handler, &stats);
   if (!server.ok()) return Fail(std::string(server.status().message()), 1);
 
-  metrics::Registry& reg = DefaultRegistry();
-  std::vector<metrics::CallbackHandle> gauges;
-  gauges.push_back(reg.AddCallbackGauge("shelf_resp_connections", "Client connections open.",
-                                        [&] { return double(stats.connected_clients.load()); }));
-  gauges.push_back(reg.AddCallbackGauge("shelf_resp_commands_total", "Commands run since start.",
-                                        [&] { return double(stats.commands.load()); }));
-  gauges.push_back(reg.AddCallbackGauge("shelf_resp_inflight_bytes",
-                                        "Request bytes held in memory.",
-                                        [&] { return double(stats.inflight_bytes.load()); }));
-  gauges.push_back(reg.AddCallbackGauge("shelf_resp_keyspace_hits_total", "GET hits.",
-                                        [&] { return double(stats.hits.load()); }));
-  gauges.push_back(reg.AddCallbackGauge("shelf_resp_keyspace_misses_total", "GET misses.",
-                                        [&] { return double(stats.misses.load()); }));
   std::unique_ptr<HttpServer> http;
   if (!admin_listen.empty()) {
     std::map<std::string, HttpHandler> handlers;

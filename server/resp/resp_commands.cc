@@ -86,14 +86,59 @@ struct CommandHandler::Ctx {
   void Syntax() { Error("ERR syntax error"); }
 };
 
+ServerStats::ServerStats()
+    : commands(DefaultRegistry()
+                   .AddCounter("shelf_resp_commands_total", "Commands run by shelf-resp.")
+                   .WithLabels()),
+      errors(DefaultRegistry()
+                 .AddCounter("shelf_resp_errors_total", "Commands answered with an error.")
+                 .WithLabels()),
+      hits(DefaultRegistry()
+               .AddCounter("shelf_resp_keyspace_hits_total", "GET and MGET keys found.")
+               .WithLabels()),
+      misses(DefaultRegistry()
+                 .AddCounter("shelf_resp_keyspace_misses_total", "GET and MGET keys missing.")
+                 .WithLabels()),
+      total_connections(DefaultRegistry()
+                            .AddCounter("shelf_resp_connections_total", "Connections accepted.")
+                            .WithLabels()),
+      rejected_connections(DefaultRegistry()
+                               .AddCounter("shelf_resp_rejected_connections_total",
+                                           "Connections refused over --max-clients.")
+                               .WithLabels()),
+      inflight_rejections(DefaultRegistry()
+                              .AddCounter("shelf_resp_inflight_rejections_total",
+                                          "Connections closed with -OOM over "
+                                          "--max-inflight-bytes.")
+                              .WithLabels()),
+      bytes_in(DefaultRegistry()
+                   .AddCounter("shelf_resp_received_bytes_total", "Bytes read from clients.")
+                   .WithLabels()),
+      bytes_out(DefaultRegistry()
+                    .AddCounter("shelf_resp_sent_bytes_total", "Bytes written to clients.")
+                    .WithLabels()) {
+  gauges_.push_back(DefaultRegistry().AddCallbackGauge(
+      "shelf_resp_connections", "Client connections open.",
+      [this] { return static_cast<double>(connected_clients.load()); }));
+  gauges_.push_back(DefaultRegistry().AddCallbackGauge(
+      "shelf_resp_inflight_bytes", "Request bytes held in memory (--max-inflight-bytes).",
+      [this] { return static_cast<double>(inflight_bytes.load()); }));
+}
+
 CommandHandler::CommandHandler(Client* client, CommandOptions options, ServerStats* stats)
     : client_(client), options_(std::move(options)), stats_(stats), start_unix_s_(NowUnixS()) {}
 
 void CommandHandler::Execute(Session* session, std::vector<std::string>* args, ReplyChunks* out,
                              bool* close) {
   Ctx c{session, args, out, close, absl::AsciiStrToLower((*args)[0])};
-  stats_->commands.fetch_add(1, std::memory_order_relaxed);
+  stats_->commands.Inc(1);
+  std::string* tail = out->tail();
+  size_t chunks = out->chunks.size(), before = tail->size();
   Dispatch(c);
+  // An error reply is one small line, in the tail it started in.
+  if (out->chunks.size() == chunks && tail->size() > before && (*tail)[before] == '-') {
+    stats_->errors.Inc(1);
+  }
 }
 
 void CommandHandler::Dispatch(Ctx& c) {
@@ -102,7 +147,6 @@ void CommandHandler::Dispatch(Ctx& c) {
   if (info == nullptr) {
     std::string shown = c.arg(0).substr(0, 128);
     c.Error(absl::StrCat("ERR unknown command '", shown, "'"));
-    stats_->errors.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   int argc = static_cast<int>(c.argc());
@@ -384,13 +428,13 @@ void CommandHandler::Info(Ctx& c) {
   }
   if (want("stats")) {
     absl::StrAppend(
-        &text, "# Stats\r\ntotal_connections_received:", stats_->total_connections.load(),
-        "\r\ntotal_commands_processed:", stats_->commands.load(),
-        "\r\nrejected_connections:", stats_->rejected_connections.load(),
-        "\r\ntotal_net_input_bytes:", stats_->bytes_in.load(),
-        "\r\ntotal_net_output_bytes:", stats_->bytes_out.load(),
-        "\r\nkeyspace_hits:", stats_->hits.load(), "\r\nkeyspace_misses:", stats_->misses.load(),
-        "\r\ninflight_rejections:", stats_->inflight_rejections.load(), "\r\n\r\n");
+        &text, "# Stats\r\ntotal_connections_received:", stats_->total_connections.Value(),
+        "\r\ntotal_commands_processed:", stats_->commands.Value(),
+        "\r\nrejected_connections:", stats_->rejected_connections.Value(),
+        "\r\ntotal_net_input_bytes:", stats_->bytes_in.Value(),
+        "\r\ntotal_net_output_bytes:", stats_->bytes_out.Value(),
+        "\r\nkeyspace_hits:", stats_->hits.Value(), "\r\nkeyspace_misses:", stats_->misses.Value(),
+        "\r\ninflight_rejections:", stats_->inflight_rejections.Value(), "\r\n\r\n");
   }
   if (want("keyspace")) {
     uint64_t keys = 0;
@@ -473,12 +517,12 @@ void CommandHandler::Get(Ctx& c, bool del) {
   std::string value;
   Status s = Load(c.arg(1), &value);
   if (s.code() == StatusCode::kNotFound) {
-    stats_->misses.fetch_add(1, std::memory_order_relaxed);
+    stats_->misses.Inc(1);
     return c.w().Null();
   }
   if (!s.ok())
     return c.Error(s.code() == StatusCode::kFailedPrecondition ? s.message() : ErrorText(s));
-  stats_->hits.fetch_add(1, std::memory_order_relaxed);
+  stats_->hits.Inc(1);
   if (del) {
     Status r = client_->Remove(c.arg(1));
     if (!r.ok() && r.code() != StatusCode::kNotFound) return c.Error(ErrorText(r));
@@ -565,11 +609,11 @@ void CommandHandler::MGet(Ctx& c) {
   for (size_t i = 0; i < keys.size(); ++i) {
     std::string& v = values[i];
     if (!statuses[i].ok() || v.empty() || v.back() != kValueTrailer) {
-      stats_->misses.fetch_add(1, std::memory_order_relaxed);
+      stats_->misses.Inc(1);
       c.w().Null();
       continue;
     }
-    stats_->hits.fetch_add(1, std::memory_order_relaxed);
+    stats_->hits.Inc(1);
     v.pop_back();
     c.w().BulkHeader(v.size());
     c.out->AddOwned(std::move(v));

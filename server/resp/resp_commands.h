@@ -24,6 +24,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
 #include "shelf/client.h"
 
 namespace shelf::resp {
@@ -41,19 +42,27 @@ struct CommandOptions {
   std::string listen;  // for INFO
 };
 
-// Figures INFO reports, updated by the server.
+// Figures INFO reports and /metrics serves (docs/metrics.md, "Front end").
+// The counters live in DefaultRegistry(); the gauges are read by callbacks.
 struct ServerStats {
+  ServerStats();
+  ServerStats(const ServerStats&) = delete;
+  ServerStats& operator=(const ServerStats&) = delete;
+
+  metrics::Counter& commands;
+  metrics::Counter& errors;  // commands answered with an error
+  metrics::Counter& hits;
+  metrics::Counter& misses;
+  metrics::Counter& total_connections;
+  metrics::Counter& rejected_connections;  // over --max-clients
+  metrics::Counter& inflight_rejections;   // -OOM for --max-inflight-bytes
+  metrics::Counter& bytes_in;
+  metrics::Counter& bytes_out;
   std::atomic<int64_t> connected_clients{0};
-  std::atomic<uint64_t> total_connections{0};
-  std::atomic<uint64_t> rejected_connections{0};
-  std::atomic<uint64_t> commands{0};
-  std::atomic<uint64_t> hits{0};
-  std::atomic<uint64_t> misses{0};
-  std::atomic<uint64_t> errors{0};
   std::atomic<int64_t> inflight_bytes{0};
-  std::atomic<uint64_t> inflight_rejections{0};
-  std::atomic<uint64_t> bytes_in{0};
-  std::atomic<uint64_t> bytes_out{0};
+
+ private:
+  std::vector<metrics::CallbackHandle> gauges_;
 };
 
 // Per-connection state.

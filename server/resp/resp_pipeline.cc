@@ -40,7 +40,7 @@ CommandHandler::BatchKind CommandHandler::Batchable(const Session& session,
 void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
                                 std::vector<std::vector<std::string>>* commands, ReplyChunks* out) {
   const size_t n = commands->size();
-  stats_->commands.fetch_add(n, std::memory_order_relaxed);
+  stats_->commands.Inc(n);
   auto writer = [&] { return RespWriter(out->tail(), session->protocol); };
   std::vector<std::string> keys;
   keys.reserve(n);
@@ -54,14 +54,16 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
       const Status& st = s.ok() ? statuses[i] : s;
       std::string& v = values.size() == n ? values[i] : keys[i];  // unused unless ok
       if (st.code() == StatusCode::kNotFound) {
-        stats_->misses.fetch_add(1, std::memory_order_relaxed);
+        stats_->misses.Inc(1);
         writer().Null();
       } else if (!st.ok()) {
+        stats_->errors.Inc(1);
         writer().Error(ErrorLine(st));
       } else if (v.empty() || v.back() != kValueTrailer) {
+        stats_->errors.Inc(1);
         writer().Error("WRONGTYPE block was not written through shelf-resp");
       } else {
-        stats_->hits.fetch_add(1, std::memory_order_relaxed);
+        stats_->hits.Inc(1);
         v.pop_back();
         writer().BulkHeader(v.size());
         out->AddOwned(std::move(v));
@@ -80,6 +82,7 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
   if (!repeats) {
     Status s = client_->Exists(keys, &present);
     if (!s.ok()) {
+      stats_->errors.Inc(n);
       for (size_t i = 0; i < n; ++i) writer().Error(ErrorLine(s));
       return;
     }
@@ -109,6 +112,7 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
     if (results[i].ok()) {
       writer().Simple("OK");
     } else {
+      stats_->errors.Inc(1);
       writer().Error(ErrorLine(results[i]));
     }
   }

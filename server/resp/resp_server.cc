@@ -197,7 +197,7 @@ void RespServer::Accept(int listen_fd) {
       ssize_t unused = write(fd, kFull, sizeof(kFull) - 1);
       (void)unused;
       close(fd);
-      stats_->rejected_connections.fetch_add(1);
+      stats_->rejected_connections.Inc(1);
       continue;
     }
     std::string peer = "unix";
@@ -224,7 +224,7 @@ void RespServer::Accept(int listen_fd) {
                                        .count();
     conns_[fd] = conn;
     stats_->connected_clients.fetch_add(1);
-    stats_->total_connections.fetch_add(1);
+    stats_->total_connections.Inc(1);
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -287,7 +287,7 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
     eof = true;  // closed by the peer, or reset
     break;
   }
-  stats_->bytes_in.fetch_add(total);
+  stats_->bytes_in.Inc(total);
   std::vector<std::string> args;
   std::string error;
   bool queued = false;
@@ -313,7 +313,7 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
   if (conn->reading &&
       stats_->inflight_bytes.load() > static_cast<int64_t>(options_.max_inflight_bytes) &&
       conn->parser_charge > 0) {
-    stats_->inflight_rejections.fetch_add(1);
+    stats_->inflight_rejections.Inc(1);
     FailConnection(conn, absl::StrCat("OOM command not allowed: requests in flight are over "
                                       "--max-inflight-bytes (",
                                       options_.max_inflight_bytes, " bytes)"));
@@ -473,7 +473,7 @@ void RespServer::Flush(const std::shared_ptr<Connection>& conn) {
       Close(conn);  // the peer is gone
       return;
     }
-    stats_->bytes_out.fetch_add(static_cast<uint64_t>(w));
+    stats_->bytes_out.Inc(static_cast<uint64_t>(w));
     conn->unsent_bytes.fetch_sub(static_cast<size_t>(w));
     size_t left = static_cast<size_t>(w);
     while (left > 0) {

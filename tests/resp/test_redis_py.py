@@ -3,6 +3,7 @@ redis:// backend drives Redis."""
 
 import concurrent.futures
 import os
+import subprocess
 import time
 
 import pytest
@@ -267,5 +268,10 @@ def test_health_and_metrics(gateway, r):
         assert b'"ok"' in h.read()
     with urllib.request.urlopen(f"http://{gateway.admin}/metrics", timeout=30) as m:
         text = m.read().decode()
-    assert "shelf_resp_connections" in text
-    assert "shelf_resp_commands_total" in text
+    assert "# TYPE shelf_resp_connections gauge" in text
+    assert "# TYPE shelf_resp_commands_total counter" in text
+    assert "# TYPE shelf_resp_errors_total counter" in text
+    # Prometheus's own linter (Debian: prometheus) accepts the exposition.
+    lint = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                          capture_output=True, timeout=60)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
