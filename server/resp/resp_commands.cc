@@ -1,129 +1,28 @@
+// The data commands of shelf-resp (GET, SET, MGET, MSET, EXISTS, DEL, SCAN,
+// ...) and the dispatch of every command. The connection and server
+// commands are in resp_admin.cc, pipelined runs in resp_pipeline.cc.
 #include "server/resp/resp_commands.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cstring>
-#include <fstream>
 #include <unordered_map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/resp/resp_command_table.h"
 #include "server/resp/resp_parser.h"
 
 namespace shelf::resp {
-
 namespace {
 
-int64_t NowUnixS() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string Upper(const std::string& s) { return absl::AsciiStrToUpper(s); }
-
-// How a Shelf status reads to a Redis client (docs/resp.md, "Errors").
-std::string ErrorText(const Status& s) {
-  if (s.code() == StatusCode::kResourceExhausted) return "OOM " + s.message();
-  return "ERR " + s.message();
-}
-
-uint64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  uint64_t pages = 0, resident = 0;
-  statm >> pages >> resident;
-  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-}
-
-// Commands this front end knows: name, arity (negative: at least), flags.
-struct CommandInfo {
-  const char* name;
-  int arity;
-  const char* flag;
-  int first_key, last_key, step;
-};
-constexpr CommandInfo kCommands[] = {
-    {"ping", -1, "fast", 0, 0, 0},       {"echo", 2, "fast", 0, 0, 0},
-    {"quit", -1, "fast", 0, 0, 0},       {"reset", 1, "fast", 0, 0, 0},
-    {"hello", -1, "fast", 0, 0, 0},      {"auth", -2, "fast", 0, 0, 0},
-    {"select", 2, "fast", 0, 0, 0},      {"client", -2, "admin", 0, 0, 0},
-    {"command", -1, "loading", 0, 0, 0}, {"info", -1, "loading", 0, 0, 0},
-    {"dbsize", 1, "readonly", 0, 0, 0},  {"get", 2, "readonly", 1, 1, 1},
-    {"set", -3, "write", 1, 1, 1},       {"setnx", 3, "write", 1, 1, 1},
-    {"getdel", 2, "write", 1, 1, 1},     {"mget", -2, "readonly", 1, -1, 1},
-    {"mset", -3, "write", 1, -1, 2},     {"exists", -2, "readonly", 1, -1, 1},
-    {"del", -2, "write", 1, -1, 1},      {"unlink", -2, "write", 1, -1, 1},
-    {"strlen", 2, "readonly", 1, 1, 1},  {"type", 2, "readonly", 1, 1, 1},
-    {"ttl", 2, "readonly", 1, 1, 1},     {"pttl", 2, "readonly", 1, 1, 1},
-    {"scan", -2, "readonly", 0, 0, 0},   {"keys", 2, "readonly", 0, 0, 0},
-    {"flushdb", -1, "write", 0, 0, 0},   {"flushall", -1, "write", 0, 0, 0},
-};
-
-const CommandInfo* FindCommand(const std::string& lower) {
-  for (const CommandInfo& c : kCommands) {
-    if (lower == c.name) return &c;
-  }
-  return nullptr;
-}
+using internal::CommandInfo;
+using internal::ErrorText;
+using internal::FindCommand;
+using internal::NowUnixS;
+using internal::Upper;
 
 }  // namespace
-
-struct CommandHandler::Ctx {
-  Session* session;
-  std::vector<std::string>* args;
-  ReplyChunks* out;
-  bool* close;
-  std::string name;  // lower case
-  RespWriter w() { return RespWriter(out->tail(), session->protocol); }
-  const std::string& arg(size_t i) const { return (*args)[i]; }
-  size_t argc() const { return args->size(); }
-  void Error(const std::string& text) { w().Error(text); }
-  void Ok() { w().Simple("OK"); }
-  void Syntax() { Error("ERR syntax error"); }
-};
-
-ServerStats::ServerStats()
-    : commands(DefaultRegistry()
-                   .AddCounter("shelf_resp_commands_total", "Commands run by shelf-resp.")
-                   .WithLabels()),
-      errors(DefaultRegistry()
-                 .AddCounter("shelf_resp_errors_total", "Commands answered with an error.")
-                 .WithLabels()),
-      hits(DefaultRegistry()
-               .AddCounter("shelf_resp_keyspace_hits_total", "GET and MGET keys found.")
-               .WithLabels()),
-      misses(DefaultRegistry()
-                 .AddCounter("shelf_resp_keyspace_misses_total", "GET and MGET keys missing.")
-                 .WithLabels()),
-      total_connections(DefaultRegistry()
-                            .AddCounter("shelf_resp_connections_total", "Connections accepted.")
-                            .WithLabels()),
-      rejected_connections(DefaultRegistry()
-                               .AddCounter("shelf_resp_rejected_connections_total",
-                                           "Connections refused over --max-clients.")
-                               .WithLabels()),
-      inflight_rejections(DefaultRegistry()
-                              .AddCounter("shelf_resp_inflight_rejections_total",
-                                          "Connections closed with -OOM over "
-                                          "--max-inflight-bytes.")
-                              .WithLabels()),
-      bytes_in(DefaultRegistry()
-                   .AddCounter("shelf_resp_received_bytes_total", "Bytes read from clients.")
-                   .WithLabels()),
-      bytes_out(DefaultRegistry()
-                    .AddCounter("shelf_resp_sent_bytes_total", "Bytes written to clients.")
-                    .WithLabels()) {
-  gauges_.push_back(DefaultRegistry().AddCallbackGauge(
-      "shelf_resp_connections", "Client connections open.",
-      [this] { return static_cast<double>(connected_clients.load()); }));
-  gauges_.push_back(DefaultRegistry().AddCallbackGauge(
-      "shelf_resp_inflight_bytes", "Request bytes held in memory (--max-inflight-bytes).",
-      [this] { return static_cast<double>(inflight_bytes.load()); }));
-}
 
 CommandHandler::CommandHandler(Client* client, CommandOptions options, ServerStats* stats)
     : client_(client), options_(std::move(options)), stats_(stats), start_unix_s_(NowUnixS()) {}
@@ -233,217 +132,6 @@ void CommandHandler::Dispatch(Ctx& c) {
   if (n == "keys") return Keys(c);
   if (n == "flushdb" || n == "flushall") return Flush(c);
   c.Error(absl::StrCat("ERR unknown command '", c.arg(0).substr(0, 128), "'"));
-}
-
-void CommandHandler::Hello(Ctx& c) {
-  int proto = c.session->protocol;
-  size_t i = 1;
-  if (c.argc() >= 2) {
-    int64_t v = 0;
-    if (!ParseRespInt(c.arg(1), &v)) {
-      return c.Error("ERR Protocol version is not an integer or out of range");
-    }
-    if (v != 2 && v != 3) return c.Error("NOPROTO unsupported protocol version");
-    proto = static_cast<int>(v);
-    i = 2;
-  }
-  std::string setname;
-  bool have_name = false;
-  for (; i < c.argc(); ++i) {
-    std::string opt = Upper(c.arg(i));
-    if (opt == "AUTH" && i + 2 < c.argc()) {
-      const std::string& user = c.arg(i + 1);
-      const std::string& pass = c.arg(i + 2);
-      // With no password configured any AUTH passes, as for Redis's
-      // default `nopass` user.
-      if (!options_.requirepass.empty() && (user != "default" || pass != options_.requirepass)) {
-        return c.Error("WRONGPASS invalid username-password pair or user is disabled.");
-      }
-      c.session->authenticated = true;
-      i += 2;
-    } else if (opt == "SETNAME" && i + 1 < c.argc()) {
-      setname = c.arg(++i);
-      have_name = true;
-    } else {
-      return c.Error(absl::StrCat("ERR Syntax error in HELLO option '", c.arg(i), "'"));
-    }
-  }
-  if (!options_.requirepass.empty() && !c.session->authenticated) {
-    return c.Error(
-        "NOAUTH HELLO must be called with the client already authenticated, otherwise "
-        "the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the "
-        "client and select the RESP protocol version at the same time");
-  }
-  c.session->protocol = proto;
-  if (have_name) c.session->name = setname;
-  RespWriter w = c.w();
-  w.Map(7);
-  w.Bulk("server");
-  w.Bulk("redis");
-  w.Bulk("version");
-  w.Bulk("7.0.0");
-  w.Bulk("proto");
-  w.Integer(proto);
-  w.Bulk("id");
-  w.Integer(static_cast<int64_t>(c.session->id));
-  w.Bulk("mode");
-  w.Bulk("standalone");
-  w.Bulk("role");
-  w.Bulk("master");
-  w.Bulk("modules");
-  w.Array(0);
-}
-
-void CommandHandler::ClientCmd(Ctx& c) {
-  std::string sub = Upper(c.arg(1));
-  Session* s = c.session;
-  auto client_line = [&] {
-    return absl::StrCat("id=", s->id, " addr=", s->peer, " laddr=", options_.listen,
-                        " fd=0 name=", s->name, " age=", NowUnixS() - s->created_unix_s,
-                        " idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 resp=", s->protocol,
-                        " lib-name=", s->lib_name, " lib-ver=", s->lib_ver, "\n");
-  };
-  if (sub == "SETNAME" && c.argc() == 3) {
-    for (char ch : c.arg(2)) {
-      if (ch <= ' ' || ch > '~') {
-        return c.Error("ERR Client names cannot contain spaces, newlines or special characters.");
-      }
-    }
-    s->name = c.arg(2);
-    return c.Ok();
-  }
-  if (sub == "GETNAME" && c.argc() == 2) {
-    if (s->name.empty()) return c.w().Null();
-    return c.w().Bulk(s->name);
-  }
-  if (sub == "ID" && c.argc() == 2) return c.w().Integer(static_cast<int64_t>(s->id));
-  if (sub == "SETINFO" && c.argc() == 4) {
-    std::string attr = Upper(c.arg(2));
-    if (attr == "LIB-NAME") {
-      s->lib_name = c.arg(3);
-    } else if (attr == "LIB-VER") {
-      s->lib_ver = c.arg(3);
-    } else {
-      return c.Error(absl::StrCat("ERR Unrecognized option '", c.arg(2), "'"));
-    }
-    return c.Ok();
-  }
-  if ((sub == "INFO" && c.argc() == 2) || (sub == "LIST" && c.argc() == 2)) {
-    return c.w().Verbatim(client_line());
-  }
-  c.Error(absl::StrCat("ERR unknown subcommand '", c.arg(1).substr(0, 64),
-                       "'. Try CLIENT SETNAME, GETNAME, ID, SETINFO, INFO."));
-}
-
-void CommandHandler::CommandCmd(Ctx& c) {
-  constexpr size_t kCount = sizeof(kCommands) / sizeof(kCommands[0]);
-  auto write_info = [&](const CommandInfo& ci) {
-    RespWriter w = c.w();
-    w.Array(10);
-    w.Bulk(ci.name);
-    w.Integer(ci.arity);
-    w.Set(1);
-    w.Simple(ci.flag);
-    w.Integer(ci.first_key);
-    w.Integer(ci.last_key);
-    w.Integer(ci.step);
-    w.Set(0);    // ACL categories
-    w.Set(0);    // tips
-    w.Array(0);  // key specs
-    w.Array(0);  // subcommands
-  };
-  if (c.argc() == 1) {
-    c.w().Array(kCount);
-    for (const CommandInfo& ci : kCommands) write_info(ci);
-    return;
-  }
-  std::string sub = Upper(c.arg(1));
-  if (sub == "COUNT") return c.w().Integer(static_cast<int64_t>(kCount));
-  if (sub == "INFO") {
-    c.w().Array(c.argc() - 2);
-    for (size_t i = 2; i < c.argc(); ++i) {
-      const CommandInfo* ci = FindCommand(absl::AsciiStrToLower(c.arg(i)));
-      if (ci == nullptr) {
-        c.w().NullArray();
-      } else {
-        write_info(*ci);
-      }
-    }
-    return;
-  }
-  if (sub == "DOCS") {
-    std::vector<const CommandInfo*> wanted;
-    if (c.argc() == 2) {
-      for (const CommandInfo& ci : kCommands) wanted.push_back(&ci);
-    } else {
-      for (size_t i = 2; i < c.argc(); ++i) {
-        const CommandInfo* ci = FindCommand(absl::AsciiStrToLower(c.arg(i)));
-        if (ci != nullptr) wanted.push_back(ci);
-      }
-    }
-    RespWriter w = c.w();
-    w.Map(wanted.size());
-    for (const CommandInfo* ci : wanted) {
-      w.Bulk(ci->name);
-      w.Map(3);
-      w.Bulk("summary");
-      w.Bulk(absl::StrCat("Redis '", ci->name, "' on a Shelf cluster (docs/resp.md)"));
-      w.Bulk("since");
-      w.Bulk("1.0.0");
-      w.Bulk("group");
-      w.Bulk(ci->first_key > 0 ? "string" : "server");
-    }
-    return;
-  }
-  c.Error(absl::StrCat("ERR unknown subcommand '", c.arg(1).substr(0, 64),
-                       "'. Try COMMAND COUNT, INFO, DOCS."));
-}
-
-void CommandHandler::Info(Ctx& c) {
-  std::vector<std::string> sections;
-  for (size_t i = 1; i < c.argc(); ++i) sections.push_back(absl::AsciiStrToLower(c.arg(i)));
-  auto want = [&](const char* name) {
-    if (sections.empty()) return true;
-    for (const std::string& s : sections) {
-      if (s == name || s == "all" || s == "everything" || s == "default") return true;
-    }
-    return false;
-  };
-  std::string text;
-  if (want("server")) {
-    absl::StrAppend(&text, "# Server\r\nredis_version:7.0.0\r\nshelf_resp_version:0.1.0\r\n",
-                    "redis_mode:standalone\r\nos:Linux\r\nprocess_id:", getpid(),
-                    "\r\ntcp_listen:", options_.listen,
-                    "\r\nuptime_in_seconds:", NowUnixS() - start_unix_s_, "\r\n\r\n");
-  }
-  if (want("clients")) {
-    absl::StrAppend(&text, "# Clients\r\nconnected_clients:", stats_->connected_clients.load(),
-                    "\r\n\r\n");
-  }
-  if (want("memory")) {
-    uint64_t rss = ResidentBytes();
-    absl::StrAppend(&text, "# Memory\r\nused_memory:", rss, "\r\nused_memory_rss:", rss,
-                    "\r\ninflight_bytes:", stats_->inflight_bytes.load(),
-                    "\r\nmax_value_size:", options_.max_value_bytes, "\r\n\r\n");
-  }
-  if (want("stats")) {
-    absl::StrAppend(
-        &text, "# Stats\r\ntotal_connections_received:", stats_->total_connections.Value(),
-        "\r\ntotal_commands_processed:", stats_->commands.Value(),
-        "\r\nrejected_connections:", stats_->rejected_connections.Value(),
-        "\r\ntotal_net_input_bytes:", stats_->bytes_in.Value(),
-        "\r\ntotal_net_output_bytes:", stats_->bytes_out.Value(),
-        "\r\nkeyspace_hits:", stats_->hits.Value(), "\r\nkeyspace_misses:", stats_->misses.Value(),
-        "\r\ninflight_rejections:", stats_->inflight_rejections.Value(), "\r\n\r\n");
-  }
-  if (want("keyspace")) {
-    uint64_t keys = 0;
-    Status s = CountKeys(&keys);
-    absl::StrAppend(&text, "# Keyspace\r\n");
-    if (s.ok() && keys > 0) absl::StrAppend(&text, "db0:keys=", keys, ",expires=0,avg_ttl=0\r\n");
-    absl::StrAppend(&text, "\r\n");
-  }
-  c.w().Verbatim(text);
 }
 
 // ------------------------------------------------------------ storage

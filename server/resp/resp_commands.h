@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
+#include "server/resp/resp_parser.h"
 #include "shelf/client.h"
 
 namespace shelf::resp {
@@ -119,7 +120,20 @@ class CommandHandler {
   const CommandOptions& options() const { return options_; }
 
  private:
-  struct Ctx;
+  // One command being run.
+  struct Ctx {
+    Session* session;
+    std::vector<std::string>* args;
+    ReplyChunks* out;
+    bool* close;
+    std::string name;  // lower case
+    RespWriter w() { return RespWriter(out->tail(), session->protocol); }
+    const std::string& arg(size_t i) const { return (*args)[i]; }
+    size_t argc() const { return args->size(); }
+    void Error(const std::string& text) { w().Error(text); }
+    void Ok() { w().Simple("OK"); }
+    void Syntax() { Error("ERR syntax error"); }
+  };
   void Dispatch(Ctx& c);
   void Hello(Ctx& c);
   void ClientCmd(Ctx& c);

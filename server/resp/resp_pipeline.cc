@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/resp/resp_command_table.h"
 #include "server/resp/resp_commands.h"
 #include "server/resp/resp_parser.h"
 
@@ -16,10 +17,6 @@ namespace {
 
 bool IsCommand(const std::string& arg, const char* upper) {
   return absl::EqualsIgnoreCase(arg, upper);
-}
-
-std::string ErrorLine(const Status& s) {
-  return s.code() == StatusCode::kResourceExhausted ? "OOM " + s.message() : "ERR " + s.message();
 }
 
 }  // namespace
@@ -58,7 +55,7 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
         writer().Null();
       } else if (!st.ok()) {
         stats_->errors.Inc(1);
-        writer().Error(ErrorLine(st));
+        writer().Error(internal::ErrorText(st));
       } else if (v.empty() || v.back() != kValueTrailer) {
         stats_->errors.Inc(1);
         writer().Error("WRONGTYPE block was not written through shelf-resp");
@@ -83,7 +80,7 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
     Status s = client_->Exists(keys, &present);
     if (!s.ok()) {
       stats_->errors.Inc(n);
-      for (size_t i = 0; i < n; ++i) writer().Error(ErrorLine(s));
+      for (size_t i = 0; i < n; ++i) writer().Error(internal::ErrorText(s));
       return;
     }
   }
@@ -113,7 +110,7 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
       writer().Simple("OK");
     } else {
       stats_->errors.Inc(1);
-      writer().Error(ErrorLine(results[i]));
+      writer().Error(internal::ErrorText(results[i]));
     }
   }
 }
