@@ -275,3 +275,22 @@ def test_health_and_metrics(gateway, r):
     lint = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
                           capture_output=True, timeout=60)
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_flush_is_off_unless_enabled(auth_gateway, unique):
+    from conftest import PASSWORD
+    c = auth_gateway.redis(password=PASSWORD)
+    c.set(unique + b"k", b"v")
+    with pytest.raises(redis.exceptions.ResponseError, match="--enable-flush"):
+        c.flushall()
+    assert c.get(unique + b"k") == b"v"
+    c.close()
+
+
+def test_tls_flags_refused_with_a_clear_error(cluster):
+    from conftest import BIN_DIR
+    out = subprocess.run([str(BIN_DIR / "shelf-resp"), "--master", cluster.master,
+                          "--listen", "127.0.0.1:0", "--tls-cert", "c.pem", "--tls-key", "k.pem"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "TLS is not supported" in out.stderr
