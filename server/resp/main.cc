@@ -2,6 +2,7 @@
 // so that Redis clients (LMCache's redis:// backend, redis-py, redis-cli)
 // can use Shelf. See docs/resp.md.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <fstream>
@@ -85,6 +86,20 @@ int main(int argc, char** argv) {
   if (threads < 1 || threads > 1024) return Fail("--threads takes 1..1024");
   if (max_value < 1 || max_value > (4ull << 30)) return Fail("--max-value-size takes 1B..4GiB");
   if (max_inflight < max_value) return Fail("--max-inflight-bytes must be >= --max-value-size");
+
+  // One descriptor per client: raise the soft limit to the hard one, and say
+  // so when even that is short of --max-clients (accept would then fail).
+  struct rlimit nofile;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+    if (nofile.rlim_cur != RLIM_INFINITY &&
+        nofile.rlim_cur < static_cast<rlim_t>(max_clients) + 256) {
+      SHELF_LOG(WARNING) << "open-file limit below --max-clients; lower it or raise the limit"
+                         << Kv("nofile", static_cast<uint64_t>(nofile.rlim_cur))
+                         << Kv("max_clients", max_clients);
+    }
+  }
 
   ClientOptions copts;
   copts.timeout_ms = timeout_ms;
