@@ -72,9 +72,11 @@ class Cluster:
         self.procs.append(proc)
         return _wait_for_line(ready, proc, log)
 
-    def gateway(self, name, *extra):
+    def gateway(self, name, *extra, probe=True):
         g = Gateway(self._spawn(name, [BIN_DIR / "shelf-resp", "--master", self.master,
                                        "--listen", "127.0.0.1:0", *extra]))
+        if not probe:
+            return g
         # The stores register after writing their ready files: wait until a
         # put that needs both of them goes through.
         r = g.redis(password=PASSWORD if "--requirepass-file" in extra else None)
@@ -126,6 +128,13 @@ def gateway(cluster):
     g.admin = admin
     g.unix_socket = str(cluster.dir / "resp.sock")
     return g
+
+
+@pytest.fixture(scope="session")
+def three_replicas_gateway(cluster, gateway):
+    """Asks for more replicas than the cluster has stores: puts fail with
+    RESOURCE_EXHAUSTED. After `gateway`, whose probe waits for the stores."""
+    return cluster.gateway("resp-three", "--replicas", "3", probe=False)
 
 
 @pytest.fixture(scope="session")

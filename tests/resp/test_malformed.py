@@ -134,3 +134,16 @@ def test_commands_sent_before_a_half_close_still_run(gateway, unique):
     s.shutdown(socket.SHUT_WR)
     assert read_until_closed(s) == b"+OK\r\n$1\r\nv\r\n"
     s.close()
+
+
+def test_resource_exhausted_is_oom(three_replicas_gateway, unique):
+    # Three replicas on a two-store cluster: the master answers
+    # RESOURCE_EXHAUSTED, which a Redis client sees as -OOM; nothing is stored.
+    key = unique + b"k"
+    s = three_replicas_gateway.socket()
+    s.sendall(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$5\r\nvalue\r\n" % (len(key), key)
+              + b"*2\r\n$6\r\nEXISTS\r\n$%d\r\n%s\r\n" % (len(key), key) + b"QUIT\r\n")
+    reply = read_until_closed(s)
+    s.close()
+    assert reply.startswith(b"-OOM "), reply
+    assert reply.endswith(b"\r\n:0\r\n+OK\r\n"), reply
