@@ -3,7 +3,9 @@
 // can use Shelf. See docs/resp.md.
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -24,6 +26,9 @@
 #include "shelf/client.h"
 
 namespace {
+
+// Exit status when etcd named a new leading master (see --master).
+constexpr int kExitLeaderChanged = 3;
 
 int Fail(const std::string& message, int code = 2) {
   std::fprintf(stderr, "shelf-resp: %s\n", message.c_str());
@@ -103,17 +108,30 @@ int main(int argc, char** argv) {
 
   ClientOptions copts;
   copts.timeout_ms = timeout_ms;
+  // With etcd, libshelf gets the leader's address, looked up here. When etcd
+  // names another leader the process stops with kExitLeaderChanged, for its
+  // supervisor (systemd Restart=on-failure, Kubernetes) to start it again
+  // against the new one: a client cannot change masters in place.
+  std::unique_ptr<MasterLocator> locator;
+  std::string leader;
+  std::atomic<bool> leader_changed{false};
   if (absl::StartsWith(master, "etcd://")) {
-    // libshelf takes master addresses; resolve the leader once here.
     absl::StatusOr<std::unique_ptr<MasterLocator>> loc = MasterLocator::Create(master);
     if (!loc.ok()) return Fail(std::string(loc.status().message()));
-    std::string leader;
+    locator = *std::move(loc);
     for (int i = 0; i < 100 && leader.empty(); ++i) {
-      leader = (*loc)->Current();
+      leader = locator->Current();
       if (leader.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (leader.empty()) return Fail("etcd names no leading master", 1);
     copts.masters = {leader};
+    locator->SetListener([&locator, &leader, &leader_changed] {
+      std::string now = locator->Current();
+      if (now.empty() || now == leader || leader_changed.exchange(true)) return;
+      SHELF_LOG(WARNING) << "etcd names a new leading master: stopping to be restarted"
+                         << Kv("was", leader) << Kv("now", now);
+      kill(getpid(), SIGTERM);
+    });
   } else {
     for (absl::string_view m : absl::StrSplit(master, ',', absl::SkipEmpty())) {
       copts.masters.emplace_back(m);
@@ -173,7 +191,8 @@ int main(int argc, char** argv) {
   SHELF_LOG(INFO) << "stopping" << Kv("signal", sig);
   (*server)->Stop();
   runner.join();
+  if (locator != nullptr) locator->SetListener(nullptr);
   server->reset();
   http.reset();
-  return 0;
+  return leader_changed.load() ? kExitLeaderChanged : 0;
 }

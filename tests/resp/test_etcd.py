@@ -1,9 +1,10 @@
 """shelf-resp finding its master through etcd (--master etcd://...), as the
-stores do in an HA deployment: a real etcd, one master elected through it,
-two stores and a gateway that all name only etcd."""
+stores do in an HA deployment: a real etcd, masters elected through it, two
+stores and a gateway that all name only etcd."""
 
 import pathlib
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -14,6 +15,8 @@ import redis
 
 from conftest import BIN_DIR, START_TIMEOUT_S, Gateway, _wait_for_line
 
+LEADER_CHANGED_EXIT = 3  # shelf-resp's exit status when etcd names a new leader
+
 
 def free_port():
     with socket.socket() as s:
@@ -21,62 +24,92 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def etcd_cluster():
-    d = pathlib.Path(tempfile.mkdtemp(prefix="shelf-resp-etcd-"))
-    procs = []
-
-    def spawn(name, argv, ready=None):
-        log = open(d / f"{name}.log", "wb")
-        p = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
-        procs.append(p)
-        return _wait_for_line(ready, p, d / f"{name}.log") if ready else None
-
-    try:
+class EtcdCluster:
+    def __init__(self):
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="shelf-resp-etcd-"))
+        self.procs = {}
         client, peer = free_port(), free_port()
         curl, purl = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-        spawn("etcd", ["/usr/bin/etcd", "--name=default", f"--data-dir={d}/etcd",
-                       f"--listen-client-urls={curl}", f"--advertise-client-urls={curl}",
-                       f"--listen-peer-urls={purl}", f"--initial-advertise-peer-urls={purl}",
-                       f"--initial-cluster=default={purl}"])
-        spec = f"etcd://127.0.0.1:{client}/resp-test"
-        spawn("master", [BIN_DIR / "shelf-master", "--listen", "127.0.0.1:0",
-                         "--etcd", f"127.0.0.1:{client}", "--cluster", "resp-test",
-                         "--election-ttl", "2s", "--ready-file", d / "master.addr"],
-              d / "master.addr")
+        self.spawn("etcd", ["/usr/bin/etcd", "--name=default", f"--data-dir={self.dir}/etcd",
+                            f"--listen-client-urls={curl}", f"--advertise-client-urls={curl}",
+                            f"--listen-peer-urls={purl}", f"--initial-advertise-peer-urls={purl}",
+                            f"--initial-cluster=default={purl}"], ready=False)
+        self.etcd = f"127.0.0.1:{client}"
+        self.spec = f"etcd://{self.etcd}/resp-test"
+        self.master("master0")
         for i in range(2):
-            spawn(f"store{i}", [BIN_DIR / "shelf-store", "--master", spec,
-                                "--listen", "127.0.0.1:0", "--dram-size", "64MiB",
-                                "--run-dir", d / f"store{i}.run", "--node-id", f"node-{i}",
-                                "--ready-file", d / f"store{i}.addr"], d / f"store{i}.addr")
-        g = Gateway(spawn("resp", [BIN_DIR / "shelf-resp", "--master", spec,
-                                   "--listen", "127.0.0.1:0", "--ready-file", d / "resp.addr"],
-                          d / "resp.addr"))
-        yield g
-    finally:
-        for p in reversed(procs):
+            self.spawn(f"store{i}", [BIN_DIR / "shelf-store", "--master", self.spec,
+                                     "--listen", "127.0.0.1:0", "--dram-size", "64MiB",
+                                     "--run-dir", self.dir / f"store{i}.run",
+                                     "--node-id", f"node-{i}"])
+
+    def spawn(self, name, argv, ready=True):
+        log = self.dir / f"{name}.log"
+        argv = [str(a) for a in argv]
+        if ready:
+            argv += ["--ready-file", str(self.dir / f"{name}.addr")]
+        with open(log, "wb") as out:
+            p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs[name] = p
+        return _wait_for_line(self.dir / f"{name}.addr", p, log) if ready else None
+
+    def master(self, name):
+        return self.spawn(name, [BIN_DIR / "shelf-master", "--listen", "127.0.0.1:0",
+                                 "--etcd", self.etcd, "--cluster", "resp-test",
+                                 "--election-ttl", "2s"])
+
+    def gateway(self, name):
+        return Gateway(self.spawn(name, [BIN_DIR / "shelf-resp", "--master", self.spec,
+                                         "--listen", "127.0.0.1:0"]))
+
+    def stop(self):
+        for p in reversed(list(self.procs.values())):
             if p.poll() is None:
                 p.terminate()
-        for p in reversed(procs):
+        for p in reversed(list(self.procs.values())):
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=5)
-        shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def test_master_found_through_etcd(etcd_cluster):
-    r = etcd_cluster.redis()
+@pytest.fixture
+def etcd_cluster():
+    c = EtcdCluster()
+    yield c
+    c.stop()
+
+
+def set_when_ready(gateway, key, value):
+    """SET once the stores have registered with the elected master."""
+    r = gateway.redis()
     deadline = time.monotonic() + START_TIMEOUT_S
-    while True:  # the stores register with the elected master meanwhile
+    while True:
         try:
-            assert r.set(b"through-etcd", b"value") is True
+            assert r.set(key, value) is True
             break
         except redis.exceptions.ResponseError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+    return r
+
+
+def test_master_found_through_etcd_and_a_new_leader_restarts_the_gateway(etcd_cluster):
+    r = set_when_ready(etcd_cluster.gateway("resp0"), b"through-etcd", b"value")
     assert r.get(b"through-etcd") == b"value"
+    r.close()
+    # master0 leads (the gateway reached it). A standby, then master0 dies:
+    # once etcd names the standby, the gateway stops for its supervisor to
+    # start it again, with the exit status that says why.
+    etcd_cluster.master("master1")
+    etcd_cluster.procs["master0"].send_signal(signal.SIGKILL)
+    assert etcd_cluster.procs["resp0"].wait(timeout=60) == LEADER_CHANGED_EXIT
+    assert b"new leading master" in (etcd_cluster.dir / "resp0.log").read_bytes()
+    # Started again, it serves through the new leader.
+    r = set_when_ready(etcd_cluster.gateway("resp1"), b"after-failover", b"v2")
+    assert r.get(b"after-failover") == b"v2"
     r.close()
