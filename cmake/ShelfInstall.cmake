@@ -6,16 +6,16 @@
 #   cmake --install build --component deploy       # units, examples, docs
 #
 # Components:
-#   runtime  bin/shelf-master, shelf-store, shelfctl, shelf-bench (those built)
-#   deploy   lib/systemd/system/shelf-{master,store}.service, with ExecStart
+#   runtime  bin/shelf-master, shelf-store, shelf-resp, shelfctl, shelf-bench (those built)
+#   deploy   lib/systemd/system/shelf-{master,store,resp}.service, with ExecStart
 #            pointing at <prefix>/bin; lib/sysusers.d/shelf.conf (the `shelf`
-#            user); share/shelf/examples/{master,store}.conf (copy them to
+#            user); share/shelf/examples/{master,store,resp}.conf (copy them to
 #            /etc/shelf/, which the units read: an upgrade never overwrites
 #            an operator's config); share/shelf/kubernetes/ (the manifests);
 #            share/doc/shelf/*.md
 include(GNUInstallDirs)
 
-foreach(shelf_bin shelf-master shelf-store shelfctl shelf-bench)
+foreach(shelf_bin shelf-master shelf-store shelf-resp shelfctl shelf-bench)
   if(TARGET ${shelf_bin})
     install(TARGETS ${shelf_bin} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
   endif()
@@ -23,7 +23,7 @@ endforeach()
 
 # The units in deploy/systemd/ name /usr/local; rewrite them for the prefix
 # given at install time (which may differ from the configured one).
-foreach(shelf_unit shelf-master.service shelf-store.service)
+foreach(shelf_unit shelf-master.service shelf-store.service shelf-resp.service)
   install(CODE "
     file(READ \"${PROJECT_SOURCE_DIR}/deploy/systemd/${shelf_unit}\" shelf_text)
     string(REPLACE \"/usr/local/bin/\" \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/\"
@@ -40,6 +40,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/shelf.sysusers
         DESTINATION lib/sysusers.d RENAME shelf.conf COMPONENT deploy)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/config/master.conf
               ${PROJECT_SOURCE_DIR}/deploy/config/store.conf
+              ${PROJECT_SOURCE_DIR}/deploy/config/resp.conf
         DESTINATION ${CMAKE_INSTALL_DATADIR}/shelf/examples COMPONENT deploy)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/deploy/kubernetes/
         DESTINATION ${CMAKE_INSTALL_DATADIR}/shelf/kubernetes COMPONENT deploy

@@ -11,7 +11,7 @@ packages=(
   libabsl-dev librocksdb-dev libcivetweb-dev libxxhash-dev prometheus-cpp-dev nlohmann-json3-dev
   libibverbs-dev librdmacm-dev rdma-core
   libgtest-dev libgmock-dev googletest
-  libhiredis-dev redis-server
+  libhiredis-dev redis-server redis-tools python3-redis
   etcd-server etcd-client
   prometheus
   python3 python3-dev python3-pytest python3-pybind11 pybind11-dev python3-numpy python3-xxhash python3-yaml

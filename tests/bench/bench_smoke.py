@@ -28,6 +28,8 @@ REQUIRED = {
     "ssd": ["write_ratio_4m", "read_ratio_4m", "kv_compression_disk_ratio", "mismatches"],
     "master": ["lookups_per_s_1t", "grpc_matchprefix_keys_per_s_b64",
                "bytes_per_object_10m", "errors"],
+    "resp": ["resp_get_1m_vs_redis", "resp_set_1m_vs_redis", "resp_get_64k_vs_redis",
+             "resp_min_vs_redis", "errors", "rows"],
 }
 TIMEOUT_S = 110
 

@@ -33,6 +33,7 @@ CONFIGS = os.path.join(SOURCE_DIR, "deploy", "config")
 SERVICES = {
     "shelf-master": ("shelf-master.service", "master.conf"),
     "shelf-store": ("shelf-store.service", "store.conf"),
+    "shelf-resp": ("shelf-resp.service", "resp.conf"),
 }
 KEY_LINE = re.compile(r"^\s*(#\s*)?([a-z][a-z0-9-]*)\s*=\s*(.*?)\s*$")
 
@@ -106,7 +107,11 @@ class UnitTest(unittest.TestCase):
         store = dict((k, v) for _, k, v in store_settings)
         self.assertEqual(store["ExecStart"],
                          "/usr/local/bin/shelf-store --config /etc/shelf/store.conf")
-        for settings in (master, store):
+        resp = dict((k, v) for _, k, v in
+                    unit_settings(os.path.join(UNITS, "shelf-resp.service")))
+        self.assertEqual(resp["ExecStart"],
+                         "/usr/local/bin/shelf-resp --config /etc/shelf/resp.conf")
+        for settings in (master, store, resp):
             self.assertEqual(settings["Type"], "simple")
             self.assertEqual(settings["Restart"], "on-failure")
             self.assertEqual(settings["User"], "shelf")
@@ -176,6 +181,9 @@ class ConfigTest(unittest.TestCase):
 
     def test_store_conf(self):
         self.check_config("shelf-store", "store.conf")
+
+    def test_resp_conf(self):
+        self.check_config("shelf-resp", "resp.conf")
 
     def test_bad_key_is_rejected(self):
         # Guards the method above: a config error must fail even with --help.

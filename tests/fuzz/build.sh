@@ -19,7 +19,7 @@ if [[ -z "$cc" || -z "$cxx" ]]; then
 fi
 targets=("$@")
 if [[ ${#targets[@]} -eq 0 ]]; then
-  targets=(wire_fuzzer shm_fuzzer config_fuzzer master_fuzzer)
+  targets=(wire_fuzzer shm_fuzzer config_fuzzer master_fuzzer resp_fuzzer)
 fi
 cmake -S "$root/tests/fuzz" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" >/dev/null

@@ -21,7 +21,7 @@ cd "$build"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
-for fuzzer in wire_fuzzer shm_fuzzer config_fuzzer master_fuzzer; do
+for fuzzer in wire_fuzzer shm_fuzzer config_fuzzer master_fuzzer resp_fuzzer; do
   corpus=$build/corpus/$fuzzer
   mkdir -p "$corpus"
   find "$root/tests/fuzz/corpus/$fuzzer" -maxdepth 1 -type f ! -name 'known-bug-*' \

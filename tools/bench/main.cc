@@ -25,6 +25,7 @@ int KvBench(int argc, char** argv);         // kv_bench.cc
 int TransportBench(int argc, char** argv);  // transport_bench.cc
 int SsdBench(int argc, char** argv);        // ssd_bench.cc
 int MasterBench(int argc, char** argv);     // master_bench.cc
+int RespBench(int argc, char** argv);       // resp_bench.cc
 #ifdef SHELF_BENCH_HAVE_CLIENT
 int ClientBench(int argc, char** argv);  // client_bench.cc
 #endif
@@ -80,6 +81,7 @@ constexpr char kHelp[] =
     "  transport        the tcp and shm data planes next to plain sockets and memcpy\n"
     "  ssd              the SSD tier (RocksDB) next to raw O_DIRECT I/O\n"
     "  master           lookups, prefix matches and puts per second; bytes per object\n"
+    "  resp             redis-benchmark against shelf-resp and against redis-server\n"
 #ifdef SHELF_BENCH_HAVE_CLIENT
     "  client           MatchPrefix latency and BatchGet throughput through libshelf\n"
 #endif
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
   if (sub == "transport") return shelf::bench::TransportBench(argc - 1, argv + 1);
   if (sub == "ssd") return shelf::bench::SsdBench(argc - 1, argv + 1);
   if (sub == "master") return shelf::bench::MasterBench(argc - 1, argv + 1);
+  if (sub == "resp") return shelf::bench::RespBench(argc - 1, argv + 1);
 #ifdef SHELF_BENCH_HAVE_CLIENT
   if (sub == "client") return shelf::bench::ClientBench(argc - 1, argv + 1);
 #endif

@@ -66,8 +66,9 @@ absl::Status ReplyError(const redisReply* r, const char* what) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(const std::string& binary,
-                                                                const std::string& work_dir) {
+absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(
+    const std::string& binary, const std::string& work_dir,
+    const std::vector<std::string>& extra_args) {
   if (access(binary.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("no redis-server at ", binary));
   }
@@ -75,10 +76,13 @@ absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(const std::strin
   for (int attempt = 0; attempt < 3; ++attempt) {
     absl::StatusOr<int> port = FreeLoopbackPort();
     if (!port.ok()) return port.status();
-    auto proc = Process::Spawn(
-        {binary, "--port", std::to_string(*port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", work_dir, "--daemonize", "no", "--loglevel", "warning"},
-        work_dir + "/redis.log");
+    std::vector<std::string> argv = {binary,   "--port",       std::to_string(*port),
+                                     "--bind", "127.0.0.1",    "--save",
+                                     "",       "--appendonly", "no",
+                                     "--dir",  work_dir,       "--daemonize",
+                                     "no",     "--loglevel",   "warning"};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    auto proc = Process::Spawn(argv, work_dir + "/redis.log");
     if (!proc.ok()) return proc.status();
     uint64_t until = MonoMs() + 10000;
     while (MonoMs() < until && (*proc)->Running()) {
@@ -194,7 +198,8 @@ absl::Status RedisConn::FlushAll() {
 bool RedisSupported() { return false; }
 
 absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(const std::string&,
-                                                                const std::string&) {
+                                                                const std::string&,
+                                                                const std::vector<std::string>&) {
   (void)FreeLoopbackPort;
   return absl::UnimplementedError("shelf-bench was built without hiredis (libhiredis-dev)");
 }

@@ -40,8 +40,10 @@ class RedisServer {
   // and waits (up to 10 s) until it answers PING. NOT_FOUND when the binary
   // is missing, UNIMPLEMENTED without hiredis, UNAVAILABLE when it does not
   // come up.
-  static absl::StatusOr<std::unique_ptr<RedisServer>> Start(const std::string& binary,
-                                                            const std::string& work_dir);
+  // `extra_args` go after the defaults (e.g. {"--maxmemory", "1gb"}).
+  static absl::StatusOr<std::unique_ptr<RedisServer>> Start(
+      const std::string& binary, const std::string& work_dir,
+      const std::vector<std::string>& extra_args = {});
   ~RedisServer();  // SIGTERM, then SIGKILL after 3 s
   int port() const { return port_; }
 

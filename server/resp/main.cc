@@ -1,0 +1,170 @@
+// shelf-resp: a Redis-protocol (RESP2/RESP3) front end to a Shelf cluster,
+// so that Redis clients (LMCache's redis:// backend, redis-py, redis-cli)
+// can use Shelf. See docs/resp.md.
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "common/flags.h"
+#include "common/http_server.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/prom.h"
+#include "common/ready_file.h"
+#include "server/resp/resp_commands.h"
+#include "server/resp/resp_server.h"
+#include "shelf/client.h"
+
+namespace {
+
+int Fail(const std::string& message, int code = 2) {
+  std::fprintf(stderr, "shelf-resp: %s\n", message.c_str());
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace shelf;
+  using namespace shelf::resp;
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  SetLogComponent("resp");
+
+  RespServerOptions server_opts;
+  server_opts.listen = "127.0.0.1:6379";
+  CommandOptions cmd_opts;
+  std::string master, secret_file, requirepass_file, admin_listen, ready_file, tls_cert, tls_key;
+  int64_t replicas = 1, max_clients = 10000, threads = 16;
+  uint64_t max_value = 512ull << 20, max_inflight = 2ull << 30, timeout_ms = 30000;
+  Flags flags("shelf-resp",
+              "a Redis-protocol (RESP2/RESP3) front end to a Shelf cluster (docs/resp.md)");
+  flags.AddString("listen", &server_opts.listen, "HOST:PORT to serve RESP on (port 0 picks one)");
+  flags.AddString("unix-socket", &server_opts.unix_socket,
+                  "also serve RESP on this unix socket path (off when empty)");
+  flags.AddString("master", &master,
+                  "the master(s): HOST:PORT[,HOST:PORT...] or etcd://HOST:PORT[,...]/CLUSTER");
+  flags.AddString("secret-file", &secret_file, "cluster secret (>= 16 bytes)");
+  flags.AddString("requirepass-file", &requirepass_file,
+                  "file holding the password clients must AUTH with (off when empty)");
+  flags.AddString("tls-cert", &tls_cert, "PEM certificate for RESP over TLS (not supported yet)");
+  flags.AddString("tls-key", &tls_key, "PEM key for RESP over TLS (not supported yet)");
+  flags.AddInt("replicas", &replicas, "copies of each value, on distinct nodes (1..8)");
+  flags.AddSize("max-value-size", &max_value, "largest value a client may SET");
+  flags.AddInt("max-clients", &max_clients, "connections served at once; more are refused");
+  flags.AddSize("max-inflight-bytes", &max_inflight,
+                "request bytes held in memory at once, all clients together; over it: -OOM");
+  flags.AddInt("threads", &threads, "worker threads running commands against the cluster");
+  flags.AddDurationMs("timeout", &timeout_ms, "deadline of each call to the cluster");
+  flags.AddBool("enable-flush", &cmd_opts.flush_enabled,
+                "allow FLUSHDB/FLUSHALL (they remove every key of the cluster)");
+  flags.AddString("admin-listen", &admin_listen,
+                  "HOST:PORT serving /metrics (Prometheus) and /health over HTTP (off when empty)");
+  flags.AddString("ready-file", &ready_file, "write the RESP HOST:PORT here once serving");
+  flags.ParseOrExit(argc, argv);
+
+  if (!tls_cert.empty() || !tls_key.empty()) {
+    return Fail(
+        "--tls-cert/--tls-key: TLS is not supported yet; put a TLS terminator (stunnel, "
+        "a sidecar) in front of shelf-resp, or serve it on loopback/--unix-socket");
+  }
+  if (master.empty()) return Fail("--master is required");
+  if (replicas < 1 || replicas > 8) return Fail("--replicas takes 1..8");
+  if (max_clients < 1 || max_clients > 1000000) return Fail("--max-clients takes 1..1000000");
+  if (threads < 1 || threads > 1024) return Fail("--threads takes 1..1024");
+  if (max_value < 1 || max_value > (4ull << 30)) return Fail("--max-value-size takes 1B..4GiB");
+  if (max_inflight < max_value) return Fail("--max-inflight-bytes must be >= --max-value-size");
+
+  // One descriptor per client: raise the soft limit to the hard one, and say
+  // so when even that is short of --max-clients (accept would then fail).
+  struct rlimit nofile;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+    if (nofile.rlim_cur != RLIM_INFINITY &&
+        nofile.rlim_cur < static_cast<rlim_t>(max_clients) + 256) {
+      SHELF_LOG(WARNING) << "open-file limit below --max-clients; lower it or raise the limit"
+                         << Kv("nofile", static_cast<uint64_t>(nofile.rlim_cur))
+                         << Kv("max_clients", max_clients);
+    }
+  }
+
+  ClientOptions copts;
+  copts.timeout_ms = timeout_ms;
+  // A static list, or one etcd:// spec: libshelf then follows the leader
+  // etcd names, across failovers, without a restart.
+  if (absl::StartsWith(master, "etcd://")) {
+    copts.masters = {master};
+  } else {
+    for (absl::string_view m : absl::StrSplit(master, ',', absl::SkipEmpty())) {
+      copts.masters.emplace_back(m);
+    }
+  }
+  if (!secret_file.empty()) {
+    absl::StatusOr<std::string> s = ReadSecretFile(secret_file);
+    if (!s.ok()) return Fail(std::string(s.status().message()));
+    copts.secret = *s;
+  }
+  if (!requirepass_file.empty()) {
+    std::ifstream f(requirepass_file, std::ios::binary);
+    if (!f) return Fail("--requirepass-file: cannot read '" + requirepass_file + "'");
+    std::stringstream text;
+    text << f.rdbuf();
+    cmd_opts.requirepass = std::string(absl::StripAsciiWhitespace(text.str()));
+    if (cmd_opts.requirepass.empty()) return Fail("--requirepass-file is empty");
+  }
+  std::unique_ptr<Client> client;
+  Status st = Client::Open(copts, &client);
+  if (!st.ok()) return Fail(st.ToString(), 1);
+
+  cmd_opts.replicas = static_cast<uint32_t>(replicas);
+  cmd_opts.max_value_bytes = max_value;
+  server_opts.max_clients = static_cast<size_t>(max_clients);
+  server_opts.max_inflight_bytes = max_inflight;
+  server_opts.threads = static_cast<size_t>(threads);
+  server_opts.limits.bulk_bytes_max = max_value;
+  ServerStats stats;
+  cmd_opts.listen = server_opts.listen;
+  CommandHandler handler(client.get(), cmd_opts, &stats);
+  absl::StatusOr<std::unique_ptr<RespServer>> server =
+      RespServer::Start(server_opts, &handler, &stats);
+  if (!server.ok()) return Fail(std::string(server.status().message()), 1);
+
+  std::unique_ptr<HttpServer> http;
+  if (!admin_listen.empty()) {
+    std::map<std::string, HttpHandler> handlers;
+    handlers["/metrics"] = [](const HttpRequest&) {
+      return HttpResponse{200, prom::Exposition::kContentType, DefaultExposition().Render()};
+    };
+    handlers["/health"] = [](const HttpRequest&) {
+      return HttpResponse{200, "application/json", "{\"status\": \"ok\"}\n"};
+    };
+    auto started = HttpServer::Start(admin_listen, std::move(handlers));
+    if (!started.ok()) {
+      return Fail("--admin-listen: " + std::string(started.status().message()), 1);
+    }
+    http = *std::move(started);
+    SHELF_LOG(INFO) << "serving /metrics and /health" << Kv("address", http->bound().ToString());
+  }
+  SHELF_LOG(INFO) << "serving RESP" << Kv("address", (*server)->address());
+  WriteReadyFile(ready_file, (*server)->address() + "\n");
+  std::thread runner([&] { (*server)->Run(); });
+  int sig = 0;
+  sigwait(&signals, &sig);
+  SHELF_LOG(INFO) << "stopping" << Kv("signal", sig);
+  (*server)->Stop();
+  runner.join();
+  server->reset();
+  http.reset();
+  return 0;
+}

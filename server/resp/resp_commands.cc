@@ -1,0 +1,485 @@
+// The data commands of shelf-resp (GET, SET, MGET, MSET, EXISTS, DEL, SCAN,
+// ...) and the dispatch of every command. The connection and server
+// commands are in resp_admin.cc, pipelined runs in resp_pipeline.cc.
+#include "server/resp/resp_commands.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "server/resp/resp_command_table.h"
+#include "server/resp/resp_parser.h"
+
+namespace shelf::resp {
+namespace {
+
+using internal::CommandInfo;
+using internal::ErrorText;
+using internal::FindCommand;
+using internal::NowUnixS;
+using internal::Upper;
+
+}  // namespace
+
+CommandHandler::CommandHandler(Client* client, CommandOptions options, ServerStats* stats)
+    : client_(client), options_(std::move(options)), stats_(stats), start_unix_s_(NowUnixS()) {}
+
+void CommandHandler::Execute(Session* session, std::vector<std::string>* args, ReplyChunks* out,
+                             bool* close) {
+  Ctx c{session, args, out, close, absl::AsciiStrToLower((*args)[0])};
+  stats_->commands.Increment(1);
+  std::string* tail = out->tail();
+  size_t chunks = out->chunks.size(), before = tail->size();
+  Dispatch(c);
+  // An error reply is one small line, in the tail it started in.
+  if (out->chunks.size() == chunks && tail->size() > before && (*tail)[before] == '-') {
+    stats_->errors.Increment(1);
+  }
+}
+
+void CommandHandler::Dispatch(Ctx& c) {
+  const std::string& n = c.name;
+  const CommandInfo* info = FindCommand(n);
+  if (info == nullptr) {
+    std::string shown = c.arg(0).substr(0, 128);
+    c.Error(absl::StrCat("ERR unknown command '", shown, "'"));
+    return;
+  }
+  int argc = static_cast<int>(c.argc());
+  if ((info->arity > 0 && argc != info->arity) || (info->arity < 0 && argc < -info->arity)) {
+    c.Error(absl::StrCat("ERR wrong number of arguments for '", n, "' command"));
+    return;
+  }
+  if (!options_.requirepass.empty() && !c.session->authenticated && n != "auth" && n != "hello" &&
+      n != "quit" && n != "reset") {
+    c.Error("NOAUTH Authentication required.");
+    return;
+  }
+  // Keys Shelf cannot hold are refused before any call.
+  if (info->first_key > 0) {
+    int last = info->last_key < 0 ? argc - 1 : info->last_key;
+    for (int i = info->first_key; i <= last && i < argc; i += info->step) {
+      const std::string& key = c.arg(static_cast<size_t>(i));
+      if (key.empty() || key.size() > kKeyBytesMax) {
+        c.Error(absl::StrCat("ERR key of ", key.size(), " bytes: Shelf keys are 1..", kKeyBytesMax,
+                             " bytes"));
+        return;
+      }
+    }
+    if (n == "mset" && argc % 2 == 0) {
+      c.Error("ERR wrong number of arguments for 'mset' command");
+      return;
+    }
+  }
+  if (n == "ping") {
+    if (c.argc() > 2) return c.Error("ERR wrong number of arguments for 'ping' command");
+    if (c.argc() == 2) return c.w().Bulk(c.arg(1));
+    return c.w().Simple("PONG");
+  }
+  if (n == "echo") return c.w().Bulk(c.arg(1));
+  if (n == "quit") {
+    *c.close = true;
+    return c.Ok();
+  }
+  if (n == "reset") {
+    c.session->protocol = 2;
+    c.session->name.clear();
+    c.session->authenticated = false;
+    return c.w().Simple("RESET");
+  }
+  if (n == "hello") return Hello(c);
+  if (n == "auth") {
+    if (options_.requirepass.empty()) {
+      return c.Error(
+          "ERR AUTH <password> called without any password configured for the default user. "
+          "Are you sure your configuration is correct?");
+    }
+    if (c.argc() > 3) return c.Syntax();
+    bool user_ok = c.argc() == 2 || c.arg(1) == "default";
+    if (!user_ok || c.arg(c.argc() - 1) != options_.requirepass) {
+      return c.Error("WRONGPASS invalid username-password pair or user is disabled.");
+    }
+    c.session->authenticated = true;
+    return c.Ok();
+  }
+  if (n == "select") {
+    if (c.arg(1) != "0") return c.Error("ERR DB index is out of range");
+    return c.Ok();
+  }
+  if (n == "client") return ClientCmd(c);
+  if (n == "command") return CommandCmd(c);
+  if (n == "info") return Info(c);
+  if (n == "dbsize") {
+    uint64_t count = 0;
+    Status s = CountKeys(&count);
+    if (!s.ok()) return c.Error(ErrorText(s));
+    return c.w().Integer(static_cast<int64_t>(count));
+  }
+  if (n == "get") return Get(c, false);
+  if (n == "getdel") return Get(c, true);
+  if (n == "set") return SetCmd(c, false);
+  if (n == "setnx") return SetCmd(c, true);
+  if (n == "mget") return MGet(c);
+  if (n == "mset") return MSet(c);
+  if (n == "exists") return ExistsCmd(c);
+  if (n == "del" || n == "unlink") return Del(c);
+  if (n == "strlen") return Strlen(c);
+  if (n == "type" || n == "ttl" || n == "pttl") return TypeTtl(c);
+  if (n == "scan") return Scan(c);
+  if (n == "keys") return Keys(c);
+  if (n == "flushdb" || n == "flushall") return Flush(c);
+  c.Error(absl::StrCat("ERR unknown command '", c.arg(0).substr(0, 128), "'"));
+}
+
+// ------------------------------------------------------------ storage
+
+Status CommandHandler::Load(const std::string& key, std::string* value) {
+  Status s = client_->Get(key, value);
+  if (!s.ok()) return s;
+  if (value->empty() || value->back() != kValueTrailer) {
+    value->clear();
+    return Status(StatusCode::kFailedPrecondition,
+                  "WRONGTYPE block was not written through shelf-resp");
+  }
+  value->pop_back();
+  return Status::Ok();
+}
+
+Status CommandHandler::Store(const std::string& key, std::string* value, bool nx, bool* written) {
+  *written = false;
+  std::vector<bool> present;
+  Status s = client_->Exists({key}, &present);
+  if (!s.ok()) return s;
+  value->push_back(kValueTrailer);  // in the capacity the parser reserved
+  if (present[0]) {
+    if (nx) return Status::Ok();
+    std::string old;
+    s = client_->Get(key, &old);
+    if (s.ok() && old == *value) {  // same bytes: nothing to rewrite
+      *written = true;
+      return Status::Ok();
+    }
+    // Blocks are immutable: replace = remove, then put. Between the two a
+    // reader sees a miss (docs/resp.md, "SET of an existing key").
+    s = client_->Remove(key);
+    if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+  }
+  PutOptions po;
+  po.replicas = options_.replicas;
+  s = client_->Put(key, value->data(), value->size(), po);
+  if (s.ok()) *written = true;
+  return s;
+}
+
+Status CommandHandler::ExistsMany(const std::vector<std::string>& keys,
+                                  std::vector<bool>* present) {
+  present->clear();
+  for (size_t at = 0; at < keys.size(); at += kBatchItemsMax) {
+    size_t end = std::min(keys.size(), at + kBatchItemsMax);
+    std::vector<std::string> part(keys.begin() + at, keys.begin() + end);
+    std::vector<bool> p;
+    Status s = client_->Exists(part, &p);
+    if (!s.ok()) return s;
+    present->insert(present->end(), p.begin(), p.end());
+  }
+  return Status::Ok();
+}
+
+Status CommandHandler::CountKeys(uint64_t* n) {
+  *n = 0;
+  std::string cursor, next;
+  std::vector<std::string> keys;
+  do {
+    Status s = client_->ListKeys(cursor, "", kBatchItemsMax, &keys, &next);
+    if (!s.ok()) return s;
+    *n += keys.size();
+    cursor = next;
+  } while (!cursor.empty());
+  return Status::Ok();
+}
+
+void CommandHandler::Get(Ctx& c, bool del) {
+  std::string value;
+  Status s = Load(c.arg(1), &value);
+  if (s.code() == StatusCode::kNotFound) {
+    stats_->misses.Increment(1);
+    return c.w().Null();
+  }
+  if (!s.ok())
+    return c.Error(s.code() == StatusCode::kFailedPrecondition ? s.message() : ErrorText(s));
+  stats_->hits.Increment(1);
+  if (del) {
+    Status r = client_->Remove(c.arg(1));
+    if (!r.ok() && r.code() != StatusCode::kNotFound) return c.Error(ErrorText(r));
+  }
+  c.w().BulkHeader(value.size());
+  c.out->AddOwned(std::move(value));
+  c.out->tail()->append("\r\n");
+}
+
+void CommandHandler::SetCmd(Ctx& c, bool setnx) {
+  bool nx = setnx, xx = false, get = false;
+  for (size_t i = 3; i < c.argc(); ++i) {
+    std::string opt = Upper(c.arg(i));
+    if (opt == "NX") {
+      nx = true;
+    } else if (opt == "XX") {
+      xx = true;
+    } else if (opt == "GET") {
+      get = true;
+    } else if (opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT" || opt == "KEEPTTL") {
+      if (opt == "KEEPTTL") continue;  // no key has a TTL: keeping none is a no-op
+      return c.Error("ERR expiry not supported");
+    } else {
+      return c.Syntax();
+    }
+  }
+  if (nx && xx) return c.Syntax();
+  const std::string& key = c.arg(1);
+  std::string* value = &(*c.args)[2];
+  if (value->size() > options_.max_value_bytes) {
+    return c.Error(
+        absl::StrCat("ERR value over --max-value-size (", options_.max_value_bytes, " bytes)"));
+  }
+  bool have_old = false;
+  std::string old;
+  if (get || xx) {
+    Status s = get ? Load(key, &old) : Status::Ok();
+    if (!get) {
+      std::vector<bool> present;
+      s = client_->Exists({key}, &present);
+      if (s.ok() && !present[0]) s = Status(StatusCode::kNotFound, "");
+    }
+    if (s.ok()) {
+      have_old = true;
+    } else if (s.code() != StatusCode::kNotFound) {
+      return c.Error(s.code() == StatusCode::kFailedPrecondition ? s.message() : ErrorText(s));
+    }
+  }
+  auto reply_old = [&] {
+    if (!have_old) return c.w().Null();
+    c.w().Bulk(old);
+  };
+  if (xx && !have_old) return get ? reply_old() : c.w().Null();
+  bool written = false;
+  Status s = Store(key, value, nx, &written);
+  if (!s.ok()) return c.Error(ErrorText(s));
+  if (setnx) return c.w().Integer(written ? 1 : 0);
+  if (get) return reply_old();
+  if (!written) return c.w().Null();
+  c.Ok();
+}
+
+void CommandHandler::MGet(Ctx& c) {
+  std::vector<std::string> keys(c.args->begin() + 1, c.args->end());
+  std::vector<std::string> values;
+  std::vector<Status> statuses;
+  std::vector<std::string> part_values;
+  std::vector<Status> part_statuses;
+  for (size_t at = 0; at < keys.size(); at += kBatchItemsMax) {
+    size_t end = std::min(keys.size(), at + kBatchItemsMax);
+    std::vector<std::string> part(keys.begin() + at, keys.begin() + end);
+    Status s = client_->BatchGet(part, &part_values, &part_statuses);
+    if (!s.ok()) return c.Error(ErrorText(s));
+    for (size_t i = 0; i < part.size(); ++i) {
+      values.push_back(std::move(part_values[i]));
+      statuses.push_back(part_statuses[i]);
+    }
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Status& s = statuses[i];
+    if (!s.ok() && s.code() != StatusCode::kNotFound) return c.Error(ErrorText(s));
+  }
+  c.w().Array(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::string& v = values[i];
+    if (!statuses[i].ok() || v.empty() || v.back() != kValueTrailer) {
+      stats_->misses.Increment(1);
+      c.w().Null();
+      continue;
+    }
+    stats_->hits.Increment(1);
+    v.pop_back();
+    c.w().BulkHeader(v.size());
+    c.out->AddOwned(std::move(v));
+    c.out->tail()->append("\r\n");
+  }
+}
+
+void CommandHandler::MSet(Ctx& c) {
+  // The last value of a key given twice wins, as in Redis.
+  std::unordered_map<std::string, size_t> last;
+  for (size_t i = 1; i + 1 < c.argc(); i += 2) last[c.arg(i)] = i + 1;
+  std::vector<std::string> keys;
+  std::vector<size_t> value_at;
+  for (size_t i = 1; i + 1 < c.argc(); i += 2) {
+    if (last[c.arg(i)] != i + 1) continue;
+    if (c.arg(i + 1).size() > options_.max_value_bytes) {
+      return c.Error(
+          absl::StrCat("ERR value over --max-value-size (", options_.max_value_bytes, " bytes)"));
+    }
+    keys.push_back(c.arg(i));
+    value_at.push_back(i + 1);
+  }
+  std::vector<bool> present;
+  Status s = ExistsMany(keys, &present);
+  if (!s.ok()) return c.Error(ErrorText(s));
+  std::vector<PutItem> fresh;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::string* value = &(*c.args)[value_at[i]];
+    if (present[i]) {  // a replacement: the single-key path
+      bool written = false;
+      s = Store(keys[i], value, false, &written);
+      if (!s.ok()) return c.Error(ErrorText(s));
+      continue;
+    }
+    value->push_back(kValueTrailer);
+    fresh.push_back(PutItem{keys[i], value->data(), value->size()});
+  }
+  PutOptions po;
+  po.replicas = options_.replicas;
+  std::vector<Status> statuses;
+  for (size_t at = 0; at < fresh.size(); at += kBatchItemsMax) {
+    size_t end = std::min(fresh.size(), at + kBatchItemsMax);
+    std::vector<PutItem> part(fresh.begin() + at, fresh.begin() + end);
+    s = client_->BatchPut(part, &statuses, po);
+    if (!s.ok()) return c.Error(ErrorText(s));
+    for (const Status& st : statuses) {
+      if (!st.ok()) return c.Error(ErrorText(st));
+    }
+  }
+  c.Ok();
+}
+
+void CommandHandler::ExistsCmd(Ctx& c) {
+  std::vector<std::string> keys(c.args->begin() + 1, c.args->end());
+  std::vector<bool> present;
+  Status s = ExistsMany(keys, &present);
+  if (!s.ok()) return c.Error(ErrorText(s));
+  c.w().Integer(std::count(present.begin(), present.end(), true));
+}
+
+void CommandHandler::Del(Ctx& c) {
+  std::vector<std::string> keys(c.args->begin() + 1, c.args->end());
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  std::vector<bool> present;
+  Status s = ExistsMany(keys, &present);
+  if (!s.ok()) return c.Error(ErrorText(s));
+  int64_t removed = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!present[i]) continue;
+    s = client_->Remove(keys[i]);
+    if (s.ok()) {
+      ++removed;
+    } else if (s.code() != StatusCode::kNotFound) {
+      return c.Error(ErrorText(s));
+    }
+  }
+  c.w().Integer(removed);
+}
+
+void CommandHandler::Strlen(Ctx& c) {
+  std::string value;
+  Status s = Load(c.arg(1), &value);
+  if (s.code() == StatusCode::kNotFound) return c.w().Integer(0);
+  if (!s.ok())
+    return c.Error(s.code() == StatusCode::kFailedPrecondition ? s.message() : ErrorText(s));
+  c.w().Integer(static_cast<int64_t>(value.size()));
+}
+
+void CommandHandler::TypeTtl(Ctx& c) {
+  std::vector<bool> present;
+  Status s = client_->Exists({c.arg(1)}, &present);
+  if (!s.ok()) return c.Error(ErrorText(s));
+  if (c.name == "type") return c.w().Simple(present[0] ? "string" : "none");
+  c.w().Integer(present[0] ? -1 : -2);  // no key expires
+}
+
+uint64_t CommandHandler::NewScanCursor(std::string shelf_cursor) {
+  absl::MutexLock l(&cursors_mu_);
+  uint64_t id = next_cursor_++;
+  cursors_[id] = std::move(shelf_cursor);
+  while (cursors_.size() > kScanCursorsMax) cursors_.erase(cursors_.begin());
+  return id;
+}
+
+bool CommandHandler::TakeScanCursor(uint64_t id, std::string* shelf_cursor) {
+  absl::MutexLock l(&cursors_mu_);
+  auto it = cursors_.find(id);
+  if (it == cursors_.end()) return false;
+  *shelf_cursor = std::move(it->second);
+  cursors_.erase(it);
+  return true;
+}
+
+void CommandHandler::Scan(Ctx& c) {
+  uint64_t cursor_id = 0;
+  if (!absl::SimpleAtoi(c.arg(1), &cursor_id)) return c.Error("ERR invalid cursor");
+  std::string pattern;
+  int64_t count = 10;
+  bool type_ok = true;
+  for (size_t i = 2; i < c.argc(); i += 2) {
+    std::string opt = Upper(c.arg(i));
+    if (i + 1 >= c.argc()) return c.Syntax();
+    if (opt == "MATCH") {
+      pattern = c.arg(i + 1);
+      if (pattern == "*") pattern.clear();
+    } else if (opt == "COUNT") {
+      if (!ParseRespInt(c.arg(i + 1), &count) || count < 1) return c.Syntax();
+    } else if (opt == "TYPE") {
+      type_ok = absl::AsciiStrToLower(c.arg(i + 1)) == "string";
+    } else {
+      return c.Syntax();
+    }
+  }
+  std::string shelf_cursor;
+  if (cursor_id != 0 && !TakeScanCursor(cursor_id, &shelf_cursor)) {
+    return c.Error("ERR invalid cursor");
+  }
+  std::vector<std::string> keys;
+  std::string next;
+  size_t want = static_cast<size_t>(std::min<int64_t>(count, kBatchItemsMax));
+  Status s = client_->ListKeys(shelf_cursor, pattern, want, &keys, &next);
+  if (!s.ok()) return c.Error(ErrorText(s));
+  uint64_t next_id = next.empty() ? 0 : NewScanCursor(next);
+  RespWriter w = c.w();
+  w.Array(2);
+  w.Bulk(std::to_string(next_id));
+  if (!type_ok) keys.clear();
+  w.Array(keys.size());
+  for (const std::string& k : keys) w.Bulk(k);
+}
+
+void CommandHandler::Keys(Ctx& c) {
+  std::string pattern = c.arg(1) == "*" ? "" : c.arg(1);
+  std::vector<std::string> all, page;
+  std::string cursor, next;
+  do {
+    Status s = client_->ListKeys(cursor, pattern, kBatchItemsMax, &page, &next);
+    if (!s.ok()) return c.Error(ErrorText(s));
+    all.insert(all.end(), page.begin(), page.end());
+    cursor = next;
+  } while (!cursor.empty());
+  c.w().Array(all.size());
+  for (const std::string& k : all) c.w().Bulk(k);
+}
+
+void CommandHandler::Flush(Ctx& c) {
+  if (c.argc() > 2 || (c.argc() == 2 && Upper(c.arg(1)) != "SYNC" && Upper(c.arg(1)) != "ASYNC")) {
+    return c.Syntax();
+  }
+  if (!options_.flush_enabled) {
+    return c.Error(absl::StrCat("ERR ", Upper(c.arg(0)),
+                                " is disabled; start shelf-resp with --enable-flush"));
+  }
+  uint64_t removed = 0;
+  Status s = client_->RemoveMatching("", &removed);
+  if (!s.ok()) return c.Error(ErrorText(s));
+  c.Ok();
+}
+
+}  // namespace shelf::resp

@@ -1,0 +1,177 @@
+// CommandHandler: runs one Redis command against a Shelf cluster through
+// libshelf and encodes its reply (docs/resp.md lists the commands and their
+// semantics). The network side (resp_server.h) owns the connections and
+// calls Execute for each parsed command of a connection, one at a time, in
+// order.
+//
+// A value is stored as one Shelf block: the value's bytes followed by one
+// trailer byte, kValueTrailer. The trailer lets an empty Redis value live in
+// a block (Shelf blocks are 1 byte or more) and tells a block written through
+// shelf-resp from one written by another client, which GET refuses.
+//
+// Thread-safety: Execute may run on many threads at once for distinct
+// sessions; one Session is used by one thread at a time.
+#ifndef SHELF_SERVER_RESP_RESP_COMMANDS_H_
+#define SHELF_SERVER_RESP_RESP_COMMANDS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/prom.h"
+#include "server/resp/resp_parser.h"
+#include "shelf/client.h"
+
+namespace shelf::resp {
+
+inline constexpr char kValueTrailer = '\x01';
+// SCAN cursors handed out and not yet finished, over all connections; the
+// oldest is forgotten beyond this (its next SCAN gets "-ERR invalid cursor").
+inline constexpr size_t kScanCursorsMax = 65536;
+
+struct CommandOptions {
+  std::string requirepass;  // empty: no AUTH needed
+  uint32_t replicas = 1;
+  bool flush_enabled = false;  // FLUSHDB / FLUSHALL
+  uint64_t max_value_bytes = 512ull << 20;
+  std::string listen;  // for INFO
+};
+
+// Figures INFO reports and /metrics serves (docs/metrics.md, "Front end").
+// The counters live in DefaultExposition(); the gauges are read by callbacks.
+struct ServerStats {
+  ServerStats();
+  ServerStats(const ServerStats&) = delete;
+  ServerStats& operator=(const ServerStats&) = delete;
+
+  prom::Counter& commands;
+  prom::Counter& errors;  // commands answered with an error
+  prom::Counter& hits;
+  prom::Counter& misses;
+  prom::Counter& total_connections;
+  prom::Counter& rejected_connections;  // over --max-clients
+  prom::Counter& inflight_rejections;   // -OOM for --max-inflight-bytes
+  prom::Counter& bytes_in;
+  prom::Counter& bytes_out;
+  std::atomic<int64_t> connected_clients{0};
+  std::atomic<int64_t> inflight_bytes{0};
+
+ private:
+  std::vector<prom::CallbackHandle> gauges_;
+};
+
+// Per-connection state.
+struct Session {
+  uint64_t id = 0;
+  int protocol = 2;
+  bool authenticated = false;
+  std::string name;
+  std::string lib_name, lib_ver;
+  std::string peer;
+  int64_t created_unix_s = 0;
+};
+
+// The reply of one command: small parts are appended to the last string,
+// a large value is moved in as its own chunk (no copy).
+struct ReplyChunks {
+  std::deque<std::string> chunks;
+  size_t bytes = 0;
+  std::string* tail() {
+    if (chunks.empty()) chunks.emplace_back();
+    return &chunks.back();
+  }
+  void AddOwned(std::string&& s) {
+    bytes += s.size();
+    chunks.push_back(std::move(s));
+    chunks.emplace_back();
+  }
+};
+
+class CommandHandler {
+ public:
+  CommandHandler(Client* client, CommandOptions options, ServerStats* stats);
+
+  // Runs `args` (args[0] the command name) for `session`, appending the reply
+  // to `out`. Sets `*close` after QUIT. May block on the cluster.
+  void Execute(Session* session, std::vector<std::string>* args, ReplyChunks* out, bool* close);
+
+  // Pipelines (resp_pipeline.cc). A run of consecutive plain `GET key` or
+  // plain `SET key value` commands of one connection may be executed
+  // together, with one batch call for the run instead of one call per
+  // command; the replies are exactly those of running them one by one.
+  enum class BatchKind { kNone, kGet, kSet };
+  // Whether `args` may join a run, for `session` (authenticated, key valid).
+  BatchKind Batchable(const Session& session, const std::vector<std::string>& args) const;
+  // Runs `commands`, all of `kind`, appending one reply per command.
+  void ExecuteRun(Session* session, BatchKind kind, std::vector<std::vector<std::string>>* commands,
+                  ReplyChunks* out);
+  // The most commands one run takes: SETs up to libshelf's batch limit
+  // (their values are in memory already, under --max-inflight-bytes); GETs
+  // fewer, as a run holds all its values at once before they are sent.
+  static constexpr size_t kSetRunCommandsMax = kBatchItemsMax;
+  static constexpr size_t kGetRunCommandsMax = 32;
+
+  const CommandOptions& options() const { return options_; }
+
+ private:
+  // One command being run.
+  struct Ctx {
+    Session* session;
+    std::vector<std::string>* args;
+    ReplyChunks* out;
+    bool* close;
+    std::string name;  // lower case
+    RespWriter w() { return RespWriter(out->tail(), session->protocol); }
+    const std::string& arg(size_t i) const { return (*args)[i]; }
+    size_t argc() const { return args->size(); }
+    void Error(const std::string& text) { w().Error(text); }
+    void Ok() { w().Simple("OK"); }
+    void Syntax() { Error("ERR syntax error"); }
+  };
+  void Dispatch(Ctx& c);
+  void Hello(Ctx& c);
+  void ClientCmd(Ctx& c);
+  void CommandCmd(Ctx& c);
+  void Info(Ctx& c);
+  void Get(Ctx& c, bool del);
+  void SetCmd(Ctx& c, bool nx_only);
+  void MGet(Ctx& c);
+  void MSet(Ctx& c);
+  void ExistsCmd(Ctx& c);
+  void Del(Ctx& c);
+  void Strlen(Ctx& c);
+  void TypeTtl(Ctx& c);
+  void Scan(Ctx& c);
+  void Keys(Ctx& c);
+  void Flush(Ctx& c);
+
+  // Stores `value` (its spare capacity takes the trailer) as `key`,
+  // replacing a different existing value unless `nx`. *written false when
+  // nx and the key exists.
+  Status Store(const std::string& key, std::string* value, bool nx, bool* written);
+  // Reads `key` into *value without the trailer.
+  Status Load(const std::string& key, std::string* value);
+  Status CountKeys(uint64_t* n);
+  Status ExistsMany(const std::vector<std::string>& keys, std::vector<bool>* present);
+  uint64_t NewScanCursor(std::string shelf_cursor);
+  bool TakeScanCursor(uint64_t id, std::string* shelf_cursor);
+
+  Client* const client_;
+  const CommandOptions options_;
+  ServerStats* const stats_;
+  const int64_t start_unix_s_;
+
+  absl::Mutex cursors_mu_;
+  uint64_t next_cursor_ ABSL_GUARDED_BY(cursors_mu_) = 1;
+  std::map<uint64_t, std::string> cursors_ ABSL_GUARDED_BY(cursors_mu_);
+};
+
+}  // namespace shelf::resp
+
+#endif  // SHELF_SERVER_RESP_RESP_COMMANDS_H_

@@ -1,0 +1,530 @@
+#include "server/resp/resp_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/net.h"
+
+namespace shelf::resp {
+
+namespace {
+constexpr size_t kReadChunkBytes = 1 << 20;
+constexpr size_t kReadPerEventBytes = 16 << 20;  // then let other connections run
+constexpr size_t kNotifyOutBytes = 256 << 10;    // flush a long pipeline's replies early
+// A connection's replies not yet sent; beyond it its commands wait until
+// the client reads (a pipeline of large GETs must not fill memory).
+constexpr size_t kUnsentBytesMax = 64 << 20;
+constexpr int kIovMax = 64;
+constexpr size_t kDrainBytesMax = 8 << 20;  // then close anyway
+}  // namespace
+
+struct Connection {
+  struct Pending {
+    std::vector<std::string> args;
+    std::string error;  // set: reply it and close (protocol error, -OOM)
+    int64_t bytes = 0;  // charged to ServerStats::inflight_bytes
+  };
+
+  Connection(int fd_in, uint64_t id_in, const RespLimits& limits) : fd(fd_in), parser(limits) {
+    session.id = id_in;
+  }
+
+  const int fd;
+  // Worker side (one worker at a time, see `running`).
+  Session session;
+
+  // Loop thread only.
+  RespParser parser;
+  int64_t parser_charge = 0;
+  std::deque<std::string> wq;  // replies being written
+  size_t wq_off = 0;           // bytes of wq.front() already written
+  bool reading = true;
+  bool want_write = false;
+  // After an error reply: our side is shut down and what the client still
+  // sends is read and dropped until it closes, so the reply is not lost to
+  // a reset (closing with unread input sends RST).
+  bool draining = false;
+  // The client shut its sending side down (or went away) with commands
+  // still to run: they run, their replies are sent, then it is closed.
+  std::atomic<bool> peer_closed{false};
+  size_t drained_bytes = 0;
+  uint32_t events = 0;
+
+  std::atomic<bool> closed{false};
+  absl::Mutex mu;
+  std::deque<Pending> queue ABSL_GUARDED_BY(mu);
+  bool running ABSL_GUARDED_BY(mu) = false;
+  std::deque<std::string> out ABSL_GUARDED_BY(mu);
+  size_t out_bytes ABSL_GUARDED_BY(mu) = 0;
+  // Bytes of replies in `out` and `wq` together.
+  std::atomic<size_t> unsent_bytes{0};
+  bool close_after ABSL_GUARDED_BY(mu) = false;
+};
+
+RespServer::RespServer(const RespServerOptions& options, CommandHandler* handler,
+                       ServerStats* stats)
+    : options_(options), handler_(handler), stats_(stats) {}
+
+RespServer::~RespServer() {
+  Stop();
+  if (pool_ != nullptr) pool_->Shutdown();
+  for (auto& [fd, conn] : conns_) close(fd);
+  conns_.clear();
+  for (int fd : listen_fds_) close(fd);
+  if (!options_.unix_socket.empty()) unlink(options_.unix_socket.c_str());
+  if (event_fd_ >= 0) close(event_fd_);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+}
+
+absl::StatusOr<std::unique_ptr<RespServer>> RespServer::Start(const RespServerOptions& options,
+                                                              CommandHandler* handler,
+                                                              ServerStats* stats) {
+  if (options.threads < 1 || options.max_clients < 1) {
+    return absl::InvalidArgumentError("threads and max_clients must be at least 1");
+  }
+  std::unique_ptr<RespServer> s(new RespServer(options, handler, stats));
+  s->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  s->event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s->epoll_fd_ < 0 || s->event_fd_ < 0) {
+    return absl::InternalError(absl::StrCat("epoll/eventfd: ", strerror(errno)));
+  }
+  absl::StatusOr<HostPort> hp = ParseHostPort(options.listen);
+  if (!hp.ok()) return hp.status();
+  HostPort bound;
+  absl::StatusOr<int> fd = TcpListen(*hp, &bound, 1024);
+  if (!fd.ok()) return fd.status();
+  s->listen_fds_.push_back(*fd);
+  s->address_ = bound.ToString();
+  if (!options.unix_socket.empty()) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (options.unix_socket.size() >= sizeof(addr.sun_path)) {
+      return absl::InvalidArgumentError("--unix-socket path too long");
+    }
+    std::memcpy(addr.sun_path, options.unix_socket.data(), options.unix_socket.size());
+    int ufd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    unlink(options.unix_socket.c_str());
+    if (ufd < 0 || bind(ufd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        listen(ufd, 1024) != 0) {
+      std::string err = strerror(errno);
+      if (ufd >= 0) close(ufd);
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on unix socket ", options.unix_socket, ": ", err));
+    }
+    s->listen_fds_.push_back(ufd);
+  }
+  for (int lfd : s->listen_fds_) {
+    fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = lfd;
+    epoll_ctl(s->epoll_fd_, EPOLL_CTL_ADD, lfd, &ev);
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = s->event_fd_;
+  epoll_ctl(s->epoll_fd_, EPOLL_CTL_ADD, s->event_fd_, &ev);
+  // A connection has at most one task queued or running.
+  s->pool_ = std::make_unique<ThreadPool>(options.threads, options.max_clients + 64);
+  return s;
+}
+
+void RespServer::Stop() {
+  stop_.store(true);
+  uint64_t one = 1;
+  ssize_t unused = write(event_fd_, &one, sizeof(one));
+  (void)unused;
+}
+
+void RespServer::Run() {
+  std::vector<epoll_event> events(256);
+  while (!stop_.load()) {
+    int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 1000);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      SHELF_LOG(ERROR) << "epoll_wait failed" << Kv("error", strerror(errno));
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      int fd = events[i].data.fd;
+      uint32_t ev = events[i].events;
+      if (fd == event_fd_) {
+        uint64_t v;
+        while (read(event_fd_, &v, sizeof(v)) > 0) {
+        }
+        DrainNotified();
+        continue;
+      }
+      bool is_listen = false;
+      for (int lfd : listen_fds_) is_listen |= (fd == lfd);
+      if (is_listen) {
+        Accept(fd);
+        continue;
+      }
+      auto it = conns_.find(fd);
+      if (it == conns_.end()) continue;
+      std::shared_ptr<Connection> conn = it->second;
+      if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) OnReadable(conn);
+      if (!conn->closed.load() && (ev & EPOLLOUT)) Flush(conn);
+    }
+  }
+}
+
+void RespServer::Accept(int listen_fd) {
+  for (;;) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    int fd =
+        accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN, or a transient error (EMFILE): retried on the next event
+    if (conns_.size() >= options_.max_clients) {
+      static const char kFull[] = "-ERR max number of clients reached\r\n";
+      ssize_t unused = write(fd, kFull, sizeof(kFull) - 1);
+      (void)unused;
+      close(fd);
+      stats_->rejected_connections.Increment(1);
+      continue;
+    }
+    std::string peer = "unix";
+    if (addr.ss_family == AF_INET || addr.ss_family == AF_INET6) {
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      char host[INET6_ADDRSTRLEN] = {0};
+      uint16_t port = 0;
+      if (addr.ss_family == AF_INET) {
+        auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+        port = ntohs(a->sin_port);
+      } else {
+        auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+        port = ntohs(a->sin6_port);
+      }
+      peer = absl::StrCat(host, ":", port);
+    }
+    auto conn = std::make_shared<Connection>(fd, next_id_++, options_.limits);
+    conn->session.peer = peer;
+    conn->session.created_unix_s = std::chrono::duration_cast<std::chrono::seconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count();
+    conns_[fd] = conn;
+    stats_->connected_clients.fetch_add(1);
+    stats_->total_connections.Increment(1);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    conn->events = EPOLLIN;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+}
+
+void RespServer::UpdateEvents(Connection* conn) {
+  uint32_t want =
+      (conn->reading ? uint32_t{EPOLLIN} : 0u) | (conn->want_write ? uint32_t{EPOLLOUT} : 0u);
+  if (want == conn->events) return;
+  conn->events = want;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.fd = conn->fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn->fd, &ev);
+}
+
+void RespServer::ChargeParser(Connection* conn) {
+  int64_t charge =
+      static_cast<int64_t>(conn->parser.buffered_bytes() + conn->parser.announced_bytes());
+  stats_->inflight_bytes.fetch_add(charge - conn->parser_charge);
+  conn->parser_charge = charge;
+}
+
+void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
+  static thread_local std::vector<char> buf(kReadChunkBytes);
+  if (conn->draining) {
+    for (;;) {
+      ssize_t n = read(conn->fd, buf.data(), buf.size());
+      if (n > 0) {
+        conn->drained_bytes += static_cast<size_t>(n);
+        if (conn->drained_bytes <= kDrainBytesMax) continue;
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return;
+      }
+      Close(conn);
+      return;
+    }
+  }
+  if (!conn->reading) {  // a hang-up or error while not reading
+    Close(conn);
+    return;
+  }
+  size_t total = 0;
+  bool eof = false;
+  while (conn->reading && total < kReadPerEventBytes) {
+    ssize_t n = read(conn->fd, buf.data(), buf.size());
+    if (n > 0) {
+      total += static_cast<size_t>(n);
+      conn->parser.Feed(buf.data(), static_cast<size_t>(n));
+      if (static_cast<size_t>(n) < buf.size()) break;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0 && errno == EINTR) continue;
+    eof = true;  // closed by the peer, or reset
+    break;
+  }
+  stats_->bytes_in.Increment(total);
+  std::vector<std::string> args;
+  std::string error;
+  bool queued = false;
+  while (conn->reading) {
+    RespParser::Result r = conn->parser.Next(&args, &error);
+    if (r == RespParser::Result::kCommand) {
+      int64_t bytes = 0;
+      for (const std::string& a : args) bytes += static_cast<int64_t>(a.size());
+      stats_->inflight_bytes.fetch_add(bytes);
+      absl::MutexLock l(&conn->mu);
+      conn->queue.push_back(Connection::Pending{std::move(args), "", bytes});
+      args = {};
+      queued = true;
+      continue;
+    }
+    ChargeParser(conn.get());
+    if (r == RespParser::Result::kError) {
+      FailConnection(conn, "ERR " + error);
+      queued = true;
+    }
+    break;
+  }
+  if (conn->reading &&
+      stats_->inflight_bytes.load() > static_cast<int64_t>(options_.max_inflight_bytes) &&
+      conn->parser_charge > 0) {
+    stats_->inflight_rejections.Increment(1);
+    FailConnection(conn, absl::StrCat("OOM command not allowed: requests in flight are over "
+                                      "--max-inflight-bytes (",
+                                      options_.max_inflight_bytes, " bytes)"));
+    queued = true;
+  }
+  if (eof) {
+    bool busy = !conn->wq.empty();
+    {
+      absl::MutexLock l(&conn->mu);
+      busy = busy || conn->running || !conn->queue.empty() || !conn->out.empty();
+    }
+    if (!busy) {
+      Close(conn);
+      return;
+    }
+    conn->peer_closed.store(true);
+    if (conn->reading) {
+      conn->reading = false;
+      conn->parser = RespParser(options_.limits);  // a partial command never runs
+      ChargeParser(conn.get());
+      UpdateEvents(conn.get());
+    }
+    queued = true;
+  }
+  if (queued) Schedule(conn);
+}
+
+void RespServer::FailConnection(const std::shared_ptr<Connection>& conn, const std::string& error) {
+  conn->reading = false;
+  conn->parser = RespParser(options_.limits);  // drops what it held
+  ChargeParser(conn.get());
+  UpdateEvents(conn.get());
+  absl::MutexLock l(&conn->mu);
+  conn->queue.push_back(Connection::Pending{{}, error, 0});
+}
+
+void RespServer::Schedule(const std::shared_ptr<Connection>& conn) {
+  {
+    absl::MutexLock l(&conn->mu);
+    if (conn->running || conn->queue.empty()) return;
+    conn->running = true;
+  }
+  if (!pool_->TrySubmit([this, conn] { Work(conn); })) {
+    absl::MutexLock l(&conn->mu);
+    conn->running = false;
+  }
+}
+
+void RespServer::Work(std::shared_ptr<Connection> conn) {
+  for (;;) {
+    Connection::Pending p;
+    // Consecutive GETs (or SETs) of a pipeline run as one batch.
+    std::vector<std::vector<std::string>> run;
+    CommandHandler::BatchKind kind = CommandHandler::BatchKind::kNone;
+    {
+      absl::ReleasableMutexLock l(&conn->mu);
+      if (conn->closed.load() || conn->queue.empty() || conn->close_after ||
+          conn->unsent_bytes.load() > kUnsentBytesMax) {
+        conn->running = false;  // Flush schedules it again once the client has read
+        if (conn->peer_closed.load()) {
+          l.Release();
+          Notify(conn);  // the loop closes it once the replies are out
+        }
+        return;
+      }
+      p = std::move(conn->queue.front());
+      conn->queue.pop_front();
+      if (p.error.empty()) kind = handler_->Batchable(conn->session, p.args);
+      while (kind != CommandHandler::BatchKind::kNone && !conn->queue.empty() &&
+             run.size() + 1 < (kind == CommandHandler::BatchKind::kGet
+                                   ? CommandHandler::kGetRunCommandsMax
+                                   : CommandHandler::kSetRunCommandsMax) &&
+             conn->queue.front().error.empty() &&
+             handler_->Batchable(conn->session, conn->queue.front().args) == kind) {
+        if (run.empty()) run.push_back(std::move(p.args));
+        p.bytes += conn->queue.front().bytes;
+        run.push_back(std::move(conn->queue.front().args));
+        conn->queue.pop_front();
+      }
+    }
+    ReplyChunks reply;
+    bool close = false;
+    if (!p.error.empty()) {
+      RespWriter(reply.tail(), conn->session.protocol).Error(p.error);
+      close = true;
+    } else if (!run.empty()) {
+      handler_->ExecuteRun(&conn->session, kind, &run, &reply);
+      run.clear();
+    } else {
+      handler_->Execute(&conn->session, &p.args, &reply, &close);
+    }
+    p.args.clear();
+    stats_->inflight_bytes.fetch_sub(p.bytes);
+    bool notify;
+    {
+      absl::MutexLock l(&conn->mu);
+      for (std::string& chunk : reply.chunks) {
+        if (chunk.empty()) continue;
+        conn->out_bytes += chunk.size();
+        conn->unsent_bytes.fetch_add(chunk.size());
+        conn->out.push_back(std::move(chunk));
+      }
+      if (close) {
+        conn->close_after = true;
+        for (const Connection::Pending& q : conn->queue) stats_->inflight_bytes.fetch_sub(q.bytes);
+        conn->queue.clear();
+      }
+      notify = conn->queue.empty() || conn->out_bytes >= kNotifyOutBytes || close;
+    }
+    if (notify) Notify(conn);
+  }
+}
+
+void RespServer::Notify(const std::shared_ptr<Connection>& conn) {
+  {
+    absl::MutexLock l(&notify_mu_);
+    notified_.push_back(conn);
+  }
+  uint64_t one = 1;
+  ssize_t unused = write(event_fd_, &one, sizeof(one));
+  (void)unused;
+}
+
+void RespServer::DrainNotified() {
+  std::vector<std::shared_ptr<Connection>> batch;
+  {
+    absl::MutexLock l(&notify_mu_);
+    batch.swap(notified_);
+  }
+  for (const std::shared_ptr<Connection>& conn : batch) {
+    if (!conn->closed.load()) Flush(conn);
+  }
+}
+
+void RespServer::Flush(const std::shared_ptr<Connection>& conn) {
+  bool close_after;
+  {
+    absl::MutexLock l(&conn->mu);
+    for (std::string& chunk : conn->out) conn->wq.push_back(std::move(chunk));
+    conn->out.clear();
+    conn->out_bytes = 0;
+    close_after = conn->close_after;
+  }
+  while (!conn->wq.empty()) {
+    iovec iov[kIovMax];
+    int n = 0;
+    size_t off = conn->wq_off;
+    for (auto it = conn->wq.begin(); it != conn->wq.end() && n < kIovMax; ++it, ++n) {
+      iov[n].iov_base = const_cast<char*>(it->data()) + off;
+      iov[n].iov_len = it->size() - off;
+      off = 0;
+    }
+    ssize_t w = writev(conn->fd, iov, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      Close(conn);  // the peer is gone
+      return;
+    }
+    stats_->bytes_out.Increment(static_cast<uint64_t>(w));
+    conn->unsent_bytes.fetch_sub(static_cast<size_t>(w));
+    size_t left = static_cast<size_t>(w);
+    while (left > 0) {
+      size_t in_front = conn->wq.front().size() - conn->wq_off;
+      if (left >= in_front) {
+        left -= in_front;
+        conn->wq.pop_front();
+        conn->wq_off = 0;
+      } else {
+        conn->wq_off += left;
+        left = 0;
+      }
+    }
+  }
+  conn->want_write = !conn->wq.empty();
+  if (!conn->want_write && close_after && !conn->draining) {
+    shutdown(conn->fd, SHUT_WR);
+    conn->draining = true;
+    conn->reading = true;  // to see the client's close
+  }
+  if (!close_after && conn->unsent_bytes.load() <= kUnsentBytesMax) Schedule(conn);
+  if (conn->peer_closed.load() && conn->wq.empty()) {
+    bool idle;
+    {
+      absl::MutexLock l(&conn->mu);
+      idle = !conn->running && conn->queue.empty() && conn->out.empty();
+    }
+    if (idle) {
+      Close(conn);
+      return;
+    }
+  }
+  UpdateEvents(conn.get());
+}
+
+void RespServer::Close(const std::shared_ptr<Connection>& conn) {
+  if (conn->closed.exchange(true)) return;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->fd, nullptr);
+  conns_.erase(conn->fd);
+  close(conn->fd);
+  stats_->inflight_bytes.fetch_sub(conn->parser_charge);
+  conn->parser_charge = 0;
+  conn->parser = RespParser(options_.limits);
+  conn->wq.clear();
+  {
+    absl::MutexLock l(&conn->mu);
+    for (const Connection::Pending& q : conn->queue) stats_->inflight_bytes.fetch_sub(q.bytes);
+    conn->queue.clear();
+    conn->out.clear();
+  }
+  stats_->connected_clients.fetch_sub(1);
+}
+
+}  // namespace shelf::resp

@@ -1,0 +1,157 @@
+// RespParser: whole commands only, in order, across any split of the input;
+// every malformed or oversized input is refused before memory is reserved.
+#include "server/resp/resp_parser.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace shelf::resp {
+namespace {
+
+using Args = std::vector<std::string>;
+
+RespLimits SmallLimits() {
+  RespLimits l;
+  l.args_max = 8;
+  l.bulk_bytes_max = 1024;
+  l.line_bytes_max = 64;
+  return l;
+}
+
+// Feeds `input` in pieces of `step` bytes; returns every command parsed and
+// the error, if any.
+std::vector<Args> ParseAll(const std::string& input, size_t step, std::string* error,
+                           RespLimits limits = SmallLimits()) {
+  RespParser p(limits);
+  std::vector<Args> out;
+  error->clear();
+  for (size_t at = 0; at < input.size(); at += step) {
+    p.Feed(input.data() + at, std::min(step, input.size() - at));
+    Args args;
+    for (;;) {
+      RespParser::Result r = p.Next(&args, error);
+      if (r == RespParser::Result::kCommand) {
+        out.push_back(args);
+        continue;
+      }
+      if (r == RespParser::Result::kError) return out;
+      break;
+    }
+  }
+  return out;
+}
+
+TEST(RespParserTest, MultibulkCommandsSplitAnywhere) {
+  std::string input = std::string("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nv\r\n", 27) +
+                      std::string("\0x\r\n", 4) + "*1\r\n$4\r\nPING\r\n";
+  // The value is "v\r\n\0x": binary bytes, CRLF inside a value included.
+  for (size_t step = 1; step <= input.size(); ++step) {
+    std::string error;
+    std::vector<Args> cmds = ParseAll(input, step, &error);
+    ASSERT_EQ(error, "") << "step " << step;
+    ASSERT_EQ(cmds.size(), 2u) << "step " << step;
+    EXPECT_EQ(cmds[0], (Args{"SET", "k", std::string("v\r\n\0x", 5)}));
+    EXPECT_EQ(cmds[1], (Args{"PING"}));
+  }
+}
+
+TEST(RespParserTest, EmptyBulkAndEmptyArrays) {
+  std::string error;
+  std::vector<Args> cmds = ParseAll("*0\r\n*-1\r\n*2\r\n$3\r\nGET\r\n$0\r\n\r\n", 3, &error);
+  EXPECT_EQ(error, "");
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_EQ(cmds[0], (Args{"GET", ""}));
+}
+
+TEST(RespParserTest, InlineCommands) {
+  std::string error;
+  std::vector<Args> cmds = ParseAll("PING\r\nset a \"b c\"\n\r\nGET 'x y'\r\n", 1, &error);
+  EXPECT_EQ(error, "");
+  ASSERT_EQ(cmds.size(), 3u);
+  EXPECT_EQ(cmds[0], (Args{"PING"}));
+  EXPECT_EQ(cmds[1], (Args{"set", "a", "b c"}));
+  EXPECT_EQ(cmds[2], (Args{"GET", "x y"}));
+}
+
+TEST(RespParserTest, MalformedInputIsAnErrorAfterTheGoodCommands) {
+  struct Case {
+    const char* name;
+    std::string input;
+    const char* error_has;
+  } cases[] = {
+      {"bulk longer than said", "*1\r\n$2\r\nPING\r\n", "CRLF"},
+      {"missing CRLF after header", "*1\n$4\r\nPING\r\n", "CRLF"},
+      {"negative bulk length", "*1\r\n$-5\r\n", "invalid bulk length"},
+      {"2^63 bulk length", "*1\r\n$9223372036854775808\r\n", "invalid bulk length"},
+      {"bulk over the max", "*1\r\n$1025\r\n", "max-value-size"},
+      {"1 GiB array header", "*1073741824\r\n", "multibulk length"},
+      {"nested array", "*1\r\n*1\r\n$4\r\nPING\r\n", "expected '$'"},
+      {"not a number", "*x\r\n", "multibulk length"},
+      {"header line too long", "*1\r\n$" + std::string(100, '1'), "too big"},
+      {"inline too long", std::string(100, 'a'), "too big"},
+      {"unbalanced quote", "SET a \"b\r\n", "quotes"},
+      {"inline of too many arguments", "a b c d e f g h i\r\n", "arguments"},
+  };
+  for (const Case& c : cases) {
+    std::string error;
+    std::vector<Args> cmds = ParseAll("PING\r\n" + c.input + "*1\r\n$4\r\nPING\r\n", 1, &error);
+    EXPECT_NE(error.find(c.error_has), std::string::npos) << c.name << ": " << error;
+    EXPECT_EQ(cmds.size(), 1u) << c.name;  // the PING before, never the one after
+  }
+}
+
+TEST(RespParserTest, NothingReservedForAnnouncedBytesUntilTheHeaderPasses) {
+  RespParser p(SmallLimits());
+  std::string h = "*2\r\n$3\r\nSET\r\n$1000\r\nabc";
+  p.Feed(h.data(), h.size());
+  Args args;
+  std::string error;
+  EXPECT_EQ(p.Next(&args, &error), RespParser::Result::kNeedMore);
+  EXPECT_EQ(p.announced_bytes(), 997u);
+  EXPECT_FALSE(p.idle());
+}
+
+TEST(RespParserTest, ErrorIsSticky) {
+  RespParser p(SmallLimits());
+  std::string bad = "*1\r\n$-1\r\n";
+  p.Feed(bad.data(), bad.size());
+  Args args;
+  std::string error;
+  EXPECT_EQ(p.Next(&args, &error), RespParser::Result::kError);
+  std::string good = "*1\r\n$4\r\nPING\r\n";
+  p.Feed(good.data(), good.size());
+  EXPECT_EQ(p.Next(&args, &error), RespParser::Result::kError);
+  EXPECT_EQ(p.buffered_bytes(), 0u);
+}
+
+TEST(RespParserTest, ParseRespInt) {
+  int64_t v = 0;
+  EXPECT_TRUE(ParseRespInt("0", &v));
+  EXPECT_TRUE(ParseRespInt("-12", &v));
+  EXPECT_EQ(v, -12);
+  EXPECT_TRUE(ParseRespInt("9223372036854775807", &v));
+  EXPECT_FALSE(ParseRespInt("9223372036854775808", &v));
+  EXPECT_FALSE(ParseRespInt("99999999999999999999", &v));
+  EXPECT_FALSE(ParseRespInt("", &v));
+  EXPECT_FALSE(ParseRespInt("-", &v));
+  EXPECT_FALSE(ParseRespInt("1 ", &v));
+  EXPECT_FALSE(ParseRespInt("+1", &v));
+}
+
+TEST(RespWriterTest, Resp2AndResp3Encodings) {
+  std::string two, three;
+  RespWriter w2(&two, 2), w3(&three, 3);
+  for (RespWriter* w : {&w2, &w3}) {
+    w->Null();
+    w->Map(1);
+    w->Bool(true);
+    w->Error("ERR a\r\nb");
+  }
+  EXPECT_EQ(two, "$-1\r\n*2\r\n:1\r\n-ERR a  b\r\n");
+  EXPECT_EQ(three, "_\r\n%1\r\n#t\r\n-ERR a  b\r\n");
+}
+
+}  // namespace
+}  // namespace shelf::resp
