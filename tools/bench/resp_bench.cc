@@ -25,9 +25,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/flags.h"
+#include "common/json.h"
 #include "common/units.h"
 #include "tools/bench/redis_peer.h"
-#include "tools/json.h"
 #include "tools/local_cluster.h"
 
 namespace shelf::bench {
@@ -246,7 +246,7 @@ int RespBench(int argc, char** argv) {
   };
   double min_ratio = 0;
   bool any = false;
-  std::vector<std::string> row_json;
+  Json row_json = Json::array();
   for (const RespRow& r : rows) {
     if (!r.redis.count("SET") || !r.shelf.count("SET")) continue;
     for (const char* op : {"SET", "GET"}) {
@@ -254,24 +254,29 @@ int RespBench(int argc, char** argv) {
       min_ratio = any ? std::min(min_ratio, x) : x;
       any = true;
     }
-    Json::Object o;
-    o.Add("size", r.size).Add("clients", r.clients).Add("pipeline", r.pipeline);
-    o.Add("requests", r.requests).Add("redis_set", r.redis.at("SET"));
-    o.Add("shelf_set", r.shelf.at("SET")).Add("redis_get", r.redis.at("GET"));
-    o.Add("shelf_get", r.shelf.at("GET"));
-    row_json.push_back(o.str());
+    Json o = Json::object();
+    o["size"] = r.size;
+    o["clients"] = r.clients;
+    o["pipeline"] = r.pipeline;
+    o["requests"] = r.requests;
+    o["redis_set"] = r.redis.at("SET");
+    o["shelf_set"] = r.shelf.at("SET");
+    o["redis_get"] = r.redis.at("GET");
+    o["shelf_get"] = r.shelf.at("GET");
+    row_json.push_back(o);
   }
-  auto or_null = [](double v) { return v > 0 ? absl::StrCat(v) : std::string("null"); };
-  Json::Object o;
-  o.Add("bench", "resp").Add("stopped", StopRequested());
-  o.Raw("resp_get_1m_vs_redis", or_null(ratio("GET", 1ull << 20)));
-  o.Raw("resp_set_1m_vs_redis", or_null(ratio("SET", 1ull << 20)));
-  o.Raw("resp_get_64k_vs_redis", or_null(ratio("GET", 64ull << 10)));
-  o.Raw("resp_min_vs_redis", or_null(any ? min_ratio : 0));
-  o.Add("errors", static_cast<uint64_t>(error.empty() ? 0 : 1));
-  if (!error.empty()) o.Add("error", error);
-  o.Raw("rows", Json::Array(row_json));
-  std::printf("%s\n", o.str().c_str());
+  auto or_null = [](double v) { return v > 0 ? Json(v) : Json(nullptr); };
+  Json o = Json::object();
+  o["bench"] = "resp";
+  o["stopped"] = StopRequested();
+  o["resp_get_1m_vs_redis"] = or_null(ratio("GET", 1ull << 20));
+  o["resp_set_1m_vs_redis"] = or_null(ratio("SET", 1ull << 20));
+  o["resp_get_64k_vs_redis"] = or_null(ratio("GET", 64ull << 10));
+  o["resp_min_vs_redis"] = or_null(any ? min_ratio : 0);
+  o["errors"] = static_cast<uint64_t>(error.empty() ? 0 : 1);
+  if (!error.empty()) o["error"] = error;
+  o["rows"] = row_json;
+  std::printf("%s\n", JsonDump(o).c_str());
   return error.empty() ? 0 : 1;
 }
 
