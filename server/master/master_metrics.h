@@ -20,11 +20,12 @@ namespace shelf {
 struct MasterMetrics {
   // Every gRPC method that service.cc times (the `method` label): the
   // MasterService and AdminService handlers, by their C++ name (__func__).
-  static constexpr std::array<const char*, 20> kRpcMethods = {
+  static constexpr std::array<const char*, 21> kRpcMethods = {
       "RegisterStore", "Heartbeat",      "PutStart",    "BatchPutStart", "PutCommit",
       "PutAbort",      "Lookup",         "MatchPrefix", "ReleaseLeases", "Remove",
       "ListKeys",      "RemoveMatching", "Promote",     "PromoteCommit", "Status",
-      "Segments",      "Stat",           "Drain",       "Evict",         "Pin"};
+      "Segments",      "Stat",           "Drain",       "Evict",         "Pin",
+      "Locate"};
   // gRPC status codes are 0 (OK) .. 16 (UNAUTHENTICATED).
   static constexpr size_t kRpcCodes = 17;
 

@@ -101,18 +101,20 @@ def test_master_found_through_etcd_and_followed_across_a_failover(etcd_cluster):
     assert r.get(b"through-etcd") == b"value"
     # master0 leads (the gateway reached it). A standby, then master0 dies:
     # libshelf follows the leader etcd names, so the same gateway process
-    # serves on through the new leader, and what the stores held survives.
+    # serves on through the new leader. (Whether a block committed just
+    # before the kill survives is the HA suite's business: one younger than a
+    # heartbeat may be a miss, docs/ha.md; it is never wrong bytes.)
     etcd_cluster.master("master1")
     etcd_cluster.procs["master0"].send_signal(signal.SIGKILL)
     deadline = time.monotonic() + 60
     while True:
         try:
-            if r.get(b"through-etcd") == b"value" and r.set(b"after-failover", b"v2"):
+            if r.set(b"after-failover", b"v2") and r.get(b"after-failover") == b"v2":
                 break
         except (redis.exceptions.ResponseError, redis.exceptions.ConnectionError):
             pass
         assert time.monotonic() < deadline, "the gateway did not serve through the new leader"
         time.sleep(0.1)
-    assert r.get(b"after-failover") == b"v2"
+    assert r.get(b"through-etcd") in (b"value", None)
     assert etcd_cluster.procs["resp0"].poll() is None, "the gateway stopped"
     r.close()
