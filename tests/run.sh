@@ -19,19 +19,21 @@
 # SHELF_SKIP_FUZZ=1 / SHELF_SKIP_ASAN=1 / SHELF_SKIP_TSAN=1 leave out
 # stages 2 / 3 / 4.
 #
-# Time of each stage from clean build folders, 2 cores shared with other
-# work, no ccache (CCACHE_DISABLE=1), measured on the development machine
-# (the script prints its own figures at the end of every run):
+# Time of each stage from clean build folders on the development machine
+# (2 shared cores), measured on a fresh clone with `CI=true bash .ci/run`;
+# ccache was warm for the RelWithDebInfo build only (the script prints its
+# own figures at the end of every run):
 #   install-deps + configure       6 s
-#   build                        839 s
-#   ctest                        268 s   (64 tests, -j2; ha_failover_test alone)
-#   fuzz: clang build + 4 x 10 s 177 s
-#   asan build                   972 s
-#   asan ctest                   192 s   (58 tests, -j2)
+#   build                         39 s   (ccache; 839 s without it)
+#   ctest                        188 s   (71 tests, -j2; ha_failover_test alone)
+#   fuzz: clang build + 5 x 10 s 129 s
+#   asan build                  1233 s
+#   asan ctest                   224 s   (65 tests, -j2)
 #   tsan: clang build + 3 tests   23 s
 #   skips                          0 s
-#   total                       ~2480 s  (41 min, under CI's 90): the whole
-#   ASan suite runs, no label subset is needed.
+#   total                       ~1850 s here; ~2650 s (44 min) with the
+#   main build uncached, under CI's 90: the whole ASan suite runs, no
+#   label subset is needed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${SHELF_BUILD_DIR:-$root/build/test}
