@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
-#include "common/json.h"
 #include "common/hmac.h"
 #include "common/http_server.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/prom.h"

@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
-#include "common/json.h"
 #include "common/http_server.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/prom.h"

@@ -53,12 +53,12 @@
 #include "common/flags.h"
 #include "common/json.h"
 #include "shelf/client.h"
+#include "tests/gpu/gpu_device.h"
 #include "tools/local_cluster.h"
 
 namespace shelf {
 namespace {
 
-constexpr int kSkipExitCode = 77;  // CTest's SKIP_RETURN_CODE (tests/gpu/CMakeLists.txt)
 constexpr size_t kBatchBlocks = 32;
 constexpr size_t kBlockBytes[] = {1ull << 20, 16ull << 20};
 constexpr size_t kBlockBytesMax = 16ull << 20;
@@ -67,10 +67,6 @@ constexpr size_t kErrorsPrintedMax = 10;
 static_assert(kBatchBlocks <= kBatchItemsMax, "one batch call per round");
 static_assert(kBlockBytes[0] % 8 == 0 && kBlockBytes[1] % 8 == 0, "patterns fill whole words");
 static_assert(kBlockBytes[1] == kBlockBytesMax, "the buffers hold a batch of the largest blocks");
-
-std::string CudaErrorText(cudaError_t e) {
-  return absl::StrCat(cudaGetErrorName(e), ": ", cudaGetErrorString(e));
-}
 
 std::string SizeName(size_t bytes) { return absl::StrCat(bytes >> 20, "MiB"); }
 
@@ -524,51 +520,6 @@ OrderedResult CheckStreamOrdering(Client* client, BufferHandle src, BufferHandle
   for (const std::string& k : keys) client->Remove(k);
   client->Remove(one);
   return res;
-}
-
-bool HasNvidiaDeviceNodes() {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
-    if (entry.path().filename().string().rfind("nvidia", 0) == 0) return true;
-  }
-  return false;
-}
-
-std::string CudaVersionText(int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); }
-
-// 0 when `device` can be used; otherwise the exit status, with the reason
-// printed.
-int CheckDevice(int64_t device) {
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  int driver = 0, runtime = 0;
-  cudaDriverGetVersion(&driver);
-  cudaRuntimeGetVersion(&runtime);
-  if (e == cudaSuccess && count > 0) {
-    if (device < count) return 0;
-    std::fprintf(stderr, "gpu_transfer_check: --device %lld, but CUDA sees %d device(s)\n",
-                 static_cast<long long>(device), count);
-    return 2;
-  }
-  std::string why = e == cudaSuccess ? "CUDA reports 0 devices"
-                                     : absl::StrCat("cudaGetDeviceCount: ", CudaErrorText(e));
-  cudaGetLastError();
-  if (driver > 0 && driver < runtime) {
-    // A GPU with a driver is there, too old for the runtime linked in: that
-    // is a failure to report, not a machine without a GPU.
-    std::printf(
-        "gpu_transfer_check: FAILED: the CUDA driver supports CUDA %s, older than the runtime "
-        "this was built with (CUDA %s); %s\n",
-        CudaVersionText(driver).c_str(), CudaVersionText(runtime).c_str(), why.c_str());
-    return 1;
-  }
-  if (!HasNvidiaDeviceNodes() || driver == 0 || e == cudaErrorNoDevice || e == cudaSuccess) {
-    std::printf("gpu_transfer_check: no CUDA device: skipped (%s)\n", why.c_str());
-    return kSkipExitCode;
-  }
-  std::printf("gpu_transfer_check: FAILED: /dev/nvidia* exists but CUDA cannot use it: %s\n",
-              why.c_str());
-  return 1;
 }
 
 std::unique_ptr<Client> OpenClient(const std::string& master, bool allow_shm,
