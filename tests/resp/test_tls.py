@@ -216,6 +216,19 @@ def test_client_certificates_checked_when_asked(cluster, certs, tls_gateway, uni
     c.close()
 
 
+def test_tls_only_with_the_plain_listener_off(cluster, certs, tls_gateway, unique):
+    cluster._spawn("resp-tls-only", [BIN_DIR / "shelf-resp", "--master", cluster.master,
+                                     "--listen=", "--tls-listen", "127.0.0.1:0",
+                                     "--tls-cert", certs / "server.crt",
+                                     "--tls-key", certs / "server.key"])
+    lines = (cluster.dir / "resp-tls-only.addr").read_text().split()
+    assert len(lines) == 1, lines
+    c = _tls_client(int(lines[0].rsplit(":", 1)[1]), certs)
+    _wait_ready(c)
+    assert c.ping() is True
+    c.close()
+
+
 def _start_fails(cluster, *args):
     out = subprocess.run([str(BIN_DIR / "shelf-resp"), "--master", cluster.master,
                           "--listen", "127.0.0.1:0", *map(str, args)],
