@@ -9,6 +9,7 @@ import os
 import socket
 import ssl
 import subprocess
+import threading
 import time
 
 import pytest
@@ -116,6 +117,30 @@ def test_pipeline_of_100_commands_over_tls(tls_gateway, certs, unique):
             p.get(unique + b"big%d" % i)
     assert p.execute() == big * 3
     c.close()
+
+
+def test_16_tls_connections_at_once(tls_gateway, certs, unique):
+    _, tls = tls_gateway
+    errors = []
+
+    def work(i):
+        try:
+            c = _tls_client(tls, certs)
+            for j in range(10):
+                v = os.urandom(256 << 10)
+                k = unique + b"c%d/%d" % (i, j)
+                assert c.set(k, v) is True
+                assert c.get(k) == v
+            c.close()
+        except Exception as e:  # reported below, with the connection's number
+            errors.append((i, repr(e)))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
 
 
 def test_plain_and_tls_listeners_serve_the_same_keys(tls_gateway, certs, unique):
