@@ -2,9 +2,9 @@
 // of the same bytes on the same directory.
 //
 // For each block size (default 32 KiB, 256 KiB, 4 MiB, 16 MiB):
-//   raw write   O_DIRECT pwrite of every block into one file from
-//               --queue-depth threads (8 I/Os in flight), aligned buffers,
-//               then fdatasync
+//   raw write   O_DIRECT pwrite of every block into one preallocated file
+//               from --queue-depth threads (8 I/Os in flight), aligned
+//               buffers, then fdatasync
 //   tier write  SsdTier::Put of every block from one caller (as the
 //               store's mover), then closing the tier and fsync of every
 //               file it wrote: both sides count the time until the bytes
@@ -164,6 +164,12 @@ absl::Status RawWrite(const std::string& path, const char* base, uint64_t size, 
     return absl::UnavailableError(absl::StrCat("open ", path,
                                                " with O_DIRECT: ", std::strerror(errno),
                                                " (tmpfs has no O_DIRECT: pass --dir on a disk)"));
+  }
+  // Preallocated, as the tier's extent file is: extending O_DIRECT writes
+  // are serialized by the file system.
+  if (posix_fallocate(fd, 0, static_cast<off_t>(count * size)) != 0) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("fallocate ", path, ": no room"));
   }
   std::vector<std::unique_ptr<AlignedBuffer>> bufs;
   for (int t = 0; t < depth; ++t) {
