@@ -275,6 +275,10 @@ absl::Status SsdTier::GrowTo(uint64_t end) {
   // Room by large steps (few, large extents of the file system); on a full
   // disk, just what this block needs.
   uint64_t step = std::max<uint64_t>(options_.grow_bytes, kAlign);
+  // A small tier grows by an eighth of its capacity at most.
+  if (options_.capacity_bytes != 0) {
+    step = std::min(step, std::max<uint64_t>(AlignUp(options_.capacity_bytes / 8), 1ull << 20));
+  }
   uint64_t target = std::min((end + step - 1) / step * step, space_.capacity());
   target = std::max(target, end);
   int rc = posix_fallocate(fd_, static_cast<off_t>(file_bytes_),
