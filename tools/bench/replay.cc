@@ -244,6 +244,8 @@ absl::Status SampleCapacity(const std::string& master, const Chains& chains, siz
 
 }  // namespace
 
+int ReplayCompare(const std::vector<std::string>& args);  // replay_compare.cc
+
 int Replay(int argc, char** argv) {
   std::string trace = DefaultTracePath();
   std::string master, model, work_dir, plot;
@@ -271,7 +273,19 @@ int Replay(int argc, char** argv) {
   flags.AddBool("json-only", &json_only, "print only the JSON line");
   flags.AddString("work-dir", &work_dir, "keep the started cluster's logs and data here");
   flags.AddString("plot", &plot, "also write the hit-ratio-over-time chart as SVG to this file");
+  bool compare = false;
+  flags.AddBool("compare-dram-only", &compare,
+                "run the replay twice, DRAM only (--ssd-size 0) and with --ssd-size, and print "
+                "put/get GB/s and p99 side by side");
   std::vector<std::string> args = flags.ParseOrExit(argc, argv);
+  if (compare) {
+    std::vector<std::string> rest;
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a != "--compare-dram-only" && a != "--compare-dram-only=true") rest.push_back(a);
+    }
+    return ReplayCompare(rest);
+  }
   if (!args.empty()) trace = args[0];
   // The fetch time is reported for the model's real block size: the bench
   // moves --block-bytes per block (a real model's blocks would make the
