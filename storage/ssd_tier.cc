@@ -315,8 +315,8 @@ char* SsdTier::TakeBuffer(uint64_t alloc) {
 void SsdTier::ReleaseBuffer(char* buf, uint64_t alloc) {
   inflight_bytes_ -= alloc;
   // Kept for the next Put of the same size (no page faults on a fresh
-  // buffer), up to the in-flight bound.
-  if (spare_bytes_ + alloc <= options_.max_inflight_bytes) {
+  // buffer), up to 64 MiB.
+  if (spare_bytes_ + alloc <= (64ull << 20)) {
     spare_.emplace_back(alloc, buf);
     spare_bytes_ += alloc;
   } else {
@@ -540,15 +540,26 @@ absl::Status SsdTier::ReadExtent(const Loc& loc, std::string* out) {
   struct Free {
     void operator()(char* p) const { std::free(p); }
   };
-  thread_local std::unique_ptr<char, Free> buf;
-  thread_local uint64_t buf_bytes = 0;
+  // Each reading thread keeps an aligned buffer for blocks up to 16 MiB (no
+  // page faults per read); a larger block gets one of its own.
+  constexpr uint64_t kKeptReadBuffer = 16ull << 20;
+  thread_local std::unique_ptr<char, Free> kept;
+  thread_local uint64_t kept_bytes = 0;
+  std::unique_ptr<char, Free> own;
   uint64_t alloc = AlignUp(loc.size);
-  if (buf_bytes < alloc) {
-    buf.reset(AlignedAlloc(alloc));
-    buf_bytes = buf ? alloc : 0;
-    if (!buf) return absl::ResourceExhaustedError("SSD tier: out of memory for a read buffer");
+  char* b = nullptr;
+  if (alloc <= kKeptReadBuffer) {
+    if (kept_bytes < alloc) {
+      kept.reset(AlignedAlloc(kKeptReadBuffer));
+      kept_bytes = kept ? kKeptReadBuffer : 0;
+    }
+    b = kept.get();
+  } else {
+    own.reset(AlignedAlloc(alloc));
+    b = own.get();
   }
-  char* b = buf.get();
+  if (b == nullptr)
+    return absl::ResourceExhaustedError("SSD tier: out of memory for a read buffer");
   // One O_DIRECT read: the kernel issues all of a large block's device
   // requests at once, so it is already deep in the queue.
   int err = FullIo(false, fd_, b, alloc, loc.offset);
