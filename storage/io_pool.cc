@@ -3,22 +3,6 @@
 #include <utility>
 
 namespace shelf {
-namespace {
-
-// std::condition_variable_any's view of a held shelf::Mutex.
-struct HeldMutex {
-  Mutex* mu;
-  void lock() ABSL_NO_THREAD_SAFETY_ANALYSIS { mu->Lock(); }
-  void unlock() ABSL_NO_THREAD_SAFETY_ANALYSIS { mu->Unlock(); }
-};
-
-}  // namespace
-
-void CondVar::Wait(Mutex* mu) {
-  HeldMutex held{mu};
-  cv_.wait(held);
-}
-
 IoPool::IoPool(int threads) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
 }
@@ -28,7 +12,7 @@ IoPool::~IoPool() {
     MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.NotifyAll();
+  cv_.SignalAll();
   for (std::thread& t : threads_) t.join();
 }
 
@@ -37,7 +21,7 @@ void IoPool::Submit(std::function<void()> fn) {
     MutexLock lock(&mu_);
     queue_.push_back(std::move(fn));
   }
-  cv_.NotifyAll();
+  cv_.SignalAll();
 }
 
 void IoPool::Loop() {

@@ -1,7 +1,6 @@
 // IoPool: a few threads that run blocking I/O (pread/pwrite on O_DIRECT
 // files) so one caller keeps several I/Os in flight, the queue depth a
-// disk needs to reach its bandwidth. CondVar: a condition variable for
-// shelf::Mutex.
+// disk needs to reach its bandwidth.
 //
 //   IoPool pool(8);
 //   pool.Submit([&] { pwrite(fd, buf, n, off); });
@@ -10,7 +9,6 @@
 #ifndef SHELF_STORAGE_IO_POOL_H_
 #define SHELF_STORAGE_IO_POOL_H_
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -19,17 +17,6 @@
 #include "common/mutex.h"
 
 namespace shelf {
-
-class CondVar {
- public:
-  // Releases `mu` while waiting; holds it again on return (spurious
-  // wake-ups happen: wait in a loop).
-  void Wait(Mutex* mu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  void NotifyAll() { cv_.notify_all(); }
-
- private:
-  std::condition_variable_any cv_;
-};
 
 class IoPool {
  public:

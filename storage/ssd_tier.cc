@@ -322,7 +322,7 @@ void SsdTier::ReleaseBuffer(char* buf, uint64_t alloc) {
   } else {
     std::free(buf);
   }
-  io_cv_.NotifyAll();
+  io_cv_.SignalAll();
 }
 
 absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t size,
@@ -414,7 +414,7 @@ absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t siz
         ReleaseBuffer(p->buf, p->alloc);
         p->buf = nullptr;
       }
-      io_cv_.NotifyAll();
+      io_cv_.SignalAll();
     });
   }
   if (options_.sync) return Sync();
