@@ -17,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/errno_text.h"
 
 namespace shelf {
 
@@ -48,7 +49,7 @@ namespace {
 
 absl::Status Errno(const char* what, const std::string& peer) {
   int e = errno;
-  std::string msg = absl::StrCat(what, " ", peer, ": ", std::strerror(e));
+  std::string msg = absl::StrCat(what, " ", peer, ": ", ErrnoText(e));
   if (e == EAGAIN || e == EWOULDBLOCK || e == ETIMEDOUT) return absl::DeadlineExceededError(msg);
   return absl::UnavailableError(msg);
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/errno_text.h"
 #include "common/log.h"
 
 namespace shelf {
@@ -32,7 +33,7 @@ absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& 
       if (p != MAP_FAILED) {
         SHELF_LOG(INFO) << "DRAM segment on hugepages" << Kv("bytes", options.size_bytes);
         if (options.mlock && mlock(p, options.size_bytes) != 0) {
-          SHELF_LOG(WARNING) << "mlock failed" << Kv("error", std::strerror(errno));
+          SHELF_LOG(WARNING) << "mlock failed" << Kv("error", ErrnoText(errno));
         }
         return std::unique_ptr<DramSegment>(
             new DramSegment(static_cast<char*>(p), options.size_bytes, fd, true));
@@ -43,24 +44,24 @@ absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& 
   }
   int fd = memfd_create("shelf-segment", MFD_CLOEXEC);
   if (fd < 0) {
-    return absl::ResourceExhaustedError(absl::StrCat("memfd_create: ", std::strerror(errno)));
+    return absl::ResourceExhaustedError(absl::StrCat("memfd_create: ", ErrnoText(errno)));
   }
   if (ftruncate(fd, static_cast<off_t>(options.size_bytes)) != 0) {
     int e = errno;
     close(fd);
     return absl::ResourceExhaustedError(
-        absl::StrCat("cannot size DRAM segment to ", options.size_bytes, ": ", std::strerror(e)));
+        absl::StrCat("cannot size DRAM segment to ", options.size_bytes, ": ", ErrnoText(e)));
   }
   void* p = mmap(nullptr, options.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     int e = errno;
     close(fd);
-    return absl::ResourceExhaustedError(absl::StrCat("mmap DRAM segment: ", std::strerror(e)));
+    return absl::ResourceExhaustedError(absl::StrCat("mmap DRAM segment: ", ErrnoText(e)));
   }
   madvise(p, options.size_bytes, MADV_HUGEPAGE);
   if (options.mlock && mlock(p, options.size_bytes) != 0) {
     SHELF_LOG(WARNING) << "mlock failed (raise LimitMEMLOCK / ulimit -l)"
-                       << Kv("error", std::strerror(errno));
+                       << Kv("error", ErrnoText(errno));
   }
   return std::unique_ptr<DramSegment>(
       new DramSegment(static_cast<char*>(p), options.size_bytes, fd, false));

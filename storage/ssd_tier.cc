@@ -18,6 +18,7 @@
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
+#include "common/errno_text.h"
 #include "common/log.h"
 
 namespace shelf {
@@ -61,7 +62,7 @@ bool ParseExtent(const rocksdb::Slice& v, uint64_t* size, uint64_t* checksum, ui
 }
 
 absl::Status Errno(const std::string& what, int err) {
-  std::string msg = absl::StrCat("SSD tier ", what, ": ", std::strerror(err));
+  std::string msg = absl::StrCat("SSD tier ", what, ": ", ErrnoText(err));
   if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(msg);
   return absl::UnavailableError(msg);
 }
@@ -141,7 +142,7 @@ bool DirectIoWorks(const std::string& dir) {
   unlink(probe.c_str());
   if (fd < 0) {
     SHELF_LOG(INFO) << "SSD tier without O_DIRECT: the file system refuses it" << Kv("dir", dir)
-                    << Kv("error", std::strerror(err));
+                    << Kv("error", ErrnoText(err));
   }
   return fd >= 0;
 }

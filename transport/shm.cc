@@ -12,6 +12,7 @@
 
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
+#include "common/errno_text.h"
 #include "common/hmac.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -44,14 +45,14 @@ absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::Start(const std::string& s
   struct sockaddr_un addr;
   if (absl::Status s = FillAddr(socket_path, &addr); !s.ok()) return s;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", ErrnoText(errno)));
   unlink(socket_path.c_str());
   if (bind(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0 ||
       listen(fd, 64) != 0) {
     int e = errno;
     close(fd);
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", socket_path, ": ", std::strerror(e)));
+        absl::StrCat("cannot listen on ", socket_path, ": ", ErrnoText(e)));
   }
   std::unique_ptr<ShmServer> server(
       new ShmServer(socket_path, fd, memfd, segment_id, size, std::move(secret)));
@@ -143,13 +144,13 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::strin
   struct sockaddr_un addr;
   if (absl::Status s = FillAddr(socket_path, &addr); !s.ok()) return s;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", ErrnoText(errno)));
   SetIoTimeoutMs(fd, 2000);
   if (connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0) {
     int e = errno;
     close(fd);
     return absl::UnavailableError(
-        absl::StrCat("cannot reach store socket ", socket_path, ": ", std::strerror(e)));
+        absl::StrCat("cannot reach store socket ", socket_path, ": ", ErrnoText(e)));
   }
   char hello[20];
   absl::Status s = ReadFull(fd, hello, sizeof(hello));
@@ -212,7 +213,7 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::strin
   void* p = mmap(nullptr, mapping->size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
   close(memfd);
   if (p == MAP_FAILED) {
-    return absl::UnavailableError(absl::StrCat("mmap store segment: ", std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("mmap store segment: ", ErrnoText(errno)));
   }
   mapping->base = static_cast<char*>(p);
   MutexLock lock(&mu_);

@@ -17,6 +17,7 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
+#include "common/errno_text.h"
 #include "common/log.h"
 #include "common/net.h"
 
@@ -117,7 +118,7 @@ absl::StatusOr<std::unique_ptr<RespServer>> RespServer::Start(const RespServerOp
   s->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   s->event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s->epoll_fd_ < 0 || s->event_fd_ < 0) {
-    return absl::InternalError(absl::StrCat("epoll/eventfd: ", strerror(errno)));
+    return absl::InternalError(absl::StrCat("epoll/eventfd: ", ErrnoText(errno)));
   }
   if (options.listen.empty() && options.tls_listen.empty() && options.unix_socket.empty()) {
     return absl::InvalidArgumentError(
@@ -150,7 +151,7 @@ absl::StatusOr<std::unique_ptr<RespServer>> RespServer::Start(const RespServerOp
     unlink(options.unix_socket.c_str());
     if (ufd < 0 || bind(ufd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
         listen(ufd, 1024) != 0) {
-      std::string err = strerror(errno);
+      std::string err = ErrnoText(errno);
       if (ufd >= 0) close(ufd);
       return absl::UnavailableError(
           absl::StrCat("cannot listen on unix socket ", options.unix_socket, ": ", err));
@@ -187,7 +188,7 @@ void RespServer::Run() {
                        tls_pending_.empty() ? 1000 : 0);
     if (n < 0) {
       if (errno == EINTR) continue;
-      SHELF_LOG(ERROR) << "epoll_wait failed" << Kv("error", strerror(errno));
+      SHELF_LOG(ERROR) << "epoll_wait failed" << Kv("error", ErrnoText(errno));
       return;
     }
     for (int i = 0; i < n; ++i) {

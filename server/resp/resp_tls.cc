@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/errno_text.h"
 
 namespace shelf::resp {
 
@@ -122,7 +123,7 @@ TlsIo Classify(SSL* ssl, int rc, std::string* error) {
       return TlsIo::kClosed;
     case SSL_ERROR_SYSCALL:
       if (error != nullptr) {
-        *error = errno != 0 ? std::string(strerror(errno)) : std::string("connection closed");
+        *error = errno != 0 ? std::string(ErrnoText(errno)) : std::string("connection closed");
       }
       ERR_clear_error();
       return TlsIo::kError;

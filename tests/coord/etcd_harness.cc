@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/errno_text.h"
 #include "common/net.h"
 #include "coord/etcd_client.h"
 
@@ -49,7 +50,7 @@ absl::Status PickPorts(uint16_t* a, uint16_t* b) {
     socklen_t len = sizeof(addr);
     if (bind(fds[i], reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
         getsockname(fds[i], reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      return absl::InternalError(absl::StrCat("bind failed: ", std::strerror(errno)));
+      return absl::InternalError(absl::StrCat("bind failed: ", ErrnoText(errno)));
     }
     ports[i] = ntohs(addr.sin_port);
   }
@@ -150,7 +151,7 @@ absl::Status EtcdProcess::Spawn() {
 
   pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", ErrnoText(errno)));
   if (pid == 0) {
     // Only async-signal-safe calls until exec.
     prctl(PR_SET_PDEATHSIG, SIGKILL);

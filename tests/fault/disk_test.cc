@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/clock.h"
+#include "common/errno_text.h"
 #include "shelf/client.h"
 #include "storage/ssd_tier.h"
 #include "tests/fault/fault_util.h"
@@ -43,7 +44,7 @@ class TinyDisk {
                                    mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
     (void)private_ns;
     if (mount("tmpfs", tmpl.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
-      std::string err = std::strerror(errno);
+      std::string err = ErrnoText(errno);
       rmdir(tmpl.c_str());
       return absl::FailedPreconditionError(absl::StrCat("mount tmpfs: ", err));
     }

@@ -41,6 +41,7 @@
 #include "absl/strings/str_split.h"
 #include "common/checksum.h"
 #include "common/clock.h"
+#include "common/errno_text.h"
 #include "common/flags.h"
 #include "common/json.h"
 #include "common/units.h"
@@ -161,8 +162,7 @@ absl::Status RawWrite(const std::string& path, const char* base, uint64_t size, 
                       int depth, Measure* m) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("open ", path,
-                                               " with O_DIRECT: ", std::strerror(errno),
+    return absl::UnavailableError(absl::StrCat("open ", path, " with O_DIRECT: ", ErrnoText(errno),
                                                " (tmpfs has no O_DIRECT: pass --dir on a disk)"));
   }
   // Preallocated, as the tier's extent file is: extending O_DIRECT writes
@@ -182,7 +182,7 @@ absl::Status RawWrite(const std::string& path, const char* base, uint64_t size, 
     Stamp(i, b);
     ssize_t n = pwrite(fd, b, size, static_cast<off_t>(i * size));
     if (n != static_cast<ssize_t>(size)) {
-      return absl::UnavailableError(absl::StrCat("write ", path, ": ", std::strerror(errno)));
+      return absl::UnavailableError(absl::StrCat("write ", path, ": ", ErrnoText(errno)));
     }
     return absl::OkStatus();
   });
@@ -198,8 +198,7 @@ absl::Status RawWrite(const std::string& path, const char* base, uint64_t size, 
 absl::Status RawRead(const std::string& path, const char* base, uint64_t size, uint64_t count,
                      int depth, Measure* m, uint64_t* mismatches) {
   int fd = open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  if (fd < 0)
-    return absl::UnavailableError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("open ", path, ": ", ErrnoText(errno)));
   std::vector<std::unique_ptr<AlignedBuffer>> bufs;
   for (int t = 0; t < depth; ++t) bufs.push_back(std::make_unique<AlignedBuffer>(size));
   std::atomic<uint64_t> bad{0};
@@ -208,7 +207,7 @@ absl::Status RawRead(const std::string& path, const char* base, uint64_t size, u
     char* b = bufs[static_cast<size_t>(t)]->data;
     ssize_t n = pread(fd, b, size, static_cast<off_t>(i * size));
     if (n != static_cast<ssize_t>(size)) {
-      return absl::UnavailableError(absl::StrCat("read ", path, ": ", std::strerror(errno)));
+      return absl::UnavailableError(absl::StrCat("read ", path, ": ", ErrnoText(errno)));
     }
     if (!SameBlock(i, b, base, size)) bad.fetch_add(1);
     return absl::OkStatus();
