@@ -20,7 +20,10 @@
 // after a crash, never half. Space freed by Delete or an overwrite is
 // reused only after the index change that freed it is durable.
 //
-//   auto tier = SsdTier::Open({.dir = "/var/lib/shelf/ssd", .capacity_bytes = 1 << 40});
+//   SsdTier::Options options;
+//   options.dir = "/var/lib/shelf/ssd";
+//   options.capacity_bytes = 1ull << 40;
+//   auto tier = SsdTier::Open(options);
 //   tier->Put(key, data, size, checksum);
 //   tier->Sync();  // before telling anyone the block is on SSD
 //

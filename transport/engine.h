@@ -3,7 +3,9 @@
 // then submits batches of reads and writes between that memory and stores'
 // DRAM segments, and polls or waits for each op's status.
 //
-//   transport::TcpEngine tcp({.secret = secret});
+//   transport::TcpEngine::Options options;
+//   options.secret = secret;
+//   transport::TcpEngine tcp(options);
 //   SHELF_ASSIGN_OR_RETURN(transport::MemoryHandle h,
 //                          tcp.RegisterMemory(buf, len, transport::MemoryKind::kHost));
 //   transport::Peer store = ...;  // from the master's StoreEndpoint

@@ -10,7 +10,9 @@
 // read). Each stripe and run is a task on the engine's threads; a batch that
 // makes a single task runs it in the submitting thread.
 //
-//   transport::TcpEngine tcp({.secret = secret});
+//   transport::TcpEngine::Options options;
+//   options.secret = secret;
+//   transport::TcpEngine tcp(options);
 //   tcp.Execute(ops, MonoMs() + 1000);
 //   tcp.client().ReadKey(address, key, size, dst, deadline_ms);  // SSD tier
 //

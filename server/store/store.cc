@@ -147,9 +147,11 @@ Store::~Store() {
 absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options) {
   if (options.master.empty()) return absl::InvalidArgumentError("--master is required");
   std::unique_ptr<Store> store(new Store(options));
-  auto seg = DramSegment::Create({.size_bytes = options.dram_size,
-                                  .try_hugepages = options.hugepages,
-                                  .mlock = options.mlock});
+  DramSegment::Options dram;
+  dram.size_bytes = options.dram_size;
+  dram.try_hugepages = options.hugepages;
+  dram.mlock = options.mlock;
+  auto seg = DramSegment::Create(dram);
   if (!seg.ok()) return seg.status();
   store->segment_ = *std::move(seg);
 

@@ -2,7 +2,7 @@
 // cluster started here.
 #include <gtest/gtest.h>
 
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 extern "C" int shelf_c_api_checks(const char* master);
 

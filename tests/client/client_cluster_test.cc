@@ -14,7 +14,7 @@
 #include "common/clock.h"
 #include "shelf/client.h"
 #include "shelf/keys.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 namespace shelf {
 namespace {

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 namespace shelf {
 namespace {

@@ -15,7 +15,7 @@
 #include "common/json.h"
 #include "common/net.h"
 #include "shelf/client.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 #include "transport/tcp_client.h"
 #include "transport/wire.h"
 

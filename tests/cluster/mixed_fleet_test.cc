@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "shelf/client.h"
 #include "tests/fault/fault_util.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 namespace shelf {
 namespace {

@@ -8,7 +8,7 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "shelf/client.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 namespace shelf {
 namespace {

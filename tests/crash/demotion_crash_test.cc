@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "shelf/client.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 namespace shelf {
 namespace {

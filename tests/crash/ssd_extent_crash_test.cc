@@ -29,7 +29,11 @@ constexpr int kOddKeys = 8;   // put, then deleted four rounds later
 constexpr uint64_t kCapacity = 12ull << 20;
 
 SsdTier::Options TierOptions(const std::string& dir) {
-  return {.dir = dir, .capacity_bytes = kCapacity, .grow_bytes = 1 << 20};
+  SsdTier::Options o;
+  o.dir = dir;
+  o.capacity_bytes = kCapacity;
+  o.grow_bytes = 1 << 20;
+  return o;
 }
 
 // Block `id` at `version`: self-describing (id and version in its first

@@ -17,7 +17,7 @@
 #include "shelf/client.h"
 #include "storage/ssd_tier.h"
 #include "tests/fault/fault_util.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 #include "transport/tcp_client.h"
 
 namespace shelf {

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "common/rpc.h"
 #include "proto/shelf.grpc.pb.h"
+#include "testing/wait_for.h"
 
 namespace shelf::fault {
 
@@ -117,14 +118,14 @@ std::string FindIpTool();
 template <typename Pred>
 absl::Status FaultProbe::WaitFor(Pred pred, uint64_t timeout_ms) {
   absl::Status last = absl::DeadlineExceededError("condition not reached");
-  for (uint64_t waited = 0; waited <= timeout_ms; waited += 50) {
-    absl::StatusOr<v1::StatusResponse> st = Status();
-    if (st.ok() && pred(*st)) return absl::OkStatus();
-    if (!st.ok()) last = st.status();
-    struct timespec ts = {0, 50 * 1000 * 1000};
-    nanosleep(&ts, nullptr);
-  }
-  return last;
+  bool held = shelf::WaitFor(
+      [&] {
+        absl::StatusOr<v1::StatusResponse> st = Status();
+        if (!st.ok()) last = st.status();
+        return st.ok() && pred(*st);
+      },
+      timeout_ms, 50);
+  return held ? absl::OkStatus() : last;
 }
 
 }  // namespace shelf::fault

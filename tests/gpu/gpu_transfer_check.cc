@@ -54,7 +54,7 @@
 #include "common/json.h"
 #include "shelf/client.h"
 #include "tests/gpu/gpu_device.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 namespace shelf {
 namespace {

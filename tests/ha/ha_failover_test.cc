@@ -17,8 +17,9 @@
 #include "coord/etcd_client.h"
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
+#include "testing/local_cluster.h"
+#include "testing/wait_for.h"
 #include "tests/coord/etcd_harness.h"
-#include "tools/local_cluster.h"
 
 namespace shelf {
 namespace {
@@ -97,11 +98,7 @@ class HaTest : public ::testing::Test {
   }
 
   absl::Status WaitForLeader(uint64_t timeout_ms) {
-    uint64_t until = MonoMs() + timeout_ms;
-    while (MonoMs() < until) {
-      if (Leader().ok()) return absl::OkStatus();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    if (WaitFor([&] { return Leader().ok(); }, timeout_ms, 50)) return absl::OkStatus();
     return absl::DeadlineExceededError("no leader elected");
   }
 
@@ -119,19 +116,18 @@ class HaTest : public ::testing::Test {
 
   // Waits until the current leader reports `n` live stores and no recovery.
   absl::Status WaitForLiveStores(int n, uint64_t timeout_ms) {
-    uint64_t until = MonoMs() + timeout_ms;
-    while (MonoMs() < until) {
-      auto leader = Leader();
-      if (leader.ok()) {
-        auto st = AdminStatus(leader->address);
-        if (st.ok() && st->is_leader() && !st->recovering()) {
+    bool back = WaitFor(
+        [&] {
+          auto leader = Leader();
+          if (!leader.ok()) return false;
+          auto st = AdminStatus(leader->address);
+          if (!st.ok() || !st->is_leader() || st->recovering()) return false;
           int live = 0;
           for (const auto& node : st->nodes()) live += node.state() == v1::NODE_LIVE;
-          if (live == n) return absl::OkStatus();
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+          return live == n;
+        },
+        timeout_ms, 50);
+    if (back) return absl::OkStatus();
     return absl::DeadlineExceededError("stores did not come back");
   }
 
@@ -283,10 +279,7 @@ TEST_F(HaDefaultsTest, KillingTheLeaderLosesNothingALiveStoreHolds) {
 #endif
   ASSERT_TRUE(WaitForLiveStores(2, 15000).ok());
   // The loop resumes without a restart.
-  uint64_t until = MonoMs() + 10000;
-  while (ok_after.load() < 5 && MonoMs() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  WaitFor([&] { return ok_after.load() >= 5; }, 10000, 50);
   std::move(join_loop).Invoke();
   EXPECT_GE(ok_after.load(), 5) << "client loop did not resume";
   EXPECT_EQ(wrong.load(), 0);
@@ -297,13 +290,13 @@ TEST_F(HaTest, AStoppedOldLeaderAcceptsNoWritesAfterFailover) {
   ASSERT_TRUE(old.ok());
   int idx = MasterIndex(old->address);
   masters_[idx]->Signal(SIGSTOP);
-  uint64_t t0 = MonoMs();
   absl::StatusOr<coord::LeaderInfo> now;
-  while (MonoMs() - t0 < 15000) {
-    now = Leader();
-    if (now.ok() && now->address != old->address) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  WaitFor(
+      [&] {
+        now = Leader();
+        return now.ok() && now->address != old->address;
+      },
+      15000);
   ASSERT_TRUE(now.ok() && now->address != old->address);
   masters_[idx]->Signal(SIGCONT);
   // The resumed old leader fences itself: no writes, no lookups.

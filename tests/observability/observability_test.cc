@@ -16,7 +16,7 @@
 #include "common/json.h"
 #include "common/net.h"
 #include "shelf/client.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 namespace shelf {
 namespace {

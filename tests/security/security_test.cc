@@ -13,7 +13,7 @@
 #include "common/clock.h"
 #include "shelf/client.h"
 #include "tests/fault/fault_util.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 #include "transport/shm.h"
 #include "transport/tcp_client.h"
 #include "transport/wire.h"

@@ -9,7 +9,11 @@ namespace shelf {
 namespace {
 
 TEST(DramSegment, CreatesSharedMappingWithHugepageFallback) {
-  auto seg = DramSegment::Create({.size_bytes = 4 << 20, .try_hugepages = true, .mlock = false});
+  DramSegment::Options options;
+  options.size_bytes = 4 << 20;
+  options.try_hugepages = true;
+  options.mlock = false;
+  auto seg = DramSegment::Create(options);
   ASSERT_TRUE(seg.ok()) << seg.status();
   std::memset((*seg)->data(), 0xAB, (*seg)->size());
   // A second mapping of the same fd (what a same-host client does) sees the bytes.
@@ -23,8 +27,9 @@ TEST(DramSegment, CreatesSharedMappingWithHugepageFallback) {
 }
 
 TEST(DramSegment, RejectsZero) {
-  EXPECT_EQ(DramSegment::Create({.size_bytes = 0}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  DramSegment::Options empty;
+  empty.size_bytes = 0;
+  EXPECT_EQ(DramSegment::Create(empty).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

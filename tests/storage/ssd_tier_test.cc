@@ -28,6 +28,18 @@ std::string TempDir(const char* name) {
   return dir;
 }
 
+// A tier of `capacity` bytes in `dir`; optionally an index fault seam and
+// the extent file's growth step.
+SsdTier::Options TierOptions(std::string dir, uint64_t capacity, rocksdb::Env* env = nullptr,
+                             uint64_t grow_bytes = 0) {
+  SsdTier::Options o;
+  o.dir = std::move(dir);
+  o.capacity_bytes = capacity;
+  o.env = env;
+  if (grow_bytes != 0) o.grow_bytes = grow_bytes;
+  return o;
+}
+
 std::string Block(size_t n, uint32_t seed) {
   std::string s(n, '\0');
   std::mt19937 rng(seed);
@@ -78,7 +90,7 @@ TEST(SsdTier, PutGetDeleteAndInventorySurviveReopen) {
   std::string dir = TempDir("ssd-reopen");
   std::string a = Block(300 << 10, 1), b = Block(5000, 2);
   {
-    auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
+    auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
     ASSERT_TRUE(tier.ok()) << tier.status();
     ASSERT_TRUE((*tier)->Put("a", a.data(), a.size(), BlockChecksum(a.data(), a.size())).ok());
     ASSERT_TRUE((*tier)->Put("b", b.data(), b.size(), BlockChecksum(b.data(), b.size())).ok());
@@ -86,7 +98,7 @@ TEST(SsdTier, PutGetDeleteAndInventorySurviveReopen) {
     ASSERT_TRUE((*tier)->Delete("c").ok());
     EXPECT_EQ((*tier)->used_bytes(), a.size() + b.size());
   }
-  auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
+  auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
   ASSERT_TRUE(tier.ok());
   EXPECT_EQ((*tier)->used_bytes(), a.size() + b.size());
   auto inv = (*tier)->Inventory();
@@ -100,7 +112,7 @@ TEST(SsdTier, PutGetDeleteAndInventorySurviveReopen) {
 
 TEST(SsdTier, RefusesWrongChecksumAndOverCapacity) {
   std::string dir = TempDir("ssd-cap");
-  auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 1 << 20});
+  auto tier = SsdTier::Open(TierOptions(dir, 1 << 20));
   ASSERT_TRUE(tier.ok());
   std::string a = Block(600 << 10, 3);
   EXPECT_EQ((*tier)->Put("a", a.data(), a.size(), 12345).code(), absl::StatusCode::kDataLoss);
@@ -115,7 +127,7 @@ TEST(SsdTier, FlippedByteInTheExtentFileIsDetectedAndNeverServed) {
   std::string dir = TempDir("ssd-flip");
   std::string a = Block(256 << 10, 4);
   {
-    auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
+    auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
     ASSERT_TRUE(tier.ok());
     ASSERT_TRUE((*tier)->Put("a", a.data(), a.size(), BlockChecksum(a.data(), a.size())).ok());
   }  // close: syncs, so the block is in the extent file and indexed
@@ -131,7 +143,7 @@ TEST(SsdTier, FlippedByteInTheExtentFileIsDetectedAndNeverServed) {
     f.seekp(static_cast<std::streamoff>(a.size() / 2));
     f.write(&c, 1);
   }
-  auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
+  auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
   ASSERT_TRUE(tier.ok()) << tier.status();
   std::string got;
   absl::Status s = (*tier)->Get("a", &got);
@@ -141,7 +153,7 @@ TEST(SsdTier, FlippedByteInTheExtentFileIsDetectedAndNeverServed) {
   EXPECT_EQ((*tier)->Get("a", &got).code(), absl::StatusCode::kNotFound);
   tier->reset();
   // And the drop is durable.
-  tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
+  tier = SsdTier::Open(TierOptions(dir, 64 << 20));
   ASSERT_TRUE(tier.ok()) << tier.status();
   EXPECT_FALSE((*tier)->Contains("a"));
   fs::remove_all(dir);
@@ -153,7 +165,7 @@ TEST(SsdTier, FailingWritesAreStatusesAndTheTierRecovers) {
   std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fault_fs);
   std::string a = Block(64 << 10, 5);
   {
-    auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20, .env = env.get()});
+    auto tier = SsdTier::Open(TierOptions(dir, 64 << 20, env.get()));
     ASSERT_TRUE(tier.ok()) << tier.status();
     fault_fs->fail_writes.store(true);
     // The write lands in memory; making it durable fails.
@@ -167,7 +179,7 @@ TEST(SsdTier, FailingWritesAreStatusesAndTheTierRecovers) {
     EXPECT_FALSE((*tier)->Contains("a"));
   }
   // After the fault clears, a reopened tier works and holds no half block.
-  auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20, .env = env.get()});
+  auto tier = SsdTier::Open(TierOptions(dir, 64 << 20, env.get()));
   ASSERT_TRUE(tier.ok()) << tier.status();
   for (const auto& e : (*tier)->Inventory()) {
     std::string got;
@@ -188,7 +200,7 @@ TEST(SsdTier, FreedExtentsAreReusedAndRebuiltOnOpen) {
   constexpr int kKeys = 16;
   uint64_t file_after_first_round = 0;
   {
-    auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20, .grow_bytes = 1 << 20});
+    auto tier = SsdTier::Open(TierOptions(dir, 64 << 20, nullptr, 1 << 20));
     ASSERT_TRUE(tier.ok()) << tier.status();
     for (int round = 0; round < 6; ++round) {
       // Key r<round> is deleted at the end of its round and not put again.
@@ -210,7 +222,7 @@ TEST(SsdTier, FreedExtentsAreReusedAndRebuiltOnOpen) {
     // Six rounds of overwrites in the space of about two.
     EXPECT_LE((*tier)->data_file_bytes(), 2 * file_after_first_round + (1 << 20));
   }
-  auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
+  auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
   ASSERT_TRUE(tier.ok()) << tier.status();
   EXPECT_EQ((*tier)->Inventory().size(), static_cast<size_t>(kKeys - 6));
   for (int i = 6; i < kKeys; ++i) {
@@ -255,7 +267,7 @@ TEST(SsdTier, DirectoryInTheOldFormatIsStillRead) {
     ASSERT_TRUE(db->Flush({}).ok());
   }
   {
-    auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
+    auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
     ASSERT_TRUE(tier.ok()) << tier.status();
     EXPECT_EQ((*tier)->used_bytes(), a.size() + b.size());
     EXPECT_EQ((*tier)->Inventory().size(), 2u);
@@ -268,7 +280,7 @@ TEST(SsdTier, DirectoryInTheOldFormatIsStillRead) {
     ASSERT_TRUE((*tier)->Put("b", a.data(), a.size(), BlockChecksum(a.data(), a.size())).ok());
     ASSERT_TRUE((*tier)->Sync().ok());
   }
-  auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
+  auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
   ASSERT_TRUE(tier.ok()) << tier.status();
   EXPECT_EQ((*tier)->used_bytes(), 2 * a.size());
   std::string got;
@@ -281,7 +293,7 @@ TEST(SsdTier, DirectoryInTheOldFormatIsStillRead) {
 }
 
 TEST(SsdTier, UnwritableDirectoryIsAnError) {
-  auto tier = SsdTier::Open({.dir = "/proc/shelf-cannot-exist/ssd", .capacity_bytes = 1 << 20});
+  auto tier = SsdTier::Open(TierOptions("/proc/shelf-cannot-exist/ssd", 1 << 20));
   EXPECT_FALSE(tier.ok());
 }
 

@@ -27,7 +27,7 @@
 #include "shelf/client.h"
 #include "shelf/keys.h"
 #include "tools/bench/bench_util.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 namespace shelf::bench {
 

@@ -38,7 +38,7 @@
 #include "shelf/client.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/redis_peer.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 namespace shelf::bench {
 

@@ -43,7 +43,7 @@
 #include "proto/shelf.grpc.pb.h"
 #include "server/master/master.h"
 #include "tools/bench/bench_util.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 namespace shelf::bench {
 

@@ -25,7 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 struct redisContext;
 

@@ -21,7 +21,7 @@
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/trace.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 namespace shelf::bench {
 namespace {

@@ -33,7 +33,7 @@
 #include "common/json.h"
 #include "common/units.h"
 #include "tools/bench/redis_peer.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 namespace shelf::bench {
 

@@ -44,7 +44,7 @@
 #include "common/units.h"
 #include "proto/shelf.grpc.pb.h"
 #include "tools/bench/bench_util.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 #include "transport/engine.h"
 #include "transport/shm_engine.h"
 #include "transport/tcp_engine.h"

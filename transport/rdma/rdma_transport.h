@@ -21,7 +21,9 @@
 // store's state; the next batch dials again.
 //
 //   IbVerbs verbs;
-//   auto rdma = *RdmaTransport::Open(&verbs, {.secret = secret});
+//   RdmaTransport::Options options;
+//   options.secret = secret;
+//   auto rdma = *RdmaTransport::Open(&verbs, options);
 //   rdma->Execute(read_ops, MonoMs() + 100);
 //
 // Thread-safe. Batches run in the submitting thread.

@@ -10,8 +10,8 @@
 //   std::string master = (*cluster)->master_address();
 //
 // Not thread-safe: drive it from one thread.
-#ifndef SHELF_TOOLS_LOCAL_CLUSTER_H_
-#define SHELF_TOOLS_LOCAL_CLUSTER_H_
+#ifndef SHELF_TESTING_LOCAL_CLUSTER_H_
+#define SHELF_TESTING_LOCAL_CLUSTER_H_
 
 #include <sys/types.h>
 
@@ -114,4 +114,4 @@ absl::StatusOr<std::string> WaitForFileLine(const std::string& path, uint64_t ti
 
 }  // namespace shelf
 
-#endif  // SHELF_TOOLS_LOCAL_CLUSTER_H_
+#endif  // SHELF_TESTING_LOCAL_CLUSTER_H_

@@ -1,4 +1,4 @@
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 #include <fcntl.h>
 #include <signal.h>
