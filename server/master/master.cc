@@ -244,6 +244,10 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   if (req.parent_key().size() > kKeyBytesMax) {
     return absl::InvalidArgumentError(absl::StrCat("parent key exceeds ", kKeyBytesMax, " bytes"));
   }
+  if (req.block_info().token_ids_size() > static_cast<int>(kKvEventTokenIdsMax)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a put carries at most ", kKvEventTokenIdsMax, " token ids"));
+  }
   uint32_t want = req.options().replicas() == 0 ? 1 : req.options().replicas();
   if (want > kReplicasMax) {
     return absl::InvalidArgumentError(
@@ -287,6 +291,12 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   put.size = req.size();
   put.checksum = req.checksum();
   put.parent_key = req.parent_key();
+  if (req.has_block_info()) {
+    put.event_info = std::make_unique<v1::BlockEventInfo>(req.block_info());
+    // The index keeps only the hashes and block size; the token ids go
+    // out with the commit's BlockStored and are then forgotten.
+    if (options_.events == nullptr) put.event_info->clear_token_ids();
+  }
   put.deadline_ms = now + options_.put_timeout_ms;
   // First try without dropping anything: fill free space, and where a
   // segment is full, order demotions to SSD and wait (bounded) for them to
@@ -411,6 +421,10 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
       if (!put.parent_key.empty()) {
         obj.parent_key = std::make_unique<std::string>(std::move(put.parent_key));
       }
+      if (put.event_info != nullptr) {
+        obj.event_info = std::make_unique<v1::BlockEventInfo>(*put.event_info);
+        obj.event_info->clear_token_ids();
+      }
     } else if (obj.size != put.size || obj.checksum != put.checksum) {
       // A store's inventory brought the key in while the put was open (a
       // store restart, a master failover) and its bytes differ: keys are
@@ -437,6 +451,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
       r.lru = lru.insert(lru.end(), &obj);
       obj.replicas.push_back(r);
       NoticeLocked(obj, obj.replicas.back(), true);
+      EmitStoredLocked(obj, obj.replicas.back(), put.event_info.get());
     }
     put_by_key_.erase(put.key);
     puts_.erase(it);
@@ -605,6 +620,7 @@ void Master::FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, u
 
 void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
   SHELF_CHECK(r.node < nodes_.size() && r.segment < nodes_[r.node]->segments.size());
+  EmitRemovedLocked(*obj, r);
   Node& n = *nodes_[r.node];
   if (r.demoting) {
     // Its demotion is still out: undo the reservations made for it. The

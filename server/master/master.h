@@ -46,6 +46,7 @@
 #include "common/clock.h"
 #include "common/prom.h"
 #include "proto/shelf.pb.h"
+#include "server/master/kv_events.h"
 #include "server/master/master_metrics.h"
 #include "shelf/limits.h"
 #include "storage/allocator.h"
@@ -79,6 +80,9 @@ struct MasterOptions {
   // times it reports) and every timed wait (PutStart waiting for room, a
   // heartbeat long poll). Must outlive the master.
   Clock* clock = Clock::Real();
+  // Where block events go (docs/events.md); none when null. Must outlive
+  // the master.
+  KvEventPublisher* events = nullptr;
 };
 
 class Master {
@@ -229,6 +233,8 @@ class Master {
     // Out of line: most blocks carry none, and an empty std::string costs
     // 32 bytes in every object.
     std::unique_ptr<std::string> parent_key;
+    // What the put told the event stream (engine hashes), when it did.
+    std::unique_ptr<v1::BlockEventInfo> event_info;
     // Inline: almost every block has one replica, and a heap array costs a
     // malloc'd block and a header besides.
     absl::InlinedVector<Replica, 1> replicas;
@@ -269,7 +275,8 @@ class Master {
     uint64_t size = 0;
     uint64_t checksum = 0;
     std::string parent_key;
-    uint64_t deadline_ms = 0;  // NowMs
+    std::unique_ptr<v1::BlockEventInfo> event_info;  // as the put carried it
+    uint64_t deadline_ms = 0;                        // NowMs
     std::vector<Replica> ranges;
   };
   struct PendingPromote {
@@ -393,6 +400,14 @@ class Master {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Block events (master_events.cc); no-ops without options_.events.
+  // `put_info` (what the committing put carried) may be null.
+  void EmitStoredLocked(const Object& obj, const Replica& r, const v1::BlockEventInfo* put_info)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EmitRemovedLocked(const Object& obj, const Replica& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AllBlocksCleared on each node's topic.
+  void EmitClearedLocked(const std::vector<std::string>& node_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillNodeStatus(uint32_t node, uint64_t now, v1::NodeStatus* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillReplica(const Replica& r, uint64_t size, v1::Replica* out)
@@ -434,6 +449,9 @@ class Master {
   std::string leader_hint_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_node_registered_;
   std::function<bool()> lease_check_;
+  // Set while a flush removes everything: its AllBlocksCleared stands for
+  // the per-block removals.
+  bool events_muted_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace shelf
