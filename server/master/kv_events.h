@@ -35,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "common/mutex.h"
 #include "common/prom.h"
+#include "shelf/limits.h"
 
 namespace shelf {
 
@@ -42,7 +43,6 @@ namespace shelf {
 inline constexpr size_t kKvEventQueueMax = 1 << 20;          // largest --events-queue
 inline constexpr size_t kKvEventBatchEventsMax = 1024;       // events one batch carries
 inline constexpr size_t kKvEventReplayBatchesMax = 1 << 20;  // largest --events-replay-batches
-inline constexpr size_t kKvEventTokenIdsMax = 1 << 20;       // token ids one put may carry
 
 // The `medium` of a block in each tier.
 inline constexpr const char* kMediumDram = "CPU";

@@ -244,9 +244,9 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   if (req.parent_key().size() > kKeyBytesMax) {
     return absl::InvalidArgumentError(absl::StrCat("parent key exceeds ", kKeyBytesMax, " bytes"));
   }
-  if (req.block_info().token_ids_size() > static_cast<int>(kKvEventTokenIdsMax)) {
+  if (req.block_info().token_ids_size() > static_cast<int>(kBlockEventTokenIdsMax)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a put carries at most ", kKvEventTokenIdsMax, " token ids"));
+        absl::StrCat("a put carries at most ", kBlockEventTokenIdsMax, " token ids"));
   }
   uint32_t want = req.options().replicas() == 0 ? 1 : req.options().replicas();
   if (want > kReplicasMax) {
