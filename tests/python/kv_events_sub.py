@@ -90,6 +90,7 @@ class Subscriber:
         self.state = state
         self.next_seq = None  # the sequence expected next; None before the first
         self.replayed = 0
+        self.cleared = 0  # AllBlocksCleared events applied
         self.stored = []  # every BlockStored applied, for field checks
 
     def close(self):
@@ -125,6 +126,7 @@ class Subscriber:
         assert batch_node == node, (batch_node, node)
         for e in events:
             if e["type"] == "AllBlocksCleared":
+                self.cleared += 1
                 self.state.pop(node, None)
             elif e["type"] == "BlockStored":
                 self.stored.append((node, e))
