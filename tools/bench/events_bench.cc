@@ -209,7 +209,10 @@ int KvEventsBench(int argc, char** argv) {
   const double seconds = phase_ms / 1000.0;
   std::vector<std::vector<std::string>> last_keys(threads);
   for (int r = 0; r < rounds && !StopRequested(); ++r) {
-    for (Side& side : sides) {
+    // Alternate which side goes first, so neither always runs on a machine
+    // the other just warmed (or loaded).
+    for (int k = 0; k < 2; ++k) {
+      Side& side = sides[(r + k) % 2];
       uint64_t events_before = side.counter ? side.counter->events() : 0;
       // Puts: new keys every batch (a key that exists makes a put free).
       std::atomic<uint64_t> next{side.next_id};
