@@ -291,11 +291,10 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   put.size = req.size();
   put.checksum = req.checksum();
   put.parent_key = req.parent_key();
-  if (req.has_block_info()) {
+  // Kept only for the event stream: the index keeps the hashes and block
+  // size; the token ids go out with the commit's BlockStored.
+  if (req.has_block_info() && options_.events != nullptr) {
     put.event_info = std::make_unique<v1::BlockEventInfo>(req.block_info());
-    // The index keeps only the hashes and block size; the token ids go
-    // out with the commit's BlockStored and are then forgotten.
-    if (options_.events == nullptr) put.event_info->clear_token_ids();
   }
   put.deadline_ms = now + options_.put_timeout_ms;
   // First try without dropping anything: fill free space, and where a
@@ -418,12 +417,16 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
     if (inserted) {
       obj.size = put.size;
       obj.checksum = put.checksum;
-      if (!put.parent_key.empty()) {
-        obj.parent_key = std::make_unique<std::string>(std::move(put.parent_key));
-      }
-      if (put.event_info != nullptr) {
-        obj.event_info = std::make_unique<v1::BlockEventInfo>(*put.event_info);
-        obj.event_info->clear_token_ids();
+      if (!put.parent_key.empty() || put.event_info != nullptr) {
+        obj.extra = std::make_unique<ObjectExtra>();
+        obj.extra->parent_key = std::move(put.parent_key);
+        if (const v1::BlockEventInfo* info = put.event_info.get(); info != nullptr) {
+          obj.extra->has_engine_hash = info->has_engine_hash();
+          obj.extra->engine_hash = info->engine_hash();
+          obj.extra->has_engine_parent_hash = info->has_engine_parent_hash();
+          obj.extra->engine_parent_hash = info->engine_parent_hash();
+          obj.extra->block_tokens = info->block_tokens();
+        }
       }
     } else if (obj.size != put.size || obj.checksum != put.checksum) {
       // A store's inventory brought the key in while the put was open (a

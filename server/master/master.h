@@ -219,6 +219,16 @@ class Master {
       return V(a) == V(b);
     }
   };
+  // What few objects carry: the put's parent key and what it told the
+  // event stream (docs/events.md; the token ids are not kept).
+  struct ObjectExtra {
+    std::string parent_key;
+    bool has_engine_hash = false;
+    bool has_engine_parent_hash = false;
+    uint32_t block_tokens = 0;
+    uint64_t engine_hash = 0;
+    uint64_t engine_parent_hash = 0;
+  };
   struct Object {
     const ObjectKey* key = nullptr;  // points into its shard's map
     uint64_t size = 0;
@@ -232,9 +242,7 @@ class Master {
     uint32_t lease_holders = 0;
     // Out of line: most blocks carry none, and an empty std::string costs
     // 32 bytes in every object.
-    std::unique_ptr<std::string> parent_key;
-    // What the put told the event stream (engine hashes), when it did.
-    std::unique_ptr<v1::BlockEventInfo> event_info;
+    std::unique_ptr<ObjectExtra> extra;
     // Inline: almost every block has one replica, and a heap array costs a
     // malloc'd block and a header besides.
     absl::InlinedVector<Replica, 1> replicas;
@@ -405,6 +413,8 @@ class Master {
   void EmitStoredLocked(const Object& obj, const Replica& r, const v1::BlockEventInfo* put_info)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EmitRemovedLocked(const Object& obj, const Replica& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The hash `obj` is published under: its engine hash, else its key's.
+  uint64_t BlockHashLocked(const Object& obj) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // AllBlocksCleared on each node's topic.
   void EmitClearedLocked(const std::vector<std::string>& node_ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -10,6 +10,11 @@ const char* MediumOf(v1::Tier tier) { return tier == v1::TIER_DRAM ? kMediumDram
 
 }  // namespace
 
+uint64_t Master::BlockHashLocked(const Object& obj) {
+  const ObjectExtra* x = obj.extra.get();
+  return x != nullptr && x->has_engine_hash ? x->engine_hash : KvEventBlockHash(obj.key->view());
+}
+
 void Master::EmitStoredLocked(const Object& obj, const Replica& r,
                               const v1::BlockEventInfo* put_info) {
   if (options_.events == nullptr || events_muted_) return;
@@ -17,19 +22,19 @@ void Master::EmitStoredLocked(const Object& obj, const Replica& r,
   e.type = KvEvent::kBlockStored;
   e.node_id = nodes_[r.node]->endpoint.node_id();
   e.medium = MediumOf(r.tier);
-  const v1::BlockEventInfo* info = put_info != nullptr ? put_info : obj.event_info.get();
-  e.block_hash = info != nullptr && info->has_engine_hash() ? info->engine_hash()
-                                                            : KvEventBlockHash(obj.key->view());
-  if (info != nullptr && info->has_engine_parent_hash()) {
+  const ObjectExtra* x = obj.extra.get();
+  e.block_hash = BlockHashLocked(obj);
+  if (x != nullptr && x->has_engine_parent_hash) {
     e.has_parent = true;
-    e.parent_hash = info->engine_parent_hash();
-  } else if (obj.parent_key != nullptr) {
+    e.parent_hash = x->engine_parent_hash;
+  } else if (x != nullptr && !x->parent_key.empty()) {
     e.has_parent = true;
-    e.parent_hash = KvEventBlockHash(*obj.parent_key);
+    e.parent_hash = KvEventBlockHash(x->parent_key);
   }
-  if (info != nullptr) {
-    e.block_size = info->block_tokens();
-    if (put_info != nullptr) e.token_ids.assign(info->token_ids().begin(), info->token_ids().end());
+  if (x != nullptr) e.block_size = x->block_tokens;
+  // The token ids only at the commit: the index does not keep them.
+  if (put_info != nullptr) {
+    e.token_ids.assign(put_info->token_ids().begin(), put_info->token_ids().end());
   }
   options_.events->Emit(std::move(e));
 }
@@ -40,9 +45,7 @@ void Master::EmitRemovedLocked(const Object& obj, const Replica& r) {
   e.type = KvEvent::kBlockRemoved;
   e.node_id = nodes_[r.node]->endpoint.node_id();
   e.medium = MediumOf(r.tier);
-  e.block_hash = obj.event_info != nullptr && obj.event_info->has_engine_hash()
-                     ? obj.event_info->engine_hash()
-                     : KvEventBlockHash(obj.key->view());
+  e.block_hash = BlockHashLocked(obj);
   options_.events->Emit(std::move(e));
 }
 
