@@ -387,3 +387,16 @@ def test_subscriber_of_every_master_resyncs_after_failover(procs, zctx):
         client.close()
         for s in subs.values():
             s.close()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--events-listen", "host:notaport"], "want PORT, HOST:PORT or a ZMQ endpoint"),
+    (["--events-replay-listen", "0"], "--events-replay-listen needs --events-listen"),
+    (["--events-listen", "0", "--events-queue", "0"], "--events-queue must be >= 1"),
+    (["--events-listen", "0", "--events-namespace", "a@b"], "without '@'"),
+])
+def test_bad_event_flags_are_refused_clearly(args, message):
+    r = subprocess.run([str(BIN_DIR / "shelf-master"), "--listen", "127.0.0.1:0", *args],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r
+    assert message in r.stderr, r.stderr
