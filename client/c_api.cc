@@ -308,6 +308,19 @@ int shelf_remove(shelf_client_t* client, const void* key, size_t key_len, int64_
   return Report(client->client->Remove(MakeKey(key, key_len), ToDeadline(timeout_ms)));
 }
 
+int shelf_batch_remove(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
+                       size_t n, int* statuses, int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_batch_remove", "client");
+  if (statuses == nullptr && n > 0) return NullArg("shelf_batch_remove", "statuses");
+  std::vector<std::string> k;
+  if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_batch_remove", "a key");
+  std::vector<Status> st;
+  Status s = client->client->BatchRemove(k, &st, ToDeadline(timeout_ms));
+  if (!s.ok()) return Report(s);
+  for (size_t i = 0; i < n; ++i) statuses[i] = Report(st[i]);
+  return SHELF_OK;
+}
+
 int shelf_match_prefix(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
                        size_t n, size_t* matched, int64_t timeout_ms) {
   if (client == nullptr) return NullArg("shelf_match_prefix", "client");

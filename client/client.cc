@@ -388,6 +388,33 @@ Status ClientImpl::Remove(const std::string& key, Deadline deadline) {
   return Status(static_cast<StatusCode>(resp.statuses(0).code()), resp.statuses(0).message());
 }
 
+Status ClientImpl::BatchRemove(const std::vector<std::string>& keys, std::vector<Status>* statuses,
+                               Deadline deadline) {
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
+  if (statuses == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "BatchRemove: null statuses");
+  }
+  statuses->clear();
+  if (absl::Status s = ValidateBatchSize(keys.size(), "keys"); !s.ok()) return FromAbsl(s);
+  v1::RemoveRequest req;
+  for (const std::string& k : keys) {
+    if (absl::Status s = ValidateKey(k); !s.ok()) return FromAbsl(s);
+    req.add_keys(k);
+  }
+  v1::RemoveResponse resp;
+  absl::Status s = CallMaster(&v1::MasterService::Stub::Remove, req, &resp, deadline_ms);
+  if (!s.ok()) return FromAbsl(s);
+  if (resp.statuses_size() != static_cast<int>(keys.size())) {
+    return Status(StatusCode::kInternal, "malformed remove response");
+  }
+  statuses->reserve(keys.size());
+  for (const v1::RpcStatus& st : resp.statuses()) {
+    statuses->emplace_back(static_cast<StatusCode>(st.code()), st.message());
+  }
+  return Status::Ok();
+}
+
 Status ClientImpl::ListKeys(const std::string& cursor, const std::string& pattern, size_t count,
                             std::vector<std::string>* keys, std::string* next_cursor, bool regex,
                             Deadline deadline) {

@@ -57,6 +57,44 @@ function(shelf_cc_test)
       ENVIRONMENT "SHELF_BIN_DIR=${CMAKE_BINARY_DIR}/bin;SHELF_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
 
+# Compiles .proto files with protoc and gRPC's C++ plugin into one static
+# library. PROTOS are paths relative to IMPORT_ROOT (protoc's --proto_path);
+# each lands at OUT_DIR/<path>.pb.{h,cc} and .grpc.pb.{h,cc}. Generated code
+# is built without the project's warning flags. Every file of the set is a
+# dependency of each, so an edit to an imported file regenerates importers.
+#   shelf_proto_library(NAME shelf_proto IMPORT_ROOT ${CMAKE_CURRENT_SOURCE_DIR}
+#                       OUT_DIR ${PROJECT_BINARY_DIR}/proto PROTOS shelf.proto)
+function(shelf_proto_library)
+  cmake_parse_arguments(ARG "" "NAME;IMPORT_ROOT;OUT_DIR" "PROTOS" ${ARGN})
+  set(srcs)
+  set(hdrs)
+  set(inputs)
+  foreach(proto ${ARG_PROTOS})
+    list(APPEND inputs ${ARG_IMPORT_ROOT}/${proto})
+  endforeach()
+  foreach(proto ${ARG_PROTOS})
+    string(REGEX REPLACE "\\.proto$" "" stem ${proto})
+    get_filename_component(dir ${ARG_OUT_DIR}/${stem} DIRECTORY)
+    file(MAKE_DIRECTORY ${dir})
+    set(gen ${ARG_OUT_DIR}/${stem}.pb.cc ${ARG_OUT_DIR}/${stem}.grpc.pb.cc)
+    set(hdr ${ARG_OUT_DIR}/${stem}.pb.h ${ARG_OUT_DIR}/${stem}.grpc.pb.h)
+    add_custom_command(
+      OUTPUT ${gen} ${hdr}
+      COMMAND protobuf::protoc
+        --proto_path=${ARG_IMPORT_ROOT}
+        --cpp_out=${ARG_OUT_DIR} --grpc_out=${ARG_OUT_DIR}
+        --plugin=protoc-gen-grpc=${GRPC_CPP_PLUGIN}
+        ${ARG_IMPORT_ROOT}/${proto}
+      DEPENDS ${inputs}
+      COMMENT "protoc ${proto}")
+    list(APPEND srcs ${gen})
+    list(APPEND hdrs ${hdr})
+  endforeach()
+  add_library(${ARG_NAME} STATIC ${srcs} ${hdrs})
+  target_include_directories(${ARG_NAME} PUBLIC ${PROJECT_BINARY_DIR})
+  target_link_libraries(${ARG_NAME} PUBLIC protobuf::libprotobuf gRPC::grpc++)
+endfunction()
+
 # Adds every direct subfolder of the current folder that has a CMakeLists.txt,
 # so a new test folder needs no edit elsewhere.
 function(shelf_add_subdirectories)

@@ -11,9 +11,7 @@
 
 namespace shelf {
 
-inline uint64_t BlockChecksum(const void* data, size_t size) {
-  return XXH3_64bits(data, size);
-}
+inline uint64_t BlockChecksum(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
 }  // namespace shelf
 

@@ -53,13 +53,13 @@ void Flags::AddInt(const std::string& name, int64_t* value, const std::string& h
 }
 
 void Flags::AddDouble(const std::string& name, double* value, const std::string& help) {
-  Add(name, Flag{help, absl::StrCat(*value), false, false, [value](const std::string& v) {
-                   if (!absl::SimpleAtod(v, value)) {
-                     return absl::InvalidArgumentError(
-                         absl::StrCat("expected a number, got '", v, "'"));
-                   }
-                   return absl::OkStatus();
-                 }});
+  Add(name,
+      Flag{help, absl::StrCat(*value), false, false, [value](const std::string& v) {
+             if (!absl::SimpleAtod(v, value)) {
+               return absl::InvalidArgumentError(absl::StrCat("expected a number, got '", v, "'"));
+             }
+             return absl::OkStatus();
+           }});
 }
 
 void Flags::AddSize(const std::string& name, uint64_t* bytes, const std::string& help) {

@@ -4,6 +4,7 @@
 #define SHELF_COMMON_HMAC_H_
 
 #include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace shelf {

@@ -10,6 +10,7 @@
 
 #include <sstream>
 #include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace shelf {
@@ -59,9 +60,9 @@ class LogLine {
 #define SHELF_LOG_LEVEL_INFO ::shelf::LogLevel::kInfo
 #define SHELF_LOG_LEVEL_WARNING ::shelf::LogLevel::kWarning
 #define SHELF_LOG_LEVEL_ERROR ::shelf::LogLevel::kError
-#define SHELF_LOG(level)                                        \
-  if (SHELF_LOG_LEVEL_##level < ::shelf::GetLogLevel()) {       \
-  } else                                                        \
+#define SHELF_LOG(level)                                  \
+  if (SHELF_LOG_LEVEL_##level < ::shelf::GetLogLevel()) { \
+  } else                                                  \
     ::shelf::LogLine(SHELF_LOG_LEVEL_##level)
 
 #endif  // SHELF_COMMON_LOG_H_

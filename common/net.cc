@@ -246,8 +246,8 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
   buf << f.rdbuf();
   std::string secret(absl::StripAsciiWhitespace(buf.str()));
   if (secret.size() < 16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "secret file '", path, "' holds ", secret.size(), " bytes; at least 16 are required"));
+    return absl::InvalidArgumentError(absl::StrCat("secret file '", path, "' holds ", secret.size(),
+                                                   " bytes; at least 16 are required"));
   }
   return secret;
 }

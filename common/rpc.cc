@@ -65,16 +65,15 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
   if (!key.ok()) return key.status();
   auto ca = ReadPem(tls.ca, "--tls-ca");
   if (!ca.ok()) return ca.status();
-  grpc::SslServerCredentialsOptions opts(
-      ca->empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                  : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
+  grpc::SslServerCredentialsOptions opts(ca->empty()
+                                             ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                             : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
   opts.pem_root_certs = *ca;
   opts.pem_key_cert_pairs.push_back({*key, *cert});
   return grpc::SslServerCredentials(opts);
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
-    const TlsFiles& tls) {
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const TlsFiles& tls) {
   if (!tls.enabled()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions opts;
   auto ca = ReadPem(tls.ca, "--tls-ca");

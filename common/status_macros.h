@@ -5,9 +5,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#define SHELF_RETURN_IF_ERROR(expr)            \
-  do {                                         \
-    ::absl::Status shelf_status_ = (expr);     \
+#define SHELF_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::absl::Status shelf_status_ = (expr);         \
     if (!shelf_status_.ok()) return shelf_status_; \
   } while (0)
 

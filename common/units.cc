@@ -66,8 +66,8 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   for (const Unit& u : kUnits) {
     if (unit == u.name) return Multiply(value, u.scale, text);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad size '", text, "': use a number with B, KiB, MiB, GiB, TiB (or KB, MB, GB)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bad size '", text, "': use a number with B, KiB, MiB, GiB, TiB (or KB, MB, GB)"));
 }
 
 absl::StatusOr<uint64_t> ParseDurationMs(absl::string_view text) {

@@ -14,7 +14,7 @@ namespace shelf {
 MasterLocator::~MasterLocator() {
   std::unique_ptr<coord::EtcdWatch> watch;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     watch = std::move(watch_);
   }
   watch.reset();  // cancels: no callback runs after this
@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<MasterLocator>> MasterLocator::Create(const std::
     auto client = coord::EtcdClient::Connect(rest.substr(0, slash));
     if (!client.ok()) return client.status();
     loc->etcd_ = *std::move(client);
-    std::lock_guard<std::mutex> lock(loc->mu_);
+    MutexLock lock(&loc->mu_);
     loc->EnsureWatchLocked();  // else Current() reads the key and retries the watch
     return loc;
   }
@@ -41,6 +41,7 @@ absl::StatusOr<std::unique_ptr<MasterLocator>> MasterLocator::Create(const std::
     loc->static_.emplace_back(a);
   }
   if (loc->static_.empty()) return absl::InvalidArgumentError("no master address given");
+  MutexLock lock(&loc->mu_);
   loc->current_ = loc->static_[0];
   return loc;
 }
@@ -82,22 +83,22 @@ bool MasterLocator::EnsureWatchLocked() {
 
 void MasterLocator::OnLeaderChange(const std::string& address) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (address == current_) return;
     current_ = address;
   }
   if (address.empty()) return;  // no leader yet: the next put of the key tells
-  std::lock_guard<std::mutex> lock(listener_mu_);
+  MutexLock lock(&listener_mu_);
   if (listener_) listener_();
 }
 
 void MasterLocator::SetListener(std::function<void()> listener) {
-  std::lock_guard<std::mutex> lock(listener_mu_);
+  MutexLock lock(&listener_mu_);
   listener_ = std::move(listener);
 }
 
 std::string MasterLocator::Current() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (etcd_ != nullptr) {
     EnsureWatchLocked();
     if (current_.empty()) RefreshFromEtcdLocked();
@@ -117,7 +118,7 @@ std::string MasterLocator::LeaderHint(const absl::Status& status) {
 }
 
 void MasterLocator::Failed(const std::string& address, const absl::Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (address != current_) return;  // someone moved on already
   std::string hint = LeaderHint(status);
   if (etcd_ != nullptr) {

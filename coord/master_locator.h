@@ -21,12 +21,12 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 
 namespace shelf {
 
@@ -61,25 +61,25 @@ class MasterLocator {
 
  private:
   MasterLocator() = default;
-  void RefreshFromEtcdLocked();
+  void RefreshFromEtcdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the leader watch if it is not running; false when etcd cannot
   // be read now (Current() then reads the key itself and tries again
   // later).
-  bool EnsureWatchLocked();
+  bool EnsureWatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnLeaderChange(const std::string& address);
 
-  std::mutex mu_;
+  Mutex mu_;
   std::vector<std::string> static_;  // constant after Create
-  size_t next_ = 0;                  // guarded by mu_
-  std::string current_;              // guarded by mu_
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string current_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<coord::EtcdClient> etcd_;
   std::string cluster_;
-  uint64_t watch_retry_ms_ = 0;     // guarded by mu_: MonoMs of the next watch attempt
-  std::mutex listener_mu_;          // held while the listener runs or changes
-  std::function<void()> listener_;  // guarded by listener_mu_
+  uint64_t watch_retry_ms_ ABSL_GUARDED_BY(mu_) = 0;  // MonoMs of the next watch attempt
+  Mutex listener_mu_;                                 // held while the listener runs or changes
+  std::function<void()> listener_ ABSL_GUARDED_BY(listener_mu_);
   // Declared last: destroyed (cancelled) first, while what its callback
   // touches is still alive.
-  std::unique_ptr<coord::EtcdWatch> watch_;  // guarded by mu_
+  std::unique_ptr<coord::EtcdWatch> watch_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shelf

@@ -63,7 +63,7 @@ class RangeAllocator {
   const uint64_t capacity_;
   const uint64_t alignment_;
   uint64_t used_ = 0;
-  std::map<uint64_t, uint64_t> by_offset_;          // offset -> size
+  std::map<uint64_t, uint64_t> by_offset_;           // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> by_size_;  // (size, offset)
 };
 

@@ -26,8 +26,8 @@ absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& 
     if (fd >= 0) {
       void* p = MAP_FAILED;
       if (ftruncate(fd, static_cast<off_t>(options.size_bytes)) == 0) {
-        p = mmap(nullptr, options.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-                 fd, 0);
+        p = mmap(nullptr, options.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+                 0);
       }
       if (p != MAP_FAILED) {
         SHELF_LOG(INFO) << "DRAM segment on hugepages" << Kv("bytes", options.size_bytes);

@@ -6,8 +6,10 @@
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -21,21 +23,68 @@
 namespace shelf {
 namespace {
 
-constexpr uint32_t kRecordMagic = 0x31445353;  // "SSD1"
+constexpr uint32_t kRecordMagic = 0x31445353;  // "SSD1": old format, bytes in RocksDB
 constexpr size_t kRecordHeader = 24;
+constexpr uint32_t kExtentMagic = 0x32445353;  // "SSD2": index entry of an extent
+constexpr size_t kExtentRecord = 32;
+constexpr uint64_t kAlign = 4096;
+// A write of up to this many bytes is one pwrite (the kernel queues all of
+// its device requests at once); the I/O pool overlaps successive blocks.
+constexpr uint64_t kChunk = 16ull << 20;
+constexpr char kDataFile[] = "extents.dat";
 
-// Two records per block: "b" + key holds the header and the bytes (a blob);
-// "m" + key holds the header alone, so opening the tier rebuilds its index
-// from small records without reading a single blob.
+// Old format, two records per block: "b" + key holds the header and the
+// bytes (a blob); "m" + key holds the header alone.
 std::string DbKey(const std::string& key) { return "b" + key; }
 std::string MetaKey(const std::string& key) { return "m" + key; }
+// Current format: "e" + key -> extent record.
+std::string ExtentKey(const std::string& key) { return "e" + key; }
 
-void EncodeHeader(uint64_t size, uint64_t checksum, char* out) {
-  std::memset(out, 0, kRecordHeader);
-  absl::little_endian::Store32(out, kRecordMagic);
-  out[4] = 1;
+uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
+
+void EncodeExtent(uint64_t size, uint64_t checksum, uint64_t offset, char* out) {
+  std::memset(out, 0, kExtentRecord);
+  absl::little_endian::Store32(out, kExtentMagic);
+  out[4] = 2;
   absl::little_endian::Store64(out + 8, size);
   absl::little_endian::Store64(out + 16, checksum);
+  absl::little_endian::Store64(out + 24, offset);
+}
+
+bool ParseExtent(const rocksdb::Slice& v, uint64_t* size, uint64_t* checksum, uint64_t* offset) {
+  if (v.size() != kExtentRecord) return false;
+  if (absl::little_endian::Load32(v.data()) != kExtentMagic || v.data()[4] != 2) return false;
+  *size = absl::little_endian::Load64(v.data() + 8);
+  *checksum = absl::little_endian::Load64(v.data() + 16);
+  *offset = absl::little_endian::Load64(v.data() + 24);
+  return *offset % kAlign == 0 && *size > 0;
+}
+
+absl::Status Errno(const std::string& what, int err) {
+  std::string msg = absl::StrCat("SSD tier ", what, ": ", std::strerror(err));
+  if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(msg);
+  return absl::UnavailableError(msg);
+}
+
+// pwrite/pread all of [buf, buf + n) at `off`; 0 or an errno.
+int FullIo(bool write, int fd, char* buf, uint64_t n, uint64_t off) {
+  while (n > 0) {
+    ssize_t r = write ? pwrite(fd, buf, n, static_cast<off_t>(off))
+                      : pread(fd, buf, n, static_cast<off_t>(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno;
+    if (r == 0) return EIO;  // short read: past the end of the file
+    buf += r;
+    n -= static_cast<uint64_t>(r);
+    off += static_cast<uint64_t>(r);
+  }
+  return 0;
+}
+
+char* AlignedAlloc(uint64_t n) {
+  void* p = nullptr;
+  if (posix_memalign(&p, kAlign, std::max(n, kAlign)) != 0) return nullptr;
+  return static_cast<char*>(p);
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
@@ -49,9 +98,8 @@ absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   return absl::UnavailableError(msg);
 }
 
-// Parses a record header. Returns false if malformed.
-// `value_bytes`: the record's whole size when the bytes follow the header
-// (a "b" record); kRecordHeader for a "m" record.
+// Parses an old-format record header. Returns false if malformed.
+// meta_only: a "m" record (the header alone), else a "b" record.
 bool ParseHeader(const rocksdb::Slice& v, uint64_t* size, uint64_t* checksum,
                  bool meta_only = false) {
   if (v.size() < kRecordHeader) return false;
@@ -111,32 +159,18 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const Options& options) {
   rocksdb::Options o;
   o.create_if_missing = true;
   if (options.env != nullptr) o.env = options.env;
-  // Large sequential values: blobs in their own files, no compression, big
-  // write buffers, few levels of small keys.
+  // The database holds the index (32-byte records) and blocks written by
+  // earlier releases (blob files, read only until they are dropped).
   o.enable_blob_files = true;
   o.min_blob_size = 4096;
   o.blob_file_size = 256ull << 20;
-  // No garbage collection in every compaction: it rewrites the live blobs
-  // of the oldest files each time (reads fell to 0.19 of raw with it on);
-  // CollectGarbageIfNeeded runs one when garbage outweighs live bytes.
-  o.enable_blob_garbage_collection = false;
   o.compression = options.compression ? rocksdb::kLZ4Compression : rocksdb::kNoCompression;
   o.blob_compression_type =
       options.compression ? rocksdb::kLZ4Compression : rocksdb::kNoCompression;
-  // Writes are bounded by the flushes that copy memtables into blob files
-  // (with a software CRC32C over every blob): two of them run at once, and
-  // four memtables absorb bursts.
-  o.write_buffer_size = 64ull << 20;
-  o.max_write_buffer_number = 4;
-  o.max_background_flushes = 2;
-  o.max_background_compactions = 2;
+  o.write_buffer_size = 8ull << 20;
+  o.max_write_buffer_number = 2;
   o.paranoid_checks = true;
   o.max_open_files = 512;
-  // O_DIRECT reads: one device read per block, no page-cache copy of bytes
-  // the DRAM tier already holds. Flushes stay buffered: O_DIRECT blob
-  // writes (1 MiB synchronous writes) ran at 0.05 of raw.
-  o.use_direct_reads = direct_io;
-  o.use_direct_io_for_flush_and_compaction = false;
   o.info_log = std::make_shared<ForwardingLogger>();
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   rocksdb::BlockBasedTableOptions table;
@@ -145,42 +179,150 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const Options& options) {
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(o, options.dir, &db);
   if (!s.ok()) return FromRocks(s, absl::StrCat("open '", options.dir, "'"));
-  std::unique_ptr<SsdTier> tier(new SsdTier(options, db));
-  // Rebuild the index and the accounting from the metadata records. A
-  // block record without one (written by a release that had none) is read
-  // whole to recover its header.
+  std::unique_ptr<rocksdb::DB> db_owner(db);
+  std::string path = absl::StrCat(options.dir, "/", kDataFile);
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (direct_io ? O_DIRECT : 0), 0600);
+  if (fd < 0) return Errno(absl::StrCat("open '", path, "'"), errno);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    close(fd);
+    return Errno(absl::StrCat("stat '", path, "'"), err);
+  }
+  std::unique_ptr<SsdTier> tier(new SsdTier(options, db_owner.release(), fd, direct_io));
+  MutexLock lock(&tier->mu_);
+  tier->file_bytes_ = static_cast<uint64_t>(st.st_size);
+  // Rebuild the index, the accounting and the free-space map from the
+  // index records: every extent no record points at is free.
   rocksdb::ReadOptions ro;
   ro.fill_cache = false;
-  uint64_t used = 0;
+  uint64_t used = 0, bad = 0;
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
+  for (it->Seek("e"); it->Valid() && it->key().starts_with("e"); it->Next()) {
+    Loc loc;
+    if (!ParseExtent(it->value(), &loc.size, &loc.checksum, &loc.offset) ||
+        loc.offset + AlignUp(loc.size) > tier->file_bytes_ ||
+        !tier->space_.Reserve(loc.offset, AlignUp(loc.size)).ok()) {
+      ++bad;  // cannot be served; the record stays for a post-mortem
+      continue;
+    }
+    tier->index_[it->key().ToString().substr(1)] = loc;
+    used += loc.size;
+  }
+  // Blocks written by earlier releases: the bytes stay in RocksDB. A block
+  // record without a metadata record (older still) is read whole.
+  bool any_meta = false;
   for (it->Seek("m"); it->Valid() && it->key().starts_with("m"); it->Next()) {
-    uint64_t size = 0, checksum = 0;
-    if (!ParseHeader(it->value(), &size, &checksum, true)) continue;
-    tier->index_[it->key().ToString().substr(1)] = {size, checksum};
-    used += size;
+    Loc loc;
+    any_meta = true;
+    if (!ParseHeader(it->value(), &loc.size, &loc.checksum, true)) continue;
+    if (tier->index_.try_emplace(it->key().ToString().substr(1), loc).second) used += loc.size;
+  }
+  if (!any_meta) {
+    for (it->Seek("b"); it->Valid() && it->key().starts_with("b"); it->Next()) {
+      Loc loc;
+      if (!ParseHeader(it->value(), &loc.size, &loc.checksum)) continue;
+      if (tier->index_.try_emplace(it->key().ToString().substr(1), loc).second) used += loc.size;
+    }
   }
   if (!it->status().ok()) {
     SHELF_LOG(ERROR) << "SSD tier scan stopped early" << Kv("error", it->status().ToString());
   }
-  if (tier->index_.empty()) {
-    for (it->Seek("b"); it->Valid() && it->key().starts_with("b"); it->Next()) {
-      uint64_t size = 0, checksum = 0;
-      if (!ParseHeader(it->value(), &size, &checksum)) continue;
-      tier->index_[it->key().ToString().substr(1)] = {size, checksum};
-      used += size;
-    }
+  if (bad > 0) {
+    SHELF_LOG(ERROR) << "SSD tier index entries that point outside the extent file ignored"
+                     << Kv("dir", options.dir) << Kv("entries", bad);
   }
   tier->used_.store(used);
   return tier;
 }
 
-SsdTier::SsdTier(const Options& options, rocksdb::DB* db) : options_(options), db_(db) {}
+SsdTier::SsdTier(const Options& options, rocksdb::DB* db, int fd, bool direct_io)
+    : options_(options),
+      db_(db),
+      fd_(fd),
+      direct_io_(direct_io),
+      pool_(std::make_unique<IoPool>(std::max(1, options.io_threads))),
+      space_(options.capacity_bytes == 0
+                 ? (1ull << 50)
+                 : AlignUp(options.capacity_bytes) + options.capacity_bytes / 8 + (64ull << 20),
+             kAlign) {}
 
 SsdTier::~SsdTier() {
-  if (db_ == nullptr) return;
+  absl::Status s = Sync();
+  if (!s.ok()) {
+    SHELF_LOG(WARNING) << "SSD tier sync at close failed" << Kv("error", s.message());
+  }
+  pool_.reset();  // every write has completed
+  {
+    MutexLock lock(&io_mu_);
+    for (auto& [alloc, buf] : spare_) std::free(buf);
+    spare_.clear();
+  }
+  close(fd_);
   // Flush on a clean stop so a restart replays no WAL.
   db_->Flush(rocksdb::FlushOptions()).PermitUncheckedError();
   db_->Close().PermitUncheckedError();
+}
+
+rocksdb::WriteOptions SsdTier::WriteOpts(bool sync) const {
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  return wo;
+}
+
+absl::Status SsdTier::GrowTo(uint64_t end) {
+  if (end <= file_bytes_) return absl::OkStatus();
+  // Room by large steps (few, large extents of the file system); on a full
+  // disk, just what this block needs.
+  uint64_t step = std::max<uint64_t>(options_.grow_bytes, kAlign);
+  // A small tier grows by an eighth of its capacity at most.
+  if (options_.capacity_bytes != 0) {
+    step = std::min(step, std::max<uint64_t>(AlignUp(options_.capacity_bytes / 8), 1ull << 20));
+  }
+  uint64_t target = std::min((end + step - 1) / step * step, space_.capacity());
+  target = std::max(target, end);
+  int rc = posix_fallocate(fd_, static_cast<off_t>(file_bytes_),
+                           static_cast<off_t>(target - file_bytes_));
+  if (rc != 0 && target > end) {
+    target = end;
+    rc = posix_fallocate(fd_, static_cast<off_t>(file_bytes_),
+                         static_cast<off_t>(target - file_bytes_));
+  }
+  if (rc != 0) return Errno("growing the extent file", rc);
+  file_bytes_ = target;
+  return absl::OkStatus();
+}
+
+char* SsdTier::TakeBuffer(uint64_t alloc) {
+  MutexLock lock(&io_mu_);
+  // Bounded memory in flight: wait for earlier writes to complete.
+  while (inflight_bytes_ > 0 && inflight_bytes_ + alloc > options_.max_inflight_bytes) {
+    io_cv_.Wait(&io_mu_);
+  }
+  inflight_bytes_ += alloc;
+  for (size_t i = 0; i < spare_.size(); ++i) {
+    if (spare_[i].first == alloc) {
+      char* buf = spare_[i].second;
+      spare_[i] = spare_.back();
+      spare_.pop_back();
+      spare_bytes_ -= alloc;
+      return buf;
+    }
+  }
+  return AlignedAlloc(alloc);
+}
+
+void SsdTier::ReleaseBuffer(char* buf, uint64_t alloc) {
+  inflight_bytes_ -= alloc;
+  // Kept for the next Put of the same size (no page faults on a fresh
+  // buffer), up to 64 MiB.
+  if (spare_bytes_ + alloc <= (64ull << 20)) {
+    spare_.emplace_back(alloc, buf);
+    spare_bytes_ += alloc;
+  } else {
+    std::free(buf);
+  }
+  io_cv_.SignalAll();
 }
 
 absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t size,
@@ -188,44 +330,194 @@ absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t siz
   if (BlockChecksum(data, size) != checksum) {
     return absl::DataLossError("block does not match its checksum; not written to SSD");
   }
+  if (size == 0) return absl::InvalidArgumentError("SSD tier: empty block");
   if (options_.capacity_bytes != 0 && !Contains(key) &&
       used_.load() + size > options_.capacity_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("SSD tier full: ", used_.load(), " + ", size,
                                                      " > ", options_.capacity_bytes, " bytes"));
   }
-  char header[kRecordHeader];
-  EncodeHeader(size, checksum, header);
-  std::string db_key = DbKey(key), meta_key = MetaKey(key);
-  // Header and bytes go in as two parts: no staging copy of the block.
-  rocksdb::Slice key_part(db_key);
-  rocksdb::Slice value_parts[2] = {rocksdb::Slice(header, kRecordHeader),
-                                   rocksdb::Slice(data, size)};
-  rocksdb::WriteBatch batch;
-  rocksdb::Status s =
-      batch.Put(rocksdb::SliceParts(&key_part, 1), rocksdb::SliceParts(value_parts, 2));
-  if (s.ok()) s = batch.Put(meta_key, rocksdb::Slice(header, kRecordHeader));
-  if (s.ok()) s = db_->Write(WriteOpts(), &batch);
-  if (!s.ok()) return FromRocks(s, "write");
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!options_.sync) unsynced_.push_back(key);
-  auto [it, inserted] = index_.try_emplace(key, size, checksum);
-  if (inserted) {
-    used_.fetch_add(size);
-  } else {
-    used_.fetch_sub(std::min(used_.load(), it->second.first));
-    used_.fetch_add(size);
-    it->second = {size, checksum};
+  auto p = std::make_shared<Pending>();
+  p->key = key;
+  p->loc.size = size;
+  p->loc.checksum = checksum;
+  p->alloc = AlignUp(size);
+  for (int attempt = 0;; ++attempt) {
+    {
+      MutexLock lock(&mu_);
+      absl::StatusOr<uint64_t> off = space_.Allocate(p->alloc);
+      if (off.ok()) {
+        absl::Status grown = GrowTo(*off + p->alloc);
+        if (!grown.ok()) {
+          space_.Free(*off, p->alloc).IgnoreError();
+          return grown;
+        }
+        p->loc.offset = *off;
+        break;
+      }
+      if (attempt > 0 || to_free_.empty()) {
+        return absl::ResourceExhaustedError(absl::StrCat("SSD tier full: no free extent of ",
+                                                         p->alloc, " bytes (",
+                                                         off.status().message(), ")"));
+      }
+    }
+    // Space waits for a durable delete: a Sync frees it.
+    absl::Status synced = Sync();
+    if (!synced.ok()) return synced;
   }
+  p->buf = TakeBuffer(p->alloc);
+  if (p->buf == nullptr) {
+    MutexLock lock(&mu_);
+    space_.Free(p->loc.offset, p->alloc).IgnoreError();
+    return absl::ResourceExhaustedError("SSD tier: out of memory for a write buffer");
+  }
+  std::memcpy(p->buf, data, size);
+  std::memset(p->buf + size, 0, p->alloc - size);
+  int chunks = static_cast<int>((p->alloc + kChunk - 1) / kChunk);
+  {
+    MutexLock lock(&io_mu_);
+    p->chunks_left = chunks;
+  }
+  {
+    MutexLock lock(&mu_);
+    auto [it, inserted] = index_.try_emplace(key, p->loc);
+    bool index_had_key = !inserted;
+    Loc old = it->second;
+    if (inserted) {
+      used_.fetch_add(size);
+    } else {
+      old = it->second;
+      used_.fetch_sub(std::min(used_.load(), it->second.size));
+      used_.fetch_add(size);
+      it->second = p->loc;
+    }
+    // The durable version this one replaces: its extent is freed once this
+    // one's index entry is durable.
+    auto pit = pending_.find(key);
+    if (pit != pending_.end()) {
+      p->has_replaced = pit->second->has_replaced;
+      p->replaced = pit->second->replaced;
+    } else if (!inserted || index_had_key) {
+      p->has_replaced = true;
+      p->replaced = old;
+    }
+    pending_[key] = p;
+    unsynced_.push_back(p);
+  }
+  for (int c = 0; c < chunks; ++c) {
+    uint64_t at = static_cast<uint64_t>(c) * kChunk;
+    uint64_t n = std::min(kChunk, p->alloc - at);
+    pool_->Submit([this, p, at, n] {
+      int err = FullIo(true, fd_, p->buf + at, n, p->loc.offset + at);
+      MutexLock lock(&io_mu_);
+      if (err != 0 && p->error.ok()) p->error = Errno("extent write", err);
+      if (--p->chunks_left == 0) {
+        ReleaseBuffer(p->buf, p->alloc);
+        p->buf = nullptr;
+      }
+      io_cv_.SignalAll();
+    });
+  }
+  if (options_.sync) return Sync();
   return absl::OkStatus();
 }
 
-absl::Status SsdTier::Get(const std::string& key, std::string* out) {
-  if (!Contains(key)) return absl::NotFoundError("not on the SSD tier");
+void SsdTier::WaitWritten(const PendingPtr& p) {
+  MutexLock lock(&io_mu_);
+  while (p->chunks_left > 0) io_cv_.Wait(&io_mu_);
+}
+
+absl::Status SsdTier::Sync() {
+  MutexLock sync_lock(&sync_mu_);
+  std::vector<PendingPtr> run;
+  std::vector<std::pair<uint64_t, uint64_t>> frees;
+  bool deletes = false;
+  {
+    MutexLock lock(&mu_);
+    run.swap(unsynced_);
+    frees.swap(to_free_);
+    deletes = deletes_unsynced_;
+    deletes_unsynced_ = false;
+  }
+  if (run.empty() && frees.empty() && !deletes) return absl::OkStatus();
+  // 1. The bytes: every write done, then the extent file synced.
+  absl::Status s;
+  for (const PendingPtr& p : run) {
+    WaitWritten(p);
+    MutexLock lock(&io_mu_);
+    if (s.ok() && !p->error.ok()) s = p->error;
+  }
+  if (s.ok() && !run.empty() && fdatasync(fd_) != 0) s = Errno("extent file sync", errno);
+  // 2. Only then the index entries of the puts still current (not
+  // overwritten or deleted since), in one synced write; it also makes the
+  // deletes written before it durable.
+  std::vector<bool> current(run.size());
+  rocksdb::WriteBatch batch;
+  {
+    MutexLock lock(&mu_);
+    for (size_t i = 0; i < run.size(); ++i) {
+      auto it = pending_.find(run[i]->key);
+      current[i] = it != pending_.end() && it->second == run[i];
+    }
+  }
+  for (size_t i = 0; i < run.size() && s.ok(); ++i) {
+    if (!current[i]) continue;
+    const Pending& p = *run[i];
+    char rec[kExtentRecord];
+    EncodeExtent(p.loc.size, p.loc.checksum, p.loc.offset, rec);
+    rocksdb::Status rs = batch.Put(ExtentKey(p.key), rocksdb::Slice(rec, kExtentRecord));
+    if (rs.ok() && p.has_replaced && p.replaced.offset == kInline) {
+      rs = batch.Delete(DbKey(p.key));
+      if (rs.ok()) rs = batch.Delete(MetaKey(p.key));
+    }
+    s = FromRocks(rs, "index batch");
+  }
+  if (s.ok()) {
+    s = batch.Count() > 0 ? FromRocks(db_->Write(WriteOpts(true), &batch), "index write")
+                          : FromRocks(db_->SyncWAL(), "index sync");
+  }
+  // 3. Extents no durable entry points at any more become free.
+  MutexLock lock(&mu_);
+  if (s.ok()) {
+    for (size_t i = 0; i < run.size(); ++i) {
+      Pending& p = *run[i];
+      if (current[i]) {
+        pending_.erase(p.key);
+        if (p.has_replaced && p.replaced.offset != kInline) {
+          frees.emplace_back(p.replaced.offset, AlignUp(p.replaced.size));
+        }
+      } else {
+        frees.emplace_back(p.loc.offset, p.alloc);  // never indexed
+      }
+    }
+    for (const auto& [off, len] : frees) {
+      absl::Status f = space_.Free(off, len);
+      if (!f.ok()) {
+        SHELF_LOG(ERROR) << "SSD tier free-space map" << Kv("error", f.message());
+      }
+    }
+    return absl::OkStatus();
+  }
+  // Not durable: the run leaves the index (its extents stay taken until
+  // the next open rebuilds the map: an index entry may have reached the
+  // disk after all). The frees wait for the next Sync.
+  for (size_t i = 0; i < run.size(); ++i) {
+    if (!current[i]) continue;
+    pending_.erase(run[i]->key);
+    auto it = index_.find(run[i]->key);
+    if (it != index_.end() && it->second.offset == run[i]->loc.offset) {
+      used_.fetch_sub(std::min(used_.load(), it->second.size));
+      index_.erase(it);
+    }
+  }
+  to_free_.insert(to_free_.end(), frees.begin(), frees.end());
+  deletes_unsynced_ = deletes_unsynced_ || deletes;
+  return s;
+}
+
+absl::Status SsdTier::GetInline(const std::string& key, std::string* out) {
   rocksdb::PinnableSlice v;
   rocksdb::ReadOptions ro;
-  // The XXH3 check below covers the bytes end to end; RocksDB's own CRC
-  // of the blob (computed in software by Debian's portable build) would
-  // only check them twice.
+  // The XXH3 check below covers the bytes end to end.
   ro.verify_checksums = false;
   rocksdb::Status s = db_->Get(ro, db_->DefaultColumnFamily(), DbKey(key), &v);
   if (s.IsNotFound()) return absl::NotFoundError("not on the SSD tier");
@@ -244,102 +536,138 @@ absl::Status SsdTier::Get(const std::string& key, std::string* out) {
   return absl::OkStatus();
 }
 
-rocksdb::WriteOptions SsdTier::WriteOpts() const {
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync;
-  // Without the log, a block is written once (into a blob file at flush),
-  // not twice, and no software CRC runs over it; Sync() makes it durable.
-  wo.disableWAL = !options_.sync;
-  return wo;
+absl::Status SsdTier::ReadExtent(const Loc& loc, std::string* out) {
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  // Each reading thread keeps an aligned buffer for blocks up to 16 MiB (no
+  // page faults per read); a larger block gets one of its own.
+  constexpr uint64_t kKeptReadBuffer = 16ull << 20;
+  thread_local std::unique_ptr<char, Free> kept;
+  thread_local uint64_t kept_bytes = 0;
+  std::unique_ptr<char, Free> own;
+  uint64_t alloc = AlignUp(loc.size);
+  char* b = nullptr;
+  if (alloc <= kKeptReadBuffer) {
+    if (kept_bytes < alloc) {
+      kept.reset(AlignedAlloc(kKeptReadBuffer));
+      kept_bytes = kept ? kKeptReadBuffer : 0;
+    }
+    b = kept.get();
+  } else {
+    own.reset(AlignedAlloc(alloc));
+    b = own.get();
+  }
+  if (b == nullptr)
+    return absl::ResourceExhaustedError("SSD tier: out of memory for a read buffer");
+  // One O_DIRECT read: the kernel issues all of a large block's device
+  // requests at once, so it is already deep in the queue.
+  int err = FullIo(false, fd_, b, alloc, loc.offset);
+  if (err != 0) return Errno("extent read", err);
+  if (BlockChecksum(b, loc.size) != loc.checksum) {
+    return absl::DataLossError("checksum mismatch");
+  }
+  out->assign(b, loc.size);
+  return absl::OkStatus();
 }
 
-absl::Status SsdTier::Sync() {
-  if (options_.sync) return absl::OkStatus();
-  std::vector<std::string> keys;
+absl::Status SsdTier::Get(const std::string& key, std::string* out) {
+  Loc loc;
+  PendingPtr p;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    keys.swap(unsynced_);
-  }
-  rocksdb::FlushOptions fo;
-  fo.wait = true;
-  absl::Status s = FromRocks(db_->Flush(fo), "sync");
-  if (s.ok()) return CollectGarbageIfNeeded();
-  // What could not be made durable is not offered: not in the inventory,
-  // not served (it may still reach the disk with a later flush, whole).
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const std::string& key : keys) {
+    MutexLock lock(&mu_);
     auto it = index_.find(key);
-    if (it == index_.end()) continue;
-    used_.fetch_sub(std::min(used_.load(), it->second.first));
-    index_.erase(it);
+    if (it == index_.end()) return absl::NotFoundError("not on the SSD tier");
+    loc = it->second;
+    auto pit = pending_.find(key);
+    if (pit != pending_.end()) p = pit->second;
   }
-  return s;
+  if (p != nullptr) {
+    // Put but not yet synced: read once its bytes are written.
+    WaitWritten(p);
+    MutexLock lock(&io_mu_);
+    if (!p->error.ok()) return p->error;
+  }
+  if (loc.offset == kInline) return GetInline(key, out);
+  absl::Status s = ReadExtent(loc, out);
+  if (s.code() != absl::StatusCode::kDataLoss) return s;
+  out->clear();
+  {
+    // Deleted or overwritten while it was read (its extent reused): a miss.
+    MutexLock lock(&mu_);
+    auto it = index_.find(key);
+    if (it == index_.end() || it->second.offset != loc.offset ||
+        it->second.checksum != loc.checksum) {
+      return absl::NotFoundError("not on the SSD tier");
+    }
+  }
+  SHELF_LOG(ERROR) << "corrupt SSD entry dropped" << Kv("dir", options_.dir)
+                   << Kv("detail", "checksum mismatch") << Kv("offset", loc.offset);
+  Delete(key).IgnoreError();
+  return absl::DataLossError("SSD entry is corrupt; it was dropped and is not served");
 }
 
-uint64_t SsdTier::blob_file_bytes() {
-  uint64_t bytes = 0;
-  db_->GetIntProperty(rocksdb::DB::Properties::kTotalBlobFileSize, &bytes);
-  return bytes;
-}
-
-absl::Status SsdTier::CollectGarbageIfNeeded() {
-  // Blob files are deleted whole once every blob in them is dropped, which
-  // LRU order mostly does; the blocks that outlive their neighbours keep a
-  // file alive. When the files hold more than twice the live bytes (and
-  // the excess is worth a pass), one compaction rewrites the live blobs:
-  // each live byte is copied at most once per doubling of the garbage.
-  uint64_t files = blob_file_bytes();
-  uint64_t live = used_.load();
-  if (files <= 2 * live || files - live < options_.gc_min_garbage_bytes) return absl::OkStatus();
-  rocksdb::CompactRangeOptions co;
-  co.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
-  co.blob_garbage_collection_age_cutoff = 1.0;
-  co.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-  absl::Status s = FromRocks(db_->CompactRange(co, nullptr, nullptr), "garbage collection");
-  SHELF_LOG(INFO) << "SSD tier garbage collected" << Kv("blob_bytes_before", files)
-                  << Kv("blob_bytes_after", blob_file_bytes()) << Kv("live_bytes", live);
-  // A failed pass leaves the files as they were: the data is intact.
-  if (!s.ok()) {
-    SHELF_LOG(WARNING) << "SSD tier garbage collection failed" << Kv("error", s.message());
+absl::Status SsdTier::Delete(const std::string& key) {
+  // Serialized with Sync, so a pending put of this key is either indexed
+  // before this delete's tombstone or never.
+  MutexLock sync_lock(&sync_mu_);
+  rocksdb::WriteBatch batch;
+  rocksdb::Status s = batch.Delete(ExtentKey(key));
+  if (s.ok()) s = batch.Delete(DbKey(key));
+  if (s.ok()) s = batch.Delete(MetaKey(key));
+  if (s.ok()) s = db_->Write(WriteOpts(options_.sync), &batch);
+  if (!s.ok()) return FromRocks(s, "delete");
+  MutexLock lock(&mu_);
+  deletes_unsynced_ = true;
+  auto it = index_.find(key);
+  if (it == index_.end()) return absl::OkStatus();
+  used_.fetch_sub(std::min(used_.load(), it->second.size));
+  auto pit = pending_.find(key);
+  if (pit != pending_.end()) {
+    // The pending write is never indexed (Sync frees its extent); the
+    // durable version it would have replaced goes with this delete.
+    const Pending& p = *pit->second;
+    if (p.has_replaced && p.replaced.offset != kInline) {
+      to_free_.emplace_back(p.replaced.offset, AlignUp(p.replaced.size));
+    }
+    pending_.erase(pit);
+  } else if (it->second.offset != kInline) {
+    to_free_.emplace_back(it->second.offset, AlignUp(it->second.size));
   }
+  index_.erase(it);
   return absl::OkStatus();
 }
 
 bool SsdTier::Contains(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return index_.count(key) != 0;
 }
 
 bool SsdTier::Info(const std::string& key, uint64_t* size, uint64_t* checksum) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = index_.find(key);
   if (it == index_.end()) return false;
-  *size = it->second.first;
-  *checksum = it->second.second;
+  *size = it->second.size;
+  *checksum = it->second.checksum;
   return true;
 }
 
-absl::Status SsdTier::Delete(const std::string& key) {
-  rocksdb::WriteBatch batch;
-  rocksdb::Status s = batch.Delete(DbKey(key));
-  if (s.ok()) s = batch.Delete(MetaKey(key));
-  if (s.ok()) s = db_->Write(WriteOpts(), &batch);
-  if (!s.ok()) return FromRocks(s, "delete");
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = index_.find(key);
-  if (it != index_.end()) {
-    used_.fetch_sub(std::min(used_.load(), it->second.first));
-    index_.erase(it);
-  }
-  return absl::OkStatus();
-}
-
 std::vector<SsdTier::Entry> SsdTier::Inventory() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<Entry> out;
   out.reserve(index_.size());
-  for (const auto& [key, v] : index_) out.push_back(Entry{key, v.first, v.second});
+  for (const auto& [key, loc] : index_) out.push_back(Entry{key, loc.size, loc.checksum});
   return out;
+}
+
+uint64_t SsdTier::data_file_bytes() {
+  MutexLock lock(&mu_);
+  return file_bytes_;
+}
+
+uint64_t SsdTier::free_extent_bytes() {
+  MutexLock lock(&mu_);
+  return file_bytes_ > space_.used() ? file_bytes_ - space_.used() : 0;
 }
 
 }  // namespace shelf

@@ -1,18 +1,24 @@
-// SsdTier: the store's SSD tier, a RocksDB database in --ssd-dir with large
-// values in blob files (BlobDB). Self-describing: every value carries its
-// size and its writer's XXH3-64 checksum, so a restarted store rebuilds its
-// inventory by scanning, and a corrupt entry is detected on read.
+// SsdTier: the store's SSD tier. Block bytes go into one preallocated
+// extent file (DIR/extents.dat) with O_DIRECT, several writes in flight
+// (IoPool); a RocksDB database in DIR is the index: block key -> extent
+// offset, size and XXH3-64 checksum. A restarted store rebuilds its
+// inventory and its free-space map from the index alone; a corrupt block
+// is detected on every read.
 //
-// Record layout (docs/storage.md), two records per block, written in one
-// batch:
-//   "b" || block key -> header | size bytes of block   (a blob)
-//   "m" || block key -> header                          (index rebuild)
-//   header = magic u32 "SSD1" | version u8 | 3 zero bytes |
-//            size u64 | checksum u64   (little-endian; 24 bytes)
+// Layout and crash-consistency argument: docs/storage.md.
+//   "e" || block key -> magic u32 "SSD2" | version u8 = 2 | 3 zero bytes |
+//                       size u64 | checksum u64 | offset u64  (32 bytes LE)
+//   DIR/extents.dat     block bytes at 4 KiB aligned offsets
+// Directories written by earlier releases hold the bytes in RocksDB
+// ("b" || key -> header | bytes, "m" || key -> header, magic "SSD1"); they
+// are still read, and such a block moves to an extent when rewritten.
 //
-// Durability: writes skip RocksDB's log (the block would be written twice,
-// and CRC'd in software); Sync() flushes what was written so far into blob
-// and table files. What was not synced is absent after a crash, never half.
+// Durability: Put copies the block and starts its writes; Sync waits for
+// them, fdatasyncs the extent file, and only then writes their index
+// records (one synced RocksDB write). So an indexed block's bytes are
+// durable before its index entry exists; what was not synced is absent
+// after a crash, never half. Space freed by Delete or an overwrite is
+// reused only after the index change that freed it is durable.
 //
 //   auto tier = SsdTier::Open({.dir = "/var/lib/shelf/ssd", .capacity_bytes = 1 << 40});
 //   tier->Put(key, data, size, checksum);
@@ -25,13 +31,16 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
+#include "storage/allocator.h"
+#include "storage/io_pool.h"
 
 namespace rocksdb {
 class DB;
@@ -45,19 +54,19 @@ class SsdTier {
  public:
   struct Options {
     std::string dir;
-    uint64_t capacity_bytes = 0;  // Put refuses beyond this (RESOURCE_EXHAUSTED)
-    bool compression = false;     // KV tensors do not compress: off by default
-    // Each write through RocksDB's log with fsync (durable at once, slow);
-    // by default writes are durable at Sync().
+    uint64_t capacity_bytes = 0;  // Put refuses beyond this (RESOURCE_EXHAUSTED); 0 = no limit
+    bool compression = false;     // RocksDB records only (index, old-format blocks)
+    // Each Put durable before it returns (a Sync per Put; slow); by default
+    // writes are durable at Sync().
     bool sync = false;
-    // O_DIRECT for reads: a block read is one device read, and the page
-    // cache is not filled with bytes the DRAM tier already holds. Off where
-    // the file system has no O_DIRECT (tmpfs): Open probes and falls back.
+    // O_DIRECT for the extent file: no page-cache copy of bytes the DRAM
+    // tier already holds. Off where the file system has no O_DIRECT
+    // (tmpfs): Open probes and falls back to buffered I/O.
     bool direct_io = true;
-    // Garbage collection runs when blob files exceed twice the live bytes
-    // by at least this much (CollectGarbageIfNeeded).
-    uint64_t gc_min_garbage_bytes = 256ull << 20;
-    rocksdb::Env* env = nullptr;  // fault-injection seam for tests; null = default
+    int io_threads = 8;                          // I/Os in flight
+    uint64_t grow_bytes = 256ull << 20;          // the extent file grows by this much
+    uint64_t max_inflight_bytes = 256ull << 20;  // Put waits beyond this
+    rocksdb::Env* env = nullptr;  // fault-injection seam for the index; null = default
   };
   struct Entry {
     std::string key;
@@ -65,47 +74,90 @@ class SsdTier {
     uint64_t checksum = 0;
   };
 
-  // Opens or creates the database. Scans it to rebuild the inventory.
+  // Opens or creates the tier. Reads the index to rebuild the inventory.
   static absl::StatusOr<std::unique_ptr<SsdTier>> Open(const Options& options);
-  ~SsdTier();
+  ~SsdTier();  // syncs what was put
 
   // Stores a block atomically (fully present or absent after a crash;
   // present for sure once Sync() returns OK). Verifies `checksum` against
-  // `data` first: DATA_LOSS if they differ.
-  absl::Status Put(const std::string& key, const char* data, uint64_t size, uint64_t checksum);
+  // `data` first: DATA_LOSS if they differ. `data` may be reused at once.
+  absl::Status Put(const std::string& key, const char* data, uint64_t size, uint64_t checksum)
+      ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
   // Makes every Put and Delete that returned before it durable. On failure
   // the blocks put since the last Sync leave the index (not served, not in
   // the inventory).
-  absl::Status Sync();
+  absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_, io_mu_, sync_mu_);
   // Reads and verifies a block. NOT_FOUND if absent; DATA_LOSS if corrupt
   // (the entry is then deleted and never served); UNAVAILABLE on I/O error.
-  absl::Status Get(const std::string& key, std::string* out);
-  absl::Status Delete(const std::string& key);
-  bool Contains(const std::string& key);
+  absl::Status Get(const std::string& key, std::string* out) ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
+  absl::Status Delete(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  bool Contains(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   // Size and checksum of a held block; false if absent.
-  bool Info(const std::string& key, uint64_t* size, uint64_t* checksum);
-  std::vector<Entry> Inventory();
+  bool Info(const std::string& key, uint64_t* size, uint64_t* checksum) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<Entry> Inventory() ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t used_bytes() const { return used_.load(); }
-  // Bytes in blob files on disk, garbage included.
-  uint64_t blob_file_bytes();
+  // Bytes of the extent file (allocated space, free extents included).
+  uint64_t data_file_bytes() ABSL_LOCKS_EXCLUDED(mu_);
+  // Bytes of the extent file that no block holds and no pending free waits on.
+  uint64_t free_extent_bytes() ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t capacity_bytes() const { return options_.capacity_bytes; }
   const std::string& dir() const { return options_.dir; }
 
  private:
-  SsdTier(const Options& options, rocksdb::DB* db);
-  rocksdb::WriteOptions WriteOpts() const;
-  // Run after each Sync: see the definition.
-  absl::Status CollectGarbageIfNeeded();
+  static constexpr uint64_t kInline = ~0ull;  // offset of an old-format block
+  struct Loc {
+    uint64_t size = 0;
+    uint64_t checksum = 0;
+    uint64_t offset = kInline;
+  };
+  // A Put whose bytes are being written; indexed at the next Sync.
+  struct Pending {
+    std::string key;
+    Loc loc;
+    char* buf = nullptr;        // aligned copy of the block
+    uint64_t alloc = 0;         // bytes taken in the extent file
+    int chunks_left = 0;        // guarded by io_mu_
+    absl::Status error;         // guarded by io_mu_
+    bool has_replaced = false;  // a durable version of the key exists
+    Loc replaced;               // that version (its extent, or kInline)
+  };
+  using PendingPtr = std::shared_ptr<Pending>;
+
+  SsdTier(const Options& options, rocksdb::DB* db, int fd, bool direct_io);
+  rocksdb::WriteOptions WriteOpts(bool sync) const;
+  // Makes room in the extent file for [0, end).
+  absl::Status GrowTo(uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WaitWritten(const PendingPtr& p) ABSL_LOCKS_EXCLUDED(io_mu_);
+  absl::Status ReadExtent(const Loc& loc, std::string* out);
+  absl::Status GetInline(const std::string& key, std::string* out);
+  void ReleaseBuffer(char* buf, uint64_t alloc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  char* TakeBuffer(uint64_t alloc) ABSL_LOCKS_EXCLUDED(io_mu_);
+  void Drop(const std::string& key, const Loc& loc) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
   std::unique_ptr<rocksdb::DB> db_;
+  const int fd_;  // the extent file
+  const bool direct_io_;
   std::atomic<uint64_t> used_{0};
-  // What the tier holds: key -> (size, checksum). Rebuilt by a scan at
-  // open, so sizes are known without reading values back.
-  std::mutex mu_;
-  std::unordered_map<std::string, std::pair<uint64_t, uint64_t>> index_;  // guarded by mu_
-  std::vector<std::string> unsynced_;  // guarded by mu_: put since the last Sync
+  std::unique_ptr<IoPool> pool_;
+
+  Mutex sync_mu_;  // one Sync at a time
+  Mutex mu_;
+  std::unordered_map<std::string, Loc> index_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, PendingPtr> pending_ ABSL_GUARDED_BY(mu_);  // by key
+  std::vector<PendingPtr> unsynced_ ABSL_GUARDED_BY(mu_);  // put since the last Sync
+  // Extents whose index entries are deleted, to be freed once that is durable.
+  std::vector<std::pair<uint64_t, uint64_t>> to_free_ ABSL_GUARDED_BY(mu_);
+  RangeAllocator space_ ABSL_GUARDED_BY(mu_);
+  uint64_t file_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool deletes_unsynced_ ABSL_GUARDED_BY(mu_) = false;
+
+  Mutex io_mu_;
+  CondVar io_cv_;
+  uint64_t inflight_bytes_ ABSL_GUARDED_BY(io_mu_) = 0;
+  std::vector<std::pair<uint64_t, char*>> spare_ ABSL_GUARDED_BY(io_mu_);  // (alloc, buffer)
+  uint64_t spare_bytes_ ABSL_GUARDED_BY(io_mu_) = 0;
 };
 
 }  // namespace shelf

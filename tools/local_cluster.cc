@@ -31,8 +31,8 @@ std::string DefaultBinDir() {
 absl::StatusOr<std::unique_ptr<Process>> Process::Spawn(const std::vector<std::string>& argv,
                                                         const std::string& log_path) {
   if (access(argv[0].c_str(), X_OK) != 0) {
-    return absl::NotFoundError(absl::StrCat("no executable at ", argv[0],
-                                            " (build it, or set SHELF_BIN_DIR)"));
+    return absl::NotFoundError(
+        absl::StrCat("no executable at ", argv[0], " (build it, or set SHELF_BIN_DIR)"));
   }
   pid_t parent = getpid();
   pid_t pid = fork();
@@ -130,9 +130,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const Options&
   c->master_ = *std::move(master);
   auto addr = WaitForFileLine(c->work_dir_ + "/master.addr", 15000, c->master_.get());
   if (!addr.ok()) {
-    return absl::Status(addr.status().code(),
-                        absl::StrCat(addr.status().message(), "; see ", c->work_dir_,
-                                     "/master.log"));
+    return absl::Status(addr.status().code(), absl::StrCat(addr.status().message(), "; see ",
+                                                           c->work_dir_, "/master.log"));
   }
   c->master_address_ = *addr;
   for (int i = 0; i < options.stores; ++i) {
@@ -159,15 +158,20 @@ absl::Status LocalCluster::StartStore(int i) {
   std::string ready = absl::StrCat(work_dir_, "/", name, ".addr");
   std::filesystem::remove(ready);
   std::vector<std::string> argv = {bin_dir_ + "/shelf-store",
-                                   "--master", master_address_,
-                                   "--listen", "127.0.0.1:0",
-                                   "--dram-size", std::to_string(options_.dram_bytes),
-                                   "--run-dir", absl::StrCat(work_dir_, "/", name, ".run"),
-                                   "--ready-file", ready};
+                                   "--master",
+                                   master_address_,
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--dram-size",
+                                   std::to_string(options_.dram_bytes),
+                                   "--run-dir",
+                                   absl::StrCat(work_dir_, "/", name, ".run"),
+                                   "--ready-file",
+                                   ready};
   if (options_.ssd_bytes > 0) {
     sp.ssd_dir = absl::StrCat(work_dir_, "/", name, ".ssd");
-    argv.insert(argv.end(), {"--ssd-dir", sp.ssd_dir, "--ssd-size",
-                             std::to_string(options_.ssd_bytes)});
+    argv.insert(argv.end(),
+                {"--ssd-dir", sp.ssd_dir, "--ssd-size", std::to_string(options_.ssd_bytes)});
   } else {
     // Without an SSD dir the node id derives from the port; pin it so a
     // restart on another port is the same node.

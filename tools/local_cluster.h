@@ -54,10 +54,10 @@ class LocalCluster {
   struct Options {
     int stores = 2;
     uint64_t dram_bytes = 64ull << 20;
-    uint64_t ssd_bytes = 0;              // 0: stores without SSD tier
-    std::string bin_dir;                 // empty: DefaultBinDir()
-    std::string work_dir;                // empty: a fresh temporary directory
-    std::string secret;                  // written to a file and passed to all
+    uint64_t ssd_bytes = 0;                // 0: stores without SSD tier
+    std::string bin_dir;                   // empty: DefaultBinDir()
+    std::string work_dir;                  // empty: a fresh temporary directory
+    std::string secret;                    // written to a file and passed to all
     std::vector<std::string> master_args;  // extra flags
     std::vector<std::string> store_args;
     bool keep_work_dir = false;

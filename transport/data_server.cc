@@ -34,9 +34,9 @@ void DataServer::Stop() {
   shutdown(listen_fd_, SHUT_RDWR);
   if (accept_thread_.joinable()) accept_thread_.join();
   close(listen_fd_);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (int fd : fds_) shutdown(fd, SHUT_RDWR);
-  cv_.wait(lock, [this] { return fds_.empty(); });
+  while (!fds_.empty()) cv_.Wait(&mu_);
 }
 
 void DataServer::AcceptLoop() {
@@ -56,7 +56,7 @@ void DataServer::AcceptLoop() {
     // pipelines: Nagle would hold each behind the last one's ACK.
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (static_cast<int>(fds_.size()) >= options_.max_connections) {
       SHELF_LOG(WARNING) << "connection refused: limit reached"
                          << Kv("max_connections", options_.max_connections);
@@ -108,11 +108,11 @@ void DataServer::Serve(int fd) {
   // Stop() waits for fds_ to empty and may then destroy this server, so
   // this thread (detached) touches nothing of it after unlocking: the
   // notify happens under the lock.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   fds_.erase(fd);
   close(fd);
   live_.fetch_sub(1);
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void DataServer::ServeConnection(int fd) {

@@ -11,16 +11,15 @@
 #define SHELF_TRANSPORT_DATA_SERVER_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/mutex.h"
 #include "common/net.h"
 #include "transport/wire.h"
 
@@ -101,9 +100,9 @@ class DataServer {
   std::thread accept_thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> live_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::set<int> fds_;  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;  // signalled when fds_ shrinks
+  std::set<int> fds_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shelf

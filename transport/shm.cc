@@ -132,7 +132,7 @@ ShmMapping::~ShmMapping() {
 absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::string& socket_path,
                                                                 uint64_t incarnation) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = maps_.find(socket_path);
     if (it != maps_.end()) {
       if (incarnation == 0 || it->second->incarnation == incarnation) return it->second;
@@ -215,13 +215,13 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::strin
     return absl::UnavailableError(absl::StrCat("mmap store segment: ", std::strerror(errno)));
   }
   mapping->base = static_cast<char*>(p);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto [it, inserted] = maps_.insert_or_assign(socket_path, mapping);
   return it->second;
 }
 
 void ShmAttachments::Forget(const std::string& socket_path) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   maps_.erase(socket_path);
 }
 

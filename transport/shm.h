@@ -17,11 +17,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 
 namespace shelf {
 
@@ -75,8 +75,8 @@ class ShmAttachments {
 
  private:
   const std::string secret_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<ShmMapping>> maps_;  // guarded by mu_
+  Mutex mu_;
+  std::map<std::string, std::shared_ptr<ShmMapping>> maps_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shelf

@@ -99,7 +99,7 @@ absl::Status TcpDataClient::Receive(int fd, const wire::Header& request, wire::H
 
 absl::StatusOr<int> TcpDataClient::Acquire(const std::string& address, uint64_t deadline_ms) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = idle_.find(address);
     if (it != idle_.end() && !it->second.empty()) {
       int fd = it->second.back();
@@ -114,7 +114,7 @@ absl::StatusOr<int> TcpDataClient::Acquire(const std::string& address, uint64_t 
 
 void TcpDataClient::Release(const std::string& address, int fd, bool reusable) {
   if (reusable) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     std::vector<int>& pool = idle_[address];
     if (pool.size() < options_.max_idle_per_peer) {
       pool.push_back(fd);
@@ -127,7 +127,7 @@ void TcpDataClient::Release(const std::string& address, int fd, bool reusable) {
 void TcpDataClient::Forget(const std::string& address) {
   std::vector<int> fds;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = idle_.find(address);
     if (it == idle_.end()) return;
     fds.swap(it->second);
@@ -161,7 +161,7 @@ absl::Status TcpDataClient::Read(const std::string& address, uint32_t segment_id
   wire::Header req;
   req.op = wire::Op::kRead;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     req.request_id = next_request_id_++;
   }
   req.segment_id = segment_id;
@@ -193,7 +193,7 @@ absl::Status TcpDataClient::Write(const std::string& address, const wire::Grant&
   wire::Header req;
   req.op = wire::Op::kWrite;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     req.request_id = next_request_id_++;
   }
   req.segment_id = segment_id;
@@ -218,7 +218,7 @@ absl::Status TcpDataClient::ReadKey(const std::string& address, absl::string_vie
   wire::Header req;
   req.op = wire::Op::kReadKey;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     req.request_id = next_request_id_++;
   }
   req.length = length;
@@ -256,7 +256,7 @@ absl::StatusOr<int> TcpDataClient::StartPipeline(const std::string& address, siz
   }
   SetIoTimeoutMs(*fd, left);
   requests->assign(n, wire::Header());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (wire::Header& h : *requests) h.request_id = next_request_id_++;
   return fd;
 }
@@ -359,7 +359,7 @@ absl::StatusOr<std::string> TcpDataClient::RdmaConnect(int fd, uint32_t segment_
   wire::Header req;
   req.op = wire::Op::kRdmaConnect;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     req.request_id = next_request_id_++;
   }
   req.segment_id = segment_id;

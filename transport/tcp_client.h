@@ -14,13 +14,13 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/mutex.h"
 #include "transport/wire.h"
 
 namespace shelf {
@@ -101,9 +101,9 @@ class TcpDataClient {
   absl::Status Receive(int fd, const wire::Header& request, wire::Header* response);
 
   const Options options_;
-  std::mutex mu_;
-  std::map<std::string, std::vector<int>> idle_;  // guarded by mu_
-  uint64_t next_request_id_ = 1;                  // guarded by mu_
+  Mutex mu_;
+  std::map<std::string, std::vector<int>> idle_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace shelf

@@ -343,11 +343,29 @@ class MooncakeStore {
     return ToMooncake(c->Remove(key));
   }
 
-  // libshelf has no batch remove: one master round trip per key.
+  // One master round trip per kBatchItemsMax valid keys; an invalid key
+  // gets kMcInvalidKey without failing the others.
   std::vector<int> BatchRemove(const std::vector<std::string>& keys) {
-    std::vector<int> out;
-    out.reserve(keys.size());
-    for (const std::string& key : keys) out.push_back(Remove(key));
+    std::vector<int> out(keys.size(), kMcInvalidKey);
+    std::shared_ptr<Client> c = client();
+    if (c == nullptr) {
+      std::fill(out.begin(), out.end(), kMcInvalidParams);
+      return out;
+    }
+    std::vector<std::string> valid;
+    std::vector<size_t> where;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!ValidKey(keys[i])) continue;
+      valid.push_back(keys[i]);
+      where.push_back(i);
+    }
+    py::gil_scoped_release nogil;
+    ForEachSlice(valid.size(), [&](size_t b, size_t e) {
+      std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
+      std::vector<Status> st;
+      Status s = c->BatchRemove(slice, &st);
+      for (size_t i = b; i < e; ++i) out[where[i]] = ToMooncake(s.ok() ? st[i - b] : s);
+    });
     return out;
   }
 

@@ -444,6 +444,26 @@ PYBIND11_MODULE(_shelf, m) {
           py::arg("key"), py::kw_only(), py::arg("timeout_ms") = 0,
           "True when removed, False when absent. FailedPreconditionError if pinned.")
       .def(
+          "batch_remove",
+          [](PyClient& c, py::handle keys, int64_t timeout_ms, bool return_statuses) -> py::object {
+            std::vector<std::string> k = ToKeys(keys);
+            std::vector<Status> st;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = c.get()->BatchRemove(k, &st, ToDeadline(timeout_ms));
+            }
+            Check(s);
+            py::list out;
+            for (const Status& one : st) out.append(py::bool_(one.ok()));
+            if (return_statuses) return py::make_tuple(out, StatusList(st));
+            return out;
+          },
+          py::arg("keys"), py::kw_only(), py::arg("timeout_ms") = 0,
+          py::arg("return_statuses") = false,
+          "Removes 1..1024 keys in one master round trip: a list of bools, True where removed "
+          "(False: absent or pinned); with return_statuses=True, (removed, statuses).")
+      .def(
           "match_prefix",
           [](PyClient& c, py::handle keys, int64_t timeout_ms) {
             std::vector<std::string> k = ToKeys(keys);

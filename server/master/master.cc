@@ -233,8 +233,7 @@ void Master::FillLocation(const Object& obj, const std::string& key, const std::
   }
 }
 
-absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string& client_host,
-                              v1::PutStartResponse* resp) {
+absl::StatusOr<uint32_t> Master::CheckPutStart(const v1::PutStartRequest& req) const {
   if (absl::Status s = ValidateKey(req.key()); !s.ok()) return s;
   if (req.size() == 0) return absl::InvalidArgumentError("block size is 0");
   if (req.size() > options_.block_bytes_max) {
@@ -253,50 +252,33 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     return absl::InvalidArgumentError(
         absl::StrCat("replicas=", want, " exceeds the limit of ", kReplicasMax));
   }
-  uint64_t now = clock_->NowMs();
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
-  if (Object* obj = FindLocked(req.key()); obj != nullptr) {
-    metrics_.dedup_hits.Increment();
-    TouchLocked(obj, now);
-    MoveToBackLocked(&obj, 1);
-    resp->set_state(v1::PUT_ALREADY_EXISTS);
-    return absl::OkStatus();
+  return want;
+}
+
+absl::Status Master::NoPlacementLocked(uint64_t size) {
+  // UNAVAILABLE is for "try again later": only when no store is up. A
+  // block no live store can ever hold is a permanent refusal.
+  uint64_t largest = 0;
+  for (const auto& n : nodes_) {
+    if (n->state != v1::NODE_LIVE || n->draining) continue;
+    for (const Segment& seg : n->segments) largest = std::max(largest, seg.alloc->capacity());
   }
-  if (put_by_key_.contains(req.key())) {
-    resp->set_state(v1::PUT_IN_FLIGHT);
-    return absl::OkStatus();
+  if (largest > 0 && largest < size) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("block of ", size,
+                     " bytes is larger than every live store's DRAM "
+                     "segment (the largest holds ",
+                     largest, " bytes)"));
   }
-  std::vector<uint32_t> candidates = PlaceLocked(req.options(), client_host, req.size());
+  return absl::UnavailableError("no live store accepts placements");
+}
+
+absl::StatusOr<bool> Master::PlaceRangesLocked(const v1::PutStartRequest& req,
+                                               const std::vector<uint32_t>& candidates,
+                                               uint32_t want, PendingPut* put,
+                                               v1::PutStartResponse* resp) {
   const uint64_t epoch = reset_epoch_;
-  if (candidates.empty()) {
-    // UNAVAILABLE is for "try again later": only when no store is up. A
-    // block no live store can ever hold is a permanent refusal.
-    uint64_t largest = 0;
-    for (const auto& n : nodes_) {
-      if (n->state != v1::NODE_LIVE || n->draining) continue;
-      for (const Segment& seg : n->segments) largest = std::max(largest, seg.alloc->capacity());
-    }
-    if (largest > 0 && largest < req.size()) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("block of ", req.size(),
-                       " bytes is larger than every live store's DRAM "
-                       "segment (the largest holds ",
-                       largest, " bytes)"));
-    }
-    return absl::UnavailableError("no live store accepts placements");
-  }
-  PendingPut put;
-  put.key = req.key();
-  put.size = req.size();
-  put.checksum = req.checksum();
-  put.parent_key = req.parent_key();
-  // Kept only for the event stream: the index keeps the hashes and block
-  // size; the token ids go out with the commit's BlockStored.
-  if (req.has_block_info() && options_.events != nullptr) {
-    put.event_info = std::make_unique<v1::BlockEventInfo>(req.block_info());
-  }
-  put.deadline_ms = now + options_.put_timeout_ms;
+  uint64_t now = clock_->NowMs();
   // First try without dropping anything: fill free space, and where a
   // segment is full, order demotions to SSD and wait (bounded) for them to
   // free room. Only then drop least recently used blocks outright.
@@ -304,18 +286,18 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   uint64_t wait_until = now + options_.demote_wait_ms;
   for (bool allow_drop = false;;) {
     for (uint32_t node : candidates) {
-      if (put.ranges.size() == want) break;
+      if (put->ranges.size() == want) break;
       bool used = false;
-      for (const Replica& r : put.ranges) used |= r.node == node;
+      for (const Replica& r : put->ranges) used |= r.node == node;
       if (used || nodes_[node]->state != v1::NODE_LIVE || nodes_[node]->draining) continue;
       absl::StatusOr<Replica> r = AllocateOnNodeLocked(node, req.size(), now, allow_drop);
       if (r.ok()) {
-        put.ranges.push_back(*r);
+        put->ranges.push_back(*r);
       } else {
         last = r.status();
       }
     }
-    if (put.ranges.size() == want || allow_drop) break;
+    if (put->ranges.size() == want || allow_drop) break;
     uint64_t t = clock_->NowMs();
     if (demotions_pending_ == 0 || t >= wait_until) {
       allow_drop = true;
@@ -324,8 +306,8 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     // Give back what this attempt took (its nodes may die or re-register
     // while we wait), wait for a demotion (or any free) to return space,
     // then place again from scratch.
-    for (const Replica& r : put.ranges) FreeRangeLocked(r.node, r.segment, r.offset, put.size);
-    put.ranges.clear();
+    for (const Replica& r : put->ranges) FreeRangeLocked(r.node, r.segment, r.offset, put->size);
+    put->ranges.clear();
     std::pair<uint64_t*, uint64_t> progress(&frees_, frees_);
     SHELF_SYNC_POINT("Master::PutStart:WaitForRoom");
     clock_->AwaitUntil(
@@ -343,22 +325,22 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     if (FindLocked(req.key()) != nullptr || put_by_key_.contains(req.key())) {
       resp->set_state(FindLocked(req.key()) != nullptr ? v1::PUT_ALREADY_EXISTS
                                                        : v1::PUT_IN_FLIGHT);
-      return absl::OkStatus();
+      return false;
     }
   }
-  if (put.ranges.size() < want && (put.ranges.empty() || !req.options().best_effort())) {
-    for (const Replica& r : put.ranges) FreeRangeLocked(r.node, r.segment, r.offset, put.size);
+  if (put->ranges.size() < want && (put->ranges.empty() || !req.options().best_effort())) {
+    for (const Replica& r : put->ranges) FreeRangeLocked(r.node, r.segment, r.offset, put->size);
     if (!last.ok() && last.code() != absl::StatusCode::kResourceExhausted) return last;
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot place ", want, " replica(s) of ", req.size(), " bytes: ",
-        put.ranges.size() < candidates.size() ? "no evictable space" : "too few live stores",
+        put->ranges.size() < candidates.size() ? "no evictable space" : "too few live stores",
         last.ok() ? "" : absl::StrCat(" (", last.message(), ")")));
   }
-  uint64_t put_id = next_put_id_++;
-  uint64_t expires_unix = clock_->UnixMs() + options_.put_timeout_ms;
-  resp->set_state(v1::PUT_STARTED);
-  resp->set_put_id(put_id);
-  resp->set_expires_unix_ms(expires_unix);
+  return true;
+}
+
+void Master::MintGrantsLocked(uint64_t put_id, uint64_t expires_unix, const PendingPut& put,
+                              v1::PutStartResponse* resp) {
   for (const Replica& r : put.ranges) {
     FillReplica(r, put.size, resp->add_replicas());
     const Node& n = *nodes_[r.node];
@@ -383,6 +365,50 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     wg->set_expires_unix_ms(g.expires_unix_ms);
     wg->set_mac(g.mac);
   }
+}
+
+// Validate, place (waiting for room where demotions will make it), mint
+// the write grants.
+absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string& client_host,
+                              v1::PutStartResponse* resp) {
+  absl::StatusOr<uint32_t> want = CheckPutStart(req);
+  if (!want.ok()) return want.status();
+  uint64_t now = clock_->NowMs();
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
+  if (Object* obj = FindLocked(req.key()); obj != nullptr) {
+    metrics_.dedup_hits.Increment();
+    TouchLocked(obj, now);
+    MoveToBackLocked(&obj, 1);
+    resp->set_state(v1::PUT_ALREADY_EXISTS);
+    return absl::OkStatus();
+  }
+  if (put_by_key_.contains(req.key())) {
+    resp->set_state(v1::PUT_IN_FLIGHT);
+    return absl::OkStatus();
+  }
+  std::vector<uint32_t> candidates = PlaceLocked(req.options(), client_host, req.size());
+  if (candidates.empty()) return NoPlacementLocked(req.size());
+  PendingPut put;
+  put.key = req.key();
+  put.size = req.size();
+  put.checksum = req.checksum();
+  put.parent_key = req.parent_key();
+  // Kept only for the event stream: the index keeps the hashes and block
+  // size; the token ids go out with the commit's BlockStored.
+  if (req.has_block_info() && options_.events != nullptr) {
+    put.event_info = std::make_unique<v1::BlockEventInfo>(req.block_info());
+  }
+  put.deadline_ms = now + options_.put_timeout_ms;
+  absl::StatusOr<bool> placed = PlaceRangesLocked(req, candidates, *want, &put, resp);
+  if (!placed.ok()) return placed.status();
+  if (!*placed) return absl::OkStatus();  // answered: the key appeared meanwhile
+  uint64_t put_id = next_put_id_++;
+  uint64_t expires_unix = clock_->UnixMs() + options_.put_timeout_ms;
+  resp->set_state(v1::PUT_STARTED);
+  resp->set_put_id(put_id);
+  resp->set_expires_unix_ms(expires_unix);
+  MintGrantsLocked(put_id, expires_unix, put, resp);
   put_by_key_[put.key] = put_id;
   puts_.emplace(put_id, std::move(put));
   metrics_.puts_started.Increment();

@@ -422,6 +422,20 @@ class Master {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillReplica(const Replica& r, uint64_t size, v1::Replica* out)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // PutStart's steps. CheckPutStart: the request alone (no lock); the
+  // number of replicas wanted. NoPlacementLocked: the error when no store
+  // is a candidate. PlaceRangesLocked: allocates `want` ranges into
+  // put->ranges, waiting (bounded) for demotions to free room; false when
+  // the key appeared meanwhile and `resp` already says so.
+  // MintGrantsLocked: the replicas and write grants of a started put.
+  absl::StatusOr<uint32_t> CheckPutStart(const v1::PutStartRequest& req) const;
+  absl::Status NoPlacementLocked(uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<bool> PlaceRangesLocked(const v1::PutStartRequest& req,
+                                         const std::vector<uint32_t>& candidates, uint32_t want,
+                                         PendingPut* put, v1::PutStartResponse* resp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MintGrantsLocked(uint64_t put_id, uint64_t expires_unix, const PendingPut& put,
+                        v1::PutStartResponse* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<uint32_t> PlaceLocked(const v1::PutOptions& opts, const std::string& client_host,
                                     uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -44,12 +44,19 @@ int main(int argc, char** argv) {
   RespServerOptions server_opts;
   server_opts.listen = "127.0.0.1:6379";
   CommandOptions cmd_opts;
-  std::string master, secret_file, requirepass_file, admin_listen, ready_file, tls_cert, tls_key;
+  std::string master, secret_file, requirepass_file, admin_listen, ready_file;
+  TlsOptions tls;
+  std::string tls_auth_clients = "no";
   int64_t replicas = 1, max_clients = 10000, threads = 16;
   uint64_t max_value = 512ull << 20, max_inflight = 2ull << 30, timeout_ms = 30000;
   Flags flags("shelf-resp",
               "a Redis-protocol (RESP2/RESP3) front end to a Shelf cluster (docs/resp.md)");
-  flags.AddString("listen", &server_opts.listen, "HOST:PORT to serve RESP on (port 0 picks one)");
+  flags.AddString("listen", &server_opts.listen,
+                  "HOST:PORT to serve plain RESP on (port 0 picks one; empty: no plain TCP "
+                  "listener, as Redis's port 0)");
+  flags.AddString("tls-listen", &server_opts.tls_listen,
+                  "HOST:PORT to serve RESP over TLS on, beside --listen (Redis's tls-port); "
+                  "needs --tls-cert and --tls-key (off when empty)");
   flags.AddString("unix-socket", &server_opts.unix_socket,
                   "also serve RESP on this unix socket path (off when empty)");
   flags.AddString("master", &master,
@@ -57,8 +64,14 @@ int main(int argc, char** argv) {
   flags.AddString("secret-file", &secret_file, "cluster secret (>= 16 bytes)");
   flags.AddString("requirepass-file", &requirepass_file,
                   "file holding the password clients must AUTH with (off when empty)");
-  flags.AddString("tls-cert", &tls_cert, "PEM certificate for RESP over TLS (not supported yet)");
-  flags.AddString("tls-key", &tls_key, "PEM key for RESP over TLS (not supported yet)");
+  flags.AddString("tls-cert", &tls.cert_file,
+                  "PEM certificate (chain, server first) of the --tls-listen port");
+  flags.AddString("tls-key", &tls.key_file, "PEM private key of --tls-cert");
+  flags.AddString("tls-ca-cert", &tls.ca_cert_file,
+                  "PEM CA certificate(s) that client certificates must be signed by");
+  flags.AddString("tls-auth-clients", &tls_auth_clients,
+                  "no: no client certificate asked; yes: one signed by --tls-ca-cert required; "
+                  "optional: checked when presented");
   flags.AddInt("replicas", &replicas, "copies of each value, on distinct nodes (1..8)");
   flags.AddSize("max-value-size", &max_value, "largest value a client may SET");
   flags.AddInt("max-clients", &max_clients, "connections served at once; more are refused");
@@ -70,15 +83,29 @@ int main(int argc, char** argv) {
                 "allow FLUSHDB/FLUSHALL (they remove every key of the cluster)");
   flags.AddString("admin-listen", &admin_listen,
                   "HOST:PORT serving /metrics (Prometheus) and /health over HTTP (off when empty)");
-  flags.AddString("ready-file", &ready_file, "write the RESP HOST:PORT here once serving");
+  flags.AddString("ready-file", &ready_file,
+                  "write the RESP HOST:PORT here once serving (the TLS one when there is no "
+                  "plain listener; with both, the TLS one on a second line)");
   flags.ParseOrExit(argc, argv);
 
-  if (!tls_cert.empty() || !tls_key.empty()) {
-    return Fail(
-        "--tls-cert/--tls-key: TLS is not supported yet; put a TLS terminator (stunnel, "
-        "a sidecar) in front of shelf-resp, or serve it on loopback/--unix-socket");
-  }
   if (master.empty()) return Fail("--master is required");
+  bool tls_files = !tls.cert_file.empty() || !tls.key_file.empty() || !tls.ca_cert_file.empty();
+  if (server_opts.tls_listen.empty() && tls_files) {
+    return Fail("--tls-cert/--tls-key/--tls-ca-cert are for --tls-listen, which is not set");
+  }
+  if (server_opts.listen.empty() && server_opts.tls_listen.empty() &&
+      server_opts.unix_socket.empty()) {
+    return Fail("nothing to serve on: give --listen, --tls-listen or --unix-socket");
+  }
+  if (!server_opts.tls_listen.empty()) {
+    absl::StatusOr<TlsClientAuth> auth = ParseTlsClientAuth(tls_auth_clients);
+    if (!auth.ok()) return Fail(std::string(auth.status().message()));
+    tls.client_auth = *auth;
+    // Before anything connects: a bad certificate or key stops the start.
+    absl::StatusOr<std::unique_ptr<TlsContext>> ctx = TlsContext::Create(tls);
+    if (!ctx.ok()) return Fail(std::string(ctx.status().message()));
+    server_opts.tls = std::shared_ptr<const TlsContext>(std::move(*ctx));
+  }
   if (replicas < 1 || replicas > 8) return Fail("--replicas takes 1..8");
   if (max_clients < 1 || max_clients > 1000000) return Fail("--max-clients takes 1..1000000");
   if (threads < 1 || threads > 1024) return Fail("--threads takes 1..1024");
@@ -156,8 +183,17 @@ int main(int argc, char** argv) {
     http = *std::move(started);
     SHELF_LOG(INFO) << "serving /metrics and /health" << Kv("address", http->bound().ToString());
   }
-  SHELF_LOG(INFO) << "serving RESP" << Kv("address", (*server)->address());
-  WriteReadyFile(ready_file, (*server)->address() + "\n");
+  std::string ready;
+  if (!(*server)->address().empty()) {
+    SHELF_LOG(INFO) << "serving RESP" << Kv("address", (*server)->address());
+    ready = (*server)->address() + "\n";
+  }
+  if (!(*server)->tls_address().empty()) {
+    SHELF_LOG(INFO) << "serving RESP over TLS" << Kv("address", (*server)->tls_address());
+    ready += (*server)->tls_address() + "\n";
+  }
+  if (ready.empty()) ready = server_opts.unix_socket + "\n";
+  WriteReadyFile(ready_file, ready);
   std::thread runner([&] { (*server)->Run(); });
   int sig = 0;
   sigwait(&signals, &sig);

@@ -84,7 +84,14 @@ ServerStats::ServerStats()
                                           "Bytes read from clients.")),
       bytes_out(prom::AddUnlabelledCounter(DefaultExposition().registry(),
                                            "shelf_resp_sent_bytes_total",
-                                           "Bytes written to clients.")) {
+                                           "Bytes written to clients.")),
+      tls_handshakes(prom::AddUnlabelledCounter(DefaultExposition().registry(),
+                                                "shelf_resp_tls_handshakes_total",
+                                                "TLS connections that completed the handshake.")),
+      tls_handshake_failures(prom::AddUnlabelledCounter(
+          DefaultExposition().registry(), "shelf_resp_tls_handshake_failures_total",
+          "TLS connections closed in the handshake (plaintext clients, bad or missing client "
+          "certificates, garbage).")) {
   gauges_.push_back(DefaultExposition().AddCallbackGauge(
       "shelf_resp_connections", "Client connections open.",
       [this] { return static_cast<double>(connected_clients.load()); }));
@@ -292,7 +299,9 @@ void CommandHandler::Info(Ctx& c) {
         "\r\ntotal_net_input_bytes:", Count(stats_->bytes_in),
         "\r\ntotal_net_output_bytes:", Count(stats_->bytes_out),
         "\r\nkeyspace_hits:", Count(stats_->hits), "\r\nkeyspace_misses:", Count(stats_->misses),
-        "\r\ninflight_rejections:", Count(stats_->inflight_rejections), "\r\n\r\n");
+        "\r\ninflight_rejections:", Count(stats_->inflight_rejections),
+        "\r\ntls_handshakes:", Count(stats_->tls_handshakes),
+        "\r\ntls_handshake_failures:", Count(stats_->tls_handshake_failures), "\r\n\r\n");
   }
   if (want("keyspace")) {
     uint64_t keys = 0;

@@ -366,19 +366,25 @@ void CommandHandler::Del(Ctx& c) {
   std::vector<std::string> keys(c.args->begin() + 1, c.args->end());
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  std::vector<bool> present;
-  Status s = ExistsMany(keys, &present);
-  if (!s.ok()) return c.Error(ErrorText(s));
+  // One master round trip per kBatchItemsMax keys; an absent key counts
+  // nothing, any other failure (a pinned key) is the reply.
   int64_t removed = 0;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!present[i]) continue;
-    s = client_->Remove(keys[i]);
-    if (s.ok()) {
-      ++removed;
-    } else if (s.code() != StatusCode::kNotFound) {
-      return c.Error(ErrorText(s));
+  Status failed;
+  std::vector<Status> statuses;
+  for (size_t at = 0; at < keys.size(); at += kBatchItemsMax) {
+    size_t end = std::min(keys.size(), at + kBatchItemsMax);
+    std::vector<std::string> part(keys.begin() + at, keys.begin() + end);
+    Status s = client_->BatchRemove(part, &statuses);
+    if (!s.ok()) return c.Error(ErrorText(s));
+    for (const Status& st : statuses) {
+      if (st.ok()) {
+        ++removed;
+      } else if (st.code() != StatusCode::kNotFound && failed.ok()) {
+        failed = st;
+      }
     }
   }
+  if (!failed.ok()) return c.Error(ErrorText(failed));
   c.w().Integer(removed);
 }
 

@@ -59,6 +59,8 @@ struct ServerStats {
   prom::Counter& inflight_rejections;   // -OOM for --max-inflight-bytes
   prom::Counter& bytes_in;
   prom::Counter& bytes_out;
+  prom::Counter& tls_handshakes;          // TLS connections that completed the handshake
+  prom::Counter& tls_handshake_failures;  // TLS connections closed in the handshake
   std::atomic<int64_t> connected_clients{0};
   std::atomic<int64_t> inflight_bytes{0};
 

@@ -31,6 +31,11 @@ constexpr size_t kNotifyOutBytes = 256 << 10;    // flush a long pipeline's repl
 constexpr size_t kUnsentBytesMax = 64 << 20;
 constexpr int kIovMax = 64;
 constexpr size_t kDrainBytesMax = 8 << 20;  // then close anyway
+// TLS: replies smaller than this are copied together into one record (one
+// SSL_write per tiny reply would cost a record and a syscall each); larger
+// ones are encrypted straight from the queue, this much per call at most.
+constexpr size_t kTlsCoalesceBytes = 16 << 10;
+constexpr size_t kTlsWriteBytesMax = 4 << 20;
 }  // namespace
 
 struct Connection {
@@ -43,8 +48,19 @@ struct Connection {
   Connection(int fd_in, uint64_t id_in, const RespLimits& limits) : fd(fd_in), parser(limits) {
     session.id = id_in;
   }
+  ~Connection() {
+    if (ssl != nullptr) SSL_free(ssl);
+  }
 
   const int fd;
+  // TLS (loop thread only): null on the plain listeners.
+  SSL* ssl = nullptr;
+  bool handshake_done = false;
+  bool handshake_wants_write = false;
+  bool read_wants_write = false;  // SSL_read needs the socket writable
+  bool write_wants_read = false;  // SSL_write needs the socket readable
+  size_t tls_retry_len = 0;       // an SSL_write to repeat from wq's front
+  std::string tls_stage;          // small replies copied into one record
   // Worker side (one worker at a time, see `running`).
   Session session;
 
@@ -103,13 +119,26 @@ absl::StatusOr<std::unique_ptr<RespServer>> RespServer::Start(const RespServerOp
   if (s->epoll_fd_ < 0 || s->event_fd_ < 0) {
     return absl::InternalError(absl::StrCat("epoll/eventfd: ", strerror(errno)));
   }
-  absl::StatusOr<HostPort> hp = ParseHostPort(options.listen);
-  if (!hp.ok()) return hp.status();
-  HostPort bound;
-  absl::StatusOr<int> fd = TcpListen(*hp, &bound, 1024);
-  if (!fd.ok()) return fd.status();
-  s->listen_fds_.push_back(*fd);
-  s->address_ = bound.ToString();
+  if (options.listen.empty() && options.tls_listen.empty() && options.unix_socket.empty()) {
+    return absl::InvalidArgumentError(
+        "nothing to listen on: give --listen, --tls-listen or "
+        "--unix-socket");
+  }
+  if (!options.tls_listen.empty() && options.tls == nullptr) {
+    return absl::InvalidArgumentError("--tls-listen needs --tls-cert and --tls-key");
+  }
+  for (bool tls : {false, true}) {
+    const std::string& spec = tls ? options.tls_listen : options.listen;
+    if (spec.empty()) continue;
+    absl::StatusOr<HostPort> hp = ParseHostPort(spec);
+    if (!hp.ok()) return hp.status();
+    HostPort bound;
+    absl::StatusOr<int> fd = TcpListen(*hp, &bound, 1024);
+    if (!fd.ok()) return fd.status();
+    s->listen_fds_.push_back(*fd);
+    (tls ? s->tls_address_ : s->address_) = bound.ToString();
+    if (tls) s->tls_listen_fd_ = *fd;
+  }
   if (!options.unix_socket.empty()) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -154,7 +183,8 @@ void RespServer::Stop() {
 void RespServer::Run() {
   std::vector<epoll_event> events(256);
   while (!stop_.load()) {
-    int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 1000);
+    int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()),
+                       tls_pending_.empty() ? 1000 : 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       SHELF_LOG(ERROR) << "epoll_wait failed" << Kv("error", strerror(errno));
@@ -179,8 +209,30 @@ void RespServer::Run() {
       auto it = conns_.find(fd);
       if (it == conns_.end()) continue;
       std::shared_ptr<Connection> conn = it->second;
-      if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) OnReadable(conn);
-      if (!conn->closed.load() && (ev & EPOLLOUT)) Flush(conn);
+      if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        // Not reading, an SSL_write waits for input (a key update): only
+        // the write goes on.
+        if (conn->write_wants_read && !conn->reading && !(ev & (EPOLLHUP | EPOLLERR))) {
+          Flush(conn);
+        } else {
+          OnReadable(conn);
+          if (!conn->closed.load() && conn->write_wants_read) Flush(conn);
+        }
+      }
+      if (!conn->closed.load() && (ev & EPOLLOUT)) {
+        // The TLS handshake, or an SSL_read, waited for the socket to drain.
+        if (conn->reading && (conn->handshake_wants_write || conn->read_wants_write)) {
+          OnReadable(conn);
+        }
+        if (!conn->closed.load()) Flush(conn);
+      }
+    }
+    if (!tls_pending_.empty()) {
+      std::vector<std::shared_ptr<Connection>> pending;
+      pending.swap(tls_pending_);
+      for (const std::shared_ptr<Connection>& conn : pending) {
+        if (!conn->closed.load() && conn->reading) OnReadable(conn);
+      }
     }
   }
 }
@@ -218,6 +270,14 @@ void RespServer::Accept(int listen_fd) {
       peer = absl::StrCat(host, ":", port);
     }
     auto conn = std::make_shared<Connection>(fd, next_id_++, options_.limits);
+    if (listen_fd == tls_listen_fd_) {
+      conn->ssl = options_.tls->NewSession(fd);
+      if (conn->ssl == nullptr) {
+        close(fd);
+        stats_->tls_handshake_failures.Increment(1);
+        continue;
+      }
+    }
     conn->session.peer = peer;
     conn->session.created_unix_s = std::chrono::duration_cast<std::chrono::seconds>(
                                        std::chrono::system_clock::now().time_since_epoch())
@@ -234,8 +294,9 @@ void RespServer::Accept(int listen_fd) {
 }
 
 void RespServer::UpdateEvents(Connection* conn) {
-  uint32_t want =
-      (conn->reading ? uint32_t{EPOLLIN} : 0u) | (conn->want_write ? uint32_t{EPOLLOUT} : 0u);
+  bool in = conn->reading || conn->write_wants_read;
+  bool out = conn->want_write || conn->handshake_wants_write || conn->read_wants_write;
+  uint32_t want = (in ? uint32_t{EPOLLIN} : 0u) | (out ? uint32_t{EPOLLOUT} : 0u);
   if (want == conn->events) return;
   conn->events = want;
   epoll_event ev{};
@@ -272,21 +333,30 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
     Close(conn);
     return;
   }
+  if (conn->ssl != nullptr && !conn->handshake_done && !Handshake(conn)) return;
   size_t total = 0;
   bool eof = false;
-  while (conn->reading && total < kReadPerEventBytes) {
-    ssize_t n = read(conn->fd, buf.data(), buf.size());
+  bool more = false;  // stopped with input left
+  while (conn->reading) {
+    if (total >= kReadPerEventBytes) {
+      more = true;
+      break;
+    }
+    ssize_t n = ReadSome(conn.get(), buf.data(), buf.size());
     if (n > 0) {
       total += static_cast<size_t>(n);
       conn->parser.Feed(buf.data(), static_cast<size_t>(n));
-      if (static_cast<size_t>(n) < buf.size()) break;
+      // A short plain read emptied the socket; SSL_read returns one record
+      // at a time, so TLS reads on until OpenSSL wants more input.
+      if (conn->ssl == nullptr && static_cast<size_t>(n) < buf.size()) break;
       continue;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
     eof = true;  // closed by the peer, or reset
     break;
   }
+  // The socket may show nothing while OpenSSL holds the rest.
+  if (more && conn->ssl != nullptr && TlsHasPending(conn->ssl)) tls_pending_.push_back(conn);
   stats_->bytes_in.Increment(total);
   std::vector<std::string> args;
   std::string error;
@@ -339,6 +409,50 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
     queued = true;
   }
   if (queued) Schedule(conn);
+}
+
+bool RespServer::Handshake(const std::shared_ptr<Connection>& conn) {
+  std::string error;
+  TlsIo r = TlsHandshake(conn->ssl, &error);
+  conn->handshake_wants_write = (r == TlsIo::kWantWrite);
+  if (r == TlsIo::kOk) {
+    conn->handshake_done = true;
+    stats_->tls_handshakes.Increment(1);
+    UpdateEvents(conn.get());
+    return true;
+  }
+  if (r == TlsIo::kWantRead || r == TlsIo::kWantWrite) {
+    UpdateEvents(conn.get());
+    return false;
+  }
+  // A plaintext client, a scanner or a bad certificate: this connection
+  // alone goes.
+  stats_->tls_handshake_failures.Increment(1);
+  SHELF_LOG(DEBUG) << "TLS handshake failed" << Kv("peer", conn->session.peer)
+                   << Kv("error", error);
+  Close(conn);
+  return false;
+}
+
+ssize_t RespServer::ReadSome(Connection* conn, char* buf, size_t len) {
+  if (conn->ssl == nullptr) {
+    for (;;) {
+      ssize_t n = read(conn->fd, buf, len);
+      if (n >= 0) return n;
+      if (errno == EINTR) continue;
+      return (errno == EAGAIN || errno == EWOULDBLOCK) ? -1 : 0;
+    }
+  }
+  size_t n = 0;
+  TlsIo r = TlsRead(conn->ssl, buf, len, &n);
+  bool wants_write = (r == TlsIo::kWantWrite);
+  if (wants_write != conn->read_wants_write) {
+    conn->read_wants_write = wants_write;
+    UpdateEvents(conn);
+  }
+  if (r == TlsIo::kOk) return static_cast<ssize_t>(n);
+  if (r == TlsIo::kWantRead || r == TlsIo::kWantWrite) return -1;
+  return 0;
 }
 
 void RespServer::FailConnection(const std::shared_ptr<Connection>& conn, const std::string& error) {
@@ -457,39 +571,10 @@ void RespServer::Flush(const std::shared_ptr<Connection>& conn) {
     conn->out_bytes = 0;
     close_after = conn->close_after;
   }
-  while (!conn->wq.empty()) {
-    iovec iov[kIovMax];
-    int n = 0;
-    size_t off = conn->wq_off;
-    for (auto it = conn->wq.begin(); it != conn->wq.end() && n < kIovMax; ++it, ++n) {
-      iov[n].iov_base = const_cast<char*>(it->data()) + off;
-      iov[n].iov_len = it->size() - off;
-      off = 0;
-    }
-    ssize_t w = writev(conn->fd, iov, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      Close(conn);  // the peer is gone
-      return;
-    }
-    stats_->bytes_out.Increment(static_cast<uint64_t>(w));
-    conn->unsent_bytes.fetch_sub(static_cast<size_t>(w));
-    size_t left = static_cast<size_t>(w);
-    while (left > 0) {
-      size_t in_front = conn->wq.front().size() - conn->wq_off;
-      if (left >= in_front) {
-        left -= in_front;
-        conn->wq.pop_front();
-        conn->wq_off = 0;
-      } else {
-        conn->wq_off += left;
-        left = 0;
-      }
-    }
-  }
+  if (!(conn->ssl != nullptr ? WriteTls(conn) : WritePlain(conn))) return;
   conn->want_write = !conn->wq.empty();
   if (!conn->want_write && close_after && !conn->draining) {
+    if (conn->ssl != nullptr && conn->handshake_done) SSL_shutdown(conn->ssl);  // close_notify
     shutdown(conn->fd, SHUT_WR);
     conn->draining = true;
     conn->reading = true;  // to see the client's close
@@ -509,6 +594,92 @@ void RespServer::Flush(const std::shared_ptr<Connection>& conn) {
   UpdateEvents(conn.get());
 }
 
+void RespServer::Consume(Connection* conn, size_t bytes) {
+  stats_->bytes_out.Increment(bytes);
+  conn->unsent_bytes.fetch_sub(bytes);
+  while (bytes > 0) {
+    size_t in_front = conn->wq.front().size() - conn->wq_off;
+    if (bytes >= in_front) {
+      bytes -= in_front;
+      conn->wq.pop_front();
+      conn->wq_off = 0;
+    } else {
+      conn->wq_off += bytes;
+      bytes = 0;
+    }
+  }
+}
+
+bool RespServer::WriteTls(const std::shared_ptr<Connection>& conn) {
+  bool wanted_read = conn->write_wants_read;
+  conn->write_wants_read = false;
+  while (!conn->wq.empty()) {
+    const char* p;
+    size_t len;
+    if (!conn->tls_stage.empty()) {  // a staged record to repeat
+      p = conn->tls_stage.data();
+      len = conn->tls_stage.size();
+    } else if (conn->tls_retry_len > 0) {  // a direct write to repeat
+      p = conn->wq.front().data() + conn->wq_off;
+      len = conn->tls_retry_len;
+    } else if (conn->wq.front().size() - conn->wq_off >= kTlsCoalesceBytes ||
+               conn->wq.size() == 1) {
+      p = conn->wq.front().data() + conn->wq_off;
+      len = std::min(conn->wq.front().size() - conn->wq_off, kTlsWriteBytesMax);
+    } else {
+      size_t off = conn->wq_off;
+      for (auto it = conn->wq.begin();
+           it != conn->wq.end() && conn->tls_stage.size() < kTlsCoalesceBytes; ++it) {
+        size_t take = std::min(it->size() - off, kTlsCoalesceBytes - conn->tls_stage.size());
+        conn->tls_stage.append(it->data() + off, take);
+        off = 0;
+      }
+      p = conn->tls_stage.data();
+      len = conn->tls_stage.size();
+    }
+    size_t w = 0;
+    TlsIo r = TlsWrite(conn->ssl, p, len, &w);
+    if (r == TlsIo::kOk) {
+      // A partial write of the stage: the rest is restaged from wq.
+      conn->tls_stage.clear();
+      conn->tls_retry_len = 0;
+      Consume(conn.get(), w);
+      continue;
+    }
+    if (r == TlsIo::kWantWrite || r == TlsIo::kWantRead) {
+      if (conn->tls_stage.empty()) conn->tls_retry_len = len;
+      conn->write_wants_read = (r == TlsIo::kWantRead);
+      break;
+    }
+    Close(conn);  // the peer is gone
+    return false;
+  }
+  if (wanted_read != conn->write_wants_read) UpdateEvents(conn.get());
+  return true;
+}
+
+bool RespServer::WritePlain(const std::shared_ptr<Connection>& conn) {
+  while (!conn->wq.empty()) {
+    iovec iov[kIovMax];
+    int n = 0;
+    size_t off = conn->wq_off;
+    for (auto it = conn->wq.begin(); it != conn->wq.end() && n < kIovMax; ++it, ++n) {
+      iov[n].iov_base = const_cast<char*>(it->data()) + off;
+      iov[n].iov_len = it->size() - off;
+      off = 0;
+    }
+    ssize_t w = writev(conn->fd, iov, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      Close(conn);  // the peer is gone
+      return false;
+    }
+    Consume(conn.get(), static_cast<size_t>(w));
+  }
+  return true;
+}
+
 void RespServer::Close(const std::shared_ptr<Connection>& conn) {
   if (conn->closed.exchange(true)) return;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->fd, nullptr);
@@ -518,6 +689,7 @@ void RespServer::Close(const std::shared_ptr<Connection>& conn) {
   conn->parser_charge = 0;
   conn->parser = RespParser(options_.limits);
   conn->wq.clear();
+  conn->tls_stage.clear();
   {
     absl::MutexLock l(&conn->mu);
     for (const Connection::Pending& q : conn->queue) stats_->inflight_bytes.fetch_sub(q.bytes);

@@ -10,6 +10,11 @@
 //   auto server = RespServer::Start(o, &handler, &stats);
 //   (*server)->Run();    // until Stop() from another thread
 //
+// With options.tls a second TCP listener (--tls-listen) speaks RESP over
+// TLS: the handshake, reads and writes are non-blocking on the same loop
+// (resp_tls.h); a failed handshake closes that connection alone. An empty
+// options.listen turns the plain listener off.
+//
 // Memory is bounded by --max-inflight-bytes: the bytes all parsers hold
 // plus the bytes announced by bulk headers being received plus queued
 // commands. A connection whose input would pass it gets -OOM and is closed.
@@ -17,6 +22,8 @@
 // Thread-safety: Stop() may be called from any thread; the rest from one.
 #ifndef SHELF_SERVER_RESP_RESP_SERVER_H_
 #define SHELF_SERVER_RESP_RESP_SERVER_H_
+
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
@@ -29,11 +36,14 @@
 #include "common/thread_pool.h"
 #include "server/resp/resp_commands.h"
 #include "server/resp/resp_parser.h"
+#include "server/resp/resp_tls.h"
 
 namespace shelf::resp {
 
 struct RespServerOptions {
-  std::string listen = "127.0.0.1:6379";  // HOST:PORT; port 0 picks one
+  std::string listen = "127.0.0.1:6379";  // HOST:PORT; port 0 picks one; empty: none
+  std::string tls_listen;                 // HOST:PORT served over TLS; empty: none
+  std::shared_ptr<const TlsContext> tls;  // required with tls_listen
   std::string unix_socket;                // path; empty: none
   size_t max_clients = 10000;
   uint64_t max_inflight_bytes = 2ull << 30;
@@ -52,8 +62,10 @@ class RespServer {
   RespServer(const RespServer&) = delete;
   RespServer& operator=(const RespServer&) = delete;
 
-  // The TCP address listened on (the real port).
+  // The plain TCP address listened on (the real port); empty when off.
   const std::string& address() const { return address_; }
+  // The TLS address listened on; empty when off.
+  const std::string& tls_address() const { return tls_address_; }
   // Serves until Stop().
   void Run();
   void Stop();
@@ -71,12 +83,21 @@ class RespServer {
   void UpdateEvents(Connection* conn);
   void FailConnection(const std::shared_ptr<Connection>& conn, const std::string& error);
   void ChargeParser(Connection* conn);
+  bool Handshake(const std::shared_ptr<Connection>& conn);
+  // One read: > 0 bytes, 0 at EOF (or a reset), -1 when nothing more now.
+  ssize_t ReadSome(Connection* conn, char* buf, size_t len);
+  // Writes what it can of conn->wq; false when it closed the connection.
+  bool WritePlain(const std::shared_ptr<Connection>& conn);
+  bool WriteTls(const std::shared_ptr<Connection>& conn);
+  void Consume(Connection* conn, size_t bytes);
 
   // Constant after Start.
   const RespServerOptions options_;
   CommandHandler* const handler_;
   ServerStats* const stats_;
   std::string address_;
+  std::string tls_address_;
+  int tls_listen_fd_ = -1;
   int epoll_fd_ = -1;
   int event_fd_ = -1;  // workers wake the loop through it
   std::vector<int> listen_fds_;
@@ -85,6 +106,9 @@ class RespServer {
   // Loop thread only.
   std::unordered_map<int, std::shared_ptr<Connection>> conns_;
   uint64_t next_id_ = 1;
+  // TLS connections with input OpenSSL holds but the socket no longer
+  // shows: read again without waiting for epoll.
+  std::vector<std::shared_ptr<Connection>> tls_pending_;
 
   std::atomic<bool> stop_{false};
   absl::Mutex notify_mu_;

@@ -100,6 +100,7 @@ static void check_blocks(shelf_client_t* c) {
   const void* keys[3];
   size_t key_lens[3];
   uint8_t present[3];
+  int statuses[3];
   size_t matched = 99;
   const char k0[] = {'c', '/', 0, 'b', 'i', 'n'}; /* keys may hold 0 bytes */
   shelf_put_options_t po;
@@ -136,6 +137,12 @@ static void check_blocks(shelf_client_t* c) {
   CHECK(matched == 1);
   CHECK_RC(shelf_remove(c, k0, sizeof(k0), 0), SHELF_OK);
   CHECK_RC(shelf_remove(c, k0, sizeof(k0), 0), SHELF_NOT_FOUND);
+  CHECK_RC(shelf_put(c, k0, sizeof(k0), data, sizeof(data), NULL, 0), SHELF_OK);
+  CHECK_RC(shelf_batch_remove(c, keys, key_lens, 3, statuses, 0), SHELF_OK);
+  CHECK(statuses[0] == SHELF_OK && statuses[1] == SHELF_NOT_FOUND &&
+        statuses[2] == SHELF_NOT_FOUND);
+  CHECK_RC(shelf_batch_remove(c, keys, key_lens, 0, statuses, 0), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_batch_remove(c, keys, key_lens, 3, NULL, 0), SHELF_INVALID_ARGUMENT);
 
   /* Bad arguments. */
   CHECK_RC(shelf_put(c, "", 0, data, 1, NULL, 0), SHELF_INVALID_ARGUMENT);

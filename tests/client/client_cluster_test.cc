@@ -3,6 +3,7 @@
 // asynchronous batches, parallel remote reads, deadlines and failover.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -262,6 +263,48 @@ TEST_F(ClientClusterTest, BatchPutFromRepeatedAndExistingKeys) {
   std::string got;
   ASSERT_TRUE(client_->Get("dup/x", &got).ok());
   EXPECT_EQ(std::memcmp(got.data(), mem.data() + 4096, 4096), 0);
+}
+
+TEST_F(ClientClusterTest, BatchRemoveReportsEachKeyAndRefusesBadBatchesWhole) {
+  std::string data = Block(4096, 47);
+  for (const char* k : {"brm/a", "brm/b", "brm/keep"}) {
+    ASSERT_TRUE(client_->Put(k, data.data(), data.size()).ok());
+  }
+  std::vector<Status> statuses;
+  // A bad batch removes nothing: an empty key, no keys, too many keys.
+  EXPECT_EQ(client_->BatchRemove({"brm/keep", ""}, &statuses).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->BatchRemove({}, &statuses).code(), StatusCode::kInvalidArgument);
+  std::vector<std::string> too_many(kBatchItemsMax + 1, "brm/keep");
+  EXPECT_EQ(client_->BatchRemove(too_many, &statuses).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->BatchRemove({"brm/keep"}, nullptr).code(), StatusCode::kInvalidArgument);
+
+  Status s = client_->BatchRemove({"brm/a", "brm/absent", "brm/b", "brm/a"}, &statuses);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(statuses.size(), 4u);
+  EXPECT_TRUE(statuses[0].ok()) << statuses[0].ToString();
+  EXPECT_EQ(statuses[1].code(), StatusCode::kNotFound);
+  EXPECT_TRUE(statuses[2].ok()) << statuses[2].ToString();
+  EXPECT_EQ(statuses[3].code(), StatusCode::kNotFound) << "the second removal of a key";
+  std::vector<bool> present;
+  ASSERT_TRUE(client_->Exists({"brm/a", "brm/b", "brm/keep"}, &present).ok());
+  EXPECT_FALSE(present[0]);
+  EXPECT_FALSE(present[1]);
+  EXPECT_TRUE(present[2]) << "keys of the refused batches are still there";
+
+  // A full batch in one call.
+  std::vector<std::string> keys;
+  std::vector<PutItem> items;
+  for (size_t i = 0; i < kBatchItemsMax; ++i) keys.push_back("brm/many/" + std::to_string(i));
+  for (const std::string& k : keys) items.push_back(PutItem{k, data.data(), 64});
+  std::vector<Status> put_statuses;
+  ASSERT_TRUE(client_->BatchPut(items, &put_statuses).ok());
+  ASSERT_TRUE(client_->BatchRemove(keys, &statuses).ok());
+  ASSERT_EQ(statuses.size(), kBatchItemsMax);
+  for (size_t i = 0; i < kBatchItemsMax; ++i) {
+    EXPECT_TRUE(statuses[i].ok()) << i << ": " << statuses[i].ToString();
+  }
+  ASSERT_TRUE(client_->Exists(keys, &present).ok());
+  EXPECT_EQ(std::count(present.begin(), present.end(), true), 0);
 }
 
 TEST_F(ClientClusterTest, DeadlinesAgainstALiveCluster) {

@@ -26,8 +26,8 @@ struct Fixture {
 
 TEST(Flags, ParsesBothForms) {
   Fixture f;
-  const char* argv[] = {"prog", "--listen", "0.0.0.0:1", "--dram-size=4GiB", "--mlock",
-                        "pos", "--node-ttl", "500ms", "--ratio=0.25"};
+  const char* argv[] = {"prog", "--listen",   "0.0.0.0:1", "--dram-size=4GiB", "--mlock",
+                        "pos",  "--node-ttl", "500ms",     "--ratio=0.25"};
   auto args = f.flags.Parse(9, argv);
   ASSERT_TRUE(args.ok()) << args.status();
   EXPECT_EQ(f.listen, "0.0.0.0:1");

@@ -20,8 +20,7 @@ TEST(ParseSize, RejectsGarbageAndOverflow) {
   EXPECT_EQ(ParseSize("MiB").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseSize("12 parsecs").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseSize("-5").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseSize("99999999999999999999").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseSize("99999999999999999999").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseSize("20000000TiB").status().code(), absl::StatusCode::kInvalidArgument);
 }
 

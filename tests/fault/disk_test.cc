@@ -101,11 +101,15 @@ TEST(FullDiskTest, SsdTierReportsNoSpaceAndKeepsWhatItHas) {
     ASSERT_TRUE(s.ok()) << i << ": " << s;
     EXPECT_TRUE(got == BlockBytes(512 << 10, i)) << i;
   }
-  // Later writes keep failing cleanly (RocksDB stops writing after a hard
-  // error); nothing crashes.
-  std::string data = BlockBytes(4096, 1);
-  EXPECT_FALSE(
-      (*tier)->Put("late", data.data(), data.size(), BlockChecksum(data.data(), data.size())).ok());
+  // Later writes of the same size keep failing cleanly (the extent file
+  // cannot grow, or RocksDB stops writing the index after a hard error),
+  // at Put or at the Sync that would make them durable; nothing crashes.
+  std::string data = BlockBytes(512 << 10, 99);
+  absl::Status late =
+      (*tier)->Put("late", data.data(), data.size(), BlockChecksum(data.data(), data.size()));
+  if (late.ok()) late = (*tier)->Sync();
+  EXPECT_FALSE(late.ok());
+  EXPECT_FALSE((*tier)->Contains("late"));
   tier->reset();
 }
 
@@ -195,11 +199,15 @@ TEST(FullDiskTest, StoreWithAFullSsdDirectoryServesNothingWrong) {
   std::printf("full SSD: %d of %d puts ok, %d readable afterwards\n", put_ok, kCount, hits);
 }
 
-// Flips bytes through every blob file under `dir`; returns how many files.
+// Flips bytes through every file holding block bytes under `dir` (the
+// extent file; blob files of the old format); returns how many files.
 int CorruptBlobFiles(const std::string& dir) {
   int files = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (!e.is_regular_file() || e.path().extension() != ".blob") continue;
+    if (!e.is_regular_file() ||
+        (e.path().extension() != ".blob" && e.path().filename() != "extents.dat")) {
+      continue;
+    }
     std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
     uint64_t size = e.file_size();
     for (uint64_t off = 100; off + 100 < size; off += 1024) {

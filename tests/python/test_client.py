@@ -27,6 +27,22 @@ def test_put_get_exists_remove(client, unique):
     assert client.get(key) is None
 
 
+def test_batch_remove_one_round_trip_per_batch(client, unique):
+    keys = [unique + b"br%d" % i for i in range(3)]
+    client.batch_put(keys, [b"x"] * 3)
+    removed, statuses = client.batch_remove(keys[:2] + [unique + b"absent"],
+                                            return_statuses=True)
+    assert removed == [True, True, False]
+    assert statuses[0].code == shelf.StatusCode.OK
+    assert statuses[2].code == shelf.StatusCode.NOT_FOUND
+    assert client.exists(keys) == [False, False, True]
+    assert client.batch_remove([keys[2]]) == [True]
+    with pytest.raises(shelf.InvalidArgumentError, match="1..1024"):
+        client.batch_remove([keys[2]] * 1025)
+    with pytest.raises(shelf.InvalidArgumentError):
+        client.batch_remove([])
+
+
 def test_str_keys_are_their_utf8_bytes(client, unique):
     key = unique.decode() + "ключ"
     client.put(key, b"v")

@@ -195,7 +195,11 @@ def test_values_batches_and_buffers(store, pool):
                                [8192, 8192, 8192, 8192, 100])
     assert got == [8192, 8192, 8192, OBJECT_NOT_FOUND, BUFFER_OVERFLOW]
     assert arr[:3 * 8192].tobytes() == data.tobytes()
-    assert store.batch_remove(["pf", "absent"]) == [OK, OBJECT_NOT_FOUND]
+    assert store.batch_remove(["pf", "absent", "", "pf1"]) == [OK, OBJECT_NOT_FOUND, INVALID_KEY, OK]
+    many = [f"brm/{i}" for i in range(1500)]  # over one batch: split
+    assert store.put_batch(many, [b"v"] * len(many)) == OK
+    assert store.batch_remove(many) == [OK] * len(many)
+    assert store.batch_is_exist(many) == [0] * len(many)
     assert store.is_exist("pf") == 0
 
 

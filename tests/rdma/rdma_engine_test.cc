@@ -4,6 +4,8 @@
 //
 // Engine "client" on sim0 initiates; engine "store" on sim1 exposes a
 // segment, as in production.
+#include "transport/rdma/rdma_engine.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -12,7 +14,6 @@
 
 #include "common/clock.h"
 #include "transport/rdma/connection_info.h"
-#include "transport/rdma/rdma_engine.h"
 #include "transport/rdma/simulated_verbs.h"
 
 namespace shelf::rdma {

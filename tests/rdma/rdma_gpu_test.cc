@@ -188,8 +188,8 @@ TEST_F(RdmaGpuTest, GpuDirectLoopback) {
   ASSERT_EQ(cuda_.ctx_synchronize(), CUDA_SUCCESS);  // the NIC reads it next
   MemoryRegion seg = *(*engine)->RegisterMemory(segment.data(), kBytes, MemoryKind::kHost,
                                                 MemoryAccess::kRemoteReadWrite);
-  MemoryRegion sink = *(*engine)->RegisterMemory(flush_sink.data(), kFlushBytes,
-                                                 MemoryKind::kHost, MemoryAccess::kLocal);
+  MemoryRegion sink = *(*engine)->RegisterMemory(flush_sink.data(), kFlushBytes, MemoryKind::kHost,
+                                                 MemoryAccess::kLocal);
   {
     RdmaEndpoint::Options exposing;
     exposing.expose = seg;
@@ -206,8 +206,8 @@ TEST_F(RdmaGpuTest, GpuDirectLoopback) {
     ASSERT_TRUE(flusher->Connect(*gpu_side->LocalInfo()).ok());
 
     // GPU -> host segment, then host segment -> the GPU's second half.
-    RdmaBatchResult w = client->Execute({RdmaOp{RdmaOpKind::kWrite, gpu, kHalf, 0}},
-                                        MonoMs() + 10000);
+    RdmaBatchResult w =
+        client->Execute({RdmaOp{RdmaOpKind::kWrite, gpu, kHalf, 0}}, MonoMs() + 10000);
     ASSERT_TRUE(w.status.ok()) << w.status;
     EXPECT_EQ(std::memcmp(segment.data(), expected.data(), kHalf), 0);
     RdmaBatchResult r = client->Execute(

@@ -285,12 +285,3 @@ def test_flush_is_off_unless_enabled(auth_gateway, unique):
         c.flushall()
     assert c.get(unique + b"k") == b"v"
     c.close()
-
-
-def test_tls_flags_refused_with_a_clear_error(cluster):
-    from conftest import BIN_DIR
-    out = subprocess.run([str(BIN_DIR / "shelf-resp"), "--master", cluster.master,
-                          "--listen", "127.0.0.1:0", "--tls-cert", "c.pem", "--tls-key", "k.pem"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2
-    assert "TLS is not supported" in out.stderr

@@ -1,9 +1,10 @@
-// SSD tier tests on real RocksDB files, with faults injected through a
-// FileSystem wrapper (the RocksDB seam): failing writes and a flipped byte
-// in a blob file.
+// SSD tier tests on real files (the extent file and the RocksDB index),
+// with faults injected through a FileSystem wrapper (the RocksDB seam):
+// failing index writes; and a flipped byte in the extent file.
 #include "storage/ssd_tier.h"
 
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <random>
 
+#include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 
@@ -109,26 +111,24 @@ TEST(SsdTier, RefusesWrongChecksumAndOverCapacity) {
   fs::remove_all(dir);
 }
 
-TEST(SsdTier, FlippedByteInBlobFileIsDetectedAndNeverServed) {
+TEST(SsdTier, FlippedByteInTheExtentFileIsDetectedAndNeverServed) {
   std::string dir = TempDir("ssd-flip");
   std::string a = Block(256 << 10, 4);
   {
     auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
     ASSERT_TRUE(tier.ok());
     ASSERT_TRUE((*tier)->Put("a", a.data(), a.size(), BlockChecksum(a.data(), a.size())).ok());
-  }  // close: flushes the memtable, so the value lands in a blob file
-  std::string blob;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() == ".blob") blob = e.path();
-  }
-  ASSERT_FALSE(blob.empty()) << "no blob file written";
+  }  // close: syncs, so the block is in the extent file and indexed
+  std::string data = dir + "/extents.dat";
+  ASSERT_TRUE(fs::exists(data)) << "no extent file written";
   {
-    std::fstream f(blob, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(fs::file_size(blob) / 2));
+    // The block is the first extent: flip a byte in its middle.
+    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(a.size() / 2));
     char c;
     f.read(&c, 1);
     c ^= 0x40;
-    f.seekp(static_cast<std::streamoff>(fs::file_size(blob) / 2));
+    f.seekp(static_cast<std::streamoff>(a.size() / 2));
     f.write(&c, 1);
   }
   auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
@@ -139,6 +139,11 @@ TEST(SsdTier, FlippedByteInBlobFileIsDetectedAndNeverServed) {
   EXPECT_TRUE(got.empty());
   // Dropped: a second read is a clean miss, never the wrong bytes.
   EXPECT_EQ((*tier)->Get("a", &got).code(), absl::StatusCode::kNotFound);
+  tier->reset();
+  // And the drop is durable.
+  tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_FALSE((*tier)->Contains("a"));
   fs::remove_all(dir);
 }
 
@@ -174,44 +179,103 @@ TEST(SsdTier, FailingWritesAreStatusesAndTheTierRecovers) {
   fs::remove_all(dir);
 }
 
-// Blocks that outlive their neighbours keep a blob file alive; once the
-// files hold more than twice the live bytes, a Sync rewrites the live
-// blobs and the garbage leaves the disk. The survivors read back intact.
-TEST(SsdTier, GarbageOutweighingLiveBytesIsCollected) {
-  std::string dir = TempDir("ssd-gc");
-  auto tier =
-      SsdTier::Open({.dir = dir, .capacity_bytes = 256 << 20, .gc_min_garbage_bytes = 4 << 20});
-  ASSERT_TRUE(tier.ok()) << tier.status();
-  constexpr int kBlocks = 48;
+// Space freed by deletes and overwrites is reused: the extent file stops
+// growing once it holds the live set, the free-extent map rebuilt at open
+// matches, and every survivor reads back intact.
+TEST(SsdTier, FreedExtentsAreReusedAndRebuiltOnOpen) {
+  std::string dir = TempDir("ssd-reuse");
   constexpr size_t kBytes = 512 << 10;
-  // Four flushes, so four blob files, each with one survivor.
-  for (int i = 0; i < kBlocks; ++i) {
-    std::string b = Block(kBytes, 100 + i);
-    ASSERT_TRUE(
-        (*tier)
-            ->Put(absl::StrCat("g", i), b.data(), b.size(), BlockChecksum(b.data(), b.size()))
-            .ok());
-    if (i % 12 == 11) {
+  constexpr int kKeys = 16;
+  uint64_t file_after_first_round = 0;
+  {
+    auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20, .grow_bytes = 1 << 20});
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    for (int round = 0; round < 6; ++round) {
+      // Key r<round> is deleted at the end of its round and not put again.
+      for (int i = round; i < kKeys; ++i) {
+        // Sizes vary by round, so extents are split and coalesced.
+        std::string b = Block(kBytes - (round % 3) * 4096 * (i % 5), 1000 * round + i);
+        ASSERT_TRUE(
+            (*tier)
+                ->Put(absl::StrCat("r", i), b.data(), b.size(), BlockChecksum(b.data(), b.size()))
+                .ok());
+        if (i % 4 == 3) {
+          ASSERT_TRUE((*tier)->Sync().ok());
+        }
+      }
+      ASSERT_TRUE((*tier)->Delete(absl::StrCat("r", round)).ok());
       ASSERT_TRUE((*tier)->Sync().ok());
+      if (round == 0) file_after_first_round = (*tier)->data_file_bytes();
     }
+    // Six rounds of overwrites in the space of about two.
+    EXPECT_LE((*tier)->data_file_bytes(), 2 * file_after_first_round + (1 << 20));
   }
-  uint64_t before = (*tier)->blob_file_bytes();
-  EXPECT_GE(before, kBlocks * kBytes);
-  for (int i = 0; i < kBlocks; ++i) {
-    if (i % 12 != 0) {
-      ASSERT_TRUE((*tier)->Delete(absl::StrCat("g", i)).ok());
-    }
-  }
-  // The deletes reach the files' garbage accounting through a flush.
-  ASSERT_TRUE((*tier)->Sync().ok());
-  uint64_t after = (*tier)->blob_file_bytes();
-  EXPECT_LT(after, before / 4) << "before " << before << " after " << after;
-  EXPECT_EQ((*tier)->used_bytes(), 4 * kBytes);
-  for (int i = 0; i < kBlocks; i += 12) {
+  auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_EQ((*tier)->Inventory().size(), static_cast<size_t>(kKeys - 6));
+  for (int i = 6; i < kKeys; ++i) {
     std::string got;
-    ASSERT_TRUE((*tier)->Get(absl::StrCat("g", i), &got).ok()) << i;
-    EXPECT_TRUE(got == Block(kBytes, 100 + i)) << i;
+    ASSERT_TRUE((*tier)->Get(absl::StrCat("r", i), &got).ok()) << i;
+    EXPECT_TRUE(got == Block(kBytes - (5 % 3) * 4096 * (i % 5), 5000 + i)) << i;
   }
+  EXPECT_EQ((*tier)->free_extent_bytes() +
+                [&] {
+                  uint64_t taken = 0;
+                  for (const auto& e : (*tier)->Inventory()) taken += (e.size + 4095) / 4096 * 4096;
+                  return taken;
+                }(),
+            (*tier)->data_file_bytes());
+  tier->reset();
+  fs::remove_all(dir);
+}
+
+// A directory written by the release that kept block bytes in RocksDB
+// ("b" and "m" records, magic "SSD1") opens, its blocks read back and
+// verify, and a rewrite moves a block to an extent.
+TEST(SsdTier, DirectoryInTheOldFormatIsStillRead) {
+  std::string dir = TempDir("ssd-old");
+  std::string a = Block(300 << 10, 21), b = Block(5000, 22);
+  {
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    o.enable_blob_files = true;
+    o.min_blob_size = 4096;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, dir, &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    for (const auto& [key, v] : {std::pair<std::string, std::string*>{"a", &a}, {"b", &b}}) {
+      char h[24] = {};
+      absl::little_endian::Store32(h, 0x31445353);
+      h[4] = 1;
+      absl::little_endian::Store64(h + 8, v->size());
+      absl::little_endian::Store64(h + 16, BlockChecksum(v->data(), v->size()));
+      ASSERT_TRUE(db->Put({}, "b" + key, std::string(h, 24) + *v).ok());
+      ASSERT_TRUE(db->Put({}, "m" + key, std::string(h, 24)).ok());
+    }
+    ASSERT_TRUE(db->Flush({}).ok());
+  }
+  {
+    auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    EXPECT_EQ((*tier)->used_bytes(), a.size() + b.size());
+    EXPECT_EQ((*tier)->Inventory().size(), 2u);
+    std::string got;
+    ASSERT_TRUE((*tier)->Get("a", &got).ok());
+    EXPECT_TRUE(got == a);
+    ASSERT_TRUE((*tier)->Get("b", &got).ok());
+    EXPECT_TRUE(got == b);
+    // Rewritten: now an extent; the old records go with the index write.
+    ASSERT_TRUE((*tier)->Put("b", a.data(), a.size(), BlockChecksum(a.data(), a.size())).ok());
+    ASSERT_TRUE((*tier)->Sync().ok());
+  }
+  auto tier = SsdTier::Open({.dir = dir, .capacity_bytes = 64 << 20});
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_EQ((*tier)->used_bytes(), 2 * a.size());
+  std::string got;
+  ASSERT_TRUE((*tier)->Get("b", &got).ok());
+  EXPECT_TRUE(got == a);
+  ASSERT_TRUE((*tier)->Delete("a").ok());
+  EXPECT_EQ((*tier)->Get("a", &got).code(), absl::StatusCode::kNotFound);
   tier->reset();
   fs::remove_all(dir);
 }

@@ -371,12 +371,20 @@ void Cleanup(const std::string& prefix, const std::vector<uint64_t>& ids, Target
     if (!target->redis.empty()) target->redis[0]->FlushAll().IgnoreError();
     return;
   }
+  // One BatchRemove per kBatchItemsMax keys, the batches spread over the
+  // clients.
   size_t workers = std::min<size_t>(target->clients.size(), 8);
+  size_t batches = (ids.size() + kBatchItemsMax - 1) / kBatchItemsMax;
   std::vector<std::thread> th;
   for (size_t w = 0; w < workers; ++w) {
     th.emplace_back([&, w] {
-      for (size_t i = w; i < ids.size(); i += workers) {
-        target->clients[w]->Remove(KeyOf(prefix, ids[i])).ok();
+      std::vector<std::string> keys;
+      std::vector<Status> statuses;
+      for (size_t b = w; b < batches; b += workers) {
+        keys.clear();
+        size_t end = std::min(ids.size(), (b + 1) * kBatchItemsMax);
+        for (size_t i = b * kBatchItemsMax; i < end; ++i) keys.push_back(KeyOf(prefix, ids[i]));
+        target->clients[w]->BatchRemove(keys, &statuses).ok();  // best effort
       }
     });
   }

@@ -17,10 +17,7 @@
 #endif
 
 namespace shelf::bench {
-namespace {
 
-// A loopback port that was free a moment ago (the server may lose a race
-// for it; Start then tries another).
 absl::StatusOr<int> FreeLoopbackPort() {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::UnavailableError("socket failed");
@@ -37,8 +34,6 @@ absl::StatusOr<int> FreeLoopbackPort() {
   close(fd);
   return static_cast<int>(ntohs(addr.sin_port));
 }
-
-}  // namespace
 
 #ifdef SHELF_BENCH_HAVE_HIREDIS
 

@@ -34,6 +34,10 @@ namespace shelf::bench {
 // Whether this build can talk to Redis at all.
 bool RedisSupported();
 
+// A loopback port that was free a moment ago (a server may lose a race for
+// it; RedisServer::Start then tries another).
+absl::StatusOr<int> FreeLoopbackPort();
+
 class RedisServer {
  public:
   // Starts `binary` on a free loopback port, logging to work_dir/redis.log,

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/json.h"
@@ -244,6 +245,8 @@ absl::Status SampleCapacity(const std::string& master, const Chains& chains, siz
 
 }  // namespace
 
+int ReplayCompare(const std::vector<std::string>& args);  // replay_compare.cc
+
 int Replay(int argc, char** argv) {
   std::string trace = DefaultTracePath();
   std::string master, model, work_dir, plot;
@@ -270,8 +273,23 @@ int Replay(int argc, char** argv) {
                   "GPU prefill rate used to value the tokens served from cache");
   flags.AddBool("json-only", &json_only, "print only the JSON line");
   flags.AddString("work-dir", &work_dir, "keep the started cluster's logs and data here");
+  std::string master_flags;
+  flags.AddString("master-flags", &master_flags,
+                  "extra flags for the started master, space-separated (e.g. '--evict-high 0.8')");
   flags.AddString("plot", &plot, "also write the hit-ratio-over-time chart as SVG to this file");
+  bool compare = false;
+  flags.AddBool("compare-dram-only", &compare,
+                "run the replay twice, DRAM only (--ssd-size 0) and with --ssd-size, and print "
+                "put/get GB/s and p99 side by side");
   std::vector<std::string> args = flags.ParseOrExit(argc, argv);
+  if (compare) {
+    std::vector<std::string> rest;
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a != "--compare-dram-only" && a != "--compare-dram-only=true") rest.push_back(a);
+    }
+    return ReplayCompare(rest);
+  }
   if (!args.empty()) trace = args[0];
   // The fetch time is reported for the model's real block size: the bench
   // moves --block-bytes per block (a real model's blocks would make the
@@ -307,6 +325,9 @@ int Replay(int argc, char** argv) {
     co.dram_bytes = dram_size;
     co.ssd_bytes = ssd_size;
     co.work_dir = work_dir;
+    for (absl::string_view f : absl::StrSplit(master_flags, ' ', absl::SkipEmpty())) {
+      co.master_args.emplace_back(f);
+    }
     auto c = LocalCluster::Start(co);
     if (!c.ok()) {
       std::fprintf(stderr, "shelf-bench replay: cannot start a cluster: %s\n",

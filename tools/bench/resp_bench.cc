@@ -8,16 +8,21 @@
 // shelf-resp, with N = --row-bytes / SIZE. Both are emptied (FLUSHALL)
 // before each row. The figures are redis-benchmark's own requests per
 // second; docs/benchmarks.md ("shelf-bench resp") says what they mean.
+// With --tls every row goes over TLS on both sides (redis-server's tls-port,
+// shelf-resp's --tls-listen), with certificates made here by the openssl CLI.
 #include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -47,10 +52,11 @@ struct RespRow {
 // Runs redis-benchmark; returns test name -> requests/s from its --csv
 // output ("SET","1234.56",...), or an error with its output.
 absl::StatusOr<std::map<std::string, double>> RunBenchmark(const std::string& binary, int port,
+                                                           const std::string& tls_args,
                                                            const RespRow& row) {
   std::string cmd = absl::StrCat(
-      binary, " -h 127.0.0.1 -p ", port, " -t set,get -d ", row.size, " -c ", row.clients, " -n ",
-      row.requests, " -r ", row.requests,
+      binary, " -h 127.0.0.1 -p ", port, tls_args, " -t set,get -d ", row.size, " -c ", row.clients,
+      " -n ", row.requests, " -r ", row.requests,
       row.pipeline > 1 ? absl::StrCat(" -P ", row.pipeline) : std::string(), " --csv 2>&1");
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return absl::InternalError("cannot run " + binary);
@@ -88,6 +94,22 @@ absl::Status Flush(const std::string& cli, int port) {
   return absl::OkStatus();
 }
 
+// A CA and a server certificate for 127.0.0.1 under `dir`, by the openssl
+// CLI (Debian's openssl package).
+absl::Status MakeCertificates(const std::string& dir) {
+  std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  std::string cmd = absl::StrCat(
+      "cd '", dir, "' && ( printf 'subjectAltName=IP:127.0.0.1\\n' > server.ext",
+      " && openssl req -x509 ", ec, " -days 2 -keyout ca.key -out ca.crt -subj /CN=bench-ca",
+      " && openssl req ", ec, " -keyout server.key -out server.csr -subj /CN=127.0.0.1",
+      " && openssl x509 -req -days 2 -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial",
+      " -extfile server.ext -out server.crt ) > certs.log 2>&1");
+  if (std::system(cmd.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("openssl failed making certificates in ", dir));
+  }
+  return absl::OkStatus();
+}
+
 double GeoMean(const std::vector<double>& v) {
   if (v.empty()) return 0;
   double log_sum = 0;
@@ -103,7 +125,7 @@ int RespBench(int argc, char** argv) {
   std::string redis_cli = "/usr/bin/redis-cli";
   uint64_t row_bytes = 2ull << 30, dram_size = 0;
   int64_t stores = 2, pipeline = 16;
-  bool quick = false;
+  bool quick = false, tls = false;
   Flags flags("shelf-bench resp",
               "redis-benchmark against redis-server and against shelf-resp on a Shelf cluster");
   flags.AddString("sizes", &sizes_text, "value sizes, comma-separated");
@@ -120,6 +142,9 @@ int RespBench(int argc, char** argv) {
   flags.AddString("redis-cli", &redis_cli, "redis-cli binary (FLUSHALL between rows)");
   flags.AddString("work-dir", &work_dir, "keep the cluster's and Redis's logs here");
   flags.AddBool("quick", &quick, "a small smoke run: 64KiB and 1MiB, -c 1, 16 MiB per row");
+  flags.AddBool("tls", &tls,
+                "every row over TLS on both sides (redis-server's tls-port, shelf-resp's "
+                "--tls-listen)");
   flags.ParseOrExit(argc, argv);
   if (quick) {
     if (!flags.WasSet("sizes")) sizes_text = "64KiB,1MiB";
@@ -169,10 +194,37 @@ int RespBench(int argc, char** argv) {
   }
   std::string dir = (*cluster)->work_dir();
   std::string ready = dir + "/resp.addr";
-  auto resp = Process::Spawn(
-      {(*cluster)->bin_dir() + "/shelf-resp", "--master", (*cluster)->master_address(), "--listen",
-       "127.0.0.1:0", "--enable-flush", "--ready-file", ready},
-      dir + "/resp.log");
+  std::vector<std::string> resp_args = {(*cluster)->bin_dir() + "/shelf-resp",
+                                        "--master",
+                                        (*cluster)->master_address(),
+                                        "--listen",
+                                        "127.0.0.1:0",
+                                        "--enable-flush",
+                                        "--ready-file",
+                                        ready};
+  std::vector<std::string> redis_args = {"--maxmemory",
+                                         std::to_string(dram_size * static_cast<uint64_t>(stores)),
+                                         "--maxmemory-policy", "allkeys-lru"};
+  std::string tls_args;
+  int redis_tls_port = 0;
+  if (tls) {
+    absl::Status s = MakeCertificates(dir);
+    absl::StatusOr<int> port = FreeLoopbackPort();
+    if (!s.ok() || !port.ok()) {
+      std::fprintf(stderr, "shelf-bench resp: %s\n",
+                   std::string((s.ok() ? port.status() : s).message()).c_str());
+      return 1;
+    }
+    redis_tls_port = *port;
+    resp_args.insert(resp_args.end(), {"--tls-listen", "127.0.0.1:0", "--tls-cert",
+                                       dir + "/server.crt", "--tls-key", dir + "/server.key"});
+    redis_args.insert(redis_args.end(),
+                      {"--tls-port", std::to_string(redis_tls_port), "--tls-cert-file",
+                       dir + "/server.crt", "--tls-key-file", dir + "/server.key",
+                       "--tls-ca-cert-file", dir + "/ca.crt", "--tls-auth-clients", "no"});
+    tls_args = absl::StrCat(" --tls --cacert '", dir, "/ca.crt'");
+  }
+  auto resp = Process::Spawn(resp_args, dir + "/resp.log");
   if (!resp.ok()) {
     std::fprintf(stderr, "shelf-bench resp: %s\n", std::string(resp.status().message()).c_str());
     return 1;
@@ -184,15 +236,23 @@ int RespBench(int argc, char** argv) {
     return 1;
   }
   int shelf_port = std::stoi(addr->substr(addr->rfind(':') + 1));
-  uint64_t cluster_dram = dram_size * static_cast<uint64_t>(stores);
-  auto redis = RedisServer::Start(
-      redis_server, dir,
-      {"--maxmemory", std::to_string(cluster_dram), "--maxmemory-policy", "allkeys-lru"});
+  int shelf_bench_port = shelf_port;
+  if (tls) {  // the ready file's second line
+    std::ifstream f(ready);
+    std::string plain, tls_addr;
+    if (!(f >> plain >> tls_addr)) {
+      std::fprintf(stderr, "shelf-bench resp: no TLS address in %s\n", ready.c_str());
+      return 1;
+    }
+    shelf_bench_port = std::stoi(tls_addr.substr(tls_addr.rfind(':') + 1));
+  }
+  auto redis = RedisServer::Start(redis_server, dir, redis_args);
   if (!redis.ok()) {
     std::fprintf(stderr, "shelf-bench resp: %s\n", std::string(redis.status().message()).c_str());
     return 1;
   }
   int redis_port = (*redis)->port();
+  int redis_bench_port = tls ? redis_tls_port : redis_port;
 
   std::vector<RespRow> rows;
   for (uint64_t size : sizes) {
@@ -214,11 +274,12 @@ int RespBench(int argc, char** argv) {
   std::string error;
   for (RespRow& row : rows) {
     if (StopRequested()) break;
-    for (auto [port, out] :
-         {std::make_pair(redis_port, &row.redis), std::make_pair(shelf_port, &row.shelf)}) {
+    for (auto [port, bench_port, out] :
+         {std::make_tuple(redis_port, redis_bench_port, &row.redis),
+          std::make_tuple(shelf_port, shelf_bench_port, &row.shelf)}) {
       absl::Status f = Flush(redis_cli, port);
       absl::StatusOr<std::map<std::string, double>> r =
-          f.ok() ? RunBenchmark(redis_benchmark, port, row) : f;
+          f.ok() ? RunBenchmark(redis_benchmark, bench_port, tls_args, row) : f;
       if (!r.ok()) {
         error = std::string(r.status().message());
         break;
@@ -269,6 +330,7 @@ int RespBench(int argc, char** argv) {
   Json o = Json::object();
   o["bench"] = "resp";
   o["stopped"] = StopRequested();
+  o["tls"] = tls;
   o["resp_get_1m_vs_redis"] = or_null(ratio("GET", 1ull << 20));
   o["resp_set_1m_vs_redis"] = or_null(ratio("SET", 1ull << 20));
   o["resp_get_64k_vs_redis"] = or_null(ratio("GET", 64ull << 10));

@@ -1,37 +1,40 @@
-// shelf-bench ssd: the SSD tier (SsdTier: RocksDB with BlobDB) next to raw
-// sequential I/O of the same bytes on the same directory.
+// shelf-bench ssd: the SSD tier (SsdTier) next to the disk's best raw I/O
+// of the same bytes on the same directory.
 //
-// For each block size:
-//   raw write   O_DIRECT pwrite of every block into one file, aligned
+// For each block size (default 32 KiB, 256 KiB, 4 MiB, 16 MiB):
+//   raw write   O_DIRECT pwrite of every block into one preallocated file
+//               from --queue-depth threads (8 I/Os in flight), aligned
 //               buffers, then fdatasync
-//   tier write  SsdTier::Put of every block, then closing the tier (its
-//               memtable flush) and fsync of every file it wrote: both
-//               sides count the time until the bytes are on the device
-//   raw read    O_DIRECT pread of every block
-//   tier read   SsdTier::Get of every block, after dropping the tier's
-//               files from the page cache (posix_fadvise DONTNEED, which
-//               needs no privileges), so RocksDB's buffered reads start
-//               cold like O_DIRECT ones. RocksDB reads a blob with one
-//               buffered pread of its size; the kernel may read ahead.
-// Put-call throughput (what a demoting store thread waits for) and the
-// tier's open time (it scans every record to rebuild its index) are shown
-// too. Then compression on and off, on KV-like bytes: fp16 values drawn
-// from a normal distribution, as attention K/V activations roughly are,
-// which LZ4 cannot shrink.
+//   tier write  SsdTier::Put of every block from one caller (as the
+//               store's mover), then closing the tier and fsync of every
+//               file it wrote: both sides count the time until the bytes
+//               are on the device
+//   raw read    O_DIRECT pread of every block from --queue-depth threads
+//   tier read   SsdTier::Get of every block from --queue-depth threads
+//               (concurrent client reads), after dropping the tier's files
+//               from the page cache (posix_fadvise DONTNEED)
+// Both reads compare every block with what was written inside the timed
+// loop. Put-call throughput (what a demoting store thread waits for) and
+// the tier's open time are shown too. Then compression on and off, on
+// KV-like bytes: fp16 values drawn from a normal distribution, as
+// attention K/V activations roughly are, which LZ4 cannot shrink.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -119,57 +122,102 @@ bool SameBlock(uint64_t id, const char* data, const char* base, uint64_t size) {
          std::memcmp(data + sizeof(id), base + sizeof(id), size - sizeof(id)) == 0;
 }
 
-absl::Status RawWrite(const std::string& path, AlignedBuffer* buf, uint64_t size, uint64_t count,
-                      Measure* m) {
+// Runs fn(thread, i) for every i in [0, count) on `depth` threads, each
+// taking the next index: `depth` I/Os in flight at once. Latencies per
+// thread are merged into m->lat_us.
+absl::Status OnThreads(int depth, uint64_t count, Measure* m,
+                       const std::function<absl::Status(int, uint64_t)>& fn) {
+  std::atomic<uint64_t> next{0};
+  std::vector<std::vector<double>> lat(static_cast<size_t>(depth));
+  std::vector<absl::Status> errors(static_cast<size_t>(depth));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < depth; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = next.fetch_add(1); i < count && !StopRequested(); i = next.fetch_add(1)) {
+        uint64_t t0 = MonoUs();
+        absl::Status s = fn(t, i);
+        lat[static_cast<size_t>(t)].push_back(static_cast<double>(MonoUs() - t0));
+        if (!s.ok()) {
+          errors[static_cast<size_t>(t)] = s;
+          next.store(count);
+          return;
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (const std::vector<double>& l : lat) {
+    for (double v : l) m->lat_us.Add(v);
+  }
+  for (const absl::Status& e : errors) {
+    if (!e.ok()) return e;
+  }
+  return absl::OkStatus();
+}
+
+// O_DIRECT pwrite of every block into one file at queue depth `depth`
+// (threads), aligned buffers, then fdatasync.
+absl::Status RawWrite(const std::string& path, const char* base, uint64_t size, uint64_t count,
+                      int depth, Measure* m) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::UnavailableError(absl::StrCat("open ", path,
                                                " with O_DIRECT: ", std::strerror(errno),
                                                " (tmpfs has no O_DIRECT: pass --dir on a disk)"));
   }
+  // Preallocated, as the tier's extent file is: extending O_DIRECT writes
+  // are serialized by the file system.
+  if (posix_fallocate(fd, 0, static_cast<off_t>(count * size)) != 0) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("fallocate ", path, ": no room"));
+  }
+  std::vector<std::unique_ptr<AlignedBuffer>> bufs;
+  for (int t = 0; t < depth; ++t) {
+    bufs.push_back(std::make_unique<AlignedBuffer>(size));
+    std::memcpy(bufs.back()->data, base, size);
+  }
   uint64_t start = MonoUs();
-  for (uint64_t i = 0; i < count && !StopRequested(); ++i) {
-    Stamp(i, buf->data);
-    uint64_t t0 = MonoUs();
-    ssize_t n = pwrite(fd, buf->data, size, static_cast<off_t>(i * size));
-    m->lat_us.Add(static_cast<double>(MonoUs() - t0));
+  absl::Status s = OnThreads(depth, count, m, [&](int t, uint64_t i) {
+    char* b = bufs[static_cast<size_t>(t)]->data;
+    Stamp(i, b);
+    ssize_t n = pwrite(fd, b, size, static_cast<off_t>(i * size));
     if (n != static_cast<ssize_t>(size)) {
-      close(fd);
       return absl::UnavailableError(absl::StrCat("write ", path, ": ", std::strerror(errno)));
     }
-    m->bytes += size;
-  }
+    return absl::OkStatus();
+  });
   fdatasync(fd);
   m->seconds = (MonoUs() - start) / 1e6;
+  m->bytes = m->lat_us.count() * size;
   close(fd);
-  return absl::OkStatus();
+  return s;
 }
 
-// Reads back what RawWrite wrote and compares every block with `base`
-// stamped; the comparison's time is left out of the measure.
-absl::Status RawRead(const std::string& path, const char* base, AlignedBuffer* buf, uint64_t size,
-                     uint64_t count, Measure* m, uint64_t* mismatches) {
+// Reads back what RawWrite wrote at queue depth `depth` and compares every
+// block with `base` stamped (both sides compare inside the timed loop).
+absl::Status RawRead(const std::string& path, const char* base, uint64_t size, uint64_t count,
+                     int depth, Measure* m, uint64_t* mismatches) {
   int fd = open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (fd < 0)
     return absl::UnavailableError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  std::vector<std::unique_ptr<AlignedBuffer>> bufs;
+  for (int t = 0; t < depth; ++t) bufs.push_back(std::make_unique<AlignedBuffer>(size));
+  std::atomic<uint64_t> bad{0};
   uint64_t start = MonoUs();
-  uint64_t checking_us = 0;
-  for (uint64_t i = 0; i < count && !StopRequested(); ++i) {
-    uint64_t t0 = MonoUs();
-    ssize_t n = pread(fd, buf->data, size, static_cast<off_t>(i * size));
-    m->lat_us.Add(static_cast<double>(MonoUs() - t0));
+  absl::Status s = OnThreads(depth, count, m, [&](int t, uint64_t i) {
+    char* b = bufs[static_cast<size_t>(t)]->data;
+    ssize_t n = pread(fd, b, size, static_cast<off_t>(i * size));
     if (n != static_cast<ssize_t>(size)) {
-      close(fd);
       return absl::UnavailableError(absl::StrCat("read ", path, ": ", std::strerror(errno)));
     }
-    uint64_t t1 = MonoUs();
-    if (!SameBlock(i, buf->data, base, size)) ++*mismatches;
-    checking_us += MonoUs() - t1;
-    m->bytes += size;
-  }
-  m->seconds = (MonoUs() - start - checking_us) / 1e6;
+    if (!SameBlock(i, b, base, size)) bad.fetch_add(1);
+    return absl::OkStatus();
+  });
+  m->seconds = (MonoUs() - start) / 1e6;
+  m->bytes = m->lat_us.count() * size;
+  *mismatches += bad.load();
   close(fd);
-  return absl::OkStatus();
+  return s;
 }
 
 struct TierFigures {
@@ -182,7 +230,7 @@ struct TierFigures {
 // Writes `count` blocks (base restamped per id) through a fresh SsdTier in
 // dir, closes and syncs it, reopens it cold and reads every block back.
 absl::Status TierRun(const std::string& dir, bool compression, const char* base, uint64_t size,
-                     uint64_t count, TierFigures* f, uint64_t* mismatches) {
+                     uint64_t count, int readers, TierFigures* f, uint64_t* mismatches) {
   std::vector<char> block(base, base + size);
   std::vector<uint64_t> sums(count);
   for (uint64_t i = 0; i < count; ++i) {
@@ -218,21 +266,21 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
   if (!tier.ok()) return tier.status();
   f->open_s = (MonoUs() - t_open) / 1e6;
   SyncAndDrop(dir, /*sync=*/false, /*drop=*/true);
-  std::string out;
   uint64_t written = f->write.bytes / size;
+  std::vector<std::string> outs(static_cast<size_t>(readers));
+  std::atomic<uint64_t> bad{0};
   uint64_t start = MonoUs();
-  uint64_t checking_us = 0;
-  for (uint64_t i = 0; i < written && !StopRequested(); ++i) {
-    uint64_t t0 = MonoUs();
-    absl::Status s = (*tier)->Get(absl::StrCat("blk", i), &out);
-    f->read.lat_us.Add(static_cast<double>(MonoUs() - t0));
-    if (!s.ok()) return s;
-    uint64_t t1 = MonoUs();
-    if (out.size() != size || !SameBlock(i, out.data(), base, size)) ++*mismatches;
-    checking_us += MonoUs() - t1;
-    f->read.bytes += size;
-  }
-  f->read.seconds = (MonoUs() - start - checking_us) / 1e6;
+  absl::Status s = OnThreads(readers, written, &f->read, [&](int t, uint64_t i) {
+    std::string& out = outs[static_cast<size_t>(t)];
+    absl::Status st = (*tier)->Get(absl::StrCat("blk", i), &out);
+    if (!st.ok()) return st;
+    if (out.size() != size || !SameBlock(i, out.data(), base, size)) bad.fetch_add(1);
+    return absl::OkStatus();
+  });
+  f->read.seconds = (MonoUs() - start) / 1e6;
+  f->read.bytes = f->read.lat_us.count() * size;
+  *mismatches += bad.load();
+  if (!s.ok()) return s;
   return absl::OkStatus();
 }
 
@@ -273,9 +321,10 @@ struct SizeRow {
 }  // namespace
 
 int SsdBench(int argc, char** argv) {
-  std::string dir, sizes_text = "256KiB,4MiB,16MiB";
+  std::string dir, sizes_text = "32KiB,256KiB,4MiB,16MiB";
   uint64_t bytes = 1ull << 30, compress_bytes = 256ull << 20;
   bool quick = false, json_only = false, keep = false;
+  int64_t depth = 8;
   Flags flags("shelf-bench ssd", "the SSD tier (RocksDB) next to raw O_DIRECT I/O");
   flags.AddString("dir", &dir,
                   "directory on the disk to measure (created when missing; default: a fresh "
@@ -283,6 +332,8 @@ int SsdBench(int argc, char** argv) {
   flags.AddString("sizes", &sizes_text, "block sizes, comma-separated (multiples of 4KiB)");
   flags.AddSize("bytes", &bytes, "bytes written and read per block size, by each side");
   flags.AddSize("compress-bytes", &compress_bytes, "bytes written for the compression on/off rows");
+  flags.AddInt("queue-depth", &depth,
+               "I/Os in flight: raw O_DIRECT threads, and concurrent tier reads (Get callers)");
   flags.AddBool("keep", &keep, "leave the written files in place");
   flags.AddBool("quick", &quick, "tiny run for smoke tests (32MiB per size, 16MiB compressed)");
   flags.AddBool("json-only", &json_only, "print only the JSON line");
@@ -297,6 +348,10 @@ int SsdBench(int argc, char** argv) {
     absl::StatusOr<uint64_t> v = ParseSize(p);
     ok = ok && v.ok() && *v >= kAlign && *v % kAlign == 0 && *v <= (1ull << 30);
     if (v.ok()) sizes.push_back(*v);
+  }
+  if (depth < 1 || depth > 256) {
+    std::fprintf(stderr, "shelf-bench ssd: --queue-depth must be 1..256\n");
+    return 2;
   }
   if (!ok || sizes.empty() || bytes == 0) {
     std::fprintf(stderr, "shelf-bench ssd: --sizes must be multiples of 4KiB up to 1GiB\n");
@@ -332,7 +387,6 @@ int SsdBench(int argc, char** argv) {
 
   uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
   AlignedBuffer buf(max_size);
-  AlignedBuffer read_buf(max_size);
   BlockPattern pattern(max_size);
   pattern.Fill(0, buf.data);  // random bytes: incompressible, like KV tensors
   std::string error;
@@ -345,9 +399,12 @@ int SsdBench(int argc, char** argv) {
     r.count = std::max<uint64_t>(1, bytes / size);
     std::string raw = work + "/raw.dat";
     std::string tier_dir = absl::StrCat(work, "/tier-", size);
-    absl::Status s = RawWrite(raw, &buf, size, r.count, &r.raw_write);
-    if (s.ok()) s = TierRun(tier_dir, false, buf.data, size, r.count, &r.tier, &mismatches);
-    if (s.ok()) s = RawRead(raw, buf.data, &read_buf, size, r.count, &r.raw_read, &mismatches);
+    absl::Status s = RawWrite(raw, buf.data, size, r.count, static_cast<int>(depth), &r.raw_write);
+    if (s.ok())
+      s = TierRun(tier_dir, false, buf.data, size, r.count, static_cast<int>(depth), &r.tier,
+                  &mismatches);
+    if (s.ok())
+      s = RawRead(raw, buf.data, size, r.count, static_cast<int>(depth), &r.raw_read, &mismatches);
     pattern.Fill(0, buf.data);  // RawWrite stamped it; restore the base
     std::filesystem::remove(raw, ec);
     std::filesystem::remove_all(tier_dir, ec);
@@ -374,8 +431,8 @@ int SsdBench(int argc, char** argv) {
     uint64_t count = std::max<uint64_t>(1, compress_bytes / kCompressBlock);
     for (int on = 0; on < 2 && error.empty(); ++on) {
       std::string d = absl::StrCat(work, "/compress-", on);
-      absl::Status s =
-          TierRun(d, on == 1, kv.data(), kCompressBlock, count, &comp[on], &mismatches);
+      absl::Status s = TierRun(d, on == 1, kv.data(), kCompressBlock, count,
+                               static_cast<int>(depth), &comp[on], &mismatches);
       std::filesystem::remove_all(d, ec);
       if (!s.ok()) error = std::string(s.message());
     }
@@ -387,8 +444,9 @@ int SsdBench(int argc, char** argv) {
 
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   if (!json_only) {
-    std::printf("\nShelf SSD tier vs raw O_DIRECT on %s, %s per size\n\n",
-                made_dir ? "a temporary directory" : dir.c_str(), FormatBytes(bytes).c_str());
+    std::printf("\nShelf SSD tier vs raw O_DIRECT at queue depth %d on %s, %s per size\n\n",
+                static_cast<int>(depth), made_dir ? "a temporary directory" : dir.c_str(),
+                FormatBytes(bytes).c_str());
     std::printf("  %-6s %-5s %9s %9s %9s   %9s %9s %9s  %6s\n", "block", "op", "tier GB/s",
                 "p50 us", "p99 us", "raw GB/s", "p50 us", "p99 us", "ratio");
     for (SizeRow& r : rows) {
@@ -431,6 +489,7 @@ int SsdBench(int argc, char** argv) {
   Json o = Json::object();
   o["bench"] = "ssd";
   o["bytes_per_size"] = bytes;
+  o["queue_depth"] = depth;
   o["stopped"] = StopRequested();
   Json row_json = Json::array();
   for (SizeRow& r : rows) {

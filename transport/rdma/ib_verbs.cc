@@ -98,7 +98,7 @@ absl::StatusOr<GidType> IbVerbs::QueryGidType(ibv_context* ctx, uint8_t port_num
     }
   }
   if (rc == ENODATA) return absl::NotFoundError("unused GID table entry");
-  // Other failures (an old kernel without the query ioctl): read sysfs.
+    // Other failures (an old kernel without the query ioctl): read sysfs.
 #endif
   ibv_port_attr port{};
   if (absl::Status s = QueryPort(ctx, port_num, &port); !s.ok()) return s;

@@ -352,6 +352,12 @@ class Client {
                         Deadline deadline = Deadline()) = 0;
   // Removes a key. NOT_FOUND if absent; FAILED_PRECONDITION if pinned.
   virtual Status Remove(const std::string& key, Deadline deadline = Deadline()) = 0;
+  // Removes 1..kBatchItemsMax keys in one master round trip. `statuses`
+  // gets one status per key, in order, as Remove returns it (NOT_FOUND,
+  // FAILED_PRECONDITION); the return is the call's own (INVALID_ARGUMENT for
+  // a bad key or batch size, nothing removed; UNAVAILABLE, ...).
+  virtual Status BatchRemove(const std::vector<std::string>& keys, std::vector<Status>* statuses,
+                             Deadline deadline = Deadline()) = 0;
   // One page of a listing of the keys matching `pattern`: a glob (Redis's:
   // `*`, `?`, `[a-z]`, `[^a]`, `\x`) that must match the whole key, or with
   // `regex` an ECMAScript regular expression found anywhere in the key; ""

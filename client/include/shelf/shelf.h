@@ -184,6 +184,10 @@ int shelf_exists(shelf_client_t* client, const void* const* keys, const size_t* 
                  uint8_t* present, int64_t timeout_ms);
 /* SHELF_NOT_FOUND if absent; SHELF_FAILED_PRECONDITION if pinned. */
 int shelf_remove(shelf_client_t* client, const void* key, size_t key_len, int64_t timeout_ms);
+/* Removes n (1..SHELF_BATCH_ITEMS_MAX) keys in one master round trip;
+ * statuses[i] (caller-allocated, n ints) as shelf_remove would return it. */
+int shelf_batch_remove(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
+                       size_t n, int* statuses, int64_t timeout_ms);
 /* *matched = the number of leading keys present (read leases taken). */
 int shelf_match_prefix(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
                        size_t n, size_t* matched, int64_t timeout_ms);
