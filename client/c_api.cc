@@ -81,6 +81,18 @@ shelf::PutOptions ToPutOptions(const shelf_put_options_t* o, int64_t timeout_ms)
     po.prefer_local = o->prefer_local != 0;
     if (o->spread_label != nullptr) po.spread_label = o->spread_label;
     po.gpu = shelf::GpuSync{o->gpu.stream, o->gpu.event};
+    if (const shelf_block_info_t* b = o->block; b != nullptr) {
+      if (b->parent_key != nullptr) {
+        po.block.parent_key.assign(static_cast<const char*>(b->parent_key), b->parent_key_len);
+      }
+      po.block.has_engine_hash = b->has_engine_hash != 0;
+      po.block.engine_hash = b->engine_hash;
+      po.block.has_engine_parent_hash = b->has_engine_parent_hash != 0;
+      po.block.engine_parent_hash = b->engine_parent_hash;
+      po.block.block_tokens = b->block_tokens;
+      if (b->token_ids != nullptr)
+        po.block.token_ids.assign(b->token_ids, b->token_ids + b->n_token_ids);
+    }
   }
   po.deadline = ToDeadline(timeout_ms);
   return po;
@@ -244,6 +256,7 @@ void shelf_put_options_init(shelf_put_options_t* options) {
   options->spread_label = nullptr;
   options->gpu.stream = nullptr;
   options->gpu.event = nullptr;
+  options->block = nullptr;
 }
 
 int shelf_put(shelf_client_t* client, const void* key, size_t key_len, const void* data,

@@ -55,6 +55,7 @@ Status ClientImpl::PutFrom(const std::string& key, BufferHandle buffer, size_t o
   uint64_t deadline_ms = 0;
   if (absl::Status s = Begin(PutDeadline(options), &deadline_ms); !s.ok()) return FromAbsl(s);
   if (absl::Status s = ValidateKey(key); !s.ok()) return FromAbsl(s);
+  if (absl::Status s = CheckBlockInfo(options.block); !s.ok()) return FromAbsl(s);
   PinOr pin = buffers_.Acquire(buffer, offset, size);
   if (!pin.ok()) return FromAbsl(pin.status());
   return FromAbsl(PutFromPin(key, *pin, options, deadline_ms));
@@ -210,6 +211,7 @@ Status ClientImpl::BatchPutFrom(const std::vector<PutFromItem>& items,
   if (statuses == nullptr) {
     return Status(StatusCode::kInvalidArgument, "BatchPutFrom: null statuses");
   }
+  if (!options.block.empty()) return Status(StatusCode::kInvalidArgument, kBatchBlockInfoError);
   std::vector<PinOr> pins = PinForPut(items);
   return FromAbsl(BatchPutFromPinned(items, &pins, options, deadline_ms, statuses));
 }

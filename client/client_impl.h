@@ -43,6 +43,9 @@ Status FromAbsl(const absl::Status& s);
 absl::Status ValidateKey(const std::string& key);
 // INVALID_ARGUMENT for a batch of 0 or over kBatchItemsMax `what`.
 absl::Status ValidateBatchSize(size_t n, const char* what);
+// PutOptions.block: its limits; batch puts refuse a non-empty one.
+absl::Status CheckBlockInfo(const BlockEventInfo& b);
+extern const char* const kBatchBlockInfoError;
 
 class ClientImpl final : public Client {
  public:

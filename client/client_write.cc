@@ -33,6 +33,21 @@ absl::Status CheckBlock(const void* data, size_t size) {
 
 }  // namespace
 
+const char* const kBatchBlockInfoError =
+    "PutOptions.block describes one block: give it to Put or PutFrom, not a batch";
+
+absl::Status CheckBlockInfo(const BlockEventInfo& b) {
+  if (b.parent_key.size() > kKeyBytesMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PutOptions.block.parent_key exceeds ", kKeyBytesMax, " bytes"));
+  }
+  if (b.token_ids.size() > kBlockEventTokenIdsMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PutOptions.block.token_ids: at most ", kBlockEventTokenIdsMax, " token ids"));
+  }
+  return absl::OkStatus();
+}
+
 v1::PutStartRequest ClientImpl::MakePutStart(const std::string& key, const void* data, size_t size,
                                              const PutOptions& options) const {
   v1::PutStartRequest req;
@@ -45,6 +60,17 @@ v1::PutStartRequest ClientImpl::MakePutStart(const std::string& key, const void*
   po->set_prefer_local(options.prefer_local);
   po->set_spread_label(options.spread_label);
   po->set_client_host_id(HostId());
+  const BlockEventInfo& b = options.block;
+  if (!b.empty()) {
+    req.set_parent_key(b.parent_key);
+    v1::BlockEventInfo* info = req.mutable_block_info();
+    info->set_has_engine_hash(b.has_engine_hash);
+    info->set_engine_hash(b.engine_hash);
+    info->set_has_engine_parent_hash(b.has_engine_parent_hash);
+    info->set_engine_parent_hash(b.engine_parent_hash);
+    info->set_block_tokens(b.block_tokens);
+    info->mutable_token_ids()->Add(b.token_ids.begin(), b.token_ids.end());
+  }
   return req;
 }
 
@@ -233,6 +259,7 @@ Status ClientImpl::Put(const std::string& key, const void* data, size_t size,
   if (absl::Status s = Begin(PutDeadline(options), &deadline_ms); !s.ok()) return FromAbsl(s);
   if (absl::Status s = ValidateKey(key); !s.ok()) return FromAbsl(s);
   if (absl::Status s = CheckBlock(data, size); !s.ok()) return FromAbsl(s);
+  if (absl::Status s = CheckBlockInfo(options.block); !s.ok()) return FromAbsl(s);
   HostPut item{&key, static_cast<const char*>(data), size};
   uint64_t start_us = MonoUs();
   Status s = FromAbsl(PutWithRetry(item, options, deadline_ms));
@@ -245,6 +272,7 @@ Status ClientImpl::BatchPut(const std::vector<PutItem>& items, std::vector<Statu
   uint64_t deadline_ms = 0;
   if (absl::Status s = Begin(PutDeadline(options), &deadline_ms); !s.ok()) return FromAbsl(s);
   if (statuses == nullptr) return Status(StatusCode::kInvalidArgument, "BatchPut: null statuses");
+  if (!options.block.empty()) return Status(StatusCode::kInvalidArgument, kBatchBlockInfoError);
   if (absl::Status s = ValidateBatchSize(items.size(), "blocks"); !s.ok()) return FromAbsl(s);
   statuses->assign(items.size(), Status());
   std::vector<HostPut> puts;

@@ -27,6 +27,23 @@ find_library(XXHASH_LIBRARY xxhash REQUIRED)
 add_library(shelf_xxhash INTERFACE)
 target_include_directories(shelf_xxhash INTERFACE ${XXHASH_INCLUDE_DIR})
 target_link_libraries(shelf_xxhash INTERFACE ${XXHASH_LIBRARY})
+# The master's KV event stream (docs/events.md): libzmq (libzmq3-dev) for
+# its PUB and ROUTER sockets, msgpack-c's header-only C++ packer
+# (libmsgpack-cxx-dev). Found directly: the msgpack package's CMake config
+# requires Boost, which the packer does not need (MSGPACK_NO_BOOST).
+pkg_check_modules(ZMQ IMPORTED_TARGET libzmq)
+if(NOT ZMQ_FOUND)
+  message(FATAL_ERROR "libzmq not found: install libzmq3-dev (deploy/install-deps.sh)")
+endif()
+add_library(shelf_zmq INTERFACE)
+target_link_libraries(shelf_zmq INTERFACE PkgConfig::ZMQ)
+find_path(MSGPACK_CXX_INCLUDE_DIR msgpack.hpp)
+if(NOT MSGPACK_CXX_INCLUDE_DIR)
+  message(FATAL_ERROR "msgpack.hpp not found: install libmsgpack-cxx-dev (deploy/install-deps.sh)")
+endif()
+add_library(shelf_msgpack INTERFACE)
+target_include_directories(shelf_msgpack INTERFACE ${MSGPACK_CXX_INCLUDE_DIR})
+target_compile_definitions(shelf_msgpack INTERFACE MSGPACK_NO_BOOST)
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 
 if(SHELF_BUILD_TESTS)

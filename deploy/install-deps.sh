@@ -10,6 +10,7 @@ packages=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libabsl-dev librocksdb-dev libcivetweb-dev libxxhash-dev prometheus-cpp-dev nlohmann-json3-dev
   libssl-dev
+  libzmq3-dev libmsgpack-cxx-dev python3-zmq python3-msgpack
   libibverbs-dev librdmacm-dev rdma-core
   libgtest-dev libgmock-dev googletest
   libhiredis-dev redis-server redis-tools python3-redis

@@ -261,11 +261,21 @@ PYBIND11_MODULE(_shelf, m) {
       .def(
           "put",
           [](PyClient& c, py::handle key, py::handle value, uint32_t replicas, bool best_effort,
-             bool prefer_local, const std::string& spread_label, int64_t timeout_ms) {
+             bool prefer_local, const std::string& spread_label, int64_t timeout_ms,
+             py::handle parent_key, std::optional<uint64_t> engine_hash,
+             std::optional<uint64_t> engine_parent_hash, uint32_t block_tokens,
+             std::vector<uint32_t> token_ids) {
             std::string k = ToKey(key);
             BufferView v(value, /*writable=*/false);
             PutOptions po =
                 MakePutOptions(replicas, best_effort, prefer_local, spread_label, timeout_ms);
+            if (!parent_key.is_none()) po.block.parent_key = ToKey(parent_key);
+            po.block.has_engine_hash = engine_hash.has_value();
+            po.block.engine_hash = engine_hash.value_or(0);
+            po.block.has_engine_parent_hash = engine_parent_hash.has_value();
+            po.block.engine_parent_hash = engine_parent_hash.value_or(0);
+            po.block.block_tokens = block_tokens;
+            po.block.token_ids = std::move(token_ids);
             Status s;
             {
               py::gil_scoped_release nogil;
@@ -276,7 +286,32 @@ PYBIND11_MODULE(_shelf, m) {
           py::arg("key"), py::arg("value"), py::kw_only(), py::arg("replicas") = 1,
           py::arg("best_effort") = false, py::arg("prefer_local") = false,
           py::arg("spread_label") = "", py::arg("timeout_ms") = 0,
-          "Stores `value` (any bytes-like object). Succeeds also when the key exists.")
+          py::arg("parent_key") = py::none(), py::arg("engine_hash") = py::none(),
+          py::arg("engine_parent_hash") = py::none(), py::arg("block_tokens") = 0,
+          py::arg("token_ids") = std::vector<uint32_t>(),
+          "Stores `value` (any bytes-like object). Succeeds also when the key exists. "
+          "parent_key, engine_hash, engine_parent_hash, block_tokens and token_ids are what "
+          "the master's KV event stream reports for the block (docs/events.md).")
+      .def(
+          "list_keys",
+          [](PyClient& c, py::bytes pattern, py::bytes cursor, size_t count, int64_t timeout_ms) {
+            std::vector<std::string> keys;
+            std::string next;
+            Status s;
+            {
+              std::string p = pattern, cur = cursor;
+              py::gil_scoped_release nogil;
+              s = c.get()->ListKeys(cur, p, count, &keys, &next, false, ToDeadline(timeout_ms));
+            }
+            Check(s);
+            py::list out;
+            for (const std::string& k : keys) out.append(py::bytes(k));
+            return py::make_tuple(out, py::bytes(next));
+          },
+          py::arg("pattern") = py::bytes(""), py::kw_only(), py::arg("cursor") = py::bytes(""),
+          py::arg("count") = 1024, py::arg("timeout_ms") = 0,
+          "One page of the keys matching `pattern` (glob; b'' for all) after `cursor`: "
+          "(keys, next_cursor), next_cursor b'' on the last page.")
       .def(
           "get",
           [](PyClient& c, py::handle key, int64_t timeout_ms) -> py::object {

@@ -45,6 +45,10 @@ int main(int argc, char** argv) {
   std::string etcd, cluster = "default", advertise;
   uint64_t election_ttl_ms = 3000, recovery_grace_ms = 5000;
   TlsFiles tls;
+  std::string events_listen, events_replay_listen;
+  KvEventPublisher::Options events_opts;
+  int64_t events_queue = static_cast<int64_t>(events_opts.queue_events_max);
+  int64_t events_replay_batches = static_cast<int64_t>(events_opts.replay_batches_max);
   Flags flags("shelf-master", "the Shelf metadata master (placement, index, leases, eviction)");
   flags.AddString("listen", &listen, "HOST:PORT to serve gRPC on (port 0 picks one)");
   flags.AddDurationMs("node-ttl", &opts.node_ttl_ms, "a store silent this long is dead");
@@ -79,6 +83,18 @@ int main(int argc, char** argv) {
                   "HOST:PORT others reach this master at (default: the bound --listen)");
   flags.AddString("metrics-listen", &metrics_listen,
                   "HOST:PORT serving /metrics (Prometheus) and /health over HTTP (off when empty)");
+  flags.AddString("events-listen", &events_listen,
+                  "publish block events in vLLM's KV-event format on this ZMQ PUB endpoint: "
+                  "PORT or HOST:PORT (host 127.0.0.1 when left out; port 0 picks one) or a "
+                  "ZMQ endpoint; off when empty (docs/events.md)");
+  flags.AddString("events-replay-listen", &events_replay_listen,
+                  "ZMQ ROUTER endpoint answering replay requests for missed event batches "
+                  "(same forms as --events-listen)");
+  flags.AddString("events-namespace", &events_opts.ns,
+                  "the NAMESPACE of the event topics kv@<node_id>@NAMESPACE");
+  flags.AddInt("events-queue", &events_queue,
+               "events waiting to be published at most; more are dropped and counted");
+  flags.AddInt("events-replay-batches", &events_replay_batches, "event batches kept for replay");
   flags.ParseOrExit(argc, argv);
 
   if (!(opts.evict_low > 0 && opts.evict_low < opts.evict_high && opts.evict_high <= 1) ||
@@ -113,6 +129,42 @@ int main(int argc, char** argv) {
   if (!hp.ok()) {
     std::fprintf(stderr, "shelf-master: --listen: %s\n",
                  std::string(hp.status().message()).c_str());
+    return 2;
+  }
+
+  std::unique_ptr<KvEventPublisher> events;
+  if (!events_listen.empty()) {
+    auto ep = KvEventPublisher::NormalizeEndpoint(events_listen);
+    absl::StatusOr<std::string> replay_ep = std::string();
+    if (!events_replay_listen.empty()) {
+      replay_ep = KvEventPublisher::NormalizeEndpoint(events_replay_listen);
+    }
+    if (!ep.ok() || !replay_ep.ok()) {
+      std::fprintf(stderr, "shelf-master: --events-%slisten: %s\n", ep.ok() ? "replay-" : "",
+                   std::string((ep.ok() ? replay_ep.status() : ep.status()).message()).c_str());
+      return 2;
+    }
+    events_opts.endpoint = *ep;
+    events_opts.replay_endpoint = *replay_ep;
+    if (events_queue < 1 || events_replay_batches < 0) {
+      std::fprintf(stderr,
+                   "shelf-master: --events-queue must be >= 1, --events-replay-batches >= 0\n");
+      return 2;
+    }
+    events_opts.queue_events_max = static_cast<size_t>(events_queue);
+    events_opts.replay_batches_max = static_cast<size_t>(events_replay_batches);
+    auto started = KvEventPublisher::Start(events_opts, &DefaultExposition());
+    if (!started.ok()) {
+      std::fprintf(stderr, "shelf-master: events: %s\n",
+                   std::string(started.status().message()).c_str());
+      return 2;
+    }
+    events = *std::move(started);
+    opts.events = events.get();
+    SHELF_LOG(INFO) << "publishing KV events" << Kv("endpoint", events->bound_endpoint())
+                    << Kv("replay", events->bound_replay_endpoint());
+  } else if (!events_replay_listen.empty()) {
+    std::fprintf(stderr, "shelf-master: --events-replay-listen needs --events-listen\n");
     return 2;
   }
 
@@ -238,7 +290,15 @@ int main(int argc, char** argv) {
   }
   SHELF_LOG(INFO) << "serving" << Kv("listen", bound) << Kv("node_ttl_ms", opts.node_ttl_ms)
                   << Kv("lease_ms", opts.lease_ms) << Kv("tls", tls.enabled());
-  WriteReadyFile(ready_file, bound + "\n");
+  // Line 1 is the gRPC address; the event endpoints, when on, follow.
+  std::string ready = bound + "\n";
+  if (events != nullptr) {
+    absl::StrAppend(&ready, "events ", events->bound_endpoint(), "\n");
+    if (!events->bound_replay_endpoint().empty()) {
+      absl::StrAppend(&ready, "events-replay ", events->bound_replay_endpoint(), "\n");
+    }
+  }
+  WriteReadyFile(ready_file, ready);
 
   std::atomic<bool> stop{false};
   std::thread ticker([&] {
@@ -256,5 +316,5 @@ int main(int argc, char** argv) {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   ticker.join();
   http.reset();
-  return 0;
+  return 0;  // `events` is destroyed after the master, which emits into it
 }

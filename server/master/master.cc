@@ -243,6 +243,10 @@ absl::StatusOr<uint32_t> Master::CheckPutStart(const v1::PutStartRequest& req) c
   if (req.parent_key().size() > kKeyBytesMax) {
     return absl::InvalidArgumentError(absl::StrCat("parent key exceeds ", kKeyBytesMax, " bytes"));
   }
+  if (req.block_info().token_ids_size() > static_cast<int>(kBlockEventTokenIdsMax)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a put carries at most ", kBlockEventTokenIdsMax, " token ids"));
+  }
   uint32_t want = req.options().replicas() == 0 ? 1 : req.options().replicas();
   if (want > kReplicasMax) {
     return absl::InvalidArgumentError(
@@ -390,6 +394,11 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   put.size = req.size();
   put.checksum = req.checksum();
   put.parent_key = req.parent_key();
+  // Kept only for the event stream: the index keeps the hashes and block
+  // size; the token ids go out with the commit's BlockStored.
+  if (req.has_block_info() && options_.events != nullptr) {
+    put.event_info = std::make_unique<v1::BlockEventInfo>(req.block_info());
+  }
   put.deadline_ms = now + options_.put_timeout_ms;
   absl::StatusOr<bool> placed = PlaceRangesLocked(req, candidates, *want, &put, resp);
   if (!placed.ok()) return placed.status();
@@ -434,8 +443,16 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
     if (inserted) {
       obj.size = put.size;
       obj.checksum = put.checksum;
-      if (!put.parent_key.empty()) {
-        obj.parent_key = std::make_unique<std::string>(std::move(put.parent_key));
+      if (!put.parent_key.empty() || put.event_info != nullptr) {
+        obj.extra = std::make_unique<ObjectExtra>();
+        obj.extra->parent_key = std::move(put.parent_key);
+        if (const v1::BlockEventInfo* info = put.event_info.get(); info != nullptr) {
+          obj.extra->has_engine_hash = info->has_engine_hash();
+          obj.extra->engine_hash = info->engine_hash();
+          obj.extra->has_engine_parent_hash = info->has_engine_parent_hash();
+          obj.extra->engine_parent_hash = info->engine_parent_hash();
+          obj.extra->block_tokens = info->block_tokens();
+        }
       }
     } else if (obj.size != put.size || obj.checksum != put.checksum) {
       // A store's inventory brought the key in while the put was open (a
@@ -463,6 +480,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
       r.lru = lru.insert(lru.end(), &obj);
       obj.replicas.push_back(r);
       NoticeLocked(obj, obj.replicas.back(), true);
+      EmitStoredLocked(obj, obj.replicas.back(), put.event_info.get());
     }
     put_by_key_.erase(put.key);
     puts_.erase(it);
@@ -631,6 +649,7 @@ void Master::FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, u
 
 void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
   SHELF_CHECK(r.node < nodes_.size() && r.segment < nodes_[r.node]->segments.size());
+  EmitRemovedLocked(*obj, r);
   Node& n = *nodes_[r.node];
   if (r.demoting) {
     // Its demotion is still out: undo the reservations made for it. The

@@ -46,6 +46,7 @@
 #include "common/clock.h"
 #include "common/prom.h"
 #include "proto/shelf.pb.h"
+#include "server/master/kv_events.h"
 #include "server/master/master_metrics.h"
 #include "shelf/limits.h"
 #include "storage/allocator.h"
@@ -79,6 +80,9 @@ struct MasterOptions {
   // times it reports) and every timed wait (PutStart waiting for room, a
   // heartbeat long poll). Must outlive the master.
   Clock* clock = Clock::Real();
+  // Where block events go (docs/events.md); none when null. Must outlive
+  // the master.
+  KvEventPublisher* events = nullptr;
 };
 
 class Master {
@@ -215,6 +219,16 @@ class Master {
       return V(a) == V(b);
     }
   };
+  // What few objects carry: the put's parent key and what it told the
+  // event stream (docs/events.md; the token ids are not kept).
+  struct ObjectExtra {
+    std::string parent_key;
+    bool has_engine_hash = false;
+    bool has_engine_parent_hash = false;
+    uint32_t block_tokens = 0;
+    uint64_t engine_hash = 0;
+    uint64_t engine_parent_hash = 0;
+  };
   struct Object {
     const ObjectKey* key = nullptr;  // points into its shard's map
     uint64_t size = 0;
@@ -228,7 +242,7 @@ class Master {
     uint32_t lease_holders = 0;
     // Out of line: most blocks carry none, and an empty std::string costs
     // 32 bytes in every object.
-    std::unique_ptr<std::string> parent_key;
+    std::unique_ptr<ObjectExtra> extra;
     // Inline: almost every block has one replica, and a heap array costs a
     // malloc'd block and a header besides.
     absl::InlinedVector<Replica, 1> replicas;
@@ -269,7 +283,8 @@ class Master {
     uint64_t size = 0;
     uint64_t checksum = 0;
     std::string parent_key;
-    uint64_t deadline_ms = 0;  // NowMs
+    std::unique_ptr<v1::BlockEventInfo> event_info;  // as the put carried it
+    uint64_t deadline_ms = 0;                        // NowMs
     std::vector<Replica> ranges;
   };
   struct PendingPromote {
@@ -393,6 +408,16 @@ class Master {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Block events (master_events.cc); no-ops without options_.events.
+  // `put_info` (what the committing put carried) may be null.
+  void EmitStoredLocked(const Object& obj, const Replica& r, const v1::BlockEventInfo* put_info)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EmitRemovedLocked(const Object& obj, const Replica& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The hash `obj` is published under: its engine hash, else its key's.
+  uint64_t BlockHashLocked(const Object& obj) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AllBlocksCleared on each node's topic.
+  void EmitClearedLocked(const std::vector<std::string>& node_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillNodeStatus(uint32_t node, uint64_t now, v1::NodeStatus* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillReplica(const Replica& r, uint64_t size, v1::Replica* out)
@@ -448,6 +473,9 @@ class Master {
   std::string leader_hint_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_node_registered_;
   std::function<bool()> lease_check_;
+  // Set while a flush removes everything: its AllBlocksCleared stands for
+  // the per-block removals.
+  bool events_muted_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace shelf

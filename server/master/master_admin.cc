@@ -74,6 +74,10 @@ void Master::ResetLocked() {
 void Master::BecomeLeader(uint64_t term, std::vector<std::string> expected, uint64_t grace_ms) {
   absl::MutexLock lock(&mu_);
   ResetLocked();
+  // Resync for subscribers: whatever an earlier leader published about
+  // these nodes is void; the stores' inventories, as they re-register, come
+  // out as BlockStored (AddInventoryLocked): the new index, block by block.
+  EmitClearedLocked(expected);
   leader_ = true;
   term_ = term;
   leader_hint_.clear();
@@ -92,6 +96,11 @@ void Master::StepDown(const std::string& leader_hint) {
   leader_ = false;
   recovering_ = false;
   leader_hint_ = leader_hint;
+  if (!nodes_.empty()) {
+    std::vector<std::string> ids;
+    for (const auto& n : nodes_) ids.push_back(n->endpoint.node_id());
+    EmitClearedLocked(ids);
+  }
   ResetLocked();
 }
 
@@ -183,7 +192,7 @@ absl::Status Master::Stat(const v1::StatRequest& req, v1::StatResponse* resp) {
     resp->set_pin_expires_unix_ms(unix_now + (obj->pin_until_ms - now));
   }
   resp->set_last_access_unix_ms(unix_now - ElapsedMs(now, obj->last_access_ms));
-  if (obj->parent_key != nullptr) resp->set_parent_key(*obj->parent_key);
+  if (obj->extra != nullptr) resp->set_parent_key(obj->extra->parent_key);
   if (obj->lease_until_ms > now) {
     resp->set_lease_expires_unix_ms(unix_now + (obj->lease_until_ms - now));
   }

@@ -194,9 +194,19 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
       victims.push_back(&obj);
     }
   }
+  // A flush (every key, none left behind) is one AllBlocksCleared per node
+  // on the event stream instead of a removal per block.
+  const bool flush = req.pattern().empty() && !more && pinned == 0;
+  events_muted_ = flush;
   for (Object* obj : victims) {
     EraseObjectLocked(obj, now);
     metrics_.removes.Increment();
+  }
+  events_muted_ = false;
+  if (flush) {
+    std::vector<std::string> ids;
+    for (const auto& n : nodes_) ids.push_back(n->endpoint.node_id());
+    EmitClearedLocked(ids);
   }
   resp->set_removed(victims.size());
   resp->set_pinned(pinned);

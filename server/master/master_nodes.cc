@@ -149,6 +149,7 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
   r.lru = lru.insert(lru.end(), &obj);
   if (r.tier == v1::TIER_SSD) n.ssd_used += e.size();
   obj.replicas.push_back(r);
+  EmitStoredLocked(obj, obj.replicas.back(), nullptr);
 }
 
 void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
@@ -171,6 +172,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
     auto& reps = obj->replicas;
     for (const Replica& r : reps) {
       if (r.node == node && r.demoting) --demotions_pending_;
+      if (r.node == node) EmitRemovedLocked(*obj, r);
       if (r.node == node && r.tier == v1::TIER_DRAM && orphans != nullptr) {
         v1::InventoryEntry& e = orphans->emplace_back();
         e.set_key(obj->key->str());
@@ -319,6 +321,9 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
     r.segment = 0;
     r.offset = 0;
     r.lru = n.ssd_lru.insert(n.ssd_lru.end(), obj);
+    // A tier move: the DRAM copy goes, an SSD copy comes.
+    EmitRemovedLocked(*obj, old);
+    EmitStoredLocked(*obj, r, nullptr);
     metrics_.demotions_ok.Increment();
     return;
   }
@@ -586,6 +591,7 @@ absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
   std::list<Object*>& lru = n.segments[p.segment].lru;
   r.lru = lru.insert(lru.end(), obj);
   obj->replicas.push_back(r);
+  EmitStoredLocked(*obj, obj->replicas.back(), nullptr);
   obj->last_access_ms = now;
   metrics_.promotions.Increment();
   return absl::OkStatus();

@@ -108,6 +108,7 @@ static void check_blocks(shelf_client_t* c) {
   shelf_put_options_init(&po);
   CHECK(po.replicas == 1);
   CHECK(po.gpu.stream == NULL && po.gpu.event == NULL); /* no GPU ordering */
+  CHECK(po.block == NULL);                              /* no block info */
 
   CHECK_RC(shelf_put(c, k0, sizeof(k0), data, sizeof(data), &po, 0), SHELF_OK);
   CHECK_RC(shelf_put(c, k0, sizeof(k0), data, sizeof(data), NULL, 0), SHELF_OK); /* exists */
@@ -172,6 +173,28 @@ static void check_batches(shelf_client_t* c) {
     data_sizes[i] = B;
     bufs[i] = out[i];
     caps[i] = B;
+  }
+  {
+    /* Block info for the KV event stream: one block's, so a put takes it
+     * and a batch put refuses it. */
+    static const uint32_t tokens[4] = {1, 2, 3, 4};
+    shelf_block_info_t info;
+    shelf_put_options_t po;
+    memset(&info, 0, sizeof(info));
+    info.parent_key = names[0];
+    info.parent_key_len = strlen(names[0]);
+    info.has_engine_hash = 1;
+    info.engine_hash = 0x1234;
+    info.block_tokens = 4;
+    info.token_ids = tokens;
+    info.n_token_ids = 4;
+    shelf_put_options_init(&po);
+    po.block = &info;
+    CHECK_RC(shelf_put(c, "c/with-info", 11, data[0], B, &po, 0), SHELF_OK);
+    CHECK_RC(shelf_batch_put(c, keys, key_lens, datas, data_sizes, N, &po, statuses, 0),
+             SHELF_INVALID_ARGUMENT);
+    CHECK(strstr(shelf_last_error(), "describes one block") != NULL);
+    CHECK_RC(shelf_remove(c, "c/with-info", 11, 0), SHELF_OK);
   }
   data_sizes[3] = 0; /* one bad item */
   CHECK_RC(shelf_batch_put(c, keys, key_lens, datas, data_sizes, N, NULL, statuses, 0), SHELF_OK);

@@ -22,6 +22,7 @@ std::string DefaultTracePath() {
 // The subcommands below are declared here rather than in bench.h, which
 // declares the older ones; each takes argv with argv[0] = its own name.
 int KvBench(int argc, char** argv);         // kv_bench.cc
+int KvEventsBench(int argc, char** argv);   // events_bench.cc
 int TransportBench(int argc, char** argv);  // transport_bench.cc
 int SsdBench(int argc, char** argv);        // ssd_bench.cc
 int MasterBench(int argc, char** argv);     // master_bench.cc
@@ -78,6 +79,7 @@ constexpr char kHelp[] =
     "Usage: shelf-bench SUBCOMMAND [flags]   (shelf-bench SUBCOMMAND --help for its flags)\n\n"
     "  replay [TRACE]   replay a Mooncake-format trace against a local (or given) cluster\n"
     "  kv               put/get through libshelf (shm and tcp) next to redis-server\n"
+    "  kv-events        puts/s and lookups/s with the master's KV event stream on and off\n"
     "  transport        the tcp and shm data planes next to plain sockets and memcpy\n"
     "  ssd              the SSD tier (RocksDB) next to raw O_DIRECT I/O\n"
     "  master           lookups, prefix matches and puts per second; bytes per object\n"
@@ -99,6 +101,7 @@ int main(int argc, char** argv) {
   std::string sub = argv[1];
   if (sub == "replay") return shelf::bench::Replay(argc - 1, argv + 1);
   if (sub == "kv") return shelf::bench::KvBench(argc - 1, argv + 1);
+  if (sub == "kv-events") return shelf::bench::KvEventsBench(argc - 1, argv + 1);
   if (sub == "transport") return shelf::bench::TransportBench(argc - 1, argv + 1);
   if (sub == "ssd") return shelf::bench::SsdBench(argc - 1, argv + 1);
   if (sub == "master") return shelf::bench::MasterBench(argc - 1, argv + 1);

@@ -169,6 +169,25 @@ struct GpuSync {
   void* event = nullptr;
 };
 
+// What the master's KV event stream (docs/events.md) reports for a block:
+// routers hash tokens their own way, so an engine may name a block by its
+// own hash and give its tokens. All optional; an empty one says nothing.
+// `parent_key` is the Shelf key of the block before it in its prefix chain,
+// kept by the master (shelfctl stat) and published as the parent's hash.
+struct BlockEventInfo {
+  std::string parent_key;
+  bool has_engine_hash = false;
+  uint64_t engine_hash = 0;  // published instead of the key's hash
+  bool has_engine_parent_hash = false;
+  uint64_t engine_parent_hash = 0;  // published instead of parent_key's hash
+  uint32_t block_tokens = 0;        // tokens a block (vLLM's block_size)
+  std::vector<uint32_t> token_ids;  // at most kBlockEventTokenIdsMax (shelf/limits.h)
+  bool empty() const {
+    return parent_key.empty() && !has_engine_hash && !has_engine_parent_hash && block_tokens == 0 &&
+           token_ids.empty();
+  }
+};
+
 struct PutOptions {
   uint32_t replicas = 1;      // stores that get a copy, on distinct nodes (1..kReplicasMax)
   bool best_effort = false;   // accept fewer replicas than asked
@@ -180,6 +199,9 @@ struct PutOptions {
   uint64_t timeout_ms = 0;
   // Registered GPU buffers: what the copy out of device memory waits for.
   GpuSync gpu;
+  // Put and PutFrom only: it describes one block, so the batch calls answer
+  // INVALID_ARGUMENT when it is not empty.
+  BlockEventInfo block;
 };
 
 // A block to store. `data` must stay valid until the call returns (for

@@ -29,6 +29,8 @@ inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr size_t kPatternBytesMax = 256;
 // Keys in one ListKeys page.
 inline constexpr size_t kListKeysMax = 1024;
+// Token ids one put may carry for the KV event stream (BlockEventInfo).
+inline constexpr size_t kBlockEventTokenIdsMax = 65536;
 
 static_assert(kKeyBytesMax >= 1 && kBatchItemsMax >= 1 && kReplicasMax >= 1);
 

@@ -137,14 +137,31 @@ typedef struct shelf_gpu_sync {
   void* event;
 } shelf_gpu_sync_t;
 
+/* What the master's KV event stream reports for one block (docs/events.md;
+ * shelf::BlockEventInfo). Every field optional: zero / null says nothing. */
+typedef struct shelf_block_info {
+  const void* parent_key; /* the previous block's key in its prefix chain */
+  size_t parent_key_len;
+  int has_engine_hash;
+  uint64_t engine_hash; /* the engine's block hash, published instead of the key's */
+  int has_engine_parent_hash;
+  uint64_t engine_parent_hash;
+  uint32_t block_tokens;     /* tokens a block */
+  const uint32_t* token_ids; /* the block's tokens, n_token_ids of them */
+  size_t n_token_ids;
+} shelf_block_info_t;
+
 /* Options of a put; shelf_put_options_init sets the defaults (1 replica, no
- * GPU ordering). */
+ * GPU ordering, no block info). */
 typedef struct shelf_put_options {
   uint32_t replicas;        /* 1..8 */
   int best_effort;          /* accept fewer replicas than asked */
   int prefer_local;         /* a replica on this host when possible */
   const char* spread_label; /* e.g. "zone", or null */
   shelf_gpu_sync_t gpu;     /* registered GPU buffers: what the put waits for */
+  /* shelf_put and shelf_put_from only (batch puts answer
+   * SHELF_INVALID_ARGUMENT); null for none. */
+  const shelf_block_info_t* block;
 } shelf_put_options_t;
 void shelf_put_options_init(shelf_put_options_t* options);
 
