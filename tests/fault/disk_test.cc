@@ -16,8 +16,8 @@
 #include "common/errno_text.h"
 #include "shelf/client.h"
 #include "storage/ssd_tier.h"
-#include "tests/fault/fault_util.h"
 #include "testing/local_cluster.h"
+#include "tests/fault/fault_util.h"
 #include "transport/tcp_client.h"
 
 namespace shelf {

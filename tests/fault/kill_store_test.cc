@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "shelf/client.h"
-#include "tests/fault/fault_util.h"
 #include "testing/local_cluster.h"
+#include "tests/fault/fault_util.h"
 
 namespace shelf {
 namespace {

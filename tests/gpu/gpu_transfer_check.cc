@@ -53,8 +53,8 @@
 #include "common/flags.h"
 #include "common/json.h"
 #include "shelf/client.h"
-#include "tests/gpu/gpu_device.h"
 #include "testing/local_cluster.h"
+#include "tests/gpu/gpu_device.h"
 
 namespace shelf {
 namespace {

@@ -15,8 +15,8 @@
 #include "common/clock.h"
 #include "common/net.h"
 #include "shelf/client.h"
-#include "tests/fault/fault_util.h"
 #include "testing/local_cluster.h"
+#include "tests/fault/fault_util.h"
 #include "transport/tcp_client.h"
 #include "transport/wire.h"
 

@@ -26,8 +26,8 @@
 #include "common/json.h"
 #include "shelf/client.h"
 #include "shelf/keys.h"
-#include "tools/bench/bench_util.h"
 #include "testing/local_cluster.h"
+#include "tools/bench/bench_util.h"
 
 namespace shelf::bench {
 

@@ -22,7 +22,7 @@
 #include "common/json.h"
 #include "common/units.h"
 #include "shelf/client.h"
-#include "tools/local_cluster.h"
+#include "testing/local_cluster.h"
 
 #ifndef MSGPACK_NO_BOOST
 #define MSGPACK_NO_BOOST

@@ -36,9 +36,9 @@
 #include "common/json.h"
 #include "common/units.h"
 #include "shelf/client.h"
+#include "testing/local_cluster.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/redis_peer.h"
-#include "testing/local_cluster.h"
 
 namespace shelf::bench {
 

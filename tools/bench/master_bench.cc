@@ -42,8 +42,8 @@
 #include "common/units.h"
 #include "proto/shelf.grpc.pb.h"
 #include "server/master/master.h"
-#include "tools/bench/bench_util.h"
 #include "testing/local_cluster.h"
+#include "tools/bench/bench_util.h"
 
 namespace shelf::bench {
 

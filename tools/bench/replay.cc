@@ -18,10 +18,10 @@
 #include "common/units.h"
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
+#include "testing/local_cluster.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/trace.h"
-#include "testing/local_cluster.h"
 
 namespace shelf::bench {
 namespace {

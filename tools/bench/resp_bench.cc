@@ -32,8 +32,8 @@
 #include "common/flags.h"
 #include "common/json.h"
 #include "common/units.h"
-#include "tools/bench/redis_peer.h"
 #include "testing/local_cluster.h"
+#include "tools/bench/redis_peer.h"
 
 namespace shelf::bench {
 
