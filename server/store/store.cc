@@ -550,7 +550,11 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
       moves_.push_back(m);
     }
   }
-  *more_work = !moves_.empty() || moving_ || !results_.empty();
+  // A call that did not long-poll (work was under way) is followed at once
+  // by one that does: the master holds that one until its next orders, so
+  // a demotion ordered meanwhile starts then, not a whole interval later
+  // (writers wait for the room it frees).
+  *more_work = !moves_.empty() || moving_ || !results_.empty() || req.wait_for_orders_ms() == 0;
   moves_cv_.notify_one();
   return absl::OkStatus();
 }
