@@ -552,7 +552,11 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
       moves_.push_back(m);
     }
   }
-  *more_work = !moves_.empty() || moving_ || !results_.empty();
+  // A call that did not long-poll (work was under way) is followed at once
+  // by one that does: the master holds that one until its next orders, so
+  // a demotion ordered meanwhile starts then, not a whole interval later
+  // (writers wait for the room it frees).
+  *more_work = !moves_.empty() || moving_ || !results_.empty() || req.wait_for_orders_ms() == 0;
   moves_cv_.notify_one();
   return absl::OkStatus();
 }
@@ -619,6 +623,9 @@ void Store::MoverLoop() {
       if (flush) {
         for (v1::TierMoveResult& r : run) results_.push_back(std::move(r));
         run.clear();
+        // Durable now: the heartbeat loop reports them without waiting out
+        // its short sleep, and the master frees their DRAM for writers.
+        stop_cv_.notify_all();
       }
     }
     if (!run.empty()) {
@@ -726,8 +733,12 @@ void Store::Run() {
     }
     std::unique_lock<std::mutex> lock(mu_);
     uint64_t changes = leader_changes_;
-    clock_->WaitUntil(&lock, &stop_cv_, clock_->NowMs() + sleep_ms,
-                      [this, changes] { return stopping_.load() || leader_changes_ != changes; });
+    // Results to report end a short sleep at once (not a backoff: a master
+    // that failed would be called in a loop).
+    const bool report_early = s.ok() && more;
+    clock_->WaitUntil(&lock, &stop_cv_, clock_->NowMs() + sleep_ms, [this, changes, report_early] {
+      return stopping_.load() || leader_changes_ != changes || (report_early && !results_.empty());
+    });
     if (leader_changes_ != changes) backoff_ms = 100;
   }
   locator_->SetListener(nullptr);

@@ -174,7 +174,7 @@ class Store : public DataHandler {
   std::deque<Promotion> promotions_;         // guarded by mu_: bounded by kPromotionsMax
   bool moving_ = false;                      // guarded by mu_: a move is running
   std::condition_variable moves_cv_;
-  std::condition_variable stop_cv_;  // notified (under mu_) when stopping_ is set
+  std::condition_variable stop_cv_;  // notified (under mu_) when stopping_ is set or results_ grow
   uint64_t leader_changes_ = 0;      // guarded by mu_: new leaders etcd named (MasterLocator)
   std::atomic<bool> registered_{false};
   std::atomic<bool> stopping_{false};
