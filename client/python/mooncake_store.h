@@ -76,6 +76,17 @@ inline int ToMooncake(const Status& s) {
 
 inline bool ValidKey(const std::string& key) { return !key.empty() && key.size() <= kKeyBytesMax; }
 
+// The keys of `keys` that pass ValidKey, into `valid`, and the index of
+// each in `keys`, into `where`.
+inline void SelectValidKeys(const std::vector<std::string>& keys, std::vector<std::string>* valid,
+                            std::vector<size_t>* where) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!ValidKey(keys[i])) continue;
+    valid->push_back(keys[i]);
+    where->push_back(i);
+  }
+}
+
 // Mooncake's SoftPinAction and ObjectDataType, with its values.
 enum class SoftPinAction : int { kPreserve = 0, kEnable = 1, kDisable = 2 };
 enum class ObjectDataType : int { kUnknown = 0, kKvCache = 1 };
@@ -354,11 +365,7 @@ class MooncakeStore {
     }
     std::vector<std::string> valid;
     std::vector<size_t> where;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!ValidKey(keys[i])) continue;
-      valid.push_back(keys[i]);
-      where.push_back(i);
-    }
+    SelectValidKeys(keys, &valid, &where);
     py::gil_scoped_release nogil;
     ForEachSlice(valid.size(), [&](size_t b, size_t e) {
       std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
@@ -590,11 +597,7 @@ class MooncakeStore {
     if (c == nullptr) return;
     std::vector<std::string> valid;
     std::vector<size_t> where;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!ValidKey(keys[i])) continue;
-      valid.push_back(keys[i]);
-      where.push_back(i);
-    }
+    SelectValidKeys(keys, &valid, &where);
     py::gil_scoped_release nogil;
     ForEachSlice(valid.size(), [&](size_t b, size_t e) {
       std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
