@@ -23,15 +23,15 @@
 # (2 shared cores), measured on a fresh clone with `CI=true bash .ci/run`;
 # ccache was warm for the RelWithDebInfo build only (the script prints its
 # own figures at the end of every run):
-#   install-deps + configure       6 s
-#   build                         39 s   (ccache; 839 s without it)
-#   ctest                        188 s   (71 tests, -j2; ha_failover_test alone)
-#   fuzz: clang build + 5 x 10 s 129 s
-#   asan build                  1233 s
-#   asan ctest                   224 s   (65 tests, -j2)
-#   tsan: clang build + 3 tests   23 s
+#   install-deps + configure       7 s
+#   build                        142 s   (ccache; about 840 s without it)
+#   ctest                        243 s   (74 tests, -j2; ha_failover_test alone)
+#   fuzz: clang build + 5 x 10 s 150 s
+#   asan build                  1152 s
+#   asan ctest                   220 s   (67 tests, -j2)
+#   tsan: clang build + 3 tests   24 s
 #   skips                          0 s
-#   total                       ~1850 s here; ~2650 s (44 min) with the
+#   total                       ~1940 s here; ~2700 s (45 min) with the
 #   main build uncached, under CI's 90: the whole ASan suite runs, no
 #   label subset is needed.
 set -euo pipefail
