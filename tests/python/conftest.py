@@ -37,6 +37,21 @@ def _wait_for_line(path, proc, log):
     raise RuntimeError(f"timed out waiting for {path}; see {log}")
 
 
+def stop_all(procs):
+    """SIGTERMs every live process of `procs`, then waits for each in turn
+    (SIGKILL after 5 s)."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
 class Cluster:
     """shelf-master and `stores` shelf-store processes in a fresh directory."""
 
@@ -87,15 +102,7 @@ class Cluster:
         proc.wait(timeout=10)
 
     def stop(self):
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in reversed(self.procs):
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        stop_all(reversed(self.procs))
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

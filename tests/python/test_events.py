@@ -22,7 +22,7 @@ import pytest
 import zmq
 
 import shelf
-from conftest import BIN_DIR, START_TIMEOUT_S, _wait_for_line
+from conftest import BIN_DIR, START_TIMEOUT_S, _wait_for_line, stop_all
 from kv_events_sub import Subscriber, block_hash
 
 BLOCK = 128 << 10
@@ -79,15 +79,7 @@ class Procs:
         self.procs[name].wait(timeout=10)
 
     def stop(self):
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        stop_all(self.procs.values())
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
