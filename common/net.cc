@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/errno_text.h"
+#include "common/secret_file.h"
 
 namespace shelf {
 
@@ -241,11 +242,9 @@ const std::string& HostId() {
 }
 
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot read secret file '", path, "'"));
-  std::stringstream buf;
-  buf << f.rdbuf();
-  std::string secret(absl::StripAsciiWhitespace(buf.str()));
+  absl::StatusOr<std::string> text = ReadPrivateFile(path, "secret file");
+  if (!text.ok()) return text.status();
+  std::string secret(absl::StripAsciiWhitespace(*text));
   if (secret.size() < 16) {
     return absl::InvalidArgumentError(absl::StrCat("secret file '", path, "' holds ", secret.size(),
                                                    " bytes; at least 16 are required"));

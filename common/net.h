@@ -42,7 +42,8 @@ absl::Status ReadFull(int fd, void* data, size_t size);
 // the same HostId can share memory.
 const std::string& HostId();
 
-// Reads a cluster secret file: at least 16 bytes after trimming whitespace.
+// Reads a cluster secret file: at least 16 bytes after trimming whitespace,
+// in a file only its owner may read (common/secret_file.h).
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path);
 
 }  // namespace shelf

@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/hmac.h"
+#include "common/secret_file.h"
 
 namespace shelf {
 
@@ -45,6 +46,7 @@ namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
   if (path.empty()) return std::string();
+  if (std::string(what) == "--tls-key") return ReadPrivateFile(path, what);
   std::ifstream f(path);
   if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", what, " '", path, "'"));
   std::stringstream buf;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -121,6 +122,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const Options&
   if (!options.secret.empty()) {
     c->secret_file_ = c->work_dir_ + "/secret";
     std::ofstream(c->secret_file_) << options.secret << "\n";
+    ::chmod(c->secret_file_.c_str(), 0600);  // secret files must be private
     argv.push_back("--secret-file");
     argv.push_back(c->secret_file_);
   }

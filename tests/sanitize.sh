@@ -43,7 +43,7 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(PROMETHEUS_CPP_CORE REQUIRED IMPORTED_TARGET prometheus-cpp-core)
 add_library(shelf_tsan_lib STATIC
   \${ROOT}/common/flags.cc \${ROOT}/common/hmac.cc \${ROOT}/common/log.cc
-  \${ROOT}/common/net.cc \${ROOT}/common/sync_point.cc \${ROOT}/common/units.cc
+  \${ROOT}/common/net.cc \${ROOT}/common/secret_file.cc \${ROOT}/common/sync_point.cc \${ROOT}/common/units.cc
   \${ROOT}/common/prom.cc \${ROOT}/storage/allocator.cc
   \${ROOT}/transport/wire.cc \${ROOT}/transport/data_server.cc
   \${ROOT}/transport/tcp_client.cc)

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/prom.h"
+#include "common/protected_mode.h"
 #include "common/ready_file.h"
 #include "common/rpc.h"
 #include "coord/election.h"
@@ -72,6 +73,8 @@ int main(int argc, char** argv) {
   flags.AddString("tls-key", &tls.key, "PEM private key for gRPC TLS");
   flags.AddString("tls-ca", &tls.ca, "PEM CA bundle for gRPC TLS");
   flags.AddString("ready-file", &ready_file, "write the bound HOST:PORT here once serving");
+  bool insecure = false;
+  flags.AddBool("insecure", &insecure, kInsecureHelp);
   flags.AddString("etcd", &etcd,
                   "etcd endpoints http://HOST:PORT[,...]: elect one leader among masters");
   flags.AddString("cluster", &cluster, "cluster name: masters of one cluster elect one leader");
@@ -119,6 +122,12 @@ int main(int argc, char** argv) {
   } else {
     SHELF_LOG(WARNING) << "no --secret-file: this cluster runs open; anyone who can reach it "
                           "can read and write";
+  }
+  if (absl::Status s = CheckProtectedMode({{"--listen", listen}}, !secret.empty() || tls.enabled(),
+                                          insecure, "give --secret-file (and --tls-*)");
+      !s.ok()) {
+    std::fprintf(stderr, "shelf-master: %s\n", std::string(s.message()).c_str());
+    return 2;
   }
   auto creds = ServerCredentials(tls);
   if (!creds.ok()) {

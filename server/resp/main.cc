@@ -16,6 +16,8 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/prom.h"
+#include "common/protected_mode.h"
+#include "common/secret_file.h"
 #include "common/ready_file.h"
 #include "server/resp/resp_commands.h"
 #include "server/resp/resp_server.h"
@@ -86,6 +88,8 @@ int main(int argc, char** argv) {
   flags.AddString("ready-file", &ready_file,
                   "write the RESP HOST:PORT here once serving (the TLS one when there is no "
                   "plain listener; with both, the TLS one on a second line)");
+  bool insecure = false;
+  flags.AddBool("insecure", &insecure, kInsecureHelp);
   flags.ParseOrExit(argc, argv);
 
   if (master.empty()) return Fail("--master is required");
@@ -143,12 +147,27 @@ int main(int argc, char** argv) {
     copts.secret = *s;
   }
   if (!requirepass_file.empty()) {
-    std::ifstream f(requirepass_file, std::ios::binary);
-    if (!f) return Fail("--requirepass-file: cannot read '" + requirepass_file + "'");
-    std::stringstream text;
-    text << f.rdbuf();
-    cmd_opts.requirepass = std::string(absl::StripAsciiWhitespace(text.str()));
+    absl::StatusOr<std::string> text = ReadPrivateFile(requirepass_file, "--requirepass-file");
+    if (!text.ok()) return Fail(std::string(text.status().message()));
+    cmd_opts.requirepass = std::string(absl::StripAsciiWhitespace(*text));
     if (cmd_opts.requirepass.empty()) return Fail("--requirepass-file is empty");
+  }
+  if (!tls.key_file.empty()) {
+    if (absl::Status s = CheckPrivateFile(tls.key_file, "--tls-key"); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+  }
+  {
+    // A TLS port that requires client certificates authenticates by itself.
+    std::vector<std::pair<std::string, std::string>> open_listens = {
+        {"--listen", server_opts.listen}};
+    if (tls.client_auth != TlsClientAuth::kYes) {
+      open_listens.push_back({"--tls-listen", server_opts.tls_listen});
+    }
+    absl::Status s = CheckProtectedMode(open_listens, !cmd_opts.requirepass.empty(), insecure,
+                                        "give --requirepass-file (or serve --tls-listen only, "
+                                        "with --tls-auth-clients yes)");
+    if (!s.ok()) return Fail(std::string(s.message()));
   }
   std::unique_ptr<Client> client;
   Status st = Client::Open(copts, &client);

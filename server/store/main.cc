@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/prom.h"
+#include "common/protected_mode.h"
 #include "common/ready_file.h"
 #include "server/store/store.h"
 
@@ -71,6 +72,8 @@ int main(int argc, char** argv) {
   flags.AddString("ready-file", &ready_file, "write the data-plane HOST:PORT here once serving");
   flags.AddString("metrics-listen", &metrics_listen,
                   "HOST:PORT serving /metrics (Prometheus) and /health over HTTP (off when empty)");
+  bool insecure = false;
+  flags.AddBool("insecure", &insecure, kInsecureHelp);
   flags.ParseOrExit(argc, argv);
   opts.max_connections = static_cast<int>(max_connections);
   if (rdma_port < 1 || rdma_port > 255 || rdma_gid_index < -1 || rdma_gid_index > 255 ||
@@ -108,6 +111,13 @@ int main(int argc, char** argv) {
     opts.secret = *s;
   } else {
     SHELF_LOG(WARNING) << "no --secret-file: this store accepts any client";
+  }
+  if (absl::Status s =
+          CheckProtectedMode({{"--listen", opts.listen}, {"--admin-listen", admin_listen}},
+                             !opts.secret.empty(), insecure, "give --secret-file");
+      !s.ok()) {
+    std::fprintf(stderr, "shelf-store: %s\n", std::string(s.message()).c_str());
+    return 2;
   }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Start(opts);
   if (!store.ok()) {

@@ -39,7 +39,7 @@ class PartitionTest : public ::testing::Test {
     o.stores = 1;
     o.dram_bytes = 64ull << 20;
     o.bin_dir = SHELF_BIN_DIR;
-    o.master_args = {"--listen", "0.0.0.0:0", "--node-ttl", "2s"};
+    o.master_args = {"--listen", "0.0.0.0:0", "--insecure", "--node-ttl", "2s"};
     o.store_args = {"--shm=false"};
     auto c = LocalCluster::Start(o);
     ASSERT_TRUE(c.ok()) << c.status();

@@ -146,6 +146,7 @@ def few_clients_gateway(cluster):
 def auth_gateway(cluster):
     pw = cluster.dir / "requirepass"
     pw.write_text(PASSWORD + "\n")
+    pw.chmod(0o600)
     return cluster.gateway("resp-auth", "--requirepass-file", str(pw))
 
 

@@ -3,6 +3,7 @@
 // changes; writes need a grant the master signed for that node, range and
 // time.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <fstream>
@@ -154,6 +155,7 @@ TEST_F(SecurityTest, ShelfctlWithoutTheSecretExitsFiveAndChangesNothing) {
   std::string before = Snapshot();
   std::string wrong_file = cluster_->work_dir() + "/wrong-secret";
   std::ofstream(wrong_file) << kWrongSecret << "\n";
+  ::chmod(wrong_file.c_str(), 0600);
   std::string in = cluster_->work_dir() + "/in.bin";
   std::ofstream(in) << "payload";
   const std::vector<std::vector<std::string>> commands = {

@@ -3,6 +3,7 @@
 // that verify it (--tls-ca) work end to end; plaintext callers and callers
 // that trust another CA fail.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -57,6 +58,7 @@ class TlsTest : public ::testing::Test {
     ca_ = dir_ + "/good-ca.pem";
     secret_file_ = dir_ + "/secret";
     std::ofstream(secret_file_) << kSecret << "\n";
+    ::chmod(secret_file_.c_str(), 0600);
     const std::string bin = SHELF_BIN_DIR;
     auto master =
         Process::Spawn({bin + "/shelf-master", "--listen", "127.0.0.1:0", "--ready-file",
