@@ -52,7 +52,8 @@ absl::Status CheckProtectedMode(const std::vector<std::pair<std::string, std::st
         "protected mode: ", flag, " ", address,
         " is reachable from other machines but no credentials are configured, so anyone "
         "who can connect could read and write the cluster. Either ",
-        how_to_secure, ", or listen on loopback (127.0.0.1), or pass --insecure to run open "
+        how_to_secure,
+        ", or listen on loopback (127.0.0.1), or pass --insecure to run open "
         "on a network you trust"));
   }
   return absl::OkStatus();
