@@ -222,6 +222,14 @@ int shelf_options_set_tls_ca(shelf_options_t* options, const char* pem_path) {
   return SHELF_OK;
 }
 
+int shelf_options_set_tls_client_cert(shelf_options_t* options, const char* cert_path,
+                                      const char* key_path) {
+  if (options == nullptr) return NullArg("shelf_options_set_tls_client_cert", "options");
+  options->options.tls_cert = cert_path == nullptr ? "" : cert_path;
+  options->options.tls_key = key_path == nullptr ? "" : key_path;
+  return SHELF_OK;
+}
+
 int shelf_options_set_threads(shelf_options_t* options, uint32_t transfer_threads,
                               uint32_t async_threads, uint32_t async_queue_max) {
   if (options == nullptr) return NullArg("shelf_options_set_threads", "options");

@@ -160,8 +160,7 @@ ClientImpl::~ClientImpl() {
 }
 
 absl::Status ClientImpl::Connect() {
-  TlsFiles tls;
-  tls.ca = options_.tls_ca;
+  TlsFiles tls{options_.tls_cert, options_.tls_key, options_.tls_ca};
   if (absl::StartsWith(options_.masters[0], "etcd://")) {
     absl::StatusOr<std::unique_ptr<MasterLocator>> loc = MasterLocator::Create(options_.masters[0]);
     if (!loc.ok()) {
@@ -259,8 +258,7 @@ absl::Status ClientImpl::LeaderStub(std::string* address,
   MutexLock lock(&leader_stubs_mu_);
   std::shared_ptr<v1::MasterService::Stub>& cached = leader_stubs_[*address];
   if (cached == nullptr) {
-    TlsFiles tls;
-    tls.ca = options_.tls_ca;
+    TlsFiles tls{options_.tls_cert, options_.tls_key, options_.tls_ca};
     absl::StatusOr<std::shared_ptr<grpc::Channel>> ch = MakeChannel(*address, tls);
     if (!ch.ok()) {
       leader_stubs_.erase(*address);

@@ -56,7 +56,33 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const TlsFiles& tls) {
+// Rejects a call whose metadata lacks the cluster token. gRPC runs it on
+// the call's initial metadata, before the handler's request message is
+// received and deserialized, so a caller without the token cannot make the
+// server buffer or parse a body.
+class TokenAuthProcessor : public grpc::AuthMetadataProcessor {
+ public:
+  explicit TokenAuthProcessor(std::string token) : token_(std::move(token)) {}
+  bool IsBlocking() const override { return false; }  // a constant-time compare
+  grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext*, OutputMetadata*,
+                       OutputMetadata*) override {
+    auto it = auth_metadata.find(kTokenHeader);
+    if (it == auth_metadata.end()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "this cluster needs a secret: pass --secret-file");
+    }
+    if (!ConstantTimeEqual(std::string(it->second.data(), it->second.size()), token_)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong cluster secret");
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::string token_;
+};
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const TlsFiles& tls, const std::string& token) {
   if (!tls.enabled()) return grpc::InsecureServerCredentials();
   if (tls.cert.empty() || tls.key.empty()) {
     return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
@@ -67,12 +93,16 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
   if (!key.ok()) return key.status();
   auto ca = ReadPem(tls.ca, "--tls-ca");
   if (!ca.ok()) return ca.status();
-  grpc::SslServerCredentialsOptions opts(ca->empty()
-                                             ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                                             : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
+  // With a CA: mutual TLS, a client without a certificate signed by it
+  // fails the handshake.
+  grpc::SslServerCredentialsOptions opts(
+      ca->empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                  : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   opts.pem_root_certs = *ca;
   opts.pem_key_cert_pairs.push_back({*key, *cert});
-  return grpc::SslServerCredentials(opts);
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(opts);
+  if (!token.empty()) creds->SetAuthMetadataProcessor(std::make_shared<TokenAuthProcessor>(token));
+  return creds;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const TlsFiles& tls) {
@@ -81,7 +111,10 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(con
   auto ca = ReadPem(tls.ca, "--tls-ca");
   if (!ca.ok()) return ca.status();
   opts.pem_root_certs = *ca;
-  if (!tls.cert.empty()) {
+  if (!tls.cert.empty() || !tls.key.empty()) {
+    if (tls.cert.empty() || tls.key.empty()) {
+      return absl::InvalidArgumentError("a client certificate needs both --tls-cert and --tls-key");
+    }
     auto cert = ReadPem(tls.cert, "--tls-cert");
     if (!cert.ok()) return cert.status();
     auto key = ReadPem(tls.key, "--tls-key");

@@ -36,7 +36,13 @@ struct TlsFiles {
   std::string ca;    // PEM CA bundle that signed the peer
   bool enabled() const { return !cert.empty() || !key.empty() || !ca.empty(); }
 };
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const TlsFiles& tls);
+// Server credentials. With TLS: `tls.ca` set means mutual TLS, every client
+// must present a certificate signed by that CA (verified during the
+// handshake); a non-empty `token` is checked by an AuthMetadataProcessor on
+// the call's metadata, before the request message is received and parsed,
+// for every method (health and reflection included).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const TlsFiles& tls, const std::string& token = "");
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const TlsFiles& tls);
 // A channel to HOST:PORT with Shelf's channel arguments (large messages,
 // keepalive, bounded reconnect backoff).

@@ -36,7 +36,7 @@ struct Globals {
   bool json = false;
   uint64_t timeout_ms = 5000;
   std::string secret_file;
-  std::string tls_ca;
+  std::string tls_ca, tls_cert, tls_key;
   std::string secret;
   // Command options.
   int64_t replicas = 1;
@@ -176,8 +176,7 @@ class Ctl {
   v1::AdminService::Stub* Stub(const std::string& address) {
     auto& stub = stubs_[address];
     if (stub == nullptr) {
-      TlsFiles tls;
-      tls.ca = g_.tls_ca;
+      TlsFiles tls{g_.tls_cert, g_.tls_key, g_.tls_ca};
       auto ch = MakeChannel(address, tls);
       if (!ch.ok()) return nullptr;
       stub = v1::AdminService::NewStub(*ch);
@@ -217,6 +216,8 @@ class Ctl {
     opts.secret = g_.secret;
     opts.timeout_ms = g_.timeout_ms;
     opts.tls_ca = g_.tls_ca;
+    opts.tls_cert = g_.tls_cert;
+    opts.tls_key = g_.tls_key;
     std::unique_ptr<Client> c;
     Status s = Client::Open(opts, &c);
     if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
@@ -588,6 +589,8 @@ absl::StatusOr<double> MeasureGetGbps(const Globals& g) {
   opts.secret = g.secret;
   opts.timeout_ms = std::max<uint64_t>(g.timeout_ms, 30000);
   opts.tls_ca = g.tls_ca;
+  opts.tls_cert = g.tls_cert;
+  opts.tls_key = g.tls_key;
   std::unique_ptr<Client> client;
   if (Status s = Client::Open(opts, &client); !s.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
@@ -648,6 +651,8 @@ int main(int argc, char** argv) {
   flags.AddDurationMs("timeout", &g.timeout_ms, "deadline of each call");
   flags.AddString("secret-file", &g.secret_file, "cluster secret");
   flags.AddString("tls-ca", &g.tls_ca, "PEM CA bundle: talk TLS to the master");
+  flags.AddString("tls-cert", &g.tls_cert, "PEM client certificate (masters with mutual TLS)");
+  flags.AddString("tls-key", &g.tls_key, "PEM private key of --tls-cert");
   flags.AddInt("replicas", &g.replicas, "put: replicas on distinct nodes");
   flags.AddBool("best-effort", &g.best_effort, "put: accept fewer replicas than asked");
   flags.AddSize("bytes", &g.bytes, "evict: bytes to evict");

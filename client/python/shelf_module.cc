@@ -218,7 +218,8 @@ PYBIND11_MODULE(_shelf, m) {
                        uint32_t async_queue_max, uint32_t tcp_streams_per_block,
                        const std::string& rdma_device, uint32_t rdma_port, int32_t rdma_gid_index,
                        uint32_t rdma_traffic_class, uint32_t rdma_service_level,
-                       uint32_t rdma_pkey_index) {
+                       uint32_t rdma_pkey_index, const std::string& tls_cert,
+                       const std::string& tls_key) {
              ClientOptions o;
              if (py::isinstance<py::str>(masters)) {
                std::string all = masters.cast<std::string>();
@@ -238,6 +239,8 @@ PYBIND11_MODULE(_shelf, m) {
              o.allow_shm = allow_shm;
              o.verify_checksums = verify_checksums;
              o.tls_ca = tls_ca;
+             o.tls_cert = tls_cert;
+             o.tls_key = tls_key;
              o.transfer_threads = transfer_threads;
              o.async_threads = async_threads;
              o.async_queue_max = async_queue_max;
@@ -257,7 +260,7 @@ PYBIND11_MODULE(_shelf, m) {
            py::arg("async_queue_max") = 256, py::arg("tcp_streams_per_block") = 4,
            py::arg("rdma_device") = "", py::arg("rdma_port") = 1, py::arg("rdma_gid_index") = -1,
            py::arg("rdma_traffic_class") = 0, py::arg("rdma_service_level") = 0,
-           py::arg("rdma_pkey_index") = 0)
+           py::arg("rdma_pkey_index") = 0, py::arg("tls_cert") = "", py::arg("tls_key") = "")
       .def(
           "put",
           [](PyClient& c, py::handle key, py::handle value, uint32_t replicas, bool best_effort,

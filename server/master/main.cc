@@ -75,6 +75,9 @@ int main(int argc, char** argv) {
   flags.AddString("ready-file", &ready_file, "write the bound HOST:PORT here once serving");
   bool insecure = false;
   flags.AddBool("insecure", &insecure, kInsecureHelp);
+  bool reflection = false;
+  flags.AddBool("grpc-reflection", &reflection,
+                "serve gRPC reflection (off: callers need the protos)");
   flags.AddString("etcd", &etcd,
                   "etcd endpoints http://HOST:PORT[,...]: elect one leader among masters");
   flags.AddString("cluster", &cluster, "cluster name: masters of one cluster elect one leader");
@@ -129,7 +132,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shelf-master: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  auto creds = ServerCredentials(tls);
+  auto creds = ServerCredentials(tls, AuthToken(secret));
   if (!creds.ok()) {
     std::fprintf(stderr, "shelf-master: %s\n", std::string(creds.status().message()).c_str());
     return 2;
@@ -178,7 +181,7 @@ int main(int argc, char** argv) {
   }
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, *creds, &port);

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   std::string master, secret_file, requirepass_file, admin_listen, ready_file;
   TlsOptions tls;
   std::string tls_auth_clients = "no";
+  std::string grpc_tls_ca, grpc_tls_cert, grpc_tls_key;
   int64_t replicas = 1, max_clients = 10000, threads = 16;
   uint64_t max_value = 512ull << 20, max_inflight = 2ull << 30, timeout_ms = 30000;
   Flags flags("shelf-resp",
@@ -88,6 +89,10 @@ int main(int argc, char** argv) {
   flags.AddString("ready-file", &ready_file,
                   "write the RESP HOST:PORT here once serving (the TLS one when there is no "
                   "plain listener; with both, the TLS one on a second line)");
+  flags.AddString("master-tls-ca", &grpc_tls_ca, "PEM CA bundle: talk TLS to the master");
+  flags.AddString("master-tls-cert", &grpc_tls_cert,
+                  "PEM client certificate for the master (mutual TLS)");
+  flags.AddString("master-tls-key", &grpc_tls_key, "PEM private key of --master-tls-cert");
   bool insecure = false;
   flags.AddBool("insecure", &insecure, kInsecureHelp);
   flags.ParseOrExit(argc, argv);
@@ -132,6 +137,9 @@ int main(int argc, char** argv) {
 
   ClientOptions copts;
   copts.timeout_ms = timeout_ms;
+  copts.tls_ca = grpc_tls_ca;
+  copts.tls_cert = grpc_tls_cert;
+  copts.tls_key = grpc_tls_key;
   // A static list, or one etcd:// spec: libshelf then follows the leader
   // etcd names, across failovers, without a restart.
   if (absl::StartsWith(master, "etcd://")) {

@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
   flags.AddString("ready-file", &ready_file, "write the data-plane HOST:PORT here once serving");
   flags.AddString("metrics-listen", &metrics_listen,
                   "HOST:PORT serving /metrics (Prometheus) and /health over HTTP (off when empty)");
-  bool insecure = false;
+  bool insecure = false, reflection = false;
+  flags.AddBool("grpc-reflection", &reflection, "serve gRPC reflection on --admin-listen");
   flags.AddBool("insecure", &insecure, kInsecureHelp);
   flags.ParseOrExit(argc, argv);
   opts.max_connections = static_cast<int>(max_connections);
@@ -127,7 +128,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<grpc::Server> admin;
   if (!admin_listen.empty()) {
     grpc::EnableDefaultHealthCheckService(true);
-    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    if (reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
     builder.AddListeningPort(admin_listen, grpc::InsecureServerCredentials());
     admin = builder.BuildAndStart();

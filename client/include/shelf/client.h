@@ -126,6 +126,10 @@ struct ClientOptions {
   uint32_t rdma_pkey_index = 0;
   bool verify_checksums = true;  // check every block read against its checksum
   std::string tls_ca;            // PEM file: use TLS to the master
+  // PEM files: the client certificate and key presented to a master that
+  // requires one (mutual TLS: its --tls-ca); both or neither.
+  std::string tls_cert;
+  std::string tls_key;
   // Threads that move the blocks of batch calls in parallel, shared by every
   // call of this client: a batch of blocks on remote stores is read over up
   // to this many pooled connections at once. 1..256.

@@ -105,6 +105,10 @@ int shelf_options_set_timeout_ms(shelf_options_t* options, uint64_t timeout_ms);
 int shelf_options_set_transports(shelf_options_t* options, int allow_tcp, int allow_shm);
 int shelf_options_set_verify_checksums(shelf_options_t* options, int verify);
 int shelf_options_set_tls_ca(shelf_options_t* options, const char* pem_path);
+/* PEM client certificate and key for a master that requires mutual TLS
+ * (NULL clears). */
+int shelf_options_set_tls_client_cert(shelf_options_t* options, const char* cert_path,
+                                      const char* key_path);
 int shelf_options_set_threads(shelf_options_t* options, uint32_t transfer_threads,
                               uint32_t async_threads, uint32_t async_queue_max);
 
