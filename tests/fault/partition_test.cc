@@ -71,7 +71,7 @@ class PartitionTest : public ::testing::Test {
         ns_->Wrap({std::string(SHELF_BIN_DIR) + "/shelf-store", "--master",
                    absl::StrCat(ns_->root_ip(), ":", port_), "--listen", ns_->ns_ip() + ":0",
                    "--dram-size", std::to_string(64ull << 20), "--node-id", "ns-store", "--run-dir",
-                   dir + "/ns-store.run", "--ready-file", ready, "--shm=false"});
+                   dir + "/ns-store.run", "--ready-file", ready, "--shm=false", "--insecure"});
     auto p = Process::Spawn(argv, dir + "/ns-store.log");
     if (!p.ok()) return p.status();
     ns_store_ = *std::move(p);
