@@ -273,3 +273,12 @@ def test_threads_share_one_client(client, unique):
     for t in threads:
         t.join(timeout=60)
     assert not errors, errors
+
+
+def test_a_client_certificate_needs_its_key(tmp_path):
+    # tls_cert/tls_key reach the channel: one without the other is refused
+    # before anything is sent.
+    cert = tmp_path / "client.pem"
+    cert.write_text("not used\n")
+    with pytest.raises(shelf.InvalidArgumentError, match="both --tls-cert and --tls-key"):
+        shelf.Client("127.0.0.1:1", tls_ca=str(cert), tls_cert=str(cert))
