@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
                       "a put that finds DRAM full waits this long for demotions before dropping");
   flags.AddDurationMs("demote-lead", &opts.demote_lead_ms,
                       "demote ahead: keep free the DRAM puts fill in this long (at least twice "
-                      "a store's measured demotion time)");
+                      "a store's measured demotion time; 0: the watermarks alone)");
   flags.AddDouble("demote-headroom-max", &opts.demote_headroom_max,
                   "most of a DRAM segment (0..1) kept free ahead of puts");
   flags.AddSize("block-bytes-max", &opts.block_bytes_max, "largest block accepted");

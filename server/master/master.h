@@ -78,6 +78,7 @@ struct MasterOptions {
   // Demotion ahead of need: a segment keeps free (or being demoted) the
   // bytes its puts fill in this long, at least twice the measured
   // order-to-report time of a demotion, at most demote_headroom_max of it.
+  // 0: the evict_high / evict_low watermarks alone.
   uint64_t demote_lead_ms = 100;
   double demote_headroom_max = 0.5;
   std::string grant_key;  // HMAC key for write grants; random if empty

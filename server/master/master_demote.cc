@@ -5,6 +5,7 @@
 // twice the measured order-to-durable-report time of a demotion on that
 // store when longer; never less than the --evict-high watermark leaves,
 // never more than --demote-headroom-max of the segment (docs/storage.md).
+// --demote-lead 0 leaves the fixed watermarks alone.
 #include <algorithm>
 #include <cmath>
 
@@ -39,11 +40,12 @@ void Master::NotePutBytesLocked(Segment* seg, uint64_t bytes, uint64_t now) {
 uint64_t Master::DemoteHeadroomLocked(const Node& n, Segment* seg, uint64_t now) {
   NotePutBytesLocked(seg, 0, now);  // rolls the rate window
   const double cap = static_cast<double>(seg->alloc->capacity());
+  double floor = (1 - options_.evict_high) * cap;
+  if (options_.demote_lead_ms == 0) return static_cast<uint64_t>(floor);  // watermarks only
   double lead_ms =
       std::max<double>(static_cast<double>(options_.demote_lead_ms), 2 * n.demote_turnaround_ms);
   double want =
       std::min(seg->put_bytes_per_s * lead_ms / 1000.0, options_.demote_headroom_max * cap);
-  double floor = (1 - options_.evict_high) * cap;
   return static_cast<uint64_t>(std::max(want, floor));
 }
 
