@@ -30,8 +30,12 @@ constexpr uint32_t kExtentMagic = 0x32445353;  // "SSD2": index entry of an exte
 constexpr size_t kExtentRecord = 32;
 constexpr uint64_t kAlign = 4096;
 // A write of up to this many bytes is one pwrite (the kernel queues all of
-// its device requests at once); the I/O pool overlaps successive blocks.
-constexpr uint64_t kChunk = 16ull << 20;
+// its device requests at once); a larger block's chunks, and successive
+// blocks, go to the I/O pool's threads in parallel.
+constexpr uint64_t kChunk = 4ull << 20;
+// A read of a block of two chunks or more is split into chunks of this
+// size, read in parallel.
+constexpr uint64_t kReadChunk = 2ull << 20;
 constexpr char kDataFile[] = "extents.dat";
 
 // Old format, two records per block: "b" + key holds the header and the
@@ -243,6 +247,7 @@ SsdTier::SsdTier(const Options& options, rocksdb::DB* db, int fd, bool direct_io
       fd_(fd),
       direct_io_(direct_io),
       pool_(std::make_unique<IoPool>(std::max(1, options.io_threads))),
+      read_pool_(std::make_unique<IoPool>(std::max(1, options.io_threads))),
       space_(options.capacity_bytes == 0
                  ? (1ull << 50)
                  : AlignUp(options.capacity_bytes) + options.capacity_bytes / 8 + (64ull << 20),
@@ -254,6 +259,7 @@ SsdTier::~SsdTier() {
     SHELF_LOG(WARNING) << "SSD tier sync at close failed" << Kv("error", s.message());
   }
   pool_.reset();  // every write has completed
+  read_pool_.reset();
   {
     MutexLock lock(&io_mu_);
     for (auto& [alloc, buf] : spare_) std::free(buf);
@@ -316,8 +322,9 @@ char* SsdTier::TakeBuffer(uint64_t alloc) {
 void SsdTier::ReleaseBuffer(char* buf, uint64_t alloc) {
   inflight_bytes_ -= alloc;
   // Kept for the next Put of the same size (no page faults on a fresh
-  // buffer), up to 64 MiB.
-  if (spare_bytes_ + alloc <= (64ull << 20)) {
+  // buffer), up to what may be in flight (at most 128 MiB): a steady
+  // stream of demotions allocates nothing.
+  if (spare_bytes_ + alloc <= std::min<uint64_t>(options_.max_inflight_bytes, 128ull << 20)) {
     spare_.emplace_back(alloc, buf);
     spare_bytes_ += alloc;
   } else {
@@ -561,14 +568,65 @@ absl::Status SsdTier::ReadExtent(const Loc& loc, std::string* out) {
   }
   if (b == nullptr)
     return absl::ResourceExhaustedError("SSD tier: out of memory for a read buffer");
-  // One O_DIRECT read: the kernel issues all of a large block's device
-  // requests at once, so it is already deep in the queue.
-  int err = FullIo(false, fd_, b, alloc, loc.offset);
-  if (err != 0) return Errno("extent read", err);
-  if (BlockChecksum(b, loc.size) != loc.checksum) {
-    return absl::DataLossError("checksum mismatch");
+  if (alloc < 2 * kReadChunk) {
+    // One O_DIRECT read; the checksum and the copy follow.
+    int err = FullIo(false, fd_, b, alloc, loc.offset);
+    if (err != 0) return Errno("extent read", err);
+    if (BlockChecksum(b, loc.size) != loc.checksum) {
+      return absl::DataLossError("checksum mismatch");
+    }
+    out->assign(b, loc.size);
+    return absl::OkStatus();
   }
-  out->assign(b, loc.size);
+  // A large block: its chunks are read in parallel (the read pool, and
+  // this thread for the first), and checksummed and copied out in order as
+  // they arrive, so the CPU work overlaps the reads still under way.
+  const size_t chunks = static_cast<size_t>((alloc + kReadChunk - 1) / kReadChunk);
+  struct Shared {
+    Mutex mu;
+    CondVar cv;
+    std::vector<int> err ABSL_GUARDED_BY(mu);  // -1 = not done yet, else 0 or an errno
+  };
+  auto shared = std::make_shared<Shared>();
+  {
+    MutexLock lock(&shared->mu);
+    shared->err.assign(chunks, -1);
+  }
+  for (size_t c = 1; c < chunks; ++c) {
+    uint64_t at = c * kReadChunk;
+    uint64_t n = std::min(kReadChunk, alloc - at);
+    read_pool_->Submit([this, shared, b, at, n, c, off = loc.offset] {
+      int e = FullIo(false, fd_, b + at, n, off + at);
+      {
+        MutexLock lock(&shared->mu);
+        shared->err[c] = e;
+      }
+      shared->cv.SignalAll();
+    });
+  }
+  int first = FullIo(false, fd_, b, std::min(kReadChunk, alloc), loc.offset);
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  out->clear();
+  out->reserve(loc.size);
+  int err = first;
+  for (size_t c = 0; c < chunks; ++c) {
+    if (c > 0) {
+      MutexLock lock(&shared->mu);
+      while (shared->err[c] < 0) shared->cv.Wait(&shared->mu);
+      if (err == 0) err = shared->err[c];
+    }
+    if (err != 0) continue;  // wait for the rest: they write into `b`
+    uint64_t at = c * kReadChunk;
+    uint64_t n = std::min(kReadChunk, loc.size - std::min(loc.size, at));
+    XXH3_64bits_update(&state, b + at, n);
+    out->append(b + at, n);
+  }
+  if (err != 0) {
+    out->clear();
+    return Errno("extent read", err);
+  }
+  if (XXH3_64bits_digest(&state) != loc.checksum) return absl::DataLossError("checksum mismatch");
   return absl::OkStatus();
 }
 

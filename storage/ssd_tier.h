@@ -66,9 +66,9 @@ class SsdTier {
     // tier already holds. Off where the file system has no O_DIRECT
     // (tmpfs): Open probes and falls back to buffered I/O.
     bool direct_io = true;
-    int io_threads = 8;                          // I/Os in flight
+    int io_threads = 8;  // writes in flight; as many threads again read chunks of large blocks
     uint64_t grow_bytes = 256ull << 20;          // the extent file grows by this much
-    uint64_t max_inflight_bytes = 256ull << 20;  // Put waits beyond this
+    uint64_t max_inflight_bytes = 128ull << 20;  // Put waits beyond this
     rocksdb::Env* env = nullptr;  // fault-injection seam for the index; null = default
   };
   struct Entry {
@@ -143,7 +143,8 @@ class SsdTier {
   const int fd_;  // the extent file
   const bool direct_io_;
   std::atomic<uint64_t> used_{0};
-  std::unique_ptr<IoPool> pool_;
+  std::unique_ptr<IoPool> pool_;       // extent writes
+  std::unique_ptr<IoPool> read_pool_;  // chunks of large extent reads
 
   Mutex sync_mu_;  // one Sync at a time
   Mutex mu_;

@@ -65,6 +65,11 @@ int main(int argc, char** argv) {
   flags.AddDouble("ssd-evict-low", &opts.ssd_evict_low, "SSD eviction stops below this fill");
   flags.AddDurationMs("demote-wait", &opts.demote_wait_ms,
                       "a put that finds DRAM full waits this long for demotions before dropping");
+  flags.AddDurationMs("demote-lead", &opts.demote_lead_ms,
+                      "demote ahead: keep free the DRAM puts fill in this long (at least twice "
+                      "a store's measured demotion time; 0: the watermarks alone)");
+  flags.AddDouble("demote-headroom-max", &opts.demote_headroom_max,
+                  "most of a DRAM segment (0..1) kept free ahead of puts");
   flags.AddSize("block-bytes-max", &opts.block_bytes_max, "largest block accepted");
   flags.AddSize("hard-pin-max", &opts.hard_pin_bytes_max,
                 "hard-pinned bytes allowed per node (0: 10% of its DRAM)");
@@ -103,6 +108,10 @@ int main(int argc, char** argv) {
   flags.AddInt("events-replay-batches", &events_replay_batches, "event batches kept for replay");
   flags.ParseOrExit(argc, argv);
 
+  if (!(opts.demote_headroom_max >= 0 && opts.demote_headroom_max < 1)) {
+    std::fprintf(stderr, "shelf-master: need 0 <= --demote-headroom-max < 1\n");
+    return 2;
+  }
   if (!(opts.evict_low > 0 && opts.evict_low < opts.evict_high && opts.evict_high <= 1) ||
       !(opts.ssd_evict_low > 0 && opts.ssd_evict_low < opts.ssd_evict_high &&
         opts.ssd_evict_high <= 1)) {

@@ -75,7 +75,13 @@ struct MasterOptions {
   uint64_t alignment = 4096;        // every DRAM range starts aligned
   uint64_t hard_pin_bytes_max = 0;  // per node; 0 = 10% of its DRAM
   uint64_t demote_wait_ms = 2000;   // PutStart waits this long for demotions to free room
-  std::string grant_key;            // HMAC key for write grants; random if empty
+  // Demotion ahead of need: a segment keeps free (or being demoted) the
+  // bytes its puts fill in this long, at least twice the measured
+  // order-to-report time of a demotion, at most demote_headroom_max of it.
+  // 0: the evict_high / evict_low watermarks alone.
+  uint64_t demote_lead_ms = 100;
+  double demote_headroom_max = 0.5;
+  std::string grant_key;  // HMAC key for write grants; random if empty
   // Every time the master reads (TTLs, leases, put and pin expiry, wall
   // times it reports) and every timed wait (PutStart waiting for room, a
   // heartbeat long poll). Must outlive the master.
@@ -252,6 +258,11 @@ class Master {
     std::unique_ptr<RangeAllocator> alloc;
     std::list<Object*> lru;       // front = least recently used
     uint64_t demoting_bytes = 0;  // allocated bytes whose demotion is ordered
+    // The put byte rate into this segment (master_demote.cc): bytes
+    // placed in the current window, and the smoothed rate of past ones.
+    uint64_t rate_window_start_ms = 0;
+    uint64_t rate_window_bytes = 0;
+    double put_bytes_per_s = 0;
     // Used bytes that eviction still has to act on.
     uint64_t settled_used() const { return alloc->used() - demoting_bytes; }
   };
@@ -267,6 +278,11 @@ class Master {
     uint64_t ssd_capacity = 0;
     uint64_t ssd_used = 0;              // as the master accounts it
     uint64_t ssd_failing_until_ms = 0;  // NowMs; no demotions before (a demotion failed)
+    // One demotion at a time is timed from order to durable report; its
+    // smoothed time sizes the demotion window (master_demote.cc).
+    uint64_t demote_probe_id = 0;  // move id; 0 = none out
+    uint64_t demote_probe_ms = 0;  // NowMs it was ordered
+    double demote_turnaround_ms = 0;
     std::list<Object*> ssd_lru;
     uint64_t hard_pinned_bytes = 0;
     std::vector<v1::TierMove> outbox;   // orders for the next heartbeat (wake it)
@@ -395,6 +411,23 @@ class Master {
   // used or nothing more is evictable. Returns bytes freed now.
   uint64_t EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target_used, EvictMode mode,
                               uint64_t now, v1::EvictResponse* stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Demotion ahead of need (master_demote.cc). Counts a put's bytes placed
+  // in `seg`.
+  void NotePutBytesLocked(Segment* seg, uint64_t bytes, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bytes `seg` keeps free or under demotion: its put rate times the lead
+  // time, at least what the --evict-high watermark leaves.
+  uint64_t DemoteHeadroomLocked(const Node& n, Segment* seg, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Orders demotions from `seg` when its free room (counting demotions
+  // under way as done) is below its headroom.
+  void DemoteAheadLocked(uint32_t node, Segment* seg, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Times demotion `move_id`, ordered now, if none is timed on `n`.
+  void NoteDemoteOrderedLocked(Node* n, uint64_t move_id, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteDemoteResultLocked(Node* n, uint64_t move_id, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `node` can take demotions now (an SSD tier that is not failing).
   bool CanDemoteLocked(const Node& n, uint64_t now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

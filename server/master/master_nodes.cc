@@ -80,6 +80,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   }
   n.ssd_capacity = req.ssd_capacity_bytes();
   n.ssd_used = 0;
+  n.demote_probe_id = 0;
   n.hard_pinned_bytes = 0;
   n.outbox.clear();
   n.notices.clear();
@@ -222,6 +223,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
     seg.demoting_bytes = 0;
   }
   n.ssd_used = 0;
+  n.demote_probe_id = 0;
   n.hard_pinned_bytes = 0;
   n.outbox.clear();
   n.notices.clear();
@@ -279,6 +281,7 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
 void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& result, uint64_t now) {
   Object* obj = FindLocked(result.key());
   Node& n = *nodes_[node];
+  NoteDemoteResultLocked(&n, result.move_id(), now);
   if (obj == nullptr) {
     // The object went away while the store worked (removed, or all its
     // replicas died). A demoted copy must not linger on SSD.
@@ -399,11 +402,9 @@ absl::StatusOr<Master::Replica> Master::AllocateOnNodeLocked(uint32_t node, uint
     Segment& seg = n.segments[si];
     if (seg.alloc->capacity() < size) continue;
     absl::StatusOr<uint64_t> off = seg.alloc->Allocate(size);
-    if (!off.ok() && !allow_drop && CanDemoteLocked(n, now)) {
+    if (!off.ok() && !allow_drop) {
       // Full: start demotions (they free room asynchronously).
-      EvictSegmentLocked(node, &seg,
-                         static_cast<uint64_t>(options_.evict_low * seg.alloc->capacity()),
-                         EvictMode::kDemote, now, nullptr);
+      DemoteAheadLocked(node, &seg, now);
     }
     if (!off.ok() && allow_drop) {
       // No room and no time left to wait: drop LRU victims here, one at a
@@ -421,14 +422,11 @@ absl::StatusOr<Master::Replica> Master::AllocateOnNodeLocked(uint32_t node, uint
       r.tier = v1::TIER_DRAM;
       r.segment = si;
       r.offset = *off;
-      // Past the high watermark: start demotions now rather than at the
-      // next tick, so headroom returns before writers run out of it.
-      if (seg.settled_used() > options_.evict_high * seg.alloc->capacity() &&
-          CanDemoteLocked(n, now)) {
-        EvictSegmentLocked(node, &seg,
-                           static_cast<uint64_t>(options_.evict_low * seg.alloc->capacity()),
-                           EvictMode::kDemote, now, nullptr);
-      }
+      // Short of headroom for the recent put rate: start demotions now
+      // rather than at the next tick, so room returns before writers run
+      // out of it.
+      NotePutBytesLocked(&seg, seg.alloc->RoundUp(size), now);
+      DemoteAheadLocked(node, &seg, now);
       return r;
     }
     last = off.status();
@@ -499,6 +497,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
         m.set_size(obj->size);
         m.set_checksum(obj->checksum);
         m.set_term(term_);
+        NoteDemoteOrderedLocked(&n, m.move_id(), now);
         n.outbox.push_back(std::move(m));
         rep->demoting = true;
         ++demotions_pending_;
@@ -660,11 +659,7 @@ void Master::Tick() {
     Node& n = *nodes_[i];
     if (n.state == v1::NODE_DEAD) continue;
     for (Segment& seg : n.segments) {
-      uint64_t cap = seg.alloc->capacity();
-      if (seg.settled_used() > options_.evict_high * cap && CanDemoteLocked(n, now)) {
-        EvictSegmentLocked(i, &seg, static_cast<uint64_t>(options_.evict_low * cap),
-                           EvictMode::kDemote, now, nullptr);
-      }
+      DemoteAheadLocked(i, &seg, now);
     }
     // The SSD tier has its own watermarks: drop its least recently used.
     if (n.ssd_capacity > 0 && n.ssd_used > options_.ssd_evict_high * n.ssd_capacity) {

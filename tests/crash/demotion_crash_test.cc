@@ -40,6 +40,9 @@ void StartRig(const char* kill_point, CrashRig* rig) {
   o.dram_bytes = 8ull << 20;
   o.ssd_bytes = 64ull << 20;
   o.bin_dir = SHELF_BIN_DIR;
+  // Demotions start at the fixed watermark only (not ahead of the put
+  // rate), so each test knows which puts and orders demote.
+  o.master_args = {"--demote-lead", "0"};
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   rig->cluster = *std::move(cluster);
