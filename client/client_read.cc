@@ -20,6 +20,11 @@ constexpr uint64_t kReleaseTimeoutMs = 1000;
 // may wait (beyond that, leases run out on their own).
 constexpr uint64_t kReleaseGatherMs = 2;
 constexpr size_t kReleaseQueueMax = 64 * 1024;
+// A cached read of a same-host DRAM block costs a round trip to its store
+// (the check after the copy), where a Lookup costs one round trip for the
+// whole batch: batches larger than this read such blocks through the
+// master. TCP reads cost a round trip per block either way.
+constexpr size_t kCachedShmBatchMax = 4;
 
 }  // namespace
 
@@ -231,9 +236,11 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
   } else {
     std::vector<size_t> hits;
     std::vector<v1::ObjectLocation> cached;
+    const bool large = keys.size() > kCachedShmBatchMax;
     for (size_t i = 0; i < keys.size(); ++i) {
       v1::ObjectLocation loc;
-      if (cache_->Get(*keys[i], &loc)) {
+      if (cache_->Get(*keys[i], &loc) && !(large && loc.replicas(0).tier() == v1::TIER_DRAM &&
+                                           shm_.Reaches(PeerOf(loc.replicas(0).store())))) {
         hits.push_back(i);
         cached.push_back(std::move(loc));
       } else {
