@@ -164,6 +164,9 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst, ui
     }
     uint64_t attempt_deadline = deadline_ms;
     if (n - i > 1) attempt_deadline = now + (deadline_ms - now) / static_cast<uint64_t>(n - i);
+    // A cached read that hangs (a frozen or cut-off store) must leave time
+    // for the fallback: the master's answer and the other replicas.
+    if (cached) attempt_deadline = now + (deadline_ms - now) / 2;
     absl::Status s = cached
                          ? ReadCachedReplica(loc, dst, attempt_deadline, &transport)
                          : ReadReplica(r, loc.key(), dst, loc.size(), attempt_deadline, &transport);
