@@ -22,6 +22,9 @@ constexpr uint32_t kTransferThreadsMax = 256;
 constexpr uint32_t kStreamsPerBlockMax = 16;
 constexpr uint32_t kAsyncThreadsMax = 64;
 constexpr uint32_t kAsyncQueueMax = 65536;
+// Keys a location cache may hold (each entry keeps one replica's endpoint,
+// a few hundred bytes).
+constexpr size_t kLocationCacheEntriesMax = 16 * 1024 * 1024;
 // ParallelFor helpers may queue behind each other; a few per thread keeps
 // every transfer thread busy without letting the queue grow unbounded.
 constexpr size_t kTransferQueuePerThread = 4;
@@ -79,6 +82,11 @@ absl::Status ValidateOptions(const ClientOptions& o) {
   if (o.async_queue_max < 1 || o.async_queue_max > kAsyncQueueMax) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientOptions.async_queue_max is ", o.async_queue_max, "; it takes 1..", kAsyncQueueMax));
+  }
+  if (o.location_cache_entries > kLocationCacheEntriesMax) {
+    return absl::InvalidArgumentError(absl::StrCat("ClientOptions.location_cache_entries is ",
+                                                   o.location_cache_entries, "; it takes 0..",
+                                                   kLocationCacheEntriesMax, " (0: off)"));
   }
   if (!o.allow_tcp && !o.allow_shm) {
     return absl::InvalidArgumentError("ClientOptions allows no transport (allow_tcp, allow_shm)");
@@ -140,6 +148,10 @@ ClientImpl::ClientImpl(const ClientOptions& options)
       tcp_(TcpEngineOptions(options)),
       shm_(options.secret),
       gpu_(2 * static_cast<size_t>(options.transfer_threads) + 2),
+      // Cached reads ask the store over TCP: without it, no cache.
+      cache_(options.location_cache_entries == 0 || !options.allow_tcp
+                 ? nullptr
+                 : std::make_unique<LocationCache>(options.location_cache_entries)),
       transfer_pool_(std::make_unique<ThreadPool>(
           options.transfer_threads, kTransferQueuePerThread * options.transfer_threads)),
       async_pool_(std::make_unique<ThreadPool>(options.async_threads, options.async_queue_max)) {
@@ -380,6 +392,9 @@ Status ClientImpl::Remove(const std::string& key, Deadline deadline) {
   v1::RemoveRequest req;
   req.add_keys(key);
   v1::RemoveResponse resp;
+  // This client's own removes leave its cache at once (a replace, remove
+  // then put, must not read the old block back from here).
+  if (cache_ != nullptr) cache_->Erase(key);
   absl::Status s = CallMaster(&v1::MasterService::Stub::Remove, req, &resp, deadline_ms);
   if (!s.ok()) return FromAbsl(s);
   if (resp.statuses_size() != 1) return Status(StatusCode::kInternal, "malformed response");
@@ -401,6 +416,9 @@ Status ClientImpl::BatchRemove(const std::vector<std::string>& keys, std::vector
     req.add_keys(k);
   }
   v1::RemoveResponse resp;
+  if (cache_ != nullptr) {
+    for (const std::string& k : keys) cache_->Erase(k);
+  }
   absl::Status s = CallMaster(&v1::MasterService::Stub::Remove, req, &resp, deadline_ms);
   if (!s.ok()) return FromAbsl(s);
   if (resp.statuses_size() != static_cast<int>(keys.size())) {
@@ -443,6 +461,8 @@ Status ClientImpl::RemoveMatching(const std::string& pattern, uint64_t* removed,
   if (removed != nullptr) *removed = 0;
   uint64_t deadline_ms = 0;
   if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
+  // Which keys match is the master's to say: forget every location.
+  if (cache_ != nullptr) cache_->Clear();
   v1::RemoveMatchingRequest req;
   req.set_pattern(pattern);
   req.set_regex(regex);
@@ -542,6 +562,10 @@ ClientStats ClientImpl::stats() const {
   s.checksum_mismatches = stats_.checksum_mismatches.load();
   s.replica_failovers = stats_.replica_failovers.load();
   s.bytes_staged_gpu = stats_.bytes_staged_gpu.load();
+  s.location_cache_hits = stats_.cache_hits.load();
+  s.location_cache_misses = stats_.cache_misses.load();
+  s.location_cache_fallbacks = stats_.cache_fallbacks.load();
+  s.location_cache_entries = cache_ == nullptr ? 0 : cache_->size();
   return s;
 }
 
@@ -564,7 +588,17 @@ ClientImpl::ClientMetrics::ClientMetrics(prom::Exposition& e)
           prom::AddUnlabelledCounter(e.registry(), "shelf_client_checksum_mismatches_total",
                                      "Replicas whose bytes failed the checksum (never returned)")),
       failovers(prom::AddUnlabelledCounter(e.registry(), "shelf_client_replica_failovers_total",
-                                           "Reads that moved on to another replica")) {}
+                                           "Reads that moved on to another replica")),
+      cache(prom::AddCounter(e.registry(), "shelf_client_location_cache_total",
+                             "Keys read by what the location cache did: hit (read without "
+                             "the master), miss, fallback (a cached read that went back to "
+                             "the master)")),
+      cache_hits(prom::Child(cache, {{"result", "hit"}})),
+      cache_misses(prom::Child(cache, {{"result", "miss"}})),
+      cache_fallbacks(prom::Child(cache, {{"result", "fallback"}})),
+      cache_entries(prom::Child(prom::AddGauge(e.registry(), "shelf_client_location_cache_entries",
+                                               "Keys whose location the client holds"),
+                                {})) {}
 
 void ClientImpl::RecordOp(Op op, const Status& s, uint64_t start_us) const {
   // The children are resolved on the first call of each op and result, then

@@ -112,12 +112,12 @@ absl::Status ClientImpl::BatchGetIntoPinned(const std::vector<GetIntoItem>& item
   std::vector<absl::Status> read;
   absl::Status s = LookupAndRead(
       keys, deadline_ms,
-      [&](size_t j, const v1::ObjectLocation& loc) {
+      [&](size_t j, const v1::ObjectLocation& loc, bool cached) {
         size_t i = sent[j];
         const BufferRegistry::Pin& pin = *(*pins)[i];
         found[i] = loc.size();
         return ReadToTarget(loc, ReadTarget{pin.data(), pin.length(), pin.gpu(), pin.device(), gpu},
-                            deadline_ms);
+                            deadline_ms, cached);
       },
       &read);
   if (!s.ok()) return s;

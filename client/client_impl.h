@@ -26,6 +26,7 @@
 #include "client/batch_state.h"
 #include "client/buffer_registry.h"
 #include "client/gpu_staging.h"
+#include "client/location_cache.h"
 #include "common/mutex.h"
 #include "common/prom.h"
 #include "common/thread_pool.h"
@@ -183,15 +184,26 @@ class ClientImpl final : public Client {
                            uint64_t deadline_ms, const char** transport);
   // Reads one object from the best replica that answers with the right
   // bytes. `dst` holds at least loc.size() bytes.
-  absl::Status ReadObject(const v1::ObjectLocation& loc, char* dst, uint64_t deadline_ms);
+  // `cached`: `loc` comes from the location cache (no lease protects its
+  // range): the store checks the generation, the client always the
+  // checksum, and any failure is the caller's cue to ask the master.
+  absl::Status ReadObject(const v1::ObjectLocation& loc, char* dst, uint64_t deadline_ms,
+                          bool cached = false);
   absl::Status ReadReplica(const v1::Replica& replica, const std::string& key, char* dst,
                            uint64_t size, uint64_t deadline_ms, const char** transport);
+  // A cached location's replica: READ_KEY (generation checked) over TCP,
+  // or a copy from the shared mapping that the store then confirms is
+  // still the key's current block (READ_KEY's check-only form).
+  absl::Status ReadCachedReplica(const v1::ObjectLocation& loc, char* dst, uint64_t deadline_ms,
+                                 const char** transport);
   // Reads into a target: OUT_OF_RANGE when the block does not fit.
   absl::Status ReadToTarget(const v1::ObjectLocation& loc, const ReadTarget& target,
-                            uint64_t deadline_ms);
-  // One Lookup for `keys`, then read(i, location) for each hit, in
-  // parallel. (*statuses)[i]: NOT_FOUND for a miss, else read's status.
-  using ReadFn = std::function<absl::Status(size_t, const v1::ObjectLocation&)>;
+                            uint64_t deadline_ms, bool cached = false);
+  // read(i, location, cached) for each key the location cache holds, then
+  // one Lookup for the others and those whose cached read failed, and
+  // read(i, location, false) for each hit, in parallel. (*statuses)[i]:
+  // NOT_FOUND for a miss, else read's status.
+  using ReadFn = std::function<absl::Status(size_t, const v1::ObjectLocation&, bool)>;
   absl::Status LookupAndRead(const std::vector<const std::string*>& keys, uint64_t deadline_ms,
                              const ReadFn& read, std::vector<absl::Status>* statuses);
   // Gives back the leases of `resp` (a Lookup answered at
@@ -239,6 +251,8 @@ class ClientImpl final : public Client {
   std::unique_ptr<transport::Engine> rdma_;
   BufferRegistry buffers_;
   GpuStaging gpu_;
+  // Null when ClientOptions.location_cache_entries is 0.
+  const std::unique_ptr<LocationCache> cache_;
   std::atomic<size_t> current_master_{0};
   // With locator_: a stub per leader address seen, kept for the client's
   // life (a cluster has a handful of masters).
@@ -250,7 +264,8 @@ class ClientImpl final : public Client {
   struct AtomicStats {
     std::atomic<uint64_t> bytes_stored{0}, bytes_loaded{0}, bytes_loaded_shm{0},
         bytes_loaded_tcp{0}, bytes_loaded_rdma{0}, bytes_loaded_ssd{0}, blocks_loaded_dram{0},
-        blocks_loaded_ssd{0}, checksum_mismatches{0}, replica_failovers{0}, bytes_staged_gpu{0};
+        blocks_loaded_ssd{0}, checksum_mismatches{0}, replica_failovers{0}, bytes_staged_gpu{0},
+        cache_hits{0}, cache_misses{0}, cache_fallbacks{0};
   };
   mutable AtomicStats stats_;
 
@@ -275,6 +290,11 @@ class ClientImpl final : public Client {
     prom::Counter& prefix_lookups;
     prom::Counter& checksum_mismatches;
     prom::Counter& failovers;
+    prom::Family<prom::Counter>& cache;
+    prom::Counter& cache_hits;
+    prom::Counter& cache_misses;
+    prom::Counter& cache_fallbacks;
+    prom::Gauge& cache_entries;
   };
   // The client's own metrics (one per Client, rendered by MetricsText()).
   std::unique_ptr<prom::Exposition> exposition_ = std::make_unique<prom::Exposition>();

@@ -1,6 +1,7 @@
 // ClientImpl: gets. One Lookup answers every key's replicas (same host first,
 // DRAM before SSD) with a read lease; the blocks are then read in parallel,
 // each from the first replica that answers with the right bytes.
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,11 @@ constexpr uint64_t kReleaseTimeoutMs = 1000;
 // may wait (beyond that, leases run out on their own).
 constexpr uint64_t kReleaseGatherMs = 2;
 constexpr size_t kReleaseQueueMax = 64 * 1024;
+// A cached read of a same-host DRAM block costs a round trip to its store
+// (the check after the copy), where a Lookup costs one round trip for the
+// whole batch: batches larger than this read such blocks through the
+// master. TCP reads cost a round trip per block either way.
+constexpr size_t kCachedShmBatchMax = 4;
 
 }  // namespace
 
@@ -104,11 +110,45 @@ absl::Status ClientImpl::ReadReplica(const v1::Replica& replica, const std::stri
   return MoveReplica(transport::OpKind::kRead, replica, nullptr, dst, size, deadline_ms, transport);
 }
 
-absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst,
-                                    uint64_t deadline_ms) {
+absl::Status ClientImpl::ReadCachedReplica(const v1::ObjectLocation& loc, char* dst,
+                                           uint64_t deadline_ms, const char** transport) {
+  const v1::Replica& r = loc.replicas(0);
+  const v1::StoreEndpoint& store = r.store();
+  // Both forms ask the store over TCP: a client that may not use it has no
+  // way to learn whether the cached location still holds the key.
+  *transport = "tcp";
+  if (!options_.allow_tcp || !Offers(store, v1::TRANSPORT_TCP)) {
+    return absl::UnavailableError("cached reads need the tcp transport, on both ends");
+  }
+  if (r.tier() == v1::TIER_DRAM) {
+    const transport::Peer peer = PeerOf(store);
+    if (shm_.Reaches(peer)) {
+      // Copy first, then ask: the store confirming afterwards that the key
+      // still has this generation, and the bytes matching the checksum
+      // (ReadObject), make the bytes the key's current block.
+      absl::Status s = MoveReplica(transport::OpKind::kRead, r, nullptr, dst, loc.size(),
+                                   deadline_ms, transport);
+      if (!s.ok()) return s;
+      if (std::strcmp(*transport, "shm") == 0) {
+        return tcp_.client().CheckKey(store.data_address(), loc.key(), loc.size(), loc.generation(),
+                                      deadline_ms);
+      }
+      // The copy went over another transport (a stale mapping): read again
+      // by key, where the store checks the generation.
+    }
+  }
+  *transport = "tcp";
+  return tcp_.client().ReadKey(store.data_address(), loc.key(), loc.size(), dst, deadline_ms,
+                               loc.generation());
+}
+
+absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst, uint64_t deadline_ms,
+                                    bool cached) {
   absl::Status last = absl::UnavailableError("the block has no reachable replica");
   bool mismatch = false;
-  const int n = loc.replicas_size();
+  // A cached location has one replica; its failure sends the read back to
+  // the master, which knows the others.
+  const int n = cached ? std::min(loc.replicas_size(), 1) : loc.replicas_size();
   for (int i = 0; i < n; ++i) {
     const v1::Replica& r = loc.replicas(i);
     if (i > 0) stats_.replica_failovers.fetch_add(1);
@@ -124,7 +164,12 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst,
     }
     uint64_t attempt_deadline = deadline_ms;
     if (n - i > 1) attempt_deadline = now + (deadline_ms - now) / static_cast<uint64_t>(n - i);
-    absl::Status s = ReadReplica(r, loc.key(), dst, loc.size(), attempt_deadline, &transport);
+    // A cached read that hangs (a frozen or cut-off store) must leave time
+    // for the fallback: the master's answer and the other replicas.
+    if (cached) attempt_deadline = now + (deadline_ms - now) / 2;
+    absl::Status s = cached
+                         ? ReadCachedReplica(loc, dst, attempt_deadline, &transport)
+                         : ReadReplica(r, loc.key(), dst, loc.size(), attempt_deadline, &transport);
     if (!s.ok()) {
       last = s;
       continue;
@@ -135,9 +180,13 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst,
       last = absl::DeadlineExceededError("read lease expired during the read");
       continue;
     }
-    bool verify = options_.verify_checksums || r.tier() == v1::TIER_SSD;
+    // No lease protects a cached location's range: its bytes are always
+    // checked.
+    bool verify = options_.verify_checksums || r.tier() == v1::TIER_SSD || cached;
     if (verify && BlockChecksum(dst, loc.size()) != loc.checksum()) {
-      stats_.checksum_mismatches.fetch_add(1);
+      // A cached location's range may hold another block by now (the
+      // store's records lag): that is a fallback, not a corrupt replica.
+      if (!cached) stats_.checksum_mismatches.fetch_add(1);
       mismatch = true;
       last = absl::DataLossError(
           absl::StrCat("checksum mismatch from store ", r.store().data_address()));
@@ -163,16 +212,16 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst,
 }
 
 absl::Status ClientImpl::ReadToTarget(const v1::ObjectLocation& loc, const ReadTarget& target,
-                                      uint64_t deadline_ms) {
+                                      uint64_t deadline_ms, bool cached) {
   if (loc.size() > target.capacity) {
     return absl::OutOfRangeError(absl::StrCat("block of ", loc.size(),
                                               " bytes does not fit the buffer of ", target.capacity,
                                               " bytes; nothing was read"));
   }
-  if (!target.gpu) return ReadObject(loc, target.data, deadline_ms);
+  if (!target.gpu) return ReadObject(loc, target.data, deadline_ms, cached);
   absl::StatusOr<GpuStaging::Bounce> bounce = gpu_.Acquire(loc.size(), deadline_ms);
   if (!bounce.ok()) return bounce.status();
-  if (absl::Status s = ReadObject(loc, bounce->data(), deadline_ms); !s.ok()) return s;
+  if (absl::Status s = ReadObject(loc, bounce->data(), deadline_ms, cached); !s.ok()) return s;
   absl::Status s = gpu_.ToDevice(target.device, target.data, *bounce, loc.size(), target.sync);
   if (s.ok()) stats_.bytes_staged_gpu.fetch_add(loc.size());
   return s;
@@ -183,20 +232,71 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
                                        std::vector<absl::Status>* statuses) {
   statuses->assign(keys.size(), absl::OkStatus());
   if (keys.empty()) return absl::OkStatus();
+  // Keys to ask the master about: those the cache does not hold, and those
+  // whose cached read failed for any reason.
+  std::vector<size_t> ask;
+  if (cache_ == nullptr) {
+    ask.resize(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) ask[i] = i;
+  } else {
+    std::vector<size_t> hits;
+    std::vector<v1::ObjectLocation> cached;
+    const bool large = keys.size() > kCachedShmBatchMax;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      v1::ObjectLocation loc;
+      if (cache_->Get(*keys[i], &loc) && !(large && loc.replicas(0).tier() == v1::TIER_DRAM &&
+                                           shm_.Reaches(PeerOf(loc.replicas(0).store())))) {
+        hits.push_back(i);
+        cached.push_back(std::move(loc));
+      } else {
+        ask.push_back(i);
+      }
+    }
+    if (!hits.empty()) {
+      Parallel(hits.size(),
+               [&](size_t j) { (*statuses)[hits[j]] = read(hits[j], cached[j], true); });
+    }
+    uint64_t fallbacks = 0;
+    for (size_t i : hits) {
+      if ((*statuses)[i].ok()) continue;
+      cache_->Erase(*keys[i]);
+      ask.push_back(i);
+      ++fallbacks;
+    }
+    std::sort(ask.begin(), ask.end());
+    stats_.cache_hits.fetch_add(hits.size() - fallbacks);
+    stats_.cache_misses.fetch_add(ask.size() - fallbacks);
+    stats_.cache_fallbacks.fetch_add(fallbacks);
+    metrics_.cache_hits.Increment(static_cast<double>(hits.size() - fallbacks));
+    metrics_.cache_misses.Increment(static_cast<double>(ask.size() - fallbacks));
+    metrics_.cache_fallbacks.Increment(static_cast<double>(fallbacks));
+  }
+  if (ask.empty()) return absl::OkStatus();
   v1::LookupRequest req;
-  for (const std::string* k : keys) req.add_keys(*k);
+  for (size_t i : ask) req.add_keys(*keys[i]);
   req.set_client_host_id(HostId());
   v1::LookupResponse resp;
   absl::Status s = CallMaster(&v1::MasterService::Stub::Lookup, req, &resp, deadline_ms);
   if (!s.ok()) return s;
   const uint64_t leased_at_unix_ms = UnixMs();
-  if (resp.objects_size() != static_cast<int>(keys.size())) {
+  if (resp.objects_size() != static_cast<int>(ask.size())) {
     return absl::InternalError("malformed lookup response");
   }
-  Parallel(keys.size(), [&](size_t i) {
-    const v1::ObjectLocation& loc = resp.objects(static_cast<int>(i));
-    (*statuses)[i] = loc.found() ? read(i, loc) : absl::NotFoundError("no such key");
+  Parallel(ask.size(), [&](size_t j) {
+    const size_t i = ask[j];
+    const v1::ObjectLocation& loc = resp.objects(static_cast<int>(j));
+    (*statuses)[i] = loc.found() ? read(i, loc, false) : absl::NotFoundError("no such key");
   });
+  if (cache_ != nullptr) {
+    for (const v1::ObjectLocation& loc : resp.objects()) {
+      if (loc.found()) {
+        cache_->Put(loc);
+      } else {
+        cache_->Erase(loc.key());
+      }
+    }
+    metrics_.cache_entries.Set(static_cast<double>(cache_->size()));
+  }
   ReleaseLeases(resp, leased_at_unix_ms);
   return absl::OkStatus();
 }
@@ -264,9 +364,10 @@ Status ClientImpl::GetInto(const std::string& key, void* buffer, size_t capacity
   std::vector<absl::Status> statuses;
   absl::Status s = LookupAndRead(
       {&key}, deadline_ms,
-      [&](size_t, const v1::ObjectLocation& loc) {
+      [&](size_t, const v1::ObjectLocation& loc, bool cached) {
         if (size != nullptr) *size = loc.size();
-        return ReadToTarget(loc, ReadTarget{static_cast<char*>(buffer), capacity}, deadline_ms);
+        return ReadToTarget(loc, ReadTarget{static_cast<char*>(buffer), capacity}, deadline_ms,
+                            cached);
       },
       &statuses);
   return FromAbsl(s.ok() ? statuses[0] : s);
@@ -307,10 +408,10 @@ Status ClientImpl::BatchGet(const std::vector<std::string>& keys, std::vector<st
   std::vector<absl::Status> results;
   absl::Status s = LookupAndRead(
       key_ptrs, deadline_ms,
-      [&](size_t i, const v1::ObjectLocation& loc) {
+      [&](size_t i, const v1::ObjectLocation& loc, bool cached) {
         std::string& v = (*values)[i];
         v.resize(loc.size());
-        return ReadObject(loc, v.data(), deadline_ms);
+        return ReadObject(loc, v.data(), deadline_ms, cached);
       },
       &results);
   if (!s.ok()) {

@@ -220,6 +220,24 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
                          absl::StrCat("READ_KEY needs a key of 1..", kKeyBytesMax, " bytes")),
                      nullptr, 0);
       }
+      if (h.segment_id & ~wire::kReadKeyCheckOnly) {
+        return Reply(fd, h, absl::InvalidArgumentError("READ_KEY: unknown flags"), nullptr, 0);
+      }
+      // DRAM first: a block with a DRAM record is sent from the segment,
+      // like a READ, after its generation is checked.
+      absl::StatusOr<DataHandler::Region> dram = handler_->DramKey(extra, h.offset);
+      if (dram.ok() && h.length != 0 && dram->size != h.length) {
+        dram = absl::FailedPreconditionError(
+            absl::StrCat("DRAM block is ", dram->size, " bytes, expected ", h.length));
+      }
+      if (h.segment_id == wire::kReadKeyCheckOnly) return Reply(fd, h, dram.status(), nullptr, 0);
+      if (dram.ok()) {
+        handler_->OnRead(dram->size);
+        return Reply(fd, h, absl::OkStatus(), dram->base, dram->size);
+      }
+      if (dram.status().code() != absl::StatusCode::kNotFound) {
+        return Reply(fd, h, dram.status(), nullptr, 0);
+      }
       std::string value;
       absl::Status s = handler_->ReadKey(extra, &value);
       if (s.ok() && h.length != 0 && value.size() != h.length) {

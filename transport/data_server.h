@@ -40,6 +40,15 @@ class DataHandler {
                                   uint64_t length) = 0;
   // Reads a block of the SSD tier. NOT_FOUND if absent, DATA_LOSS if corrupt.
   virtual absl::Status ReadKey(absl::string_view key, std::string* out) = 0;
+  // Where the DRAM segment holds the committed block `key`, as the store's
+  // records say (they follow the master's notices, which may lag a commit
+  // or a remove by up to a heartbeat). NOT_FOUND without a record;
+  // FAILED_PRECONDITION when `generation` and the record's are both
+  // non-zero and differ (the key was replaced). The bytes are not checked:
+  // the reader verifies them against its checksum.
+  virtual absl::StatusOr<Region> DramKey(absl::string_view key, uint64_t generation) {
+    return absl::NotFoundError("no DRAM records");
+  }
   // Accounting hooks for DRAM-segment reads and writes (ReadKey accounts
   // for its own).
   virtual void OnRead(uint64_t bytes) {}

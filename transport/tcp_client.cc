@@ -209,7 +209,19 @@ absl::Status TcpDataClient::Write(const std::string& address, const wire::Grant&
 }
 
 absl::Status TcpDataClient::ReadKey(const std::string& address, absl::string_view key,
-                                    uint64_t length, char* dst, uint64_t deadline_ms) {
+                                    uint64_t length, char* dst, uint64_t deadline_ms,
+                                    uint64_t generation) {
+  return KeyOp(address, key, length, generation, dst, deadline_ms);
+}
+
+absl::Status TcpDataClient::CheckKey(const std::string& address, absl::string_view key,
+                                     uint64_t length, uint64_t generation, uint64_t deadline_ms) {
+  return KeyOp(address, key, length, generation, nullptr, deadline_ms);
+}
+
+absl::Status TcpDataClient::KeyOp(const std::string& address, absl::string_view key,
+                                  uint64_t length, uint64_t generation, char* dst,
+                                  uint64_t deadline_ms) {
   uint64_t left = 0;
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
   absl::StatusOr<int> fd = Acquire(address, deadline_ms);
@@ -222,14 +234,17 @@ absl::Status TcpDataClient::ReadKey(const std::string& address, absl::string_vie
     req.request_id = next_request_id_++;
   }
   req.length = length;
+  req.offset = generation;
+  req.segment_id = dst == nullptr ? wire::kReadKeyCheckOnly : 0;
   req.extra_len = static_cast<uint32_t>(key.size());
   struct iovec rest[1] = {{const_cast<char*>(key.data()), key.size()}};
   wire::Header resp;
   absl::Status s = Exchange(*fd, req, rest, 1, &resp);
-  if (s.ok() && resp.length != length) {
+  const uint64_t want = dst == nullptr ? 0 : length;
+  if (s.ok() && resp.length != want) {
     s = absl::UnavailableError("store answered a key read with the wrong length");
   }
-  if (s.ok()) s = ReadFull(*fd, dst, length);
+  if (s.ok() && dst != nullptr) s = ReadFull(*fd, dst, length);
   Release(address, *fd, s.ok() || StoreAnswered(s));
   return WithPeer(s, address);
 }

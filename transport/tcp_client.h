@@ -65,9 +65,16 @@ class TcpDataClient {
   // are then sent again one at a time, so each gets its own status.
   void WriteMany(const std::string& address, absl::Span<const WriteRequest> writes,
                  uint64_t deadline_ms, std::vector<absl::Status>* statuses);
-  // Reads an SSD-tier block of exactly `length` bytes by key into dst.
+  // Reads a committed block of exactly `length` bytes by key into dst (the
+  // store's DRAM record first, then its SSD tier). `generation` non-zero:
+  // FAILED_PRECONDITION when the store's DRAM record of the key has
+  // another (the key was replaced). NOT_FOUND when the store has neither.
   absl::Status ReadKey(const std::string& address, absl::string_view key, uint64_t length,
-                       char* dst, uint64_t deadline_ms);
+                       char* dst, uint64_t deadline_ms, uint64_t generation = 0);
+  // OK iff the store's DRAM record of `key` is of `length` bytes and (when
+  // non-zero) `generation`; no bytes move. Errors as ReadKey's.
+  absl::Status CheckKey(const std::string& address, absl::string_view key, uint64_t length,
+                        uint64_t generation, uint64_t deadline_ms);
   // Round trip on one connection (connects and authenticates if needed).
   absl::Status Ping(const std::string& address, uint64_t deadline_ms);
   // Drops every pooled connection to `address` (e.g. after a store died).
@@ -84,6 +91,9 @@ class TcpDataClient {
                                           uint64_t deadline_ms);
 
  private:
+  // READ_KEY; dst null: the check-only form.
+  absl::Status KeyOp(const std::string& address, absl::string_view key, uint64_t length,
+                     uint64_t generation, char* dst, uint64_t deadline_ms);
   absl::StatusOr<int> Acquire(const std::string& address, uint64_t deadline_ms);
   void Release(const std::string& address, int fd, bool reusable);
   absl::Status Connect(const std::string& address, uint64_t deadline_ms, int* fd);

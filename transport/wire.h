@@ -28,17 +28,24 @@ inline constexpr size_t kNonceBytes = 16;
 inline constexpr uint64_t kPayloadBytesMax = 1ull << 32;  // one op moves at most 4 GiB
 
 enum class Op : uint8_t {
-  kHello = 1,    // server -> client on accept; extra = nonce
-  kAuth = 2,     // client -> server; extra = mac (0 or 32 bytes)
-  kRead = 3,     // read [offset, offset+length) of segment_id
-  kWrite = 4,    // write; extra = encoded grant; payload = length bytes
-  kReadKey = 5,  // read a block of the SSD tier; extra = key
+  kHello = 1,  // server -> client on accept; extra = nonce
+  kAuth = 2,   // client -> server; extra = mac (0 or 32 bytes)
+  kRead = 3,   // read [offset, offset+length) of segment_id
+  kWrite = 4,  // write; extra = encoded grant; payload = length bytes
+  // Read a committed block by key, DRAM first, then SSD; extra = key,
+  // offset = expected generation (0: any), segment_id = kReadKeyCheckOnly
+  // or 0.
+  kReadKey = 5,
   kPing = 6,
   // Sets up the RDMA connection of this TCP connection: extra = the
   // client's RDMA connection info; response payload = the store's. The
   // store's queue pair lives as long as the TCP connection.
   kRdmaConnect = 7,
 };
+
+// READ_KEY flag (in segment_id): answer whether the store's DRAM record of
+// the key has the generation asked, without the bytes.
+inline constexpr uint32_t kReadKeyCheckOnly = 1;
 
 struct Header {
   uint32_t magic = kMagic;

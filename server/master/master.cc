@@ -216,6 +216,7 @@ void Master::FillLocation(const Object& obj, const std::string& key, const std::
   out->set_found(true);
   out->set_size(obj.size);
   out->set_checksum(obj.checksum);
+  out->set_generation(obj.generation);
   // Order: same host first, then DRAM before SSD (stable among equals).
   absl::InlinedVector<std::pair<int, const Replica*>, 4> order;
   for (const Replica& r : obj.replicas) {
@@ -443,6 +444,8 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
     if (inserted) {
       obj.size = put.size;
       obj.checksum = put.checksum;
+      // Unique across terms as well: a later leader's put ids start over.
+      obj.generation = (term_ << 40) ^ id;
       if (!put.parent_key.empty() || put.event_info != nullptr) {
         obj.extra = std::make_unique<ObjectExtra>();
         obj.extra->parent_key = std::move(put.parent_key);
@@ -694,6 +697,7 @@ void Master::NoticeLocked(const Object& obj, const Replica& r, bool record) {
   m.set_size(obj.size);
   m.set_checksum(obj.checksum);
   m.set_term(term_);
+  m.set_generation(obj.generation);
   n.notices.push_back(std::move(m));
 }
 

@@ -246,6 +246,11 @@ class Master {
     // Leases granted since the lease last ran out and not yet given back;
     // the lease ends at lease_until_ms or when this drops to 0.
     uint32_t lease_holders = 0;
+    // Which commit of the key this is (a replace, remove then put, gets a
+    // new one): told to stores in RECORD notices and to readers in
+    // lookups, which cache it; READ_KEY checks it. 0: unknown (learned
+    // from an inventory that did not say).
+    uint64_t generation = 0;
     // Out of line: most blocks carry none, and an empty std::string costs
     // 32 bytes in every object.
     std::unique_ptr<ObjectExtra> extra;

@@ -136,6 +136,7 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
     known = EmplaceLocked(e.key()).first;
     known->size = e.size();
     known->checksum = e.checksum();
+    known->generation = e.generation();
     known->last_access_ms = now;
   } else if (known->size != e.size() || known->checksum != e.checksum()) {
     // Same key, other bytes: keys are content addresses, so one copy is
@@ -182,6 +183,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
         e.set_offset(r.offset);
         e.set_size(obj->size);
         e.set_checksum(obj->checksum);
+        e.set_generation(obj->generation);
       }
     }
     reps.erase(

@@ -11,6 +11,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "common/hmac.h"
@@ -314,6 +315,19 @@ absl::Status Store::ReadKey(absl::string_view key, std::string* out) {
   return s;
 }
 
+absl::StatusOr<DataHandler::Region> Store::DramKey(absl::string_view key, uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto k = dram_by_key_.find(key);
+  if (k == dram_by_key_.end()) return absl::NotFoundError("no DRAM record of the key");
+  const Record& r = dram_records_.at(k->second);
+  if (generation != 0 && r.generation != 0 && generation != r.generation) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the key was replaced: generation ", r.generation, ", not ", generation));
+  }
+  if (!segment_->Contains(k->second, r.size)) return absl::NotFoundError("record outside segment");
+  return Region{segment_->data() + k->second, r.size};
+}
+
 v1::MasterService::Stub* Store::Master(std::string* address) {
   *address = locator_->Current();
   if (address->empty()) return nullptr;  // etcd names no leader yet
@@ -366,7 +380,7 @@ absl::Status Store::Register() {
       const Record& r = it->second;
       if (!segment_->Contains(it->first, r.size) ||
           BlockChecksum(segment_->data() + it->first, r.size) != r.checksum) {
-        it = dram_records_.erase(it);
+        it = EraseRecordLocked(it);
         continue;
       }
       v1::InventoryEntry* inv = req.add_inventory();
@@ -376,6 +390,7 @@ absl::Status Store::Register() {
       inv->set_tier(v1::TIER_DRAM);
       inv->set_segment_id(kSegmentId);
       inv->set_offset(it->first);
+      inv->set_generation(r.generation);
       ++it;
     }
   }
@@ -481,7 +496,9 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
           metrics_.demotions_ok.Increment();
           std::lock_guard<std::mutex> lock(mu_);
           auto rec = dram_records_.find(move.offset());
-          if (rec != dram_records_.end() && rec->second.key == move.key()) dram_records_.erase(rec);
+          if (rec != dram_records_.end() && rec->second.key == move.key()) {
+            EraseRecordLocked(rec);
+          }
         } else {
           metrics_.demotions_failed.Increment();
           if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Increment();
@@ -566,7 +583,7 @@ void Store::NoteLocked(const v1::TierMove& notice) {
   uint64_t start = notice.offset();
   if (notice.kind() == v1::TierMove::FORGET) {
     auto it = dram_records_.find(start);
-    if (it != dram_records_.end() && it->second.key == notice.key()) dram_records_.erase(it);
+    if (it != dram_records_.end() && it->second.key == notice.key()) EraseRecordLocked(it);
     return;
   }
   // RECORD: drop any record overlapping the new block's range.
@@ -576,8 +593,23 @@ void Store::NoteLocked(const v1::TierMove& notice) {
     auto prev = std::prev(it);
     if (prev->first + prev->second.size > start) it = prev;
   }
-  while (it != dram_records_.end() && it->first < end) it = dram_records_.erase(it);
-  dram_records_[start] = Record{notice.key(), notice.size(), notice.checksum()};
+  while (it != dram_records_.end() && it->first < end) it = EraseRecordLocked(it);
+  // One record per key: an older range of the same key (a promotion's, a
+  // replace whose FORGET has not come yet) is no longer its current copy.
+  if (auto k = dram_by_key_.find(notice.key()); k != dram_by_key_.end()) {
+    EraseRecordLocked(dram_records_.find(k->second));
+  }
+  auto [rec, inserted] = dram_records_.emplace(
+      start, Record{notice.key(), notice.size(), notice.checksum(), notice.generation()});
+  SHELF_CHECK(inserted);
+  dram_by_key_[rec->second.key] = start;
+}
+
+std::map<uint64_t, Store::Record>::iterator Store::EraseRecordLocked(
+    std::map<uint64_t, Record>::iterator it) {
+  auto k = dram_by_key_.find(it->second.key);
+  if (k != dram_by_key_.end() && k->second == it->first) dram_by_key_.erase(k);
+  return dram_records_.erase(it);
 }
 
 void Store::MoverLoop() {

@@ -23,7 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/clock.h"
 #include "common/prom.h"
 #include "common/rpc.h"
@@ -88,6 +90,7 @@ class Store : public DataHandler {
   absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                           uint64_t length) override;
   absl::Status ReadKey(absl::string_view key, std::string* out) override;
+  absl::StatusOr<Region> DramKey(absl::string_view key, uint64_t generation) override;
   void OnRead(uint64_t bytes) override { metrics_.read_dram_tcp.Increment(bytes); }
   void OnWrite(uint64_t bytes) override { metrics_.written_dram_tcp.Increment(bytes); }
   SsdTier* ssd() const { return ssd_.get(); }
@@ -168,11 +171,16 @@ class Store : public DataHandler {
     std::string key;
     uint64_t size;
     uint64_t checksum;
+    uint64_t generation;  // 0: unknown (a promotion's record)
   };
   std::map<uint64_t, Record> dram_records_;  // guarded by mu_
-  uint64_t max_term_ = 0;                    // guarded by mu_: orders from older terms are refused
-  std::deque<Promotion> promotions_;         // guarded by mu_: bounded by kPromotionsMax
-  bool moving_ = false;                      // guarded by mu_: a move is running
+  // dram_records_ by key (views into its nodes), for READ_KEY of DRAM
+  // blocks. Updated with it: only through NoteLocked and EraseRecordLocked.
+  absl::flat_hash_map<absl::string_view, uint64_t> dram_by_key_;  // guarded by mu_
+  std::map<uint64_t, Record>::iterator EraseRecordLocked(std::map<uint64_t, Record>::iterator it);
+  uint64_t max_term_ = 0;             // guarded by mu_: orders from older terms are refused
+  std::deque<Promotion> promotions_;  // guarded by mu_: bounded by kPromotionsMax
+  bool moving_ = false;               // guarded by mu_: a move is running
   std::condition_variable moves_cv_;
   std::condition_variable stop_cv_;  // notified (under mu_) when stopping_ is set or results_ grow
   uint64_t leader_changes_ = 0;      // guarded by mu_: new leaders etcd named (MasterLocator)

@@ -18,6 +18,9 @@ namespace shelf::bench {
 class Samples {
  public:
   void Add(double v) { values_.push_back(v); }
+  void Merge(const Samples& other) {
+    values_.insert(values_.end(), other.values_.begin(), other.values_.end());
+  }
   size_t count() const { return values_.size(); }
   double Percentile(double p) {
     if (values_.empty()) return 0;

@@ -3,11 +3,16 @@
 //
 // Three systems run every row, one right after another, so each Shelf row
 // has a Redis row measured moments before it on the same machine:
-//   redis  redis-server (persistence off) through hiredis: SET/GET, and one
-//          pipeline of SETs/GETs for the batched rows
+//   redis  as many redis-servers (persistence off) as the cluster has
+//          stores, keys sharded client-side, through hiredis: SET/GET, and
+//          for batched rows pipelines cut to --redis-pipeline-bytes, sent
+//          to every server at once (RedisShards)
 //   shm    libshelf with its defaults: a same-host store is written and read
 //          through its shared-memory segment (one memcpy)
 //   tcp    libshelf with allow_shm=false: the TCP data plane over loopback
+// Shelf get rows run twice: cold (clients without a location cache: every
+// get asks the master) and warm (shm-warm, tcp-warm: clients whose location
+// cache holds every key, read once before the row).
 // A row is (put|get, block size, threads, single|batch). A put row writes
 // new keys (a key that exists makes a Shelf put free, so rewriting one
 // would measure nothing); the get row reads those keys back; then they are
@@ -38,6 +43,7 @@
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
 #include "tools/bench/bench_util.h"
+#include "tools/bench/kv_support.h"
 #include "tools/bench/redis_peer.h"
 
 namespace shelf::bench {
@@ -48,36 +54,6 @@ namespace {
 
 constexpr const char* kSystems[] = {"redis", "shm", "tcp"};
 constexpr uint64_t kIdsPerThreadShift = 32;  // key ids of thread t start at t << 32
-// Block contents: one random pattern; the first 8 bytes carry the block's
-// id, so a reader checks the bytes and that it got the block it asked for.
-// Every get is checked: the id, and an XXH3 of the other bytes against the
-// pattern's, computed once per block size (one pass over the data, about
-// the cost of the memcpy a get makes anyway).
-class Blocks {
- public:
-  Blocks(size_t max_bytes, const std::vector<uint64_t>& sizes) : bytes_(max_bytes) {
-    BlockPattern(max_bytes).Fill(0, bytes_.data());
-    for (uint64_t size : sizes) {
-      if (size >= 8) tail_checksums_[size] = BlockChecksum(bytes_.data() + 8, size - 8);
-    }
-  }
-  void Fill(uint64_t id, char* out, size_t size) const {
-    std::memcpy(out, bytes_.data(), size);
-    Stamp(id, out);
-  }
-  static void Stamp(uint64_t id, char* out) { std::memcpy(out, &id, sizeof(id)); }
-  bool Check(uint64_t id, const char* data, size_t got, size_t want) const {
-    if (got != want || want < 8 || std::memcmp(data, &id, sizeof(id)) != 0) return false;
-    auto it = tail_checksums_.find(want);
-    if (it == tail_checksums_.end()) return std::memcmp(data + 8, bytes_.data() + 8, want - 8) == 0;
-    return BlockChecksum(data + 8, want - 8) == it->second;
-  }
-
- private:
-  std::vector<char> bytes_;
-  std::map<uint64_t, uint64_t> tail_checksums_;  // block size -> XXH3 of bytes [8, size)
-};
-
 struct Row {
   std::string system;
   bool put = false;
@@ -187,8 +163,8 @@ void RunRow(const Config& cfg, uint64_t quota, Row* row, Op op) {
 // The handles of one system for one row.
 struct Target {
   std::string system;
-  std::vector<Client*> clients;                   // Shelf: per thread (may all be the same)
-  std::vector<std::unique_ptr<RedisConn>> redis;  // Redis: per thread
+  std::vector<Client*> clients;                     // Shelf: per thread (may all be the same)
+  std::vector<std::unique_ptr<RedisShards>> redis;  // Redis: per thread
   bool redis_system() const { return system == "redis"; }
 };
 
@@ -220,7 +196,7 @@ void PutRow(const Config& cfg, const Blocks& blocks, const std::string& prefix, 
     uint64_t index = warmup ? (1ull << (kIdsPerThreadShift - 1)) : i * per_op;
     uint64_t first = (static_cast<uint64_t>(t) << kIdsPerThreadShift) + index;
     if (target->redis_system()) {
-      RedisConn* conn = target->redis[t].get();
+      RedisShards* conn = target->redis[t].get();
       absl::Status s;
       if (!batch) {
         Blocks::Stamp(first, base);
@@ -337,7 +313,7 @@ void GetRow(const Config& cfg, const Blocks& blocks, const std::string& prefix,
     std::vector<bool> ok(n_blocks, false);
     if (target->redis_system()) {
       size_t missing = 0;
-      absl::Status s = target->redis[t]->PipelinedGet(keys, &vals, &missing);
+      absl::Status s = target->redis[t]->PipelinedGet(keys, row->size, &vals, &missing);
       if (!s.ok()) {
         r.error = std::string(s.message());
       } else {
@@ -410,35 +386,28 @@ void Prewarm(const Blocks& blocks, uint64_t max_size, const std::string& prefix,
   Cleanup(prefix, ids, target);
 }
 
-absl::StatusOr<std::vector<uint64_t>> ParseSizes(const std::string& text) {
-  std::vector<uint64_t> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    absl::StatusOr<uint64_t> v = ParseSize(part);
-    if (!v.ok()) return v.status();
-    if (*v < 8 || *v > (1ull << 30)) {
-      return absl::InvalidArgumentError(absl::StrCat("block size ", part, " not in 8B..1GiB"));
+// Fills the location caches of `clients` with the row's keys (untimed):
+// two passes, a heartbeat apart, so a key the store had not yet recorded
+// by key at the first is cached at the second.
+void FillCaches(const std::string& prefix, const std::vector<uint64_t>& ids,
+                const std::vector<Client*>& clients) {
+  std::vector<Client*> distinct = clients;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  for (int pass = 0; pass < 2 && !StopRequested(); ++pass) {
+    if (pass == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    for (Client* c : distinct) {
+      std::vector<std::string> keys, values;
+      std::vector<Status> statuses;
+      for (size_t i = 0; i < ids.size(); i += kBatchItemsMax) {
+        keys.clear();
+        for (size_t j = i; j < std::min(ids.size(), i + kBatchItemsMax); ++j) {
+          keys.push_back(KeyOf(prefix, ids[j]));
+        }
+        c->BatchGet(keys, &values, &statuses).ok();  // best effort: misses stay cold
+      }
     }
-    out.push_back(*v);
   }
-  if (out.empty()) return absl::InvalidArgumentError("no block sizes");
-  return out;
-}
-
-absl::StatusOr<std::vector<int>> ParseInts(const std::string& text, int lo, int hi) {
-  std::vector<int> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    int v = 0;
-    if (!absl::SimpleAtoi(part, &v) || v < lo || v > hi) {
-      return absl::InvalidArgumentError(absl::StrCat("'", part, "' is not in ", lo, "..", hi));
-    }
-    out.push_back(v);
-  }
-  if (out.empty()) return absl::InvalidArgumentError("empty list");
-  return out;
-}
-
-std::string Ratio(double shelf, double redis) {
-  return redis > 0 ? absl::StrFormat("%.2fx", shelf / redis) : "-";
 }
 
 }  // namespace
@@ -448,6 +417,8 @@ int KvBench(int argc, char** argv) {
   std::string redis_binary = "/usr/bin/redis-server", systems_text = "redis,shm,tcp";
   int64_t stores = 2, batch = 16;
   uint64_t dram_size = 1536ull << 20, row_bytes_max = 256ull << 20;
+  int64_t redis_servers = 0;
+  uint64_t redis_pipeline_bytes = 4ull << 20;
   double seconds = 1.0;
   bool quick = false, json_only = false, no_redis = false, client_per_thread = false;
   Flags flags("shelf-bench kv",
@@ -468,6 +439,10 @@ int KvBench(int argc, char** argv) {
                 "give each thread its own Client (default: one Client shared by all threads)");
   flags.AddString("redis-server", &redis_binary, "redis-server binary for the baseline");
   flags.AddBool("no-redis", &no_redis, "skip the Redis rows");
+  flags.AddInt("redis-servers", &redis_servers,
+               "redis-servers of the baseline, keys sharded over them (0: as many as --stores)");
+  flags.AddSize("redis-pipeline-bytes", &redis_pipeline_bytes,
+                "values per Redis pipeline of a batched row, at most (at least one value)");
   flags.AddString("systems", &systems_text, "systems to run, of redis,shm,tcp");
   flags.AddBool("quick", &quick,
                 "tiny run for smoke tests: 64KiB,1MiB x 1,4 threads, 0.2 s rows, small stores");
@@ -522,7 +497,9 @@ int KvBench(int argc, char** argv) {
     master = cluster->master_address();
   }
   std::string redis_note;
-  std::unique_ptr<RedisServer> redis;
+  std::vector<std::unique_ptr<RedisServer>> redis;
+  std::vector<int> redis_ports;
+  if (redis_servers <= 0) redis_servers = cluster ? stores : 1;
   std::string scratch_dir;
   no_redis = no_redis || !absl::StrContains(systems_text, "redis");
   if (!no_redis) {
@@ -531,12 +508,18 @@ int KvBench(int argc, char** argv) {
       char tmpl[] = "/tmp/shelf-bench-redis-XXXXXX";
       if (mkdtemp(tmpl) != nullptr) scratch_dir = dir = tmpl;
     }
-    auto r = RedisServer::Start(redis_binary, dir.empty() ? "/tmp" : dir);
-    if (r.ok()) {
-      redis = *std::move(r);
-    } else {
-      redis_note = std::string(r.status().message());
-      std::fprintf(stderr, "shelf-bench kv: no Redis baseline: %s\n", redis_note.c_str());
+    for (int64_t i = 0; i < redis_servers && redis_note.empty(); ++i) {
+      std::string d = absl::StrCat(dir.empty() ? "/tmp" : dir, "/redis-", i);
+      std::filesystem::create_directories(d);
+      auto r = RedisServer::Start(redis_binary, d);
+      if (r.ok()) {
+        redis_ports.push_back((*r)->port());
+        redis.push_back(*std::move(r));
+      } else {
+        redis_note = std::string(r.status().message());
+        std::fprintf(stderr, "shelf-bench kv: no Redis baseline: %s\n", redis_note.c_str());
+        redis.clear();
+      }
     }
   } else {
     redis_note = "--no-redis";
@@ -544,10 +527,11 @@ int KvBench(int argc, char** argv) {
 
   // Clients: per system, one shared or one per thread.
   std::vector<std::unique_ptr<Client>> clients;
-  auto open_client = [&](bool shm) -> Client* {
+  auto open_client = [&](bool shm, size_t cache_entries) -> Client* {
     ClientOptions o;
     o.masters = {master};
     o.allow_shm = shm;
+    o.location_cache_entries = cache_entries;
     o.timeout_ms = cfg.timeout_ms;
     std::unique_ptr<Client> c;
     if (Status s = Client::Open(o, &c); !s.ok()) {
@@ -558,6 +542,7 @@ int KvBench(int argc, char** argv) {
     return clients.back().get();
   };
   std::vector<Target> targets;
+  std::map<std::string, Target> warm_targets;  // by cold system
   for (const char* sys : kSystems) {
     if (!absl::StrContains(absl::StrCat(",", systems_text, ","), absl::StrCat(",", sys, ","))) {
       continue;
@@ -565,9 +550,9 @@ int KvBench(int argc, char** argv) {
     Target t;
     t.system = sys;
     if (t.redis_system()) {
-      if (redis == nullptr) continue;
+      if (redis.empty()) continue;
       for (int i = 0; i < max_threads; ++i) {
-        auto conn = RedisConn::Connect(redis->port());
+        auto conn = RedisShards::Connect(redis_ports, redis_pipeline_bytes);
         if (!conn.ok()) {
           std::fprintf(stderr, "shelf-bench kv: %s\n",
                        std::string(conn.status().message()).c_str());
@@ -577,10 +562,14 @@ int KvBench(int argc, char** argv) {
       }
     } else {
       bool shm = t.system == "shm";
+      Target& warm = warm_targets[t.system];
+      warm.system = t.system + "-warm";
       for (int i = 0; i < max_threads; ++i) {
-        Client* c = (i == 0 || cfg.client_per_thread) ? open_client(shm) : t.clients[0];
-        if (c == nullptr) return 1;
+        Client* c = (i == 0 || cfg.client_per_thread) ? open_client(shm, 0) : t.clients[0];
+        Client* w = (i == 0 || cfg.client_per_thread) ? open_client(shm, 1 << 20) : warm.clients[0];
+        if (c == nullptr || w == nullptr) return 1;
         t.clients.push_back(c);
+        warm.clients.push_back(w);
       }
     }
     targets.push_back(std::move(t));
@@ -601,7 +590,8 @@ int KvBench(int argc, char** argv) {
     }
   }
   std::vector<Row> rows;
-  size_t total_rows = cfg.sizes.size() * cfg.threads.size() * 2 * targets.size() * 2;
+  size_t total_rows = cfg.sizes.size() * cfg.threads.size() * 2 * targets.size() * 3;
+  const std::string load_start = LoadAverage();
   Progress progress("kv", total_rows);
   auto print_row = [&](const Row& r, double redis_gbps) {
     if (json_only) return;
@@ -621,6 +611,9 @@ int KvBench(int argc, char** argv) {
                 absl::StrFormat("%.1f s", cfg.seconds).c_str(),
                 cfg.client_per_thread ? ", a Client per thread" : ", one shared Client");
     if (!redis_note.empty()) std::printf("  (no Redis rows: %s)\n", redis_note.c_str());
+    std::printf("  redis: %zu servers, keys sharded by hash, pipelines of at most %s\n",
+                redis.size(), FormatBytes(redis_pipeline_bytes).c_str());
+    std::printf("  load average at start: %s (an idle machine reads near 0)\n", load_start.c_str());
     std::printf("\n  %-4s %-6s %7s %3s  %-5s %8s %9s %9s %9s  %7s\n", "op", "mode", "block", "thr",
                 "sys", "GB/s", "blocks/s", "p50 us", "p99 us", "vs redis");
   }
@@ -657,6 +650,15 @@ int KvBench(int argc, char** argv) {
           if (target.redis_system()) redis_gbps[1] = get.gbps();
           print_row(get, redis_gbps[1]);
           rows.push_back(get);
+          if (auto w = warm_targets.find(target.system);
+              w != warm_targets.end() && !written.empty() && !StopRequested()) {
+            FillCaches(prefix, written, w->second.clients);
+            Row warm{w->second.system, false, batch_mode, size, nthreads};
+            warm.batch_n = put.batch_n;
+            GetRow(cfg, blocks, prefix, written, &w->second, &warm);
+            print_row(warm, redis_gbps[1]);
+            rows.push_back(warm);
+          }
           Cleanup(prefix, written, &target);
           done += 2;
           if (json_only || !isatty(STDOUT_FILENO)) progress.Update(done, "");
@@ -676,8 +678,9 @@ int KvBench(int argc, char** argv) {
     }
     return nullptr;
   };
-  double mins[2][2] = {{0, 0}, {0, 0}};  // [shm|tcp][get|put]
-  bool have[2][2] = {{false, false}, {false, false}};
+  const char* const kShelf[] = {"shm", "tcp", "shm-warm", "tcp-warm"};
+  double mins[4][2] = {};  // [kShelf][get|put]
+  bool have[4][2] = {};
   uint64_t errors = 0, mismatches = 0;
   std::string first_error;
   Json row_json = Json::array();
@@ -702,7 +705,8 @@ int KvBench(int argc, char** argv) {
     if (base != nullptr && base->gbps() > 0) {
       double ratio = r.gbps() / base->gbps();
       o["vs_redis"] = ratio;
-      int s = r.system == "shm" ? 0 : 1;
+      int s = 0;
+      while (s < 3 && r.system != kShelf[s]) ++s;
       int p = r.put ? 1 : 0;
       if (r.size >= (1ull << 20)) {
         mins[s][p] = have[s][p] ? std::min(mins[s][p], ratio) : ratio;
@@ -718,9 +722,11 @@ int KvBench(int argc, char** argv) {
   }
   if (!json_only) {
     std::printf("\n  Shelf/Redis GB/s, smallest over the rows of 1 MiB blocks and up:\n");
-    std::printf("    get: shm %s, tcp %s\n",
-                have[0][0] ? absl::StrFormat("%.2fx", mins[0][0]).c_str() : "-",
-                have[1][0] ? absl::StrFormat("%.2fx", mins[1][0]).c_str() : "-");
+    auto min_text = [&](int s, int p) {
+      return have[s][p] ? absl::StrFormat("%.2fx", mins[s][p]) : std::string("-");
+    };
+    std::printf("    get: shm %s, tcp %s; warm: shm %s, tcp %s\n", min_text(0, 0).c_str(),
+                min_text(1, 0).c_str(), min_text(2, 0).c_str(), min_text(3, 0).c_str());
     std::printf("    put: shm %s, tcp %s\n",
                 have[0][1] ? absl::StrFormat("%.2fx", mins[0][1]).c_str() : "-",
                 have[1][1] ? absl::StrFormat("%.2fx", mins[1][1]).c_str() : "-");
@@ -734,7 +740,13 @@ int KvBench(int argc, char** argv) {
   }
   Json o = Json::object();
   o["bench"] = "kv";
-  o["redis"] = redis != nullptr;
+  o["redis"] = !redis.empty();
+  o["redis_servers"] = redis.size();
+  o["redis_pipeline_bytes"] = redis_pipeline_bytes;
+  o["load_avg_start"] = load_start;
+  o["load_avg_end"] = LoadAverage();
+  if (have[2][0]) o["shm_warm_vs_redis_min"] = mins[2][0];
+  if (have[3][0]) o["tcp_warm_vs_redis_min"] = mins[3][0];
   o["stopped"] = StopRequested();
   o["seconds_per_row"] = cfg.seconds;
   o["batch"] = cfg.batch;
@@ -754,9 +766,11 @@ int KvBench(int argc, char** argv) {
   o["errors"] = errors;
   o["mismatches"] = mismatches;
   o["rows"] = row_json;
+  if (!json_only) std::printf("  load average at end: %s\n", LoadAverage().c_str());
   targets.clear();
+  warm_targets.clear();
   clients.clear();
-  redis.reset();
+  redis.clear();
   cluster.reset();
   if (!scratch_dir.empty()) {
     std::error_code ec;

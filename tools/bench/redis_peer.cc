@@ -5,8 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -188,6 +190,56 @@ absl::Status RedisConn::FlushAll() {
   return absl::OkStatus();
 }
 
+absl::Status RedisConn::AppendSets(const std::vector<const RedisItem*>& items) {
+  for (const RedisItem* it : items) {
+    if (redisAppendCommand(ctx_, "SET %b %b", it->key.data(), it->key.size(), it->data, it->size) !=
+        REDIS_OK) {
+      return ContextError(ctx_, "SET");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RedisConn::ReadSetReplies(size_t n) {
+  absl::Status first = absl::OkStatus();
+  for (size_t i = 0; i < n; ++i) {
+    void* r = nullptr;
+    if (redisGetReply(ctx_, &r) != REDIS_OK) return ContextError(ctx_, "SET");
+    Reply rep(r);
+    if (rep.r->type == REDIS_REPLY_ERROR && first.ok()) first = ReplyError(rep.r, "SET");
+  }
+  return first;
+}
+
+absl::Status RedisConn::AppendGets(const std::vector<const std::string*>& keys) {
+  for (const std::string* k : keys) {
+    if (redisAppendCommand(ctx_, "GET %b", k->data(), k->size()) != REDIS_OK) {
+      return ContextError(ctx_, "GET");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RedisConn::ReadGetReplies(const std::vector<std::string*>& values, size_t* missing) {
+  absl::Status first = absl::OkStatus();
+  for (std::string* v : values) {
+    void* r = nullptr;
+    if (redisGetReply(ctx_, &r) != REDIS_OK) return ContextError(ctx_, "GET");
+    Reply rep(r);
+    if (rep.r->type == REDIS_REPLY_STRING) {
+      v->assign(rep.r->str, rep.r->len);
+    } else {
+      v->clear();
+      if (rep.r->type == REDIS_REPLY_NIL) {
+        ++*missing;
+      } else if (first.ok()) {
+        first = ReplyError(rep.r, "GET");
+      }
+    }
+  }
+  return first;
+}
+
 #else  // !SHELF_BENCH_HAVE_HIREDIS
 
 bool RedisSupported() { return false; }
@@ -218,7 +270,107 @@ absl::Status RedisConn::PipelinedGet(const std::vector<std::string>&, std::vecto
   return absl::UnimplementedError("built without hiredis");
 }
 absl::Status RedisConn::FlushAll() { return absl::UnimplementedError("built without hiredis"); }
+absl::Status RedisConn::AppendSets(const std::vector<const RedisItem*>&) {
+  return absl::UnimplementedError("built without hiredis");
+}
+absl::Status RedisConn::ReadSetReplies(size_t) {
+  return absl::UnimplementedError("built without hiredis");
+}
+absl::Status RedisConn::AppendGets(const std::vector<const std::string*>&) {
+  return absl::UnimplementedError("built without hiredis");
+}
+absl::Status RedisConn::ReadGetReplies(const std::vector<std::string*>&, size_t*) {
+  return absl::UnimplementedError("built without hiredis");
+}
 
 #endif  // SHELF_BENCH_HAVE_HIREDIS
+
+absl::StatusOr<std::unique_ptr<RedisShards>> RedisShards::Connect(const std::vector<int>& ports,
+                                                                  size_t pipeline_bytes) {
+  if (ports.empty()) return absl::InvalidArgumentError("no redis-servers");
+  auto shards = std::make_unique<RedisShards>();
+  shards->pipeline_bytes_ = pipeline_bytes;
+  for (int port : ports) {
+    absl::StatusOr<std::unique_ptr<RedisConn>> c = RedisConn::Connect(port);
+    if (!c.ok()) return c.status();
+    shards->conns_.push_back(*std::move(c));
+  }
+  return shards;
+}
+
+size_t RedisShards::Shard(const std::string& key) const {
+  return std::hash<std::string>{}(key) % conns_.size();
+}
+
+std::vector<std::vector<std::vector<size_t>>> RedisShards::Rounds(
+    const std::vector<size_t>& shard_of, size_t value_bytes) const {
+  const size_t per_pipeline =
+      std::max<size_t>(1, pipeline_bytes_ / std::max<size_t>(1, value_bytes));
+  std::vector<std::vector<size_t>> by_shard(conns_.size());
+  for (size_t i = 0; i < shard_of.size(); ++i) by_shard[shard_of[i]].push_back(i);
+  std::vector<std::vector<std::vector<size_t>>> rounds;
+  for (size_t s = 0; s < by_shard.size(); ++s) {
+    for (size_t start = 0, r = 0; start < by_shard[s].size(); start += per_pipeline, ++r) {
+      if (rounds.size() <= r) rounds.emplace_back(conns_.size());
+      size_t end = std::min(by_shard[s].size(), start + per_pipeline);
+      rounds[r][s].assign(by_shard[s].begin() + start, by_shard[s].begin() + end);
+    }
+  }
+  return rounds;
+}
+
+absl::Status RedisShards::PipelinedSet(const std::vector<RedisItem>& items) {
+  std::vector<size_t> shard_of(items.size());
+  for (size_t i = 0; i < items.size(); ++i) shard_of[i] = Shard(items[i].key);
+  absl::Status first = absl::OkStatus();
+  for (const auto& round : Rounds(shard_of, items.empty() ? 1 : items[0].size)) {
+    for (size_t s = 0; s < round.size(); ++s) {
+      if (round[s].empty()) continue;
+      std::vector<const RedisItem*> part;
+      for (size_t i : round[s]) part.push_back(&items[i]);
+      if (absl::Status st = conns_[s]->AppendSets(part); !st.ok()) return st;
+    }
+    for (size_t s = 0; s < round.size(); ++s) {
+      if (round[s].empty()) continue;
+      absl::Status st = conns_[s]->ReadSetReplies(round[s].size());
+      if (!st.ok() && first.ok()) first = st;
+    }
+  }
+  return first;
+}
+
+absl::Status RedisShards::PipelinedGet(const std::vector<std::string>& keys, size_t value_bytes,
+                                       std::vector<std::string>* values, size_t* missing) {
+  values->resize(keys.size());
+  *missing = 0;
+  std::vector<size_t> shard_of(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) shard_of[i] = Shard(keys[i]);
+  absl::Status first = absl::OkStatus();
+  for (const auto& round : Rounds(shard_of, value_bytes)) {
+    for (size_t s = 0; s < round.size(); ++s) {
+      if (round[s].empty()) continue;
+      std::vector<const std::string*> part;
+      for (size_t i : round[s]) part.push_back(&keys[i]);
+      if (absl::Status st = conns_[s]->AppendGets(part); !st.ok()) return st;
+    }
+    for (size_t s = 0; s < round.size(); ++s) {
+      if (round[s].empty()) continue;
+      std::vector<std::string*> out;
+      for (size_t i : round[s]) out.push_back(&(*values)[i]);
+      absl::Status st = conns_[s]->ReadGetReplies(out, missing);
+      if (!st.ok() && first.ok()) first = st;
+    }
+  }
+  return first;
+}
+
+absl::Status RedisShards::FlushAll() {
+  absl::Status first = absl::OkStatus();
+  for (auto& c : conns_) {
+    absl::Status st = c->FlushAll();
+    if (!st.ok() && first.ok()) first = st;
+  }
+  return first;
+}
 
 }  // namespace shelf::bench

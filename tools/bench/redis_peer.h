@@ -87,10 +87,51 @@ class RedisConn {
   absl::Status PipelinedGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
                             size_t* missing);
   absl::Status FlushAll();
+  // The halves of a pipeline: send every command, then read every reply
+  // (values[i] as PipelinedGet's). Lets a caller keep several connections'
+  // pipelines in flight at once.
+  absl::Status AppendSets(const std::vector<const RedisItem*>& items);
+  absl::Status ReadSetReplies(size_t n);
+  absl::Status AppendGets(const std::vector<const std::string*>& keys);
+  absl::Status ReadGetReplies(const std::vector<std::string*>& values, size_t* missing);
 
  private:
   explicit RedisConn(redisContext* ctx) : ctx_(ctx) {}
   redisContext* ctx_;
+};
+
+// One bench thread's view of several redis-servers: a connection to each,
+// keys sharded by hash, as a client library shards a Redis fleet. Batches
+// are cut into pipelines of at most `pipeline_bytes` of values (the most
+// one Shelf data-plane request carries); each round sends one pipeline to
+// every server that has one left before reading any reply, so the servers
+// work in parallel as Shelf's stores do. One thread at a time.
+class RedisShards {
+ public:
+  // Connects to every port; UNAVAILABLE if one cannot be reached.
+  static absl::StatusOr<std::unique_ptr<RedisShards>> Connect(const std::vector<int>& ports,
+                                                              size_t pipeline_bytes);
+  size_t Shard(const std::string& key) const;
+  RedisConn* conn(size_t shard) { return conns_[shard].get(); }
+  absl::Status Set(const std::string& key, const void* data, size_t size) {
+    return conns_[Shard(key)]->Set(key, data, size);
+  }
+  absl::Status GetInto(const std::string& key, void* buffer, size_t capacity, size_t* size) {
+    return conns_[Shard(key)]->GetInto(key, buffer, capacity, size);
+  }
+  absl::Status PipelinedSet(const std::vector<RedisItem>& items);
+  // values[i] is empty for a missing key; `missing` counts them.
+  absl::Status PipelinedGet(const std::vector<std::string>& keys, size_t value_bytes,
+                            std::vector<std::string>* values, size_t* missing);
+  // FLUSHALL on every server.
+  absl::Status FlushAll();
+
+ private:
+  // The items of each pipeline round: per shard, the indexes it sends.
+  std::vector<std::vector<std::vector<size_t>>> Rounds(const std::vector<size_t>& shard_of,
+                                                       size_t value_bytes) const;
+  std::vector<std::unique_ptr<RedisConn>> conns_;
+  size_t pipeline_bytes_ = 0;
 };
 
 }  // namespace shelf::bench

@@ -246,11 +246,14 @@ absl::Status SampleCapacity(const std::string& master, const Chains& chains, siz
 }  // namespace
 
 int ReplayCompare(const std::vector<std::string>& args);  // replay_compare.cc
+// replay_clients.cc: the replay by `clients` concurrent clients.
+int ReplayClients(const std::string& master, const std::vector<TraceRequest>& reqs, int clients,
+                  uint64_t block_bytes, double speed, bool json_only);
 
 int Replay(int argc, char** argv) {
   std::string trace = DefaultTracePath();
   std::string master, model, work_dir, plot;
-  int64_t requests = 1500, stores = 2;
+  int64_t requests = 1500, stores = 2, clients = 1;
   uint64_t block_bytes = 256 << 10;
   uint64_t dram_size = 256ull << 20, ssd_size = 2ull << 30;
   double speed = 0, prefill_tokens_per_s = 8000;
@@ -272,6 +275,9 @@ int Replay(int argc, char** argv) {
   flags.AddDouble("prefill-tokens-per-s", &prefill_tokens_per_s,
                   "GPU prefill rate used to value the tokens served from cache");
   flags.AddBool("json-only", &json_only, "print only the JSON line");
+  flags.AddInt("clients", &clients,
+               "concurrent replay clients, each its own Client taking every Nth request "
+               "(1..64; above 1 reports latencies and hit ratio only)");
   flags.AddString("work-dir", &work_dir, "keep the started cluster's logs and data here");
   std::string master_flags;
   flags.AddString("master-flags", &master_flags,
@@ -312,6 +318,10 @@ int Replay(int argc, char** argv) {
     std::fprintf(stderr, "shelf-bench replay: --block-bytes must be 1..1GiB\n");
     return 2;
   }
+  if (clients < 1 || clients > 64) {
+    std::fprintf(stderr, "shelf-bench replay: --clients must be 1..64\n");
+    return 2;
+  }
   auto reqs = ReadTrace(trace, static_cast<size_t>(requests));
   if (!reqs.ok()) {
     std::fprintf(stderr, "shelf-bench replay: %s\n", std::string(reqs.status().message()).c_str());
@@ -336,6 +346,9 @@ int Replay(int argc, char** argv) {
     }
     cluster = *std::move(c);
     master = cluster->master_address();
+  }
+  if (clients > 1) {
+    return ReplayClients(master, *reqs, static_cast<int>(clients), block_bytes, speed, json_only);
   }
   ClientOptions copts;
   copts.masters = {master};

@@ -125,6 +125,13 @@ struct ClientOptions {
   uint32_t rdma_service_level = 0;
   uint32_t rdma_pkey_index = 0;
   bool verify_checksums = true;  // check every block read against its checksum
+  // Keys whose location (store, range, size, checksum, generation) the
+  // client remembers, least recently used out first, so that a get of a
+  // known block skips the master and asks its store directly. 0: off;
+  // at most 16Mi. A cached read is always checksum-verified, whatever
+  // verify_checksums says; docs/client.md ("Cached reads") says what it
+  // guarantees.
+  size_t location_cache_entries = 65536;
   std::string tls_ca;            // PEM file: use TLS to the master
   // PEM files: the client certificate and key presented to a master that
   // requires one (mutual TLS: its --tls-ca); both or neither.
@@ -254,6 +261,14 @@ struct ClientStats {
   uint64_t checksum_mismatches = 0;
   uint64_t replica_failovers = 0;  // reads that moved on to another replica
   uint64_t bytes_staged_gpu = 0;   // moved through pinned bounce buffers (GPU memory)
+  // The location cache (ClientOptions.location_cache_entries): keys read
+  // without asking the master, keys it did not hold, cached reads that went
+  // back to the master (replaced, moved, removed, unreachable), and the
+  // keys it holds now.
+  uint64_t location_cache_hits = 0;
+  uint64_t location_cache_misses = 0;
+  uint64_t location_cache_fallbacks = 0;
+  uint64_t location_cache_entries = 0;
 };
 
 namespace internal {

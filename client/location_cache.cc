@@ -1,0 +1,64 @@
+#include "client/location_cache.h"
+
+#include "common/check.h"
+
+namespace shelf {
+
+LocationCache::LocationCache(size_t entries_max) : entries_max_(entries_max) {
+  SHELF_CHECK(entries_max_ > 0);
+}
+
+bool LocationCache::Get(absl::string_view key, v1::ObjectLocation* out) {
+  MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  *out = *it->second;
+  return true;
+}
+
+void LocationCache::Put(const v1::ObjectLocation& loc) {
+  if (!loc.found() || loc.replicas_size() == 0) return;
+  v1::ObjectLocation entry;
+  entry.set_key(loc.key());
+  entry.set_found(true);
+  entry.set_size(loc.size());
+  entry.set_checksum(loc.checksum());
+  entry.set_generation(loc.generation());
+  *entry.add_replicas() = loc.replicas(0);
+  MutexLock lock(&mu_);
+  if (auto it = index_.find(loc.key()); it != index_.end()) {
+    // The view in the index points into the entry: drop it before the entry.
+    Lru::iterator old = it->second;
+    index_.erase(it);
+    lru_.erase(old);
+  }
+  lru_.push_front(std::move(entry));
+  index_.emplace(lru_.front().key(), lru_.begin());
+  while (lru_.size() > entries_max_) {
+    index_.erase(lru_.back().key());
+    lru_.pop_back();
+  }
+}
+
+void LocationCache::Erase(absl::string_view key) {
+  MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return;
+  Lru::iterator entry = it->second;
+  index_.erase(it);
+  lru_.erase(entry);
+}
+
+void LocationCache::Clear() {
+  MutexLock lock(&mu_);
+  index_.clear();
+  lru_.clear();
+}
+
+size_t LocationCache::size() const {
+  MutexLock lock(&mu_);
+  return index_.size();
+}
+
+}  // namespace shelf

@@ -1,0 +1,215 @@
+// The client's location cache against a real cluster (shelf-master and one
+// shelf-store on loopback): a get of a known block skips the master, and a
+// cached location never returns a removed or replaced block once the store
+// has the master's notices (docs/client.md, "Cached reads").
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "common/clock.h"
+#include "shelf/client.h"
+#include "testing/local_cluster.h"
+#include "testing/wait_for.h"
+#include "transport/tcp_client.h"
+
+namespace shelf {
+namespace {
+
+std::string Block(size_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t v = rng();
+    std::memcpy(s.data() + i, &v, std::min<size_t>(8, n - i));
+  }
+  return s;
+}
+
+class LocationCacheTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    LocalCluster::Options o;
+    o.stores = 1;
+    o.dram_bytes = 64ull << 20;
+    o.bin_dir = SHELF_BIN_DIR;
+    auto c = LocalCluster::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = c->release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(cluster_, nullptr); }
+
+  static std::unique_ptr<Client> Open(bool allow_shm, size_t cache_entries = 65536) {
+    ClientOptions co;
+    co.masters = {cluster_->master_address()};
+    co.timeout_ms = 20000;
+    co.allow_shm = allow_shm;
+    co.location_cache_entries = cache_entries;
+    std::unique_ptr<Client> c;
+    Status s = Client::Open(co, &c);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return c;
+  }
+  // The store's DRAM record of `key` is of `size` bytes: its notices from
+  // the master (which lag commits and removes by up to a heartbeat) have
+  // arrived.
+  static bool StoreRecords(const std::string& key, size_t size) {
+    return raw_.CheckKey(cluster_->store_address(0), key, size, 0, MonoMs() + 5000).ok();
+  }
+  static LocalCluster* cluster_;
+  static TcpDataClient raw_;
+};
+LocalCluster* LocationCacheTest::cluster_ = nullptr;
+TcpDataClient LocationCacheTest::raw_{TcpDataClient::Options{}};
+
+TEST_F(LocationCacheTest, WarmGetsSkipTheMasterOverShmAndTcp) {
+  for (bool shm : {true, false}) {
+    SCOPED_TRACE(shm ? "shm" : "tcp");
+    const std::string key = shm ? "warm-shm" : "warm-tcp";
+    const std::string value = Block(256 << 10, shm ? 1 : 2);
+    auto c = Open(shm);
+    ASSERT_TRUE(c->Put(key, value.data(), value.size()).ok());
+    ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, value.size()); }, 10000));
+    std::string got;
+    ASSERT_TRUE(c->Get(key, &got).ok());  // a miss: asks the master, caches
+    EXPECT_EQ(got, value);
+    EXPECT_EQ(c->stats().location_cache_misses, 1u);
+    EXPECT_EQ(c->stats().location_cache_entries, 1u);
+    // A stopped master answers nothing: these gets can only come from the
+    // store.
+    cluster_->master_process()->Signal(SIGSTOP);
+    for (int i = 0; i < 5; ++i) {
+      got.clear();
+      Status s = c->Get(key, &got, Deadline::After(std::chrono::milliseconds(3000)));
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(got, value);
+    }
+    cluster_->master_process()->Signal(SIGCONT);
+    ClientStats st = c->stats();
+    EXPECT_EQ(st.location_cache_hits, 5u);
+    EXPECT_EQ(st.location_cache_fallbacks, 0u);
+    EXPECT_EQ(shm ? st.bytes_loaded_shm : st.bytes_loaded_tcp, 6 * value.size());
+    EXPECT_NE(c->MetricsText().find("shelf_client_location_cache_total{result=\"hit\"} 5"),
+              std::string::npos)
+        << c->MetricsText();
+  }
+}
+
+TEST_F(LocationCacheTest, ReplacedKeyReadsTheNewValue) {
+  for (bool shm : {true, false}) {
+    SCOPED_TRACE(shm ? "shm" : "tcp");
+    const std::string key = shm ? "replace-shm" : "replace-tcp";
+    const std::string old_value = Block(64 << 10, 3);
+    const std::string new_value = Block(80 << 10, 4);
+    auto a = Open(shm);
+    auto b = Open(shm);
+    ASSERT_TRUE(a->Put(key, old_value.data(), old_value.size()).ok());
+    ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, old_value.size()); }, 10000));
+    std::string got;
+    ASSERT_TRUE(a->Get(key, &got).ok());
+    ASSERT_TRUE(a->Get(key, &got).ok());
+    ASSERT_EQ(a->stats().location_cache_hits, 1u);  // A holds the old location
+    // B replaces the key (Mooncake's upsert, RESP's SET): remove, then put.
+    ASSERT_TRUE(b->Remove(key).ok());
+    ASSERT_TRUE(b->Put(key, new_value.data(), new_value.size()).ok());
+    ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, new_value.size()); }, 10000));
+    got.clear();
+    ASSERT_TRUE(a->Get(key, &got).ok());
+    EXPECT_EQ(got, new_value);
+    EXPECT_EQ(a->stats().location_cache_fallbacks, 1u);
+    // The new location is cached and read without the master.
+    ASSERT_TRUE(a->Get(key, &got).ok());
+    EXPECT_EQ(got, new_value);
+    EXPECT_EQ(a->stats().location_cache_hits, 2u);
+  }
+}
+
+TEST_F(LocationCacheTest, ReplaceWithSameSizeIsCaughtByTheStoreOrTheChecksum) {
+  const std::string key = "replace-same-size";
+  const std::string v1 = Block(64 << 10, 5), v2 = Block(64 << 10, 6);
+  auto a = Open(/*allow_shm=*/false);
+  auto b = Open(/*allow_shm=*/false);
+  ASSERT_TRUE(a->Put(key, v1.data(), v1.size()).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, v1.size()); }, 10000));
+  std::string got;
+  ASSERT_TRUE(a->Get(key, &got).ok());
+  ASSERT_TRUE(b->Remove(key).ok());
+  ASSERT_TRUE(WaitFor([&] { return !StoreRecords(key, v1.size()); }, 10000));
+  ASSERT_TRUE(b->Put(key, v2.data(), v2.size()).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, v2.size()); }, 10000));
+  ASSERT_TRUE(a->Get(key, &got).ok());
+  EXPECT_EQ(got, v2);
+  EXPECT_EQ(a->stats().location_cache_fallbacks, 1u);
+}
+
+TEST_F(LocationCacheTest, RemovedKeyIsNotFound) {
+  const std::string key = "removed";
+  const std::string value = Block(32 << 10, 7);
+  auto a = Open(true);
+  auto b = Open(true);
+  ASSERT_TRUE(a->Put(key, value.data(), value.size()).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, value.size()); }, 10000));
+  std::string got;
+  ASSERT_TRUE(a->Get(key, &got).ok());
+  ASSERT_TRUE(b->Remove(key).ok());
+  ASSERT_TRUE(WaitFor([&] { return !StoreRecords(key, value.size()); }, 10000));
+  EXPECT_EQ(a->Get(key, &got).code(), StatusCode::kNotFound);
+  ClientStats st = a->stats();
+  EXPECT_EQ(st.location_cache_fallbacks, 1u);
+  EXPECT_EQ(st.location_cache_entries, 0u);
+}
+
+TEST_F(LocationCacheTest, ReadKeyChecksTheGeneration) {
+  const std::string key = "generation";
+  const std::string value = Block(16 << 10, 8);
+  auto c = Open(false);
+  ASSERT_TRUE(c->Put(key, value.data(), value.size()).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, value.size()); }, 10000));
+  std::string buf(value.size(), '\0');
+  const std::string& store = cluster_->store_address(0);
+  // Generation 0: any. A DRAM block is served by key.
+  ASSERT_TRUE(raw_.ReadKey(store, key, buf.size(), buf.data(), MonoMs() + 5000, 0).ok());
+  EXPECT_EQ(buf, value);
+  // Another generation: the key was replaced since.
+  EXPECT_EQ(raw_.ReadKey(store, key, buf.size(), buf.data(), MonoMs() + 5000, 1).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(raw_.CheckKey(store, key, buf.size(), 1, MonoMs() + 5000).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(raw_.ReadKey(store, "no-such-key", 8, buf.data(), MonoMs() + 5000, 0).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(LocationCacheTest, CacheOffAndBounds) {
+  auto off = Open(true, 0);
+  const std::string value = Block(4096, 9);
+  ASSERT_TRUE(off->Put("off", value.data(), value.size()).ok());
+  std::string got;
+  ASSERT_TRUE(off->Get("off", &got).ok());
+  ASSERT_TRUE(off->Get("off", &got).ok());
+  ClientStats st = off->stats();
+  EXPECT_EQ(st.location_cache_hits + st.location_cache_misses + st.location_cache_entries, 0u);
+
+  // At most two entries: the least recently used goes.
+  auto small = Open(true, 2);
+  std::vector<std::string> keys = {"lru-a", "lru-b", "lru-c"};
+  for (const std::string& k : keys) ASSERT_TRUE(small->Put(k, value.data(), value.size()).ok());
+  for (const std::string& k : keys) ASSERT_TRUE(small->Get(k, &got).ok());
+  EXPECT_EQ(small->stats().location_cache_entries, 2u);
+
+  ClientOptions bad;
+  bad.masters = {cluster_->master_address()};
+  bad.location_cache_entries = size_t{1} << 40;
+  std::unique_ptr<Client> c;
+  Status s = Client::Open(bad, &c);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("location_cache_entries"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace shelf

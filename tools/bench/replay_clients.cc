@@ -1,0 +1,160 @@
+// shelf-bench replay --clients N: the trace replayed by N concurrent
+// clients, as N engine instances share one cache. Client c takes requests
+// c, c + N, c + 2N, ... in trace order (paced like the serial replay when
+// --speed is set), each its own Client: MatchPrefix, get the hits, put the
+// misses. What matters here is MatchPrefix latency while other clients
+// look up and write at the same time.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/json.h"
+#include "shelf/client.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/trace.h"
+
+namespace shelf::bench {
+
+int ReplayClients(const std::string& master, const std::vector<TraceRequest>& reqs, int clients,
+                  uint64_t block_bytes, double speed, bool json_only) {
+  std::vector<std::unique_ptr<Client>> handles;
+  for (int c = 0; c < clients; ++c) {
+    ClientOptions o;
+    o.masters = {master};
+    o.timeout_ms = 30000;
+    std::unique_ptr<Client> client;
+    if (Status s = Client::Open(o, &client); !s.ok()) {
+      std::fprintf(stderr, "shelf-bench replay: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    handles.push_back(std::move(client));
+  }
+  const BlockPattern pattern(block_bytes);
+  std::mutex mu;
+  Samples match_us, get_us, put_us;  // guarded by mu
+  uint64_t blocks = 0, hits = 0, errors = 0, mismatches = 0;
+  std::string first_error;
+  const uint64_t trace_t0 = reqs.empty() ? 0 : reqs[0].timestamp_ms;
+  const uint64_t t_start = MonoUs();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      Client* client = handles[c].get();
+      Samples m, g, p;
+      uint64_t my_blocks = 0, my_hits = 0, my_errors = 0, my_mismatches = 0;
+      std::string my_error;
+      std::vector<char> scratch;
+      auto fail = [&](const Status& s) {
+        ++my_errors;
+        if (my_error.empty()) my_error = s.ToString();
+      };
+      for (size_t i = c; i < reqs.size(); i += clients) {
+        const TraceRequest& r = reqs[i];
+        if (speed > 0) {
+          uint64_t due_us = static_cast<uint64_t>((r.timestamp_ms - trace_t0) * 1000 / speed);
+          uint64_t now = MonoUs() - t_start;
+          if (due_us > now) std::this_thread::sleep_for(std::chrono::microseconds(due_us - now));
+        }
+        my_blocks += r.hash_ids.size();
+        for (size_t base = 0; base < r.hash_ids.size(); base += 1024) {
+          size_t n = std::min<size_t>(1024, r.hash_ids.size() - base);
+          std::vector<std::string> keys;
+          for (size_t k = 0; k < n; ++k)
+            keys.push_back(absl::StrCat("trace/", r.hash_ids[base + k]));
+          uint64_t t0 = MonoUs();
+          size_t matched = 0;
+          Status s = client->MatchPrefix(keys, &matched);
+          m.Add(static_cast<double>(MonoUs() - t0));
+          if (!s.ok()) {
+            fail(s);
+            break;
+          }
+          if (matched > 0) {
+            std::vector<std::string> hit_keys(keys.begin(), keys.begin() + matched), values;
+            std::vector<Status> statuses;
+            t0 = MonoUs();
+            s = client->BatchGet(hit_keys, &values, &statuses);
+            g.Add(static_cast<double>(MonoUs() - t0));
+            for (size_t k = 0; k < matched; ++k) {
+              if (!s.ok() || !statuses[k].ok()) {
+                // Another client's eviction between its MatchPrefix and
+                // this get is a miss, not an error.
+                if (s.ok() && statuses[k].code() == StatusCode::kNotFound) continue;
+                fail(s.ok() ? statuses[k] : s);
+              } else if (!pattern.Check(r.hash_ids[base + k], values[k].data(), values[k].size())) {
+                ++my_mismatches;
+              } else {
+                ++my_hits;
+              }
+            }
+          }
+          if (matched < n) {
+            scratch.resize((n - matched) * block_bytes);
+            std::vector<PutItem> items;
+            for (size_t k = matched; k < n; ++k) {
+              char* d = scratch.data() + (k - matched) * block_bytes;
+              pattern.Fill(r.hash_ids[base + k], d);
+              items.push_back(PutItem{keys[k], d, block_bytes});
+            }
+            std::vector<Status> statuses;
+            t0 = MonoUs();
+            s = client->BatchPut(items, &statuses);
+            p.Add(static_cast<double>(MonoUs() - t0));
+            for (size_t k = 0; k < items.size(); ++k) {
+              if (!s.ok() || !statuses[k].ok()) fail(s.ok() ? statuses[k] : s);
+            }
+            break;  // a prefix ends at its first miss
+          }
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      match_us.Merge(m);
+      get_us.Merge(g);
+      put_us.Merge(p);
+      blocks += my_blocks;
+      hits += my_hits;
+      errors += my_errors;
+      mismatches += my_mismatches;
+      if (first_error.empty()) first_error = my_error;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const double wall_s = (MonoUs() - t_start) / 1e6;
+  const double hit_ratio = blocks ? static_cast<double>(hits) / blocks : 0;
+  if (!json_only) {
+    std::printf("\nShelf trace replay, %d concurrent clients: %zu requests, %llu blocks, %.1f s\n",
+                clients, reqs.size(), static_cast<unsigned long long>(blocks), wall_s);
+    std::printf("  hit ratio %.2f%%\n", 100 * hit_ratio);
+    std::printf("  MatchPrefix  p50 %.0f us  p99 %.0f us  (%zu calls)\n", match_us.Percentile(50),
+                match_us.Percentile(99), match_us.count());
+    std::printf("  get          p50 %.0f us  p99 %.0f us\n", get_us.Percentile(50),
+                get_us.Percentile(99));
+    std::printf("  put          p50 %.0f us  p99 %.0f us\n", put_us.Percentile(50),
+                put_us.Percentile(99));
+    std::printf("  errors %llu, checksum mismatches %llu%s%s\n\n",
+                static_cast<unsigned long long>(errors),
+                static_cast<unsigned long long>(mismatches),
+                first_error.empty() ? "" : "; first error: ", first_error.c_str());
+  }
+  Json o = Json::object();
+  o["bench"] = "replay";
+  o["clients"] = clients;
+  o["requests"] = static_cast<uint64_t>(reqs.size());
+  o["blocks"] = blocks;
+  o["hit_ratio"] = hit_ratio;
+  o["matchprefix_p50_us"] = match_us.Percentile(50);
+  o["matchprefix_p99_us"] = match_us.Percentile(99);
+  o["get_p99_us"] = get_us.Percentile(99);
+  o["put_p99_us"] = put_us.Percentile(99);
+  o["errors"] = errors;
+  o["checksum_mismatches"] = mismatches;
+  o["wall_seconds"] = wall_s;
+  std::printf("%s\n", JsonDump(o).c_str());
+  return errors == 0 && mismatches == 0 ? 0 : 1;
+}
+
+}  // namespace shelf::bench
