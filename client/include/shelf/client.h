@@ -132,7 +132,7 @@ struct ClientOptions {
   // verify_checksums says; docs/client.md ("Cached reads") says what it
   // guarantees.
   size_t location_cache_entries = 65536;
-  std::string tls_ca;            // PEM file: use TLS to the master
+  std::string tls_ca;  // PEM file: use TLS to the master
   // PEM files: the client certificate and key presented to a master that
   // requires one (mutual TLS: its --tls-ca); both or neither.
   std::string tls_cert;
