@@ -392,10 +392,12 @@ Status ClientImpl::Remove(const std::string& key, Deadline deadline) {
   v1::RemoveRequest req;
   req.add_keys(key);
   v1::RemoveResponse resp;
-  // This client's own removes leave its cache at once (a replace, remove
-  // then put, must not read the old block back from here).
-  if (cache_ != nullptr) cache_->Erase(key);
   absl::Status s = CallMaster(&v1::MasterService::Stub::Remove, req, &resp, deadline_ms);
+  // This client's own removes leave its cache at once (a replace, remove
+  // then put, must not read the old block back from here). After the
+  // remove, not before: a lookup racing with it may not cache the old
+  // location (LocationCache::Stamp).
+  if (cache_ != nullptr) cache_->Erase(key);
   if (!s.ok()) return FromAbsl(s);
   if (resp.statuses_size() != 1) return Status(StatusCode::kInternal, "malformed response");
   return Status(static_cast<StatusCode>(resp.statuses(0).code()), resp.statuses(0).message());
@@ -416,10 +418,10 @@ Status ClientImpl::BatchRemove(const std::vector<std::string>& keys, std::vector
     req.add_keys(k);
   }
   v1::RemoveResponse resp;
+  absl::Status s = CallMaster(&v1::MasterService::Stub::Remove, req, &resp, deadline_ms);
   if (cache_ != nullptr) {
     for (const std::string& k : keys) cache_->Erase(k);
   }
-  absl::Status s = CallMaster(&v1::MasterService::Stub::Remove, req, &resp, deadline_ms);
   if (!s.ok()) return FromAbsl(s);
   if (resp.statuses_size() != static_cast<int>(keys.size())) {
     return Status(StatusCode::kInternal, "malformed remove response");
@@ -461,8 +463,14 @@ Status ClientImpl::RemoveMatching(const std::string& pattern, uint64_t* removed,
   if (removed != nullptr) *removed = 0;
   uint64_t deadline_ms = 0;
   if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
-  // Which keys match is the master's to say: forget every location.
-  if (cache_ != nullptr) cache_->Clear();
+  // Which keys match is the master's to say: forget every location, once
+  // the keys are gone (before, a racing lookup could cache one again).
+  struct ClearCache {
+    LocationCache* cache;
+    ~ClearCache() {
+      if (cache != nullptr) cache->Clear();
+    }
+  } clear_cache{cache_.get()};
   v1::RemoveMatchingRequest req;
   req.set_pattern(pattern);
   req.set_regex(regex);

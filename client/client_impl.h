@@ -151,6 +151,7 @@ class ClientImpl final : public Client {
                              uint64_t deadline_ms);
   // Commits puts whose bytes are written; one status per id. A put the
   // master reclaimed meanwhile answers ABORTED (retryable).
+  void ForgetCached(absl::string_view key);
   absl::Status Commit(const std::vector<uint64_t>& put_ids, uint64_t deadline_ms,
                       std::vector<absl::Status>* statuses);
   void Abort(const std::vector<uint64_t>& put_ids);

@@ -272,6 +272,9 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
     metrics_.cache_fallbacks.Increment(static_cast<double>(fallbacks));
   }
   if (ask.empty()) return absl::OkStatus();
+  // Taken before the lookup: a put or remove of these keys by this client
+  // while it is out keeps its answer out of the cache.
+  const uint64_t stamp = cache_ == nullptr ? 0 : cache_->Stamp();
   v1::LookupRequest req;
   for (size_t i : ask) req.add_keys(*keys[i]);
   req.set_client_host_id(HostId());
@@ -290,7 +293,7 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
   if (cache_ != nullptr) {
     for (const v1::ObjectLocation& loc : resp.objects()) {
       if (loc.found()) {
-        cache_->Put(loc);
+        cache_->Put(loc, stamp);
       } else {
         cache_->Erase(loc.key());
       }

@@ -95,6 +95,13 @@ absl::Status ClientImpl::WriteReplicas(const v1::PutStartResponse& started, cons
   return absl::OkStatus();
 }
 
+void ClientImpl::ForgetCached(absl::string_view key) {
+  // Any location this client remembers for the key names the block the
+  // commit replaced (or a lookup that raced with it): drop it, after the
+  // commit, so the next get asks the master.
+  if (cache_ != nullptr) cache_->Erase(key);
+}
+
 absl::Status ClientImpl::Commit(const std::vector<uint64_t>& put_ids, uint64_t deadline_ms,
                                 std::vector<absl::Status>* statuses) {
   v1::PutCommitRequest commit;
@@ -146,6 +153,7 @@ absl::Status ClientImpl::PutOnce(const HostPut& item, const PutOptions& options,
         }
         std::vector<absl::Status> committed;
         s = Commit({started.put_id()}, deadline_ms, &committed);
+        ForgetCached(*item.key);
         return s.ok() ? committed[0] : s;
       }
       case v1::PUT_IN_FLIGHT:
@@ -241,6 +249,7 @@ absl::Status ClientImpl::PutUniqueBlocks(const std::vector<HostPut>& items,
   if (commit_ids.empty()) return absl::OkStatus();
   std::vector<absl::Status> committed;
   s = Commit(commit_ids, deadline_ms, &committed);
+  for (size_t i : committing) ForgetCached(*items[i].key);
   std::vector<size_t> retry;
   for (size_t j = 0; j < committing.size(); ++j) {
     size_t i = committing[j];

@@ -1,5 +1,6 @@
 #include "client/location_cache.h"
 
+#include "absl/hash/hash.h"
 #include "common/check.h"
 
 namespace shelf {
@@ -17,7 +18,16 @@ bool LocationCache::Get(absl::string_view key, v1::ObjectLocation* out) {
   return true;
 }
 
-void LocationCache::Put(const v1::ObjectLocation& loc) {
+size_t LocationCache::StripeOf(absl::string_view key) {
+  return absl::Hash<absl::string_view>{}(key) % kStripes;
+}
+
+uint64_t LocationCache::Stamp() const {
+  MutexLock lock(&mu_);
+  return erases_;
+}
+
+void LocationCache::Put(const v1::ObjectLocation& loc, uint64_t stamp) {
   if (!loc.found() || loc.replicas_size() == 0) return;
   v1::ObjectLocation entry;
   entry.set_key(loc.key());
@@ -27,6 +37,7 @@ void LocationCache::Put(const v1::ObjectLocation& loc) {
   entry.set_generation(loc.generation());
   *entry.add_replicas() = loc.replicas(0);
   MutexLock lock(&mu_);
+  if (erased_at_[StripeOf(loc.key())] > stamp) return;
   if (auto it = index_.find(loc.key()); it != index_.end()) {
     // The view in the index points into the entry: drop it before the entry.
     Lru::iterator old = it->second;
@@ -43,6 +54,7 @@ void LocationCache::Put(const v1::ObjectLocation& loc) {
 
 void LocationCache::Erase(absl::string_view key) {
   MutexLock lock(&mu_);
+  erased_at_[StripeOf(key)] = ++erases_;
   auto it = index_.find(key);
   if (it == index_.end()) return;
   Lru::iterator entry = it->second;
@@ -52,6 +64,7 @@ void LocationCache::Erase(absl::string_view key) {
 
 void LocationCache::Clear() {
   MutexLock lock(&mu_);
+  erased_at_.fill(++erases_);
   index_.clear();
   lru_.clear();
 }

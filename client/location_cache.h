@@ -10,7 +10,9 @@
 #ifndef SHELF_CLIENT_LOCATION_CACHE_H_
 #define SHELF_CLIENT_LOCATION_CACHE_H_
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <list>
 #include <string>
 
@@ -31,9 +33,15 @@ class LocationCache {
   // Copies the cached location of `key` into *out (one replica, no lease)
   // and marks it recently used; false when there is none.
   bool Get(absl::string_view key, v1::ObjectLocation* out) ABSL_LOCKS_EXCLUDED(mu_);
+  // A stamp to take before asking the master where keys are; Put with it
+  // remembers nothing for a key erased since (by this client's own put or
+  // remove, say), so a lookup that raced with that change cannot bring
+  // the old location back.
+  uint64_t Stamp() const ABSL_LOCKS_EXCLUDED(mu_);
   // Remembers `loc` (found, with at least one replica): its first replica,
-  // the best one for this client as the master ordered them.
-  void Put(const v1::ObjectLocation& loc) ABSL_LOCKS_EXCLUDED(mu_);
+  // the best one for this client as the master ordered them. Unless the
+  // key was erased after `stamp` was taken.
+  void Put(const v1::ObjectLocation& loc, uint64_t stamp) ABSL_LOCKS_EXCLUDED(mu_);
   void Erase(absl::string_view key) ABSL_LOCKS_EXCLUDED(mu_);
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -41,8 +49,16 @@ class LocationCache {
  private:
   using Lru = std::list<v1::ObjectLocation>;  // front: most recently used
 
+  // Erases are remembered per stripe of keys (by hash), not per key: a
+  // stripe erased after a stamp refuses every Put with that stamp, which
+  // costs at most a later miss, never a stale entry.
+  static constexpr size_t kStripes = 256;
+  static size_t StripeOf(absl::string_view key);
+
   const size_t entries_max_;
   mutable Mutex mu_;
+  uint64_t erases_ ABSL_GUARDED_BY(mu_) = 0;
+  std::array<uint64_t, kStripes> erased_at_ ABSL_GUARDED_BY(mu_) = {};
   Lru lru_ ABSL_GUARDED_BY(mu_);
   // Keys are views of the entries' own keys.
   absl::flat_hash_map<absl::string_view, Lru::iterator> index_ ABSL_GUARDED_BY(mu_);

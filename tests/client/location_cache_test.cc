@@ -2,6 +2,8 @@
 // shelf-store on loopback): a get of a known block skips the master, and a
 // cached location never returns a removed or replaced block once the store
 // has the master's notices (docs/client.md, "Cached reads").
+#include "client/location_cache.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -183,6 +185,68 @@ TEST_F(LocationCacheTest, ReadKeyChecksTheGeneration) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(raw_.ReadKey(store, "no-such-key", 8, buf.data(), MonoMs() + 5000, 0).code(),
             absl::StatusCode::kNotFound);
+}
+
+// A get that asked the master before this client's own remove or put
+// finished must not bring the old location back into the cache.
+TEST(LocationCacheStamp, ALookupThatRacedWithAnEraseCachesNothing) {
+  LocationCache cache(16);
+  v1::ObjectLocation loc;
+  loc.set_key("k");
+  loc.set_found(true);
+  loc.set_generation(1);
+  loc.add_replicas()->set_offset(4096);
+  v1::ObjectLocation out;
+
+  uint64_t before = cache.Stamp();
+  cache.Erase("k");  // this client's remove or put of "k" returned
+  cache.Put(loc, before);
+  EXPECT_FALSE(cache.Get("k", &out));
+
+  // Another key's erase costs at most a miss; a stamp taken after the
+  // erase caches again.
+  cache.Put(loc, cache.Stamp());
+  ASSERT_TRUE(cache.Get("k", &out));
+  EXPECT_EQ(out.generation(), 1u);
+
+  before = cache.Stamp();
+  cache.Clear();
+  cache.Put(loc, before);
+  EXPECT_EQ(cache.size(), 0u);
+}
+
+// This client's own replace (remove, put) is read back at once: the get
+// does not wait for the store to hear of it.
+TEST_F(LocationCacheTest, OwnReplaceIsReadBackAtOnce) {
+  for (bool shm : {true, false}) {
+    SCOPED_TRACE(shm ? "shm" : "tcp");
+    const std::string key = shm ? "own-replace-shm" : "own-replace-tcp";
+    auto a = Open(shm);
+    std::string got;
+    for (uint32_t round = 0; round < 4; ++round) {
+      // Same size every other round: only the generation tells them apart.
+      const std::string value = Block((64 << 10) + (round / 2) * 4096, 20 + round);
+      if (round > 0) {
+        ASSERT_TRUE(a->Remove(key).ok());
+      }
+      ASSERT_TRUE(a->Put(key, value.data(), value.size()).ok());
+      ASSERT_TRUE(a->Get(key, &got).ok());
+      ASSERT_EQ(got, value) << "round " << round;
+      ASSERT_TRUE(a->Get(key, &got).ok());
+      ASSERT_EQ(got, value) << "round " << round;
+    }
+    // Another client removes the key; this one puts it again without a
+    // remove of its own. Its cached location names the old block, which
+    // the store may still hold (its notices lag): the put must drop it.
+    auto b = Open(shm);
+    const ClientStats before = a->stats();
+    const std::string value = Block(64 << 10, 30);
+    ASSERT_TRUE(b->Remove(key).ok());
+    ASSERT_TRUE(a->Put(key, value.data(), value.size()).ok());
+    ASSERT_TRUE(a->Get(key, &got).ok());
+    EXPECT_EQ(got, value);
+    EXPECT_EQ(a->stats().location_cache_misses, before.location_cache_misses + 1);
+  }
 }
 
 TEST_F(LocationCacheTest, CacheOffAndBounds) {
