@@ -681,7 +681,7 @@ void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
       drop.set_move_id(next_move_id_++);
       drop.set_key(obj->key->str());
       drop.set_kind(v1::TierMove::DROP_SSD);
-      n.outbox.push_back(std::move(drop));
+      OrderLocked(&n, std::move(drop));
     }
   }
   if (obj->hard_pin) n.hard_pinned_bytes -= std::min(n.hard_pinned_bytes, obj->size);

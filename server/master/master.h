@@ -27,11 +27,13 @@
 #define SHELF_SERVER_MASTER_MASTER_H_
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -271,6 +273,24 @@ class Master {
     // Used bytes that eviction still has to act on.
     uint64_t settled_used() const { return alloc->used() - demoting_bytes; }
   };
+  // Where a node's long-poll heartbeat waits for orders: off mu_, and
+  // woken only by orders for that node. (absl evaluates the condition of
+  // every thread waiting on a mutex each time it is released: a thousand
+  // stores long-polling on mu_ made every call that took it pay for a
+  // thousand conditions.) Shared: a reset frees the Node while its
+  // heartbeat still waits here.
+  struct Wake {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool woken = false;  // guarded by mu
+    void Notify() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        woken = true;
+      }
+      cv.notify_all();
+    }
+  };
   struct Node {
     v1::StoreEndpoint endpoint;
     std::string admin_address;
@@ -290,8 +310,9 @@ class Master {
     double demote_turnaround_ms = 0;
     std::list<Object*> ssd_lru;
     uint64_t hard_pinned_bytes = 0;
-    std::vector<v1::TierMove> outbox;   // orders for the next heartbeat (wake it)
+    std::vector<v1::TierMove> outbox;   // orders for the next heartbeat (OrderLocked)
     std::vector<v1::TierMove> notices;  // RECORD/FORGET, ride along (no wake)
+    std::shared_ptr<Wake> wake = std::make_shared<Wake>();
     // The DRAM replicas this node held when it was declared dead, kept
     // until orphans_until_ms (NowMs): the same process (same incarnation)
     // may register again, its memory intact, without knowing the keys of
@@ -387,6 +408,8 @@ class Master {
   // holds), so it can report its DRAM contents to a new master.
   void NoticeLocked(const Object& obj, const Replica& r, bool record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues an order for the node's next heartbeat and wakes its long poll.
+  void OrderLocked(Node* n, v1::TierMove move) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets every replica on `node` and aborts its puts in flight. With
   // `orphans`, appends the node's DRAM replicas to it first.
   void DropNodeReplicasLocked(uint32_t node, uint64_t now,

@@ -65,6 +65,7 @@ void Master::ResetLocked() {
   put_by_key_.clear();
   deferred_.clear();
   promotes_.clear();
+  for (const auto& n : nodes_) n->wake->Notify();  // their long polls end
   nodes_.clear();
   node_by_id_.clear();
   demotions_pending_ = 0;

@@ -251,20 +251,23 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
     // Long poll: hold the call until orders arrive (or the wait ends), so
     // a demotion starts as soon as it is ordered.
     uint64_t wait_ms = std::min<uint64_t>(req.wait_for_orders_ms(), options_.node_ttl_ms / 2);
-    // A step-down during the wait frees every Node (ResetLocked): the
-    // condition, which absl evaluates in whichever thread unlocks, must
-    // look at the epoch before it looks at the node.
-    struct Wait {
-      const uint64_t* epoch;
-      uint64_t seen;
-      Node* node;
-    } wait{&reset_epoch_, reset_epoch_, &n};
-    clock_->AwaitUntil(
-        &mu_,
-        absl::Condition(
-            +[](Wait* w) { return *w->epoch != w->seen || !w->node->outbox.empty(); }, &wait),
-        now + wait_ms);
-    if (reset_epoch_ != wait.seen) {
+    // The wait is on the node's own Wake, mu_ released: orders queued
+    // from here on (under mu_, OrderLocked) set `woken`. A step-down
+    // during the wait frees every Node (ResetLocked, which wakes every
+    // waiter): the epoch says so before `n` is touched again.
+    std::shared_ptr<Wake> wake = n.wake;
+    const uint64_t epoch = reset_epoch_;
+    {
+      std::lock_guard<std::mutex> w(wake->mu);
+      wake->woken = false;  // the outbox is empty: no order is pending
+    }
+    mu_.Unlock();
+    {
+      std::unique_lock<std::mutex> w(wake->mu);
+      clock_->WaitUntil(&w, &wake->cv, now + wait_ms, [&wake] { return wake->woken; });
+    }
+    mu_.Lock();
+    if (reset_epoch_ != epoch) {
       resp->set_reregister(true);
       return absl::OkStatus();
     }
@@ -280,6 +283,11 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
   return absl::OkStatus();
 }
 
+void Master::OrderLocked(Node* n, v1::TierMove move) {
+  n->outbox.push_back(std::move(move));
+  n->wake->Notify();
+}
+
 void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& result, uint64_t now) {
   Object* obj = FindLocked(result.key());
   Node& n = *nodes_[node];
@@ -292,7 +300,7 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
       drop.set_move_id(next_move_id_++);
       drop.set_key(result.key());
       drop.set_kind(v1::TierMove::DROP_SSD);
-      n.outbox.push_back(std::move(drop));
+      OrderLocked(&n, std::move(drop));
     }
     return;
   }
@@ -500,7 +508,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
         m.set_checksum(obj->checksum);
         m.set_term(term_);
         NoteDemoteOrderedLocked(&n, m.move_id(), now);
-        n.outbox.push_back(std::move(m));
+        OrderLocked(&n, std::move(m));
         rep->demoting = true;
         ++demotions_pending_;
         n.ssd_used += obj->size;
