@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
   flags.AddInt("events-replay-batches", &events_replay_batches, "event batches kept for replay");
   flags.ParseOrExit(argc, argv);
 
+  if (opts.block_bytes_max == 0 || opts.block_bytes_max > kBlockBytesLimit) {
+    std::fprintf(stderr, "shelf-master: need 0 < --block-bytes-max < 4 GiB\n");
+    return 2;
+  }
   if (!(opts.demote_headroom_max >= 0 && opts.demote_headroom_max < 1)) {
     std::fprintf(stderr, "shelf-master: need 0 <= --demote-headroom-max < 1\n");
     return 2;

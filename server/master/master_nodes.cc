@@ -104,7 +104,9 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
 }
 
 void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint64_t now) {
-  if (ValidateKey(e.key()).ok() == false || e.size() == 0) return;
+  if (ValidateKey(e.key()).ok() == false || e.size() == 0 || e.size() > options_.block_bytes_max) {
+    return;
+  }
   // One replica per node and tier: an entry the index already holds here
   // (restored as an orphan, or listed twice) is no news.
   Object* known = FindLocked(e.key());
@@ -177,7 +179,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
       if (r.node == node) EmitRemovedLocked(*obj, r);
       if (r.node == node && r.tier == v1::TIER_DRAM && orphans != nullptr) {
         v1::InventoryEntry& e = orphans->emplace_back();
-        e.set_key(obj->key->str());
+        e.set_key(obj->key.str());
         e.set_tier(v1::TIER_DRAM);
         e.set_segment_id(n.segments[r.segment].id);
         e.set_offset(r.offset);
@@ -313,7 +315,7 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
     Segment& seg = n.segments[r.segment];
     seg.demoting_bytes -= std::min(seg.demoting_bytes, seg.alloc->RoundUp(obj->size));
     if (!result.ok()) {
-      n.ssd_used -= std::min(n.ssd_used, obj->size);
+      n.ssd_used -= std::min<uint64_t>(n.ssd_used, obj->size);
       // A failing SSD tier (full disk, I/O errors) gets no demotions for a
       // while: each would cost a writer its --demote-wait for nothing.
       n.ssd_failing_until_ms = now + kSsdFailureBackoffMs;
@@ -450,7 +452,7 @@ bool Master::EvictableLocked(const Object& obj, uint64_t now, bool allow_soft_pi
   // lease ends (deferred free), so a lease does not stop one; a drop would
   // break the lease, so it does.
   if (obj.hard_pin || (!for_demotion && obj.lease_until_ms > now)) return false;
-  if (obj.pin_until_ms > now && !allow_soft_pinned) return false;
+  if (obj.pin_until_ms() > now && !allow_soft_pinned) return false;
   for (const Replica& r : obj.replicas) {
     if (r.demoting) return false;
   }
@@ -500,7 +502,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
       if (can_demote) {
         v1::TierMove m;
         m.set_move_id(next_move_id_++);
-        m.set_key(obj->key->str());
+        m.set_key(obj->key.str());
         m.set_kind(v1::TierMove::DEMOTE);
         m.set_segment_id(seg->id);
         m.set_offset(rep->offset);
@@ -703,9 +705,9 @@ void Master::CheckInvariants() {
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> used;
   for (Shard& shard : shards_) {
     absl::MutexLock shard_lock(&shard.mu);
-    for (auto& [key, obj] : shard.objects) {
-      if (obj.replicas.empty() || obj.key == nullptr || obj.key->view() != key.view()) std::abort();
-      if (&ShardOf(key.view()) != &shard) std::abort();
+    for (const Object& obj : shard.objects) {
+      if (obj.replicas.empty()) std::abort();
+      if (&ShardOf(obj.key.view()) != &shard) std::abort();
       for (const Replica& r : obj.replicas) {
         if (r.node >= nodes_.size() || *r.lru != &obj) std::abort();
         if (r.tier == v1::TIER_DRAM) {
