@@ -209,8 +209,7 @@ void Master::MoveToBackLocked(Object* const* objs, int n) {
     if (objs[i] == nullptr) continue;
     for (const Replica& r : objs[i]->replicas) {
       Node& node = *nodes_[r.node];
-      std::list<Object*>& lru =
-          r.tier == v1::TIER_DRAM ? node.segments[r.segment].lru : node.ssd_lru;
+      LruList& lru = r.tier == v1::TIER_DRAM ? node.segments[r.segment].lru : node.ssd_lru;
       lru.splice(lru.end(), lru, r.lru);
     }
   }
@@ -513,7 +512,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
         FreeRangeLocked(r.node, r.segment, r.offset, put.size);
         continue;
       }
-      std::list<Object*>& lru = nodes_[r.node]->segments[r.segment].lru;
+      LruList& lru = nodes_[r.node]->segments[r.segment].lru;
       r.lru = lru.insert(lru.end(), &obj);
       obj.replicas.push_back(r);
       NoticeLocked(obj, obj.replicas.back(), true);

@@ -49,6 +49,7 @@
 #include "common/prom.h"
 #include "proto/shelf.pb.h"
 #include "server/master/kv_events.h"
+#include "server/master/lru_pool.h"
 #include "server/master/master_metrics.h"
 #include "shelf/limits.h"
 #include "storage/allocator.h"
@@ -196,6 +197,8 @@ class Master {
  private:
   struct Node;
   struct Object;
+  // A tier's objects, least recently used first; nodes from LruNodePool.
+  using LruList = std::list<Object*, LruAllocator<Object*>>;
   // A replica's tier in one byte (v1::Tier is an int).
   class TierByte {
    public:
@@ -212,7 +215,7 @@ class Master {
     TierByte tier = v1::TIER_DRAM;
     bool demoting = false;  // a DEMOTE order is out for this replica
     uint64_t offset = 0;
-    std::list<Object*>::iterator lru;  // position in its node's tier list
+    LruList::iterator lru;  // position in its node's tier list
   };
   // A key stored in the index, in 24 bytes: up to 23 inline (content keys
   // are 17, docs/keys.md), longer ones on the heap. Never moved: objects
@@ -294,7 +297,7 @@ class Master {
   struct Segment {
     uint32_t id = 0;
     std::unique_ptr<RangeAllocator> alloc;
-    std::list<Object*> lru;       // front = least recently used
+    LruList lru;                  // front = least recently used
     uint64_t demoting_bytes = 0;  // allocated bytes whose demotion is ordered
     // The put byte rate into this segment (master_demote.cc): bytes
     // placed in the current window, and the smoothed rate of past ones.
@@ -339,7 +342,7 @@ class Master {
     uint64_t demote_probe_id = 0;  // move id; 0 = none out
     uint64_t demote_probe_ms = 0;  // NowMs it was ordered
     double demote_turnaround_ms = 0;
-    std::list<Object*> ssd_lru;
+    LruList ssd_lru;
     uint64_t hard_pinned_bytes = 0;
     std::vector<v1::TierMove> outbox;   // orders for the next heartbeat (OrderLocked)
     std::vector<v1::TierMove> notices;  // RECORD/FORGET, ride along (no wake)

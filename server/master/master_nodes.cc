@@ -149,7 +149,7 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
     return;
   }
   Object& obj = *known;
-  std::list<Object*>& lru = r.tier == v1::TIER_DRAM ? n.segments[r.segment].lru : n.ssd_lru;
+  LruList& lru = r.tier == v1::TIER_DRAM ? n.segments[r.segment].lru : n.ssd_lru;
   r.lru = lru.insert(lru.end(), &obj);
   if (r.tier == v1::TIER_SSD) n.ssd_used += e.size();
   obj.replicas.push_back(r);
@@ -164,7 +164,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
   // once before touching any: erasing the object on its first list would
   // leave a dangling pointer in the second (found by the master fuzzer).
   std::vector<Object*> victims;
-  auto take = [&victims](std::list<Object*>& lru) {
+  auto take = [&victims](LruList& lru) {
     victims.insert(victims.end(), lru.begin(), lru.end());
     lru.clear();
   };
@@ -599,7 +599,7 @@ absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
   r.tier = v1::TIER_DRAM;
   r.segment = p.segment;
   r.offset = p.offset;
-  std::list<Object*>& lru = n.segments[p.segment].lru;
+  LruList& lru = n.segments[p.segment].lru;
   r.lru = lru.insert(lru.end(), obj);
   obj->replicas.push_back(r);
   EmitStoredLocked(*obj, obj->replicas.back(), nullptr);
