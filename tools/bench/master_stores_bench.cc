@@ -178,7 +178,7 @@ class Fleet {
     b->ctx.set_wait_for_ready(true);  // a connection still being made is no error
     b->t0_us = MonoUs();
     stubs_[i]->async()->Heartbeat(&b->ctx, &b->req, &b->resp,
-                                  [this, b, i, seq, poll](grpc::Status s) {
+                                  [this, b, i, seq, poll](const grpc::Status& s) {
                                     Done(b, s, poll);
                                     Send(i, seq + 1);
                                     std::lock_guard<std::mutex> lock(mu_);
@@ -295,6 +295,7 @@ absl::Status RegisterAll(Fleet* fleet, int n, uint64_t objects, bool with_invent
   std::string token = AuthToken("");
   uint64_t per = objects / static_cast<uint64_t>(n);
   std::vector<std::thread> th;
+  th.reserve(kRegisterThreads);
   for (int t = 0; t < std::min(n, kRegisterThreads); ++t) {
     th.emplace_back([&] {
       for (int i; (i = next.fetch_add(1)) < n && !StopRequested();) {
