@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
   flags.AddInt("events-replay-batches", &events_replay_batches, "event batches kept for replay");
   flags.ParseOrExit(argc, argv);
 
+  if (opts.block_bytes_max == 0 || opts.block_bytes_max > kBlockBytesLimit) {
+    std::fprintf(stderr, "shelf-master: need 0 < --block-bytes-max < 4 GiB\n");
+    return 2;
+  }
   if (!(opts.demote_headroom_max >= 0 && opts.demote_headroom_max < 1)) {
     std::fprintf(stderr, "shelf-master: need 0 <= --demote-headroom-max < 1\n");
     return 2;
@@ -195,6 +199,15 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, *creds, &port);
   builder.SetMaxReceiveMessageSize(64 << 20);
+  // Every idle store holds a long-poll heartbeat, and the sync server gives
+  // each call in progress a thread of its own: a cluster of N stores keeps
+  // about N threads busy. By default a thread that finishes a call exits
+  // when 2 others already wait for work, so each heartbeat cycle created
+  // and destroyed a thread; up to kIdleThreadsMax idle ones are kept
+  // instead (docs/master.md, "Scale").
+  constexpr int kIdleThreadsMax = 256;
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kIdleThreadsMax);
   // The address the master advertises as leader: with port 0, the picked one.
   std::string token = AuthToken(secret);
   // Master options need the final address; construct after binding.

@@ -3,6 +3,7 @@
 #include "server/master/master.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,8 @@ Master::Master(MasterOptions options, prom::Exposition* exposition)
       clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
       start_ms_(clock_->NowMs()),
       metrics_(exposition != nullptr ? *exposition : DefaultExposition()) {
+  SHELF_CHECK(options_.block_bytes_max <= kBlockBytesLimit)
+      << "block_bytes_max " << options_.block_bytes_max << " over " << kBlockBytesLimit;
   prom::Exposition& r = exposition != nullptr ? *exposition : DefaultExposition();
   gauges_.push_back(
       r.AddCallbackGauge("shelf_master_objects", "Committed objects in the index", [this] {
@@ -94,26 +97,57 @@ Master::Shard& Master::ShardOf(absl::string_view key) {
   return shards_[(absl::Hash<absl::string_view>{}(key) >> 32) % kShards];
 }
 
+Master::ObjectKey::ObjectKey(absl::string_view s) {
+  if (s.size() <= kInline) {
+    std::memcpy(b_, s.data(), s.size());
+    b_[23] = static_cast<char>(s.size());
+    return;
+  }
+  char* heap = new char[s.size()];
+  std::memcpy(heap, s.data(), s.size());
+  uint64_t size = s.size();
+  std::memcpy(b_, &heap, sizeof(heap));
+  std::memcpy(b_ + 8, &size, sizeof(size));
+  b_[23] = static_cast<char>(kHeap);
+}
+
+Master::ObjectKey::~ObjectKey() {
+  if (static_cast<uint8_t>(b_[23]) != kHeap) return;
+  char* heap;
+  std::memcpy(&heap, b_, sizeof(heap));
+  delete[] heap;
+}
+
+absl::string_view Master::ObjectKey::view() const {
+  uint8_t tag = static_cast<uint8_t>(b_[23]);
+  if (tag != kHeap) return {b_, tag};
+  const char* heap;
+  uint64_t size;
+  std::memcpy(&heap, b_, sizeof(heap));
+  std::memcpy(&size, b_ + 8, sizeof(size));
+  return {heap, size};
+}
+
 Master::Object* Master::FindLocked(const std::string& key) {
   Shard& shard = ShardOf(key);
   absl::MutexLock lock(&shard.mu);
   auto it = shard.objects.find(key);
-  return it == shard.objects.end() ? nullptr : &it->second;
+  return it == shard.objects.end() ? nullptr : &Mut(*it);
 }
 
 std::pair<Master::Object*, bool> Master::EmplaceLocked(const std::string& key) {
   Shard& shard = ShardOf(key);
   absl::MutexLock lock(&shard.mu);
-  auto [pos, inserted] = shard.objects.try_emplace(ObjectKey(key));
-  if (inserted) pos->second.key = &pos->first;
-  return {&pos->second, inserted};
+  auto [pos, inserted] = shard.objects.emplace(key);
+  return {&Mut(*pos), inserted};
 }
 
 void Master::EraseIndexLocked(Object* obj) {
-  absl::string_view key = obj->key->view();
-  Shard& shard = ShardOf(key);
+  Shard& shard = ShardOf(obj->key.view());
   absl::MutexLock lock(&shard.mu);
-  shard.objects.erase(shard.objects.find(key));
+  // Found by address: the object's key goes with it.
+  auto it = shard.objects.find(obj->key.view());
+  shard.objects.erase(it);
 }
 
 size_t Master::ObjectCountLocked() {
@@ -150,7 +184,7 @@ void Master::FindBatchLocked(const google::protobuf::RepeatedPtrField<std::strin
       n = i;
       break;
     }
-    Object* obj = found[i] = &it->second;
+    Object* obj = found[i] = &Mut(*it);
     if (!touch) continue;
     // The fields lookups change; the shard orders lookups of one object.
     if (lease) {
@@ -175,8 +209,7 @@ void Master::MoveToBackLocked(Object* const* objs, int n) {
     if (objs[i] == nullptr) continue;
     for (const Replica& r : objs[i]->replicas) {
       Node& node = *nodes_[r.node];
-      std::list<Object*>& lru =
-          r.tier == v1::TIER_DRAM ? node.segments[r.segment].lru : node.ssd_lru;
+      LruList& lru = r.tier == v1::TIER_DRAM ? node.segments[r.segment].lru : node.ssd_lru;
       lru.splice(lru.end(), lru, r.lru);
     }
   }
@@ -479,7 +512,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
         FreeRangeLocked(r.node, r.segment, r.offset, put.size);
         continue;
       }
-      std::list<Object*>& lru = nodes_[r.node]->segments[r.segment].lru;
+      LruList& lru = nodes_[r.node]->segments[r.segment].lru;
       r.lru = lru.insert(lru.end(), &obj);
       obj.replicas.push_back(r);
       NoticeLocked(obj, obj.replicas.back(), true);
@@ -598,7 +631,7 @@ absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
     absl::MutexLock shard_lock(&shard.mu);
     auto it = shard.objects.find(key);
     if (it == shard.objects.end()) continue;
-    Object& obj = it->second;
+    Object& obj = Mut(*it);
     if (obj.lease_until_ms <= now || obj.lease_holders == 0) continue;
     if (--obj.lease_holders == 0) {
       obj.lease_until_ms = 0;
@@ -628,7 +661,7 @@ absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* re
       st->set_message("no such key");
       continue;
     }
-    if ((obj->hard_pin || obj->pin_until_ms > now) && !req.force()) {
+    if ((obj->hard_pin || obj->pin_until_ms() > now) && !req.force()) {
       st->set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
       st->set_message("key is pinned: unpin it or remove with force");
       continue;
@@ -662,7 +695,7 @@ void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
     --demotions_pending_;
     Segment& seg = n.segments[r.segment];
     seg.demoting_bytes -= std::min(seg.demoting_bytes, seg.alloc->RoundUp(obj->size));
-    n.ssd_used -= std::min(n.ssd_used, obj->size);
+    n.ssd_used -= std::min<uint64_t>(n.ssd_used, obj->size);
   }
   if (r.tier == v1::TIER_DRAM) {
     n.segments[r.segment].lru.erase(r.lru);
@@ -675,23 +708,23 @@ void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
     }
   } else {
     n.ssd_lru.erase(r.lru);
-    n.ssd_used -= std::min(n.ssd_used, obj->size);
+    n.ssd_used -= std::min<uint64_t>(n.ssd_used, obj->size);
     if (n.state != v1::NODE_DEAD) {
       v1::TierMove drop;
       drop.set_move_id(next_move_id_++);
-      drop.set_key(obj->key->str());
+      drop.set_key(obj->key.str());
       drop.set_kind(v1::TierMove::DROP_SSD);
-      n.outbox.push_back(std::move(drop));
+      OrderLocked(&n, std::move(drop));
     }
   }
-  if (obj->hard_pin) n.hard_pinned_bytes -= std::min(n.hard_pinned_bytes, obj->size);
+  if (obj->hard_pin) n.hard_pinned_bytes -= std::min<uint64_t>(n.hard_pinned_bytes, obj->size);
 }
 
 void Master::NoticeLocked(const Object& obj, const Replica& r, bool record) {
   Node& n = *nodes_[r.node];
   v1::TierMove m;
   m.set_kind(record ? v1::TierMove::RECORD : v1::TierMove::FORGET);
-  m.set_key(obj.key->str());
+  m.set_key(obj.key.str());
   m.set_segment_id(n.segments[r.segment].id);
   m.set_offset(r.offset);
   m.set_size(obj.size);

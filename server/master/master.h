@@ -27,18 +27,20 @@
 #define SHELF_SERVER_MASTER_MASTER_H_
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
-#include "absl/container/node_hash_map.h"
+#include "absl/container/node_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -47,6 +49,7 @@
 #include "common/prom.h"
 #include "proto/shelf.pb.h"
 #include "server/master/kv_events.h"
+#include "server/master/lru_pool.h"
 #include "server/master/master_metrics.h"
 #include "shelf/limits.h"
 #include "storage/allocator.h"
@@ -56,6 +59,8 @@ namespace shelf {
 // Limits on requests, validated with INVALID_ARGUMENT (docs/master.md); the
 // protocol's own (key, batch, replicas, version) are in shelf/limits.h.
 inline constexpr size_t kRemoveMatchingMax = 65536;  // keys one RemoveMatching removes
+// The largest block a master can take (an object's size is 32 bits).
+inline constexpr uint64_t kBlockBytesLimit = UINT32_MAX;
 // After a failed demotion, a node gets no demotion orders for this long.
 inline constexpr uint64_t kSsdFailureBackoffMs = 10000;
 // A store declared dead keeps its orphans (Node::orphans) this many TTLs.
@@ -71,10 +76,10 @@ struct MasterOptions {
   double evict_low = 0.85;               // eviction stops below this fill
   double ssd_evict_high = 0.98;          // the SSD tier's own watermarks
   double ssd_evict_low = 0.95;
-  uint64_t block_bytes_max = 1ull << 30;
-  uint64_t alignment = 4096;        // every DRAM range starts aligned
-  uint64_t hard_pin_bytes_max = 0;  // per node; 0 = 10% of its DRAM
-  uint64_t demote_wait_ms = 2000;   // PutStart waits this long for demotions to free room
+  uint64_t block_bytes_max = 1ull << 30;  // <= kBlockBytesLimit
+  uint64_t alignment = 4096;              // every DRAM range starts aligned
+  uint64_t hard_pin_bytes_max = 0;        // per node; 0 = 10% of its DRAM
+  uint64_t demote_wait_ms = 2000;         // PutStart waits this long for demotions to free room
   // Demotion ahead of need: a segment keeps free (or being demoted) the
   // bytes its puts fill in this long, at least twice the measured
   // order-to-report time of a demotion, at most demote_headroom_max of it.
@@ -192,41 +197,62 @@ class Master {
  private:
   struct Node;
   struct Object;
-  struct Replica {
-    uint32_t node = 0;  // index into nodes_
-    uint32_t segment = 0;
-    uint64_t offset = 0;
-    std::list<Object*>::iterator lru;  // position in its node's tier list
-    v1::Tier tier = v1::TIER_DRAM;
-    bool demoting = false;  // a DEMOTE order is out for this replica
+  // A tier's objects, least recently used first; nodes from LruNodePool.
+  using LruList = std::list<Object*, LruAllocator<Object*>>;
+  // A replica's tier in one byte (v1::Tier is an int).
+  class TierByte {
+   public:
+    TierByte(v1::Tier t = v1::TIER_DRAM) : v_(static_cast<uint8_t>(t)) {}  // NOLINT: implicit
+    operator v1::Tier() const { return static_cast<v1::Tier>(v_); }        // NOLINT: implicit
+
+   private:
+    uint8_t v_;
   };
-  // A key stored in the index: up to 24 bytes inline (content keys are 17,
-  // docs/keys.md), longer ones on the heap.
+  // 24 bytes: one inline in almost every object (docs/master.md, "Memory").
+  struct Replica {
+    uint32_t node = 0;    // index into nodes_
+    uint8_t segment = 0;  // index into its node's segments (at most 64)
+    TierByte tier = v1::TIER_DRAM;
+    bool demoting = false;  // a DEMOTE order is out for this replica
+    uint64_t offset = 0;
+    LruList::iterator lru;  // position in its node's tier list
+  };
+  // A key stored in the index, in 24 bytes: up to 23 inline (content keys
+  // are 17, docs/keys.md), longer ones on the heap. Never moved: objects
+  // stay where the index built them.
   class ObjectKey {
    public:
-    explicit ObjectKey(absl::string_view s) : bytes_(s.begin(), s.end()) {}
-    absl::string_view view() const { return {bytes_.data(), bytes_.size()}; }
+    explicit ObjectKey(absl::string_view s);
+    ~ObjectKey();
+    ObjectKey(const ObjectKey&) = delete;
+    ObjectKey& operator=(const ObjectKey&) = delete;
+    absl::string_view view() const;
     std::string str() const { return std::string(view()); }
 
    private:
-    absl::InlinedVector<char, 24> bytes_;
+    static constexpr uint8_t kInline = 23;
+    static constexpr uint8_t kHeap = 0xff;
+    // Inline: the bytes, then their count in b_[23]. On the heap: the
+    // pointer in b_[0..7], the size in b_[8..15], kHeap in b_[23].
+    char b_[24];
   };
+  static_assert(sizeof(ObjectKey) == 24);
   struct KeyHash {
     using is_transparent = void;
     size_t operator()(absl::string_view k) const { return absl::Hash<absl::string_view>{}(k); }
-    size_t operator()(const ObjectKey& k) const { return (*this)(k.view()); }
+    size_t operator()(const Object& o) const { return (*this)(o.key.view()); }
   };
   struct KeyEq {
     using is_transparent = void;
     static absl::string_view V(absl::string_view k) { return k; }
-    static absl::string_view V(const ObjectKey& k) { return k.view(); }
+    static absl::string_view V(const Object& o) { return o.key.view(); }
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const {
       return V(a) == V(b);
     }
   };
-  // What few objects carry: the put's parent key and what it told the
-  // event stream (docs/events.md; the token ids are not kept).
+  // What few objects carry: the put's parent key, what it told the event
+  // stream (docs/events.md; the token ids are not kept), a soft pin.
   struct ObjectExtra {
     std::string parent_key;
     bool has_engine_hash = false;
@@ -234,34 +260,44 @@ class Master {
     uint32_t block_tokens = 0;
     uint64_t engine_hash = 0;
     uint64_t engine_parent_hash = 0;
+    uint64_t pin_until_ms = 0;  // soft pin: NowMs, UINT64_MAX = until unpinned
   };
+  // 104 bytes, so that with its index node header it fills a 112-byte
+  // malloc chunk (docs/master.md, "Memory"): what only some objects need
+  // is in `extra`.
   struct Object {
-    const ObjectKey* key = nullptr;  // points into its shard's map
-    uint64_t size = 0;
+    explicit Object(absl::string_view k) : key(k), lease_holders(0), hard_pin(0) {}
+    const ObjectKey key;
     uint64_t checksum = 0;
     uint64_t lease_until_ms = 0;  // NowMs
     uint64_t last_access_ms = 0;  // NowMs
-    uint64_t pin_until_ms = 0;    // soft pin: NowMs, UINT64_MAX = until unpinned
-    bool hard_pin = false;
-    // Leases granted since the lease last ran out and not yet given back;
-    // the lease ends at lease_until_ms or when this drops to 0.
-    uint32_t lease_holders = 0;
     // Which commit of the key this is (a replace, remove then put, gets a
     // new one): told to stores in RECORD notices and to readers in
     // lookups, which cache it; READ_KEY checks it. 0: unknown (learned
     // from an inventory that did not say).
     uint64_t generation = 0;
+    uint32_t size = 0;  // <= --block-bytes-max, below 4 GiB
+    // Leases granted since the lease last ran out and not yet given back;
+    // the lease ends at lease_until_ms or when this drops to 0.
+    uint32_t lease_holders : 31;
+    uint32_t hard_pin : 1;
     // Out of line: most blocks carry none, and an empty std::string costs
     // 32 bytes in every object.
     std::unique_ptr<ObjectExtra> extra;
     // Inline: almost every block has one replica, and a heap array costs a
     // malloc'd block and a header besides.
     absl::InlinedVector<Replica, 1> replicas;
+    // The soft pin (in `extra`).
+    uint64_t pin_until_ms() const { return extra == nullptr ? 0 : extra->pin_until_ms; }
   };
+  // The index holds objects as a set: the key is in the object (no second
+  // copy, no pointer back). Elements are const to the set only through
+  // their key, which is const in Object itself; Mut gives the rest.
+  static Object& Mut(const Object& obj) { return const_cast<Object&>(obj); }
   struct Segment {
     uint32_t id = 0;
     std::unique_ptr<RangeAllocator> alloc;
-    std::list<Object*> lru;       // front = least recently used
+    LruList lru;                  // front = least recently used
     uint64_t demoting_bytes = 0;  // allocated bytes whose demotion is ordered
     // The put byte rate into this segment (master_demote.cc): bytes
     // placed in the current window, and the smoothed rate of past ones.
@@ -270,6 +306,24 @@ class Master {
     double put_bytes_per_s = 0;
     // Used bytes that eviction still has to act on.
     uint64_t settled_used() const { return alloc->used() - demoting_bytes; }
+  };
+  // Where a node's long-poll heartbeat waits for orders: off mu_, and
+  // woken only by orders for that node. (absl evaluates the condition of
+  // every thread waiting on a mutex each time it is released: a thousand
+  // stores long-polling on mu_ made every call that took it pay for a
+  // thousand conditions.) Shared: a reset frees the Node while its
+  // heartbeat still waits here.
+  struct Wake {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool woken = false;  // guarded by mu
+    void Notify() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        woken = true;
+      }
+      cv.notify_all();
+    }
   };
   struct Node {
     v1::StoreEndpoint endpoint;
@@ -288,10 +342,11 @@ class Master {
     uint64_t demote_probe_id = 0;  // move id; 0 = none out
     uint64_t demote_probe_ms = 0;  // NowMs it was ordered
     double demote_turnaround_ms = 0;
-    std::list<Object*> ssd_lru;
+    LruList ssd_lru;
     uint64_t hard_pinned_bytes = 0;
-    std::vector<v1::TierMove> outbox;   // orders for the next heartbeat (wake it)
+    std::vector<v1::TierMove> outbox;   // orders for the next heartbeat (OrderLocked)
     std::vector<v1::TierMove> notices;  // RECORD/FORGET, ride along (no wake)
+    std::shared_ptr<Wake> wake = std::make_shared<Wake>();
     // The DRAM replicas this node held when it was declared dead, kept
     // until orphans_until_ms (NowMs): the same process (same incarnation)
     // may register again, its memory intact, without knowing the keys of
@@ -329,7 +384,7 @@ class Master {
   // The object index: one shard per slice of the key hash space.
   struct Shard {
     absl::Mutex mu;
-    absl::node_hash_map<ObjectKey, Object, KeyHash, KeyEq> objects ABSL_GUARDED_BY(mu);
+    absl::node_hash_set<Object, KeyHash, KeyEq> objects ABSL_GUARDED_BY(mu);
   };
   static constexpr size_t kShards = 16;
   Shard& ShardOf(absl::string_view key);
@@ -387,6 +442,8 @@ class Master {
   // holds), so it can report its DRAM contents to a new master.
   void NoticeLocked(const Object& obj, const Replica& r, bool record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues an order for the node's next heartbeat and wakes its long poll.
+  void OrderLocked(Node* n, v1::TierMove move) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets every replica on `node` and aborts its puts in flight. With
   // `orphans`, appends the node's DRAM replicas to it first.
   void DropNodeReplicasLocked(uint32_t node, uint64_t now,

@@ -65,6 +65,7 @@ void Master::ResetLocked() {
   put_by_key_.clear();
   deferred_.clear();
   promotes_.clear();
+  for (const auto& n : nodes_) n->wake->Notify();  // their long polls end
   nodes_.clear();
   node_by_id_.clear();
   demotions_pending_ = 0;
@@ -186,10 +187,10 @@ absl::Status Master::Stat(const v1::StatRequest& req, v1::StatResponse* resp) {
   Object* obj = FindLocked(req.key());
   if (obj == nullptr) return absl::NotFoundError("no such key");
   FillLocation(*obj, req.key(), "", false, resp->mutable_object());
-  resp->set_pinned(obj->hard_pin || obj->pin_until_ms > now);
+  resp->set_pinned(obj->hard_pin || obj->pin_until_ms() > now);
   resp->set_hard_pin(obj->hard_pin);
-  if (obj->pin_until_ms > now && obj->pin_until_ms != UINT64_MAX) {
-    resp->set_pin_expires_unix_ms(unix_now + (obj->pin_until_ms - now));
+  if (obj->pin_until_ms() > now && obj->pin_until_ms() != UINT64_MAX) {
+    resp->set_pin_expires_unix_ms(unix_now + (obj->pin_until_ms() - now));
   }
   resp->set_last_access_unix_ms(unix_now - ElapsedMs(now, obj->last_access_ms));
   if (obj->extra != nullptr) resp->set_parent_key(obj->extra->parent_key);
@@ -254,14 +255,14 @@ absl::Status Master::Pin(const v1::PinRequest& req) {
       if (add) {
         n.hard_pinned_bytes += obj->size;
       } else {
-        n.hard_pinned_bytes -= std::min(n.hard_pinned_bytes, obj->size);
+        n.hard_pinned_bytes -= std::min<uint64_t>(n.hard_pinned_bytes, obj->size);
       }
     }
   };
   if (req.unpin()) {
     if (obj->hard_pin) account(false);
     obj->hard_pin = false;
-    obj->pin_until_ms = 0;
+    if (obj->extra != nullptr) obj->extra->pin_until_ms = 0;
     return absl::OkStatus();
   }
   if (req.hard()) {
@@ -281,7 +282,8 @@ absl::Status Master::Pin(const v1::PinRequest& req) {
     obj->hard_pin = true;
     return absl::OkStatus();
   }
-  obj->pin_until_ms = req.ttl_ms() == 0 ? UINT64_MAX : now + req.ttl_ms();
+  if (obj->extra == nullptr) obj->extra = std::make_unique<ObjectExtra>();
+  obj->extra->pin_until_ms = req.ttl_ms() == 0 ? UINT64_MAX : now + req.ttl_ms();
   return absl::OkStatus();
 }
 

@@ -12,7 +12,7 @@ const char* MediumOf(v1::Tier tier) { return tier == v1::TIER_DRAM ? kMediumDram
 
 uint64_t Master::BlockHashLocked(const Object& obj) {
   const ObjectExtra* x = obj.extra.get();
-  return x != nullptr && x->has_engine_hash ? x->engine_hash : KvEventBlockHash(obj.key->view());
+  return x != nullptr && x->has_engine_hash ? x->engine_hash : KvEventBlockHash(obj.key.view());
 }
 
 void Master::EmitStoredLocked(const Object& obj, const Replica& r,

@@ -140,8 +140,8 @@ absl::Status Master::ListKeys(const v1::ListKeysRequest& req, v1::ListKeysRespon
     if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
     for (Shard& shard : shards_) {
       absl::MutexLock shard_lock(&shard.mu);
-      for (const auto& [key, obj] : shard.objects) {
-        absl::string_view k = key.view();
+      for (const Object& obj : shard.objects) {
+        absl::string_view k = obj.key.view();
         if (!cursor.empty() && k <= cursor) continue;
         if (page.size() == count && k >= page.top()) {
           more = more || matcher.Match(k);
@@ -181,9 +181,10 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
   bool more = false;
   for (Shard& shard : shards_) {
     absl::MutexLock shard_lock(&shard.mu);
-    for (auto& [key, obj] : shard.objects) {
-      if (!matcher.Match(key.view())) continue;
-      if ((obj.hard_pin || obj.pin_until_ms > now) && !req.force()) {
+    for (const Object& found : shard.objects) {
+      Object& obj = Mut(found);
+      if (!matcher.Match(obj.key.view())) continue;
+      if ((obj.hard_pin || obj.pin_until_ms() > now) && !req.force()) {
         ++pinned;
         continue;
       }

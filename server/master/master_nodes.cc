@@ -104,7 +104,9 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
 }
 
 void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint64_t now) {
-  if (ValidateKey(e.key()).ok() == false || e.size() == 0) return;
+  if (ValidateKey(e.key()).ok() == false || e.size() == 0 || e.size() > options_.block_bytes_max) {
+    return;
+  }
   // One replica per node and tier: an entry the index already holds here
   // (restored as an orphan, or listed twice) is no news.
   Object* known = FindLocked(e.key());
@@ -147,7 +149,7 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
     return;
   }
   Object& obj = *known;
-  std::list<Object*>& lru = r.tier == v1::TIER_DRAM ? n.segments[r.segment].lru : n.ssd_lru;
+  LruList& lru = r.tier == v1::TIER_DRAM ? n.segments[r.segment].lru : n.ssd_lru;
   r.lru = lru.insert(lru.end(), &obj);
   if (r.tier == v1::TIER_SSD) n.ssd_used += e.size();
   obj.replicas.push_back(r);
@@ -162,7 +164,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
   // once before touching any: erasing the object on its first list would
   // leave a dangling pointer in the second (found by the master fuzzer).
   std::vector<Object*> victims;
-  auto take = [&victims](std::list<Object*>& lru) {
+  auto take = [&victims](LruList& lru) {
     victims.insert(victims.end(), lru.begin(), lru.end());
     lru.clear();
   };
@@ -177,7 +179,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
       if (r.node == node) EmitRemovedLocked(*obj, r);
       if (r.node == node && r.tier == v1::TIER_DRAM && orphans != nullptr) {
         v1::InventoryEntry& e = orphans->emplace_back();
-        e.set_key(obj->key->str());
+        e.set_key(obj->key.str());
         e.set_tier(v1::TIER_DRAM);
         e.set_segment_id(n.segments[r.segment].id);
         e.set_offset(r.offset);
@@ -251,20 +253,23 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
     // Long poll: hold the call until orders arrive (or the wait ends), so
     // a demotion starts as soon as it is ordered.
     uint64_t wait_ms = std::min<uint64_t>(req.wait_for_orders_ms(), options_.node_ttl_ms / 2);
-    // A step-down during the wait frees every Node (ResetLocked): the
-    // condition, which absl evaluates in whichever thread unlocks, must
-    // look at the epoch before it looks at the node.
-    struct Wait {
-      const uint64_t* epoch;
-      uint64_t seen;
-      Node* node;
-    } wait{&reset_epoch_, reset_epoch_, &n};
-    clock_->AwaitUntil(
-        &mu_,
-        absl::Condition(
-            +[](Wait* w) { return *w->epoch != w->seen || !w->node->outbox.empty(); }, &wait),
-        now + wait_ms);
-    if (reset_epoch_ != wait.seen) {
+    // The wait is on the node's own Wake, mu_ released: orders queued
+    // from here on (under mu_, OrderLocked) set `woken`. A step-down
+    // during the wait frees every Node (ResetLocked, which wakes every
+    // waiter): the epoch says so before `n` is touched again.
+    std::shared_ptr<Wake> wake = n.wake;
+    const uint64_t epoch = reset_epoch_;
+    {
+      std::lock_guard<std::mutex> w(wake->mu);
+      wake->woken = false;  // the outbox is empty: no order is pending
+    }
+    mu_.Unlock();
+    {
+      std::unique_lock<std::mutex> w(wake->mu);
+      clock_->WaitUntil(&w, &wake->cv, now + wait_ms, [&wake] { return wake->woken; });
+    }
+    mu_.Lock();
+    if (reset_epoch_ != epoch) {
       resp->set_reregister(true);
       return absl::OkStatus();
     }
@@ -280,6 +285,11 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
   return absl::OkStatus();
 }
 
+void Master::OrderLocked(Node* n, v1::TierMove move) {
+  n->outbox.push_back(std::move(move));
+  n->wake->Notify();
+}
+
 void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& result, uint64_t now) {
   Object* obj = FindLocked(result.key());
   Node& n = *nodes_[node];
@@ -292,7 +302,7 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
       drop.set_move_id(next_move_id_++);
       drop.set_key(result.key());
       drop.set_kind(v1::TierMove::DROP_SSD);
-      n.outbox.push_back(std::move(drop));
+      OrderLocked(&n, std::move(drop));
     }
     return;
   }
@@ -305,7 +315,7 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
     Segment& seg = n.segments[r.segment];
     seg.demoting_bytes -= std::min(seg.demoting_bytes, seg.alloc->RoundUp(obj->size));
     if (!result.ok()) {
-      n.ssd_used -= std::min(n.ssd_used, obj->size);
+      n.ssd_used -= std::min<uint64_t>(n.ssd_used, obj->size);
       // A failing SSD tier (full disk, I/O errors) gets no demotions for a
       // while: each would cost a writer its --demote-wait for nothing.
       n.ssd_failing_until_ms = now + kSsdFailureBackoffMs;
@@ -442,7 +452,7 @@ bool Master::EvictableLocked(const Object& obj, uint64_t now, bool allow_soft_pi
   // lease ends (deferred free), so a lease does not stop one; a drop would
   // break the lease, so it does.
   if (obj.hard_pin || (!for_demotion && obj.lease_until_ms > now)) return false;
-  if (obj.pin_until_ms > now && !allow_soft_pinned) return false;
+  if (obj.pin_until_ms() > now && !allow_soft_pinned) return false;
   for (const Replica& r : obj.replicas) {
     if (r.demoting) return false;
   }
@@ -492,7 +502,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
       if (can_demote) {
         v1::TierMove m;
         m.set_move_id(next_move_id_++);
-        m.set_key(obj->key->str());
+        m.set_key(obj->key.str());
         m.set_kind(v1::TierMove::DEMOTE);
         m.set_segment_id(seg->id);
         m.set_offset(rep->offset);
@@ -500,7 +510,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
         m.set_checksum(obj->checksum);
         m.set_term(term_);
         NoteDemoteOrderedLocked(&n, m.move_id(), now);
-        n.outbox.push_back(std::move(m));
+        OrderLocked(&n, std::move(m));
         rep->demoting = true;
         ++demotions_pending_;
         n.ssd_used += obj->size;
@@ -589,7 +599,7 @@ absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
   r.tier = v1::TIER_DRAM;
   r.segment = p.segment;
   r.offset = p.offset;
-  std::list<Object*>& lru = n.segments[p.segment].lru;
+  LruList& lru = n.segments[p.segment].lru;
   r.lru = lru.insert(lru.end(), obj);
   obj->replicas.push_back(r);
   EmitStoredLocked(*obj, obj->replicas.back(), nullptr);
@@ -695,9 +705,9 @@ void Master::CheckInvariants() {
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> used;
   for (Shard& shard : shards_) {
     absl::MutexLock shard_lock(&shard.mu);
-    for (auto& [key, obj] : shard.objects) {
-      if (obj.replicas.empty() || obj.key == nullptr || obj.key->view() != key.view()) std::abort();
-      if (&ShardOf(key.view()) != &shard) std::abort();
+    for (const Object& obj : shard.objects) {
+      if (obj.replicas.empty()) std::abort();
+      if (&ShardOf(obj.key.view()) != &shard) std::abort();
       for (const Replica& r : obj.replicas) {
         if (r.node >= nodes_.size() || *r.lru != &obj) std::abort();
         if (r.tier == v1::TIER_DRAM) {

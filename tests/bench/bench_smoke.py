@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Smoke tests of shelf-bench (docs/benchmarks.md).
 
-    bench_smoke.py SHELF_BENCH SUBCOMMAND   run SUBCOMMAND --quick; check that it
+    bench_smoke.py SHELF_BENCH SUBCOMMAND   run SUBCOMMAND --quick (master-stores:
+                                            master --stores 20 --quick); check that it
                                             prints a table, then a JSON object
                                             with the subcommand's figures as its
                                             last line, and reports no errors
@@ -28,6 +29,9 @@ REQUIRED = {
     "ssd": ["write_ratio_4m", "read_ratio_4m", "kv_compression_disk_ratio", "mismatches"],
     "master": ["lookups_per_s_1t", "grpc_matchprefix_keys_per_s_b64",
                "bytes_per_object_10m", "errors"],
+    "master-stores": ["heartbeat_p99_ms", "heartbeat_held_p99_ms", "lookup_keys_per_s",
+                      "matchprefix_p99_ms", "puts_per_s", "master_cpu_s_per_s",
+                      "master_rss_bytes", "errors"],
     "resp": ["resp_get_1m_vs_redis", "resp_set_1m_vs_redis", "resp_get_64k_vs_redis",
              "resp_min_vs_redis", "errors", "rows"],
 }
@@ -52,7 +56,8 @@ def last_json(out):
 
 def run_quick(bench, sub):
     t0 = time.time()
-    p = subprocess.run([bench, sub, "--quick"], stdout=subprocess.PIPE,
+    args = ["master", "--stores", "20"] if sub == "master-stores" else [sub]
+    p = subprocess.run([bench] + args + ["--quick"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=TIMEOUT_S)
     elapsed = time.time() - t0
     obj, lines = last_json(p.stdout)

@@ -590,6 +590,48 @@ TEST_F(MasterFixture, AHeartbeatLongPollEndsAtHalfTheTtl) {
   EXPECT_EQ(resp.moves_size(), 0);
 }
 
+// A long poll ends as soon as an order for its own store is queued, and
+// an order for another store leaves it waiting: each store's heartbeat
+// waits on its own wake (docs/master.md, "Scale").
+TEST_F(MasterFixture, ALongPollIsWokenByItsOwnStoresOrdersOnly) {
+  MasterOptions o;
+  o.node_ttl_ms = 1000;
+  Make(o);
+  v1::InventoryEntry e;
+  e.set_key("on-a");
+  e.set_size(kMiB);
+  e.set_checksum(7);
+  e.set_tier(v1::TIER_SSD);
+  Register("a", 64 * kMiB, 64 * kMiB, "h", 1, {}, {e});
+  Register("b", 64 * kMiB, 64 * kMiB);
+  auto long_poll = [this](const std::string& id, v1::HeartbeatResponse* resp) {
+    v1::HeartbeatRequest hb;
+    hb.set_node_id(id);
+    hb.set_incarnation(1);
+    hb.set_wait_for_orders_ms(3000);
+    EXPECT_TRUE(master_->Heartbeat(hb, resp).ok());
+  };
+  v1::HeartbeatResponse a_resp, b_resp;
+  std::thread a([&] { long_poll("a", &a_resp); });
+  std::thread b([&] { long_poll("b", &b_resp); });
+  clock_.WaitForWaiters(2);
+  // Removing a's SSD block orders a DROP_SSD to a alone; the clock stands
+  // still, so only that order can end a's poll.
+  v1::RemoveRequest rm;
+  rm.add_keys("on-a");
+  v1::RemoveResponse rresp;
+  ASSERT_TRUE(master_->Remove(rm, &rresp).ok());
+  a.join();
+  ASSERT_EQ(a_resp.moves_size(), 1);
+  EXPECT_EQ(a_resp.moves(0).kind(), v1::TierMove::DROP_SSD);
+  EXPECT_EQ(a_resp.moves(0).key(), "on-a");
+  EXPECT_EQ(clock_.waiters(), 1u) << "b's long poll ended on a's order";
+  clock_.Advance(500);  // half the TTL: b's poll ends empty
+  b.join();
+  EXPECT_FALSE(b_resp.reregister());
+  EXPECT_EQ(b_resp.moves_size(), 0);
+}
+
 // A put that finds DRAM full orders demotions and waits demote_wait_ms
 // (100 ms) by the master's clock for them to free room; then it drops the
 // least recently used block instead.

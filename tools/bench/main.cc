@@ -83,6 +83,7 @@ constexpr char kHelp[] =
     "  transport        the tcp and shm data planes next to plain sockets and memcpy\n"
     "  ssd              the SSD tier (RocksDB) next to raw O_DIRECT I/O\n"
     "  master           lookups, prefix matches and puts per second; bytes per object\n"
+    "                   (--stores N: one shelf-master with N simulated stores heartbeating)\n"
     "  resp             redis-benchmark against shelf-resp and against redis-server\n"
 #ifdef SHELF_BENCH_HAVE_CLIENT
     "  client           MatchPrefix latency and BatchGet throughput through libshelf\n"

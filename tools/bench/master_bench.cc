@@ -17,6 +17,8 @@
 //               registered through MasterService.RegisterStore, objects put
 //               with BatchPutStart+PutCommit, then MatchPrefix keys/s with
 //               1, 16 and 64 keys per call from --grpc-threads threads
+//   --stores N  a different bench (master_stores_bench.cc): one shelf-master
+//               with N simulated stores heartbeating, at a cluster's scale
 // Goals it reports against: >= 2M lookups/s in-process on one core,
 // >= 200k keys/s over gRPC with 64-key batches, <= 200 bytes per object.
 #include <malloc.h>
@@ -28,13 +30,11 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
-#include <iterator>
 #include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/json.h"
@@ -44,10 +44,12 @@
 #include "server/master/master.h"
 #include "testing/local_cluster.h"
 #include "tools/bench/bench_util.h"
+#include "tools/bench/proc_stats.h"
 
 namespace shelf::bench {
 
-bool StopRequested();  // main.cc: SIGINT/SIGTERM arrived
+bool StopRequested();                          // main.cc: SIGINT/SIGTERM arrived
+int MasterStoresBench(int argc, char** argv);  // master_stores_bench.cc: --stores N
 
 namespace {
 
@@ -83,19 +85,6 @@ double ThreadCpuSeconds() {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-// User + system CPU seconds of process `pid` so far (/proc/PID/stat).
-double ProcessCpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t paren = text.rfind(')');
-  if (paren == std::string::npos) return 0;
-  std::vector<std::string> f = absl::StrSplit(text.substr(paren + 2), ' ');
-  // Fields after the name start at 3 (state); utime and stime are 14, 15.
-  if (f.size() < 13) return 0;
-  double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  return (std::stod(f[11]) + std::stod(f[12])) / ticks;
 }
 
 uint64_t RssBytes() {
@@ -426,6 +415,9 @@ std::string Count(uint64_t n) {
 }  // namespace
 
 int MasterBench(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--stores", 8) == 0) return MasterStoresBench(argc, argv);
+  }
   int64_t objects_small = 1000000, objects = 10000000, grpc_objects = 65536, grpc_threads = 4;
   int64_t key_bytes = 16;
   uint64_t object_bytes = 4096, segment_bytes = 64ull << 40;
