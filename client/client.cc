@@ -161,10 +161,10 @@ ClientImpl::ClientImpl(const ClientOptions& options)
 ClientImpl::~ClientImpl() {
   Close();
   {
-    std::lock_guard<std::mutex> lock(release_mu_);
+    MutexLock lock(&release_mu_);
     release_stop_ = true;
   }
-  release_cv_.notify_all();
+  release_cv_.SignalAll();
   releaser_.join();
   // Async calls first: they use the transfer threads.
   async_pool_->Shutdown();

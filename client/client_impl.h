@@ -11,11 +11,9 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -211,8 +209,9 @@ class ClientImpl final : public Client {
   // `leased_at_unix_ms`) once their reads are done. Best effort and off the
   // caller's path: the keys are queued for the releaser thread, which sends
   // them in batches (ReleaseLoop).
-  void ReleaseLeases(const v1::LookupResponse& resp, uint64_t leased_at_unix_ms);
-  void ReleaseLoop();
+  void ReleaseLeases(const v1::LookupResponse& resp, uint64_t leased_at_unix_ms)
+      ABSL_LOCKS_EXCLUDED(release_mu_);
+  void ReleaseLoop() ABSL_LOCKS_EXCLUDED(release_mu_);
 
   // ---- client_buffers.cc
   // Puts a registered range; device memory is staged into a bounce buffer
@@ -314,11 +313,11 @@ class ClientImpl final : public Client {
     std::string key;
     uint64_t send_by_unix_ms;
   };
-  std::mutex release_mu_;
-  std::condition_variable release_cv_;
-  std::vector<PendingRelease> releases_;  // guarded by release_mu_
-  bool release_stop_ = false;             // guarded by release_mu_
-  std::thread releaser_;                  // joined in the destructor, before the pools
+  Mutex release_mu_;
+  CondVar release_cv_;  // signalled when releases_ grows or release_stop_ is set
+  std::vector<PendingRelease> releases_ ABSL_GUARDED_BY(release_mu_);
+  bool release_stop_ ABSL_GUARDED_BY(release_mu_) = false;
+  std::thread releaser_;  // joined in the destructor, before the pools
 
   // Last: destroyed (joined) first, while everything their tasks use lives.
   // Async tasks use the transfer pool, so it outlives the async pool.

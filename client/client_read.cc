@@ -2,6 +2,7 @@
 // DRAM before SSD) with a read lease; the blocks are then read in parallel,
 // each from the first replica that answers with the right bytes.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -317,27 +318,32 @@ void ClientImpl::ReleaseLeases(const v1::LookupResponse& resp, uint64_t leased_a
   }
   if (add.empty()) return;
   {
-    std::lock_guard<std::mutex> lock(release_mu_);
+    MutexLock lock(&release_mu_);
     // Bounded: past it, leases simply run out.
     if (releases_.size() + add.size() > kReleaseQueueMax) return;
     for (PendingRelease& r : add) releases_.push_back(std::move(r));
   }
-  release_cv_.notify_one();
+  release_cv_.Signal();
 }
 
 void ClientImpl::ReleaseLoop() {
-  std::unique_lock<std::mutex> lock(release_mu_);
   while (true) {
-    release_cv_.wait(lock, [this] { return release_stop_ || !releases_.empty(); });
-    if (release_stop_) return;
-    // Gather what concurrent reads give back for a moment: one call
-    // carries many keys.
-    release_cv_.wait_for(lock, std::chrono::milliseconds(kReleaseGatherMs),
-                         [this] { return release_stop_ || releases_.size() >= kBatchItemsMax; });
-    if (release_stop_) return;
     std::vector<PendingRelease> batch;
-    batch.swap(releases_);
-    lock.unlock();
+    {
+      MutexLock lock(&release_mu_);
+      while (!release_stop_ && releases_.empty()) release_cv_.Wait(&release_mu_);
+      if (release_stop_) return;
+      // Gather what concurrent reads give back for a moment: one call
+      // carries many keys.
+      const uint64_t gather_until_ms = MonoMs() + kReleaseGatherMs;
+      while (!release_stop_ && releases_.size() < kBatchItemsMax) {
+        const uint64_t now_ms = MonoMs();
+        if (now_ms >= gather_until_ms) break;
+        release_cv_.WaitFor(&release_mu_, std::chrono::milliseconds(gather_until_ms - now_ms));
+      }
+      if (release_stop_) return;
+      batch.swap(releases_);
+    }
     const uint64_t now = UnixMs();
     v1::ReleaseLeasesRequest req;
     auto send = [&] {
@@ -354,7 +360,6 @@ void ClientImpl::ReleaseLoop() {
       if (static_cast<size_t>(req.keys_size()) == kBatchItemsMax) send();
     }
     send();
-    lock.lock();
   }
 }
 

@@ -16,16 +16,16 @@
 #include "common/hmac.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "transport/shm_handshake.h"
 
 namespace shelf {
-namespace {
-
-constexpr uint32_t kShmMagic = 0x484D4853;  // "SHMH"
 
 std::string ShmMac(const std::string& secret, absl::string_view nonce) {
   if (secret.empty()) return std::string(kMacBytes, '\0');
   return HmacSha256(secret, absl::StrCat("shelf-shm-v1", nonce));
 }
+
+namespace {
 
 absl::Status FillAddr(const std::string& path, struct sockaddr_un* addr) {
   std::memset(addr, 0, sizeof(*addr));
@@ -92,10 +92,10 @@ void ShmServer::Loop() {
 }
 
 void ShmServer::ServeOne(int fd) {
-  std::string nonce = RandomBytes(16);
-  char hello[20];
+  std::string nonce = RandomBytes(kShmNonceBytes);
+  char hello[kShmHelloBytes];
   absl::little_endian::Store32(hello, kShmMagic);
-  std::memcpy(hello + 4, nonce.data(), 16);
+  std::memcpy(hello + 4, nonce.data(), kShmNonceBytes);
   if (!WriteFull(fd, hello, sizeof(hello)).ok()) return;
   std::string mac(kMacBytes, '\0');
   if (!ReadFull(fd, mac.data(), mac.size()).ok()) return;
@@ -152,13 +152,13 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::strin
     return absl::UnavailableError(
         absl::StrCat("cannot reach store socket ", socket_path, ": ", ErrnoText(e)));
   }
-  char hello[20];
+  char hello[kShmHelloBytes];
   absl::Status s = ReadFull(fd, hello, sizeof(hello));
   if (s.ok() && absl::little_endian::Load32(hello) != kShmMagic) {
     s = absl::UnavailableError("not a Shelf shared-memory socket");
   }
   if (s.ok()) {
-    std::string mac = ShmMac(secret_, absl::string_view(hello + 4, 16));
+    std::string mac = ShmMac(secret_, absl::string_view(hello + 4, kShmNonceBytes));
     s = WriteFull(fd, mac.data(), mac.size());
   }
   char reply[16];

@@ -3,7 +3,6 @@
 #include <pybind11/stl.h>
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -178,8 +177,8 @@ class StorageAdapter {
     return total;
   }
 
-  std::string last_error() {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::string last_error() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     return last_error_;
   }
   const std::shared_ptr<PyClient>& client() const { return client_; }
@@ -197,13 +196,13 @@ class StorageAdapter {
     return po;
   }
   // True for OK. Misuse raises; anything else is "not there" and noted.
-  bool Item(const Status& s) {
+  bool Item(const Status& s) ABSL_LOCKS_EXCLUDED(mu_) {
     if (s.ok()) return true;
     if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition) {
       Raise(s);
     }
     if (s.code() != StatusCode::kNotFound) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       last_error_ = s.ToString();
     }
     return false;
@@ -213,8 +212,8 @@ class StorageAdapter {
   const std::string prefix_;
   const int64_t timeout_ms_;
   PutOptions put_options_;
-  std::mutex mu_;
-  std::string last_error_;  // guarded by mu_
+  Mutex mu_;
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
 };
 
 std::string ToKeyPrefix(py::handle prefix) {

@@ -9,11 +9,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "shelf/client.h"
 
 namespace shelf::python {
@@ -73,6 +74,82 @@ struct PyBufferHandle {
   bool gpu = false;
 };
 
+// An asynchronous batch. Holds the Python buffers the batch reads from or
+// writes into until it is done.
+class PyFuture {
+ public:
+  enum class Kind { kGet, kPut, kGetInto };
+  PyFuture(Kind kind, BatchFuture future, std::vector<BufferView> views, py::list targets)
+      : kind_(kind),
+        future_(std::move(future)),
+        views_(std::move(views)),
+        targets_(std::move(targets)) {}
+  ~PyFuture() {
+    {
+      py::gil_scoped_release nogil;
+      future_.Wait();
+    }
+    views_.clear();  // with the GIL
+  }
+
+  bool Done() const { return future_.Poll(); }
+  bool Wait(std::optional<double> timeout_s) {
+    py::gil_scoped_release nogil;
+    if (!timeout_s) {
+      future_.Wait();
+      return true;
+    }
+    double ms = *timeout_s * 1000.0;
+    return future_.Wait(ms <= 0 ? 0 : static_cast<uint64_t>(ms));
+  }
+  py::list Statuses() {
+    WaitAndCheck();
+    return StatusList(future_.statuses());
+  }
+  // batch_get_async: list of bytes or None; batch_put_async: list of
+  // Status; batch_get_into_async: list of sizes or None.
+  py::object Result() {
+    WaitAndCheck();
+    const std::vector<Status>& st = future_.statuses();
+    py::list out;
+    switch (kind_) {
+      case Kind::kGet: {
+        std::vector<std::string>* values = future_.values();
+        for (size_t i = 0; i < st.size(); ++i) {
+          out.append(st[i].ok() ? py::object(ToBytes((*values)[i])) : py::none());
+        }
+        break;
+      }
+      case Kind::kPut:
+        return StatusList(st);
+      case Kind::kGetInto: {
+        const std::vector<size_t>& sizes = future_.sizes();
+        for (size_t i = 0; i < st.size(); ++i) {
+          out.append(st[i].ok() ? py::object(py::int_(sizes[i])) : py::none());
+        }
+        break;
+      }
+    }
+    return out;
+  }
+
+ private:
+  void WaitAndCheck() {
+    {
+      py::gil_scoped_release nogil;
+      future_.Wait();
+    }
+    Check(future_.status());
+  }
+
+  const Kind kind_;
+  BatchFuture future_;
+  std::vector<BufferView> views_;
+  py::list targets_;
+};
+
+// shelf.Client. Its methods named as in Python (Put for put, ...) are bound
+// by member pointer in shelf_module.cc and defined in py_client.cc.
 class PyClient {
  public:
   explicit PyClient(const ClientOptions& options) {
@@ -87,6 +164,17 @@ class PyClient {
     }
   }
 
+  // shelf.Client(masters, *, secret=..., ...): the options as keywords.
+  static std::shared_ptr<PyClient> Create(py::object masters, const std::string& secret,
+                                          uint64_t timeout_ms, bool allow_tcp, bool allow_shm,
+                                          bool verify_checksums, const std::string& tls_ca,
+                                          uint32_t transfer_threads, uint32_t async_threads,
+                                          uint32_t async_queue_max, uint32_t tcp_streams_per_block,
+                                          const std::string& rdma_device, uint32_t rdma_port,
+                                          int32_t rdma_gid_index, uint32_t rdma_traffic_class,
+                                          uint32_t rdma_service_level, uint32_t rdma_pkey_index,
+                                          const std::string& tls_cert, const std::string& tls_key);
+
   // Never null: close() ends the client but keeps the object, whose calls
   // then answer FAILED_PRECONDITION. Safe without the GIL.
   Client* get() const { return client_.get(); }
@@ -94,7 +182,8 @@ class PyClient {
   void Close() { client_->Close(); }
 
   // Registered buffers keep their Python object's buffer view alive.
-  PyBufferHandle Register(py::handle target, std::optional<size_t> size, bool gpu) {
+  PyBufferHandle Register(py::handle target, std::optional<size_t> size, bool gpu)
+      ABSL_LOCKS_EXCLUDED(mu_) {
     void* base = nullptr;
     size_t bytes = 0;
     std::unique_ptr<BufferView> view;
@@ -117,13 +206,13 @@ class PyClient {
     }
     Check(s);
     if (view != nullptr) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       views_.emplace(h.id, std::move(view));
     }
     return PyBufferHandle{h, bytes, gpu};
   }
 
-  void Unregister(const PyBufferHandle& h) {
+  void Unregister(const PyBufferHandle& h) ABSL_LOCKS_EXCLUDED(mu_) {
     Status s;
     {
       py::gil_scoped_release nogil;
@@ -132,7 +221,7 @@ class PyClient {
     Check(s);
     std::unique_ptr<BufferView> view;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = views_.find(h.handle.id);
       if (it != views_.end()) {
         view = std::move(it->second);
@@ -141,10 +230,44 @@ class PyClient {
     }
   }
 
+  // The calls of shelf.Client; docs/client.md and the docstrings in
+  // shelf_module.cc describe each.
+  void Put(py::handle key, py::handle value, uint32_t replicas, bool best_effort, bool prefer_local,
+           const std::string& spread_label, int64_t timeout_ms, py::handle parent_key,
+           std::optional<uint64_t> engine_hash, std::optional<uint64_t> engine_parent_hash,
+           uint32_t block_tokens, std::vector<uint32_t> token_ids);
+  py::tuple ListKeys(py::bytes pattern, py::bytes cursor, size_t count, int64_t timeout_ms);
+  py::object Get(py::handle key, int64_t timeout_ms);
+  py::object GetInto(py::handle key, py::handle target, size_t offset,
+                     std::optional<size_t> capacity, int64_t timeout_ms,
+                     std::optional<uintptr_t> stream, std::optional<uintptr_t> event);
+  void PutFrom(py::handle key, py::handle source, size_t offset, std::optional<size_t> size,
+               uint32_t replicas, bool best_effort, bool prefer_local,
+               const std::string& spread_label, int64_t timeout_ms, std::optional<uintptr_t> stream,
+               std::optional<uintptr_t> event);
+  py::object Exists(py::handle keys, int64_t timeout_ms);
+  bool Remove(py::handle key, int64_t timeout_ms);
+  py::object BatchRemove(py::handle keys, int64_t timeout_ms, bool return_statuses);
+  size_t MatchPrefix(py::handle keys, int64_t timeout_ms);
+  py::dict Locate(py::handle keys, int64_t timeout_ms);
+  py::object BatchGet(py::handle keys, int64_t timeout_ms, bool return_statuses);
+  py::object BatchGetInto(py::handle keys, py::handle targets, int64_t timeout_ms,
+                          bool return_statuses);
+  py::list BatchPut(py::handle keys, py::handle values, uint32_t replicas, bool best_effort,
+                    bool prefer_local, const std::string& spread_label, int64_t timeout_ms);
+  std::unique_ptr<PyFuture> BatchGetAsync(py::handle keys, int64_t timeout_ms);
+  std::unique_ptr<PyFuture> BatchPutAsync(py::handle keys, py::handle values, uint32_t replicas,
+                                          int64_t timeout_ms);
+  std::unique_ptr<PyFuture> BatchGetIntoAsync(py::handle keys, py::handle handle,
+                                              std::vector<size_t> offsets, size_t capacity,
+                                              int64_t timeout_ms, std::optional<uintptr_t> stream,
+                                              std::optional<uintptr_t> event);
+  py::dict Stats();
+
  private:
   std::unique_ptr<Client> client_;
-  std::mutex mu_;
-  std::map<uint64_t, std::unique_ptr<BufferView>> views_;  // guarded by mu_
+  Mutex mu_;
+  std::map<uint64_t, std::unique_ptr<BufferView>> views_ ABSL_GUARDED_BY(mu_);
 };
 
 // The bindings of the other files, called by the module in this order.

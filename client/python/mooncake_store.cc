@@ -113,7 +113,7 @@ int MooncakeStore::Connect(const ClientOptions& options, const std::string& host
   }
   if (!s.ok()) return ToMooncake(s);
   Close();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   client_ = std::move(client);
   hostname_ = hostname;
   return kMcOk;

@@ -17,12 +17,12 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "client/python/module.h"
+#include "common/mutex.h"
 #include "shelf/client.h"
 
 namespace shelf::python::mooncake {
@@ -160,10 +160,10 @@ class MooncakeStore {
             int64_t global_segment_size, int64_t local_buffer_size, const std::string& protocol,
             const std::string& rdma_devices, const std::string& master_server_addr);
 
-  int Close() {
+  int Close() ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<Client> client;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       client = std::move(client_);
       client_.reset();
       regions_.clear();
@@ -184,8 +184,8 @@ class MooncakeStore {
     return ToMooncake(c->Exists({"\x01shelf-mooncake-probe"}, &present));
   }
 
-  std::string Hostname() {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::string Hostname() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     return hostname_;
   }
 
@@ -411,11 +411,11 @@ class MooncakeStore {
 
   // ------------------------------------------------ registered buffers
 
-  int RegisterBuffer(uint64_t address, int64_t size) {
+  int RegisterBuffer(uint64_t address, int64_t size) ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<Client> c = client();
     if (c == nullptr || address == 0 || size <= 0) return kMcInvalidParams;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (regions_.count(address) != 0) return kMcInvalidParams;
     }
     BufferHandle h;
@@ -425,17 +425,17 @@ class MooncakeStore {
       s = c->RegisterBuffer(reinterpret_cast<void*>(address), static_cast<size_t>(size), &h);
     }
     if (!s.ok()) return ToMooncake(s);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     regions_[address] = Region{static_cast<size_t>(size), h};
     return kMcOk;
   }
 
-  int UnregisterBuffer(uint64_t address) {
+  int UnregisterBuffer(uint64_t address) ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<Client> c = client();
     if (c == nullptr) return kMcInvalidParams;
     BufferHandle h;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = regions_.find(address);
       if (it == regions_.end()) return kMcInvalidParams;
       h = it->second.handle;
@@ -560,10 +560,10 @@ class MooncakeStore {
  private:
   // Opens a client with `options`, probes the master, and replaces the
   // current client on success.
-  int Connect(const ClientOptions& options, const std::string& hostname);
+  int Connect(const ClientOptions& options, const std::string& hostname) ABSL_LOCKS_EXCLUDED(mu_);
 
-  std::shared_ptr<Client> client() {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<Client> client() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     return client_;
   }
 
@@ -615,10 +615,10 @@ class MooncakeStore {
   // and the offset of `address` in it. INVALID_PARAMS when no registered
   // region holds the whole range.
   int Locate(const std::string& key, uint64_t address, int64_t size, BufferHandle* handle,
-             size_t* offset) {
+             size_t* offset) ABSL_LOCKS_EXCLUDED(mu_) {
     if (!ValidKey(key)) return kMcInvalidKey;
     if (size <= 0 || address == 0) return kMcInvalidParams;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = regions_.upper_bound(address);
     if (it == regions_.begin()) return kMcInvalidParams;
     --it;
@@ -645,10 +645,10 @@ class MooncakeStore {
     return kMcOk;
   }
 
-  std::mutex mu_;
-  std::shared_ptr<Client> client_;      // guarded by mu_; null: not set up
-  std::map<uint64_t, Region> regions_;  // guarded by mu_; by base address
-  std::string hostname_;                // guarded by mu_
+  Mutex mu_;
+  std::shared_ptr<Client> client_ ABSL_GUARDED_BY(mu_);      // null: not set up
+  std::map<uint64_t, Region> regions_ ABSL_GUARDED_BY(mu_);  // by base address
+  std::string hostname_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shelf::python::mooncake

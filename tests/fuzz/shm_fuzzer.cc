@@ -2,7 +2,8 @@
 // a real Unix socket:
 //   - client side: a fake store answers ShmAttachments::Get with fuzzed
 //     hello bytes, a fuzzed reply, and optionally a memfd of a fuzzed size;
-//   - store side: a real ShmServer receives a fuzzed MAC (possibly short).
+//   - store side: a real ShmServer receives a fuzzed MAC (possibly short),
+//     or the one ShmMac (transport/shm_handshake.h) computes.
 // Properties, beyond "does not crash or hang": the store hands out its
 // segment only for the right MAC; a client mapping is never larger than
 // the descriptor it maps (touching past a memfd's end raises SIGBUS in the
@@ -26,6 +27,7 @@
 #include "common/net.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "transport/shm.h"
+#include "transport/shm_handshake.h"
 
 namespace shelf {
 namespace {
@@ -68,7 +70,7 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
   const bool secret = in.Bool();
   const bool attach = in.Bool();
   const uint64_t fd_size = in.Pick(4) == 0 ? in.U32() % (1 << 20) : 4096 * (in.U8() % 4);
-  std::string hello = in.Bytes(in.Pick(3) == 0 ? in.Pick(24) : 20);
+  std::string hello = in.Bytes(in.Pick(3) == 0 ? in.Pick(24) : kShmHelloBytes);
   std::string reply = in.Bytes(in.Pick(3) == 0 ? in.Pick(24) : 16);
   const std::string path = Dir() + "/client.sock";
   int listener = Listen(path);
@@ -77,8 +79,8 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
     if (fd < 0) return;
     SetIoTimeoutMs(fd, 2000);
     WriteFull(fd, hello.data(), hello.size()).IgnoreError();
-    if (hello.size() == 20) {
-      char mac[32];
+    if (hello.size() == kShmHelloBytes) {
+      char mac[kMacBytes];
       ReadFull(fd, mac, sizeof(mac)).IgnoreError();
     }
     struct iovec iov = {reply.data(), reply.size()};
@@ -121,7 +123,7 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
 void FuzzStoreSide(fuzz::FuzzInput& in) {
   const bool secret = in.Bool();
   const bool sign = in.Bool();
-  std::string mac = in.Bytes(in.Pick(3) == 0 ? in.Pick(40) : 32);
+  std::string mac = in.Bytes(in.Pick(3) == 0 ? in.Pick(40) : kMacBytes);
   const std::string path = Dir() + "/store.sock";
   int memfd = memfd_create("shm-fuzz-store", MFD_CLOEXEC);
   if (memfd < 0 || ftruncate(memfd, 1 << 16) != 0) std::abort();
@@ -136,14 +138,14 @@ void FuzzStoreSide(fuzz::FuzzInput& in) {
     std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
     if (connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0) std::abort();
     SetIoTimeoutMs(fd, 3000);
-    char hello[20];
+    char hello[kShmHelloBytes];
     Check(ReadFull(fd, hello, sizeof(hello)).ok(), "the store says hello");
-    Check(absl::little_endian::Load32(hello) == 0x484D4853, "hello magic");
-    if (sign && secret) {
-      mac = HmacSha256(kSecret, std::string("shelf-shm-v1") + std::string(hello + 4, 16));
-    }
+    Check(absl::little_endian::Load32(hello) == kShmMagic, "hello magic");
+    // The MAC the product's client side would send.
+    const std::string right_mac = ShmMac(kSecret, absl::string_view(hello + 4, kShmNonceBytes));
+    if (sign && secret) mac = right_mac;
     WriteFull(fd, mac.data(), mac.size()).IgnoreError();
-    if (mac.size() < 32) shutdown(fd, SHUT_WR);
+    if (mac.size() < kMacBytes) shutdown(fd, SHUT_WR);
     char reply[16];
     struct iovec iov = {reply, sizeof(reply)};
     struct msghdr msg;
@@ -160,13 +162,12 @@ void FuzzStoreSide(fuzz::FuzzInput& in) {
         std::memcpy(&got_fd, CMSG_DATA(c), sizeof(int));
       }
     }
-    if (mac.size() < 32) {
+    if (mac.size() < kMacBytes) {
       Check(n <= 0 && got_fd < 0, "a short MAC gets nothing");
     } else if (n == 16) {
       bool granted = absl::little_endian::Load32(reply) == 0;
-      // Without a secret any 32 bytes pass; with one, only the right MAC.
-      bool correct = !secret || mac == HmacSha256(kSecret, std::string("shelf-shm-v1") +
-                                                               std::string(hello + 4, 16));
+      // Without a secret any kMacBytes bytes pass; with one, only the right MAC.
+      bool correct = !secret || mac == right_mac;
       Check(granted == correct, "the segment is handed out only for the right MAC");
       Check(granted == (got_fd >= 0), "a descriptor comes only with OK");
     }

@@ -21,13 +21,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -39,6 +37,7 @@
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/json.h"
+#include "common/mutex.h"
 #include "common/units.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
@@ -94,6 +93,16 @@ struct OpResult {
 // Shelf and Redis outside the figures.
 constexpr uint64_t kWarmupOp = UINT64_MAX;
 
+// Holds a row's workers until every one is warm, then lets them go at once
+// with the row's deadline.
+struct StartGate {
+  Mutex mu;
+  CondVar cv;  // signalled when warm grows and when go is set
+  int warm ABSL_GUARDED_BY(mu) = 0;
+  bool go ABSL_GUARDED_BY(mu) = false;
+  uint64_t deadline_us ABSL_GUARDED_BY(mu) = 0;
+};
+
 // Runs row->threads workers; each first calls op(thread, kWarmupOp), then,
 // once all are warm, op(thread, i) for i = 0, 1, ... until the row's time is
 // up, `quota` ops are done, or a stop is requested. Fills the row's
@@ -106,20 +115,18 @@ void RunRow(const Config& cfg, uint64_t quota, Row* row, Op op) {
     std::string error;
   };
   std::vector<PerThread> per(row->threads);
-  std::mutex mu;
-  std::condition_variable cv;
-  int warm = 0;
-  bool go = false;
-  uint64_t deadline_us = 0;
+  StartGate gate;
   std::vector<std::thread> workers;
   for (int t = 0; t < row->threads; ++t) {
     workers.emplace_back([&, t] {
       op(t, kWarmupOp);
+      uint64_t deadline_us;
       {
-        std::unique_lock<std::mutex> lock(mu);
-        ++warm;
-        cv.notify_all();
-        cv.wait(lock, [&] { return go; });
+        MutexLock lock(&gate.mu);
+        ++gate.warm;
+        gate.cv.SignalAll();
+        while (!gate.go) gate.cv.Wait(&gate.mu);
+        deadline_us = gate.deadline_us;
       }
       PerThread& p = per[t];
       for (uint64_t i = 0; i < quota && !StopRequested(); ++i) {
@@ -137,13 +144,13 @@ void RunRow(const Config& cfg, uint64_t quota, Row* row, Op op) {
   }
   uint64_t start;
   {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return warm == row->threads; });
+    MutexLock lock(&gate.mu);
+    while (gate.warm != row->threads) gate.cv.Wait(&gate.mu);
     start = MonoUs();
-    deadline_us = start + static_cast<uint64_t>(cfg.seconds * 1e6);
-    go = true;
+    gate.deadline_us = start + static_cast<uint64_t>(cfg.seconds * 1e6);
+    gate.go = true;
   }
-  cv.notify_all();
+  gate.cv.SignalAll();
   for (std::thread& w : workers) w.join();
   row->seconds = (MonoUs() - start) / 1e6;
   Samples lat;

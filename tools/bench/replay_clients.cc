@@ -7,17 +7,36 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
-#include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/json.h"
+#include "common/mutex.h"
 #include "shelf/client.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/trace.h"
 
 namespace shelf::bench {
+
+namespace {
+
+// What the replay adds up over all its clients.
+struct ReplayTotals {
+  Samples match_us, get_us, put_us;
+  uint64_t blocks = 0, hits = 0, errors = 0, mismatches = 0;
+  std::string first_error;
+};
+
+// The totals the client threads add to, each once when it is done.
+struct SharedTotals {
+  Mutex mu;
+  ReplayTotals sum ABSL_GUARDED_BY(mu);
+};
+
+}  // namespace
 
 int ReplayClients(const std::string& master, const std::vector<TraceRequest>& reqs, int clients,
                   uint64_t block_bytes, double speed, bool json_only) {
@@ -34,10 +53,7 @@ int ReplayClients(const std::string& master, const std::vector<TraceRequest>& re
     handles.push_back(std::move(client));
   }
   const BlockPattern pattern(block_bytes);
-  std::mutex mu;
-  Samples match_us, get_us, put_us;  // guarded by mu
-  uint64_t blocks = 0, hits = 0, errors = 0, mismatches = 0;
-  std::string first_error;
+  SharedTotals shared;
   const uint64_t trace_t0 = reqs.empty() ? 0 : reqs[0].timestamp_ms;
   const uint64_t t_start = MonoUs();
   std::vector<std::thread> threads;
@@ -111,50 +127,57 @@ int ReplayClients(const std::string& master, const std::vector<TraceRequest>& re
           }
         }
       }
-      std::lock_guard<std::mutex> lock(mu);
-      match_us.Merge(m);
-      get_us.Merge(g);
-      put_us.Merge(p);
-      blocks += my_blocks;
-      hits += my_hits;
-      errors += my_errors;
-      mismatches += my_mismatches;
-      if (first_error.empty()) first_error = my_error;
+      MutexLock lock(&shared.mu);
+      ReplayTotals& sum = shared.sum;
+      sum.match_us.Merge(m);
+      sum.get_us.Merge(g);
+      sum.put_us.Merge(p);
+      sum.blocks += my_blocks;
+      sum.hits += my_hits;
+      sum.errors += my_errors;
+      sum.mismatches += my_mismatches;
+      if (sum.first_error.empty()) sum.first_error = my_error;
     });
   }
   for (std::thread& t : threads) t.join();
+  ReplayTotals totals;
+  {
+    MutexLock lock(&shared.mu);
+    totals = std::move(shared.sum);
+  }
   const double wall_s = (MonoUs() - t_start) / 1e6;
-  const double hit_ratio = blocks ? static_cast<double>(hits) / blocks : 0;
+  const double hit_ratio = totals.blocks ? static_cast<double>(totals.hits) / totals.blocks : 0;
   if (!json_only) {
     std::printf("\nShelf trace replay, %d concurrent clients: %zu requests, %llu blocks, %.1f s\n",
-                clients, reqs.size(), static_cast<unsigned long long>(blocks), wall_s);
+                clients, reqs.size(), static_cast<unsigned long long>(totals.blocks), wall_s);
     std::printf("  hit ratio %.2f%%\n", 100 * hit_ratio);
-    std::printf("  MatchPrefix  p50 %.0f us  p99 %.0f us  (%zu calls)\n", match_us.Percentile(50),
-                match_us.Percentile(99), match_us.count());
-    std::printf("  get          p50 %.0f us  p99 %.0f us\n", get_us.Percentile(50),
-                get_us.Percentile(99));
-    std::printf("  put          p50 %.0f us  p99 %.0f us\n", put_us.Percentile(50),
-                put_us.Percentile(99));
+    std::printf("  MatchPrefix  p50 %.0f us  p99 %.0f us  (%zu calls)\n",
+                totals.match_us.Percentile(50), totals.match_us.Percentile(99),
+                totals.match_us.count());
+    std::printf("  get          p50 %.0f us  p99 %.0f us\n", totals.get_us.Percentile(50),
+                totals.get_us.Percentile(99));
+    std::printf("  put          p50 %.0f us  p99 %.0f us\n", totals.put_us.Percentile(50),
+                totals.put_us.Percentile(99));
     std::printf("  errors %llu, checksum mismatches %llu%s%s\n\n",
-                static_cast<unsigned long long>(errors),
-                static_cast<unsigned long long>(mismatches),
-                first_error.empty() ? "" : "; first error: ", first_error.c_str());
+                static_cast<unsigned long long>(totals.errors),
+                static_cast<unsigned long long>(totals.mismatches),
+                totals.first_error.empty() ? "" : "; first error: ", totals.first_error.c_str());
   }
   Json o = Json::object();
   o["bench"] = "replay";
   o["clients"] = clients;
   o["requests"] = static_cast<uint64_t>(reqs.size());
-  o["blocks"] = blocks;
+  o["blocks"] = totals.blocks;
   o["hit_ratio"] = hit_ratio;
-  o["matchprefix_p50_us"] = match_us.Percentile(50);
-  o["matchprefix_p99_us"] = match_us.Percentile(99);
-  o["get_p99_us"] = get_us.Percentile(99);
-  o["put_p99_us"] = put_us.Percentile(99);
-  o["errors"] = errors;
-  o["checksum_mismatches"] = mismatches;
+  o["matchprefix_p50_us"] = totals.match_us.Percentile(50);
+  o["matchprefix_p99_us"] = totals.match_us.Percentile(99);
+  o["get_p99_us"] = totals.get_us.Percentile(99);
+  o["put_p99_us"] = totals.put_us.Percentile(99);
+  o["errors"] = totals.errors;
+  o["checksum_mismatches"] = totals.mismatches;
   o["wall_seconds"] = wall_s;
   std::printf("%s\n", JsonDump(o).c_str());
-  return errors == 0 && mismatches == 0 ? 0 : 1;
+  return totals.errors == 0 && totals.mismatches == 0 ? 0 : 1;
 }
 
 }  // namespace shelf::bench

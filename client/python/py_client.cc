@@ -1,0 +1,413 @@
+// The methods of shelf.Client (PyClient, client/python/module.h) that the
+// module binds by member pointer: each converts its Python arguments, calls
+// libshelf without the GIL, and converts the result. The names, arguments,
+// defaults and docstrings Python sees are in shelf_module.cc.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "client/memory_batch.h"
+#include "client/python/module.h"
+#include "shelf/client.h"
+
+namespace shelf::python {
+namespace {
+
+PutOptions MakePutOptions(uint32_t replicas, bool best_effort, bool prefer_local,
+                          const std::string& spread_label, int64_t timeout_ms) {
+  PutOptions po;
+  po.replicas = replicas;
+  po.best_effort = best_effort;
+  po.prefer_local = prefer_local;
+  po.spread_label = spread_label;
+  po.deadline = ToDeadline(timeout_ms);
+  return po;
+}
+
+// The GpuSync of a call from its `stream` and `event` arguments: CUDA
+// handles as ints (torch: torch.cuda.current_stream().cuda_stream,
+// torch.cuda.Event().cuda_event), None when not given. Stream 0 is the
+// legacy default stream (what torch reports for it), passed to CUDA as
+// cudaStreamLegacy, since a null handle means "no stream" to libshelf.
+GpuSync MakeGpuSync(std::optional<uintptr_t> stream, std::optional<uintptr_t> event) {
+  constexpr uintptr_t kCudaStreamLegacy = 0x1;  // cudaStreamLegacy in driver_types.h
+  GpuSync sync;
+  if (stream) sync.stream = reinterpret_cast<void*>(*stream == 0 ? kCudaStreamLegacy : *stream);
+  if (event) {
+    if (*event == 0) throw py::value_error("event=0 is not a CUDA event");
+    sync.event = reinterpret_cast<void*>(*event);
+  }
+  return sync;
+}
+
+}  // namespace
+
+std::shared_ptr<PyClient> PyClient::Create(
+    py::object masters, const std::string& secret, uint64_t timeout_ms, bool allow_tcp,
+    bool allow_shm, bool verify_checksums, const std::string& tls_ca, uint32_t transfer_threads,
+    uint32_t async_threads, uint32_t async_queue_max, uint32_t tcp_streams_per_block,
+    const std::string& rdma_device, uint32_t rdma_port, int32_t rdma_gid_index,
+    uint32_t rdma_traffic_class, uint32_t rdma_service_level, uint32_t rdma_pkey_index,
+    const std::string& tls_cert, const std::string& tls_key) {
+  ClientOptions o;
+  if (py::isinstance<py::str>(masters)) {
+    std::string all = masters.cast<std::string>();
+    size_t start = 0;
+    while (start <= all.size()) {
+      size_t comma = all.find(',', start);
+      if (comma == std::string::npos) comma = all.size();
+      if (comma > start) o.masters.push_back(all.substr(start, comma - start));
+      start = comma + 1;
+    }
+  } else {
+    o.masters = masters.cast<std::vector<std::string>>();
+  }
+  o.secret = secret;
+  o.timeout_ms = timeout_ms;
+  o.allow_tcp = allow_tcp;
+  o.allow_shm = allow_shm;
+  o.verify_checksums = verify_checksums;
+  o.tls_ca = tls_ca;
+  o.tls_cert = tls_cert;
+  o.tls_key = tls_key;
+  o.transfer_threads = transfer_threads;
+  o.async_threads = async_threads;
+  o.async_queue_max = async_queue_max;
+  o.tcp_streams_per_block = tcp_streams_per_block;
+  o.rdma_device = rdma_device;
+  o.rdma_port = rdma_port;
+  o.rdma_gid_index = rdma_gid_index;
+  o.rdma_traffic_class = rdma_traffic_class;
+  o.rdma_service_level = rdma_service_level;
+  o.rdma_pkey_index = rdma_pkey_index;
+  return std::make_shared<PyClient>(o);
+}
+
+void PyClient::Put(py::handle key, py::handle value, uint32_t replicas, bool best_effort,
+                   bool prefer_local, const std::string& spread_label, int64_t timeout_ms,
+                   py::handle parent_key, std::optional<uint64_t> engine_hash,
+                   std::optional<uint64_t> engine_parent_hash, uint32_t block_tokens,
+                   std::vector<uint32_t> token_ids) {
+  std::string k = ToKey(key);
+  BufferView v(value, /*writable=*/false);
+  PutOptions po = MakePutOptions(replicas, best_effort, prefer_local, spread_label, timeout_ms);
+  if (!parent_key.is_none()) po.block.parent_key = ToKey(parent_key);
+  po.block.has_engine_hash = engine_hash.has_value();
+  po.block.engine_hash = engine_hash.value_or(0);
+  po.block.has_engine_parent_hash = engine_parent_hash.has_value();
+  po.block.engine_parent_hash = engine_parent_hash.value_or(0);
+  po.block.block_tokens = block_tokens;
+  po.block.token_ids = std::move(token_ids);
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = get()->Put(k, v.data(), v.size(), po);
+  }
+  Check(s);
+}
+
+py::tuple PyClient::ListKeys(py::bytes pattern, py::bytes cursor, size_t count,
+                             int64_t timeout_ms) {
+  std::vector<std::string> keys;
+  std::string next;
+  Status s;
+  {
+    std::string p = pattern, cur = cursor;
+    py::gil_scoped_release nogil;
+    s = get()->ListKeys(cur, p, count, &keys, &next, false, ToDeadline(timeout_ms));
+  }
+  Check(s);
+  py::list out;
+  for (const std::string& k : keys) out.append(py::bytes(k));
+  return py::make_tuple(out, py::bytes(next));
+}
+
+py::object PyClient::Get(py::handle key, int64_t timeout_ms) {
+  std::string k = ToKey(key);
+  std::string value;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = get()->Get(k, &value, ToDeadline(timeout_ms));
+  }
+  if (s.code() == StatusCode::kNotFound) return py::none();
+  Check(s);
+  return ToBytes(value);
+}
+
+py::object PyClient::GetInto(py::handle key, py::handle target, size_t offset,
+                             std::optional<size_t> capacity, int64_t timeout_ms,
+                             std::optional<uintptr_t> stream, std::optional<uintptr_t> event) {
+  std::string k = ToKey(key);
+  GpuSync sync = MakeGpuSync(stream, event);
+  size_t size = 0;
+  Status s;
+  if (py::isinstance<PyBufferHandle>(target)) {
+    PyBufferHandle h = target.cast<PyBufferHandle>();
+    size_t cap = capacity ? *capacity : (offset <= h.size ? h.size - offset : 0);
+    py::gil_scoped_release nogil;
+    s = get()->GetInto(k, h.handle, offset, cap, &size, ToDeadline(timeout_ms), sync);
+  } else {
+    BufferView v(target, /*writable=*/true);
+    if (offset > v.size()) {
+      Raise(Status(StatusCode::kOutOfRange, "offset " + std::to_string(offset) +
+                                                " is past the end of the buffer of " +
+                                                std::to_string(v.size()) + " bytes"));
+    }
+    size_t cap = capacity ? *capacity : v.size() - offset;
+    if (cap > v.size() - offset) {
+      Raise(Status(StatusCode::kOutOfRange, "capacity runs past the buffer's end"));
+    }
+    py::gil_scoped_release nogil;
+    s = get()->GetInto(k, v.data() + offset, cap, &size, ToDeadline(timeout_ms));
+  }
+  if (s.code() == StatusCode::kNotFound) return py::none();
+  Check(s);
+  return py::int_(size);
+}
+
+void PyClient::PutFrom(py::handle key, py::handle source, size_t offset, std::optional<size_t> size,
+                       uint32_t replicas, bool best_effort, bool prefer_local,
+                       const std::string& spread_label, int64_t timeout_ms,
+                       std::optional<uintptr_t> stream, std::optional<uintptr_t> event) {
+  std::string k = ToKey(key);
+  PutOptions po = MakePutOptions(replicas, best_effort, prefer_local, spread_label, timeout_ms);
+  po.gpu = MakeGpuSync(stream, event);
+  Status s;
+  if (py::isinstance<PyBufferHandle>(source)) {
+    PyBufferHandle h = source.cast<PyBufferHandle>();
+    size_t n = size ? *size : (offset <= h.size ? h.size - offset : 0);
+    py::gil_scoped_release nogil;
+    s = get()->PutFrom(k, h.handle, offset, n, po);
+  } else {
+    BufferView v(source, /*writable=*/false);
+    if (offset > v.size()) {
+      Raise(Status(StatusCode::kOutOfRange, "offset " + std::to_string(offset) +
+                                                " is past the end of the buffer of " +
+                                                std::to_string(v.size()) + " bytes"));
+    }
+    size_t n = size ? *size : v.size() - offset;
+    if (n > v.size() - offset) {
+      Raise(Status(StatusCode::kOutOfRange, "size runs past the buffer's end"));
+    }
+    py::gil_scoped_release nogil;
+    s = get()->Put(k, v.data() + offset, n, po);
+  }
+  Check(s);
+}
+
+py::object PyClient::Exists(py::handle keys, int64_t timeout_ms) {
+  bool single = PyBytes_Check(keys.ptr()) || PyUnicode_Check(keys.ptr());
+  std::vector<std::string> k = single ? std::vector<std::string>{ToKey(keys)} : ToKeys(keys);
+  std::vector<bool> present;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = get()->Exists(k, &present, ToDeadline(timeout_ms));
+  }
+  Check(s);
+  if (single) return py::bool_(present[0]);
+  return py::cast(present);
+}
+
+bool PyClient::Remove(py::handle key, int64_t timeout_ms) {
+  std::string k = ToKey(key);
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = get()->Remove(k, ToDeadline(timeout_ms));
+  }
+  if (s.code() == StatusCode::kNotFound) return false;
+  Check(s);
+  return true;
+}
+
+py::object PyClient::BatchRemove(py::handle keys, int64_t timeout_ms, bool return_statuses) {
+  std::vector<std::string> k = ToKeys(keys);
+  std::vector<Status> st;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = get()->BatchRemove(k, &st, ToDeadline(timeout_ms));
+  }
+  Check(s);
+  py::list out;
+  for (const Status& one : st) out.append(py::bool_(one.ok()));
+  if (return_statuses) return py::make_tuple(out, StatusList(st));
+  return out;
+}
+
+size_t PyClient::MatchPrefix(py::handle keys, int64_t timeout_ms) {
+  std::vector<std::string> k = ToKeys(keys);
+  size_t matched = 0;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = get()->MatchPrefix(k, &matched, ToDeadline(timeout_ms));
+  }
+  Check(s);
+  return matched;
+}
+
+py::dict PyClient::Locate(py::handle keys, int64_t timeout_ms) {
+  std::vector<std::string> k = ToKeys(keys);
+  std::vector<NodeRun> nodes;
+  size_t cluster_blocks = 0;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = get()->Locate(k, &nodes, &cluster_blocks, ToDeadline(timeout_ms));
+  }
+  Check(s);
+  py::list out;
+  for (const NodeRun& n : nodes) {
+    py::list tiers;
+    for (Tier t : n.tiers) tiers.append(t == Tier::kDram ? "dram" : "ssd");
+    py::dict d;
+    d["node_id"] = n.node_id;
+    d["data_address"] = n.data_address;
+    d["host_id"] = n.host_id;
+    d["blocks"] = n.blocks;
+    d["dram_blocks"] = n.dram_blocks;
+    d["tiers"] = tiers;
+    out.append(d);
+  }
+  py::dict result;
+  result["cluster_blocks"] = cluster_blocks;
+  result["nodes"] = out;
+  return result;
+}
+
+py::object PyClient::BatchGet(py::handle keys, int64_t timeout_ms, bool return_statuses) {
+  std::vector<std::string> k = ToKeys(keys);
+  std::vector<std::string> values;
+  std::vector<Status> st;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = get()->BatchGet(k, &values, &st, ToDeadline(timeout_ms));
+  }
+  Check(s);
+  py::list out;
+  for (size_t i = 0; i < k.size(); ++i) {
+    out.append(st[i].ok() ? py::object(ToBytes(values[i])) : py::none());
+  }
+  if (return_statuses) return py::make_tuple(out, StatusList(st));
+  return out;
+}
+
+py::object PyClient::BatchGetInto(py::handle keys, py::handle targets, int64_t timeout_ms,
+                                  bool return_statuses) {
+  std::vector<std::string> k = ToKeys(keys);
+  std::vector<BufferView> views;
+  for (py::handle t : py::iter(targets)) views.emplace_back(t, /*writable=*/true);
+  if (views.size() != k.size()) throw py::value_error("one target per key");
+  std::vector<void*> ptrs;
+  std::vector<size_t> caps;
+  for (const BufferView& v : views) {
+    ptrs.push_back(v.data());
+    caps.push_back(v.size());
+  }
+  std::vector<Status> st;
+  std::vector<size_t> sizes;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = BatchGetIntoMemory(get(), k, ptrs, caps, ToDeadline(timeout_ms), &st, &sizes);
+  }
+  Check(s);
+  py::list out;
+  for (size_t i = 0; i < k.size(); ++i) {
+    out.append(st[i].ok() ? py::object(py::int_(sizes[i])) : py::none());
+  }
+  if (return_statuses) return py::make_tuple(out, StatusList(st));
+  return out;
+}
+
+py::list PyClient::BatchPut(py::handle keys, py::handle values, uint32_t replicas, bool best_effort,
+                            bool prefer_local, const std::string& spread_label,
+                            int64_t timeout_ms) {
+  std::vector<std::string> k = ToKeys(keys);
+  std::vector<BufferView> views;
+  for (py::handle v : py::iter(values)) views.emplace_back(v, /*writable=*/false);
+  if (views.size() != k.size()) throw py::value_error("one value per key");
+  std::vector<PutItem> items;
+  for (size_t i = 0; i < k.size(); ++i) {
+    items.push_back(PutItem{k[i], views[i].data(), views[i].size()});
+  }
+  PutOptions po = MakePutOptions(replicas, best_effort, prefer_local, spread_label, timeout_ms);
+  std::vector<Status> st;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = get()->BatchPut(items, &st, po);
+  }
+  Check(s);
+  return StatusList(st);
+}
+
+std::unique_ptr<PyFuture> PyClient::BatchGetAsync(py::handle keys, int64_t timeout_ms) {
+  std::vector<std::string> k = ToKeys(keys);
+  BatchFuture f = get()->BatchGetAsync(std::move(k), ToDeadline(timeout_ms));
+  return std::make_unique<PyFuture>(PyFuture::Kind::kGet, std::move(f), std::vector<BufferView>(),
+                                    py::list());
+}
+
+std::unique_ptr<PyFuture> PyClient::BatchPutAsync(py::handle keys, py::handle values,
+                                                  uint32_t replicas, int64_t timeout_ms) {
+  std::vector<std::string> k = ToKeys(keys);
+  std::vector<BufferView> views;
+  for (py::handle v : py::iter(values)) views.emplace_back(v, /*writable=*/false);
+  if (views.size() != k.size()) throw py::value_error("one value per key");
+  std::vector<PutItem> items;
+  for (size_t i = 0; i < k.size(); ++i) {
+    items.push_back(PutItem{k[i], views[i].data(), views[i].size()});
+  }
+  PutOptions po = MakePutOptions(replicas, false, false, "", timeout_ms);
+  BatchFuture f = get()->BatchPutAsync(std::move(items), po);
+  return std::make_unique<PyFuture>(PyFuture::Kind::kPut, std::move(f), std::move(views),
+                                    py::list());
+}
+
+std::unique_ptr<PyFuture> PyClient::BatchGetIntoAsync(py::handle keys, py::handle handle,
+                                                      std::vector<size_t> offsets, size_t capacity,
+                                                      int64_t timeout_ms,
+                                                      std::optional<uintptr_t> stream,
+                                                      std::optional<uintptr_t> event) {
+  std::vector<std::string> k = ToKeys(keys);
+  GpuSync sync = MakeGpuSync(stream, event);
+  PyBufferHandle h = handle.cast<PyBufferHandle>();
+  if (offsets.size() != k.size()) throw py::value_error("one offset per key");
+  std::vector<GetIntoItem> items;
+  for (size_t i = 0; i < k.size(); ++i) {
+    items.push_back(GetIntoItem{k[i], h.handle, offsets[i], capacity});
+  }
+  BatchFuture f = get()->BatchGetIntoAsync(std::move(items), ToDeadline(timeout_ms), sync);
+  return std::make_unique<PyFuture>(PyFuture::Kind::kGetInto, std::move(f),
+                                    std::vector<BufferView>(), py::list());
+}
+
+py::dict PyClient::Stats() {
+  ClientStats s = get()->stats();
+  py::dict d;
+  d["bytes_stored"] = s.bytes_stored;
+  d["bytes_loaded"] = s.bytes_loaded;
+  d["bytes_loaded_shm"] = s.bytes_loaded_shm;
+  d["bytes_loaded_rdma"] = s.bytes_loaded_rdma;
+  d["bytes_loaded_tcp"] = s.bytes_loaded_tcp;
+  d["bytes_loaded_ssd"] = s.bytes_loaded_ssd;
+  d["blocks_loaded_dram"] = s.blocks_loaded_dram;
+  d["blocks_loaded_ssd"] = s.blocks_loaded_ssd;
+  d["checksum_mismatches"] = s.checksum_mismatches;
+  d["replica_failovers"] = s.replica_failovers;
+  d["bytes_staged_gpu"] = s.bytes_staged_gpu;
+  return d;
+}
+
+}  // namespace shelf::python
