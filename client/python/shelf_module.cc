@@ -212,55 +212,63 @@ PYBIND11_MODULE(_shelf, m) {
   py::class_<PyClient, std::shared_ptr<PyClient>>(m, "Client",
                                                   "A connection to a Shelf cluster. "
                                                   "Thread-safe.")
-      .def(py::init([](py::object masters, const std::string& secret, uint64_t timeout_ms,
-                       bool allow_tcp, bool allow_shm, bool verify_checksums,
-                       const std::string& tls_ca, uint32_t transfer_threads, uint32_t async_threads,
-                       uint32_t async_queue_max, uint32_t tcp_streams_per_block,
-                       const std::string& rdma_device, uint32_t rdma_port, int32_t rdma_gid_index,
-                       uint32_t rdma_traffic_class, uint32_t rdma_service_level,
-                       uint32_t rdma_pkey_index, const std::string& tls_cert,
-                       const std::string& tls_key) {
-             ClientOptions o;
-             if (py::isinstance<py::str>(masters)) {
-               std::string all = masters.cast<std::string>();
-               size_t start = 0;
-               while (start <= all.size()) {
-                 size_t comma = all.find(',', start);
-                 if (comma == std::string::npos) comma = all.size();
-                 if (comma > start) o.masters.push_back(all.substr(start, comma - start));
-                 start = comma + 1;
-               }
-             } else {
-               o.masters = masters.cast<std::vector<std::string>>();
-             }
-             o.secret = secret;
-             o.timeout_ms = timeout_ms;
-             o.allow_tcp = allow_tcp;
-             o.allow_shm = allow_shm;
-             o.verify_checksums = verify_checksums;
-             o.tls_ca = tls_ca;
-             o.tls_cert = tls_cert;
-             o.tls_key = tls_key;
-             o.transfer_threads = transfer_threads;
-             o.async_threads = async_threads;
-             o.async_queue_max = async_queue_max;
-             o.tcp_streams_per_block = tcp_streams_per_block;
-             o.rdma_device = rdma_device;
-             o.rdma_port = rdma_port;
-             o.rdma_gid_index = rdma_gid_index;
-             o.rdma_traffic_class = rdma_traffic_class;
-             o.rdma_service_level = rdma_service_level;
-             o.rdma_pkey_index = rdma_pkey_index;
-             return std::make_shared<PyClient>(o);
-           }),
-           py::arg("masters"), py::kw_only(), py::arg("secret") = "", py::arg("timeout_ms") = 5000,
-           py::arg("allow_tcp") = true, py::arg("allow_shm") = true,
-           py::arg("verify_checksums") = true, py::arg("tls_ca") = "",
-           py::arg("transfer_threads") = 8, py::arg("async_threads") = 4,
-           py::arg("async_queue_max") = 256, py::arg("tcp_streams_per_block") = 4,
-           py::arg("rdma_device") = "", py::arg("rdma_port") = 1, py::arg("rdma_gid_index") = -1,
-           py::arg("rdma_traffic_class") = 0, py::arg("rdma_service_level") = 0,
-           py::arg("rdma_pkey_index") = 0, py::arg("tls_cert") = "", py::arg("tls_key") = "")
+      .def(
+          py::init(
+              [](py::object masters, const std::string& secret, uint64_t timeout_ms, bool allow_tcp,
+                 bool allow_shm, bool verify_checksums, const std::string& tls_ca,
+                 uint32_t transfer_threads, uint32_t async_threads, uint32_t async_queue_max,
+                 uint32_t tcp_streams_per_block, const std::string& rdma_device, uint32_t rdma_port,
+                 int32_t rdma_gid_index, uint32_t rdma_traffic_class, uint32_t rdma_service_level,
+                 uint32_t rdma_pkey_index, const std::string& tls_cert, const std::string& tls_key,
+                 const std::string& etcd_ca, const std::string& etcd_cert,
+                 const std::string& etcd_key, const std::string& etcd_user_file) {
+                ClientOptions o;
+                if (py::isinstance<py::str>(masters)) {
+                  std::string all = masters.cast<std::string>();
+                  size_t start = 0;
+                  while (start <= all.size()) {
+                    size_t comma = all.find(',', start);
+                    if (comma == std::string::npos) comma = all.size();
+                    if (comma > start) o.masters.push_back(all.substr(start, comma - start));
+                    start = comma + 1;
+                  }
+                } else {
+                  o.masters = masters.cast<std::vector<std::string>>();
+                }
+                o.secret = secret;
+                o.timeout_ms = timeout_ms;
+                o.allow_tcp = allow_tcp;
+                o.allow_shm = allow_shm;
+                o.verify_checksums = verify_checksums;
+                o.tls_ca = tls_ca;
+                o.tls_cert = tls_cert;
+                o.tls_key = tls_key;
+                o.etcd_ca = etcd_ca;
+                o.etcd_cert = etcd_cert;
+                o.etcd_key = etcd_key;
+                o.etcd_user_file = etcd_user_file;
+                o.transfer_threads = transfer_threads;
+                o.async_threads = async_threads;
+                o.async_queue_max = async_queue_max;
+                o.tcp_streams_per_block = tcp_streams_per_block;
+                o.rdma_device = rdma_device;
+                o.rdma_port = rdma_port;
+                o.rdma_gid_index = rdma_gid_index;
+                o.rdma_traffic_class = rdma_traffic_class;
+                o.rdma_service_level = rdma_service_level;
+                o.rdma_pkey_index = rdma_pkey_index;
+                return std::make_shared<PyClient>(o);
+              }),
+          py::arg("masters"), py::kw_only(), py::arg("secret") = "", py::arg("timeout_ms") = 5000,
+          py::arg("allow_tcp") = true, py::arg("allow_shm") = true,
+          py::arg("verify_checksums") = true, py::arg("tls_ca") = "",
+          py::arg("transfer_threads") = 8, py::arg("async_threads") = 4,
+          py::arg("async_queue_max") = 256, py::arg("tcp_streams_per_block") = 4,
+          py::arg("rdma_device") = "", py::arg("rdma_port") = 1, py::arg("rdma_gid_index") = -1,
+          py::arg("rdma_traffic_class") = 0, py::arg("rdma_service_level") = 0,
+          py::arg("rdma_pkey_index") = 0, py::arg("tls_cert") = "", py::arg("tls_key") = "",
+          py::arg("etcd_ca") = "", py::arg("etcd_cert") = "", py::arg("etcd_key") = "",
+          py::arg("etcd_user_file") = "")
       .def(
           "put",
           [](PyClient& c, py::handle key, py::handle value, uint32_t replicas, bool best_effort,
