@@ -162,10 +162,14 @@ absl::Status EtcdWatchImpl::RunStream(size_t index, bool* progressed) {
         cv_.SignalAll();
       }
       if (response.canceled()) {
-        if (!token.empty() && absl::StrContains(response.cancel_reason(), "permission denied")) {
-          // etcd says so, too, for a token that expired: log in again and
-          // create the watch anew (Run's backoff); a user without the right
-          // to read the key keeps failing and Watch() reports it.
+        const std::string& reason = response.cancel_reason();
+        if (!token.empty() &&
+            (absl::StrContains(reason, "auth token") || absl::StrContains(reason, "auth store") ||
+             absl::StrContains(reason, "permission denied"))) {
+          // The token expired ("invalid auth token"; some versions say
+          // "permission denied" for it): log in again and create the watch
+          // anew (Run's backoff). A user without the right to read the key
+          // keeps failing, and Watch() reports it.
           channels_->InvalidateToken(token);
           ctx.TryCancel();
           grpc::Status finished = stream->Finish();

@@ -80,11 +80,13 @@ std::string FindEtcdBinary() {
   return "";
 }
 
-absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(const EtcdTls* tls) {
+absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(
+    const EtcdTls* tls, std::vector<std::string> extra_args) {
   std::string binary = FindEtcdBinary();
   if (binary.empty()) return absl::NotFoundError("no etcd binary (set SHELF_ETCD_BIN)");
   std::unique_ptr<EtcdProcess> etcd(new EtcdProcess());
   etcd->binary_ = binary;
+  etcd->extra_args_ = std::move(extra_args);
   if (tls != nullptr) {
     etcd->tls_on_ = true;
     etcd->tls_ = *tls;
@@ -148,6 +150,7 @@ absl::Status EtcdProcess::Spawn() {
       "--logger=zap",
       "--log-outputs=stderr",
   };
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   if (tls_on_) {
     args.push_back("--cert-file=" + tls_.cert_file);
     args.push_back("--key-file=" + tls_.key_file);

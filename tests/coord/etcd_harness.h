@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -45,7 +46,9 @@ class EtcdProcess {
   // Starts etcd and returns once it answers reads (at most ~15 s).
   // NOT_FOUND when no etcd binary exists; UNAVAILABLE when it does not come up
   // (its log is quoted). With `tls`, the client port speaks TLS.
-  static absl::StatusOr<std::unique_ptr<EtcdProcess>> Start(const EtcdTls* tls = nullptr);
+  // `extra_args` go to etcd as they are (e.g. "--auth-token-ttl=1").
+  static absl::StatusOr<std::unique_ptr<EtcdProcess>> Start(
+      const EtcdTls* tls = nullptr, std::vector<std::string> extra_args = {});
   ~EtcdProcess();  // kills etcd, removes the data directory
 
   // "http://127.0.0.1:PORT" ("https://" with TLS).
@@ -67,6 +70,7 @@ class EtcdProcess {
   std::string dir_;
   bool tls_on_ = false;
   EtcdTls tls_;
+  std::vector<std::string> extra_args_;
   uint16_t client_port_ = 0;
   uint16_t peer_port_ = 0;
   pid_t pid_ = -1;

@@ -81,8 +81,9 @@ class EtcdSecurityTest : public ::testing::Test {
   }
 
   // Starts etcd (plain, or with `tls`); false when the test was skipped.
-  bool StartEtcd(const coord::testing::EtcdTls* tls = nullptr) {
-    auto etcd = coord::testing::EtcdProcess::Start(tls);
+  bool StartEtcd(const coord::testing::EtcdTls* tls = nullptr,
+                 std::vector<std::string> extra_args = {}) {
+    auto etcd = coord::testing::EtcdProcess::Start(tls, std::move(extra_args));
     if (!etcd.ok() && absl::IsNotFound(etcd.status())) {
       skipped_ = true;
       return false;
@@ -366,6 +367,42 @@ TEST_F(EtcdSecurityTest, WithEtcdAuthTheFakeCannotWriteTheLeaderKey) {
 
   ASSERT_TRUE(PutsAndGetsWork(client.get(), "auth-after-", 5));
   EXPECT_EQ(fake_->calls.load(), 0);
+}
+
+// etcd's simple tokens expire when unused (here after 1 s): the client
+// authenticates again and the call goes through, for unary calls and for a
+// watch created after the expiry alike.
+TEST_F(EtcdSecurityTest, AnExpiredEtcdTokenIsRenewed) {
+  if (RunShell("command -v etcdctl") != 0) GTEST_SKIP() << "etcdctl is not installed";
+  if (!StartEtcd(nullptr, {"--auth-token-ttl=1"})) {
+    if (skipped_) GTEST_SKIP() << "no etcd binary";
+    return;
+  }
+  EtcdCtl("user add root:root-pw --interactive=false");
+  EtcdCtl("user add shelf:shelf-pw --interactive=false");
+  EtcdCtl("role add shelf");
+  EtcdCtl("role grant-permission shelf --prefix=true readwrite /shelf/");
+  EtcdCtl("user grant-role shelf shelf");
+  EtcdCtl("auth enable");
+  coord::EtcdOptions options;
+  options.user_file = WriteFile("etcd-user", "shelf:shelf-pw\n", 0600);
+  auto etcd = coord::EtcdClient::Connect(etcd_->endpoint(), options);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  ASSERT_TRUE((*etcd)->Put("/shelf/t/a", "1").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // the token expires
+  auto put = (*etcd)->Put("/shelf/t/b", "2");
+  EXPECT_TRUE(put.ok()) << put.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  std::atomic<int> events{0};
+  coord::WatchOptions watch_options;
+  watch_options.on_events = [&](const std::vector<coord::WatchEvent>& e, int64_t) {
+    events += static_cast<int>(e.size());
+  };
+  auto watch = (*etcd)->Watch("/shelf/t/c", watch_options);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  ASSERT_TRUE((*etcd)->Put("/shelf/t/c", "3").ok());
+  EXPECT_TRUE(WaitFor([&] { return events.load() >= 1; }, 10000, 20));
+  (*watch)->Cancel();
 }
 
 // etcd over TLS requiring client certificates: the cluster runs with
