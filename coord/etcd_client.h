@@ -17,6 +17,10 @@
 //   watch.on_events = [](const std::vector<coord::WatchEvent>& events, int64_t revision) {};
 //   SHELF_ASSIGN_OR_RETURN(auto watcher, etcd->Watch("/shelf/c1/", watch));
 //
+// Security (EtcdOptions): TLS with a CA, a client certificate, and etcd's
+// user authentication, whose token every call, keepalive and watch carries
+// and which is renewed when etcd rejects it (coord/etcd_auth.cc).
+//
 // Thread-safety: EtcdClient is safe to use from any number of threads.
 // A LeaseKeepAlive and an EtcdWatch each run their own thread and call their
 // callbacks from it, one at a time. Their Stop()/Cancel() (and destructors)

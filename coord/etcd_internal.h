@@ -9,7 +9,8 @@
 //   });
 //
 // Thread-safe: everything here is constant after construction except the
-// index of the endpoint in use, which is atomic.
+// index of the endpoint in use, which is atomic, and the auth token, which
+// token_mu_ guards.
 #ifndef SHELF_COORD_ETCD_INTERNAL_H_
 #define SHELF_COORD_ETCD_INTERNAL_H_
 
