@@ -230,6 +230,21 @@ int shelf_options_set_tls_client_cert(shelf_options_t* options, const char* cert
   return SHELF_OK;
 }
 
+int shelf_options_set_etcd_tls(shelf_options_t* options, const char* ca_path, const char* cert_path,
+                               const char* key_path) {
+  if (options == nullptr) return NullArg("shelf_options_set_etcd_tls", "options");
+  options->options.etcd_ca = ca_path == nullptr ? "" : ca_path;
+  options->options.etcd_cert = cert_path == nullptr ? "" : cert_path;
+  options->options.etcd_key = key_path == nullptr ? "" : key_path;
+  return SHELF_OK;
+}
+
+int shelf_options_set_etcd_user_file(shelf_options_t* options, const char* path) {
+  if (options == nullptr) return NullArg("shelf_options_set_etcd_user_file", "options");
+  options->options.etcd_user_file = path == nullptr ? "" : path;
+  return SHELF_OK;
+}
+
 int shelf_options_set_threads(shelf_options_t* options, uint32_t transfer_threads,
                               uint32_t async_threads, uint32_t async_queue_max) {
   if (options == nullptr) return NullArg("shelf_options_set_threads", "options");

@@ -174,7 +174,13 @@ ClientImpl::~ClientImpl() {
 absl::Status ClientImpl::Connect() {
   TlsFiles tls{options_.tls_cert, options_.tls_key, options_.tls_ca};
   if (absl::StartsWith(options_.masters[0], "etcd://")) {
-    absl::StatusOr<std::unique_ptr<MasterLocator>> loc = MasterLocator::Create(options_.masters[0]);
+    coord::EtcdOptions etcd;
+    etcd.tls_ca_file = options_.etcd_ca;
+    etcd.tls_cert_file = options_.etcd_cert;
+    etcd.tls_key_file = options_.etcd_key;
+    etcd.user_file = options_.etcd_user_file;
+    absl::StatusOr<std::unique_ptr<MasterLocator>> loc =
+        MasterLocator::Create(options_.masters[0], etcd);
     if (!loc.ok()) {
       return absl::Status(loc.status().code(),
                           absl::StrCat("ClientOptions.masters ", options_.masters[0], ": ",

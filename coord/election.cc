@@ -49,6 +49,7 @@ LeaderInfo ToLeaderInfo(const KeyValue& kv) {
   info.address = kv.value;
   info.term = kv.create_revision;
   info.lease_id = kv.lease;
+  info.intact = kv.version == 1 && kv.lease != 0;
   return info;
 }
 

@@ -60,6 +60,12 @@ struct LeaderInfo {
   std::string address;  // the leader's advertised address
   int64_t term = 0;     // create_revision of the leader key
   int64_t lease_id = 0;
+  // The key is as the election wrote it: created once with a lease and
+  // never written since (version 1). A leader never rewrites its key, so
+  // a key that was overwritten (a later put, e.g. by someone else naming
+  // their own address) names no leader to be trusted; readers keep the
+  // leader they knew (docs/security.md, "etcd").
+  bool intact = false;
 };
 
 struct ElectionOptions {

@@ -44,7 +44,8 @@ constexpr int kKeepaliveTimeMs = 10000;
 constexpr int kKeepaliveTimeoutMs = 5000;
 static_assert(kKeepaliveTimeMs > 5000, "etcd answers faster pings with GOAWAY");
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const EtcdSecurity& security) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectBackoffInitialMs);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMinMs);
@@ -53,19 +54,29 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (security.tls) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = security.ca_pem;  // empty: the system's roots
+    ssl.pem_cert_chain = security.cert_pem;
+    ssl.pem_private_key = security.key_pem;
+    creds = grpc::SslCredentials(ssl);
+  }
+  return grpc::CreateCustomChannel(address, creds, args);
 }
 
 }  // namespace
 
-EtcdChannels::EtcdChannels(std::vector<std::string> addresses, const EtcdOptions& options)
-    : addresses_(std::move(addresses)), options_(options) {
+EtcdChannels::EtcdChannels(std::vector<std::string> addresses, const EtcdOptions& options,
+                           EtcdSecurity security)
+    : addresses_(std::move(addresses)), options_(options), security_(std::move(security)) {
   SHELF_CHECK(!addresses_.empty());
   SHELF_CHECK(options_.attempts_max >= 1);
   for (const std::string& address : addresses_) {
     auto ep = std::make_unique<EtcdEndpoint>();
     ep->address = address;
-    ep->channel = MakeChannel(address);
+    ep->channel = MakeChannel(address, security_);
+    ep->auth = etcdserverpb::Auth::NewStub(ep->channel);
     ep->kv = etcdserverpb::KV::NewStub(ep->channel);
     ep->lease = etcdserverpb::Lease::NewStub(ep->channel);
     ep->watch = etcdserverpb::Watch::NewStub(ep->channel);
@@ -109,14 +120,28 @@ absl::Status EtcdChannels::WithRetries(
     absl::string_view what,
     const std::function<absl::Status(const EtcdEndpoint&, grpc::ClientContext*)>& attempt) {
   absl::Status last;
+  bool reauthenticated = false;
   for (int i = 0; i < options_.attempts_max; ++i) {
     size_t index = current();
     const EtcdEndpoint& ep = endpoint(index);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(options_.call_timeout_ms));
-    last = attempt(ep, &ctx);
-    if (last.ok() || !IsRetryable(last)) return last;
+    std::string token;
+    last = Authorize(index, &ctx, &token);
+    if (last.ok()) last = attempt(ep, &ctx);
+    if (last.ok()) return last;
+    if (TokenRejected(last) && !token.empty() && !reauthenticated) {
+      // Expired (or made stale by a change to etcd's users): log in again
+      // and retry, on the same endpoint and without backoff.
+      InvalidateToken(token);
+      SHELF_LOG(DEBUG) << "etcd token rejected, authenticating again" << Kv("call", what)
+                       << Kv("error", last.ToString());
+      reauthenticated = true;
+      --i;  // not an attempt of its own
+      continue;
+    }
+    if (!IsRetryable(last)) return last;
     SHELF_LOG(DEBUG) << "etcd call failed, retrying" << Kv("call", what)
                      << Kv("endpoint", ep.address) << Kv("attempt", i + 1)
                      << Kv("error", last.ToString());
@@ -172,15 +197,18 @@ using internal::EtcdEndpoint;
 using internal::FromGrpc;
 using internal::FromProto;
 
-absl::StatusOr<std::vector<std::string>> ParseEtcdEndpoints(absl::string_view endpoints) {
+absl::StatusOr<std::vector<std::string>> ParseEtcdEndpoints(absl::string_view endpoints,
+                                                            bool* tls) {
   std::vector<std::string> out;
+  int https = 0, plain = 0;
   for (absl::string_view entry : absl::StrSplit(endpoints, ',', absl::SkipWhitespace())) {
     entry = absl::StripAsciiWhitespace(entry);
-    if (absl::StartsWith(entry, "https://")) {
-      return absl::UnimplementedError(
-          absl::StrCat("etcd endpoint '", entry, "': TLS to etcd is not supported yet"));
+    if (absl::ConsumePrefix(&entry, "https://")) {
+      ++https;
+    } else {
+      ++plain;
+      absl::ConsumePrefix(&entry, "http://");
     }
-    absl::ConsumePrefix(&entry, "http://");
     while (absl::ConsumeSuffix(&entry, "/")) {
     }
     if (absl::StrContains(entry, "://") || absl::StrContains(entry, "/")) {
@@ -196,6 +224,11 @@ absl::StatusOr<std::vector<std::string>> ParseEtcdEndpoints(absl::string_view en
   if (out.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("no etcd endpoint in '", endpoints, "'"));
   }
+  if (https > 0 && plain > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("etcd endpoints '", endpoints, "': http and https mixed"));
+  }
+  if (tls != nullptr) *tls = https > 0;
   return out;
 }
 
@@ -218,9 +251,13 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(absl::string_vie
   if (options.attempts_max < 1 || options.call_timeout_ms == 0) {
     return absl::InvalidArgumentError("etcd options: attempts_max and call_timeout_ms must be > 0");
   }
-  auto addresses = ParseEtcdEndpoints(endpoints);
+  bool https = false;
+  auto addresses = ParseEtcdEndpoints(endpoints, &https);
   if (!addresses.ok()) return addresses.status();
-  auto channels = std::make_shared<internal::EtcdChannels>(*std::move(addresses), options);
+  auto security = internal::LoadSecurity(options, https);
+  if (!security.ok()) return security.status();
+  auto channels = std::make_shared<internal::EtcdChannels>(*std::move(addresses), options,
+                                                           *std::move(security));
   return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(channels)));
 }
 

@@ -17,6 +17,10 @@
 //   watch.on_events = [](const std::vector<coord::WatchEvent>& events, int64_t revision) {};
 //   SHELF_ASSIGN_OR_RETURN(auto watcher, etcd->Watch("/shelf/c1/", watch));
 //
+// Security (EtcdOptions): TLS with a CA, a client certificate, and etcd's
+// user authentication, whose token every call, keepalive and watch carries
+// and which is renewed when etcd rejects it (coord/etcd_auth.cc).
+//
 // Thread-safety: EtcdClient is safe to use from any number of threads.
 // A LeaseKeepAlive and an EtcdWatch each run their own thread and call their
 // callbacks from it, one at a time. Their Stop()/Cancel() (and destructors)
@@ -56,6 +60,23 @@ struct EtcdOptions {
   // value in [half, full] of that.
   uint64_t backoff_initial_ms = 50;
   uint64_t backoff_max_ms = 1000;
+
+  // Securing the connection (docs/security.md, "etcd"). Files are read
+  // once, by Connect().
+  //
+  // TLS is on when tls_ca_file is set or an endpoint says https:// (then
+  // every endpoint must; without a CA file the system's roots verify
+  // etcd). The server certificate must name the endpoint's host.
+  std::string tls_ca_file;  // PEM CA bundle that signed etcd's certificate
+  // PEM client certificate and key for etcd's --client-cert-auth; both or
+  // neither. The key file is refused when others may read it.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // One line "USER:PASSWORD" for etcd's user authentication (etcdctl auth
+  // enable). Refused when others may read it. The client authenticates
+  // before its first call and again whenever etcd says its token is no
+  // longer valid (simple tokens expire after --auth-token-ttl idle).
+  std::string user_file;
 };
 
 // One key as etcd stores it.
@@ -161,11 +182,14 @@ class EtcdChannels;
 
 class EtcdClient {
  public:
-  // `endpoints`: comma-separated, each "HOST:PORT" or "http://HOST:PORT"
-  // (https is not supported yet: UNIMPLEMENTED). INVALID_ARGUMENT on an
-  // empty or malformed list, or on options out of range. Returns without
-  // waiting: a background thread connects to every endpoint and keeps
-  // reconnecting those that fail (backoff 0.1 s growing to 1 s).
+  // `endpoints`: comma-separated, each "HOST:PORT", "http://HOST:PORT" or
+  // "https://HOST:PORT". INVALID_ARGUMENT on an empty or malformed list,
+  // http and https mixed, options out of range or a malformed user file;
+  // the error of reading a security file (NOT_FOUND, PERMISSION_DENIED
+  // when a key or user file is readable by others). Returns without
+  // waiting (a wrong password shows on the first call): a background
+  // thread connects to every endpoint and keeps reconnecting those that
+  // fail (backoff 0.1 s growing to 1 s).
   static absl::StatusOr<std::unique_ptr<EtcdClient>> Connect(absl::string_view endpoints,
                                                              const EtcdOptions& options = {});
   // Returns within about 0.2 s (the connection thread's poll interval);
@@ -220,8 +244,11 @@ class EtcdClient {
   const std::shared_ptr<internal::EtcdChannels> channels_;
 };
 
-// Splits an endpoint list as Connect() does: "HOST:PORT" per entry.
-absl::StatusOr<std::vector<std::string>> ParseEtcdEndpoints(absl::string_view endpoints);
+// Splits an endpoint list as Connect() does: "HOST:PORT" per entry. `tls`
+// (optional) tells whether the entries said https://; INVALID_ARGUMENT when
+// http and https are mixed.
+absl::StatusOr<std::vector<std::string>> ParseEtcdEndpoints(absl::string_view endpoints,
+                                                            bool* tls = nullptr);
 
 // The smallest key greater than every key with prefix `prefix` (etcd's
 // range_end for a prefix); "\0" for an empty prefix or one of all 0xff bytes.

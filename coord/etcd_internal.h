@@ -9,7 +9,8 @@
 //   });
 //
 // Thread-safe: everything here is constant after construction except the
-// index of the endpoint in use, which is atomic.
+// index of the endpoint in use, which is atomic, and the auth token, which
+// token_mu_ guards.
 #ifndef SHELF_COORD_ETCD_INTERNAL_H_
 #define SHELF_COORD_ETCD_INTERNAL_H_
 
@@ -32,18 +33,34 @@
 
 namespace shelf::coord::internal {
 
+// What Connect() made of EtcdOptions' security files.
+struct EtcdSecurity {
+  bool tls = false;
+  std::string ca_pem, cert_pem, key_pem;
+  std::string user, password;  // user empty: no authentication
+};
+
+// Reads and checks the files EtcdOptions names; `https`: an endpoint said so.
+absl::StatusOr<EtcdSecurity> LoadSecurity(const EtcdOptions& options, bool https);
+
+// etcd's answer to a call whose token expired or went stale (re-authenticate
+// and retry), as opposed to one the user may not make.
+bool TokenRejected(const absl::Status& status);
+
 struct EtcdEndpoint {
   std::string address;  // HOST:PORT
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<etcdserverpb::KV::Stub> kv;
   std::unique_ptr<etcdserverpb::Lease::Stub> lease;
   std::unique_ptr<etcdserverpb::Watch::Stub> watch;
+  std::unique_ptr<etcdserverpb::Auth::Stub> auth;
 };
 
 class EtcdChannels {
  public:
   // REQUIRES: !addresses.empty(), options.attempts_max >= 1.
-  EtcdChannels(std::vector<std::string> addresses, const EtcdOptions& options);
+  EtcdChannels(std::vector<std::string> addresses, const EtcdOptions& options,
+               EtcdSecurity security = {});
   // Waits for the connectivity thread (at most kConnectivityPollMs).
   ~EtcdChannels();
 
@@ -55,6 +72,16 @@ class EtcdChannels {
   absl::Status WithRetries(
       absl::string_view what,
       const std::function<absl::Status(const EtcdEndpoint&, grpc::ClientContext*)>& attempt);
+
+  // With a user configured: puts the auth token in `ctx` ("token"
+  // metadata), first authenticating against endpoint `index` when no token
+  // is held; `token` gets the token used (for InvalidateToken). Without a
+  // user: OK, nothing added. Authentication errors are etcd's (a wrong
+  // password: INVALID_ARGUMENT).
+  absl::Status Authorize(size_t index, grpc::ClientContext* ctx, std::string* token);
+  // Forgets `token` (when still the one held) after etcd rejected it.
+  void InvalidateToken(const std::string& token);
+  bool authenticates() const { return !security_.user.empty(); }
 
   // Index of the endpoint in use, and moving off `index` after it failed
   // (a no-op when another thread already moved).
@@ -82,7 +109,13 @@ class EtcdChannels {
   // Constant after construction.
   const std::vector<std::string> addresses_;
   const EtcdOptions options_;
+  const EtcdSecurity security_;
   std::vector<std::unique_ptr<EtcdEndpoint>> endpoints_;
+
+  // Held across an Authenticate call, so that threads whose token expired
+  // together log in once.
+  absl::Mutex token_mu_;
+  std::string token_ ABSL_GUARDED_BY(token_mu_);
 
   std::atomic<size_t> current_{0};
   absl::Mutex connectivity_mu_;

@@ -147,6 +147,8 @@ absl::StatusOr<int64_t> LeaseKeepAliveImpl::RefreshOnce(size_t index, uint64_t d
   uint64_t now = MonoMs();
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(deadline_mono_ms > now ? deadline_mono_ms - now : 1));
+  std::string token;
+  if (absl::Status auth = channels_->Authorize(index, &ctx, &token); !auth.ok()) return auth;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::CancelledError("keepalive stopped");
@@ -169,7 +171,9 @@ absl::StatusOr<int64_t> LeaseKeepAliveImpl::RefreshOnce(size_t index, uint64_t d
   if (!answered) {
     if (finish.ok())
       return absl::UnavailableError(absl::StrCat("etcd ", ep.address, ": keepalive stream closed"));
-    return internal::FromGrpc(finish, ep);
+    absl::Status s = internal::FromGrpc(finish, ep);
+    if (internal::TokenRejected(s)) channels_->InvalidateToken(token);  // the next try logs in
+    return s;
   }
   if (response.ttl() <= 0) {
     return absl::NotFoundError(absl::StrCat("etcd lease ", lease_.id, " expired or revoked"));

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -134,6 +135,8 @@ void EtcdWatchImpl::Run() {
 absl::Status EtcdWatchImpl::RunStream(size_t index, bool* progressed) {
   const EtcdEndpoint& ep = channels_->endpoint(index);
   grpc::ClientContext ctx;  // no deadline: a watch lives until cancelled
+  std::string token;
+  if (absl::Status auth = channels_->Authorize(index, &ctx, &token); !auth.ok()) return auth;
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) return absl::OkStatus();
@@ -159,6 +162,25 @@ absl::Status EtcdWatchImpl::RunStream(size_t index, bool* progressed) {
         cv_.SignalAll();
       }
       if (response.canceled()) {
+        const std::string& reason = response.cancel_reason();
+        if (!token.empty() &&
+            (absl::StrContains(reason, "auth token") || absl::StrContains(reason, "auth store") ||
+             absl::StrContains(reason, "permission denied"))) {
+          // The token expired ("invalid auth token"; some versions say
+          // "permission denied" for it): log in again and create the watch
+          // anew (Run's backoff). A user without the right to read the key
+          // keeps failing, and Watch() reports it.
+          channels_->InvalidateToken(token);
+          ctx.TryCancel();
+          grpc::Status finished = stream->Finish();
+          (void)finished;
+          {
+            absl::MutexLock lock(&mu_);
+            active_call_ = nullptr;
+          }
+          return absl::PermissionDeniedError(absl::StrCat("etcd ", ep.address, ": watch on '", key_,
+                                                          "' refused: ", response.cancel_reason()));
+        }
         if (response.compact_revision() > 0) {
           ended = absl::OutOfRangeError(
               absl::StrCat("etcd watch on '", key_, "': revision ", next_revision_,

@@ -3,9 +3,11 @@
 #include <memory>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "coord/election.h"
 #include "coord/etcd_client.h"
 
@@ -20,7 +22,8 @@ MasterLocator::~MasterLocator() {
   watch.reset();  // cancels: no callback runs after this
 }
 
-absl::StatusOr<std::unique_ptr<MasterLocator>> MasterLocator::Create(const std::string& spec) {
+absl::StatusOr<std::unique_ptr<MasterLocator>> MasterLocator::Create(
+    const std::string& spec, const coord::EtcdOptions& etcd) {
   std::unique_ptr<MasterLocator> loc(new MasterLocator());
   absl::string_view rest = spec;
   if (absl::ConsumePrefix(&rest, "etcd://")) {
@@ -30,7 +33,7 @@ absl::StatusOr<std::unique_ptr<MasterLocator>> MasterLocator::Create(const std::
                                         spec + "'");
     }
     loc->cluster_ = std::string(rest.substr(slash + 1));
-    auto client = coord::EtcdClient::Connect(rest.substr(0, slash));
+    auto client = coord::EtcdClient::Connect(rest.substr(0, slash), etcd);
     if (!client.ok()) return client.status();
     loc->etcd_ = *std::move(client);
     MutexLock lock(&loc->mu_);
@@ -46,9 +49,38 @@ absl::StatusOr<std::unique_ptr<MasterLocator>> MasterLocator::Create(const std::
   return loc;
 }
 
+namespace {
+
+void WarnTampered(const coord::LeaderInfo& leader) {
+  SHELF_LOG(WARNING) << "ignoring a leader key that was overwritten since its election"
+                     << Kv("address", leader.address) << Kv("term", leader.term);
+}
+
+}  // namespace
+
 void MasterLocator::RefreshFromEtcdLocked() {
   auto leader = coord::LeaderElection::GetLeader(etcd_.get(), cluster_);
+  if (leader.ok() && !leader->intact) {
+    WarnTampered(*leader);  // keep the leader known before, if any
+    return;
+  }
   current_ = leader.ok() ? leader->address : std::string();
+}
+
+absl::Status MasterLocator::VerifyLeader(const std::string& address, uint64_t term) {
+  if (etcd_ == nullptr) return absl::OkStatus();
+  auto leader = coord::LeaderElection::GetLeader(etcd_.get(), cluster_);
+  if (!leader.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot check the master's term in etcd: ", leader.status().message()));
+  }
+  if (!leader->intact || leader->address != address || leader->term <= 0 ||
+      static_cast<uint64_t>(leader->term) != term) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "master ", address, " claims term ", term, " but etcd's leader key names ", leader->address,
+        " with term ", leader->term, leader->intact ? "" : " (the key was overwritten)"));
+  }
+  return absl::OkStatus();
 }
 
 bool MasterLocator::EnsureWatchLocked() {
@@ -64,6 +96,11 @@ bool MasterLocator::EnsureWatchLocked() {
   auto first = std::make_shared<First>();
   auto watch = coord::LeaderElection::WatchLeader(
       etcd_.get(), cluster_, [this, first](const std::optional<coord::LeaderInfo>& l) {
+        if (l.has_value() && !l->intact) {
+          WarnTampered(*l);  // not a leader: keep the one known
+          if (first->pending) first->pending = false;
+          return;
+        }
         std::string address = l.has_value() ? l->address : std::string();
         if (first->pending) {
           first->pending = false;
@@ -120,12 +157,13 @@ std::string MasterLocator::LeaderHint(const absl::Status& status) {
 void MasterLocator::Failed(const std::string& address, const absl::Status& status) {
   MutexLock lock(&mu_);
   if (address != current_) return;  // someone moved on already
-  std::string hint = LeaderHint(status);
   if (etcd_ != nullptr) {
-    current_ = hint;
-    if (current_.empty() || current_ == address) RefreshFromEtcdLocked();
+    // etcd is the authority: a NOT_LEADER hint names whomever the answering
+    // process pleases, so only etcd's leader key is followed.
+    RefreshFromEtcdLocked();
     return;
   }
+  std::string hint = LeaderHint(status);
   if (!hint.empty()) {
     current_ = hint;
     return;

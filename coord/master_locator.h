@@ -27,17 +27,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "coord/etcd_client.h"
 
 namespace shelf {
 
-namespace coord {
-class EtcdClient;
-class EtcdWatch;
-}  // namespace coord
-
 class MasterLocator {
  public:
-  static absl::StatusOr<std::unique_ptr<MasterLocator>> Create(const std::string& spec);
+  // `etcd`: how to reach etcd securely (TLS, user), for an etcd:// spec.
+  static absl::StatusOr<std::unique_ptr<MasterLocator>> Create(const std::string& spec,
+                                                               const coord::EtcdOptions& etcd = {});
   ~MasterLocator();
 
   // The address to try now. With etcd, the leader (looked up on first use
@@ -47,6 +45,12 @@ class MasterLocator {
   // on: to the leader named in a NOT_LEADER message, the next static
   // entry, or a fresh etcd lookup.
   void Failed(const std::string& address, const absl::Status& status);
+  // With etcd: OK only when etcd's leader key, unchanged since its election,
+  // names `address` with create revision `term`, so a process that merely
+  // claims a new term is not followed. PERMISSION_DENIED when it does not,
+  // UNAVAILABLE when etcd cannot be read. Static spec: always OK (nothing
+  // to check against).
+  absl::Status VerifyLeader(const std::string& address, uint64_t term);
   // Every address a static spec names (one entry for etcd: the leader).
   std::vector<std::string> Candidates();
   bool uses_etcd() const { return etcd_ != nullptr; }

@@ -23,6 +23,7 @@
 #include "common/net.h"
 #include "common/rpc.h"
 #include "common/units.h"
+#include "coord/etcd_flags.h"
 #include "coord/master_locator.h"
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
@@ -37,6 +38,7 @@ struct Globals {
   uint64_t timeout_ms = 5000;
   std::string secret_file;
   std::string tls_ca, tls_cert, tls_key;
+  coord::EtcdOptions etcd;  // for an etcd:// --master
   std::string secret;
   // Command options.
   int64_t replicas = 1;
@@ -166,7 +168,7 @@ class Ctl {
   explicit Ctl(Globals g) : g_(std::move(g)) {}
 
   absl::Status Connect() {
-    auto loc = MasterLocator::Create(g_.master);
+    auto loc = MasterLocator::Create(g_.master, g_.etcd);
     if (!loc.ok()) return loc.status();
     locator_ = *std::move(loc);
     token_ = AuthToken(g_.secret);
@@ -582,7 +584,7 @@ namespace {
 // back several times. Returns GB/s.
 absl::StatusOr<double> MeasureGetGbps(const Globals& g) {
   ClientOptions opts;
-  auto loc = MasterLocator::Create(g.master);
+  auto loc = MasterLocator::Create(g.master, g.etcd);
   if (!loc.ok()) return loc.status();
   opts.masters =
       (*loc)->uses_etcd() ? std::vector<std::string>{(*loc)->Current()} : (*loc)->Candidates();
@@ -649,6 +651,7 @@ int main(int argc, char** argv) {
                   "the master: HOST:PORT[,HOST:PORT...] or etcd://HOST:PORT[,...]/CLUSTER");
   flags.AddBool("json", &g.json, "machine-readable output");
   flags.AddDurationMs("timeout", &g.timeout_ms, "deadline of each call");
+  coord::AddEtcdFlags(&flags, &g.etcd);
   flags.AddString("secret-file", &g.secret_file, "cluster secret");
   flags.AddString("tls-ca", &g.tls_ca, "PEM CA bundle: talk TLS to the master");
   flags.AddString("tls-cert", &g.tls_cert, "PEM client certificate (masters with mutual TLS)");

@@ -165,15 +165,14 @@ class PyClient {
   }
 
   // shelf.Client(masters, *, secret=..., ...): the options as keywords.
-  static std::shared_ptr<PyClient> Create(py::object masters, const std::string& secret,
-                                          uint64_t timeout_ms, bool allow_tcp, bool allow_shm,
-                                          bool verify_checksums, const std::string& tls_ca,
-                                          uint32_t transfer_threads, uint32_t async_threads,
-                                          uint32_t async_queue_max, uint32_t tcp_streams_per_block,
-                                          const std::string& rdma_device, uint32_t rdma_port,
-                                          int32_t rdma_gid_index, uint32_t rdma_traffic_class,
-                                          uint32_t rdma_service_level, uint32_t rdma_pkey_index,
-                                          const std::string& tls_cert, const std::string& tls_key);
+  static std::shared_ptr<PyClient> Create(
+      py::object masters, const std::string& secret, uint64_t timeout_ms, bool allow_tcp,
+      bool allow_shm, bool verify_checksums, const std::string& tls_ca, uint32_t transfer_threads,
+      uint32_t async_threads, uint32_t async_queue_max, uint32_t tcp_streams_per_block,
+      const std::string& rdma_device, uint32_t rdma_port, int32_t rdma_gid_index,
+      uint32_t rdma_traffic_class, uint32_t rdma_service_level, uint32_t rdma_pkey_index,
+      const std::string& tls_cert, const std::string& tls_key, const std::string& etcd_ca,
+      const std::string& etcd_cert, const std::string& etcd_key, const std::string& etcd_user_file);
 
   // Never null: close() ends the client but keeps the object, whose calls
   // then answer FAILED_PRECONDITION. Safe without the GIL.

@@ -54,7 +54,8 @@ std::shared_ptr<PyClient> PyClient::Create(
     uint32_t async_threads, uint32_t async_queue_max, uint32_t tcp_streams_per_block,
     const std::string& rdma_device, uint32_t rdma_port, int32_t rdma_gid_index,
     uint32_t rdma_traffic_class, uint32_t rdma_service_level, uint32_t rdma_pkey_index,
-    const std::string& tls_cert, const std::string& tls_key) {
+    const std::string& tls_cert, const std::string& tls_key, const std::string& etcd_ca,
+    const std::string& etcd_cert, const std::string& etcd_key, const std::string& etcd_user_file) {
   ClientOptions o;
   if (py::isinstance<py::str>(masters)) {
     std::string all = masters.cast<std::string>();
@@ -76,6 +77,10 @@ std::shared_ptr<PyClient> PyClient::Create(
   o.tls_ca = tls_ca;
   o.tls_cert = tls_cert;
   o.tls_key = tls_key;
+  o.etcd_ca = etcd_ca;
+  o.etcd_cert = etcd_cert;
+  o.etcd_key = etcd_key;
+  o.etcd_user_file = etcd_user_file;
   o.transfer_threads = transfer_threads;
   o.async_threads = async_threads;
   o.async_queue_max = async_queue_max;

@@ -20,7 +20,9 @@
 #include "common/rpc.h"
 #include "coord/election.h"
 #include "coord/etcd_client.h"
+#include "coord/etcd_flags.h"
 #include "server/master/master.h"
+#include "server/master/rpc_limits.h"
 #include "server/master/service.h"
 
 namespace {
@@ -84,7 +86,9 @@ int main(int argc, char** argv) {
   flags.AddBool("grpc-reflection", &reflection,
                 "serve gRPC reflection (off: callers need the protos)");
   flags.AddString("etcd", &etcd,
-                  "etcd endpoints http://HOST:PORT[,...]: elect one leader among masters");
+                  "etcd endpoints http[s]://HOST:PORT[,...]: elect one leader among masters");
+  coord::EtcdOptions etcd_options;
+  coord::AddEtcdFlags(&flags, &etcd_options);
   flags.AddString("cluster", &cluster, "cluster name: masters of one cluster elect one leader");
   flags.AddDurationMs("election-ttl", &election_ttl_ms,
                       "leader lease TTL: a dead leader is replaced after about this long");
@@ -198,7 +202,9 @@ int main(int argc, char** argv) {
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, *creds, &port);
-  builder.SetMaxReceiveMessageSize(64 << 20);
+  // The largest body of any method; each handler then holds its method to
+  // its own limit (server/master/rpc_limits.h).
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kRpcReceiveBytesMax));
   // Every idle store holds a long-poll heartbeat, and the sync server gives
   // each call in progress a thread of its own: a cluster of N stores keeps
   // about N threads busy. By default a thread that finishes a call exits
@@ -234,7 +240,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<coord::EtcdWatch> leader_watch;
   std::atomic<bool> etcd_degraded{false};
   if (!etcd.empty()) {
-    auto client = coord::EtcdClient::Connect(etcd);
+    auto client = coord::EtcdClient::Connect(etcd, etcd_options);
     if (!client.ok()) {
       std::fprintf(stderr, "shelf-master: --etcd: %s\n",
                    std::string(client.status().message()).c_str());
@@ -284,7 +290,7 @@ int main(int argc, char** argv) {
     }
     auto watch = coord::LeaderElection::WatchLeader(
         etcd_client.get(), cluster, [&](const std::optional<coord::LeaderInfo>& info) {
-          if (info.has_value() && info->address != advertise) {
+          if (info.has_value() && info->intact && info->address != advertise) {
             master->SetLeaderHint(info->address);
           }
         });
@@ -298,19 +304,17 @@ int main(int argc, char** argv) {
     handlers["/metrics"] = [](const HttpRequest&) {
       return HttpResponse{200, prom::Exposition::kContentType, DefaultExposition().Render()};
     };
+    // Unauthenticated, so it says only what a probe needs: no term (a
+    // process posing as the master would quote it), no leader address, no
+    // node count (docs/security.md, "Reflection and health").
     handlers["/health"] = [&](const HttpRequest&) {
       v1::StatusResponse st;
       master->Status(&st);
-      int live = 0;
-      for (const auto& n : st.nodes()) live += n.state() == v1::NODE_LIVE;
       Json body = Json::object();
       body["status"] = "ok";
       body["role"] = st.is_leader() ? "leader" : "standby";
-      body["term"] = st.term();
       body["recovering"] = st.recovering();
       body["etcd"] = etcd.empty() ? "off" : (etcd_degraded.load() ? "degraded" : "ok");
-      body["leader"] = st.leader();
-      body["live_nodes"] = live;
       return HttpResponse{200, "application/json", JsonDump(body) + "\n"};
     };
     auto started = HttpServer::Start(metrics_listen, std::move(handlers));

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
+#include "server/master/rpc_limits.h"
 
 namespace shelf {
 
@@ -25,13 +26,27 @@ class RpcScope {
   prom::ScopedTimer timer_;
 };
 
+absl::Status CheckRequestSize(const google::protobuf::Message& req, size_t bytes_max,
+                              const char* method) {
+  size_t bytes = req.ByteSizeLong();
+  if (bytes <= bytes_max) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat(method, " request of ", bytes, " bytes: the limit is ", bytes_max));
+}
+
 }  // namespace
 
-#define SHELF_CHECK_TOKEN()                                           \
-  static const size_t kRpcMethod = MasterMetrics::RpcIndex(__func__); \
-  RpcScope rpc_scope(master_->metrics(), kRpcMethod);                 \
-  if (absl::Status auth = CheckToken(ctx, token_); !auth.ok()) {      \
-    return rpc_scope.Done(ToGrpc(auth));                              \
+// Checks the cluster token, then refuses a request body above the method's
+// limit (rpc_limits.h).
+#define SHELF_CHECK_TOKEN()                                                                 \
+  static const size_t kRpcMethod = MasterMetrics::RpcIndex(__func__);                       \
+  static const size_t kRequestBytesMax = RpcRequestBytesMax(__func__);                      \
+  RpcScope rpc_scope(master_->metrics(), kRpcMethod);                                       \
+  if (absl::Status auth = CheckToken(ctx, token_); !auth.ok()) {                            \
+    return rpc_scope.Done(ToGrpc(auth));                                                    \
+  }                                                                                         \
+  if (absl::Status size = CheckRequestSize(*req, kRequestBytesMax, __func__); !size.ok()) { \
+    return rpc_scope.Done(ToGrpc(size));                                                    \
   }
 
 grpc::Status MasterServiceImpl::RegisterStore(grpc::ServerContext* ctx,

@@ -19,6 +19,7 @@
 #include "common/protected_mode.h"
 #include "common/ready_file.h"
 #include "common/secret_file.h"
+#include "coord/etcd_flags.h"
 #include "server/resp/resp_commands.h"
 #include "server/resp/resp_server.h"
 #include "shelf/client.h"
@@ -89,6 +90,8 @@ int main(int argc, char** argv) {
   flags.AddString("ready-file", &ready_file,
                   "write the RESP HOST:PORT here once serving (the TLS one when there is no "
                   "plain listener; with both, the TLS one on a second line)");
+  coord::EtcdOptions etcd;  // for an etcd:// --master
+  coord::AddEtcdFlags(&flags, &etcd);
   flags.AddString("master-tls-ca", &grpc_tls_ca, "PEM CA bundle: talk TLS to the master");
   flags.AddString("master-tls-cert", &grpc_tls_cert,
                   "PEM client certificate for the master (mutual TLS)");
@@ -140,6 +143,10 @@ int main(int argc, char** argv) {
   copts.tls_ca = grpc_tls_ca;
   copts.tls_cert = grpc_tls_cert;
   copts.tls_key = grpc_tls_key;
+  copts.etcd_ca = etcd.tls_ca_file;
+  copts.etcd_cert = etcd.tls_cert_file;
+  copts.etcd_key = etcd.tls_key_file;
+  copts.etcd_user_file = etcd.user_file;
   // A static list, or one etcd:// spec: libshelf then follows the leader
   // etcd names, across failovers, without a restart.
   if (absl::StartsWith(master, "etcd://")) {

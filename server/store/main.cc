@@ -15,6 +15,7 @@
 #include "common/prom.h"
 #include "common/protected_mode.h"
 #include "common/ready_file.h"
+#include "coord/etcd_flags.h"
 #include "server/store/store.h"
 
 int main(int argc, char** argv) {
@@ -34,7 +35,10 @@ int main(int argc, char** argv) {
   int64_t rdma_service_level = opts.rdma_service_level;
   int64_t rdma_pkey_index = opts.rdma_pkey_index;
   Flags flags("shelf-store", "the Shelf storage daemon (DRAM segment, SSD tier, data plane)");
-  flags.AddString("master", &opts.master, "HOST:PORT of the master (required)");
+  flags.AddString("master", &opts.master,
+                  "the master (required): HOST:PORT[,HOST:PORT...] or "
+                  "etcd://HOST:PORT[,...]/CLUSTER");
+  coord::AddEtcdFlags(&flags, &opts.etcd);
   flags.AddString("listen", &opts.listen, "data-plane HOST:PORT (port 0 picks one)");
   flags.AddString("admin-listen", &admin_listen,
                   "gRPC HOST:PORT for health checking and reflection (off when empty)");
@@ -147,11 +151,9 @@ int main(int argc, char** argv) {
     };
     handlers["/health"] = [st](const HttpRequest&) {
       bool reg = st->registered();
-      // The node id comes from a flag or the host name: JsonDump quotes it.
+      // Unauthenticated: the state a probe needs, nothing about the node.
       Json body = Json::object();
       body["status"] = reg ? "ok" : "unregistered";
-      body["node"] = st->node_id();
-      body["ssd"] = st->ssd() != nullptr;
       return HttpResponse{reg ? 200 : 503, "application/json", JsonDump(body) + "\n"};
     };
     auto started = HttpServer::Start(metrics_listen, std::move(handlers));

@@ -259,7 +259,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
       r.AddCallbackGauge("shelf_store_connections", "Open data-plane connections",
                          [raw] { return static_cast<double>(raw->data_server_->connections()); }));
 
-  auto locator = MasterLocator::Create(options.master);
+  auto locator = MasterLocator::Create(options.master, options.etcd);
   if (!locator.ok()) return locator.status();
   store->locator_ = *std::move(locator);
   store->token_ = AuthToken(options.secret);
@@ -415,6 +415,17 @@ absl::Status Store::Register() {
     MasterFailed(address, s);
     return s;
   }
+  // A new term is taken only from the master etcd's leader key names with
+  // that term: a process that answers with a huge term would otherwise fence
+  // out the real leader (docs/security.md, "etcd").
+  if (resp.term() > MaxTerm()) {
+    if (absl::Status v = locator_->VerifyLeader(address, resp.term()); !v.ok()) {
+      SHELF_LOG(WARNING) << "master's term refused" << Kv("master", address)
+                         << Kv("term", resp.term()) << Kv("error", v.message());
+      locator_->Failed(address, absl::UnavailableError("term refused"));
+      return v;
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (resp.term() < max_term_) {
@@ -553,9 +564,12 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
     return s;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (resp.term() < max_term_) {
-    return absl::UnavailableError(
-        absl::StrCat("heartbeat answered by term ", resp.term(), " < ", max_term_, ": ignored"));
+  if (resp.term() != max_term_) {
+    // Older: a deposed leader. Newer: a term this store has not registered
+    // under (and so not checked against etcd): register again first.
+    if (resp.term() > max_term_) registered_.store(false);
+    return absl::UnavailableError(absl::StrCat("heartbeat answered by term ", resp.term(),
+                                               ", registered under ", max_term_, ": ignored"));
   }
   if (resp.reregister()) {
     registered_.store(false);

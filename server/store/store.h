@@ -48,7 +48,8 @@ struct StoreOptions {
   std::string run_dir;    // empty: /tmp/shelf-store-<port>
   std::map<std::string, std::string> labels;
   std::string secret;
-  TlsFiles tls;  // for the channel to the master
+  TlsFiles tls;             // for the channel to the master
+  coord::EtcdOptions etcd;  // TLS and user for an etcd:// master
   bool hugepages = true;
   bool mlock = false;
   bool shm = true;  // offer same-host shared memory
@@ -84,6 +85,11 @@ class Store : public DataHandler {
   const std::string& node_id() const { return node_id_; }
   const std::string& data_address() const { return data_address_; }
   bool registered() const { return registered_.load(); }
+  // The term this store last registered under (0: none yet).
+  uint64_t MaxTerm() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_term_;
+  }
 
   // DataHandler.
   absl::StatusOr<Region> Segment(uint32_t id) override;
@@ -159,7 +165,7 @@ class Store : public DataHandler {
   std::map<std::string, std::unique_ptr<v1::MasterService::Stub>> stubs_;  // guarded by stubs_mu_
   std::string token_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::string grant_key_;                    // guarded by mu_
   uint64_t heartbeat_interval_ms_ = 500;     // guarded by mu_
   std::vector<v1::TierMoveResult> results_;  // guarded by mu_: to report

@@ -67,6 +67,18 @@ static void check_options(void) {
   CHECK_RC(shelf_client_open(opts, &client), SHELF_INVALID_ARGUMENT); /* 0 threads */
   shelf_options_free(opts);
   shelf_options_free(NULL);
+
+  /* etcd's security files are read when the client opens. */
+  opts = shelf_options_new();
+  CHECK(opts != NULL);
+  CHECK_RC(shelf_options_set_etcd_tls(NULL, NULL, NULL, NULL), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_set_etcd_user_file(NULL, "x"), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_set_etcd_tls(opts, NULL, NULL, NULL), SHELF_OK);
+  CHECK_RC(shelf_options_set_etcd_user_file(opts, "/nonexistent/shelf-etcd-user"), SHELF_OK);
+  CHECK_RC(shelf_options_add_master(opts, "etcd://127.0.0.1:1/c"), SHELF_OK);
+  CHECK(shelf_client_open(opts, &client) != SHELF_OK);
+  CHECK(strstr(shelf_last_error(), "shelf-etcd-user") != NULL);
+  shelf_options_free(opts);
 }
 
 static void check_keys(void) {

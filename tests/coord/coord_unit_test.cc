@@ -27,7 +27,34 @@ TEST(ParseEtcdEndpointsTest, RejectsWhatItCannotUse) {
   EXPECT_TRUE(absl::IsInvalidArgument(ParseEtcdEndpoints("127.0.0.1:99999").status()));
   EXPECT_TRUE(absl::IsInvalidArgument(ParseEtcdEndpoints("unix:///run/etcd.sock").status()));
   EXPECT_TRUE(absl::IsInvalidArgument(ParseEtcdEndpoints("http://h:1/v3").status()));
-  EXPECT_TRUE(absl::IsUnimplemented(ParseEtcdEndpoints("https://10.0.0.1:2379").status()));
+  // TLS or not, for every endpoint alike.
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseEtcdEndpoints("https://h:1,http://h:2").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseEtcdEndpoints("https://h:1,h:2").status()));
+}
+
+TEST(ParseEtcdEndpointsTest, HttpsTurnsTlsOn) {
+  bool tls = false;
+  auto both = ParseEtcdEndpoints("https://10.0.0.1:2379, https://10.0.0.2:2379", &tls);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_TRUE(tls);
+  EXPECT_EQ(*both, (std::vector<std::string>{"10.0.0.1:2379", "10.0.0.2:2379"}));
+  ASSERT_TRUE(ParseEtcdEndpoints("http://10.0.0.1:2379", &tls).ok());
+  EXPECT_FALSE(tls);
+}
+
+TEST(EtcdConnectTest, RefusesSecurityFilesItCannotUse) {
+  // A client certificate without its key, or without TLS.
+  EtcdOptions half;
+  half.tls_ca_file = "/nonexistent-ca.pem";
+  half.tls_cert_file = "/nonexistent.pem";
+  EXPECT_TRUE(absl::IsInvalidArgument(EtcdClient::Connect("h:1", half).status()));
+  EtcdOptions plain;
+  plain.tls_cert_file = "/nonexistent.pem";
+  plain.tls_key_file = "/nonexistent.key";
+  EXPECT_TRUE(absl::IsInvalidArgument(EtcdClient::Connect("h:1", plain).status()));
+  EtcdOptions missing;
+  missing.user_file = "/nonexistent-etcd-user";
+  EXPECT_FALSE(EtcdClient::Connect("h:1", missing).ok());
 }
 
 TEST(PrefixRangeEndTest, IncrementsTheLastByteThatCan) {

@@ -80,11 +80,17 @@ std::string FindEtcdBinary() {
   return "";
 }
 
-absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start() {
+absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(
+    const EtcdTls* tls, std::vector<std::string> extra_args) {
   std::string binary = FindEtcdBinary();
   if (binary.empty()) return absl::NotFoundError("no etcd binary (set SHELF_ETCD_BIN)");
   std::unique_ptr<EtcdProcess> etcd(new EtcdProcess());
   etcd->binary_ = binary;
+  etcd->extra_args_ = std::move(extra_args);
+  if (tls != nullptr) {
+    etcd->tls_on_ = true;
+    etcd->tls_ = *tls;
+  }
   std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-etcd-XXXXXX").string();
   if (mkdtemp(tmpl.data()) == nullptr) return absl::InternalError("mkdtemp failed");
   etcd->dir_ = tmpl;
@@ -110,7 +116,7 @@ EtcdProcess::~EtcdProcess() {
 }
 
 std::string EtcdProcess::endpoint() const {
-  return absl::StrCat("http://127.0.0.1:", client_port_);
+  return absl::StrCat(tls_on_ ? "https" : "http", "://127.0.0.1:", client_port_);
 }
 
 void EtcdProcess::Kill() {
@@ -130,7 +136,7 @@ absl::Status EtcdProcess::Restart() {
 }
 
 absl::Status EtcdProcess::Spawn() {
-  std::string client_url = absl::StrCat("http://127.0.0.1:", client_port_);
+  std::string client_url = endpoint();
   std::string peer_url = absl::StrCat("http://127.0.0.1:", peer_port_);
   std::vector<std::string> args = {
       binary_,
@@ -144,6 +150,15 @@ absl::Status EtcdProcess::Spawn() {
       "--logger=zap",
       "--log-outputs=stderr",
   };
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+  if (tls_on_) {
+    args.push_back("--cert-file=" + tls_.cert_file);
+    args.push_back("--key-file=" + tls_.key_file);
+    if (tls_.client_cert_auth) {
+      args.push_back("--client-cert-auth");
+      args.push_back("--trusted-ca-file=" + tls_.ca_file);
+    }
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -172,7 +187,7 @@ absl::Status EtcdProcess::Spawn() {
 }
 
 absl::Status EtcdProcess::WaitReady(uint64_t timeout_ms) {
-  EtcdOptions options;
+  EtcdOptions options = tls_on_ ? tls_.client : EtcdOptions();
   options.call_timeout_ms = 500;
   options.attempts_max = 1;
   auto client = EtcdClient::Connect(endpoint(), options);

@@ -20,9 +20,11 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "coord/etcd_client.h"
 
 namespace shelf::coord::testing {
 
@@ -30,15 +32,26 @@ namespace shelf::coord::testing {
 // Empty when none is found.
 std::string FindEtcdBinary();
 
+// TLS on etcd's client port: its certificate and key, and, with
+// client_cert_auth, the CA that must have signed every client's certificate.
+// `client` is what the harness's own readiness check connects with.
+struct EtcdTls {
+  std::string cert_file, key_file, ca_file;
+  bool client_cert_auth = false;
+  EtcdOptions client;
+};
+
 class EtcdProcess {
  public:
   // Starts etcd and returns once it answers reads (at most ~15 s).
   // NOT_FOUND when no etcd binary exists; UNAVAILABLE when it does not come up
-  // (its log is quoted).
-  static absl::StatusOr<std::unique_ptr<EtcdProcess>> Start();
+  // (its log is quoted). With `tls`, the client port speaks TLS.
+  // `extra_args` go to etcd as they are (e.g. "--auth-token-ttl=1").
+  static absl::StatusOr<std::unique_ptr<EtcdProcess>> Start(
+      const EtcdTls* tls = nullptr, std::vector<std::string> extra_args = {});
   ~EtcdProcess();  // kills etcd, removes the data directory
 
-  // "http://127.0.0.1:PORT".
+  // "http://127.0.0.1:PORT" ("https://" with TLS).
   std::string endpoint() const;
   uint16_t client_port() const { return client_port_; }
 
@@ -55,6 +68,9 @@ class EtcdProcess {
 
   std::string binary_;
   std::string dir_;
+  bool tls_on_ = false;
+  EtcdTls tls_;
+  std::vector<std::string> extra_args_;
   uint16_t client_port_ = 0;
   uint16_t peer_port_ = 0;
   pid_t pid_ = -1;

@@ -15,7 +15,8 @@ rendering is checked the same way and compared. On every rendering:
 - the ports in the mounted shelf config files are the containers' ports;
 - the store DaemonSet runs on the host network with IPC_LOCK, and its
   hugepages limit covers its DRAM segment;
-- production runs three masters electing through a three-member etcd.
+- production runs three masters electing through a three-member etcd that
+  takes only TLS clients with a certificate, and ships NetworkPolicies.
 
 Needs PyYAML (Debian: python3-yaml).
 Run: python3 -m pytest -q tests/deploy/test_kubernetes.py
@@ -35,7 +36,7 @@ SOURCE_DIR = os.environ.get(
 K8S = os.path.join(SOURCE_DIR, "deploy", "kubernetes")
 TARGETS = ["base", "overlays/dev", "overlays/production"]
 # Secrets the operator creates by hand (never committed).
-EXTERNAL_SECRETS = {"shelf-secret"}
+EXTERNAL_SECRETS = {"shelf-secret", "shelf-etcd-tls", "shelf-etcd-client"}
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
 KNOWN_KUSTOMIZE_KEYS = {"apiVersion", "kind", "namespace", "labels", "resources", "components",
                         "configMapGenerator", "images", "replicas", "patches"}
@@ -552,16 +553,54 @@ class LayoutTest(unittest.TestCase):
         self.assertTrue(by_kind(prod, "ServiceMonitor"))
         master_conf = parse_conf(config_text(prod, "shelf-master-config", "master.conf"))
         store_conf = parse_conf(config_text(prod, "shelf-store-config", "store.conf"))
-        etcd_hosts = [re.sub(r"^http://", "", u) for u in master_conf["etcd"].split(",")]
-        self.assertEqual(len(etcd_hosts), 3)
         self.assertEqual(store_conf["master"],
-                         "etcd://" + ",".join(etcd_hosts) + "/" + master_conf["cluster"])
+                         "etcd://" + master_conf["etcd"] + "/" + master_conf["cluster"])
+        etcd_hosts = [re.sub(r"^https://", "", u) for u in master_conf["etcd"].split(",")]
+        self.assertEqual(len(etcd_hosts), 3)
         # The etcd members the masters name are the StatefulSet's pods.
         for i, host in enumerate(etcd_hosts):
             self.assertEqual(host, f"etcd-{i}.etcd:2379")
         # Dev stores point at the single master's stable name.
         dev_store = parse_conf(config_text(dev, "shelf-store-config", "store.conf"))
         self.assertEqual(dev_store["master"], "shelf-master-0.shelf-master:7000")
+
+    def test_production_secures_etcd(self):
+        prod = render(os.path.join(K8S, "overlays/production"))
+        etcd = find(prod, "StatefulSet", "etcd")
+        args = containers(etcd["spec"]["template"])[0]["args"]
+        self.assertIn("--client-cert-auth", args)
+        self.assertIn("--peer-client-cert-auth", args)
+        for a in args:
+            if a.startswith(("--listen-client-urls", "--advertise-client-urls",
+                             "--initial-cluster=")):
+                self.assertNotIn("http://", a, a)
+        master_conf = parse_conf(config_text(prod, "shelf-master-config", "master.conf"))
+        store_conf = parse_conf(config_text(prod, "shelf-store-config", "store.conf"))
+        self.assertTrue(all(u.startswith("https://") for u in master_conf["etcd"].split(",")))
+        for kind, name, conf in (("StatefulSet", "shelf-master", master_conf),
+                                 ("DaemonSet", "shelf-store", store_conf)):
+            w = find(prod, kind, name)
+            spec = w["spec"]["template"]["spec"]
+            volumes = {v["name"]: v for v in spec["volumes"]}
+            mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
+            for key in ("etcd-ca", "etcd-cert", "etcd-key"):
+                path = conf[key]
+                mount = os.path.dirname(path)
+                self.assertIn(mount, mounts, f"{name}: {key} {path} is not mounted")
+                secret = volumes[mounts[mount]]["secret"]
+                self.assertEqual(secret["secretName"], "shelf-etcd-client")
+                self.assertEqual(secret["defaultMode"], 0o400)
+        policies = {p["metadata"]["name"]: p for p in by_kind(prod, "NetworkPolicy")}
+        self.assertEqual(policies["default-deny-ingress"]["spec"]["podSelector"], {})
+        etcd_policy = policies["etcd"]["spec"]
+        self.assertEqual(etcd_policy["podSelector"]["matchLabels"],
+                         etcd["spec"]["selector"]["matchLabels"])
+        client_port_from = [rule.get("from", []) for rule in etcd_policy["ingress"]
+                            if any(p["port"] == 2379 for p in rule.get("ports", []))]
+        self.assertTrue(client_port_from)
+        self.assertTrue(all(sources for sources in client_port_from),
+                        "etcd's client port must not be open to every pod")
+        self.assertIn("shelf-master", policies)
 
     def test_renderer_agrees_with_kubectl(self):
         if shutil.which("kubectl") is None:

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,31 @@ std::string ShellQuote(const std::string& arg) {
   std::string q = "'";
   for (char c : arg) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
+}
+
+// A CA, and a certificate for 127.0.0.1 / localhost signed by it that serves
+// as the master's server certificate and as every caller's client one.
+absl::Status MakeTestCertificates(const std::string& dir, const std::string& name) {
+  std::string d = ShellQuote(dir);
+  std::ofstream(dir + "/san.ext") << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
+  const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ";
+  const std::vector<std::string> steps = {
+      absl::StrCat("openssl req -x509 ", ec, "-days 1 -subj /CN=", name, "-ca -keyout ", d, "/",
+                   name, "-ca.key -out ", d, "/", name, "-ca.pem"),
+      absl::StrCat("openssl req ", ec, "-subj /CN=localhost -keyout ", d, "/", name, ".key -out ",
+                   d, "/", name, ".csr"),
+      absl::StrCat("openssl x509 -req -days 1 -in ", d, "/", name, ".csr -CA ", d, "/", name,
+                   "-ca.pem -CAkey ", d, "/", name, "-ca.key -CAcreateserial -out ", d, "/", name,
+                   ".pem -extfile ", d, "/san.ext"),
+      absl::StrCat("chmod 600 ", d, "/", name, ".key"),
+  };
+  for (const std::string& step : steps) {
+    std::string out;
+    if (RunShell(step, &out) != 0) {
+      return absl::InternalError(absl::StrCat("'", step, "' failed: ", out));
+    }
+  }
+  return absl::OkStatus();
 }
 
 int RunShell(const std::string& command, std::string* output) {

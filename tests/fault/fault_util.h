@@ -43,6 +43,11 @@ int RunShell(const std::string& command, std::string* output = nullptr);
 // Quotes one argument for /bin/sh.
 std::string ShellQuote(const std::string& arg);
 
+// With openssl: in `dir`, NAME-ca.pem (a CA) and NAME.pem / NAME.key (mode
+// 0600), a certificate for 127.0.0.1 and localhost signed by that CA, fit
+// to serve and to present as a client certificate.
+absl::Status MakeTestCertificates(const std::string& dir, const std::string& name);
+
 // What the master holds, from AdminService.Status and Segments: enough to
 // prove that a rejected request changed nothing.
 struct ClusterSnapshot {

@@ -14,6 +14,7 @@
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "common/net.h"
+#include "server/master/rpc_limits.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
 #include "tests/fault/fault_util.h"
@@ -552,6 +553,35 @@ TEST_F(BadInputTest, ABlockLargerThanEverySegmentIsResourceExhausted) {
   ASSERT_TRUE(before.ok());
   EXPECT_EQ(PutStartCode("too-big", 512ull << 20), "RESOURCE_EXHAUSTED");
   EXPECT_EQ(probe_->Snapshot()->ToString(), before->ToString());
+}
+
+// Each master method takes bodies up to its own limit (rpc_limits.h): a
+// lookup or a heartbeat the size only a registration may have is refused
+// with RESOURCE_EXHAUSTED before it is acted on.
+TEST_F(BadInputTest, SmallCallsRefuseLargeBodies) {
+  absl::StatusOr<fault::ClusterSnapshot> before = probe_->Snapshot();
+  ASSERT_TRUE(before.ok());
+  v1::LookupRequest lookup;
+  for (int i = 0; i < 3; ++i) lookup.add_keys(std::string(kSmallRequestBytesMax / 2, 'k'));
+  v1::LookupResponse lookup_resp;
+  EXPECT_EQ(
+      CodeName(
+          probe_->master()->Lookup(probe_->Context().get(), lookup, &lookup_resp).error_code()),
+      "RESOURCE_EXHAUSTED");
+  v1::HeartbeatRequest heartbeat;
+  heartbeat.set_node_id(std::string(kHeartbeatBytesMax + 1, 'n'));
+  v1::HeartbeatResponse heartbeat_resp;
+  EXPECT_EQ(CodeName(probe_->master()
+                         ->Heartbeat(probe_->Context().get(), heartbeat, &heartbeat_resp)
+                         .error_code()),
+            "RESOURCE_EXHAUSTED");
+  EXPECT_EQ(probe_->Snapshot()->ToString(), before->ToString());
+  // A lookup within its limit is answered as before.
+  v1::LookupRequest small;
+  small.add_keys("existing");
+  EXPECT_EQ(
+      CodeName(probe_->master()->Lookup(probe_->Context().get(), small, &lookup_resp).error_code()),
+      "OK");
 }
 
 }  // namespace

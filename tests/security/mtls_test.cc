@@ -28,31 +28,6 @@ using fault::ShellQuote;
 
 constexpr char kSecret[] = "mtls-test-secret-0123456789abcdef";
 
-// A CA, and a certificate for 127.0.0.1 / localhost signed by it that serves
-// as the master's server certificate and as every caller's client one.
-absl::Status MakeCertificates(const std::string& dir, const std::string& name) {
-  std::string d = ShellQuote(dir);
-  std::ofstream(dir + "/san.ext") << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
-  const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ";
-  const std::vector<std::string> steps = {
-      absl::StrCat("openssl req -x509 ", ec, "-days 1 -subj /CN=", name, "-ca -keyout ", d, "/",
-                   name, "-ca.key -out ", d, "/", name, "-ca.pem"),
-      absl::StrCat("openssl req ", ec, "-subj /CN=localhost -keyout ", d, "/", name, ".key -out ",
-                   d, "/", name, ".csr"),
-      absl::StrCat("openssl x509 -req -days 1 -in ", d, "/", name, ".csr -CA ", d, "/", name,
-                   "-ca.pem -CAkey ", d, "/", name, "-ca.key -CAcreateserial -out ", d, "/", name,
-                   ".pem -extfile ", d, "/san.ext"),
-      absl::StrCat("chmod 600 ", d, "/", name, ".key"),
-  };
-  for (const std::string& step : steps) {
-    std::string out;
-    if (RunShell(step, &out) != 0) {
-      return absl::InternalError(absl::StrCat("'", step, "' failed: ", out));
-    }
-  }
-  return absl::OkStatus();
-}
-
 uint64_t VmRssKiB(pid_t pid) {
   std::ifstream f(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
@@ -75,8 +50,8 @@ class MtlsTest : public ::testing::Test {
     std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-mtls-XXXXXX").string();
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
-    ASSERT_TRUE(MakeCertificates(dir_, "good").ok());
-    ASSERT_TRUE(MakeCertificates(dir_, "other").ok());
+    ASSERT_TRUE(fault::MakeTestCertificates(dir_, "good").ok());
+    ASSERT_TRUE(fault::MakeTestCertificates(dir_, "other").ok());
     ca_ = dir_ + "/good-ca.pem";
     cert_ = dir_ + "/good.pem";
     key_ = dir_ + "/good.key";

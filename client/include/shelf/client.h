@@ -137,6 +137,14 @@ struct ClientOptions {
   // requires one (mutual TLS: its --tls-ca); both or neither.
   std::string tls_cert;
   std::string tls_key;
+  // For an etcd:// master spec, PEM files securing the connection to etcd
+  // (CA: talk TLS; certificate and key: etcd's --client-cert-auth), and a
+  // file holding "USER:PASSWORD" for etcd's authentication. The key and user
+  // files must not be readable by others. docs/security.md, "etcd".
+  std::string etcd_ca;
+  std::string etcd_cert;
+  std::string etcd_key;
+  std::string etcd_user_file;
   // Threads that move the blocks of batch calls in parallel, shared by every
   // call of this client: a batch of blocks on remote stores is read over up
   // to this many pooled connections at once. 1..256.

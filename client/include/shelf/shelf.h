@@ -109,6 +109,12 @@ int shelf_options_set_tls_ca(shelf_options_t* options, const char* pem_path);
  * (NULL clears). */
 int shelf_options_set_tls_client_cert(shelf_options_t* options, const char* cert_path,
                                       const char* key_path);
+/* For an "etcd://..." master: PEM files securing the connection to etcd
+ * (CA: TLS; certificate and key: etcd's --client-cert-auth), and a file
+ * holding "USER:PASSWORD" for etcd's authentication (NULL clears). */
+int shelf_options_set_etcd_tls(shelf_options_t* options, const char* ca_path, const char* cert_path,
+                               const char* key_path);
+int shelf_options_set_etcd_user_file(shelf_options_t* options, const char* path);
 int shelf_options_set_threads(shelf_options_t* options, uint32_t transfer_threads,
                               uint32_t async_threads, uint32_t async_queue_max);
 
