@@ -170,7 +170,16 @@ TEST_F(MtlsTest, A60MiBRequestWithoutTheTokenIsRefusedBeforeItIsRead) {
   }
   uint64_t after = VmRssKiB(master_->pid());
   // Reading and parsing the body would take 60 MiB or more, per call.
-  EXPECT_LT(after, before + 30 * 1024) << "VmRSS " << before << " KiB -> " << after << " KiB";
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer pads every allocation and keeps freed memory in
+  // quarantine, so the transport's buffers for the refused calls stay
+  // resident (about 35 MiB for the three). Reading even one body would
+  // still add more than 60 MiB.
+  constexpr uint64_t kGrowthMaxKiB = 60 * 1024;
+#else
+  constexpr uint64_t kGrowthMaxKiB = 30 * 1024;
+#endif
+  EXPECT_LT(after, before + kGrowthMaxKiB) << "VmRSS " << before << " KiB -> " << after << " KiB";
 }
 
 }  // namespace
