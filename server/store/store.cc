@@ -1,15 +1,13 @@
 #include "server/store/store.h"
 
 #include <signal.h>
-#include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <random>
+#include <thread>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/checksum.h"
@@ -18,265 +16,21 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "shelf/limits.h"
-#if SHELF_WITH_RDMA
-#include "transport/rdma/ib_verbs.h"
-#include "transport/rdma/rdma_transport.h"
-#endif
 
 namespace shelf {
 namespace {
 
-constexpr uint32_t kSegmentId = 0;
 // Promotions wait in a bounded queue; past it, reads are served without one.
 constexpr size_t kPromotionsMax = 64;
 
-uint64_t RandomIncarnation() {
-  std::string b = RandomBytes(8);
-  uint64_t v = 0;
-  std::memcpy(&v, b.data(), sizeof(v));
-  return v == 0 ? 1 : v;
-}
-
-// The node id persists in the SSD directory so a restarted store (even on
-// another port) is the same node and its SSD blocks come back with it.
-std::string LoadOrCreateNodeId(const std::string& dir) {
-  std::string path = dir + "/NODE_ID";
-  std::ifstream in(path);
-  std::string id;
-  if (in && std::getline(in, id) && !id.empty()) return id;
-  id = absl::StrCat("node-", absl::BytesToHexString(RandomBytes(6)));
-  std::ofstream out(path);
-  out << id << "\n";
-  return id;
-}
-
 }  // namespace
-
-Store::Metrics::Metrics(prom::Exposition& e)
-    : read_bytes(prom::AddCounter(e.registry(), "shelf_store_read_bytes_total",
-                                  "Bytes served, by tier and transport (shared-memory reads are "
-                                  "counted by clients)")),
-      read_dram_tcp(prom::Child(read_bytes, {{"tier", "dram"}, {"transport", "tcp"}})),
-      read_ssd_tcp(prom::Child(read_bytes, {{"tier", "ssd"}, {"transport", "tcp"}})),
-      written_bytes(prom::AddCounter(e.registry(), "shelf_store_written_bytes_total",
-                                     "Bytes written, by tier and transport")),
-      written_dram_tcp(prom::Child(written_bytes, {{"tier", "dram"}, {"transport", "tcp"}})),
-      written_ssd_local(prom::Child(written_bytes, {{"tier", "ssd"}, {"transport", "local"}})),
-      demotions(
-          prom::AddCounter(e.registry(), "shelf_store_demotions_total", "DRAM-to-SSD copies")),
-      demotions_ok(prom::Child(demotions, {{"result", "ok"}})),
-      demotions_failed(prom::Child(demotions, {{"result", "failed"}})),
-      checksum_failures(
-          prom::AddUnlabelledCounter(e.registry(), "shelf_store_checksum_failures_total",
-                                     "Blocks whose bytes did not match their checksum")),
-      ssd_seconds(prom::AddHistogram(e.registry(), "shelf_store_ssd_op_seconds",
-                                     "SSD tier operation time")),
-      promotions(prom::AddUnlabelledCounter(
-          e.registry(), "shelf_store_promotions_total",
-          "SSD blocks copied up to DRAM after a read (--promote-on-hit)")),
-      ssd_read_seconds(prom::Child(ssd_seconds, {{"op", "read"}})),
-      ssd_write_seconds(prom::Child(ssd_seconds, {{"op", "write"}})) {}
-
-Store::Store(const StoreOptions& options)
-    : options_(options),
-      clock_(options.clock != nullptr ? options.clock : Clock::Real()),
-      incarnation_(RandomIncarnation()),
-      metrics_(DefaultExposition()) {}
-
-#if SHELF_WITH_RDMA
-struct Store::Rdma {
-  rdma::IbVerbs verbs;
-  std::unique_ptr<rdma::RdmaEngine> engine;
-  std::unique_ptr<rdma::RdmaStoreAcceptor> acceptor;  // before engine
-  ~Rdma() { acceptor.reset(); }
-};
-#else
-struct Store::Rdma {};
-#endif
-
-namespace {
-
-// Opens the RDMA device and exposes the segment on it; null (logged) when
-// that fails or the build has no RDMA.
-std::unique_ptr<Store::Rdma> OpenRdma(const StoreOptions& options, DramSegment* segment,
-                                      uint32_t segment_id) {
-  if (options.rdma_device.empty()) return nullptr;
-#if SHELF_WITH_RDMA
-  auto r = std::make_unique<Store::Rdma>();
-  rdma::RdmaEngine::Options eo;
-  eo.device_name = options.rdma_device;
-  eo.port_num = static_cast<uint8_t>(options.rdma_port);
-  eo.gid_index = options.rdma_gid_index;
-  eo.traffic_class = options.rdma_traffic_class;
-  eo.service_level = options.rdma_service_level;
-  eo.pkey_index = options.rdma_pkey_index;
-  absl::Status s;
-  auto engine = rdma::RdmaEngine::Open(&r->verbs, eo);
-  if (engine.ok()) {
-    r->engine = *std::move(engine);
-    r->acceptor = std::make_unique<rdma::RdmaStoreAcceptor>(r->engine.get());
-    s = r->acceptor->AddSegment(segment_id, segment->data(), segment->size());
-  } else {
-    s = engine.status();
-  }
-  if (s.ok()) {
-    SHELF_LOG(INFO) << "rdma offered" << Kv("device", options.rdma_device)
-                    << Kv("mtu", r->engine->mtu_bytes());
-    return r;
-  }
-  SHELF_LOG(ERROR) << "RDMA UNAVAILABLE: serving tcp and shm only"
-                   << Kv("device", options.rdma_device) << Kv("error", s.message());
-#else
-  (void)segment;
-  (void)segment_id;
-  SHELF_LOG(ERROR) << "RDMA UNAVAILABLE: this build has no RDMA support (libibverbs not found)"
-                   << Kv("device", options.rdma_device);
-#endif
-  return nullptr;
-}
-
-}  // namespace
-
-Store::~Store() {
-  gauges_.clear();
-  Stop();
-  data_server_.reset();
-  shm_server_.reset();
-  rdma_.reset();
-}
-
-absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options) {
-  if (options.master.empty()) return absl::InvalidArgumentError("--master is required");
-  std::unique_ptr<Store> store(new Store(options));
-  DramSegment::Options dram;
-  dram.size_bytes = options.dram_size;
-  dram.try_hugepages = options.hugepages;
-  dram.mlock = options.mlock;
-  auto seg = DramSegment::Create(dram);
-  if (!seg.ok()) return seg.status();
-  store->segment_ = *std::move(seg);
-
-  if (!options.ssd_dir.empty()) {
-    SsdTier::Options so;
-    so.dir = options.ssd_dir;
-    so.capacity_bytes = options.ssd_size != 0 ? options.ssd_size : (64ull << 30);
-    auto ssd = SsdTier::Open(so);
-    if (!ssd.ok()) {
-      // What is there cannot be read: keep it for a post-mortem under
-      // another name and start this tier empty. Its blocks are lost to the
-      // cache, never served wrong.
-      std::string aside = absl::StrCat(options.ssd_dir, ".unreadable-", UnixMs());
-      std::error_code ec;
-      std::filesystem::rename(options.ssd_dir, aside, ec);
-      SHELF_LOG(ERROR) << "SSD TIER UNREADABLE: starting it empty" << Kv("dir", options.ssd_dir)
-                       << Kv("error", ssd.status().message())
-                       << Kv("moved_to",
-                             ec ? std::string("(not moved: ") + ec.message() + ")" : aside);
-      if (!ec) {
-        ssd = SsdTier::Open(so);
-        // Same identity: the node id moves back into the fresh directory.
-        std::filesystem::copy_file(aside + "/NODE_ID", options.ssd_dir + "/NODE_ID", ec);
-      }
-    }
-    if (ssd.ok()) {
-      store->ssd_ = *std::move(ssd);
-      SHELF_LOG(INFO) << "SSD tier open" << Kv("dir", options.ssd_dir)
-                      << Kv("used_bytes", store->ssd_->used_bytes())
-                      << Kv("capacity_bytes", so.capacity_bytes);
-    } else {
-      // A broken SSD tier must not take the DRAM tier down with it.
-      SHELF_LOG(ERROR) << "SSD TIER UNAVAILABLE: serving DRAM only" << Kv("dir", options.ssd_dir)
-                       << Kv("error", ssd.status().message());
-    }
-  }
-
-  absl::StatusOr<HostPort> listen = ParseHostPort(options.listen);
-  if (!listen.ok()) return listen.status();
-  DataServer::Options dso;
-  dso.listen = *listen;
-  dso.secret = options.secret;
-  dso.max_connections = options.max_connections;
-  store->rdma_ = OpenRdma(options, store->segment_.get(), kSegmentId);
-#if SHELF_WITH_RDMA
-  if (store->rdma_ != nullptr) dso.rdma = store->rdma_->acceptor.get();
-#endif
-  auto server = DataServer::Start(dso, store.get());
-  if (!server.ok()) return server.status();
-  store->data_server_ = *std::move(server);
-  HostPort bound = store->data_server_->bound();
-  if (bound.host == "0.0.0.0" || bound.host == "::" || bound.host.empty()) {
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    bound.host = host;
-  }
-  store->data_address_ = bound.ToString();
-
-  if (!options.node_id.empty()) {
-    store->node_id_ = options.node_id;
-  } else if (store->ssd_ != nullptr) {
-    store->node_id_ = LoadOrCreateNodeId(options.ssd_dir);
-  } else {
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    store->node_id_ = absl::StrCat(host, ":", bound.port);
-  }
-
-  store->run_dir_ =
-      options.run_dir.empty() ? absl::StrCat("/tmp/shelf-store-", bound.port) : options.run_dir;
-  if (options.shm) {
-    std::error_code ec;
-    std::filesystem::create_directories(store->run_dir_, ec);
-    auto shm = ShmServer::Start(store->run_dir_ + "/shm.sock", store->segment_->fd(), kSegmentId,
-                                store->segment_->size(), options.secret);
-    if (shm.ok()) {
-      store->shm_server_ = *std::move(shm);
-    } else {
-      SHELF_LOG(WARNING) << "shared memory disabled" << Kv("error", shm.status().message());
-    }
-  }
-
-  Store* raw = store.get();
-  prom::Exposition& r = DefaultExposition();
-  store->gauges_.push_back(
-      r.AddCallbackGauge("shelf_store_capacity_bytes", "Capacity by tier", {"tier"}, [raw] {
-        std::vector<prom::GaugeSample> out = {
-            {{"dram"}, static_cast<double>(raw->segment_->size())}};
-        if (raw->ssd_ != nullptr) {
-          out.push_back({{"ssd"}, static_cast<double>(raw->ssd_->capacity_bytes())});
-        }
-        return out;
-      }));
-  store->gauges_.push_back(
-      r.AddCallbackGauge("shelf_store_used_bytes",
-                         "Used bytes by tier (DRAM use is tracked by the master)", {"tier"}, [raw] {
-                           std::vector<prom::GaugeSample> out;
-                           if (raw->ssd_ != nullptr) {
-                             out.push_back({{"ssd"}, static_cast<double>(raw->ssd_->used_bytes())});
-                           }
-                           return out;
-                         }));
-  store->gauges_.push_back(
-      r.AddCallbackGauge("shelf_store_connections", "Open data-plane connections",
-                         [raw] { return static_cast<double>(raw->data_server_->connections()); }));
-
-  auto locator = MasterLocator::Create(options.master, options.etcd);
-  if (!locator.ok()) return locator.status();
-  store->locator_ = *std::move(locator);
-  store->token_ = AuthToken(options.secret);
-  SHELF_LOG(INFO) << "store serving" << Kv("node", store->node_id_)
-                  << Kv("listen", store->data_address_) << Kv("dram_bytes", options.dram_size)
-                  << Kv("hugepages", store->segment_->hugepages())
-                  << Kv("shm", store->shm_server_ != nullptr ? store->shm_server_->path() : "off")
-                  << Kv("rdma", store->rdma_ != nullptr ? options.rdma_device : "off");
-  return store;
-}
 
 void Store::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_.store(true);
   }
-  stop_cv_.notify_all();
+  stop_cv_.SignalAll();
 }
 
 absl::StatusOr<DataHandler::Region> Store::Segment(uint32_t id) {
@@ -288,7 +42,7 @@ absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, ui
                                uint64_t length) {
   std::string key;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     key = grant_key_;
   }
   if (key.empty()) return absl::UnavailableError("store not registered with a master yet");
@@ -306,17 +60,17 @@ absl::Status Store::ReadKey(absl::string_view key, std::string* out) {
   if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Increment();
   uint64_t size = 0, checksum = 0;
   if (s.ok() && options_.promote_on_hit && ssd_->Info(std::string(key), &size, &checksum)) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (promotions_.size() < kPromotionsMax) {
       promotions_.push_back(Promotion{std::string(key), *out, checksum});
-      moves_cv_.notify_one();
+      moves_cv_.Signal();
     }
   }
   return s;
 }
 
 absl::StatusOr<DataHandler::Region> Store::DramKey(absl::string_view key, uint64_t generation) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto k = dram_by_key_.find(key);
   if (k == dram_by_key_.end()) return absl::NotFoundError("no DRAM record of the key");
   const Record& r = dram_records_.at(k->second);
@@ -331,7 +85,7 @@ absl::StatusOr<DataHandler::Region> Store::DramKey(absl::string_view key, uint64
 v1::MasterService::Stub* Store::Master(std::string* address) {
   *address = locator_->Current();
   if (address->empty()) return nullptr;  // etcd names no leader yet
-  std::lock_guard<std::mutex> lock(stubs_mu_);
+  MutexLock lock(&stubs_mu_);
   auto& stub = stubs_[*address];
   if (stub == nullptr) {
     auto channel = MakeChannel(*address, options_.tls);
@@ -375,7 +129,7 @@ absl::Status Store::Register() {
     // DRAM contents the master told us about, checked against their bytes:
     // a range overwritten since (a reused range, a write in flight) fails
     // its checksum and is not reported.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto it = dram_records_.begin(); it != dram_records_.end();) {
       const Record& r = it->second;
       if (!segment_->Contains(it->first, r.size) ||
@@ -427,7 +181,7 @@ absl::Status Store::Register() {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (resp.term() < max_term_) {
       // Fencing: a master of an older term answered (a deposed leader).
       return absl::UnavailableError(
@@ -461,7 +215,7 @@ void Store::SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced) {
   if (kill_point != nullptr && std::strcmp(kill_point, "before-sync") == 0 && executed >= 2) {
     uint64_t wait_ms;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       wait_ms = 4 * heartbeat_interval_ms_ + 500;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
@@ -505,7 +259,7 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
         if (s.ok()) {
           metrics_.written_ssd_local.Increment(move.size());
           metrics_.demotions_ok.Increment();
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(&mu_);
           auto rec = dram_records_.find(move.offset());
           if (rec != dram_records_.end() && rec->second.key == move.key()) {
             EraseRecordLocked(rec);
@@ -535,7 +289,7 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
   {
     // Long-poll only when idle: with moves queued or results to report,
     // come back quickly instead.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     bool idle = moves_.empty() && !moving_ && results_.empty();
     req.set_wait_for_orders_ms(idle ? static_cast<uint32_t>(heartbeat_interval_ms_) : 0);
   }
@@ -545,7 +299,7 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
   }
   std::vector<v1::TierMoveResult> sent;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     sent.swap(results_);
   }
   for (const auto& r : sent) *req.add_moves() = r;
@@ -559,11 +313,11 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
   if (!s.ok()) {
     if (master != nullptr) MasterFailed(address, s);
     // Not delivered: report again next time.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     results_.insert(results_.begin(), sent.begin(), sent.end());
     return s;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (resp.term() != max_term_) {
     // Older: a deposed leader. Newer: a term this store has not registered
     // under (and so not checked against etcd): register again first.
@@ -588,7 +342,7 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
   // a demotion ordered meanwhile starts then, not a whole interval later
   // (writers wait for the room it frees).
   *more_work = !moves_.empty() || moving_ || !results_.empty() || req.wait_for_orders_ms() == 0;
-  moves_cv_.notify_one();
+  moves_cv_.Signal();
   return absl::OkStatus();
 }
 
@@ -626,12 +380,22 @@ std::map<uint64_t, Store::Record>::iterator Store::EraseRecordLocked(
   return dram_records_.erase(it);
 }
 
+bool Store::WaitBefore(CondVar* cv, uint64_t deadline_ms) {
+  const uint64_t now = clock_->NowMs();
+  if (now >= deadline_ms) return false;
+  cv->WaitFor(&mu_, std::chrono::milliseconds(deadline_ms - now));
+  return true;
+}
+
 void Store::MoverLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  // Holds mu_ but while a move, a sync or a promotion runs: each releases
+  // it (Unlock) and takes it back (Lock) before the loop reads moves_ again.
+  mu_.Lock();
   while (!stopping_.load()) {
-    clock_->WaitUntil(&lock, &moves_cv_, clock_->NowMs() + 100, [this] {
-      return !moves_.empty() || !promotions_.empty() || stopping_.load();
-    });
+    const uint64_t deadline = clock_->NowMs() + 100;
+    while (moves_.empty() && promotions_.empty() && !stopping_.load() &&
+           WaitBefore(&moves_cv_, deadline)) {
+    }
     // A run of moves is reported only once what it wrote to SSD is
     // durable (SsdTier::Sync): the master frees a demoted block's DRAM
     // range on the report, so the SSD copy must survive a crash by then.
@@ -648,7 +412,7 @@ void Store::MoverLoop() {
       v1::TierMove m = std::move(moves_.front());
       moves_.pop_front();
       moving_ = true;
-      lock.unlock();
+      mu_.Unlock();
       v1::TierMoveResult result = Execute(m);
       if (m.kind() == v1::TierMove::DEMOTE) {
         if (result.ok()) {
@@ -659,27 +423,27 @@ void Store::MoverLoop() {
       }
       bool last = false;
       {
-        std::lock_guard<std::mutex> peek(mu_);
+        MutexLock peek(&mu_);
         last = moves_.empty();
       }
       bool flush = last || unsynced == 0 || unsynced >= kSyncBytes;
       if (flush) SyncRun(&run, &unsynced);
-      lock.lock();
+      mu_.Lock();
       moving_ = false;
       if (flush) {
         for (v1::TierMoveResult& r : run) results_.push_back(std::move(r));
         run.clear();
         // Durable now: the heartbeat loop reports them without waiting out
         // its short sleep, and the master frees their DRAM for writers.
-        stop_cv_.notify_all();
+        stop_cv_.SignalAll();
       }
     }
     if (!run.empty()) {
       // Stopping with demotions executed but not synced: make them durable
       // and report them, so the master hears of what is on SSD.
-      lock.unlock();
+      mu_.Unlock();
       SyncRun(&run, &unsynced);
-      lock.lock();
+      mu_.Lock();
       for (v1::TierMoveResult& r : run) results_.push_back(std::move(r));
       run.clear();
     }
@@ -687,11 +451,12 @@ void Store::MoverLoop() {
     if (moves_.empty() && !promotions_.empty() && registered_.load()) {
       Promotion p = std::move(promotions_.front());
       promotions_.pop_front();
-      lock.unlock();
+      mu_.Unlock();
       Promote(p);
-      lock.lock();
+      mu_.Lock();
     }
   }
+  mu_.Unlock();
 }
 
 void Store::Promote(const Promotion& p) {
@@ -731,7 +496,7 @@ void Store::Promote(const Promotion& p) {
     note.set_offset(resp.offset());
     note.set_size(p.data.size());
     note.set_checksum(p.checksum);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     NoteLocked(note);
   }
 }
@@ -742,9 +507,9 @@ void Store::Run() {
   // leader died, the backoff would otherwise hold the store up to 2 s past
   // the election, and the new leader's recovery waits for every store.
   locator_->SetListener([this] {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++leader_changes_;
-    stop_cv_.notify_all();
+    stop_cv_.SignalAll();
   });
   uint64_t backoff_ms = 100;
   std::mt19937_64 rng(incarnation_);
@@ -761,7 +526,7 @@ void Store::Run() {
     uint64_t sleep_ms;
     if (s.ok()) {
       backoff_ms = 100;
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       // The master holds a heartbeat while it has no orders (long poll),
       // so sleep only what is left of the interval.
       uint64_t took = clock_->NowMs() - started;
@@ -777,18 +542,19 @@ void Store::Run() {
       sleep_ms = backoff_ms / 2 + rng() % (backoff_ms / 2 + 1);
       backoff_ms = std::min<uint64_t>(backoff_ms * 2, 2000);
     }
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     uint64_t changes = leader_changes_;
     // Results to report end a short sleep at once (not a backoff: a master
     // that failed would be called in a loop).
     const bool report_early = s.ok() && more;
-    clock_->WaitUntil(&lock, &stop_cv_, clock_->NowMs() + sleep_ms, [this, changes, report_early] {
-      return stopping_.load() || leader_changes_ != changes || (report_early && !results_.empty());
-    });
+    const uint64_t deadline = clock_->NowMs() + sleep_ms;
+    while (!stopping_.load() && leader_changes_ == changes &&
+           !(report_early && !results_.empty()) && WaitBefore(&stop_cv_, deadline)) {
+    }
     if (leader_changes_ != changes) backoff_ms = 100;
   }
   locator_->SetListener(nullptr);
-  moves_cv_.notify_all();
+  moves_cv_.SignalAll();
   mover.join();
 }
 

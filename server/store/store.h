@@ -14,19 +14,19 @@
 #define SHELF_SERVER_STORE_STORE_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/prom.h"
 #include "common/rpc.h"
 #include "coord/master_locator.h"
@@ -73,36 +73,54 @@ struct StoreOptions {
 class Store : public DataHandler {
  public:
   // The RDMA device, its engine and the acceptor of client queue pairs
-  // (defined in store.cc).
+  // (defined in store_start.cc).
   struct Rdma;
   static absl::StatusOr<std::unique_ptr<Store>> Start(const StoreOptions& options);
   ~Store() override;
 
   // Registers and heartbeats until Stop(). Returns when stopped.
-  void Run();
-  void Stop();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string& node_id() const { return node_id_; }
   const std::string& data_address() const { return data_address_; }
   bool registered() const { return registered_.load(); }
   // The term this store last registered under (0: none yet).
-  uint64_t MaxTerm() const {
-    std::lock_guard<std::mutex> lock(mu_);
+  uint64_t MaxTerm() const ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     return max_term_;
   }
 
   // DataHandler.
   absl::StatusOr<Region> Segment(uint32_t id) override;
   absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
-                          uint64_t length) override;
-  absl::Status ReadKey(absl::string_view key, std::string* out) override;
-  absl::StatusOr<Region> DramKey(absl::string_view key, uint64_t generation) override;
+                          uint64_t length) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ReadKey(absl::string_view key, std::string* out) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<Region> DramKey(absl::string_view key, uint64_t generation) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   void OnRead(uint64_t bytes) override { metrics_.read_dram_tcp.Increment(bytes); }
   void OnWrite(uint64_t bytes) override { metrics_.written_dram_tcp.Increment(bytes); }
   SsdTier* ssd() const { return ssd_.get(); }
 
  private:
   explicit Store(const StoreOptions& options);
+
+  // The one DRAM segment's id on the data plane.
+  static constexpr uint32_t kSegmentId = 0;
+
+  // Start's steps (store_start.cc).
+  // Opens options_.ssd_dir into ssd_; an unreadable or broken tier is
+  // logged and leaves ssd_ null (DRAM only), never fails the start.
+  void OpenSsdTier();
+  // Starts data_server_ (and rdma_ when asked) on options_.listen.
+  absl::Status ServeData();
+  // Sets data_address_, node_id_ and run_dir_ from what the data server
+  // bound and the options.
+  void ChooseIdentity();
+  // Offers the segment over shared memory in run_dir_ (logged when not).
+  void OfferShm();
+  // Registers the capacity, usage and connection gauges.
+  void AddGauges();
 
   struct Promotion {
     std::string key;
@@ -128,21 +146,27 @@ class Store : public DataHandler {
     prom::Histogram& ssd_read_seconds;
     prom::Histogram& ssd_write_seconds;
   };
-  absl::Status Register();
-  absl::Status HeartbeatOnce(bool* more_work);
-  v1::TierMoveResult Execute(const v1::TierMove& move);
+  absl::Status Register() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status HeartbeatOnce(bool* more_work) ABSL_LOCKS_EXCLUDED(mu_);
+  v1::TierMoveResult Execute(const v1::TierMove& move) ABSL_LOCKS_EXCLUDED(mu_);
   // Makes the SSD writes of `run` (the demotions executed since the last
   // call) durable; on failure turns its successful demotions into
   // failures. Resets `unsynced`. The mover reports a run only after this.
-  void SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced);
+  void SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced) ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr uint64_t kSyncBytes = 64ull << 20;
   uint64_t demotions_unsynced_ = 0;  // mover thread only: executed since the last Sync
   // Applies a RECORD/FORGET notice to dram_records_.
-  void NoteLocked(const v1::TierMove& notice);
+  void NoteLocked(const v1::TierMove& notice) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Carries out queued tier moves off the heartbeat thread, so a long
   // batch of demotions never delays liveness.
-  void MoverLoop();
-  void Promote(const Promotion& p);
+  void MoverLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void Promote(const Promotion& p) ABSL_LOCKS_EXCLUDED(mu_);
+  // One wait on `cv` for a signal or until clock_ reaches `deadline_ms`;
+  // false, without waiting, once it has. Callers loop on their condition:
+  //   while (!ready && WaitBefore(&cv, deadline)) {}
+  // Deadlines are clock_ times; the wait itself is on the real clock, as
+  // Clock has no timed wait for shelf::Mutex.
+  bool WaitBefore(CondVar* cv, uint64_t deadline_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const StoreOptions options_;
   Clock* const clock_;
@@ -158,18 +182,18 @@ class Store : public DataHandler {
   std::unique_ptr<Rdma> rdma_;
   // The leading master: its address and a stub for it (stubs are cached
   // per address). A failure moves the locator on and forces registration.
-  v1::MasterService::Stub* Master(std::string* address);
+  v1::MasterService::Stub* Master(std::string* address) ABSL_LOCKS_EXCLUDED(stubs_mu_);
   void MasterFailed(const std::string& address, const absl::Status& status);
   std::unique_ptr<MasterLocator> locator_;
-  std::mutex stubs_mu_;
-  std::map<std::string, std::unique_ptr<v1::MasterService::Stub>> stubs_;  // guarded by stubs_mu_
+  Mutex stubs_mu_;  // never held together with mu_
+  std::map<std::string, std::unique_ptr<v1::MasterService::Stub>> stubs_ ABSL_GUARDED_BY(stubs_mu_);
   std::string token_;
 
-  mutable std::mutex mu_;
-  std::string grant_key_;                    // guarded by mu_
-  uint64_t heartbeat_interval_ms_ = 500;     // guarded by mu_
-  std::vector<v1::TierMoveResult> results_;  // guarded by mu_: to report
-  std::deque<v1::TierMove> moves_;           // guarded by mu_: to carry out
+  mutable Mutex mu_;
+  std::string grant_key_ ABSL_GUARDED_BY(mu_);
+  uint64_t heartbeat_interval_ms_ ABSL_GUARDED_BY(mu_) = 500;
+  std::vector<v1::TierMoveResult> results_ ABSL_GUARDED_BY(mu_);  // to report
+  std::deque<v1::TierMove> moves_ ABSL_GUARDED_BY(mu_);           // to carry out
   // Committed blocks in the DRAM segment, from the master's RECORD/FORGET
   // notices: offset -> {key, size, checksum}. Reported (after a checksum
   // check of the bytes) when registering, so a new master learns them.
@@ -179,17 +203,20 @@ class Store : public DataHandler {
     uint64_t checksum;
     uint64_t generation;  // 0: unknown (a promotion's record)
   };
-  std::map<uint64_t, Record> dram_records_;  // guarded by mu_
+  std::map<uint64_t, Record> dram_records_ ABSL_GUARDED_BY(mu_);
   // dram_records_ by key (views into its nodes), for READ_KEY of DRAM
   // blocks. Updated with it: only through NoteLocked and EraseRecordLocked.
-  absl::flat_hash_map<absl::string_view, uint64_t> dram_by_key_;  // guarded by mu_
-  std::map<uint64_t, Record>::iterator EraseRecordLocked(std::map<uint64_t, Record>::iterator it);
-  uint64_t max_term_ = 0;             // guarded by mu_: orders from older terms are refused
-  std::deque<Promotion> promotions_;  // guarded by mu_: bounded by kPromotionsMax
-  bool moving_ = false;               // guarded by mu_: a move is running
-  std::condition_variable moves_cv_;
-  std::condition_variable stop_cv_;  // notified (under mu_) when stopping_ is set or results_ grow
-  uint64_t leader_changes_ = 0;      // guarded by mu_: new leaders etcd named (MasterLocator)
+  absl::flat_hash_map<absl::string_view, uint64_t> dram_by_key_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Record>::iterator EraseRecordLocked(std::map<uint64_t, Record>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t max_term_ ABSL_GUARDED_BY(mu_) = 0;             // orders from older terms are refused
+  std::deque<Promotion> promotions_ ABSL_GUARDED_BY(mu_);  // bounded by kPromotionsMax
+  bool moving_ ABSL_GUARDED_BY(mu_) = false;               // a move is running
+  CondVar moves_cv_;  // signalled when moves_ or promotions_ grow, and when stopping
+  // Signalled (under mu_) when stopping_ is set, results_ grow or a new
+  // leader is named.
+  CondVar stop_cv_;
+  uint64_t leader_changes_ ABSL_GUARDED_BY(mu_) = 0;  // new leaders etcd named (MasterLocator)
   std::atomic<bool> registered_{false};
   std::atomic<bool> stopping_{false};
   Metrics metrics_;

@@ -1,0 +1,282 @@
+// Store's construction and start-up: the DRAM segment, the SSD tier, the
+// data plane (TCP, RDMA, shared memory), the node's identity and gauges.
+// The running store (registration, heartbeats, tier moves) is store.cc.
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/hmac.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "server/store/store.h"
+#if SHELF_WITH_RDMA
+#include "transport/rdma/ib_verbs.h"
+#include "transport/rdma/rdma_transport.h"
+#endif
+
+namespace shelf {
+namespace {
+
+uint64_t RandomIncarnation() {
+  std::string b = RandomBytes(8);
+  uint64_t v = 0;
+  std::memcpy(&v, b.data(), sizeof(v));
+  return v == 0 ? 1 : v;
+}
+
+// The node id persists in the SSD directory so a restarted store (even on
+// another port) is the same node and its SSD blocks come back with it.
+std::string LoadOrCreateNodeId(const std::string& dir) {
+  std::string path = dir + "/NODE_ID";
+  std::ifstream in(path);
+  std::string id;
+  if (in && std::getline(in, id) && !id.empty()) return id;
+  id = absl::StrCat("node-", absl::BytesToHexString(RandomBytes(6)));
+  std::ofstream out(path);
+  out << id << "\n";
+  return id;
+}
+
+std::string HostName() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+}  // namespace
+
+Store::Metrics::Metrics(prom::Exposition& e)
+    : read_bytes(prom::AddCounter(e.registry(), "shelf_store_read_bytes_total",
+                                  "Bytes served, by tier and transport (shared-memory reads are "
+                                  "counted by clients)")),
+      read_dram_tcp(prom::Child(read_bytes, {{"tier", "dram"}, {"transport", "tcp"}})),
+      read_ssd_tcp(prom::Child(read_bytes, {{"tier", "ssd"}, {"transport", "tcp"}})),
+      written_bytes(prom::AddCounter(e.registry(), "shelf_store_written_bytes_total",
+                                     "Bytes written, by tier and transport")),
+      written_dram_tcp(prom::Child(written_bytes, {{"tier", "dram"}, {"transport", "tcp"}})),
+      written_ssd_local(prom::Child(written_bytes, {{"tier", "ssd"}, {"transport", "local"}})),
+      demotions(
+          prom::AddCounter(e.registry(), "shelf_store_demotions_total", "DRAM-to-SSD copies")),
+      demotions_ok(prom::Child(demotions, {{"result", "ok"}})),
+      demotions_failed(prom::Child(demotions, {{"result", "failed"}})),
+      checksum_failures(
+          prom::AddUnlabelledCounter(e.registry(), "shelf_store_checksum_failures_total",
+                                     "Blocks whose bytes did not match their checksum")),
+      ssd_seconds(prom::AddHistogram(e.registry(), "shelf_store_ssd_op_seconds",
+                                     "SSD tier operation time")),
+      promotions(prom::AddUnlabelledCounter(
+          e.registry(), "shelf_store_promotions_total",
+          "SSD blocks copied up to DRAM after a read (--promote-on-hit)")),
+      ssd_read_seconds(prom::Child(ssd_seconds, {{"op", "read"}})),
+      ssd_write_seconds(prom::Child(ssd_seconds, {{"op", "write"}})) {}
+
+Store::Store(const StoreOptions& options)
+    : options_(options),
+      clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+      incarnation_(RandomIncarnation()),
+      metrics_(DefaultExposition()) {}
+
+#if SHELF_WITH_RDMA
+struct Store::Rdma {
+  rdma::IbVerbs verbs;
+  std::unique_ptr<rdma::RdmaEngine> engine;
+  std::unique_ptr<rdma::RdmaStoreAcceptor> acceptor;  // before engine
+  ~Rdma() { acceptor.reset(); }
+};
+#else
+struct Store::Rdma {};
+#endif
+
+namespace {
+
+// Opens the RDMA device and exposes the segment on it; null (logged) when
+// that fails or the build has no RDMA.
+std::unique_ptr<Store::Rdma> OpenRdma(const StoreOptions& options, DramSegment* segment,
+                                      uint32_t segment_id) {
+  if (options.rdma_device.empty()) return nullptr;
+#if SHELF_WITH_RDMA
+  auto r = std::make_unique<Store::Rdma>();
+  rdma::RdmaEngine::Options eo;
+  eo.device_name = options.rdma_device;
+  eo.port_num = static_cast<uint8_t>(options.rdma_port);
+  eo.gid_index = options.rdma_gid_index;
+  eo.traffic_class = options.rdma_traffic_class;
+  eo.service_level = options.rdma_service_level;
+  eo.pkey_index = options.rdma_pkey_index;
+  absl::Status s;
+  auto engine = rdma::RdmaEngine::Open(&r->verbs, eo);
+  if (engine.ok()) {
+    r->engine = *std::move(engine);
+    r->acceptor = std::make_unique<rdma::RdmaStoreAcceptor>(r->engine.get());
+    s = r->acceptor->AddSegment(segment_id, segment->data(), segment->size());
+  } else {
+    s = engine.status();
+  }
+  if (s.ok()) {
+    SHELF_LOG(INFO) << "rdma offered" << Kv("device", options.rdma_device)
+                    << Kv("mtu", r->engine->mtu_bytes());
+    return r;
+  }
+  SHELF_LOG(ERROR) << "RDMA UNAVAILABLE: serving tcp and shm only"
+                   << Kv("device", options.rdma_device) << Kv("error", s.message());
+#else
+  (void)segment;
+  (void)segment_id;
+  SHELF_LOG(ERROR) << "RDMA UNAVAILABLE: this build has no RDMA support (libibverbs not found)"
+                   << Kv("device", options.rdma_device);
+#endif
+  return nullptr;
+}
+
+}  // namespace
+
+Store::~Store() {
+  gauges_.clear();
+  Stop();
+  data_server_.reset();
+  shm_server_.reset();
+  rdma_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options) {
+  if (options.master.empty()) return absl::InvalidArgumentError("--master is required");
+  std::unique_ptr<Store> store(new Store(options));
+  DramSegment::Options dram;
+  dram.size_bytes = options.dram_size;
+  dram.try_hugepages = options.hugepages;
+  dram.mlock = options.mlock;
+  auto seg = DramSegment::Create(dram);
+  if (!seg.ok()) return seg.status();
+  store->segment_ = *std::move(seg);
+
+  store->OpenSsdTier();
+  if (absl::Status s = store->ServeData(); !s.ok()) return s;
+  store->ChooseIdentity();
+  store->OfferShm();
+  store->AddGauges();
+
+  auto locator = MasterLocator::Create(options.master, options.etcd);
+  if (!locator.ok()) return locator.status();
+  store->locator_ = *std::move(locator);
+  store->token_ = AuthToken(options.secret);
+  SHELF_LOG(INFO) << "store serving" << Kv("node", store->node_id_)
+                  << Kv("listen", store->data_address_) << Kv("dram_bytes", options.dram_size)
+                  << Kv("hugepages", store->segment_->hugepages())
+                  << Kv("shm", store->shm_server_ != nullptr ? store->shm_server_->path() : "off")
+                  << Kv("rdma", store->rdma_ != nullptr ? options.rdma_device : "off");
+  return store;
+}
+
+void Store::OpenSsdTier() {
+  if (options_.ssd_dir.empty()) return;
+  SsdTier::Options so;
+  so.dir = options_.ssd_dir;
+  so.capacity_bytes = options_.ssd_size != 0 ? options_.ssd_size : (64ull << 30);
+  auto ssd = SsdTier::Open(so);
+  if (!ssd.ok()) {
+    // What is there cannot be read: keep it for a post-mortem under
+    // another name and start this tier empty. Its blocks are lost to the
+    // cache, never served wrong.
+    std::string aside = absl::StrCat(options_.ssd_dir, ".unreadable-", UnixMs());
+    std::error_code ec;
+    std::filesystem::rename(options_.ssd_dir, aside, ec);
+    SHELF_LOG(ERROR) << "SSD TIER UNREADABLE: starting it empty" << Kv("dir", options_.ssd_dir)
+                     << Kv("error", ssd.status().message())
+                     << Kv("moved_to",
+                           ec ? std::string("(not moved: ") + ec.message() + ")" : aside);
+    if (!ec) {
+      ssd = SsdTier::Open(so);
+      // Same identity: the node id moves back into the fresh directory.
+      std::filesystem::copy_file(aside + "/NODE_ID", options_.ssd_dir + "/NODE_ID", ec);
+    }
+  }
+  if (ssd.ok()) {
+    ssd_ = *std::move(ssd);
+    SHELF_LOG(INFO) << "SSD tier open" << Kv("dir", options_.ssd_dir)
+                    << Kv("used_bytes", ssd_->used_bytes())
+                    << Kv("capacity_bytes", so.capacity_bytes);
+  } else {
+    // A broken SSD tier must not take the DRAM tier down with it.
+    SHELF_LOG(ERROR) << "SSD TIER UNAVAILABLE: serving DRAM only" << Kv("dir", options_.ssd_dir)
+                     << Kv("error", ssd.status().message());
+  }
+}
+
+absl::Status Store::ServeData() {
+  absl::StatusOr<HostPort> listen = ParseHostPort(options_.listen);
+  if (!listen.ok()) return listen.status();
+  DataServer::Options dso;
+  dso.listen = *listen;
+  dso.secret = options_.secret;
+  dso.max_connections = options_.max_connections;
+  rdma_ = OpenRdma(options_, segment_.get(), kSegmentId);
+#if SHELF_WITH_RDMA
+  if (rdma_ != nullptr) dso.rdma = rdma_->acceptor.get();
+#endif
+  auto server = DataServer::Start(dso, this);
+  if (!server.ok()) return server.status();
+  data_server_ = *std::move(server);
+  return absl::OkStatus();
+}
+
+void Store::ChooseIdentity() {
+  HostPort bound = data_server_->bound();
+  if (bound.host == "0.0.0.0" || bound.host == "::" || bound.host.empty()) {
+    bound.host = HostName();
+  }
+  data_address_ = bound.ToString();
+
+  if (!options_.node_id.empty()) {
+    node_id_ = options_.node_id;
+  } else if (ssd_ != nullptr) {
+    node_id_ = LoadOrCreateNodeId(options_.ssd_dir);
+  } else {
+    node_id_ = absl::StrCat(HostName(), ":", bound.port);
+  }
+
+  run_dir_ =
+      options_.run_dir.empty() ? absl::StrCat("/tmp/shelf-store-", bound.port) : options_.run_dir;
+}
+
+void Store::OfferShm() {
+  if (!options_.shm) return;
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir_, ec);
+  auto shm = ShmServer::Start(run_dir_ + "/shm.sock", segment_->fd(), kSegmentId, segment_->size(),
+                              options_.secret);
+  if (shm.ok()) {
+    shm_server_ = *std::move(shm);
+  } else {
+    SHELF_LOG(WARNING) << "shared memory disabled" << Kv("error", shm.status().message());
+  }
+}
+
+void Store::AddGauges() {
+  prom::Exposition& r = DefaultExposition();
+  gauges_.push_back(
+      r.AddCallbackGauge("shelf_store_capacity_bytes", "Capacity by tier", {"tier"}, [this] {
+        std::vector<prom::GaugeSample> out = {{{"dram"}, static_cast<double>(segment_->size())}};
+        if (ssd_ != nullptr) {
+          out.push_back({{"ssd"}, static_cast<double>(ssd_->capacity_bytes())});
+        }
+        return out;
+      }));
+  gauges_.push_back(r.AddCallbackGauge(
+      "shelf_store_used_bytes", "Used bytes by tier (DRAM use is tracked by the master)", {"tier"},
+      [this] {
+        std::vector<prom::GaugeSample> out;
+        if (ssd_ != nullptr) {
+          out.push_back({{"ssd"}, static_cast<double>(ssd_->used_bytes())});
+        }
+        return out;
+      }));
+  gauges_.push_back(
+      r.AddCallbackGauge("shelf_store_connections", "Open data-plane connections",
+                         [this] { return static_cast<double>(data_server_->connections()); }));
+}
+
+}  // namespace shelf
