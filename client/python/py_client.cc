@@ -46,6 +46,22 @@ GpuSync MakeGpuSync(std::optional<uintptr_t> stream, std::optional<uintptr_t> ev
   return sync;
 }
 
+// The bytes [offset, offset + length) of a buffer of `size` bytes, length
+// defaulting to the rest: OutOfRange (raised) when they do not fit.
+// `what` names the length in the error ("capacity", "size").
+size_t RangeLength(size_t size, size_t offset, std::optional<size_t> length, const char* what) {
+  if (offset > size) {
+    Raise(Status(StatusCode::kOutOfRange, "offset " + std::to_string(offset) +
+                                              " is past the end of the buffer of " +
+                                              std::to_string(size) + " bytes"));
+  }
+  size_t n = length ? *length : size - offset;
+  if (n > size - offset) {
+    Raise(Status(StatusCode::kOutOfRange, std::string(what) + " runs past the buffer's end"));
+  }
+  return n;
+}
+
 }  // namespace
 
 std::shared_ptr<PyClient> PyClient::Create(
@@ -160,15 +176,7 @@ py::object PyClient::GetInto(py::handle key, py::handle target, size_t offset,
     s = get()->GetInto(k, h.handle, offset, cap, &size, ToDeadline(timeout_ms), sync);
   } else {
     BufferView v(target, /*writable=*/true);
-    if (offset > v.size()) {
-      Raise(Status(StatusCode::kOutOfRange, "offset " + std::to_string(offset) +
-                                                " is past the end of the buffer of " +
-                                                std::to_string(v.size()) + " bytes"));
-    }
-    size_t cap = capacity ? *capacity : v.size() - offset;
-    if (cap > v.size() - offset) {
-      Raise(Status(StatusCode::kOutOfRange, "capacity runs past the buffer's end"));
-    }
+    size_t cap = RangeLength(v.size(), offset, capacity, "capacity");
     py::gil_scoped_release nogil;
     s = get()->GetInto(k, v.data() + offset, cap, &size, ToDeadline(timeout_ms));
   }
@@ -192,15 +200,7 @@ void PyClient::PutFrom(py::handle key, py::handle source, size_t offset, std::op
     s = get()->PutFrom(k, h.handle, offset, n, po);
   } else {
     BufferView v(source, /*writable=*/false);
-    if (offset > v.size()) {
-      Raise(Status(StatusCode::kOutOfRange, "offset " + std::to_string(offset) +
-                                                " is past the end of the buffer of " +
-                                                std::to_string(v.size()) + " bytes"));
-    }
-    size_t n = size ? *size : v.size() - offset;
-    if (n > v.size() - offset) {
-      Raise(Status(StatusCode::kOutOfRange, "size runs past the buffer's end"));
-    }
+    size_t n = RangeLength(v.size(), offset, size, "size");
     py::gil_scoped_release nogil;
     s = get()->Put(k, v.data() + offset, n, po);
   }
