@@ -15,7 +15,7 @@
 #include "common/http_server.h"
 #include "common/log.h"
 #include "common/net.h"
-#include "common/prom.h"
+#include "common/ops_endpoint.h"
 #include "common/protected_mode.h"
 #include "common/ready_file.h"
 #include "common/secret_file.h"
@@ -203,19 +203,11 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<HttpServer> http;
   if (!admin_listen.empty()) {
-    std::map<std::string, HttpHandler> handlers;
-    handlers["/metrics"] = [](const HttpRequest&) {
-      return HttpResponse{200, prom::Exposition::kContentType, DefaultExposition().Render()};
-    };
-    handlers["/health"] = [](const HttpRequest&) {
+    auto started = StartOpsEndpoint("--admin-listen", admin_listen, [](const HttpRequest&) {
       return HttpResponse{200, "application/json", "{\"status\": \"ok\"}\n"};
-    };
-    auto started = HttpServer::Start(admin_listen, std::move(handlers));
-    if (!started.ok()) {
-      return Fail("--admin-listen: " + std::string(started.status().message()), 1);
-    }
+    });
+    if (!started.ok()) return Fail(std::string(started.status().message()), 1);
     http = *std::move(started);
-    SHELF_LOG(INFO) << "serving /metrics and /health" << Kv("address", http->bound().ToString());
   }
   std::string ready;
   if (!(*server)->address().empty()) {

@@ -12,7 +12,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/net.h"
-#include "common/prom.h"
+#include "common/ops_endpoint.h"
 #include "common/protected_mode.h"
 #include "common/ready_file.h"
 #include "coord/etcd_flags.h"
@@ -145,21 +145,15 @@ int main(int argc, char** argv) {
   std::unique_ptr<HttpServer> http;
   if (!metrics_listen.empty()) {
     Store* st = store->get();
-    std::map<std::string, HttpHandler> handlers;
-    handlers["/metrics"] = [](const HttpRequest&) {
-      return HttpResponse{200, prom::Exposition::kContentType, DefaultExposition().Render()};
-    };
-    handlers["/health"] = [st](const HttpRequest&) {
+    auto started = StartOpsEndpoint("--metrics-listen", metrics_listen, [st](const HttpRequest&) {
       bool reg = st->registered();
       // Unauthenticated: the state a probe needs, nothing about the node.
       Json body = Json::object();
       body["status"] = reg ? "ok" : "unregistered";
       return HttpResponse{reg ? 200 : 503, "application/json", JsonDump(body) + "\n"};
-    };
-    auto started = HttpServer::Start(metrics_listen, std::move(handlers));
+    });
     if (!started.ok()) {
-      std::fprintf(stderr, "shelf-store: --metrics-listen: %s\n",
-                   std::string(started.status().message()).c_str());
+      std::fprintf(stderr, "shelf-store: %s\n", std::string(started.status().message()).c_str());
       return 1;
     }
     http = *std::move(started);

@@ -1,0 +1,147 @@
+#include "server/master/master_config.h"
+
+#include <cstdint>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/flags.h"
+#include "common/hmac.h"
+#include "common/log.h"
+#include "common/protected_mode.h"
+#include "coord/etcd_flags.h"
+
+namespace shelf {
+
+absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
+  MasterConfig c;
+  MasterOptions& opts = c.master;
+  c.listen = "127.0.0.1:7000";
+  std::string secret_file;
+  std::string events_listen, events_replay_listen;
+  KvEventPublisher::Options& events_opts = c.events;
+  int64_t events_queue = static_cast<int64_t>(events_opts.queue_events_max);
+  int64_t events_replay_batches = static_cast<int64_t>(events_opts.replay_batches_max);
+  Flags flags("shelf-master", "the Shelf metadata master (placement, index, leases, eviction)");
+  flags.AddString("listen", &c.listen, "HOST:PORT to serve gRPC on (port 0 picks one)");
+  flags.AddDurationMs("node-ttl", &opts.node_ttl_ms, "a store silent this long is dead");
+  flags.AddDurationMs("heartbeat-interval", &opts.heartbeat_interval_ms,
+                      "how often stores heartbeat");
+  flags.AddDurationMs("put-timeout", &opts.put_timeout_ms,
+                      "an uncommitted put is reclaimed after this");
+  flags.AddDurationMs("lease", &opts.lease_ms, "read lease granted with each lookup hit");
+  flags.AddDouble("evict-high", &opts.evict_high, "segment fill (0..1) that starts eviction");
+  flags.AddDouble("evict-low", &opts.evict_low, "eviction stops below this fill (0..1)");
+  flags.AddDouble("ssd-evict-high", &opts.ssd_evict_high,
+                  "SSD tier fill (0..1) that starts dropping its least recently used");
+  flags.AddDouble("ssd-evict-low", &opts.ssd_evict_low, "SSD eviction stops below this fill");
+  flags.AddDurationMs("demote-wait", &opts.demote_wait_ms,
+                      "a put that finds DRAM full waits this long for demotions before dropping");
+  flags.AddDurationMs("demote-lead", &opts.demote_lead_ms,
+                      "demote ahead: keep free the DRAM puts fill in this long (at least twice "
+                      "a store's measured demotion time; 0: the watermarks alone)");
+  flags.AddDouble("demote-headroom-max", &opts.demote_headroom_max,
+                  "most of a DRAM segment (0..1) kept free ahead of puts");
+  flags.AddSize("block-bytes-max", &opts.block_bytes_max, "largest block accepted");
+  flags.AddSize("hard-pin-max", &opts.hard_pin_bytes_max,
+                "hard-pinned bytes allowed per node (0: 10% of its DRAM)");
+  flags.AddString("secret-file", &secret_file, "cluster secret (>= 16 bytes); none: open cluster");
+  flags.AddString("tls-cert", &c.tls.cert, "PEM certificate for gRPC TLS");
+  flags.AddString("tls-key", &c.tls.key, "PEM private key for gRPC TLS");
+  flags.AddString("tls-ca", &c.tls.ca, "PEM CA bundle for gRPC TLS");
+  flags.AddString("ready-file", &c.ready_file, "write the bound HOST:PORT here once serving");
+  bool insecure = false;
+  flags.AddBool("insecure", &insecure, kInsecureHelp);
+  flags.AddBool("grpc-reflection", &c.reflection,
+                "serve gRPC reflection (off: callers need the protos)");
+  flags.AddString("etcd", &c.ha.etcd,
+                  "etcd endpoints http[s]://HOST:PORT[,...]: elect one leader among masters");
+  coord::AddEtcdFlags(&flags, &c.ha.etcd_options);
+  flags.AddString("cluster", &c.ha.cluster,
+                  "cluster name: masters of one cluster elect one leader");
+  flags.AddDurationMs("election-ttl", &c.ha.election_ttl_ms,
+                      "leader lease TTL: a dead leader is replaced after about this long");
+  flags.AddDurationMs("recovery-grace", &c.ha.recovery_grace_ms,
+                      "a new leader waits this long at most for known stores to re-register");
+  flags.AddString("advertise", &c.ha.advertise,
+                  "HOST:PORT others reach this master at (default: the bound --listen)");
+  flags.AddString("metrics-listen", &c.metrics_listen,
+                  "HOST:PORT serving /metrics (Prometheus) and /health over HTTP (off when empty)");
+  flags.AddString("events-listen", &events_listen,
+                  "publish block events in vLLM's KV-event format on this ZMQ PUB endpoint: "
+                  "PORT or HOST:PORT (host 127.0.0.1 when left out; port 0 picks one) or a "
+                  "ZMQ endpoint; off when empty (docs/events.md)");
+  flags.AddString("events-replay-listen", &events_replay_listen,
+                  "ZMQ ROUTER endpoint answering replay requests for missed event batches "
+                  "(same forms as --events-listen)");
+  flags.AddString("events-namespace", &events_opts.ns,
+                  "the NAMESPACE of the event topics kv@<node_id>@NAMESPACE");
+  flags.AddInt("events-queue", &events_queue,
+               "events waiting to be published at most; more are dropped and counted");
+  flags.AddInt("events-replay-batches", &events_replay_batches, "event batches kept for replay");
+  flags.ParseOrExit(argc, argv);
+
+  if (opts.block_bytes_max == 0 || opts.block_bytes_max > kBlockBytesLimit) {
+    return absl::InvalidArgumentError("need 0 < --block-bytes-max < 4 GiB");
+  }
+  if (!(opts.demote_headroom_max >= 0 && opts.demote_headroom_max < 1)) {
+    return absl::InvalidArgumentError("need 0 <= --demote-headroom-max < 1");
+  }
+  if (!(opts.evict_low > 0 && opts.evict_low < opts.evict_high && opts.evict_high <= 1) ||
+      !(opts.ssd_evict_low > 0 && opts.ssd_evict_low < opts.ssd_evict_high &&
+        opts.ssd_evict_high <= 1)) {
+    return absl::InvalidArgumentError(
+        "need 0 < --evict-low < --evict-high <= 1 (and the same for "
+        "--ssd-evict-low/--ssd-evict-high)");
+  }
+  if (!secret_file.empty()) {
+    absl::StatusOr<std::string> s = ReadSecretFile(secret_file);
+    if (!s.ok()) return absl::InvalidArgumentError(s.status().message());
+    c.secret = *s;
+    // Grants are keyed from the secret, so every master of a cluster
+    // (and every restart) issues grants the stores already accept.
+    opts.grant_key = HmacSha256(c.secret, "shelf-grant-key-v1");
+  } else {
+    SHELF_LOG(WARNING) << "no --secret-file: this cluster runs open; anyone who can reach it "
+                          "can read and write";
+  }
+  if (absl::Status s =
+          CheckProtectedMode({{"--listen", c.listen}}, !c.secret.empty() || c.tls.enabled(),
+                             insecure, "give --secret-file (and --tls-*)");
+      !s.ok()) {
+    return absl::InvalidArgumentError(s.message());
+  }
+  auto creds = ServerCredentials(c.tls, AuthToken(c.secret));
+  if (!creds.ok()) return absl::InvalidArgumentError(creds.status().message());
+  c.credentials = *std::move(creds);
+  absl::StatusOr<HostPort> hp = ParseHostPort(c.listen);
+  if (!hp.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--listen: ", hp.status().message()));
+  c.listen_host_port = *hp;
+
+  if (!events_listen.empty()) {
+    auto ep = KvEventPublisher::NormalizeEndpoint(events_listen);
+    absl::StatusOr<std::string> replay_ep = std::string();
+    if (!events_replay_listen.empty()) {
+      replay_ep = KvEventPublisher::NormalizeEndpoint(events_replay_listen);
+    }
+    if (!ep.ok() || !replay_ep.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--events-", ep.ok() ? "replay-" : "",
+                       "listen: ", (ep.ok() ? replay_ep.status() : ep.status()).message()));
+    }
+    events_opts.endpoint = *ep;
+    events_opts.replay_endpoint = *replay_ep;
+    if (events_queue < 1 || events_replay_batches < 0) {
+      return absl::InvalidArgumentError(
+          "--events-queue must be >= 1, --events-replay-batches >= 0");
+    }
+    events_opts.queue_events_max = static_cast<size_t>(events_queue);
+    events_opts.replay_batches_max = static_cast<size_t>(events_replay_batches);
+  } else if (!events_replay_listen.empty()) {
+    return absl::InvalidArgumentError("--events-replay-listen needs --events-listen");
+  }
+  return c;
+}
+
+}  // namespace shelf

@@ -1,0 +1,48 @@
+// shelf-master's command line: every flag, parsed and checked, as the
+// options of the pieces main.cc starts (the Master, its gRPC server, the
+// event publisher, MasterHa and the ops endpoint). See docs/master.md.
+//
+//   absl::StatusOr<MasterConfig> config = ParseMasterConfig(argc, argv);
+//   if (!config.ok()) { print "shelf-master: <message>"; exit 2; }
+#ifndef SHELF_SERVER_MASTER_MASTER_CONFIG_H_
+#define SHELF_SERVER_MASTER_MASTER_CONFIG_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/net.h"
+#include "common/rpc.h"
+#include "server/master/kv_events.h"
+#include "server/master/master.h"
+#include "server/master/master_ha.h"
+
+namespace shelf {
+
+struct MasterConfig {
+  // listen_address is left empty: the bound address is known after the
+  // gRPC server starts.
+  MasterOptions master;
+  std::string listen;  // --listen as given (port 0 picks one)
+  HostPort listen_host_port;
+  std::string secret;  // the cluster secret; empty: open cluster
+  TlsFiles tls;
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  bool reflection = false;
+  std::string ready_file;
+  std::string metrics_listen;  // empty: no /metrics, /health
+  // ha.etcd empty: no etcd, the master leads alone. ha.advertise empty:
+  // the bound --listen.
+  MasterHaOptions ha;
+  // events.endpoint empty: no event publisher.
+  KvEventPublisher::Options events;
+};
+
+// Parses argv (--help and a malformed flag print and exit, as Flags does)
+// and checks the values: INVALID_ARGUMENT with the message to print after
+// "shelf-master: " otherwise. Reads --secret-file; warns when it is absent.
+absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv);
+
+}  // namespace shelf
+
+#endif  // SHELF_SERVER_MASTER_MASTER_CONFIG_H_
