@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -16,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/prom.h"
 
 namespace shelf::coord {
 
@@ -44,6 +46,21 @@ absl::Status ValidateCluster(absl::string_view cluster) {
   return absl::OkStatus();
 }
 
+// Repairs of an overwritten leader key, by the role of who made them.
+prom::Family<prom::Counter>& RepairsFamily() {
+  static prom::Family<prom::Counter>& family =
+      prom::AddCounter(DefaultExposition().registry(), "shelf_master_leader_key_repairs_total",
+                       "Leader keys found overwritten since their election and deleted, so that "
+                       "the masters elect a leader again.");
+  return family;
+}
+
+prom::Counter& RepairsCounter(bool leading) {
+  static prom::Counter& by_leader = prom::Child(RepairsFamily(), {{"role", "leader"}});
+  static prom::Counter& by_standby = prom::Child(RepairsFamily(), {{"role", "standby"}});
+  return leading ? by_leader : by_standby;
+}
+
 LeaderInfo ToLeaderInfo(const KeyValue& kv) {
   LeaderInfo info;
   info.address = kv.value;
@@ -62,7 +79,11 @@ std::string LeaderElection::LeaderKey(absl::string_view cluster, absl::string_vi
 LeaderElection::LeaderElection(EtcdClient* client, ElectionOptions options)
     : client_(client),
       options_(std::move(options)),
-      key_(LeaderKey(options_.cluster, options_.key_prefix)) {}
+      key_(LeaderKey(options_.cluster, options_.key_prefix)) {
+  // Registered up front, so that a scrape shows 0 rather than nothing.
+  RepairsCounter(true);
+  RepairsCounter(false);
+}
 
 LeaderElection::~LeaderElection() { Stop(); }
 
@@ -213,6 +234,14 @@ void LeaderElection::Run() {
       } else if (!Backoff(&failures)) {
         break;
       }
+    } else if (campaign->created && !HeldIntact(*session, campaign->kv)) {
+      // Our key, recognised by lease and value, but written since: repair
+      // it before leading under it.
+      if (RepairKey(campaign->kv, /*leading=*/true).ok()) {
+        failures = 0;
+      } else if (!Backoff(&failures)) {
+        break;
+      }
     } else {
       failures = 0;
       wake = campaign->created ? Lead(session.get(), campaign->kv, campaign->revision)
@@ -251,11 +280,27 @@ LeaderElection::Wake LeaderElection::Lead(Session* session, const KeyValue& kv, 
   options_.on_elected(term);
 
   // Someone deleting the key, or a key of another term in its place, ends
-  // this term as surely as losing the lease.
-  std::unique_ptr<EtcdWatch> watch = WatchKey(revision, [term](const WatchEvent& e) {
-    return e.type == WatchEvent::Type::kDelete || e.kv.create_revision != term;
-  });
-  Wake wake = WaitForWake(session, /*timeout_ms=*/0, /*leading=*/true);
+  // this term as surely as losing the lease; so does a write over the key,
+  // which is then repaired. Any event, or the watch ending, has the key
+  // read again.
+  std::unique_ptr<EtcdWatch> watch = WatchKey(revision);
+  std::optional<KeyValue> overwritten;
+  Wake wake;
+  while (true) {
+    wake = WaitForWake(session, /*timeout_ms=*/0, /*leading=*/true);
+    if (wake != Wake::kChanged) break;
+    auto now = client_->Range(key_);
+    // Unreadable, deleted or replaced: the term ends and the campaign reads
+    // the key again (finding ours intact, it leads on under the same term).
+    if (!now.ok() || now->kvs.empty() || now->kvs.front().create_revision != term) break;
+    if (!HeldIntact(*session, now->kvs.front())) {
+      overwritten = now->kvs.front();
+      break;
+    }
+    // Still as created (the watch ended, say): watch again from this read.
+    if (watch != nullptr) watch->Cancel();
+    watch = WatchKey(now->revision);
+  }
   {
     absl::MutexLock lock(&mu_);
     term_ = 0;
@@ -263,6 +308,7 @@ LeaderElection::Wake LeaderElection::Lead(Session* session, const KeyValue& kv, 
   }
   const char* why = wake == Wake::kStop          ? "stopped"
                     : wake == Wake::kSessionLost ? "lease lost"
+                    : overwritten.has_value()    ? "key overwritten"
                                                  : "key deleted or replaced";
   if (wake == Wake::kStop) {
     SHELF_LOG(INFO) << "leadership ended" << Kv("key", key_) << Kv("term", term) << Kv("why", why);
@@ -272,6 +318,10 @@ LeaderElection::Wake LeaderElection::Lead(Session* session, const KeyValue& kv, 
   }
   options_.on_lost();
   if (watch != nullptr) watch->Cancel();
+  // Only now that this term is over: a standby may win the moment the key
+  // goes. A failed repair is retried by the campaign, which finds the key
+  // still overwritten.
+  if (overwritten.has_value()) RepairKey(*overwritten, /*leading=*/true).IgnoreError();
   return wake;
 }
 
@@ -281,25 +331,69 @@ LeaderElection::Wake LeaderElection::StandBy(Session* session, const KeyValue& h
     absl::MutexLock lock(&mu_);
     key_changed_ = false;
   }
-  SHELF_LOG(DEBUG) << "standing by" << Kv("key", key_) << Kv("leader", holder.value)
-                   << Kv("term", holder.create_revision);
-  std::unique_ptr<EtcdWatch> watch =
-      WatchKey(revision, [](const WatchEvent& e) { return e.type == WatchEvent::Type::kDelete; });
+  const bool overwritten = !ToLeaderInfo(holder).intact;
+  if (overwritten) {
+    SHELF_LOG(WARNING) << "the leader key was overwritten since its election; deleting it unless "
+                          "it changes within the lease TTL"
+                       << Kv("key", key_) << Kv("term", holder.create_revision)
+                       << Kv("version", holder.version) << Kv("value_bytes", holder.value.size())
+                       << Kv("ttl_s", session->lease.ttl_s);
+  } else {
+    SHELF_LOG(DEBUG) << "standing by" << Kv("key", key_) << Kv("leader", holder.value)
+                     << Kv("term", holder.create_revision);
+  }
+  // Any change (the key deleted, or written over) wakes the campaign, which
+  // reads the key again.
+  std::unique_ptr<EtcdWatch> watch = WatchKey(revision);
   // The watch makes takeover fast; the periodic re-read makes it certain
   // even while the watch cannot reach etcd.
   Wake wake = WaitForWake(session, static_cast<uint64_t>(session->lease.ttl_s) * 1000,
                           /*leading=*/false);
   if (watch != nullptr) watch->Cancel();
+  // Overwritten and unchanged for a whole TTL: its leader, were it alive,
+  // would have repaired it by now; delete it so that the masters elect a
+  // leader again. (It is not trusted either way; a lease an intruder keeps
+  // alive on it would otherwise keep it forever.)
+  if (overwritten && wake == Wake::kTimeout) {
+    if (absl::Status s = RepairKey(holder, /*leading=*/false); !s.ok()) {
+      int failures = 0;
+      if (!Backoff(&failures)) return Wake::kStop;
+    }
+  }
   return wake;
 }
 
-std::unique_ptr<EtcdWatch> LeaderElection::WatchKey(
-    int64_t revision, std::function<bool(const WatchEvent&)> changed) {
+bool LeaderElection::HeldIntact(const Session& session, const KeyValue& kv) const {
+  return kv.version == 1 && kv.mod_revision == kv.create_revision && kv.lease == session.lease.id &&
+         kv.value == options_.address;
+}
+
+absl::Status LeaderElection::RepairKey(const KeyValue& kv, bool leading) {
+  auto deleted = client_->DeleteIfModRevision(key_, kv.mod_revision);
+  if (!deleted.ok()) {
+    SHELF_LOG(WARNING) << "election: cannot delete the overwritten leader key" << Kv("key", key_)
+                       << Kv("error", deleted.status().ToString());
+    return deleted.status();
+  }
+  if (!*deleted) {
+    SHELF_LOG(INFO) << "the overwritten leader key changed again before its repair"
+                    << Kv("key", key_) << Kv("mod_revision", kv.mod_revision);
+    return absl::OkStatus();
+  }
+  // The value is whatever the writer chose: its length only.
+  SHELF_LOG(WARNING) << "deleted a leader key overwritten since its election; electing again"
+                     << Kv("key", key_) << Kv("term", kv.create_revision)
+                     << Kv("version", kv.version) << Kv("value_bytes", kv.value.size())
+                     << Kv("lease", kv.lease) << Kv("by", leading ? "leader" : "standby");
+  RepairsCounter(leading).Increment();
+  return absl::OkStatus();
+}
+
+std::unique_ptr<EtcdWatch> LeaderElection::WatchKey(int64_t revision) {
   WatchOptions options;
   options.start_revision = revision + 1;
-  options.on_events = [this, changed = std::move(changed)](const std::vector<WatchEvent>& events,
-                                                           int64_t) {
-    if (std::none_of(events.begin(), events.end(), changed)) return;
+  options.on_events = [this](const std::vector<WatchEvent>& events, int64_t) {
+    if (events.empty()) return;
     absl::MutexLock lock(&mu_);
     key_changed_ = true;
     cv_.SignalAll();

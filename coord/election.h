@@ -30,6 +30,17 @@
 // checks is_leader() before each write) never overlaps with the next one.
 // The term lets stores reject a deposed leader's late requests.
 //
+// Repair: a leader never writes its key after creating it, so a key written
+// since (etcd without authentication lets anyone put over it) names nobody
+// readers trust, and a put without a lease detaches it from the leader's
+// lease, so it would outlive the leader. The leader watches its key: when it
+// sees it modified, it ends its term (on_lost), deletes the key in a
+// transaction guarded by the mod_revision it read (never a newer key) and
+// campaigns again, taking a new term (on_elected). A standby that finds an
+// overwritten key waits one lease TTL for a change (a live leader repairs
+// sooner), then deletes it the same guarded way and campaigns. Each repair
+// is logged at WARNING and counted in shelf_master_leader_key_repairs_total.
+//
 // Thread-safety: all methods are thread-safe. The callbacks run on the
 // election's own thread, one at a time and in order (on_elected, then
 // on_lost, then maybe on_elected again with a larger term); they must not
@@ -144,16 +155,22 @@ class LeaderElection {
   struct Session;
 
   void Run();
-  // Leads until the lease is lost, the key changes or Stop/Resign; calls
-  // on_elected first and on_lost last.
+  // Leads until the lease is lost, the key is deleted, replaced or
+  // overwritten (then repaired), or Stop/Resign; calls on_elected first and
+  // on_lost last.
   Wake Lead(Session* session, const KeyValue& kv, int64_t revision);
-  // Waits while someone else leads, until the key is deleted, a re-check is
-  // due, the session is lost or Stop/Resign.
+  // Waits while someone else leads, until the key changes, a re-check is
+  // due, the session is lost or Stop/Resign. A key overwritten since its
+  // creation that stays so for one lease TTL is deleted (RepairKey).
   Wake StandBy(Session* session, const KeyValue& holder, int64_t revision);
-  // Watches the leader key from `revision` + 1; `changed` decides which
-  // events wake the election thread.
-  std::unique_ptr<EtcdWatch> WatchKey(int64_t revision,
-                                      std::function<bool(const WatchEvent&)> changed);
+  // True when `kv` is the key as this candidate created it under `session`.
+  bool HeldIntact(const Session& session, const KeyValue& kv) const;
+  // Deletes the overwritten key `kv` unless it changed since it was read
+  // (guarded by its mod_revision); logs and counts the repair.
+  absl::Status RepairKey(const KeyValue& kv, bool leading);
+  // Watches the leader key from `revision` + 1; every event wakes the
+  // election thread.
+  std::unique_ptr<EtcdWatch> WatchKey(int64_t revision);
   // Waits for a wake reason, at most `timeout_ms` (0 = no limit); forwards
   // health reports to on_health while `leading`.
   Wake WaitForWake(Session* session, uint64_t timeout_ms, bool leading);

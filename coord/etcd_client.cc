@@ -367,6 +367,19 @@ absl::StatusOr<bool> EtcdClient::DeleteIfCreateRevision(absl::string_view key,
   return response->succeeded();
 }
 
+absl::StatusOr<bool> EtcdClient::DeleteIfModRevision(absl::string_view key, int64_t mod_revision) {
+  etcdserverpb::TxnRequest request;
+  etcdserverpb::Compare* cmp = request.add_compare();
+  cmp->set_key(std::string(key));
+  cmp->set_target(etcdserverpb::Compare::MOD);
+  cmp->set_result(etcdserverpb::Compare::EQUAL);
+  cmp->set_mod_revision(mod_revision);
+  request.add_success()->mutable_request_delete_range()->set_key(std::string(key));
+  auto response = Txn(channels_.get(), request);
+  if (!response.ok()) return response.status();
+  return response->succeeded();
+}
+
 absl::StatusOr<CreateResult> EtcdClient::CreateIfAbsent(absl::string_view key,
                                                         absl::string_view value, int64_t lease_id) {
   etcdserverpb::TxnRequest request;

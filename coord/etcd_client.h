@@ -213,6 +213,9 @@ class EtcdClient {
   // Deletes `key` only while its create_revision is `create_revision` (the
   // key one created, not a later one); true when deleted.
   absl::StatusOr<bool> DeleteIfCreateRevision(absl::string_view key, int64_t create_revision);
+  // Deletes `key` only while its mod_revision is `mod_revision` (the
+  // version one read, not a later write); true when deleted.
+  absl::StatusOr<bool> DeleteIfModRevision(absl::string_view key, int64_t mod_revision);
   // One transaction: if `key` is absent, put it with `lease_id`; else read
   // it. A retried call that finds the key holding `lease_id` (non-zero)
   // reports it as created.

@@ -5,6 +5,7 @@
 // /health, then tick until SIGINT or SIGTERM.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <signal.h>
 
 #include <atomic>
@@ -59,6 +60,13 @@ std::unique_ptr<grpc::Server> StartGrpcServer(const MasterConfig& config,
   // The largest body of any method; each handler then holds its method to
   // its own limit (server/master/rpc_limits.h).
   builder.SetMaxReceiveMessageSize(static_cast<int>(kRpcReceiveBytesMax));
+  // ... and bodies being received, together, to --rpc-memory-max (the
+  // builder keeps its own reference to the quota).
+  grpc::ResourceQuota rpc_quota("shelf-master");
+  if (config.rpc_memory_max > 0) {
+    rpc_quota.Resize(static_cast<size_t>(config.rpc_memory_max));
+    builder.SetResourceQuota(rpc_quota);
+  }
   // Every idle store holds a long-poll heartbeat, and the sync server gives
   // each call in progress a thread of its own: a cluster of N stores keeps
   // about N threads busy. By default a thread that finishes a call exits

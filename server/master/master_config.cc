@@ -45,6 +45,9 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
   flags.AddSize("block-bytes-max", &opts.block_bytes_max, "largest block accepted");
   flags.AddSize("hard-pin-max", &opts.hard_pin_bytes_max,
                 "hard-pinned bytes allowed per node (0: 10% of its DRAM)");
+  flags.AddSize("rpc-memory-max", &c.rpc_memory_max,
+                "memory gRPC may use for requests being received (grpc::ResourceQuota); past "
+                "it, calls are refused with RESOURCE_EXHAUSTED; 0: no limit");
   flags.AddString("secret-file", &secret_file, "cluster secret (>= 16 bytes); none: open cluster");
   flags.AddString("tls-cert", &c.tls.cert, "PEM certificate for gRPC TLS");
   flags.AddString("tls-key", &c.tls.key, "PEM private key for gRPC TLS");

@@ -1,7 +1,8 @@
 // LeaderElection against a real etcd on loopback: handover on resign, on a
 // crash and on a partition (with the fencing order checked), etcd going
-// away for longer and for shorter than the lease TTL, and the helpers that
-// find the leader.
+// away for longer and for shorter than the lease TTL, an overwritten leader
+// key repaired by the leader or a standby, and the helpers that find the
+// leader.
 #include "coord/election.h"
 
 #include <gtest/gtest.h>
@@ -276,6 +277,62 @@ TEST_F(ElectionTest, CrashedLeaderIsReplacedAfterItsTtl) {
   EXPECT_GE(took, static_cast<uint64_t>(kTtlS) * 1000 * 2 / 3 - 100);
   EXPECT_LE(took, static_cast<uint64_t>(kTtlS) * 1000 + 2500);
   EXPECT_EQ(LeaderElection::GetLeader(client_.get(), cluster_)->address, b.address());
+}
+
+// Someone puts over the leader key (no lease, another address): the leader
+// ends its term, deletes the overwritten key and is elected again under a
+// new term, with an intact key.
+TEST_F(ElectionTest, LeaderRepairsItsOverwrittenKey) {
+  Candidate a("a", client_.get(), cluster_, &recorder_);
+  int64_t term_a = StartLeader(&a, "a");
+  ASSERT_GT(term_a, 0);
+  size_t from = recorder_.size();
+  ASSERT_TRUE(client_->Put(LeaderElection::LeaderKey(cluster_), "intruder.example:1").ok());
+
+  ASSERT_TRUE(recorder_.WaitFor(from, 30000, Lost("a")).has_value());
+  auto again = recorder_.WaitFor(from, 30000, Elected("a"));
+  ASSERT_TRUE(again.has_value()) << "a was not elected again";
+  EXPECT_GT(again->term, term_a);
+  auto leader = LeaderElection::GetLeader(client_.get(), cluster_);
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  EXPECT_TRUE(leader->intact);
+  EXPECT_EQ(leader->address, a.address());
+  EXPECT_EQ(leader->term, again->term);
+  EXPECT_EQ(a.election().term(), again->term);
+
+  // Overwritten with the leader's own value and lease: still a write after
+  // the election, still repaired.
+  from = recorder_.size();
+  ASSERT_TRUE(
+      client_->Put(LeaderElection::LeaderKey(cluster_), a.address(), leader->lease_id).ok());
+  auto third = recorder_.WaitFor(from, 30000, Elected("a"));
+  ASSERT_TRUE(third.has_value());
+  EXPECT_GT(third->term, again->term);
+  leader = LeaderElection::GetLeader(client_.get(), cluster_);
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  EXPECT_TRUE(leader->intact);
+  ASSERT_TRUE(a.election().Resign().ok());
+}
+
+// The leader crashes and its key is put over without a lease, so it would
+// never expire: the standby deletes it after one TTL and is elected.
+TEST_F(ElectionTest, StandbyRepairsAnOverwrittenKeyOfACrashedLeader) {
+  Candidate a("a", client_.get(), cluster_, &recorder_);
+  Candidate b("b", client_.get(), cluster_, &recorder_);
+  int64_t term_a = StartLeader(&a, "a");
+  ASSERT_TRUE(b.election().Start().ok());
+  size_t from = recorder_.size();
+  a.election().Stop();  // a crash: the key stays
+  ASSERT_TRUE(client_->Put(LeaderElection::LeaderKey(cluster_), "intruder.example:1").ok());
+
+  auto b_elected = recorder_.WaitFor(from, 60000, Elected("b"));
+  ASSERT_TRUE(b_elected.has_value()) << "the standby did not repair the key";
+  EXPECT_GT(b_elected->term, term_a);
+  auto leader = LeaderElection::GetLeader(client_.get(), cluster_);
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  EXPECT_TRUE(leader->intact);
+  EXPECT_EQ(leader->address, b.address());
+  ASSERT_TRUE(b.election().Resign().ok());
 }
 
 TEST_F(ElectionTest, PartitionedLeaderStepsDownBeforeAnotherIsElected) {

@@ -173,6 +173,28 @@ TEST_F(EtcdClientTest, CreateIfAbsentCreatesOnce) {
   EXPECT_GT(again->kv.create_revision, first->kv.create_revision);
 }
 
+// The guarded delete of an overwritten leader key: only the version read
+// is deleted, never one written after it.
+TEST_F(EtcdClientTest, DeleteIfModRevisionDeletesOnlyTheVersionRead) {
+  ASSERT_TRUE(client_->Put(Key("m"), "one").ok());
+  auto first = client_->Get(Key("m"));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(client_->Put(Key("m"), "two").ok());
+  auto stale = client_->DeleteIfModRevision(Key("m"), first->mod_revision);
+  ASSERT_TRUE(stale.ok()) << stale.status();
+  EXPECT_FALSE(*stale);
+  auto second = client_->Get(Key("m"));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->value, "two");
+  auto current = client_->DeleteIfModRevision(Key("m"), second->mod_revision);
+  ASSERT_TRUE(current.ok()) << current.status();
+  EXPECT_TRUE(*current);
+  EXPECT_TRUE(absl::IsNotFound(client_->Get(Key("m")).status()));
+  auto absent = client_->DeleteIfModRevision(Key("m"), second->mod_revision);
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_FALSE(*absent);
+}
+
 TEST_F(EtcdClientTest, CreateIfAbsentRecognisesItsOwnLease) {
   auto lease = client_->LeaseGrant(10);
   ASSERT_TRUE(lease.ok()) << lease.status();

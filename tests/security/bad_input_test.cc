@@ -584,5 +584,18 @@ TEST_F(BadInputTest, SmallCallsRefuseLargeBodies) {
       "OK");
 }
 
+// The master's gRPC memory quota (--rpc-memory-max, 256 MiB by default)
+// leaves room for a registration near its 64 MiB limit: it is received and
+// parsed, and answered by the handler (here refusing its node id), not
+// refused by the transport.
+TEST_F(BadInputTest, ARegistrationNearItsLimitPassesTheDefaultMemoryQuota) {
+  v1::RegisterStoreRequest r;
+  r.set_protocol_version(1);
+  (*r.mutable_labels())["pad"] = std::string(size_t{60} << 20, 'p');
+  v1::RegisterStoreResponse resp;
+  grpc::Status s = probe_->master()->RegisterStore(probe_->Context(60000).get(), r, &resp);
+  EXPECT_EQ(CodeName(s.error_code()), "INVALID_ARGUMENT") << s.error_message();
+}
+
 }  // namespace
 }  // namespace shelf
