@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -332,11 +333,14 @@ TEST_F(ShmSecurityTest, AClientRefusesASocketServedByAnotherUid) {
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
   int ready[2];
   ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+  const pid_t parent = getpid();
   pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     close(ready[0]);
     if (setgid(kOtherUid) != 0 || setuid(kOtherUid) != 0) _exit(10);
+    // After setuid, which clears it: the child dies with the test process.
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(13);
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     if (fd < 0 || bind(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0 ||
         listen(fd, 4) != 0) {
@@ -350,6 +354,14 @@ TEST_F(ShmSecurityTest, AClientRefusesASocketServedByAnotherUid) {
     }
   }
   close(ready[1]);
+  // Whatever ends this test, the child goes with it.
+  struct KillChild {
+    pid_t pid;
+    ~KillChild() {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } kill_child{child};
   char one = 0;
   ASSERT_EQ(read(ready[0], &one, 1), 1) << "the child could not listen as uid " << kOtherUid;
   close(ready[0]);
@@ -370,8 +382,6 @@ TEST_F(ShmSecurityTest, AClientRefusesASocketServedByAnotherUid) {
   EXPECT_NE(m.status().code(), absl::StatusCode::kPermissionDenied) << m.status();
   EXPECT_EQ(expect_other.refusals(), 0u);
 
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
