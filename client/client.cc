@@ -88,6 +88,10 @@ absl::Status ValidateOptions(const ClientOptions& o) {
                                                    o.location_cache_entries, "; it takes 0..",
                                                    kLocationCacheEntriesMax, " (0: off)"));
   }
+  if (o.shm_store_uid < -1 || o.shm_store_uid > static_cast<int64_t>(UINT32_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ClientOptions.shm_store_uid is ", o.shm_store_uid, "; it takes -1 or a uid"));
+  }
   if (!o.allow_tcp && !o.allow_shm) {
     return absl::InvalidArgumentError("ClientOptions allows no transport (allow_tcp, allow_shm)");
   }
@@ -146,7 +150,7 @@ ClientImpl::ClientImpl(const ClientOptions& options)
     : options_(options),
       token_(AuthToken(options.secret)),
       tcp_(TcpEngineOptions(options)),
-      shm_(options.secret),
+      shm_(options.secret, options.shm_store_uid),
       gpu_(2 * static_cast<size_t>(options.transfer_threads) + 2),
       // Cached reads ask the store over TCP: without it, no cache.
       cache_(options.location_cache_entries == 0 || !options.allow_tcp
@@ -576,6 +580,7 @@ ClientStats ClientImpl::stats() const {
   s.checksum_mismatches = stats_.checksum_mismatches.load();
   s.replica_failovers = stats_.replica_failovers.load();
   s.bytes_staged_gpu = stats_.bytes_staged_gpu.load();
+  s.shm_refusals = shm_.refusals();
   s.location_cache_hits = stats_.cache_hits.load();
   s.location_cache_misses = stats_.cache_misses.load();
   s.location_cache_fallbacks = stats_.cache_fallbacks.load();
@@ -603,6 +608,9 @@ ClientImpl::ClientMetrics::ClientMetrics(prom::Exposition& e)
                                      "Replicas whose bytes failed the checksum (never returned)")),
       failovers(prom::AddUnlabelledCounter(e.registry(), "shelf_client_replica_failovers_total",
                                            "Reads that moved on to another replica")),
+      shm_refusals(prom::AddUnlabelledCounter(
+          e.registry(), "shelf_client_shm_refusals_total",
+          "Same-host stores whose shared memory was refused (peer uid, unsealed segment)")),
       cache(prom::AddCounter(e.registry(), "shelf_client_location_cache_total",
                              "Keys read by what the location cache did: hit (read without "
                              "the master), miss, fallback (a cached read that went back to "
@@ -644,6 +652,7 @@ std::string ClientImpl::MetricsText() const {
   sync(metrics_.bytes_store, st.bytes_stored);
   sync(metrics_.checksum_mismatches, st.checksum_mismatches);
   sync(metrics_.failovers, st.replica_failovers);
+  sync(metrics_.shm_refusals, st.shm_refusals);
   return exposition_->Render();
 }
 

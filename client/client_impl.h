@@ -290,6 +290,7 @@ class ClientImpl final : public Client {
     prom::Counter& prefix_lookups;
     prom::Counter& checksum_mismatches;
     prom::Counter& failovers;
+    prom::Counter& shm_refusals;
     prom::Family<prom::Counter>& cache;
     prom::Counter& cache_hits;
     prom::Counter& cache_misses;

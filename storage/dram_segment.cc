@@ -1,6 +1,7 @@
 #include "storage/dram_segment.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/memfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -16,6 +17,20 @@ namespace {
 
 constexpr uint64_t kHugePage = 2ull << 20;
 
+// The seals every segment carries before its descriptor can leave the
+// store: no peer that receives it may change its size (a shrink leaves the
+// store's and every engine's mapping partly unbacked: SIGBUS), and nobody
+// may lift or add seals afterwards.
+constexpr int kSegmentSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
+// Seals `fd` once the store has sized and mapped it.
+absl::Status Seal(int fd) {
+  if (fcntl(fd, F_ADD_SEALS, kSegmentSeals) != 0) {
+    return absl::InternalError(absl::StrCat("sealing the DRAM segment: ", ErrnoText(errno)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& options) {
@@ -23,12 +38,16 @@ absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& 
   // Hugepages first: only when the size is a multiple of 2 MiB and pages are
   // reserved; ftruncate/mmap fail otherwise and we fall back.
   if (options.try_hugepages && options.size_bytes % kHugePage == 0) {
-    int fd = memfd_create("shelf-segment", MFD_CLOEXEC | MFD_HUGETLB);
+    int fd = memfd_create("shelf-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
     if (fd >= 0) {
       void* p = MAP_FAILED;
       if (ftruncate(fd, static_cast<off_t>(options.size_bytes)) == 0) {
         p = mmap(nullptr, options.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
                  0);
+      }
+      if (p != MAP_FAILED && !Seal(fd).ok()) {
+        munmap(p, options.size_bytes);
+        p = MAP_FAILED;
       }
       if (p != MAP_FAILED) {
         SHELF_LOG(INFO) << "DRAM segment on hugepages" << Kv("bytes", options.size_bytes);
@@ -42,7 +61,7 @@ absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& 
     }
     SHELF_LOG(INFO) << "no reserved hugepages: DRAM segment on normal pages (THP advised)";
   }
-  int fd = memfd_create("shelf-segment", MFD_CLOEXEC);
+  int fd = memfd_create("shelf-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
     return absl::ResourceExhaustedError(absl::StrCat("memfd_create: ", ErrnoText(errno)));
   }
@@ -57,6 +76,11 @@ absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& 
     int e = errno;
     close(fd);
     return absl::ResourceExhaustedError(absl::StrCat("mmap DRAM segment: ", ErrnoText(e)));
+  }
+  if (absl::Status s = Seal(fd); !s.ok()) {
+    munmap(p, options.size_bytes);
+    close(fd);
+    return s;
   }
   madvise(p, options.size_bytes, MADV_HUGEPAGE);
   if (options.mlock && mlock(p, options.size_bytes) != 0) {

@@ -5,6 +5,10 @@
 // the log says which. Same-node clients receive fd() over a Unix socket
 // (SCM_RIGHTS) and map it, so a local read is one memcpy.
 //
+// fd() is sealed (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) before Create
+// returns: whoever holds a copy of it cannot change the segment's size,
+// which would leave every mapping of it partly unbacked (SIGBUS).
+//
 // Thread-safe for concurrent access to disjoint ranges; the master's
 // allocator, not this class, decides who owns which range.
 #ifndef SHELF_STORAGE_DRAM_SEGMENT_H_
@@ -25,7 +29,10 @@ class DramSegment {
     bool try_hugepages = true;
     bool mlock = false;
   };
-  // RESOURCE_EXHAUSTED if the memory cannot be had; INVALID_ARGUMENT for 0.
+  // RESOURCE_EXHAUSTED if the memory cannot be had; INVALID_ARGUMENT for 0;
+  // INTERNAL if the kernel cannot seal it (memfd sealing is Linux >= 3.17,
+  // on hugetlbfs >= 4.16: a hugepage segment that cannot be sealed falls
+  // back to normal pages).
   static absl::StatusOr<std::unique_ptr<DramSegment>> Create(const Options& options);
   ~DramSegment();
   DramSegment(const DramSegment&) = delete;

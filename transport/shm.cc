@@ -1,6 +1,7 @@
 #include "transport/shm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -8,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/base/internal/endian.h"
@@ -37,11 +39,37 @@ absl::Status FillAddr(const std::string& path, struct sockaddr_un* addr) {
   return absl::OkStatus();
 }
 
+// The seals without which a segment descriptor is not handed out, nor mapped:
+// its size is fixed for every holder.
+constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+
+bool SealedAgainstResize(int fd) {
+  int seals = fcntl(fd, F_GET_SEALS);
+  return seals >= 0 && (seals & kRequiredSeals) == kRequiredSeals;
+}
+
+// The uid of the process on the other end of a connected Unix socket.
+absl::StatusOr<uid_t> PeerUid(int fd) {
+  struct ucred cred;
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return absl::UnavailableError(absl::StrCat("SO_PEERCRED: ", ErrnoText(errno)));
+  }
+  return cred.uid;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::Start(const std::string& socket_path,
                                                             int memfd, uint32_t segment_id,
-                                                            uint64_t size, std::string secret) {
+                                                            uint64_t size, std::string secret,
+                                                            std::vector<uint32_t> allowed_uids) {
+  if (!SealedAgainstResize(memfd)) {
+    return absl::FailedPreconditionError(
+        "the segment descriptor is not sealed against shrinking and growing: a peer could "
+        "resize it under every mapping");
+  }
+  if (allowed_uids.empty()) allowed_uids = {static_cast<uint32_t>(geteuid()), 0};
   struct sockaddr_un addr;
   if (absl::Status s = FillAddr(socket_path, &addr); !s.ok()) return s;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -54,20 +82,21 @@ absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::Start(const std::string& s
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", socket_path, ": ", ErrnoText(e)));
   }
-  std::unique_ptr<ShmServer> server(
-      new ShmServer(socket_path, fd, memfd, segment_id, size, std::move(secret)));
+  std::unique_ptr<ShmServer> server(new ShmServer(socket_path, fd, memfd, segment_id, size,
+                                                  std::move(secret), std::move(allowed_uids)));
   server->thread_ = std::thread([s = server.get()] { s->Loop(); });
   return server;
 }
 
 ShmServer::ShmServer(std::string path, int listen_fd, int memfd, uint32_t segment_id, uint64_t size,
-                     std::string secret)
+                     std::string secret, std::vector<uint32_t> allowed_uids)
     : path_(std::move(path)),
       listen_fd_(listen_fd),
       memfd_(memfd),
       segment_id_(segment_id),
       size_(size),
-      secret_(std::move(secret)) {}
+      secret_(std::move(secret)),
+      allowed_uids_(std::move(allowed_uids)) {}
 
 ShmServer::~ShmServer() {
   stopping_.store(true);
@@ -86,12 +115,19 @@ void ShmServer::Loop() {
     }
     // Handshakes are tiny and bounded by a timeout, so one thread serves them.
     SetIoTimeoutMs(fd, 2000);
-    ServeOne(fd);
+    absl::StatusOr<uid_t> uid = PeerUid(fd);
+    const bool allowed = uid.ok() && std::find(allowed_uids_.begin(), allowed_uids_.end(),
+                                               static_cast<uint32_t>(*uid)) != allowed_uids_.end();
+    if (!allowed) {
+      SHELF_LOG(WARNING) << "shared-memory attach rejected: peer uid not allowed (--shm-allow-uids)"
+                         << Kv("uid", uid.ok() ? absl::StrCat(*uid) : uid.status().ToString());
+    }
+    ServeOne(fd, allowed);
     close(fd);
   }
 }
 
-void ShmServer::ServeOne(int fd) {
+void ShmServer::ServeOne(int fd, bool peer_allowed) {
   std::string nonce = RandomBytes(kShmNonceBytes);
   char hello[kShmHelloBytes];
   absl::little_endian::Store32(hello, kShmMagic);
@@ -99,10 +135,13 @@ void ShmServer::ServeOne(int fd) {
   if (!WriteFull(fd, hello, sizeof(hello)).ok()) return;
   std::string mac(kMacBytes, '\0');
   if (!ReadFull(fd, mac.data(), mac.size()).ok()) return;
-  bool ok = secret_.empty() || ConstantTimeEqual(mac, ShmMac(secret_, nonce));
+  const bool authentic = secret_.empty() || ConstantTimeEqual(mac, ShmMac(secret_, nonce));
+  const bool ok = authentic && peer_allowed;
+  const absl::StatusCode code = ok           ? absl::StatusCode::kOk
+                                : !authentic ? absl::StatusCode::kUnauthenticated
+                                             : absl::StatusCode::kPermissionDenied;
   char reply[16];
-  absl::little_endian::Store32(reply,
-                               ok ? 0 : static_cast<uint32_t>(absl::StatusCode::kUnauthenticated));
+  absl::little_endian::Store32(reply, static_cast<uint32_t>(code));
   absl::little_endian::Store32(reply + 4, segment_id_);
   absl::little_endian::Store64(reply + 8, ok ? size_ : 0);
   struct iovec iov = {reply, sizeof(reply)};
@@ -119,7 +158,7 @@ void ShmServer::ServeOne(int fd) {
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(c), &memfd_, sizeof(int));
-  } else {
+  } else if (!authentic) {
     SHELF_LOG(WARNING) << "shared-memory attach rejected: wrong secret";
   }
   ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
@@ -140,7 +179,30 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::strin
       // The store restarted: this mapping is the dead one's memory.
       maps_.erase(it);
     }
+    auto r = refused_.find(socket_path);
+    if (r != refused_.end()) {
+      if (incarnation == 0 || r->second.incarnation == incarnation) return r->second.status;
+      refused_.erase(r);  // another store now: ask it afresh
+    }
   }
+  absl::StatusOr<std::shared_ptr<ShmMapping>> m = Attach(socket_path, incarnation);
+  const absl::StatusCode code = m.status().code();
+  if (code == absl::StatusCode::kPermissionDenied ||
+      code == absl::StatusCode::kFailedPrecondition) {
+    // A deliberate refusal, not a passing failure: remember it, so that it
+    // is logged once and every later op goes straight to another transport.
+    MutexLock lock(&mu_);
+    if (refused_.insert_or_assign(socket_path, Refusal{incarnation, m.status()}).second) {
+      refusals_.fetch_add(1);
+      SHELF_LOG(WARNING) << "shared memory refused: using another transport"
+                         << Kv("socket", socket_path) << Kv("reason", m.status().message());
+    }
+  }
+  return m;
+}
+
+absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::string& socket_path,
+                                                                   uint64_t incarnation) {
   struct sockaddr_un addr;
   if (absl::Status s = FillAddr(socket_path, &addr); !s.ok()) return s;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -151,6 +213,17 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::strin
     close(fd);
     return absl::UnavailableError(
         absl::StrCat("cannot reach store socket ", socket_path, ": ", ErrnoText(e)));
+  }
+  // Whoever can bind the socket's path can answer on it: take a segment
+  // only from the uid the store is expected to run as.
+  const uid_t want = store_uid_ >= 0 ? static_cast<uid_t>(store_uid_) : geteuid();
+  absl::StatusOr<uid_t> peer = PeerUid(fd);
+  if (!peer.ok() || (*peer != want && *peer != 0)) {
+    close(fd);
+    if (!peer.ok()) return peer.status();
+    return absl::PermissionDeniedError(absl::StrCat("store socket ", socket_path,
+                                                    " is served by uid ", *peer, ", not uid ", want,
+                                                    " or root (ClientOptions::shm_store_uid)"));
   }
   char hello[kShmHelloBytes];
   absl::Status s = ReadFull(fd, hello, sizeof(hello));
@@ -181,10 +254,13 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::strin
           std::memcpy(&memfd, CMSG_DATA(c), sizeof(int));
         }
       }
-      uint32_t code = absl::little_endian::Load32(reply);
-      if (code != 0) {
-        s = absl::Status(static_cast<absl::StatusCode>(code),
-                         "shared-memory attach refused: wrong or missing cluster secret");
+      const auto code = static_cast<absl::StatusCode>(absl::little_endian::Load32(reply));
+      if (code == absl::StatusCode::kPermissionDenied) {
+        s = absl::PermissionDeniedError(
+            absl::StrCat("shared-memory attach refused: the store does not allow uid ", geteuid(),
+                         " (its --shm-allow-uids)"));
+      } else if (code != absl::StatusCode::kOk) {
+        s = absl::Status(code, "shared-memory attach refused: wrong or missing cluster secret");
       } else if (memfd < 0) {
         s = absl::UnavailableError("store sent no segment descriptor");
       }
@@ -194,6 +270,13 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::strin
   if (!s.ok()) {
     if (memfd >= 0) close(memfd);
     return s;
+  }
+  if (!SealedAgainstResize(memfd)) {
+    close(memfd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("store segment descriptor from ", socket_path,
+                     " is not sealed against shrinking and growing (F_SEAL_SHRINK | "
+                     "F_SEAL_GROW): refusing to map it"));
   }
   auto mapping = std::make_shared<ShmMapping>();
   mapping->segment_id = absl::little_endian::Load32(reply + 4);

@@ -8,6 +8,15 @@
 //                     (32 zero bytes for an open cluster)
 //   store  -> client: status u32 (0 = OK) | segment_id u32 | size u64,
 //                     with the memfd attached as SCM_RIGHTS (OK only)
+// A status is an absl::StatusCode: UNAUTHENTICATED for a wrong MAC,
+// PERMISSION_DENIED for a peer uid the store does not allow.
+//
+// Both ends check who is on the other end (SO_PEERCRED): the store hands
+// its segment only to the uids it allows; the client takes a segment only
+// from the uid it expects the store to run as (or root). The client maps a
+// descriptor only if it is sealed against shrinking and growing
+// (F_SEAL_SHRINK | F_SEAL_GROW), so no holder can resize it under the
+// mappings (SIGBUS); the store serves only such a descriptor.
 //
 // ShmServer is thread-safe; ShmAttachments (client side) is thread-safe.
 #ifndef SHELF_TRANSPORT_SHM_H_
@@ -19,6 +28,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
@@ -28,18 +38,23 @@ namespace shelf {
 class ShmServer {
  public:
   // Serves `memfd` (of `size` bytes, segment `segment_id`) on `socket_path`
-  // (created; an existing stale socket is replaced).
+  // (created; an existing stale socket is replaced) to peers whose uid is
+  // in `allowed_uids` (empty: this process's effective uid and root).
+  // FAILED_PRECONDITION when `memfd` is not sealed against shrinking and
+  // growing: a peer could resize it under every mapping.
   static absl::StatusOr<std::unique_ptr<ShmServer>> Start(const std::string& socket_path, int memfd,
                                                           uint32_t segment_id, uint64_t size,
-                                                          std::string secret);
+                                                          std::string secret,
+                                                          std::vector<uint32_t> allowed_uids = {});
   ~ShmServer();
   const std::string& path() const { return path_; }
 
  private:
   ShmServer(std::string path, int listen_fd, int memfd, uint32_t segment_id, uint64_t size,
-            std::string secret);
+            std::string secret, std::vector<uint32_t> allowed_uids);
   void Loop();
-  void ServeOne(int fd);
+  // `peer_allowed`: the connected peer's uid is in allowed_uids_.
+  void ServeOne(int fd, bool peer_allowed);
 
   const std::string path_;
   const int listen_fd_;
@@ -47,6 +62,7 @@ class ShmServer {
   const uint32_t segment_id_;
   const uint64_t size_;
   const std::string secret_;
+  const std::vector<uint32_t> allowed_uids_;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
@@ -62,21 +78,42 @@ struct ShmMapping {
 
 class ShmAttachments {
  public:
-  explicit ShmAttachments(std::string secret) : secret_(std::move(secret)) {}
+  // `store_uid`: the uid a store's socket must be served by (root is always
+  // accepted); -1: this process's effective uid.
+  explicit ShmAttachments(std::string secret, int64_t store_uid = -1)
+      : secret_(std::move(secret)), store_uid_(store_uid) {}
   // Maps (once) the segment served at `socket_path`. UNAVAILABLE when the
   // socket cannot be reached, UNAUTHENTICATED on a wrong secret. A cached
   // mapping made for another non-zero `incarnation` of the store (it
   // restarted: same socket path, new segment) is dropped and the segment
   // attached again.
+  //
+  // Refusals, remembered per socket until the store's incarnation changes
+  // (logged and counted once, not retried on every op): PERMISSION_DENIED
+  // when the socket's peer is not the expected uid or the store does not
+  // allow this process's uid; FAILED_PRECONDITION when the descriptor is
+  // not sealed against shrinking and growing.
   absl::StatusOr<std::shared_ptr<ShmMapping>> Get(const std::string& socket_path,
                                                   uint64_t incarnation = 0);
   // Forgets a mapping (e.g. the store restarted with a new segment).
   void Forget(const std::string& socket_path);
+  // Attachments refused so far (each socket and incarnation once).
+  uint64_t refusals() const { return refusals_.load(); }
 
  private:
+  struct Refusal {
+    uint64_t incarnation;
+    absl::Status status;
+  };
+  absl::StatusOr<std::shared_ptr<ShmMapping>> Attach(const std::string& socket_path,
+                                                     uint64_t incarnation);
+
   const std::string secret_;
+  const int64_t store_uid_;
+  std::atomic<uint64_t> refusals_{0};
   Mutex mu_;
   std::map<std::string, std::shared_ptr<ShmMapping>> maps_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Refusal> refused_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shelf

@@ -4,8 +4,8 @@
 // is one memcpy, run in the submitting thread.
 //
 // An op fails with UNAVAILABLE, and the mapping is dropped, when the socket
-// cannot be reached or the mapping does not match the op (another segment,
-// a range past its end): the caller then uses another transport. The
+// cannot be reached, the attachment is refused (peer uid, unsealed segment) or the mapping does not
+// match the op (another segment, a range past its end): the caller then uses another transport. The
 // master's allocator and grants still decide which ranges a put touches.
 //
 // Thread-safe.
@@ -23,11 +23,16 @@ namespace shelf::transport {
 
 class ShmEngine final : public Engine {
  public:
-  explicit ShmEngine(std::string secret) : attachments_(std::move(secret)) {}
+  // `store_uid`: the uid stores' sockets must be served by (root always
+  // passes); -1: this process's effective uid. See ShmAttachments.
+  explicit ShmEngine(std::string secret, int64_t store_uid = -1)
+      : attachments_(std::move(secret), store_uid) {}
 
   Kind kind() const override { return Kind::kShm; }
   // A store on this host that offers shm.
   bool Reaches(const Peer& peer) const override;
+  // Stores whose shared memory was refused (ShmAttachments::refusals).
+  uint64_t refusals() const { return attachments_.refusals(); }
 
  private:
   void Start(std::shared_ptr<Batch> batch, std::vector<Work> work, uint64_t deadline_ms) override;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "common/http_server.h"
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   SetLogComponent("store");
 
   StoreOptions opts;
+  std::string shm_allow_uids;
   std::string labels, secret_file, ready_file, admin_listen, metrics_listen;
   int64_t max_connections = opts.max_connections;
   int64_t rdma_port = opts.rdma_port, rdma_gid_index = opts.rdma_gid_index;
@@ -48,7 +50,9 @@ int main(int argc, char** argv) {
   flags.AddString("node-id", &opts.node_id,
                   "stable node id (default: kept in --ssd-dir, else host:port)");
   flags.AddString("run-dir", &opts.run_dir,
-                  "where the shared-memory socket lives (default /tmp/shelf-store-PORT)");
+                  "where the shared-memory socket lives: a directory owned by the store's user, "
+                  "not group- or world-writable, else no shm (default $RUNTIME_DIRECTORY, else "
+                  "/run/shelf, made 0700 when missing)");
   flags.AddString("labels", &labels, "placement labels, e.g. zone=a,rack=r1");
   flags.AddString("secret-file", &secret_file, "cluster secret (>= 16 bytes)");
   flags.AddString("tls-ca", &opts.tls.ca, "PEM CA bundle to verify the master's TLS certificate");
@@ -57,6 +61,9 @@ int main(int argc, char** argv) {
   flags.AddBool("hugepages", &opts.hugepages, "back the DRAM segment with hugepages if reserved");
   flags.AddBool("mlock", &opts.mlock, "lock the DRAM segment in memory");
   flags.AddBool("shm", &opts.shm, "serve same-host clients through shared memory");
+  flags.AddString("shm-allow-uids", &shm_allow_uids,
+                  "comma-separated uids whose processes may map the DRAM segment (checked with "
+                  "SO_PEERCRED; default: the store's own uid and root)");
   flags.AddString("rdma-device", &opts.rdma_device,
                   "RDMA device offering clients one-sided reads of the DRAM segment, e.g. mlx5_0 "
                   "(off when empty; a device that fails to open is logged, not fatal)");
@@ -96,6 +103,15 @@ int main(int argc, char** argv) {
   opts.rdma_service_level = static_cast<int>(rdma_service_level);
   opts.rdma_pkey_index = static_cast<int>(rdma_pkey_index);
 
+  for (absl::string_view u : absl::StrSplit(shm_allow_uids, ',', absl::SkipEmpty())) {
+    uint32_t uid = 0;
+    if (!absl::SimpleAtoi(u, &uid)) {
+      std::fprintf(stderr, "shelf-store: --shm-allow-uids: '%s' is not a uid\n",
+                   std::string(u).c_str());
+      return 2;
+    }
+    opts.shm_allow_uids.push_back(uid);
+  }
   if (!labels.empty()) {
     for (absl::string_view kv : absl::StrSplit(labels, ',', absl::SkipEmpty())) {
       std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));

@@ -45,7 +45,11 @@ struct StoreOptions {
   std::string ssd_dir;    // empty: no SSD tier
   uint64_t ssd_size = 0;  // 0 with --ssd-dir: 64 GiB
   std::string node_id;    // empty: persisted in ssd_dir, else host:port
-  std::string run_dir;    // empty: /tmp/shelf-store-<port>
+  // Where the shared-memory socket lives: a directory owned by the store's
+  // uid that neither group nor others may write (else no shm). Empty:
+  // $RUNTIME_DIRECTORY, else /run/shelf (socket shm-<port>.sock); set: the
+  // socket is <run_dir>/shm.sock. Made 0700 when missing.
+  std::string run_dir;
   std::map<std::string, std::string> labels;
   std::string secret;
   TlsFiles tls;             // for the channel to the master
@@ -53,6 +57,9 @@ struct StoreOptions {
   bool hugepages = true;
   bool mlock = false;
   bool shm = true;  // offer same-host shared memory
+  // The uids whose processes may map the segment (SO_PEERCRED on the
+  // socket); empty: the store's own effective uid and root.
+  std::vector<uint32_t> shm_allow_uids;
   // RDMA device to offer one-sided reads of the DRAM segment on (e.g.
   // "mlx5_0"); empty: no RDMA. A device that cannot be opened is logged and
   // the store serves without RDMA.
@@ -117,7 +124,8 @@ class Store : public DataHandler {
   // Sets data_address_, node_id_ and run_dir_ from what the data server
   // bound and the options.
   void ChooseIdentity();
-  // Offers the segment over shared memory in run_dir_ (logged when not).
+  // Offers the segment over shared memory in run_dir_ (logged when not,
+  // with the reason: an unsafe or uncreatable run_dir_ among them).
   void OfferShm();
   // Registers the capacity, usage and connection gauges.
   void AddGauges();
@@ -173,6 +181,7 @@ class Store : public DataHandler {
   std::string node_id_;
   std::string data_address_;
   std::string run_dir_;
+  std::string shm_socket_;  // in run_dir_
   const uint64_t incarnation_;
   std::unique_ptr<DramSegment> segment_;
   std::unique_ptr<SsdTier> ssd_;

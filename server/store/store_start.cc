@@ -1,14 +1,19 @@
 // Store's construction and start-up: the DRAM segment, the SSD tier, the
 // data plane (TCP, RDMA, shared memory), the node's identity and gauges.
 // The running store (registration, heartbeats, tier moves) is store.cc.
+#include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/errno_text.h"
 #include "common/hmac.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -39,6 +44,53 @@ std::string LoadOrCreateNodeId(const std::string& dir) {
   std::ofstream out(path);
   out << id << "\n";
   return id;
+}
+
+// The default run directory: systemd's RuntimeDirectory= (the first path
+// of $RUNTIME_DIRECTORY), else /run/shelf. Never /tmp: anyone may create
+// there the directory a store would then trust.
+std::string DefaultRunDir() {
+  const char* env = std::getenv("RUNTIME_DIRECTORY");
+  if (env != nullptr && *env != '\0') {
+    std::string first(absl::string_view(env).substr(0, absl::string_view(env).find(':')));
+    if (!first.empty()) return first;
+  }
+  return "/run/shelf";
+}
+
+// Makes `dir` when missing (mode 0700), then checks that only this process's
+// user controls it: whoever can write the directory can replace the socket
+// and answer engines in the store's name. An error says why not.
+absl::Status PrepareRunDir(const std::string& dir) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot stat ", dir, ": ", ErrnoText(errno)));
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), ec);
+    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create ", dir, ": ", ErrnoText(errno)));
+    }
+    if (stat(dir.c_str(), &st) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot stat ", dir, ": ", ErrnoText(errno)));
+    }
+  }
+  if (!S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(dir + " is not a directory");
+  if (st.st_uid != geteuid()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, " is owned by uid ", st.st_uid, ", not the store's uid ", geteuid()));
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, " is ", (st.st_mode & S_IWOTH) != 0 ? "world" : "group",
+                     "-writable (mode ", absl::StrFormat("%04o", st.st_mode & 07777),
+                     "): it must be writable by the store's user alone"));
+  }
+  return absl::OkStatus();
 }
 
 std::string HostName() {
@@ -238,16 +290,25 @@ void Store::ChooseIdentity() {
     node_id_ = absl::StrCat(HostName(), ":", bound.port);
   }
 
-  run_dir_ =
-      options_.run_dir.empty() ? absl::StrCat("/tmp/shelf-store-", bound.port) : options_.run_dir;
+  if (options_.run_dir.empty()) {
+    // Several stores may share the default directory: one socket each.
+    run_dir_ = DefaultRunDir();
+    shm_socket_ = absl::StrCat(run_dir_, "/shm-", bound.port, ".sock");
+  } else {
+    run_dir_ = options_.run_dir;
+    shm_socket_ = run_dir_ + "/shm.sock";
+  }
 }
 
 void Store::OfferShm() {
   if (!options_.shm) return;
-  std::error_code ec;
-  std::filesystem::create_directories(run_dir_, ec);
-  auto shm = ShmServer::Start(run_dir_ + "/shm.sock", segment_->fd(), kSegmentId, segment_->size(),
-                              options_.secret);
+  if (absl::Status s = PrepareRunDir(run_dir_); !s.ok()) {
+    SHELF_LOG(ERROR) << "SHARED MEMORY REFUSED: serving same-host clients over tcp"
+                     << Kv("run_dir", run_dir_) << Kv("reason", s.message());
+    return;
+  }
+  auto shm = ShmServer::Start(shm_socket_, segment_->fd(), kSegmentId, segment_->size(),
+                              options_.secret, options_.shm_allow_uids);
   if (shm.ok()) {
     shm_server_ = *std::move(shm);
   } else {

@@ -6,6 +6,7 @@
 #ifndef SHELF_TESTS_COMMON_MEMORY_HANDLER_H_
 #define SHELF_TESTS_COMMON_MEMORY_HANDLER_H_
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -25,8 +26,11 @@ class MemoryHandler : public DataHandler {
  public:
   MemoryHandler(uint64_t size, std::string grant_key, std::string node_id)
       : size_(size), grant_key_(std::move(grant_key)), node_id_(std::move(node_id)) {
-    memfd_ = memfd_create("shelf-test-segment", MFD_CLOEXEC);
-    if (memfd_ >= 0 && ftruncate(memfd_, static_cast<off_t>(size)) == 0) {
+    // Sealed like the store's segment (storage/dram_segment.cc): ShmServer
+    // serves, and clients map, no descriptor that could be resized.
+    memfd_ = memfd_create("shelf-test-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (memfd_ >= 0 && ftruncate(memfd_, static_cast<off_t>(size)) == 0 &&
+        fcntl(memfd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
       void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd_, 0);
       if (p != MAP_FAILED) base_ = static_cast<char*>(p);
     }

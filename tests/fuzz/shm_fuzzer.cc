@@ -7,7 +7,8 @@
 // Properties, beyond "does not crash or hang": the store hands out its
 // segment only for the right MAC; a client mapping is never larger than
 // the descriptor it maps (touching past a memfd's end raises SIGBUS in the
-// engine process).
+// engine process), and is only ever of a descriptor sealed against resizing.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -72,6 +73,9 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
   const uint64_t fd_size = in.Pick(4) == 0 ? in.U32() % (1 << 20) : 4096 * (in.U8() % 4);
   std::string hello = in.Bytes(in.Pick(3) == 0 ? in.Pick(24) : kShmHelloBytes);
   std::string reply = in.Bytes(in.Pick(3) == 0 ? in.Pick(24) : 16);
+  // Last, so that older corpus entries keep their meaning (they seal: the
+  // client maps only a sealed descriptor).
+  const bool seal = !in.Bool();
   const std::string path = Dir() + "/client.sock";
   int listener = Listen(path);
   std::thread store([&] {
@@ -91,8 +95,11 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
     alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
     int memfd = -1;
     if (attach) {
-      memfd = memfd_create("shm-fuzz", MFD_CLOEXEC);
+      memfd = memfd_create("shm-fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
       if (memfd >= 0 && ftruncate(memfd, static_cast<off_t>(fd_size)) != 0) std::abort();
+      if (memfd >= 0 && seal && fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+        std::abort();
+      }
       msg.msg_control = control;
       msg.msg_controllen = sizeof(control);
       struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
@@ -112,6 +119,7 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
   unlink(path.c_str());
   if (!m.ok()) return;
   Check(attach, "a mapping without a descriptor");
+  Check(seal, "a mapping of a descriptor that can be resized");
   Check(reply.size() == 16 && absl::little_endian::Load32(reply.data()) == 0,
         "a mapping from a refusal");
   // The engine memcpy's anywhere inside [base, base + size): that must be
@@ -125,8 +133,9 @@ void FuzzStoreSide(fuzz::FuzzInput& in) {
   const bool sign = in.Bool();
   std::string mac = in.Bytes(in.Pick(3) == 0 ? in.Pick(40) : kMacBytes);
   const std::string path = Dir() + "/store.sock";
-  int memfd = memfd_create("shm-fuzz-store", MFD_CLOEXEC);
+  int memfd = memfd_create("shm-fuzz-store", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (memfd < 0 || ftruncate(memfd, 1 << 16) != 0) std::abort();
+  if (fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) std::abort();
   auto server = ShmServer::Start(path, memfd, 7, 1 << 16, secret ? kSecret : "");
   Check(server.ok(), "ShmServer starts");
   absl::StatusOr<std::shared_ptr<ShmMapping>> m;

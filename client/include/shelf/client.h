@@ -109,6 +109,12 @@ struct ClientOptions {
   uint64_t timeout_ms = 5000;  // default deadline of each call
   bool allow_tcp = true;       // transports this client may use
   bool allow_shm = true;
+  // The uid a store on this host must run as for this client to map its
+  // segment (checked on the store's socket, SO_PEERCRED; root always
+  // passes); -1: this process's effective uid. A store run by another user
+  // (say `shelf`, engines as `vllm`) needs this set, and the engine's uid in
+  // the store's --shm-allow-uids. A refused store is read over tcp.
+  int64_t shm_store_uid = -1;
   // RDMA device for one-sided reads from stores that offer rdma (e.g.
   // "mlx5_0"); empty: no RDMA. Open fails when the device cannot be opened
   // or the library was built without RDMA. Writes always go over shm or
@@ -269,6 +275,10 @@ struct ClientStats {
   uint64_t checksum_mismatches = 0;
   uint64_t replica_failovers = 0;  // reads that moved on to another replica
   uint64_t bytes_staged_gpu = 0;   // moved through pinned bounce buffers (GPU memory)
+  // Same-host stores whose shared memory this client refused or was refused
+  // (peer uid, unsealed segment), each once per store incarnation; their
+  // blocks move over tcp.
+  uint64_t shm_refusals = 0;
   // The location cache (ClientOptions.location_cache_entries): keys read
   // without asking the master, keys it did not hold, cached reads that went
   // back to the master (replaced, moved, removed, unreachable), and the
