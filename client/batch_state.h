@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "shelf/client.h"
 
 namespace shelf {
@@ -18,7 +18,8 @@ namespace internal {
 // then calls Finish; a BatchFuture reads them only after done (the mutex
 // orders the two).
 struct BatchState {
-  absl::Mutex mu;
+  Mutex mu;
+  CondVar finished;  // signalled once, when done turns true
   bool done ABSL_GUARDED_BY(mu) = false;
   // Written by the worker before Finish, read-only afterwards.
   Status status;
@@ -27,11 +28,12 @@ struct BatchState {
   std::vector<size_t> sizes;
 
   void Finish() {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     done = true;
+    finished.SignalAll();
   }
   bool IsDone() {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     return done;
   }
 };

@@ -34,7 +34,7 @@ absl::StatusOr<BufferHandle> BufferRegistry::Add(void* base, size_t size, bool g
   entry->reg.size = size;
   entry->reg.gpu = gpu;
   entry->reg.device = device;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (entries_.size() >= kRegistrationsMax) {
     return absl::ResourceExhaustedError(
         absl::StrCat("already ", kRegistrationsMax,
@@ -47,19 +47,18 @@ absl::StatusOr<BufferHandle> BufferRegistry::Add(void* base, size_t size, bool g
 }
 
 absl::Status BufferRegistry::Remove(BufferHandle handle) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(handle.id);
   if (it == entries_.end()) return NotRegistered(handle);
   std::shared_ptr<Entry> entry = std::move(it->second);
   entries_.erase(it);  // no new pins from here on
-  auto unpinned = [&entry]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return entry->pins == 0; };
-  mu_.Await(absl::Condition(&unpinned));
+  while (entry->pins != 0) unpinned_.Wait(&mu_);
   return absl::OkStatus();
 }
 
 absl::StatusOr<BufferRegistry::Pin> BufferRegistry::Acquire(BufferHandle handle, size_t offset,
                                                             size_t length) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(handle.id);
   if (it == entries_.end()) return NotRegistered(handle);
   const Registration& reg = it->second->reg;
@@ -73,12 +72,12 @@ absl::StatusOr<BufferRegistry::Pin> BufferRegistry::Acquire(BufferHandle handle,
 }
 
 void BufferRegistry::Unpin(Entry* entry) {
-  absl::MutexLock lock(&mu_);
-  --entry->pins;
+  MutexLock lock(&mu_);
+  if (--entry->pins == 0) unpinned_.SignalAll();
 }
 
 size_t BufferRegistry::size() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return entries_.size();
 }
 

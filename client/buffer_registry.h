@@ -24,7 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "shelf/client.h"
 
 namespace shelf {
@@ -100,7 +100,8 @@ class BufferRegistry {
  private:
   void Unpin(Entry* entry);
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
+  CondVar unpinned_;  // signalled when an entry's pins drop to 0
   std::map<uint64_t, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
 };
 

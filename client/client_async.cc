@@ -1,10 +1,10 @@
 // BatchFuture and the asynchronous batch calls: each runs its synchronous
 // form on one of the client's async threads (a bounded pool with a bounded
 // queue), with its deadline fixed when it is submitted.
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/time.h"
 #include "client/client_impl.h"
 #include "common/clock.h"
 #include "common/sync_point.h"
@@ -29,8 +29,8 @@ const std::vector<size_t>& NoSizes() {
 }
 
 void WaitDone(internal::BatchState* state) {
-  absl::MutexLock lock(&state->mu);
-  state->mu.Await(absl::Condition(&state->done));
+  MutexLock lock(&state->mu);
+  while (!state->done) state->finished.Wait(&state->mu);
 }
 
 }  // namespace
@@ -53,9 +53,14 @@ bool BatchFuture::Poll() const { return state_ == nullptr || state_->IsDone(); }
 
 bool BatchFuture::Wait(uint64_t timeout_ms) const {
   if (state_ == nullptr) return true;
-  absl::MutexLock lock(&state_->mu);
-  return state_->mu.AwaitWithTimeout(absl::Condition(&state_->done),
-                                     absl::Milliseconds(timeout_ms));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  MutexLock lock(&state_->mu);
+  while (!state_->done) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    state_->finished.WaitFor(&state_->mu, deadline - now);
+  }
+  return true;
 }
 
 void BatchFuture::Wait() const {

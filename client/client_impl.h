@@ -20,7 +20,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "client/batch_state.h"
 #include "client/buffer_registry.h"
 #include "client/gpu_staging.h"

@@ -1,11 +1,11 @@
 #include "client/gpu_staging.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/time.h"
 #include "common/clock.h"
 
 namespace shelf {
@@ -141,15 +141,14 @@ GpuStaging::~GpuStaging() = default;
 absl::StatusOr<GpuStaging::Bounce> GpuStaging::Acquire(size_t bytes, uint64_t deadline_ms) {
   std::unique_ptr<Buffer> buffer;
   {
-    absl::MutexLock lock(&mu_);
-    auto available = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !free_.empty() || lent_ < buffers_max_;
-    };
-    uint64_t now = MonoMs();
-    if (!mu_.AwaitWithTimeout(absl::Condition(&available),
-                              absl::Milliseconds(deadline_ms > now ? deadline_ms - now : 0))) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("deadline passed waiting for one of ", buffers_max_, " GPU bounce buffers"));
+    MutexLock lock(&mu_);
+    while (free_.empty() && lent_ >= buffers_max_) {
+      uint64_t now = MonoMs();
+      if (now >= deadline_ms) {
+        return absl::DeadlineExceededError(absl::StrCat("deadline passed waiting for one of ",
+                                                        buffers_max_, " GPU bounce buffers"));
+      }
+      returned_.WaitFor(&mu_, std::chrono::milliseconds(deadline_ms - now));
     }
     ++lent_;
     if (!free_.empty()) {
@@ -185,9 +184,10 @@ absl::StatusOr<GpuStaging::Bounce> GpuStaging::Acquire(size_t bytes, uint64_t de
 }
 
 void GpuStaging::Return(std::unique_ptr<Buffer> buffer) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   --lent_;
   free_.push_back(std::move(buffer));
+  returned_.Signal();
 }
 
 absl::Status GpuStaging::FromDevice(int device, Bounce* bounce, const void* src, size_t n,

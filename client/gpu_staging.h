@@ -43,8 +43,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "client/cuda_runtime.h"
+#include "common/mutex.h"
 #include "shelf/client.h"
 
 namespace shelf {
@@ -115,7 +115,8 @@ class GpuStaging {
   CudaRuntime* const cuda_;
   const size_t buffers_max_;
 
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar returned_;  // signalled when a buffer comes back
   std::vector<std::unique_ptr<Buffer>> free_ ABSL_GUARDED_BY(mu_);
   size_t lent_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -15,6 +15,7 @@
 #include "common/json.h"
 #include "common/net.h"
 #include "shelf/client.h"
+#include "testing/cluster_fixture.h"
 #include "testing/local_cluster.h"
 #include "transport/tcp_client.h"
 #include "transport/wire.h"
@@ -33,23 +34,13 @@ std::string RandomBytes(size_t n, uint32_t seed) {
   return s;
 }
 
-class ClusterTest : public ::testing::Test {
+class ClusterTest : public ClusterFixture {
  protected:
-  void SetUp() override {
-    LocalCluster::Options o;
-    o.stores = 2;
-    o.dram_bytes = 192ull << 20;
-    o.bin_dir = SHELF_BIN_DIR;
-    auto c = LocalCluster::Start(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = *std::move(c);
-    ClientOptions co;
-    co.masters = {cluster_->master_address()};
-    co.timeout_ms = 20000;
-    ASSERT_TRUE(Client::Open(co, &client_).ok());
+  LocalCluster::Options ClusterOptions() override {
+    LocalCluster::Options o = ClusterFixture::ClusterOptions();
+    o.dram_bytes = 192ull << 20;  // room for the 64 MiB block
+    return o;
   }
-  std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<Client> client_;
 };
 
 TEST_F(ClusterTest, PutGetRoundTripsAllSizes) {

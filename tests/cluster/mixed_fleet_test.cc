@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "shelf/client.h"
+#include "testing/cluster_fixture.h"
 #include "testing/local_cluster.h"
 #include "tests/fault/fault_util.h"
 
@@ -20,16 +21,16 @@ namespace {
 
 using fault::BlockBytes;
 
-class MixedFleetTest : public ::testing::Test {
+class MixedFleetTest : public ClusterFixture {
  protected:
+  LocalCluster::Options ClusterOptions() override {
+    LocalCluster::Options o = ClusterFixture::ClusterOptions();
+    o.stores = 0;  // added in SetUp, one of each kind
+    return o;
+  }
   void SetUp() override {
-    LocalCluster::Options o;
-    o.stores = 0;
-    o.dram_bytes = 64ull << 20;
-    o.bin_dir = SHELF_BIN_DIR;
-    auto cluster = LocalCluster::Start(o);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
+    ClusterFixture::SetUp();
+    if (HasFatalFailure()) return;
     auto tcp_only = cluster_->AddStore({"--shm=false"});
     ASSERT_TRUE(tcp_only.ok()) << tcp_only.status();
     auto both = cluster_->AddStore({});
@@ -37,17 +38,11 @@ class MixedFleetTest : public ::testing::Test {
   }
 
   std::unique_ptr<Client> Open(bool allow_tcp, bool allow_shm) {
-    ClientOptions co;
-    co.masters = {cluster_->master_address()};
+    ClientOptions co = DefaultClientOptions();
     co.allow_tcp = allow_tcp;
     co.allow_shm = allow_shm;
-    std::unique_ptr<Client> client;
-    Status s = Client::Open(co, &client);
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    return client;
+    return OpenClient(co);
   }
-
-  std::unique_ptr<LocalCluster> cluster_;
 };
 
 TEST_F(MixedFleetTest, EachStoreIsReachedOverTheBestTransportBothEndsShare) {

@@ -16,6 +16,7 @@
 #include "common/net.h"
 #include "server/master/rpc_limits.h"
 #include "shelf/client.h"
+#include "testing/cluster_fixture.h"
 #include "testing/local_cluster.h"
 #include "tests/fault/fault_util.h"
 #include "transport/tcp_client.h"
@@ -42,24 +43,24 @@ struct Case {
   std::function<std::string()> run;  // the observed answer
 };
 
-class BadInputTest : public ::testing::Test {
+class BadInputTest : public ClusterFixture {
  protected:
-  void SetUp() override {
-    LocalCluster::Options o;
-    o.stores = 2;
+  LocalCluster::Options ClusterOptions() override {
+    LocalCluster::Options o = ClusterFixture::ClusterOptions();
     o.dram_bytes = 32ull << 20;
-    o.bin_dir = SHELF_BIN_DIR;
     o.secret = kSecret;
     o.master_args = {"--put-timeout", "1s"};
-    auto c = LocalCluster::Start(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = *std::move(c);
-    probe_ = std::make_unique<fault::FaultProbe>(cluster_->master_address(), kSecret);
-    ClientOptions co;
-    co.masters = {cluster_->master_address()};
-    co.secret = kSecret;
+    return o;
+  }
+  ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
+    ClientOptions co = ClusterFixture::ClientOptionsFor(cluster);
     co.allow_shm = false;
-    ASSERT_TRUE(Client::Open(co, &client_).ok());
+    return co;
+  }
+  void SetUp() override {
+    ClusterFixture::SetUp();
+    if (HasFatalFailure()) return;
+    probe_ = std::make_unique<fault::FaultProbe>(cluster_->master_address(), kSecret);
     existing_ = BlockBytes(50000, 1);
     PutOptions po;
     po.replicas = 2;
@@ -134,9 +135,7 @@ class BadInputTest : public ::testing::Test {
     return CodeName(s.error_code());
   }
 
-  std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<fault::FaultProbe> probe_;
-  std::unique_ptr<Client> client_;
   std::string existing_;
 };
 

@@ -13,6 +13,7 @@
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "shelf/client.h"
+#include "testing/cluster_fixture.h"
 #include "testing/local_cluster.h"
 #include "tests/fault/fault_util.h"
 #include "transport/shm.h"
@@ -28,26 +29,26 @@ using fault::ShellQuote;
 constexpr char kSecret[] = "security-test-secret-0123456789abcdef";
 constexpr char kWrongSecret[] = "not-the-cluster-secret-at-all-0000";
 
-class SecurityTest : public ::testing::Test {
+class SecurityTest : public ClusterFixture {
  protected:
-  void SetUp() override {
-    LocalCluster::Options o;
-    o.stores = 2;
+  LocalCluster::Options ClusterOptions() override {
+    LocalCluster::Options o = ClusterFixture::ClusterOptions();
     o.dram_bytes = 32ull << 20;
-    o.bin_dir = SHELF_BIN_DIR;
     o.secret = kSecret;
     o.master_args = {"--put-timeout", "2s"};
-    auto c = LocalCluster::Start(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = *std::move(c);
+    return o;
+  }
+  ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
+    ClientOptions co = ClusterFixture::ClientOptionsFor(cluster);
+    co.allow_shm = false;
+    return co;
+  }
+  void SetUp() override {
+    ClusterFixture::SetUp();
+    if (HasFatalFailure()) return;
     probe_ = std::make_unique<fault::FaultProbe>(cluster_->master_address(), kSecret);
     anonymous_ = std::make_unique<fault::FaultProbe>(cluster_->master_address(), "");
     wrong_ = std::make_unique<fault::FaultProbe>(cluster_->master_address(), kWrongSecret);
-    ClientOptions co;
-    co.masters = {cluster_->master_address()};
-    co.secret = kSecret;
-    co.allow_shm = false;
-    ASSERT_TRUE(Client::Open(co, &client_).ok());
     std::string data = BlockBytes(10000, 1);
     ASSERT_TRUE(client_->Put("existing", data.data(), data.size()).ok());
   }
@@ -96,9 +97,7 @@ class SecurityTest : public ::testing::Test {
                                                  : cluster_->store_address(0);
   }
 
-  std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<fault::FaultProbe> probe_, anonymous_, wrong_;
-  std::unique_ptr<Client> client_;
 };
 
 TEST_F(SecurityTest, GrpcWithoutTheSecretIsUnauthenticatedAndChangesNothing) {
