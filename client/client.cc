@@ -24,7 +24,7 @@ constexpr uint32_t kAsyncThreadsMax = 64;
 constexpr uint32_t kAsyncQueueMax = 65536;
 // Keys a location cache may hold (each entry keeps one replica's endpoint,
 // a few hundred bytes).
-constexpr size_t kLocationCacheEntriesMax = 16 * 1024 * 1024;
+constexpr size_t kLocationCacheEntriesMax = size_t{16} << 20;
 // ParallelFor helpers may queue behind each other; a few per thread keeps
 // every transfer thread busy without letting the queue grow unbounded.
 constexpr size_t kTransferQueuePerThread = 4;

@@ -488,7 +488,8 @@ absl::StatusOr<std::unique_ptr<EtcdWatch>> LeaderElection::WatchLeader(
 
   WatchOptions options;
   options.start_revision = now->revision + 1;
-  options.on_events = [on_change](const std::vector<WatchEvent>& events, int64_t) {
+  options.on_events = [on_change = std::move(on_change)](const std::vector<WatchEvent>& events,
+                                                         int64_t) {
     // Only the state after the batch matters to a reader of "who leads".
     const WatchEvent& last = events.back();
     std::optional<LeaderInfo> leader;

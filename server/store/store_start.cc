@@ -50,7 +50,8 @@ std::string LoadOrCreateNodeId(const std::string& dir) {
 // of $RUNTIME_DIRECTORY), else /run/shelf. Never /tmp: anyone may create
 // there the directory a store would then trust.
 std::string DefaultRunDir() {
-  const char* env = std::getenv("RUNTIME_DIRECTORY");
+  // Read at start-up; nothing in the store sets the environment.
+  const char* env = std::getenv("RUNTIME_DIRECTORY");  // NOLINT(concurrency-mt-unsafe)
   if (env != nullptr && *env != '\0') {
     std::string first(absl::string_view(env).substr(0, absl::string_view(env).find(':')));
     if (!first.empty()) return first;
