@@ -245,6 +245,12 @@ int shelf_options_set_etcd_user_file(shelf_options_t* options, const char* path)
   return SHELF_OK;
 }
 
+int shelf_options_set_shm_store_uid(shelf_options_t* options, int64_t uid) {
+  if (options == nullptr) return NullArg("shelf_options_set_shm_store_uid", "options");
+  options->options.shm_store_uid = uid;
+  return SHELF_OK;  // the range is checked by shelf_client_open
+}
+
 int shelf_options_set_threads(shelf_options_t* options, uint32_t transfer_threads,
                               uint32_t async_threads, uint32_t async_queue_max) {
   if (options == nullptr) return NullArg("shelf_options_set_threads", "options");

@@ -172,7 +172,8 @@ class PyClient {
       const std::string& rdma_device, uint32_t rdma_port, int32_t rdma_gid_index,
       uint32_t rdma_traffic_class, uint32_t rdma_service_level, uint32_t rdma_pkey_index,
       const std::string& tls_cert, const std::string& tls_key, const std::string& etcd_ca,
-      const std::string& etcd_cert, const std::string& etcd_key, const std::string& etcd_user_file);
+      const std::string& etcd_cert, const std::string& etcd_key, const std::string& etcd_user_file,
+      int64_t shm_store_uid);
 
   // Never null: close() ends the client but keeps the object, whose calls
   // then answer FAILED_PRECONDITION. Safe without the GIL.

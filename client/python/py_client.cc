@@ -71,7 +71,8 @@ std::shared_ptr<PyClient> PyClient::Create(
     const std::string& rdma_device, uint32_t rdma_port, int32_t rdma_gid_index,
     uint32_t rdma_traffic_class, uint32_t rdma_service_level, uint32_t rdma_pkey_index,
     const std::string& tls_cert, const std::string& tls_key, const std::string& etcd_ca,
-    const std::string& etcd_cert, const std::string& etcd_key, const std::string& etcd_user_file) {
+    const std::string& etcd_cert, const std::string& etcd_key, const std::string& etcd_user_file,
+    int64_t shm_store_uid) {
   ClientOptions o;
   if (py::isinstance<py::str>(masters)) {
     std::string all = masters.cast<std::string>();
@@ -97,6 +98,7 @@ std::shared_ptr<PyClient> PyClient::Create(
   o.etcd_cert = etcd_cert;
   o.etcd_key = etcd_key;
   o.etcd_user_file = etcd_user_file;
+  o.shm_store_uid = shm_store_uid;
   o.transfer_threads = transfer_threads;
   o.async_threads = async_threads;
   o.async_queue_max = async_queue_max;

@@ -73,11 +73,21 @@ static void check_options(void) {
   CHECK(opts != NULL);
   CHECK_RC(shelf_options_set_etcd_tls(NULL, NULL, NULL, NULL), SHELF_INVALID_ARGUMENT);
   CHECK_RC(shelf_options_set_etcd_user_file(NULL, "x"), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_set_shm_store_uid(NULL, 0), SHELF_INVALID_ARGUMENT);
   CHECK_RC(shelf_options_set_etcd_tls(opts, NULL, NULL, NULL), SHELF_OK);
   CHECK_RC(shelf_options_set_etcd_user_file(opts, "/nonexistent/shelf-etcd-user"), SHELF_OK);
   CHECK_RC(shelf_options_add_master(opts, "etcd://127.0.0.1:1/c"), SHELF_OK);
   CHECK(shelf_client_open(opts, &client) != SHELF_OK);
   CHECK(strstr(shelf_last_error(), "shelf-etcd-user") != NULL);
+  shelf_options_free(opts);
+
+  /* A same-host store's uid: -1 (this process's) or a uid. */
+  opts = shelf_options_new();
+  CHECK(opts != NULL);
+  CHECK_RC(shelf_options_add_master(opts, "127.0.0.1:1"), SHELF_OK);
+  CHECK_RC(shelf_options_set_shm_store_uid(opts, -2), SHELF_OK);
+  CHECK_RC(shelf_client_open(opts, &client), SHELF_INVALID_ARGUMENT);
+  CHECK(strstr(shelf_last_error(), "shm_store_uid") != NULL);
   shelf_options_free(opts);
 }
 

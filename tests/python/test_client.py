@@ -282,3 +282,14 @@ def test_a_client_certificate_needs_its_key(tmp_path):
     cert.write_text("not used\n")
     with pytest.raises(shelf.InvalidArgumentError, match="both --tls-cert and --tls-key"):
         shelf.Client("127.0.0.1:1", tls_ca=str(cert), tls_cert=str(cert))
+
+
+def test_shm_store_uid_is_an_option_and_checked(cluster, unique):
+    # The uid a same-host store must run as (root always passes): a client
+    # expecting our own uid reads as before; a value that is no uid is
+    # refused when the client opens.
+    with shelf.Client([cluster.master], timeout_ms=20000, shm_store_uid=os.geteuid()) as c:
+        c.put(unique + b"u", b"uid")
+        assert c.get(unique + b"u") == b"uid"
+    with pytest.raises(shelf.InvalidArgumentError, match="shm_store_uid"):
+        shelf.Client([cluster.master], shm_store_uid=-2)

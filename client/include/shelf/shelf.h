@@ -115,6 +115,10 @@ int shelf_options_set_tls_client_cert(shelf_options_t* options, const char* cert
 int shelf_options_set_etcd_tls(shelf_options_t* options, const char* ca_path, const char* cert_path,
                                const char* key_path);
 int shelf_options_set_etcd_user_file(shelf_options_t* options, const char* path);
+/* The uid a same-host store must run as for this client to map its segment
+ * (ClientOptions::shm_store_uid): -1 for this process's effective uid (the
+ * default); root always passes. */
+int shelf_options_set_shm_store_uid(shelf_options_t* options, int64_t uid);
 int shelf_options_set_threads(shelf_options_t* options, uint32_t transfer_threads,
                               uint32_t async_threads, uint32_t async_queue_max);
 
