@@ -5,7 +5,12 @@
 #   shelf_cc_binary(NAME shelf-master SRCS main.cc DEPS shelf_master)
 #   shelf_cc_test(NAME allocator_test SRCS allocator_test.cc DEPS shelf_storage
 #                 LABELS unit)
-set(SHELF_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+# -Wshadow: a name declared again in an inner scope (a parameter naming a
+# member, a lambda's local naming the enclosing one) reads as the outer one
+# and is not. -Wnon-virtual-dtor: a class with virtual functions deleted
+# through a base pointer must have a virtual destructor (C++ only).
+set(SHELF_WARNINGS -Wall -Wextra -Wshadow $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor>
+    -Wno-unused-parameter -Wno-missing-field-initializers)
 if(SHELF_WERROR)
   list(APPEND SHELF_WARNINGS -Werror)
 endif()
