@@ -18,17 +18,20 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   list(APPEND SHELF_WARNINGS -Wthread-safety)
 endif()
 
+# A library exports the source root as its include root; the build tree
+# (generated protobuf headers) comes only from the proto libraries
+# (shelf_proto_library), to whoever depends on them.
 function(shelf_cc_library)
   cmake_parse_arguments(ARG "" "NAME" "HDRS;SRCS;DEPS;DEFINES" ${ARGN})
   if(ARG_SRCS)
     add_library(${ARG_NAME} STATIC ${ARG_SRCS} ${ARG_HDRS})
     target_compile_options(${ARG_NAME} PRIVATE ${SHELF_WARNINGS})
-    target_include_directories(${ARG_NAME} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+    target_include_directories(${ARG_NAME} PUBLIC ${PROJECT_SOURCE_DIR})
     target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS})
     target_compile_definitions(${ARG_NAME} PUBLIC ${ARG_DEFINES})
   else()
     add_library(${ARG_NAME} INTERFACE)
-    target_include_directories(${ARG_NAME} INTERFACE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+    target_include_directories(${ARG_NAME} INTERFACE ${PROJECT_SOURCE_DIR})
     target_link_libraries(${ARG_NAME} INTERFACE ${ARG_DEPS})
     target_compile_definitions(${ARG_NAME} INTERFACE ${ARG_DEFINES})
   endif()
