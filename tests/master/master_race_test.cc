@@ -209,7 +209,6 @@ TEST_F(MasterFixture, RandomizedConcurrentOperationsKeepInvariants) {
   Make(o, Clock::Real());  // leases and puts expire while the threads run
   Register("a", 8 * kMiB, 16 * kMiB);
   Register("b", 8 * kMiB);
-  std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
