@@ -5,25 +5,35 @@
 #   shelf_cc_binary(NAME shelf-master SRCS main.cc DEPS shelf_master)
 #   shelf_cc_test(NAME allocator_test SRCS allocator_test.cc DEPS shelf_storage
 #                 LABELS unit)
-set(SHELF_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+# -Wshadow: a name declared again in an inner scope (a parameter naming a
+# member, a lambda's local naming the enclosing one) reads as the outer one
+# and is not. -Wnon-virtual-dtor: a class with virtual functions deleted
+# through a base pointer must have a virtual destructor (C++ only).
+set(SHELF_WARNINGS -Wall -Wextra -Wshadow $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor>
+    -Wno-unused-parameter -Wno-missing-field-initializers)
 if(SHELF_WERROR)
   list(APPEND SHELF_WARNINGS -Werror)
 endif()
 if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
-  list(APPEND SHELF_WARNINGS -Wthread-safety)
+  # The tree is C++17: designated initialisers ({.field = x}) are C++20,
+  # which clang accepts as an extension unless told.
+  list(APPEND SHELF_WARNINGS -Wthread-safety -Wc++20-designator)
 endif()
 
+# A library exports the source root as its include root; the build tree
+# (generated protobuf headers) comes only from the proto libraries
+# (shelf_proto_library), to whoever depends on them.
 function(shelf_cc_library)
   cmake_parse_arguments(ARG "" "NAME" "HDRS;SRCS;DEPS;DEFINES" ${ARGN})
   if(ARG_SRCS)
     add_library(${ARG_NAME} STATIC ${ARG_SRCS} ${ARG_HDRS})
     target_compile_options(${ARG_NAME} PRIVATE ${SHELF_WARNINGS})
-    target_include_directories(${ARG_NAME} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+    target_include_directories(${ARG_NAME} PUBLIC ${PROJECT_SOURCE_DIR})
     target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS})
     target_compile_definitions(${ARG_NAME} PUBLIC ${ARG_DEFINES})
   else()
     add_library(${ARG_NAME} INTERFACE)
-    target_include_directories(${ARG_NAME} INTERFACE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+    target_include_directories(${ARG_NAME} INTERFACE ${PROJECT_SOURCE_DIR})
     target_link_libraries(${ARG_NAME} INTERFACE ${ARG_DEPS})
     target_compile_definitions(${ARG_NAME} INTERFACE ${ARG_DEFINES})
   endif()

@@ -15,11 +15,14 @@ class RealClock final : public Clock {
     return mu->AwaitWithTimeout(cond, absl::Milliseconds(ElapsedMs(deadline_ms, now)));
   }
 
-  bool WaitUntil(std::unique_lock<std::mutex>* lock, std::condition_variable* cv,
-                 uint64_t deadline_ms, const std::function<bool()>& pred) override {
-    // MonoMs counts steady_clock milliseconds from its epoch.
-    std::chrono::steady_clock::time_point deadline{std::chrono::milliseconds(deadline_ms)};
-    return cv->wait_until(*lock, deadline, pred);
+  bool WaitUntil(Mutex* mu, CondVar* cv, uint64_t deadline_ms,
+                 const std::function<bool()>& pred) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    while (!pred()) {
+      uint64_t now = MonoMs();
+      if (now >= deadline_ms) return false;
+      cv->WaitFor(mu, std::chrono::milliseconds(deadline_ms - now));
+    }
+    return true;
   }
 };
 

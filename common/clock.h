@@ -15,13 +15,12 @@
 #define SHELF_COMMON_CLOCK_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace shelf {
 
@@ -68,11 +67,12 @@ class Clock {
   virtual bool AwaitUntil(absl::Mutex* mu, const absl::Condition& cond, uint64_t deadline_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
 
-  // As AwaitUntil for a std::mutex and the condition variable that is
-  // notified whenever `pred` may have become true. Returns pred().
-  // REQUIRES: `lock` owns its mutex; `pred` reads only what that mutex guards.
-  virtual bool WaitUntil(std::unique_lock<std::mutex>* lock, std::condition_variable* cv,
-                         uint64_t deadline_ms, const std::function<bool()>& pred) = 0;
+  // As AwaitUntil for a shelf::Mutex and the condition variable that is
+  // signalled whenever `pred` may have become true. Returns pred(), which
+  // runs with `mu` held.
+  // REQUIRES: `mu` held; `pred` reads only what `mu` guards.
+  virtual bool WaitUntil(Mutex* mu, CondVar* cv, uint64_t deadline_ms,
+                         const std::function<bool()>& pred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
 };
 
 }  // namespace shelf

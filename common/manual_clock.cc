@@ -17,7 +17,7 @@ uint64_t ManualClock::NowMs() {
   if (has_read_hook_.load()) {
     std::function<void()> hook;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       hook = read_hook_;
     }
     if (hook) hook();
@@ -46,14 +46,15 @@ bool ManualClock::AwaitUntil(absl::Mutex* mu, const absl::Condition& cond, uint6
   return cond.Eval();
 }
 
-bool ManualClock::WaitUntil(std::unique_lock<std::mutex>* lock, std::condition_variable* cv,
-                            uint64_t deadline_ms, const std::function<bool()>& pred) {
-  std::mutex* m = lock->mutex();
-  uint64_t id = AddWaiter([m, cv] {
-    { std::lock_guard<std::mutex> poke(*m); }
-    cv->notify_all();
+bool ManualClock::WaitUntil(Mutex* mu, CondVar* cv, uint64_t deadline_ms,
+                            const std::function<bool()>& pred) {
+  // Registered while `mu` is held, so an Advance() that follows takes `mu`
+  // only once this thread waits on `cv`: the signal cannot be lost.
+  uint64_t id = AddWaiter([mu, cv] {
+    { MutexLock poke(mu); }
+    cv->SignalAll();
   });
-  while (!pred() && now_ms_.load() < deadline_ms) cv->wait(*lock);
+  while (!pred() && now_ms_.load() < deadline_ms) cv->Wait(mu);
   RemoveWaiter(id);
   return pred();
 }
@@ -61,7 +62,7 @@ bool ManualClock::WaitUntil(std::unique_lock<std::mutex>* lock, std::condition_v
 void ManualClock::Advance(uint64_t ms) {
   std::vector<std::function<void()>> wake;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     now_ms_.fetch_add(ms);
     for (const auto& [id, fn] : waiters_) wake.push_back(fn);
   }
@@ -70,31 +71,31 @@ void ManualClock::Advance(uint64_t ms) {
 }
 
 size_t ManualClock::waiters() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return waiters_.size();
 }
 
 void ManualClock::WaitForWaiters(size_t n) {
-  std::unique_lock<std::mutex> lock(mu_);
-  waiters_cv_.wait(lock, [&] { return waiters_.size() >= n; });
+  MutexLock lock(&mu_);
+  while (waiters_.size() < n) waiters_cv_.Wait(&mu_);
 }
 
 void ManualClock::SetReadHook(std::function<void()> hook) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   has_read_hook_.store(static_cast<bool>(hook));
   read_hook_ = std::move(hook);
 }
 
 uint64_t ManualClock::AddWaiter(std::function<void()> wake) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t id = next_waiter_++;
   waiters_.emplace(id, std::move(wake));
-  waiters_cv_.notify_all();
+  waiters_cv_.SignalAll();
   return id;
 }
 
 void ManualClock::RemoveWaiter(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   waiters_.erase(id);
 }
 

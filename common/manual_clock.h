@@ -20,13 +20,13 @@
 #define SHELF_COMMON_MANUAL_CLOCK_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 
 namespace shelf {
 
@@ -40,39 +40,39 @@ class ManualClock final : public Clock {
   uint64_t UnixMs() override;
   bool AwaitUntil(absl::Mutex* mu, const absl::Condition& cond, uint64_t deadline_ms) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  bool WaitUntil(std::unique_lock<std::mutex>* lock, std::condition_variable* cv,
-                 uint64_t deadline_ms, const std::function<bool()>& pred) override;
+  bool WaitUntil(Mutex* mu, CondVar* cv, uint64_t deadline_ms,
+                 const std::function<bool()>& pred) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Moves time forward by `ms` and wakes every wait in progress, so those
   // whose deadline is now reached return. Each waiter's mutex is taken
   // briefly: the caller must hold none of them.
-  void Advance(uint64_t ms);
+  void Advance(uint64_t ms) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Waits in progress on this clock.
-  size_t waiters();
+  size_t waiters() ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks (in real time) until at least `n` waits are in progress: a test
   // calls it to know that another thread has begun waiting.
-  void WaitForWaiters(size_t n);
+  void WaitForWaiters(size_t n) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Runs `hook` after every NowMs() read, in the reading thread, with
   // nothing of the clock locked (a read made by the hook runs it too).
   // Lets a test act at the exact moment a component reads the time. An
   // empty function removes it.
-  void SetReadHook(std::function<void()> hook);
+  void SetReadHook(std::function<void()> hook) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // Registers a function that makes a waiter re-check its deadline.
-  uint64_t AddWaiter(std::function<void()> wake);
-  void RemoveWaiter(uint64_t id);
+  uint64_t AddWaiter(std::function<void()> wake) ABSL_LOCKS_EXCLUDED(mu_);
+  void RemoveWaiter(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
 
   std::atomic<uint64_t> now_ms_;
   const uint64_t unix_offset_ms_;  // UnixMs() - NowMs()
 
-  std::mutex mu_;
-  std::condition_variable waiters_cv_;                 // a waiter was added
-  std::map<uint64_t, std::function<void()>> waiters_;  // guarded by mu_
-  uint64_t next_waiter_ = 1;                           // guarded by mu_
-  std::function<void()> read_hook_;                    // guarded by mu_
+  Mutex mu_;
+  CondVar waiters_cv_;  // a waiter was added
+  std::map<uint64_t, std::function<void()>> waiters_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
+  std::function<void()> read_hook_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> has_read_hook_{false};
 };
 

@@ -16,14 +16,15 @@
 #ifndef SHELF_COMMON_SYNC_POINT_H_
 #define SHELF_COMMON_SYNC_POINT_H_
 
-#include <condition_variable>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 
 namespace shelf {
 
@@ -32,25 +33,27 @@ class SyncPoint {
   static SyncPoint* Get();
 
   // `fn` runs each time `point` is reached (argument: the point's context).
-  void SetCallBack(const std::string& point, std::function<void(void*)> fn);
+  void SetCallBack(const std::string& point, std::function<void(void*)> fn)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Each pair {a, b}: a thread reaching b waits until a has been reached.
-  void LoadDependency(const std::vector<std::pair<std::string, std::string>>& deps);
-  void EnableProcessing();
-  void DisableProcessing();
-  void ClearAll();
+  void LoadDependency(const std::vector<std::pair<std::string, std::string>>& deps)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void EnableProcessing() ABSL_LOCKS_EXCLUDED(mu_);
+  void DisableProcessing() ABSL_LOCKS_EXCLUDED(mu_);
+  void ClearAll() ABSL_LOCKS_EXCLUDED(mu_);
   // How often `point` was reached while processing was enabled.
-  int Count(const std::string& point);
+  int Count(const std::string& point) ABSL_LOCKS_EXCLUDED(mu_);
 
-  void Process(const std::string& point, void* arg);
+  void Process(const std::string& point, void* arg) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool enabled_ = false;
-  std::map<std::string, std::function<void(void*)>> callbacks_;
-  std::map<std::string, std::vector<std::string>> predecessors_;
-  std::set<std::string> reached_;
-  std::map<std::string, int> counts_;
+  Mutex mu_;
+  CondVar cv_;  // a point was reached, or processing stopped
+  bool enabled_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::function<void(void*)>> callbacks_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<std::string>> predecessors_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> reached_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> counts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shelf

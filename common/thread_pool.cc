@@ -57,7 +57,7 @@ namespace {
 // by shared_ptr: one that starts after the caller returned finds no item
 // left and never touches `fn`.
 struct ForState {
-  explicit ForState(size_t n, const std::function<void(size_t)>* fn) : n(n), fn(fn) {}
+  explicit ForState(size_t items, const std::function<void(size_t)>* body) : n(items), fn(body) {}
   const size_t n;
   const std::function<void(size_t)>* const fn;
   std::atomic<size_t> next{0};

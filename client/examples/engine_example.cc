@@ -58,17 +58,18 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (a != name || i + 1 >= argc) return nullptr;
       return argv[++i];
     };
-    if (const char* v = value("--master")) {
+    const char* v = nullptr;
+    if ((v = value("--master")) != nullptr) {
       f->master = v;
-    } else if (const char* v = value("--tokens")) {
+    } else if ((v = value("--tokens")) != nullptr) {
       f->tokens = std::strtoull(v, nullptr, 10);
-    } else if (const char* v = value("--block-tokens")) {
+    } else if ((v = value("--block-tokens")) != nullptr) {
       f->block_tokens = std::strtoull(v, nullptr, 10);
-    } else if (const char* v = value("--shared-tokens")) {
+    } else if ((v = value("--shared-tokens")) != nullptr) {
       f->shared_tokens = std::strtoull(v, nullptr, 10);
-    } else if (const char* v = value("--block-bytes")) {
+    } else if ((v = value("--block-bytes")) != nullptr) {
       f->block_bytes = std::strtoull(v, nullptr, 10);
-    } else if (const char* v = value("--seed")) {
+    } else if ((v = value("--seed")) != nullptr) {
       f->seed = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
     } else {
       std::fprintf(stderr, "engine_example: unknown flag '%s'\n", a.c_str());

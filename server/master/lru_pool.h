@@ -15,8 +15,10 @@
 
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 
 namespace shelf {
 
@@ -30,8 +32,8 @@ class LruNodePool {
     return *pool;
   }
 
-  void* Allocate() {
-    std::lock_guard<std::mutex> lock(mu_);
+  void* Allocate() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     if (free_ != nullptr) {
       Cell* c = free_;
       free_ = c->next;
@@ -45,8 +47,8 @@ class LruNodePool {
     return next_++;
   }
 
-  void Free(void* p) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Free(void* p) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     Cell* c = static_cast<Cell*>(p);
     c->next = free_;
     free_ = c;
@@ -59,11 +61,11 @@ class LruNodePool {
   };
   static_assert(sizeof(Cell) == kCellBytes);
 
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Cell[]>> slabs_;
-  Cell* next_ = nullptr;
-  Cell* end_ = nullptr;
-  Cell* free_ = nullptr;
+  Mutex mu_;
+  std::vector<std::unique_ptr<Cell[]>> slabs_ ABSL_GUARDED_BY(mu_);
+  Cell* next_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Cell* end_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Cell* free_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 // Stateless: every LruAllocator is equal, so lists splice freely.

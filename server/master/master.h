@@ -27,13 +27,11 @@
 #define SHELF_SERVER_MASTER_MASTER_H_
 
 #include <array>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -46,6 +44,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/prom.h"
 #include "proto/shelf.pb.h"
 #include "server/master/kv_events.h"
@@ -314,15 +313,15 @@ class Master {
   // thousand conditions.) Shared: a reset frees the Node while its
   // heartbeat still waits here.
   struct Wake {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool woken = false;  // guarded by mu
-    void Notify() {
+    Mutex mu;
+    CondVar cv;  // `woken` was set
+    bool woken ABSL_GUARDED_BY(mu) = false;
+    void Notify() ABSL_LOCKS_EXCLUDED(mu) {
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         woken = true;
       }
-      cv.notify_all();
+      cv.SignalAll();
     }
   };
   struct Node {

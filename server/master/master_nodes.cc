@@ -260,13 +260,14 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
     std::shared_ptr<Wake> wake = n.wake;
     const uint64_t epoch = reset_epoch_;
     {
-      std::lock_guard<std::mutex> w(wake->mu);
+      MutexLock w(&wake->mu);
       wake->woken = false;  // the outbox is empty: no order is pending
     }
     mu_.Unlock();
     {
-      std::unique_lock<std::mutex> w(wake->mu);
-      clock_->WaitUntil(&w, &wake->cv, now + wait_ms, [&wake] { return wake->woken; });
+      MutexLock w(&wake->mu);
+      auto woken = [&wake]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wake->mu) { return wake->woken; };
+      clock_->WaitUntil(&wake->mu, &wake->cv, now + wait_ms, woken);
     }
     mu_.Lock();
     if (reset_epoch_ != epoch) {

@@ -13,10 +13,11 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "transport/data_server.h"
 #include "transport/wire.h"
 
@@ -64,8 +65,8 @@ class MemoryHandler : public DataHandler {
                           uint64_t length) override {
     return wire::VerifyGrant(grant_key_, node_id_, grant, segment_id, offset, length, UnixMs());
   }
-  absl::Status ReadKey(absl::string_view key, std::string* out) override {
-    std::lock_guard<std::mutex> lock(mu_);
+  absl::Status ReadKey(absl::string_view key, std::string* out) override ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     auto it = keys_.find(std::string(key));
     if (it == keys_.end()) return absl::NotFoundError("no such key");
     *out = it->second;
@@ -73,8 +74,8 @@ class MemoryHandler : public DataHandler {
   }
   void OnRead(uint64_t bytes) override { read_.fetch_add(bytes); }
   void OnWrite(uint64_t bytes) override { written_.fetch_add(bytes); }
-  void AddKey(const std::string& key, std::string value) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void AddKey(const std::string& key, std::string value) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     keys_[key] = std::move(value);
   }
   uint64_t written() const { return written_.load(); }
@@ -86,8 +87,8 @@ class MemoryHandler : public DataHandler {
   const std::string node_id_;
   int memfd_ = -1;
   char* base_ = nullptr;
-  std::mutex mu_;
-  std::map<std::string, std::string> keys_;
+  Mutex mu_;
+  std::map<std::string, std::string> keys_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> read_{0}, written_{0};
 };
 

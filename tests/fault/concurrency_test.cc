@@ -15,12 +15,12 @@
 
 #include <atomic>
 #include <map>
-#include <mutex>
 #include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/prom.h"
 #include "storage/allocator.h"
 #include "tests/common/memory_handler.h"
@@ -132,8 +132,8 @@ TEST(ConcurrencyTest, DataPlaneServesManyThreadsOnPooledConnections) {
 TEST(ConcurrencyTest, AllocatorBehindAMutexNeverHandsOutARangeTwice) {
   constexpr uint64_t kAlign = 4096;
   constexpr uint64_t kPages = 4096;
-  RangeAllocator alloc(kPages * kAlign, kAlign);
-  std::mutex mu;
+  Mutex mu;
+  RangeAllocator alloc(kPages * kAlign, kAlign);  // guarded by mu
   std::vector<std::atomic<int>> owner(kPages);
   for (auto& o : owner) o.store(-1);
   std::atomic<int> overlaps{0};
@@ -148,14 +148,14 @@ TEST(ConcurrencyTest, AllocatorBehindAMutexNeverHandsOutARangeTwice) {
         for (uint64_t p = off / kAlign; p < (off + size + kAlign - 1) / kAlign; ++p) {
           owner[p].store(-1);
         }
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         ASSERT_TRUE(alloc.Free(off, size).ok());
         continue;
       }
       uint64_t size = 1 + rng() % (16 * kAlign);
       absl::StatusOr<uint64_t> off;
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         off = alloc.Allocate(size);
       }
       if (!off.ok()) continue;
@@ -169,7 +169,7 @@ TEST(ConcurrencyTest, AllocatorBehindAMutexNeverHandsOutARangeTwice) {
       for (uint64_t p = off / kAlign; p < (off + size + kAlign - 1) / kAlign; ++p) {
         owner[p].store(-1);
       }
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       ASSERT_TRUE(alloc.Free(off, size).ok());
     }
   };
@@ -177,7 +177,7 @@ TEST(ConcurrencyTest, AllocatorBehindAMutexNeverHandsOutARangeTwice) {
   for (int t = 0; t < 8; ++t) threads.emplace_back(worker, t);
   for (std::thread& th : threads) th.join();
   EXPECT_EQ(overlaps.load(), 0);
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   alloc.CheckInvariants();
   EXPECT_EQ(alloc.used(), 0u);
   EXPECT_EQ(alloc.free_extents(), 1u);

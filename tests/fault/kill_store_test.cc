@@ -5,12 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <mutex>
 #include <random>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
 #include "tests/fault/fault_util.h"
@@ -44,12 +45,12 @@ class MixedLoad {
     for (std::thread& th : pool) th.join();
   }
 
-  std::vector<Committed> committed() {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Committed> committed() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     return committed_;
   }
-  std::vector<std::string> get_failures() {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> get_failures() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     return get_failures_;
   }
   uint64_t gets_ok() const { return gets_ok_.load(); }
@@ -78,7 +79,7 @@ class MixedLoad {
         Status s = client->Put(key, data.data(), data.size(), po);
         if (s.ok()) {
           puts_ok_.fetch_add(1);
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(&mu_);
           committed_.push_back({key, size, seed});
         } else {
           puts_failed_.fetch_add(1);
@@ -87,7 +88,7 @@ class MixedLoad {
       }
       Committed c;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         c = committed_[rng() % committed_.size()];
       }
       std::string got;
@@ -101,7 +102,7 @@ class MixedLoad {
       if (why.empty()) {
         gets_ok_.fetch_add(1);
       } else {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         get_failures_.push_back(absl::StrCat(c.key, " via ", t % 2 == 0 ? "shm" : "tcp",
                                              " client at ", MonoMs(), ": ", why));
       }
@@ -109,9 +110,9 @@ class MixedLoad {
   }
 
   Client* clients_[2];
-  std::mutex mu_;
-  std::vector<Committed> committed_;
-  std::vector<std::string> get_failures_;
+  Mutex mu_;
+  std::vector<Committed> committed_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> get_failures_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> gets_ok_{0}, puts_ok_{0}, puts_failed_{0};
   std::atomic<bool> after_kill_{false};
 };

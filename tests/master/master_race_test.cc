@@ -1,12 +1,11 @@
 // Races replayed deterministically with named sync points, plus a
 // randomized multi-threaded run checked against the master's invariants.
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <random>
 #include <thread>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/sync_point.h"
 #include "tests/master/master_fixture.h"
 
@@ -100,8 +99,8 @@ TEST_F(MasterFixture, AHeartbeatStampedAfterTheTickerReadTheClockNeverKillsALive
   std::atomic<bool> locked{false};  // the ticker holds the master's lock
   SyncPoint::Get()->SetCallBack("Master::Tick:Locked", [&](void*) { locked.store(true); });
   SyncPoint::Get()->EnableProcessing();
-  std::mutex mu;
-  std::condition_variable cv;
+  Mutex mu;
+  CondVar cv;
   bool heartbeat_read = false;  // guarded by mu
   std::thread store;
   absl::Status status;
@@ -109,17 +108,17 @@ TEST_F(MasterFixture, AHeartbeatStampedAfterTheTickerReadTheClockNeverKillsALive
   std::atomic<int> ticker_reads{0};
   clock_.SetReadHook([&] {
     if (std::this_thread::get_id() != ticker) {
-      std::lock_guard<std::mutex> lock(mu);  // the heartbeat read the clock
+      MutexLock lock(&mu);  // the heartbeat read the clock
       heartbeat_read = true;
-      cv.notify_all();
+      cv.SignalAll();
       return;
     }
     if (ticker_reads.fetch_add(1) != 0) return;
     clock_.Advance(1);
     store = std::thread([&] { status = Heartbeat("a", 1, {}, &resp); });
     {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return heartbeat_read; });
+      MutexLock lock(&mu);
+      while (!heartbeat_read) cv.Wait(&mu);
     }
     // Nothing else holds the lock: without the ticker holding it, the
     // heartbeat gets in now.
@@ -210,7 +209,6 @@ TEST_F(MasterFixture, RandomizedConcurrentOperationsKeepInvariants) {
   Make(o, Clock::Real());  // leases and puts expire while the threads run
   Register("a", 8 * kMiB, 16 * kMiB);
   Register("b", 8 * kMiB);
-  std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {

@@ -221,7 +221,7 @@ int KvEventsBench(int argc, char** argv) {
         std::vector<PutItem> items;
         uint64_t first = next.fetch_add(batch);
         for (int64_t i = 0; i < batch; ++i) keys.push_back(absl::StrCat("kv-events/", first + i));
-        for (const std::string& k : keys) items.push_back(PutItem{k, data.data(), data.size()});
+        for (const std::string& key : keys) items.push_back(PutItem{key, data.data(), data.size()});
         std::vector<Status> st;
         if (!c->BatchPut(items, &st).ok()) return uint64_t{0};
         last_keys[t] = std::move(keys);

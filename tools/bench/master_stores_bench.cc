@@ -22,17 +22,17 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/json.h"
+#include "common/mutex.h"
 #include "common/rpc.h"
 #include "common/units.h"
 #include "proto/shelf.grpc.pb.h"
@@ -123,14 +123,14 @@ class Fleet {
 
   v1::MasterService::Stub* stub(int i) { return stubs_[i].get(); }
   void Start(int i) { Send(i, 1); }
-  void Stop() {
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
     stopping_.store(true);
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return in_flight_ == 0; });
+    MutexLock lock(&mu_);
+    while (in_flight_ != 0) cv_.Wait(&mu_);
   }
   // Figures count only while measuring.
-  void Measure(bool on) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Measure(bool on) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     measuring_ = on;
     if (on) {
       rtt_us_ = Samples();
@@ -143,8 +143,8 @@ class Fleet {
     uint64_t beats = 0, errors = 0, reregisters = 0;
     std::string error;
   };
-  Figures Take() {
-    std::lock_guard<std::mutex> lock(mu_);
+  Figures Take() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     Figures f;
     f.rtt_us = rtt_us_;
     f.held_us = held_us_;
@@ -163,9 +163,9 @@ class Fleet {
     uint64_t t0_us = 0;
   };
 
-  void Send(int i, uint64_t seq) {
+  void Send(int i, uint64_t seq) ABSL_LOCKS_EXCLUDED(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_.load()) return;
       ++in_flight_;
     }
@@ -181,14 +181,14 @@ class Fleet {
                                   [this, b, i, seq, poll](const grpc::Status& s) {
                                     Done(b, s, poll);
                                     Send(i, seq + 1);
-                                    std::lock_guard<std::mutex> lock(mu_);
-                                    if (--in_flight_ == 0) cv_.notify_all();
+                                    MutexLock lock(&mu_);
+                                    if (--in_flight_ == 0) cv_.SignalAll();
                                   });
   }
 
-  void Done(Beat* b, const grpc::Status& s, bool poll) {
+  void Done(Beat* b, const grpc::Status& s, bool poll) ABSL_LOCKS_EXCLUDED(mu_) {
     double us = static_cast<double>(MonoUs() - b->t0_us);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!s.ok()) {
       ++errors_;
       if (error_.empty()) error_ = absl::StrCat("Heartbeat: ", s.error_message());
@@ -205,13 +205,16 @@ class Fleet {
   const std::string token_;
   std::vector<std::unique_ptr<v1::MasterService::Stub>> stubs_;
   std::atomic<bool> stopping_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int in_flight_ = 0;
-  bool measuring_ = false;
-  Samples rtt_us_, held_us_;
-  uint64_t beats_ = 0, errors_ = 0, reregisters_ = 0;
-  std::string error_;
+  Mutex mu_;
+  CondVar cv_;  // in_flight_ reached 0
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool measuring_ ABSL_GUARDED_BY(mu_) = false;
+  Samples rtt_us_ ABSL_GUARDED_BY(mu_);
+  Samples held_us_ ABSL_GUARDED_BY(mu_);
+  uint64_t beats_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t errors_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reregisters_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string error_ ABSL_GUARDED_BY(mu_);
 };
 
 enum class Op { kLookup, kMatch, kPut };
@@ -290,8 +293,8 @@ void Client(const std::string& address, Op op, int t, uint64_t objects, size_t b
 // reports objects [i * per, (i + 1) * per) (the last one the rest).
 absl::Status RegisterAll(Fleet* fleet, int n, uint64_t objects, bool with_inventory) {
   std::atomic<int> next{0};
-  std::mutex mu;
-  absl::Status status;
+  Mutex mu;
+  absl::Status status;  // guarded by mu
   std::string token = AuthToken("");
   uint64_t per = objects / static_cast<uint64_t>(n);
   std::vector<std::thread> th;
@@ -309,7 +312,7 @@ absl::Status RegisterAll(Fleet* fleet, int n, uint64_t objects, bool with_invent
         absl::Status s =
             FromGrpc(fleet->stub(i)->RegisterStore(&ctx, Registration(i, first, count), &resp));
         if (!s.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(&mu);
           if (status.ok()) status = s;
         }
       }

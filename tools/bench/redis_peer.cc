@@ -45,7 +45,7 @@ namespace {
 
 // Takes ownership of a reply; frees it on scope exit.
 struct Reply {
-  explicit Reply(void* r) : r(static_cast<redisReply*>(r)) {}
+  explicit Reply(void* reply) : r(static_cast<redisReply*>(reply)) {}
   ~Reply() {
     if (r != nullptr) freeReplyObject(r);
   }

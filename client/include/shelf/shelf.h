@@ -231,7 +231,16 @@ typedef struct shelf_client_stats {
   uint64_t bytes_staged_gpu;  /* through pinned bounce buffers */
 } shelf_client_stats_t;
 /* Fills *stats. SHELF_INVALID_ARGUMENT for a null pointer. */
+#if defined(__cplusplus) && defined(__GNUC__) && !defined(__clang__)
+/* The function has its struct's tag for a name, as stat() has; C++ hides
+   the tag behind it (use shelf_client_stats_t), and GCC's -Wshadow says so. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
+#endif
 int shelf_client_stats(const shelf_client_t* client, shelf_client_stats_t* stats);
+#if defined(__cplusplus) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 /* Frees memory the library returned (shelf_get). Null is fine. */
 void shelf_free(void* p);
