@@ -218,11 +218,13 @@ absl::Status ShmWriter::Request(uint32_t segment_id, uint64_t offset, uint64_t l
   r.src_offset = 0;
   char head[kShmWriteHeaderBytes];
   EncodeRequest(r, head);
-  struct iovec iov = {head, sizeof(head)};
+  // Header and grant in one message (the descriptor rides on its first
+  // byte); a short send finishes with WriteFullv.
+  struct iovec iov[2] = {{head, sizeof(head)}, {const_cast<char*>(grant.data()), grant.size()}};
   struct msghdr msg;
   std::memset(&msg, 0, sizeof(msg));
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
+  msg.msg_iov = iov;
+  msg.msg_iovlen = 2;
   alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
   if (!staging_sent_) {
     msg.msg_control = control;
@@ -237,10 +239,20 @@ absl::Status ShmWriter::Request(uint32_t segment_id, uint64_t offset, uint64_t l
   do {
     n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
-  absl::Status s = n == static_cast<ssize_t>(sizeof(head))
-                       ? WriteFull(fd_, grant.data(), grant.size())
-                       : absl::UnavailableError(absl::StrCat(
-                             "shm write request: ", n < 0 ? ErrnoText(errno) : "short send"));
+  absl::Status s = absl::OkStatus();
+  if (n < 0) {
+    s = absl::UnavailableError(absl::StrCat("shm write request: ", ErrnoText(errno)));
+  } else {
+    // Past the first byte the descriptor has gone with the message.
+    size_t sent = static_cast<size_t>(n);
+    for (struct iovec& v : iov) {
+      const size_t skip = std::min(sent, v.iov_len);
+      v.iov_base = static_cast<char*>(v.iov_base) + skip;
+      v.iov_len -= skip;
+      sent -= skip;
+    }
+    s = WriteFullv(fd_, iov, 2);
+  }
   char reply[kShmWriteReplyBytes];
   if (s.ok()) {
     staging_sent_ = true;
