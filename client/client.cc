@@ -570,6 +570,8 @@ Status ClientImpl::MatchPrefix(const std::vector<std::string>& keys, size_t* mat
 ClientStats ClientImpl::stats() const {
   ClientStats s;
   s.bytes_stored = stats_.bytes_stored.load();
+  s.bytes_stored_shm = stats_.bytes_stored_shm.load();
+  s.bytes_stored_tcp = stats_.bytes_stored_tcp.load();
   s.bytes_loaded = stats_.bytes_loaded.load();
   s.bytes_loaded_shm = stats_.bytes_loaded_shm.load();
   s.bytes_loaded_tcp = stats_.bytes_loaded_tcp.load();

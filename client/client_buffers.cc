@@ -1,7 +1,8 @@
 // ClientImpl: registered buffers and the zero-copy calls. Host memory moves
-// straight between the buffer and the transport (one memcpy into a mapped
-// segment, or the socket writing from / reading into it); device memory goes
-// through a pinned bounce buffer (gpu_staging.h).
+// straight between the buffer and the transport (one memcpy out of a mapped
+// segment or into shm staging memory, or the socket writing from / reading
+// into it); device memory goes through a pinned bounce buffer
+// (gpu_staging.h).
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"

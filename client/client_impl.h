@@ -261,10 +261,11 @@ class ClientImpl final : public Client {
   std::atomic<bool> closed_{false};
 
   struct AtomicStats {
-    std::atomic<uint64_t> bytes_stored{0}, bytes_loaded{0}, bytes_loaded_shm{0},
-        bytes_loaded_tcp{0}, bytes_loaded_rdma{0}, bytes_loaded_ssd{0}, blocks_loaded_dram{0},
-        blocks_loaded_ssd{0}, checksum_mismatches{0}, replica_failovers{0}, bytes_staged_gpu{0},
-        cache_hits{0}, cache_misses{0}, cache_fallbacks{0};
+    std::atomic<uint64_t> bytes_stored{0}, bytes_stored_shm{0}, bytes_stored_tcp{0},
+        bytes_loaded{0}, bytes_loaded_shm{0}, bytes_loaded_tcp{0}, bytes_loaded_rdma{0},
+        bytes_loaded_ssd{0}, blocks_loaded_dram{0}, blocks_loaded_ssd{0}, checksum_mismatches{0},
+        replica_failovers{0}, bytes_staged_gpu{0}, cache_hits{0}, cache_misses{0},
+        cache_fallbacks{0};
   };
   mutable AtomicStats stats_;
 

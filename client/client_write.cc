@@ -79,7 +79,11 @@ absl::Status ClientImpl::WriteReplica(const v1::Replica& replica, const v1::Writ
   const char* transport = "tcp";
   absl::Status s = MoveReplica(transport::OpKind::kWrite, replica, &grant, const_cast<char*>(data),
                                size, deadline_ms, &transport);
-  if (s.ok()) stats_.bytes_stored.fetch_add(size);
+  if (s.ok()) {
+    stats_.bytes_stored.fetch_add(size);
+    (std::strcmp(transport, "shm") == 0 ? stats_.bytes_stored_shm : stats_.bytes_stored_tcp)
+        .fetch_add(size);
+  }
   return s;
 }
 

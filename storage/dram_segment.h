@@ -7,7 +7,9 @@
 //
 // fd() is sealed (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) before Create
 // returns: whoever holds a copy of it cannot change the segment's size,
-// which would leave every mapping of it partly unbacked (SIGBUS).
+// which would leave every mapping of it partly unbacked (SIGBUS). Where the
+// kernel has it (Linux >= 5.1) it is also sealed F_SEAL_FUTURE_WRITE: only
+// the store's own mapping, made before, can write the segment.
 //
 // Thread-safe for concurrent access to disjoint ranges; the master's
 // allocator, not this class, decides who owns which range.

@@ -48,6 +48,16 @@ bool SealedAgainstResize(int fd) {
   return seals >= 0 && (seals & kRequiredSeals) == kRequiredSeals;
 }
 
+// No holder of the descriptor can write the segment through it: it is
+// sealed F_SEAL_FUTURE_WRITE (no new writable mapping, no write(2)), or it
+// was opened read-only.
+bool WriteProtected(int fd) {
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals >= 0 && (seals & F_SEAL_FUTURE_WRITE) != 0) return true;
+  int flags = fcntl(fd, F_GETFL);
+  return flags >= 0 && (flags & O_ACCMODE) == O_RDONLY;
+}
+
 // The uid of the process on the other end of a connected Unix socket.
 absl::StatusOr<uid_t> PeerUid(int fd) {
   struct ucred cred;
@@ -63,36 +73,58 @@ absl::StatusOr<uid_t> PeerUid(int fd) {
 absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::Start(const std::string& socket_path,
                                                             int memfd, uint32_t segment_id,
                                                             uint64_t size, std::string secret,
-                                                            std::vector<uint32_t> allowed_uids) {
+                                                            std::vector<uint32_t> allowed_uids,
+                                                            DataHandler* writes) {
   if (!SealedAgainstResize(memfd)) {
     return absl::FailedPreconditionError(
         "the segment descriptor is not sealed against shrinking and growing: a peer could "
         "resize it under every mapping");
   }
+  // Peers get a descriptor they cannot write through: the memfd itself when
+  // sealed F_SEAL_FUTURE_WRITE (Linux >= 5.1), else a read-only reopening.
+  int owned = -1;
+  if (!WriteProtected(memfd)) {
+    owned = open(absl::StrCat("/proc/self/fd/", memfd).c_str(), O_RDONLY | O_CLOEXEC);
+    if (owned < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the segment descriptor is writable and cannot be reopened read-only: ",
+                       ErrnoText(errno)));
+    }
+  }
+  const int served = owned >= 0 ? owned : memfd;
   if (allowed_uids.empty()) allowed_uids = {static_cast<uint32_t>(geteuid()), 0};
   struct sockaddr_un addr;
   if (absl::Status s = FillAddr(socket_path, &addr); !s.ok()) return s;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", ErrnoText(errno)));
+  if (fd < 0) {
+    int e = errno;
+    if (owned >= 0) close(owned);
+    return absl::UnavailableError(absl::StrCat("socket: ", ErrnoText(e)));
+  }
   unlink(socket_path.c_str());
   if (bind(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0 ||
       listen(fd, 64) != 0) {
     int e = errno;
     close(fd);
+    if (owned >= 0) close(owned);
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", socket_path, ": ", ErrnoText(e)));
   }
-  std::unique_ptr<ShmServer> server(new ShmServer(socket_path, fd, memfd, segment_id, size,
-                                                  std::move(secret), std::move(allowed_uids)));
+  std::unique_ptr<ShmServer> server(new ShmServer(socket_path, fd, served, owned, segment_id, size,
+                                                  std::move(secret), std::move(allowed_uids),
+                                                  writes));
   server->thread_ = std::thread([s = server.get()] { s->Loop(); });
   return server;
 }
 
-ShmServer::ShmServer(std::string path, int listen_fd, int memfd, uint32_t segment_id, uint64_t size,
-                     std::string secret, std::vector<uint32_t> allowed_uids)
+ShmServer::ShmServer(std::string path, int listen_fd, int memfd, int owned_fd, uint32_t segment_id,
+                     uint64_t size, std::string secret, std::vector<uint32_t> allowed_uids,
+                     DataHandler* writes)
     : path_(std::move(path)),
       listen_fd_(listen_fd),
       memfd_(memfd),
+      owned_fd_(owned_fd),
+      writes_(writes),
       segment_id_(segment_id),
       size_(size),
       secret_(std::move(secret)),
@@ -102,7 +134,13 @@ ShmServer::~ShmServer() {
   stopping_.store(true);
   shutdown(listen_fd_, SHUT_RDWR);
   if (thread_.joinable()) thread_.join();
+  for (std::unique_ptr<Connection>& c : connections_) {
+    shutdown(c->fd, SHUT_RDWR);
+    c->thread.join();
+    close(c->fd);
+  }
   close(listen_fd_);
+  if (owned_fd_ >= 0) close(owned_fd_);
   unlink(path_.c_str());
 }
 
@@ -122,19 +160,45 @@ void ShmServer::Loop() {
       SHELF_LOG(WARNING) << "shared-memory attach rejected: peer uid not allowed (--shm-allow-uids)"
                          << Kv("uid", uid.ok() ? absl::StrCat(*uid) : uid.status().ToString());
     }
-    ServeOne(fd, allowed);
-    close(fd);
+    // Reap the connections whose peers left (their fds are closed here, after
+    // the join, so the destructor never shuts down a reused number).
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if ((*it)->done.load()) {
+        (*it)->thread.join();
+        close((*it)->fd);
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!ServeOne(fd, allowed) || connections_.size() >= kShmConnectionsMax) {
+      close(fd);
+      continue;
+    }
+    // Idle between puts for as long as the client likes: no receive timeout
+    // (the destructor shuts the socket down); a stalled reader is still cut
+    // off by the send timeout.
+    struct timeval none = {0, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
+    auto c = std::make_unique<Connection>();
+    c->fd = fd;
+    Connection* raw = c.get();
+    c->thread = std::thread([this, raw] {
+      ServeShmWrites(raw->fd, writes_);
+      raw->done.store(true);
+    });
+    connections_.push_back(std::move(c));
   }
 }
 
-void ShmServer::ServeOne(int fd, bool peer_allowed) {
+bool ShmServer::ServeOne(int fd, bool peer_allowed) {
   std::string nonce = RandomBytes(kShmNonceBytes);
   char hello[kShmHelloBytes];
   absl::little_endian::Store32(hello, kShmMagic);
   std::memcpy(hello + 4, nonce.data(), kShmNonceBytes);
-  if (!WriteFull(fd, hello, sizeof(hello)).ok()) return;
+  if (!WriteFull(fd, hello, sizeof(hello)).ok()) return false;
   std::string mac(kMacBytes, '\0');
-  if (!ReadFull(fd, mac.data(), mac.size()).ok()) return;
+  if (!ReadFull(fd, mac.data(), mac.size()).ok()) return false;
   const bool authentic = secret_.empty() || ConstantTimeEqual(mac, ShmMac(secret_, nonce));
   const bool ok = authentic && peer_allowed;
   const absl::StatusCode code = ok           ? absl::StatusCode::kOk
@@ -162,7 +226,7 @@ void ShmServer::ServeOne(int fd, bool peer_allowed) {
     SHELF_LOG(WARNING) << "shared-memory attach rejected: wrong secret";
   }
   ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-  (void)n;
+  return ok && n == static_cast<ssize_t>(sizeof(reply));
 }
 
 ShmMapping::~ShmMapping() {
@@ -266,11 +330,14 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
       }
     }
   }
-  close(fd);
   if (!s.ok()) {
+    close(fd);
     if (memfd >= 0) close(memfd);
     return s;
   }
+  // From here the socket belongs to the mapping: its puts travel on it.
+  auto writer = std::make_unique<ShmWriter>(fd);
+  SetIoTimeoutMs(fd, kShmWriteTimeoutMs);
   if (!SealedAgainstResize(memfd)) {
     close(memfd);
     return absl::FailedPreconditionError(
@@ -278,10 +345,18 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
                      " is not sealed against shrinking and growing (F_SEAL_SHRINK | "
                      "F_SEAL_GROW): refusing to map it"));
   }
+  if (!WriteProtected(memfd)) {
+    close(memfd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("store segment descriptor from ", socket_path,
+                     " can be written through (neither F_SEAL_FUTURE_WRITE nor O_RDONLY): "
+                     "refusing to map it"));
+  }
   auto mapping = std::make_shared<ShmMapping>();
   mapping->segment_id = absl::little_endian::Load32(reply + 4);
   mapping->size = absl::little_endian::Load64(reply + 8);
   mapping->incarnation = incarnation;
+  mapping->writer = std::move(writer);
   // A store (or whatever answers on its socket) claiming a larger segment
   // than its descriptor holds would leave the tail of the mapping unbacked:
   // a copy there is SIGBUS, not an error. Map only what is there.
@@ -293,7 +368,7 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
     return absl::DataLossError(
         absl::StrCat("store segment claims ", mapping->size, " bytes over a descriptor of ", have));
   }
-  void* p = mmap(nullptr, mapping->size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  void* p = mmap(nullptr, mapping->size, PROT_READ, MAP_SHARED, memfd, 0);
   close(memfd);
   if (p == MAP_FAILED) {
     return absl::UnavailableError(absl::StrCat("mmap store segment: ", ErrnoText(errno)));

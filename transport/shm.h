@@ -16,7 +16,13 @@
 // from the uid it expects the store to run as (or root). The client maps a
 // descriptor only if it is sealed against shrinking and growing
 // (F_SEAL_SHRINK | F_SEAL_GROW), so no holder can resize it under the
-// mappings (SIGBUS); the store serves only such a descriptor.
+// mappings (SIGBUS), and only if it cannot be written through: sealed
+// F_SEAL_FUTURE_WRITE, or opened O_RDONLY. The store serves only such a
+// descriptor, and the client maps it PROT_READ.
+//
+// After the handshake the socket stays open: the client's puts travel on it
+// as copy requests from its own staging memfd, each checked against the
+// put's grant by the store (transport/shm_write.h).
 //
 // ShmServer is thread-safe; ShmAttachments (client side) is thread-safe.
 #ifndef SHELF_TRANSPORT_SHM_H_
@@ -32,6 +38,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "transport/shm_write.h"
 
 namespace shelf {
 
@@ -41,31 +48,52 @@ class ShmServer {
   // (created; an existing stale socket is replaced) to peers whose uid is
   // in `allowed_uids` (empty: this process's effective uid and root).
   // FAILED_PRECONDITION when `memfd` is not sealed against shrinking and
-  // growing: a peer could resize it under every mapping.
+  // growing: a peer could resize it under every mapping. Peers receive
+  // `memfd` itself when it is sealed F_SEAL_FUTURE_WRITE, else a read-only
+  // descriptor of it (reopened through /proc/self/fd). Writes requested on
+  // an attachment's socket go to `writes` (null: refused).
   static absl::StatusOr<std::unique_ptr<ShmServer>> Start(const std::string& socket_path, int memfd,
                                                           uint32_t segment_id, uint64_t size,
                                                           std::string secret,
-                                                          std::vector<uint32_t> allowed_uids = {});
+                                                          std::vector<uint32_t> allowed_uids = {},
+                                                          DataHandler* writes = nullptr);
   ~ShmServer();
   const std::string& path() const { return path_; }
 
  private:
-  ShmServer(std::string path, int listen_fd, int memfd, uint32_t segment_id, uint64_t size,
-            std::string secret, std::vector<uint32_t> allowed_uids);
+  ShmServer(std::string path, int listen_fd, int memfd, int owned_fd, uint32_t segment_id,
+            uint64_t size, std::string secret, std::vector<uint32_t> allowed_uids,
+            DataHandler* writes);
   void Loop();
-  // `peer_allowed`: the connected peer's uid is in allowed_uids_.
-  void ServeOne(int fd, bool peer_allowed);
+  // `peer_allowed`: the connected peer's uid is in allowed_uids_. True when
+  // the segment was handed over (the socket then carries writes).
+  bool ServeOne(int fd, bool peer_allowed);
+
+  // An attachment's open socket, served by its own thread.
+  struct Connection {
+    int fd;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
 
   const std::string path_;
   const int listen_fd_;
-  const int memfd_;
+  const int memfd_;     // the descriptor handed to peers (write-protected)
+  const int owned_fd_;  // memfd_ when this server opened it, else -1
+  DataHandler* const writes_;
   const uint32_t segment_id_;
   const uint64_t size_;
   const std::string secret_;
   const std::vector<uint32_t> allowed_uids_;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
+  // Touched by Loop only, and by the destructor once Loop has ended.
+  std::vector<std::unique_ptr<Connection>> connections_;
 };
+
+// Attachment sockets one store serves at once; more are closed after their
+// handshake (their puts then go over TCP).
+inline constexpr size_t kShmConnectionsMax = 256;
 
 // A segment of a local store, mapped into this process.
 struct ShmMapping {
@@ -73,6 +101,9 @@ struct ShmMapping {
   uint64_t size = 0;
   uint32_t segment_id = 0;
   uint64_t incarnation = 0;  // of the store it was made for (0: unknown)
+  // The attachment's socket: puts into this segment (never null once
+  // attached).
+  std::unique_ptr<ShmWriter> writer;
   ~ShmMapping();
 };
 
@@ -92,7 +123,7 @@ class ShmAttachments {
   // (logged and counted once, not retried on every op): PERMISSION_DENIED
   // when the socket's peer is not the expected uid or the store does not
   // allow this process's uid; FAILED_PRECONDITION when the descriptor is
-  // not sealed against shrinking and growing.
+  // not sealed against shrinking and growing or could be written through.
   absl::StatusOr<std::shared_ptr<ShmMapping>> Get(const std::string& socket_path,
                                                   uint64_t incarnation = 0);
   // Forgets a mapping (e.g. the store restarted with a new segment).

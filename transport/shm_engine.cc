@@ -37,10 +37,15 @@ void ShmEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work,
     }
     if (op.kind == OpKind::kRead) {
       std::memcpy(w.local, m.base + op.remote_offset, op.length);
-    } else {
-      std::memcpy(m.base + op.remote_offset, w.local, op.length);
+      batch->Complete(w.index, absl::OkStatus());
+      continue;
     }
-    batch->Complete(w.index, absl::OkStatus());
+    // The mapping is read-only: the store copies the block in from this
+    // client's staging memory, once it has checked the put's grant.
+    absl::Status s = m.writer->Write(op.segment_id, op.remote_offset,
+                                     static_cast<const char*>(w.local), op.length, op.grant);
+    if (s.code() == absl::StatusCode::kUnavailable) attachments_.Forget(socket);
+    batch->Complete(w.index, s);
   }
 }
 

@@ -1,12 +1,15 @@
 // ShmEngine: the shared-memory backend of transport::Engine. It reaches a
 // store on this host (same HostId) that offers shm: the store's segment is
-// mapped once (ShmAttachments, bound to the store's incarnation) and each op
-// is one memcpy, run in the submitting thread.
+// mapped read-only once (ShmAttachments, bound to the store's incarnation);
+// a read is one memcpy from it, a write a copy into this client's staging
+// memfd that the store, after checking the op's grant as over TCP, copies
+// into the segment (transport/shm_write.h). Both run in the submitting
+// thread.
 //
 // An op fails with UNAVAILABLE, and the mapping is dropped, when the socket
 // cannot be reached, the attachment is refused (peer uid, unsealed segment) or the mapping does not
-// match the op (another segment, a range past its end): the caller then uses another transport. The
-// master's allocator and grants still decide which ranges a put touches.
+// match the op (another segment, a range past its end): the caller then uses another transport. A
+// write the store refuses fails with the store's verdict, as over TCP.
 //
 // Thread-safe.
 #ifndef SHELF_TRANSPORT_SHM_ENGINE_H_

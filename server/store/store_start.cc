@@ -309,7 +309,7 @@ void Store::OfferShm() {
     return;
   }
   auto shm = ShmServer::Start(shm_socket_, segment_->fd(), kSegmentId, segment_->size(),
-                              options_.secret, options_.shm_allow_uids);
+                              options_.secret, options_.shm_allow_uids, this);
   if (shm.ok()) {
     shm_server_ = *std::move(shm);
   } else {

@@ -74,7 +74,7 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
   std::string hello = in.Bytes(in.Pick(3) == 0 ? in.Pick(24) : kShmHelloBytes);
   std::string reply = in.Bytes(in.Pick(3) == 0 ? in.Pick(24) : 16);
   // Last, so that older corpus entries keep their meaning (they seal: the
-  // client maps only a sealed descriptor).
+  // client maps only a descriptor sealed against resizing and writes).
   const bool seal = !in.Bool();
   const std::string path = Dir() + "/client.sock";
   int listener = Listen(path);
@@ -97,7 +97,8 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
     if (attach) {
       memfd = memfd_create("shm-fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
       if (memfd >= 0 && ftruncate(memfd, static_cast<off_t>(fd_size)) != 0) std::abort();
-      if (memfd >= 0 && seal && fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+      if (memfd >= 0 && seal &&
+          fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE) != 0) {
         std::abort();
       }
       msg.msg_control = control;
@@ -119,7 +120,7 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
   unlink(path.c_str());
   if (!m.ok()) return;
   Check(attach, "a mapping without a descriptor");
-  Check(seal, "a mapping of a descriptor that can be resized");
+  Check(seal, "a mapping of a descriptor that can be resized or written through");
   Check(reply.size() == 16 && absl::little_endian::Load32(reply.data()) == 0,
         "a mapping from a refusal");
   // The engine memcpy's anywhere inside [base, base + size): that must be

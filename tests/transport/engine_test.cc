@@ -353,7 +353,8 @@ class ShmEngineTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(handler_.ok());
     socket_ = absl::StrCat(::testing::TempDir(), "/engine-test-", getpid(), ".sock");
-    auto server = ShmServer::Start(socket_, handler_.memfd(), 0, handler_.size(), kSecret);
+    auto server =
+        ShmServer::Start(socket_, handler_.memfd(), 0, handler_.size(), kSecret, {}, &handler_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     peer_.node_id = kNode;
@@ -375,9 +376,21 @@ TEST_F(ShmEngineTest, ReadsAndWritesAreCopiesOfTheMappedSegment) {
   auto hs = engine.RegisterMemory(src.data(), src.size(), MemoryKind::kHost);
   auto hd = engine.RegisterMemory(dst.data(), dst.size(), MemoryKind::kHost);
   ASSERT_TRUE(hs.ok() && hd.ok());
-  std::vector<Op> ops = {{OpKind::kWrite, *hs, 0, &peer_, 0, 8192, src.size(), ""}};
-  ASSERT_TRUE(engine.Execute(ops, MonoMs() + 1000).ok());
+  // A write is copied in by the store, under the grant.
+  const std::string grant = wire::EncodeGrant(handler_.MakeGrant(1, 8192, src.size()));
+  std::vector<Op> ops = {{OpKind::kWrite, *hs, 0, &peer_, 0, 8192, src.size(), grant}};
+  ASSERT_TRUE(engine.Execute(ops, MonoMs() + 10000).ok());
   EXPECT_EQ(std::memcmp(handler_.base() + 8192, src.data(), src.size()), 0);
+  EXPECT_EQ(handler_.written(), src.size());
+  // Without a grant, or past it: the store's verdict, nothing written.
+  const std::string before(handler_.base(), 8192);
+  ops = {{OpKind::kWrite, *hs, 0, &peer_, 0, 0, 4096, ""},
+         {OpKind::kWrite, *hs, 0, &peer_, 0, 0, 4096, grant}};
+  std::shared_ptr<Batch> refused = engine.Submit(ops, MonoMs() + 10000);
+  refused->Wait();
+  EXPECT_EQ(refused->statuses()[0].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused->statuses()[1].code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(std::string(handler_.base(), 8192), before);
   ops = {{OpKind::kRead, *hd, 0, &peer_, 0, 8192, dst.size(), ""}};
   ASSERT_TRUE(engine.Execute(ops, MonoMs() + 1000).ok());
   EXPECT_EQ(dst, src);

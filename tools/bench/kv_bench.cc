@@ -7,8 +7,9 @@
 //          stores, keys sharded client-side, through hiredis: SET/GET, and
 //          for batched rows pipelines cut to --redis-pipeline-bytes, sent
 //          to every server at once (RedisShards)
-//   shm    libshelf with its defaults: a same-host store is written and read
-//          through its shared-memory segment (one memcpy)
+//   shm    libshelf with its defaults: a same-host store is read through its
+//          shared-memory segment (one memcpy) and written through the store
+//          under the put's grant (copied from the client's staging memfd)
 //   tcp    libshelf with allow_shm=false: the TCP data plane over loopback
 // Shelf get rows run twice: cold (clients without a location cache: every
 // get asks the master) and warm (shm-warm, tcp-warm: clients whose location

@@ -7,8 +7,10 @@
 //   tcp  transport::TcpEngine: a batch is one engine batch of READ or
 //        WRITE ops on pooled connections, a block of 4 MiB or more striped
 //        over --tcp-streams connections
-//   shm  transport::ShmEngine: one memcpy per block to or from the
-//        store's segment, mapped through its shm socket
+//   shm  transport::ShmEngine: one memcpy per block read from the store's
+//        segment, mapped read-only through its shm socket; a write is
+//        copied in by the store from the engine's staging memfd, under
+//        the grant
 // Baselines, each moving the same bytes the same way:
 //   socket  a plain blocking-socket peer in a forked process: for a READ,
 //           one 16-byte request, then the peer sends the batch's bytes; for

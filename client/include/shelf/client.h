@@ -265,6 +265,8 @@ struct PutFromItem {
 // Transfer counters, for reports and metrics.
 struct ClientStats {
   uint64_t bytes_stored = 0;      // written to stores (all replicas)
+  uint64_t bytes_stored_shm = 0;  // of which through shared memory
+  uint64_t bytes_stored_tcp = 0;
   uint64_t bytes_loaded = 0;      // read from stores
   uint64_t bytes_loaded_shm = 0;  // of which through shared memory
   uint64_t bytes_loaded_tcp = 0;

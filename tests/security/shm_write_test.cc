@@ -1,0 +1,302 @@
+// Same-host puts against real processes (shelf-master, shelf-store, real
+// Unix sockets): the segment a client receives cannot be written through;
+// an shm put is copied in by the store only under a valid grant for that
+// range, refused like the same put over tcp otherwise, and the segment is
+// then unchanged; shm puts and gets of many sizes round-trip.
+#include <errno.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "absl/base/internal/endian.h"
+#include "absl/strings/str_cat.h"
+#include "common/checksum.h"
+#include "common/clock.h"
+#include "common/net.h"
+#include "shelf/client.h"
+#include "testing/local_cluster.h"
+#include "tests/fault/fault_util.h"
+#include "transport/shm.h"
+#include "transport/shm_engine.h"
+#include "transport/shm_handshake.h"
+#include "transport/tcp_client.h"
+#include "transport/wire.h"
+
+namespace shelf {
+namespace {
+
+using fault::BlockBytes;
+
+constexpr char kSecret[] = "shm-write-test-secret-0123456789ab";
+constexpr uint64_t kDramBytes = 192ull << 20;
+
+// The client's side of the handshake done by hand, so that the test holds
+// the descriptor a peer receives (or -1).
+int RawAttach(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un addr;
+  std::memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (fd < 0 || connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  SetIoTimeoutMs(fd, 10000);
+  int memfd = -1;
+  char hello[kShmHelloBytes];
+  if (ReadFull(fd, hello, sizeof(hello)).ok()) {
+    std::string mac = ShmMac(kSecret, absl::string_view(hello + 4, kShmNonceBytes));
+    if (WriteFull(fd, mac.data(), mac.size()).ok()) {
+      char reply[16];
+      struct iovec iov = {reply, sizeof(reply)};
+      struct msghdr msg;
+      std::memset(&msg, 0, sizeof(msg));
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      if (recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL) == sizeof(reply) &&
+          absl::little_endian::Load32(reply) == 0) {
+        for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+          if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            std::memcpy(&memfd, CMSG_DATA(c), sizeof(int));
+          }
+        }
+      }
+    }
+  }
+  close(fd);
+  return memfd;
+}
+
+class ShmWriteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LocalCluster::Options o;
+    o.stores = 1;
+    o.dram_bytes = kDramBytes;
+    o.bin_dir = SHELF_BIN_DIR;
+    o.secret = kSecret;
+    o.master_args = {"--put-timeout", "2s"};
+    auto c = LocalCluster::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = *std::move(c);
+    probe_ = std::make_unique<fault::FaultProbe>(cluster_->master_address(), kSecret);
+    peer_.node_id = "store0";
+    peer_.host_id = HostId();
+    peer_.set_route(transport::Kind::kShm, Socket());
+  }
+
+  std::string Socket() { return cluster_->work_dir() + "/store0.run/shm.sock"; }
+
+  std::unique_ptr<Client> OpenClient() {
+    ClientOptions co;
+    co.masters = {cluster_->master_address()};
+    co.secret = kSecret;
+    co.location_cache_entries = 0;  // every get moves the block
+    std::unique_ptr<Client> client;
+    Status s = Client::Open(co, &client);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return client;
+  }
+
+  // A real grant from the master for a block of `size`.
+  v1::PutStartResponse StartPut(const std::string& key, const std::string& data) {
+    v1::PutStartRequest req;
+    req.set_key(key);
+    req.set_size(data.size());
+    req.set_checksum(BlockChecksum(data.data(), data.size()));
+    v1::PutStartResponse resp;
+    grpc::Status s = probe_->master()->PutStart(probe_->Context().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.state(), v1::PUT_STARTED);
+    return resp;
+  }
+
+  void Commit(uint64_t put_id) {
+    v1::PutCommitRequest commit;
+    commit.add_put_ids(put_id);
+    v1::PutCommitResponse resp;
+    ASSERT_TRUE(probe_->master()->PutCommit(probe_->Context().get(), commit, &resp).ok());
+    ASSERT_EQ(resp.statuses(0).code(), 0);
+  }
+
+  static wire::Grant ToWire(const v1::WriteGrant& g) {
+    wire::Grant w;
+    w.put_id = g.put_id();
+    w.segment_id = g.segment_id();
+    w.offset = g.offset();
+    w.length = g.length();
+    w.expires_unix_ms = g.expires_unix_ms();
+    w.mac = g.mac();
+    return w;
+  }
+
+  // One shm write of `data` to [offset, +size) of `segment` under `grant`.
+  absl::Status ShmWrite(transport::ShmEngine* engine, const wire::Grant& grant, uint32_t segment,
+                        uint64_t offset, const std::string& data) {
+    auto h = engine->RegisterMemory(const_cast<char*>(data.data()), data.size(),
+                                    transport::MemoryKind::kHost);
+    if (!h.ok()) return h.status();
+    transport::Op op{transport::OpKind::kWrite, *h, 0, &peer_, segment, offset, data.size(),
+                     wire::EncodeGrant(grant)};
+    absl::Status s = engine->Execute({&op, 1}, MonoMs() + 30000);
+    engine->UnregisterMemory(*h).IgnoreError();
+    return s;
+  }
+
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<fault::FaultProbe> probe_;
+  transport::Peer peer_;
+};
+
+TEST_F(ShmWriteTest, TheSegmentAPeerReceivesCannotBeWrittenThrough) {
+  int memfd = RawAttach(Socket());
+  ASSERT_GE(memfd, 0);
+  const int seals = fcntl(memfd, F_GET_SEALS);
+  const bool future_write = seals >= 0 && (seals & F_SEAL_FUTURE_WRITE) != 0;
+  const bool read_only = (fcntl(memfd, F_GETFL) & O_ACCMODE) == O_RDONLY;
+  EXPECT_TRUE(future_write || read_only) << "seals " << seals;
+  errno = 0;
+  void* w = mmap(nullptr, kDramBytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  EXPECT_EQ(w, MAP_FAILED);
+  EXPECT_TRUE(errno == EPERM || errno == EACCES) << errno;
+  if (w != MAP_FAILED) munmap(w, kDramBytes);
+  char byte = 'x';
+  errno = 0;
+  EXPECT_EQ(pwrite(memfd, &byte, 1, 4096), -1);
+  EXPECT_TRUE(errno == EPERM || errno == EBADF) << errno;
+  // A read-only mapping cannot be made writable later.
+  void* r = mmap(nullptr, kDramBytes, PROT_READ, MAP_SHARED, memfd, 0);
+  ASSERT_NE(r, MAP_FAILED);
+  EXPECT_NE(mprotect(r, kDramBytes, PROT_READ | PROT_WRITE), 0);
+  munmap(r, kDramBytes);
+  close(memfd);
+
+  // The product's client maps it (read-only) and puts through the store.
+  std::unique_ptr<Client> client = OpenClient();
+  ASSERT_NE(client, nullptr);
+  std::string data = BlockBytes(256 << 10, 5);
+  ASSERT_TRUE(client->Put("after-attach", data.data(), data.size()).ok());
+  std::string got;
+  ASSERT_TRUE(client->Get("after-attach", &got).ok());
+  EXPECT_TRUE(got == data);
+  EXPECT_EQ(client->stats().bytes_stored_shm, data.size());
+  EXPECT_EQ(client->stats().shm_refusals, 0u);
+}
+
+TEST_F(ShmWriteTest, ABadGrantIsRefusedLikeOverTcpAndTheSegmentIsUnchanged) {
+  const uint64_t size = 64 << 10;
+  const std::string data = BlockBytes(size, 7);
+  v1::PutStartResponse put = StartPut("target", data);
+  ASSERT_EQ(put.replicas_size(), 1);
+  const wire::Grant grant = ToWire(put.grants(0));
+  const uint32_t seg = put.replicas(0).segment_id();
+  const uint64_t off = put.replicas(0).offset();
+  const std::string store = put.replicas(0).store().data_address();
+  // Another key's live grant.
+  v1::PutStartResponse other_put = StartPut("other", BlockBytes(size, 8));
+  const wire::Grant other = ToWire(other_put.grants(0));
+
+  ShmAttachments view(kSecret);
+  absl::StatusOr<std::shared_ptr<ShmMapping>> m = view.Get(Socket());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const char* segment = (*m)->base;
+  const std::string before(segment + off, size);
+
+  transport::ShmEngine engine(kSecret);
+  ASSERT_TRUE(engine.Reaches(peer_));
+  TcpDataClient::Options o;
+  o.secret = kSecret;
+  TcpDataClient tcp(o);
+  const std::string evil = BlockBytes(size, 666);
+  wire::Grant forged = grant;
+  forged.mac = std::string(32, '\0');
+  wire::Grant widened = grant;
+  widened.offset = 0;
+  widened.length = kDramBytes;
+  wire::Grant extended = grant;
+  extended.expires_unix_ms += 3600 * 1000;
+  struct Case {
+    const char* what;
+    wire::Grant grant;
+    uint64_t offset;
+  };
+  const Case cases[] = {{"forged mac", forged, off},
+                        {"widened", widened, off},
+                        {"extended", extended, off},
+                        {"past its range", grant, off + 4096},
+                        {"another key's grant", other, off}};
+  for (const Case& c : cases) {
+    absl::Status shm = ShmWrite(&engine, c.grant, seg, c.offset, evil);
+    absl::Status over_tcp =
+        tcp.Write(store, c.grant, seg, c.offset, evil.data(), size, MonoMs() + 10000);
+    EXPECT_EQ(shm.code(), absl::StatusCode::kPermissionDenied) << c.what << ": " << shm;
+    EXPECT_EQ(shm.code(), over_tcp.code()) << c.what << ": " << shm << " vs " << over_tcp;
+    EXPECT_TRUE(std::string(segment + off, size) == before) << c.what << " changed the segment";
+  }
+
+  // The right grant on its range: copied in, committed, readable.
+  ASSERT_TRUE(ShmWrite(&engine, grant, seg, off, data).ok());
+  EXPECT_TRUE(std::string(segment + off, size) == data);
+  Commit(put.put_id());
+  std::unique_ptr<Client> client = OpenClient();
+  ASSERT_NE(client, nullptr);
+  std::string got;
+  ASSERT_TRUE(client->Get("target", &got).ok());
+  EXPECT_TRUE(got == data);
+
+  // After the put's deadline (--put-timeout 2s) the grant is dead: its
+  // replay over shm is refused and the committed block stays.
+  std::this_thread::sleep_for(std::chrono::milliseconds(
+      std::max<int64_t>(0, static_cast<int64_t>(grant.expires_unix_ms - UnixMs())) + 300));
+  absl::Status expired = ShmWrite(&engine, grant, seg, off, evil);
+  EXPECT_EQ(expired.code(), absl::StatusCode::kPermissionDenied) << expired;
+  EXPECT_TRUE(std::string(segment + off, size) == data);
+  ASSERT_TRUE(client->Get("target", &got).ok());
+  EXPECT_TRUE(got == data);
+}
+
+TEST_F(ShmWriteTest, ShmPutsAndGetsOfManySizesRoundTrip) {
+  std::unique_ptr<Client> client = OpenClient();
+  ASSERT_NE(client, nullptr);
+  // Past the staging limit too: that block moves in chunks.
+  const uint64_t sizes[] = {1,     7,         4095,          4096,
+                            65537, (1 << 20), (3 << 20) + 5, kShmStagingBytesMax + 12345};
+  uint64_t total = 0;
+  int i = 0;
+  for (uint64_t size : sizes) {
+    const std::string key = absl::StrCat("size-", size);
+    std::string data = BlockBytes(size, ++i);
+    ASSERT_TRUE(client->Put(key, data.data(), data.size()).ok()) << key;
+    total += size;
+    std::string got;
+    ASSERT_TRUE(client->Get(key, &got).ok()) << key;
+    ASSERT_TRUE(got == data) << key << ": wrong bytes";
+  }
+  // Every block again, after the staging memory has grown.
+  i = 0;
+  for (uint64_t size : sizes) {
+    std::string data = BlockBytes(size, ++i);
+    std::string got;
+    ASSERT_TRUE(client->Get(absl::StrCat("size-", size), &got).ok());
+    ASSERT_TRUE(got == data) << size;
+  }
+  ClientStats st = client->stats();
+  EXPECT_EQ(st.bytes_stored_shm, total);
+  EXPECT_EQ(st.bytes_stored_tcp, 0u);
+  EXPECT_EQ(st.bytes_loaded_shm, 2 * total);
+  EXPECT_EQ(st.shm_refusals, 0u);
+}
+
+}  // namespace
+}  // namespace shelf

@@ -1,0 +1,294 @@
+#include "transport/shm_write.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "absl/base/internal/endian.h"
+#include "absl/strings/str_cat.h"
+#include "common/errno_text.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "transport/wire.h"
+
+namespace shelf {
+namespace {
+
+constexpr uint64_t kStagingGrainBytes = 1ull << 20;
+
+struct WriteRequest {
+  uint32_t flags = 0;
+  uint32_t segment_id = 0;
+  uint32_t grant_len = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t src_offset = 0;
+};
+
+void EncodeRequest(const WriteRequest& r, char out[kShmWriteHeaderBytes]) {
+  absl::little_endian::Store32(out, kShmWriteMagic);
+  absl::little_endian::Store32(out + 4, r.flags);
+  absl::little_endian::Store32(out + 8, r.segment_id);
+  absl::little_endian::Store32(out + 12, r.grant_len);
+  absl::little_endian::Store64(out + 16, r.offset);
+  absl::little_endian::Store64(out + 24, r.length);
+  absl::little_endian::Store64(out + 32, r.src_offset);
+}
+
+bool Reply(int fd, const absl::Status& status) {
+  std::string msg(status.message().substr(0, kShmWriteMessageBytesMax));
+  char head[kShmWriteReplyBytes];
+  absl::little_endian::Store32(head, static_cast<uint32_t>(status.code()));
+  absl::little_endian::Store32(head + 4, static_cast<uint32_t>(msg.size()));
+  struct iovec iov[2] = {{head, sizeof(head)}, {msg.data(), msg.size()}};
+  return WriteFullv(fd, iov, 2).ok();
+}
+
+// A staging descriptor the store copies from: a memfd (only those take
+// seals) that cannot shrink under the copy.
+absl::Status CheckStaging(int fd) {
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    return absl::FailedPreconditionError(
+        "the staging descriptor is not a memfd sealed against shrinking (F_SEAL_SHRINK)");
+  }
+  return absl::OkStatus();
+}
+
+// Copies [src_offset, +length) of `staging` to `dst`, bounds-checked against
+// the descriptor's current size (it can only grow).
+absl::Status CopyIn(int staging, uint64_t src_offset, char* dst, uint64_t length) {
+  struct stat st;
+  if (fstat(staging, &st) != 0) {
+    return absl::InternalError(absl::StrCat("fstat staging: ", ErrnoText(errno)));
+  }
+  const uint64_t have = st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  if (src_offset > have || length > have - src_offset) {
+    return absl::OutOfRangeError(absl::StrCat("staging range [", src_offset, ", +", length,
+                                              ") outside its descriptor of ", have));
+  }
+  uint64_t done = 0;
+  while (done < length) {
+    ssize_t n = pread(staging, dst + done, length - done, static_cast<off_t>(src_offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::InternalError(
+          absl::StrCat("reading staging: ", n == 0 ? "unexpected end" : ErrnoText(errno)));
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void ServeShmWrites(int fd, DataHandler* handler) {
+  int staging = -1;
+  for (;;) {
+    char head[kShmWriteHeaderBytes];
+    struct iovec iov = {head, sizeof(head)};
+    struct msghdr msg;
+    std::memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    int got = -1;
+    if (n > 0) {
+      for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+            c->cmsg_len == CMSG_LEN(sizeof(int))) {
+          std::memcpy(&got, CMSG_DATA(c), sizeof(int));
+        }
+      }
+    }
+    if (n != static_cast<ssize_t>(sizeof(head)) || (msg.msg_flags & MSG_CTRUNC) != 0 ||
+        absl::little_endian::Load32(head) != kShmWriteMagic) {
+      if (got >= 0) close(got);
+      break;  // closed by the peer, or not a request: drop the connection
+    }
+    WriteRequest r;
+    r.flags = absl::little_endian::Load32(head + 4);
+    r.segment_id = absl::little_endian::Load32(head + 8);
+    r.grant_len = absl::little_endian::Load32(head + 12);
+    r.offset = absl::little_endian::Load64(head + 16);
+    r.length = absl::little_endian::Load64(head + 24);
+    r.src_offset = absl::little_endian::Load64(head + 32);
+    if ((got >= 0) != ((r.flags & kShmWriteFlagFd) != 0) || (r.flags & ~kShmWriteFlagFd) != 0 ||
+        r.grant_len > wire::kExtraBytesMax) {
+      if (got >= 0) close(got);
+      break;
+    }
+    std::string grant_bytes(r.grant_len, '\0');
+    if (!ReadFull(fd, grant_bytes.data(), grant_bytes.size()).ok()) {
+      if (got >= 0) close(got);
+      break;
+    }
+    absl::Status verdict = absl::OkStatus();
+    if (got >= 0) {
+      verdict = CheckStaging(got);
+      if (verdict.ok()) {
+        if (staging >= 0) close(staging);
+        staging = got;
+      } else {
+        close(got);
+      }
+    }
+    if (verdict.ok() && handler == nullptr) {
+      verdict = absl::FailedPreconditionError("this store takes no shared-memory writes");
+    }
+    // The same checks, in the same order, as a WRITE frame over TCP
+    // (DataServer::HandleFrame), so a refused put reads the same either way.
+    absl::StatusOr<DataHandler::Region> seg = absl::InternalError("unchecked");
+    if (verdict.ok()) {
+      seg = handler->Segment(r.segment_id);
+      verdict = seg.status();
+    }
+    if (verdict.ok() && (r.offset > seg->size || r.length > seg->size - r.offset)) {
+      verdict = absl::OutOfRangeError(
+          absl::StrCat("write [", r.offset, ", +", r.length, ") outside segment of ", seg->size));
+    }
+    if (verdict.ok()) {
+      absl::StatusOr<wire::Grant> grant = wire::DecodeGrant(grant_bytes);
+      verdict = grant.ok() ? handler->CheckWrite(*grant, r.segment_id, r.offset, r.length)
+                           : grant.status();
+    }
+    if (verdict.ok() && staging < 0) {
+      verdict = absl::FailedPreconditionError("no staging descriptor sent on this connection");
+    }
+    if (verdict.ok()) verdict = CopyIn(staging, r.src_offset, seg->base + r.offset, r.length);
+    if (verdict.ok()) {
+      handler->OnWrite(r.length);
+    } else {
+      SHELF_LOG(WARNING) << "shared-memory write rejected" << Kv("error", verdict.message());
+    }
+    if (!Reply(fd, verdict)) break;
+  }
+  if (staging >= 0) close(staging);
+}
+
+ShmWriter::~ShmWriter() {
+  if (staging_ != nullptr) munmap(staging_, staging_bytes_);
+  if (staging_fd_ >= 0) close(staging_fd_);
+  close(fd_);
+}
+
+absl::Status ShmWriter::Reserve(uint64_t bytes) {
+  if (bytes <= staging_bytes_) return absl::OkStatus();
+  uint64_t want = std::max(bytes, std::min(2 * staging_bytes_, kShmStagingBytesMax));
+  want = (want + kStagingGrainBytes - 1) / kStagingGrainBytes * kStagingGrainBytes;
+  if (staging_fd_ < 0) {
+    int fd = memfd_create("shelf-shm-staging", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return absl::UnavailableError(absl::StrCat("memfd_create: ", ErrnoText(errno)));
+    staging_fd_ = fd;
+  }
+  // Grow first, then seal (sealing again is a no-op): the store may copy
+  // only from a descriptor that cannot shrink under the copy.
+  if (ftruncate(staging_fd_, static_cast<off_t>(want)) != 0 ||
+      fcntl(staging_fd_, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+    return absl::UnavailableError(absl::StrCat("sizing staging memory: ", ErrnoText(errno)));
+  }
+  void* p = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_SHARED, staging_fd_, 0);
+  if (p == MAP_FAILED) {
+    return absl::UnavailableError(absl::StrCat("mmap staging memory: ", ErrnoText(errno)));
+  }
+  if (staging_ != nullptr) munmap(staging_, staging_bytes_);
+  staging_ = static_cast<char*>(p);
+  staging_bytes_ = want;
+  return absl::OkStatus();
+}
+
+absl::Status ShmWriter::Request(uint32_t segment_id, uint64_t offset, uint64_t length,
+                                absl::string_view grant) {
+  WriteRequest r;
+  r.flags = staging_sent_ ? 0 : kShmWriteFlagFd;
+  r.segment_id = segment_id;
+  r.grant_len = static_cast<uint32_t>(grant.size());
+  r.offset = offset;
+  r.length = length;
+  r.src_offset = 0;
+  char head[kShmWriteHeaderBytes];
+  EncodeRequest(r, head);
+  // Header and grant in one message (the descriptor rides on its first
+  // byte); a short send finishes with WriteFullv.
+  struct iovec iov[2] = {{head, sizeof(head)}, {const_cast<char*>(grant.data()), grant.size()}};
+  struct msghdr msg;
+  std::memset(&msg, 0, sizeof(msg));
+  msg.msg_iov = iov;
+  msg.msg_iovlen = 2;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (!staging_sent_) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &staging_fd_, sizeof(int));
+  }
+  ssize_t n;
+  do {
+    n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  absl::Status s = absl::OkStatus();
+  if (n < 0) {
+    s = absl::UnavailableError(absl::StrCat("shm write request: ", ErrnoText(errno)));
+  } else {
+    // Past the first byte the descriptor has gone with the message.
+    size_t sent = static_cast<size_t>(n);
+    for (struct iovec& v : iov) {
+      const size_t skip = std::min(sent, v.iov_len);
+      v.iov_base = static_cast<char*>(v.iov_base) + skip;
+      v.iov_len -= skip;
+      sent -= skip;
+    }
+    s = WriteFullv(fd_, iov, 2);
+  }
+  char reply[kShmWriteReplyBytes];
+  if (s.ok()) {
+    staging_sent_ = true;
+    s = ReadFull(fd_, reply, sizeof(reply));
+  }
+  uint32_t msg_len = 0;
+  if (s.ok()) {
+    msg_len = absl::little_endian::Load32(reply + 4);
+    if (msg_len > kShmWriteMessageBytesMax) s = absl::UnavailableError("oversized shm reply");
+  }
+  std::string text(msg_len, '\0');
+  if (s.ok()) s = ReadFull(fd_, text.data(), text.size());
+  if (!s.ok()) {
+    broken_ = true;
+    return absl::UnavailableError(absl::StrCat("shared-memory write channel: ", s.message()));
+  }
+  const auto code = static_cast<absl::StatusCode>(absl::little_endian::Load32(reply));
+  return code == absl::StatusCode::kOk ? absl::OkStatus() : absl::Status(code, text);
+}
+
+absl::Status ShmWriter::Write(uint32_t segment_id, uint64_t offset, const char* src,
+                              uint64_t length, absl::string_view grant) {
+  MutexLock lock(&mu_);
+  if (broken_) return absl::UnavailableError("shared-memory write channel broken");
+  uint64_t done = 0;
+  do {
+    const uint64_t chunk = std::min(length - done, kShmStagingBytesMax);
+    if (absl::Status s = Reserve(std::max<uint64_t>(chunk, 1)); !s.ok()) {
+      broken_ = true;
+      return s;
+    }
+    std::memcpy(staging_, src + done, chunk);
+    if (absl::Status s = Request(segment_id, offset + done, chunk, grant); !s.ok()) return s;
+    done += chunk;
+  } while (done < length);
+  return absl::OkStatus();
+}
+
+}  // namespace shelf

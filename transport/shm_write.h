@@ -1,0 +1,84 @@
+// Shared-memory puts under the put's grant. Clients map a store's segment
+// read-only (transport/shm.h), so a same-host put does not write into it:
+// the client copies the block into its own staging memfd and asks the store,
+// over the shm socket it attached through, to copy a range of that memfd
+// into the granted range. The store checks the grant exactly as its TCP data
+// server does (DataHandler::CheckWrite) and bounds-checks the copy against
+// the staging descriptor, which is sealed against shrinking.
+//
+// After a successful handshake the socket stays open for these requests
+// (little-endian):
+//   client -> store: magic u32 "SHMW" | flags u32 | segment_id u32 |
+//                    grant_len u32 | offset u64 | length u64 |
+//                    src_offset u64 | grant[grant_len]
+//                    flags bit 0: the staging memfd is attached (SCM_RIGHTS);
+//                    it replaces the connection's previous one
+//   store -> client: status u32 (absl::StatusCode) | msg_len u32 | msg
+// [src_offset, +length) of the staging memfd is copied to [offset, +length)
+// of segment segment_id. A refused request leaves the segment unchanged and
+// the connection open; a malformed one closes it.
+//
+// ShmWriter is thread-safe (requests on one connection are serialized).
+#ifndef SHELF_TRANSPORT_SHM_WRITE_H_
+#define SHELF_TRANSPORT_SHM_WRITE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "common/mutex.h"
+#include "transport/data_server.h"
+#include "transport/wire.h"
+
+namespace shelf {
+
+inline constexpr uint32_t kShmWriteMagic = 0x574D4853;  // "SHMW"
+inline constexpr uint32_t kShmWriteFlagFd = 1;
+inline constexpr size_t kShmWriteHeaderBytes = 40;
+inline constexpr size_t kShmWriteReplyBytes = 8;
+inline constexpr uint32_t kShmWriteMessageBytesMax = 1024;
+// The staging memfd never grows past this; a larger block moves in chunks
+// of it, each under the same grant.
+inline constexpr uint64_t kShmStagingBytesMax = 64ull << 20;
+static_assert(kShmStagingBytesMax <= wire::kPayloadBytesMax, "a chunk is one op's payload");
+// How long the client waits on one request's send or reply (a chunk's copy).
+inline constexpr uint64_t kShmWriteTimeoutMs = 30000;
+
+// Store side: serves write requests on connected socket `fd` until the peer
+// closes it or sends a malformed request. `handler` null: every request is
+// refused (FAILED_PRECONDITION).
+void ServeShmWrites(int fd, DataHandler* handler);
+
+// Client side: the write half of one attachment's socket.
+class ShmWriter {
+ public:
+  // Takes `fd`, the attachment's connected socket.
+  explicit ShmWriter(int fd) : fd_(fd) {}
+  ~ShmWriter();
+  ShmWriter(const ShmWriter&) = delete;
+  ShmWriter& operator=(const ShmWriter&) = delete;
+
+  // Writes `length` bytes from `src` to [offset, +length) of `segment_id`
+  // under `grant` (wire::EncodeGrant). The store's verdict on a refused
+  // request (as the TCP path gives it); UNAVAILABLE when the socket or the
+  // staging memory fails, after which this writer fails every request.
+  absl::Status Write(uint32_t segment_id, uint64_t offset, const char* src, uint64_t length,
+                     absl::string_view grant);
+
+ private:
+  absl::Status Reserve(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Request(uint32_t segment_id, uint64_t offset, uint64_t length,
+                       absl::string_view grant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int fd_;
+  Mutex mu_;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  int staging_fd_ ABSL_GUARDED_BY(mu_) = -1;
+  char* staging_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t staging_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool staging_sent_ ABSL_GUARDED_BY(mu_) = false;  // on this connection
+};
+
+}  // namespace shelf
+
+#endif  // SHELF_TRANSPORT_SHM_WRITE_H_
