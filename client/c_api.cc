@@ -306,7 +306,8 @@ int shelf_get(shelf_client_t* client, const void* key, size_t key_len, void** da
   if (!s.ok()) return Report(s);
   void* p = std::malloc(value.size());
   if (p == nullptr) return Fail(StatusCode::kResourceExhausted, "shelf_get: out of memory");
-  std::memcpy(p, value.data(), value.size());
+  // A value is bytes, not a string: the size says where it ends.
+  std::memcpy(p, value.data(), value.size());  // NOLINT(bugprone-not-null-terminated-result)
   *data = p;
   *size = value.size();
   return SHELF_OK;

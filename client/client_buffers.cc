@@ -159,6 +159,7 @@ absl::Status ClientImpl::BatchPutFromPinned(const std::vector<PutFromItem>& item
   }
   // Host blocks: one batch, written straight from the buffer.
   std::vector<HostPut> puts;
+  puts.reserve(host.size());
   for (size_t i : host) puts.push_back({&items[i].key, (*pins)[i]->data(), items[i].size});
   std::vector<absl::Status> put;
   if (absl::Status s = PutHostBlocks(puts, options, deadline_ms, &put); !s.ok()) return s;

@@ -94,8 +94,9 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   resp->set_node_ttl_ms(options_.node_ttl_ms);
   resp->set_term(term_);
   if (on_node_registered_) {
-    // Outside the lock: the HA layer writes to etcd.
-    std::string id = ep.node_id();
+    // Outside the lock: the HA layer writes to etcd. (`ep` is the caller's
+    // request, not state under mu_.)
+    const std::string& id = ep.node_id();
     mu_.Unlock();
     on_node_registered_(id);
     mu_.Lock();
@@ -377,7 +378,9 @@ std::vector<uint32_t> Master::PlaceLocked(const v1::PutOptions& opts,
     }
     ranked.push_back(r);
   }
-  std::shuffle(ranked.begin(), ranked.end(), std::default_random_engine(std::rand()));
+  // Ties go to a random store (std::rand shares one state across threads).
+  static thread_local std::minstd_rand rng(std::random_device{}());
+  std::shuffle(ranked.begin(), ranked.end(), rng);
   std::stable_sort(ranked.begin(), ranked.end(), [](const Rank& a, const Rank& b) {
     if (a.room != b.room) return a.room;
     return a.room ? a.free > b.free : a.oldest_ms < b.oldest_ms;

@@ -123,6 +123,7 @@ double RunPhase(Side& side, int threads, double seconds, Op op) {
   std::atomic<bool> stop{false};
   std::vector<uint64_t> done(threads, 0);
   std::vector<std::thread> workers;
+  workers.reserve(threads);
   uint64_t start = MonoUs();
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
@@ -219,6 +220,8 @@ int KvEventsBench(int argc, char** argv) {
       side.puts_per_s.push_back(RunPhase(side, threads, seconds, [&](int t, Client* c) {
         std::vector<std::string> keys;
         std::vector<PutItem> items;
+        keys.reserve(batch);
+        items.reserve(batch);
         uint64_t first = next.fetch_add(batch);
         for (int64_t i = 0; i < batch; ++i) keys.push_back(absl::StrCat("kv-events/", first + i));
         for (const std::string& key : keys) items.push_back(PutItem{key, data.data(), data.size()});
