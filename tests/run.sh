@@ -23,15 +23,15 @@
 # (2 shared cores), measured on a fresh clone with `CI=true bash .ci/run`;
 # ccache was warm for the RelWithDebInfo build only (the script prints its
 # own figures at the end of every run):
-#   install-deps + configure       3 s
-#   build                        393 s   (ccache partly warm; about 840 s without it)
-#   ctest                        206 s   (79 tests, -j2; ha_failover_test alone)
-#   fuzz: clang build + 5 x 10 s 114 s
-#   asan build                  1152 s
-#   asan ctest                   174 s   (72 tests, -j2)
-#   tsan: clang build + 3 tests   13 s
+#   install-deps + configure       5 s
+#   build                        148 s   (ccache warm; about 840 s without it)
+#   ctest                        246 s   (82 tests, -j2; ha_failover_test alone)
+#   fuzz: clang build + 5 x 10 s 123 s
+#   asan build                  1253 s
+#   asan ctest                   185 s   (75 tests, -j2)
+#   tsan: clang build + 3 tests   16 s
 #   skips                          0 s
-#   total                       ~2060 s here; ~2500 s (42 min) with the
+#   total                       ~1980 s here; ~2700 s (45 min) with the
 #   main build uncached, under CI's 90: the whole ASan suite runs, no
 #   label subset is needed.
 set -euo pipefail
