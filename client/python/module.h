@@ -166,7 +166,7 @@ class PyClient {
 
   // shelf.Client(masters, *, secret=..., ...): the options as keywords.
   static std::shared_ptr<PyClient> Create(
-      py::object masters, const std::string& secret, uint64_t timeout_ms, bool allow_tcp,
+      const py::object& masters, const std::string& secret, uint64_t timeout_ms, bool allow_tcp,
       bool allow_shm, bool verify_checksums, const std::string& tls_ca, uint32_t transfer_threads,
       uint32_t async_threads, uint32_t async_queue_max, uint32_t tcp_streams_per_block,
       const std::string& rdma_device, uint32_t rdma_port, int32_t rdma_gid_index,
@@ -236,7 +236,8 @@ class PyClient {
            const std::string& spread_label, int64_t timeout_ms, py::handle parent_key,
            std::optional<uint64_t> engine_hash, std::optional<uint64_t> engine_parent_hash,
            uint32_t block_tokens, std::vector<uint32_t> token_ids);
-  py::tuple ListKeys(py::bytes pattern, py::bytes cursor, size_t count, int64_t timeout_ms);
+  py::tuple ListKeys(const py::bytes& pattern, const py::bytes& cursor, size_t count,
+                     int64_t timeout_ms);
   py::object Get(py::handle key, int64_t timeout_ms);
   py::object GetInto(py::handle key, py::handle target, size_t offset,
                      std::optional<size_t> capacity, int64_t timeout_ms,

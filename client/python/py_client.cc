@@ -65,7 +65,7 @@ size_t RangeLength(size_t size, size_t offset, std::optional<size_t> length, con
 }  // namespace
 
 std::shared_ptr<PyClient> PyClient::Create(
-    py::object masters, const std::string& secret, uint64_t timeout_ms, bool allow_tcp,
+    const py::object& masters, const std::string& secret, uint64_t timeout_ms, bool allow_tcp,
     bool allow_shm, bool verify_checksums, const std::string& tls_ca, uint32_t transfer_threads,
     uint32_t async_threads, uint32_t async_queue_max, uint32_t tcp_streams_per_block,
     const std::string& rdma_device, uint32_t rdma_port, int32_t rdma_gid_index,
@@ -135,7 +135,7 @@ void PyClient::Put(py::handle key, py::handle value, uint32_t replicas, bool bes
   Check(s);
 }
 
-py::tuple PyClient::ListKeys(py::bytes pattern, py::bytes cursor, size_t count,
+py::tuple PyClient::ListKeys(const py::bytes& pattern, const py::bytes& cursor, size_t count,
                              int64_t timeout_ms) {
   std::vector<std::string> keys;
   std::string next;

@@ -195,7 +195,7 @@ PYBIND11_MODULE(_shelf, m) {
       .def("close", &PyClient::Close,
            "Later calls raise FailedPreconditionError; calls in progress finish.")
       .def("__enter__", [](std::shared_ptr<PyClient> c) { return c; })
-      .def("__exit__", [](PyClient& c, py::args) {
+      .def("__exit__", [](PyClient& c, const py::args&) {
         c.Close();
         return false;
       });

@@ -118,6 +118,7 @@ void RunRow(const Config& cfg, uint64_t quota, Row* row, Op op) {
   std::vector<PerThread> per(row->threads);
   StartGate gate;
   std::vector<std::thread> workers;
+  workers.reserve(row->threads);
   for (int t = 0; t < row->threads; ++t) {
     workers.emplace_back([&, t] {
       op(t, kWarmupOp);
