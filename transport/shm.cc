@@ -18,6 +18,7 @@
 #include "common/hmac.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "transport/fd_passing.h"
 #include "transport/shm_handshake.h"
 
 namespace shelf {
@@ -301,23 +302,10 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
   char reply[16];
   int memfd = -1;
   if (s.ok()) {
-    struct iovec iov = {reply, sizeof(reply)};
-    struct msghdr msg;
-    std::memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    ssize_t n = RecvWithFd(fd, reply, sizeof(reply), &memfd);
     if (n != static_cast<ssize_t>(sizeof(reply))) {
       s = absl::UnavailableError("short shared-memory reply");
     } else {
-      for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-          std::memcpy(&memfd, CMSG_DATA(c), sizeof(int));
-        }
-      }
       const auto code = static_cast<absl::StatusCode>(absl::little_endian::Load32(reply));
       if (code == absl::StatusCode::kPermissionDenied) {
         s = absl::PermissionDeniedError(

@@ -16,6 +16,7 @@
 #include "common/errno_text.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "transport/fd_passing.h"
 #include "transport/wire.h"
 
 namespace shelf {
@@ -93,25 +94,9 @@ void ServeShmWrites(int fd, DataHandler* handler) {
   int staging = -1;
   for (;;) {
     char head[kShmWriteHeaderBytes];
-    struct iovec iov = {head, sizeof(head)};
-    struct msghdr msg;
-    std::memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
     int got = -1;
-    if (n > 0) {
-      for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-            c->cmsg_len == CMSG_LEN(sizeof(int))) {
-          std::memcpy(&got, CMSG_DATA(c), sizeof(int));
-        }
-      }
-    }
-    if (n != static_cast<ssize_t>(sizeof(head)) || (msg.msg_flags & MSG_CTRUNC) != 0 ||
+    ssize_t n = RecvWithFd(fd, head, sizeof(head), &got);
+    if (n != static_cast<ssize_t>(sizeof(head)) ||
         absl::little_endian::Load32(head) != kShmWriteMagic) {
       if (got >= 0) close(got);
       break;  // closed by the peer, or not a request: drop the connection

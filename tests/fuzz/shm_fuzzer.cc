@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "tests/fuzz/fuzz_input.h"
+#include "transport/fd_passing.h"
 #include "transport/shm.h"
 #include "transport/shm_handshake.h"
 
@@ -157,21 +158,8 @@ void FuzzStoreSide(fuzz::FuzzInput& in) {
     WriteFull(fd, mac.data(), mac.size()).IgnoreError();
     if (mac.size() < kMacBytes) shutdown(fd, SHUT_WR);
     char reply[16];
-    struct iovec iov = {reply, sizeof(reply)};
-    struct msghdr msg;
-    std::memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
     int got_fd = -1;
-    for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-        std::memcpy(&got_fd, CMSG_DATA(c), sizeof(int));
-      }
-    }
+    ssize_t n = RecvWithFd(fd, reply, sizeof(reply), &got_fd);
     if (mac.size() < kMacBytes) {
       Check(n <= 0 && got_fd < 0, "a short MAC gets nothing");
     } else if (n == 16) {

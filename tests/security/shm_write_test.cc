@@ -23,6 +23,7 @@
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
 #include "tests/fault/fault_util.h"
+#include "transport/fd_passing.h"
 #include "transport/shm.h"
 #include "transport/shm_engine.h"
 #include "transport/shm_handshake.h"
@@ -56,21 +57,12 @@ int RawAttach(const std::string& path) {
     std::string mac = ShmMac(kSecret, absl::string_view(hello + 4, kShmNonceBytes));
     if (WriteFull(fd, mac.data(), mac.size()).ok()) {
       char reply[16];
-      struct iovec iov = {reply, sizeof(reply)};
-      struct msghdr msg;
-      std::memset(&msg, 0, sizeof(msg));
-      msg.msg_iov = &iov;
-      msg.msg_iovlen = 1;
-      alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
-      if (recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL) == sizeof(reply) &&
+      int got = -1;
+      if (RecvWithFd(fd, reply, sizeof(reply), &got) == sizeof(reply) &&
           absl::little_endian::Load32(reply) == 0) {
-        for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-          if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            std::memcpy(&memfd, CMSG_DATA(c), sizeof(int));
-          }
-        }
+        memfd = got;
+      } else if (got >= 0) {
+        close(got);
       }
     }
   }
