@@ -191,6 +191,22 @@ int shelf_options_set_secret(shelf_options_t* options, const char* secret) {
   return SHELF_OK;
 }
 
+int shelf_options_set_principal(shelf_options_t* options, const char* principal,
+                                const char* principal_secret) {
+  if (options == nullptr) return NullArg("shelf_options_set_principal", "options");
+  options->options.principal = principal == nullptr ? "" : principal;
+  options->options.principal_secret = principal_secret == nullptr ? "" : principal_secret;
+  return SHELF_OK;
+}
+
+int shelf_options_set_credentials_file(shelf_options_t* options, const char* path,
+                                       const char* principal) {
+  if (options == nullptr) return NullArg("shelf_options_set_credentials_file", "options");
+  options->options.credentials_file = path == nullptr ? "" : path;
+  options->options.principal = principal == nullptr ? "" : principal;
+  return SHELF_OK;
+}
+
 int shelf_options_set_timeout_ms(shelf_options_t* options, uint64_t timeout_ms) {
   if (options == nullptr) return NullArg("shelf_options_set_timeout_ms", "options");
   if (timeout_ms == 0) {

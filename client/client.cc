@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
 #include "common/clock.h"
+#include "common/credentials.h"
 #include "common/net.h"
 #include "common/rpc.h"
 #if SHELF_WITH_RDMA
@@ -44,6 +45,24 @@ transport::TcpEngine::Options TcpEngineOptions(const ClientOptions& o) {
   t.threads = static_cast<size_t>(o.transfer_threads) * o.tcp_streams_per_block;
   t.max_idle_per_peer = std::max<size_t>(32, t.threads + 1);
   return t;
+}
+
+// What calls to the master carry: a principal's token, else the cluster
+// secret's (common/credentials.h).
+absl::StatusOr<std::string> MasterToken(const ClientOptions& o) {
+  if (!o.credentials_file.empty()) {
+    if (!o.principal_secret.empty()) {
+      return absl::InvalidArgumentError(
+          "ClientOptions: give principal_secret or credentials_file, not both");
+    }
+    return TokenFromCredentialsFile(o.credentials_file, o.principal);
+  }
+  if (o.principal.empty() != o.principal_secret.empty()) {
+    return absl::InvalidArgumentError(
+        "ClientOptions: a principal needs its principal_secret (or a credentials_file)");
+  }
+  if (!o.principal.empty()) return PrincipalToken(o.principal, o.principal_secret);
+  return AuthToken(o.secret);
 }
 
 absl::Status ValidateOptions(const ClientOptions& o) {
@@ -140,15 +159,17 @@ Status FromAbsl(const absl::Status& s) {
 Status Client::Open(const ClientOptions& options, std::unique_ptr<Client>* out) {
   if (out == nullptr) return Status(StatusCode::kInvalidArgument, "Client::Open: null out");
   if (absl::Status s = ValidateOptions(options); !s.ok()) return FromAbsl(s);
-  auto impl = std::make_unique<ClientImpl>(options);
+  absl::StatusOr<std::string> token = MasterToken(options);
+  if (!token.ok()) return FromAbsl(token.status());
+  auto impl = std::make_unique<ClientImpl>(options, *std::move(token));
   if (absl::Status s = impl->Connect(); !s.ok()) return FromAbsl(s);
   *out = std::move(impl);
   return Status::Ok();
 }
 
-ClientImpl::ClientImpl(const ClientOptions& options)
+ClientImpl::ClientImpl(const ClientOptions& options, std::string token)
     : options_(options),
-      token_(AuthToken(options.secret)),
+      token_(std::move(token)),
       tcp_(TcpEngineOptions(options)),
       shm_(options.secret, options.shm_store_uid),
       gpu_(2 * static_cast<size_t>(options.transfer_threads) + 2),

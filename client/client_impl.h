@@ -48,7 +48,8 @@ extern const char* const kBatchBlockInfoError;
 class ClientImpl final : public Client {
  public:
   // REQUIRES: options checked by Client::Open.
-  explicit ClientImpl(const ClientOptions& options);
+  // `token`: what calls to the master carry (client.cc, MasterToken).
+  ClientImpl(const ClientOptions& options, std::string token);
   // Close(), then waits for every asynchronous call.
   ~ClientImpl() override;
   absl::Status Connect();

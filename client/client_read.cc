@@ -98,6 +98,16 @@ absl::Status ClientImpl::MoveReplica(transport::OpKind kind, const v1::Replica& 
   return last;
 }
 
+namespace {
+
+// The key the stores hold a block under: in a tenant namespace the master
+// keeps (and stores hold) another form than the one this client names.
+const std::string& StoreKey(const v1::ObjectLocation& loc) {
+  return loc.store_key().empty() ? loc.key() : loc.store_key();
+}
+
+}  // namespace
+
 absl::Status ClientImpl::ReadReplica(const v1::Replica& replica, const std::string& key, char* dst,
                                      uint64_t size, uint64_t deadline_ms, const char** transport) {
   const v1::StoreEndpoint& store = replica.store();
@@ -131,15 +141,15 @@ absl::Status ClientImpl::ReadCachedReplica(const v1::ObjectLocation& loc, char* 
                                    deadline_ms, transport);
       if (!s.ok()) return s;
       if (std::strcmp(*transport, "shm") == 0) {
-        return tcp_.client().CheckKey(store.data_address(), loc.key(), loc.size(), loc.generation(),
-                                      deadline_ms);
+        return tcp_.client().CheckKey(store.data_address(), StoreKey(loc), loc.size(),
+                                      loc.generation(), deadline_ms);
       }
       // The copy went over another transport (a stale mapping): read again
       // by key, where the store checks the generation.
     }
   }
   *transport = "tcp";
-  return tcp_.client().ReadKey(store.data_address(), loc.key(), loc.size(), dst, deadline_ms,
+  return tcp_.client().ReadKey(store.data_address(), StoreKey(loc), loc.size(), dst, deadline_ms,
                                loc.generation());
 }
 
@@ -168,9 +178,9 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst, ui
     // A cached read that hangs (a frozen or cut-off store) must leave time
     // for the fallback: the master's answer and the other replicas.
     if (cached) attempt_deadline = now + (deadline_ms - now) / 2;
-    absl::Status s = cached
-                         ? ReadCachedReplica(loc, dst, attempt_deadline, &transport)
-                         : ReadReplica(r, loc.key(), dst, loc.size(), attempt_deadline, &transport);
+    absl::Status s =
+        cached ? ReadCachedReplica(loc, dst, attempt_deadline, &transport)
+               : ReadReplica(r, StoreKey(loc), dst, loc.size(), attempt_deadline, &transport);
     if (!s.ok()) {
       last = s;
       continue;

@@ -35,6 +35,7 @@ void LocationCache::Put(const v1::ObjectLocation& loc, uint64_t stamp) {
   entry.set_size(loc.size());
   entry.set_checksum(loc.checksum());
   entry.set_generation(loc.generation());
+  entry.set_store_key(loc.store_key());
   *entry.add_replicas() = loc.replicas(0);
   MutexLock lock(&mu_);
   if (erased_at_[StripeOf(loc.key())] > stamp) return;

@@ -42,6 +42,13 @@ absl::Status CheckToken(const grpc::ServerContext* ctx, const std::string& token
   return absl::OkStatus();
 }
 
+absl::string_view CallToken(const grpc::ServerContext* ctx) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(kTokenHeader);
+  if (it == md.end()) return absl::string_view();
+  return absl::string_view(it->second.data(), it->second.size());
+}
+
 namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
@@ -80,6 +87,35 @@ class TokenAuthProcessor : public grpc::AuthMetadataProcessor {
  private:
   const std::string token_;
 };
+
+// The same check as TokenAuthProcessor, by an Authenticator (principals
+// or the cluster token): a table lookup and a constant-time compare.
+class PrincipalAuthProcessor : public grpc::AuthMetadataProcessor {
+ public:
+  explicit PrincipalAuthProcessor(std::shared_ptr<const Authenticator> auth)
+      : auth_(std::move(auth)) {}
+  bool IsBlocking() const override { return false; }
+  grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext*, OutputMetadata*,
+                       OutputMetadata*) override {
+    auto it = auth_metadata.find(kTokenHeader);
+    absl::string_view token;
+    if (it != auth_metadata.end()) token = absl::string_view(it->second.data(), it->second.size());
+    absl::StatusOr<Principal> p = auth_->Authenticate(token);
+    if (!p.ok()) return ToGrpc(p.status());
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::shared_ptr<const Authenticator> auth_;
+};
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const TlsFiles& tls, std::shared_ptr<const Authenticator> auth) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ServerCredentials(tls, "");
+  if (!creds.ok() || !tls.enabled() || auth == nullptr || !auth->required()) return creds;
+  (*creds)->SetAuthMetadataProcessor(std::make_shared<PrincipalAuthProcessor>(std::move(auth)));
+  return creds;
+}
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     const TlsFiles& tls, const std::string& token) {

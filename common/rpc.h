@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/credentials.h"
 
 namespace shelf {
 
@@ -29,6 +30,8 @@ std::string AuthToken(const std::string& secret);
 void PrepareContext(grpc::ClientContext* ctx, const std::string& token, uint64_t timeout_ms);
 // OK when the server runs open or the call carries the right token.
 absl::Status CheckToken(const grpc::ServerContext* ctx, const std::string& token);
+// The call's x-shelf-token ("" when it has none).
+absl::string_view CallToken(const grpc::ServerContext* ctx);
 
 struct TlsFiles {
   std::string cert;  // PEM certificate chain
@@ -40,9 +43,13 @@ struct TlsFiles {
 // must present a certificate signed by that CA (verified during the
 // handshake); a non-empty `token` is checked by an AuthMetadataProcessor on
 // the call's metadata, before the request message is received and parsed,
-// for every method (health and reflection included).
+// for every method (health and reflection included). With an Authenticator
+// the processor authenticates the caller (a principal, or the cluster
+// token) the same way.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     const TlsFiles& tls, const std::string& token = "");
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const TlsFiles& tls, std::shared_ptr<const Authenticator> auth);
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const TlsFiles& tls);
 // A channel to HOST:PORT with Shelf's channel arguments (large messages,
 // keepalive, bounded reconnect backoff).

@@ -222,6 +222,7 @@ absl::Status LocalCluster::WaitForLiveNodes(int live, uint64_t timeout_ms) {
   auto admin = v1::AdminService::NewStub(*ch);
   std::string token;
   if (!options_.secret.empty()) token = AuthToken(options_.secret);
+  if (!options_.admin_token.empty()) token = options_.admin_token;
   uint64_t until = MonoMs() + timeout_ms;
   int seen = -1;
   while (MonoMs() < until) {

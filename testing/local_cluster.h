@@ -60,6 +60,10 @@ class LocalCluster {
     std::string secret;                    // written to a file and passed to all
     std::vector<std::string> master_args;  // extra flags
     std::vector<std::string> store_args;
+    // What WaitForLiveNodes calls the master with when it authenticates
+    // principals (--credentials in master_args): an admin's
+    // PrincipalToken. Empty: the secret's token.
+    std::string admin_token;
     bool keep_work_dir = false;
   };
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const Options& options);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
+#include "common/credentials.h"
 #include "common/flags.h"
 #include "common/json.h"
 #include "common/net.h"
@@ -40,6 +41,8 @@ struct Globals {
   std::string tls_ca, tls_cert, tls_key;
   coord::EtcdOptions etcd;  // for an etcd:// --master
   std::string secret;
+  // A principal of the master's --credentials (docs/security.md).
+  std::string credentials_file, principal;
   // Command options.
   int64_t replicas = 1;
   bool best_effort = false;
@@ -171,7 +174,14 @@ class Ctl {
     auto loc = MasterLocator::Create(g_.master, g_.etcd);
     if (!loc.ok()) return loc.status();
     locator_ = *std::move(loc);
-    token_ = AuthToken(g_.secret);
+    if (!g_.credentials_file.empty()) {
+      absl::StatusOr<std::string> token =
+          TokenFromCredentialsFile(g_.credentials_file, g_.principal);
+      if (!token.ok()) return token.status();
+      token_ = *std::move(token);
+    } else {
+      token_ = AuthToken(g_.secret);
+    }
     return absl::OkStatus();
   }
 
@@ -216,6 +226,8 @@ class Ctl {
     ClientOptions opts;
     opts.masters = ClientMasters();
     opts.secret = g_.secret;
+    opts.credentials_file = g_.credentials_file;
+    opts.principal = g_.principal;
     opts.timeout_ms = g_.timeout_ms;
     opts.tls_ca = g_.tls_ca;
     opts.tls_cert = g_.tls_cert;
@@ -589,6 +601,8 @@ absl::StatusOr<double> MeasureGetGbps(const Globals& g) {
   opts.masters =
       (*loc)->uses_etcd() ? std::vector<std::string>{(*loc)->Current()} : (*loc)->Candidates();
   opts.secret = g.secret;
+  opts.credentials_file = g.credentials_file;
+  opts.principal = g.principal;
   opts.timeout_ms = std::max<uint64_t>(g.timeout_ms, 30000);
   opts.tls_ca = g.tls_ca;
   opts.tls_cert = g.tls_cert;
@@ -653,6 +667,11 @@ int main(int argc, char** argv) {
   flags.AddDurationMs("timeout", &g.timeout_ms, "deadline of each call");
   coord::AddEtcdFlags(&flags, &g.etcd);
   flags.AddString("secret-file", &g.secret_file, "cluster secret");
+  flags.AddString("credentials", &g.credentials_file,
+                  "credentials file: call the master as one of its principals (an admin for "
+                  "the admin commands)");
+  flags.AddString("principal", &g.principal,
+                  "which principal of --credentials (default: the file's only one)");
   flags.AddString("tls-ca", &g.tls_ca, "PEM CA bundle: talk TLS to the master");
   flags.AddString("tls-cert", &g.tls_cert, "PEM client certificate (masters with mutual TLS)");
   flags.AddString("tls-key", &g.tls_key, "PEM private key of --tls-cert");

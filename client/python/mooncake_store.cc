@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/net.h"
+
 namespace shelf::python::mooncake {
 
 namespace {
@@ -48,8 +50,16 @@ int MooncakeStore::Setup(const std::string& local_hostname, const std::string& m
                          int64_t global_segment_size, int64_t local_buffer_size,
                          const std::string& protocol, const std::string& rdma_devices,
                          const std::string& master_server_addr) {
+  return SetupWith(ClientOptions(), local_hostname, metadata_server, global_segment_size,
+                   local_buffer_size, protocol, rdma_devices, master_server_addr);
+}
+
+int MooncakeStore::SetupWith(ClientOptions o, const std::string& local_hostname,
+                             const std::string& metadata_server, int64_t global_segment_size,
+                             int64_t local_buffer_size, const std::string& protocol,
+                             const std::string& rdma_devices,
+                             const std::string& master_server_addr) {
   if (global_segment_size < 0 || local_buffer_size < 0) return kMcInvalidParams;
-  ClientOptions o;
   o.masters = MasterList(master_server_addr, metadata_server);
   if (o.masters.empty()) return kMcInvalidParams;
   if (protocol == "rdma") {
@@ -86,8 +96,17 @@ int MooncakeStore::SetupConfig(const py::dict& config) {
                            : text("master_server_addr", "127.0.0.1:50051");
   std::string devices = text("device_name", "");
   if (devices.empty()) devices = text("rdma_devices", "");
-  return Setup(text("local_hostname", ""), text("metadata_server", "P2PHANDSHAKE"), segment, buffer,
-               text("protocol", "tcp"), devices, master);
+  ClientOptions base;
+  if (std::string secret_file = text("shelf_secret_file", ""); !secret_file.empty()) {
+    absl::StatusOr<std::string> secret = ReadSecretFile(secret_file);
+    if (!secret.ok()) return kMcInvalidParams;
+    base.secret = *std::move(secret);
+  }
+  base.credentials_file = text("shelf_credentials", "");
+  base.principal = text("shelf_principal", "");
+  return SetupWith(std::move(base), text("local_hostname", ""),
+                   text("metadata_server", "P2PHANDSHAKE"), segment, buffer,
+                   text("protocol", "tcp"), devices, master);
 }
 
 int MooncakeStore::SetupDummy(int64_t mem_pool_size, int64_t local_buffer_size,

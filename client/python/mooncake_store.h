@@ -147,7 +147,9 @@ class MooncakeStore {
   // local_hostname, metadata_server, global_segment_size and
   // local_buffer_size as ints or "16MB"-style strings, protocol,
   // device_name, master_server_address). Keys Shelf has no use for are
-  // ignored.
+  // ignored. Shelf's own: shelf_secret_file (the cluster secret's file),
+  // shelf_credentials (a credentials file) and shelf_principal (which of
+  // its principals; docs/security.md).
   int SetupConfig(const py::dict& config);
   // setup_dummy(mem_pool_size, local_buffer_size, server_address): a client
   // like any other (the node's shelf-store serves it over shared memory);
@@ -159,6 +161,11 @@ class MooncakeStore {
   int Setup(const std::string& local_hostname, const std::string& metadata_server,
             int64_t global_segment_size, int64_t local_buffer_size, const std::string& protocol,
             const std::string& rdma_devices, const std::string& master_server_addr);
+  // The same, from `base`'s credentials.
+  int SetupWith(ClientOptions base, const std::string& local_hostname,
+                const std::string& metadata_server, int64_t global_segment_size,
+                int64_t local_buffer_size, const std::string& protocol,
+                const std::string& rdma_devices, const std::string& master_server_addr);
 
   int Close() ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<Client> client;

@@ -72,7 +72,8 @@ std::shared_ptr<PyClient> PyClient::Create(
     uint32_t rdma_traffic_class, uint32_t rdma_service_level, uint32_t rdma_pkey_index,
     const std::string& tls_cert, const std::string& tls_key, const std::string& etcd_ca,
     const std::string& etcd_cert, const std::string& etcd_key, const std::string& etcd_user_file,
-    int64_t shm_store_uid) {
+    int64_t shm_store_uid, const std::string& principal, const std::string& principal_secret,
+    const std::string& credentials) {
   ClientOptions o;
   if (py::isinstance<py::str>(masters)) {
     std::string all = masters.cast<std::string>();
@@ -87,6 +88,9 @@ std::shared_ptr<PyClient> PyClient::Create(
     o.masters = masters.cast<std::vector<std::string>>();
   }
   o.secret = secret;
+  o.principal = principal;
+  o.principal_secret = principal_secret;
+  o.credentials_file = credentials;
   o.timeout_ms = timeout_ms;
   o.allow_tcp = allow_tcp;
   o.allow_shm = allow_shm;

@@ -39,6 +39,7 @@ sigset_t BlockTerminationSignals() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);  // reload --credentials
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return set;
 }
@@ -120,9 +121,8 @@ int main(int argc, char** argv) {
   MasterOptions master_opts = config.master;
   master_opts.listen_address = config.listen;
   auto master = std::make_unique<Master>(master_opts);
-  std::string token = AuthToken(config.secret);
-  MasterServiceImpl master_service(master.get(), token);
-  AdminServiceImpl admin_service(master.get(), token);
+  MasterServiceImpl master_service(master.get(), config.auth);
+  AdminServiceImpl admin_service(master.get(), config.auth);
   int port = 0;
   std::unique_ptr<grpc::Server> server =
       StartGrpcServer(config, {&master_service, &admin_service}, &port);
@@ -169,7 +169,15 @@ int main(int argc, char** argv) {
     }
   });
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    // Calls in progress keep the principal they resolved; the next ones
+    // see the new table. A file that does not parse leaves the old one.
+    if (absl::Status s = config.auth->Reload(); !s.ok()) {
+      SHELF_LOG(WARNING) << "credentials not reloaded: " << s.message();
+    } else {
+      SHELF_LOG(INFO) << "credentials reloaded" << Kv("principals", config.auth->size());
+    }
+  }
   SHELF_LOG(INFO) << "stopping" << Kv("signal", sig);
   stop.store(true);
   if (ha != nullptr) ha->Stop();  // hand over at once

@@ -137,13 +137,15 @@ class Master {
   // kListKeysMax, a cursor longer than a key. RemoveMatching removes at most
   // kRemoveMatchingMax keys per call (`more` says there are others); a
   // leased key disappears at once and its ranges are freed when the lease
-  // ends, as Remove.
-  absl::Status ListKeys(const v1::ListKeysRequest& req, v1::ListKeysResponse* resp);
+  // ends, as Remove. A non-empty `scope` limits both to keys that start
+  // with it, the pattern matched against the rest (a tenant's namespace).
+  absl::Status ListKeys(const v1::ListKeysRequest& req, v1::ListKeysResponse* resp,
+                        const std::string& scope = "");
   // Per live store, the leading run of the chain it holds and each block's
   // tier (master_keys.cc). Touches nothing: no lease, no LRU move.
   absl::Status Locate(const v1::LocateRequest& req, v1::LocateResponse* resp);
   absl::Status RemoveMatching(const v1::RemoveMatchingRequest& req,
-                              v1::RemoveMatchingResponse* resp);
+                              v1::RemoveMatchingResponse* resp, const std::string& scope = "");
 
   // Admin.
   void Status(v1::StatusResponse* resp);

@@ -17,7 +17,7 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
   MasterConfig c;
   MasterOptions& opts = c.master;
   c.listen = "127.0.0.1:7000";
-  std::string secret_file;
+  std::string secret_file, credentials_file;
   std::string events_listen, events_replay_listen;
   KvEventPublisher::Options& events_opts = c.events;
   int64_t events_queue = static_cast<int64_t>(events_opts.queue_events_max);
@@ -49,6 +49,10 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
                 "memory gRPC may use for requests being received (grpc::ResourceQuota); past "
                 "it, calls are refused with RESOURCE_EXHAUSTED; 0: no limit");
   flags.AddString("secret-file", &secret_file, "cluster secret (>= 16 bytes); none: open cluster");
+  flags.AddString("credentials", &credentials_file,
+                  "principals file (NAME ROLE TENANT SECRET [read=TENANTS] per line; "
+                  "docs/security.md): callers authenticate as principals, roles and tenant "
+                  "namespaces are enforced; reloaded on SIGHUP");
   flags.AddString("tls-cert", &c.tls.cert, "PEM certificate for gRPC TLS");
   flags.AddString("tls-key", &c.tls.key, "PEM private key for gRPC TLS");
   flags.AddString("tls-ca", &c.tls.ca, "PEM CA bundle for gRPC TLS");
@@ -104,17 +108,26 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
     // Grants are keyed from the secret, so every master of a cluster
     // (and every restart) issues grants the stores already accept.
     opts.grant_key = HmacSha256(c.secret, "shelf-grant-key-v1");
-  } else {
+  } else if (credentials_file.empty()) {
     SHELF_LOG(WARNING) << "no --secret-file: this cluster runs open; anyone who can reach it "
                           "can read and write";
   }
+  if (!credentials_file.empty()) {
+    // Principals only: the cluster secret, if given too, keys grants and
+    // the data plane but no longer authenticates a gRPC caller.
+    auto auth = Authenticator::FromFile(credentials_file);
+    if (!auth.ok()) return absl::InvalidArgumentError(auth.status().message());
+    c.auth = *std::move(auth);
+  } else {
+    c.auth = Authenticator::ClusterSecret(c.secret);
+  }
   if (absl::Status s =
-          CheckProtectedMode({{"--listen", c.listen}}, !c.secret.empty() || c.tls.enabled(),
-                             insecure, "give --secret-file (and --tls-*)");
+          CheckProtectedMode({{"--listen", c.listen}}, c.auth->required() || c.tls.enabled(),
+                             insecure, "give --secret-file or --credentials (and --tls-*)");
       !s.ok()) {
     return absl::InvalidArgumentError(s.message());
   }
-  auto creds = ServerCredentials(c.tls, AuthToken(c.secret));
+  auto creds = ServerCredentials(c.tls, std::shared_ptr<const Authenticator>(c.auth));
   if (!creds.ok()) return absl::InvalidArgumentError(creds.status().message());
   c.credentials = *std::move(creds);
   absl::StatusOr<HostPort> hp = ParseHostPort(c.listen);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/credentials.h"
 #include "common/net.h"
 #include "common/rpc.h"
 #include "server/master/kv_events.h"
@@ -26,6 +27,9 @@ struct MasterConfig {
   std::string listen;  // --listen as given (port 0 picks one)
   HostPort listen_host_port;
   std::string secret;  // the cluster secret; empty: open cluster
+  // Who may call: the principals of --credentials, else the cluster
+  // secret's one all-roles principal, else anyone (open).
+  std::shared_ptr<Authenticator> auth;
   TlsFiles tls;
   std::shared_ptr<grpc::ServerCredentials> credentials;
   bool reflection = false;
@@ -45,7 +49,8 @@ struct MasterConfig {
 
 // Parses argv (--help and a malformed flag print and exit, as Flags does)
 // and checks the values: INVALID_ARGUMENT with the message to print after
-// "shelf-master: " otherwise. Reads --secret-file; warns when it is absent.
+// "shelf-master: " otherwise. Reads --secret-file and --credentials; warns
+// when both are absent.
 absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv);
 
 }  // namespace shelf

@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "server/master/master.h"
 
 namespace shelf {
@@ -85,10 +87,13 @@ bool GlobMatch(absl::string_view p, absl::string_view k) {
   return pi == p.size();
 }
 
-// A compiled pattern: glob or regex; empty matches everything.
+// A compiled pattern: glob or regex; empty matches everything. With a
+// scope, only keys that start with it match, and the pattern sees the key
+// after it (a tenant's namespace: tenant_keys.h).
 class KeyMatcher {
  public:
-  absl::Status Init(const std::string& pattern, bool regex) {
+  absl::Status Init(const std::string& pattern, bool regex, const std::string& scope) {
+    scope_ = scope;
     if (pattern.size() > kPatternBytesMax) {
       return absl::InvalidArgumentError(absl::StrCat(
           "pattern of ", pattern.size(), " bytes exceeds the limit of ", kPatternBytesMax));
@@ -105,6 +110,7 @@ class KeyMatcher {
     return absl::OkStatus();
   }
   bool Match(absl::string_view key) const {
+    if (!absl::ConsumePrefix(&key, scope_)) return false;
     if (pattern_.empty()) return true;
     if (!regex_) return GlobMatch(pattern_, key);
     try {
@@ -115,6 +121,7 @@ class KeyMatcher {
   }
 
  private:
+  std::string scope_;
   std::string pattern_;
   bool regex_ = false;
   std::regex re_;
@@ -122,7 +129,8 @@ class KeyMatcher {
 
 }  // namespace
 
-absl::Status Master::ListKeys(const v1::ListKeysRequest& req, v1::ListKeysResponse* resp) {
+absl::Status Master::ListKeys(const v1::ListKeysRequest& req, v1::ListKeysResponse* resp,
+                              const std::string& scope) {
   size_t count = req.count() == 0 ? kListKeysMax : req.count();
   if (count > kListKeysMax) {
     return absl::InvalidArgumentError(
@@ -130,7 +138,7 @@ absl::Status Master::ListKeys(const v1::ListKeysRequest& req, v1::ListKeysRespon
   }
   if (req.cursor().size() > kKeyBytesMax) return absl::InvalidArgumentError("bad cursor");
   KeyMatcher matcher;
-  if (absl::Status s = matcher.Init(req.pattern(), req.regex()); !s.ok()) return s;
+  if (absl::Status s = matcher.Init(req.pattern(), req.regex(), scope); !s.ok()) return s;
   const std::string& cursor = req.cursor();
   // The `count` smallest matching keys above the cursor: a max-heap.
   std::priority_queue<std::string> page;
@@ -168,9 +176,9 @@ absl::Status Master::ListKeys(const v1::ListKeysRequest& req, v1::ListKeysRespon
 }
 
 absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
-                                    v1::RemoveMatchingResponse* resp) {
+                                    v1::RemoveMatchingResponse* resp, const std::string& scope) {
   KeyMatcher matcher;
-  if (absl::Status s = matcher.Init(req.pattern(), req.regex()); !s.ok()) return s;
+  if (absl::Status s = matcher.Init(req.pattern(), req.regex(), scope); !s.ok()) return s;
   uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
@@ -197,7 +205,7 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
   }
   // A flush (every key, none left behind) is one AllBlocksCleared per node
   // on the event stream instead of a removal per block.
-  const bool flush = req.pattern().empty() && !more && pinned == 0;
+  const bool flush = req.pattern().empty() && scope.empty() && !more && pinned == 0;
   events_muted_ = flush;
   for (Object* obj : victims) {
     EraseObjectLocked(obj, now);

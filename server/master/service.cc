@@ -1,8 +1,11 @@
 #include "server/master/service.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
 #include "server/master/rpc_limits.h"
+#include "server/master/tenant_keys.h"
 
 namespace shelf {
 
@@ -34,17 +37,79 @@ absl::Status CheckRequestSize(const google::protobuf::Message& req, size_t bytes
       absl::StrCat(method, " request of ", bytes, " bytes: the limit is ", bytes_max));
 }
 
+// Which roles may make each call (docs/security.md, "Roles"). An admin may
+// make every call; so may the all-roles principal of a cluster without a
+// credentials file, which is an admin without a tenant.
+constexpr unsigned kEngine = 1u << static_cast<int>(Role::kEngine);
+constexpr unsigned kStore = 1u << static_cast<int>(Role::kStore);
+constexpr unsigned kGateway = 1u << static_cast<int>(Role::kGateway);
+constexpr unsigned kAdmin = 1u << static_cast<int>(Role::kAdmin);
+constexpr unsigned kKeyUsers = kEngine | kGateway | kAdmin;
+
+unsigned MethodRoles(const char* method) {
+  static constexpr struct {
+    const char* method;
+    unsigned roles;
+  } kRules[] = {
+      // A store's own calls.
+      {"RegisterStore", kStore | kAdmin},
+      {"Heartbeat", kStore | kAdmin},
+      {"Promote", kStore | kAdmin},
+      {"PromoteCommit", kStore | kAdmin},
+      // Reading and writing blocks: engines and gateways, on their tenant's keys.
+      {"PutStart", kKeyUsers},
+      {"BatchPutStart", kKeyUsers},
+      {"PutCommit", kKeyUsers},
+      {"PutAbort", kKeyUsers},
+      {"Lookup", kKeyUsers},
+      {"MatchPrefix", kKeyUsers},
+      {"ReleaseLeases", kKeyUsers},
+      {"Remove", kKeyUsers},
+      {"ListKeys", kKeyUsers},
+      {"Locate", kKeyUsers},
+      {"RemoveMatching", kKeyUsers},
+      // Pinning its own tenant's keys is an engine's call too.
+      {"Pin", kKeyUsers},
+      // The cluster's state and its operation: admins.
+      {"Status", kAdmin},
+      {"Segments", kAdmin},
+      {"Stat", kAdmin},
+      {"Drain", kAdmin},
+      {"Evict", kAdmin},
+  };
+  for (const auto& rule : kRules) {
+    if (std::strcmp(rule.method, method) == 0) return rule.roles;
+  }
+  return kAdmin;  // a method nobody listed: admins only
+}
+
+// The call's principal, or UNAUTHENTICATED (no token, unknown principal,
+// wrong secret), or PERMISSION_DENIED (its role may not make this call).
+absl::StatusOr<Principal> Authorize(const grpc::ServerContext* ctx, const Authenticator& auth,
+                                    unsigned roles, const char* method) {
+  absl::StatusOr<Principal> p = auth.Authenticate(CallToken(ctx));
+  if (!p.ok()) return p.status();
+  if ((roles & (1u << static_cast<int>(p->role))) == 0) {
+    return absl::PermissionDeniedError(absl::StrCat("principal '", p->name, "' (role ",
+                                                    RoleName(p->role), ") may not call ", method));
+  }
+  return p;
+}
+
 }  // namespace
 
-// Checks the cluster token, then refuses a request body above the method's
-// limit (rpc_limits.h).
+// Resolves the caller (`caller`, a Principal) and checks its role may make
+// this call, then refuses a request body above the method's limit
+// (rpc_limits.h).
 #define SHELF_CHECK_TOKEN()                                                                 \
   static const size_t kRpcMethod = MasterMetrics::RpcIndex(__func__);                       \
   static const size_t kRequestBytesMax = RpcRequestBytesMax(__func__);                      \
+  static const unsigned kRoles = MethodRoles(__func__);                                     \
   RpcScope rpc_scope(master_->metrics(), kRpcMethod);                                       \
-  if (absl::Status auth = CheckToken(ctx, token_); !auth.ok()) {                            \
-    return rpc_scope.Done(ToGrpc(auth));                                                    \
-  }                                                                                         \
+  absl::StatusOr<Principal> authorized = Authorize(ctx, *auth_, kRoles, __func__);          \
+  if (!authorized.ok()) return rpc_scope.Done(ToGrpc(authorized.status()));                 \
+  const Principal& caller = *authorized;                                                    \
+  static_cast<void>(caller);                                                                \
   if (absl::Status size = CheckRequestSize(*req, kRequestBytesMax, __func__); !size.ok()) { \
     return rpc_scope.Done(ToGrpc(size));                                                    \
   }
@@ -65,6 +130,11 @@ grpc::Status MasterServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::He
 grpc::Status MasterServiceImpl::PutStart(grpc::ServerContext* ctx, const v1::PutStartRequest* req,
                                          v1::PutStartResponse* resp) {
   SHELF_CHECK_TOKEN();
+  if (!caller.tenant.empty()) {
+    v1::PutStartRequest kept = *req;
+    if (absl::Status s = ToKept(caller, &kept); !s.ok()) return rpc_scope.Done(ToGrpc(s));
+    return rpc_scope.Done(ToGrpc(master_->PutStart(kept, kept.options().client_host_id(), resp)));
+  }
   return rpc_scope.Done(ToGrpc(master_->PutStart(*req, req->options().client_host_id(), resp)));
 }
 
@@ -77,7 +147,18 @@ grpc::Status MasterServiceImpl::BatchPutStart(grpc::ServerContext* ctx,
         absl::StrCat("a batch put takes 1..", kBatchItemsMax, " blocks"))));
   }
   for (const v1::PutStartRequest& put : req->puts()) {
-    absl::Status s = master_->PutStart(put, put.options().client_host_id(), resp->add_results());
+    v1::PutStartRequest kept;
+    absl::Status s;
+    if (!caller.tenant.empty()) {
+      kept = put;
+      s = ToKept(caller, &kept);
+    }
+    const v1::PutStartRequest& named = caller.tenant.empty() ? put : kept;
+    if (s.ok()) {
+      s = master_->PutStart(named, named.options().client_host_id(), resp->add_results());
+    } else {
+      resp->add_results();
+    }
     v1::RpcStatus* st = resp->add_statuses();
     st->set_code(static_cast<int>(s.code()));
     st->set_message(std::string(s.message()));
@@ -110,6 +191,15 @@ grpc::Status MasterServiceImpl::PutAbort(grpc::ServerContext* ctx, const v1::Put
 grpc::Status MasterServiceImpl::Lookup(grpc::ServerContext* ctx, const v1::LookupRequest* req,
                                        v1::LookupResponse* resp) {
   SHELF_CHECK_TOKEN();
+  if (!caller.tenant.empty()) {
+    v1::LookupRequest kept = *req;
+    if (absl::Status s = ToKept(caller, kept.mutable_keys(), false); !s.ok()) {
+      return rpc_scope.Done(ToGrpc(s));
+    }
+    absl::Status s = master_->Lookup(kept, resp);
+    ToCaller(caller, resp->mutable_objects());
+    return rpc_scope.Done(ToGrpc(s));
+  }
   return rpc_scope.Done(ToGrpc(master_->Lookup(*req, resp)));
 }
 
@@ -117,6 +207,15 @@ grpc::Status MasterServiceImpl::MatchPrefix(grpc::ServerContext* ctx,
                                             const v1::MatchPrefixRequest* req,
                                             v1::MatchPrefixResponse* resp) {
   SHELF_CHECK_TOKEN();
+  if (!caller.tenant.empty()) {
+    v1::MatchPrefixRequest kept = *req;
+    if (absl::Status s = ToKept(caller, kept.mutable_keys(), false); !s.ok()) {
+      return rpc_scope.Done(ToGrpc(s));
+    }
+    absl::Status s = master_->MatchPrefix(kept, resp);
+    ToCaller(caller, resp->mutable_objects());
+    return rpc_scope.Done(ToGrpc(s));
+  }
   return rpc_scope.Done(ToGrpc(master_->MatchPrefix(*req, resp)));
 }
 
@@ -124,24 +223,61 @@ grpc::Status MasterServiceImpl::ReleaseLeases(grpc::ServerContext* ctx,
                                               const v1::ReleaseLeasesRequest* req,
                                               v1::ReleaseLeasesResponse* resp) {
   SHELF_CHECK_TOKEN();
+  if (!caller.tenant.empty()) {
+    v1::ReleaseLeasesRequest kept = *req;
+    if (absl::Status s = ToKept(caller, kept.mutable_keys(), false); !s.ok()) {
+      return rpc_scope.Done(ToGrpc(s));
+    }
+    return rpc_scope.Done(ToGrpc(master_->ReleaseLeases(kept)));
+  }
   return rpc_scope.Done(ToGrpc(master_->ReleaseLeases(*req)));
 }
 
 grpc::Status MasterServiceImpl::Remove(grpc::ServerContext* ctx, const v1::RemoveRequest* req,
                                        v1::RemoveResponse* resp) {
   SHELF_CHECK_TOKEN();
+  if (!caller.tenant.empty()) {
+    v1::RemoveRequest kept = *req;
+    if (absl::Status s = ToKept(caller, kept.mutable_keys(), true); !s.ok()) {
+      return rpc_scope.Done(ToGrpc(s));
+    }
+    absl::Status s = master_->Remove(kept, resp);
+    return rpc_scope.Done(ToGrpc(s));
+  }
   return rpc_scope.Done(ToGrpc(master_->Remove(*req, resp)));
 }
 
 grpc::Status MasterServiceImpl::ListKeys(grpc::ServerContext* ctx, const v1::ListKeysRequest* req,
                                          v1::ListKeysResponse* resp) {
   SHELF_CHECK_TOKEN();
+  if (!caller.tenant.empty()) {
+    // Within the caller's namespace: the pattern matches its own form of
+    // its own keys.
+    v1::ListKeysRequest kept = *req;
+    if (!req->cursor().empty()) {
+      absl::StatusOr<std::string> cursor = KeptKey(caller, req->cursor(), false);
+      if (!cursor.ok()) return rpc_scope.Done(ToGrpc(cursor.status()));
+      kept.set_cursor(*std::move(cursor));
+    }
+    absl::Status s = master_->ListKeys(kept, resp, TenantScope(caller));
+    for (std::string& k : *resp->mutable_keys()) k = CallerKey(caller, k);
+    if (!resp->next_cursor().empty()) resp->set_next_cursor(CallerKey(caller, resp->next_cursor()));
+    return rpc_scope.Done(ToGrpc(s));
+  }
   return rpc_scope.Done(ToGrpc(master_->ListKeys(*req, resp)));
 }
 
 grpc::Status MasterServiceImpl::Locate(grpc::ServerContext* ctx, const v1::LocateRequest* req,
                                        v1::LocateResponse* resp) {
   SHELF_CHECK_TOKEN();
+  if (!caller.tenant.empty()) {
+    v1::LocateRequest kept = *req;
+    if (absl::Status s = ToKept(caller, kept.mutable_keys(), false); !s.ok()) {
+      return rpc_scope.Done(ToGrpc(s));
+    }
+    absl::Status s = master_->Locate(kept, resp);
+    return rpc_scope.Done(ToGrpc(s));
+  }
   return rpc_scope.Done(ToGrpc(master_->Locate(*req, resp)));
 }
 
@@ -149,7 +285,7 @@ grpc::Status MasterServiceImpl::RemoveMatching(grpc::ServerContext* ctx,
                                                const v1::RemoveMatchingRequest* req,
                                                v1::RemoveMatchingResponse* resp) {
   SHELF_CHECK_TOKEN();
-  return rpc_scope.Done(ToGrpc(master_->RemoveMatching(*req, resp)));
+  return rpc_scope.Done(ToGrpc(master_->RemoveMatching(*req, resp, TenantScope(caller))));
 }
 
 grpc::Status MasterServiceImpl::Promote(grpc::ServerContext* ctx, const v1::PromoteRequest* req,
@@ -200,6 +336,13 @@ grpc::Status AdminServiceImpl::Evict(grpc::ServerContext* ctx, const v1::EvictRe
 grpc::Status AdminServiceImpl::Pin(grpc::ServerContext* ctx, const v1::PinRequest* req,
                                    v1::PinResponse* resp) {
   SHELF_CHECK_TOKEN();
+  if (!caller.tenant.empty()) {
+    v1::PinRequest kept = *req;
+    absl::StatusOr<std::string> key = KeptKey(caller, req->key(), /*write=*/true);
+    if (!key.ok()) return rpc_scope.Done(ToGrpc(key.status()));
+    kept.set_key(*std::move(key));
+    return rpc_scope.Done(ToGrpc(master_->Pin(kept)));
+  }
   return rpc_scope.Done(ToGrpc(master_->Pin(*req)));
 }
 

@@ -1,10 +1,15 @@
 // gRPC adapters over Master: MasterService (stores, clients) and
-// AdminService (operators). Each call checks the cluster token first.
+// AdminService (operators). Each call resolves its caller's Principal first
+// (common/credentials.h), checks the caller's role may make it
+// (docs/security.md, "Roles"), then rewrites its keys into the caller's
+// tenant namespace (tenant_keys.h).
 #ifndef SHELF_SERVER_MASTER_SERVICE_H_
 #define SHELF_SERVER_MASTER_SERVICE_H_
 
+#include <memory>
 #include <string>
 
+#include "common/credentials.h"
 #include "proto/shelf.grpc.pb.h"
 #include "server/master/master.h"
 
@@ -12,7 +17,8 @@ namespace shelf {
 
 class MasterServiceImpl final : public v1::MasterService::Service {
  public:
-  MasterServiceImpl(Master* master, std::string token) : master_(master), token_(token) {}
+  MasterServiceImpl(Master* master, std::shared_ptr<const Authenticator> auth)
+      : master_(master), auth_(std::move(auth)) {}
   grpc::Status RegisterStore(grpc::ServerContext* ctx, const v1::RegisterStoreRequest* req,
                              v1::RegisterStoreResponse* resp) override;
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
@@ -46,12 +52,13 @@ class MasterServiceImpl final : public v1::MasterService::Service {
 
  private:
   Master* const master_;
-  const std::string token_;
+  const std::shared_ptr<const Authenticator> auth_;
 };
 
 class AdminServiceImpl final : public v1::AdminService::Service {
  public:
-  AdminServiceImpl(Master* master, std::string token) : master_(master), token_(token) {}
+  AdminServiceImpl(Master* master, std::shared_ptr<const Authenticator> auth)
+      : master_(master), auth_(std::move(auth)) {}
   grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
                       v1::StatusResponse* resp) override;
   grpc::Status Segments(grpc::ServerContext* ctx, const v1::SegmentsRequest* req,
@@ -67,7 +74,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
 
  private:
   Master* const master_;
-  const std::string token_;
+  const std::shared_ptr<const Authenticator> auth_;
 };
 
 }  // namespace shelf

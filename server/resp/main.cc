@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   server_opts.listen = "127.0.0.1:6379";
   CommandOptions cmd_opts;
   std::string master, secret_file, requirepass_file, admin_listen, ready_file;
+  std::string credentials_file, principal;
   TlsOptions tls;
   std::string tls_auth_clients = "no";
   std::string grpc_tls_ca, grpc_tls_cert, grpc_tls_key;
@@ -66,6 +67,11 @@ int main(int argc, char** argv) {
   flags.AddString("master", &master,
                   "the master(s): HOST:PORT[,HOST:PORT...] or etcd://HOST:PORT[,...]/CLUSTER");
   flags.AddString("secret-file", &secret_file, "cluster secret (>= 16 bytes)");
+  flags.AddString("credentials", &credentials_file,
+                  "credentials file holding this gateway's principal (role gateway): its keys "
+                  "live in the principal's tenant (docs/security.md)");
+  flags.AddString("principal", &principal,
+                  "which principal of --credentials (default: the file's only one)");
   flags.AddString("requirepass-file", &requirepass_file,
                   "file holding the password clients must AUTH with (off when empty)");
   flags.AddString("tls-cert", &tls.cert_file,
@@ -161,6 +167,8 @@ int main(int argc, char** argv) {
     if (!s.ok()) return Fail(std::string(s.status().message()));
     copts.secret = *s;
   }
+  copts.credentials_file = credentials_file;
+  copts.principal = principal;
   if (!requirepass_file.empty()) {
     absl::StatusOr<std::string> text = ReadPrivateFile(requirepass_file, "--requirepass-file");
     if (!text.ok()) return Fail(std::string(text.status().message()));

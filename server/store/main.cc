@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/credentials.h"
 #include "common/flags.h"
 #include "common/http_server.h"
 #include "common/json.h"
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   StoreOptions opts;
   std::string shm_allow_uids;
   std::string labels, secret_file, ready_file, admin_listen, metrics_listen;
+  std::string credentials_file, principal;
   int64_t max_connections = opts.max_connections;
   int64_t rdma_port = opts.rdma_port, rdma_gid_index = opts.rdma_gid_index;
   int64_t rdma_traffic_class = opts.rdma_traffic_class;
@@ -55,6 +57,11 @@ int main(int argc, char** argv) {
                   "/run/shelf, made 0700 when missing)");
   flags.AddString("labels", &labels, "placement labels, e.g. zone=a,rack=r1");
   flags.AddString("secret-file", &secret_file, "cluster secret (>= 16 bytes)");
+  flags.AddString("credentials", &credentials_file,
+                  "credentials file holding this store's principal (role store): it calls the "
+                  "master as that principal; --secret-file still guards the data plane");
+  flags.AddString("principal", &principal,
+                  "which principal of --credentials (default: the file's only one)");
   flags.AddString("tls-ca", &opts.tls.ca, "PEM CA bundle to verify the master's TLS certificate");
   flags.AddString("tls-cert", &opts.tls.cert, "PEM client certificate for the master channel");
   flags.AddString("tls-key", &opts.tls.key, "PEM client key for the master channel");
@@ -132,6 +139,14 @@ int main(int argc, char** argv) {
     opts.secret = *s;
   } else {
     SHELF_LOG(WARNING) << "no --secret-file: this store accepts any client";
+  }
+  if (!credentials_file.empty()) {
+    absl::StatusOr<std::string> token = TokenFromCredentialsFile(credentials_file, principal);
+    if (!token.ok()) {
+      std::fprintf(stderr, "shelf-store: %s\n", std::string(token.status().message()).c_str());
+      return 2;
+    }
+    opts.master_token = *std::move(token);
   }
   if (absl::Status s =
           CheckProtectedMode({{"--listen", opts.listen}, {"--admin-listen", admin_listen}},

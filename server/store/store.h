@@ -52,6 +52,10 @@ struct StoreOptions {
   std::string run_dir;
   std::map<std::string, std::string> labels;
   std::string secret;
+  // The token the store calls the master with, when it is a principal of
+  // the master's --credentials (common/credentials.h); empty: the cluster
+  // secret's token.
+  std::string master_token;
   TlsFiles tls;             // for the channel to the master
   coord::EtcdOptions etcd;  // TLS and user for an etcd:// master
   bool hugepages = true;

@@ -215,7 +215,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
   auto locator = MasterLocator::Create(options.master, options.etcd);
   if (!locator.ok()) return locator.status();
   store->locator_ = *std::move(locator);
-  store->token_ = AuthToken(options.secret);
+  store->token_ = options.master_token.empty() ? AuthToken(options.secret) : options.master_token;
   SHELF_LOG(INFO) << "store serving" << Kv("node", store->node_id_)
                   << Kv("listen", store->data_address_) << Kv("dram_bytes", options.dram_size)
                   << Kv("hugepages", store->segment_->hugepages())

@@ -105,7 +105,18 @@ struct ClientOptions {
   // "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER": the leader etcd names for
   // CLUSTER (the masters' --cluster), followed across failovers.
   std::vector<std::string> masters;
-  std::string secret;          // cluster secret; empty for an open cluster
+  std::string secret;  // cluster secret; empty for an open cluster
+  // A principal of the master's --credentials (docs/security.md,
+  // "Principals and tenants"): the client calls the master as `principal`,
+  // proving it with a token derived from `principal_secret` (the secret
+  // itself is never sent), and its keys live in the principal's tenant.
+  // `secret` still guards the data plane. Instead of `principal_secret`,
+  // `credentials_file` may name a private file in the credentials format
+  // holding `principal`'s line (`principal` empty: the file's only one).
+  // All empty: the master is called with the cluster secret's token.
+  std::string principal;
+  std::string principal_secret;
+  std::string credentials_file;
   uint64_t timeout_ms = 5000;  // default deadline of each call
   bool allow_tcp = true;       // transports this client may use
   bool allow_shm = true;

@@ -101,6 +101,14 @@ void shelf_options_free(shelf_options_t* options); /* null is fine */
  * its range (checked here or by shelf_client_open). */
 int shelf_options_add_master(shelf_options_t* options, const char* host_port);
 int shelf_options_set_secret(shelf_options_t* options, const char* secret);
+/* Calls the master as `principal` of its --credentials, proven by a token
+ * derived from `principal_secret` (ClientOptions::principal). */
+int shelf_options_set_principal(shelf_options_t* options, const char* principal,
+                                const char* principal_secret);
+/* The same, the secret read from a credentials file holding `principal`'s
+ * line (`principal` NULL or empty: the file's only one). */
+int shelf_options_set_credentials_file(shelf_options_t* options, const char* path,
+                                       const char* principal);
 int shelf_options_set_timeout_ms(shelf_options_t* options, uint64_t timeout_ms); /* >= 1 */
 int shelf_options_set_transports(shelf_options_t* options, int allow_tcp, int allow_shm);
 int shelf_options_set_verify_checksums(shelf_options_t* options, int verify);

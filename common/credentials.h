@@ -1,0 +1,121 @@
+// Principals: who a gRPC caller is, what it may do, and whose keys it names
+// (docs/security.md, "Principals and tenants").
+//
+// A credentials file (`--credentials FILE`) has one principal per line:
+//
+//   # NAME     ROLE     TENANT   SECRET                 [read=TENANT,...]
+//   vllm-a     engine   team-a   3c1e...(>= 16 bytes)
+//   resp-a     gateway  team-a   91ab...                read=prompts
+//   store-1    store    -        77d0...
+//   ops        admin    -        5f2b...
+//
+// Fields are separated by spaces or tabs; `#` starts a comment line.
+// NAME is [A-Za-z0-9_.-]{1,64}; ROLE engine, store, gateway or admin; TENANT
+// [A-Za-z0-9_-]{1,32} for engines and gateways, `-` for stores and admins;
+// SECRET at least 16 bytes without whitespace; `read=` names the tenants
+// whose keys this principal may also read.
+//
+// A caller sends `x-shelf-token: NAME:hex(HMAC-SHA256(SECRET,
+// "shelf-grpc-v1:" NAME))`: the secret never travels. A cluster run with
+// `--secret-file` alone keeps the bare `hex(HMAC-SHA256(secret,
+// "shelf-grpc-v1"))` token, which stands for one all-roles principal.
+#ifndef SHELF_COMMON_CREDENTIALS_H_
+#define SHELF_COMMON_CREDENTIALS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace shelf {
+
+enum class Role { kEngine, kStore, kGateway, kAdmin };
+const char* RoleName(Role role);
+
+// A caller, as the master resolves it once per call. An empty tenant means
+// keys are used exactly as named (admins, stores, and every caller of a
+// cluster without a credentials file).
+struct Principal {
+  std::string name;
+  Role role = Role::kAdmin;
+  std::string tenant;
+  std::vector<std::string> read_tenants;  // besides its own
+  // Engines and gateways act on keys; a gateway is an engine for its tenant.
+  bool engine_like() const { return role == Role::kEngine || role == Role::kGateway; }
+  bool MayRead(absl::string_view tenant_name) const;
+};
+
+// The name used for the all-roles principal of a cluster without a
+// credentials file (the cluster secret's holder, or anyone when open).
+inline constexpr char kClusterPrincipal[] = "cluster";
+
+// A principal's line of a credentials file, its secret included.
+struct PrincipalEntry {
+  Principal principal;
+  std::string secret;
+};
+
+// Parses a credentials file's text; INVALID_ARGUMENT naming `origin` and
+// the line on any malformed line or duplicate name.
+absl::StatusOr<std::vector<PrincipalEntry>> ParseCredentials(absl::string_view text,
+                                                             absl::string_view origin);
+// Reads and parses `path`, refused when group or world readable
+// (common/secret_file.h).
+absl::StatusOr<std::vector<PrincipalEntry>> ReadCredentialsFile(const std::string& path);
+
+// The token a principal sends: "NAME:hex(HMAC-SHA256(secret, "shelf-grpc-v1:NAME"))".
+std::string PrincipalToken(const std::string& name, const std::string& secret);
+
+// The caller side: the token for `principal` from a credentials file (the
+// file's only principal when `principal` is empty).
+absl::StatusOr<std::string> TokenFromCredentialsFile(const std::string& path,
+                                                     const std::string& principal);
+
+bool ValidTenantName(absl::string_view tenant);
+
+// The server side: resolves a call's x-shelf-token to its Principal.
+// Thread-safe; Reload swaps the table in place (SIGHUP).
+class Authenticator {
+ public:
+  // Open cluster: every caller is the all-roles principal.
+  static std::shared_ptr<Authenticator> Open();
+  // --secret-file alone: the bare cluster token, one all-roles principal.
+  static std::shared_ptr<Authenticator> ClusterSecret(const std::string& secret);
+  // --credentials: the principals of `path`.
+  static absl::StatusOr<std::shared_ptr<Authenticator>> FromFile(const std::string& path);
+  static std::shared_ptr<Authenticator> FromEntries(std::vector<PrincipalEntry> entries);
+
+  // The caller, or UNAUTHENTICATED (no token, unknown principal, bad token).
+  absl::StatusOr<Principal> Authenticate(absl::string_view token) const;
+  // Whether calls carry a token at all (false: open cluster).
+  bool required() const { return mode_ != Mode::kOpen; }
+  bool has_principals() const { return mode_ == Mode::kPrincipals; }
+  // Re-reads the credentials file; the old table stays on error.
+  absl::Status Reload();
+  size_t size() const;
+
+ private:
+  enum class Mode { kOpen, kClusterSecret, kPrincipals };
+  struct Known {
+    Principal principal;
+    std::string token_mac;  // the hex MAC expected after "NAME:"
+  };
+  explicit Authenticator(Mode mode) : mode_(mode) {}
+  void Install(std::vector<PrincipalEntry> entries);
+
+  const Mode mode_;
+  std::string path_;
+  std::string cluster_token_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const absl::flat_hash_map<std::string, Known>> table_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shelf
+
+#endif  // SHELF_COMMON_CREDENTIALS_H_

@@ -1,0 +1,354 @@
+// Principals, roles and tenant namespaces against a real master and real
+// stores run with --credentials (docs/security.md, "Principals and
+// tenants"): a principal x operation matrix where every refused call is
+// PERMISSION_DENIED or UNAUTHENTICATED and changes nothing, read-only
+// sharing between tenants, and a SIGHUP that adds a principal.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/credentials.h"
+#include "common/rpc.h"
+#include "proto/shelf.grpc.pb.h"
+#include "shelf/client.h"
+#include "testing/cluster_fixture.h"
+#include "testing/wait_for.h"
+
+namespace shelf {
+namespace {
+
+constexpr char kDataSecret[] = "principals-test-data-plane-secret-0123";
+constexpr char kCredentials[] =
+    "# NAME ROLE TENANT SECRET [read=...]\n"
+    "eng-a    engine   team-a   secret-of-engine-a-0123456789\n"
+    "eng-b    engine   team-b   secret-of-engine-b-0123456789\n"
+    "gw-a     gateway  team-a   secret-of-gateway-a-012345678\n"
+    "reader   engine   team-r   secret-of-the-reader-01234567   read=prompts\n"
+    "pub      engine   prompts  secret-of-the-publisher-012345\n"
+    "store-1  store    -        secret-of-the-store-0123456789\n"
+    "ops      admin    -        secret-of-the-admin-0123456789\n";
+
+std::string SecretOf(const std::string& name) {
+  absl::StatusOr<std::vector<PrincipalEntry>> entries = ParseCredentials(kCredentials, "test");
+  for (const PrincipalEntry& e : *entries) {
+    if (e.principal.name == name) return e.secret;
+  }
+  return "";
+}
+
+class PrincipalsTest : public ClusterFixture {
+ protected:
+  LocalCluster::Options ClusterOptions() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-princ-XXXXXX").string();
+    EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    credentials_ = dir_ + "/credentials";
+    std::ofstream(credentials_) << kCredentials;
+    ::chmod(credentials_.c_str(), 0600);
+    LocalCluster::Options o = ClusterFixture::ClusterOptions();
+    o.secret = kDataSecret;  // the data plane's
+    o.master_args = {"--credentials", credentials_};
+    o.store_args = {"--credentials", credentials_, "--principal", "store-1"};
+    o.admin_token = PrincipalToken("ops", SecretOf("ops"));
+    return o;
+  }
+  // client_ is the admin.
+  ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
+    ClientOptions co = ClusterFixture::ClientOptionsFor(cluster);
+    co.principal = "ops";
+    co.principal_secret = SecretOf("ops");
+    return co;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  std::unique_ptr<Client> As(const std::string& principal, const std::string& secret = "") {
+    ClientOptions co = DefaultClientOptions();
+    co.principal = principal;
+    co.principal_secret = secret.empty() ? SecretOf(principal) : secret;
+    return OpenClient(co);
+  }
+
+  void Put(Client* c, const std::string& key, const std::string& value) {
+    Status s = c->Put(key, value.data(), value.size());
+    ASSERT_TRUE(s.ok()) << key << ": " << s.ToString();
+  }
+
+  std::string GetOr(Client* c, const std::string& key) {
+    std::string v;
+    Status s = c->Get(key, &v);
+    return s.ok() ? v : std::string(StatusCodeName(s.code()));
+  }
+
+  // Every key in the cluster, as kept (the admin's view).
+  std::vector<std::string> AllKeys() {
+    std::vector<std::string> keys;
+    std::string next;
+    EXPECT_TRUE(client_->ListKeys("", "", 1024, &keys, &next).ok());
+    return keys;
+  }
+
+  // Raw stubs carrying `token`.
+  v1::MasterService::Stub* MasterStub() {
+    if (master_stub_ == nullptr) {
+      auto ch = MakeChannel(cluster_->master_address(), TlsFiles());
+      EXPECT_TRUE(ch.ok());
+      master_stub_ = v1::MasterService::NewStub(*ch);
+      admin_stub_ = v1::AdminService::NewStub(*ch);
+    }
+    return master_stub_.get();
+  }
+  v1::AdminService::Stub* AdminStub() {
+    MasterStub();
+    return admin_stub_.get();
+  }
+  static void Prepare(grpc::ClientContext* ctx, const std::string& principal) {
+    PrepareContext(ctx, PrincipalToken(principal, SecretOf(principal)), 20000);
+  }
+
+  std::string dir_, credentials_;
+  std::unique_ptr<v1::MasterService::Stub> master_stub_;
+  std::unique_ptr<v1::AdminService::Stub> admin_stub_;
+};
+
+TEST_F(PrincipalsTest, EachTenantHasItsOwnNamespace) {
+  auto a = As("eng-a");
+  auto b = As("eng-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Put(a.get(), "k", "from-a");
+  Put(b.get(), "k", "from-b");
+  EXPECT_EQ(GetOr(a.get(), "k"), "from-a");
+  EXPECT_EQ(GetOr(b.get(), "k"), "from-b");
+  // The gateway of team-a is an engine of team-a.
+  auto gw = As("gw-a");
+  ASSERT_NE(gw, nullptr);
+  EXPECT_EQ(GetOr(gw.get(), "k"), "from-a");
+  // The admin sees the kept keys; each tenant lists its own, in its form.
+  EXPECT_EQ(AllKeys(), (std::vector<std::string>{"team-a/k", "team-b/k"}));
+  std::vector<std::string> keys;
+  std::string next;
+  ASSERT_TRUE(a->ListKeys("", "*", 100, &keys, &next).ok());
+  EXPECT_EQ(keys, std::vector<std::string>{"k"});
+  EXPECT_EQ(GetOr(client_.get(), "team-b/k"), "from-b");
+  // RemoveMatching within the tenant: team-a's "" removes team-a's keys only.
+  uint64_t removed = 0;
+  ASSERT_TRUE(a->RemoveMatching("", &removed).ok());
+  EXPECT_EQ(removed, 1u);
+  EXPECT_EQ(AllKeys(), std::vector<std::string>{"team-b/k"});
+}
+
+TEST_F(PrincipalsTest, AnEngineCannotNameAnotherTenantsKeys) {
+  auto a = As("eng-a");
+  auto b = As("eng-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Put(a.get(), "secret-block", "a's bytes");
+  const std::string theirs = "@team-a/secret-block";
+  const std::vector<std::string> before = AllKeys();
+  std::string v;
+  EXPECT_EQ(b->Get(theirs, &v).code(), StatusCode::kPermissionDenied);
+  std::vector<bool> present;
+  EXPECT_EQ(b->Exists({theirs}, &present).code(), StatusCode::kPermissionDenied);
+  size_t matched = 0;
+  EXPECT_EQ(b->MatchPrefix({theirs}, &matched).code(), StatusCode::kPermissionDenied);
+  std::vector<NodeRun> runs;
+  EXPECT_EQ(b->Locate({theirs}, &runs).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(b->Put(theirs, "x", 1).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(b->Put("@team-a/new", "x", 1).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(b->Remove(theirs).code(), StatusCode::kPermissionDenied);
+  {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, "eng-b");
+    v1::PinRequest req;
+    req.set_key(theirs);
+    v1::PinResponse resp;
+    EXPECT_EQ(AdminStub()->Pin(&ctx, req, &resp).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // Its own names never reach team-a: listing, bulk removal, a plain miss.
+  std::vector<std::string> keys;
+  std::string next;
+  ASSERT_TRUE(b->ListKeys("", "", 100, &keys, &next).ok());
+  EXPECT_TRUE(keys.empty());
+  uint64_t removed = 7;
+  ASSERT_TRUE(b->RemoveMatching("", &removed).ok());
+  EXPECT_EQ(removed, 0u);
+  EXPECT_EQ(b->Get("secret-block", &v).code(), StatusCode::kNotFound);
+  // A key naming the separator stays in b's own namespace.
+  EXPECT_EQ(b->Get("team-a/secret-block", &v).code(), StatusCode::kNotFound);
+  // Nothing changed.
+  EXPECT_EQ(AllKeys(), before);
+  EXPECT_EQ(GetOr(a.get(), "secret-block"), "a's bytes");
+  // Its own '@' form is its own key.
+  Put(b.get(), "@team-b/mine", "b");
+  EXPECT_EQ(GetOr(b.get(), "mine"), "b");
+}
+
+TEST_F(PrincipalsTest, AnEngineMakesNoAdminOrStoreCalls) {
+  auto expect_denied = [&](const char* what, grpc::Status s) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << what << ": " << s.error_message();
+  };
+  for (const char* engine : {"eng-a", "gw-a"}) {
+    {
+      grpc::ClientContext ctx;
+      Prepare(&ctx, engine);
+      v1::StatusResponse r;
+      expect_denied("Status", AdminStub()->Status(&ctx, v1::StatusRequest(), &r));
+    }
+    {
+      grpc::ClientContext ctx;
+      Prepare(&ctx, engine);
+      v1::SegmentsResponse r;
+      expect_denied("Segments", AdminStub()->Segments(&ctx, v1::SegmentsRequest(), &r));
+    }
+    {
+      grpc::ClientContext ctx;
+      Prepare(&ctx, engine);
+      v1::StatRequest req;
+      req.set_key("k");
+      v1::StatResponse r;
+      expect_denied("Stat", AdminStub()->Stat(&ctx, req, &r));
+    }
+    {
+      grpc::ClientContext ctx;
+      Prepare(&ctx, engine);
+      v1::DrainRequest req;
+      req.set_node(cluster_->store_address(0));
+      v1::DrainResponse r;
+      expect_denied("Drain", AdminStub()->Drain(&ctx, req, &r));
+    }
+    {
+      grpc::ClientContext ctx;
+      Prepare(&ctx, engine);
+      v1::EvictRequest req;
+      req.set_bytes(1 << 20);
+      v1::EvictResponse r;
+      expect_denied("Evict", AdminStub()->Evict(&ctx, req, &r));
+    }
+    {
+      // Registering as a store (taking over store 0's node id).
+      grpc::ClientContext ctx;
+      Prepare(&ctx, engine);
+      v1::StatusResponse st;
+      grpc::ClientContext sctx;
+      Prepare(&sctx, "ops");
+      ASSERT_TRUE(AdminStub()->Status(&sctx, v1::StatusRequest(), &st).ok());
+      ASSERT_GT(st.nodes_size(), 0);
+      v1::RegisterStoreRequest req;
+      req.set_protocol_version(1);
+      req.mutable_endpoint()->set_node_id(st.nodes(0).node_id());
+      req.mutable_endpoint()->set_data_address("127.0.0.1:1");
+      req.set_incarnation(12345);
+      v1::RegisterStoreResponse r;
+      expect_denied("RegisterStore", MasterStub()->RegisterStore(&ctx, req, &r));
+    }
+    {
+      grpc::ClientContext ctx;
+      Prepare(&ctx, engine);
+      v1::HeartbeatRequest req;
+      v1::HeartbeatResponse r;
+      expect_denied("Heartbeat", MasterStub()->Heartbeat(&ctx, req, &r));
+    }
+  }
+  // Both stores still live, nothing drained.
+  EXPECT_TRUE(cluster_->WaitForLiveNodes(2, 20000).ok());
+  grpc::ClientContext ctx;
+  Prepare(&ctx, "ops");
+  v1::StatusResponse st;
+  ASSERT_TRUE(AdminStub()->Status(&ctx, v1::StatusRequest(), &st).ok());
+  for (const auto& n : st.nodes()) {
+    EXPECT_EQ(n.state(), v1::NODE_LIVE) << n.node_id();
+    EXPECT_NE(n.address(), "127.0.0.1:1");
+  }
+}
+
+TEST_F(PrincipalsTest, AStoreCredentialIsNoEngine) {
+  auto s = As("store-1");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->Put("k", "v", 1).code(), StatusCode::kPermissionDenied);
+  std::string v;
+  EXPECT_EQ(s->Get("k", &v).code(), StatusCode::kPermissionDenied);
+  std::vector<bool> present;
+  EXPECT_EQ(s->Exists({"k"}, &present).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(s->Remove("k").code(), StatusCode::kPermissionDenied);
+  std::vector<std::string> keys;
+  std::string next;
+  EXPECT_EQ(s->ListKeys("", "", 10, &keys, &next).code(), StatusCode::kPermissionDenied);
+  grpc::ClientContext ctx;
+  Prepare(&ctx, "store-1");
+  v1::StatusResponse r;
+  EXPECT_EQ(AdminStub()->Status(&ctx, v1::StatusRequest(), &r).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(AllKeys().empty());
+}
+
+TEST_F(PrincipalsTest, UnknownPrincipalsAndWrongSecretsAreUnauthenticated) {
+  auto wrong = As("eng-a", "not-the-secret-of-engine-a-000");
+  auto unknown = As("nobody", "a-secret-nobody-was-given-0000");
+  ASSERT_NE(wrong, nullptr);
+  ASSERT_NE(unknown, nullptr);
+  EXPECT_EQ(wrong->Put("k", "v", 1).code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(unknown->Put("k", "v", 1).code(), StatusCode::kUnauthenticated);
+  // The data plane's secret is no gRPC credential here.
+  ClientOptions co = DefaultClientOptions();
+  co.principal.clear();
+  co.principal_secret.clear();
+  auto bare = OpenClient(co);
+  ASSERT_NE(bare, nullptr);
+  std::vector<bool> present;
+  EXPECT_EQ(bare->Exists({"k"}, &present).code(), StatusCode::kUnauthenticated);
+  EXPECT_TRUE(AllKeys().empty());
+}
+
+TEST_F(PrincipalsTest, SharingIsReadOnly) {
+  auto pub = As("pub");
+  auto reader = As("reader");
+  auto b = As("eng-b");
+  ASSERT_NE(pub, nullptr);
+  ASSERT_NE(reader, nullptr);
+  ASSERT_NE(b, nullptr);
+  Put(pub.get(), "system-prompt", "You are helpful.");
+  EXPECT_EQ(GetOr(reader.get(), "@prompts/system-prompt"), "You are helpful.");
+  size_t matched = 0;
+  ASSERT_TRUE(reader->MatchPrefix({"@prompts/system-prompt"}, &matched).ok());
+  EXPECT_EQ(matched, 1u);
+  // ... twice: the second read may come from the location cache.
+  EXPECT_EQ(GetOr(reader.get(), "@prompts/system-prompt"), "You are helpful.");
+  EXPECT_EQ(reader->Put("@prompts/system-prompt", "evil", 4).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(reader->Put("@prompts/other", "evil", 4).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(reader->Remove("@prompts/system-prompt").code(), StatusCode::kPermissionDenied);
+  std::string v;
+  EXPECT_EQ(b->Get("@prompts/system-prompt", &v).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(GetOr(pub.get(), "system-prompt"), "You are helpful.");
+  EXPECT_EQ(AllKeys(), std::vector<std::string>{"prompts/system-prompt"});
+}
+
+TEST_F(PrincipalsTest, SighupReloadAddsAPrincipal) {
+  const std::string secret = "secret-of-the-newcomer-0123456";
+  auto late = As("eng-c", secret);
+  ASSERT_NE(late, nullptr);
+  std::vector<bool> present;
+  EXPECT_EQ(late->Exists({"k"}, &present).code(), StatusCode::kUnauthenticated);
+  std::ofstream(credentials_, std::ios::app) << "eng-c engine team-c " << secret << "\n";
+  ASSERT_EQ(::kill(cluster_->master_process()->pid(), SIGHUP), 0);
+  EXPECT_TRUE(WaitFor([&] { return late->Exists({"k"}, &present).ok(); }, 20000));
+  Put(late.get(), "k", "c");
+  EXPECT_EQ(GetOr(late.get(), "k"), "c");
+  EXPECT_EQ(AllKeys(), std::vector<std::string>{"team-c/k"});
+  // The others still authenticate.
+  auto a = As("eng-a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->Exists({"k"}, &present).code(), StatusCode::kOk);
+}
+
+}  // namespace
+}  // namespace shelf
