@@ -86,6 +86,10 @@ struct MasterOptions {
   uint64_t demote_lead_ms = 100;
   double demote_headroom_max = 0.5;
   std::string grant_key;  // HMAC key for write grants; random if empty
+  // Keys are kept as TENANT/KEY (--credentials; tenant_keys.h): a block's
+  // event hash, when its engine gave none, is of KEY, the form its engine
+  // names it by.
+  bool tenant_namespaces = false;
   // Every time the master reads (TTLs, leases, put and pin expiry, wall
   // times it reports) and every timed wait (PutStart waiting for room, a
   // heartbeat long poll). Must outlive the master.

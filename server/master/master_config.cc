@@ -118,6 +118,7 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
     auto auth = Authenticator::FromFile(credentials_file);
     if (!auth.ok()) return absl::InvalidArgumentError(auth.status().message());
     c.auth = *std::move(auth);
+    opts.tenant_namespaces = true;
   } else {
     c.auth = Authenticator::ClusterSecret(c.secret);
   }

@@ -8,11 +8,20 @@ namespace {
 
 const char* MediumOf(v1::Tier tier) { return tier == v1::TIER_DRAM ? kMediumDram : kMediumSsd; }
 
+// The key as its engine names it: without the tenant of a namespace.
+absl::string_view EngineKey(absl::string_view kept, bool tenant_namespaces) {
+  if (!tenant_namespaces) return kept;
+  size_t sep = kept.find('/');
+  return sep == absl::string_view::npos ? kept : kept.substr(sep + 1);
+}
+
 }  // namespace
 
 uint64_t Master::BlockHashLocked(const Object& obj) {
   const ObjectExtra* x = obj.extra.get();
-  return x != nullptr && x->has_engine_hash ? x->engine_hash : KvEventBlockHash(obj.key.view());
+  return x != nullptr && x->has_engine_hash
+             ? x->engine_hash
+             : KvEventBlockHash(EngineKey(obj.key.view(), options_.tenant_namespaces));
 }
 
 void Master::EmitStoredLocked(const Object& obj, const Replica& r,
@@ -29,7 +38,7 @@ void Master::EmitStoredLocked(const Object& obj, const Replica& r,
     e.parent_hash = x->engine_parent_hash;
   } else if (x != nullptr && !x->parent_key.empty()) {
     e.has_parent = true;
-    e.parent_hash = KvEventBlockHash(x->parent_key);
+    e.parent_hash = KvEventBlockHash(EngineKey(x->parent_key, options_.tenant_namespaces));
   }
   if (x != nullptr) e.block_size = x->block_tokens;
   // The token ids only at the commit: the index does not keep them.
