@@ -19,6 +19,7 @@
 #include "shelf/client.h"
 #include "testing/cluster_fixture.h"
 #include "testing/wait_for.h"
+#include "tests/fault/fault_util.h"
 
 namespace shelf {
 namespace {
@@ -348,6 +349,81 @@ TEST_F(PrincipalsTest, SighupReloadAddsAPrincipal) {
   auto a = As("eng-a");
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->Exists({"k"}, &present).code(), StatusCode::kOk);
+}
+
+TEST_F(PrincipalsTest, ShelfctlCallsAsItsPrincipal) {
+  std::string out;
+  EXPECT_EQ(
+      cluster_->Shelfctl({"--credentials", credentials_, "--principal", "ops", "status"}, &out), 0)
+      << out;
+  // An engine may put and read its own keys, not look at the cluster.
+  const std::string file = dir_ + "/block";
+  std::ofstream(file) << "block of team-a";
+  EXPECT_EQ(
+      cluster_->Shelfctl(
+          {"--credentials", credentials_, "--principal", "eng-a", "put", "ctl-key", file}, &out),
+      0)
+      << out;
+  // (5: UNAUTHENTICATED or PERMISSION_DENIED.)
+  EXPECT_EQ(
+      cluster_->Shelfctl({"--credentials", credentials_, "--principal", "eng-a", "status"}, &out),
+      5)
+      << out;
+  EXPECT_EQ(AllKeys(), std::vector<std::string>{"team-a/ctl-key"});
+}
+
+// With TLS the token is checked before the request body is read, by the
+// master's AuthMetadataProcessor: principals there too.
+TEST(PrincipalsTlsTest, PrincipalsAreCheckedBeforeTheBodyWithTls) {
+  if (fault::RunShell("command -v openssl") != 0) GTEST_SKIP() << "openssl is not installed";
+  std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-princ-tls-XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_TRUE(fault::MakeTestCertificates(dir, "good").ok());
+  const std::string credentials = dir + "/credentials";
+  std::ofstream(credentials) << kCredentials;
+  ::chmod(credentials.c_str(), 0600);
+  const std::string bin = SHELF_BIN_DIR;
+  auto master = Process::Spawn({bin + "/shelf-master", "--listen", "127.0.0.1:0", "--ready-file",
+                                dir + "/master.addr", "--credentials", credentials, "--tls-cert",
+                                dir + "/good.pem", "--tls-key", dir + "/good.key"},
+                               dir + "/master.log");
+  ASSERT_TRUE(master.ok()) << master.status();
+  auto addr = WaitForFileLine(dir + "/master.addr", 15000, master->get());
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  TlsFiles tls;
+  tls.ca = dir + "/good-ca.pem";
+  auto ch = MakeChannel(*addr, tls);
+  ASSERT_TRUE(ch.ok());
+  auto admin = v1::AdminService::NewStub(*ch);
+  auto call = [&](const std::string& token) {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token, 20000);
+    v1::StatusResponse r;
+    return admin->Status(&ctx, v1::StatusRequest(), &r).error_code();
+  };
+  // (The first handshake can take seconds on a loaded machine: retried.)
+  EXPECT_TRUE(WaitFor(
+      [&] { return call(PrincipalToken("ops", SecretOf("ops"))) == grpc::StatusCode::OK; }, 60000));
+  EXPECT_EQ(call(PrincipalToken("eng-a", SecretOf("eng-a"))), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(call(PrincipalToken("ops", "not-the-admins-secret-0000000")),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call(PrincipalToken("nobody", "a-secret-nobody-was-given-0000")),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call(""), grpc::StatusCode::UNAUTHENTICATED);
+  ClientOptions co;
+  co.masters = {*addr};
+  co.tls_ca = tls.ca;
+  co.principal = "eng-a";
+  co.principal_secret = SecretOf("eng-a");
+  co.timeout_ms = 20000;
+  std::unique_ptr<Client> client;
+  ASSERT_TRUE(Client::Open(co, &client).ok());
+  std::string v;
+  EXPECT_EQ(client->Get("absent", &v).code(), StatusCode::kNotFound);
+  master->reset();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace
