@@ -53,23 +53,26 @@ def stop_all(procs):
 
 
 class Cluster:
-    """shelf-master and `stores` shelf-store processes in a fresh directory."""
+    """shelf-master and `stores` shelf-store processes in a fresh directory.
+    `master_args` and `store_args` are extra flags; `client_kwargs` what the
+    startup probe's shelf.Client needs (a secret, a principal)."""
 
-    def __init__(self, stores=2, dram_bytes=64 << 20):
+    def __init__(self, stores=2, dram_bytes=64 << 20, master_args=(), store_args=(),
+                 client_kwargs=None):
         for name in ("shelf-master", "shelf-store"):
             if not (BIN_DIR / name).exists():
                 raise RuntimeError(f"no {BIN_DIR / name}: build it, or set SHELF_BIN_DIR")
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="shelf-pytest-"))
         self.procs = []
         self.master = self._spawn(
-            "master", [BIN_DIR / "shelf-master", "--listen", "127.0.0.1:0"])
+            "master", [BIN_DIR / "shelf-master", "--listen", "127.0.0.1:0", *master_args])
         self.store_addresses = [
             self._spawn(f"store{i}", [
                 BIN_DIR / "shelf-store", "--master", self.master, "--listen", "127.0.0.1:0",
                 "--dram-size", str(dram_bytes), "--run-dir", self.dir / f"store{i}.run",
-                "--node-id", f"node-{i}"])
+                "--node-id", f"node-{i}", *store_args])
             for i in range(stores)]
-        self._wait_until_stores_take_puts(stores)
+        self._wait_until_stores_take_puts(stores, client_kwargs or {})
 
     def _spawn(self, name, argv):
         ready = self.dir / f"{name}.addr"
@@ -81,10 +84,10 @@ class Cluster:
         self.procs.append(proc)
         return _wait_for_line(ready, proc, log)
 
-    def _wait_until_stores_take_puts(self, stores):
+    def _wait_until_stores_take_puts(self, stores, client_kwargs):
         # A store writes its ready file before it registers: probe with a
         # put that needs every store.
-        client = shelf.Client([self.master], timeout_ms=2000)
+        client = shelf.Client([self.master], timeout_ms=2000, **client_kwargs)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:

@@ -1,0 +1,99 @@
+"""Principals from Python, against a master and a store run with
+--credentials (docs/security.md, "Principals and tenants"): shelf.Client's
+principal=, principal_secret= and credentials=, and the Mooncake-compatible
+setup dict's shelf_secret_file, shelf_credentials and shelf_principal."""
+
+import pathlib
+import shutil
+import tempfile
+
+import pytest
+
+import shelf
+from shelf.mooncake import MooncakeDistributedStore
+
+from conftest import Cluster
+
+DATA_SECRET = "python-principals-data-plane-secret"
+SECRETS = {
+    "eng-a": "secret-of-engine-a-0123456789",
+    "eng-b": "secret-of-engine-b-0123456789",
+    "store-1": "secret-of-the-store-0123456789",
+    "ops": "secret-of-the-admin-0123456789",
+}
+CREDENTIALS = (f"eng-a engine team-a {SECRETS['eng-a']}\n"
+               f"eng-b engine team-b {SECRETS['eng-b']}\n"
+               f"store-1 store - {SECRETS['store-1']}\n"
+               f"ops admin - {SECRETS['ops']}\n")
+
+
+def _private(path, text):
+    path.write_text(text)
+    path.chmod(0o600)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tenants():
+    d = pathlib.Path(tempfile.mkdtemp(prefix="shelf-pyprinc-"))
+    creds = _private(d / "credentials", CREDENTIALS)
+    secret = _private(d / "secret", DATA_SECRET + "\n")
+    # A caller's file holds only its own line.
+    eng_b = _private(d / "eng-b", f"eng-b engine team-b {SECRETS['eng-b']}\n")
+    c = Cluster(stores=1, master_args=["--credentials", creds, "--secret-file", secret],
+                store_args=["--credentials", creds, "--principal", "store-1",
+                            "--secret-file", secret],
+                client_kwargs=dict(secret=DATA_SECRET, principal="ops",
+                                   principal_secret=SECRETS["ops"]))
+    yield c, secret, eng_b
+    c.stop()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _client(cluster, **kwargs):
+    return shelf.Client([cluster.master], secret=DATA_SECRET, timeout_ms=20000, **kwargs)
+
+
+def test_each_principal_in_its_tenant(tenants):
+    cluster, _, eng_b = tenants
+    with _client(cluster, principal="eng-a", principal_secret=SECRETS["eng-a"]) as a, \
+            _client(cluster, credentials=eng_b) as b, \
+            _client(cluster, principal="ops", principal_secret=SECRETS["ops"]) as ops:
+        a.put(b"py/k", b"from-a")
+        b.put(b"py/k", b"from-b")
+        assert a.get(b"py/k") == b"from-a"
+        assert b.get(b"py/k") == b"from-b"
+        with pytest.raises(shelf.PermissionDeniedError):
+            b.get(b"@team-a/py/k")
+        with pytest.raises(shelf.PermissionDeniedError):
+            b.remove(b"@team-a/py/k")
+        assert a.list_keys(b"py/*")[0] == [b"py/k"]
+        keys, _ = ops.list_keys(b"*py/k")
+        assert sorted(keys) == [b"team-a/py/k", b"team-b/py/k"]
+    with _client(cluster, principal="eng-a", principal_secret="not-the-secret-0123456") as bad:
+        with pytest.raises(shelf.UnauthenticatedError):
+            bad.get(b"py/k")
+    with _client(cluster, principal="store-1", principal_secret=SECRETS["store-1"]) as store:
+        with pytest.raises(shelf.PermissionDeniedError):
+            store.put(b"py/x", b"x")
+
+
+def test_mooncake_setup_dict_takes_a_principal(tenants):
+    cluster, secret, eng_b = tenants
+    s = MooncakeDistributedStore()
+    config = {
+        "local_hostname": "node-a",
+        "metadata_server": "P2PHANDSHAKE",
+        "protocol": "tcp",
+        "master_server_address": cluster.master,
+        "shelf_secret_file": secret,
+        "shelf_credentials": eng_b,
+    }
+    assert s.setup(config) == 0
+    assert s.put("mc/k", b"v" * 100) == 0
+    assert s.get("mc/k") == b"v" * 100
+    assert s.close() == 0
+    with _client(cluster, principal="ops", principal_secret=SECRETS["ops"]) as ops:
+        assert ops.list_keys(b"*mc/k")[0] == [b"team-b/mc/k"]
+    # Without a principal the master refuses the setup.
+    assert s.setup(dict(config, shelf_credentials="")) != 0
