@@ -84,10 +84,10 @@ class Cluster:
         self.procs.append(proc)
         return _wait_for_line(ready, proc, log)
 
-    def _wait_until_stores_take_puts(self, stores, client_kwargs):
+    def _wait_until_stores_take_puts(self, stores, client_kwargs=None):
         # A store writes its ready file before it registers: probe with a
         # put that needs every store.
-        client = shelf.Client([self.master], timeout_ms=2000, **client_kwargs)
+        client = shelf.Client([self.master], timeout_ms=2000, **(client_kwargs or {}))
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
