@@ -197,7 +197,7 @@ grpc::Status MasterServiceImpl::Lookup(grpc::ServerContext* ctx, const v1::Looku
       return rpc_scope.Done(ToGrpc(s));
     }
     absl::Status s = master_->Lookup(kept, resp);
-    ToCaller(caller, resp->mutable_objects());
+    ToCaller(caller, req->keys(), resp->mutable_objects());
     return rpc_scope.Done(ToGrpc(s));
   }
   return rpc_scope.Done(ToGrpc(master_->Lookup(*req, resp)));
@@ -213,7 +213,7 @@ grpc::Status MasterServiceImpl::MatchPrefix(grpc::ServerContext* ctx,
       return rpc_scope.Done(ToGrpc(s));
     }
     absl::Status s = master_->MatchPrefix(kept, resp);
-    ToCaller(caller, resp->mutable_objects());
+    ToCaller(caller, req->keys(), resp->mutable_objects());
     return rpc_scope.Done(ToGrpc(s));
   }
   return rpc_scope.Done(ToGrpc(master_->MatchPrefix(*req, resp)));

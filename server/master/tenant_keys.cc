@@ -61,11 +61,13 @@ absl::Status ToKept(const Principal& p, google::protobuf::RepeatedPtrField<std::
   return absl::OkStatus();
 }
 
-void ToCaller(const Principal& p, google::protobuf::RepeatedPtrField<v1::ObjectLocation>* objects) {
+void ToCaller(const Principal& p, const google::protobuf::RepeatedPtrField<std::string>& asked,
+              google::protobuf::RepeatedPtrField<v1::ObjectLocation>* objects) {
   if (p.tenant.empty()) return;
-  for (v1::ObjectLocation& loc : *objects) {
+  for (int i = 0; i < objects->size(); ++i) {
+    v1::ObjectLocation& loc = (*objects)[i];
     if (loc.key().empty()) continue;
-    std::string caller = CallerKey(p, loc.key());
+    std::string caller = i < asked.size() ? asked[i] : CallerKey(p, loc.key());
     loc.set_store_key(loc.key());
     loc.set_key(std::move(caller));
   }

@@ -40,9 +40,11 @@ std::string TenantScope(const Principal& p);
 absl::Status ToKept(const Principal& p, v1::PutStartRequest* req);
 absl::Status ToKept(const Principal& p, google::protobuf::RepeatedPtrField<std::string>* keys,
                     bool write);
-// Rewrites a response's locations: `key` to the caller's form, `store_key`
-// to the kept one (the key stores hold the block under, for READ_KEY).
-void ToCaller(const Principal& p, google::protobuf::RepeatedPtrField<v1::ObjectLocation>* objects);
+// Rewrites a response's locations, parallel to the keys the caller `asked`:
+// `key` back to the name it used, `store_key` to the kept one (the key
+// stores hold the block under, for READ_KEY).
+void ToCaller(const Principal& p, const google::protobuf::RepeatedPtrField<std::string>& asked,
+              google::protobuf::RepeatedPtrField<v1::ObjectLocation>* objects);
 
 }  // namespace shelf
 

@@ -89,6 +89,22 @@ static void check_options(void) {
   CHECK_RC(shelf_client_open(opts, &client), SHELF_INVALID_ARGUMENT);
   CHECK(strstr(shelf_last_error(), "shm_store_uid") != NULL);
   shelf_options_free(opts);
+
+  /* A principal: its secret, or a credentials file read when the client
+   * opens (docs/security.md). */
+  opts = shelf_options_new();
+  CHECK(opts != NULL);
+  CHECK_RC(shelf_options_set_principal(NULL, "eng", "s"), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_set_credentials_file(NULL, "x", NULL), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_add_master(opts, "127.0.0.1:1"), SHELF_OK);
+  CHECK_RC(shelf_options_set_principal(opts, "eng", NULL), SHELF_OK);
+  CHECK_RC(shelf_client_open(opts, &client), SHELF_INVALID_ARGUMENT);
+  CHECK(strstr(shelf_last_error(), "principal_secret") != NULL);
+  CHECK_RC(shelf_options_set_credentials_file(opts, "/nonexistent/shelf-credentials", "eng"),
+           SHELF_OK);
+  CHECK(shelf_client_open(opts, &client) != SHELF_OK);
+  CHECK(strstr(shelf_last_error(), "shelf-credentials") != NULL);
+  shelf_options_free(opts);
 }
 
 static void check_keys(void) {
