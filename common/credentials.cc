@@ -93,7 +93,7 @@ absl::StatusOr<std::vector<PrincipalEntry>> ParseCredentials(absl::string_view t
       return LineError(origin, line_no, "the role is engine, store, gateway or admin");
     }
     if (p.engine_like()) {
-      if (!ValidTenantName(f[2])) {
+      if (!ValidTenantName(f[2]) || f[2] == "-") {
         return LineError(origin, line_no,
                          "an engine's or gateway's tenant is 1..32 of [A-Za-z0-9_-]");
       }
