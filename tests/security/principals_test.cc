@@ -140,11 +140,23 @@ TEST_F(PrincipalsTest, EachTenantHasItsOwnNamespace) {
   ASSERT_TRUE(a->ListKeys("", "*", 100, &keys, &next).ok());
   EXPECT_EQ(keys, std::vector<std::string>{"k"});
   EXPECT_EQ(GetOr(client_.get(), "team-b/k"), "from-b");
+  // Batches (BatchPutStart, one Lookup for many keys) too.
+  const std::string v1 = "batch one", v2 = "batch two";
+  std::vector<Status> statuses;
+  ASSERT_TRUE(
+      b->BatchPut({{"b1", v1.data(), v1.size()}, {"b2", v2.data(), v2.size()}}, &statuses).ok());
+  for (const Status& st : statuses) EXPECT_TRUE(st.ok()) << st.ToString();
+  std::vector<std::string> values;
+  ASSERT_TRUE(b->BatchGet({"b1", "k", "b2"}, &values, &statuses).ok());
+  EXPECT_EQ(values, (std::vector<std::string>{v1, "from-b", v2}));
+  ASSERT_TRUE(a->BatchGet({"b1", "k"}, &values, &statuses).ok());
+  EXPECT_EQ(statuses[0].code(), StatusCode::kNotFound);
+  EXPECT_EQ(values[1], "from-a");
   // RemoveMatching within the tenant: team-a's "" removes team-a's keys only.
   uint64_t removed = 0;
   ASSERT_TRUE(a->RemoveMatching("", &removed).ok());
   EXPECT_EQ(removed, 1u);
-  EXPECT_EQ(AllKeys(), std::vector<std::string>{"team-b/k"});
+  EXPECT_EQ(AllKeys(), (std::vector<std::string>{"team-b/b1", "team-b/b2", "team-b/k"}));
 }
 
 TEST_F(PrincipalsTest, AnEngineCannotNameAnotherTenantsKeys) {
