@@ -67,9 +67,10 @@ class Procs:
         return {"grpc": lines[0], "events": ends["events"], "replay": ends["events-replay"],
                 "metrics": m.group(1)}
 
-    def store(self, name, master, dram="4MiB", ssd=False):
+    def store(self, name, master, dram="4MiB", ssd=False, extra=()):
         argv = [BIN_DIR / "shelf-store", "--master", master, "--listen", "127.0.0.1:0",
-                "--dram-size", dram, "--run-dir", self.dir / f"{name}.run", "--node-id", name]
+                "--dram-size", dram, "--run-dir", self.dir / f"{name}.run", "--node-id", name,
+                *extra]
         if ssd:
             argv += ["--ssd-dir", self.dir / f"{name}.ssd", "--ssd-size", "64MiB"]
         self.spawn(name, argv)
@@ -168,10 +169,10 @@ def assert_converges(client, subs, tag):
         time.sleep(0.2)
 
 
-def connect(master, stores):
+def connect(master, stores, **kwargs):
     """A client, once `stores` stores take puts (a store writes its ready
     file before it registers)."""
-    client = shelf.Client([master], timeout_ms=20000)
+    client = shelf.Client([master], timeout_ms=20000, **kwargs)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         try:
@@ -254,6 +255,29 @@ def test_subscriber_rebuilds_index_through_evictions_demotions_and_store_death(p
     finally:
         client.close()
         sub.close()
+
+
+def test_a_tenants_blocks_are_hashed_by_the_key_its_engine_names(procs, zctx):
+    """With --credentials the master keeps a tenant's key as TENANT/KEY; a
+    block put without an engine hash is still named by the hash of KEY."""
+    creds = procs.dir / "credentials"
+    creds.write_text("eng-a engine team-a secret-of-engine-a-0123456789\n"
+                     "store-1 store - secret-of-the-store-0123456789\n")
+    creds.chmod(0o600)
+    m = procs.master("master", ["--credentials", creds])
+    procs.store("s0", m["grpc"], dram="64MiB",
+                extra=["--credentials", creds, "--principal", "store-1"])
+    client = connect(m["grpc"], 1, principal="eng-a",
+                     principal_secret="secret-of-engine-a-0123456789")
+    try:
+        state = {}
+        sub = Subscriber(zctx, "tcp://" + m["events"].split("//")[1], m["replay"], state)
+        try:
+            wait_for_put(client, [sub], "tenant")  # hashes of the keys as put
+        finally:
+            sub.close()
+    finally:
+        client.close()
 
 
 def test_late_subscriber_refills_its_gap_from_replay(procs, zctx):
