@@ -172,7 +172,9 @@ int main(int argc, char** argv) {
   while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
     // Calls in progress keep the principal they resolved; the next ones
     // see the new table. A file that does not parse leaves the old one.
-    if (absl::Status s = config.auth->Reload(); !s.ok()) {
+    if (!config.auth->has_principals()) {
+      SHELF_LOG(INFO) << "SIGHUP: no --credentials to reload";
+    } else if (absl::Status s = config.auth->Reload(); !s.ok()) {
       SHELF_LOG(WARNING) << "credentials not reloaded: " << s.message();
     } else {
       SHELF_LOG(INFO) << "credentials reloaded" << Kv("principals", config.auth->size());
