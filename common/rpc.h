@@ -3,7 +3,9 @@
 //
 // Authentication: when a cluster secret is configured, every call carries
 // metadata `x-shelf-token: hex(HMAC-SHA256(secret, "shelf-grpc-v1"))`; a
-// server with a secret answers UNAUTHENTICATED to any call without it.
+// server with a secret answers UNAUTHENTICATED to any call without it. A
+// master with --credentials takes principals' tokens instead
+// (common/credentials.h): `NAME:hex(HMAC-SHA256(secret, "shelf-grpc-v1:" NAME))`.
 // Use TLS (--tls-cert/--tls-key/--tls-ca) where the network is not trusted:
 // the token is a bearer credential.
 #ifndef SHELF_COMMON_RPC_H_
