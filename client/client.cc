@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
+#include "client/testing_hooks.h"
 #include "common/clock.h"
 #include "common/net.h"
 #include "common/rpc.h"
@@ -151,7 +152,9 @@ ClientImpl::ClientImpl(const ClientOptions& options)
       token_(AuthToken(options.secret)),
       tcp_(TcpEngineOptions(options)),
       shm_(options.secret, options.shm_store_uid),
-      gpu_(2 * static_cast<size_t>(options.transfer_threads) + 2),
+      gpu_(2 * static_cast<size_t>(options.transfer_threads) + 2,
+           internal::CudaForTesting() != nullptr ? internal::CudaForTesting()
+                                                 : CudaRuntime::Default()),
       // Cached reads ask the store over TCP: without it, no cache.
       cache_(options.location_cache_entries == 0 || !options.allow_tcp
                  ? nullptr
@@ -199,7 +202,12 @@ absl::Status ClientImpl::Connect() {
   }
   if (options_.rdma_device.empty()) return absl::OkStatus();
 #if SHELF_WITH_RDMA
-  auto verbs = std::make_shared<rdma::IbVerbs>();
+  std::shared_ptr<rdma::VerbsApi> verbs;
+  if (void* fake = internal::RdmaVerbsForTesting(); fake != nullptr) {
+    verbs = std::shared_ptr<rdma::VerbsApi>(static_cast<rdma::VerbsApi*>(fake), [](auto*) {});
+  } else {
+    verbs = std::make_shared<rdma::IbVerbs>();
+  }
   rdma_verbs_ = verbs;
   rdma::RdmaTransport::Options ro;
   ro.secret = options_.secret;

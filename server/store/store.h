@@ -69,6 +69,13 @@ struct StoreOptions {
   int rdma_traffic_class = 0;
   int rdma_service_level = 0;
   int rdma_pkey_index = 0;
+  // Client queue pairs at once (one per client connection that asks);
+  // past it a client reads over tcp.
+  int rdma_queue_pairs_max = 1024;
+  // The verbs implementation (an rdma::VerbsApi): null, the real
+  // libibverbs; tests pass a simulated device. Not owned; must outlive the
+  // store.
+  void* rdma_verbs = nullptr;
   bool promote_on_hit = false;  // copy SSD blocks that are read back into DRAM
   int max_connections = 1024;
   uint64_t rpc_timeout_ms = 3000;

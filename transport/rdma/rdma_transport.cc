@@ -148,8 +148,9 @@ absl::Status RdmaTransport::OnRegister(transport::MemoryHandle handle, const Reg
   if (gpu) {
     absl::MutexLock lock(&mu_);
     if (stats_.live_gpu_regions >= options_.gpu_regions_max) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "rdma: ", options_.gpu_regions_max, " GPU regions registered already (gpu_regions_max)"));
+      return absl::ResourceExhaustedError(absl::StrCat("rdma: GPU regions are at their bound of ",
+                                                       options_.gpu_regions_max,
+                                                       " (gpu_regions_max)"));
     }
     ++stats_.live_gpu_regions;  // held from here; given back below on failure
   }
