@@ -8,6 +8,7 @@
 // connection, the grant checked by the store's DataHandler.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include "transport/data_server.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/rdma/simulated_verbs.h"
+#include "transport/tcp_client.h"
 #include "transport/wire.h"
 
 namespace shelf::rdma {
@@ -303,6 +305,9 @@ TEST_F(SimulatedRdmaPullTest, ReadsLandInGpuRegistrationsOnBothPaths) {
     const bool dmabuf = path == GpuRegistration::kDmabufOnly;
     EXPECT_EQ(exporter->exports.load() - exports_before, dmabuf ? 1 : 0);
     EXPECT_EQ(sim_.stats().dmabuf_mrs_registered - dmabuf_before, dmabuf ? 1u : 0u);
+    // One registration for the buffer; each read found it in the cache.
+    EXPECT_EQ(client_->stats().registration_misses, 1u);
+    EXPECT_EQ(client_->stats().registered_regions, 1u);
     // Released with the buffer.
     const int mrs = sim_.stats().live_mrs;
     EXPECT_TRUE(client_->UnregisterMemory(*h).ok());
@@ -391,6 +396,33 @@ TEST_F(SimulatedRdmaPullTest, QueuePairsAreBoundedOnBothEnds) {
   EXPECT_TRUE((*late)->UnregisterMemory(*h2).ok());
   late->reset();
   EXPECT_TRUE(client_->UnregisterMemory(*h1).ok());
+}
+
+TEST_F(SimulatedRdmaPullTest, APullBeforeRdmaConnectOrWithABadSourceIsRefused) {
+  TcpDataClient control(TcpDataClient::Options{kSecret, 5000, 0});
+  absl::StatusOr<int> fd = control.Dial(peer_.route(Kind::kRdma), MonoMs() + 5000);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  const std::string grant = wire::EncodeGrant(handler_.MakeGrant(1, 0, 4096));
+  // No queue pair on this connection yet: nothing to pull with.
+  EXPECT_EQ(
+      control.RdmaPull(*fd, 0, 0, 4096, wire::RdmaSource{4096, 1}, grant, MonoMs() + 5000).code(),
+      absl::StatusCode::kFailedPrecondition);
+  // The connection stays usable: the refusal carried no payload.
+  EXPECT_EQ(
+      control.RdmaPull(*fd, 0, 0, 4096, wire::RdmaSource{4096, 1}, grant, MonoMs() + 5000).code(),
+      absl::StatusCode::kFailedPrecondition);
+  close(*fd);
+  // The source's encoding round-trips; a non-zero reserved field is refused.
+  std::string bytes = wire::EncodeRdmaSource(wire::RdmaSource{0x1122334455667788ull, 0xabcdef01});
+  ASSERT_EQ(bytes.size(), wire::kRdmaSourceBytes);
+  absl::StatusOr<wire::RdmaSource> back = wire::DecodeRdmaSource(bytes);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->addr, 0x1122334455667788ull);
+  EXPECT_EQ(back->rkey, 0xabcdef01u);
+  bytes[12] = 1;
+  EXPECT_FALSE(wire::DecodeRdmaSource(bytes).ok());
+  EXPECT_FALSE(wire::DecodeRdmaSource(bytes.substr(0, 8)).ok());
+  ExpectSegment({});
 }
 
 }  // namespace

@@ -140,6 +140,10 @@ RdmaTransport::Stats RdmaTransport::stats() const {
   Stats s = stats_;
   s.live_connections = connections_.size();
   s.live_regions = regions_.size();
+  const MemoryRegistry::Stats r = engine_->registration_stats();
+  s.registration_hits = r.hits;
+  s.registration_misses = r.misses;
+  s.registered_regions = r.live_regions;
   return s;
 }
 

@@ -130,6 +130,11 @@ class RdmaTransport final : public transport::Engine {
     uint64_t live_connections = 0;
     uint64_t live_regions = 0;      // registered handles
     uint64_t live_gpu_regions = 0;  // of which GPU memory
+    // The device's registration cache: Register calls answered by a live
+    // region, calls that registered a new one, and the regions alive.
+    uint64_t registration_hits = 0;
+    uint64_t registration_misses = 0;
+    uint64_t registered_regions = 0;
   };
 
   // Opens the device (RdmaEngine::Open's errors).
