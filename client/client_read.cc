@@ -223,8 +223,11 @@ absl::Status ClientImpl::ReadToTarget(const v1::ObjectLocation& loc, const ReadT
                                               " bytes; nothing was read"));
   }
   if (!target.gpu) return ReadObject(loc, target.data, deadline_ms, cached);
-  // A cached location is checked against its store over tcp: staged.
-  if (target.rdma_registered && !cached) {
+  // A cached location is checked against its store over tcp: staged. An
+  // event to record without a stream to record it on: staged (its lane's
+  // stream records it).
+  if (target.rdma_registered && !cached &&
+      (target.sync.event == nullptr || target.sync.stream != nullptr)) {
     absl::Status direct = ReadGpuDirect(loc, target, deadline_ms);
     if (direct.ok() || MonoMs() >= deadline_ms) return direct;
     // No rdma replica, or each failed: stage, through every transport.
@@ -240,10 +243,17 @@ absl::Status ClientImpl::ReadToTarget(const v1::ObjectLocation& loc, const ReadT
 absl::Status ClientImpl::ReadGpuDirect(const v1::ObjectLocation& loc, const ReadTarget& target,
                                        uint64_t deadline_ms) {
   absl::Status last = absl::NotFoundError("no DRAM replica offers rdma");
+  bool awaited = false;
   for (const v1::Replica& r : loc.replicas()) {
     if (r.tier() != v1::TIER_DRAM) continue;
     const transport::Peer peer = PeerOf(r.store());
     if (!rdma_->Reaches(peer)) continue;
+    // The NIC writes the buffer outside any stream: the caller's earlier
+    // work on its stream must be done first (GpuSync).
+    if (!awaited) {
+      if (absl::Status s = gpu_.AwaitBeforeDirect(target.device, target.sync); !s.ok()) return s;
+      awaited = true;
+    }
     // The buffer's own registration answers this one from the device's
     // cache: no registration per read.
     absl::StatusOr<transport::MemoryHandle> handle =
@@ -286,7 +296,9 @@ absl::Status ClientImpl::ReadGpuDirect(const v1::ObjectLocation& loc, const Read
     stats_.blocks_loaded_dram.fetch_add(1);
     stats_.bytes_loaded_rdma.fetch_add(loc.size());
     stats_.bytes_loaded_gpu_direct.fetch_add(loc.size());
-    return absl::OkStatus();
+    // Work the caller enqueues after the call runs after the bytes landed
+    // (they have); its event marks that point on its stream.
+    return gpu_.RecordAfterDirect(target.device, target.sync);
   }
   return last;
 }

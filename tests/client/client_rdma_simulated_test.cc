@@ -141,6 +141,35 @@ TEST_F(ClientRdmaSimulatedTest, GpuGetsLandDirectlyAndPutsArePulledByTheStore) {
   EXPECT_EQ(client->stats().rdma_registered_buffers, 0u);
 }
 
+TEST_F(ClientRdmaSimulatedTest, AGpuDirectGetWaitsForTheCallersStream) {
+  std::unique_ptr<Client> client = Open();
+  ASSERT_NE(client, nullptr);
+  const std::string block = Block(1 << 20, 11);
+  ASSERT_TRUE(client->Put("ordered", block.data(), block.size()).ok());
+  std::vector<char> pool(1 << 20, 0);
+  cuda_.AddDeviceMemory(pool.data(), pool.size(), 0);
+  BufferHandle gpu;
+  ASSERT_TRUE(client->RegisterBuffer(pool.data(), pool.size(), &gpu, /*gpu=*/true).ok());
+  // The engine's stream still has a kernel queued that writes the buffer
+  // (the fake runtime runs it only when something waits for the stream).
+  // The get must land after it, and the event it gives must mark the get.
+  CudaRuntime::Stream engine = cuda_.NewStream();
+  CudaRuntime::Event done = nullptr;
+  ASSERT_TRUE(cuda_.EventCreate(&done).ok());
+  cuda_.EnqueueFill(engine, pool.data(), 'x', pool.size());
+  size_t got = 0;
+  ASSERT_TRUE(
+      client->GetInto("ordered", gpu, 0, pool.size(), &got, Deadline(), GpuSync{engine, done})
+          .ok());
+  ASSERT_TRUE(cuda_.StreamSynchronize(engine).ok());
+  ASSERT_EQ(got, block.size());
+  EXPECT_EQ(std::memcmp(pool.data(), block.data(), got), 0) << "the queued fill ran after the get";
+  EXPECT_EQ(client->stats().bytes_loaded_gpu_direct, block.size());
+  EXPECT_EQ(client->stats().bytes_staged_gpu, 0u);
+  cuda_.EventDestroy(done);
+  ASSERT_TRUE(client->UnregisterBuffer(gpu).ok());
+}
+
 TEST_F(ClientRdmaSimulatedTest, AGpuBufferTheDeviceRefusesIsStagedAndCounted) {
   std::unique_ptr<Client> client = Open(/*gpu_registrations_max=*/0);
   ASSERT_NE(client, nullptr);
