@@ -302,7 +302,7 @@ bool DataServer::HandlePull(int fd, const wire::Header& h, const std::string& ex
   }
   verdict = options_.rdma->Pull(conn->rdma.get(), seg->base + h.offset, h.length, *source,
                                 MonoMs() + options_.io_timeout_ms);
-  if (verdict.ok()) handler_->OnWrite(h.length);
+  if (verdict.ok()) handler_->OnPull(h.length);
   return Reply(fd, h, verdict, nullptr, 0);
 }
 

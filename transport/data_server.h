@@ -53,6 +53,8 @@ class DataHandler {
   // for its own).
   virtual void OnRead(uint64_t bytes) {}
   virtual void OnWrite(uint64_t bytes) {}
+  // A put pulled over rdma (RDMA_PULL); by default counted as a write.
+  virtual void OnPull(uint64_t bytes) { OnWrite(bytes); }
 };
 
 // The store side of the RDMA backend (transport/rdma/rdma_transport.h),

@@ -114,6 +114,7 @@ class Store : public DataHandler {
       ABSL_LOCKS_EXCLUDED(mu_);
   void OnRead(uint64_t bytes) override { metrics_.read_dram_tcp.Increment(bytes); }
   void OnWrite(uint64_t bytes) override { metrics_.written_dram_tcp.Increment(bytes); }
+  void OnPull(uint64_t bytes) override { metrics_.written_dram_rdma.Increment(bytes); }
   SsdTier* ssd() const { return ssd_.get(); }
 
  private:
@@ -151,6 +152,7 @@ class Store : public DataHandler {
     prom::Counter& read_ssd_tcp;
     prom::Family<prom::Counter>& written_bytes;
     prom::Counter& written_dram_tcp;
+    prom::Counter& written_dram_rdma;
     prom::Counter& written_ssd_local;
     prom::Family<prom::Counter>& demotions;
     prom::Counter& demotions_ok;
