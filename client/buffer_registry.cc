@@ -28,12 +28,14 @@ BufferRegistry::Pin::~Pin() {
   if (registry_ != nullptr && entry_ != nullptr) registry_->Unpin(entry_.get());
 }
 
-absl::StatusOr<BufferHandle> BufferRegistry::Add(void* base, size_t size, bool gpu, int device) {
+absl::StatusOr<BufferHandle> BufferRegistry::Add(void* base, size_t size, bool gpu, int device,
+                                                 uint64_t rdma) {
   auto entry = std::make_shared<Entry>();
   entry->reg.base = static_cast<char*>(base);
   entry->reg.size = size;
   entry->reg.gpu = gpu;
   entry->reg.device = device;
+  entry->reg.rdma = rdma;
   MutexLock lock(&mu_);
   if (entries_.size() >= kRegistrationsMax) {
     return absl::ResourceExhaustedError(
@@ -46,13 +48,14 @@ absl::StatusOr<BufferHandle> BufferRegistry::Add(void* base, size_t size, bool g
   return handle;
 }
 
-absl::Status BufferRegistry::Remove(BufferHandle handle) {
+absl::Status BufferRegistry::Remove(BufferHandle handle, Registration* removed) {
   MutexLock lock(&mu_);
   auto it = entries_.find(handle.id);
   if (it == entries_.end()) return NotRegistered(handle);
   std::shared_ptr<Entry> entry = std::move(it->second);
   entries_.erase(it);  // no new pins from here on
   while (entry->pins != 0) unpinned_.Wait(&mu_);
+  if (removed != nullptr) *removed = entry->reg;
   return absl::OkStatus();
 }
 

@@ -40,6 +40,9 @@ class BufferRegistry {
     size_t size = 0;
     bool gpu = false;
     int device = 0;  // CUDA device ordinal (gpu only)
+    // Its registration with the RDMA engine (transport::MemoryHandle); 0:
+    // none (no RDMA device, or the device refused it).
+    uint64_t rdma = 0;
   };
 
  private:
@@ -68,6 +71,9 @@ class BufferRegistry {
     size_t length() const { return length_; }
     bool gpu() const { return entry_->reg.gpu; }
     int device() const { return entry_->reg.device; }
+    // Whether the RDMA device holds the whole buffer (GPUDirect for GPU
+    // memory).
+    bool rdma_registered() const { return entry_->reg.rdma != 0; }
 
    private:
     friend class BufferRegistry;
@@ -87,10 +93,12 @@ class BufferRegistry {
 
   // Registers [base, base + size). The caller has checked base and size.
   // RESOURCE_EXHAUSTED beyond kRegistrationsMax.
-  absl::StatusOr<BufferHandle> Add(void* base, size_t size, bool gpu, int device);
-  // Unregisters `handle`, waiting for its pins to go. INVALID_ARGUMENT when
-  // it is not registered here.
-  absl::Status Remove(BufferHandle handle);
+  absl::StatusOr<BufferHandle> Add(void* base, size_t size, bool gpu, int device,
+                                   uint64_t rdma = 0);
+  // Unregisters `handle`, waiting for its pins to go, and fills `removed`
+  // (when not null) with what it was. INVALID_ARGUMENT when it is not
+  // registered here.
+  absl::Status Remove(BufferHandle handle, Registration* removed = nullptr);
   // Pins [offset, offset + length) of `handle`. INVALID_ARGUMENT: not
   // registered here; OUT_OF_RANGE: the range is not inside the buffer.
   absl::StatusOr<Pin> Acquire(BufferHandle handle, size_t offset, size_t length);

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
+#include "client/testing_hooks.h"
 #include "common/clock.h"
 #include "common/credentials.h"
 #include "common/net.h"
@@ -172,7 +173,9 @@ ClientImpl::ClientImpl(const ClientOptions& options, std::string token)
       token_(std::move(token)),
       tcp_(TcpEngineOptions(options)),
       shm_(options.secret, options.shm_store_uid),
-      gpu_(2 * static_cast<size_t>(options.transfer_threads) + 2),
+      gpu_(2 * static_cast<size_t>(options.transfer_threads) + 2,
+           internal::CudaForTesting() != nullptr ? internal::CudaForTesting()
+                                                 : CudaRuntime::Default()),
       // Cached reads ask the store over TCP: without it, no cache.
       cache_(options.location_cache_entries == 0 || !options.allow_tcp
                  ? nullptr
@@ -220,7 +223,12 @@ absl::Status ClientImpl::Connect() {
   }
   if (options_.rdma_device.empty()) return absl::OkStatus();
 #if SHELF_WITH_RDMA
-  auto verbs = std::make_shared<rdma::IbVerbs>();
+  std::shared_ptr<rdma::VerbsApi> verbs;
+  if (void* fake = internal::RdmaVerbsForTesting(); fake != nullptr) {
+    verbs = std::shared_ptr<rdma::VerbsApi>(static_cast<rdma::VerbsApi*>(fake), [](auto*) {});
+  } else {
+    verbs = std::make_shared<rdma::IbVerbs>();
+  }
   rdma_verbs_ = verbs;
   rdma::RdmaTransport::Options ro;
   ro.secret = options_.secret;
@@ -230,6 +238,9 @@ absl::Status ClientImpl::Connect() {
   ro.device.traffic_class = static_cast<int>(options_.rdma_traffic_class);
   ro.device.service_level = static_cast<int>(options_.rdma_service_level);
   ro.device.pkey_index = static_cast<int>(options_.rdma_pkey_index);
+  ro.store_pull_writes = options_.rdma_store_pull_puts;
+  ro.connections_max = std::max<uint32_t>(options_.rdma_connections_max, 1);
+  ro.gpu_regions_max = options_.rdma_gpu_registrations_max;
   absl::StatusOr<std::unique_ptr<rdma::RdmaTransport>> rdma =
       rdma::RdmaTransport::Open(verbs.get(), ro);
   if (!rdma.ok()) {
@@ -603,6 +614,15 @@ ClientStats ClientImpl::stats() const {
   s.checksum_mismatches = stats_.checksum_mismatches.load();
   s.replica_failovers = stats_.replica_failovers.load();
   s.bytes_staged_gpu = stats_.bytes_staged_gpu.load();
+  s.bytes_stored_rdma = stats_.bytes_stored_rdma.load();
+  s.bytes_loaded_gpu_direct = stats_.bytes_loaded_gpu_direct.load();
+  s.gpu_rdma_registration_failures = stats_.gpu_rdma_registration_failures.load();
+#if SHELF_WITH_RDMA
+  if (rdma_ != nullptr) {
+    s.rdma_registered_buffers =
+        static_cast<const rdma::RdmaTransport*>(rdma_.get())->stats().live_regions;
+  }
+#endif
   s.shm_refusals = shm_.refusals();
   s.location_cache_hits = stats_.cache_hits.load();
   s.location_cache_misses = stats_.cache_misses.load();
@@ -622,6 +642,15 @@ ClientImpl::ClientMetrics::ClientMetrics(prom::Exposition& e)
       bytes_load_tcp(prom::Child(bytes, {{"direction", "load"}, {"transport", "tcp"}})),
       bytes_load_rdma(prom::Child(bytes, {{"direction", "load"}, {"transport", "rdma"}})),
       bytes_store(prom::Child(bytes, {{"direction", "store"}, {"transport", "any"}})),
+      bytes_load_gpu_direct(
+          prom::Child(bytes, {{"direction", "load"}, {"transport", "gpudirect"}})),
+      gpu_rdma_registration_failures(prom::AddUnlabelledCounter(
+          e.registry(), "shelf_client_gpu_rdma_registration_failures_total",
+          "GPU buffers the RDMA device could not register (staged through pinned memory)")),
+      rdma_registered_buffers(
+          prom::Child(prom::AddGauge(e.registry(), "shelf_client_rdma_registered_buffers",
+                                     "Registered buffers the RDMA device holds (host and GPU)"),
+                      {})),
       prefix_hits(prom::AddUnlabelledCounter(e.registry(), "shelf_client_prefix_hits_total",
                                              "Blocks found by prefix matching")),
       prefix_lookups(prom::AddUnlabelledCounter(e.registry(), "shelf_client_prefix_lookups_total",
@@ -673,6 +702,9 @@ std::string ClientImpl::MetricsText() const {
   sync(metrics_.bytes_load_tcp, st.bytes_loaded_tcp);
   sync(metrics_.bytes_load_rdma, st.bytes_loaded_rdma);
   sync(metrics_.bytes_store, st.bytes_stored);
+  sync(metrics_.bytes_load_gpu_direct, st.bytes_loaded_gpu_direct);
+  sync(metrics_.gpu_rdma_registration_failures, st.gpu_rdma_registration_failures);
+  metrics_.rdma_registered_buffers.Set(static_cast<double>(st.rdma_registered_buffers));
   sync(metrics_.checksum_mismatches, st.checksum_mismatches);
   sync(metrics_.failovers, st.replica_failovers);
   sync(metrics_.shm_refusals, st.shm_refusals);

@@ -4,10 +4,12 @@
 // into it); device memory goes through a pinned bounce buffer
 // (gpu_staging.h).
 #include <algorithm>
+#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
 #include "common/clock.h"
+#include "common/log.h"
 
 namespace shelf {
 
@@ -24,15 +26,42 @@ Status ClientImpl::RegisterBuffer(void* base, size_t size, BufferHandle* handle,
   int device = 0;
   absl::Status s = gpu ? gpu_.CheckDeviceMemory(base, size, &device) : gpu_.CheckHostMemory(base);
   if (!s.ok()) return FromAbsl(s);
-  absl::StatusOr<BufferHandle> h = buffers_.Add(base, size, gpu, device);
-  if (!h.ok()) return FromAbsl(h.status());
+  const uint64_t rdma = RegisterWithRdma(base, size, gpu);
+  absl::StatusOr<BufferHandle> h = buffers_.Add(base, size, gpu, device, rdma);
+  if (!h.ok()) {
+    if (rdma != 0) rdma_->UnregisterMemory(rdma).IgnoreError();
+    return FromAbsl(h.status());
+  }
   *handle = *h;
   return Status::Ok();
 }
 
+uint64_t ClientImpl::RegisterWithRdma(void* base, size_t size, bool gpu) {
+  if (rdma_ == nullptr) return 0;
+  // Once per buffer: each read or put into it is then a hit in the
+  // device's registration cache, and GPU memory is read into directly.
+  absl::StatusOr<transport::MemoryHandle> h = rdma_->RegisterMemory(
+      base, size, gpu ? transport::MemoryKind::kGpu : transport::MemoryKind::kHost);
+  if (h.ok()) return *h;
+  if (gpu) {
+    // Staged instead, as over tcp and shm; said once, counted always.
+    stats_.gpu_rdma_registration_failures.fetch_add(1);
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      SHELF_LOG(WARNING) << "GPU buffer not registered with the RDMA device; staging it through "
+                            "pinned host memory (further failures are only counted)"
+                         << Kv("error", h.status().ToString());
+    }
+  }
+  return 0;
+}
+
 Status ClientImpl::UnregisterBuffer(BufferHandle handle) {
   // Allowed on a closed client: the engine frees its memory after Close.
-  return FromAbsl(buffers_.Remove(handle));
+  BufferRegistry::Registration removed;
+  absl::Status s = buffers_.Remove(handle, &removed);
+  if (s.ok() && removed.rdma != 0) rdma_->UnregisterMemory(removed.rdma).IgnoreError();
+  return FromAbsl(s);
 }
 
 absl::Status ClientImpl::PutFromPin(const std::string& key, const BufferRegistry::Pin& pin,
@@ -117,7 +146,9 @@ absl::Status ClientImpl::BatchGetIntoPinned(const std::vector<GetIntoItem>& item
         size_t i = sent[j];
         const BufferRegistry::Pin& pin = *(*pins)[i];
         found[i] = loc.size();
-        return ReadToTarget(loc, ReadTarget{pin.data(), pin.length(), pin.gpu(), pin.device(), gpu},
+        return ReadToTarget(loc,
+                            ReadTarget{pin.data(), pin.length(), pin.gpu(), pin.device(), gpu,
+                                       pin.rdma_registered()},
                             deadline_ms, cached);
       },
       &read);

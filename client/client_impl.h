@@ -114,6 +114,7 @@ class ClientImpl final : public Client {
     bool gpu = false;
     int device = 0;
     GpuSync sync;
+    bool rdma_registered = false;  // the RDMA device holds the buffer (GPUDirect)
   };
   using PinOr = absl::StatusOr<BufferRegistry::Pin>;
 
@@ -196,6 +197,15 @@ class ClientImpl final : public Client {
   absl::Status ReadCachedReplica(const v1::ObjectLocation& loc, char* dst, uint64_t deadline_ms,
                                  const char** transport);
   // Reads into a target: OUT_OF_RANGE when the block does not fit.
+  // Registers a RegisterBuffer buffer with the RDMA device; its handle, or
+  // 0 without a device or when the device refuses (GPU: logged once,
+  // counted in gpu_rdma_registration_failures).
+  uint64_t RegisterWithRdma(void* base, size_t size, bool gpu);
+  // GPUDirect: reads `loc` over rdma straight into the GPU buffer of
+  // `target`, from the first DRAM replica whose store offers rdma. NOT_FOUND
+  // when no replica offers it (the caller stages instead).
+  absl::Status ReadGpuDirect(const v1::ObjectLocation& loc, const ReadTarget& target,
+                             uint64_t deadline_ms);
   absl::Status ReadToTarget(const v1::ObjectLocation& loc, const ReadTarget& target,
                             uint64_t deadline_ms, bool cached = false);
   // read(i, location, cached) for each key the location cache holds, then
@@ -266,7 +276,8 @@ class ClientImpl final : public Client {
         bytes_loaded{0}, bytes_loaded_shm{0}, bytes_loaded_tcp{0}, bytes_loaded_rdma{0},
         bytes_loaded_ssd{0}, blocks_loaded_dram{0}, blocks_loaded_ssd{0}, checksum_mismatches{0},
         replica_failovers{0}, bytes_staged_gpu{0}, cache_hits{0}, cache_misses{0},
-        cache_fallbacks{0};
+        cache_fallbacks{0}, bytes_stored_rdma{0}, bytes_loaded_gpu_direct{0},
+        gpu_rdma_registration_failures{0};
   };
   mutable AtomicStats stats_;
 
@@ -287,6 +298,9 @@ class ClientImpl final : public Client {
     prom::Counter& bytes_load_tcp;
     prom::Counter& bytes_load_rdma;
     prom::Counter& bytes_store;
+    prom::Counter& bytes_load_gpu_direct;
+    prom::Counter& gpu_rdma_registration_failures;
+    prom::Gauge& rdma_registered_buffers;
     prom::Counter& prefix_hits;
     prom::Counter& prefix_lookups;
     prom::Counter& checksum_mismatches;

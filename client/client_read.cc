@@ -78,9 +78,12 @@ absl::Status ClientImpl::MoveReplica(transport::OpKind kind, const v1::Replica& 
   }
   absl::Status last =
       absl::UnavailableError("no shared transport with store " + replica.store().data_address());
-  // Best first. RDMA only reads: stores take writes under the put's grant.
+  // Best first. RDMA writes only as pulls by the store, under the put's
+  // grant (ClientOptions::rdma_store_pull_puts).
   transport::Engine* const engines[] = {
-      &shm_, kind == transport::OpKind::kRead ? rdma_.get() : nullptr, &tcp_};
+      &shm_,
+      kind == transport::OpKind::kRead || options_.rdma_store_pull_puts ? rdma_.get() : nullptr,
+      &tcp_};
   for (transport::Engine* engine : engines) {
     if (engine == nullptr || !engine->Reaches(peer)) continue;
     *transport = transport::KindName(engine->kind());
@@ -230,12 +233,84 @@ absl::Status ClientImpl::ReadToTarget(const v1::ObjectLocation& loc, const ReadT
                                               " bytes; nothing was read"));
   }
   if (!target.gpu) return ReadObject(loc, target.data, deadline_ms, cached);
+  // A cached location is checked against its store over tcp: staged. An
+  // event to record without a stream to record it on: staged (its lane's
+  // stream records it).
+  if (target.rdma_registered && !cached &&
+      (target.sync.event == nullptr || target.sync.stream != nullptr)) {
+    absl::Status direct = ReadGpuDirect(loc, target, deadline_ms);
+    if (direct.ok() || MonoMs() >= deadline_ms) return direct;
+    // No rdma replica, or each failed: stage, through every transport.
+  }
   absl::StatusOr<GpuStaging::Bounce> bounce = gpu_.Acquire(loc.size(), deadline_ms);
   if (!bounce.ok()) return bounce.status();
   if (absl::Status s = ReadObject(loc, bounce->data(), deadline_ms, cached); !s.ok()) return s;
   absl::Status s = gpu_.ToDevice(target.device, target.data, *bounce, loc.size(), target.sync);
   if (s.ok()) stats_.bytes_staged_gpu.fetch_add(loc.size());
   return s;
+}
+
+absl::Status ClientImpl::ReadGpuDirect(const v1::ObjectLocation& loc, const ReadTarget& target,
+                                       uint64_t deadline_ms) {
+  absl::Status last = absl::NotFoundError("no DRAM replica offers rdma");
+  bool awaited = false;
+  for (const v1::Replica& r : loc.replicas()) {
+    if (r.tier() != v1::TIER_DRAM) continue;
+    const transport::Peer peer = PeerOf(r.store());
+    if (!rdma_->Reaches(peer)) continue;
+    // The NIC writes the buffer outside any stream: the caller's earlier
+    // work on its stream must be done first (GpuSync).
+    if (!awaited) {
+      if (absl::Status s = gpu_.AwaitBeforeDirect(target.device, target.sync); !s.ok()) return s;
+      awaited = true;
+    }
+    // The buffer's own registration answers this one from the device's
+    // cache: no registration per read.
+    absl::StatusOr<transport::MemoryHandle> handle =
+        rdma_->RegisterMemory(target.data, loc.size(), transport::MemoryKind::kGpu);
+    if (!handle.ok()) return handle.status();
+    transport::Op op;
+    op.kind = transport::OpKind::kRead;
+    op.local = *handle;
+    op.peer = &peer;
+    op.segment_id = r.segment_id();
+    op.remote_offset = r.offset();
+    op.length = loc.size();
+    // Complete when Execute returns: the READ's completion follows the
+    // bytes' arrival in GPU memory, so work the caller orders after this
+    // call (any stream) reads them.
+    last = rdma_->Execute({&op, 1}, deadline_ms);
+    rdma_->UnregisterMemory(*handle).IgnoreError();
+    if (!last.ok()) continue;
+    if (loc.lease_expires_unix_ms() != 0 && UnixMs() > loc.lease_expires_unix_ms()) {
+      last = absl::DeadlineExceededError("read lease expired during the read");
+      continue;
+    }
+    if (options_.verify_checksums) {
+      // The checksum is computed on the host: the bytes come back through a
+      // bounce buffer (device to host, after the read) to be checked.
+      absl::StatusOr<GpuStaging::Bounce> bounce = gpu_.Acquire(loc.size(), deadline_ms);
+      if (!bounce.ok()) return bounce.status();
+      if (absl::Status s = gpu_.FromDevice(target.device, &*bounce, target.data, loc.size());
+          !s.ok()) {
+        return s;
+      }
+      if (BlockChecksum(bounce->data(), loc.size()) != loc.checksum()) {
+        stats_.checksum_mismatches.fetch_add(1);
+        last = absl::DataLossError(
+            absl::StrCat("checksum mismatch from store ", r.store().data_address()));
+        continue;
+      }
+    }
+    stats_.bytes_loaded.fetch_add(loc.size());
+    stats_.blocks_loaded_dram.fetch_add(1);
+    stats_.bytes_loaded_rdma.fetch_add(loc.size());
+    stats_.bytes_loaded_gpu_direct.fetch_add(loc.size());
+    // Work the caller enqueues after the call runs after the bytes landed
+    // (they have); its event marks that point on its stream.
+    return gpu_.RecordAfterDirect(target.device, target.sync);
+  }
+  return last;
 }
 
 absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& keys,

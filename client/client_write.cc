@@ -81,7 +81,9 @@ absl::Status ClientImpl::WriteReplica(const v1::Replica& replica, const v1::Writ
                                size, deadline_ms, &transport);
   if (s.ok()) {
     stats_.bytes_stored.fetch_add(size);
-    (std::strcmp(transport, "shm") == 0 ? stats_.bytes_stored_shm : stats_.bytes_stored_tcp)
+    (std::strcmp(transport, "shm") == 0    ? stats_.bytes_stored_shm
+     : std::strcmp(transport, "rdma") == 0 ? stats_.bytes_stored_rdma
+                                           : stats_.bytes_stored_tcp)
         .fetch_add(size);
   }
   return s;

@@ -249,6 +249,16 @@ absl::Status GpuStaging::ToDevice(int device, void* dst, const Bounce& bounce, s
   });
 }
 
+absl::Status GpuStaging::AwaitBeforeDirect(int device, const GpuSync& sync) {
+  if (sync.stream == nullptr) return absl::OkStatus();
+  return OnDevice(cuda_, device, [&] { return cuda_->StreamSynchronize(sync.stream); });
+}
+
+absl::Status GpuStaging::RecordAfterDirect(int device, const GpuSync& sync) {
+  if (sync.stream == nullptr || sync.event == nullptr) return absl::OkStatus();
+  return OnDevice(cuda_, device, [&] { return cuda_->EventRecord(sync.event, sync.stream); });
+}
+
 GpuStaging::Bounce::Bounce(GpuStaging* owner, std::unique_ptr<Buffer> buffer)
     : owner_(owner), buffer_(std::move(buffer)) {}
 

@@ -108,6 +108,15 @@ class GpuStaging {
   absl::Status ToDevice(int device, void* dst, const Bounce& bounce, size_t n,
                         const GpuSync& sync = GpuSync());
 
+  // For a get the RDMA device writes into device memory itself (GPUDirect),
+  // outside any stream: before it, waits on the host for the work enqueued
+  // on `sync.stream` (none given: returns at once), so that the device
+  // writes no memory that work still uses; after the bytes are in place,
+  // RecordAfterDirect records `sync.event` on `sync.stream`. The runtime's
+  // error on failure.
+  absl::Status AwaitBeforeDirect(int device, const GpuSync& sync);
+  absl::Status RecordAfterDirect(int device, const GpuSync& sync);
+
  private:
   void Return(std::unique_ptr<Buffer> buffer);
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/hmac.h"
 #include "common/log.h"
 
@@ -263,12 +264,46 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
       conn->rdma = *std::move(qp);
       return Reply(fd, h, absl::OkStatus(), store_info.data(), store_info.size());
     }
+    case wire::Op::kRdmaPull:
+      return HandlePull(fd, h, extra, conn);
     case wire::Op::kHello:
     case wire::Op::kAuth:
       break;
   }
   SHELF_LOG(WARNING) << "closing connection: unexpected opcode" << Kv("op", static_cast<int>(h.op));
   return false;
+}
+
+bool DataServer::HandlePull(int fd, const wire::Header& h, const std::string& extra,
+                            Connection* conn) {
+  // A refused pull moved nothing and carries no payload: the connection
+  // stays open either way.
+  absl::StatusOr<DataHandler::Region> seg = handler_->Segment(h.segment_id);
+  absl::Status verdict = seg.status();
+  if (verdict.ok() && (options_.rdma == nullptr || conn->rdma == nullptr)) {
+    verdict = absl::FailedPreconditionError("RDMA_PULL before RDMA_CONNECT on this connection");
+  }
+  if (verdict.ok() && (h.length == 0 || h.offset > seg->size || h.length > seg->size - h.offset)) {
+    verdict = absl::OutOfRangeError(
+        absl::StrCat("pull [", h.offset, ", +", h.length, ") outside segment of ", seg->size));
+  }
+  absl::StatusOr<wire::RdmaSource> source = wire::DecodeRdmaSource(extra);
+  if (verdict.ok()) verdict = source.status();
+  if (verdict.ok()) {
+    // The same check as a WRITE frame's: only a granted range is written.
+    absl::StatusOr<wire::Grant> grant =
+        wire::DecodeGrant(absl::string_view(extra).substr(wire::kRdmaSourceBytes));
+    verdict = grant.ok() ? handler_->CheckWrite(*grant, h.segment_id, h.offset, h.length)
+                         : grant.status();
+  }
+  if (!verdict.ok()) {
+    SHELF_LOG(WARNING) << "rdma pull refused" << Kv("error", verdict.message());
+    return Reply(fd, h, verdict, nullptr, 0);
+  }
+  verdict = options_.rdma->Pull(conn->rdma.get(), seg->base + h.offset, h.length, *source,
+                                MonoMs() + options_.io_timeout_ms);
+  if (verdict.ok()) handler_->OnPull(h.length);
+  return Reply(fd, h, verdict, nullptr, 0);
 }
 
 }  // namespace shelf

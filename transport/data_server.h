@@ -53,6 +53,8 @@ class DataHandler {
   // for its own).
   virtual void OnRead(uint64_t bytes) {}
   virtual void OnWrite(uint64_t bytes) {}
+  // A put pulled over rdma (RDMA_PULL); by default counted as a write.
+  virtual void OnPull(uint64_t bytes) { OnWrite(bytes); }
 };
 
 // The store side of the RDMA backend (transport/rdma/rdma_transport.h),
@@ -69,6 +71,18 @@ class RdmaAcceptor {
   virtual absl::StatusOr<std::shared_ptr<void>> Accept(uint32_t segment_id,
                                                        absl::string_view client_info,
                                                        std::string* store_info) = 0;
+  // A put the store pulls (RDMA_PULL): READs `length` bytes from the
+  // client's `source` into [dst, dst + length) through `queue_pair` (what
+  // Accept returned for this connection). The caller has checked the
+  // segment bounds and the grant; `dst` lies inside a segment Accept
+  // exposed. By `deadline_ms` (MonoMs) the device no longer touches `dst`.
+  // UNAVAILABLE or PERMISSION_DENIED (the client's rkey or range refused)
+  // when the queue pair failed: it is then unusable until the next
+  // RDMA_CONNECT.
+  virtual absl::Status Pull(void* queue_pair, char* dst, uint64_t length,
+                            const wire::RdmaSource& source, uint64_t deadline_ms) {
+    return absl::UnimplementedError("this store does not pull puts over rdma");
+  }
 };
 
 class DataServer {
@@ -101,6 +115,7 @@ class DataServer {
   };
   // Returns false when the connection must close.
   bool HandleFrame(int fd, const wire::Header& h, Connection* conn);
+  bool HandlePull(int fd, const wire::Header& h, const std::string& extra, Connection* conn);
 
   const Options options_;
   DataHandler* const handler_;

@@ -390,6 +390,31 @@ absl::StatusOr<std::string> TcpDataClient::RdmaConnect(int fd, uint32_t segment_
   return remote;
 }
 
+absl::Status TcpDataClient::RdmaPull(int fd, uint32_t segment_id, uint64_t offset, uint64_t length,
+                                     const wire::RdmaSource& source, absl::string_view grant,
+                                     uint64_t deadline_ms) {
+  uint64_t left = 0;
+  if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
+  SetIoTimeoutMs(fd, left);
+  std::string extra = wire::EncodeRdmaSource(source);
+  extra.append(grant.data(), grant.size());
+  wire::Header req;
+  req.op = wire::Op::kRdmaPull;
+  {
+    MutexLock lock(&mu_);
+    req.request_id = next_request_id_++;
+  }
+  req.segment_id = segment_id;
+  req.offset = offset;
+  req.length = length;
+  req.extra_len = static_cast<uint32_t>(extra.size());
+  struct iovec rest[1] = {{extra.data(), extra.size()}};
+  wire::Header resp;
+  if (absl::Status s = Exchange(fd, req, rest, 1, &resp); !s.ok()) return s;
+  if (resp.length != 0) return absl::UnavailableError("store answered RDMA_PULL with a payload");
+  return absl::OkStatus();
+}
+
 absl::Status TcpDataClient::Ping(const std::string& address, uint64_t deadline_ms) {
   absl::StatusOr<int> fd = Acquire(address, deadline_ms);
   if (!fd.ok()) return WithPeer(fd.status(), address);

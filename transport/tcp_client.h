@@ -89,6 +89,14 @@ class TcpDataClient {
   // store offers no RDMA; UNAVAILABLE when the connection fails.
   absl::StatusOr<std::string> RdmaConnect(int fd, uint32_t segment_id, absl::string_view local_info,
                                           uint64_t deadline_ms);
+  // RDMA_PULL on `fd` (after RdmaConnect): asks the store to READ `length`
+  // bytes from `source` into [offset, +length) of `segment_id` under
+  // `grant` (wire::EncodeGrant bytes), and waits for its answer: OK once
+  // the bytes are in the segment; the store's code when it refused the
+  // grant or its device failed; UNAVAILABLE when the connection fails.
+  absl::Status RdmaPull(int fd, uint32_t segment_id, uint64_t offset, uint64_t length,
+                        const wire::RdmaSource& source, absl::string_view grant,
+                        uint64_t deadline_ms);
 
  private:
   // READ_KEY; dst null: the check-only form.

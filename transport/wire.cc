@@ -37,7 +37,7 @@ absl::StatusOr<Header> DecodeHeader(const char in[kHeaderBytes]) {
     return absl::InvalidArgumentError(absl::StrCat("unsupported frame version ", h.version));
   }
   uint8_t op = static_cast<uint8_t>(in[5]);
-  if (op < static_cast<uint8_t>(Op::kHello) || op > static_cast<uint8_t>(Op::kRdmaConnect)) {
+  if (op < static_cast<uint8_t>(Op::kHello) || op > static_cast<uint8_t>(Op::kRdmaPull)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown opcode ", op));
   }
   h.op = static_cast<Op>(op);
@@ -118,6 +118,20 @@ absl::Status VerifyGrant(absl::string_view key, absl::string_view node_id, const
 std::string AuthMac(absl::string_view secret, absl::string_view nonce) {
   if (secret.empty()) return std::string();
   return HmacSha256(secret, absl::StrCat("shelf-auth-v1", nonce));
+}
+
+std::string EncodeRdmaSource(const RdmaSource& s) {
+  std::string out(kRdmaSourceBytes, '\0');
+  Put64(out.data(), s.addr);
+  Put32(out.data() + 8, s.rkey);
+  return out;
+}
+
+absl::StatusOr<RdmaSource> DecodeRdmaSource(absl::string_view in) {
+  if (in.size() < kRdmaSourceBytes || Get32(in.data() + 12) != 0) {
+    return absl::InvalidArgumentError("RDMA_PULL: malformed source");
+  }
+  return RdmaSource{Get64(in.data()), Get32(in.data() + 8)};
 }
 
 }  // namespace shelf::wire

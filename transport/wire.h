@@ -41,7 +41,24 @@ enum class Op : uint8_t {
   // client's RDMA connection info; response payload = the store's. The
   // store's queue pair lives as long as the TCP connection.
   kRdmaConnect = 7,
+  // A put the store pulls over this connection's queue pair: the store
+  // checks the grant for [offset, offset+length) of segment_id, then RDMA
+  // READs that many bytes from the client's registered source into it.
+  // extra = EncodeRdmaSource | grant; no payload either way.
+  kRdmaPull = 8,
 };
+
+// The client memory an RDMA_PULL reads from: an address in a region the
+// client registered for remote READ, and that region's rkey.
+struct RdmaSource {
+  uint64_t addr = 0;
+  uint32_t rkey = 0;
+};
+inline constexpr size_t kRdmaSourceBytes = 8 + 4 + 4;  // addr, rkey, reserved 0
+std::string EncodeRdmaSource(const RdmaSource& s);
+// INVALID_ARGUMENT when `in` is shorter than kRdmaSourceBytes or its
+// reserved field is not 0; the grant follows at kRdmaSourceBytes.
+absl::StatusOr<RdmaSource> DecodeRdmaSource(absl::string_view in);
 
 // READ_KEY flag (in segment_id): answer whether the store's DRAM record of
 // the key has the generation asked, without the bytes.

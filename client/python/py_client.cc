@@ -73,7 +73,8 @@ std::shared_ptr<PyClient> PyClient::Create(
     const std::string& tls_cert, const std::string& tls_key, const std::string& etcd_ca,
     const std::string& etcd_cert, const std::string& etcd_key, const std::string& etcd_user_file,
     int64_t shm_store_uid, const std::string& principal, const std::string& principal_secret,
-    const std::string& credentials) {
+    const std::string& credentials, bool rdma_store_pull_puts, uint32_t rdma_connections_max,
+    uint32_t rdma_gpu_registrations_max) {
   ClientOptions o;
   if (py::isinstance<py::str>(masters)) {
     std::string all = masters.cast<std::string>();
@@ -113,6 +114,9 @@ std::shared_ptr<PyClient> PyClient::Create(
   o.rdma_traffic_class = rdma_traffic_class;
   o.rdma_service_level = rdma_service_level;
   o.rdma_pkey_index = rdma_pkey_index;
+  o.rdma_store_pull_puts = rdma_store_pull_puts;
+  o.rdma_connections_max = rdma_connections_max;
+  o.rdma_gpu_registrations_max = rdma_gpu_registrations_max;
   return std::make_shared<PyClient>(o);
 }
 
@@ -418,6 +422,10 @@ py::dict PyClient::Stats() {
   d["checksum_mismatches"] = s.checksum_mismatches;
   d["replica_failovers"] = s.replica_failovers;
   d["bytes_staged_gpu"] = s.bytes_staged_gpu;
+  d["bytes_stored_rdma"] = s.bytes_stored_rdma;
+  d["bytes_loaded_gpu_direct"] = s.bytes_loaded_gpu_direct;
+  d["gpu_rdma_registration_failures"] = s.gpu_rdma_registration_failures;
+  d["rdma_registered_buffers"] = s.rdma_registered_buffers;
   return d;
 }
 

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   int64_t rdma_traffic_class = opts.rdma_traffic_class;
   int64_t rdma_service_level = opts.rdma_service_level;
   int64_t rdma_pkey_index = opts.rdma_pkey_index;
+  int64_t rdma_queue_pairs_max = opts.rdma_queue_pairs_max;
   Flags flags("shelf-store", "the Shelf storage daemon (DRAM segment, SSD tier, data plane)");
   flags.AddString("master", &opts.master,
                   "the master (required): HOST:PORT[,HOST:PORT...] or "
@@ -84,6 +85,9 @@ int main(int argc, char** argv) {
                "service level of --rdma-device's packets, 0..15");
   flags.AddInt("rdma-pkey-index", &rdma_pkey_index,
                "P_Key table index of --rdma-device's port (the InfiniBand partition)");
+  flags.AddInt("rdma-queue-pairs-max", &rdma_queue_pairs_max,
+               "client queue pairs --rdma-device serves at once (one per client connection); "
+               "past it clients read over tcp");
   flags.AddBool("promote-on-hit", &opts.promote_on_hit,
                 "copy a block read from the SSD tier up into DRAM (the SSD copy stays)");
   flags.AddInt("max-connections", &max_connections, "data-plane connection limit");
@@ -97,11 +101,12 @@ int main(int argc, char** argv) {
   opts.max_connections = static_cast<int>(max_connections);
   if (rdma_port < 1 || rdma_port > 255 || rdma_gid_index < -1 || rdma_gid_index > 255 ||
       rdma_traffic_class < 0 || rdma_traffic_class > 255 || rdma_service_level < 0 ||
-      rdma_service_level > 15 || rdma_pkey_index < 0 || rdma_pkey_index > 65535) {
+      rdma_service_level > 15 || rdma_pkey_index < 0 || rdma_pkey_index > 65535 ||
+      rdma_queue_pairs_max < 1 || rdma_queue_pairs_max > 65536) {
     std::fprintf(stderr,
                  "shelf-store: --rdma-port takes 1..255, --rdma-gid-index -1 (auto) or 0..255, "
                  "--rdma-traffic-class 0..255, --rdma-service-level 0..15, --rdma-pkey-index "
-                 "0..65535\n");
+                 "0..65535, --rdma-queue-pairs-max 1..65536\n");
     return 2;
   }
   opts.rdma_port = static_cast<int>(rdma_port);
@@ -109,6 +114,7 @@ int main(int argc, char** argv) {
   opts.rdma_traffic_class = static_cast<int>(rdma_traffic_class);
   opts.rdma_service_level = static_cast<int>(rdma_service_level);
   opts.rdma_pkey_index = static_cast<int>(rdma_pkey_index);
+  opts.rdma_queue_pairs_max = static_cast<int>(rdma_queue_pairs_max);
 
   for (absl::string_view u : absl::StrSplit(shm_allow_uids, ',', absl::SkipEmpty())) {
     uint32_t uid = 0;

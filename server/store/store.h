@@ -73,6 +73,13 @@ struct StoreOptions {
   int rdma_traffic_class = 0;
   int rdma_service_level = 0;
   int rdma_pkey_index = 0;
+  // Client queue pairs at once (one per client connection that asks);
+  // past it a client reads over tcp.
+  int rdma_queue_pairs_max = 1024;
+  // The verbs implementation (an rdma::VerbsApi): null, the real
+  // libibverbs; tests pass a simulated device. Not owned; must outlive the
+  // store.
+  void* rdma_verbs = nullptr;
   bool promote_on_hit = false;  // copy SSD blocks that are read back into DRAM
   int max_connections = 1024;
   uint64_t rpc_timeout_ms = 3000;
@@ -111,6 +118,7 @@ class Store : public DataHandler {
       ABSL_LOCKS_EXCLUDED(mu_);
   void OnRead(uint64_t bytes) override { metrics_.read_dram_tcp.Increment(bytes); }
   void OnWrite(uint64_t bytes) override { metrics_.written_dram_tcp.Increment(bytes); }
+  void OnPull(uint64_t bytes) override { metrics_.written_dram_rdma.Increment(bytes); }
   SsdTier* ssd() const { return ssd_.get(); }
 
  private:
@@ -148,6 +156,7 @@ class Store : public DataHandler {
     prom::Counter& read_ssd_tcp;
     prom::Family<prom::Counter>& written_bytes;
     prom::Counter& written_dram_tcp;
+    prom::Counter& written_dram_rdma;
     prom::Counter& written_ssd_local;
     prom::Family<prom::Counter>& demotions;
     prom::Counter& demotions_ok;

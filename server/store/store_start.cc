@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -111,6 +112,7 @@ Store::Metrics::Metrics(prom::Exposition& e)
       written_bytes(prom::AddCounter(e.registry(), "shelf_store_written_bytes_total",
                                      "Bytes written, by tier and transport")),
       written_dram_tcp(prom::Child(written_bytes, {{"tier", "dram"}, {"transport", "tcp"}})),
+      written_dram_rdma(prom::Child(written_bytes, {{"tier", "dram"}, {"transport", "rdma"}})),
       written_ssd_local(prom::Child(written_bytes, {{"tier", "ssd"}, {"transport", "local"}})),
       demotions(
           prom::AddCounter(e.registry(), "shelf_store_demotions_total", "DRAM-to-SSD copies")),
@@ -161,10 +163,13 @@ std::unique_ptr<Store::Rdma> OpenRdma(const StoreOptions& options, DramSegment* 
   eo.service_level = options.rdma_service_level;
   eo.pkey_index = options.rdma_pkey_index;
   absl::Status s;
-  auto engine = rdma::RdmaEngine::Open(&r->verbs, eo);
+  rdma::VerbsApi* verbs =
+      options.rdma_verbs != nullptr ? static_cast<rdma::VerbsApi*>(options.rdma_verbs) : &r->verbs;
+  auto engine = rdma::RdmaEngine::Open(verbs, eo);
   if (engine.ok()) {
     r->engine = *std::move(engine);
-    r->acceptor = std::make_unique<rdma::RdmaStoreAcceptor>(r->engine.get());
+    r->acceptor = std::make_unique<rdma::RdmaStoreAcceptor>(
+        r->engine.get(), static_cast<uint64_t>(std::max(options.rdma_queue_pairs_max, 1)));
     s = r->acceptor->AddSegment(segment_id, segment->data(), segment->size());
   } else {
     s = engine.status();
@@ -339,6 +344,21 @@ void Store::AddGauges() {
   gauges_.push_back(
       r.AddCallbackGauge("shelf_store_connections", "Open data-plane connections",
                          [this] { return static_cast<double>(data_server_->connections()); }));
+#if SHELF_WITH_RDMA
+  if (rdma_ != nullptr) {
+    gauges_.push_back(r.AddCallbackGauge(
+        "shelf_store_rdma", "RDMA: live client queue pairs, and puts pulled (count, bytes, errors)",
+        {"what"}, [this] {
+          rdma::RdmaStoreAcceptor::Stats s = rdma_->acceptor->stats();
+          return std::vector<prom::GaugeSample>{
+              {{"queue_pairs"}, static_cast<double>(s.live)},
+              {{"queue_pairs_refused"}, static_cast<double>(s.refused)},
+              {{"pulls"}, static_cast<double>(s.pulls)},
+              {{"pull_bytes"}, static_cast<double>(s.pull_bytes)},
+              {{"pull_errors"}, static_cast<double>(s.pull_errors)}};
+        }));
+  }
+#endif
 }
 
 }  // namespace shelf

@@ -35,7 +35,7 @@ void FuzzHeader(const std::string& bytes) {
         "header round trip");
   Check(h->magic == wire::kMagic && h->version == wire::kVersion, "magic and version");
   Check(static_cast<uint8_t>(h->op) >= static_cast<uint8_t>(wire::Op::kHello) &&
-            static_cast<uint8_t>(h->op) <= static_cast<uint8_t>(wire::Op::kRdmaConnect),
+            static_cast<uint8_t>(h->op) <= static_cast<uint8_t>(wire::Op::kRdmaPull),
         "opcode range");
   Check(h->extra_len <= wire::kExtraBytesMax, "extra limit");
   Check(h->length <= wire::kPayloadBytesMax, "length limit");

@@ -1,8 +1,11 @@
 #include "tests/gpu/gpu_device.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -56,6 +59,19 @@ int CheckDevice(int64_t device) {
   std::printf("gpu_transfer_check: FAILED: /dev/nvidia* exists but CUDA cannot use it: %s\n",
               why.c_str());
   return 1;
+}
+
+std::string FindRdmaDevice() {
+  if (const char* env = std::getenv("SHELF_RDMA_DEVICE"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/class/infiniband", ec)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names.empty() ? std::string() : names.front();
 }
 
 }  // namespace shelf

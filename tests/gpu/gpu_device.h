@@ -24,6 +24,10 @@ std::string CudaErrorText(cudaError_t e);
 // the reason printed.
 int CheckDevice(int64_t device);
 
+// The RDMA NIC to check GPUDirect through: $SHELF_RDMA_DEVICE, else the
+// first device /sys/class/infiniband lists; empty when there is none.
+std::string FindRdmaDevice();
+
 }  // namespace shelf
 
 #endif  // SHELF_TESTS_GPU_GPU_DEVICE_H_

@@ -7,7 +7,11 @@
 // taken from $SHELF_BIN_DIR or the folder of this binary), registers two
 // cudaMalloc buffers with RegisterBuffer(gpu=true) and, for blocks of 1 MiB
 // and 16 MiB in batches of 32, through shared memory (the store on this
-// host, as an engine's own node) and through the TCP data plane:
+// host, as an engine's own node), through the TCP data plane (both staged
+// through pinned memory), and, when the machine has an RDMA NIC
+// (FindRdmaDevice), through rdma: gets by GPUDirect into the GPU buffer,
+// puts pulled by the store (without a NIC it says so and checks the CUDA
+// paths only):
 //   put  BatchPutFrom from device memory, fresh keys every round (a put of
 //        a key already present writes nothing);
 //   get  BatchGetInto into device memory cleared before every round, then
@@ -523,8 +527,11 @@ OrderedResult CheckStreamOrdering(Client* client, BufferHandle src, BufferHandle
 }
 
 std::unique_ptr<Client> OpenClient(const std::string& master, bool allow_shm,
-                                   int64_t transfer_threads, Errors* errors) {
+                                   int64_t transfer_threads, const std::string& rdma,
+                                   Errors* errors) {
   ClientOptions o;
+  o.rdma_device = rdma;
+  o.rdma_store_pull_puts = !rdma.empty();
   o.masters = {master};
   o.timeout_ms = 60000;  // a batch of 512 MiB over loopback TCP, with room
   o.allow_shm = allow_shm;
@@ -599,6 +606,8 @@ int Run(int argc, char** argv) {
   co.ssd_bytes = 0;
   co.work_dir = work_dir;
   co.keep_work_dir = !work_dir.empty();
+  const std::string nic = FindRdmaDevice();
+  if (!nic.empty()) co.store_args = {"--rdma-device", nic};
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(co);
   if (!cluster.ok()) {
     std::printf("gpu_transfer_check: FAILED: cannot start a cluster from %s: %s\n",
@@ -617,13 +626,22 @@ int Run(int argc, char** argv) {
       "warm-up; GB = 1e9 bytes\n\n",
       kBatchBlocks, static_cast<long long>(rounds), copy_name.c_str(),
       static_cast<long long>(copy_rounds));
+  if (nic.empty()) {
+    std::printf(
+        "no RDMA NIC (/sys/class/infiniband lists none): GPUDirect not checked; the CUDA "
+        "paths (staging, stream order) are\n\n");
+  } else {
+    std::printf("RDMA NIC %s: GPUDirect gets and store-pulled puts checked\n\n", nic.c_str());
+  }
   std::fflush(stdout);
 
   struct Transport {
     const char* name;
     bool allow_shm;
+    std::string rdma;
   };
-  const Transport transports[] = {{"shm", true}, {"tcp", false}};
+  std::vector<Transport> transports = {{"shm", true, ""}, {"tcp", false, ""}};
+  if (!nic.empty()) transports.push_back({"rdma", false, nic});
   const std::string run_id = absl::StrCat("gpu-check/", UnixMs(), "/", MonoUs());
   std::vector<Row> copies;
   std::vector<ShelfResult> results;
@@ -632,7 +650,7 @@ int Run(int argc, char** argv) {
   for (size_t t = 0; t < std::size(transports); ++t) {
     const Transport& tr = transports[t];
     std::unique_ptr<Client> client =
-        OpenClient((*cluster)->master_address(), tr.allow_shm, transfer_threads, &errors);
+        OpenClient((*cluster)->master_address(), tr.allow_shm, transfer_threads, tr.rdma, &errors);
     if (client == nullptr) break;
     BufferHandle src, dst;
     if (!errors.Shelf(client->RegisterBuffer(m.src(), kBufferBytes, &src, m.device()),
@@ -669,9 +687,17 @@ int Run(int argc, char** argv) {
     ClientStats st = client->stats();
     // Every byte of a GPU buffer goes through the pinned bounce buffers; none
     // staged means the GPU path was not taken.
-    if (m.device() && st.bytes_staged_gpu == 0) {
+    if (m.device() && tr.rdma.empty() && st.bytes_staged_gpu == 0) {
       errors.Add(absl::StrCat(tr.name, ": no bytes staged through GPU bounce buffers"));
     }
+    // Over rdma the gets land in the GPU buffer: none by GPUDirect means the
+    // device did not register it (the reason is in the log).
+    if (m.device() && !tr.rdma.empty() && st.bytes_loaded_gpu_direct == 0) {
+      errors.Add(absl::StrCat("rdma: no bytes by GPUDirect (", st.gpu_rdma_registration_failures,
+                              " GPU registrations refused)"));
+    }
+    totals.bytes_loaded_gpu_direct += st.bytes_loaded_gpu_direct;
+    totals.bytes_loaded_rdma += st.bytes_loaded_rdma;
     if (tr.allow_shm && st.bytes_loaded_shm == 0) {
       std::printf("note: %s read nothing through shared memory (all over TCP)\n", tr.name);
     }
@@ -739,7 +765,7 @@ int Run(int argc, char** argv) {
     }
   }
   const bool ok = errors.count() == 0 && blocks_wrong == 0 &&
-                  results.size() == std::size(transports) * std::size(kBlockBytes);
+                  results.size() == transports.size() * std::size(kBlockBytes);
   std::string first_error;
   if (errors.count() > 0) first_error = absl::StrCat(" (first: ", errors.first(), ")");
   std::printf(
@@ -754,6 +780,9 @@ int Run(int argc, char** argv) {
                 {"bytes_staged_gpu", totals.bytes_staged_gpu},
                 {"bytes_loaded_shm", totals.bytes_loaded_shm},
                 {"bytes_loaded_tcp", totals.bytes_loaded_tcp},
+                {"bytes_loaded_rdma", totals.bytes_loaded_rdma},
+                {"bytes_loaded_gpu_direct", totals.bytes_loaded_gpu_direct},
+                {"rdma_nic", nic},
                 {"checksum_mismatches", totals.checksum_mismatches},
                 {"errors", errors.count()},
                 {"first_error", errors.first()},

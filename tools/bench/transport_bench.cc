@@ -11,6 +11,9 @@
 //        segment, mapped read-only through its shm socket; a write is
 //        copied in by the store from the engine's staging memfd, under
 //        the grant
+//   rdma rdma::RdmaTransport on the SIMULATED verbs device, in this
+//        process (transport_rdma_sim.cc): reads and store-pulled puts,
+//        every byte checked; correctness and per-op overhead only
 // Baselines, each moving the same bytes the same way:
 //   socket  a plain blocking-socket peer in a forked process: for a READ,
 //           one 16-byte request, then the peer sends the batch's bytes; for
@@ -54,6 +57,9 @@
 namespace shelf::bench {
 
 bool StopRequested();  // main.cc: SIGINT/SIGTERM arrived
+// transport_rdma_sim.cc: the rdma rows, on the simulated verbs device.
+Json RdmaSimulatedRows(const std::vector<uint64_t>& sizes, const std::vector<int>& batches,
+                       double seconds, bool print, uint64_t* errors, uint64_t* mismatches);
 
 namespace {
 
@@ -594,6 +600,14 @@ int TransportBench(int argc, char** argv) {
     std::printf("  errors %llu, mismatches %llu%s%s\n\n", static_cast<unsigned long long>(errors),
                 static_cast<unsigned long long>(mismatches),
                 first_error.empty() ? "" : "; first: ", first_error.c_str());
+  }
+  // The rdma rows: simulated device, correctness and per-op overhead only.
+  Json rdma_rows = RdmaSimulatedRows(sizes, batches, per_round, !json_only, &errors, &mismatches);
+  for (const Json& r : rdma_rows) rows.push_back(r);
+  if (!json_only) {
+    std::printf("  errors %llu, mismatches %llu (all rows)\n\n",
+                static_cast<unsigned long long>(errors),
+                static_cast<unsigned long long>(mismatches));
   }
   o["errors"] = errors;
   o["mismatches"] = mismatches;

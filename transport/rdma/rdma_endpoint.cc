@@ -112,7 +112,7 @@ absl::Status RdmaEndpoint::CreateQpLocked() {
   attr.port_num = device_.port_num;
   // An end that exposes nothing refuses every remote operation on its QP,
   // whatever its MRs allow.
-  attr.qp_access_flags = 0;
+  attr.qp_access_flags = options_.peer_may_read ? IBV_ACCESS_REMOTE_READ : 0;
   if (options_.expose.has_value()) {
     attr.qp_access_flags = IBV_ACCESS_REMOTE_READ;
     if (options_.expose->access == MemoryAccess::kRemoteReadWrite) {
@@ -401,7 +401,8 @@ absl::StatusOr<uint64_t> RdmaEndpoint::Submit(absl::Span<const RdmaOp> ops) {
     // The initiator checks the remote range itself so that a bad offset
     // fails this op alone, instead of a remote access error that would break
     // the connection for every op in flight.
-    if (op.remote_offset > remote_->length || op.length > remote_->length - op.remote_offset) {
+    if (!op.remote_rkey.has_value() &&
+        (op.remote_offset > remote_->length || op.length > remote_->length - op.remote_offset)) {
       FinishOp(id, index,
                absl::OutOfRangeError(absl::StrCat(
                    "RDMA op ", i, ": remote range [", op.remote_offset, ", +", op.length,
@@ -422,8 +423,8 @@ absl::StatusOr<uint64_t> RdmaEndpoint::Submit(absl::Span<const RdmaOp> ops) {
     w.local = reinterpret_cast<uint64_t>(op.local);
     w.lkey = region->lkey;
     w.length = static_cast<uint32_t>(op.length);
-    w.remote = remote_->addr + op.remote_offset;
-    w.rkey = remote_->rkey;
+    w.remote = op.remote_rkey.has_value() ? op.remote_offset : remote_->addr + op.remote_offset;
+    w.rkey = op.remote_rkey.value_or(remote_->rkey);
     queued_.push_back(w);
   }
   PostLocked();

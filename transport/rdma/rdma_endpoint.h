@@ -70,11 +70,18 @@ enum class RdmaOpKind { kRead, kWrite };
 
 // One transfer: READ copies [remote_offset, remote_offset + length) of the
 // peer's segment to `local`; WRITE copies `local` there.
+//
+// With `remote_rkey` set, `remote_offset` is instead an address in a region
+// the peer registered under that rkey and named itself (a client's put
+// source, which a store pulls): the initiator cannot check that range, the
+// peer's device does (a range outside it fails with PERMISSION_DENIED and
+// tears the connection down).
 struct RdmaOp {
   RdmaOpKind kind = RdmaOpKind::kRead;
   void* local = nullptr;  // inside a region registered with this endpoint's engine
   uint64_t length = 0;
   uint64_t remote_offset = 0;  // from the start of the peer's segment
+  std::optional<uint32_t> remote_rkey;
 };
 
 struct RdmaBatchResult {
@@ -119,6 +126,10 @@ class RdmaEndpoint {
     // engine, staying registered while the endpoint lives. Unset: the peer
     // gets no access at all (the QP refuses remote operations).
     std::optional<MemoryRegion> expose;
+    // Lets the peer READ this end's kRemoteRead regions through the QP even
+    // when nothing is exposed (a client whose puts the store pulls; the
+    // peer learns each region's rkey only from the put that names it).
+    bool peer_may_read = false;
     // Re-establishes the connection after a teardown; unset: a torn-down
     // endpoint fails every Submit with UNAVAILABLE until LocalInfo + Connect
     // are called by hand.

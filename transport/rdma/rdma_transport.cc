@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -41,8 +42,26 @@ absl::StatusOr<std::shared_ptr<void>> RdmaStoreAcceptor::Accept(uint32_t segment
     if (it == segments_.end()) {
       return absl::NotFoundError(absl::StrCat("no segment ", segment_id, " on this store"));
     }
+    if (stats_.live >= queue_pairs_max_) {
+      ++stats_.refused;
+      return absl::ResourceExhaustedError(
+          absl::StrCat("this store serves at most ", queue_pairs_max_, " rdma queue pairs"));
+    }
+    ++stats_.live;  // held from here; given back by the deleter or below
     options.expose = it->second;
   }
+  absl::StatusOr<std::shared_ptr<void>> qp = MakeQueuePair(options, client_info, store_info);
+  absl::MutexLock lock(&mu_);
+  if (!qp.ok()) {
+    --stats_.live;
+    return qp.status();
+  }
+  ++stats_.accepted;
+  return qp;
+}
+
+absl::StatusOr<std::shared_ptr<void>> RdmaStoreAcceptor::MakeQueuePair(
+    const RdmaEndpoint::Options& options, absl::string_view client_info, std::string* store_info) {
   // No reconnect callback: after a teardown the client asks again.
   absl::StatusOr<std::unique_ptr<RdmaEndpoint>> endpoint = engine_->CreateEndpoint(options);
   if (!endpoint.ok()) return endpoint.status();
@@ -50,14 +69,42 @@ absl::StatusOr<std::shared_ptr<void>> RdmaStoreAcceptor::Accept(uint32_t segment
   absl::StatusOr<std::string> info = (*endpoint)->LocalInfo();
   if (!info.ok()) return info.status();
   *store_info = *std::move(info);
+  // The queue pair counts against queue_pairs_max until the connection
+  // releases it.
+  return std::shared_ptr<void>((*endpoint).release(), [this](void* p) {
+    delete static_cast<RdmaEndpoint*>(p);
+    absl::MutexLock lock(&mu_);
+    --stats_.live;
+  });
+}
+
+absl::Status RdmaStoreAcceptor::Pull(void* queue_pair, char* dst, uint64_t length,
+                                     const wire::RdmaSource& source, uint64_t deadline_ms) {
+  auto* endpoint = static_cast<RdmaEndpoint*>(queue_pair);
+  // The READ's destination is exactly the granted range; its source is the
+  // client's memory under the rkey the client sent, which the client's
+  // device checks.
+  RdmaOp op{RdmaOpKind::kRead, dst, length, source.addr, source.rkey};
+  RdmaBatchResult result = endpoint->Execute({&op, 1}, deadline_ms);
+  absl::Status s = result.ops.empty() ? result.status : result.ops[0];
   absl::MutexLock lock(&mu_);
-  ++accepted_;
-  return std::shared_ptr<void>(std::move(*endpoint));
+  if (s.ok()) {
+    ++stats_.pulls;
+    stats_.pull_bytes += length;
+  } else {
+    ++stats_.pull_errors;
+  }
+  return s;
 }
 
 uint64_t RdmaStoreAcceptor::accepted() const {
   absl::MutexLock lock(&mu_);
-  return accepted_;
+  return stats_.accepted;
+}
+
+RdmaStoreAcceptor::Stats RdmaStoreAcceptor::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
 }
 
 // ---- RdmaTransport
@@ -90,21 +137,41 @@ RdmaTransport::~RdmaTransport() {
 
 RdmaTransport::Stats RdmaTransport::stats() const {
   absl::MutexLock lock(&mu_);
-  return stats_;
+  Stats s = stats_;
+  s.live_connections = connections_.size();
+  s.live_regions = regions_.size();
+  const MemoryRegistry::Stats r = engine_->registration_stats();
+  s.registration_hits = r.hits;
+  s.registration_misses = r.misses;
+  s.registered_regions = r.live_regions;
+  return s;
 }
 
 absl::Status RdmaTransport::OnRegister(transport::MemoryHandle handle, const Region& region) {
+  const bool gpu = region.kind == transport::MemoryKind::kGpu;
+  if (gpu) {
+    absl::MutexLock lock(&mu_);
+    if (stats_.live_gpu_regions >= options_.gpu_regions_max) {
+      return absl::ResourceExhaustedError(absl::StrCat("rdma: GPU regions are at their bound of ",
+                                                       options_.gpu_regions_max,
+                                                       " (gpu_regions_max)"));
+    }
+    ++stats_.live_gpu_regions;  // held from here; given back below on failure
+  }
+  // A store pulls puts from registered memory: that needs remote READ.
   absl::StatusOr<MemoryRegion> r = engine_->RegisterMemory(
-      region.base, region.length,
-      region.kind == transport::MemoryKind::kGpu ? MemoryKind::kGpu : MemoryKind::kHost,
-      MemoryAccess::kLocal);
-  if (!r.ok()) return r.status();
+      region.base, region.length, gpu ? MemoryKind::kGpu : MemoryKind::kHost,
+      options_.store_pull_writes ? MemoryAccess::kRemoteRead : MemoryAccess::kLocal);
   absl::MutexLock lock(&mu_);
+  if (!r.ok()) {
+    if (gpu) --stats_.live_gpu_regions;
+    return r.status();
+  }
   regions_.emplace(handle, *r);
   return absl::OkStatus();
 }
 
-void RdmaTransport::OnUnregister(transport::MemoryHandle handle, const Region&) {
+void RdmaTransport::OnUnregister(transport::MemoryHandle handle, const Region& region) {
   MemoryRegion r;
   {
     absl::MutexLock lock(&mu_);
@@ -112,6 +179,7 @@ void RdmaTransport::OnUnregister(transport::MemoryHandle handle, const Region&) 
     if (it == regions_.end()) return;
     r = it->second;
     regions_.erase(it);
+    if (region.kind == transport::MemoryKind::kGpu) --stats_.live_gpu_regions;
   }
   engine_->UnregisterMemory(r).IgnoreError();
 }
@@ -125,6 +193,7 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Dial(
   conn->fd = *fd;
   RdmaEndpoint::Options options = options_.endpoint;
   options.expose.reset();
+  options.peer_may_read = options_.store_pull_writes;
   // Runs under the endpoint's lock after a teardown: asks the store, on the
   // same control connection, for a new queue pair.
   Connection* raw = conn.get();
@@ -132,6 +201,7 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Dial(
   const uint64_t timeout_ms = options_.connect_timeout_ms;
   options.reconnect = [this, raw, segment,
                        timeout_ms](const std::string& local) -> absl::StatusOr<std::string> {
+    absl::MutexLock control(&raw->control_mu);
     return control_.RdmaConnect(raw->fd, segment, local, MonoMs() + timeout_ms);
   };
   absl::StatusOr<std::unique_ptr<RdmaEndpoint>> endpoint = engine_->CreateEndpoint(options);
@@ -148,14 +218,36 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Dial(
 
 absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Get(
     const ConnectionKey& key, uint64_t deadline_ms) {
+  std::vector<std::shared_ptr<Connection>> stale;  // released after the lock
   {
     absl::MutexLock lock(&mu_);
     auto it = connections_.find(key);
-    if (it != connections_.end()) return it->second;
+    if (it != connections_.end()) {
+      it->second->last_used = ++use_clock_;
+      return it->second;
+    }
+    // Room for one more: close the least recently used connection that no
+    // batch is using (only the map holds it).
+    if (connections_.size() >= options_.connections_max) {
+      auto victim = connections_.end();
+      for (auto c = connections_.begin(); c != connections_.end(); ++c) {
+        if (c->second.use_count() == 1 &&
+            (victim == connections_.end() || c->second->last_used < victim->second->last_used)) {
+          victim = c;
+        }
+      }
+      if (victim == connections_.end()) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("rdma: ", options_.connections_max,
+                         " store connections in use already (connections_max)"));
+      }
+      stale.push_back(std::move(victim->second));
+      connections_.erase(victim);
+      ++stats_.evicted;
+    }
   }
   absl::StatusOr<std::shared_ptr<Connection>> conn = Dial(key, deadline_ms);
   if (!conn.ok()) return conn.status();
-  std::vector<std::shared_ptr<Connection>> stale;  // released after the lock
   absl::MutexLock lock(&mu_);
   ++stats_.connections;
   // A new incarnation at the same route: the store restarted, and the
@@ -172,6 +264,8 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Get(
   }
   // Another thread may have dialled meanwhile: the first one stays.
   auto [it, inserted] = connections_.emplace(key, *conn);
+  if (!inserted) stale.push_back(*std::move(conn));
+  it->second->last_used = ++use_clock_;
   return it->second;
 }
 
@@ -198,20 +292,29 @@ bool ControlAlive(int fd) {
 
 void RdmaTransport::Start(std::shared_ptr<transport::Batch> batch, std::vector<Work> work,
                           uint64_t deadline_ms) {
-  // Group reads by store segment; writes are refused here (see the header).
-  std::map<ConnectionKey, std::vector<const Work*>> groups;
+  // Group by store segment, reads apart from writes.
+  std::map<std::pair<ConnectionKey, bool>, std::vector<const Work*>> groups;
   for (const Work& w : work) {
-    if (w.op.kind == transport::OpKind::kWrite) {
+    const bool write = w.op.kind == transport::OpKind::kWrite;
+    if (write && !options_.store_pull_writes) {
       batch->Complete(w.index, absl::FailedPreconditionError(
                                    "stores take no one-sided rdma writes: write over tcp or shm, "
                                    "under the put's grant"));
       continue;
     }
     const transport::Peer& peer = *w.op.peer;
-    groups[{peer.route(transport::Kind::kRdma), w.op.segment_id, peer.incarnation}].push_back(&w);
+    groups[{{peer.route(transport::Kind::kRdma), w.op.segment_id, peer.incarnation}, write}]
+        .push_back(&w);
   }
-  for (auto& [key, items] : groups) {
+  for (auto& [group, items] : groups) {
+    const auto& [key, write] = group;
     absl::StatusOr<std::shared_ptr<Connection>> conn = Get(key, deadline_ms);
+    // A pull needs both queue pairs in RTS; a torn-down one on this side
+    // means the store's is gone too: start afresh.
+    if (conn.ok() && write && (*conn)->endpoint->state() != RdmaEndpoint::State::kConnected) {
+      Drop(key, *conn);
+      conn = Get(key, deadline_ms);
+    }
     if (!conn.ok()) {
       absl::Status s = absl::Status(conn.status().code(),
                                     absl::StrCat("rdma connection to store ", std::get<0>(key),
@@ -219,29 +322,72 @@ void RdmaTransport::Start(std::shared_ptr<transport::Batch> batch, std::vector<W
       for (const Work* w : items) batch->Complete(w->index, s);
       continue;
     }
-    std::vector<RdmaOp> ops;
-    ops.reserve(items.size());
-    for (const Work* w : items) {
-      ops.push_back(RdmaOp{RdmaOpKind::kRead, w->local, w->op.length, w->op.remote_offset});
-    }
-    RdmaBatchResult result = (*conn)->endpoint->Execute(ops, deadline_ms);
-    uint64_t ok = 0;
-    for (size_t i = 0; i < items.size(); ++i) {
-      absl::Status s = i < result.ops.size() ? result.ops[i] : result.status;
-      ok += s.ok();
-      batch->Complete(items[i]->index, std::move(s));
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      stats_.ops += ok;
-    }
-    // A torn-down queue pair is made again on the next batch, over the same
-    // control connection; once that connection is gone too (the store
-    // restarted or died), the next batch dials afresh.
-    if ((*conn)->endpoint->state() == RdmaEndpoint::State::kBroken && !ControlAlive((*conn)->fd)) {
-      Drop(key, *conn);
+    if (write) {
+      Pull(key, *conn, items, batch.get(), deadline_ms);
+    } else {
+      Read(key, *conn, items, batch.get(), deadline_ms);
     }
   }
+}
+
+void RdmaTransport::Read(const ConnectionKey& key, const std::shared_ptr<Connection>& conn,
+                         const std::vector<const Work*>& items, transport::Batch* batch,
+                         uint64_t deadline_ms) {
+  std::vector<RdmaOp> ops;
+  ops.reserve(items.size());
+  for (const Work* w : items) {
+    ops.push_back(RdmaOp{RdmaOpKind::kRead, w->local, w->op.length, w->op.remote_offset});
+  }
+  RdmaBatchResult result = conn->endpoint->Execute(ops, deadline_ms);
+  uint64_t ok = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    absl::Status s = i < result.ops.size() ? result.ops[i] : result.status;
+    ok += s.ok();
+    batch->Complete(items[i]->index, std::move(s));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.ops += ok;
+  }
+  // A torn-down queue pair is made again on the next batch, over the same
+  // control connection; once that connection is gone too (the store
+  // restarted or died), the next batch dials afresh.
+  if (conn->endpoint->state() == RdmaEndpoint::State::kBroken && !ControlAlive(conn->fd)) {
+    Drop(key, conn);
+  }
+}
+
+void RdmaTransport::Pull(const ConnectionKey& key, const std::shared_ptr<Connection>& conn,
+                         const std::vector<const Work*>& items, transport::Batch* batch,
+                         uint64_t deadline_ms) {
+  bool failed = false;
+  for (const Work* w : items) {
+    absl::Status s;
+    std::optional<MemoryRegion> region = engine_->FindMemory(w->local, w->op.length);
+    if (failed) {
+      s = absl::UnavailableError("rdma: an earlier pull on this connection failed");
+    } else if (!region.has_value() || region->access == MemoryAccess::kLocal) {
+      s = absl::FailedPreconditionError("rdma: a pull's source must be registered for remote READ");
+    } else {
+      absl::MutexLock control(&conn->control_mu);
+      s = control_.RdmaPull(conn->fd, w->op.segment_id, w->op.remote_offset, w->op.length,
+                            wire::RdmaSource{reinterpret_cast<uint64_t>(w->local), region->rkey},
+                            w->op.grant, deadline_ms);
+      failed = !s.ok();
+    }
+    absl::MutexLock lock(&mu_);
+    if (s.ok()) {
+      ++stats_.pulls;
+      stats_.pull_bytes += w->op.length;
+    } else {
+      ++stats_.pull_errors;
+    }
+    batch->Complete(w->index, std::move(s));
+  }
+  // Whatever failed (a refused grant, a queue pair in error on either end, a
+  // store gone mid-pull), the next put starts on a fresh connection and
+  // queue pairs: the store's side may be unusable now.
+  if (failed) Drop(key, conn);
 }
 
 }  // namespace shelf::rdma

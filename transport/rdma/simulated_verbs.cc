@@ -736,4 +736,12 @@ absl::StatusOr<ibv_qp_state> SimulatedVerbs::QpState(uint32_t qp_num) const {
   return it->second->state;
 }
 
+std::vector<uint32_t> SimulatedVerbs::LiveQpNums() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint32_t> nums;
+  nums.reserve(qps_by_num_.size());
+  for (const auto& [num, qp] : qps_by_num_) nums.push_back(num);
+  return nums;
+}
+
 }  // namespace shelf::rdma

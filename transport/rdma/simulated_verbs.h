@@ -173,6 +173,8 @@ class SimulatedVerbs final : public VerbsApi {
   Stats stats() const;
   // NOT_FOUND if no live QP has that number.
   absl::StatusOr<ibv_qp_state> QpState(uint32_t qp_num) const;
+  // The numbers of every live QP, ascending.
+  std::vector<uint32_t> LiveQpNums() const;
   // NOT_FOUND if no live QP has that number.
   absl::StatusOr<QpAttributes> QpAttrs(uint32_t qp_num) const;
 

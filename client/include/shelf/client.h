@@ -128,8 +128,12 @@ struct ClientOptions {
   int64_t shm_store_uid = -1;
   // RDMA device for one-sided reads from stores that offer rdma (e.g.
   // "mlx5_0"); empty: no RDMA. Open fails when the device cannot be opened
-  // or the library was built without RDMA. Writes always go over shm or
-  // tcp, under the put's grant.
+  // or the library was built without RDMA. Buffers given to RegisterBuffer
+  // are registered with the device once (GPU buffers through GPUDirect:
+  // reads land in GPU memory directly); a GPU buffer the device cannot
+  // register is staged through pinned memory, as on tcp and shm. Writes go
+  // over shm or tcp under the put's grant, or, with rdma_store_pull_puts,
+  // are pulled by the store over rdma after it checks the grant.
   std::string rdma_device;
   uint32_t rdma_port = 1;
   // GID table index, 0..255; -1: auto (InfiniBand: 0; RoCE: the first RoCE
@@ -141,6 +145,18 @@ struct ClientOptions {
   uint32_t rdma_traffic_class = 0;
   uint32_t rdma_service_level = 0;
   uint32_t rdma_pkey_index = 0;
+  // Puts to stores that offer rdma move as RDMA READs the store posts from
+  // this client's memory, after checking the put's grant (docs/rdma.md).
+  // The memory this client registers with the device is then readable by
+  // the stores it connects to over rdma (docs/security.md). Off: puts go
+  // over shm or tcp.
+  bool rdma_store_pull_puts = false;
+  // Stores (segment and incarnation) with an rdma queue pair at once; past
+  // it the least recently used idle one is closed.
+  uint32_t rdma_connections_max = 256;
+  // GPU buffers registered with the RDMA device at once; past it a GPU
+  // buffer is staged (counted in gpu_rdma_registration_failures).
+  uint32_t rdma_gpu_registrations_max = 64;
   bool verify_checksums = true;  // check every block read against its checksum
   // Keys whose location (store, range, size, checksum, generation) the
   // client remembers, least recently used out first, so that a get of a
@@ -288,6 +304,14 @@ struct ClientStats {
   uint64_t checksum_mismatches = 0;
   uint64_t replica_failovers = 0;  // reads that moved on to another replica
   uint64_t bytes_staged_gpu = 0;   // moved through pinned bounce buffers (GPU memory)
+  uint64_t bytes_stored_rdma = 0;  // of bytes_stored, pulled by stores over rdma
+  // Of bytes_loaded_rdma, read by the RDMA device straight into GPU memory.
+  uint64_t bytes_loaded_gpu_direct = 0;
+  // GPU buffers RegisterBuffer could not register with the RDMA device
+  // (bound reached, no dmabuf or peer-memory support): those are staged.
+  uint64_t gpu_rdma_registration_failures = 0;
+  // Registered buffers the RDMA device holds now (host and GPU).
+  uint64_t rdma_registered_buffers = 0;
   // Same-host stores whose shared memory this client refused or was refused
   // (peer uid, unsealed segment), each once per store incarnation; their
   // blocks move over tcp.
