@@ -1,14 +1,18 @@
 #include "transport/data_server.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/hmac.h"
 #include "common/log.h"
 
@@ -39,9 +43,55 @@ void DataServer::Stop() {
   while (!fds_.empty()) cv_.Wait(&mu_);
 }
 
+const char* DataServer::RuleName(Rule rule) {
+  switch (rule) {
+    case Rule::kMaxConnections:
+      return "max_connections";
+    case Rule::kUnauthenticatedCap:
+      return "unauthenticated_cap";
+    case Rule::kPerSourceCap:
+      return "per_source_cap";
+    case Rule::kHandshakeDeadline:
+      return "handshake_deadline";
+    case Rule::kBadHandshake:
+      return "bad_handshake";
+    case Rule::kUnauthenticated:
+      return "unauthenticated";
+    case Rule::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+void DataServer::CountClosed(Rule rule) {
+  closed_[static_cast<int>(rule)].fetch_add(1);
+  handler_->OnClosedByRule(RuleName(rule));
+}
+
+namespace {
+
+// The source address of a connection, without its port.
+std::string SourceOf(const struct sockaddr_storage& ss) {
+  char text[INET6_ADDRSTRLEN] = {0};
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const struct sockaddr_in*>(&ss)->sin_addr, text,
+              sizeof(text));
+  } else if (ss.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const struct sockaddr_in6*>(&ss)->sin6_addr, text,
+              sizeof(text));
+  }
+  return text;
+}
+
+}  // namespace
+
 void DataServer::AcceptLoop() {
   while (!stopping_.load()) {
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    struct sockaddr_storage peer;
+    socklen_t peer_len = sizeof(peer);
+    std::memset(&peer, 0, sizeof(peer));
+    int fd =
+        accept4(listen_fd_, reinterpret_cast<struct sockaddr*>(&peer), &peer_len, SOCK_CLOEXEC);
     if (fd < 0) {
       if (stopping_.load()) break;
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -57,19 +107,83 @@ void DataServer::AcceptLoop() {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     MutexLock lock(&mu_);
-    if (static_cast<int>(fds_.size()) >= options_.max_connections) {
+    // Evicted connections are on their way out: they do not count.
+    if (static_cast<int>(fds_.size() - evicted_.size()) >= options_.max_connections) {
       SHELF_LOG(WARNING) << "connection refused: limit reached"
                          << Kv("max_connections", options_.max_connections);
       close(fd);
+      CountClosed(Rule::kMaxConnections);
       continue;
     }
+    AdmitLocked(fd, SourceOf(peer));
     fds_.insert(fd);
     live_.fetch_add(1);
-    std::thread([this, fd] { Serve(fd); }).detach();
+    const uint64_t deadline_ms = MonoMs() + options_.handshake_timeout_ms;
+    std::thread([this, fd, deadline_ms] { Serve(fd, deadline_ms); }).detach();
   }
 }
 
-absl::Status DataServer::Handshake(int fd) {
+void DataServer::AdmitLocked(int fd, const std::string& source) {
+  // Past a cap, the oldest connection still in its handshake goes: a real
+  // client needs one round trip, a trickling one holds its place for
+  // handshake_timeout_ms, so the newest is the likeliest to be real.
+  const int cap = std::max(1, std::min(options_.max_unauthenticated, options_.max_connections / 2));
+  const int per_source = std::max(1, options_.max_unauthenticated_per_source);
+  auto evict_oldest = [&](bool same_source, Rule rule) {
+    auto oldest = pending_.end();
+    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+      if (same_source && it->second.source != source) continue;
+      if (oldest == pending_.end() || it->second.order < oldest->second.order) oldest = it;
+    }
+    if (oldest == pending_.end()) return;
+    // Its thread sees the socket fail and closes it; fd stays open (in
+    // fds_) until then, so it cannot be reused under us.
+    shutdown(oldest->first, SHUT_RDWR);
+    evicted_.insert(oldest->first);
+    pending_.erase(oldest);
+    CountClosed(rule);
+  };
+  int from_source = 0;
+  for (const auto& [pfd, p] : pending_) from_source += p.source == source ? 1 : 0;
+  if (from_source >= per_source) evict_oldest(true, Rule::kPerSourceCap);
+  if (static_cast<int>(pending_.size()) >= cap) evict_oldest(false, Rule::kUnauthenticatedCap);
+  pending_[fd] = Pending{source, admitted_++};
+}
+
+bool DataServer::Authenticated(int fd) {
+  MutexLock lock(&mu_);
+  return pending_.erase(fd) == 1;
+}
+
+namespace {
+
+// ReadFull/WriteFullv that give up at an absolute deadline (MonoMs), however
+// slowly the peer's bytes come: each call's socket timeout is what is left.
+absl::Status SetLeft(int fd, uint64_t deadline_ms) {
+  uint64_t now = MonoMs();
+  if (now >= deadline_ms) return absl::DeadlineExceededError("handshake deadline passed");
+  SetIoTimeoutMs(fd, deadline_ms - now);
+  return absl::OkStatus();
+}
+
+absl::Status ReadBefore(int fd, char* buf, size_t n, uint64_t deadline_ms) {
+  while (n > 0) {
+    if (absl::Status s = SetLeft(fd, deadline_ms); !s.ok()) return s;
+    ssize_t got = recv(fd, buf, n, 0);
+    if (got == 0) return absl::UnavailableError("connection closed by peer");
+    if (got < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return absl::UnavailableError(absl::StrCat("read from peer: ", strerror(errno)));
+    }
+    buf += got;
+    n -= static_cast<size_t>(got);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status DataServer::Handshake(int fd, uint64_t deadline_ms) {
   std::string nonce = RandomBytes(wire::kNonceBytes);
   char head[wire::kHeaderBytes];
   wire::Header hello;
@@ -77,16 +191,22 @@ absl::Status DataServer::Handshake(int fd) {
   hello.extra_len = static_cast<uint32_t>(nonce.size());
   wire::EncodeHeader(hello, head);
   struct iovec iov[2] = {{head, sizeof(head)}, {nonce.data(), nonce.size()}};
+  if (absl::Status s = SetLeft(fd, deadline_ms); !s.ok()) return s;
   if (absl::Status s = WriteFullv(fd, iov, 2); !s.ok()) return s;
   char in[wire::kHeaderBytes];
-  if (absl::Status s = ReadFull(fd, in, sizeof(in)); !s.ok()) return s;
+  if (absl::Status s = ReadBefore(fd, in, sizeof(in), deadline_ms); !s.ok()) return s;
   absl::StatusOr<wire::Header> auth = wire::DecodeHeader(in);
   if (!auth.ok()) return auth.status();
-  if (auth->op != wire::Op::kAuth || auth->extra_len > wire::kExtraBytesMax) {
-    return absl::InvalidArgumentError("expected AUTH frame");
+  // AUTH is exactly its size: a MAC with a secret, nothing without (a
+  // client without the secret sends nothing, and is told so below).
+  const uint32_t want = options_.secret.empty() ? 0 : static_cast<uint32_t>(kMacBytes);
+  if (auth->op != wire::Op::kAuth || (auth->extra_len != want && auth->extra_len != 0) ||
+      auth->length != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected an AUTH frame with ", want, " bytes of MAC"));
   }
   std::string mac(auth->extra_len, '\0');
-  if (absl::Status s = ReadFull(fd, mac.data(), mac.size()); !s.ok()) return s;
+  if (absl::Status s = ReadBefore(fd, mac.data(), mac.size(), deadline_ms); !s.ok()) return s;
   wire::Header reply;
   reply.op = wire::Op::kAuth;
   reply.request_id = auth->request_id;
@@ -99,27 +219,33 @@ absl::Status DataServer::Handshake(int fd) {
   reply.extra_len = static_cast<uint32_t>(msg.size());
   wire::EncodeHeader(reply, head);
   struct iovec out[2] = {{head, sizeof(head)}, {msg.data(), msg.size()}};
+  if (absl::Status s = SetLeft(fd, deadline_ms); !s.ok()) return s;
   if (absl::Status s = WriteFullv(fd, out, 2); !s.ok()) return s;
   return verdict;
 }
 
-void DataServer::Serve(int fd) {
-  ServeConnection(fd);  // everything the connection held is gone when it returns
+void DataServer::Serve(int fd, uint64_t deadline_ms) {
+  ServeConnection(fd, deadline_ms);  // everything the connection held is gone when it returns
   // Stop() waits for fds_ to empty and may then destroy this server, so
   // this thread (detached) touches nothing of it after unlocking: the
   // notify happens under the lock.
   MutexLock lock(&mu_);
+  pending_.erase(fd);
+  evicted_.erase(fd);
   fds_.erase(fd);
   close(fd);
   live_.fetch_sub(1);
   cv_.SignalAll();
 }
 
-void DataServer::ServeConnection(int fd) {
-  SetIoTimeoutMs(fd, options_.io_timeout_ms);
-  absl::Status hs = Handshake(fd);
+void DataServer::ServeConnection(int fd, uint64_t deadline_ms) {
+  absl::Status hs = Handshake(fd, deadline_ms);
+  // Evicted meanwhile (its socket shut down, the eviction counted): done.
+  const bool admitted = Authenticated(fd);
+  if (hs.ok() && !admitted) hs = absl::UnavailableError("evicted during the handshake");
   Connection conn;
   if (hs.ok()) {
+    SetIoTimeoutMs(fd, options_.io_timeout_ms);
     // Idle connections wait without a timeout; a frame, once started, must
     // arrive within io_timeout_ms.
     while (!stopping_.load()) {
@@ -143,8 +269,16 @@ void DataServer::ServeConnection(int fd) {
       }
       if (!HandleFrame(fd, *h, &conn)) break;
     }
-  } else if (hs.code() == absl::StatusCode::kUnauthenticated) {
-    SHELF_LOG(WARNING) << "data-plane connection rejected" << Kv("error", hs.message());
+  } else if (admitted && !stopping_.load()) {
+    if (hs.code() == absl::StatusCode::kUnauthenticated) {
+      SHELF_LOG(WARNING) << "data-plane connection rejected" << Kv("error", hs.message());
+      CountClosed(Rule::kUnauthenticated);
+    } else if (hs.code() == absl::StatusCode::kDeadlineExceeded) {
+      CountClosed(Rule::kHandshakeDeadline);
+    } else if (hs.code() == absl::StatusCode::kInvalidArgument) {
+      SHELF_LOG(DEBUG) << "data-plane handshake malformed" << Kv("error", hs.message());
+      CountClosed(Rule::kBadHandshake);
+    }
   }
   conn.rdma.reset();  // before the socket: the peer sees the QP gone first
 }

@@ -71,6 +71,11 @@ struct StoreOptions {
   int rdma_pkey_index = 0;
   bool promote_on_hit = false;  // copy SSD blocks that are read back into DRAM
   int max_connections = 1024;
+  // Data-plane denial of service (DataServer::Options): the handshake's
+  // absolute deadline and the caps on connections still in it.
+  uint64_t handshake_timeout_ms = 5000;
+  int max_unauthenticated = 64;
+  int max_unauthenticated_per_source = 8;
   uint64_t rpc_timeout_ms = 3000;
   // Time for the heartbeat loop (intervals, backoff), the mover's waits and
   // grant expiry checks. Must outlive the store.
@@ -107,6 +112,9 @@ class Store : public DataHandler {
       ABSL_LOCKS_EXCLUDED(mu_);
   void OnRead(uint64_t bytes) override { metrics_.read_dram_tcp.Increment(bytes); }
   void OnWrite(uint64_t bytes) override { metrics_.written_dram_tcp.Increment(bytes); }
+  void OnClosedByRule(absl::string_view rule) override {
+    prom::Child(metrics_.data_closed, {{"rule", std::string(rule)}}).Increment();
+  }
   SsdTier* ssd() const { return ssd_.get(); }
 
  private:
@@ -153,6 +161,7 @@ class Store : public DataHandler {
     prom::Counter& promotions;
     prom::Histogram& ssd_read_seconds;
     prom::Histogram& ssd_write_seconds;
+    prom::Family<prom::Counter>& data_closed;
   };
   absl::Status Register() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status HeartbeatOnce(bool* more_work) ABSL_LOCKS_EXCLUDED(mu_);

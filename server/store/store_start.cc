@@ -125,7 +125,10 @@ Store::Metrics::Metrics(prom::Exposition& e)
           e.registry(), "shelf_store_promotions_total",
           "SSD blocks copied up to DRAM after a read (--promote-on-hit)")),
       ssd_read_seconds(prom::Child(ssd_seconds, {{"op", "read"}})),
-      ssd_write_seconds(prom::Child(ssd_seconds, {{"op", "write"}})) {}
+      ssd_write_seconds(prom::Child(ssd_seconds, {{"op", "write"}})),
+      data_closed(prom::AddCounter(e.registry(), "shelf_store_data_connections_closed_total",
+                                   "Data-plane connections the store refused or closed, by rule")) {
+}
 
 Store::Store(const StoreOptions& options)
     : options_(options),
@@ -266,6 +269,9 @@ absl::Status Store::ServeData() {
   dso.listen = *listen;
   dso.secret = options_.secret;
   dso.max_connections = options_.max_connections;
+  dso.handshake_timeout_ms = options_.handshake_timeout_ms;
+  dso.max_unauthenticated = options_.max_unauthenticated;
+  dso.max_unauthenticated_per_source = options_.max_unauthenticated_per_source;
   rdma_ = OpenRdma(options_, segment_.get(), kSegmentId);
 #if SHELF_WITH_RDMA
   if (rdma_ != nullptr) dso.rdma = rdma_->acceptor.get();
