@@ -11,10 +11,12 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/hmac.h"
 #include "common/log.h"
+#include "transport/session.h"
 
 namespace shelf {
 
@@ -29,7 +31,12 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(const Options& opt
 }
 
 DataServer::DataServer(const Options& options, DataHandler* handler, int listen_fd, HostPort bound)
-    : options_(options), handler_(handler), listen_fd_(listen_fd), bound_(std::move(bound)) {}
+    : options_(options),
+      handler_(handler),
+      listen_fd_(listen_fd),
+      bound_(std::move(bound)),
+      node_id_(options.node_id),
+      incarnation_(options.incarnation) {}
 
 DataServer::~DataServer() { Stop(); }
 
@@ -57,6 +64,8 @@ const char* DataServer::RuleName(Rule rule) {
       return "bad_handshake";
     case Rule::kUnauthenticated:
       return "unauthenticated";
+    case Rule::kBadTag:
+      return "bad_tag";
     case Rule::kCount:
       break;
   }
@@ -183,42 +192,82 @@ absl::Status ReadBefore(int fd, char* buf, size_t n, uint64_t deadline_ms) {
 
 }  // namespace
 
-absl::Status DataServer::Handshake(int fd, uint64_t deadline_ms) {
-  std::string nonce = RandomBytes(wire::kNonceBytes);
+void DataServer::SetIdentity(const std::string& node_id, uint64_t incarnation) {
+  MutexLock lock(&mu_);
+  node_id_ = node_id;
+  incarnation_ = incarnation;
+}
+
+absl::Status DataServer::Handshake(int fd, uint64_t deadline_ms, wire::Session* session) {
+  std::string store_nonce = RandomBytes(wire::kNonceBytes);
   char head[wire::kHeaderBytes];
   wire::Header hello;
   hello.op = wire::Op::kHello;
-  hello.extra_len = static_cast<uint32_t>(nonce.size());
+  hello.extra_len = static_cast<uint32_t>(store_nonce.size());
   wire::EncodeHeader(hello, head);
-  struct iovec iov[2] = {{head, sizeof(head)}, {nonce.data(), nonce.size()}};
+  struct iovec iov[2] = {{head, sizeof(head)}, {store_nonce.data(), store_nonce.size()}};
   if (absl::Status s = SetLeft(fd, deadline_ms); !s.ok()) return s;
   if (absl::Status s = WriteFullv(fd, iov, 2); !s.ok()) return s;
   char in[wire::kHeaderBytes];
   if (absl::Status s = ReadBefore(fd, in, sizeof(in), deadline_ms); !s.ok()) return s;
-  absl::StatusOr<wire::Header> auth = wire::DecodeHeader(in);
-  if (!auth.ok()) return auth.status();
-  // AUTH is exactly its size: a MAC with a secret, nothing without (a
-  // client without the secret sends nothing, and is told so below).
-  const uint32_t want = options_.secret.empty() ? 0 : static_cast<uint32_t>(kMacBytes);
-  if (auth->op != wire::Op::kAuth || (auth->extra_len != want && auth->extra_len != 0) ||
-      auth->length != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected an AUTH frame with ", want, " bytes of MAC"));
-  }
-  std::string mac(auth->extra_len, '\0');
-  if (absl::Status s = ReadBefore(fd, mac.data(), mac.size(), deadline_ms); !s.ok()) return s;
   wire::Header reply;
   reply.op = wire::Op::kAuth;
-  reply.request_id = auth->request_id;
   absl::Status verdict = absl::OkStatus();
-  if (!options_.secret.empty() && !ConstantTimeEqual(mac, wire::AuthMac(options_.secret, nonce))) {
-    verdict = absl::UnauthenticatedError("data-plane handshake: wrong or missing cluster secret");
+  const uint8_t version = static_cast<uint8_t>(in[4]);
+  std::string client_nonce, mac;
+  if (absl::little_endian::Load32(in) == wire::kMagic && version != wire::kVersion) {
+    // Another release's client: told so in a frame of its version (the
+    // header layout is the same), then closed.
+    verdict = absl::FailedPreconditionError(
+        absl::StrCat("this store speaks data-plane protocol version ", wire::kVersion,
+                     ", the client version ", version, ": run the same Shelf release on both"));
+    reply.version = version;
+  } else {
+    absl::StatusOr<wire::Header> auth = wire::DecodeHeader(in);
+    if (!auth.ok()) return auth.status();
+    // AUTH is exactly its size: the client's nonce and a MAC with a
+    // secret, the nonce alone without (a client without the secret sends
+    // that, and is told so below).
+    const uint32_t bare = static_cast<uint32_t>(wire::kNonceBytes);
+    const uint32_t full = bare + static_cast<uint32_t>(kMacBytes);
+    if (auth->op != wire::Op::kAuth || (auth->extra_len != full && auth->extra_len != bare) ||
+        auth->length != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("expected an AUTH frame of ", full, " bytes"));
+    }
+    reply.request_id = auth->request_id;
+    std::string extra(auth->extra_len, '\0');
+    if (absl::Status s = ReadBefore(fd, extra.data(), extra.size(), deadline_ms); !s.ok()) {
+      return s;
+    }
+    client_nonce = extra.substr(0, bare);
+    mac = extra.substr(bare);
+    if (!options_.secret.empty() &&
+        !ConstantTimeEqual(mac, wire::ClientProof(options_.secret, store_nonce, client_nonce))) {
+      verdict = absl::UnauthenticatedError("data-plane handshake: wrong or missing cluster secret");
+    }
   }
-  std::string msg(verdict.message());
+  std::string answer(verdict.message());
+  if (verdict.ok()) {
+    std::string node_id;
+    uint64_t incarnation = 0;
+    {
+      MutexLock lock(&mu_);
+      node_id = node_id_;
+      incarnation = incarnation_;
+    }
+    std::string inc(8, '\0');
+    absl::little_endian::Store64(inc.data(), incarnation);
+    answer = absl::StrCat(
+        wire::StoreProof(options_.secret, store_nonce, client_nonce, node_id, incarnation), inc,
+        node_id);
+    wire::DeriveSession(options_.secret, store_nonce, client_nonce, node_id, incarnation, nullptr,
+                        session);
+  }
   reply.status = static_cast<uint16_t>(verdict.code());
-  reply.extra_len = static_cast<uint32_t>(msg.size());
+  reply.extra_len = static_cast<uint32_t>(answer.size());
   wire::EncodeHeader(reply, head);
-  struct iovec out[2] = {{head, sizeof(head)}, {msg.data(), msg.size()}};
+  head[4] = static_cast<char>(reply.version);
+  struct iovec out[2] = {{head, sizeof(head)}, {answer.data(), answer.size()}};
   if (absl::Status s = SetLeft(fd, deadline_ms); !s.ok()) return s;
   if (absl::Status s = WriteFullv(fd, out, 2); !s.ok()) return s;
   return verdict;
@@ -239,11 +288,11 @@ void DataServer::Serve(int fd, uint64_t deadline_ms) {
 }
 
 void DataServer::ServeConnection(int fd, uint64_t deadline_ms) {
-  absl::Status hs = Handshake(fd, deadline_ms);
+  Connection conn;
+  absl::Status hs = Handshake(fd, deadline_ms, &conn.session);
   // Evicted meanwhile (its socket shut down, the eviction counted): done.
   const bool admitted = Authenticated(fd);
   if (hs.ok() && !admitted) hs = absl::UnavailableError("evicted during the handshake");
-  Connection conn;
   if (hs.ok()) {
     SetIoTimeoutMs(fd, options_.io_timeout_ms);
     // Idle connections wait without a timeout; a frame, once started, must
@@ -267,7 +316,7 @@ void DataServer::ServeConnection(int fd, uint64_t deadline_ms) {
                            << Kv("error", h.status().message());
         break;
       }
-      if (!HandleFrame(fd, *h, &conn)) break;
+      if (!HandleFrame(fd, head, *h, &conn)) break;
     }
   } else if (admitted && !stopping_.load()) {
     if (hs.code() == absl::StatusCode::kUnauthenticated) {
@@ -275,7 +324,8 @@ void DataServer::ServeConnection(int fd, uint64_t deadline_ms) {
       CountClosed(Rule::kUnauthenticated);
     } else if (hs.code() == absl::StatusCode::kDeadlineExceeded) {
       CountClosed(Rule::kHandshakeDeadline);
-    } else if (hs.code() == absl::StatusCode::kInvalidArgument) {
+    } else if (hs.code() == absl::StatusCode::kInvalidArgument ||
+               hs.code() == absl::StatusCode::kFailedPrecondition) {
       SHELF_LOG(DEBUG) << "data-plane handshake malformed" << Kv("error", hs.message());
       CountClosed(Rule::kBadHandshake);
     }
@@ -285,9 +335,10 @@ void DataServer::ServeConnection(int fd, uint64_t deadline_ms) {
 
 namespace {
 
-// Sends a response header, optional error text, and optional payload.
-bool Reply(int fd, const wire::Header& req, const absl::Status& status, const char* payload,
-           uint64_t payload_len) {
+// Sends a response header, optional error text, and optional payload,
+// tagged under the session.
+bool Reply(int fd, wire::FrameMac* mac, const wire::Header& req, const absl::Status& status,
+           const char* payload, uint64_t payload_len) {
   wire::Header h;
   h.op = req.op;
   h.request_id = req.request_id;
@@ -297,33 +348,47 @@ bool Reply(int fd, const wire::Header& req, const absl::Status& status, const ch
   std::string msg(status.message().substr(0, 1024));
   h.extra_len = static_cast<uint32_t>(msg.size());
   h.length = status.ok() ? payload_len : 0;
-  char head[wire::kHeaderBytes];
-  wire::EncodeHeader(h, head);
-  struct iovec iov[3] = {{head, sizeof(head)},
-                         {msg.data(), msg.size()},
-                         {const_cast<char*>(payload), status.ok() ? payload_len : 0}};
-  return WriteFullv(fd, iov, 3).ok();
+  struct iovec rest[2] = {{msg.data(), msg.size()},
+                          {const_cast<char*>(payload), status.ok() ? payload_len : 0}};
+  return wire::SendFrame(fd, mac, h, rest, 2).ok();
 }
 
 }  // namespace
 
-bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
+bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Connection* conn) {
   std::string extra(h.extra_len, '\0');
   if (!ReadFull(fd, extra.data(), extra.size()).ok()) return false;
+  wire::FrameMac* mac = &conn->session.send;
+  wire::FrameMac* in = &conn->session.recv;
+  in->Begin();
+  in->Add(head, wire::kHeaderBytes);
+  in->Add(extra.data(), extra.size());
+  // A frame is acted on only once its tag verifies (a WRITE's payload
+  // lands in its granted range first: a bad tag then closes the connection
+  // without an answer, so that put never commits from it).
+  auto tagged = [&] {
+    absl::Status s = in->ReadAndCheck(fd);
+    if (s.code() == absl::StatusCode::kPermissionDenied) {
+      SHELF_LOG(WARNING) << "closing connection: bad frame tag" << Kv("op", static_cast<int>(h.op));
+      CountClosed(Rule::kBadTag);
+    }
+    return s.ok();
+  };
   switch (h.op) {
     case wire::Op::kPing:
-      return h.length == 0 && Reply(fd, h, absl::OkStatus(), nullptr, 0);
+      return h.length == 0 && tagged() && Reply(fd, mac, h, absl::OkStatus(), nullptr, 0);
     case wire::Op::kRead: {
+      if (!tagged()) return false;
       absl::StatusOr<DataHandler::Region> seg = handler_->Segment(h.segment_id);
-      if (!seg.ok()) return Reply(fd, h, seg.status(), nullptr, 0);
+      if (!seg.ok()) return Reply(fd, mac, h, seg.status(), nullptr, 0);
       if (h.offset > seg->size || h.length > seg->size - h.offset) {
-        return Reply(fd, h,
+        return Reply(fd, mac, h,
                      absl::OutOfRangeError(absl::StrCat("read [", h.offset, ", +", h.length,
                                                         ") outside segment of ", seg->size)),
                      nullptr, 0);
       }
       handler_->OnRead(h.length);
-      return Reply(fd, h, absl::OkStatus(), seg->base + h.offset, h.length);
+      return Reply(fd, mac, h, absl::OkStatus(), seg->base + h.offset, h.length);
     }
     case wire::Op::kWrite: {
       // A rejected write closes the connection: its payload is not drained.
@@ -340,22 +405,25 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
       }
       if (!verdict.ok()) {
         SHELF_LOG(WARNING) << "write rejected" << Kv("error", verdict.message());
-        Reply(fd, h, verdict, nullptr, 0);
+        Reply(fd, mac, h, verdict, nullptr, 0);
         return false;
       }
-      if (!ReadFull(fd, seg->base + h.offset, h.length).ok()) return false;
+      if (!wire::ReadPayload(fd, in, seg->base + h.offset, h.length).ok() || !tagged()) {
+        return false;
+      }
       handler_->OnWrite(h.length);
-      return Reply(fd, h, absl::OkStatus(), nullptr, 0);
+      return Reply(fd, mac, h, absl::OkStatus(), nullptr, 0);
     }
     case wire::Op::kReadKey: {
+      if (!tagged()) return false;
       if (extra.empty() || extra.size() > kKeyBytesMax) {
-        return Reply(fd, h,
+        return Reply(fd, mac, h,
                      absl::InvalidArgumentError(
                          absl::StrCat("READ_KEY needs a key of 1..", kKeyBytesMax, " bytes")),
                      nullptr, 0);
       }
       if (h.segment_id & ~wire::kReadKeyCheckOnly) {
-        return Reply(fd, h, absl::InvalidArgumentError("READ_KEY: unknown flags"), nullptr, 0);
+        return Reply(fd, mac, h, absl::InvalidArgumentError("READ_KEY: unknown flags"), nullptr, 0);
       }
       // DRAM first: a block with a DRAM record is sent from the segment,
       // like a READ, after its generation is checked.
@@ -364,13 +432,14 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
         dram = absl::FailedPreconditionError(
             absl::StrCat("DRAM block is ", dram->size, " bytes, expected ", h.length));
       }
-      if (h.segment_id == wire::kReadKeyCheckOnly) return Reply(fd, h, dram.status(), nullptr, 0);
+      if (h.segment_id == wire::kReadKeyCheckOnly)
+        return Reply(fd, mac, h, dram.status(), nullptr, 0);
       if (dram.ok()) {
         handler_->OnRead(dram->size);
-        return Reply(fd, h, absl::OkStatus(), dram->base, dram->size);
+        return Reply(fd, mac, h, absl::OkStatus(), dram->base, dram->size);
       }
       if (dram.status().code() != absl::StatusCode::kNotFound) {
-        return Reply(fd, h, dram.status(), nullptr, 0);
+        return Reply(fd, mac, h, dram.status(), nullptr, 0);
       }
       std::string value;
       absl::Status s = handler_->ReadKey(extra, &value);
@@ -378,13 +447,14 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
         s = absl::DataLossError(
             absl::StrCat("SSD block is ", value.size(), " bytes, expected ", h.length));
       }
-      return Reply(fd, h, s, value.data(), value.size());
+      return Reply(fd, mac, h, s, value.data(), value.size());
     }
     case wire::Op::kRdmaConnect: {
-      if (h.length != 0) return false;
+      if (h.length != 0 || !tagged()) return false;
       if (options_.rdma == nullptr) {
-        return Reply(fd, h, absl::FailedPreconditionError("this store offers no rdma transport"),
-                     nullptr, 0);
+        return Reply(fd, mac, h,
+                     absl::FailedPreconditionError("this store offers no rdma transport"), nullptr,
+                     0);
       }
       conn->rdma.reset();  // a reconnect replaces the old queue pair
       std::string store_info;
@@ -392,10 +462,10 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
           options_.rdma->Accept(h.segment_id, extra, &store_info);
       if (!qp.ok()) {
         SHELF_LOG(WARNING) << "rdma connection refused" << Kv("error", qp.status().message());
-        return Reply(fd, h, qp.status(), nullptr, 0);
+        return Reply(fd, mac, h, qp.status(), nullptr, 0);
       }
       conn->rdma = *std::move(qp);
-      return Reply(fd, h, absl::OkStatus(), store_info.data(), store_info.size());
+      return Reply(fd, mac, h, absl::OkStatus(), store_info.data(), store_info.size());
     }
     case wire::Op::kHello:
     case wire::Op::kAuth:

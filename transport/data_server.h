@@ -34,6 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "common/mutex.h"
 #include "common/net.h"
+#include "transport/session.h"
 #include "transport/wire.h"
 
 namespace shelf {
@@ -101,6 +102,10 @@ class DataServer {
     // more than half of max_connections), and this many per source address.
     int max_unauthenticated = 64;
     int max_unauthenticated_per_source = 8;
+    // Who the store proves it is in the handshake (SetIdentity may set it
+    // later, before clients come).
+    std::string node_id;
+    uint64_t incarnation = 0;
   };
   // Why the server closed (or refused) a connection.
   enum class Rule : int {
@@ -110,6 +115,7 @@ class DataServer {
     kHandshakeDeadline,   // handshake not done by handshake_timeout_ms
     kBadHandshake,        // malformed or wrongly sized HELLO/AUTH exchange
     kUnauthenticated,     // wrong or missing cluster secret
+    kBadTag,              // a frame's session tag did not verify
     kCount,
   };
   static const char* RuleName(Rule rule);
@@ -118,6 +124,8 @@ class DataServer {
   ~DataServer();
   const HostPort& bound() const { return bound_; }
   void Stop();
+  // The node id and incarnation the handshake proves from now on.
+  void SetIdentity(const std::string& node_id, uint64_t incarnation);
   int connections() const { return live_.load(); }
   // Connections closed or refused by `rule` so far.
   uint64_t Closed(Rule rule) const { return closed_[static_cast<int>(rule)].load(); }
@@ -129,7 +137,9 @@ class DataServer {
   // and Stop() told.
   void Serve(int fd, uint64_t handshake_deadline_ms);
   void ServeConnection(int fd, uint64_t handshake_deadline_ms);
-  absl::Status Handshake(int fd, uint64_t deadline_ms);
+  // The store's side of the handshake (transport/session.h); fills
+  // `session` on success.
+  absl::Status Handshake(int fd, uint64_t deadline_ms, wire::Session* session);
   // Counts a connection closed by `rule` and tells the handler.
   void CountClosed(Rule rule);
   // Admits a new connection from `source` to the handshake set, closing
@@ -140,9 +150,11 @@ class DataServer {
   // What one connection holds beyond its socket.
   struct Connection {
     std::shared_ptr<void> rdma;  // its queue pair, after RDMA_CONNECT
+    wire::Session session;       // the frame tags of both directions
   };
   // Returns false when the connection must close.
-  bool HandleFrame(int fd, const wire::Header& h, Connection* conn);
+  // `head`: the header's bytes, as they came (the tag covers them).
+  bool HandleFrame(int fd, const char* head, const wire::Header& h, Connection* conn);
 
   const Options options_;
   DataHandler* const handler_;
@@ -154,6 +166,8 @@ class DataServer {
   Mutex mu_;
   CondVar cv_;  // signalled when fds_ shrinks
   std::set<int> fds_ ABSL_GUARDED_BY(mu_);
+  std::string node_id_ ABSL_GUARDED_BY(mu_);
+  uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   // Connections in their handshake: fd -> source address and admission
   // order (oldest first to go).
   struct Pending {

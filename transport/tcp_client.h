@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/mutex.h"
+#include "transport/session.h"
 #include "transport/wire.h"
 
 namespace shelf {
@@ -108,12 +110,23 @@ class TcpDataClient {
                                     std::vector<wire::Header>* requests,
                                     std::vector<absl::Status>* statuses);
   // Reads the response to `request`: its header and error text.
+  // On OK with a payload: the caller reads it with ReadBody.
   absl::Status Receive(int fd, const wire::Header& request, wire::Header* response);
+  // Reads a response's payload and checks its tag.
+  absl::Status ReadBody(int fd, char* dst, uint64_t length);
+  // The session of a descriptor from Connect (tags of both directions).
+  wire::Session* SessionOf(int fd) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops fd's session and closes it.
+  void Close(int fd) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
   Mutex mu_;
   std::map<std::string, std::vector<int>> idle_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Every descriptor's session, pooled or borrowed (a borrowed one's is
+  // used without the lock: one operation owns it). Dial's descriptors are
+  // closed by their owner: their number's entry is replaced when reused.
+  std::map<int, std::unique_ptr<wire::Session>> sessions_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shelf

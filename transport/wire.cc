@@ -115,9 +115,4 @@ absl::Status VerifyGrant(absl::string_view key, absl::string_view node_id, const
   return absl::OkStatus();
 }
 
-std::string AuthMac(absl::string_view secret, absl::string_view nonce) {
-  if (secret.empty()) return std::string();
-  return HmacSha256(secret, absl::StrCat("shelf-auth-v1", nonce));
-}
-
 }  // namespace shelf::wire

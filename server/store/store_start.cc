@@ -296,6 +296,8 @@ void Store::ChooseIdentity() {
   } else {
     node_id_ = absl::StrCat(HostName(), ":", bound.port);
   }
+  // What the data-plane handshake proves to clients.
+  data_server_->SetIdentity(node_id_, incarnation_);
 
   if (options_.run_dir.empty()) {
     // Several stores may share the default directory: one socket each.
