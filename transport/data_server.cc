@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/hmac.h"
 #include "common/log.h"
+#include "transport/data_tls.h"
 #include "transport/session.h"
 
 namespace shelf {
@@ -164,34 +165,6 @@ bool DataServer::Authenticated(int fd) {
   return pending_.erase(fd) == 1;
 }
 
-namespace {
-
-// ReadFull/WriteFullv that give up at an absolute deadline (MonoMs), however
-// slowly the peer's bytes come: each call's socket timeout is what is left.
-absl::Status SetLeft(int fd, uint64_t deadline_ms) {
-  uint64_t now = MonoMs();
-  if (now >= deadline_ms) return absl::DeadlineExceededError("handshake deadline passed");
-  SetIoTimeoutMs(fd, deadline_ms - now);
-  return absl::OkStatus();
-}
-
-absl::Status ReadBefore(int fd, char* buf, size_t n, uint64_t deadline_ms) {
-  while (n > 0) {
-    if (absl::Status s = SetLeft(fd, deadline_ms); !s.ok()) return s;
-    ssize_t got = recv(fd, buf, n, 0);
-    if (got == 0) return absl::UnavailableError("connection closed by peer");
-    if (got < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      return absl::UnavailableError(absl::StrCat("read from peer: ", strerror(errno)));
-    }
-    buf += got;
-    n -= static_cast<size_t>(got);
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 void DataServer::SetIdentity(const std::string& node_id, uint64_t incarnation) {
   MutexLock lock(&mu_);
   node_id_ = node_id;
@@ -206,10 +179,12 @@ absl::Status DataServer::Handshake(int fd, uint64_t deadline_ms, wire::Session* 
   hello.extra_len = static_cast<uint32_t>(store_nonce.size());
   wire::EncodeHeader(hello, head);
   struct iovec iov[2] = {{head, sizeof(head)}, {store_nonce.data(), store_nonce.size()}};
-  if (absl::Status s = SetLeft(fd, deadline_ms); !s.ok()) return s;
-  if (absl::Status s = WriteFullv(fd, iov, 2); !s.ok()) return s;
+  if (absl::Status s = wire::StreamWritevBefore(fd, session, iov, 2, deadline_ms); !s.ok()) {
+    return s;
+  }
   char in[wire::kHeaderBytes];
-  if (absl::Status s = ReadBefore(fd, in, sizeof(in), deadline_ms); !s.ok()) return s;
+  if (absl::Status s = wire::StreamReadBefore(fd, session, in, sizeof(in), deadline_ms); !s.ok())
+    return s;
   wire::Header reply;
   reply.op = wire::Op::kAuth;
   absl::Status verdict = absl::OkStatus();
@@ -236,7 +211,9 @@ absl::Status DataServer::Handshake(int fd, uint64_t deadline_ms, wire::Session* 
     }
     reply.request_id = auth->request_id;
     std::string extra(auth->extra_len, '\0');
-    if (absl::Status s = ReadBefore(fd, extra.data(), extra.size(), deadline_ms); !s.ok()) {
+    if (absl::Status s =
+            wire::StreamReadBefore(fd, session, extra.data(), extra.size(), deadline_ms);
+        !s.ok()) {
       return s;
     }
     client_nonce = extra.substr(0, bare);
@@ -268,8 +245,9 @@ absl::Status DataServer::Handshake(int fd, uint64_t deadline_ms, wire::Session* 
   wire::EncodeHeader(reply, head);
   head[4] = static_cast<char>(reply.version);
   struct iovec out[2] = {{head, sizeof(head)}, {answer.data(), answer.size()}};
-  if (absl::Status s = SetLeft(fd, deadline_ms); !s.ok()) return s;
-  if (absl::Status s = WriteFullv(fd, out, 2); !s.ok()) return s;
+  if (absl::Status s = wire::StreamWritevBefore(fd, session, out, 2, deadline_ms); !s.ok()) {
+    return s;
+  }
   return verdict;
 }
 
@@ -289,7 +267,20 @@ void DataServer::Serve(int fd, uint64_t deadline_ms) {
 
 void DataServer::ServeConnection(int fd, uint64_t deadline_ms) {
   Connection conn;
-  absl::Status hs = Handshake(fd, deadline_ms, &conn.session);
+  absl::Status hs = absl::OkStatus();
+  if (options_.tls != nullptr) {
+    absl::StatusOr<std::shared_ptr<void>> tls = options_.tls->Handshake(fd, "", deadline_ms);
+    if (tls.ok()) {
+      conn.session.tls = *std::move(tls);
+    } else {
+      hs = tls.status();
+      if (hs.code() == absl::StatusCode::kUnavailable) {
+        SHELF_LOG(WARNING) << "data-plane TLS handshake failed" << Kv("error", hs.message());
+        hs = absl::InvalidArgumentError(hs.message());  // counted as a bad handshake
+      }
+    }
+  }
+  if (hs.ok()) hs = Handshake(fd, deadline_ms, &conn.session);
   // Evicted meanwhile (its socket shut down, the eviction counted): done.
   const bool admitted = Authenticated(fd);
   if (hs.ok() && !admitted) hs = absl::UnavailableError("evicted during the handshake");
@@ -299,8 +290,10 @@ void DataServer::ServeConnection(int fd, uint64_t deadline_ms) {
     // arrive within io_timeout_ms.
     while (!stopping_.load()) {
       char head[wire::kHeaderBytes];
-      // A pipelining client has the next frame waiting: no timeout change.
-      ssize_t n = recv(fd, head, 1, MSG_PEEK | MSG_DONTWAIT);
+      // A pipelining client has the next frame waiting (in the socket, or
+      // decrypted already): no timeout change.
+      ssize_t n =
+          wire::StreamPending(&conn.session) > 0 ? 1 : recv(fd, head, 1, MSG_PEEK | MSG_DONTWAIT);
       if (n == 0) break;
       if (n < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) break;
@@ -309,7 +302,7 @@ void DataServer::ServeConnection(int fd, uint64_t deadline_ms) {
         if (n <= 0) break;
         SetIoTimeoutMs(fd, options_.io_timeout_ms);
       }
-      if (!ReadFull(fd, head, sizeof(head)).ok()) break;
+      if (!wire::StreamRead(fd, &conn.session, head, sizeof(head)).ok()) break;
       absl::StatusOr<wire::Header> h = wire::DecodeHeader(head);
       if (!h.ok()) {
         SHELF_LOG(WARNING) << "closing connection: malformed frame"
@@ -337,7 +330,7 @@ namespace {
 
 // Sends a response header, optional error text, and optional payload,
 // tagged under the session.
-bool Reply(int fd, wire::FrameMac* mac, const wire::Header& req, const absl::Status& status,
+bool Reply(int fd, wire::Session* mac, const wire::Header& req, const absl::Status& status,
            const char* payload, uint64_t payload_len) {
   wire::Header h;
   h.op = req.op;
@@ -357,8 +350,8 @@ bool Reply(int fd, wire::FrameMac* mac, const wire::Header& req, const absl::Sta
 
 bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Connection* conn) {
   std::string extra(h.extra_len, '\0');
-  if (!ReadFull(fd, extra.data(), extra.size()).ok()) return false;
-  wire::FrameMac* mac = &conn->session.send;
+  if (!wire::StreamRead(fd, &conn->session, extra.data(), extra.size()).ok()) return false;
+  wire::Session* mac = &conn->session;  // Reply sends under it
   wire::FrameMac* in = &conn->session.recv;
   in->Begin();
   in->Add(head, wire::kHeaderBytes);
@@ -367,7 +360,7 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
   // lands in its granted range first: a bad tag then closes the connection
   // without an answer, so that put never commits from it).
   auto tagged = [&] {
-    absl::Status s = in->ReadAndCheck(fd);
+    absl::Status s = in->ReadAndCheck(fd, &conn->session);
     if (s.code() == absl::StatusCode::kPermissionDenied) {
       SHELF_LOG(WARNING) << "closing connection: bad frame tag" << Kv("op", static_cast<int>(h.op));
       CountClosed(Rule::kBadTag);
@@ -408,7 +401,8 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
         Reply(fd, mac, h, verdict, nullptr, 0);
         return false;
       }
-      if (!wire::ReadPayload(fd, in, seg->base + h.offset, h.length).ok() || !tagged()) {
+      if (!wire::ReadPayload(fd, &conn->session, seg->base + h.offset, h.length).ok() ||
+          !tagged()) {
         return false;
       }
       handler_->OnWrite(h.length);

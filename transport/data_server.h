@@ -34,6 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "common/mutex.h"
 #include "common/net.h"
+#include "transport/data_tls.h"
 #include "transport/session.h"
 #include "transport/wire.h"
 
@@ -106,6 +107,8 @@ class DataServer {
     // later, before clients come).
     std::string node_id;
     uint64_t incarnation = 0;
+    // TLS 1.3 on every connection (--data-tls); null: none.
+    std::shared_ptr<wire::DataTls> tls;
   };
   // Why the server closed (or refused) a connection.
   enum class Rule : int {

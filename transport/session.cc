@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/hmac.h"
 #include "common/net.h"
+#include "transport/data_tls.h"
 
 namespace shelf::wire {
 namespace {
@@ -122,10 +123,10 @@ std::string FrameMac::Finish() {
   return tag;
 }
 
-absl::Status FrameMac::ReadAndCheck(int fd) {
+absl::Status FrameMac::ReadAndCheck(int fd, const Session* via) {
   if (ctx_ == nullptr) return absl::OkStatus();
   char got[kTagBytes];
-  if (absl::Status s = ReadFull(fd, got, sizeof(got)); !s.ok()) return s;
+  if (absl::Status s = StreamRead(fd, via, got, sizeof(got)); !s.ok()) return s;
   if (!ConstantTimeEqual(absl::string_view(got, sizeof(got)), Finish())) {
     return absl::PermissionDeniedError(
         "data-plane frame tag does not verify (not this session's key, or replayed, reordered "
@@ -156,8 +157,8 @@ void DeriveSession(absl::string_view secret, absl::string_view store_nonce,
   }
 }
 
-absl::Status SendFrame(int fd, FrameMac* mac, const Header& h, const struct iovec* rest,
-                       int restcnt) {
+absl::Status SendFrame(int fd, Session* s, const Header& h, const struct iovec* rest, int restcnt) {
+  FrameMac* mac = &s->send;
   char head[kHeaderBytes];
   EncodeHeader(h, head);
   struct iovec iov[6];
@@ -171,15 +172,15 @@ absl::Status SendFrame(int fd, FrameMac* mac, const Header& h, const struct iove
   }
   std::string tag = mac->Finish();
   iov[n++] = {tag.data(), tag.size()};
-  return WriteFullv(fd, iov, n);
+  return StreamWritev(fd, s, iov, n);
 }
 
-absl::Status ReadPayload(int fd, FrameMac* mac, char* dst, uint64_t n) {
+absl::Status ReadPayload(int fd, Session* via, char* dst, uint64_t n) {
   constexpr uint64_t kChunk = 256 << 10;
   while (n > 0) {
     uint64_t chunk = n < kChunk ? n : kChunk;
-    if (absl::Status s = ReadFull(fd, dst, chunk); !s.ok()) return s;
-    mac->Add(dst, chunk);
+    if (absl::Status s = StreamRead(fd, via, dst, chunk); !s.ok()) return s;
+    via->recv.Add(dst, chunk);
     dst += chunk;
     n -= chunk;
   }
@@ -188,7 +189,7 @@ absl::Status ReadPayload(int fd, FrameMac* mac, char* dst, uint64_t n) {
 
 absl::Status ClientHandshake(int fd, absl::string_view secret, Session* session) {
   char head[kHeaderBytes];
-  if (absl::Status s = ReadFull(fd, head, sizeof(head)); !s.ok()) return s;
+  if (absl::Status s = StreamRead(fd, session, head, sizeof(head)); !s.ok()) return s;
   if (absl::little_endian::Load32(head) == kMagic && static_cast<uint8_t>(head[4]) != kVersion) {
     return absl::FailedPreconditionError(
         absl::StrCat("the store speaks data-plane protocol version ", static_cast<uint8_t>(head[4]),
@@ -199,7 +200,8 @@ absl::Status ClientHandshake(int fd, absl::string_view secret, Session* session)
     return absl::UnavailableError("not a Shelf store (no HELLO)");
   }
   std::string store_nonce(kNonceBytes, '\0');
-  if (absl::Status s = ReadFull(fd, store_nonce.data(), store_nonce.size()); !s.ok()) return s;
+  if (absl::Status s = StreamRead(fd, session, store_nonce.data(), store_nonce.size()); !s.ok())
+    return s;
   std::string client_nonce = RandomBytes(kNonceBytes);
   std::string extra = client_nonce + ClientProof(secret, store_nonce, client_nonce);
   Header auth;
@@ -207,14 +209,14 @@ absl::Status ClientHandshake(int fd, absl::string_view secret, Session* session)
   auth.extra_len = static_cast<uint32_t>(extra.size());
   EncodeHeader(auth, head);
   struct iovec out[2] = {{head, sizeof(head)}, {extra.data(), extra.size()}};
-  if (absl::Status s = WriteFullv(fd, out, 2); !s.ok()) return s;
-  if (absl::Status s = ReadFull(fd, head, sizeof(head)); !s.ok()) return s;
+  if (absl::Status s = StreamWritev(fd, session, out, 2); !s.ok()) return s;
+  if (absl::Status s = StreamRead(fd, session, head, sizeof(head)); !s.ok()) return s;
   absl::StatusOr<Header> reply = DecodeHeader(head);
   if (!reply.ok() || reply->op != Op::kAuth || reply->length != 0) {
     return absl::UnavailableError("the store's AUTH answer is malformed");
   }
   std::string answer(reply->extra_len, '\0');
-  if (absl::Status s = ReadFull(fd, answer.data(), answer.size()); !s.ok()) return s;
+  if (absl::Status s = StreamRead(fd, session, answer.data(), answer.size()); !s.ok()) return s;
   if (reply->status != 0) return absl::Status(static_cast<absl::StatusCode>(reply->status), answer);
   const size_t proof_bytes = secret.empty() ? 0 : kMacBytes;
   if (answer.size() < proof_bytes + 8 || answer.size() > proof_bytes + 8 + kNodeIdBytesMax) {

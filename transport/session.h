@@ -38,6 +38,7 @@
 
 namespace shelf::wire {
 
+struct Session;
 inline constexpr size_t kTagBytes = 16;
 // The store's AUTH answer: proof (32 bytes, 0 without a secret),
 // incarnation (8), then the node id.
@@ -68,10 +69,11 @@ class FrameMac {
   void Begin();
   void Add(const void* data, size_t size);
   std::string Finish();
-  // Reads the frame's tag from fd and compares it with Finish(), in
-  // constant time: PERMISSION_DENIED on a mismatch (the caller closes the
-  // connection). OK without reading when inactive.
-  absl::Status ReadAndCheck(int fd);
+  // Reads the frame's tag from fd (through `via`'s TLS, if any) and
+  // compares it with Finish(), in constant time: PERMISSION_DENIED on a
+  // mismatch (the caller closes the connection). OK without reading when
+  // inactive.
+  absl::Status ReadAndCheck(int fd, const Session* via = nullptr);
   uint64_t sequence() const { return seq_; }
 
  private:
@@ -85,6 +87,9 @@ struct Session {
   FrameMac recv;
   std::string node_id;  // the store's, as it proved
   uint64_t incarnation = 0;
+  // The connection's TLS (transport/data_tls.h), when it has one: every
+  // byte after the TLS handshake goes through it.
+  std::shared_ptr<void> tls;
 };
 
 // Fills `client` and `store` with the session's FrameMacs (client sends on
@@ -94,20 +99,19 @@ void DeriveSession(absl::string_view secret, absl::string_view store_nonce,
                    Session* client, Session* store);
 
 // The client's side of the handshake on a connected socket (its timeouts
-// set by the caller): reads HELLO, sends AUTH, checks the store's answer and
-// proof. UNAUTHENTICATED when the store refuses the secret or its proof is
-// wrong; FAILED_PRECONDITION when the store speaks another protocol version;
-// UNAVAILABLE when it is not a Shelf store or the connection fails.
+// set by the caller; through session->tls when set): reads HELLO, sends AUTH, checks the store's
+// answer and proof. UNAUTHENTICATED when the store refuses the secret or its proof is wrong;
+// FAILED_PRECONDITION when the store speaks another protocol version; UNAVAILABLE when it is not a
+// Shelf store or the connection fails.
 absl::Status ClientHandshake(int fd, absl::string_view secret, Session* session);
 
-// Reads n payload bytes into dst, adding them to `mac` as they come (while
-// they are in cache).
-absl::Status ReadPayload(int fd, FrameMac* mac, char* dst, uint64_t n);
+// Reads n payload bytes into dst, adding them to the session's receiving
+// tag as they come (while they are in cache).
+absl::Status ReadPayload(int fd, Session* s, char* dst, uint64_t n);
 
-// Encodes `h`, tags it with `rest` (extra, payload) under `mac`, and writes
-// all of it. At most 4 entries in `rest`.
-absl::Status SendFrame(int fd, FrameMac* mac, const Header& h, const struct iovec* rest,
-                       int restcnt);
+// Encodes `h`, tags it with `rest` (extra, payload) under the session's
+// sending key, and writes all of it. At most 4 entries in `rest`.
+absl::Status SendFrame(int fd, Session* s, const Header& h, const struct iovec* rest, int restcnt);
 
 }  // namespace shelf::wire
 

@@ -28,7 +28,10 @@ absl::Status WithPeer(const absl::Status& s, const std::string& address) {
 
 }  // namespace
 
-TcpDataClient::TcpDataClient(Options options) : options_(std::move(options)) {}
+TcpDataClient::TcpDataClient(Options options)
+    : options_(std::move(options)),
+      tls_(options_.tls ? wire::DataTls::ForClient(options_.tls_files)
+                        : absl::StatusOr<std::shared_ptr<wire::DataTls>>(nullptr)) {}
 
 TcpDataClient::~TcpDataClient() {
   for (auto& [addr, fds] : idle_) {
@@ -45,7 +48,16 @@ absl::Status TcpDataClient::Connect(const std::string& address, uint64_t deadlin
   if (!fd.ok()) return fd.status();
   SetIoTimeoutMs(*fd, left);
   auto session = std::make_unique<wire::Session>();
-  absl::Status s = wire::ClientHandshake(*fd, options_.secret, session.get());
+  absl::Status s = tls_.status();
+  if (s.ok() && *tls_ != nullptr) {
+    absl::StatusOr<std::shared_ptr<void>> tls = (*tls_)->Handshake(*fd, hp->host, deadline_ms);
+    if (tls.ok()) {
+      session->tls = *std::move(tls);
+    } else {
+      s = tls.status();
+    }
+  }
+  if (s.ok()) s = wire::ClientHandshake(*fd, options_.secret, session.get());
   if (!s.ok()) {
     close(*fd);
     return s;
@@ -79,7 +91,7 @@ void TcpDataClient::Close(int fd) {
 
 absl::Status TcpDataClient::Exchange(int fd, const wire::Header& request, struct iovec* rest,
                                      int restcnt, wire::Header* response) {
-  if (absl::Status s = wire::SendFrame(fd, &SessionOf(fd)->send, request, rest, restcnt); !s.ok()) {
+  if (absl::Status s = wire::SendFrame(fd, SessionOf(fd), request, rest, restcnt); !s.ok()) {
     return s;
   }
   return Receive(fd, request, response);
@@ -97,22 +109,23 @@ absl::Status Untrusted(const absl::Status& s) {
 }  // namespace
 
 absl::Status TcpDataClient::Receive(int fd, const wire::Header& request, wire::Header* response) {
+  wire::Session* session = SessionOf(fd);
   char in[wire::kHeaderBytes];
-  if (absl::Status s = ReadFull(fd, in, sizeof(in)); !s.ok()) return s;
+  if (absl::Status s = wire::StreamRead(fd, session, in, sizeof(in)); !s.ok()) return s;
   absl::StatusOr<wire::Header> h = wire::DecodeHeader(in);
   if (!h.ok()) return absl::UnavailableError(absl::StrCat("bad response: ", h.status().message()));
   if (h->request_id != request.request_id || h->op != request.op) {
     return absl::UnavailableError("response does not match request");
   }
   std::string msg(h->extra_len, '\0');
-  if (absl::Status s = ReadFull(fd, msg.data(), msg.size()); !s.ok()) return s;
-  wire::FrameMac* mac = &SessionOf(fd)->recv;
+  if (absl::Status s = wire::StreamRead(fd, session, msg.data(), msg.size()); !s.ok()) return s;
+  wire::FrameMac* mac = &session->recv;
   mac->Begin();
   mac->Add(in, sizeof(in));
   mac->Add(msg.data(), msg.size());
   // With a payload, ReadBody reads the tag after it.
   if (h->length == 0) {
-    if (absl::Status s = Untrusted(mac->ReadAndCheck(fd)); !s.ok()) return s;
+    if (absl::Status s = Untrusted(mac->ReadAndCheck(fd, session)); !s.ok()) return s;
   }
   *response = *h;
   if (h->status != 0) {
@@ -122,9 +135,9 @@ absl::Status TcpDataClient::Receive(int fd, const wire::Header& request, wire::H
 }
 
 absl::Status TcpDataClient::ReadBody(int fd, char* dst, uint64_t length) {
-  wire::FrameMac* mac = &SessionOf(fd)->recv;
-  if (absl::Status s = wire::ReadPayload(fd, mac, dst, length); !s.ok()) return s;
-  return Untrusted(mac->ReadAndCheck(fd));
+  wire::Session* session = SessionOf(fd);
+  if (absl::Status s = wire::ReadPayload(fd, session, dst, length); !s.ok()) return s;
+  return Untrusted(session->recv.ReadAndCheck(fd, session));
 }
 
 absl::StatusOr<int> TcpDataClient::Acquire(const std::string& address, uint64_t deadline_ms) {
@@ -313,7 +326,8 @@ void TcpDataClient::ReadMany(const std::string& address, absl::Span<const ReadRe
   if (!fd.ok()) return;
   absl::Status failed;
   // Every request first, in one write: the store answers them in order.
-  wire::FrameMac* mac = &SessionOf(*fd)->send;
+  wire::Session* session = SessionOf(*fd);
+  wire::FrameMac* mac = &session->send;
   const size_t frame = wire::kHeaderBytes + (mac->active() ? wire::kTagBytes : 0);
   std::string heads(reads.size() * frame, '\0');
   for (size_t i = 0; i < reads.size(); ++i) {
@@ -329,7 +343,8 @@ void TcpDataClient::ReadMany(const std::string& address, absl::Span<const ReadRe
     std::string tag = mac->Finish();
     std::memcpy(head + wire::kHeaderBytes, tag.data(), tag.size());
   }
-  failed = WriteFull(*fd, heads.data(), heads.size());
+  struct iovec all = {heads.data(), heads.size()};
+  failed = wire::StreamWritev(*fd, session, &all, 1);
   size_t done = 0;
   for (; done < reads.size() && failed.ok(); ++done) {
     wire::Header resp;
@@ -369,7 +384,7 @@ void TcpDataClient::WriteMany(const std::string& address, absl::Span<const Write
     req.length = w.length;
     req.extra_len = static_cast<uint32_t>(extra.size());
     struct iovec rest[2] = {{extra.data(), extra.size()}, {const_cast<char*>(w.src), w.length}};
-    failed = wire::SendFrame(*fd, &SessionOf(*fd)->send, req, rest, 2);
+    failed = wire::SendFrame(*fd, SessionOf(*fd), req, rest, 2);
   }
   size_t answered = 0;
   bool clean = failed.ok();

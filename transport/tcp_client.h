@@ -19,9 +19,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/mutex.h"
+#include "transport/data_tls.h"
 #include "transport/session.h"
 #include "transport/wire.h"
 
@@ -33,6 +35,10 @@ class TcpDataClient {
     std::string secret;  // cluster secret; empty for an open cluster
     uint64_t connect_timeout_ms = 2000;
     size_t max_idle_per_peer = 32;  // idle connections kept per store
+    // TLS 1.3 to the stores (their --data-tls); tls_files.ca must sign the
+    // stores' certificates, which must name the host dialled.
+    bool tls = false;
+    wire::DataTls::Files tls_files;
   };
   explicit TcpDataClient(Options options);
   ~TcpDataClient();
@@ -120,6 +126,9 @@ class TcpDataClient {
   void Close(int fd) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
+  // With options_.tls: the context, or why there is none (every connect
+  // then fails with it).
+  absl::StatusOr<std::shared_ptr<wire::DataTls>> tls_;
   Mutex mu_;
   std::map<std::string, std::vector<int>> idle_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;

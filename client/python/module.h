@@ -173,7 +173,8 @@ class PyClient {
       uint32_t rdma_traffic_class, uint32_t rdma_service_level, uint32_t rdma_pkey_index,
       const std::string& tls_cert, const std::string& tls_key, const std::string& etcd_ca,
       const std::string& etcd_cert, const std::string& etcd_key, const std::string& etcd_user_file,
-      int64_t shm_store_uid);
+      int64_t shm_store_uid, bool data_tls, const std::string& data_tls_ca,
+      const std::string& data_tls_cert, const std::string& data_tls_key);
 
   // Never null: close() ends the client but keeps the object, whose calls
   // then answer FAILED_PRECONDITION. Safe without the GIL.

@@ -72,7 +72,8 @@ std::shared_ptr<PyClient> PyClient::Create(
     uint32_t rdma_traffic_class, uint32_t rdma_service_level, uint32_t rdma_pkey_index,
     const std::string& tls_cert, const std::string& tls_key, const std::string& etcd_ca,
     const std::string& etcd_cert, const std::string& etcd_key, const std::string& etcd_user_file,
-    int64_t shm_store_uid) {
+    int64_t shm_store_uid, bool data_tls, const std::string& data_tls_ca,
+    const std::string& data_tls_cert, const std::string& data_tls_key) {
   ClientOptions o;
   if (py::isinstance<py::str>(masters)) {
     std::string all = masters.cast<std::string>();
@@ -99,6 +100,10 @@ std::shared_ptr<PyClient> PyClient::Create(
   o.etcd_key = etcd_key;
   o.etcd_user_file = etcd_user_file;
   o.shm_store_uid = shm_store_uid;
+  o.data_tls = data_tls;
+  o.data_tls_ca = data_tls_ca;
+  o.data_tls_cert = data_tls_cert;
+  o.data_tls_key = data_tls_key;
   o.transfer_threads = transfer_threads;
   o.async_threads = async_threads;
   o.async_queue_max = async_queue_max;

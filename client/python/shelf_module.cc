@@ -110,7 +110,9 @@ PYBIND11_MODULE(_shelf, m) {
            py::arg("rdma_traffic_class") = 0, py::arg("rdma_service_level") = 0,
            py::arg("rdma_pkey_index") = 0, py::arg("tls_cert") = "", py::arg("tls_key") = "",
            py::arg("etcd_ca") = "", py::arg("etcd_cert") = "", py::arg("etcd_key") = "",
-           py::arg("etcd_user_file") = "", py::arg("shm_store_uid") = -1)
+           py::arg("etcd_user_file") = "", py::arg("shm_store_uid") = -1,
+           py::arg("data_tls") = false, py::arg("data_tls_ca") = "", py::arg("data_tls_cert") = "",
+           py::arg("data_tls_key") = "")
       .def("put", &PyClient::Put, py::arg("key"), py::arg("value"), py::kw_only(),
            py::arg("replicas") = 1, py::arg("best_effort") = false, py::arg("prefer_local") = false,
            py::arg("spread_label") = "", py::arg("timeout_ms") = 0,

@@ -83,6 +83,14 @@ int main(int argc, char** argv) {
   flags.AddBool("promote-on-hit", &opts.promote_on_hit,
                 "copy a block read from the SSD tier up into DRAM (the SSD copy stays)");
   flags.AddInt("max-connections", &max_connections, "data-plane connection limit");
+  flags.AddBool("data-tls", &opts.data_tls,
+                "TLS 1.3 on the data plane (clients need ClientOptions::data_tls); off by default");
+  flags.AddString("data-tls-cert", &opts.data_tls_files.cert,
+                  "PEM certificate chain of the data plane (must name the address clients dial)");
+  flags.AddString("data-tls-key", &opts.data_tls_files.key, "PEM key of --data-tls-cert");
+  flags.AddString(
+      "data-tls-ca", &opts.data_tls_files.ca,
+      "PEM CA bundle: with it, data-plane clients must present a certificate it signed");
   flags.AddInt("handshake-timeout-ms", &handshake_timeout_ms,
                "a data-plane connection not authenticated this long after accept is closed");
   flags.AddInt("max-unauthenticated", &max_unauthenticated,
@@ -106,6 +114,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   opts.handshake_timeout_ms = static_cast<uint64_t>(handshake_timeout_ms);
+  if (opts.data_tls && (opts.data_tls_files.cert.empty() || opts.data_tls_files.key.empty())) {
+    std::fprintf(stderr, "shelf-store: --data-tls needs --data-tls-cert and --data-tls-key\n");
+    return 2;
+  }
   opts.max_unauthenticated = static_cast<int>(max_unauthenticated);
   opts.max_unauthenticated_per_source = static_cast<int>(max_unauthenticated_per_source);
   if (rdma_port < 1 || rdma_port > 255 || rdma_gid_index < -1 || rdma_gid_index > 255 ||

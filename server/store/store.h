@@ -74,6 +74,10 @@ struct StoreOptions {
   // Data-plane denial of service (DataServer::Options): the handshake's
   // absolute deadline and the caps on connections still in it.
   uint64_t handshake_timeout_ms = 5000;
+  // TLS 1.3 on the data plane (--data-tls): the store's certificate and
+  // key; a CA makes it demand client certificates signed by it.
+  bool data_tls = false;
+  TlsFiles data_tls_files;
   int max_unauthenticated = 64;
   int max_unauthenticated_per_source = 8;
   uint64_t rpc_timeout_ms = 3000;

@@ -272,6 +272,15 @@ absl::Status Store::ServeData() {
   dso.handshake_timeout_ms = options_.handshake_timeout_ms;
   dso.max_unauthenticated = options_.max_unauthenticated;
   dso.max_unauthenticated_per_source = options_.max_unauthenticated_per_source;
+  if (options_.data_tls) {
+    auto tls = wire::DataTls::ForServer(
+        {options_.data_tls_files.cert, options_.data_tls_files.key, options_.data_tls_files.ca});
+    if (!tls.ok()) return tls.status();
+    dso.tls = *std::move(tls);
+    SHELF_LOG(INFO) << "data-plane TLS 1.3 on" << Kv("kernel_tls", "not used")
+                    << Kv("client_certificates",
+                          options_.data_tls_files.ca.empty() ? "no" : "required");
+  }
   rdma_ = OpenRdma(options_, segment_.get(), kSegmentId);
 #if SHELF_WITH_RDMA
   if (rdma_ != nullptr) dso.rdma = rdma_->acceptor.get();
