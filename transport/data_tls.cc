@@ -43,6 +43,9 @@ absl::StatusOr<SSL_CTX*> NewCtx(bool server, const DataTls::Files& files) {
   // No session tickets: nothing arrives after the handshake but data.
   if (server) SSL_CTX_set_num_tickets(ctx, 0);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // Whole socket reads, not a record header then its body: half the
+  // syscalls. What it buffers counts in StreamPending (SSL_has_pending).
+  SSL_CTX_set_read_ahead(ctx, 1);
   auto fail = [&](const std::string& why) {
     SSL_CTX_free(ctx);
     return absl::InvalidArgumentError(why);
@@ -303,7 +306,9 @@ absl::Status StreamWritevBefore(int fd, const Session* s, const struct iovec* io
 
 size_t StreamPending(const Session* s) {
   if (s == nullptr || s->tls == nullptr) return 0;
-  return static_cast<size_t>(SSL_pending(Ssl(s)));
+  // Decrypted bytes, or raw ones read ahead and not yet decrypted.
+  SSL* ssl = Ssl(s);
+  return SSL_pending(ssl) > 0 || SSL_has_pending(ssl) == 1 ? 1 : 0;
 }
 
 }  // namespace shelf::wire

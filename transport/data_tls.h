@@ -70,7 +70,8 @@ absl::Status StreamWritev(int fd, const Session* s, const struct iovec* iov, int
 absl::Status StreamReadBefore(int fd, const Session* s, void* buf, size_t n, uint64_t deadline_ms);
 absl::Status StreamWritevBefore(int fd, const Session* s, const struct iovec* iov, int iovcnt,
                                 uint64_t deadline_ms);
-// Bytes TLS has decrypted and not yet handed out (0 without TLS).
+// Non-zero when TLS holds bytes of the peer not yet handed out, decrypted
+// or not (0 without TLS): the socket may then be empty with a frame waiting.
 size_t StreamPending(const Session* s);
 
 }  // namespace shelf::wire

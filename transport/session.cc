@@ -66,9 +66,9 @@ FrameMac::FrameMac(absl::string_view key) {
   SHELF_CHECK(key.size() == 32) << "a frame key is 32 bytes";
   EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
   SHELF_CHECK(ctx != nullptr &&
-              EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr,
+              EVP_EncryptInit_ex(ctx, EVP_chacha20_poly1305(), nullptr,
                                  reinterpret_cast<const unsigned char*>(key.data()), nullptr) > 0)
-      << "AES-256-GCM unavailable";
+      << "ChaCha20-Poly1305 unavailable";
   ctx_ = ctx;
 }
 
@@ -117,7 +117,7 @@ std::string FrameMac::Finish() {
   int outl = 0;
   std::string tag(kTagBytes, '\0');
   SHELF_CHECK(EVP_EncryptFinal_ex(Ctx(ctx_), end, &outl) > 0 &&
-              EVP_CIPHER_CTX_ctrl(Ctx(ctx_), EVP_CTRL_GCM_GET_TAG, static_cast<int>(kTagBytes),
+              EVP_CIPHER_CTX_ctrl(Ctx(ctx_), EVP_CTRL_AEAD_GET_TAG, static_cast<int>(kTagBytes),
                                   tag.data()) > 0);
   ++seq_;
   return tag;
@@ -161,18 +161,33 @@ absl::Status SendFrame(int fd, Session* s, const Header& h, const struct iovec* 
   FrameMac* mac = &s->send;
   char head[kHeaderBytes];
   EncodeHeader(h, head);
-  struct iovec iov[6];
-  int n = 0;
-  iov[n++] = {head, sizeof(head)};
   mac->Begin();
   mac->Add(head, sizeof(head));
+  // A large payload goes out a chunk at a time, each tagged just before it
+  // is written: the peer reads (and tags) one chunk while this end tags
+  // the next, instead of waiting for a whole pass first.
+  constexpr size_t kChunk = 256 << 10;
+  struct iovec out[8];
+  int n = 0;
+  out[n++] = {head, sizeof(head)};
   for (int i = 0; i < restcnt && i < 4; ++i) {
-    iov[n++] = rest[i];
-    mac->Add(rest[i].iov_base, rest[i].iov_len);
+    char* p = static_cast<char*>(rest[i].iov_base);
+    size_t left = rest[i].iov_len;
+    while (left > 0) {
+      size_t chunk = left < kChunk ? left : kChunk;
+      mac->Add(p, chunk);
+      out[n++] = {p, chunk};
+      p += chunk;
+      left -= chunk;
+      if (left > 0 || n >= 6) {
+        if (absl::Status st = StreamWritev(fd, s, out, n); !st.ok()) return st;
+        n = 0;
+      }
+    }
   }
   std::string tag = mac->Finish();
-  iov[n++] = {tag.data(), tag.size()};
-  return StreamWritev(fd, s, iov, n);
+  out[n++] = {tag.data(), tag.size()};
+  return StreamWritev(fd, s, out, n);
 }
 
 absl::Status ReadPayload(int fd, Session* via, char* dst, uint64_t n) {

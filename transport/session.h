@@ -7,9 +7,10 @@
 // incarnation and a proof over both nonces and those. Both then derive two
 // session keys (one per direction) with HKDF-SHA256 from the cluster secret,
 // salted with both nonces and bound to the node id and incarnation. Every
-// later frame ends in a 16-byte tag: AES-256-GCM with no plaintext (GMAC)
-// over the frame's bytes under its direction's key, with the frame's
-// sequence number in that direction as the nonce. A relay that forwarded
+// later frame ends in a 16-byte tag: ChaCha20-Poly1305 with no plaintext
+// (a Poly1305 MAC under a one-time key) over the frame's bytes under its
+// direction's key, with the frame's sequence number in that direction as
+// the nonce. A relay that forwarded
 // the handshake has no key: a frame of its own, or one replayed, dropped or
 // reordered, fails its tag and the connection closes.
 //
@@ -77,7 +78,7 @@ class FrameMac {
   uint64_t sequence() const { return seq_; }
 
  private:
-  void* ctx_ = nullptr;  // EVP_CIPHER_CTX
+  void* ctx_ = nullptr;  // EVP_CIPHER_CTX of ChaCha20-Poly1305, keyed
   uint64_t seq_ = 0;
 };
 
