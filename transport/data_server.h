@@ -101,8 +101,8 @@ class DataServer {
     uint64_t handshake_timeout_ms = 5000;
     // Connections still in their handshake: at most this many (and never
     // more than half of max_connections), and this many per source address.
-    int max_unauthenticated = 64;
-    int max_unauthenticated_per_source = 8;
+    int max_unauthenticated = 128;
+    int max_unauthenticated_per_source = 32;
     // Who the store proves it is in the handshake (SetIdentity may set it
     // later, before clients come).
     std::string node_id;

@@ -44,13 +44,27 @@ absl::Status TcpDataClient::Connect(const std::string& address, uint64_t deadlin
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
   absl::StatusOr<HostPort> hp = ParseHostPort(address);
   if (!hp.ok()) return hp.status();
-  absl::StatusOr<int> fd = TcpConnect(*hp, std::min(left, options_.connect_timeout_ms));
+  // A store under a flood of half-open connections closes the oldest ones
+  // in their handshake (docs/security.md, "Denial of service"), and a burst
+  // of this client's own connections can be among them: a handshake cut
+  // short is tried once more.
+  absl::Status first = Dial1(*hp, deadline_ms, out);
+  if (first.code() != absl::StatusCode::kUnavailable || !TimeLeft(deadline_ms, &left).ok()) {
+    return first;
+  }
+  return Dial1(*hp, deadline_ms, out);
+}
+
+absl::Status TcpDataClient::Dial1(const HostPort& hp, uint64_t deadline_ms, int* out) {
+  uint64_t left = 0;
+  if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
+  absl::StatusOr<int> fd = TcpConnect(hp, std::min(left, options_.connect_timeout_ms));
   if (!fd.ok()) return fd.status();
   SetIoTimeoutMs(*fd, left);
   auto session = std::make_unique<wire::Session>();
   absl::Status s = tls_.status();
   if (s.ok() && *tls_ != nullptr) {
-    absl::StatusOr<std::shared_ptr<void>> tls = (*tls_)->Handshake(*fd, hp->host, deadline_ms);
+    absl::StatusOr<std::shared_ptr<void>> tls = (*tls_)->Handshake(*fd, hp.host, deadline_ms);
     if (tls.ok()) {
       session->tls = *std::move(tls);
     } else {

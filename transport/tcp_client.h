@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/mutex.h"
+#include "common/net.h"
 #include "transport/data_tls.h"
 #include "transport/session.h"
 #include "transport/wire.h"
@@ -105,6 +106,8 @@ class TcpDataClient {
   absl::StatusOr<int> Acquire(const std::string& address, uint64_t deadline_ms);
   void Release(const std::string& address, int fd, bool reusable);
   absl::Status Connect(const std::string& address, uint64_t deadline_ms, int* fd);
+  // One connection attempt of Connect: TCP, TLS, the handshake.
+  absl::Status Dial1(const HostPort& hp, uint64_t deadline_ms, int* fd);
   // Sends a request, reads the response header and its error text. On OK the
   // caller reads `response->length` payload bytes.
   absl::Status Exchange(int fd, const wire::Header& request, struct iovec* extra_and_payload,

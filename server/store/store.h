@@ -78,8 +78,8 @@ struct StoreOptions {
   // key; a CA makes it demand client certificates signed by it.
   bool data_tls = false;
   TlsFiles data_tls_files;
-  int max_unauthenticated = 64;
-  int max_unauthenticated_per_source = 8;
+  int max_unauthenticated = 128;
+  int max_unauthenticated_per_source = 32;
   uint64_t rpc_timeout_ms = 3000;
   // Time for the heartbeat loop (intervals, backoff), the mover's waits and
   // grant expiry checks. Must outlive the store.
