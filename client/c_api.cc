@@ -261,6 +261,16 @@ int shelf_options_set_etcd_user_file(shelf_options_t* options, const char* path)
   return SHELF_OK;
 }
 
+int shelf_options_set_data_tls(shelf_options_t* options, int enabled, const char* ca_path,
+                               const char* cert_path, const char* key_path) {
+  if (options == nullptr) return NullArg("shelf_options_set_data_tls", "options");
+  options->options.data_tls = enabled != 0;
+  options->options.data_tls_ca = ca_path == nullptr ? "" : ca_path;
+  options->options.data_tls_cert = cert_path == nullptr ? "" : cert_path;
+  options->options.data_tls_key = key_path == nullptr ? "" : key_path;
+  return SHELF_OK;  // checked by shelf_client_open
+}
+
 int shelf_options_set_shm_store_uid(shelf_options_t* options, int64_t uid) {
   if (options == nullptr) return NullArg("shelf_options_set_shm_store_uid", "options");
   options->options.shm_store_uid = uid;

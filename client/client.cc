@@ -40,6 +40,8 @@ constexpr uint64_t kLeaderWaitMaxMs = 200;
 transport::TcpEngine::Options TcpEngineOptions(const ClientOptions& o) {
   transport::TcpEngine::Options t;
   t.secret = o.secret;
+  t.tls = o.data_tls;
+  t.tls_files = {o.data_tls_cert, o.data_tls_key, o.data_tls_ca};
   t.streams_per_op = o.tcp_streams_per_block;
   // Every transfer thread may stripe one block: each stripe needs a thread
   // and a pooled connection.
@@ -84,6 +86,14 @@ absl::Status ValidateOptions(const ClientOptions& o) {
     return absl::InvalidArgumentError(
         "ClientOptions.rdma_port takes 1..255, rdma_gid_index -1 (auto) or 0..255, "
         "rdma_traffic_class 0..255, rdma_service_level 0..15 and rdma_pkey_index 0..65535");
+  }
+  if (o.data_tls && o.data_tls_ca.empty()) {
+    return absl::InvalidArgumentError(
+        "ClientOptions.data_tls needs data_tls_ca, the CA that signed the stores' certificates");
+  }
+  if (o.data_tls_cert.empty() != o.data_tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "ClientOptions.data_tls_cert and data_tls_key go together: both or neither");
   }
   if (o.tcp_streams_per_block < 1 || o.tcp_streams_per_block > kStreamsPerBlockMax) {
     return absl::InvalidArgumentError(absl::StrCat("ClientOptions.tcp_streams_per_block is ",

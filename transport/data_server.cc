@@ -1,17 +1,23 @@
 #include "transport/data_server.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <vector>
 
+#include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/hmac.h"
 #include "common/log.h"
+#include "transport/data_tls.h"
+#include "transport/session.h"
 
 namespace shelf {
 
@@ -26,7 +32,12 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(const Options& opt
 }
 
 DataServer::DataServer(const Options& options, DataHandler* handler, int listen_fd, HostPort bound)
-    : options_(options), handler_(handler), listen_fd_(listen_fd), bound_(std::move(bound)) {}
+    : options_(options),
+      handler_(handler),
+      listen_fd_(listen_fd),
+      bound_(std::move(bound)),
+      node_id_(options.node_id),
+      incarnation_(options.incarnation) {}
 
 DataServer::~DataServer() { Stop(); }
 
@@ -40,9 +51,57 @@ void DataServer::Stop() {
   while (!fds_.empty()) cv_.Wait(&mu_);
 }
 
+const char* DataServer::RuleName(Rule rule) {
+  switch (rule) {
+    case Rule::kMaxConnections:
+      return "max_connections";
+    case Rule::kUnauthenticatedCap:
+      return "unauthenticated_cap";
+    case Rule::kPerSourceCap:
+      return "per_source_cap";
+    case Rule::kHandshakeDeadline:
+      return "handshake_deadline";
+    case Rule::kBadHandshake:
+      return "bad_handshake";
+    case Rule::kUnauthenticated:
+      return "unauthenticated";
+    case Rule::kBadTag:
+      return "bad_tag";
+    case Rule::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+void DataServer::CountClosed(Rule rule) {
+  closed_[static_cast<int>(rule)].fetch_add(1);
+  handler_->OnClosedByRule(RuleName(rule));
+}
+
+namespace {
+
+// The source address of a connection, without its port.
+std::string SourceOf(const struct sockaddr_storage& ss) {
+  char text[INET6_ADDRSTRLEN] = {0};
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const struct sockaddr_in*>(&ss)->sin_addr, text,
+              sizeof(text));
+  } else if (ss.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const struct sockaddr_in6*>(&ss)->sin6_addr, text,
+              sizeof(text));
+  }
+  return text;
+}
+
+}  // namespace
+
 void DataServer::AcceptLoop() {
   while (!stopping_.load()) {
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    struct sockaddr_storage peer;
+    socklen_t peer_len = sizeof(peer);
+    std::memset(&peer, 0, sizeof(peer));
+    int fd =
+        accept4(listen_fd_, reinterpret_cast<struct sockaddr*>(&peer), &peer_len, SOCK_CLOEXEC);
     if (fd < 0) {
       if (stopping_.load()) break;
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -58,75 +117,183 @@ void DataServer::AcceptLoop() {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     MutexLock lock(&mu_);
-    if (static_cast<int>(fds_.size()) >= options_.max_connections) {
+    // Evicted connections are on their way out: they do not count.
+    if (static_cast<int>(fds_.size() - evicted_.size()) >= options_.max_connections) {
       SHELF_LOG(WARNING) << "connection refused: limit reached"
                          << Kv("max_connections", options_.max_connections);
       close(fd);
+      CountClosed(Rule::kMaxConnections);
       continue;
     }
+    AdmitLocked(fd, SourceOf(peer));
     fds_.insert(fd);
     live_.fetch_add(1);
-    std::thread([this, fd] { Serve(fd); }).detach();
+    const uint64_t deadline_ms = MonoMs() + options_.handshake_timeout_ms;
+    std::thread([this, fd, deadline_ms] { Serve(fd, deadline_ms); }).detach();
   }
 }
 
-absl::Status DataServer::Handshake(int fd) {
-  std::string nonce = RandomBytes(wire::kNonceBytes);
+void DataServer::AdmitLocked(int fd, const std::string& source) {
+  // Past a cap, the oldest connection still in its handshake goes: a real
+  // client needs one round trip, a trickling one holds its place for
+  // handshake_timeout_ms, so the newest is the likeliest to be real.
+  const int cap = std::max(1, std::min(options_.max_unauthenticated, options_.max_connections / 2));
+  const int per_source = std::max(1, options_.max_unauthenticated_per_source);
+  auto evict_oldest = [&](bool same_source, Rule rule) {
+    auto oldest = pending_.end();
+    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+      if (same_source && it->second.source != source) continue;
+      if (oldest == pending_.end() || it->second.order < oldest->second.order) oldest = it;
+    }
+    if (oldest == pending_.end()) return;
+    // Its thread sees the socket fail and closes it; fd stays open (in
+    // fds_) until then, so it cannot be reused under us.
+    shutdown(oldest->first, SHUT_RDWR);
+    evicted_.insert(oldest->first);
+    pending_.erase(oldest);
+    CountClosed(rule);
+  };
+  int from_source = 0;
+  for (const auto& [pfd, p] : pending_) from_source += p.source == source ? 1 : 0;
+  if (from_source >= per_source) evict_oldest(true, Rule::kPerSourceCap);
+  if (static_cast<int>(pending_.size()) >= cap) evict_oldest(false, Rule::kUnauthenticatedCap);
+  pending_[fd] = Pending{source, admitted_++};
+}
+
+bool DataServer::Authenticated(int fd) {
+  MutexLock lock(&mu_);
+  return pending_.erase(fd) == 1;
+}
+
+void DataServer::SetIdentity(const std::string& node_id, uint64_t incarnation) {
+  MutexLock lock(&mu_);
+  node_id_ = node_id;
+  incarnation_ = incarnation;
+}
+
+absl::Status DataServer::Handshake(int fd, uint64_t deadline_ms, wire::Session* session) {
+  std::string store_nonce = RandomBytes(wire::kNonceBytes);
   char head[wire::kHeaderBytes];
   wire::Header hello;
   hello.op = wire::Op::kHello;
-  hello.extra_len = static_cast<uint32_t>(nonce.size());
+  hello.extra_len = static_cast<uint32_t>(store_nonce.size());
   wire::EncodeHeader(hello, head);
-  struct iovec iov[2] = {{head, sizeof(head)}, {nonce.data(), nonce.size()}};
-  if (absl::Status s = WriteFullv(fd, iov, 2); !s.ok()) return s;
-  char in[wire::kHeaderBytes];
-  if (absl::Status s = ReadFull(fd, in, sizeof(in)); !s.ok()) return s;
-  absl::StatusOr<wire::Header> auth = wire::DecodeHeader(in);
-  if (!auth.ok()) return auth.status();
-  if (auth->op != wire::Op::kAuth || auth->extra_len > wire::kExtraBytesMax) {
-    return absl::InvalidArgumentError("expected AUTH frame");
+  struct iovec iov[2] = {{head, sizeof(head)}, {store_nonce.data(), store_nonce.size()}};
+  if (absl::Status s = wire::StreamWritevBefore(fd, session, iov, 2, deadline_ms); !s.ok()) {
+    return s;
   }
-  std::string mac(auth->extra_len, '\0');
-  if (absl::Status s = ReadFull(fd, mac.data(), mac.size()); !s.ok()) return s;
+  char in[wire::kHeaderBytes];
+  if (absl::Status s = wire::StreamReadBefore(fd, session, in, sizeof(in), deadline_ms); !s.ok())
+    return s;
   wire::Header reply;
   reply.op = wire::Op::kAuth;
-  reply.request_id = auth->request_id;
   absl::Status verdict = absl::OkStatus();
-  if (!options_.secret.empty() && !ConstantTimeEqual(mac, wire::AuthMac(options_.secret, nonce))) {
-    verdict = absl::UnauthenticatedError("data-plane handshake: wrong or missing cluster secret");
+  const uint8_t version = static_cast<uint8_t>(in[4]);
+  std::string client_nonce, mac;
+  if (absl::little_endian::Load32(in) == wire::kMagic && version != wire::kVersion) {
+    // Another release's client: told so in a frame of its version (the
+    // header layout is the same), then closed.
+    verdict = absl::FailedPreconditionError(
+        absl::StrCat("this store speaks data-plane protocol version ", wire::kVersion,
+                     ", the client version ", version, ": run the same Shelf release on both"));
+    reply.version = version;
+  } else {
+    absl::StatusOr<wire::Header> auth = wire::DecodeHeader(in);
+    if (!auth.ok()) return auth.status();
+    // AUTH is exactly its size: the client's nonce and a MAC with a
+    // secret, the nonce alone without (a client without the secret sends
+    // that, and is told so below).
+    const uint32_t bare = static_cast<uint32_t>(wire::kNonceBytes);
+    const uint32_t full = bare + static_cast<uint32_t>(kMacBytes);
+    if (auth->op != wire::Op::kAuth || (auth->extra_len != full && auth->extra_len != bare) ||
+        auth->length != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("expected an AUTH frame of ", full, " bytes"));
+    }
+    reply.request_id = auth->request_id;
+    std::string extra(auth->extra_len, '\0');
+    if (absl::Status s =
+            wire::StreamReadBefore(fd, session, extra.data(), extra.size(), deadline_ms);
+        !s.ok()) {
+      return s;
+    }
+    client_nonce = extra.substr(0, bare);
+    mac = extra.substr(bare);
+    if (!options_.secret.empty() &&
+        !ConstantTimeEqual(mac, wire::ClientProof(options_.secret, store_nonce, client_nonce))) {
+      verdict = absl::UnauthenticatedError("data-plane handshake: wrong or missing cluster secret");
+    }
   }
-  std::string msg(verdict.message());
+  std::string answer(verdict.message());
+  if (verdict.ok()) {
+    std::string node_id;
+    uint64_t incarnation = 0;
+    {
+      MutexLock lock(&mu_);
+      node_id = node_id_;
+      incarnation = incarnation_;
+    }
+    std::string inc(8, '\0');
+    absl::little_endian::Store64(inc.data(), incarnation);
+    answer = absl::StrCat(
+        wire::StoreProof(options_.secret, store_nonce, client_nonce, node_id, incarnation), inc,
+        node_id);
+    wire::DeriveSession(options_.secret, store_nonce, client_nonce, node_id, incarnation, nullptr,
+                        session);
+  }
   reply.status = static_cast<uint16_t>(verdict.code());
-  reply.extra_len = static_cast<uint32_t>(msg.size());
+  reply.extra_len = static_cast<uint32_t>(answer.size());
   wire::EncodeHeader(reply, head);
-  struct iovec out[2] = {{head, sizeof(head)}, {msg.data(), msg.size()}};
-  if (absl::Status s = WriteFullv(fd, out, 2); !s.ok()) return s;
+  head[4] = static_cast<char>(reply.version);
+  struct iovec out[2] = {{head, sizeof(head)}, {answer.data(), answer.size()}};
+  if (absl::Status s = wire::StreamWritevBefore(fd, session, out, 2, deadline_ms); !s.ok()) {
+    return s;
+  }
   return verdict;
 }
 
-void DataServer::Serve(int fd) {
-  ServeConnection(fd);  // everything the connection held is gone when it returns
+void DataServer::Serve(int fd, uint64_t deadline_ms) {
+  ServeConnection(fd, deadline_ms);  // everything the connection held is gone when it returns
   // Stop() waits for fds_ to empty and may then destroy this server, so
   // this thread (detached) touches nothing of it after unlocking: the
   // notify happens under the lock.
   MutexLock lock(&mu_);
+  pending_.erase(fd);
+  evicted_.erase(fd);
   fds_.erase(fd);
   close(fd);
   live_.fetch_sub(1);
   cv_.SignalAll();
 }
 
-void DataServer::ServeConnection(int fd) {
-  SetIoTimeoutMs(fd, options_.io_timeout_ms);
-  absl::Status hs = Handshake(fd);
+void DataServer::ServeConnection(int fd, uint64_t deadline_ms) {
   Connection conn;
+  absl::Status hs = absl::OkStatus();
+  if (options_.tls != nullptr) {
+    absl::StatusOr<std::shared_ptr<void>> tls = options_.tls->Handshake(fd, "", deadline_ms);
+    if (tls.ok()) {
+      conn.session.tls = *std::move(tls);
+    } else {
+      hs = tls.status();
+      if (hs.code() == absl::StatusCode::kUnavailable) {
+        SHELF_LOG(WARNING) << "data-plane TLS handshake failed" << Kv("error", hs.message());
+        hs = absl::InvalidArgumentError(hs.message());  // counted as a bad handshake
+      }
+    }
+  }
+  if (hs.ok()) hs = Handshake(fd, deadline_ms, &conn.session);
+  // Evicted meanwhile (its socket shut down, the eviction counted): done.
+  const bool admitted = Authenticated(fd);
+  if (hs.ok() && !admitted) hs = absl::UnavailableError("evicted during the handshake");
   if (hs.ok()) {
+    SetIoTimeoutMs(fd, options_.io_timeout_ms);
     // Idle connections wait without a timeout; a frame, once started, must
     // arrive within io_timeout_ms.
     while (!stopping_.load()) {
       char head[wire::kHeaderBytes];
-      // A pipelining client has the next frame waiting: no timeout change.
-      ssize_t n = recv(fd, head, 1, MSG_PEEK | MSG_DONTWAIT);
+      // A pipelining client has the next frame waiting (in the socket, or
+      // decrypted already): no timeout change.
+      ssize_t n =
+          wire::StreamPending(&conn.session) > 0 ? 1 : recv(fd, head, 1, MSG_PEEK | MSG_DONTWAIT);
       if (n == 0) break;
       if (n < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) break;
@@ -135,26 +302,36 @@ void DataServer::ServeConnection(int fd) {
         if (n <= 0) break;
         SetIoTimeoutMs(fd, options_.io_timeout_ms);
       }
-      if (!ReadFull(fd, head, sizeof(head)).ok()) break;
+      if (!wire::StreamRead(fd, &conn.session, head, sizeof(head)).ok()) break;
       absl::StatusOr<wire::Header> h = wire::DecodeHeader(head);
       if (!h.ok()) {
         SHELF_LOG(WARNING) << "closing connection: malformed frame"
                            << Kv("error", h.status().message());
         break;
       }
-      if (!HandleFrame(fd, *h, &conn)) break;
+      if (!HandleFrame(fd, head, *h, &conn)) break;
     }
-  } else if (hs.code() == absl::StatusCode::kUnauthenticated) {
-    SHELF_LOG(WARNING) << "data-plane connection rejected" << Kv("error", hs.message());
+  } else if (admitted && !stopping_.load()) {
+    if (hs.code() == absl::StatusCode::kUnauthenticated) {
+      SHELF_LOG(WARNING) << "data-plane connection rejected" << Kv("error", hs.message());
+      CountClosed(Rule::kUnauthenticated);
+    } else if (hs.code() == absl::StatusCode::kDeadlineExceeded) {
+      CountClosed(Rule::kHandshakeDeadline);
+    } else if (hs.code() == absl::StatusCode::kInvalidArgument ||
+               hs.code() == absl::StatusCode::kFailedPrecondition) {
+      SHELF_LOG(DEBUG) << "data-plane handshake malformed" << Kv("error", hs.message());
+      CountClosed(Rule::kBadHandshake);
+    }
   }
   conn.rdma.reset();  // before the socket: the peer sees the QP gone first
 }
 
 namespace {
 
-// Sends a response header, optional error text, and optional payload.
-bool Reply(int fd, const wire::Header& req, const absl::Status& status, const char* payload,
-           uint64_t payload_len) {
+// Sends a response header, optional error text, and optional payload,
+// tagged under the session.
+bool Reply(int fd, wire::Session* mac, const wire::Header& req, const absl::Status& status,
+           const char* payload, uint64_t payload_len) {
   wire::Header h;
   h.op = req.op;
   h.request_id = req.request_id;
@@ -164,33 +341,47 @@ bool Reply(int fd, const wire::Header& req, const absl::Status& status, const ch
   std::string msg(status.message().substr(0, 1024));
   h.extra_len = static_cast<uint32_t>(msg.size());
   h.length = status.ok() ? payload_len : 0;
-  char head[wire::kHeaderBytes];
-  wire::EncodeHeader(h, head);
-  struct iovec iov[3] = {{head, sizeof(head)},
-                         {msg.data(), msg.size()},
-                         {const_cast<char*>(payload), status.ok() ? payload_len : 0}};
-  return WriteFullv(fd, iov, 3).ok();
+  struct iovec rest[2] = {{msg.data(), msg.size()},
+                          {const_cast<char*>(payload), status.ok() ? payload_len : 0}};
+  return wire::SendFrame(fd, mac, h, rest, 2).ok();
 }
 
 }  // namespace
 
-bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
+bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Connection* conn) {
   std::string extra(h.extra_len, '\0');
-  if (!ReadFull(fd, extra.data(), extra.size()).ok()) return false;
+  if (!wire::StreamRead(fd, &conn->session, extra.data(), extra.size()).ok()) return false;
+  wire::Session* mac = &conn->session;  // Reply sends under it
+  wire::FrameMac* in = &conn->session.recv;
+  in->Begin();
+  in->Add(head, wire::kHeaderBytes);
+  in->Add(extra.data(), extra.size());
+  // A frame is acted on only once its tag verifies (a WRITE's payload
+  // lands in its granted range first: a bad tag then closes the connection
+  // without an answer, so that put never commits from it).
+  auto tagged = [&] {
+    absl::Status s = in->ReadAndCheck(fd, &conn->session);
+    if (s.code() == absl::StatusCode::kPermissionDenied) {
+      SHELF_LOG(WARNING) << "closing connection: bad frame tag" << Kv("op", static_cast<int>(h.op));
+      CountClosed(Rule::kBadTag);
+    }
+    return s.ok();
+  };
   switch (h.op) {
     case wire::Op::kPing:
-      return h.length == 0 && Reply(fd, h, absl::OkStatus(), nullptr, 0);
+      return h.length == 0 && tagged() && Reply(fd, mac, h, absl::OkStatus(), nullptr, 0);
     case wire::Op::kRead: {
+      if (!tagged()) return false;
       absl::StatusOr<DataHandler::Region> seg = handler_->Segment(h.segment_id);
-      if (!seg.ok()) return Reply(fd, h, seg.status(), nullptr, 0);
+      if (!seg.ok()) return Reply(fd, mac, h, seg.status(), nullptr, 0);
       if (h.offset > seg->size || h.length > seg->size - h.offset) {
-        return Reply(fd, h,
+        return Reply(fd, mac, h,
                      absl::OutOfRangeError(absl::StrCat("read [", h.offset, ", +", h.length,
                                                         ") outside segment of ", seg->size)),
                      nullptr, 0);
       }
       handler_->OnRead(h.length);
-      return Reply(fd, h, absl::OkStatus(), seg->base + h.offset, h.length);
+      return Reply(fd, mac, h, absl::OkStatus(), seg->base + h.offset, h.length);
     }
     case wire::Op::kWrite: {
       // A rejected write closes the connection: its payload is not drained.
@@ -207,22 +398,26 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
       }
       if (!verdict.ok()) {
         SHELF_LOG(WARNING) << "write rejected" << Kv("error", verdict.message());
-        Reply(fd, h, verdict, nullptr, 0);
+        Reply(fd, mac, h, verdict, nullptr, 0);
         return false;
       }
-      if (!ReadFull(fd, seg->base + h.offset, h.length).ok()) return false;
+      if (!wire::ReadPayload(fd, &conn->session, seg->base + h.offset, h.length).ok() ||
+          !tagged()) {
+        return false;
+      }
       handler_->OnWrite(h.length);
-      return Reply(fd, h, absl::OkStatus(), nullptr, 0);
+      return Reply(fd, mac, h, absl::OkStatus(), nullptr, 0);
     }
     case wire::Op::kReadKey: {
+      if (!tagged()) return false;
       if (extra.empty() || extra.size() > kKeyBytesMax) {
-        return Reply(fd, h,
+        return Reply(fd, mac, h,
                      absl::InvalidArgumentError(
                          absl::StrCat("READ_KEY needs a key of 1..", kKeyBytesMax, " bytes")),
                      nullptr, 0);
       }
       if (h.segment_id & ~wire::kReadKeyCheckOnly) {
-        return Reply(fd, h, absl::InvalidArgumentError("READ_KEY: unknown flags"), nullptr, 0);
+        return Reply(fd, mac, h, absl::InvalidArgumentError("READ_KEY: unknown flags"), nullptr, 0);
       }
       // DRAM first: a block with a DRAM record is sent from the segment,
       // like a READ, after its generation is checked.
@@ -231,13 +426,14 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
         dram = absl::FailedPreconditionError(
             absl::StrCat("DRAM block is ", dram->size, " bytes, expected ", h.length));
       }
-      if (h.segment_id == wire::kReadKeyCheckOnly) return Reply(fd, h, dram.status(), nullptr, 0);
+      if (h.segment_id == wire::kReadKeyCheckOnly)
+        return Reply(fd, mac, h, dram.status(), nullptr, 0);
       if (dram.ok()) {
         handler_->OnRead(dram->size);
-        return Reply(fd, h, absl::OkStatus(), dram->base, dram->size);
+        return Reply(fd, mac, h, absl::OkStatus(), dram->base, dram->size);
       }
       if (dram.status().code() != absl::StatusCode::kNotFound) {
-        return Reply(fd, h, dram.status(), nullptr, 0);
+        return Reply(fd, mac, h, dram.status(), nullptr, 0);
       }
       std::string value;
       absl::Status s = handler_->ReadKey(extra, &value);
@@ -245,13 +441,14 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
         s = absl::DataLossError(
             absl::StrCat("SSD block is ", value.size(), " bytes, expected ", h.length));
       }
-      return Reply(fd, h, s, value.data(), value.size());
+      return Reply(fd, mac, h, s, value.data(), value.size());
     }
     case wire::Op::kRdmaConnect: {
-      if (h.length != 0) return false;
+      if (h.length != 0 || !tagged()) return false;
       if (options_.rdma == nullptr) {
-        return Reply(fd, h, absl::FailedPreconditionError("this store offers no rdma transport"),
-                     nullptr, 0);
+        return Reply(fd, mac, h,
+                     absl::FailedPreconditionError("this store offers no rdma transport"), nullptr,
+                     0);
       }
       conn->rdma.reset();  // a reconnect replaces the old queue pair
       std::string store_info;
@@ -259,13 +456,14 @@ bool DataServer::HandleFrame(int fd, const wire::Header& h, Connection* conn) {
           options_.rdma->Accept(h.segment_id, extra, &store_info);
       if (!qp.ok()) {
         SHELF_LOG(WARNING) << "rdma connection refused" << Kv("error", qp.status().message());
-        return Reply(fd, h, qp.status(), nullptr, 0);
+        return Reply(fd, mac, h, qp.status(), nullptr, 0);
       }
       conn->rdma = *std::move(qp);
-      return Reply(fd, h, absl::OkStatus(), store_info.data(), store_info.size());
+      return Reply(fd, mac, h, absl::OkStatus(), store_info.data(), store_info.size());
     }
     case wire::Op::kRdmaPull:
-      return HandlePull(fd, h, extra, conn);
+      // No payload travels: `length` is the range the store pulls.
+      return tagged() && HandlePull(fd, h, extra, conn);
     case wire::Op::kHello:
     case wire::Op::kAuth:
       break;
@@ -298,12 +496,12 @@ bool DataServer::HandlePull(int fd, const wire::Header& h, const std::string& ex
   }
   if (!verdict.ok()) {
     SHELF_LOG(WARNING) << "rdma pull refused" << Kv("error", verdict.message());
-    return Reply(fd, h, verdict, nullptr, 0);
+    return Reply(fd, &conn->session, h, verdict, nullptr, 0);
   }
   verdict = options_.rdma->Pull(conn->rdma.get(), seg->base + h.offset, h.length, *source,
                                 MonoMs() + options_.io_timeout_ms);
   if (verdict.ok()) handler_->OnPull(h.length);
-  return Reply(fd, h, verdict, nullptr, 0);
+  return Reply(fd, &conn->session, h, verdict, nullptr, 0);
 }
 
 }  // namespace shelf

@@ -6,12 +6,25 @@
 // against its segment, every write against its grant; a malformed frame
 // closes the connection. Connections beyond `max_connections` are refused.
 //
+// Denial of service: a connection must finish its handshake by an absolute
+// deadline (`handshake_timeout_ms` from accept, however slowly its bytes
+// trickle in); at most `max_unauthenticated` connections, and
+// `max_unauthenticated_per_source` from one source address, may be in
+// their handshake at once: a new one past either cap closes the oldest
+// still-unauthenticated one (of that source, or of all), so a flood of
+// half-open connections cannot keep a real client from its one round trip.
+// A connection holds a thread, its socket and at most kExtraBytesMax of
+// frame metadata (plus, for a READ_KEY of the SSD tier, that one block).
+// Each connection closed by one of these rules is counted (Closed()) and
+// reported to DataHandler::OnClosedByRule.
+//
 // Thread-safe. Stop() (or the destructor) closes every connection and joins.
 #ifndef SHELF_TRANSPORT_DATA_SERVER_H_
 #define SHELF_TRANSPORT_DATA_SERVER_H_
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -21,6 +34,8 @@
 #include "absl/strings/string_view.h"
 #include "common/mutex.h"
 #include "common/net.h"
+#include "transport/data_tls.h"
+#include "transport/session.h"
 #include "transport/wire.h"
 
 namespace shelf {
@@ -55,6 +70,9 @@ class DataHandler {
   virtual void OnWrite(uint64_t bytes) {}
   // A put pulled over rdma (RDMA_PULL); by default counted as a write.
   virtual void OnPull(uint64_t bytes) { OnWrite(bytes); }
+  // A connection was refused or closed by one of the server's rules
+  // (DataServer::RuleName).
+  virtual void OnClosedByRule(absl::string_view rule) {}
 };
 
 // The store side of the RDMA backend (transport/rdma/rdma_transport.h),
@@ -93,28 +111,67 @@ class DataServer {
     RdmaAcceptor* rdma = nullptr;  // null: RDMA_CONNECT is refused
     int max_connections = 1024;
     uint64_t io_timeout_ms = 30000;  // a peer stalled mid-frame this long is dropped
+    // From accept to the end of the handshake, however the bytes trickle.
+    uint64_t handshake_timeout_ms = 5000;
+    // Connections still in their handshake: at most this many (and never
+    // more than half of max_connections), and this many per source address.
+    int max_unauthenticated = 128;
+    int max_unauthenticated_per_source = 32;
+    // Who the store proves it is in the handshake (SetIdentity may set it
+    // later, before clients come).
+    std::string node_id;
+    uint64_t incarnation = 0;
+    // TLS 1.3 on every connection (--data-tls); null: none.
+    std::shared_ptr<wire::DataTls> tls;
   };
+  // Why the server closed (or refused) a connection.
+  enum class Rule : int {
+    kMaxConnections = 0,  // refused at accept: max_connections reached
+    kUnauthenticatedCap,  // evicted: too many connections in their handshake
+    kPerSourceCap,        // evicted: too many from its source in their handshake
+    kHandshakeDeadline,   // handshake not done by handshake_timeout_ms
+    kBadHandshake,        // malformed or wrongly sized HELLO/AUTH exchange
+    kUnauthenticated,     // wrong or missing cluster secret
+    kBadTag,              // a frame's session tag did not verify
+    kCount,
+  };
+  static const char* RuleName(Rule rule);
   static absl::StatusOr<std::unique_ptr<DataServer>> Start(const Options& options,
                                                            DataHandler* handler);
   ~DataServer();
   const HostPort& bound() const { return bound_; }
   void Stop();
+  // The node id and incarnation the handshake proves from now on.
+  void SetIdentity(const std::string& node_id, uint64_t incarnation);
   int connections() const { return live_.load(); }
+  // Connections closed or refused by `rule` so far.
+  uint64_t Closed(Rule rule) const { return closed_[static_cast<int>(rule)].load(); }
 
  private:
   DataServer(const Options& options, DataHandler* handler, int listen_fd, HostPort bound);
   void AcceptLoop();
   // A connection's thread: ServeConnection, then the socket is released
   // and Stop() told.
-  void Serve(int fd);
-  void ServeConnection(int fd);
-  absl::Status Handshake(int fd);
+  void Serve(int fd, uint64_t handshake_deadline_ms);
+  void ServeConnection(int fd, uint64_t handshake_deadline_ms);
+  // The store's side of the handshake (transport/session.h); fills
+  // `session` on success.
+  absl::Status Handshake(int fd, uint64_t deadline_ms, wire::Session* session);
+  // Counts a connection closed by `rule` and tells the handler.
+  void CountClosed(Rule rule);
+  // Admits a new connection from `source` to the handshake set, closing
+  // the oldest one of its source or of all past the caps.
+  void AdmitLocked(int fd, const std::string& source) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes fd from the handshake set; false if it was evicted meanwhile.
+  bool Authenticated(int fd);
   // What one connection holds beyond its socket.
   struct Connection {
     std::shared_ptr<void> rdma;  // its queue pair, after RDMA_CONNECT
+    wire::Session session;       // the frame tags of both directions
   };
   // Returns false when the connection must close.
-  bool HandleFrame(int fd, const wire::Header& h, Connection* conn);
+  // `head`: the header's bytes, as they came (the tag covers them).
+  bool HandleFrame(int fd, const char* head, const wire::Header& h, Connection* conn);
   bool HandlePull(int fd, const wire::Header& h, const std::string& extra, Connection* conn);
 
   const Options options_;
@@ -127,6 +184,18 @@ class DataServer {
   Mutex mu_;
   CondVar cv_;  // signalled when fds_ shrinks
   std::set<int> fds_ ABSL_GUARDED_BY(mu_);
+  std::string node_id_ ABSL_GUARDED_BY(mu_);
+  uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
+  // Connections in their handshake: fd -> source address and admission
+  // order (oldest first to go).
+  struct Pending {
+    std::string source;
+    uint64_t order = 0;
+  };
+  std::map<int, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  uint64_t admitted_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<int> evicted_ ABSL_GUARDED_BY(mu_);  // shut down, thread not yet done
+  std::atomic<uint64_t> closed_[static_cast<int>(Rule::kCount)] = {};
 };
 
 }  // namespace shelf

@@ -3,9 +3,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/net.h"
+#include "transport/session.h"
 
 namespace shelf {
 namespace {
@@ -24,7 +28,10 @@ absl::Status WithPeer(const absl::Status& s, const std::string& address) {
 
 }  // namespace
 
-TcpDataClient::TcpDataClient(Options options) : options_(std::move(options)) {}
+TcpDataClient::TcpDataClient(Options options)
+    : options_(std::move(options)),
+      tls_(options_.tls ? wire::DataTls::ForClient(options_.tls_files)
+                        : absl::StatusOr<std::shared_ptr<wire::DataTls>>(nullptr)) {}
 
 TcpDataClient::~TcpDataClient() {
   for (auto& [addr, fds] : idle_) {
@@ -37,64 +44,114 @@ absl::Status TcpDataClient::Connect(const std::string& address, uint64_t deadlin
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
   absl::StatusOr<HostPort> hp = ParseHostPort(address);
   if (!hp.ok()) return hp.status();
-  absl::StatusOr<int> fd = TcpConnect(*hp, std::min(left, options_.connect_timeout_ms));
+  // A store under a flood of half-open connections closes the oldest ones
+  // in their handshake (docs/security.md, "Denial of service"), and a burst
+  // of this client's own connections can be among them: a handshake cut
+  // short is tried once more.
+  absl::Status first = Dial1(*hp, deadline_ms, out);
+  if (first.code() != absl::StatusCode::kUnavailable || !TimeLeft(deadline_ms, &left).ok()) {
+    return first;
+  }
+  return Dial1(*hp, deadline_ms, out);
+}
+
+absl::Status TcpDataClient::Dial1(const HostPort& hp, uint64_t deadline_ms, int* out) {
+  uint64_t left = 0;
+  if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
+  absl::StatusOr<int> fd = TcpConnect(hp, std::min(left, options_.connect_timeout_ms));
   if (!fd.ok()) return fd.status();
   SetIoTimeoutMs(*fd, left);
-  char head[wire::kHeaderBytes];
-  std::string nonce(wire::kNonceBytes, '\0');
-  absl::Status s = ReadFull(*fd, head, sizeof(head));
-  if (s.ok()) {
-    absl::StatusOr<wire::Header> hello = wire::DecodeHeader(head);
-    if (!hello.ok() || hello->op != wire::Op::kHello || hello->extra_len != wire::kNonceBytes) {
-      s = absl::UnavailableError(absl::StrCat(address, " is not a Shelf store (no HELLO)"));
+  auto session = std::make_unique<wire::Session>();
+  absl::Status s = tls_.status();
+  if (s.ok() && *tls_ != nullptr) {
+    absl::StatusOr<std::shared_ptr<void>> tls = (*tls_)->Handshake(*fd, hp.host, deadline_ms);
+    if (tls.ok()) {
+      session->tls = *std::move(tls);
     } else {
-      s = ReadFull(*fd, nonce.data(), nonce.size());
+      s = tls.status();
     }
   }
-  if (s.ok()) {
-    std::string mac = wire::AuthMac(options_.secret, nonce);
-    wire::Header auth;
-    auth.op = wire::Op::kAuth;
-    auth.extra_len = static_cast<uint32_t>(mac.size());
-    struct iovec rest[1] = {{mac.data(), mac.size()}};
-    wire::Header reply;
-    s = Exchange(*fd, auth, rest, 1, &reply);
-  }
+  if (s.ok()) s = wire::ClientHandshake(*fd, options_.secret, session.get());
   if (!s.ok()) {
     close(*fd);
     return s;
+  }
+  {
+    // A session left under this number belonged to a descriptor closed
+    // since (the number is free again only once closed).
+    MutexLock lock(&mu_);
+    sessions_[*fd] = std::move(session);
   }
   *out = *fd;
   return absl::OkStatus();
 }
 
+wire::Session* TcpDataClient::SessionOf(int fd) {
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(fd);
+  if (it != sessions_.end()) return it->second.get();
+  // Not from Connect: cannot happen for descriptors this client made.
+  auto [added, unused] = sessions_.emplace(fd, std::make_unique<wire::Session>());
+  return added->second.get();
+}
+
+void TcpDataClient::Close(int fd) {
+  {
+    MutexLock lock(&mu_);
+    sessions_.erase(fd);
+  }
+  close(fd);
+}
+
 absl::Status TcpDataClient::Exchange(int fd, const wire::Header& request, struct iovec* rest,
                                      int restcnt, wire::Header* response) {
-  char head[wire::kHeaderBytes];
-  wire::EncodeHeader(request, head);
-  struct iovec iov[4];
-  iov[0] = {head, sizeof(head)};
-  int n = 1;
-  for (int i = 0; i < restcnt && n < 4; ++i) iov[n++] = rest[i];
-  if (absl::Status s = WriteFullv(fd, iov, n); !s.ok()) return s;
+  if (absl::Status s = wire::SendFrame(fd, SessionOf(fd), request, rest, restcnt); !s.ok()) {
+    return s;
+  }
   return Receive(fd, request, response);
 }
 
+namespace {
+
+// A tag that does not verify: the stream is not the store's, the connection
+// is not to be used again.
+absl::Status Untrusted(const absl::Status& s) {
+  if (s.code() != absl::StatusCode::kPermissionDenied) return s;
+  return absl::UnavailableError(s.message());
+}
+
+}  // namespace
+
 absl::Status TcpDataClient::Receive(int fd, const wire::Header& request, wire::Header* response) {
+  wire::Session* session = SessionOf(fd);
   char in[wire::kHeaderBytes];
-  if (absl::Status s = ReadFull(fd, in, sizeof(in)); !s.ok()) return s;
+  if (absl::Status s = wire::StreamRead(fd, session, in, sizeof(in)); !s.ok()) return s;
   absl::StatusOr<wire::Header> h = wire::DecodeHeader(in);
   if (!h.ok()) return absl::UnavailableError(absl::StrCat("bad response: ", h.status().message()));
   if (h->request_id != request.request_id || h->op != request.op) {
     return absl::UnavailableError("response does not match request");
   }
   std::string msg(h->extra_len, '\0');
-  if (absl::Status s = ReadFull(fd, msg.data(), msg.size()); !s.ok()) return s;
+  if (absl::Status s = wire::StreamRead(fd, session, msg.data(), msg.size()); !s.ok()) return s;
+  wire::FrameMac* mac = &session->recv;
+  mac->Begin();
+  mac->Add(in, sizeof(in));
+  mac->Add(msg.data(), msg.size());
+  // With a payload, ReadBody reads the tag after it.
+  if (h->length == 0) {
+    if (absl::Status s = Untrusted(mac->ReadAndCheck(fd, session)); !s.ok()) return s;
+  }
   *response = *h;
   if (h->status != 0) {
     return absl::Status(static_cast<absl::StatusCode>(h->status), msg);
   }
   return absl::OkStatus();
+}
+
+absl::Status TcpDataClient::ReadBody(int fd, char* dst, uint64_t length) {
+  wire::Session* session = SessionOf(fd);
+  if (absl::Status s = wire::ReadPayload(fd, session, dst, length); !s.ok()) return s;
+  return Untrusted(session->recv.ReadAndCheck(fd, session));
 }
 
 absl::StatusOr<int> TcpDataClient::Acquire(const std::string& address, uint64_t deadline_ms) {
@@ -121,7 +178,7 @@ void TcpDataClient::Release(const std::string& address, int fd, bool reusable) {
       return;
     }
   }
-  close(fd);
+  Close(fd);
 }
 
 void TcpDataClient::Forget(const std::string& address) {
@@ -132,7 +189,7 @@ void TcpDataClient::Forget(const std::string& address) {
     if (it == idle_.end()) return;
     fds.swap(it->second);
   }
-  for (int fd : fds) close(fd);
+  for (int fd : fds) Close(fd);
 }
 
 namespace {
@@ -172,7 +229,7 @@ absl::Status TcpDataClient::Read(const std::string& address, uint32_t segment_id
   if (s.ok() && resp.length != length) {
     s = absl::UnavailableError("store answered a read with the wrong length");
   }
-  if (s.ok()) s = ReadFull(*fd, dst, length);
+  if (s.ok()) s = ReadBody(*fd, dst, length);
   Release(address, *fd, s.ok() || StoreAnswered(s));
   return WithPeer(s, address);
 }
@@ -244,7 +301,7 @@ absl::Status TcpDataClient::KeyOp(const std::string& address, absl::string_view 
   if (s.ok() && resp.length != want) {
     s = absl::UnavailableError("store answered a key read with the wrong length");
   }
-  if (s.ok() && dst != nullptr) s = ReadFull(*fd, dst, length);
+  if (s.ok() && dst != nullptr) s = ReadBody(*fd, dst, length);
   Release(address, *fd, s.ok() || StoreAnswered(s));
   return WithPeer(s, address);
 }
@@ -283,16 +340,25 @@ void TcpDataClient::ReadMany(const std::string& address, absl::Span<const ReadRe
   if (!fd.ok()) return;
   absl::Status failed;
   // Every request first, in one write: the store answers them in order.
-  std::string heads(reads.size() * wire::kHeaderBytes, '\0');
+  wire::Session* session = SessionOf(*fd);
+  wire::FrameMac* mac = &session->send;
+  const size_t frame = wire::kHeaderBytes + (mac->active() ? wire::kTagBytes : 0);
+  std::string heads(reads.size() * frame, '\0');
   for (size_t i = 0; i < reads.size(); ++i) {
     wire::Header& req = requests[i];
     req.op = wire::Op::kRead;
     req.segment_id = reads[i].segment_id;
     req.offset = reads[i].offset;
     req.length = reads[i].length;
-    wire::EncodeHeader(req, heads.data() + i * wire::kHeaderBytes);
+    char* head = heads.data() + i * frame;
+    wire::EncodeHeader(req, head);
+    mac->Begin();
+    mac->Add(head, wire::kHeaderBytes);
+    std::string tag = mac->Finish();
+    std::memcpy(head + wire::kHeaderBytes, tag.data(), tag.size());
   }
-  failed = WriteFull(*fd, heads.data(), heads.size());
+  struct iovec all = {heads.data(), heads.size()};
+  failed = wire::StreamWritev(*fd, session, &all, 1);
   size_t done = 0;
   for (; done < reads.size() && failed.ok(); ++done) {
     wire::Header resp;
@@ -300,7 +366,7 @@ void TcpDataClient::ReadMany(const std::string& address, absl::Span<const ReadRe
     if (s.ok() && resp.length != reads[done].length) {
       s = absl::UnavailableError("store answered a read with the wrong length");
     }
-    if (s.ok()) s = ReadFull(*fd, reads[done].dst, reads[done].length);
+    if (s.ok()) s = ReadBody(*fd, reads[done].dst, reads[done].length);
     // A status from the store keeps the stream in step; anything else
     // fails this read and every one after it.
     if (!s.ok() && !StoreAnswered(s)) {
@@ -331,11 +397,8 @@ void TcpDataClient::WriteMany(const std::string& address, absl::Span<const Write
     req.offset = w.offset;
     req.length = w.length;
     req.extra_len = static_cast<uint32_t>(extra.size());
-    char head[wire::kHeaderBytes];
-    wire::EncodeHeader(req, head);
-    struct iovec iov[3] = {
-        {head, sizeof(head)}, {extra.data(), extra.size()}, {const_cast<char*>(w.src), w.length}};
-    failed = WriteFullv(*fd, iov, 3);
+    struct iovec rest[2] = {{extra.data(), extra.size()}, {const_cast<char*>(w.src), w.length}};
+    failed = wire::SendFrame(*fd, SessionOf(*fd), req, rest, 2);
   }
   size_t answered = 0;
   bool clean = failed.ok();
@@ -386,7 +449,7 @@ absl::StatusOr<std::string> TcpDataClient::RdmaConnect(int fd, uint32_t segment_
     return absl::UnavailableError("store answered RDMA_CONNECT with an oversized payload");
   }
   std::string remote(resp.length, '\0');
-  if (absl::Status s = ReadFull(fd, remote.data(), remote.size()); !s.ok()) return s;
+  if (absl::Status s = ReadBody(fd, remote.data(), remote.size()); !s.ok()) return s;
   return remote;
 }
 

@@ -14,13 +14,18 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/mutex.h"
+#include "common/net.h"
+#include "transport/data_tls.h"
+#include "transport/session.h"
 #include "transport/wire.h"
 
 namespace shelf {
@@ -31,6 +36,10 @@ class TcpDataClient {
     std::string secret;  // cluster secret; empty for an open cluster
     uint64_t connect_timeout_ms = 2000;
     size_t max_idle_per_peer = 32;  // idle connections kept per store
+    // TLS 1.3 to the stores (their --data-tls); tls_files.ca must sign the
+    // stores' certificates, which must name the host dialled.
+    bool tls = false;
+    wire::DataTls::Files tls_files;
   };
   explicit TcpDataClient(Options options);
   ~TcpDataClient();
@@ -105,6 +114,8 @@ class TcpDataClient {
   absl::StatusOr<int> Acquire(const std::string& address, uint64_t deadline_ms);
   void Release(const std::string& address, int fd, bool reusable);
   absl::Status Connect(const std::string& address, uint64_t deadline_ms, int* fd);
+  // One connection attempt of Connect: TCP, TLS, the handshake.
+  absl::Status Dial1(const HostPort& hp, uint64_t deadline_ms, int* fd);
   // Sends a request, reads the response header and its error text. On OK the
   // caller reads `response->length` payload bytes.
   absl::Status Exchange(int fd, const wire::Header& request, struct iovec* extra_and_payload,
@@ -116,12 +127,26 @@ class TcpDataClient {
                                     std::vector<wire::Header>* requests,
                                     std::vector<absl::Status>* statuses);
   // Reads the response to `request`: its header and error text.
+  // On OK with a payload: the caller reads it with ReadBody.
   absl::Status Receive(int fd, const wire::Header& request, wire::Header* response);
+  // Reads a response's payload and checks its tag.
+  absl::Status ReadBody(int fd, char* dst, uint64_t length);
+  // The session of a descriptor from Connect (tags of both directions).
+  wire::Session* SessionOf(int fd) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops fd's session and closes it.
+  void Close(int fd) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
+  // With options_.tls: the context, or why there is none (every connect
+  // then fails with it).
+  absl::StatusOr<std::shared_ptr<wire::DataTls>> tls_;
   Mutex mu_;
   std::map<std::string, std::vector<int>> idle_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Every descriptor's session, pooled or borrowed (a borrowed one's is
+  // used without the lock: one operation owns it). Dial's descriptors are
+  // closed by their owner: their number's entry is replaced when reused.
+  std::map<int, std::unique_ptr<wire::Session>> sessions_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shelf

@@ -42,6 +42,9 @@ class TcpEngine final : public Engine {
     size_t threads = 16;                     // transfer threads
     size_t streams_per_op = 4;               // 1: never stripe
     uint64_t stripe_bytes_min = 2ull << 20;  // no stripe is smaller
+    // TLS 1.3 to the stores (TcpDataClient::Options::tls).
+    bool tls = false;
+    wire::DataTls::Files tls_files;
   };
   explicit TcpEngine(Options options);
   ~TcpEngine() override;

@@ -115,11 +115,6 @@ absl::Status VerifyGrant(absl::string_view key, absl::string_view node_id, const
   return absl::OkStatus();
 }
 
-std::string AuthMac(absl::string_view secret, absl::string_view nonce) {
-  if (secret.empty()) return std::string();
-  return HmacSha256(secret, absl::StrCat("shelf-auth-v1", nonce));
-}
-
 std::string EncodeRdmaSource(const RdmaSource& s) {
   std::string out(kRdmaSourceBytes, '\0');
   Put64(out.data(), s.addr);

@@ -2,9 +2,10 @@
 //
 // Every frame is a fixed 40-byte little-endian header, then `extra_len`
 // bytes of opcode-specific metadata, then `payload` bytes (WRITE requests,
-// READ responses). The server speaks first: a HELLO with a 16-byte nonce;
-// the client answers AUTH with HMAC-SHA256(secret, "shelf-auth-v1" || nonce)
-// (32 zero-length bytes when the cluster runs without a secret).
+// READ responses), then, after the handshake of a cluster with a secret, a
+// 16-byte session tag. The server speaks first: a HELLO with a 16-byte
+// nonce; the client answers AUTH with its own nonce and a MAC over both; the
+// store answers with a proof of its own (transport/session.h).
 #ifndef SHELF_TRANSPORT_WIRE_H_
 #define SHELF_TRANSPORT_WIRE_H_
 
@@ -20,7 +21,8 @@
 namespace shelf::wire {
 
 inline constexpr uint32_t kMagic = 0x464C4853;  // "SHLF" on the wire
-inline constexpr uint8_t kVersion = 1;
+// 2: mutual handshake, session tags on every frame after it.
+inline constexpr uint8_t kVersion = 2;
 inline constexpr size_t kHeaderBytes = 40;
 inline constexpr uint32_t kExtraBytesMax = 4096;  // grant, key or error text
 static_assert(kKeyBytesMax <= kExtraBytesMax, "READ_KEY carries the key in extra");
@@ -29,7 +31,7 @@ inline constexpr uint64_t kPayloadBytesMax = 1ull << 32;  // one op moves at mos
 
 enum class Op : uint8_t {
   kHello = 1,  // server -> client on accept; extra = nonce
-  kAuth = 2,   // client -> server; extra = mac (0 or 32 bytes)
+  kAuth = 2,   // client -> server: nonce, mac; server -> client: proof, incarnation, node id
   kRead = 3,   // read [offset, offset+length) of segment_id
   kWrite = 4,  // write; extra = encoded grant; payload = length bytes
   // Read a committed block by key, DRAM first, then SSD; extra = key,
@@ -100,8 +102,6 @@ std::string GrantMac(absl::string_view key, absl::string_view node_id, const Gra
 absl::Status VerifyGrant(absl::string_view key, absl::string_view node_id, const Grant& g,
                          uint32_t segment_id, uint64_t offset, uint64_t length,
                          uint64_t now_unix_ms);
-
-std::string AuthMac(absl::string_view secret, absl::string_view nonce);
 
 }  // namespace shelf::wire
 

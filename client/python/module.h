@@ -175,7 +175,8 @@ class PyClient {
       const std::string& etcd_cert, const std::string& etcd_key, const std::string& etcd_user_file,
       int64_t shm_store_uid, const std::string& principal, const std::string& principal_secret,
       const std::string& credentials, bool rdma_store_pull_puts, uint32_t rdma_connections_max,
-      uint32_t rdma_gpu_registrations_max);
+      uint32_t rdma_gpu_registrations_max, bool data_tls, const std::string& data_tls_ca,
+      const std::string& data_tls_cert, const std::string& data_tls_key);
 
   // Never null: close() ends the client but keeps the object, whose calls
   // then answer FAILED_PRECONDITION. Safe without the GIL.

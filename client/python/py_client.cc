@@ -74,7 +74,8 @@ std::shared_ptr<PyClient> PyClient::Create(
     const std::string& etcd_cert, const std::string& etcd_key, const std::string& etcd_user_file,
     int64_t shm_store_uid, const std::string& principal, const std::string& principal_secret,
     const std::string& credentials, bool rdma_store_pull_puts, uint32_t rdma_connections_max,
-    uint32_t rdma_gpu_registrations_max) {
+    uint32_t rdma_gpu_registrations_max, bool data_tls, const std::string& data_tls_ca,
+    const std::string& data_tls_cert, const std::string& data_tls_key) {
   ClientOptions o;
   if (py::isinstance<py::str>(masters)) {
     std::string all = masters.cast<std::string>();
@@ -104,6 +105,10 @@ std::shared_ptr<PyClient> PyClient::Create(
   o.etcd_key = etcd_key;
   o.etcd_user_file = etcd_user_file;
   o.shm_store_uid = shm_store_uid;
+  o.data_tls = data_tls;
+  o.data_tls_ca = data_tls_ca;
+  o.data_tls_cert = data_tls_cert;
+  o.data_tls_key = data_tls_key;
   o.transfer_threads = transfer_threads;
   o.async_threads = async_threads;
   o.async_queue_max = async_queue_max;

@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   std::string labels, secret_file, ready_file, admin_listen, metrics_listen;
   std::string credentials_file, principal;
   int64_t max_connections = opts.max_connections;
+  int64_t handshake_timeout_ms = static_cast<int64_t>(opts.handshake_timeout_ms);
+  int64_t max_unauthenticated = opts.max_unauthenticated;
+  int64_t max_unauthenticated_per_source = opts.max_unauthenticated_per_source;
   int64_t rdma_port = opts.rdma_port, rdma_gid_index = opts.rdma_gid_index;
   int64_t rdma_traffic_class = opts.rdma_traffic_class;
   int64_t rdma_service_level = opts.rdma_service_level;
@@ -91,6 +94,21 @@ int main(int argc, char** argv) {
   flags.AddBool("promote-on-hit", &opts.promote_on_hit,
                 "copy a block read from the SSD tier up into DRAM (the SSD copy stays)");
   flags.AddInt("max-connections", &max_connections, "data-plane connection limit");
+  flags.AddBool("data-tls", &opts.data_tls,
+                "TLS 1.3 on the data plane (clients need ClientOptions::data_tls); off by default");
+  flags.AddString("data-tls-cert", &opts.data_tls_files.cert,
+                  "PEM certificate chain of the data plane (must name the address clients dial)");
+  flags.AddString("data-tls-key", &opts.data_tls_files.key, "PEM key of --data-tls-cert");
+  flags.AddString(
+      "data-tls-ca", &opts.data_tls_files.ca,
+      "PEM CA bundle: with it, data-plane clients must present a certificate it signed");
+  flags.AddInt("handshake-timeout-ms", &handshake_timeout_ms,
+               "a data-plane connection not authenticated this long after accept is closed");
+  flags.AddInt("max-unauthenticated", &max_unauthenticated,
+               "data-plane connections in their handshake at once (at most half of "
+               "--max-connections); past it the oldest is closed");
+  flags.AddInt("max-unauthenticated-per-source", &max_unauthenticated_per_source,
+               "data-plane connections in their handshake at once from one source address");
   flags.AddString("ready-file", &ready_file, "write the data-plane HOST:PORT here once serving");
   flags.AddString("metrics-listen", &metrics_listen,
                   "HOST:PORT serving /metrics (Prometheus) and /health over HTTP (off when empty)");
@@ -99,6 +117,20 @@ int main(int argc, char** argv) {
   flags.AddBool("insecure", &insecure, kInsecureHelp);
   flags.ParseOrExit(argc, argv);
   opts.max_connections = static_cast<int>(max_connections);
+  if (max_connections < 1 || handshake_timeout_ms < 1 || max_unauthenticated < 1 ||
+      max_unauthenticated_per_source < 1) {
+    std::fprintf(stderr,
+                 "shelf-store: --max-connections, --handshake-timeout-ms, --max-unauthenticated "
+                 "and --max-unauthenticated-per-source take positive values\n");
+    return 2;
+  }
+  opts.handshake_timeout_ms = static_cast<uint64_t>(handshake_timeout_ms);
+  if (opts.data_tls && (opts.data_tls_files.cert.empty() || opts.data_tls_files.key.empty())) {
+    std::fprintf(stderr, "shelf-store: --data-tls needs --data-tls-cert and --data-tls-key\n");
+    return 2;
+  }
+  opts.max_unauthenticated = static_cast<int>(max_unauthenticated);
+  opts.max_unauthenticated_per_source = static_cast<int>(max_unauthenticated_per_source);
   if (rdma_port < 1 || rdma_port > 255 || rdma_gid_index < -1 || rdma_gid_index > 255 ||
       rdma_traffic_class < 0 || rdma_traffic_class > 255 || rdma_service_level < 0 ||
       rdma_service_level > 15 || rdma_pkey_index < 0 || rdma_pkey_index > 65535 ||

@@ -82,6 +82,15 @@ struct StoreOptions {
   void* rdma_verbs = nullptr;
   bool promote_on_hit = false;  // copy SSD blocks that are read back into DRAM
   int max_connections = 1024;
+  // Data-plane denial of service (DataServer::Options): the handshake's
+  // absolute deadline and the caps on connections still in it.
+  uint64_t handshake_timeout_ms = 5000;
+  // TLS 1.3 on the data plane (--data-tls): the store's certificate and
+  // key; a CA makes it demand client certificates signed by it.
+  bool data_tls = false;
+  TlsFiles data_tls_files;
+  int max_unauthenticated = 128;
+  int max_unauthenticated_per_source = 32;
   uint64_t rpc_timeout_ms = 3000;
   // Time for the heartbeat loop (intervals, backoff), the mover's waits and
   // grant expiry checks. Must outlive the store.
@@ -119,6 +128,9 @@ class Store : public DataHandler {
   void OnRead(uint64_t bytes) override { metrics_.read_dram_tcp.Increment(bytes); }
   void OnWrite(uint64_t bytes) override { metrics_.written_dram_tcp.Increment(bytes); }
   void OnPull(uint64_t bytes) override { metrics_.written_dram_rdma.Increment(bytes); }
+  void OnClosedByRule(absl::string_view rule) override {
+    prom::Child(metrics_.data_closed, {{"rule", std::string(rule)}}).Increment();
+  }
   SsdTier* ssd() const { return ssd_.get(); }
 
  private:
@@ -166,6 +178,7 @@ class Store : public DataHandler {
     prom::Counter& promotions;
     prom::Histogram& ssd_read_seconds;
     prom::Histogram& ssd_write_seconds;
+    prom::Family<prom::Counter>& data_closed;
   };
   absl::Status Register() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status HeartbeatOnce(bool* more_work) ABSL_LOCKS_EXCLUDED(mu_);

@@ -127,7 +127,10 @@ Store::Metrics::Metrics(prom::Exposition& e)
           e.registry(), "shelf_store_promotions_total",
           "SSD blocks copied up to DRAM after a read (--promote-on-hit)")),
       ssd_read_seconds(prom::Child(ssd_seconds, {{"op", "read"}})),
-      ssd_write_seconds(prom::Child(ssd_seconds, {{"op", "write"}})) {}
+      ssd_write_seconds(prom::Child(ssd_seconds, {{"op", "write"}})),
+      data_closed(prom::AddCounter(e.registry(), "shelf_store_data_connections_closed_total",
+                                   "Data-plane connections the store refused or closed, by rule")) {
+}
 
 Store::Store(const StoreOptions& options)
     : options_(options),
@@ -271,6 +274,18 @@ absl::Status Store::ServeData() {
   dso.listen = *listen;
   dso.secret = options_.secret;
   dso.max_connections = options_.max_connections;
+  dso.handshake_timeout_ms = options_.handshake_timeout_ms;
+  dso.max_unauthenticated = options_.max_unauthenticated;
+  dso.max_unauthenticated_per_source = options_.max_unauthenticated_per_source;
+  if (options_.data_tls) {
+    auto tls = wire::DataTls::ForServer(
+        {options_.data_tls_files.cert, options_.data_tls_files.key, options_.data_tls_files.ca});
+    if (!tls.ok()) return tls.status();
+    dso.tls = *std::move(tls);
+    SHELF_LOG(INFO) << "data-plane TLS 1.3 on" << Kv("kernel_tls", "not used")
+                    << Kv("client_certificates",
+                          options_.data_tls_files.ca.empty() ? "no" : "required");
+  }
   rdma_ = OpenRdma(options_, segment_.get(), kSegmentId);
 #if SHELF_WITH_RDMA
   if (rdma_ != nullptr) dso.rdma = rdma_->acceptor.get();
@@ -295,6 +310,8 @@ void Store::ChooseIdentity() {
   } else {
     node_id_ = absl::StrCat(HostName(), ":", bound.port);
   }
+  // What the data-plane handshake proves to clients.
+  data_server_->SetIdentity(node_id_, incarnation_);
 
   if (options_.run_dir.empty()) {
     // Several stores may share the default directory: one socket each.

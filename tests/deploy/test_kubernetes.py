@@ -36,7 +36,7 @@ SOURCE_DIR = os.environ.get(
 K8S = os.path.join(SOURCE_DIR, "deploy", "kubernetes")
 TARGETS = ["base", "overlays/dev", "overlays/production"]
 # Secrets the operator creates by hand (never committed).
-EXTERNAL_SECRETS = {"shelf-secret", "shelf-etcd-tls", "shelf-etcd-client"}
+EXTERNAL_SECRETS = {"shelf-secret", "shelf-etcd-tls", "shelf-etcd-client", "shelf-store-data-tls"}
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
 KNOWN_KUSTOMIZE_KEYS = {"apiVersion", "kind", "namespace", "labels", "resources", "components",
                         "configMapGenerator", "images", "replicas", "patches"}

@@ -17,6 +17,7 @@
 #include "common/net.h"
 #include "common/rpc.h"
 #include "proto/shelf.grpc.pb.h"
+#include "transport/session.h"
 #include "transport/wire.h"
 
 namespace shelf {
@@ -64,23 +65,12 @@ int Main(int argc, char** argv) {
   absl::StatusOr<int> fd = TcpConnect(*hp, 5000);
   if (!fd.ok()) return Die(std::string(fd.status().message()));
   SetIoTimeoutMs(*fd, 5000);
+  wire::Session session;
+  if (absl::Status s = wire::ClientHandshake(*fd, secret, &session); !s.ok()) {
+    return Die(absl::StrCat("handshake: ", s.message()));
+  }
   char head[wire::kHeaderBytes];
-  std::string nonce(wire::kNonceBytes, '\0');
-  if (!ReadFull(*fd, head, sizeof(head)).ok() || !ReadFull(*fd, nonce.data(), nonce.size()).ok()) {
-    return Die("no HELLO");
-  }
-  std::string mac = wire::AuthMac(secret, nonce);
-  wire::Header auth;
-  auth.op = wire::Op::kAuth;
-  auth.extra_len = static_cast<uint32_t>(mac.size());
-  wire::EncodeHeader(auth, head);
-  if (!WriteFull(*fd, head, sizeof(head)).ok() || !WriteFull(*fd, mac.data(), mac.size()).ok()) {
-    return Die("AUTH not sent");
-  }
   char reply[wire::kHeaderBytes];
-  if (!ReadFull(*fd, reply, sizeof(reply)).ok()) return Die("no AUTH reply");
-  absl::StatusOr<wire::Header> rh = wire::DecodeHeader(reply);
-  if (!rh.ok() || rh->status != 0) return Die("AUTH refused");
 
   wire::Grant g;
   g.put_id = wg.put_id();
@@ -99,8 +89,14 @@ int Main(int argc, char** argv) {
   w.extra_len = static_cast<uint32_t>(extra.size());
   wire::EncodeHeader(w, head);
   uint64_t send = mode == "full" ? size : size / 2;
+  session.send.Begin();
+  session.send.Add(head, sizeof(head));
+  session.send.Add(extra.data(), extra.size());
+  session.send.Add(data.data(), size);
+  std::string tag = session.send.Finish();
   if (!WriteFull(*fd, head, sizeof(head)).ok() ||
-      !WriteFull(*fd, extra.data(), extra.size()).ok() || !WriteFull(*fd, data.data(), send).ok()) {
+      !WriteFull(*fd, extra.data(), extra.size()).ok() || !WriteFull(*fd, data.data(), send).ok() ||
+      (mode == "full" && !WriteFull(*fd, tag.data(), tag.size()).ok())) {
     return Die("WRITE not sent");
   }
   if (mode == "full") {

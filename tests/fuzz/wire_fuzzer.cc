@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tests/fuzz/fuzz_input.h"
+#include "transport/session.h"
 #include "transport/wire.h"
 
 namespace shelf {
@@ -85,7 +86,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   in.Bytes(size >= shelf::wire::kHeaderBytes ? shelf::wire::kHeaderBytes : 0);
   shelf::FuzzGrant(in);
   std::string nonce = in.Bytes(16);
-  std::string mac = shelf::wire::AuthMac(in.Bytes(in.Pick(64)), nonce);
+  std::string mac = shelf::wire::ClientProof(in.Bytes(in.Pick(64)), nonce, in.Bytes(16));
   shelf::Check(mac.empty() || mac.size() == 32, "AUTH MAC size");
   return 0;
 }

@@ -293,3 +293,14 @@ def test_shm_store_uid_is_an_option_and_checked(cluster, unique):
         assert c.get(unique + b"u") == b"uid"
     with pytest.raises(shelf.InvalidArgumentError, match="shm_store_uid"):
         shelf.Client([cluster.master], shm_store_uid=-2)
+
+
+def test_data_tls_is_an_option_and_checked(cluster):
+    # TLS on the data plane needs the CA that signed the stores, and a
+    # client certificate comes with its key (the round trip is in
+    # tests/security/data_tls_test.cc).
+    with pytest.raises(shelf.InvalidArgumentError, match="data_tls_ca"):
+        shelf.Client([cluster.master], data_tls=True)
+    with pytest.raises(shelf.InvalidArgumentError, match="data_tls_key"):
+        shelf.Client([cluster.master], data_tls=True, data_tls_ca="/ca.pem",
+                     data_tls_cert="/c.pem")

@@ -19,6 +19,7 @@
 #include "testing/cluster_fixture.h"
 #include "testing/local_cluster.h"
 #include "tests/fault/fault_util.h"
+#include "transport/session.h"
 #include "transport/tcp_client.h"
 #include "transport/wire.h"
 
@@ -67,41 +68,37 @@ class BadInputTest : public ClusterFixture {
     ASSERT_TRUE(client_->Put("existing", existing_.data(), existing_.size(), po).ok());
   }
 
-  // An authenticated raw connection to store `i`, or -1.
-  int RawConnection(int i) {
+  // An authenticated raw connection to store `i` and its session, or -1.
+  int RawConnection(int i, wire::Session* session) {
     absl::StatusOr<HostPort> hp = ParseHostPort(cluster_->store_address(i));
     if (!hp.ok()) return -1;
     absl::StatusOr<int> fd = TcpConnect(*hp, 2000);
     if (!fd.ok()) return -1;
     SetIoTimeoutMs(*fd, 3000);
-    char head[wire::kHeaderBytes];
-    std::string nonce(wire::kNonceBytes, '\0');
-    if (!ReadFull(*fd, head, sizeof(head)).ok() ||
-        !ReadFull(*fd, nonce.data(), nonce.size()).ok()) {
-      close(*fd);
-      return -1;
-    }
-    std::string mac = wire::AuthMac(kSecret, nonce);
-    wire::Header auth;
-    auth.op = wire::Op::kAuth;
-    auth.extra_len = static_cast<uint32_t>(mac.size());
-    wire::EncodeHeader(auth, head);
-    char reply[wire::kHeaderBytes];
-    if (!WriteFull(*fd, head, sizeof(head)).ok() || !WriteFull(*fd, mac.data(), mac.size()).ok() ||
-        !ReadFull(*fd, reply, sizeof(reply)).ok()) {
+    if (!wire::ClientHandshake(*fd, kSecret, session).ok()) {
       close(*fd);
       return -1;
     }
     return *fd;
   }
 
-  // Sends `bytes` on a fresh authenticated connection, optionally
+  // `bytes` and the session tag over them, as a client sends a frame (a
+  // malformed or truncated frame stays so: the store reads no tag for it).
+  static std::string Tagged(wire::Session* session, const std::string& bytes) {
+    session->send.Begin();
+    session->send.Add(bytes.data(), bytes.size());
+    return bytes + session->send.Finish();
+  }
+
+  // Sends `bytes` (tagged) on a fresh authenticated connection, optionally
   // half-closes, and reports what came back: a status code name, or
   // kClosed when the store hung up without a reply.
   std::string SendRaw(const std::string& bytes, bool half_close) {
-    int fd = RawConnection(0);
+    wire::Session session;
+    int fd = RawConnection(0, &session);
     if (fd < 0) return "no connection";
-    WriteFull(fd, bytes.data(), bytes.size()).IgnoreError();
+    std::string tagged = Tagged(&session, bytes);
+    WriteFull(fd, tagged.data(), tagged.size()).IgnoreError();
     if (half_close) shutdown(fd, SHUT_WR);
     char head[wire::kHeaderBytes];
     absl::Status s = ReadFull(fd, head, sizeof(head));
@@ -337,8 +334,9 @@ TEST_F(BadInputTest, EveryBadInputGetsItsAnswerAndChangesNothing) {
            answer = SendRaw(Frame(h, wire::EncodeGrant(g)) + std::string(100, 'x'), true);
          } else {
            answer = kClosed;  // placed on the other store: the same frame, there
-           int fd = RawConnection(1);
-           std::string f = Frame(h, wire::EncodeGrant(g)) + std::string(100, 'x');
+           wire::Session session;
+           int fd = RawConnection(1, &session);
+           std::string f = Tagged(&session, Frame(h, wire::EncodeGrant(g)) + std::string(100, 'x'));
            WriteFull(fd, f.data(), f.size()).IgnoreError();
            shutdown(fd, SHUT_WR);
            char head[wire::kHeaderBytes];

@@ -265,11 +265,14 @@ class BadPeer {
       (void)WriteFull(fd, nonce.data(), nonce.size());
       absl::StatusOr<wire::Header> auth = ReadFrame(fd);
       if (auth.ok()) {
+        // OK, with no proof (an open cluster), incarnation 0, no node id.
         wire::Header ok;
         ok.op = wire::Op::kAuth;
         ok.request_id = auth->request_id;
+        ok.extra_len = 8;
         wire::EncodeHeader(ok, head);
         (void)WriteFull(fd, head, sizeof(head));
+        (void)WriteFull(fd, std::string(8, '\0').data(), 8);
         absl::StatusOr<wire::Header> req = ReadFrame(fd);
         if (req.ok() && silent_) {
           while (!stopping_) usleep(10000);

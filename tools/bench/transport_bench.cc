@@ -14,6 +14,9 @@
 //   rdma rdma::RdmaTransport on the SIMULATED verbs device, in this
 //        process (transport_rdma_sim.cc): reads and store-pulled puts,
 //        every byte checked; correctness and per-op overhead only
+// With --session-mac / --data-tls, tcp again on a store of its own with
+// session tags / TLS 1.3, measured in the same rounds, its ratio against
+// plain tcp (docs/benchmarks.md).
 // Baselines, each moving the same bytes the same way:
 //   socket  a plain blocking-socket peer in a forked process: for a READ,
 //           one 16-byte request, then the peer sends the batch's bytes; for
@@ -33,7 +36,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -180,7 +185,8 @@ struct StoreRanges {
 // Places `count` blocks of `size` bytes through the master and commits
 // them, so the ranges stay allocated to the bench for the whole run.
 absl::StatusOr<StoreRanges> AllocateRanges(v1::MasterService::Stub* master, const std::string& tag,
-                                           uint64_t size, int count) {
+                                           uint64_t size, int count,
+                                           const std::string& secret = "") {
   v1::BatchPutStartRequest req;
   for (int i = 0; i < count; ++i) {
     v1::PutStartRequest* p = req.add_puts();
@@ -190,7 +196,7 @@ absl::StatusOr<StoreRanges> AllocateRanges(v1::MasterService::Stub* master, cons
   }
   v1::BatchPutStartResponse resp;
   grpc::ClientContext ctx;
-  PrepareContext(&ctx, AuthToken(""), 30000);
+  PrepareContext(&ctx, AuthToken(secret), 30000);
   absl::Status s = FromGrpc(master->BatchPutStart(&ctx, req, &resp));
   if (!s.ok()) return s;
   if (resp.results_size() != count) return absl::InternalError("malformed BatchPutStart answer");
@@ -222,7 +228,7 @@ absl::StatusOr<StoreRanges> AllocateRanges(v1::MasterService::Stub* master, cons
   }
   v1::PutCommitResponse cresp;
   grpc::ClientContext cctx;
-  PrepareContext(&cctx, AuthToken(""), 30000);
+  PrepareContext(&cctx, AuthToken(secret), 30000);
   s = FromGrpc(master->PutCommit(&cctx, commit, &cresp));
   if (!s.ok()) return s;
   return out;
@@ -287,7 +293,54 @@ struct Cell {
   int batch = 0;
   // [0] read, [1] write
   Measure tcp[2], sock[2], shm[2], mem;
+  std::vector<std::array<Measure, 2>> variants;  // as Variants, next to tcp
 };
+
+// A tcp path measured next to plain tcp, on a one-store cluster of its own:
+// "tcp+mac" (a cluster secret: every frame carries a session tag),
+// "tcp+tls" (a store with --data-tls, no secret).
+struct Variant {
+  std::string name;
+  std::unique_ptr<LocalCluster> cluster;
+  std::vector<StoreRanges> ranges;  // per size
+  std::unique_ptr<transport::TcpEngine> engine;
+  transport::Peer store;
+  transport::MemoryHandle src = 0, dst = 0;
+};
+
+absl::StatusOr<std::unique_ptr<Variant>> StartVariant(const std::string& name,
+                                                      LocalCluster::Options co,
+                                                      const transport::TcpEngine::Options& to,
+                                                      const std::vector<uint64_t>& sizes,
+                                                      int max_batch, std::vector<char>* src_mem,
+                                                      std::vector<char>* dst_mem) {
+  auto v = std::make_unique<Variant>();
+  v->name = name;
+  auto cluster = LocalCluster::Start(co);
+  if (!cluster.ok()) return cluster.status();
+  v->cluster = *std::move(cluster);
+  auto channel = MakeChannel(v->cluster->master_address(), TlsFiles());
+  if (!channel.ok()) return channel.status();
+  auto master = v1::MasterService::NewStub(*channel);
+  std::string tag = absl::StrCat(name, "-", getpid());
+  for (uint64_t s : sizes) {
+    auto r = AllocateRanges(master.get(), tag, s, max_batch, co.secret);
+    if (!r.ok()) return r.status();
+    v->ranges.push_back(*std::move(r));
+  }
+  v->engine = std::make_unique<transport::TcpEngine>(to);
+  v->store.node_id = name;
+  v->store.set_route(transport::Kind::kTcp, v->ranges[0].data_address);
+  auto hs =
+      v->engine->RegisterMemory(src_mem->data(), src_mem->size(), transport::MemoryKind::kHost);
+  auto hd =
+      v->engine->RegisterMemory(dst_mem->data(), dst_mem->size(), transport::MemoryKind::kHost);
+  if (!hs.ok()) return hs.status();
+  if (!hd.ok()) return hd.status();
+  v->src = *hs;
+  v->dst = *hd;
+  return v;
+}
 
 }  // namespace
 
@@ -296,7 +349,7 @@ int TransportBench(int argc, char** argv) {
   double seconds = 1.5;
   int64_t rounds = 5;
   int64_t tcp_streams = 4;
-  bool quick = false, json_only = false;
+  bool quick = false, json_only = false, session_mac = false, data_tls = false;
   Flags flags("shelf-bench transport",
               "tcp and shm data planes between real processes, next to a plain socket peer and "
               "memcpy");
@@ -308,6 +361,11 @@ int TransportBench(int argc, char** argv) {
                "tcp connections one block of 4 MiB or more is striped over (1..16)");
   flags.AddBool("quick", &quick, "tiny run for smoke tests (0.05 s per figure, batches 1,4)");
   flags.AddBool("json-only", &json_only, "print only the JSON line");
+  flags.AddBool("session-mac", &session_mac,
+                "also measure tcp with session tags (a cluster with a secret), next to plain tcp");
+  flags.AddBool("data-tls", &data_tls,
+                "also measure tcp over TLS 1.3 (a store with --data-tls, no secret: TLS alone; "
+                "certificates made with the openssl command), next to plain tcp");
   flags.AddString("work-dir", &work_dir, "keep the cluster's logs here");
   flags.ParseOrExit(argc, argv);
   if (quick) {
@@ -420,6 +478,71 @@ int TransportBench(int argc, char** argv) {
     handles[e][0] = *hs;
     handles[e][1] = *hd;
   }
+  std::vector<std::unique_ptr<Variant>> variants;
+  if (session_mac) {
+    LocalCluster::Options vo = co;
+    vo.work_dir = work_dir.empty() ? "" : work_dir + "/mac";
+    vo.secret = "shelf-bench-transport-secret-0123456789";
+    transport::TcpEngine::Options vto = to;
+    vto.secret = vo.secret;
+    auto v = StartVariant("tcp+mac", vo, vto, sizes, max_batch, &src_mem, &dst_mem);
+    if (!v.ok()) {
+      std::fprintf(stderr, "shelf-bench transport: tcp+mac: %s\n",
+                   std::string(v.status().message()).c_str());
+      return 1;
+    }
+    variants.push_back(*std::move(v));
+  }
+  std::string cert_dir;
+  if (data_tls) {
+    char tmpl[] = "/tmp/shelf-bench-tls-XXXXXX";
+    cert_dir = mkdtemp(tmpl) != nullptr ? tmpl : "";
+    const std::string d = cert_dir;
+    const std::string steps =
+        absl::StrCat("cd '", d, "' && echo subjectAltName=IP:127.0.0.1 > san.ext && ",
+                     "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ",
+                     "-days 1 -subj /CN=bench-ca -keyout ca.key -out ca.pem && ",
+                     "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ",
+                     "-subj /CN=localhost -keyout store.key -out store.csr && ",
+                     "openssl x509 -req -days 1 -in store.csr -CA ca.pem -CAkey ca.key ",
+                     "-CAcreateserial -out store.pem -extfile san.ext && chmod 600 store.key");
+    std::string cmd = absl::StrCat("(", steps, ") >/dev/null 2>&1");
+    if (d.empty() || std::system(cmd.c_str()) != 0) {
+      std::fprintf(stderr, "shelf-bench transport: cannot make TLS certificates with openssl\n");
+      return 1;
+    }
+    LocalCluster::Options vo = co;
+    vo.work_dir = work_dir.empty() ? "" : work_dir + "/tls";
+    vo.store_args = {"--data-tls", "--data-tls-cert", d + "/store.pem", "--data-tls-key",
+                     d + "/store.key"};
+    transport::TcpEngine::Options vto = to;
+    vto.tls = true;
+    vto.tls_files.ca = d + "/ca.pem";
+    auto v = StartVariant("tcp+tls", vo, vto, sizes, max_batch, &src_mem, &dst_mem);
+    if (!v.ok()) {
+      std::fprintf(stderr, "shelf-bench transport: tcp+tls: %s\n",
+                   std::string(v.status().message()).c_str());
+      return 1;
+    }
+    variants.push_back(*std::move(v));
+  }
+  // A variant's batch of `batch` ops of `size` bytes (size index si).
+  auto variant_ops = [&](Variant* v, transport::OpKind kind, size_t si, uint64_t size, int batch) {
+    std::vector<transport::Op> ops(batch);
+    for (int j = 0; j < batch; ++j) {
+      const Range& r = v->ranges[si].ranges[j];
+      transport::Op& op = ops[j];
+      op.kind = kind;
+      op.local = kind == transport::OpKind::kRead ? v->dst : v->src;
+      op.local_offset = j * size;
+      op.peer = &v->store;
+      op.segment_id = r.segment;
+      op.remote_offset = r.offset;
+      op.length = size;
+      if (kind == transport::OpKind::kWrite) op.grant = wire::EncodeGrant(r.grant);
+    }
+    return ops;
+  };
   // One batch of `batch` ops of `size` bytes: block j between src/dst block
   // j and range j.
   auto make_ops = [&](int e, transport::OpKind kind, const StoreRanges& sr, uint64_t size,
@@ -501,11 +624,34 @@ int TransportBench(int argc, char** argv) {
                      std::string(check.message()).c_str());
         ++mismatches;
       }
+      c.variants.resize(variants.size());
+      std::vector<std::array<std::vector<transport::Op>, 2>> vops(variants.size());
+      for (size_t v = 0; v < variants.size(); ++v) {
+        vops[v][0] = variant_ops(variants[v].get(), transport::OpKind::kRead, si, size, batch);
+        vops[v][1] = variant_ops(variants[v].get(), transport::OpKind::kWrite, si, size, batch);
+        // Correctness once: what the variant wrote, it reads back.
+        absl::Status vs = variants[v]->engine->Execute(vops[v][1], MonoMs() + kOpTimeoutMs);
+        std::fill(dst_mem.begin(), dst_mem.begin() + batch_bytes, 0);
+        if (vs.ok()) vs = variants[v]->engine->Execute(vops[v][0], MonoMs() + kOpTimeoutMs);
+        if (!vs.ok() || std::memcmp(dst_mem.data(), src_mem.data(), batch_bytes) != 0) {
+          std::fprintf(stderr, "shelf-bench transport: %s %s x%d: %s\n", variants[v]->name.c_str(),
+                       ShortBytes(size).c_str(), batch,
+                       vs.ok() ? "mismatch" : std::string(vs.message()).c_str());
+          ++mismatches;
+        }
+      }
       for (int64_t round = 0; round < rounds && !StopRequested(); ++round) {
         Timed(per_round, batch_bytes, &c.sock[0], [&] { return (*peer)->Receive(dst, size); });
         Timed(per_round, batch_bytes, &c.tcp[0], tcp_read);
         Timed(per_round, batch_bytes, &c.sock[1], [&] { return (*peer)->Send(src, size); });
         Timed(per_round, batch_bytes, &c.tcp[1], tcp_write);
+        for (size_t v = 0; v < variants.size(); ++v) {
+          for (int d = 0; d < 2; ++d) {
+            Timed(per_round, batch_bytes, &c.variants[v][d], [&, v, d] {
+              return variants[v]->engine->Execute(vops[v][d], MonoMs() + kOpTimeoutMs);
+            });
+          }
+        }
         Timed(per_round, batch_bytes, &c.mem, mem_copy);
         Timed(per_round, batch_bytes, &c.shm[0], shm_read);
         Timed(per_round, batch_bytes, &c.shm[1], shm_write);
@@ -537,7 +683,7 @@ int TransportBench(int argc, char** argv) {
   Json rows = Json::array();
   if (!json_only) {
     std::printf("\nShelf transport: one store process on loopback, one client thread\n\n");
-    std::printf("  %-6s %5s %-4s %-5s %8s %9s %9s   %-8s %8s %9s %9s  %6s\n", "block", "batch",
+    std::printf("  %-6s %5s %-7s %-5s %8s %9s %9s   %-8s %8s %9s %9s  %6s\n", "block", "batch",
                 "path", "op", "GB/s", "p50 us", "p99 us", "baseline", "GB/s", "p50 us", "p99 us",
                 "ratio");
   }
@@ -553,7 +699,7 @@ int TransportBench(int argc, char** argv) {
         const char* op = d == 0 ? "read" : "write";
         const char* base_name = path == 0 ? "socket" : "memcpy";
         if (!json_only) {
-          std::printf("  %-6s %5d %-4s %-5s %8.3f %9.0f %9.0f   %-8s %8.3f %9.0f %9.0f  %5.2fx\n",
+          std::printf("  %-6s %5d %-7s %-5s %8.3f %9.0f %9.0f   %-8s %8.3f %9.0f %9.0f  %5.2fx\n",
                       ShortBytes(c.size).c_str(), c.batch, path_name, op, m.gbps(),
                       m.lat_us.Percentile(50), m.lat_us.Percentile(99), base_name, b.gbps(),
                       b.lat_us.Percentile(50), b.lat_us.Percentile(99), ratio);
@@ -567,6 +713,37 @@ int TransportBench(int argc, char** argv) {
         o["p50_us"] = m.lat_us.Percentile(50);
         o["p99_us"] = m.lat_us.Percentile(99);
         o["baseline"] = base_name;
+        o["baseline_gbps"] = b.gbps();
+        o["baseline_p50_us"] = b.lat_us.Percentile(50);
+        o["baseline_p99_us"] = b.lat_us.Percentile(99);
+        o["ratio"] = ratio;
+        rows.push_back(o);
+      }
+    }
+    // Each variant against plain tcp, measured in the same rounds.
+    for (size_t v = 0; v < variants.size() && v < c.variants.size(); ++v) {
+      for (int d = 0; d < 2; ++d) {
+        Measure& m = c.variants[v][d];
+        Measure& b = c.tcp[d];
+        errors += m.errors;
+        if (first_error.empty()) first_error = m.error;
+        double ratio = RoundRatio(m, b);
+        const char* op = d == 0 ? "read" : "write";
+        if (!json_only) {
+          std::printf("  %-6s %5d %-7s %-5s %8.3f %9.0f %9.0f   %-8s %8.3f %9.0f %9.0f  %5.2fx\n",
+                      ShortBytes(c.size).c_str(), c.batch, variants[v]->name.c_str(), op, m.gbps(),
+                      m.lat_us.Percentile(50), m.lat_us.Percentile(99), "tcp", b.gbps(),
+                      b.lat_us.Percentile(50), b.lat_us.Percentile(99), ratio);
+        }
+        Json o = Json::object();
+        o["path"] = variants[v]->name;
+        o["op"] = op;
+        o["block_bytes"] = c.size;
+        o["batch"] = c.batch;
+        o["gbps"] = m.gbps();
+        o["p50_us"] = m.lat_us.Percentile(50);
+        o["p99_us"] = m.lat_us.Percentile(99);
+        o["baseline"] = "tcp";
         o["baseline_gbps"] = b.gbps();
         o["baseline_p50_us"] = b.lat_us.Percentile(50);
         o["baseline_p99_us"] = b.lat_us.Percentile(99);
@@ -612,6 +789,10 @@ int TransportBench(int argc, char** argv) {
   o["errors"] = errors;
   o["mismatches"] = mismatches;
   o["rows"] = rows;
+  variants.clear();
+  if (!cert_dir.empty() && std::system(absl::StrCat("rm -rf '", cert_dir, "'").c_str()) != 0) {
+    std::fprintf(stderr, "shelf-bench transport: could not remove %s\n", cert_dir.c_str());
+  }
   cluster->reset();
   peer->reset();
   std::printf("%s\n", JsonDump(o).c_str());

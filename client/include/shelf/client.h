@@ -165,6 +165,16 @@ struct ClientOptions {
   // verify_checksums says; docs/client.md ("Cached reads") says what it
   // guarantees.
   size_t location_cache_entries = 65536;
+  // TLS 1.3 on the data plane to stores run with --data-tls (off by
+  // default): data_tls_ca is the PEM CA bundle that signed the stores'
+  // certificates (required; a store's certificate must name the address
+  // it advertises), data_tls_cert and data_tls_key a client certificate
+  // for stores that require one (their --data-tls-ca); both or neither.
+  // Shared memory is unaffected (it never leaves the host).
+  bool data_tls = false;
+  std::string data_tls_ca;
+  std::string data_tls_cert;
+  std::string data_tls_key;
   std::string tls_ca;  // PEM file: use TLS to the master
   // PEM files: the client certificate and key presented to a master that
   // requires one (mutual TLS: its --tls-ca); both or neither.

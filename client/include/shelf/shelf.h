@@ -127,6 +127,12 @@ int shelf_options_set_etcd_user_file(shelf_options_t* options, const char* path)
  * (ClientOptions::shm_store_uid): -1 for this process's effective uid (the
  * default); root always passes. */
 int shelf_options_set_shm_store_uid(shelf_options_t* options, int64_t uid);
+/* TLS 1.3 on the data plane to stores run with --data-tls
+ * (ClientOptions::data_tls): enabled 0 or 1; ca_path the PEM CA that signed
+ * the stores' certificates (required when enabled); cert_path and key_path
+ * a client certificate for stores that require one (both or NULL). */
+int shelf_options_set_data_tls(shelf_options_t* options, int enabled, const char* ca_path,
+                               const char* cert_path, const char* key_path);
 int shelf_options_set_threads(shelf_options_t* options, uint32_t transfer_threads,
                               uint32_t async_threads, uint32_t async_queue_max);
 

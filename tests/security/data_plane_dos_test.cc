@@ -1,0 +1,229 @@
+// Denial of service on the data plane, against a real shelf-store: a
+// slowloris attack (200 connections from ten source addresses, each
+// trickling a byte at a time and reconnecting when closed) on a store with
+// --max-connections 64. Real clients still connect and are served during
+// the attack, and once it stops reconnecting, every connection it holds is
+// closed at the handshake deadline. The store's
+// shelf_store_data_connections_closed_total says which rule closed what.
+//
+// The intervals are short (--handshake-timeout-ms 1500, a byte every 200 ms)
+// so the test takes seconds; nothing here asserts a duration.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
+#include "common/net.h"
+#include "shelf/client.h"
+#include "testing/cluster_fixture.h"
+#include "testing/local_cluster.h"
+
+namespace shelf {
+namespace {
+
+constexpr char kSecret[] = "dos-test-secret-0123456789abcdef";
+constexpr int kAttackers = 200;
+constexpr int kSources = 10;  // 127.0.0.10 .. 127.0.0.19
+
+uint16_t FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string HttpGet(uint16_t port, const std::string& path) {
+  absl::StatusOr<int> fd = TcpConnect(HostPort{"127.0.0.1", port}, 2000);
+  if (!fd.ok()) return "";
+  SetIoTimeoutMs(*fd, 5000);
+  std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+  WriteFull(*fd, req.data(), req.size()).IgnoreError();
+  std::string resp;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(*fd, buf, sizeof(buf))) > 0) resp.append(buf, n);
+  close(*fd);
+  return resp;
+}
+
+// shelf_store_data_connections_closed_total{rule="<rule>"} from /metrics.
+double ClosedBy(const std::string& metrics, const std::string& rule) {
+  std::string prefix =
+      absl::StrCat("shelf_store_data_connections_closed_total{rule=\"", rule, "\"}");
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (!absl::StartsWith(line, prefix)) continue;
+    double v = 0;
+    if (absl::SimpleAtod(line.substr(prefix.size()), &v)) return v;
+  }
+  return 0;
+}
+
+// A connection to `port` from 127.0.0.<source>; -1 on failure.
+int ConnectFrom(int source, uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl((127u << 24) | static_cast<uint32_t>(source));
+  sockaddr_in remote{};
+  remote.sin_family = AF_INET;
+  remote.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  remote.sin_port = htons(port);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True once the peer has closed `fd` (reads and drops what it sent).
+bool PeerClosed(int fd) {
+  char buf[256];
+  while (true) {
+    ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) continue;
+    if (n == 0) return true;
+    return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  }
+}
+
+// Half the attack comes from 127.0.0.10 (the per-source cap), the rest
+// from nine more addresses (the cap on all connections in their handshake).
+int SourceOf(int attacker) {
+  return attacker < kAttackers / 2 ? 10 : 11 + attacker % (kSources - 1);
+}
+
+class DataPlaneDosTest : public ClusterFixture {
+ protected:
+  LocalCluster::Options ClusterOptions() override {
+    LocalCluster::Options o = ClusterFixture::ClusterOptions();
+    o.stores = 1;
+    o.dram_bytes = 32ull << 20;
+    o.secret = kSecret;
+    metrics_port_ = FreePort();
+    o.store_args = {"--max-connections",      "64",
+                    "--handshake-timeout-ms", "1500",
+                    "--metrics-listen",       absl::StrCat("127.0.0.1:", metrics_port_)};
+    return o;
+  }
+  ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
+    ClientOptions co = ClusterFixture::ClientOptionsFor(cluster);
+    co.allow_shm = false;  // the TCP data plane is what is attacked
+    return co;
+  }
+  uint16_t metrics_port_ = 0;
+};
+
+TEST_F(DataPlaneDosTest, SlowlorisNeitherStarvesClientsNorHoldsItsSlots) {
+  uint16_t port = 0;
+  {
+    absl::StatusOr<HostPort> hp = ParseHostPort(cluster_->store_address(0));
+    ASSERT_TRUE(hp.ok());
+    port = hp->port;
+  }
+  // The attack: every 200 ms each connection sends one more byte of an
+  // AUTH header it never finishes; a closed one reconnects while
+  // `reconnect` holds.
+  std::vector<int> fds(kAttackers, -1);
+  std::atomic<bool> reconnect{true}, stop{false};
+  std::atomic<int> open{0}, closes{0}, connects{0};
+  std::thread attacker([&] {
+    while (!stop.load()) {
+      int live = 0;
+      for (int i = 0; i < kAttackers; ++i) {
+        if (fds[i] >= 0 && PeerClosed(fds[i])) {
+          close(fds[i]);
+          fds[i] = -1;
+          closes.fetch_add(1);
+        }
+        if (fds[i] < 0 && reconnect.load()) {
+          fds[i] = ConnectFrom(SourceOf(i), port);
+          if (fds[i] >= 0) connects.fetch_add(1);
+        }
+        if (fds[i] < 0) continue;
+        ++live;
+        char byte = 'S';
+        if (send(fds[i], &byte, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN) {
+          close(fds[i]);
+          fds[i] = -1;
+          closes.fetch_add(1);
+          --live;
+        }
+      }
+      open.store(live);
+      usleep(200 * 1000);
+    }
+    for (int& fd : fds) {
+      if (fd >= 0) close(fd);
+    }
+  });
+  // Wait for the attack to be at full strength before a client comes.
+  for (int i = 0; i < 600 && connects.load() < kAttackers; ++i) usleep(50 * 1000);
+  ASSERT_GE(connects.load(), kAttackers);
+
+  // Real clients, each with fresh connections, during the attack.
+  std::string block(256 << 10, 'q');
+  for (int round = 0; round < 3; ++round) {
+    std::unique_ptr<Client> client = OpenClient(DefaultClientOptions());
+    ASSERT_NE(client, nullptr);
+    std::string key = absl::StrCat("during-attack-", round);
+    Status put = client->Put(key, block.data(), block.size());
+    ASSERT_TRUE(put.ok()) << put.ToString();
+    std::string got;
+    Status get = client->Get(key, &got);
+    ASSERT_TRUE(get.ok()) << get.ToString();
+    EXPECT_EQ(got, block);
+  }
+  EXPECT_TRUE(reconnect.load());
+  std::printf("attack while clients were served: %d connects, %d closed by the store\n",
+              connects.load(), closes.load());
+
+  // The attack stops reconnecting: what it still holds must be closed by
+  // the store's handshake deadline, however it trickles.
+  reconnect.store(false);
+  usleep(300 * 1000);
+  const int held = open.load();
+  for (int i = 0; i < 600 && open.load() > 0; ++i) usleep(50 * 1000);
+  EXPECT_EQ(open.load(), 0) << "trickling connections outlived the handshake deadline";
+  stop.store(true);
+  attacker.join();
+
+  std::string metrics = HttpGet(metrics_port_, "/metrics");
+  const double deadline = ClosedBy(metrics, "handshake_deadline");
+  const double per_source = ClosedBy(metrics, "per_source_cap");
+  const double cap = ClosedBy(metrics, "unauthenticated_cap");
+  const double limit = ClosedBy(metrics, "max_connections");
+  std::printf(
+      "held when the attack stopped: %d; closed by rule: handshake_deadline %.0f, "
+      "per_source_cap %.0f, unauthenticated_cap %.0f, max_connections %.0f\n",
+      held, deadline, per_source, cap, limit);
+  EXPECT_GE(deadline, 1);
+  EXPECT_GE(per_source, 1);
+  EXPECT_GE(cap, 1);
+  EXPECT_GE(deadline + per_source + cap + limit, kAttackers);
+
+  // And the store still serves.
+  std::string got;
+  ASSERT_TRUE(client_->Get("during-attack-0", &got).ok());
+}
+
+}  // namespace
+}  // namespace shelf

@@ -1,0 +1,309 @@
+// The data-plane session against a real shelf-store: a relay that forwards
+// a real client's handshake gets no session out of it (a frame of its own
+// or a replayed one closes the connection, and the store counts it); a
+// store that cannot prove the secret is refused by the client; peers of
+// another protocol version are told so in words.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "absl/base/internal/endian.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
+#include "common/net.h"
+#include "shelf/client.h"
+#include "testing/cluster_fixture.h"
+#include "testing/local_cluster.h"
+#include "transport/session.h"
+#include "transport/tcp_client.h"
+#include "transport/wire.h"
+
+namespace shelf {
+namespace {
+
+constexpr char kSecret[] = "session-test-secret-0123456789abcdef";
+
+uint16_t FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+double ClosedByBadTag(uint16_t port) {
+  absl::StatusOr<int> fd = TcpConnect(HostPort{"127.0.0.1", port}, 2000);
+  if (!fd.ok()) return -1;
+  SetIoTimeoutMs(*fd, 5000);
+  std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  WriteFull(*fd, req.data(), req.size()).IgnoreError();
+  std::string resp;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(*fd, buf, sizeof(buf))) > 0) resp.append(buf, n);
+  close(*fd);
+  const std::string prefix = "shelf_store_data_connections_closed_total{rule=\"bad_tag\"}";
+  for (absl::string_view line : absl::StrSplit(resp, '\n')) {
+    double v = 0;
+    if (absl::StartsWith(line, prefix) && absl::SimpleAtod(line.substr(prefix.size()), &v)) {
+      return v;
+    }
+  }
+  return 0;
+}
+
+// Copies one whole frame (header, extra, payload and, when `tagged`, its
+// tag) from `from` to `to`; returns its bytes ("" on failure).
+std::string Forward(int from, int to, bool tagged) {
+  char head[wire::kHeaderBytes];
+  if (!ReadFull(from, head, sizeof(head)).ok()) return "";
+  absl::StatusOr<wire::Header> h = wire::DecodeHeader(head);
+  if (!h.ok()) return "";
+  std::string frame(head, sizeof(head));
+  std::string rest(h->extra_len + h->length + (tagged ? wire::kTagBytes : 0), '\0');
+  if (!ReadFull(from, rest.data(), rest.size()).ok()) return "";
+  frame += rest;
+  if (!WriteFull(to, frame.data(), frame.size()).ok()) return "";
+  return frame;
+}
+
+// True iff the peer closes `fd` without sending a byte.
+bool ClosedWithoutAnswer(int fd) {
+  char c;
+  return recv(fd, &c, 1, 0) <= 0;
+}
+
+// A relay on the path between one client and the store: it forwards the
+// handshake, then does what `attack` says with the client's first request.
+class Relay {
+ public:
+  enum class Attack { kOwnRead, kReplay };
+  Relay(const std::string& store, Attack attack) : store_(store), attack_(attack) {
+    HostPort bound;
+    absl::StatusOr<int> fd = TcpListen(HostPort{"127.0.0.1", 0}, &bound);
+    listen_fd_ = fd.ok() ? *fd : -1;
+    address_ = bound.ToString();
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Relay() {
+    Join();
+    close(listen_fd_);
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  const std::string& address() const { return address_; }
+  // What the store did with the relay's frame: "closed" (no answer) or
+  // what it answered.
+  std::string outcome() const { return outcome_; }
+
+ private:
+  void Run() {
+    int client = accept(listen_fd_, nullptr, nullptr);
+    absl::StatusOr<HostPort> hp = ParseHostPort(store_);
+    absl::StatusOr<int> store = TcpConnect(*hp, 2000);
+    if (client < 0 || !store.ok()) return;
+    SetIoTimeoutMs(client, 10000);
+    SetIoTimeoutMs(*store, 10000);
+    // The handshake, untouched: HELLO, AUTH, the store's answer.
+    bool ok = !Forward(*store, client, false).empty() && !Forward(client, *store, false).empty() &&
+              !Forward(*store, client, false).empty();
+    // The client's first request (a PING), held back.
+    char head[wire::kHeaderBytes + wire::kTagBytes];
+    ok = ok && ReadFull(client, head, sizeof(head)).ok();
+    if (!ok) {
+      outcome_ = "relay failed";
+    } else if (attack_ == Attack::kOwnRead) {
+      // A READ of its own: it can write a header, not a tag.
+      wire::Header read;
+      read.op = wire::Op::kRead;
+      read.request_id = 99;
+      read.length = 4096;
+      char frame[wire::kHeaderBytes + wire::kTagBytes] = {0};
+      wire::EncodeHeader(read, frame);
+      std::memcpy(frame + wire::kHeaderBytes, head + wire::kHeaderBytes, wire::kTagBytes);
+      WriteFull(*store, frame, sizeof(frame)).IgnoreError();
+      outcome_ = ClosedWithoutAnswer(*store) ? "closed" : "answered";
+    } else {
+      // The client's PING, twice: the first is answered, the replay is not.
+      WriteFull(*store, head, sizeof(head)).IgnoreError();
+      std::string answer = Forward(*store, client, true);
+      WriteFull(*store, head, sizeof(head)).IgnoreError();
+      outcome_ = answer.empty()                ? "first not answered"
+                 : ClosedWithoutAnswer(*store) ? "closed"
+                                               : "answered";
+    }
+    close(*store);
+    close(client);
+  }
+
+  const std::string store_;
+  const Attack attack_;
+  int listen_fd_ = -1;
+  std::string address_;
+  std::string outcome_;
+  std::thread thread_;
+};
+
+class DataPlaneSessionTest : public ClusterFixture {
+ protected:
+  LocalCluster::Options ClusterOptions() override {
+    LocalCluster::Options o = ClusterFixture::ClusterOptions();
+    o.stores = 1;
+    o.dram_bytes = 16ull << 20;
+    o.secret = kSecret;
+    metrics_port_ = FreePort();
+    o.store_args = {"--metrics-listen", absl::StrCat("127.0.0.1:", metrics_port_)};
+    return o;
+  }
+  ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
+    ClientOptions co = ClusterFixture::ClientOptionsFor(cluster);
+    co.allow_shm = false;
+    return co;
+  }
+  uint16_t metrics_port_ = 0;
+};
+
+TEST_F(DataPlaneSessionTest, RelayForwardingTheHandshakeCannotIssueItsOwnRead) {
+  const double before = ClosedByBadTag(metrics_port_);
+  TcpDataClient::Options o;
+  o.secret = kSecret;
+  {
+    Relay relay(cluster_->store_address(0), Relay::Attack::kOwnRead);
+    TcpDataClient client(o);
+    // The client's PING never gets its answer: the relay held it back.
+    EXPECT_FALSE(client.Ping(relay.address(), MonoMs() + 10000).ok());
+    relay.Join();
+    EXPECT_EQ(relay.outcome(), "closed");
+  }
+  {
+    Relay relay(cluster_->store_address(0), Relay::Attack::kReplay);
+    TcpDataClient client(o);
+    EXPECT_TRUE(client.Ping(relay.address(), MonoMs() + 10000).ok());
+    relay.Join();
+    EXPECT_EQ(relay.outcome(), "closed");
+  }
+  // Both were counted, and the store serves real clients as before.
+  EXPECT_GE(ClosedByBadTag(metrics_port_), before + 2);
+  std::string block(100000, 'r');
+  ASSERT_TRUE(client_->Put("after-relay", block.data(), block.size()).ok());
+  std::string got;
+  ASSERT_TRUE(client_->Get("after-relay", &got).ok());
+  EXPECT_EQ(got, block);
+}
+
+// A listener that sends HELLO of protocol `version`, then, when it gets
+// AUTH, answers OK with an incarnation and no proof.
+class FakeStore {
+ public:
+  explicit FakeStore(uint8_t version) : version_(version) {
+    HostPort bound;
+    absl::StatusOr<int> fd = TcpListen(HostPort{"127.0.0.1", 0}, &bound);
+    listen_fd_ = fd.ok() ? *fd : -1;
+    address_ = bound.ToString();
+    thread_ = std::thread([this] {
+      int conn = accept(listen_fd_, nullptr, nullptr);
+      if (conn < 0) return;
+      SetIoTimeoutMs(conn, 5000);
+      wire::Header hello;
+      hello.op = wire::Op::kHello;
+      hello.extra_len = wire::kNonceBytes;
+      char head[wire::kHeaderBytes];
+      wire::EncodeHeader(hello, head);
+      head[4] = static_cast<char>(version_);
+      std::string frame = std::string(head, sizeof(head)) + std::string(wire::kNonceBytes, 'n');
+      WriteFull(conn, frame.data(), frame.size()).IgnoreError();
+      char in[wire::kHeaderBytes + 64];
+      if (ReadFull(conn, in, wire::kHeaderBytes + wire::kNonceBytes + 32).ok()) {
+        wire::Header ok;
+        ok.op = wire::Op::kAuth;
+        ok.extra_len = 8;
+        wire::EncodeHeader(ok, head);
+        std::string answer = std::string(head, sizeof(head)) + std::string(8, '\0');
+        WriteFull(conn, answer.data(), answer.size()).IgnoreError();
+      }
+      char c;
+      while (recv(conn, &c, 1, 0) > 0) {
+      }
+      close(conn);
+    });
+  }
+  ~FakeStore() {
+    shutdown(listen_fd_, SHUT_RDWR);
+    thread_.join();
+    close(listen_fd_);
+  }
+  const std::string& address() const { return address_; }
+
+ private:
+  const uint8_t version_;
+  int listen_fd_ = -1;
+  std::string address_;
+  std::thread thread_;
+};
+
+TEST_F(DataPlaneSessionTest, ClientRefusesAStoreThatCannotProveTheSecret) {
+  FakeStore fake(wire::kVersion);
+  TcpDataClient::Options o;
+  o.secret = kSecret;
+  TcpDataClient client(o);
+  absl::Status s = client.Ping(fake.address(), MonoMs() + 5000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "prove")) << s;
+}
+
+TEST_F(DataPlaneSessionTest, PeersOfAnotherVersionAreToldSo) {
+  // A client of this release and a store of another.
+  {
+    FakeStore old(1);
+    TcpDataClient::Options o;
+    o.secret = kSecret;
+    TcpDataClient client(o);
+    absl::Status s = client.Ping(old.address(), MonoMs() + 5000);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "protocol version 1")) << s;
+  }
+  // A client of version 1 and this store: its AUTH is answered, in its own
+  // version, with the reason.
+  absl::StatusOr<HostPort> hp = ParseHostPort(cluster_->store_address(0));
+  ASSERT_TRUE(hp.ok());
+  absl::StatusOr<int> fd = TcpConnect(*hp, 2000);
+  ASSERT_TRUE(fd.ok());
+  SetIoTimeoutMs(*fd, 5000);
+  char head[wire::kHeaderBytes];
+  std::string nonce(wire::kNonceBytes, '\0');
+  ASSERT_TRUE(ReadFull(*fd, head, sizeof(head)).ok());
+  ASSERT_TRUE(ReadFull(*fd, nonce.data(), nonce.size()).ok());
+  wire::Header auth;
+  auth.op = wire::Op::kAuth;
+  auth.extra_len = 32;  // a version-1 AUTH: the MAC alone
+  wire::EncodeHeader(auth, head);
+  head[4] = 1;
+  std::string frame = std::string(head, sizeof(head)) + std::string(32, 'm');
+  ASSERT_TRUE(WriteFull(*fd, frame.data(), frame.size()).ok());
+  ASSERT_TRUE(ReadFull(*fd, head, sizeof(head)).ok());
+  EXPECT_EQ(static_cast<uint8_t>(head[4]), 1);
+  head[4] = static_cast<char>(wire::kVersion);  // to decode it here
+  absl::StatusOr<wire::Header> reply = wire::DecodeHeader(head);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->status, static_cast<uint16_t>(absl::StatusCode::kFailedPrecondition));
+  std::string msg(reply->extra_len, '\0');
+  ASSERT_TRUE(ReadFull(*fd, msg.data(), msg.size()).ok());
+  EXPECT_TRUE(absl::StrContains(msg, "the client version 1")) << msg;
+  close(*fd);
+}
+
+}  // namespace
+}  // namespace shelf

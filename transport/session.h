@@ -1,0 +1,119 @@
+// The data-plane session (docs/wire.md, "Handshake" and "Frame tags"):
+// what both ends of a TCP data-plane connection compute in the handshake,
+// and the tag that authenticates every frame after it.
+//
+// The handshake proves both ends: the client's AUTH carries its own nonce
+// and a MAC over both nonces; the store's answer carries its node id, its
+// incarnation and a proof over both nonces and those. Both then derive two
+// session keys (one per direction) with HKDF-SHA256 from the cluster secret,
+// salted with both nonces and bound to the node id and incarnation. Every
+// later frame ends in a 16-byte tag: ChaCha20-Poly1305 with no plaintext
+// (a Poly1305 MAC under a one-time key) over the frame's bytes under its
+// direction's key, with the frame's sequence number in that direction as
+// the nonce. A relay that forwarded
+// the handshake has no key: a frame of its own, or one replayed, dropped or
+// reordered, fails its tag and the connection closes.
+//
+// Without a secret (an open cluster) there is nothing to key a MAC with:
+// proofs and tags are empty and frames carry none.
+//
+//   wire::Session s;  // client side, after TcpConnect
+//   RETURN_IF_ERROR(wire::ClientHandshake(fd, secret, &s));
+//   RETURN_IF_ERROR(wire::SendFrame(fd, &s.send, request, rest, n));
+//
+// A FrameMac is used by one thread at a time (a connection is borrowed by
+// one operation at a time).
+#ifndef SHELF_TRANSPORT_SESSION_H_
+#define SHELF_TRANSPORT_SESSION_H_
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "transport/wire.h"
+
+namespace shelf::wire {
+
+struct Session;
+inline constexpr size_t kTagBytes = 16;
+// The store's AUTH answer: proof (32 bytes, 0 without a secret),
+// incarnation (8), then the node id.
+inline constexpr size_t kNodeIdBytesMax = 256;
+
+// The client's AUTH MAC: HMAC-SHA256(secret, "shelf-auth-v2" || Ns || Nc);
+// empty without a secret.
+std::string ClientProof(absl::string_view secret, absl::string_view store_nonce,
+                        absl::string_view client_nonce);
+// The store's proof: HMAC-SHA256(secret, "shelf-store-v2" || Ns || Nc ||
+// incarnation (u64 LE) || node_id); empty without a secret.
+std::string StoreProof(absl::string_view secret, absl::string_view store_nonce,
+                       absl::string_view client_nonce, absl::string_view node_id,
+                       uint64_t incarnation);
+
+// The tags of one direction of one session.
+class FrameMac {
+ public:
+  FrameMac();  // inactive: no tags
+  ~FrameMac();
+  FrameMac(FrameMac&& other) noexcept;
+  FrameMac& operator=(FrameMac&& other) noexcept;
+  // Active, keyed with a 32-byte key.
+  explicit FrameMac(absl::string_view key);
+  bool active() const { return ctx_ != nullptr; }
+  // Starts the next frame's tag; Add its bytes in order; Finish returns it
+  // (kTagBytes) and moves to the next sequence number.
+  void Begin();
+  void Add(const void* data, size_t size);
+  std::string Finish();
+  // Reads the frame's tag from fd (through `via`'s TLS, if any) and
+  // compares it with Finish(), in constant time: PERMISSION_DENIED on a
+  // mismatch (the caller closes the connection). OK without reading when
+  // inactive.
+  absl::Status ReadAndCheck(int fd, const Session* via = nullptr);
+  uint64_t sequence() const { return seq_; }
+
+ private:
+  void* ctx_ = nullptr;  // EVP_CIPHER_CTX of ChaCha20-Poly1305, keyed
+  uint64_t seq_ = 0;
+};
+
+// Both directions of a session, and who the store said it is.
+struct Session {
+  FrameMac send;
+  FrameMac recv;
+  std::string node_id;  // the store's, as it proved
+  uint64_t incarnation = 0;
+  // The connection's TLS (transport/data_tls.h), when it has one: every
+  // byte after the TLS handshake goes through it.
+  std::shared_ptr<void> tls;
+};
+
+// Fills `client` and `store` with the session's FrameMacs (client sends on
+// client_to_store). Inactive ones without a secret.
+void DeriveSession(absl::string_view secret, absl::string_view store_nonce,
+                   absl::string_view client_nonce, absl::string_view node_id, uint64_t incarnation,
+                   Session* client, Session* store);
+
+// The client's side of the handshake on a connected socket (its timeouts
+// set by the caller; through session->tls when set): reads HELLO, sends AUTH, checks the store's
+// answer and proof. UNAUTHENTICATED when the store refuses the secret or its proof is wrong;
+// FAILED_PRECONDITION when the store speaks another protocol version; UNAVAILABLE when it is not a
+// Shelf store or the connection fails.
+absl::Status ClientHandshake(int fd, absl::string_view secret, Session* session);
+
+// Reads n payload bytes into dst, adding them to the session's receiving
+// tag as they come (while they are in cache).
+absl::Status ReadPayload(int fd, Session* s, char* dst, uint64_t n);
+
+// Encodes `h`, tags it with `rest` (extra, payload) under the session's
+// sending key, and writes all of it. At most 4 entries in `rest`.
+absl::Status SendFrame(int fd, Session* s, const Header& h, const struct iovec* rest, int restcnt);
+
+}  // namespace shelf::wire
+
+#endif  // SHELF_TRANSPORT_SESSION_H_
