@@ -119,6 +119,7 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
     if (!auth.ok()) return absl::InvalidArgumentError(auth.status().message());
     c.auth = *std::move(auth);
     opts.tenant_namespaces = true;
+    opts.credentials = c.auth;  // quotas (docs/security.md, "Quotas")
   } else {
     c.auth = Authenticator::ClusterSecret(c.secret);
   }

@@ -1,0 +1,238 @@
+// Quotas per principal and tenant against a real master and real stores run
+// with --credentials (docs/security.md, "Quotas"): a tenant over its stored
+// bytes quota gets RESOURCE_EXHAUSTED naming the quota; a flood by one
+// tenant that fills the cluster evicts its own blocks, not another's within
+// its guaranteed share; the pin TTL cap; the puts-in-flight limit; a SIGHUP
+// that raises a quota.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/credentials.h"
+#include "common/rpc.h"
+#include "proto/shelf.grpc.pb.h"
+#include "shelf/client.h"
+#include "testing/cluster_fixture.h"
+#include "testing/wait_for.h"
+
+namespace shelf {
+namespace {
+
+constexpr char kDataSecret[] = "quotas-test-data-plane-secret-0123456";
+constexpr char kCredentials[] =
+    "eng-a    engine   team-a   secret-of-engine-a-0123456789   puts=2 pin_ttl=10s\n"
+    "eng-b    engine   team-b   secret-of-engine-b-0123456789\n"
+    "eng-q    engine   team-q   secret-of-engine-q-0123456789\n"
+    "store-1  store    -        secret-of-the-store-0123456789\n"
+    "ops      admin    -        secret-of-the-admin-0123456789\n"
+    "tenant=team-b  guarantee=4MiB\n";
+constexpr char kTeamQ[] = "tenant=team-q  dram=1MiB pinned=256KiB\n";
+constexpr size_t kSmall = 256 << 10;
+
+std::string SecretOf(const std::string& name) {
+  absl::StatusOr<std::vector<PrincipalEntry>> entries = ParseCredentials(kCredentials, "test");
+  for (const PrincipalEntry& e : *entries) {
+    if (e.principal.name == name) return e.secret;
+  }
+  return "";
+}
+
+class QuotasTest : public ClusterFixture {
+ protected:
+  LocalCluster::Options ClusterOptions() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-quota-XXXXXX").string();
+    EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    credentials_ = dir_ + "/credentials";
+    std::ofstream(credentials_) << kCredentials << kTeamQ;
+    ::chmod(credentials_.c_str(), 0600);
+    LocalCluster::Options o = ClusterFixture::ClusterOptions();
+    o.secret = kDataSecret;
+    o.stores = 1;
+    o.dram_bytes = 16ull << 20;
+    o.master_args = {"--credentials", credentials_};
+    o.store_args = {"--credentials", credentials_, "--principal", "store-1"};
+    o.admin_token = PrincipalToken("ops", SecretOf("ops"));
+    return o;
+  }
+  ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
+    ClientOptions co = ClusterFixture::ClientOptionsFor(cluster);
+    co.principal = "ops";
+    co.principal_secret = SecretOf("ops");
+    return co;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  std::unique_ptr<Client> As(const std::string& principal) {
+    ClientOptions co = DefaultClientOptions();
+    co.principal = principal;
+    co.principal_secret = SecretOf(principal);
+    return OpenClient(co);
+  }
+
+  v1::MasterService::Stub* MasterStub() {
+    if (master_stub_ == nullptr) {
+      auto ch = MakeChannel(cluster_->master_address(), TlsFiles());
+      EXPECT_TRUE(ch.ok());
+      master_stub_ = v1::MasterService::NewStub(*ch);
+      admin_stub_ = v1::AdminService::NewStub(*ch);
+    }
+    return master_stub_.get();
+  }
+  static void Prepare(grpc::ClientContext* ctx, const std::string& principal) {
+    PrepareContext(ctx, PrincipalToken(principal, SecretOf(principal)), 20000);
+  }
+  grpc::Status Pin(const std::string& principal, const std::string& key, uint64_t ttl_ms,
+                   bool hard = false) {
+    MasterStub();
+    v1::PinRequest req;
+    req.set_key(key);
+    req.set_ttl_ms(ttl_ms);
+    req.set_hard(hard);
+    v1::PinResponse resp;
+    grpc::ClientContext ctx;
+    Prepare(&ctx, principal);
+    return admin_stub_->Pin(&ctx, req, &resp);
+  }
+  // A put started and left open (its bytes never written).
+  grpc::Status StartPut(const std::string& principal, const std::string& key,
+                        v1::PutStartResponse* resp) {
+    v1::PutStartRequest req;
+    req.set_key(key);
+    req.set_size(kSmall);
+    req.set_checksum(1);
+    grpc::ClientContext ctx;
+    Prepare(&ctx, principal);
+    return MasterStub()->PutStart(&ctx, req, resp);
+  }
+
+  std::string dir_, credentials_;
+  std::unique_ptr<v1::MasterService::Stub> master_stub_;
+  std::unique_ptr<v1::AdminService::Stub> admin_stub_;
+};
+
+TEST_F(QuotasTest, OverItsDramQuotaATenantIsRefusedNamingTheQuota) {
+  auto q = As("eng-q");
+  auto b = As("eng-b");
+  ASSERT_NE(q, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::string value(kSmall, 'q');
+  for (int i = 0; i < 4; ++i) {  // 4 x 256 KiB: exactly the 1 MiB quota
+    Status s = q->Put(absl::StrCat("k", i), value.data(), value.size());
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+  }
+  Status over = q->Put("k4", value.data(), value.size());
+  EXPECT_EQ(over.code(), StatusCode::kResourceExhausted) << over.ToString();
+  EXPECT_TRUE(absl::StrContains(over.ToString(), "quota dram")) << over.ToString();
+  EXPECT_TRUE(absl::StrContains(over.ToString(), "team-q")) << over.ToString();
+  // Another tenant is not held to it.
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(b->Put(absl::StrCat("k", i), value.data(), value.size()).ok());
+  }
+  // A removal gives the room back.
+  ASSERT_TRUE(q->Remove("k0").ok());
+  Status again = q->Put("k4", value.data(), value.size());
+  EXPECT_TRUE(again.ok()) << again.ToString();
+  // Pinned bytes: 256 KiB, so one block.
+  EXPECT_TRUE(Pin("eng-q", "k1", 0).ok());
+  grpc::Status second = Pin("eng-q", "k2", 0);
+  EXPECT_EQ(second.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(second.error_message(), "quota pinned")) << second.error_message();
+  // Re-pinning the same key replaces its pin.
+  EXPECT_TRUE(Pin("eng-q", "k1", 0).ok());
+}
+
+TEST_F(QuotasTest, SighupRaisesAQuota) {
+  auto q = As("eng-q");
+  ASSERT_NE(q, nullptr);
+  std::string value(kSmall, 'q');
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(q->Put(absl::StrCat("k", i), value.data(), kSmall).ok());
+  ASSERT_EQ(q->Put("k4", value.data(), kSmall).code(), StatusCode::kResourceExhausted);
+  std::ofstream(credentials_, std::ios::trunc) << kCredentials << "tenant=team-q dram=2MiB\n";
+  ASSERT_EQ(::kill(cluster_->master_process()->pid(), SIGHUP), 0);
+  EXPECT_TRUE(WaitFor([&] { return q->Put("k4", value.data(), kSmall).ok(); }, 20000));
+}
+
+TEST_F(QuotasTest, AFloodEvictsTheFloodersBlocksNotAnotherTenantsWithinItsShare) {
+  auto a = As("eng-a");
+  auto b = As("eng-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  // team-b: 2 MiB, within its 4 MiB guaranteed share, written first (so
+  // least recently used when the flood comes).
+  std::string bv(kSmall, 'b');
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(b->Put(absl::StrCat("b", i), bv.data(), bv.size()).ok());
+  }
+  // team-a writes three times the cluster's 16 MiB.
+  std::string av(1 << 20, 'a');
+  for (int i = 0; i < 48; ++i) {
+    Status s = a->Put(absl::StrCat("a", i), av.data(), av.size());
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+  }
+  for (int i = 0; i < 8; ++i) {
+    std::string got;
+    Status s = b->Get(absl::StrCat("b", i), &got);
+    EXPECT_TRUE(s.ok()) << "b" << i << ": " << s.ToString();
+    EXPECT_EQ(got, bv);
+  }
+  // The flood's oldest blocks made the room.
+  std::vector<bool> present;
+  ASSERT_TRUE(a->Exists({"a0", "a47"}, &present).ok());
+  EXPECT_EQ(present, (std::vector<bool>{false, true}));
+}
+
+TEST_F(QuotasTest, PinTtlIsCapped) {
+  auto a = As("eng-a");
+  ASSERT_NE(a, nullptr);
+  Status put = a->Put("k", "v", 1);
+  ASSERT_TRUE(put.ok()) << put.ToString();
+  grpc::Status long_pin = Pin("eng-a", "k", 60000);
+  EXPECT_EQ(long_pin.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(long_pin.error_message(), "quota pin_ttl"))
+      << long_pin.error_message();
+  EXPECT_EQ(Pin("eng-a", "k", 0).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Pin("eng-a", "k", 0, /*hard=*/true).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(Pin("eng-a", "k", 5000).ok());
+  // Another principal without a cap pins as long as it likes.
+  auto b = As("eng-b");
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->Put("k", "v", 1).ok());
+  EXPECT_TRUE(Pin("eng-b", "k", 0).ok());
+}
+
+TEST_F(QuotasTest, PutsInFlightAreLimited) {
+  v1::PutStartResponse r1, r2, r3;
+  ASSERT_TRUE(StartPut("eng-a", "p1", &r1).ok());
+  ASSERT_TRUE(StartPut("eng-a", "p2", &r2).ok());
+  ASSERT_EQ(r2.state(), v1::PUT_STARTED);
+  grpc::Status third = StartPut("eng-a", "p3", &r3);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(third.error_message(), "quota puts")) << third.error_message();
+  EXPECT_TRUE(absl::StrContains(third.error_message(), "eng-a")) << third.error_message();
+  // Another principal's puts do not count.
+  v1::PutStartResponse rb;
+  EXPECT_TRUE(StartPut("eng-b", "p3", &rb).ok());
+  // An abort ends one: the next starts.
+  v1::PutAbortRequest abort;
+  abort.add_put_ids(r1.put_id());
+  v1::PutAbortResponse aborted;
+  grpc::ClientContext ctx;
+  Prepare(&ctx, "eng-a");
+  ASSERT_TRUE(MasterStub()->PutAbort(&ctx, abort, &aborted).ok());
+  EXPECT_TRUE(StartPut("eng-a", "p3", &r3).ok());
+}
+
+}  // namespace
+}  // namespace shelf
