@@ -4,9 +4,13 @@
 // tenant that fills the cluster evicts its own blocks, not another's within
 // its guaranteed share; the pin TTL cap; the puts-in-flight limit; a SIGHUP
 // that raises a quota.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -15,8 +19,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/credentials.h"
+#include "common/net.h"
 #include "common/rpc.h"
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
@@ -31,11 +38,58 @@ constexpr char kCredentials[] =
     "eng-a    engine   team-a   secret-of-engine-a-0123456789   puts=2 pin_ttl=10s\n"
     "eng-b    engine   team-b   secret-of-engine-b-0123456789\n"
     "eng-q    engine   team-q   secret-of-engine-q-0123456789\n"
+    "eng-l    engine   team-l   secret-of-engine-l-0123456789   leased=512KiB\n"
     "store-1  store    -        secret-of-the-store-0123456789\n"
     "ops      admin    -        secret-of-the-admin-0123456789\n"
     "tenant=team-b  guarantee=4MiB\n";
 constexpr char kTeamQ[] = "tenant=team-q  dram=1MiB pinned=256KiB\n";
 constexpr size_t kSmall = 256 << 10;
+
+uint16_t FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// The master's /metrics (a plain HTTP/1.0 GET; "" on failure).
+std::string Scrape(uint16_t port) {
+  absl::StatusOr<int> fd = TcpConnect(HostPort{"127.0.0.1", port}, 2000);
+  if (!fd.ok()) return "";
+  SetIoTimeoutMs(*fd, 5000);
+  std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  WriteFull(*fd, req.data(), req.size()).IgnoreError();
+  std::string resp;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(*fd, buf, sizeof(buf))) > 0) resp.append(buf, n);
+  close(*fd);
+  return resp;
+}
+
+// The value of the sample of `name` whose labels include every `labels`
+// (each `k="v"`); -1 when there is none.
+double Sample(const std::string& text, const std::string& name,
+              const std::vector<std::string>& labels) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, name + "{")) continue;
+    size_t close_brace = line.find('}');
+    if (close_brace == absl::string_view::npos) continue;
+    absl::string_view set = line.substr(0, close_brace);
+    bool all = true;
+    for (const std::string& l : labels) all &= absl::StrContains(set, l);
+    double v = 0;
+    if (all && absl::SimpleAtod(absl::StripAsciiWhitespace(line.substr(close_brace + 1)), &v)) {
+      return v;
+    }
+  }
+  return -1;
+}
 
 std::string SecretOf(const std::string& name) {
   absl::StatusOr<std::vector<PrincipalEntry>> entries = ParseCredentials(kCredentials, "test");
@@ -58,7 +112,9 @@ class QuotasTest : public ClusterFixture {
     o.secret = kDataSecret;
     o.stores = 1;
     o.dram_bytes = 16ull << 20;
-    o.master_args = {"--credentials", credentials_};
+    metrics_port_ = FreePort();
+    o.master_args = {"--credentials", credentials_, "--metrics-listen",
+                     absl::StrCat("127.0.0.1:", metrics_port_)};
     o.store_args = {"--credentials", credentials_, "--principal", "store-1"};
     o.admin_token = PrincipalToken("ops", SecretOf("ops"));
     return o;
@@ -117,6 +173,17 @@ class QuotasTest : public ClusterFixture {
     return MasterStub()->PutStart(&ctx, req, resp);
   }
 
+  // Lookups of `keys` as `principal`, taking leases.
+  grpc::Status Lookup(const std::string& principal, const std::vector<std::string>& keys) {
+    v1::LookupRequest req;
+    for (const std::string& k : keys) req.add_keys(k);
+    v1::LookupResponse resp;
+    grpc::ClientContext ctx;
+    Prepare(&ctx, principal);
+    return MasterStub()->Lookup(&ctx, req, &resp);
+  }
+
+  uint16_t metrics_port_ = 0;
   std::string dir_, credentials_;
   std::unique_ptr<v1::MasterService::Stub> master_stub_;
   std::unique_ptr<v1::AdminService::Stub> admin_stub_;
@@ -136,6 +203,15 @@ TEST_F(QuotasTest, OverItsDramQuotaATenantIsRefusedNamingTheQuota) {
   EXPECT_EQ(over.code(), StatusCode::kResourceExhausted) << over.ToString();
   EXPECT_TRUE(absl::StrContains(over.ToString(), "quota dram")) << over.ToString();
   EXPECT_TRUE(absl::StrContains(over.ToString(), "team-q")) << over.ToString();
+  // The master's metrics say the same, for that tenant alone.
+  std::string metrics = Scrape(metrics_port_);
+  EXPECT_EQ(
+      Sample(metrics, "shelf_master_tenant_stored_bytes", {"tenant=\"team-q\"", "tier=\"dram\""}),
+      static_cast<double>(4 * kSmall))
+      << metrics;
+  EXPECT_EQ(
+      Sample(metrics, "shelf_master_quota_refusals_total", {"tenant=\"team-q\"", "quota=\"dram\""}),
+      1.0);
   // Another tenant is not held to it.
   for (int i = 0; i < 6; ++i) {
     ASSERT_TRUE(b->Put(absl::StrCat("k", i), value.data(), value.size()).ok());
@@ -232,6 +308,36 @@ TEST_F(QuotasTest, PutsInFlightAreLimited) {
   Prepare(&ctx, "eng-a");
   ASSERT_TRUE(MasterStub()->PutAbort(&ctx, abort, &aborted).ok());
   EXPECT_TRUE(StartPut("eng-a", "p3", &r3).ok());
+}
+
+TEST_F(QuotasTest, LeasedBytesAreLimitedUntilGivenBack) {
+  auto l = As("eng-l");
+  ASSERT_NE(l, nullptr);
+  std::string value(kSmall, 'l');
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(l->Put(absl::StrCat("k", i), value.data(), value.size()).ok());
+  }
+  // 2 x 256 KiB under leases: the 512 KiB quota is reached.
+  ASSERT_TRUE(Lookup("eng-l", {"k0", "k1"}).ok());
+  grpc::Status over = Lookup("eng-l", {"k2"});
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(over.error_message(), "quota leased")) << over.error_message();
+  // A lookup without a lease is not held to it.
+  v1::LookupRequest peek;
+  peek.add_keys("k2");
+  peek.set_no_lease(true);
+  v1::LookupResponse found;
+  grpc::ClientContext ctx;
+  Prepare(&ctx, "eng-l");
+  EXPECT_TRUE(MasterStub()->Lookup(&ctx, peek, &found).ok());
+  // Giving one lease back makes room.
+  v1::ReleaseLeasesRequest release;
+  release.add_keys("k0");
+  v1::ReleaseLeasesResponse released;
+  grpc::ClientContext ctx2;
+  Prepare(&ctx2, "eng-l");
+  ASSERT_TRUE(MasterStub()->ReleaseLeases(&ctx2, release, &released).ok());
+  EXPECT_TRUE(Lookup("eng-l", {"k2"}).ok());
 }
 
 }  // namespace
