@@ -328,9 +328,16 @@ void QuotaBook::AfterPut(const Principal& p, const v1::PutStartRequest& req, con
   }
 }
 
-void QuotaBook::AfterEnd(const google::protobuf::RepeatedField<uint64_t>& put_ids) {
+void QuotaBook::AfterEnd(const google::protobuf::RepeatedField<uint64_t>& put_ids,
+                         const google::protobuf::RepeatedPtrField<v1::RpcStatus>& statuses) {
   if (!active()) return;
-  for (uint64_t id : put_ids) EndPut(id);
+  for (int i = 0; i < put_ids.size() && i < statuses.size(); ++i) {
+    auto code = static_cast<absl::StatusCode>(statuses[i].code());
+    if (code == absl::StatusCode::kOk || code == absl::StatusCode::kNotFound ||
+        code == absl::StatusCode::kAlreadyExists) {
+      EndPut(put_ids[i]);
+    }
+  }
 }
 
 void QuotaBook::AfterLookup(const Principal& p, bool leased,

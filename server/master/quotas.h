@@ -94,9 +94,12 @@ class QuotaBook {
   absl::Status BeforePut(const Principal& p, const v1::PutStartRequest& req);
   void AfterPut(const Principal& p, const v1::PutStartRequest& req, const absl::Status& s,
                 const v1::PutStartResponse& resp, uint64_t put_timeout_ms);
-  // After a PutCommit or PutAbort: each id named ends (committed, aborted,
-  // or unknown to the master: reclaimed).
-  void AfterEnd(const google::protobuf::RepeatedField<uint64_t>& put_ids);
+  // After a PutCommit or PutAbort: each id whose status (`statuses`,
+  // parallel) says it ended (committed, aborted, refused and freed, or
+  // unknown to the master: reclaimed) stops counting. One refused for
+  // another reason (not its owner's, not the leader) still counts.
+  void AfterEnd(const google::protobuf::RepeatedField<uint64_t>& put_ids,
+                const google::protobuf::RepeatedPtrField<v1::RpcStatus>& statuses);
   // After a Lookup or MatchPrefix (kept keys, before ToCaller).
   void AfterLookup(const Principal& p, bool leased,
                    const google::protobuf::RepeatedPtrField<v1::ObjectLocation>& objects,

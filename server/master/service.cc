@@ -206,7 +206,7 @@ grpc::Status MasterServiceImpl::PutCommit(grpc::ServerContext* ctx, const v1::Pu
         absl::StrCat("a commit takes at most ", kBatchItemsMax, " put ids"))));
   }
   master_->PutCommit(*req, resp);
-  master_->quotas().AfterEnd(req->put_ids());
+  master_->quotas().AfterEnd(req->put_ids(), resp->statuses());
   return grpc::Status::OK;
 }
 
@@ -218,7 +218,7 @@ grpc::Status MasterServiceImpl::PutAbort(grpc::ServerContext* ctx, const v1::Put
         absl::StrCat("an abort takes at most ", kBatchItemsMax, " put ids"))));
   }
   master_->PutAbort(*req, resp);
-  master_->quotas().AfterEnd(req->put_ids());
+  master_->quotas().AfterEnd(req->put_ids(), resp->statuses());
   return grpc::Status::OK;
 }
 
