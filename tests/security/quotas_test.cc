@@ -42,7 +42,7 @@ constexpr char kCredentials[] =
     "store-1  store    -        secret-of-the-store-0123456789\n"
     "ops      admin    -        secret-of-the-admin-0123456789\n"
     "tenant=team-b  guarantee=4MiB\n";
-constexpr char kTeamQ[] = "tenant=team-q  dram=1MiB pinned=256KiB\n";
+constexpr char kTeamQ[] = "tenant=team-q  dram=1MiB ssd=512KiB pinned=256KiB\n";
 constexpr size_t kSmall = 256 << 10;
 
 uint16_t FreePort() {
@@ -338,6 +338,54 @@ TEST_F(QuotasTest, LeasedBytesAreLimitedUntilGivenBack) {
   Prepare(&ctx2, "eng-l");
   ASSERT_TRUE(MasterStub()->ReleaseLeases(&ctx2, release, &released).ok());
   EXPECT_TRUE(Lookup("eng-l", {"k2"}).ok());
+}
+
+// With an SSD tier: demoted blocks move from the tenant's DRAM count to its
+// SSD count, which has a quota of its own.
+class QuotasTieredTest : public QuotasTest {
+ protected:
+  LocalCluster::Options ClusterOptions() override {
+    LocalCluster::Options o = QuotasTest::ClusterOptions();
+    o.ssd_bytes = 64ull << 20;
+    return o;
+  }
+};
+
+TEST_F(QuotasTieredTest, DemotionMovesBytesFromTheDramCountToTheSsdCount) {
+  auto q = As("eng-q");
+  ASSERT_NE(q, nullptr);
+  std::string value(kSmall, 'q');
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(q->Put(absl::StrCat("k", i), value.data(), value.size()).ok());
+  }
+  ASSERT_EQ(q->Put("k4", value.data(), kSmall).code(), StatusCode::kResourceExhausted);
+  // The admin evicts the store's DRAM: every block is demoted to its SSD.
+  MasterStub();
+  v1::EvictRequest evict;
+  evict.set_bytes(16ull << 20);
+  v1::EvictResponse evicted;
+  grpc::ClientContext ctx;
+  Prepare(&ctx, "ops");
+  ASSERT_TRUE(admin_stub_->Evict(&ctx, evict, &evicted).ok());
+  const std::vector<std::string> dram = {"tenant=\"team-q\"", "tier=\"dram\""};
+  const std::vector<std::string> ssd = {"tenant=\"team-q\"", "tier=\"ssd\""};
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        std::string m = Scrape(metrics_port_);
+        return Sample(m, "shelf_master_tenant_stored_bytes", dram) == 0 &&
+               Sample(m, "shelf_master_tenant_stored_bytes", ssd) == 4.0 * kSmall;
+      },
+      20000))
+      << Scrape(metrics_port_);
+  // Its DRAM quota has room again, but its SSD holds 1 MiB, over 512 KiB.
+  Status over = q->Put("k4", value.data(), kSmall);
+  EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(over.ToString(), "quota ssd")) << over.ToString();
+  // Removing two brings it back to its quota.
+  ASSERT_TRUE(q->Remove("k0").ok());
+  ASSERT_TRUE(q->Remove("k1").ok());
+  Status again = q->Put("k4", value.data(), kSmall);
+  EXPECT_TRUE(again.ok()) << again.ToString();
 }
 
 }  // namespace
