@@ -140,7 +140,6 @@ class QuotaBook {
   Clock* const clock_;
   std::atomic<bool> has_pins_{false};
   prom::Family<prometheus::Counter>& refusals_;
-  std::vector<prom::CallbackHandle> gauges_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Usage> tenants_ ABSL_GUARDED_BY(mu_);
@@ -149,6 +148,8 @@ class QuotaBook {
   absl::flat_hash_map<std::string, Hold> pins_ ABSL_GUARDED_BY(mu_);    // by kept key
   absl::flat_hash_map<std::string, Hold> leases_ ABSL_GUARDED_BY(mu_);  // by principal \0 key
   uint64_t next_expiry_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  // Last: removed first, before the state its callbacks read.
+  std::vector<prom::CallbackHandle> gauges_;
 };
 
 }  // namespace shelf
