@@ -475,10 +475,11 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
   // The list is in LRU order (lookups move what they find to the back).
   // Pass 0, when tenants have guaranteed DRAM shares, takes only blocks of
   // tenants over theirs; pass 1 skips soft-pinned blocks; pass 2 takes them
-  // too, but never those of a tenant within its share (docs/security.md,
-  // "Quotas").
+  // too, but not in a cluster of tenants, where a soft pin is another
+  // tenant's to keep (docs/security.md, "Quotas").
   const bool shares = quotas_->any_guarantee();
-  for (int pass = shares ? 0 : 1; pass < 3; ++pass) {
+  const int passes = options_.tenant_namespaces ? 2 : 3;
+  for (int pass = shares ? 0 : 1; pass < passes; ++pass) {
     for (auto it = seg->lru.begin(); it != seg->lru.end();) {
       // Demotions already ordered will free their bytes: count them done,
       // unless this pass must make room now (it drops; a demotion may yet
@@ -493,7 +494,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
       }
       if (rep == nullptr) continue;
       if (!EvictableLocked(*obj, now, pass == 2, demote_ok)) continue;
-      if (shares && pass != 1 && !quotas_->OverGuarantee(obj->key.view())) continue;
+      if (pass == 0 && !quotas_->OverGuarantee(obj->key.view())) continue;
       uint64_t aligned = seg->alloc->RoundUp(obj->size);
       uint64_t ssd_high = static_cast<uint64_t>(options_.ssd_evict_high * n.ssd_capacity);
       bool can_demote =

@@ -2,8 +2,8 @@
 // with --credentials (docs/security.md, "Quotas"): a tenant over its stored
 // bytes quota gets RESOURCE_EXHAUSTED naming the quota; a flood by one
 // tenant that fills the cluster evicts its own blocks, not another's within
-// its guaranteed share; the pin TTL cap; the puts-in-flight limit; a SIGHUP
-// that raises a quota.
+// its guaranteed share nor another's soft-pinned ones; the pin TTL cap; the puts-in-flight limit; a
+// SIGHUP that raises a quota.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -251,6 +251,11 @@ TEST_F(QuotasTest, AFloodEvictsTheFloodersBlocksNotAnotherTenantsWithinItsShare)
   for (int i = 0; i < 8; ++i) {
     ASSERT_TRUE(b->Put(absl::StrCat("b", i), bv.data(), bv.size()).ok());
   }
+  // team-q, without a share, soft-pins one block.
+  auto q = As("eng-q");
+  ASSERT_NE(q, nullptr);
+  ASSERT_TRUE(q->Put("pinned", bv.data(), bv.size()).ok());
+  ASSERT_TRUE(Pin("eng-q", "pinned", 0).ok());
   // team-a writes three times the cluster's 16 MiB.
   std::string av(1 << 20, 'a');
   for (int i = 0; i < 48; ++i) {
@@ -263,6 +268,9 @@ TEST_F(QuotasTest, AFloodEvictsTheFloodersBlocksNotAnotherTenantsWithinItsShare)
     EXPECT_TRUE(s.ok()) << "b" << i << ": " << s.ToString();
     EXPECT_EQ(got, bv);
   }
+  std::vector<bool> kept;
+  ASSERT_TRUE(q->Exists({"pinned"}, &kept).ok());
+  EXPECT_EQ(kept, std::vector<bool>{true});
   // The flood's oldest blocks made the room.
   std::vector<bool> present;
   ASSERT_TRUE(a->Exists({"a0", "a47"}, &present).ok());
