@@ -71,9 +71,14 @@ void QuotaBook::Stored(absl::string_view kept_key, v1::Tier tier, uint64_t bytes
   n = added ? n + bytes : n - std::min(n, bytes);
 }
 
-void QuotaBook::ResetStored() {
+void QuotaBook::Reset() {
   absl::MutexLock lock(&mu_);
-  for (auto& [name, u] : tenants_) u.dram = u.ssd = 0;
+  tenants_.clear();
+  principals_.clear();
+  puts_.clear();
+  pins_.clear();
+  leases_.clear();
+  next_expiry_ms_ = 0;
 }
 
 bool QuotaBook::any_guarantee() const {

@@ -51,7 +51,9 @@ class QuotaBook {
 
   // Stored bytes (the master's index hooks; under its mu_).
   void Stored(absl::string_view kept_key, v1::Tier tier, uint64_t bytes, bool added);
-  void ResetStored();
+  // A new term starts with an empty index, no puts and no pins: so do the
+  // counts.
+  void Reset();
   // Whether some tenant has a guaranteed DRAM share (eviction prefers
   // tenants over theirs only then).
   bool any_guarantee() const;
