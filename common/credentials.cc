@@ -6,10 +6,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/hmac.h"
 #include "common/secret_file.h"
+#include "common/units.h"
 
 namespace shelf {
 
@@ -62,9 +64,78 @@ bool Principal::MayRead(absl::string_view tenant_name) const {
   return std::find(read_tenants.begin(), read_tenants.end(), tenant_name) != read_tenants.end();
 }
 
+namespace {
+
+// One KEY=VALUE option of a line into `q` (or `read_tenants`, when given).
+// `tenant_line`: a `tenant=` line, which takes every quota.
+absl::Status ParseOption(absl::string_view opt, bool tenant_line, QuotaLimits* q,
+                         std::vector<std::string>* read_tenants) {
+  size_t eq = opt.find('=');
+  if (eq == absl::string_view::npos || eq == 0) return absl::InvalidArgumentError("want KEY=VALUE");
+  absl::string_view key = opt.substr(0, eq);
+  absl::string_view value = opt.substr(eq + 1);
+  if (key == "read") {
+    if (read_tenants == nullptr) {
+      return absl::InvalidArgumentError("read= is for engines and gateways");
+    }
+    for (absl::string_view t : absl::StrSplit(value, ',')) {
+      if (!ValidTenantName(t)) return absl::InvalidArgumentError("bad tenant in read=");
+      read_tenants->emplace_back(t);
+    }
+    return absl::OkStatus();
+  }
+  struct Field {
+    const char* key;
+    uint64_t QuotaLimits::*field;
+    enum { kSize, kCount, kDuration } kind;
+    bool tenant_only;
+  };
+  static constexpr Field kFields[] = {
+      {"dram", &QuotaLimits::dram_bytes, Field::kSize, true},
+      {"ssd", &QuotaLimits::ssd_bytes, Field::kSize, true},
+      {"guarantee", &QuotaLimits::guarantee_dram_bytes, Field::kSize, true},
+      {"puts", &QuotaLimits::puts, Field::kCount, false},
+      {"put_bytes", &QuotaLimits::put_bytes, Field::kSize, false},
+      {"leased", &QuotaLimits::leased_bytes, Field::kSize, false},
+      {"pinned", &QuotaLimits::pinned_bytes, Field::kSize, false},
+      {"pin_ttl", &QuotaLimits::pin_ttl_ms, Field::kDuration, false},
+  };
+  for (const Field& f : kFields) {
+    if (key != f.key) continue;
+    if (f.tenant_only && !tenant_line) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, "= is a tenant's quota: put it on a tenant= line"));
+    }
+    absl::StatusOr<uint64_t> v;
+    uint64_t n = 0;
+    switch (f.kind) {
+      case Field::kSize:
+        v = ParseSize(value);
+        break;
+      case Field::kDuration:
+        v = ParseDurationMs(value);
+        break;
+      case Field::kCount:
+        if (!absl::SimpleAtoi(value, &n)) return absl::InvalidArgumentError("puts= is a count");
+        v = n;
+        break;
+    }
+    if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(key, "=: ", v.status().message()));
+    q->*f.field = *v;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown option '", key,
+                   "' (read, dram, ssd, guarantee, puts, put_bytes, leased, pinned, pin_ttl)"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<PrincipalEntry>> ParseCredentials(absl::string_view text,
-                                                             absl::string_view origin) {
+                                                             absl::string_view origin,
+                                                             TenantQuotas* tenants) {
   std::vector<PrincipalEntry> out;
+  TenantQuotas tenant_lines;
   size_t line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -72,8 +143,24 @@ absl::StatusOr<std::vector<PrincipalEntry>> ParseCredentials(absl::string_view t
     if (line.empty() || line[0] == '#') continue;
     std::vector<absl::string_view> f =
         absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    if (f.size() < 4 || f.size() > 5) {
-      return LineError(origin, line_no, "want NAME ROLE TENANT SECRET [read=TENANT,...]");
+    if (absl::StartsWith(f[0], "tenant=")) {
+      absl::string_view name = f[0].substr(7);
+      if (!ValidTenantName(name)) {
+        return LineError(origin, line_no, "a tenant is 1..32 of [A-Za-z0-9_-]");
+      }
+      QuotaLimits q;
+      for (size_t i = 1; i < f.size(); ++i) {
+        if (absl::Status s = ParseOption(f[i], /*tenant_line=*/true, &q, nullptr); !s.ok()) {
+          return LineError(origin, line_no, s.message());
+        }
+      }
+      if (!tenant_lines.emplace(std::string(name), q).second) {
+        return LineError(origin, line_no, absl::StrCat("tenant '", name, "' appears twice"));
+      }
+      continue;
+    }
+    if (f.size() < 4) {
+      return LineError(origin, line_no, "want NAME ROLE TENANT SECRET [OPTION...]");
     }
     PrincipalEntry e;
     Principal& p = e.principal;
@@ -105,15 +192,10 @@ absl::StatusOr<std::vector<PrincipalEntry>> ParseCredentials(absl::string_view t
       return LineError(origin, line_no, "a secret is at least 16 bytes");
     }
     e.secret = std::string(f[3]);
-    if (f.size() == 5) {
-      if (!absl::StartsWith(f[4], "read=") || !p.engine_like()) {
-        return LineError(origin, line_no,
-                         "the fifth field is read=TENANT[,TENANT...] (engines and gateways)");
-      }
-      for (absl::string_view t : absl::StrSplit(f[4].substr(5), ',')) {
-        if (!ValidTenantName(t)) return LineError(origin, line_no, "bad tenant in read=");
-        p.read_tenants.emplace_back(t);
-      }
+    for (size_t i = 4; i < f.size(); ++i) {
+      absl::Status s = ParseOption(f[i], /*tenant_line=*/false, &p.quotas,
+                                   p.engine_like() ? &p.read_tenants : nullptr);
+      if (!s.ok()) return LineError(origin, line_no, s.message());
     }
     for (const PrincipalEntry& prev : out) {
       if (prev.principal.name == p.name) {
@@ -123,13 +205,15 @@ absl::StatusOr<std::vector<PrincipalEntry>> ParseCredentials(absl::string_view t
     out.push_back(std::move(e));
   }
   if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(origin, " names no principal"));
+  if (tenants != nullptr) *tenants = std::move(tenant_lines);
   return out;
 }
 
-absl::StatusOr<std::vector<PrincipalEntry>> ReadCredentialsFile(const std::string& path) {
+absl::StatusOr<std::vector<PrincipalEntry>> ReadCredentialsFile(const std::string& path,
+                                                                TenantQuotas* tenants) {
   absl::StatusOr<std::string> text = ReadPrivateFile(path, "--credentials");
   if (!text.ok()) return text.status();
-  return ParseCredentials(*text, absl::StrCat("credentials file '", path, "'"));
+  return ParseCredentials(*text, absl::StrCat("credentials file '", path, "'"), tenants);
 }
 
 std::string PrincipalToken(const std::string& name, const std::string& secret) {
@@ -165,42 +249,66 @@ std::shared_ptr<Authenticator> Authenticator::ClusterSecret(const std::string& s
   return a;
 }
 
-std::shared_ptr<Authenticator> Authenticator::FromEntries(std::vector<PrincipalEntry> entries) {
+std::shared_ptr<Authenticator> Authenticator::FromEntries(std::vector<PrincipalEntry> entries,
+                                                          TenantQuotas tenants) {
   auto a = std::shared_ptr<Authenticator>(new Authenticator(Mode::kPrincipals));
-  a->Install(std::move(entries));
+  a->Install(std::move(entries), std::move(tenants));
   return a;
 }
 
 absl::StatusOr<std::shared_ptr<Authenticator>> Authenticator::FromFile(const std::string& path) {
-  absl::StatusOr<std::vector<PrincipalEntry>> entries = ReadCredentialsFile(path);
+  TenantQuotas tenants;
+  absl::StatusOr<std::vector<PrincipalEntry>> entries = ReadCredentialsFile(path, &tenants);
   if (!entries.ok()) return entries.status();
-  std::shared_ptr<Authenticator> a = FromEntries(*std::move(entries));
+  std::shared_ptr<Authenticator> a = FromEntries(*std::move(entries), std::move(tenants));
   a->path_ = path;
   return a;
 }
 
-void Authenticator::Install(std::vector<PrincipalEntry> entries) {
+void Authenticator::Install(std::vector<PrincipalEntry> entries, TenantQuotas tenants) {
   auto table = std::make_shared<absl::flat_hash_map<std::string, Known>>();
   for (PrincipalEntry& e : entries) {
     std::string mac = TokenMac(e.principal.name, e.secret);
     std::string name = e.principal.name;
     (*table)[name] = Known{std::move(e.principal), std::move(mac)};
   }
+  auto quotas = std::make_shared<const TenantQuotas>(std::move(tenants));
   absl::MutexLock lock(&mu_);
   table_ = std::move(table);
+  tenant_quotas_ = std::move(quotas);
 }
 
 absl::Status Authenticator::Reload() {
   if (mode_ != Mode::kPrincipals || path_.empty()) return absl::OkStatus();
-  absl::StatusOr<std::vector<PrincipalEntry>> entries = ReadCredentialsFile(path_);
+  TenantQuotas tenants;
+  absl::StatusOr<std::vector<PrincipalEntry>> entries = ReadCredentialsFile(path_, &tenants);
   if (!entries.ok()) return entries.status();
-  Install(*std::move(entries));
+  Install(*std::move(entries), std::move(tenants));
   return absl::OkStatus();
 }
 
 size_t Authenticator::size() const {
   absl::MutexLock lock(&mu_);
   return table_ == nullptr ? 0 : table_->size();
+}
+
+std::shared_ptr<const TenantQuotas> Authenticator::tenant_quotas() const {
+  absl::MutexLock lock(&mu_);
+  return tenant_quotas_;
+}
+
+std::vector<std::string> Authenticator::tenants() const {
+  std::vector<std::string> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, q] : *tenant_quotas_) out.push_back(name);
+  if (table_ != nullptr) {
+    for (const auto& [name, k] : *table_) {
+      if (!k.principal.tenant.empty()) out.push_back(k.principal.tenant);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 absl::StatusOr<Principal> Authenticator::Authenticate(absl::string_view token) const {

@@ -25,6 +25,8 @@ Master::Master(MasterOptions options, prom::Exposition* exposition)
   SHELF_CHECK(options_.block_bytes_max <= kBlockBytesLimit)
       << "block_bytes_max " << options_.block_bytes_max << " over " << kBlockBytesLimit;
   prom::Exposition& r = exposition != nullptr ? *exposition : DefaultExposition();
+  quotas_ =
+      std::make_unique<QuotaBook>(options_.credentials, options_.tenant_namespaces, clock_, r);
   gauges_.push_back(
       r.AddCallbackGauge("shelf_master_objects", "Committed objects in the index", [this] {
         absl::ReaderMutexLock lock(&mu_);
@@ -143,6 +145,7 @@ std::pair<Master::Object*, bool> Master::EmplaceLocked(const std::string& key) {
 }
 
 void Master::EraseIndexLocked(Object* obj) {
+  quotas_->ObjectGone(obj->key.view());  // its pin goes with it
   Shard& shard = ShardOf(obj->key.view());
   absl::MutexLock lock(&shard.mu);
   // Found by address: the object's key goes with it.

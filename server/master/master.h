@@ -50,6 +50,7 @@
 #include "server/master/kv_events.h"
 #include "server/master/lru_pool.h"
 #include "server/master/master_metrics.h"
+#include "server/master/quotas.h"
 #include "shelf/limits.h"
 #include "storage/allocator.h"
 
@@ -90,6 +91,9 @@ struct MasterOptions {
   // event hash, when its engine gave none, is of KEY, the form its engine
   // names it by.
   bool tenant_namespaces = false;
+  // Principals' and tenants' quotas and guaranteed shares (quotas.h);
+  // none when null.
+  std::shared_ptr<const Authenticator> credentials;
   // Every time the master reads (TTLs, leases, put and pin expiry, wall
   // times it reports) and every timed wait (PutStart waiting for room, a
   // heartbeat long poll). Must outlive the master.
@@ -165,6 +169,9 @@ class Master {
 
   // For tests: aborts if an invariant does not hold.
   void CheckInvariants();
+
+  // What each tenant and principal holds, and their quotas (quotas.h).
+  QuotaBook& quotas() { return *quotas_; }
 
   // The master's counters (also exported as metrics).
   const MasterMetrics& metrics() const { return metrics_; }
@@ -563,6 +570,7 @@ class Master {
   // before touching a Node it held, since a reset frees every Node.
   uint64_t reset_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   MasterMetrics metrics_;
+  std::unique_ptr<QuotaBook> quotas_;
   std::vector<prom::CallbackHandle> gauges_;
   std::string leader_address_ ABSL_GUARDED_BY(mu_);
   bool leader_ ABSL_GUARDED_BY(mu_) = true;

@@ -69,6 +69,7 @@ void Master::ResetLocked() {
   nodes_.clear();
   node_by_id_.clear();
   demotions_pending_ = 0;
+  quotas_->Reset();
   ++reset_epoch_;  // wakes and invalidates calls waiting on a node
 }
 

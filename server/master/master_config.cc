@@ -50,9 +50,10 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
                 "it, calls are refused with RESOURCE_EXHAUSTED; 0: no limit");
   flags.AddString("secret-file", &secret_file, "cluster secret (>= 16 bytes); none: open cluster");
   flags.AddString("credentials", &credentials_file,
-                  "principals file (NAME ROLE TENANT SECRET [read=TENANTS] per line; "
-                  "docs/security.md): callers authenticate as principals, roles and tenant "
-                  "namespaces are enforced; reloaded on SIGHUP");
+                  "principals file (NAME ROLE TENANT SECRET [read=TENANTS] [QUOTA=VALUE...] "
+                  "per line, tenant=NAME [QUOTA=VALUE...] for a tenant's quotas; "
+                  "docs/security.md): callers authenticate as principals, roles, tenant "
+                  "namespaces and quotas are enforced; reloaded on SIGHUP");
   flags.AddString("tls-cert", &c.tls.cert, "PEM certificate for gRPC TLS");
   flags.AddString("tls-key", &c.tls.key, "PEM private key for gRPC TLS");
   flags.AddString("tls-ca", &c.tls.ca, "PEM CA bundle for gRPC TLS");
@@ -119,6 +120,7 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
     if (!auth.ok()) return absl::InvalidArgumentError(auth.status().message());
     c.auth = *std::move(auth);
     opts.tenant_namespaces = true;
+    opts.credentials = c.auth;  // quotas (docs/security.md, "Quotas")
   } else {
     c.auth = Authenticator::ClusterSecret(c.secret);
   }

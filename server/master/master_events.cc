@@ -1,6 +1,7 @@
 // The master's side of the KV event stream (docs/events.md): which index
 // change becomes which event. Every change of a replica set passes here
-// with mu_ held exclusively, so the stream follows the index in order.
+// with mu_ held exclusively, so the stream follows the index in order, and
+// so does each tenant's count of stored bytes (quotas.h).
 #include "server/master/master.h"
 
 namespace shelf {
@@ -26,6 +27,7 @@ uint64_t Master::BlockHashLocked(const Object& obj) {
 
 void Master::EmitStoredLocked(const Object& obj, const Replica& r,
                               const v1::BlockEventInfo* put_info) {
+  quotas_->Stored(obj.key.view(), r.tier, obj.size, /*added=*/true);
   if (options_.events == nullptr || events_muted_) return;
   KvEvent e;
   e.type = KvEvent::kBlockStored;
@@ -49,6 +51,7 @@ void Master::EmitStoredLocked(const Object& obj, const Replica& r,
 }
 
 void Master::EmitRemovedLocked(const Object& obj, const Replica& r) {
+  quotas_->Stored(obj.key.view(), r.tier, obj.size, /*added=*/false);
   if (options_.events == nullptr || events_muted_) return;
   KvEvent e;
   e.type = KvEvent::kBlockRemoved;

@@ -473,8 +473,13 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
   const bool demote_ok = mode != EvictMode::kDrop;
   uint64_t freed = 0;
   // The list is in LRU order (lookups move what they find to the back).
-  // Pass 0 skips soft-pinned blocks; pass 1 takes them too.
-  for (int pass = 0; pass < 2; ++pass) {
+  // Pass 0, when tenants have guaranteed DRAM shares, takes only blocks of
+  // tenants over theirs; pass 1 skips soft-pinned blocks; pass 2 takes them
+  // too, but not in a cluster of tenants, where a soft pin is another
+  // tenant's to keep (docs/security.md, "Quotas").
+  const bool shares = quotas_->any_guarantee();
+  const int passes = options_.tenant_namespaces ? 2 : 3;
+  for (int pass = shares ? 0 : 1; pass < passes; ++pass) {
     for (auto it = seg->lru.begin(); it != seg->lru.end();) {
       // Demotions already ordered will free their bytes: count them done,
       // unless this pass must make room now (it drops; a demotion may yet
@@ -488,7 +493,8 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
         if (r.node == node && r.tier == v1::TIER_SSD) has_ssd_here = true;
       }
       if (rep == nullptr) continue;
-      if (!EvictableLocked(*obj, now, pass == 1, demote_ok)) continue;
+      if (!EvictableLocked(*obj, now, pass == 2, demote_ok)) continue;
+      if (pass == 0 && !quotas_->OverGuarantee(obj->key.view())) continue;
       uint64_t aligned = seg->alloc->RoundUp(obj->size);
       uint64_t ssd_high = static_cast<uint64_t>(options_.ssd_evict_high * n.ssd_capacity);
       bool can_demote =

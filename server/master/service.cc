@@ -96,7 +96,39 @@ absl::StatusOr<Principal> Authorize(const grpc::ServerContext* ctx, const Authen
   return p;
 }
 
+// A pin within the caller's pin quotas (quotas.h), counted once made.
+absl::Status PinWithQuota(Master* master, const Principal& caller, const v1::PinRequest& req) {
+  QuotaBook& quotas = master->quotas();
+  if (!quotas.active()) return master->Pin(req);
+  if (req.unpin()) {
+    absl::Status s = master->Pin(req);
+    if (s.ok()) quotas.Unpinned(req.key());
+    return s;
+  }
+  v1::StatRequest stat;
+  stat.set_key(req.key());
+  v1::StatResponse found;
+  uint64_t size = master->Stat(stat, &found).ok() ? found.object().size() : 0;
+  if (absl::Status s = quotas.CheckPin(caller, req.key(), size, req.ttl_ms(), req.hard());
+      !s.ok()) {
+    return s;
+  }
+  absl::Status s = master->Pin(req);
+  if (s.ok()) quotas.Pinned(caller, req.key(), size, req.hard() ? 0 : req.ttl_ms());
+  return s;
+}
+
 }  // namespace
+
+absl::Status MasterServiceImpl::PutStartWithQuota(const Principal& caller,
+                                                  const v1::PutStartRequest& req,
+                                                  v1::PutStartResponse* resp) {
+  QuotaBook& quotas = master_->quotas();
+  if (absl::Status s = quotas.BeforePut(caller, req); !s.ok()) return s;
+  absl::Status s = master_->PutStart(req, req.options().client_host_id(), resp);
+  quotas.AfterPut(caller, req, s, *resp, master_->options().put_timeout_ms);
+  return s;
+}
 
 // Resolves the caller (`caller`, a Principal) and checks its role may make
 // this call, then refuses a request body above the method's limit
@@ -133,9 +165,9 @@ grpc::Status MasterServiceImpl::PutStart(grpc::ServerContext* ctx, const v1::Put
   if (!caller.tenant.empty()) {
     v1::PutStartRequest kept = *req;
     if (absl::Status s = ToKept(caller, &kept); !s.ok()) return rpc_scope.Done(ToGrpc(s));
-    return rpc_scope.Done(ToGrpc(master_->PutStart(kept, kept.options().client_host_id(), resp)));
+    return rpc_scope.Done(ToGrpc(PutStartWithQuota(caller, kept, resp)));
   }
-  return rpc_scope.Done(ToGrpc(master_->PutStart(*req, req->options().client_host_id(), resp)));
+  return rpc_scope.Done(ToGrpc(PutStartWithQuota(caller, *req, resp)));
 }
 
 grpc::Status MasterServiceImpl::BatchPutStart(grpc::ServerContext* ctx,
@@ -155,7 +187,7 @@ grpc::Status MasterServiceImpl::BatchPutStart(grpc::ServerContext* ctx,
     }
     const v1::PutStartRequest& named = caller.tenant.empty() ? put : kept;
     if (s.ok()) {
-      s = master_->PutStart(named, named.options().client_host_id(), resp->add_results());
+      s = PutStartWithQuota(caller, named, resp->add_results());
     } else {
       resp->add_results();
     }
@@ -174,6 +206,7 @@ grpc::Status MasterServiceImpl::PutCommit(grpc::ServerContext* ctx, const v1::Pu
         absl::StrCat("a commit takes at most ", kBatchItemsMax, " put ids"))));
   }
   master_->PutCommit(*req, resp);
+  master_->quotas().AfterEnd(req->put_ids(), resp->statuses());
   return grpc::Status::OK;
 }
 
@@ -185,6 +218,7 @@ grpc::Status MasterServiceImpl::PutAbort(grpc::ServerContext* ctx, const v1::Put
         absl::StrCat("an abort takes at most ", kBatchItemsMax, " put ids"))));
   }
   master_->PutAbort(*req, resp);
+  master_->quotas().AfterEnd(req->put_ids(), resp->statuses());
   return grpc::Status::OK;
 }
 
@@ -196,7 +230,14 @@ grpc::Status MasterServiceImpl::Lookup(grpc::ServerContext* ctx, const v1::Looku
     if (absl::Status s = ToKept(caller, kept.mutable_keys(), false); !s.ok()) {
       return rpc_scope.Done(ToGrpc(s));
     }
+    const bool leased = !req->no_lease() && !req->peek();
+    if (leased) {
+      if (absl::Status s = master_->quotas().CheckLease(caller); !s.ok()) {
+        return rpc_scope.Done(ToGrpc(s));
+      }
+    }
     absl::Status s = master_->Lookup(kept, resp);
+    master_->quotas().AfterLookup(caller, leased, resp->objects(), master_->options().lease_ms);
     ToCaller(caller, req->keys(), resp->mutable_objects());
     return rpc_scope.Done(ToGrpc(s));
   }
@@ -212,7 +253,14 @@ grpc::Status MasterServiceImpl::MatchPrefix(grpc::ServerContext* ctx,
     if (absl::Status s = ToKept(caller, kept.mutable_keys(), false); !s.ok()) {
       return rpc_scope.Done(ToGrpc(s));
     }
+    const bool leased = !req->no_lease();
+    if (leased) {
+      if (absl::Status s = master_->quotas().CheckLease(caller); !s.ok()) {
+        return rpc_scope.Done(ToGrpc(s));
+      }
+    }
     absl::Status s = master_->MatchPrefix(kept, resp);
+    master_->quotas().AfterLookup(caller, leased, resp->objects(), master_->options().lease_ms);
     ToCaller(caller, req->keys(), resp->mutable_objects());
     return rpc_scope.Done(ToGrpc(s));
   }
@@ -228,6 +276,7 @@ grpc::Status MasterServiceImpl::ReleaseLeases(grpc::ServerContext* ctx,
     if (absl::Status s = ToKept(caller, kept.mutable_keys(), false); !s.ok()) {
       return rpc_scope.Done(ToGrpc(s));
     }
+    for (const std::string& key : kept.keys()) master_->quotas().Released(caller, key);
     return rpc_scope.Done(ToGrpc(master_->ReleaseLeases(kept)));
   }
   return rpc_scope.Done(ToGrpc(master_->ReleaseLeases(*req)));
@@ -341,9 +390,9 @@ grpc::Status AdminServiceImpl::Pin(grpc::ServerContext* ctx, const v1::PinReques
     absl::StatusOr<std::string> key = KeptKey(caller, req->key(), /*write=*/true);
     if (!key.ok()) return rpc_scope.Done(ToGrpc(key.status()));
     kept.set_key(*std::move(key));
-    return rpc_scope.Done(ToGrpc(master_->Pin(kept)));
+    return rpc_scope.Done(ToGrpc(PinWithQuota(master_, caller, kept)));
   }
-  return rpc_scope.Done(ToGrpc(master_->Pin(*req)));
+  return rpc_scope.Done(ToGrpc(PinWithQuota(master_, caller, *req)));
 }
 
 }  // namespace shelf

@@ -51,6 +51,10 @@ class MasterServiceImpl final : public v1::MasterService::Service {
                              v1::PromoteCommitResponse* resp) override;
 
  private:
+  // PutStart within the caller's put and stored-bytes quotas (quotas.h).
+  absl::Status PutStartWithQuota(const Principal& caller, const v1::PutStartRequest& req,
+                                 v1::PutStartResponse* resp);
+
   Master* const master_;
   const std::shared_ptr<const Authenticator> auth_;
 };

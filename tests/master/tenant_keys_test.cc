@@ -66,6 +66,42 @@ TEST(CredentialsTest, RefusesMalformedLinesNamingThem) {
   EXPECT_NE(dup.status().message().find("f line 2"), std::string::npos) << dup.status();
 }
 
+TEST(CredentialsTest, ParsesQuotasOfPrincipalsAndTenants) {
+  TenantQuotas tenants;
+  auto entries = ParseCredentials(
+      "eng-a engine team-a 0123456789abcdef01 puts=8 put_bytes=64MiB leased=1GiB pinned=2GiB "
+      "pin_ttl=10m read=prompts\n"
+      "tenant=team-a dram=4GiB ssd=1TiB guarantee=1GiB puts=64\n",
+      "test", &tenants);
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  const QuotaLimits& q = (*entries)[0].principal.quotas;
+  EXPECT_EQ(q.puts, 8u);
+  EXPECT_EQ(q.put_bytes, 64ull << 20);
+  EXPECT_EQ(q.leased_bytes, 1ull << 30);
+  EXPECT_EQ(q.pinned_bytes, 2ull << 30);
+  EXPECT_EQ(q.pin_ttl_ms, 600000u);
+  EXPECT_EQ(q.dram_bytes, 0u);  // unlimited
+  EXPECT_EQ((*entries)[0].principal.read_tenants, std::vector<std::string>{"prompts"});
+  ASSERT_TRUE(tenants.contains("team-a"));
+  EXPECT_EQ(tenants["team-a"].dram_bytes, 4ull << 30);
+  EXPECT_EQ(tenants["team-a"].ssd_bytes, 1ull << 40);
+  EXPECT_EQ(tenants["team-a"].guarantee_dram_bytes, 1ull << 30);
+  EXPECT_EQ(tenants["team-a"].puts, 64u);
+  auto auth = Authenticator::FromEntries(*entries, tenants);
+  EXPECT_EQ(auth->tenants(), (std::vector<std::string>{"team-a"}));
+  for (const char* bad : {
+           "eng engine t 0123456789abcdef dram=1GiB\n",            // stored bytes: a tenant's
+           "eng engine t 0123456789abcdef puts=many\n",            // not a count
+           "eng engine t 0123456789abcdef pinned=lots\n",          // not a size
+           "eng engine t 0123456789abcdef colour=blue\n",          // no such quota
+           "eng engine t 0123456789abcdef\ntenant=t/x dram=1\n",   // bad tenant name
+           "eng engine t 0123456789abcdef\ntenant=t\ntenant=t\n",  // twice
+       }) {
+    EXPECT_EQ(ParseCredentials(bad, "f").status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
 TEST(CredentialsTest, AuthenticatesByNameAndMacOnly) {
   auto entries = ParseCredentials(kGood, "test");
   ASSERT_TRUE(entries.ok());
