@@ -34,6 +34,11 @@ absl::Status CheckRequestSize(const google::protobuf::Message& req, size_t bytes
       absl::StrCat(method, " request of ", bytes, " bytes: the limit is ", bytes_max));
 }
 
+// Who is calling: the principal a put belongs to. The cluster token is the
+// only credential there is, so every holder of it is the one principal
+// "cluster"; per-principal credentials will name their holder here.
+std::string CallerPrincipal(const grpc::ServerContext* ctx) { return "cluster"; }
+
 }  // namespace
 
 // Checks the cluster token, then refuses a request body above the method's
@@ -65,7 +70,8 @@ grpc::Status MasterServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::He
 grpc::Status MasterServiceImpl::PutStart(grpc::ServerContext* ctx, const v1::PutStartRequest* req,
                                          v1::PutStartResponse* resp) {
   SHELF_CHECK_TOKEN();
-  return rpc_scope.Done(ToGrpc(master_->PutStart(*req, req->options().client_host_id(), resp)));
+  return rpc_scope.Done(
+      ToGrpc(master_->PutStart(*req, req->options().client_host_id(), CallerPrincipal(ctx), resp)));
 }
 
 grpc::Status MasterServiceImpl::BatchPutStart(grpc::ServerContext* ctx,
@@ -76,8 +82,10 @@ grpc::Status MasterServiceImpl::BatchPutStart(grpc::ServerContext* ctx,
     return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError(
         absl::StrCat("a batch put takes 1..", kBatchItemsMax, " blocks"))));
   }
+  const std::string owner = CallerPrincipal(ctx);
   for (const v1::PutStartRequest& put : req->puts()) {
-    absl::Status s = master_->PutStart(put, put.options().client_host_id(), resp->add_results());
+    absl::Status s =
+        master_->PutStart(put, put.options().client_host_id(), owner, resp->add_results());
     v1::RpcStatus* st = resp->add_statuses();
     st->set_code(static_cast<int>(s.code()));
     st->set_message(std::string(s.message()));
@@ -92,7 +100,7 @@ grpc::Status MasterServiceImpl::PutCommit(grpc::ServerContext* ctx, const v1::Pu
     return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError(
         absl::StrCat("a commit takes at most ", kBatchItemsMax, " put ids"))));
   }
-  master_->PutCommit(*req, resp);
+  master_->PutCommit(*req, CallerPrincipal(ctx), resp);
   return grpc::Status::OK;
 }
 
@@ -103,7 +111,7 @@ grpc::Status MasterServiceImpl::PutAbort(grpc::ServerContext* ctx, const v1::Put
     return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError(
         absl::StrCat("an abort takes at most ", kBatchItemsMax, " put ids"))));
   }
-  master_->PutAbort(*req, resp);
+  master_->PutAbort(*req, CallerPrincipal(ctx), resp);
   return grpc::Status::OK;
 }
 
@@ -143,6 +151,13 @@ grpc::Status MasterServiceImpl::Locate(grpc::ServerContext* ctx, const v1::Locat
                                        v1::LocateResponse* resp) {
   SHELF_CHECK_TOKEN();
   return rpc_scope.Done(ToGrpc(master_->Locate(*req, resp)));
+}
+
+grpc::Status MasterServiceImpl::ReportDataLoss(grpc::ServerContext* ctx,
+                                               const v1::ReportDataLossRequest* req,
+                                               v1::ReportDataLossResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  return rpc_scope.Done(ToGrpc(master_->ReportDataLoss(*req, resp)));
 }
 
 grpc::Status MasterServiceImpl::RemoveMatching(grpc::ServerContext* ctx,

@@ -79,6 +79,9 @@ int main(int argc, char** argv) {
                "P_Key table index of --rdma-device's port (the InfiniBand partition)");
   flags.AddBool("promote-on-hit", &opts.promote_on_hit,
                 "copy a block read from the SSD tier up into DRAM (the SSD copy stays)");
+  flags.AddBool("read-grants", &opts.read_grants,
+                "with --secret-file, serve a READ or READ_KEY only under a read grant the master "
+                "minted (on by default)");
   flags.AddInt("max-connections", &max_connections, "data-plane connection limit");
   flags.AddString("ready-file", &ready_file, "write the data-plane HOST:PORT here once serving");
   flags.AddString("metrics-listen", &metrics_listen,

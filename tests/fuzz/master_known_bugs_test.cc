@@ -28,7 +28,6 @@ class MasterKnownBugsTest : public ::testing::Test {
  protected:
   MasterKnownBugsTest() {
     MasterOptions o;
-    o.grant_key = "test-grant-key";
     o.demote_wait_ms = 0;
     master_ = std::make_unique<Master>(o, &registry_);
   }
@@ -44,7 +43,7 @@ class MasterKnownBugsTest : public ::testing::Test {
     put.set_size(65536);
     put.set_checksum(1);
     v1::PutStartResponse started;
-    EXPECT_TRUE(master_->PutStart(put, "host", &started).ok());
+    EXPECT_TRUE(master_->PutStart(put, "host", "test", &started).ok());
     EXPECT_EQ(started.state(), v1::PUT_STARTED);
     v1::RegisterStoreRequest b = Store("b", 1);
     v1::InventoryEntry* e = b.add_inventory();
@@ -58,7 +57,7 @@ class MasterKnownBugsTest : public ::testing::Test {
     v1::PutCommitRequest commit;
     commit.add_put_ids(started.put_id());
     v1::PutCommitResponse committed;
-    master_->PutCommit(commit, &committed);
+    master_->PutCommit(commit, "test", &committed);
     return started.put_id();
   }
 
