@@ -94,14 +94,24 @@ absl::StatusOr<Grant> DecodeGrant(absl::string_view in) {
 }
 
 std::string GrantMac(absl::string_view key, const GrantScope& scope, const Grant& g) {
+  return GrantMac(HmacKey(key), scope, g);
+}
+
+std::string GrantMac(const HmacKey& key, const GrantScope& scope, const Grant& g) {
   char bound[16];
   Put64(bound, scope.incarnation);
   Put64(bound + 8, scope.term);
-  return HmacSha256(key, absl::StrCat("shelf-grant-v2", scope.node_id, "|",
-                                      absl::string_view(bound, sizeof(bound)), GrantFields(g)));
+  return key.Mac({"shelf-grant-v2", scope.node_id, "|", absl::string_view(bound, sizeof(bound)),
+                  GrantFields(g)});
 }
 
 absl::Status VerifyGrant(absl::string_view key, const GrantScope& scope, const Grant& g,
+                         uint32_t segment_id, uint64_t offset, uint64_t length,
+                         uint64_t now_unix_ms) {
+  return VerifyGrant(HmacKey(key), scope, g, segment_id, offset, length, now_unix_ms);
+}
+
+absl::Status VerifyGrant(const HmacKey& key, const GrantScope& scope, const Grant& g,
                          uint32_t segment_id, uint64_t offset, uint64_t length,
                          uint64_t now_unix_ms) {
   if (!ConstantTimeEqual(GrantMac(key, scope, g), g.mac)) {
@@ -158,14 +168,26 @@ absl::StatusOr<ReadGrant> DecodeReadCredential(absl::string_view in, absl::strin
 
 std::string ReadGrantMac(absl::string_view grant_key, absl::string_view node_id,
                          uint64_t incarnation, absl::string_view key, const ReadGrant& g) {
+  return ReadGrantMac(HmacKey(grant_key), node_id, incarnation, key, g);
+}
+
+std::string ReadGrantMac(const HmacKey& grant_key, absl::string_view node_id, uint64_t incarnation,
+                         absl::string_view key, const ReadGrant& g) {
   char inc[8];
   Put64(inc, incarnation);
-  return HmacSha256(grant_key,
-                    absl::StrCat("shelf-read-v1", node_id, "|", absl::string_view(inc, sizeof(inc)),
-                                 ReadGrantFields(g), key));
+  return grant_key.Mac({"shelf-read-v1", node_id, "|", absl::string_view(inc, sizeof(inc)),
+                        ReadGrantFields(g), key});
 }
 
 absl::Status VerifyReadGrant(absl::string_view grant_key, absl::string_view node_id,
+                             uint64_t incarnation, absl::string_view key, const ReadGrant& g,
+                             bool range, uint32_t segment_id, uint64_t offset, uint64_t length,
+                             uint64_t now_unix_ms) {
+  return VerifyReadGrant(HmacKey(grant_key), node_id, incarnation, key, g, range, segment_id,
+                         offset, length, now_unix_ms);
+}
+
+absl::Status VerifyReadGrant(const HmacKey& grant_key, absl::string_view node_id,
                              uint64_t incarnation, absl::string_view key, const ReadGrant& g,
                              bool range, uint32_t segment_id, uint64_t offset, uint64_t length,
                              uint64_t now_unix_ms) {

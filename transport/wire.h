@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/hmac.h"
 #include "shelf/limits.h"
 
 namespace shelf::wire {
@@ -96,6 +97,11 @@ std::string GrantMac(absl::string_view key, const GrantScope& scope, const Grant
 absl::Status VerifyGrant(absl::string_view key, const GrantScope& scope, const Grant& g,
                          uint32_t segment_id, uint64_t offset, uint64_t length,
                          uint64_t now_unix_ms);
+// The same under a prepared key (HmacKey: the hot paths).
+std::string GrantMac(const HmacKey& key, const GrantScope& scope, const Grant& g);
+absl::Status VerifyGrant(const HmacKey& key, const GrantScope& scope, const Grant& g,
+                         uint32_t segment_id, uint64_t offset, uint64_t length,
+                         uint64_t now_unix_ms);
 
 // A read grant: lets the holder read the block `key` (READ_KEY) or, for a
 // DRAM replica, [offset, offset+length) of `segment_id` (READ) from one
@@ -121,6 +127,13 @@ std::string ReadGrantMac(absl::string_view grant_key, absl::string_view node_id,
 // has not expired; with `range`, also iff [offset, offset+length) of
 // `segment_id` lies inside the granted range. PERMISSION_DENIED otherwise.
 absl::Status VerifyReadGrant(absl::string_view grant_key, absl::string_view node_id,
+                             uint64_t incarnation, absl::string_view key, const ReadGrant& g,
+                             bool range, uint32_t segment_id, uint64_t offset, uint64_t length,
+                             uint64_t now_unix_ms);
+// The same under a prepared key.
+std::string ReadGrantMac(const HmacKey& grant_key, absl::string_view node_id, uint64_t incarnation,
+                         absl::string_view key, const ReadGrant& g);
+absl::Status VerifyReadGrant(const HmacKey& grant_key, absl::string_view node_id,
                              uint64_t incarnation, absl::string_view key, const ReadGrant& g,
                              bool range, uint32_t segment_id, uint64_t offset, uint64_t length,
                              uint64_t now_unix_ms);

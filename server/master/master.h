@@ -44,6 +44,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/hmac.h"
 #include "common/mutex.h"
 #include "common/prom.h"
 #include "proto/shelf.pb.h"
@@ -350,6 +351,7 @@ class Master {
     // This incarnation's own key for write and read grants, drawn at each
     // registration: known to the store and this master only.
     std::string grant_key;
+    std::unique_ptr<const HmacKey> grant_mac;  // grant_key, prepared
     uint64_t last_heartbeat_ms = 0;
     std::vector<Segment> segments;
     uint64_t ssd_capacity = 0;

@@ -35,10 +35,10 @@ void Master::MintGrantsLocked(uint64_t put_id, uint64_t expires_unix, const Pend
     g.length = put.size;
     g.expires_unix_ms = expires_unix;
     const wire::GrantScope scope{n.endpoint.node_id(), n.incarnation, term_};
-    g.mac = wire::GrantMac(n.grant_key, scope, g);
+    g.mac = wire::GrantMac(*n.grant_mac, scope, g);
     // Paired with the store's VerifyGrant: a grant the master cannot verify
     // itself would fail every write of this put.
-    SHELF_CHECK(wire::VerifyGrant(n.grant_key, scope, g, g.segment_id, g.offset, g.length,
+    SHELF_CHECK(wire::VerifyGrant(*n.grant_mac, scope, g, g.segment_id, g.offset, g.length,
                                   g.expires_unix_ms)
                     .ok());
     v1::WriteGrant* wg = resp->add_grants();
@@ -60,7 +60,7 @@ void Master::MintReadGrant(const Replica& r, const std::string& key, uint64_t si
   g.offset = r.tier == v1::TIER_DRAM ? r.offset : 0;
   g.length = size;
   g.expires_unix_ms = expires_unix;
-  g.mac = wire::ReadGrantMac(n.grant_key, n.endpoint.node_id(), n.incarnation, key, g);
+  g.mac = wire::ReadGrantMac(*n.grant_mac, n.endpoint.node_id(), n.incarnation, key, g);
   out->set_read_grant(wire::EncodeReadGrant(g));
 }
 
@@ -86,7 +86,7 @@ absl::Status Master::ReportDataLoss(const v1::ReportDataLossRequest& req,
   if (!g.ok()) return absl::PermissionDeniedError(g.status().message());
   // The grant names the range it was minted for; the replica must be there.
   const bool dram = rep.tier() == v1::TIER_DRAM;
-  if (absl::Status v = wire::VerifyReadGrant(n.grant_key, n.endpoint.node_id(), n.incarnation,
+  if (absl::Status v = wire::VerifyReadGrant(*n.grant_mac, n.endpoint.node_id(), n.incarnation,
                                              req.key(), *g, true, dram ? rep.segment_id() : 0,
                                              dram ? rep.offset() : 0, g->length, clock_->UnixMs());
       !v.ok()) {

@@ -88,6 +88,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   // A new key at every registration: grants minted for an earlier one (or
   // an earlier incarnation, or by an earlier master) no longer verify.
   n.grant_key = RandomBytes(32);
+  n.grant_mac = std::make_unique<const HmacKey>(n.grant_key);
   n.last_heartbeat_ms = now;
   n.segments.clear();
   for (const v1::SegmentInfo& s : req.segments()) {

@@ -40,15 +40,15 @@ absl::StatusOr<DataHandler::Region> Store::Segment(uint32_t id) {
 
 absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                                uint64_t length) {
-  std::string key;
+  std::shared_ptr<const HmacKey> key;
   uint64_t term = 0;
   {
     MutexLock lock(&mu_);
-    key = grant_key_;
+    key = grant_mac_;
     term = grant_term_;
   }
-  if (key.empty()) return absl::UnavailableError("store not registered with a master yet");
-  return wire::VerifyGrant(key, wire::GrantScope{node_id_, incarnation_, term}, grant, segment_id,
+  if (key == nullptr) return absl::UnavailableError("store not registered with a master yet");
+  return wire::VerifyGrant(*key, wire::GrantScope{node_id_, incarnation_, term}, grant, segment_id,
                            offset, length, clock_->UnixMs());
 }
 
@@ -66,13 +66,14 @@ absl::Status Store::CheckRead(absl::string_view credential, absl::string_view ke
     s = absl::PermissionDeniedError("read grant is for another key");
   }
   if (s.ok()) {
-    std::string grant_key;
+    std::shared_ptr<const HmacKey> grant_key;
     {
       MutexLock lock(&mu_);
-      grant_key = grant_key_;
+      grant_key = grant_mac_;
     }
-    if (grant_key.empty()) return absl::UnavailableError("store not registered with a master yet");
-    s = wire::VerifyReadGrant(grant_key, node_id_, incarnation_, granted_key, *grant, range,
+    if (grant_key == nullptr)
+      return absl::UnavailableError("store not registered with a master yet");
+    s = wire::VerifyReadGrant(*grant_key, node_id_, incarnation_, granted_key, *grant, range,
                               segment_id, offset, length, clock_->UnixMs());
   }
   if (!s.ok()) metrics_.read_grant_refusals.Increment();
@@ -219,6 +220,7 @@ absl::Status Store::Register() {
     }
     max_term_ = resp.term();
     grant_key_ = resp.grant_key();
+    grant_mac_ = std::make_shared<const HmacKey>(grant_key_);
     grant_term_ = resp.term();
     heartbeat_interval_ms_ = std::max<uint64_t>(50, resp.heartbeat_interval_ms());
     results_.clear();  // the new registration's inventory supersedes them
