@@ -120,7 +120,9 @@ inline constexpr size_t kReadGrantBytes = 4 + 8 + 8 + 8 + 32;
 std::string EncodeReadGrant(const ReadGrant& g);
 // The grant and the key of a read credential (grant || key).
 absl::StatusOr<ReadGrant> DecodeReadCredential(absl::string_view in, absl::string_view* key);
-// HMAC(grant key, "shelf-read-v1" || node_id || "|" || incarnation || fields || key).
+// HMAC(grant key, "R" || incarnation || fields || key). The grant key is
+// the store incarnation's own, so it binds the node too; `node_id` is not
+// hashed.
 std::string ReadGrantMac(absl::string_view grant_key, absl::string_view node_id,
                          uint64_t incarnation, absl::string_view key, const ReadGrant& g);
 // OK iff the MAC matches for `key` on this store incarnation and the grant

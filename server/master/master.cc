@@ -263,7 +263,8 @@ void Master::FillLocation(const Object& obj, const std::string& key, const std::
   for (const auto& [rank, r] : order) {
     v1::Replica* rep = out->add_replicas();
     FillReplica(*r, obj.size, rep);
-    MintReadGrant(*r, key, obj.size, now_unix + options_.read_grant_ms, rep);
+    if (options_.read_grants)
+      MintReadGrant(*r, key, obj.size, now_unix + options_.read_grant_ms, rep);
   }
   if (lease) out->set_lease_expires_unix_ms(now_unix + options_.lease_ms);
 }

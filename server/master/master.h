@@ -91,6 +91,9 @@ struct MasterOptions {
   // a location and read it again without asking, short enough that a
   // grant leaked or kept past a remove is soon worthless.
   uint64_t read_grant_ms = 60000;
+  // Mint read grants at all. A master without a secret leaves them out:
+  // its stores (open too) serve reads without them.
+  bool read_grants = true;
   // Every time the master reads (TTLs, leases, put and pin expiry, wall
   // times it reports) and every timed wait (PutStart waiting for room, a
   // heartbeat long poll). Must outlive the master.

@@ -105,6 +105,7 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
     if (!s.ok()) return absl::InvalidArgumentError(s.status().message());
     c.secret = *s;
   } else {
+    opts.read_grants = false;  // open stores check none
     SHELF_LOG(WARNING) << "no --secret-file: this cluster runs open; anyone who can reach it "
                           "can read and write";
   }
