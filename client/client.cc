@@ -409,6 +409,11 @@ template absl::Status ClientImpl::CallMaster(
     grpc::Status (v1::MasterService::Stub::*)(grpc::ClientContext*, const v1::ReleaseLeasesRequest&,
                                               v1::ReleaseLeasesResponse*),
     const v1::ReleaseLeasesRequest&, v1::ReleaseLeasesResponse*, uint64_t);
+template absl::Status ClientImpl::CallMaster(
+    grpc::Status (v1::MasterService::Stub::*)(grpc::ClientContext*,
+                                              const v1::ReportDataLossRequest&,
+                                              v1::ReportDataLossResponse*),
+    const v1::ReportDataLossRequest&, v1::ReportDataLossResponse*, uint64_t);
 
 void ClientImpl::Parallel(size_t n, const std::function<void(size_t)>& fn) {
   ParallelFor(transfer_pool_.get(), n, transfer_pool_->threads(), fn);

@@ -177,11 +177,16 @@ class ClientImpl final : public Client {
   // Moves [replica.offset(), +size) of the replica's segment to or from
   // `local` over the best transport both ends share (shm, then rdma for
   // reads, then tcp; a failed shm or rdma op falls back to the next).
-  // `grant`: writes only. `*transport` names the transport of the last
-  // attempt.
+  // `grant`: writes only. Reads send the replica's read grant for `key`.
+  // `*transport` names the transport of the last attempt.
   absl::Status MoveReplica(transport::OpKind kind, const v1::Replica& replica,
                            const v1::WriteGrant* grant, char* local, uint64_t size,
-                           uint64_t deadline_ms, const char** transport);
+                           uint64_t deadline_ms, const char** transport,
+                           absl::string_view key = {});
+  // Tells the master that `replica` of `key` answered with bytes that do
+  // not match the checksum, so it leaves the index (best effort; needs the
+  // replica's read grant).
+  void ReportDataLoss(const std::string& key, const v1::Replica& replica, uint64_t deadline_ms);
   // Reads one object from the best replica that answers with the right
   // bytes. `dst` holds at least loc.size() bytes.
   // `cached`: `loc` comes from the location cache (no lease protects its

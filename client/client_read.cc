@@ -9,6 +9,7 @@
 #include "client/client_impl.h"
 #include "common/checksum.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/net.h"
 
 namespace shelf {
@@ -58,7 +59,8 @@ transport::Peer ClientImpl::PeerOf(const v1::StoreEndpoint& store) const {
 
 absl::Status ClientImpl::MoveReplica(transport::OpKind kind, const v1::Replica& replica,
                                      const v1::WriteGrant* grant, char* local, uint64_t size,
-                                     uint64_t deadline_ms, const char** transport) {
+                                     uint64_t deadline_ms, const char** transport,
+                                     absl::string_view key) {
   const transport::Peer peer = PeerOf(replica.store());
   transport::Op op;
   op.kind = kind;
@@ -75,6 +77,8 @@ absl::Status ClientImpl::MoveReplica(transport::OpKind kind, const v1::Replica& 
     g.expires_unix_ms = grant->expires_unix_ms();
     g.mac = grant->mac();
     op.grant = wire::EncodeGrant(g);
+  } else if (kind == transport::OpKind::kRead && !replica.read_grant().empty()) {
+    op.grant = absl::StrCat(replica.read_grant(), key);  // the read credential
   }
   absl::Status last =
       absl::UnavailableError("no shared transport with store " + replica.store().data_address());
@@ -119,9 +123,11 @@ absl::Status ClientImpl::ReadReplica(const v1::Replica& replica, const std::stri
     if (!options_.allow_tcp || !Offers(store, v1::TRANSPORT_TCP)) {
       return absl::UnavailableError("SSD reads need the tcp transport, on both ends");
     }
-    return tcp_.client().ReadKey(store.data_address(), key, size, dst, deadline_ms);
+    return tcp_.client().ReadKey(store.data_address(), key, size, dst, deadline_ms, 0,
+                                 replica.read_grant());
   }
-  return MoveReplica(transport::OpKind::kRead, replica, nullptr, dst, size, deadline_ms, transport);
+  return MoveReplica(transport::OpKind::kRead, replica, nullptr, dst, size, deadline_ms, transport,
+                     key);
 }
 
 absl::Status ClientImpl::ReadCachedReplica(const v1::ObjectLocation& loc, char* dst,
@@ -141,11 +147,11 @@ absl::Status ClientImpl::ReadCachedReplica(const v1::ObjectLocation& loc, char* 
       // still has this generation, and the bytes matching the checksum
       // (ReadObject), make the bytes the key's current block.
       absl::Status s = MoveReplica(transport::OpKind::kRead, r, nullptr, dst, loc.size(),
-                                   deadline_ms, transport);
+                                   deadline_ms, transport, loc.key());
       if (!s.ok()) return s;
       if (std::strcmp(*transport, "shm") == 0) {
         return tcp_.client().CheckKey(store.data_address(), StoreKey(loc), loc.size(),
-                                      loc.generation(), deadline_ms);
+                                      loc.generation(), deadline_ms, r.read_grant());
       }
       // The copy went over another transport (a stale mapping): read again
       // by key, where the store checks the generation.
@@ -153,7 +159,7 @@ absl::Status ClientImpl::ReadCachedReplica(const v1::ObjectLocation& loc, char* 
   }
   *transport = "tcp";
   return tcp_.client().ReadKey(store.data_address(), StoreKey(loc), loc.size(), dst, deadline_ms,
-                               loc.generation());
+                               loc.generation(), r.read_grant());
 }
 
 absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst, uint64_t deadline_ms,
@@ -185,6 +191,10 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst, ui
         cached ? ReadCachedReplica(loc, dst, attempt_deadline, &transport)
                : ReadReplica(r, StoreKey(loc), dst, loc.size(), attempt_deadline, &transport);
     if (!s.ok()) {
+      // A store that found its own copy corrupt (an SSD blob) says so.
+      if (!cached && s.code() == absl::StatusCode::kDataLoss) {
+        ReportDataLoss(loc.key(), r, deadline_ms);
+      }
       last = s;
       continue;
     }
@@ -200,7 +210,12 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst, ui
     if (verify && BlockChecksum(dst, loc.size()) != loc.checksum()) {
       // A cached location's range may hold another block by now (the
       // store's records lag): that is a fallback, not a corrupt replica.
-      if (!cached) stats_.checksum_mismatches.fetch_add(1);
+      if (!cached) {
+        stats_.checksum_mismatches.fetch_add(1);
+        // Read under a lease: the range held this block, so the replica is
+        // corrupt. The master drops it, so later readers go elsewhere.
+        ReportDataLoss(loc.key(), r, deadline_ms);
+      }
       mismatch = true;
       last = absl::DataLossError(
           absl::StrCat("checksum mismatch from store ", r.store().data_address()));
@@ -223,6 +238,23 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst, ui
     return absl::DataLossError("every replica failed or had wrong bytes");
   }
   return last;
+}
+
+void ClientImpl::ReportDataLoss(const std::string& key, const v1::Replica& replica,
+                                uint64_t deadline_ms) {
+  if (replica.read_grant().empty()) return;
+  v1::ReportDataLossRequest req;
+  req.set_key(key);
+  *req.mutable_replica() = replica;
+  v1::ReportDataLossResponse resp;
+  // Bounded: the read goes on to the next replica either way.
+  const uint64_t report_deadline = std::min(deadline_ms, MonoMs() + kReleaseTimeoutMs);
+  absl::Status s =
+      CallMaster(&v1::MasterService::Stub::ReportDataLoss, req, &resp, report_deadline);
+  if (!s.ok()) {
+    SHELF_LOG(WARNING) << "data loss report failed" << Kv("store", replica.store().data_address())
+                       << Kv("error", s.message());
+  }
 }
 
 absl::Status ClientImpl::ReadToTarget(const v1::ObjectLocation& loc, const ReadTarget& target,
@@ -330,8 +362,9 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
     const bool large = keys.size() > kCachedShmBatchMax;
     for (size_t i = 0; i < keys.size(); ++i) {
       v1::ObjectLocation loc;
-      if (cache_->Get(*keys[i], &loc) && !(large && loc.replicas(0).tier() == v1::TIER_DRAM &&
-                                           shm_.Reaches(PeerOf(loc.replicas(0).store())))) {
+      if (cache_->Get(*keys[i], &loc, UnixMs()) &&
+          !(large && loc.replicas(0).tier() == v1::TIER_DRAM &&
+            shm_.Reaches(PeerOf(loc.replicas(0).store())))) {
         hits.push_back(i);
         cached.push_back(std::move(loc));
       } else {

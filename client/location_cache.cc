@@ -1,7 +1,9 @@
 #include "client/location_cache.h"
 
+#include "absl/base/internal/endian.h"
 #include "absl/hash/hash.h"
 #include "common/check.h"
+#include "transport/wire.h"
 
 namespace shelf {
 
@@ -9,10 +11,24 @@ LocationCache::LocationCache(size_t entries_max) : entries_max_(entries_max) {
   SHELF_CHECK(entries_max_ > 0);
 }
 
-bool LocationCache::Get(absl::string_view key, v1::ObjectLocation* out) {
+uint64_t LocationCache::GrantExpiry(const v1::Replica& replica) {
+  const std::string& g = replica.read_grant();
+  if (g.size() != wire::kReadGrantBytes) return 0;
+  return absl::little_endian::Load64(g.data() + 20);  // expires_unix_ms
+}
+
+bool LocationCache::Get(absl::string_view key, v1::ObjectLocation* out, uint64_t now_unix_ms) {
   MutexLock lock(&mu_);
   auto it = index_.find(key);
   if (it == index_.end()) return false;
+  const v1::ObjectLocation& entry = *it->second;
+  if (!entry.replicas(0).read_grant().empty() &&
+      GrantExpiry(entry.replicas(0)) < now_unix_ms + kGrantMarginMs) {
+    Lru::iterator old = it->second;
+    index_.erase(it);
+    lru_.erase(old);
+    return false;
+  }
   lru_.splice(lru_.begin(), lru_, it->second);
   *out = *it->second;
   return true;

@@ -30,9 +30,19 @@ class LocationCache {
   LocationCache(const LocationCache&) = delete;
   LocationCache& operator=(const LocationCache&) = delete;
 
-  // Copies the cached location of `key` into *out (one replica, no lease)
-  // and marks it recently used; false when there is none.
-  bool Get(absl::string_view key, v1::ObjectLocation* out) ABSL_LOCKS_EXCLUDED(mu_);
+  // Copies the cached location of `key` into *out (one replica, no lease,
+  // its read grant) and marks it recently used; false when there is none,
+  // or when its read grant runs out before `now_unix_ms` + kGrantMarginMs
+  // (the entry is dropped: the caller asks the master, which mints a new
+  // one).
+  bool Get(absl::string_view key, v1::ObjectLocation* out, uint64_t now_unix_ms)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A cached read must reach the store before its grant expires: entries
+  // closer than this to expiry are not used.
+  static constexpr uint64_t kGrantMarginMs = 2000;
+  // When the read grant of `replica` expires (wire::ReadGrant); 0 when it
+  // carries none.
+  static uint64_t GrantExpiry(const v1::Replica& replica);
   // A stamp to take before asking the master where keys are; Put with it
   // remembers nothing for a key erased since (by this client's own put or
   // remove, say), so a lookup that raced with that change cannot bring

@@ -3,9 +3,12 @@
 #ifndef SHELF_COMMON_HMAC_H_
 #define SHELF_COMMON_HMAC_H_
 
+#include <initializer_list>
 #include <string>
 
 #include "absl/strings/string_view.h"
+
+typedef struct evp_md_ctx_st EVP_MD_CTX;
 
 namespace shelf {
 
@@ -13,6 +16,24 @@ inline constexpr size_t kMacBytes = 32;
 
 // Returns the 32-byte HMAC-SHA256 of `message` under `key`.
 std::string HmacSha256(absl::string_view key, absl::string_view message);
+
+// A key's HMAC-SHA256 with its padded-key blocks hashed once: each MAC
+// then costs the message's hashing alone (a fifth of HmacSha256's time
+// for a short message). Immutable after construction; Mac is thread-safe.
+class HmacKey {
+ public:
+  explicit HmacKey(absl::string_view key);
+  ~HmacKey();
+  HmacKey(const HmacKey&) = delete;
+  HmacKey& operator=(const HmacKey&) = delete;
+  // HMAC-SHA256 of the concatenation of `parts`: equal to HmacSha256(key,
+  // parts[0] + parts[1] + ...).
+  std::string Mac(std::initializer_list<absl::string_view> parts) const;
+
+ private:
+  EVP_MD_CTX* inner_;  // after the key XOR ipad block
+  EVP_MD_CTX* outer_;  // after the key XOR opad block
+};
 // Constant-time equality of two byte strings.
 bool ConstantTimeEqual(absl::string_view a, absl::string_view b);
 // `n` cryptographically random bytes.

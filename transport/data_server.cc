@@ -380,6 +380,10 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
                                                         ") outside segment of ", seg->size)),
                      nullptr, 0);
       }
+      if (absl::Status s = handler_->CheckRead(extra, "", true, h.segment_id, h.offset, h.length);
+          !s.ok()) {
+        return Reply(fd, mac, h, s, nullptr, 0);
+      }
       handler_->OnRead(h.length);
       return Reply(fd, mac, h, absl::OkStatus(), seg->base + h.offset, h.length);
     }
@@ -410,24 +414,36 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
     }
     case wire::Op::kReadKey: {
       if (!tagged()) return false;
-      if (extra.empty() || extra.size() > kKeyBytesMax) {
+      if (h.segment_id & ~(wire::kReadKeyCheckOnly | wire::kReadKeyGranted)) {
+        return Reply(fd, mac, h, absl::InvalidArgumentError("READ_KEY: unknown flags"), nullptr, 0);
+      }
+      // With a grant, extra is the read credential: the grant, then the key.
+      const bool granted = (h.segment_id & wire::kReadKeyGranted) != 0;
+      absl::string_view key = extra;
+      if (granted) {
+        key = key.size() > wire::kReadGrantBytes ? key.substr(wire::kReadGrantBytes) : "";
+      }
+      if (key.empty() || key.size() > kKeyBytesMax) {
         return Reply(fd, mac, h,
                      absl::InvalidArgumentError(
                          absl::StrCat("READ_KEY needs a key of 1..", kKeyBytesMax, " bytes")),
                      nullptr, 0);
       }
-      if (h.segment_id & ~wire::kReadKeyCheckOnly) {
-        return Reply(fd, mac, h, absl::InvalidArgumentError("READ_KEY: unknown flags"), nullptr, 0);
+      if (absl::Status s = handler_->CheckRead(granted ? absl::string_view(extra) : "", key, false,
+                                               0, 0, h.length);
+          !s.ok()) {
+        return Reply(fd, mac, h, s, nullptr, 0);
       }
       // DRAM first: a block with a DRAM record is sent from the segment,
       // like a READ, after its generation is checked.
-      absl::StatusOr<DataHandler::Region> dram = handler_->DramKey(extra, h.offset);
+      absl::StatusOr<DataHandler::Region> dram = handler_->DramKey(key, h.offset);
       if (dram.ok() && h.length != 0 && dram->size != h.length) {
         dram = absl::FailedPreconditionError(
             absl::StrCat("DRAM block is ", dram->size, " bytes, expected ", h.length));
       }
-      if (h.segment_id == wire::kReadKeyCheckOnly)
+      if (h.segment_id & wire::kReadKeyCheckOnly) {
         return Reply(fd, mac, h, dram.status(), nullptr, 0);
+      }
       if (dram.ok()) {
         handler_->OnRead(dram->size);
         return Reply(fd, mac, h, absl::OkStatus(), dram->base, dram->size);
@@ -436,7 +452,7 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
         return Reply(fd, mac, h, dram.status(), nullptr, 0);
       }
       std::string value;
-      absl::Status s = handler_->ReadKey(extra, &value);
+      absl::Status s = handler_->ReadKey(key, &value);
       if (s.ok() && h.length != 0 && value.size() != h.length) {
         s = absl::DataLossError(
             absl::StrCat("SSD block is ", value.size(), " bytes, expected ", h.length));

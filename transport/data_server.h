@@ -53,6 +53,15 @@ class DataHandler {
   // OK iff `grant` allows writing [offset, offset+length) of `segment_id`.
   virtual absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                                   uint64_t length) = 0;
+  // OK iff a READ (`range`: [offset, offset+length) of `segment_id`) or a
+  // READ_KEY of `key` may be served under `credential`, the frame's read
+  // credential (wire::DecodeReadCredential: grant, then key; empty when the
+  // frame carries none). For a READ, `key` is empty: the credential names
+  // it. Default: reads need no grant.
+  virtual absl::Status CheckRead(absl::string_view credential, absl::string_view key, bool range,
+                                 uint32_t segment_id, uint64_t offset, uint64_t length) {
+    return absl::OkStatus();
+  }
   // Reads a block of the SSD tier. NOT_FOUND if absent, DATA_LOSS if corrupt.
   virtual absl::Status ReadKey(absl::string_view key, std::string* out) = 0;
   // Where the DRAM segment holds the committed block `key`, as the store's

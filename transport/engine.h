@@ -88,8 +88,10 @@ struct Op {
   uint64_t remote_offset = 0;
   uint64_t length = 0;
   // Writes: the put's grant for this store, as the master issued it
-  // (wire::EncodeGrant). Backends through which the store checks grants
-  // send it; a write without a valid one is refused by the store.
+  // (wire::EncodeGrant). Reads: the read credential, the replica's read
+  // grant then the key (wire::ReadGrant; empty: none). Backends through
+  // which the store checks grants send it; the store refuses a write, and
+  // (with read grants on) a read, without a valid one.
   std::string grant;
 };
 

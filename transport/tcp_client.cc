@@ -205,7 +205,8 @@ bool StoreAnswered(const absl::Status& s) {
 }  // namespace
 
 absl::Status TcpDataClient::Read(const std::string& address, uint32_t segment_id, uint64_t offset,
-                                 uint64_t length, char* dst, uint64_t deadline_ms) {
+                                 uint64_t length, char* dst, uint64_t deadline_ms,
+                                 absl::string_view read_credential) {
   uint64_t left = 0;
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
   absl::StatusOr<int> fd = Acquire(address, deadline_ms);
@@ -224,8 +225,10 @@ absl::Status TcpDataClient::Read(const std::string& address, uint32_t segment_id
   req.segment_id = segment_id;
   req.offset = offset;
   req.length = length;
+  req.extra_len = static_cast<uint32_t>(read_credential.size());
+  struct iovec rest[1] = {{const_cast<char*>(read_credential.data()), read_credential.size()}};
   wire::Header resp;
-  absl::Status s = Exchange(*fd, req, nullptr, 0, &resp);
+  absl::Status s = Exchange(*fd, req, rest, read_credential.empty() ? 0 : 1, &resp);
   if (s.ok() && resp.length != length) {
     s = absl::UnavailableError("store answered a read with the wrong length");
   }
@@ -267,18 +270,19 @@ absl::Status TcpDataClient::Write(const std::string& address, const wire::Grant&
 
 absl::Status TcpDataClient::ReadKey(const std::string& address, absl::string_view key,
                                     uint64_t length, char* dst, uint64_t deadline_ms,
-                                    uint64_t generation) {
-  return KeyOp(address, key, length, generation, dst, deadline_ms);
+                                    uint64_t generation, absl::string_view read_grant) {
+  return KeyOp(address, key, length, generation, dst, deadline_ms, read_grant);
 }
 
 absl::Status TcpDataClient::CheckKey(const std::string& address, absl::string_view key,
-                                     uint64_t length, uint64_t generation, uint64_t deadline_ms) {
-  return KeyOp(address, key, length, generation, nullptr, deadline_ms);
+                                     uint64_t length, uint64_t generation, uint64_t deadline_ms,
+                                     absl::string_view read_grant) {
+  return KeyOp(address, key, length, generation, nullptr, deadline_ms, read_grant);
 }
 
 absl::Status TcpDataClient::KeyOp(const std::string& address, absl::string_view key,
                                   uint64_t length, uint64_t generation, char* dst,
-                                  uint64_t deadline_ms) {
+                                  uint64_t deadline_ms, absl::string_view read_grant) {
   uint64_t left = 0;
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
   absl::StatusOr<int> fd = Acquire(address, deadline_ms);
@@ -293,10 +297,12 @@ absl::Status TcpDataClient::KeyOp(const std::string& address, absl::string_view 
   req.length = length;
   req.offset = generation;
   req.segment_id = dst == nullptr ? wire::kReadKeyCheckOnly : 0;
-  req.extra_len = static_cast<uint32_t>(key.size());
-  struct iovec rest[1] = {{const_cast<char*>(key.data()), key.size()}};
+  if (!read_grant.empty()) req.segment_id |= wire::kReadKeyGranted;
+  req.extra_len = static_cast<uint32_t>(read_grant.size() + key.size());
+  struct iovec rest[2] = {{const_cast<char*>(read_grant.data()), read_grant.size()},
+                          {const_cast<char*>(key.data()), key.size()}};
   wire::Header resp;
-  absl::Status s = Exchange(*fd, req, rest, 1, &resp);
+  absl::Status s = Exchange(*fd, req, rest, 2, &resp);
   const uint64_t want = dst == nullptr ? 0 : length;
   if (s.ok() && resp.length != want) {
     s = absl::UnavailableError("store answered a key read with the wrong length");
@@ -342,20 +348,23 @@ void TcpDataClient::ReadMany(const std::string& address, absl::Span<const ReadRe
   // Every request first, in one write: the store answers them in order.
   wire::Session* session = SessionOf(*fd);
   wire::FrameMac* mac = &session->send;
-  const size_t frame = wire::kHeaderBytes + (mac->active() ? wire::kTagBytes : 0);
-  std::string heads(reads.size() * frame, '\0');
+  std::string heads;
   for (size_t i = 0; i < reads.size(); ++i) {
     wire::Header& req = requests[i];
     req.op = wire::Op::kRead;
     req.segment_id = reads[i].segment_id;
     req.offset = reads[i].offset;
     req.length = reads[i].length;
-    char* head = heads.data() + i * frame;
+    const std::string& credential = reads[i].read_credential;
+    req.extra_len = static_cast<uint32_t>(credential.size());
+    char head[wire::kHeaderBytes];
     wire::EncodeHeader(req, head);
-    mac->Begin();
-    mac->Add(head, wire::kHeaderBytes);
-    std::string tag = mac->Finish();
-    std::memcpy(head + wire::kHeaderBytes, tag.data(), tag.size());
+    mac->Begin();  // the tag covers the header and the read credential
+    mac->Add(head, sizeof(head));
+    mac->Add(credential.data(), credential.size());
+    heads.append(head, sizeof(head));
+    heads.append(credential);
+    heads.append(mac->Finish());  // empty without a session
   }
   struct iovec all = {heads.data(), heads.size()};
   failed = wire::StreamWritev(*fd, session, &all, 1);

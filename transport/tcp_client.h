@@ -46,9 +46,12 @@ class TcpDataClient {
   TcpDataClient(const TcpDataClient&) = delete;
   TcpDataClient& operator=(const TcpDataClient&) = delete;
 
-  // Reads [offset, offset+length) of a DRAM segment into dst.
+  // Reads [offset, offset+length) of a DRAM segment into dst, under
+  // `read_credential` (a read grant, then the key: wire::ReadGrant; empty:
+  // none, which a store with read grants on refuses).
   absl::Status Read(const std::string& address, uint32_t segment_id, uint64_t offset,
-                    uint64_t length, char* dst, uint64_t deadline_ms);
+                    uint64_t length, char* dst, uint64_t deadline_ms,
+                    absl::string_view read_credential = {});
   // Writes src into [offset, offset+length) under `grant`.
   absl::Status Write(const std::string& address, const wire::Grant& grant, uint32_t segment_id,
                      uint64_t offset, const char* src, uint64_t length, uint64_t deadline_ms);
@@ -60,6 +63,7 @@ class TcpDataClient {
     uint64_t offset = 0;
     uint64_t length = 0;
     char* dst = nullptr;
+    absl::string_view read_credential;  // as Read's
   };
   void ReadMany(const std::string& address, absl::Span<const ReadRequest> reads,
                 uint64_t deadline_ms, std::vector<absl::Status>* statuses);
@@ -78,12 +82,15 @@ class TcpDataClient {
   // store's DRAM record first, then its SSD tier). `generation` non-zero:
   // FAILED_PRECONDITION when the store's DRAM record of the key has
   // another (the key was replaced). NOT_FOUND when the store has neither.
+  // `read_grant`: the replica's 60-byte read grant (empty: none).
   absl::Status ReadKey(const std::string& address, absl::string_view key, uint64_t length,
-                       char* dst, uint64_t deadline_ms, uint64_t generation = 0);
+                       char* dst, uint64_t deadline_ms, uint64_t generation = 0,
+                       absl::string_view read_grant = {});
   // OK iff the store's DRAM record of `key` is of `length` bytes and (when
   // non-zero) `generation`; no bytes move. Errors as ReadKey's.
   absl::Status CheckKey(const std::string& address, absl::string_view key, uint64_t length,
-                        uint64_t generation, uint64_t deadline_ms);
+                        uint64_t generation, uint64_t deadline_ms,
+                        absl::string_view read_grant = {});
   // Round trip on one connection (connects and authenticates if needed).
   absl::Status Ping(const std::string& address, uint64_t deadline_ms);
   // Drops every pooled connection to `address` (e.g. after a store died).
@@ -110,7 +117,8 @@ class TcpDataClient {
  private:
   // READ_KEY; dst null: the check-only form.
   absl::Status KeyOp(const std::string& address, absl::string_view key, uint64_t length,
-                     uint64_t generation, char* dst, uint64_t deadline_ms);
+                     uint64_t generation, char* dst, uint64_t deadline_ms,
+                     absl::string_view read_grant);
   absl::StatusOr<int> Acquire(const std::string& address, uint64_t deadline_ms);
   void Release(const std::string& address, int fd, bool reusable);
   absl::Status Connect(const std::string& address, uint64_t deadline_ms, int* fd);

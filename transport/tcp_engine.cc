@@ -54,7 +54,7 @@ absl::Status TcpEngine::Move(const Work& w, uint64_t begin, uint64_t length, uin
   const std::string& address = op.peer->route(Kind::kTcp);
   if (op.kind == OpKind::kRead) {
     return client_.Read(address, op.segment_id, op.remote_offset + begin, length, w.local + begin,
-                        deadline_ms);
+                        deadline_ms, op.grant);
   }
   absl::StatusOr<wire::Grant> grant = wire::DecodeGrant(op.grant);
   if (!grant.ok()) {
@@ -147,7 +147,7 @@ void TcpEngine::MoveRun(size_t n, const std::function<const Work*(size_t)>& item
     std::vector<TcpDataClient::ReadRequest> reads(n);
     for (size_t k = 0; k < n; ++k) {
       const Work& w = *item(k);
-      reads[k] = {w.op.segment_id, w.op.remote_offset, w.op.length, w.local};
+      reads[k] = {w.op.segment_id, w.op.remote_offset, w.op.length, w.local, w.op.grant};
     }
     client_.ReadMany(address, reads, deadline_ms, &statuses);
   } else {

@@ -93,14 +93,28 @@ absl::StatusOr<Grant> DecodeGrant(absl::string_view in) {
   return g;
 }
 
-std::string GrantMac(absl::string_view key, absl::string_view node_id, const Grant& g) {
-  return HmacSha256(key, absl::StrCat("shelf-grant-v1", node_id, "|", GrantFields(g)));
+std::string GrantMac(absl::string_view key, const GrantScope& scope, const Grant& g) {
+  return GrantMac(HmacKey(key), scope, g);
 }
 
-absl::Status VerifyGrant(absl::string_view key, absl::string_view node_id, const Grant& g,
+std::string GrantMac(const HmacKey& key, const GrantScope& scope, const Grant& g) {
+  char bound[16];
+  Put64(bound, scope.incarnation);
+  Put64(bound + 8, scope.term);
+  return key.Mac({"shelf-grant-v2", scope.node_id, "|", absl::string_view(bound, sizeof(bound)),
+                  GrantFields(g)});
+}
+
+absl::Status VerifyGrant(absl::string_view key, const GrantScope& scope, const Grant& g,
                          uint32_t segment_id, uint64_t offset, uint64_t length,
                          uint64_t now_unix_ms) {
-  if (!ConstantTimeEqual(GrantMac(key, node_id, g), g.mac)) {
+  return VerifyGrant(HmacKey(key), scope, g, segment_id, offset, length, now_unix_ms);
+}
+
+absl::Status VerifyGrant(const HmacKey& key, const GrantScope& scope, const Grant& g,
+                         uint32_t segment_id, uint64_t offset, uint64_t length,
+                         uint64_t now_unix_ms) {
+  if (!ConstantTimeEqual(GrantMac(key, scope, g), g.mac)) {
     return absl::PermissionDeniedError("write grant does not verify (wrong node, key or fields)");
   }
   if (now_unix_ms > g.expires_unix_ms) {
@@ -109,6 +123,84 @@ absl::Status VerifyGrant(absl::string_view key, absl::string_view node_id, const
   if (segment_id != g.segment_id || offset < g.offset || length > g.length ||
       offset - g.offset > g.length - length) {
     return absl::PermissionDeniedError(absl::StrCat("write [", offset, ", +", length,
+                                                    ") outside granted range [", g.offset, ", +",
+                                                    g.length, ") of segment ", g.segment_id));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+std::string ReadGrantFields(const ReadGrant& g) {
+  std::string out(kReadGrantBytes - kMacBytes, '\0');
+  char* p = out.data();
+  Put32(p, g.segment_id);
+  Put64(p + 4, g.offset);
+  Put64(p + 12, g.length);
+  Put64(p + 20, g.expires_unix_ms);
+  return out;
+}
+
+}  // namespace
+
+std::string EncodeReadGrant(const ReadGrant& g) {
+  std::string mac = g.mac;
+  mac.resize(kMacBytes, '\0');
+  return ReadGrantFields(g) + mac;
+}
+
+absl::StatusOr<ReadGrant> DecodeReadCredential(absl::string_view in, absl::string_view* key) {
+  if (in.size() <= kReadGrantBytes || in.size() > kReadGrantBytes + kKeyBytesMax) {
+    return absl::InvalidArgumentError(absl::StrCat("read credential of ", in.size(), " bytes: a ",
+                                                   kReadGrantBytes, "-byte grant and a key of 1..",
+                                                   kKeyBytesMax));
+  }
+  ReadGrant g;
+  const char* p = in.data();
+  g.segment_id = Get32(p);
+  g.offset = Get64(p + 4);
+  g.length = Get64(p + 12);
+  g.expires_unix_ms = Get64(p + 20);
+  g.mac = std::string(in.substr(kReadGrantBytes - kMacBytes, kMacBytes));
+  *key = in.substr(kReadGrantBytes);
+  return g;
+}
+
+std::string ReadGrantMac(absl::string_view grant_key, absl::string_view node_id,
+                         uint64_t incarnation, absl::string_view key, const ReadGrant& g) {
+  return ReadGrantMac(HmacKey(grant_key), node_id, incarnation, key, g);
+}
+
+std::string ReadGrantMac(const HmacKey& grant_key, absl::string_view node_id, uint64_t incarnation,
+                         absl::string_view key, const ReadGrant& g) {
+  // Short, so that a grant for a content key (17 bytes) is one SHA-256
+  // block to hash: the node is bound by the key, its own; "R" keeps read
+  // and write grants apart (a write grant's message starts "shelf-").
+  char inc[8];
+  Put64(inc, incarnation);
+  return grant_key.Mac({"R", absl::string_view(inc, sizeof(inc)), ReadGrantFields(g), key});
+}
+
+absl::Status VerifyReadGrant(absl::string_view grant_key, absl::string_view node_id,
+                             uint64_t incarnation, absl::string_view key, const ReadGrant& g,
+                             bool range, uint32_t segment_id, uint64_t offset, uint64_t length,
+                             uint64_t now_unix_ms) {
+  return VerifyReadGrant(HmacKey(grant_key), node_id, incarnation, key, g, range, segment_id,
+                         offset, length, now_unix_ms);
+}
+
+absl::Status VerifyReadGrant(const HmacKey& grant_key, absl::string_view node_id,
+                             uint64_t incarnation, absl::string_view key, const ReadGrant& g,
+                             bool range, uint32_t segment_id, uint64_t offset, uint64_t length,
+                             uint64_t now_unix_ms) {
+  if (!ConstantTimeEqual(ReadGrantMac(grant_key, node_id, incarnation, key, g), g.mac)) {
+    return absl::PermissionDeniedError(
+        "read grant does not verify (wrong store, incarnation, key or fields)");
+  }
+  if (now_unix_ms > g.expires_unix_ms) return absl::PermissionDeniedError("read grant expired");
+  if (range && (segment_id != g.segment_id || offset < g.offset || length > g.length ||
+                offset - g.offset > g.length - length)) {
+    return absl::PermissionDeniedError(absl::StrCat("read [", offset, ", +", length,
                                                     ") outside granted range [", g.offset, ", +",
                                                     g.length, ") of segment ", g.segment_id));
   }

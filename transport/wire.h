@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/hmac.h"
 #include "shelf/limits.h"
 
 namespace shelf::wire {
@@ -32,11 +33,11 @@ inline constexpr uint64_t kPayloadBytesMax = 1ull << 32;  // one op moves at mos
 enum class Op : uint8_t {
   kHello = 1,  // server -> client on accept; extra = nonce
   kAuth = 2,   // client -> server: nonce, mac; server -> client: proof, incarnation, node id
-  kRead = 3,   // read [offset, offset+length) of segment_id
+  kRead = 3,   // read [offset, offset+length) of segment_id; extra = read grant + key, or none
   kWrite = 4,  // write; extra = encoded grant; payload = length bytes
-  // Read a committed block by key, DRAM first, then SSD; extra = key,
-  // offset = expected generation (0: any), segment_id = kReadKeyCheckOnly
-  // or 0.
+  // Read a committed block by key, DRAM first, then SSD; extra = key (or,
+  // with kReadKeyGranted, a read grant then the key), offset = expected
+  // generation (0: any), segment_id = flags.
   kReadKey = 5,
   kPing = 6,
   // Sets up the RDMA connection of this TCP connection: extra = the
@@ -65,6 +66,9 @@ absl::StatusOr<RdmaSource> DecodeRdmaSource(absl::string_view in);
 // READ_KEY flag (in segment_id): answer whether the store's DRAM record of
 // the key has the generation asked, without the bytes.
 inline constexpr uint32_t kReadKeyCheckOnly = 1;
+// READ_KEY flag (in segment_id): extra is a read credential (below), not
+// the bare key.
+inline constexpr uint32_t kReadKeyGranted = 2;
 
 struct Header {
   uint32_t magic = kMagic;
@@ -95,13 +99,65 @@ inline constexpr size_t kGrantBytes = 8 + 4 + 8 + 8 + 8 + 32;
 
 std::string EncodeGrant(const Grant& g);
 absl::StatusOr<Grant> DecodeGrant(absl::string_view in);
-// The MAC binds the grant to one node: HMAC(key, node_id || fields).
-std::string GrantMac(absl::string_view key, absl::string_view node_id, const Grant& g);
+
+// What a grant is bound to besides its own fields: the store it is for (its
+// node id and incarnation) and the master term that issued it. The store
+// knows all three, so they are not carried. `key` is the store
+// incarnation's own grant key, drawn by the master at registration.
+struct GrantScope {
+  absl::string_view node_id;
+  uint64_t incarnation = 0;
+  uint64_t term = 0;
+};
+// HMAC(key, "shelf-grant-v2" || node_id || "|" || incarnation || term || fields).
+std::string GrantMac(absl::string_view key, const GrantScope& scope, const Grant& g);
 // OK iff the MAC matches, the grant has not expired at `now_unix_ms`, and
 // [offset, offset+length) of `segment_id` lies inside the grant.
-absl::Status VerifyGrant(absl::string_view key, absl::string_view node_id, const Grant& g,
+absl::Status VerifyGrant(absl::string_view key, const GrantScope& scope, const Grant& g,
                          uint32_t segment_id, uint64_t offset, uint64_t length,
                          uint64_t now_unix_ms);
+// The same under a prepared key (HmacKey: the hot paths).
+std::string GrantMac(const HmacKey& key, const GrantScope& scope, const Grant& g);
+absl::Status VerifyGrant(const HmacKey& key, const GrantScope& scope, const Grant& g,
+                         uint32_t segment_id, uint64_t offset, uint64_t length,
+                         uint64_t now_unix_ms);
+
+// A read grant: lets the holder read the block `key` (READ_KEY) or, for a
+// DRAM replica, [offset, offset+length) of `segment_id` (READ) from one
+// store incarnation until expires_unix_ms. The master mints one per
+// replica of every Lookup and MatchPrefix hit. 60 bytes; on the wire a
+// READ or READ_KEY carries the read credential: the grant, then the key.
+struct ReadGrant {
+  uint32_t segment_id = 0;  // DRAM replica; 0 for an SSD replica
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t expires_unix_ms = 0;
+  std::string mac;  // 32 bytes
+};
+inline constexpr size_t kReadGrantBytes = 4 + 8 + 8 + 8 + 32;
+
+std::string EncodeReadGrant(const ReadGrant& g);
+// The grant and the key of a read credential (grant || key).
+absl::StatusOr<ReadGrant> DecodeReadCredential(absl::string_view in, absl::string_view* key);
+// HMAC(grant key, "R" || incarnation || fields || key). The grant key is
+// the store incarnation's own, so it binds the node too; `node_id` is not
+// hashed.
+std::string ReadGrantMac(absl::string_view grant_key, absl::string_view node_id,
+                         uint64_t incarnation, absl::string_view key, const ReadGrant& g);
+// OK iff the MAC matches for `key` on this store incarnation and the grant
+// has not expired; with `range`, also iff [offset, offset+length) of
+// `segment_id` lies inside the granted range. PERMISSION_DENIED otherwise.
+absl::Status VerifyReadGrant(absl::string_view grant_key, absl::string_view node_id,
+                             uint64_t incarnation, absl::string_view key, const ReadGrant& g,
+                             bool range, uint32_t segment_id, uint64_t offset, uint64_t length,
+                             uint64_t now_unix_ms);
+// The same under a prepared key.
+std::string ReadGrantMac(const HmacKey& grant_key, absl::string_view node_id, uint64_t incarnation,
+                         absl::string_view key, const ReadGrant& g);
+absl::Status VerifyReadGrant(const HmacKey& grant_key, absl::string_view node_id,
+                             uint64_t incarnation, absl::string_view key, const ReadGrant& g,
+                             bool range, uint32_t segment_id, uint64_t offset, uint64_t length,
+                             uint64_t now_unix_ms);
 
 }  // namespace shelf::wire
 

@@ -18,7 +18,6 @@ namespace shelf {
 
 Master::Master(MasterOptions options, prom::Exposition* exposition)
     : options_(std::move(options)),
-      grant_key_(options_.grant_key.empty() ? RandomBytes(32) : options_.grant_key),
       clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
       start_ms_(clock_->NowMs()),
       metrics_(exposition != nullptr ? *exposition : DefaultExposition()) {
@@ -263,11 +262,14 @@ void Master::FillLocation(const Object& obj, const std::string& key, const std::
   }
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [rank, r] : order) FillReplica(*r, obj.size, out->add_replicas());
-  if (lease) {
-    uint64_t until_unix = clock_->UnixMs() + options_.lease_ms;
-    out->set_lease_expires_unix_ms(until_unix);
+  const uint64_t now_unix = clock_->UnixMs();
+  for (const auto& [rank, r] : order) {
+    v1::Replica* rep = out->add_replicas();
+    FillReplica(*r, obj.size, rep);
+    if (options_.read_grants)
+      MintReadGrant(*r, key, obj.size, now_unix + options_.read_grant_ms, rep);
   }
+  if (lease) out->set_lease_expires_unix_ms(now_unix + options_.lease_ms);
 }
 
 absl::StatusOr<uint32_t> Master::CheckPutStart(const v1::PutStartRequest& req) const {
@@ -376,38 +378,10 @@ absl::StatusOr<bool> Master::PlaceRangesLocked(const v1::PutStartRequest& req,
   return true;
 }
 
-void Master::MintGrantsLocked(uint64_t put_id, uint64_t expires_unix, const PendingPut& put,
-                              v1::PutStartResponse* resp) {
-  for (const Replica& r : put.ranges) {
-    FillReplica(r, put.size, resp->add_replicas());
-    const Node& n = *nodes_[r.node];
-    wire::Grant g;
-    g.put_id = put_id;
-    g.segment_id = n.segments[r.segment].id;
-    g.offset = r.offset;
-    g.length = put.size;
-    g.expires_unix_ms = expires_unix;
-    g.mac = wire::GrantMac(grant_key_, n.endpoint.node_id(), g);
-    // Paired with the store's VerifyGrant: a grant the master cannot verify
-    // itself would fail every write of this put.
-    SHELF_CHECK(wire::VerifyGrant(grant_key_, n.endpoint.node_id(), g, g.segment_id, g.offset,
-                                  g.length, g.expires_unix_ms)
-                    .ok());
-    v1::WriteGrant* wg = resp->add_grants();
-    wg->set_put_id(put_id);
-    wg->set_node_id(n.endpoint.node_id());
-    wg->set_segment_id(g.segment_id);
-    wg->set_offset(g.offset);
-    wg->set_length(g.length);
-    wg->set_expires_unix_ms(g.expires_unix_ms);
-    wg->set_mac(g.mac);
-  }
-}
-
 // Validate, place (waiting for room where demotions will make it), mint
 // the write grants.
 absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string& client_host,
-                              v1::PutStartResponse* resp) {
+                              const std::string& owner, v1::PutStartResponse* resp) {
   absl::StatusOr<uint32_t> want = CheckPutStart(req);
   if (!want.ok()) return want.status();
   uint64_t now = clock_->NowMs();
@@ -431,6 +405,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   put.size = req.size();
   put.checksum = req.checksum();
   put.parent_key = req.parent_key();
+  put.owner = owner;
   // Kept only for the event stream: the index keeps the hashes and block
   // size; the token ids go out with the commit's BlockStored.
   if (req.has_block_info() && options_.events != nullptr) {
@@ -440,7 +415,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   absl::StatusOr<bool> placed = PlaceRangesLocked(req, candidates, *want, &put, resp);
   if (!placed.ok()) return placed.status();
   if (!*placed) return absl::OkStatus();  // answered: the key appeared meanwhile
-  uint64_t put_id = next_put_id_++;
+  uint64_t put_id = NewPutIdLocked();
   uint64_t expires_unix = clock_->UnixMs() + options_.put_timeout_ms;
   resp->set_state(v1::PUT_STARTED);
   resp->set_put_id(put_id);
@@ -452,7 +427,8 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   return absl::OkStatus();
 }
 
-void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* resp) {
+void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner,
+                       v1::PutCommitResponse* resp) {
   SHELF_SYNC_POINT("Master::PutCommit:Start");
   uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
@@ -473,6 +449,11 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
       continue;
     }
     PendingPut& put = it->second;
+    if (put.owner != owner) {
+      st->set_code(static_cast<int>(absl::StatusCode::kPermissionDenied));
+      st->set_message(absl::StrCat("put ", id, " was started by another principal"));
+      continue;
+    }
     // Replicas on nodes that died meanwhile were dropped by AbortPutLocked's
     // caller; whatever remains is live.
     auto [objp, inserted] = EmplaceLocked(put.key);
@@ -481,7 +462,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* r
       obj.size = put.size;
       obj.checksum = put.checksum;
       // Unique across terms as well: a later leader's put ids start over.
-      obj.generation = (term_ << 40) ^ id;
+      obj.generation = ((term_ << 40) ^ id) | 1;  // never 0 (unknown)
       if (!put.parent_key.empty() || put.event_info != nullptr) {
         obj.extra = std::make_unique<ObjectExtra>();
         obj.extra->parent_key = std::move(put.parent_key);
@@ -538,7 +519,8 @@ void Master::AbortPutLocked(uint64_t put_id) {
   puts_.erase(it);
 }
 
-void Master::PutAbort(const v1::PutAbortRequest& req, v1::PutAbortResponse* resp) {
+void Master::PutAbort(const v1::PutAbortRequest& req, const std::string& owner,
+                      v1::PutAbortResponse* resp) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) {
     for (int i = 0; i < req.put_ids_size(); ++i) {
@@ -550,12 +532,25 @@ void Master::PutAbort(const v1::PutAbortRequest& req, v1::PutAbortResponse* resp
   }
   for (uint64_t id : req.put_ids()) {
     v1::RpcStatus* st = resp->add_statuses();
-    if (!puts_.contains(id)) {
+    auto it = puts_.find(id);
+    if (it == puts_.end()) {
       st->set_code(static_cast<int>(absl::StatusCode::kNotFound));
       st->set_message(absl::StrCat("put ", id, " is unknown"));
       continue;
     }
-    AbortPutLocked(id);
+    if (it->second.owner != owner) {
+      st->set_code(static_cast<int>(absl::StatusCode::kPermissionDenied));
+      st->set_message(absl::StrCat("put ", id, " was started by another principal"));
+      continue;
+    }
+    // The put's write grants stay valid at the stores until they expire, so
+    // its ranges are not handed to another put before then: a leftover
+    // grant can only write bytes nobody will read.
+    for (const Replica& r : it->second.ranges) {
+      deferred_.push_back({it->second.deadline_ms, r.node, r.segment, r.offset, it->second.size});
+    }
+    put_by_key_.erase(it->second.key);
+    puts_.erase(it);
     metrics_.puts_aborted.Increment();
     st->set_code(0);
   }

@@ -44,6 +44,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/hmac.h"
 #include "common/mutex.h"
 #include "common/prom.h"
 #include "proto/shelf.pb.h"
@@ -86,7 +87,6 @@ struct MasterOptions {
   // 0: the evict_high / evict_low watermarks alone.
   uint64_t demote_lead_ms = 100;
   double demote_headroom_max = 0.5;
-  std::string grant_key;  // HMAC key for write grants; random if empty
   // Keys are kept as TENANT/KEY (--credentials; tenant_keys.h): a block's
   // event hash, when its engine gave none, is of KEY, the form its engine
   // names it by.
@@ -94,6 +94,14 @@ struct MasterOptions {
   // Principals' and tenants' quotas and guaranteed shares (quotas.h);
   // none when null.
   std::shared_ptr<const Authenticator> credentials;
+  // How long the read grants of a Lookup or MatchPrefix hit stay valid
+  // (docs/security.md, "Read grants"): long enough for a client to cache
+  // a location and read it again without asking, short enough that a
+  // grant leaked or kept past a remove is soon worthless.
+  uint64_t read_grant_ms = 60000;
+  // Mint read grants at all. A master without a secret leaves them out:
+  // its stores (open too) serve reads without them.
+  bool read_grants = true;
   // Every time the master reads (TTLs, leases, put and pin expiry, wall
   // times it reports) and every timed wait (PutStart waiting for room, a
   // heartbeat long poll). Must outlive the master.
@@ -117,11 +125,23 @@ class Master {
   // Puts. PutStart answers OK with state PUT_STARTED, PUT_ALREADY_EXISTS or
   // PUT_IN_FLIGHT; RESOURCE_EXHAUSTED when nothing can be evicted to make
   // room; UNAVAILABLE when no live store exists.
+  // `owner` names the principal that starts the put: only it may commit
+  // or abort it. Put ids are random and never reused while live.
   absl::Status PutStart(const v1::PutStartRequest& req, const std::string& client_host,
-                        v1::PutStartResponse* resp);
-  // Per-id statuses: NOT_FOUND for an unknown (or reclaimed) put id.
-  void PutCommit(const v1::PutCommitRequest& req, v1::PutCommitResponse* resp);
-  void PutAbort(const v1::PutAbortRequest& req, v1::PutAbortResponse* resp);
+                        const std::string& owner, v1::PutStartResponse* resp);
+  // Per-id statuses: NOT_FOUND for an unknown (or reclaimed) put id;
+  // PERMISSION_DENIED for a put another owner started (nothing changes).
+  void PutCommit(const v1::PutCommitRequest& req, const std::string& owner,
+                 v1::PutCommitResponse* resp);
+  void PutAbort(const v1::PutAbortRequest& req, const std::string& owner,
+                v1::PutAbortResponse* resp);
+  // A reader reports a replica whose bytes did not match the checksum
+  // (master_grants.cc). It proves it was sent there by presenting the read
+  // grant the master minted for that replica; the replica then leaves the
+  // index. PERMISSION_DENIED for a grant that does not verify;
+  // NOT_FOUND when the replica is no longer indexed.
+  absl::Status ReportDataLoss(const v1::ReportDataLossRequest& req,
+                              v1::ReportDataLossResponse* resp);
 
   // Promotion of an SSD-resident block into DRAM on the same store.
   // Promote answers promote_id 0 when there is nothing to do; RESOURCE_EXHAUSTED
@@ -344,6 +364,10 @@ class Master {
     v1::NodeState state = v1::NODE_LIVE;
     bool draining = false;
     uint64_t incarnation = 0;
+    // This incarnation's own key for write and read grants, drawn at each
+    // registration: known to the store and this master only.
+    std::string grant_key;
+    std::unique_ptr<const HmacKey> grant_mac;  // grant_key, prepared
     uint64_t last_heartbeat_ms = 0;
     std::vector<Segment> segments;
     uint64_t ssd_capacity = 0;
@@ -371,6 +395,7 @@ class Master {
     uint64_t size = 0;
     uint64_t checksum = 0;
     std::string parent_key;
+    std::string owner;                               // who may commit or abort it
     std::unique_ptr<v1::BlockEventInfo> event_info;  // as the put carried it
     uint64_t deadline_ms = 0;                        // NowMs
     std::vector<Replica> ranges;
@@ -543,11 +568,15 @@ class Master {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MintGrantsLocked(uint64_t put_id, uint64_t expires_unix, const PendingPut& put,
                         v1::PutStartResponse* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A read grant for replica `r` of `key` (master_grants.cc).
+  void MintReadGrant(const Replica& r, const std::string& key, uint64_t size, uint64_t expires_unix,
+                     v1::Replica* out) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // A random put id, non-zero and not live.
+  uint64_t NewPutIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<uint32_t> PlaceLocked(const v1::PutOptions& opts, const std::string& client_host,
                                     uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const MasterOptions options_;
-  const std::string grant_key_;
   Clock* const clock_;
   const uint64_t start_ms_;
 
@@ -562,7 +591,7 @@ class Master {
   absl::flat_hash_map<std::string, uint64_t> put_by_key_ ABSL_GUARDED_BY(mu_);
   std::vector<DeferredFree> deferred_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, PendingPromote> promotes_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_put_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_promote_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t frees_ ABSL_GUARDED_BY(mu_) = 0;              // ranges freed so far
   uint64_t demotions_pending_ ABSL_GUARDED_BY(mu_) = 0;  // DEMOTE orders not yet answered
   uint64_t next_move_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -25,6 +25,8 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
   Flags flags("shelf-master", "the Shelf metadata master (placement, index, leases, eviction)");
   flags.AddString("listen", &c.listen, "HOST:PORT to serve gRPC on (port 0 picks one)");
   flags.AddDurationMs("node-ttl", &opts.node_ttl_ms, "a store silent this long is dead");
+  flags.AddDurationMs("read-grant-ttl", &opts.read_grant_ms,
+                      "how long the read grant of a lookup hit stays valid (docs/security.md)");
   flags.AddDurationMs("heartbeat-interval", &opts.heartbeat_interval_ms,
                       "how often stores heartbeat");
   flags.AddDurationMs("put-timeout", &opts.put_timeout_ms,
@@ -102,16 +104,17 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
         "need 0 < --evict-low < --evict-high <= 1 (and the same for "
         "--ssd-evict-low/--ssd-evict-high)");
   }
+  if (opts.read_grant_ms == 0) return absl::InvalidArgumentError("--read-grant-ttl must be > 0");
   if (!secret_file.empty()) {
     absl::StatusOr<std::string> s = ReadSecretFile(secret_file);
     if (!s.ok()) return absl::InvalidArgumentError(s.status().message());
     c.secret = *s;
-    // Grants are keyed from the secret, so every master of a cluster
-    // (and every restart) issues grants the stores already accept.
-    opts.grant_key = HmacSha256(c.secret, "shelf-grant-key-v1");
-  } else if (credentials_file.empty()) {
-    SHELF_LOG(WARNING) << "no --secret-file: this cluster runs open; anyone who can reach it "
-                          "can read and write";
+  } else {
+    opts.read_grants = false;  // open stores check none
+    if (credentials_file.empty()) {
+      SHELF_LOG(WARNING) << "no --secret-file: this cluster runs open; anyone who can reach it "
+                            "can read and write";
+    }
   }
   if (!credentials_file.empty()) {
     // Principals only: the cluster secret, if given too, keys grants and

@@ -20,12 +20,12 @@ namespace shelf {
 struct MasterMetrics {
   // Every gRPC method that service.cc times (the `method` label): the
   // MasterService and AdminService handlers, by their C++ name (__func__).
-  static constexpr std::array<const char*, 21> kRpcMethods = {
+  static constexpr std::array<const char*, 22> kRpcMethods = {
       "RegisterStore", "Heartbeat",      "PutStart",    "BatchPutStart", "PutCommit",
       "PutAbort",      "Lookup",         "MatchPrefix", "ReleaseLeases", "Remove",
       "ListKeys",      "RemoveMatching", "Promote",     "PromoteCommit", "Status",
       "Segments",      "Stat",           "Drain",       "Evict",         "Pin",
-      "Locate"};
+      "Locate",        "ReportDataLoss"};
   // gRPC status codes are 0 (OK) .. 16 (UNAUTHENTICATED).
   static constexpr size_t kRpcCodes = 17;
 
@@ -56,6 +56,9 @@ struct MasterMetrics {
         dedup_hits(prom::Child(puts, {{"result", "dedup"}})),
         evictions(prom::AddUnlabelledCounter(e.registry(), "shelf_master_evictions_total",
                                              "Replicas dropped by eviction")),
+        data_loss_reports(prom::AddUnlabelledCounter(
+            e.registry(), "shelf_master_data_loss_reports_total",
+            "Replicas dropped from the index because a reader reported them corrupt")),
         demotions(prom::AddCounter(e.registry(), "shelf_master_demotions_total",
                                    "DRAM-to-SSD demotions reported by stores")),
         demotions_ok(prom::Child(demotions, {{"result", "ok"}})),
@@ -103,6 +106,7 @@ struct MasterMetrics {
   prom::Counter& puts_expired;
   prom::Counter& dedup_hits;
   prom::Counter& evictions;
+  prom::Counter& data_loss_reports;
   prom::Family<prom::Counter>& demotions;
   prom::Counter& demotions_ok;
   prom::Counter& demotions_failed;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/hmac.h"
 #include "common/log.h"
 #include "common/sync_point.h"
 #include "server/master/master.h"
@@ -42,6 +43,20 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   auto it = node_by_id_.find(ep.node_id());
   if (it != node_by_id_.end()) {
     idx = it->second;
+    // Another incarnation still heartbeating holds this node id: a second
+    // process (or one that only holds the cluster secret) must not take
+    // its place, its replicas and its grants. The old one has to fall
+    // silent for the node timeout first; the store retries meanwhile.
+    const Node& held = *nodes_[idx];
+    if (held.incarnation != req.incarnation() && held.state != v1::NODE_DEAD &&
+        now - held.last_heartbeat_ms < options_.node_ttl_ms) {
+      SHELF_LOG(WARNING) << "registration refused: node id held by a live incarnation"
+                         << Kv("node", ep.node_id()) << Kv("addr", ep.data_address());
+      return absl::AlreadyExistsError(
+          absl::StrCat("node id ", ep.node_id(),
+                       " is held by another incarnation that heartbeated within the node "
+                       "timeout: register again once it is silent"));
+    }
     // A known node registering again (restart, master failover, or a
     // heartbeat that found us forgetful): its old replicas leave, and its
     // inventory below brings back whatever it still holds. The same
@@ -70,6 +85,10 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   n.state = v1::NODE_LIVE;
   n.draining = false;
   n.incarnation = req.incarnation();
+  // A new key at every registration: grants minted for an earlier one (or
+  // an earlier incarnation, or by an earlier master) no longer verify.
+  n.grant_key = RandomBytes(32);
+  n.grant_mac = std::make_unique<const HmacKey>(n.grant_key);
   n.last_heartbeat_ms = now;
   n.segments.clear();
   for (const v1::SegmentInfo& s : req.segments()) {
@@ -89,7 +108,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   // Inventory entries for the same block and range are then no news.
   for (const v1::InventoryEntry& e : orphans) AddInventoryLocked(idx, e, now);
   for (const v1::InventoryEntry& e : req.inventory()) AddInventoryLocked(idx, e, now);
-  resp->set_grant_key(grant_key_);
+  resp->set_grant_key(n.grant_key);
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   resp->set_node_ttl_ms(options_.node_ttl_ms);
   resp->set_term(term_);
@@ -573,7 +592,7 @@ absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse*
   Node& n = *nodes_[node];
   absl::StatusOr<Replica> r = AllocateOnNodeLocked(node, req.size(), now, /*allow_drop=*/false);
   if (!r.ok()) return r.status();
-  uint64_t id = next_put_id_++;
+  uint64_t id = next_promote_id_++;
   promotes_[id] =
       PendingPromote{req.key(), node,       n.incarnation,  r->segment,
                      r->offset, req.size(), req.checksum(), now + options_.put_timeout_ms};

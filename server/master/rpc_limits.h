@@ -52,7 +52,7 @@ inline constexpr std::array<RpcRequestLimit, MasterMetrics::kRpcMethods.size()> 
         {"Status", kSmallRequestBytesMax},         {"Segments", kSmallRequestBytesMax},
         {"Stat", kSmallRequestBytesMax},           {"Drain", kSmallRequestBytesMax},
         {"Evict", kSmallRequestBytesMax},          {"Pin", kSmallRequestBytesMax},
-        {"Locate", kSmallRequestBytesMax},
+        {"Locate", kSmallRequestBytesMax},         {"ReportDataLoss", kSmallRequestBytesMax},
     }};
 
 // The limit of `method`; a method without one is a bug (aborts). Called

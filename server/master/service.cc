@@ -68,6 +68,9 @@ unsigned MethodRoles(const char* method) {
       {"ListKeys", kKeyUsers},
       {"Locate", kKeyUsers},
       {"RemoveMatching", kKeyUsers},
+      // A reader reporting a replica whose bytes failed their checksum; it
+      // presents the read grant it was given for that replica.
+      {"ReportDataLoss", kKeyUsers},
       // Pinning its own tenant's keys is an engine's call too.
       {"Pin", kKeyUsers},
       // The cluster's state and its operation: admins.
@@ -125,7 +128,7 @@ absl::Status MasterServiceImpl::PutStartWithQuota(const Principal& caller,
                                                   v1::PutStartResponse* resp) {
   QuotaBook& quotas = master_->quotas();
   if (absl::Status s = quotas.BeforePut(caller, req); !s.ok()) return s;
-  absl::Status s = master_->PutStart(req, req.options().client_host_id(), resp);
+  absl::Status s = master_->PutStart(req, req.options().client_host_id(), caller.name, resp);
   quotas.AfterPut(caller, req, s, *resp, master_->options().put_timeout_ms);
   return s;
 }
@@ -205,7 +208,7 @@ grpc::Status MasterServiceImpl::PutCommit(grpc::ServerContext* ctx, const v1::Pu
     return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError(
         absl::StrCat("a commit takes at most ", kBatchItemsMax, " put ids"))));
   }
-  master_->PutCommit(*req, resp);
+  master_->PutCommit(*req, caller.name, resp);
   master_->quotas().AfterEnd(req->put_ids(), resp->statuses());
   return grpc::Status::OK;
 }
@@ -217,7 +220,7 @@ grpc::Status MasterServiceImpl::PutAbort(grpc::ServerContext* ctx, const v1::Put
     return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError(
         absl::StrCat("an abort takes at most ", kBatchItemsMax, " put ids"))));
   }
-  master_->PutAbort(*req, resp);
+  master_->PutAbort(*req, caller.name, resp);
   master_->quotas().AfterEnd(req->put_ids(), resp->statuses());
   return grpc::Status::OK;
 }
@@ -328,6 +331,21 @@ grpc::Status MasterServiceImpl::Locate(grpc::ServerContext* ctx, const v1::Locat
     return rpc_scope.Done(ToGrpc(s));
   }
   return rpc_scope.Done(ToGrpc(master_->Locate(*req, resp)));
+}
+
+grpc::Status MasterServiceImpl::ReportDataLoss(grpc::ServerContext* ctx,
+                                               const v1::ReportDataLossRequest* req,
+                                               v1::ReportDataLossResponse* resp) {
+  SHELF_CHECK_TOKEN();
+  if (!caller.tenant.empty()) {
+    // A reader names the key as it read it: its tenant's, or a shared one.
+    absl::StatusOr<std::string> key = KeptKey(caller, req->key(), /*write=*/false);
+    if (!key.ok()) return rpc_scope.Done(ToGrpc(key.status()));
+    v1::ReportDataLossRequest kept = *req;
+    kept.set_key(*std::move(key));
+    return rpc_scope.Done(ToGrpc(master_->ReportDataLoss(kept, resp)));
+  }
+  return rpc_scope.Done(ToGrpc(master_->ReportDataLoss(*req, resp)));
 }
 
 grpc::Status MasterServiceImpl::RemoveMatching(grpc::ServerContext* ctx,

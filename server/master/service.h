@@ -43,6 +43,8 @@ class MasterServiceImpl final : public v1::MasterService::Service {
                         v1::ListKeysResponse* resp) override;
   grpc::Status Locate(grpc::ServerContext* ctx, const v1::LocateRequest* req,
                       v1::LocateResponse* resp) override;
+  grpc::Status ReportDataLoss(grpc::ServerContext* ctx, const v1::ReportDataLossRequest* req,
+                              v1::ReportDataLossResponse* resp) override;
   grpc::Status RemoveMatching(grpc::ServerContext* ctx, const v1::RemoveMatchingRequest* req,
                               v1::RemoveMatchingResponse* resp) override;
   grpc::Status Promote(grpc::ServerContext* ctx, const v1::PromoteRequest* req,

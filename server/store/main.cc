@@ -93,6 +93,9 @@ int main(int argc, char** argv) {
                "past it clients read over tcp");
   flags.AddBool("promote-on-hit", &opts.promote_on_hit,
                 "copy a block read from the SSD tier up into DRAM (the SSD copy stays)");
+  flags.AddBool("read-grants", &opts.read_grants,
+                "with --secret-file, serve a READ or READ_KEY only under a read grant the master "
+                "minted (on by default)");
   flags.AddInt("max-connections", &max_connections, "data-plane connection limit");
   flags.AddBool("data-tls", &opts.data_tls,
                 "TLS 1.3 on the data plane (clients need ClientOptions::data_tls); off by default");

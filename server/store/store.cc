@@ -40,13 +40,44 @@ absl::StatusOr<DataHandler::Region> Store::Segment(uint32_t id) {
 
 absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                                uint64_t length) {
-  std::string key;
+  std::shared_ptr<const HmacKey> key;
+  uint64_t term = 0;
   {
     MutexLock lock(&mu_);
-    key = grant_key_;
+    key = grant_mac_;
+    term = grant_term_;
   }
-  if (key.empty()) return absl::UnavailableError("store not registered with a master yet");
-  return wire::VerifyGrant(key, node_id_, grant, segment_id, offset, length, clock_->UnixMs());
+  if (key == nullptr) return absl::UnavailableError("store not registered with a master yet");
+  return wire::VerifyGrant(*key, wire::GrantScope{node_id_, incarnation_, term}, grant, segment_id,
+                           offset, length, clock_->UnixMs());
+}
+
+absl::Status Store::CheckRead(absl::string_view credential, absl::string_view key, bool range,
+                              uint32_t segment_id, uint64_t offset, uint64_t length) {
+  if (options_.secret.empty() || !options_.read_grants) return absl::OkStatus();
+  if (credential.empty()) {
+    metrics_.read_grant_refusals.Increment();
+    return absl::PermissionDeniedError("a read needs the read grant of a Lookup or MatchPrefix");
+  }
+  absl::string_view granted_key;
+  absl::StatusOr<wire::ReadGrant> grant = wire::DecodeReadCredential(credential, &granted_key);
+  absl::Status s = grant.status();
+  if (s.ok() && !key.empty() && key != granted_key) {
+    s = absl::PermissionDeniedError("read grant is for another key");
+  }
+  if (s.ok()) {
+    std::shared_ptr<const HmacKey> grant_key;
+    {
+      MutexLock lock(&mu_);
+      grant_key = grant_mac_;
+    }
+    if (grant_key == nullptr)
+      return absl::UnavailableError("store not registered with a master yet");
+    s = wire::VerifyReadGrant(*grant_key, node_id_, incarnation_, granted_key, *grant, range,
+                              segment_id, offset, length, clock_->UnixMs());
+  }
+  if (!s.ok()) metrics_.read_grant_refusals.Increment();
+  return s;
 }
 
 absl::Status Store::ReadKey(absl::string_view key, std::string* out) {
@@ -189,6 +220,8 @@ absl::Status Store::Register() {
     }
     max_term_ = resp.term();
     grant_key_ = resp.grant_key();
+    grant_mac_ = std::make_shared<const HmacKey>(grant_key_);
+    grant_term_ = resp.term();
     heartbeat_interval_ms_ = std::max<uint64_t>(50, resp.heartbeat_interval_ms());
     results_.clear();  // the new registration's inventory supersedes them
     moves_.clear();

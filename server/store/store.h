@@ -81,6 +81,10 @@ struct StoreOptions {
   // store.
   void* rdma_verbs = nullptr;
   bool promote_on_hit = false;  // copy SSD blocks that are read back into DRAM
+  // With a secret: every READ and READ_KEY needs a read grant the master
+  // minted for this store incarnation (docs/security.md, "Read grants").
+  // Without a secret anyone may connect, so reads stay open.
+  bool read_grants = true;
   int max_connections = 1024;
   // Data-plane denial of service (DataServer::Options): the handshake's
   // absolute deadline and the caps on connections still in it.
@@ -122,6 +126,9 @@ class Store : public DataHandler {
   absl::StatusOr<Region> Segment(uint32_t id) override;
   absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                           uint64_t length) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CheckRead(absl::string_view credential, absl::string_view key, bool range,
+                         uint32_t segment_id, uint64_t offset, uint64_t length) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status ReadKey(absl::string_view key, std::string* out) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Region> DramKey(absl::string_view key, uint64_t generation) override
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -174,6 +181,7 @@ class Store : public DataHandler {
     prom::Counter& demotions_ok;
     prom::Counter& demotions_failed;
     prom::Counter& checksum_failures;
+    prom::Counter& read_grant_refusals;
     prom::Family<prom::Histogram>& ssd_seconds;
     prom::Counter& promotions;
     prom::Histogram& ssd_read_seconds;
@@ -226,6 +234,8 @@ class Store : public DataHandler {
 
   mutable Mutex mu_;
   std::string grant_key_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const HmacKey> grant_mac_ ABSL_GUARDED_BY(mu_);  // grant_key_, prepared
+  uint64_t grant_term_ ABSL_GUARDED_BY(mu_) = 0;                   // the term grant_key_ came with
   uint64_t heartbeat_interval_ms_ ABSL_GUARDED_BY(mu_) = 500;
   std::vector<v1::TierMoveResult> results_ ABSL_GUARDED_BY(mu_);  // to report
   std::deque<v1::TierMove> moves_ ABSL_GUARDED_BY(mu_);           // to carry out

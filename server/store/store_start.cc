@@ -121,6 +121,9 @@ Store::Metrics::Metrics(prom::Exposition& e)
       checksum_failures(
           prom::AddUnlabelledCounter(e.registry(), "shelf_store_checksum_failures_total",
                                      "Blocks whose bytes did not match their checksum")),
+      read_grant_refusals(prom::AddUnlabelledCounter(
+          e.registry(), "shelf_store_read_grant_refusals_total",
+          "READ and READ_KEY frames refused for a missing or invalid read grant")),
       ssd_seconds(prom::AddHistogram(e.registry(), "shelf_store_ssd_op_seconds",
                                      "SSD tier operation time")),
       promotions(prom::AddUnlabelledCounter(

@@ -16,6 +16,7 @@
 #include "testing/local_cluster.h"
 #include "testing/wait_for.h"
 #include "transport/tcp_client.h"
+#include "transport/wire.h"
 
 namespace shelf {
 namespace {
@@ -201,17 +202,37 @@ TEST(LocationCacheStamp, ALookupThatRacedWithAnEraseCachesNothing) {
   uint64_t before = cache.Stamp();
   cache.Erase("k");  // this client's remove or put of "k" returned
   cache.Put(loc, before);
-  EXPECT_FALSE(cache.Get("k", &out));
+  EXPECT_FALSE(cache.Get("k", &out, UnixMs()));
 
   // Another key's erase costs at most a miss; a stamp taken after the
   // erase caches again.
   cache.Put(loc, cache.Stamp());
-  ASSERT_TRUE(cache.Get("k", &out));
+  ASSERT_TRUE(cache.Get("k", &out, UnixMs()));
   EXPECT_EQ(out.generation(), 1u);
 
   before = cache.Stamp();
   cache.Clear();
   cache.Put(loc, before);
+  EXPECT_EQ(cache.size(), 0u);
+}
+
+// An entry keeps its read grant, and is not used once the grant is about
+// to run out: the get asks the master, which mints a fresh one.
+TEST(LocationCacheGrant, AnEntryWhoseGrantRunsOutIsDropped) {
+  LocationCache cache(16);
+  v1::ObjectLocation loc;
+  loc.set_key("k");
+  loc.set_found(true);
+  wire::ReadGrant g;
+  g.expires_unix_ms = 100000;
+  g.mac = std::string(32, 'm');
+  loc.add_replicas()->set_read_grant(wire::EncodeReadGrant(g));
+  cache.Put(loc, cache.Stamp());
+  v1::ObjectLocation out;
+  ASSERT_TRUE(cache.Get("k", &out, 100000 - LocationCache::kGrantMarginMs - 1));
+  EXPECT_EQ(out.replicas(0).read_grant(), loc.replicas(0).read_grant());
+  EXPECT_EQ(LocationCache::GrantExpiry(out.replicas(0)), 100000u);
+  EXPECT_FALSE(cache.Get("k", &out, 100000 - LocationCache::kGrantMarginMs + 1));
   EXPECT_EQ(cache.size(), 0u);
 }
 

@@ -53,7 +53,7 @@ class MemoryHandler : public DataHandler {
     g.offset = offset;
     g.length = length;
     g.expires_unix_ms = UnixMs() + 60000;
-    g.mac = wire::GrantMac(grant_key_, node_id_, g);
+    g.mac = wire::GrantMac(grant_key_, Scope(), g);
     return g;
   }
 
@@ -63,7 +63,7 @@ class MemoryHandler : public DataHandler {
   }
   absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                           uint64_t length) override {
-    return wire::VerifyGrant(grant_key_, node_id_, grant, segment_id, offset, length, UnixMs());
+    return wire::VerifyGrant(grant_key_, Scope(), grant, segment_id, offset, length, UnixMs());
   }
   absl::Status ReadKey(absl::string_view key, std::string* out) override ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
@@ -82,6 +82,8 @@ class MemoryHandler : public DataHandler {
   uint64_t read() const { return read_.load(); }
 
  private:
+  // Incarnation 1 under term 1: the handler stands for one store process.
+  wire::GrantScope Scope() const { return wire::GrantScope{node_id_, 1, 1}; }
   const uint64_t size_;
   const std::string grant_key_;
   const std::string node_id_;

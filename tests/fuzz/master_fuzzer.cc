@@ -58,7 +58,6 @@ class Program {
     o.block_bytes_max = 1 << 20;
     o.evict_high = 0.9;
     o.evict_low = 0.5;
-    o.grant_key = "fuzz-grant-key";
     master_ = std::make_unique<Master>(o, &registry_);
   }
 
@@ -196,7 +195,7 @@ class Program {
     req.mutable_options()->set_spread_label(in_.Bool() ? "zone" : "");
     if (in_.Pick(8) == 0) req.set_parent_key(Key());
     v1::PutStartResponse resp;
-    absl::Status s = master_->PutStart(req, "host" + std::to_string(in_.Pick(2)), &resp);
+    absl::Status s = master_->PutStart(req, "host" + std::to_string(in_.Pick(2)), "fuzz", &resp);
     Trace("PutStart", req, s);
     if (Tracing()) std::fprintf(stderr, "  -> {%s}\n", resp.ShortDebugString().c_str());
     bool bad = req.key().empty() || req.key().size() > 256 || req.size() == 0 ||
@@ -218,7 +217,7 @@ class Program {
       v1::PutAbortRequest req;
       for (uint64_t id : ids) req.add_put_ids(id);
       v1::PutAbortResponse resp;
-      master_->PutAbort(req, &resp);
+      master_->PutAbort(req, "fuzz", &resp);
       Trace("PutAbort", req, absl::OkStatus());
       Check(resp.statuses_size() == n, "one abort status per id");
     } else {
@@ -228,7 +227,7 @@ class Program {
       }
       n = req.put_ids_size();
       v1::PutCommitResponse resp;
-      master_->PutCommit(req, &resp);
+      master_->PutCommit(req, "fuzz", &resp);
       Trace("PutCommit", req, absl::OkStatus());
       if (Tracing()) std::fprintf(stderr, "  -> {%s}\n", resp.ShortDebugString().c_str());
       Check(resp.statuses_size() == n, "one commit status per id");
@@ -356,7 +355,8 @@ class Program {
         v1::PutStartRequest req;
         if (!req.ParseFromString(bytes)) return;
         v1::PutStartResponse resp;
-        Trace("PutStart(raw)", req, master_->PutStart(req, req.options().client_host_id(), &resp));
+        Trace("PutStart(raw)", req,
+              master_->PutStart(req, req.options().client_host_id(), "fuzz", &resp));
         if (resp.state() == v1::PUT_STARTED) {
           put_ids_.push_back(resp.put_id());
         }

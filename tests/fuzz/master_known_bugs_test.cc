@@ -4,6 +4,7 @@
 // corpus/master_fuzzer/known-bug-<name>); enable it with the fix.
 #include <gtest/gtest.h>
 
+#include "common/manual_clock.h"
 #include "common/prom.h"
 #include "proto/shelf.pb.h"
 #include "server/master/master.h"
@@ -28,8 +29,8 @@ class MasterKnownBugsTest : public ::testing::Test {
  protected:
   MasterKnownBugsTest() {
     MasterOptions o;
-    o.grant_key = "test-grant-key";
     o.demote_wait_ms = 0;
+    o.clock = &clock_;
     master_ = std::make_unique<Master>(o, &registry_);
   }
 
@@ -44,7 +45,7 @@ class MasterKnownBugsTest : public ::testing::Test {
     put.set_size(65536);
     put.set_checksum(1);
     v1::PutStartResponse started;
-    EXPECT_TRUE(master_->PutStart(put, "host", &started).ok());
+    EXPECT_TRUE(master_->PutStart(put, "host", "test", &started).ok());
     EXPECT_EQ(started.state(), v1::PUT_STARTED);
     v1::RegisterStoreRequest b = Store("b", 1);
     v1::InventoryEntry* e = b.add_inventory();
@@ -58,10 +59,11 @@ class MasterKnownBugsTest : public ::testing::Test {
     v1::PutCommitRequest commit;
     commit.add_put_ids(started.put_id());
     v1::PutCommitResponse committed;
-    master_->PutCommit(commit, &committed);
+    master_->PutCommit(commit, "test", &committed);
     return started.put_id();
   }
 
+  ManualClock clock_;  // outlives master_
   prom::Exposition registry_;
   std::unique_ptr<Master> master_;
 };
@@ -121,7 +123,10 @@ TEST_F(MasterKnownBugsTest, NodeHoldingABlockInBothTiersDropsItOnce) {
   v1::StatResponse found;
   ASSERT_TRUE(master_->Stat(stat, &found).ok());
   ASSERT_EQ(found.object().replicas_size(), 2);
-  // The store restarts: everything it held leaves the index, once.
+  // The store restarts: everything it held leaves the index, once. (The
+  // new incarnation registers once the old one has been silent for the
+  // node timeout.)
+  clock_.Advance(MasterOptions().node_ttl_ms + 1);
   ASSERT_TRUE(master_->RegisterStore(Store("a", 2), &reg).ok());
   master_->CheckInvariants();
   v1::StatResponse gone;

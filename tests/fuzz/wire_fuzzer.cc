@@ -45,6 +45,7 @@ void FuzzHeader(const std::string& bytes) {
 void FuzzGrant(fuzz::FuzzInput& in) {
   const std::string key = in.Bytes(in.Pick(40));
   const std::string node = in.Bytes(in.Pick(20));
+  const wire::GrantScope scope{node, in.U64(), in.U64()};
   const uint32_t segment_id = in.Pick(3);
   const uint64_t offset = in.Bool() ? in.U64() : in.U16() * 4096ull;
   const uint64_t length = in.Bool() ? in.U64() : in.U16();
@@ -57,10 +58,10 @@ void FuzzGrant(fuzz::FuzzInput& in) {
   Check(wire::EncodeGrant(*g) == raw, "grant round trip");
   // Half the time the grant carries a true MAC, so the range and expiry
   // checks are reached.
-  if (sign) g->mac = wire::GrantMac(key, node, *g);
-  absl::Status verdict = wire::VerifyGrant(key, node, *g, segment_id, offset, length, now);
+  if (sign) g->mac = wire::GrantMac(key, scope, *g);
+  absl::Status verdict = wire::VerifyGrant(key, scope, *g, segment_id, offset, length, now);
   using u128 = unsigned __int128;
-  bool mac_ok = g->mac == wire::GrantMac(key, node, *g);
+  bool mac_ok = g->mac == wire::GrantMac(key, scope, *g);
   bool expected = mac_ok && now <= g->expires_unix_ms && segment_id == g->segment_id &&
                   offset >= g->offset &&
                   static_cast<u128>(offset) + length <= static_cast<u128>(g->offset) + g->length;
@@ -69,10 +70,21 @@ void FuzzGrant(fuzz::FuzzInput& in) {
     Check(verdict.code() == absl::StatusCode::kPermissionDenied,
           "rejections are PERMISSION_DENIED");
   }
-  // A grant for another node never verifies.
+  // A grant for another node, incarnation or term never verifies.
   if (expected) {
-    Check(!wire::VerifyGrant(key, node + "x", *g, segment_id, offset, length, now).ok(),
+    const std::string other_node = node + "x";
+    wire::GrantScope other = scope;
+    other.node_id = other_node;
+    Check(!wire::VerifyGrant(key, other, *g, segment_id, offset, length, now).ok(),
           "a grant is bound to its node");
+    other = scope;
+    ++other.incarnation;
+    Check(!wire::VerifyGrant(key, other, *g, segment_id, offset, length, now).ok(),
+          "a grant is bound to its store incarnation");
+    other = scope;
+    ++other.term;
+    Check(!wire::VerifyGrant(key, other, *g, segment_id, offset, length, now).ok(),
+          "a grant is bound to the master term");
   }
 }
 

@@ -78,7 +78,7 @@ class MasterFixture : public ::testing::Test {
     opts.set_replicas(replicas);
     *req.mutable_options() = opts;
     v1::PutStartResponse resp;
-    absl::Status s = master_->PutStart(req, "client-host", &resp);
+    absl::Status s = master_->PutStart(req, "client-host", "test", &resp);
     if (status != nullptr) *status = s;
     return resp;
   }
@@ -87,7 +87,7 @@ class MasterFixture : public ::testing::Test {
     v1::PutCommitRequest req;
     req.add_put_ids(put_id);
     v1::PutCommitResponse resp;
-    master_->PutCommit(req, &resp);
+    master_->PutCommit(req, "test", &resp);
     return absl::Status(static_cast<absl::StatusCode>(resp.statuses(0).code()),
                         resp.statuses(0).message());
   }

@@ -452,6 +452,7 @@ TEST_F(MasterFixture, ReRegistrationRestoresSsdInventory) {
   EXPECT_EQ(loc.checksum(), 7u);
   // Same node, new incarnation (a restart), fewer blocks: the index follows.
   inv.pop_back();
+  clock_.Advance(301);  // the old process fell silent: a live one keeps its node id
   Register("a", 8 * kMiB, 64 * kMiB, "h", 2, {}, inv);
   EXPECT_TRUE(Lookup("ssd0", false).found());
   EXPECT_FALSE(Lookup("ssd2", false).found());

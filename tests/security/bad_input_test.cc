@@ -308,7 +308,11 @@ TEST_F(BadInputTest, EveryBadInputGetsItsAnswerAndChangesNothing) {
       {"truncated WRITE payload (granted, 100 of 4096 bytes)", "data plane", kClosed,
        [&] {
          // A live grant of its own, aborted afterwards: the truncated
-         // write must leave nothing visible and nothing allocated.
+         // write must leave nothing visible, and nothing allocated once
+         // the grant has expired (an aborted put's range is not placed
+         // again before then).
+         absl::StatusOr<fault::ClusterSnapshot> start = probe_->Snapshot();
+         if (!start.ok()) return std::string("no snapshot");
          v1::PutStartRequest req;
          req.set_key("truncated");
          req.set_size(4096);
@@ -347,6 +351,12 @@ TEST_F(BadInputTest, EveryBadInputGetsItsAnswerAndChangesNothing) {
          abort.add_put_ids(g.put_id);
          v1::PutAbortResponse abort_resp;
          master->PutAbort(ctx().get(), abort, &abort_resp);
+         WaitFor(
+             [&] {
+               absl::StatusOr<fault::ClusterSnapshot> now = probe_->Snapshot();
+               return now.ok() && now->ToString() == start->ToString();
+             },
+             15000, 50);
          return answer;
        }},
       {"truncated extra section (READ_KEY, 3 of 10 bytes)", "data plane", kClosed,

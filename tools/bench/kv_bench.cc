@@ -430,6 +430,7 @@ int KvBench(int argc, char** argv) {
   uint64_t redis_pipeline_bytes = 4ull << 20;
   double seconds = 1.0;
   bool quick = false, json_only = false, no_redis = false, client_per_thread = false;
+  bool grant_row = true;
   Flags flags("shelf-bench kv",
               "puts and gets through libshelf (shared memory and TCP) next to redis-server");
   flags.AddString("master", &master, "use this cluster instead of starting one");
@@ -456,6 +457,7 @@ int KvBench(int argc, char** argv) {
   flags.AddBool("quick", &quick,
                 "tiny run for smoke tests: 64KiB,1MiB x 1,4 threads, 0.2 s rows, small stores");
   flags.AddBool("json-only", &json_only, "print only the JSON line");
+  flags.AddBool("grant-row", &grant_row, "measure read grants on vs off (two more clusters)");
   flags.AddString("work-dir", &work_dir, "keep the cluster's and Redis's logs here");
   flags.ParseOrExit(argc, argv);
   if (quick) {
@@ -775,6 +777,7 @@ int KvBench(int argc, char** argv) {
   o["errors"] = errors;
   o["mismatches"] = mismatches;
   o["rows"] = row_json;
+  if (grant_row && !StopRequested()) o["read_grants"] = ReadGrantRow(cfg.seconds, json_only);
   if (!json_only) std::printf("  load average at end: %s\n", LoadAverage().c_str());
   targets.clear();
   warm_targets.clear();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/json.h"
 
 namespace shelf::bench {
 
@@ -41,6 +42,11 @@ absl::StatusOr<std::vector<int>> ParseInts(const std::string& text, int lo, int 
 std::string Ratio(double shelf, double redis);
 // The 1-, 5- and 15-minute load averages: a busy machine skews every row.
 std::string LoadAverage();
+// Single 1 MiB gets over TCP from two one-store clusters with a secret, one
+// whose store checks read grants and one started --read-grants=false, in
+// alternating rounds (`seconds` per side in all). Prints the row unless
+// `json_only`; returns its figures (kv_grants.cc).
+Json ReadGrantRow(double seconds, bool json_only);
 
 }  // namespace shelf::bench
 

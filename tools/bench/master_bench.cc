@@ -158,13 +158,13 @@ absl::Status Fill(Master* master, uint64_t from, uint64_t to, uint64_t object_by
     req.set_key(KeyOf(i));
     req.set_checksum(i);
     resp.Clear();
-    absl::Status s = master->PutStart(req, "", &resp);
+    absl::Status s = master->PutStart(req, "", "bench", &resp);
     if (!s.ok()) return s;
     if (resp.state() != v1::PUT_STARTED) return absl::InternalError("PutStart did not start a put");
     commit.add_put_ids(resp.put_id());
     if (commit.put_ids_size() == static_cast<int>(kCommitBatch) || i + 1 == to) {
       cresp.Clear();
-      master->PutCommit(commit, &cresp);
+      master->PutCommit(commit, "bench", &cresp);
       for (const v1::RpcStatus& st : cresp.statuses()) {
         if (st.code() != 0) return absl::InternalError(st.message());
       }

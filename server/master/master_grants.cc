@@ -1,0 +1,117 @@
+// Master: write and read grants, put ids, and reports of corrupt replicas
+// (docs/security.md, "Grants").
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "common/clock.h"
+#include "common/hmac.h"
+#include "common/log.h"
+#include "server/master/master.h"
+#include "transport/wire.h"
+
+namespace shelf {
+
+uint64_t Master::NewPutIdLocked() {
+  // Unguessable: a put id is all a commit or an abort names. Random 64
+  // bits, drawn again on the (unlikely) clash with a live one or 0.
+  for (;;) {
+    std::string bytes = RandomBytes(sizeof(uint64_t));
+    uint64_t id = 0;
+    std::memcpy(&id, bytes.data(), sizeof(id));
+    if (id != 0 && !puts_.contains(id)) return id;
+  }
+}
+
+void Master::MintGrantsLocked(uint64_t put_id, uint64_t expires_unix, const PendingPut& put,
+                              v1::PutStartResponse* resp) {
+  for (const Replica& r : put.ranges) {
+    FillReplica(r, put.size, resp->add_replicas());
+    const Node& n = *nodes_[r.node];
+    wire::Grant g;
+    g.put_id = put_id;
+    g.segment_id = n.segments[r.segment].id;
+    g.offset = r.offset;
+    g.length = put.size;
+    g.expires_unix_ms = expires_unix;
+    const wire::GrantScope scope{n.endpoint.node_id(), n.incarnation, term_};
+    g.mac = wire::GrantMac(*n.grant_mac, scope, g);
+    // Paired with the store's VerifyGrant: a grant the master cannot verify
+    // itself would fail every write of this put.
+    SHELF_CHECK(wire::VerifyGrant(*n.grant_mac, scope, g, g.segment_id, g.offset, g.length,
+                                  g.expires_unix_ms)
+                    .ok());
+    v1::WriteGrant* wg = resp->add_grants();
+    wg->set_put_id(put_id);
+    wg->set_node_id(n.endpoint.node_id());
+    wg->set_segment_id(g.segment_id);
+    wg->set_offset(g.offset);
+    wg->set_length(g.length);
+    wg->set_expires_unix_ms(g.expires_unix_ms);
+    wg->set_mac(g.mac);
+  }
+}
+
+void Master::MintReadGrant(const Replica& r, const std::string& key, uint64_t size,
+                           uint64_t expires_unix, v1::Replica* out) {
+  const Node& n = *nodes_[r.node];
+  wire::ReadGrant g;
+  g.segment_id = r.tier == v1::TIER_DRAM ? n.segments[r.segment].id : 0;
+  g.offset = r.tier == v1::TIER_DRAM ? r.offset : 0;
+  g.length = size;
+  g.expires_unix_ms = expires_unix;
+  g.mac = wire::ReadGrantMac(*n.grant_mac, n.endpoint.node_id(), n.incarnation, key, g);
+  out->set_read_grant(wire::EncodeReadGrant(g));
+}
+
+absl::Status Master::ReportDataLoss(const v1::ReportDataLossRequest& req,
+                                    v1::ReportDataLossResponse* resp) {
+  if (absl::Status s = ValidateKey(req.key()); !s.ok()) return s;
+  const v1::Replica& rep = req.replica();
+  if (rep.read_grant().size() != wire::kReadGrantBytes) {
+    return absl::PermissionDeniedError("a data loss report needs the replica's read grant");
+  }
+  uint64_t now = clock_->NowMs();
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
+  auto it = node_by_id_.find(rep.store().node_id());
+  if (it == node_by_id_.end() || nodes_[it->second]->incarnation != rep.store().incarnation()) {
+    return absl::NotFoundError("the replica's store incarnation is gone");
+  }
+  const uint32_t node = it->second;
+  const Node& n = *nodes_[node];
+  absl::string_view grant_key;
+  std::string credential = absl::StrCat(rep.read_grant(), req.key());
+  absl::StatusOr<wire::ReadGrant> g = wire::DecodeReadCredential(credential, &grant_key);
+  if (!g.ok()) return absl::PermissionDeniedError(g.status().message());
+  // The grant names the range it was minted for; the replica must be there.
+  const bool dram = rep.tier() == v1::TIER_DRAM;
+  if (absl::Status v = wire::VerifyReadGrant(*n.grant_mac, n.endpoint.node_id(), n.incarnation,
+                                             req.key(), *g, true, dram ? rep.segment_id() : 0,
+                                             dram ? rep.offset() : 0, g->length, clock_->UnixMs());
+      !v.ok()) {
+    SHELF_LOG(WARNING) << "data loss report refused" << Kv("node", n.endpoint.node_id())
+                       << Kv("error", v.message());
+    return v;
+  }
+  Object* obj = FindLocked(req.key());
+  if (obj == nullptr) return absl::NotFoundError("the key is no longer indexed");
+  for (size_t k = 0; k < obj->replicas.size(); ++k) {
+    const Replica& r = obj->replicas[k];
+    if (r.node != node || r.tier != rep.tier()) continue;
+    if (dram && (n.segments[r.segment].id != rep.segment_id() || r.offset != rep.offset())) {
+      continue;
+    }
+    Replica victim = r;
+    obj->replicas.erase(obj->replicas.begin() + static_cast<std::ptrdiff_t>(k));
+    ReleaseReplicaLocked(obj, victim, now);
+    if (obj->replicas.empty()) EraseIndexLocked(obj);
+    metrics_.data_loss_reports.Increment();
+    SHELF_LOG(WARNING) << "replica reported corrupt: dropped from the index"
+                       << Kv("node", n.endpoint.node_id()) << Kv("tier", dram ? "dram" : "ssd");
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError("the replica is no longer indexed");
+}
+
+}  // namespace shelf

@@ -1,0 +1,342 @@
+// Grants nobody else can mint, against real processes started with a
+// secret: reads need the read grant of a lookup, for that key, range, store
+// incarnation and time; write grants verify only under the key the master
+// drew for that store incarnation; a live node id cannot be taken over; a
+// replica readers report corrupt leaves the index. Every refusal changes
+// nothing.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/checksum.h"
+#include "common/clock.h"
+#include "shelf/client.h"
+#include "testing/cluster_fixture.h"
+#include "testing/local_cluster.h"
+#include "tests/fault/fault_util.h"
+#include "transport/tcp_client.h"
+#include "transport/wire.h"
+
+namespace shelf {
+namespace {
+
+using fault::BlockBytes;
+
+constexpr char kSecret[] = "grant-test-secret-0123456789abcdef";
+constexpr uint64_t kReadGrantMs = 3000;
+
+class GrantTest : public ClusterFixture {
+ protected:
+  LocalCluster::Options ClusterOptions() override {
+    LocalCluster::Options o = ClusterFixture::ClusterOptions();
+    o.dram_bytes = 32ull << 20;
+    o.secret = kSecret;
+    o.master_args = {"--read-grant-ttl", absl::StrCat(kReadGrantMs, "ms")};
+    return o;
+  }
+  ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
+    ClientOptions co = ClusterFixture::ClientOptionsFor(cluster);
+    co.allow_shm = false;  // reads over TCP, where the store checks grants
+    return co;
+  }
+  void SetUp() override {
+    ClusterFixture::SetUp();
+    if (HasFatalFailure()) return;
+    probe_ = std::make_unique<fault::FaultProbe>(cluster_->master_address(), kSecret);
+    TcpDataClient::Options o;
+    o.secret = kSecret;
+    raw_ = std::make_unique<TcpDataClient>(o);
+  }
+
+  std::string Snapshot() {
+    absl::StatusOr<fault::ClusterSnapshot> s = probe_->Snapshot();
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? s->ToString() : "";
+  }
+
+  v1::ObjectLocation Lookup(const std::string& key) {
+    v1::LookupRequest req;
+    req.add_keys(key);
+    req.set_no_lease(true);
+    v1::LookupResponse resp;
+    grpc::Status s = probe_->master()->Lookup(probe_->Context().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.objects_size() == 1 ? resp.objects(0) : v1::ObjectLocation();
+  }
+
+  // Reads replica 0 of `loc` over raw TCP under `credential`.
+  absl::Status RawRead(const v1::ObjectLocation& loc, const std::string& credential,
+                       std::string* out) {
+    const v1::Replica& r = loc.replicas(0);
+    out->assign(loc.size(), '\0');
+    return raw_->Read(r.store().data_address(), r.segment_id(), r.offset(), loc.size(), out->data(),
+                      MonoMs() + 5000, credential);
+  }
+
+  static wire::Grant ToWire(const v1::WriteGrant& g) {
+    wire::Grant w;
+    w.put_id = g.put_id();
+    w.segment_id = g.segment_id();
+    w.offset = g.offset();
+    w.length = g.length();
+    w.expires_unix_ms = g.expires_unix_ms();
+    w.mac = g.mac();
+    return w;
+  }
+
+  v1::PutStartResponse StartPut(const std::string& key, const std::string& data) {
+    v1::PutStartRequest req;
+    req.set_key(key);
+    req.set_size(data.size());
+    req.set_checksum(BlockChecksum(data.data(), data.size()));
+    v1::PutStartResponse resp;
+    grpc::Status s = probe_->master()->PutStart(probe_->Context().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.state(), v1::PUT_STARTED);
+    return resp;
+  }
+
+  std::unique_ptr<fault::FaultProbe> probe_;
+  std::unique_ptr<TcpDataClient> raw_;
+};
+
+TEST_F(GrantTest, ReadsNeedTheReadGrantOfThatKeyRangeStoreAndTime) {
+  const std::string a = BlockBytes(64 << 10, 1), b = BlockBytes(64 << 10, 2);
+  ASSERT_TRUE(client_->Put("a", a.data(), a.size()).ok());
+  ASSERT_TRUE(client_->Put("b", b.data(), b.size()).ok());
+  const std::string before = Snapshot();
+  v1::ObjectLocation la = Lookup("a"), lb = Lookup("b");
+  ASSERT_TRUE(la.found() && lb.found());
+  ASSERT_EQ(la.replicas(0).read_grant().size(), wire::kReadGrantBytes);
+  const std::string cred_a = la.replicas(0).read_grant() + "a";
+  const std::string store_a = la.replicas(0).store().data_address();
+  std::string got;
+
+  // No grant: READ, READ_KEY and its check-only form are refused.
+  EXPECT_EQ(RawRead(la, "", &got).code(), absl::StatusCode::kPermissionDenied);
+  got.assign(a.size(), '\0');
+  EXPECT_EQ(raw_->ReadKey(store_a, "a", a.size(), got.data(), MonoMs() + 5000).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(raw_->CheckKey(store_a, "a", a.size(), 0, MonoMs() + 5000).code(),
+            absl::StatusCode::kPermissionDenied);
+  // A forged MAC; a grant with its range widened or its expiry extended.
+  std::string forged = cred_a;
+  forged[wire::kReadGrantBytes - 1] ^= 1;
+  EXPECT_EQ(RawRead(la, forged, &got).code(), absl::StatusCode::kPermissionDenied);
+  absl::string_view key;
+  wire::ReadGrant g = *wire::DecodeReadCredential(cred_a, &key);
+  wire::ReadGrant widened = g;
+  widened.offset = 0;
+  widened.length = 32ull << 20;
+  EXPECT_EQ(RawRead(la, wire::EncodeReadGrant(widened) + "a", &got).code(),
+            absl::StatusCode::kPermissionDenied);
+  wire::ReadGrant extended = g;
+  extended.expires_unix_ms += 3600 * 1000;
+  EXPECT_EQ(RawRead(la, wire::EncodeReadGrant(extended) + "a", &got).code(),
+            absl::StatusCode::kPermissionDenied);
+  // a's grant for b: b's range, b's key, READ_KEY of b.
+  if (lb.replicas(0).store().data_address() == store_a) {
+    EXPECT_EQ(RawRead(lb, cred_a, &got).code(), absl::StatusCode::kPermissionDenied);
+  }
+  EXPECT_EQ(RawRead(la, la.replicas(0).read_grant() + "b", &got).code(),
+            absl::StatusCode::kPermissionDenied);
+  got.assign(b.size(), '\0');
+  EXPECT_EQ(raw_->ReadKey(store_a, "b", b.size(), got.data(), MonoMs() + 5000, 0,
+                          la.replicas(0).read_grant())
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  // a's grant on the other store.
+  const std::string other = cluster_->store_address(0) == store_a ? cluster_->store_address(1)
+                                                                  : cluster_->store_address(0);
+  got.assign(a.size(), '\0');
+  EXPECT_EQ(raw_->Read(other, la.replicas(0).segment_id(), la.replicas(0).offset(), a.size(),
+                       got.data(), MonoMs() + 5000, cred_a)
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+
+  // The right grant: READ (whole and a part of the range) and READ_KEY.
+  ASSERT_TRUE(RawRead(la, cred_a, &got).ok());
+  EXPECT_TRUE(got == a);
+  std::string part(4096, '\0');
+  EXPECT_TRUE(raw_->Read(store_a, la.replicas(0).segment_id(), la.replicas(0).offset() + 4096, 4096,
+                         part.data(), MonoMs() + 5000, cred_a)
+                  .ok());
+  EXPECT_EQ(part, a.substr(4096, 4096));
+
+  // Replayed after it expired.
+  std::this_thread::sleep_for(std::chrono::milliseconds(
+      std::max<int64_t>(0, static_cast<int64_t>(g.expires_unix_ms - UnixMs())) + 300));
+  EXPECT_EQ(RawRead(la, cred_a, &got).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Snapshot(), before);
+  // The client library passes fresh grants on every read path.
+  ASSERT_TRUE(client_->Get("a", &got).ok());
+  EXPECT_TRUE(got == a);
+  ASSERT_TRUE(client_->Get("a", &got).ok());  // a cached location, its grant renewed
+  EXPECT_TRUE(got == a);
+  std::vector<std::string> keys = {"a", "b"};
+  std::vector<std::string> values;
+  std::vector<Status> statuses;
+  ASSERT_TRUE(client_->BatchGet(keys, &values, &statuses).ok());
+  ASSERT_EQ(values.size(), 2u);
+  EXPECT_TRUE(statuses[0].ok() && statuses[1].ok());
+  EXPECT_TRUE(values[0] == a && values[1] == b);
+}
+
+TEST_F(GrantTest, WriteGrantsVerifyOnlyUnderTheKeyOfThatStoreIncarnation) {
+  const std::string data = BlockBytes(64 << 10, 3);
+  v1::PutStartResponse put = StartPut("w", data);
+  ASSERT_EQ(put.replicas_size(), 1);
+  const v1::Replica& r = put.replicas(0);
+  const std::string store = r.store().data_address();
+  const uint64_t deadline = MonoMs() + 5000;
+
+  // Registering as a new node hands out that node's key only: a grant
+  // signed with it for another store is refused.
+  v1::RegisterStoreRequest reg;
+  reg.set_protocol_version(1);
+  reg.set_incarnation(77);
+  reg.mutable_endpoint()->set_node_id("rogue");
+  reg.mutable_endpoint()->set_data_address("127.0.0.1:1");
+  v1::SegmentInfo* seg = reg.add_segments();
+  seg->set_capacity_bytes(1 << 20);
+  v1::RegisterStoreResponse reg_resp;
+  ASSERT_TRUE(probe_->master()->RegisterStore(probe_->Context().get(), reg, &reg_resp).ok());
+  ASSERT_EQ(reg_resp.grant_key().size(), 32u);
+  wire::Grant forged = ToWire(put.grants(0));
+  forged.mac = wire::GrantMac(
+      reg_resp.grant_key(),
+      wire::GrantScope{r.store().node_id(), r.store().incarnation(), reg_resp.term()}, forged);
+  std::string evil = BlockBytes(data.size(), 666);
+  EXPECT_EQ(
+      raw_->Write(store, forged, r.segment_id(), r.offset(), evil.data(), evil.size(), deadline)
+          .code(),
+      absl::StatusCode::kPermissionDenied);
+  // The real grant works.
+  ASSERT_TRUE(raw_->Write(store, ToWire(put.grants(0)), r.segment_id(), r.offset(), data.data(),
+                          data.size(), deadline)
+                  .ok());
+
+  // The store restarts: its new incarnation has a new key, and the old
+  // grant (still within its put's deadline) no longer verifies.
+  int index = cluster_->store_address(0) == store ? 0 : 1;
+  cluster_->KillStore(index);
+  ASSERT_TRUE(cluster_->RestartStore(index).ok());
+  const std::string restarted = cluster_->store_address(index);
+  ASSERT_TRUE(probe_
+                  ->WaitFor(
+                      [&](const v1::StatusResponse& st) {
+                        for (const v1::NodeStatus& n : st.nodes()) {
+                          if (n.address() == restarted && n.state() == v1::NODE_LIVE) return true;
+                        }
+                        return false;
+                      },
+                      30000)
+                  .ok());
+  absl::Status s = raw_->Write(restarted, ToWire(put.grants(0)), r.segment_id(), r.offset(),
+                               evil.data(), evil.size(), MonoMs() + 5000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+}
+
+TEST_F(GrantTest, ALiveNodeIdCannotBeTakenOverByAnotherIncarnation) {
+  const std::string data = BlockBytes(64 << 10, 4);
+  Status put = client_->Put("kept", data.data(), data.size());
+  ASSERT_TRUE(put.ok()) << put.ToString();
+  v1::ObjectLocation loc = Lookup("kept");
+  ASSERT_TRUE(loc.found());
+  const v1::StoreEndpoint& live = loc.replicas(0).store();
+  const std::string before = Snapshot();
+  v1::RegisterStoreRequest reg;
+  reg.set_protocol_version(1);
+  reg.set_incarnation(live.incarnation() + 1);
+  *reg.mutable_endpoint() = live;
+  reg.mutable_endpoint()->set_data_address("127.0.0.1:1");
+  reg.add_segments()->set_capacity_bytes(1 << 20);
+  v1::InventoryEntry* e = reg.add_inventory();
+  e->set_key("planted");
+  e->set_size(4096);
+  e->set_tier(v1::TIER_DRAM);
+  v1::RegisterStoreResponse reg_resp;
+  grpc::Status s = probe_->master()->RegisterStore(probe_->Context().get(), reg, &reg_resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+  EXPECT_TRUE(reg_resp.grant_key().empty());
+  EXPECT_EQ(Snapshot(), before);
+  EXPECT_FALSE(Lookup("planted").found());
+  std::string got;
+  ASSERT_TRUE(client_->Get("kept", &got).ok());
+  EXPECT_TRUE(got == data);
+}
+
+TEST_F(GrantTest, PutIdsAreRandomAndAForeignOrUnknownIdChangesNothing) {
+  const std::string data = BlockBytes(4096, 5);
+  v1::PutStartResponse p1 = StartPut("p1", data);
+  v1::PutStartResponse p2 = StartPut("p2", data);
+  EXPECT_NE(p1.put_id() + 1, p2.put_id()) << "put ids look sequential";
+  const std::string before = Snapshot();
+  for (uint64_t guess : {p2.put_id() + 1, p2.put_id() - 1, p1.put_id() ^ 1}) {
+    v1::PutCommitRequest commit;
+    commit.add_put_ids(guess);
+    v1::PutCommitResponse resp;
+    ASSERT_TRUE(probe_->master()->PutCommit(probe_->Context().get(), commit, &resp).ok());
+    EXPECT_EQ(resp.statuses(0).code(), static_cast<int>(absl::StatusCode::kNotFound));
+    v1::PutAbortRequest abort;
+    abort.add_put_ids(guess);
+    v1::PutAbortResponse aresp;
+    ASSERT_TRUE(probe_->master()->PutAbort(probe_->Context().get(), abort, &aresp).ok());
+    EXPECT_EQ(aresp.statuses(0).code(), static_cast<int>(absl::StatusCode::kNotFound));
+  }
+  EXPECT_EQ(Snapshot(), before);
+}
+
+TEST_F(GrantTest, AReplicaReportedCorruptLeavesTheIndex) {
+  const std::string data = BlockBytes(64 << 10, 6);
+  v1::PutStartResponse put = StartPut("rotten", data);
+  const v1::Replica& r = put.replicas(0);
+  const std::string store = r.store().data_address();
+  ASSERT_TRUE(raw_->Write(store, ToWire(put.grants(0)), r.segment_id(), r.offset(), data.data(),
+                          data.size(), MonoMs() + 5000)
+                  .ok());
+  v1::PutCommitRequest commit;
+  commit.add_put_ids(put.put_id());
+  v1::PutCommitResponse commit_resp;
+  ASSERT_TRUE(probe_->master()->PutCommit(probe_->Context().get(), commit, &commit_resp).ok());
+  ASSERT_EQ(commit_resp.statuses(0).code(), 0);
+  v1::ObjectLocation loc = Lookup("rotten");
+  ASSERT_TRUE(loc.found());
+
+  // Reports without the replica's grant, or with another key's, are refused.
+  const std::string before = Snapshot();
+  v1::ReportDataLossRequest report;
+  report.set_key("rotten");
+  *report.mutable_replica() = loc.replicas(0);
+  report.mutable_replica()->clear_read_grant();
+  v1::ReportDataLossResponse report_resp;
+  EXPECT_EQ(
+      probe_->master()->ReportDataLoss(probe_->Context().get(), report, &report_resp).error_code(),
+      grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_TRUE(client_->Put("fresh", data.data(), data.size()).ok());
+  v1::ObjectLocation fresh = Lookup("fresh");
+  const std::string with_fresh = Snapshot();
+  *report.mutable_replica() = loc.replicas(0);
+  report.mutable_replica()->set_read_grant(fresh.replicas(0).read_grant());
+  EXPECT_EQ(
+      probe_->master()->ReportDataLoss(probe_->Context().get(), report, &report_resp).error_code(),
+      grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Snapshot(), with_fresh);
+  EXPECT_NE(before, with_fresh);
+
+  // The bytes go bad (the put's live grant replayed, a documented limit):
+  // the reader gets DATA_LOSS, reports the replica, and it leaves the index.
+  std::string evil = BlockBytes(data.size(), 666);
+  ASSERT_TRUE(raw_->Write(store, ToWire(put.grants(0)), r.segment_id(), r.offset(), evil.data(),
+                          evil.size(), MonoMs() + 5000)
+                  .ok());
+  std::string got;
+  Status s = client_->Get("rotten", &got);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_FALSE(Lookup("rotten").found());
+  EXPECT_EQ(client_->Get("rotten", &got).code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace shelf
