@@ -355,7 +355,7 @@ void TcpDataClient::ReadMany(const std::string& address, absl::Span<const ReadRe
     req.segment_id = reads[i].segment_id;
     req.offset = reads[i].offset;
     req.length = reads[i].length;
-    const std::string& credential = reads[i].read_credential;
+    absl::string_view credential = reads[i].read_credential;
     req.extra_len = static_cast<uint32_t>(credential.size());
     char head[wire::kHeaderBytes];
     wire::EncodeHeader(req, head);
@@ -363,7 +363,7 @@ void TcpDataClient::ReadMany(const std::string& address, absl::Span<const ReadRe
     mac->Add(head, sizeof(head));
     mac->Add(credential.data(), credential.size());
     heads.append(head, sizeof(head));
-    heads.append(credential);
+    heads.append(credential.data(), credential.size());
     heads.append(mac->Finish());  // empty without a session
   }
   struct iovec all = {heads.data(), heads.size()};
