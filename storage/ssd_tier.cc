@@ -544,25 +544,28 @@ absl::Status SsdTier::GetInline(const std::string& key, std::string* out) {
   return absl::OkStatus();
 }
 
-absl::Status SsdTier::ReadExtent(const Loc& loc, std::string* out) {
+absl::Status SsdTier::ReadExtent(const Loc& loc, char* direct,
+                                 absl::FunctionRef<void(const char*, uint64_t)> sink) {
   struct Free {
     void operator()(char* p) const { std::free(p); }
   };
   // Each reading thread keeps an aligned buffer for blocks up to 16 MiB (no
-  // page faults per read); a larger block gets one of its own.
+  // page faults per read); a larger block gets one of its own. A caller
+  // that gives an aligned destination with room (`direct`) needs neither:
+  // the device writes the block there, and no copy follows.
   constexpr uint64_t kKeptReadBuffer = 16ull << 20;
   thread_local std::unique_ptr<char, Free> kept;
   thread_local uint64_t kept_bytes = 0;
   std::unique_ptr<char, Free> own;
   uint64_t alloc = AlignUp(loc.size);
-  char* b = nullptr;
-  if (alloc <= kKeptReadBuffer) {
+  char* b = direct;
+  if (b == nullptr && alloc <= kKeptReadBuffer) {
     if (kept_bytes < alloc) {
       kept.reset(AlignedAlloc(kKeptReadBuffer));
       kept_bytes = kept ? kKeptReadBuffer : 0;
     }
     b = kept.get();
-  } else {
+  } else if (b == nullptr) {
     own.reset(AlignedAlloc(alloc));
     b = own.get();
   }
@@ -575,7 +578,7 @@ absl::Status SsdTier::ReadExtent(const Loc& loc, std::string* out) {
     if (BlockChecksum(b, loc.size) != loc.checksum) {
       return absl::DataLossError("checksum mismatch");
     }
-    out->assign(b, loc.size);
+    if (direct == nullptr) sink(b, loc.size);
     return absl::OkStatus();
   }
   // A large block: its chunks are read in parallel (the read pool, and
@@ -607,8 +610,6 @@ absl::Status SsdTier::ReadExtent(const Loc& loc, std::string* out) {
   int first = FullIo(false, fd_, b, std::min(kReadChunk, alloc), loc.offset);
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
-  out->clear();
-  out->reserve(loc.size);
   int err = first;
   for (size_t c = 0; c < chunks; ++c) {
     if (c > 0) {
@@ -620,17 +621,37 @@ absl::Status SsdTier::ReadExtent(const Loc& loc, std::string* out) {
     uint64_t at = c * kReadChunk;
     uint64_t n = std::min(kReadChunk, loc.size - std::min(loc.size, at));
     XXH3_64bits_update(&state, b + at, n);
-    out->append(b + at, n);
+    if (direct == nullptr) sink(b + at, n);
   }
-  if (err != 0) {
-    out->clear();
-    return Errno("extent read", err);
-  }
+  if (err != 0) return Errno("extent read", err);
   if (XXH3_64bits_digest(&state) != loc.checksum) return absl::DataLossError("checksum mismatch");
   return absl::OkStatus();
 }
 
 absl::Status SsdTier::Get(const std::string& key, std::string* out) {
+  out->clear();
+  absl::Status s = Read(
+      key, 0, nullptr, [&](uint64_t size) { out->reserve(size); },
+      [&](const char* p, uint64_t n) { out->append(p, n); });
+  if (!s.ok()) out->clear();
+  return s;
+}
+
+absl::Status SsdTier::GetInto(const std::string& key, char* dst, uint64_t capacity,
+                              uint64_t* size) {
+  uint64_t at = 0;
+  absl::Status s = Read(
+      key, capacity, dst, [&](uint64_t n) { *size = n; },
+      [&](const char* p, uint64_t n) {
+        std::memcpy(dst + at, p, n);
+        at += n;
+      });
+  return s;
+}
+
+absl::Status SsdTier::Read(const std::string& key, uint64_t capacity, char* dst,
+                           absl::FunctionRef<void(uint64_t)> sized,
+                           absl::FunctionRef<void(const char*, uint64_t)> sink) {
   Loc loc;
   PendingPtr p;
   {
@@ -641,16 +662,33 @@ absl::Status SsdTier::Get(const std::string& key, std::string* out) {
     auto pit = pending_.find(key);
     if (pit != pending_.end()) p = pit->second;
   }
+  if (dst != nullptr && loc.size > capacity) {
+    return absl::OutOfRangeError(
+        absl::StrCat("block of ", loc.size, " bytes does not fit ", capacity));
+  }
+  sized(loc.size);
   if (p != nullptr) {
     // Put but not yet synced: read once its bytes are written.
     WaitWritten(p);
     MutexLock lock(&io_mu_);
     if (!p->error.ok()) return p->error;
   }
-  if (loc.offset == kInline) return GetInline(key, out);
-  absl::Status s = ReadExtent(loc, out);
+  if (loc.offset == kInline) {
+    std::string v;
+    absl::Status s = GetInline(key, &v);
+    if (s.ok() && v.size() != loc.size)
+      s = absl::DataLossError("SSD entry size differs from its index");
+    if (s.ok()) sink(v.data(), v.size());
+    return s;
+  }
+  // Straight into the destination when O_DIRECT can write there.
+  char* direct = nullptr;
+  if (dst != nullptr && reinterpret_cast<uintptr_t>(dst) % kAlign == 0 &&
+      capacity >= AlignUp(loc.size)) {
+    direct = dst;
+  }
+  absl::Status s = ReadExtent(loc, direct, sink);
   if (s.code() != absl::StatusCode::kDataLoss) return s;
-  out->clear();
   {
     // Deleted or overwritten while it was read (its extent reused): a miss.
     MutexLock lock(&mu_);

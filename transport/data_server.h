@@ -49,6 +49,24 @@ class DataHandler {
   virtual absl::StatusOr<Region> DramKey(absl::string_view key, uint64_t generation) {
     return absl::NotFoundError("no DRAM records");
   }
+  // Same-host reads of the SSD tier (transport/shm_write.h): reads block
+  // `key` into a range of the shared segment that nothing else uses and
+  // that stays as it is until Unpin(pin), so a client can copy it from its
+  // read-only mapping. `size`: the size the reader expects (0: any).
+  // NOT_FOUND if the tier lacks the block, DATA_LOSS if it is corrupt,
+  // RESOURCE_EXHAUSTED when no range is free, FAILED_PRECONDITION when the
+  // store offers no such reads.
+  struct Pinned {
+    uint32_t segment_id = 0;
+    uint64_t offset = 0;
+    uint64_t size = 0;
+    uint64_t pin = 0;
+  };
+  virtual absl::StatusOr<Pinned> PinSsdKey(absl::string_view key, uint64_t size) {
+    return absl::FailedPreconditionError("this store offers no shared-memory SSD reads");
+  }
+  // Releases a range PinSsdKey returned; each pin is released once.
+  virtual void Unpin(uint64_t pin) {}
   // Accounting hooks for DRAM-segment reads and writes (ReadKey accounts
   // for its own).
   virtual void OnRead(uint64_t bytes) {}

@@ -18,12 +18,6 @@
 #include "shelf/limits.h"
 
 namespace shelf {
-namespace {
-
-// Promotions wait in a bounded queue; past it, reads are served without one.
-constexpr size_t kPromotionsMax = 64;
-
-}  // namespace
 
 void Store::Stop() {
   {
@@ -35,7 +29,7 @@ void Store::Stop() {
 
 absl::StatusOr<DataHandler::Region> Store::Segment(uint32_t id) {
   if (id != kSegmentId) return absl::NotFoundError(absl::StrCat("no segment ", id));
-  return Region{segment_->data(), segment_->size()};
+  return Region{segment_->data(), dram_bytes_};
 }
 
 absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
@@ -78,7 +72,7 @@ absl::StatusOr<DataHandler::Region> Store::DramKey(absl::string_view key, uint64
     return absl::FailedPreconditionError(
         absl::StrCat("the key was replaced: generation ", r.generation, ", not ", generation));
   }
-  if (!segment_->Contains(k->second, r.size)) return absl::NotFoundError("record outside segment");
+  if (!InDram(k->second, r.size)) return absl::NotFoundError("record outside segment");
   return Region{segment_->data() + k->second, r.size};
 }
 
@@ -122,7 +116,7 @@ absl::Status Store::Register() {
   for (const auto& [k, v] : options_.labels) (*req.mutable_labels())[k] = v;
   v1::SegmentInfo* seg = req.add_segments();
   seg->set_segment_id(kSegmentId);
-  seg->set_capacity_bytes(segment_->size());
+  seg->set_capacity_bytes(dram_bytes_);
   seg->set_tier(v1::TIER_DRAM);
   req.set_incarnation(incarnation_);
   {
@@ -132,7 +126,7 @@ absl::Status Store::Register() {
     MutexLock lock(&mu_);
     for (auto it = dram_records_.begin(); it != dram_records_.end();) {
       const Record& r = it->second;
-      if (!segment_->Contains(it->first, r.size) ||
+      if (!InDram(it->first, r.size) ||
           BlockChecksum(segment_->data() + it->first, r.size) != r.checksum) {
         it = EraseRecordLocked(it);
         continue;
@@ -243,8 +237,7 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
     case v1::TierMove::DEMOTE:
       if (ssd_ == nullptr) {
         s = absl::FailedPreconditionError("no SSD tier");
-      } else if (move.segment_id() != kSegmentId ||
-                 !segment_->Contains(move.offset(), move.size())) {
+      } else if (move.segment_id() != kSegmentId || !InDram(move.offset(), move.size())) {
         s = absl::OutOfRangeError("demotion range outside the segment");
       } else {
         // SsdTier::Put verifies the checksum before writing: a block that
@@ -476,7 +469,7 @@ void Store::Promote(const Promotion& p) {
       return;
     }
   }
-  bool ok = resp.segment_id() == kSegmentId && segment_->Contains(resp.offset(), p.data.size());
+  bool ok = resp.segment_id() == kSegmentId && InDram(resp.offset(), p.data.size());
   if (ok) std::memcpy(segment_->data() + resp.offset(), p.data.data(), p.data.size());
   v1::PromoteCommitRequest commit;
   commit.set_node_id(node_id_);
