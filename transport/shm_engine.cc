@@ -19,9 +19,9 @@ absl::Status ShmEngine::ReadSsd(const Peer& peer, const std::string& key, char* 
     return absl::UnavailableError(absl::StrCat("shared memory of store ", peer.node_id,
                                                " unavailable: ", map.status().message()));
   }
-  const ShmMapping& m = **map;
-  absl::Status s =
-      m.writer->ReadSsd(key, size, [&](uint32_t segment_id, uint64_t offset, uint64_t length) {
+  ShmMapping& m = **map;
+  absl::Status s = attachments_.ReadSsd(
+      m, key, size, [&](uint32_t segment_id, uint64_t offset, uint64_t length) {
         if (segment_id != m.segment_id || offset > m.size || length > m.size - offset) {
           return absl::UnavailableError(absl::StrCat("store ", peer.node_id, " pinned [", offset,
                                                      ", +", length,

@@ -37,9 +37,10 @@ TEST(SsdShmClusterTest, SameHostSsdHitsSkipTcp) {
   o.dram_bytes = kDram;
   o.ssd_bytes = kSsd;
   o.bin_dir = SHELF_BIN_DIR;
-  // A window of 8 MiB: the reads below pass through it many times over, so
+  // A window of 16 MiB: room for the parallel reads of a batch (8 transfer
+  // threads), and passed through many times over by the reads below, so
   // every pin must be released for them to keep going through it.
-  o.store_args = {"--shm-ssd-window=8MiB"};
+  o.store_args = {"--shm-ssd-window=16MiB"};
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ClientOptions co;
