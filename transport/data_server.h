@@ -49,6 +49,14 @@ class DataHandler {
   virtual absl::StatusOr<Region> DramKey(absl::string_view key, uint64_t generation) {
     return absl::NotFoundError("no DRAM records");
   }
+  // ReadKey into `buf` (4 KiB aligned, `capacity` bytes), the block's size
+  // in *size: the tier can read straight into it, with no copy.
+  // OUT_OF_RANGE when the block does not fit; UNIMPLEMENTED where the
+  // handler has no such read (callers then use ReadKey).
+  virtual absl::Status ReadKeyInto(absl::string_view key, char* buf, uint64_t capacity,
+                                   uint64_t* size) {
+    return absl::UnimplementedError("no ReadKeyInto");
+  }
   // Same-host reads of the SSD tier (transport/shm_write.h): reads block
   // `key` into a range of the shared segment that nothing else uses and
   // that stays as it is until Unpin(pin), so a client can copy it from its

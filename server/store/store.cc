@@ -63,6 +63,28 @@ absl::Status Store::ReadKey(absl::string_view key, std::string* out) {
   return s;
 }
 
+absl::Status Store::ReadKeyInto(absl::string_view key, char* buf, uint64_t capacity,
+                                uint64_t* size) {
+  if (ssd_ == nullptr) return absl::NotFoundError("this store has no SSD tier");
+  const std::string k(key);
+  absl::Status s;
+  {
+    prom::ScopedTimer timer(metrics_.ssd_read_seconds);
+    s = ssd_->GetInto(k, buf, capacity, size);
+  }
+  if (s.ok()) metrics_.read_ssd_tcp.Increment(static_cast<double>(*size));
+  if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Increment();
+  uint64_t have = 0, checksum = 0;
+  if (s.ok() && options_.promote_on_hit && ssd_->Info(k, &have, &checksum)) {
+    MutexLock lock(&mu_);
+    if (promotions_.size() < kPromotionsMax) {
+      promotions_.push_back(Promotion{k, std::string(buf, *size), checksum});
+      moves_cv_.Signal();
+    }
+  }
+  return s;
+}
+
 absl::StatusOr<DataHandler::Region> Store::DramKey(absl::string_view key, uint64_t generation) {
   MutexLock lock(&mu_);
   auto k = dram_by_key_.find(key);

@@ -108,6 +108,8 @@ class Store : public DataHandler {
   absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                           uint64_t length) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status ReadKey(absl::string_view key, std::string* out) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ReadKeyInto(absl::string_view key, char* buf, uint64_t capacity,
+                           uint64_t* size) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Region> DramKey(absl::string_view key, uint64_t generation) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Pinned> PinSsdKey(absl::string_view key, uint64_t size) override

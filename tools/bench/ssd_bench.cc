@@ -10,9 +10,12 @@
 //               file it wrote: both sides count the time until the bytes
 //               are on the device
 //   raw read    O_DIRECT pread of every block from --queue-depth threads
-//   tier read   SsdTier::Get of every block from --queue-depth threads
-//               (concurrent client reads), after dropping the tier's files
-//               from the page cache (posix_fadvise DONTNEED)
+//   tier read   SsdTier::GetInto of every block from --queue-depth threads
+//               (concurrent client reads) into each one's aligned buffer,
+//               as the store reads for its clients (--tier-read get:
+//               SsdTier::Get into a string, a copy out), after dropping
+//               the tier's files from the page cache (posix_fadvise
+//               DONTNEED)
 // Both reads compare every block with what was written inside the timed
 // loop. Put-call throughput (what a demoting store thread waits for) and
 // the tier's open time are shown too. Then compression on and off, on
@@ -229,7 +232,8 @@ struct TierFigures {
 // Writes `count` blocks (base restamped per id) through a fresh SsdTier in
 // dir, closes and syncs it, reopens it cold and reads every block back.
 absl::Status TierRun(const std::string& dir, bool compression, const char* base, uint64_t size,
-                     uint64_t count, int readers, TierFigures* f, uint64_t* mismatches) {
+                     uint64_t count, int readers, bool read_into, TierFigures* f,
+                     uint64_t* mismatches) {
   std::vector<char> block(base, base + size);
   std::vector<uint64_t> sums(count);
   for (uint64_t i = 0; i < count; ++i) {
@@ -266,14 +270,38 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
   f->open_s = (MonoUs() - t_open) / 1e6;
   SyncAndDrop(dir, /*sync=*/false, /*drop=*/true);
   uint64_t written = f->write.bytes / size;
+  // Each reader's destination, made (and its pages touched) before the
+  // clock starts, as a store's connection threads keep theirs: an aligned
+  // buffer (GetInto: the device reads straight into it, as the store's
+  // reads for TCP and shared memory do), or a string (Get: a copy out).
   std::vector<std::string> outs(static_cast<size_t>(readers));
+  std::vector<std::unique_ptr<AlignedBuffer>> bufs;
+  for (int t = 0; t < readers; ++t) {
+    if (read_into) {
+      bufs.push_back(std::make_unique<AlignedBuffer>((size + kAlign - 1) / kAlign * kAlign));
+      std::memset(bufs.back()->data, 0, bufs.back()->size);
+    } else {
+      outs[static_cast<size_t>(t)].assign(size, '\0');
+    }
+  }
   std::atomic<uint64_t> bad{0};
   uint64_t start = MonoUs();
   absl::Status s = OnThreads(readers, written, &f->read, [&](int t, uint64_t i) {
-    std::string& out = outs[static_cast<size_t>(t)];
-    absl::Status st = (*tier)->Get(absl::StrCat("blk", i), &out);
-    if (!st.ok()) return st;
-    if (out.size() != size || !SameBlock(i, out.data(), base, size)) bad.fetch_add(1);
+    const char* data = nullptr;
+    uint64_t got = 0;
+    if (read_into) {
+      AlignedBuffer& b = *bufs[static_cast<size_t>(t)];
+      absl::Status st = (*tier)->GetInto(absl::StrCat("blk", i), b.data, b.size, &got);
+      if (!st.ok()) return st;
+      data = b.data;
+    } else {
+      std::string& out = outs[static_cast<size_t>(t)];
+      absl::Status st = (*tier)->Get(absl::StrCat("blk", i), &out);
+      if (!st.ok()) return st;
+      data = out.data();
+      got = out.size();
+    }
+    if (got != size || !SameBlock(i, data, base, size)) bad.fetch_add(1);
     return absl::OkStatus();
   });
   f->read.seconds = (MonoUs() - start) / 1e6;
@@ -333,6 +361,10 @@ int SsdBench(int argc, char** argv) {
   flags.AddSize("compress-bytes", &compress_bytes, "bytes written for the compression on/off rows");
   flags.AddInt("queue-depth", &depth,
                "I/Os in flight: raw O_DIRECT threads, and concurrent tier reads (Get callers)");
+  std::string tier_read = "into";
+  flags.AddString("tier-read", &tier_read,
+                  "how the tier reads are made: into (SsdTier::GetInto an aligned buffer, as the "
+                  "store reads for its clients) or get (SsdTier::Get into a string: a copy out)");
   flags.AddBool("keep", &keep, "leave the written files in place");
   flags.AddBool("quick", &quick, "tiny run for smoke tests (32MiB per size, 16MiB compressed)");
   flags.AddBool("json-only", &json_only, "print only the JSON line");
@@ -348,6 +380,11 @@ int SsdBench(int argc, char** argv) {
     ok = ok && v.ok() && *v >= kAlign && *v % kAlign == 0 && *v <= (1ull << 30);
     if (v.ok()) sizes.push_back(*v);
   }
+  if (tier_read != "into" && tier_read != "get") {
+    std::fprintf(stderr, "shelf-bench ssd: --tier-read takes into or get\n");
+    return 2;
+  }
+  const bool read_into = tier_read == "into";
   if (depth < 1 || depth > 256) {
     std::fprintf(stderr, "shelf-bench ssd: --queue-depth must be 1..256\n");
     return 2;
@@ -400,8 +437,8 @@ int SsdBench(int argc, char** argv) {
     std::string tier_dir = absl::StrCat(work, "/tier-", size);
     absl::Status s = RawWrite(raw, buf.data, size, r.count, static_cast<int>(depth), &r.raw_write);
     if (s.ok())
-      s = TierRun(tier_dir, false, buf.data, size, r.count, static_cast<int>(depth), &r.tier,
-                  &mismatches);
+      s = TierRun(tier_dir, false, buf.data, size, r.count, static_cast<int>(depth), read_into,
+                  &r.tier, &mismatches);
     if (s.ok())
       s = RawRead(raw, buf.data, size, r.count, static_cast<int>(depth), &r.raw_read, &mismatches);
     pattern.Fill(0, buf.data);  // RawWrite stamped it; restore the base
@@ -431,7 +468,7 @@ int SsdBench(int argc, char** argv) {
     for (int on = 0; on < 2 && error.empty(); ++on) {
       std::string d = absl::StrCat(work, "/compress-", on);
       absl::Status s = TierRun(d, on == 1, kv.data(), kCompressBlock, count,
-                               static_cast<int>(depth), &comp[on], &mismatches);
+                               static_cast<int>(depth), read_into, &comp[on], &mismatches);
       std::filesystem::remove_all(d, ec);
       if (!s.ok()) error = std::string(s.message());
     }
@@ -481,7 +518,8 @@ int SsdBench(int argc, char** argv) {
     }
     std::printf(
         "\n  write: until fsync'd (tier: Put + close + fsync); read: page cache dropped "
-        "first\n  mismatches %llu%s%s\n\n",
+        "first, tier reads %s\n  mismatches %llu%s%s\n\n",
+        read_into ? "into aligned buffers (GetInto)" : "into strings (Get, a copy out)",
         static_cast<unsigned long long>(mismatches),
         error.empty() ? "" : "; error: ", error.c_str());
   }
@@ -489,6 +527,7 @@ int SsdBench(int argc, char** argv) {
   o["bench"] = "ssd";
   o["bytes_per_size"] = bytes;
   o["queue_depth"] = depth;
+  o["tier_read"] = tier_read;
   o["stopped"] = StopRequested();
   Json row_json = Json::array();
   for (SizeRow& r : rows) {
