@@ -36,6 +36,8 @@ constexpr uint64_t kChunk = 4ull << 20;
 // A read of a block of two chunks or more is split into chunks of this
 // size, read in parallel.
 constexpr uint64_t kReadChunk = 2ull << 20;
+// Put copies and hashes a block in pieces of this size (within the cache).
+constexpr uint64_t kVerifyPiece = 128ull << 10;
 constexpr char kDataFile[] = "extents.dat";
 
 // Old format, two records per block: "b" + key holds the header and the
@@ -335,9 +337,6 @@ void SsdTier::ReleaseBuffer(char* buf, uint64_t alloc) {
 
 absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t size,
                           uint64_t checksum) {
-  if (BlockChecksum(data, size) != checksum) {
-    return absl::DataLossError("block does not match its checksum; not written to SSD");
-  }
   if (size == 0) return absl::InvalidArgumentError("SSD tier: empty block");
   if (options_.capacity_bytes != 0 && !Contains(key) &&
       used_.load() + size > options_.capacity_bytes) {
@@ -378,7 +377,25 @@ absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t siz
     space_.Free(p->loc.offset, p->alloc).IgnoreError();
     return absl::ResourceExhaustedError("SSD tier: out of memory for a write buffer");
   }
-  std::memcpy(p->buf, data, size);
+  // The copy is what gets written, so it is what the checksum verifies:
+  // piece by piece, each hashed while it is still in the cache (one pass
+  // over the caller's bytes, not two).
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (uint64_t at = 0; at < size; at += kVerifyPiece) {
+    const uint64_t n = std::min(kVerifyPiece, size - at);
+    std::memcpy(p->buf + at, data + at, n);
+    XXH3_64bits_update(&state, p->buf + at, n);
+  }
+  if (XXH3_64bits_digest(&state) != checksum) {
+    {
+      MutexLock lock(&io_mu_);
+      ReleaseBuffer(p->buf, p->alloc);
+    }
+    MutexLock lock(&mu_);
+    space_.Free(p->loc.offset, p->alloc).IgnoreError();
+    return absl::DataLossError("block does not match its checksum; not written to SSD");
+  }
   std::memset(p->buf + size, 0, p->alloc - size);
   int chunks = static_cast<int>((p->alloc + kChunk - 1) / kChunk);
   {
