@@ -59,7 +59,6 @@ bool StopRequested();  // main.cc: SIGINT/SIGTERM arrived
 namespace {
 
 constexpr size_t kAlign = 4096;
-constexpr uint64_t kSyncBytes = 64ull << 20;
 
 struct AlignedBuffer {
   explicit AlignedBuffer(size_t n) : size(n) {
@@ -229,14 +228,16 @@ struct TierFigures {
   double put_call_gbps = 0;  // bytes over the time spent inside Put
   double open_s = 0;         // reopening: the scan that rebuilds the index
   double close_s = 0;        // closing after the writes (RocksDB's memtable flush)
-  uint64_t disk_bytes = 0;   // bytes the tier's files occupy after the writes
+  double sync_s = 0;         // time inside Sync during the writes
+  uint64_t syncs = 0;
+  uint64_t disk_bytes = 0;  // bytes the tier's files occupy after the writes
 };
 
 // Writes `count` blocks (base restamped per id) through a fresh SsdTier in
 // dir, closes and syncs it, reopens it cold and reads every block back.
 absl::Status TierRun(const std::string& dir, bool compression, const char* base, uint64_t size,
-                     uint64_t count, int readers, bool read_into, TierFigures* f,
-                     uint64_t* mismatches) {
+                     uint64_t count, int readers, bool read_into, uint64_t sync_bytes,
+                     TierFigures* f, uint64_t* mismatches) {
   std::vector<char> block(base, base + size);
   std::vector<uint64_t> sums(count);
   for (uint64_t i = 0; i < count; ++i) {
@@ -260,18 +261,24 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
       in_put += dt / 1e6;
       if (!s.ok()) return s;
       f->write.bytes += size;
-      // A Sync per kSyncBytes, as the store's mover makes its demotions
-      // durable (Store::kSyncBytes).
+      // A Sync per sync_bytes, as the store's mover makes its demotions
+      // durable (Store::kSyncBytes, 64 MiB).
       unsynced += size;
-      if (unsynced >= kSyncBytes) {
+      if (sync_bytes != 0 && unsynced >= sync_bytes) {
+        uint64_t ts = MonoUs();
         if (absl::Status st = (*tier)->Sync(); !st.ok()) return st;
+        f->sync_s += (MonoUs() - ts) / 1e6;
+        ++f->syncs;
         unsynced = 0;
       }
     }
     // Durable: the bytes fdatasync'd and their index entries in RocksDB's
     // synced WAL, as for a store's demotions. Closing the tier (a memtable
     // flush, background work in a running store) is timed apart.
+    uint64_t ts = MonoUs();
     if (absl::Status st = (*tier)->Sync(); !st.ok()) return st;
+    f->sync_s += (MonoUs() - ts) / 1e6;
+    ++f->syncs;
     f->write.seconds = (MonoUs() - start) / 1e6;
     f->put_call_gbps = in_put > 0 ? f->write.bytes / in_put / 1e9 : 0;
     uint64_t t_close = MonoUs();
@@ -376,6 +383,10 @@ int SsdBench(int argc, char** argv) {
   flags.AddSize("compress-bytes", &compress_bytes, "bytes written for the compression on/off rows");
   flags.AddInt("queue-depth", &depth,
                "I/Os in flight: raw O_DIRECT threads, and concurrent tier reads (Get callers)");
+  uint64_t sync_bytes = 64ull << 20;
+  flags.AddSize("sync-bytes", &sync_bytes,
+                "tier writes: a Sync after this many bytes, as the store's mover (0: one Sync at "
+                "the end)");
   std::string tier_read = "into";
   flags.AddString("tier-read", &tier_read,
                   "how the tier reads are made: into (SsdTier::GetInto an aligned buffer, as the "
@@ -453,7 +464,7 @@ int SsdBench(int argc, char** argv) {
     absl::Status s = RawWrite(raw, buf.data, size, r.count, static_cast<int>(depth), &r.raw_write);
     if (s.ok())
       s = TierRun(tier_dir, false, buf.data, size, r.count, static_cast<int>(depth), read_into,
-                  &r.tier, &mismatches);
+                  sync_bytes, &r.tier, &mismatches);
     if (s.ok())
       s = RawRead(raw, buf.data, size, r.count, static_cast<int>(depth), &r.raw_read, &mismatches);
     pattern.Fill(0, buf.data);  // RawWrite stamped it; restore the base
@@ -482,8 +493,9 @@ int SsdBench(int argc, char** argv) {
     uint64_t count = std::max<uint64_t>(1, compress_bytes / kCompressBlock);
     for (int on = 0; on < 2 && error.empty(); ++on) {
       std::string d = absl::StrCat(work, "/compress-", on);
-      absl::Status s = TierRun(d, on == 1, kv.data(), kCompressBlock, count,
-                               static_cast<int>(depth), read_into, &comp[on], &mismatches);
+      absl::Status s =
+          TierRun(d, on == 1, kv.data(), kCompressBlock, count, static_cast<int>(depth), read_into,
+                  sync_bytes, &comp[on], &mismatches);
       std::filesystem::remove_all(d, ec);
       if (!s.ok()) error = std::string(s.message());
     }
@@ -512,12 +524,13 @@ int SsdBench(int argc, char** argv) {
                   r.raw_read.gbps(), r.raw_read.lat_us.Percentile(50),
                   r.raw_read.lat_us.Percentile(99), ratio(r.tier.read.gbps(), r.raw_read.gbps()));
     }
-    std::printf("\n  %-6s %14s %12s %13s %14s\n", "block", "Put calls GB/s", "tier open s",
-                "tier close s", "disk/logical");
+    std::printf("\n  %-6s %14s %12s %13s %14s %12s\n", "block", "Put calls GB/s", "tier open s",
+                "tier close s", "disk/logical", "Syncs: n, s");
     for (SizeRow& r : rows) {
-      std::printf("  %-6s %14.3f %12.3f %13.3f %14.3f\n", ShortBytes(r.size).c_str(),
+      std::printf("  %-6s %14.3f %12.3f %13.3f %14.3f %5llu %6.3f\n", ShortBytes(r.size).c_str(),
                   r.tier.put_call_gbps, r.tier.open_s, r.tier.close_s,
-                  ratio(static_cast<double>(r.tier.disk_bytes), r.tier.write.bytes));
+                  ratio(static_cast<double>(r.tier.disk_bytes), r.tier.write.bytes),
+                  static_cast<unsigned long long>(r.tier.syncs), r.tier.sync_s);
     }
     if (comp[0].write.bytes > 0) {
       std::printf(
@@ -544,6 +557,7 @@ int SsdBench(int argc, char** argv) {
   o["bytes_per_size"] = bytes;
   o["queue_depth"] = depth;
   o["tier_read"] = tier_read;
+  o["sync_bytes"] = sync_bytes;
   o["stopped"] = StopRequested();
   Json row_json = Json::array();
   for (SizeRow& r : rows) {
@@ -570,6 +584,8 @@ int SsdBench(int argc, char** argv) {
     j["put_call_gbps"] = r.tier.put_call_gbps;
     j["tier_open_s"] = r.tier.open_s;
     j["tier_close_s"] = r.tier.close_s;
+    j["tier_sync_s"] = r.tier.sync_s;
+    j["tier_syncs"] = r.tier.syncs;
     j["disk_bytes"] = r.tier.disk_bytes;
     row_json.push_back(j);
   }
