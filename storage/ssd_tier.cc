@@ -249,6 +249,7 @@ SsdTier::SsdTier(const Options& options, rocksdb::DB* db, int fd, bool direct_io
       fd_(fd),
       direct_io_(direct_io),
       pool_(std::make_unique<IoPool>(std::max(1, options.io_threads))),
+      writer_(std::make_unique<ExtentWriter>(fd, pool_.get())),
       read_pool_(std::make_unique<IoPool>(std::max(1, options.io_threads))),
       space_(options.capacity_bytes == 0
                  ? (1ull << 50)
@@ -431,8 +432,7 @@ absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t siz
   for (int c = 0; c < chunks; ++c) {
     uint64_t at = static_cast<uint64_t>(c) * kChunk;
     uint64_t n = std::min(kChunk, p->alloc - at);
-    pool_->Submit([this, p, at, n] {
-      int err = FullIo(true, fd_, p->buf + at, n, p->loc.offset + at);
+    writer_->Write(p->loc.offset + at, p->buf + at, n, [this, p](int err) {
       MutexLock lock(&io_mu_);
       if (err != 0 && p->error.ok()) p->error = Errno("extent write", err);
       if (--p->chunks_left == 0) {

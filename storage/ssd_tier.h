@@ -160,8 +160,9 @@ class SsdTier {
   const int fd_;  // the extent file
   const bool direct_io_;
   std::atomic<uint64_t> used_{0};
-  std::unique_ptr<IoPool> pool_;       // extent writes
-  std::unique_ptr<IoPool> read_pool_;  // chunks of large extent reads
+  std::unique_ptr<IoPool> pool_;          // extent writes
+  std::unique_ptr<ExtentWriter> writer_;  // on pool_; outlived by it (~SsdTier)
+  std::unique_ptr<IoPool> read_pool_;     // chunks of large extent reads
 
   Mutex sync_mu_;  // one Sync at a time
   Mutex mu_;
