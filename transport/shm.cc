@@ -390,7 +390,7 @@ absl::Status ShmAttachments::ReadSsd(
     if (!m.idle_readers.empty()) {
       channel = std::move(m.idle_readers.back());
       m.idle_readers.pop_back();
-    } else if (m.readers < kShmReadChannelsMax) {
+    } else if (m.readers < kShmReadChannelsMax && !m.readers_refused) {
       ++m.readers;
       make = true;
     }
@@ -415,13 +415,22 @@ absl::Status ShmAttachments::ReadSsd(
   }
   if (channel == nullptr) return m.writer->ReadSsd(key, size, copy);
   absl::Status s = channel->ReadSsd(key, size, copy);
-  MutexLock lock(&m.readers_mu);
-  if (s.code() == absl::StatusCode::kUnavailable) {
-    --m.readers;  // a broken connection is not kept
-  } else {
+  if (s.code() != absl::StatusCode::kUnavailable) {
+    MutexLock lock(&m.readers_mu);
     m.idle_readers.push_back(std::move(channel));
+    return s;
   }
-  return s;
+  {
+    // A broken connection is not kept. A new one that fails at once was
+    // most likely closed by a store at its connection limit: make no more
+    // for this mapping.
+    MutexLock lock(&m.readers_mu);
+    --m.readers;
+    if (make) m.readers_refused = true;
+  }
+  // A failed connection fails before the copy (the request or its reply):
+  // the attachment's own connection reads the block instead.
+  return m.writer->ReadSsd(key, size, copy);
 }
 
 void ShmAttachments::Forget(const std::string& socket_path) {

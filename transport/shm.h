@@ -111,7 +111,8 @@ struct ShmMapping {
   // More connections to the store for SSD reads (ShmAttachments::ReadSsd).
   Mutex readers_mu;
   std::vector<std::unique_ptr<ShmWriter>> idle_readers ABSL_GUARDED_BY(readers_mu);
-  int readers ABSL_GUARDED_BY(readers_mu) = 0;  // made and not broken
+  int readers ABSL_GUARDED_BY(readers_mu) = 0;               // made and not broken
+  bool readers_refused ABSL_GUARDED_BY(readers_mu) = false;  // the store closed a new one
   ~ShmMapping();
 };
 
