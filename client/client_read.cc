@@ -20,7 +20,7 @@ constexpr uint64_t kReleaseTimeoutMs = 1000;
 // How long the releaser gathers keys before it sends them, and how many
 // may wait (beyond that, leases run out on their own).
 constexpr uint64_t kReleaseGatherMs = 2;
-constexpr size_t kReleaseQueueMax = 64 * 1024;
+constexpr size_t kReleaseQueueMax = size_t{64} * 1024;
 // A cached read of a same-host DRAM block costs a round trip to its store
 // (the check after the copy), where a Lookup costs one round trip for the
 // whole batch: batches larger than this read such blocks through the
@@ -437,6 +437,7 @@ Status ClientImpl::BatchGet(const std::vector<std::string>& keys, std::vector<st
     if (absl::Status s = ValidateKey(k); !s.ok()) return FromAbsl(s);
   }
   std::vector<const std::string*> key_ptrs;
+  key_ptrs.reserve(keys.size());
   for (const std::string& k : keys) key_ptrs.push_back(&k);
   // Strings of a vector the caller reuses keep their memory: a block of the
   // same size as last time needs no allocation and no zero-fill.

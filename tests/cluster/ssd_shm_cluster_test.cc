@@ -86,6 +86,7 @@ TEST(SsdShmClusterTest, SameHostSsdHitsSkipTcp) {
 
   // All at once: the reads run in parallel on one attachment.
   std::vector<std::string> keys;
+  keys.reserve(ssd_only.size());
   for (int i : ssd_only) keys.push_back(Key(i));
   std::vector<std::string> values;
   std::vector<Status> statuses;

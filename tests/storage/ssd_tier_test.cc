@@ -55,8 +55,8 @@ std::string Block(size_t n, uint32_t seed) {
 // fails with an I/O error, as a failing or full disk would.
 class FaultInjectionFs : public rocksdb::FileSystemWrapper {
  public:
-  explicit FaultInjectionFs(std::shared_ptr<rocksdb::FileSystem> base)
-      : rocksdb::FileSystemWrapper(std::move(base)) {}
+  explicit FaultInjectionFs(const std::shared_ptr<rocksdb::FileSystem>& base)
+      : rocksdb::FileSystemWrapper(base) {}
   const char* Name() const override { return "FaultInjectionFs"; }
   std::atomic<bool> fail_writes{false};
 
@@ -186,6 +186,7 @@ TEST(SsdTier, LargeBlocksReadInChunksComeBackWholeAndChecked) {
   ASSERT_TRUE(tier.ok()) << tier.status();
   std::atomic<int> wrong{0};
   std::vector<std::thread> readers;
+  readers.reserve(4);
   for (int t = 0; t < 4; ++t) {
     readers.emplace_back([&, t] {
       std::string got;
@@ -325,7 +326,7 @@ TEST(SsdTier, FreedExtentsAreReusedAndRebuiltOnOpen) {
       // Key r<round> is deleted at the end of its round and not put again.
       for (int i = round; i < kKeys; ++i) {
         // Sizes vary by round, so extents are split and coalesced.
-        std::string b = Block(kBytes - (round % 3) * 4096 * (i % 5), 1000 * round + i);
+        std::string b = Block(kBytes - size_t{4096} * (round % 3) * (i % 5), 1000 * round + i);
         ASSERT_TRUE(
             (*tier)
                 ->Put(absl::StrCat("r", i), b.data(), b.size(), BlockChecksum(b.data(), b.size()))
@@ -347,7 +348,7 @@ TEST(SsdTier, FreedExtentsAreReusedAndRebuiltOnOpen) {
   for (int i = 6; i < kKeys; ++i) {
     std::string got;
     ASSERT_TRUE((*tier)->Get(absl::StrCat("r", i), &got).ok()) << i;
-    EXPECT_TRUE(got == Block(kBytes - (5 % 3) * 4096 * (i % 5), 5000 + i)) << i;
+    EXPECT_TRUE(got == Block(kBytes - size_t{4096} * (5 % 3) * (i % 5), 5000 + i)) << i;
   }
   EXPECT_EQ((*tier)->free_extent_bytes() +
                 [&] {

@@ -136,6 +136,7 @@ absl::Status OnThreads(int depth, uint64_t count, Measure* m,
   std::vector<std::vector<double>> lat(static_cast<size_t>(depth));
   std::vector<absl::Status> errors(static_cast<size_t>(depth));
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(depth));
   for (int t = 0; t < depth; ++t) {
     threads.emplace_back([&, t] {
       for (uint64_t i = next.fetch_add(1); i < count && !StopRequested(); i = next.fetch_add(1)) {
@@ -204,6 +205,7 @@ absl::Status RawRead(const std::string& path, const char* base, uint64_t size, u
   int fd = open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("open ", path, ": ", ErrnoText(errno)));
   std::vector<std::unique_ptr<AlignedBuffer>> bufs;
+  bufs.reserve(static_cast<size_t>(depth));
   for (int t = 0; t < depth; ++t) bufs.push_back(std::make_unique<AlignedBuffer>(size));
   std::atomic<uint64_t> bad{0};
   uint64_t start = MonoUs();
