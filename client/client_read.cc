@@ -21,7 +21,7 @@ constexpr uint64_t kReleaseTimeoutMs = 1000;
 // How long the releaser gathers keys before it sends them, and how many
 // may wait (beyond that, leases run out on their own).
 constexpr uint64_t kReleaseGatherMs = 2;
-constexpr size_t kReleaseQueueMax = 64 * 1024;
+constexpr size_t kReleaseQueueMax = size_t{64} * 1024;
 // A cached read of a same-host DRAM block costs a round trip to its store
 // (the check after the copy), where a Lookup costs one round trip for the
 // whole batch: batches larger than this read such blocks through the
@@ -115,13 +115,33 @@ const std::string& StoreKey(const v1::ObjectLocation& loc) {
 
 }  // namespace
 
+absl::Status ClientImpl::ReadSsdShm(const v1::StoreEndpoint& store, const std::string& key,
+                                    char* dst, uint64_t size, const char** transport) {
+  // A store on this host reads the block into a pinned range of its
+  // segment and this client copies it from there: no socket carries the
+  // bytes. Callers go on over TCP after any failure but corrupt bytes (an
+  // older store, a full window, the block moved to DRAM meanwhile); TCP
+  // also looks at the store's DRAM records.
+  if (!options_.allow_shm || !Offers(store, v1::TRANSPORT_SHM)) {
+    return absl::UnimplementedError("no shared memory with this store");
+  }
+  const transport::Peer peer = PeerOf(store);
+  if (!shm_.Reaches(peer)) return absl::UnimplementedError("the store is on another host");
+  *transport = "shm";
+  return shm_.ReadSsd(peer, key, dst, size);
+}
+
 absl::Status ClientImpl::ReadReplica(const v1::Replica& replica, const std::string& key, char* dst,
                                      uint64_t size, uint64_t deadline_ms, const char** transport) {
   const v1::StoreEndpoint& store = replica.store();
   if (replica.tier() == v1::TIER_SSD) {
+    absl::Status shm_status = ReadSsdShm(store, key, dst, size, transport);
+    if (shm_status.ok() || shm_status.code() == absl::StatusCode::kDataLoss) return shm_status;
     *transport = "tcp";
     if (!options_.allow_tcp || !Offers(store, v1::TRANSPORT_TCP)) {
-      return absl::UnavailableError("SSD reads need the tcp transport, on both ends");
+      return shm_status.code() == absl::StatusCode::kUnimplemented
+                 ? absl::UnavailableError("SSD reads need the tcp transport, on both ends")
+                 : shm_status;
     }
     return tcp_.client().ReadKey(store.data_address(), key, size, dst, deadline_ms, 0,
                                  replica.read_grant());
@@ -134,6 +154,14 @@ absl::Status ClientImpl::ReadCachedReplica(const v1::ObjectLocation& loc, char* 
                                            uint64_t deadline_ms, const char** transport) {
   const v1::Replica& r = loc.replicas(0);
   const v1::StoreEndpoint& store = r.store();
+  if (r.tier() == v1::TIER_SSD) {
+    // The SSD tier keeps no generation, over TCP either: the checksum after
+    // the copy tells whether the bytes are the cached block's.
+    if (absl::Status s = ReadSsdShm(store, loc.key(), dst, loc.size(), transport);
+        s.ok() || s.code() == absl::StatusCode::kDataLoss) {
+      return s;
+    }
+  }
   // Both forms ask the store over TCP: a client that may not use it has no
   // way to learn whether the cached location still holds the key.
   *transport = "tcp";
@@ -527,6 +555,7 @@ Status ClientImpl::BatchGet(const std::vector<std::string>& keys, std::vector<st
     if (absl::Status s = ValidateKey(k); !s.ok()) return FromAbsl(s);
   }
   std::vector<const std::string*> key_ptrs;
+  key_ptrs.reserve(keys.size());
   for (const std::string& k : keys) key_ptrs.push_back(&k);
   // Strings of a vector the caller reuses keep their memory: a block of the
   // same size as last time needs no allocation and no zero-fill.

@@ -1,5 +1,10 @@
 #include "storage/io_pool.h"
 
+#include <errno.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <utility>
 
 namespace shelf {
@@ -21,7 +26,9 @@ void IoPool::Submit(std::function<void()> fn) {
     MutexLock lock(&mu_);
     queue_.push_back(std::move(fn));
   }
-  cv_.SignalAll();
+  // One job, one waiter: waking every thread for each job (a 32 KiB
+  // write) would wake all but one for nothing.
+  cv_.Signal();
 }
 
 void IoPool::Loop() {
@@ -35,6 +42,65 @@ void IoPool::Loop() {
       queue_.pop_front();
     }
     fn();
+  }
+}
+
+void ExtentWriter::Write(uint64_t offset, char* buf, uint64_t length,
+                         std::function<void(int)> done) {
+  {
+    MutexLock lock(&mu_);
+    jobs_.push_back(Job{offset, buf, length, std::move(done)});
+  }
+  pool_->Submit([this] { Drain(); });
+}
+
+void ExtentWriter::Drain() {
+  std::vector<Job> run;
+  {
+    MutexLock lock(&mu_);
+    if (jobs_.empty()) return;  // an earlier drain took this one's job
+    uint64_t bytes = 0;
+    // The oldest job, and those queued after it that continue it on disk.
+    while (!jobs_.empty() && run.size() < kRunJobsMax &&
+           (run.empty() || (jobs_.front().offset == run.back().offset + run.back().length &&
+                            bytes + jobs_.front().length <= kRunBytesMax))) {
+      bytes += jobs_.front().length;
+      run.push_back(std::move(jobs_.front()));
+      jobs_.pop_front();
+    }
+  }
+  std::vector<struct iovec> iov(run.size());
+  uint64_t total = 0;
+  for (size_t i = 0; i < run.size(); ++i) {
+    iov[i] = {run[i].buf, run[i].length};
+    total += run[i].length;
+  }
+  ssize_t n;
+  do {
+    n = pwritev(fd_, iov.data(), static_cast<int>(iov.size()), static_cast<off_t>(run[0].offset));
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(total)) {
+    for (Job& j : run) j.done(0);
+    return;
+  }
+  // Short or failed: each job again on its own (rewriting bytes already
+  // written is harmless), so each gets its own verdict.
+  for (Job& j : run) {
+    int err = 0;
+    char* p = j.buf;
+    uint64_t left = j.length, at = j.offset;
+    while (left > 0) {
+      ssize_t w = pwrite(fd_, p, left, static_cast<off_t>(at));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        err = w < 0 ? errno : EIO;
+        break;
+      }
+      p += w;
+      left -= static_cast<uint64_t>(w);
+      at += static_cast<uint64_t>(w);
+    }
+    j.done(err);
   }
 }
 

@@ -36,6 +36,8 @@ constexpr uint64_t kChunk = 4ull << 20;
 // A read of a block of two chunks or more is split into chunks of this
 // size, read in parallel.
 constexpr uint64_t kReadChunk = 2ull << 20;
+// Put copies and hashes a block in pieces of this size (within the cache).
+constexpr uint64_t kVerifyPiece = 128ull << 10;
 constexpr char kDataFile[] = "extents.dat";
 
 // Old format, two records per block: "b" + key holds the header and the
@@ -247,6 +249,7 @@ SsdTier::SsdTier(const Options& options, rocksdb::DB* db, int fd, bool direct_io
       fd_(fd),
       direct_io_(direct_io),
       pool_(std::make_unique<IoPool>(std::max(1, options.io_threads))),
+      writer_(std::make_unique<ExtentWriter>(fd, pool_.get())),
       read_pool_(std::make_unique<IoPool>(std::max(1, options.io_threads))),
       space_(options.capacity_bytes == 0
                  ? (1ull << 50)
@@ -335,9 +338,6 @@ void SsdTier::ReleaseBuffer(char* buf, uint64_t alloc) {
 
 absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t size,
                           uint64_t checksum) {
-  if (BlockChecksum(data, size) != checksum) {
-    return absl::DataLossError("block does not match its checksum; not written to SSD");
-  }
   if (size == 0) return absl::InvalidArgumentError("SSD tier: empty block");
   if (options_.capacity_bytes != 0 && !Contains(key) &&
       used_.load() + size > options_.capacity_bytes) {
@@ -378,7 +378,25 @@ absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t siz
     space_.Free(p->loc.offset, p->alloc).IgnoreError();
     return absl::ResourceExhaustedError("SSD tier: out of memory for a write buffer");
   }
-  std::memcpy(p->buf, data, size);
+  // The copy is what gets written, so it is what the checksum verifies:
+  // piece by piece, each hashed while it is still in the cache (one pass
+  // over the caller's bytes, not two).
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (uint64_t at = 0; at < size; at += kVerifyPiece) {
+    const uint64_t n = std::min(kVerifyPiece, size - at);
+    std::memcpy(p->buf + at, data + at, n);
+    XXH3_64bits_update(&state, p->buf + at, n);
+  }
+  if (XXH3_64bits_digest(&state) != checksum) {
+    {
+      MutexLock lock(&io_mu_);
+      ReleaseBuffer(p->buf, p->alloc);
+    }
+    MutexLock lock(&mu_);
+    space_.Free(p->loc.offset, p->alloc).IgnoreError();
+    return absl::DataLossError("block does not match its checksum; not written to SSD");
+  }
   std::memset(p->buf + size, 0, p->alloc - size);
   int chunks = static_cast<int>((p->alloc + kChunk - 1) / kChunk);
   {
@@ -414,8 +432,7 @@ absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t siz
   for (int c = 0; c < chunks; ++c) {
     uint64_t at = static_cast<uint64_t>(c) * kChunk;
     uint64_t n = std::min(kChunk, p->alloc - at);
-    pool_->Submit([this, p, at, n] {
-      int err = FullIo(true, fd_, p->buf + at, n, p->loc.offset + at);
+    writer_->Write(p->loc.offset + at, p->buf + at, n, [this, p](int err) {
       MutexLock lock(&io_mu_);
       if (err != 0 && p->error.ok()) p->error = Errno("extent write", err);
       if (--p->chunks_left == 0) {
@@ -544,25 +561,28 @@ absl::Status SsdTier::GetInline(const std::string& key, std::string* out) {
   return absl::OkStatus();
 }
 
-absl::Status SsdTier::ReadExtent(const Loc& loc, std::string* out) {
+absl::Status SsdTier::ReadExtent(const Loc& loc, char* direct,
+                                 absl::FunctionRef<void(const char*, uint64_t)> sink) {
   struct Free {
     void operator()(char* p) const { std::free(p); }
   };
   // Each reading thread keeps an aligned buffer for blocks up to 16 MiB (no
-  // page faults per read); a larger block gets one of its own.
+  // page faults per read); a larger block gets one of its own. A caller
+  // that gives an aligned destination with room (`direct`) needs neither:
+  // the device writes the block there, and no copy follows.
   constexpr uint64_t kKeptReadBuffer = 16ull << 20;
   thread_local std::unique_ptr<char, Free> kept;
   thread_local uint64_t kept_bytes = 0;
   std::unique_ptr<char, Free> own;
   uint64_t alloc = AlignUp(loc.size);
-  char* b = nullptr;
-  if (alloc <= kKeptReadBuffer) {
+  char* b = direct;
+  if (b == nullptr && alloc <= kKeptReadBuffer) {
     if (kept_bytes < alloc) {
       kept.reset(AlignedAlloc(kKeptReadBuffer));
       kept_bytes = kept ? kKeptReadBuffer : 0;
     }
     b = kept.get();
-  } else {
+  } else if (b == nullptr) {
     own.reset(AlignedAlloc(alloc));
     b = own.get();
   }
@@ -575,7 +595,7 @@ absl::Status SsdTier::ReadExtent(const Loc& loc, std::string* out) {
     if (BlockChecksum(b, loc.size) != loc.checksum) {
       return absl::DataLossError("checksum mismatch");
     }
-    out->assign(b, loc.size);
+    if (direct == nullptr) sink(b, loc.size);
     return absl::OkStatus();
   }
   // A large block: its chunks are read in parallel (the read pool, and
@@ -607,8 +627,6 @@ absl::Status SsdTier::ReadExtent(const Loc& loc, std::string* out) {
   int first = FullIo(false, fd_, b, std::min(kReadChunk, alloc), loc.offset);
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
-  out->clear();
-  out->reserve(loc.size);
   int err = first;
   for (size_t c = 0; c < chunks; ++c) {
     if (c > 0) {
@@ -620,17 +638,37 @@ absl::Status SsdTier::ReadExtent(const Loc& loc, std::string* out) {
     uint64_t at = c * kReadChunk;
     uint64_t n = std::min(kReadChunk, loc.size - std::min(loc.size, at));
     XXH3_64bits_update(&state, b + at, n);
-    out->append(b + at, n);
+    if (direct == nullptr) sink(b + at, n);
   }
-  if (err != 0) {
-    out->clear();
-    return Errno("extent read", err);
-  }
+  if (err != 0) return Errno("extent read", err);
   if (XXH3_64bits_digest(&state) != loc.checksum) return absl::DataLossError("checksum mismatch");
   return absl::OkStatus();
 }
 
 absl::Status SsdTier::Get(const std::string& key, std::string* out) {
+  out->clear();
+  absl::Status s = Read(
+      key, 0, nullptr, [&](uint64_t size) { out->reserve(size); },
+      [&](const char* p, uint64_t n) { out->append(p, n); });
+  if (!s.ok()) out->clear();
+  return s;
+}
+
+absl::Status SsdTier::GetInto(const std::string& key, char* dst, uint64_t capacity,
+                              uint64_t* size) {
+  uint64_t at = 0;
+  absl::Status s = Read(
+      key, capacity, dst, [&](uint64_t n) { *size = n; },
+      [&](const char* p, uint64_t n) {
+        std::memcpy(dst + at, p, n);
+        at += n;
+      });
+  return s;
+}
+
+absl::Status SsdTier::Read(const std::string& key, uint64_t capacity, char* dst,
+                           absl::FunctionRef<void(uint64_t)> sized,
+                           absl::FunctionRef<void(const char*, uint64_t)> sink) {
   Loc loc;
   PendingPtr p;
   {
@@ -641,16 +679,33 @@ absl::Status SsdTier::Get(const std::string& key, std::string* out) {
     auto pit = pending_.find(key);
     if (pit != pending_.end()) p = pit->second;
   }
+  if (dst != nullptr && loc.size > capacity) {
+    return absl::OutOfRangeError(
+        absl::StrCat("block of ", loc.size, " bytes does not fit ", capacity));
+  }
+  sized(loc.size);
   if (p != nullptr) {
     // Put but not yet synced: read once its bytes are written.
     WaitWritten(p);
     MutexLock lock(&io_mu_);
     if (!p->error.ok()) return p->error;
   }
-  if (loc.offset == kInline) return GetInline(key, out);
-  absl::Status s = ReadExtent(loc, out);
+  if (loc.offset == kInline) {
+    std::string v;
+    absl::Status s = GetInline(key, &v);
+    if (s.ok() && v.size() != loc.size)
+      s = absl::DataLossError("SSD entry size differs from its index");
+    if (s.ok()) sink(v.data(), v.size());
+    return s;
+  }
+  // Straight into the destination when O_DIRECT can write there.
+  char* direct = nullptr;
+  if (dst != nullptr && reinterpret_cast<uintptr_t>(dst) % kAlign == 0 &&
+      capacity >= AlignUp(loc.size)) {
+    direct = dst;
+  }
+  absl::Status s = ReadExtent(loc, direct, sink);
   if (s.code() != absl::StatusCode::kDataLoss) return s;
-  out->clear();
   {
     // Deleted or overwritten while it was read (its extent reused): a miss.
     MutexLock lock(&mu_);

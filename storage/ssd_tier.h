@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
@@ -93,6 +94,13 @@ class SsdTier {
   // Reads and verifies a block. NOT_FOUND if absent; DATA_LOSS if corrupt
   // (the entry is then deleted and never served); UNAVAILABLE on I/O error.
   absl::Status Get(const std::string& key, std::string* out) ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
+  // Get into [dst, dst+capacity), the block's size in `size`: OUT_OF_RANGE
+  // (nothing read) when it does not fit. With `dst` 4 KiB aligned and room
+  // for the size rounded up to 4 KiB, the device reads straight into it
+  // (no intermediate buffer or copy); bytes past the block's end may then
+  // be overwritten. Verified like Get.
+  absl::Status GetInto(const std::string& key, char* dst, uint64_t capacity, uint64_t* size)
+      ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
   absl::Status Delete(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   bool Contains(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   // Size and checksum of a held block; false if absent.
@@ -132,7 +140,16 @@ class SsdTier {
   // Makes room in the extent file for [0, end).
   absl::Status GrowTo(uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WaitWritten(const PendingPtr& p) ABSL_LOCKS_EXCLUDED(io_mu_);
-  absl::Status ReadExtent(const Loc& loc, std::string* out);
+  // Reads and verifies `loc` into `direct` (aligned, room for the rounded
+  // size) or, when it is null, through a buffer handed to `sink` in order.
+  absl::Status ReadExtent(const Loc& loc, char* direct,
+                          absl::FunctionRef<void(const char*, uint64_t)> sink);
+  // Get's body: `sized` hears the block's size before any byte reaches
+  // `sink`; `dst` (capacity bytes), if set, may take the bytes directly.
+  absl::Status Read(const std::string& key, uint64_t capacity, char* dst,
+                    absl::FunctionRef<void(uint64_t)> sized,
+                    absl::FunctionRef<void(const char*, uint64_t)> sink)
+      ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
   absl::Status GetInline(const std::string& key, std::string* out);
   void ReleaseBuffer(char* buf, uint64_t alloc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   char* TakeBuffer(uint64_t alloc) ABSL_LOCKS_EXCLUDED(io_mu_);
@@ -143,8 +160,9 @@ class SsdTier {
   const int fd_;  // the extent file
   const bool direct_io_;
   std::atomic<uint64_t> used_{0};
-  std::unique_ptr<IoPool> pool_;       // extent writes
-  std::unique_ptr<IoPool> read_pool_;  // chunks of large extent reads
+  std::unique_ptr<IoPool> pool_;          // extent writes
+  std::unique_ptr<ExtentWriter> writer_;  // on pool_; outlived by it (~SsdTier)
+  std::unique_ptr<IoPool> read_pool_;     // chunks of large extent reads
 
   Mutex sync_mu_;  // one Sync at a time
   Mutex mu_;

@@ -73,6 +73,32 @@ class DataHandler {
   virtual absl::StatusOr<Region> DramKey(absl::string_view key, uint64_t generation) {
     return absl::NotFoundError("no DRAM records");
   }
+  // ReadKey into `buf` (4 KiB aligned, `capacity` bytes), the block's size
+  // in *size: the tier can read straight into it, with no copy.
+  // OUT_OF_RANGE when the block does not fit; UNIMPLEMENTED where the
+  // handler has no such read (callers then use ReadKey).
+  virtual absl::Status ReadKeyInto(absl::string_view key, char* buf, uint64_t capacity,
+                                   uint64_t* size) {
+    return absl::UnimplementedError("no ReadKeyInto");
+  }
+  // Same-host reads of the SSD tier (transport/shm_write.h): reads block
+  // `key` into a range of the shared segment that nothing else uses and
+  // that stays as it is until Unpin(pin), so a client can copy it from its
+  // read-only mapping. `size`: the size the reader expects (0: any).
+  // NOT_FOUND if the tier lacks the block, DATA_LOSS if it is corrupt,
+  // RESOURCE_EXHAUSTED when no range is free, FAILED_PRECONDITION when the
+  // store offers no such reads.
+  struct Pinned {
+    uint32_t segment_id = 0;
+    uint64_t offset = 0;
+    uint64_t size = 0;
+    uint64_t pin = 0;
+  };
+  virtual absl::StatusOr<Pinned> PinSsdKey(absl::string_view key, uint64_t size) {
+    return absl::FailedPreconditionError("this store offers no shared-memory SSD reads");
+  }
+  // Releases a range PinSsdKey returned; each pin is released once.
+  virtual void Unpin(uint64_t pin) {}
   // Accounting hooks for DRAM-segment reads and writes (ReadKey accounts
   // for its own).
   virtual void OnRead(uint64_t bytes) {}

@@ -266,8 +266,9 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::strin
   return m;
 }
 
-absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::string& socket_path,
-                                                                   uint64_t incarnation) {
+absl::StatusOr<int> ShmAttachments::Handshake(const std::string& socket_path, int* memfd,
+                                              char reply[16]) {
+  *memfd = -1;
   struct sockaddr_un addr;
   if (absl::Status s = FillAddr(socket_path, &addr); !s.ok()) return s;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -299,11 +300,9 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
     std::string mac = ShmMac(secret_, absl::string_view(hello + 4, kShmNonceBytes));
     s = WriteFull(fd, mac.data(), mac.size());
   }
-  char reply[16];
-  int memfd = -1;
   if (s.ok()) {
-    ssize_t n = RecvWithFd(fd, reply, sizeof(reply), &memfd);
-    if (n != static_cast<ssize_t>(sizeof(reply))) {
+    ssize_t n = RecvWithFd(fd, reply, 16, memfd);
+    if (n != 16) {
       s = absl::UnavailableError("short shared-memory reply");
     } else {
       const auto code = static_cast<absl::StatusCode>(absl::little_endian::Load32(reply));
@@ -313,19 +312,29 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
                          " (its --shm-allow-uids)"));
       } else if (code != absl::StatusCode::kOk) {
         s = absl::Status(code, "shared-memory attach refused: wrong or missing cluster secret");
-      } else if (memfd < 0) {
+      } else if (*memfd < 0) {
         s = absl::UnavailableError("store sent no segment descriptor");
       }
     }
   }
   if (!s.ok()) {
     close(fd);
-    if (memfd >= 0) close(memfd);
+    if (*memfd >= 0) close(*memfd);
+    *memfd = -1;
     return s;
   }
+  return fd;
+}
+
+absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::string& socket_path,
+                                                                   uint64_t incarnation) {
+  char reply[16];
+  int memfd = -1;
+  absl::StatusOr<int> fd = Handshake(socket_path, &memfd, reply);
+  if (!fd.ok()) return fd.status();
   // From here the socket belongs to the mapping: its puts travel on it.
-  auto writer = std::make_unique<ShmWriter>(fd);
-  SetIoTimeoutMs(fd, kShmWriteTimeoutMs);
+  auto writer = std::make_unique<ShmWriter>(*fd);
+  SetIoTimeoutMs(*fd, kShmWriteTimeoutMs);
   if (!SealedAgainstResize(memfd)) {
     close(memfd);
     return absl::FailedPreconditionError(
@@ -345,6 +354,7 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
   mapping->size = absl::little_endian::Load64(reply + 8);
   mapping->incarnation = incarnation;
   mapping->writer = std::move(writer);
+  mapping->socket_path = socket_path;
   // A store (or whatever answers on its socket) claiming a larger segment
   // than its descriptor holds would leave the tail of the mapping unbacked:
   // a copy there is SIGBUS, not an error. Map only what is there.
@@ -365,6 +375,62 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
   MutexLock lock(&mu_);
   auto [it, inserted] = maps_.insert_or_assign(socket_path, mapping);
   return it->second;
+}
+
+absl::Status ShmAttachments::ReadSsd(
+    ShmMapping& m, absl::string_view key, uint64_t size,
+    absl::FunctionRef<absl::Status(uint32_t segment_id, uint64_t offset, uint64_t length)> copy) {
+  // The store serves each connection on one thread: reads running in
+  // parallel each take a connection of their own (an idle one, else a new
+  // one up to kShmReadChannelsMax, else the attachment's own, shared).
+  std::unique_ptr<ShmWriter> channel;
+  bool make = false;
+  {
+    MutexLock lock(&m.readers_mu);
+    if (!m.idle_readers.empty()) {
+      channel = std::move(m.idle_readers.back());
+      m.idle_readers.pop_back();
+    } else if (m.readers < kShmReadChannelsMax && !m.readers_refused) {
+      ++m.readers;
+      make = true;
+    }
+  }
+  if (make) {
+    char reply[16];
+    int memfd = -1;
+    absl::StatusOr<int> fd = Handshake(m.socket_path, &memfd, reply);
+    if (fd.ok()) {
+      close(memfd);  // the segment is mapped already
+      SetIoTimeoutMs(*fd, kShmWriteTimeoutMs);
+      channel = std::make_unique<ShmWriter>(*fd);
+      if (absl::little_endian::Load32(reply + 4) != m.segment_id ||
+          absl::little_endian::Load64(reply + 8) != m.size) {
+        channel.reset();  // another store answers there now
+      }
+    }
+    if (channel == nullptr) {
+      MutexLock lock(&m.readers_mu);
+      --m.readers;
+    }
+  }
+  if (channel == nullptr) return m.writer->ReadSsd(key, size, copy);
+  absl::Status s = channel->ReadSsd(key, size, copy);
+  if (s.code() != absl::StatusCode::kUnavailable) {
+    MutexLock lock(&m.readers_mu);
+    m.idle_readers.push_back(std::move(channel));
+    return s;
+  }
+  {
+    // A broken connection is not kept. A new one that fails at once was
+    // most likely closed by a store at its connection limit: make no more
+    // for this mapping.
+    MutexLock lock(&m.readers_mu);
+    --m.readers;
+    if (make) m.readers_refused = true;
+  }
+  // A failed connection fails before the copy (the request or its reply):
+  // the attachment's own connection reads the block instead.
+  return m.writer->ReadSsd(key, size, copy);
 }
 
 void ShmAttachments::Forget(const std::string& socket_path) {

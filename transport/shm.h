@@ -94,6 +94,9 @@ class ShmServer {
 // Attachment sockets one store serves at once; more are closed after their
 // handshake (their puts then go over TCP).
 inline constexpr size_t kShmConnectionsMax = 256;
+// Connections one client opens to one store for SSD reads in parallel
+// (beyond its attachment's own).
+inline constexpr int kShmReadChannelsMax = 8;
 
 // A segment of a local store, mapped into this process.
 struct ShmMapping {
@@ -104,6 +107,12 @@ struct ShmMapping {
   // The attachment's socket: puts into this segment (never null once
   // attached).
   std::unique_ptr<ShmWriter> writer;
+  std::string socket_path;
+  // More connections to the store for SSD reads (ShmAttachments::ReadSsd).
+  Mutex readers_mu;
+  std::vector<std::unique_ptr<ShmWriter>> idle_readers ABSL_GUARDED_BY(readers_mu);
+  int readers ABSL_GUARDED_BY(readers_mu) = 0;               // made and not broken
+  bool readers_refused ABSL_GUARDED_BY(readers_mu) = false;  // the store closed a new one
   ~ShmMapping();
 };
 
@@ -126,6 +135,12 @@ class ShmAttachments {
   // not sealed against shrinking and growing or could be written through.
   absl::StatusOr<std::shared_ptr<ShmMapping>> Get(const std::string& socket_path,
                                                   uint64_t incarnation = 0);
+  // An SSD read through mapping `m` (ShmWriter::ReadSsd), on a connection
+  // of its own while others run: the store serves each connection on one
+  // thread, so parallel reads need several.
+  absl::Status ReadSsd(
+      ShmMapping& m, absl::string_view key, uint64_t size,
+      absl::FunctionRef<absl::Status(uint32_t segment_id, uint64_t offset, uint64_t length)> copy);
   // Forgets a mapping (e.g. the store restarted with a new segment).
   void Forget(const std::string& socket_path);
   // Attachments refused so far (each socket and incarnation once).
@@ -138,6 +153,9 @@ class ShmAttachments {
   };
   absl::StatusOr<std::shared_ptr<ShmMapping>> Attach(const std::string& socket_path,
                                                      uint64_t incarnation);
+  // Connects to `socket_path` and runs the handshake: the connected socket,
+  // the segment descriptor in *memfd and the store's 16-byte reply.
+  absl::StatusOr<int> Handshake(const std::string& socket_path, int* memfd, char reply[16]);
 
   const std::string secret_;
   const int64_t store_uid_;

@@ -11,6 +11,33 @@ bool ShmEngine::Reaches(const Peer& peer) const {
   return !peer.route(Kind::kShm).empty() && peer.host_id == HostId();
 }
 
+absl::Status ShmEngine::ReadSsd(const Peer& peer, const std::string& key, char* dst,
+                                uint64_t size) {
+  const std::string& socket = peer.route(Kind::kShm);
+  absl::StatusOr<std::shared_ptr<ShmMapping>> map = attachments_.Get(socket, peer.incarnation);
+  if (!map.ok()) {
+    return absl::UnavailableError(absl::StrCat("shared memory of store ", peer.node_id,
+                                               " unavailable: ", map.status().message()));
+  }
+  ShmMapping& m = **map;
+  absl::Status s = attachments_.ReadSsd(
+      m, key, size, [&](uint32_t segment_id, uint64_t offset, uint64_t length) {
+        if (segment_id != m.segment_id || offset > m.size || length > m.size - offset) {
+          return absl::UnavailableError(absl::StrCat("store ", peer.node_id, " pinned [", offset,
+                                                     ", +", length,
+                                                     ") outside its mapped segment"));
+        }
+        if (length != size) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("the SSD block has ", length, " bytes, not ", size));
+        }
+        std::memcpy(dst, m.base + offset, length);
+        return absl::OkStatus();
+      });
+  if (s.code() == absl::StatusCode::kUnavailable) attachments_.Forget(socket);
+  return s;
+}
+
 void ShmEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work,
                       uint64_t /*deadline_ms*/) {
   for (const Work& w : work) {

@@ -34,6 +34,13 @@ class ShmEngine final : public Engine {
   Kind kind() const override { return Kind::kShm; }
   // A store on this host that offers shm.
   bool Reaches(const Peer& peer) const override;
+  // Reads block `key` (`size` bytes) of the SSD tier of the store `peer`
+  // into `dst` through its segment: the store reads it into a pinned range
+  // there, this thread copies it out of the read-only mapping, and the pin
+  // is released (transport/shm_write.h). Errors as for a read op; the
+  // store's verdict (NOT_FOUND, DATA_LOSS, RESOURCE_EXHAUSTED,
+  // FAILED_PRECONDITION) as it gives it. The caller verifies the bytes.
+  absl::Status ReadSsd(const Peer& peer, const std::string& key, char* dst, uint64_t size);
   // Stores whose shared memory was refused (ShmAttachments::refusals).
   uint64_t refusals() const { return attachments_.refusals(); }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "absl/base/internal/endian.h"
@@ -88,16 +89,57 @@ absl::Status CopyIn(int staging, uint64_t src_offset, char* dst, uint64_t length
   return absl::OkStatus();
 }
 
+// A read ("SHMR") or a release ("SHMF") whose header is `head`. False
+// when the connection must close (a malformed request, a failed reply).
+bool ServeSsdRead(int fd, const char* head, DataHandler* handler, std::set<uint64_t>* pins) {
+  const uint32_t magic = absl::little_endian::Load32(head);
+  const uint32_t key_len = absl::little_endian::Load32(head + 12);
+  if (magic == kShmReleaseMagic) {
+    const uint64_t pin = absl::little_endian::Load64(head + 16);
+    if (handler == nullptr || pins->erase(pin) == 0) return false;
+    handler->Unpin(pin);
+    return true;
+  }
+  if (absl::little_endian::Load32(head + 4) != 0 || key_len == 0 ||
+      key_len > wire::kExtraBytesMax) {
+    return false;
+  }
+  std::string key(key_len, '\0');
+  if (!ReadFull(fd, key.data(), key.size()).ok()) return false;
+  const uint64_t size = absl::little_endian::Load64(head + 24);
+  absl::StatusOr<DataHandler::Pinned> p =
+      handler == nullptr ? absl::FailedPreconditionError("this store offers no SSD reads here")
+      : pins->size() >= kShmPinsMax
+          ? absl::ResourceExhaustedError("too many shared-memory reads pinned on one connection")
+          : handler->PinSsdKey(key, size);
+  if (!p.ok()) return Reply(fd, p.status());
+  pins->insert(p->pin);
+  char body[kShmReadReplyBytes] = {};
+  absl::little_endian::Store32(body, p->segment_id);
+  absl::little_endian::Store64(body + 8, p->offset);
+  absl::little_endian::Store64(body + 16, p->size);
+  absl::little_endian::Store64(body + 24, p->pin);
+  char status[kShmWriteReplyBytes] = {};  // OK, no message
+  struct iovec iov[2] = {{status, sizeof(status)}, {body, sizeof(body)}};
+  return WriteFullv(fd, iov, 2).ok();
+}
+
 }  // namespace
 
 void ServeShmWrites(int fd, DataHandler* handler) {
   int staging = -1;
+  std::set<uint64_t> pins;  // held by this connection
   for (;;) {
     char head[kShmWriteHeaderBytes];
     int got = -1;
     ssize_t n = RecvWithFd(fd, head, sizeof(head), &got);
-    if (n != static_cast<ssize_t>(sizeof(head)) ||
-        absl::little_endian::Load32(head) != kShmWriteMagic) {
+    const uint32_t magic =
+        n == static_cast<ssize_t>(sizeof(head)) ? absl::little_endian::Load32(head) : 0;
+    if ((magic == kShmReadMagic || magic == kShmReleaseMagic) && got < 0) {
+      if (!ServeSsdRead(fd, head, handler, &pins)) break;
+      continue;
+    }
+    if (magic != kShmWriteMagic) {
       if (got >= 0) close(got);
       break;  // closed by the peer, or not a request: drop the connection
     }
@@ -159,6 +201,7 @@ void ServeShmWrites(int fd, DataHandler* handler) {
     if (!Reply(fd, verdict)) break;
   }
   if (staging >= 0) close(staging);
+  for (uint64_t pin : pins) handler->Unpin(pin);
 }
 
 ShmWriter::~ShmWriter() {
@@ -238,11 +281,17 @@ absl::Status ShmWriter::Request(uint32_t segment_id, uint64_t offset, uint64_t l
     }
     s = WriteFullv(fd_, iov, 2);
   }
-  char reply[kShmWriteReplyBytes];
-  if (s.ok()) {
-    staging_sent_ = true;
-    s = ReadFull(fd_, reply, sizeof(reply));
+  if (!s.ok()) {
+    broken_ = true;
+    return absl::UnavailableError(absl::StrCat("shared-memory write channel: ", s.message()));
   }
+  staging_sent_ = true;
+  return ReadReply();
+}
+
+absl::Status ShmWriter::ReadReply() {
+  char reply[kShmWriteReplyBytes];
+  absl::Status s = ReadFull(fd_, reply, sizeof(reply));
   uint32_t msg_len = 0;
   if (s.ok()) {
     msg_len = absl::little_endian::Load32(reply + 4);
@@ -256,6 +305,53 @@ absl::Status ShmWriter::Request(uint32_t segment_id, uint64_t offset, uint64_t l
   }
   const auto code = static_cast<absl::StatusCode>(absl::little_endian::Load32(reply));
   return code == absl::StatusCode::kOk ? absl::OkStatus() : absl::Status(code, text);
+}
+
+absl::Status ShmWriter::ReadSsd(
+    absl::string_view key, uint64_t size,
+    absl::FunctionRef<absl::Status(uint32_t segment_id, uint64_t offset, uint64_t length)> copy) {
+  if (key.size() > wire::kExtraBytesMax) return absl::InvalidArgumentError("key too long");
+  uint32_t segment_id = 0;
+  uint64_t offset = 0, length = 0, pin = 0;
+  {
+    MutexLock lock(&mu_);
+    if (broken_) return absl::UnavailableError("shared-memory channel broken");
+    WriteRequest r;
+    r.grant_len = static_cast<uint32_t>(key.size());
+    r.length = size;
+    char head[kShmWriteHeaderBytes];
+    EncodeRequest(r, head);
+    absl::little_endian::Store32(head, kShmReadMagic);
+    struct iovec iov[2] = {{head, sizeof(head)}, {const_cast<char*>(key.data()), key.size()}};
+    absl::Status s = WriteFullv(fd_, iov, 2);
+    if (!s.ok()) {
+      broken_ = true;
+      return absl::UnavailableError(absl::StrCat("shared-memory read request: ", s.message()));
+    }
+    s = ReadReply();
+    if (!s.ok()) return s;
+    char pinned[kShmReadReplyBytes];
+    s = ReadFull(fd_, pinned, sizeof(pinned));
+    if (!s.ok()) {
+      broken_ = true;
+      return absl::UnavailableError(absl::StrCat("shared-memory read reply: ", s.message()));
+    }
+    segment_id = absl::little_endian::Load32(pinned);
+    offset = absl::little_endian::Load64(pinned + 8);
+    length = absl::little_endian::Load64(pinned + 16);
+    pin = absl::little_endian::Load64(pinned + 24);
+  }
+  // The copy runs outside the lock: other requests on this connection
+  // proceed meanwhile, and the store keeps the range until the release.
+  absl::Status copied = copy(segment_id, offset, length);
+  MutexLock lock(&mu_);
+  if (broken_) return copied;  // the store released the pin with the connection
+  char head[kShmWriteHeaderBytes];
+  EncodeRequest(WriteRequest{}, head);
+  absl::little_endian::Store32(head, kShmReleaseMagic);
+  absl::little_endian::Store64(head + 16, pin);
+  if (!WriteFull(fd_, head, sizeof(head)).ok()) broken_ = true;
+  return copied;
 }
 
 absl::Status ShmWriter::Write(uint32_t segment_id, uint64_t offset, const char* src,

@@ -18,12 +18,30 @@
 // of segment segment_id. A refused request leaves the segment unchanged and
 // the connection open; a malformed one closes it.
 //
+// Same-host reads of SSD-tier blocks travel on the same socket (the client
+// never opens the store's files):
+//   client -> store: magic u32 "SHMR" | flags u32 = 0 | segment_id u32 = 0 |
+//                    key_len u32 | offset u64 = 0 | length u64 (the size
+//                    expected, 0: any) | src_offset u64 = 0 | key[key_len]
+//   store -> client: status u32 | msg_len u32 | msg, then when status is
+//                    OK: segment_id u32 | 0 u32 | offset u64 | length u64 |
+//                    pin u64
+// The store has read the block from its SSD tier into [offset, +length) of
+// the segment (checksum-verified), in a window past every range the master
+// hands out, and leaves that range alone until the client releases the pin:
+//   client -> store: magic u32 "SHMF" | 0 u32 | 0 u32 | 0 u32 | pin u64 |
+//                    0 u64 | 0 u64            (no reply)
+// Pins the client has not released when the connection closes are released
+// then; a connection holds at most kShmPinsMax (more: RESOURCE_EXHAUSTED).
+// A release of a pin the connection does not hold closes it.
+//
 // ShmWriter is thread-safe (requests on one connection are serialized).
 #ifndef SHELF_TRANSPORT_SHM_WRITE_H_
 #define SHELF_TRANSPORT_SHM_WRITE_H_
 
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/mutex.h"
@@ -32,8 +50,12 @@
 
 namespace shelf {
 
-inline constexpr uint32_t kShmWriteMagic = 0x574D4853;  // "SHMW"
+inline constexpr uint32_t kShmWriteMagic = 0x574D4853;    // "SHMW"
+inline constexpr uint32_t kShmReadMagic = 0x524D4853;     // "SHMR"
+inline constexpr uint32_t kShmReleaseMagic = 0x464D4853;  // "SHMF"
 inline constexpr uint32_t kShmWriteFlagFd = 1;
+inline constexpr size_t kShmReadReplyBytes = 32;  // after an OK status
+inline constexpr size_t kShmPinsMax = 64;
 inline constexpr size_t kShmWriteHeaderBytes = 40;
 inline constexpr size_t kShmWriteReplyBytes = 8;
 inline constexpr uint32_t kShmWriteMessageBytesMax = 1024;
@@ -65,8 +87,19 @@ class ShmWriter {
   absl::Status Write(uint32_t segment_id, uint64_t offset, const char* src, uint64_t length,
                      absl::string_view grant);
 
+  // Has the store read SSD-tier block `key` (of `size` bytes, 0: any) into
+  // its segment, runs `copy` on the range while the store keeps it pinned,
+  // then releases the pin. The store's verdict (NOT_FOUND, DATA_LOSS,
+  // RESOURCE_EXHAUSTED, ...) or `copy`'s; UNAVAILABLE when the socket fails.
+  absl::Status ReadSsd(
+      absl::string_view key, uint64_t size,
+      absl::FunctionRef<absl::Status(uint32_t segment_id, uint64_t offset, uint64_t length)> copy);
+
  private:
   absl::Status Reserve(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the store's status reply (and its message); UNAVAILABLE, and the
+  // writer broken, when the socket fails.
+  absl::Status ReadReply() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Request(uint32_t segment_id, uint64_t offset, uint64_t length,
                        absl::string_view grant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

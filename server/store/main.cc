@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
   flags.AddBool("hugepages", &opts.hugepages, "back the DRAM segment with hugepages if reserved");
   flags.AddBool("mlock", &opts.mlock, "lock the DRAM segment in memory");
   flags.AddBool("shm", &opts.shm, "serve same-host clients through shared memory");
+  flags.AddSize("shm-ssd-window", &opts.shm_ssd_window,
+                "with --shm and --ssd-dir: shared memory past the DRAM segment into which "
+                "same-host clients' SSD hits are read for them to copy (0: over TCP)");
   flags.AddString("shm-allow-uids", &shm_allow_uids,
                   "comma-separated uids whose processes may map the DRAM segment (checked with "
                   "SO_PEERCRED; default: the store's own uid and root)");

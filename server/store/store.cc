@@ -18,12 +18,6 @@
 #include "shelf/limits.h"
 
 namespace shelf {
-namespace {
-
-// Promotions wait in a bounded queue; past it, reads are served without one.
-constexpr size_t kPromotionsMax = 64;
-
-}  // namespace
 
 void Store::Stop() {
   {
@@ -35,7 +29,7 @@ void Store::Stop() {
 
 absl::StatusOr<DataHandler::Region> Store::Segment(uint32_t id) {
   if (id != kSegmentId) return absl::NotFoundError(absl::StrCat("no segment ", id));
-  return Region{segment_->data(), segment_->size()};
+  return Region{segment_->data(), dram_bytes_};
 }
 
 absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
@@ -100,6 +94,28 @@ absl::Status Store::ReadKey(absl::string_view key, std::string* out) {
   return s;
 }
 
+absl::Status Store::ReadKeyInto(absl::string_view key, char* buf, uint64_t capacity,
+                                uint64_t* size) {
+  if (ssd_ == nullptr) return absl::NotFoundError("this store has no SSD tier");
+  const std::string k(key);
+  absl::Status s;
+  {
+    prom::ScopedTimer timer(metrics_.ssd_read_seconds);
+    s = ssd_->GetInto(k, buf, capacity, size);
+  }
+  if (s.ok()) metrics_.read_ssd_tcp.Increment(static_cast<double>(*size));
+  if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Increment();
+  uint64_t have = 0, checksum = 0;
+  if (s.ok() && options_.promote_on_hit && ssd_->Info(k, &have, &checksum)) {
+    MutexLock lock(&mu_);
+    if (promotions_.size() < kPromotionsMax) {
+      promotions_.push_back(Promotion{k, std::string(buf, *size), checksum});
+      moves_cv_.Signal();
+    }
+  }
+  return s;
+}
+
 absl::StatusOr<DataHandler::Region> Store::DramKey(absl::string_view key, uint64_t generation) {
   MutexLock lock(&mu_);
   auto k = dram_by_key_.find(key);
@@ -109,7 +125,7 @@ absl::StatusOr<DataHandler::Region> Store::DramKey(absl::string_view key, uint64
     return absl::FailedPreconditionError(
         absl::StrCat("the key was replaced: generation ", r.generation, ", not ", generation));
   }
-  if (!segment_->Contains(k->second, r.size)) return absl::NotFoundError("record outside segment");
+  if (!InDram(k->second, r.size)) return absl::NotFoundError("record outside segment");
   return Region{segment_->data() + k->second, r.size};
 }
 
@@ -153,7 +169,7 @@ absl::Status Store::Register() {
   for (const auto& [k, v] : options_.labels) (*req.mutable_labels())[k] = v;
   v1::SegmentInfo* seg = req.add_segments();
   seg->set_segment_id(kSegmentId);
-  seg->set_capacity_bytes(segment_->size());
+  seg->set_capacity_bytes(dram_bytes_);
   seg->set_tier(v1::TIER_DRAM);
   req.set_incarnation(incarnation_);
   {
@@ -163,7 +179,7 @@ absl::Status Store::Register() {
     MutexLock lock(&mu_);
     for (auto it = dram_records_.begin(); it != dram_records_.end();) {
       const Record& r = it->second;
-      if (!segment_->Contains(it->first, r.size) ||
+      if (!InDram(it->first, r.size) ||
           BlockChecksum(segment_->data() + it->first, r.size) != r.checksum) {
         it = EraseRecordLocked(it);
         continue;
@@ -276,8 +292,7 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
     case v1::TierMove::DEMOTE:
       if (ssd_ == nullptr) {
         s = absl::FailedPreconditionError("no SSD tier");
-      } else if (move.segment_id() != kSegmentId ||
-                 !segment_->Contains(move.offset(), move.size())) {
+      } else if (move.segment_id() != kSegmentId || !InDram(move.offset(), move.size())) {
         s = absl::OutOfRangeError("demotion range outside the segment");
       } else {
         // SsdTier::Put verifies the checksum before writing: a block that
@@ -509,7 +524,7 @@ void Store::Promote(const Promotion& p) {
       return;
     }
   }
-  bool ok = resp.segment_id() == kSegmentId && segment_->Contains(resp.offset(), p.data.size());
+  bool ok = resp.segment_id() == kSegmentId && InDram(resp.offset(), p.data.size());
   if (ok) std::memcpy(segment_->data() + resp.offset(), p.data.data(), p.data.size());
   v1::PromoteCommitRequest commit;
   commit.set_node_id(node_id_);

@@ -31,6 +31,7 @@
 #include "common/rpc.h"
 #include "coord/master_locator.h"
 #include "proto/shelf.grpc.pb.h"
+#include "storage/allocator.h"
 #include "storage/dram_segment.h"
 #include "storage/ssd_tier.h"
 #include "transport/data_server.h"
@@ -85,6 +86,10 @@ struct StoreOptions {
   // minted for this store incarnation (docs/security.md, "Read grants").
   // Without a secret anyone may connect, so reads stay open.
   bool read_grants = true;
+  // With shm and an SSD tier: the segment grows by this much (rounded up to
+  // 2 MiB), a window the master never allocates, into which same-host
+  // clients' SSD hits are read for them to copy. 0: such hits go over TCP.
+  uint64_t shm_ssd_window = 64ull << 20;
   int max_connections = 1024;
   // Data-plane denial of service (DataServer::Options): the handshake's
   // absolute deadline and the caps on connections still in it.
@@ -130,8 +135,13 @@ class Store : public DataHandler {
                          uint32_t segment_id, uint64_t offset, uint64_t length) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status ReadKey(absl::string_view key, std::string* out) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ReadKeyInto(absl::string_view key, char* buf, uint64_t capacity,
+                           uint64_t* size) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Region> DramKey(absl::string_view key, uint64_t generation) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<Pinned> PinSsdKey(absl::string_view key, uint64_t size) override
+      ABSL_LOCKS_EXCLUDED(mu_, pin_mu_);
+  void Unpin(uint64_t pin) override ABSL_LOCKS_EXCLUDED(pin_mu_);
   void OnRead(uint64_t bytes) override { metrics_.read_dram_tcp.Increment(bytes); }
   void OnWrite(uint64_t bytes) override { metrics_.written_dram_tcp.Increment(bytes); }
   void OnPull(uint64_t bytes) override { metrics_.written_dram_rdma.Increment(bytes); }
@@ -145,6 +155,14 @@ class Store : public DataHandler {
 
   // The one DRAM segment's id on the data plane.
   static constexpr uint32_t kSegmentId = 0;
+  // Same-host SSD reads (store_shm_ssd.cc): the window's size (0: none),
+  // and the alignment of its ranges (O_DIRECT reads straight into them).
+  uint64_t WindowBytes() const;
+  static constexpr uint64_t kWindowAlign = 4096;
+  // Whether [offset, +length) lies in the part the master allocates.
+  bool InDram(uint64_t offset, uint64_t length) const {
+    return offset <= dram_bytes_ && length <= dram_bytes_ - offset;
+  }
 
   // Start's steps (store_start.cc).
   // Opens options_.ssd_dir into ssd_; an unreadable or broken tier is
@@ -161,6 +179,8 @@ class Store : public DataHandler {
   // Registers the capacity, usage and connection gauges.
   void AddGauges();
 
+  // Promotions wait in a bounded queue; past it, reads are served without one.
+  static constexpr size_t kPromotionsMax = 64;
   struct Promotion {
     std::string key;
     std::string data;
@@ -173,6 +193,7 @@ class Store : public DataHandler {
     prom::Family<prom::Counter>& read_bytes;
     prom::Counter& read_dram_tcp;
     prom::Counter& read_ssd_tcp;
+    prom::Counter& read_ssd_shm;
     prom::Family<prom::Counter>& written_bytes;
     prom::Counter& written_dram_tcp;
     prom::Counter& written_dram_rdma;
@@ -218,6 +239,17 @@ class Store : public DataHandler {
   std::string shm_socket_;  // in run_dir_
   const uint64_t incarnation_;
   std::unique_ptr<DramSegment> segment_;
+  // The part of segment_ the master allocates, [0, dram_bytes_); past it,
+  // the window of same-host SSD reads (store_shm_ssd.cc).
+  uint64_t dram_bytes_ = 0;
+  Mutex pin_mu_;                                                     // never held together with mu_
+  std::unique_ptr<RangeAllocator> window_ ABSL_GUARDED_BY(pin_mu_);  // offsets in the window
+  struct PinnedRange {
+    uint64_t offset;  // in the window
+    uint64_t bytes;
+  };
+  std::map<uint64_t, PinnedRange> pinned_ ABSL_GUARDED_BY(pin_mu_);  // by pin
+  uint64_t next_pin_ ABSL_GUARDED_BY(pin_mu_) = 0;
   std::unique_ptr<SsdTier> ssd_;
   std::unique_ptr<DataServer> data_server_;
   std::unique_ptr<ShmServer> shm_server_;

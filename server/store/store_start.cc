@@ -105,10 +105,11 @@ std::string HostName() {
 
 Store::Metrics::Metrics(prom::Exposition& e)
     : read_bytes(prom::AddCounter(e.registry(), "shelf_store_read_bytes_total",
-                                  "Bytes served, by tier and transport (shared-memory reads are "
-                                  "counted by clients)")),
+                                  "Bytes served, by tier and transport (shared-memory reads of "
+                                  "DRAM are counted by clients)")),
       read_dram_tcp(prom::Child(read_bytes, {{"tier", "dram"}, {"transport", "tcp"}})),
       read_ssd_tcp(prom::Child(read_bytes, {{"tier", "ssd"}, {"transport", "tcp"}})),
+      read_ssd_shm(prom::Child(read_bytes, {{"tier", "ssd"}, {"transport", "shm"}})),
       written_bytes(prom::AddCounter(e.registry(), "shelf_store_written_bytes_total",
                                      "Bytes written, by tier and transport")),
       written_dram_tcp(prom::Child(written_bytes, {{"tier", "dram"}, {"transport", "tcp"}})),
@@ -210,12 +211,18 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
   if (options.master.empty()) return absl::InvalidArgumentError("--master is required");
   std::unique_ptr<Store> store(new Store(options));
   DramSegment::Options dram;
-  dram.size_bytes = options.dram_size;
+  store->dram_bytes_ = options.dram_size;
+  dram.size_bytes = options.dram_size + store->WindowBytes();
   dram.try_hugepages = options.hugepages;
   dram.mlock = options.mlock;
   auto seg = DramSegment::Create(dram);
   if (!seg.ok()) return seg.status();
   store->segment_ = *std::move(seg);
+  if (store->segment_->size() > store->dram_bytes_) {
+    MutexLock lock(&store->pin_mu_);
+    store->window_ = std::make_unique<RangeAllocator>(store->segment_->size() - store->dram_bytes_,
+                                                      kWindowAlign);
+  }
 
   store->OpenSsdTier();
   if (absl::Status s = store->ServeData(); !s.ok()) return s;
@@ -346,7 +353,7 @@ void Store::AddGauges() {
   prom::Exposition& r = DefaultExposition();
   gauges_.push_back(
       r.AddCallbackGauge("shelf_store_capacity_bytes", "Capacity by tier", {"tier"}, [this] {
-        std::vector<prom::GaugeSample> out = {{{"dram"}, static_cast<double>(segment_->size())}};
+        std::vector<prom::GaugeSample> out = {{{"dram"}, static_cast<double>(dram_bytes_)}};
         if (ssd_ != nullptr) {
           out.push_back({{"ssd"}, static_cast<double>(ssd_->capacity_bytes())});
         }

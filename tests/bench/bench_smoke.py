@@ -27,6 +27,8 @@ REQUIRED = {
     "transport": ["tcp_ratio_1m", "tcp_ratio_16m", "shm_ratio_1m", "shm_ratio_16m",
                   "errors", "mismatches", "rows"],
     "ssd": ["write_ratio_4m", "read_ratio_4m", "kv_compression_disk_ratio", "mismatches"],
+    "ssd-hits": ["256k_shm_get_gbps", "256k_tcp_get_gbps", "1024k_shm_get_gbps",
+                 "1024k_tcp_get_gbps", "errors", "mismatches"],
     "master": ["lookups_per_s_1t", "grpc_matchprefix_keys_per_s_b64",
                "bytes_per_object_10m", "errors"],
     "master-stores": ["heartbeat_p99_ms", "heartbeat_held_p99_ms", "lookup_keys_per_s",

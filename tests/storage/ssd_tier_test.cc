@@ -9,6 +9,8 @@
 #include <rocksdb/file_system.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -53,8 +55,8 @@ std::string Block(size_t n, uint32_t seed) {
 // fails with an I/O error, as a failing or full disk would.
 class FaultInjectionFs : public rocksdb::FileSystemWrapper {
  public:
-  explicit FaultInjectionFs(std::shared_ptr<rocksdb::FileSystem> base)
-      : rocksdb::FileSystemWrapper(std::move(base)) {}
+  explicit FaultInjectionFs(const std::shared_ptr<rocksdb::FileSystem>& base)
+      : rocksdb::FileSystemWrapper(base) {}
   const char* Name() const override { return "FaultInjectionFs"; }
   std::atomic<bool> fail_writes{false};
 
@@ -184,6 +186,7 @@ TEST(SsdTier, LargeBlocksReadInChunksComeBackWholeAndChecked) {
   ASSERT_TRUE(tier.ok()) << tier.status();
   std::atomic<int> wrong{0};
   std::vector<std::thread> readers;
+  readers.reserve(4);
   for (int t = 0; t < 4; ++t) {
     readers.emplace_back([&, t] {
       std::string got;
@@ -215,6 +218,64 @@ TEST(SsdTier, LargeBlocksReadInChunksComeBackWholeAndChecked) {
   EXPECT_EQ((*tier)->Get("k0", &got).code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE((*tier)->Get("k2", &got).ok());
   EXPECT_EQ(got, blocks[2]);
+  fs::remove_all(dir);
+}
+
+// GetInto reads into the caller's memory: straight from the device into an
+// aligned destination with room for the rounded size (small and chunked
+// blocks), through a buffer into any other, never past a capacity that is
+// too small; a flipped byte is caught either way.
+TEST(SsdTier, GetIntoReadsIntoTheCallersMemoryAndChecks) {
+  std::string dir = TempDir("ssd-into");
+  std::vector<std::string> blocks = {Block((256 << 10) + 5, 8), Block((6 << 20) + 77, 9)};
+  auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const std::string& b = blocks[i];
+    ASSERT_TRUE(
+        (*tier)
+            ->Put(absl::StrCat("k", i), b.data(), b.size(), BlockChecksum(b.data(), b.size()))
+            .ok());
+  }
+  ASSERT_TRUE((*tier)->Sync().ok());
+  const uint64_t room = 8ull << 20;
+  void* p = nullptr;
+  ASSERT_EQ(posix_memalign(&p, 4096, room + 4096), 0);
+  std::unique_ptr<char, decltype(&std::free)> mem(static_cast<char*>(p), &std::free);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const std::string key = absl::StrCat("k", i);
+    for (uint64_t shift : {0, 1}) {  // aligned (direct), then not
+      char* dst = mem.get() + shift;
+      std::memset(dst, 0, room);
+      uint64_t size = 0;
+      ASSERT_TRUE((*tier)->GetInto(key, dst, room, &size).ok()) << key << " shift " << shift;
+      ASSERT_EQ(size, blocks[i].size());
+      EXPECT_EQ(std::memcmp(dst, blocks[i].data(), size), 0) << key << " shift " << shift;
+    }
+    uint64_t size = 0;
+    EXPECT_EQ((*tier)->GetInto(key, mem.get(), blocks[i].size() - 1, &size).code(),
+              absl::StatusCode::kOutOfRange);
+  }
+  uint64_t size = 0;
+  EXPECT_EQ((*tier)->GetInto("absent", mem.get(), room, &size).code(), absl::StatusCode::kNotFound);
+  tier->reset();
+  {
+    // Flip a byte in the second (chunked) block's last chunk.
+    std::fstream f(dir + "/extents.dat", std::ios::in | std::ios::out | std::ios::binary);
+    const std::streamoff at = static_cast<std::streamoff>(((256 << 10) + 4096) + (6 << 20) + 3);
+    f.seekg(at);
+    char c;
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(at);
+    f.write(&c, 1);
+  }
+  tier = SsdTier::Open(TierOptions(dir, 64 << 20));
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_EQ((*tier)->GetInto("k1", mem.get(), room, &size).code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE((*tier)->Contains("k1"));
+  ASSERT_TRUE((*tier)->GetInto("k0", mem.get(), room, &size).ok());
+  EXPECT_EQ(std::memcmp(mem.get(), blocks[0].data(), size), 0);
   fs::remove_all(dir);
 }
 
@@ -265,7 +326,7 @@ TEST(SsdTier, FreedExtentsAreReusedAndRebuiltOnOpen) {
       // Key r<round> is deleted at the end of its round and not put again.
       for (int i = round; i < kKeys; ++i) {
         // Sizes vary by round, so extents are split and coalesced.
-        std::string b = Block(kBytes - (round % 3) * 4096 * (i % 5), 1000 * round + i);
+        std::string b = Block(kBytes - size_t{4096} * (round % 3) * (i % 5), 1000 * round + i);
         ASSERT_TRUE(
             (*tier)
                 ->Put(absl::StrCat("r", i), b.data(), b.size(), BlockChecksum(b.data(), b.size()))
@@ -287,7 +348,7 @@ TEST(SsdTier, FreedExtentsAreReusedAndRebuiltOnOpen) {
   for (int i = 6; i < kKeys; ++i) {
     std::string got;
     ASSERT_TRUE((*tier)->Get(absl::StrCat("r", i), &got).ok()) << i;
-    EXPECT_TRUE(got == Block(kBytes - (5 % 3) * 4096 * (i % 5), 5000 + i)) << i;
+    EXPECT_TRUE(got == Block(kBytes - size_t{4096} * (5 % 3) * (i % 5), 5000 + i)) << i;
   }
   EXPECT_EQ((*tier)->free_extent_bytes() +
                 [&] {

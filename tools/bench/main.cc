@@ -25,6 +25,7 @@ int KvBench(int argc, char** argv);         // kv_bench.cc
 int KvEventsBench(int argc, char** argv);   // events_bench.cc
 int TransportBench(int argc, char** argv);  // transport_bench.cc
 int SsdBench(int argc, char** argv);        // ssd_bench.cc
+int SsdHitsBench(int argc, char** argv);    // ssd_hits_bench.cc
 int MasterBench(int argc, char** argv);     // master_bench.cc
 int RespBench(int argc, char** argv);       // resp_bench.cc
 #ifdef SHELF_BENCH_HAVE_CLIENT
@@ -82,6 +83,7 @@ constexpr char kHelp[] =
     "  kv-events        puts/s and lookups/s with the master's KV event stream on and off\n"
     "  transport        the tcp and shm data planes next to plain sockets and memcpy\n"
     "  ssd              the SSD tier (RocksDB) next to raw O_DIRECT I/O\n"
+    "  ssd-hits         same-host SSD hits: shared memory against TCP\n"
     "  master           lookups, prefix matches and puts per second; bytes per object\n"
     "                   (--stores N: one shelf-master with N simulated stores heartbeating)\n"
     "  resp             redis-benchmark against shelf-resp and against redis-server\n"
@@ -105,6 +107,7 @@ int main(int argc, char** argv) {
   if (sub == "kv-events") return shelf::bench::KvEventsBench(argc - 1, argv + 1);
   if (sub == "transport") return shelf::bench::TransportBench(argc - 1, argv + 1);
   if (sub == "ssd") return shelf::bench::SsdBench(argc - 1, argv + 1);
+  if (sub == "ssd-hits") return shelf::bench::SsdHitsBench(argc - 1, argv + 1);
   if (sub == "master") return shelf::bench::MasterBench(argc - 1, argv + 1);
   if (sub == "resp") return shelf::bench::RespBench(argc - 1, argv + 1);
 #ifdef SHELF_BENCH_HAVE_CLIENT

@@ -5,14 +5,18 @@
 //   raw write   O_DIRECT pwrite of every block into one preallocated file
 //               from --queue-depth threads (8 I/Os in flight), aligned
 //               buffers, then fdatasync
-//   tier write  SsdTier::Put of every block from one caller (as the
-//               store's mover), then closing the tier and fsync of every
-//               file it wrote: both sides count the time until the bytes
-//               are on the device
+//   tier write  SsdTier::Put of every block from one caller, with a
+//               Sync every 64 MiB and at the end (as the store's mover
+//               makes its demotions durable): both sides count the time
+//               until the bytes are on the device (the tier's index
+//               entries too); closing the tier is timed apart
 //   raw read    O_DIRECT pread of every block from --queue-depth threads
-//   tier read   SsdTier::Get of every block from --queue-depth threads
-//               (concurrent client reads), after dropping the tier's files
-//               from the page cache (posix_fadvise DONTNEED)
+//   tier read   SsdTier::GetInto of every block from --queue-depth threads
+//               (concurrent client reads) into each one's aligned buffer,
+//               as the store reads for its clients (--tier-read get:
+//               SsdTier::Get into a string, a copy out), after dropping
+//               the tier's files from the page cache (posix_fadvise
+//               DONTNEED)
 // Both reads compare every block with what was written inside the timed
 // loop. Put-call throughput (what a demoting store thread waits for) and
 // the tier's open time are shown too. Then compression on and off, on
@@ -132,6 +136,7 @@ absl::Status OnThreads(int depth, uint64_t count, Measure* m,
   std::vector<std::vector<double>> lat(static_cast<size_t>(depth));
   std::vector<absl::Status> errors(static_cast<size_t>(depth));
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(depth));
   for (int t = 0; t < depth; ++t) {
     threads.emplace_back([&, t] {
       for (uint64_t i = next.fetch_add(1); i < count && !StopRequested(); i = next.fetch_add(1)) {
@@ -200,6 +205,7 @@ absl::Status RawRead(const std::string& path, const char* base, uint64_t size, u
   int fd = open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("open ", path, ": ", ErrnoText(errno)));
   std::vector<std::unique_ptr<AlignedBuffer>> bufs;
+  bufs.reserve(static_cast<size_t>(depth));
   for (int t = 0; t < depth; ++t) bufs.push_back(std::make_unique<AlignedBuffer>(size));
   std::atomic<uint64_t> bad{0};
   uint64_t start = MonoUs();
@@ -223,13 +229,17 @@ struct TierFigures {
   Measure write, read;
   double put_call_gbps = 0;  // bytes over the time spent inside Put
   double open_s = 0;         // reopening: the scan that rebuilds the index
-  uint64_t disk_bytes = 0;   // bytes the tier's files occupy after the writes
+  double close_s = 0;        // closing after the writes (RocksDB's memtable flush)
+  double sync_s = 0;         // time inside Sync during the writes
+  uint64_t syncs = 0;
+  uint64_t disk_bytes = 0;  // bytes the tier's files occupy after the writes
 };
 
 // Writes `count` blocks (base restamped per id) through a fresh SsdTier in
 // dir, closes and syncs it, reopens it cold and reads every block back.
 absl::Status TierRun(const std::string& dir, bool compression, const char* base, uint64_t size,
-                     uint64_t count, int readers, TierFigures* f, uint64_t* mismatches) {
+                     uint64_t count, int readers, bool read_into, uint64_t sync_bytes,
+                     TierFigures* f, uint64_t* mismatches) {
   std::vector<char> block(base, base + size);
   std::vector<uint64_t> sums(count);
   for (uint64_t i = 0; i < count; ++i) {
@@ -243,7 +253,7 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
     auto tier = SsdTier::Open(opts);
     if (!tier.ok()) return tier.status();
     double in_put = 0;
-    uint64_t start = MonoUs();
+    uint64_t start = MonoUs(), unsynced = 0;
     for (uint64_t i = 0; i < count && !StopRequested(); ++i) {
       Stamp(i, block.data());
       uint64_t t0 = MonoUs();
@@ -253,11 +263,29 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
       in_put += dt / 1e6;
       if (!s.ok()) return s;
       f->write.bytes += size;
+      // A Sync per sync_bytes, as the store's mover makes its demotions
+      // durable (Store::kSyncBytes, 64 MiB).
+      unsynced += size;
+      if (sync_bytes != 0 && unsynced >= sync_bytes) {
+        uint64_t ts = MonoUs();
+        if (absl::Status st = (*tier)->Sync(); !st.ok()) return st;
+        f->sync_s += (MonoUs() - ts) / 1e6;
+        ++f->syncs;
+        unsynced = 0;
+      }
     }
-    tier->reset();  // flushes the memtable and closes
-    SyncAndDrop(dir, /*sync=*/true, /*drop=*/false);
+    // Durable: the bytes fdatasync'd and their index entries in RocksDB's
+    // synced WAL, as for a store's demotions. Closing the tier (a memtable
+    // flush, background work in a running store) is timed apart.
+    uint64_t ts = MonoUs();
+    if (absl::Status st = (*tier)->Sync(); !st.ok()) return st;
+    f->sync_s += (MonoUs() - ts) / 1e6;
+    ++f->syncs;
     f->write.seconds = (MonoUs() - start) / 1e6;
     f->put_call_gbps = in_put > 0 ? f->write.bytes / in_put / 1e9 : 0;
+    uint64_t t_close = MonoUs();
+    tier->reset();
+    f->close_s = (MonoUs() - t_close) / 1e6;
   }
   f->disk_bytes = BytesUnder(dir);
   uint64_t t_open = MonoUs();
@@ -266,14 +294,38 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
   f->open_s = (MonoUs() - t_open) / 1e6;
   SyncAndDrop(dir, /*sync=*/false, /*drop=*/true);
   uint64_t written = f->write.bytes / size;
+  // Each reader's destination, made (and its pages touched) before the
+  // clock starts, as a store's connection threads keep theirs: an aligned
+  // buffer (GetInto: the device reads straight into it, as the store's
+  // reads for TCP and shared memory do), or a string (Get: a copy out).
   std::vector<std::string> outs(static_cast<size_t>(readers));
+  std::vector<std::unique_ptr<AlignedBuffer>> bufs;
+  for (int t = 0; t < readers; ++t) {
+    if (read_into) {
+      bufs.push_back(std::make_unique<AlignedBuffer>((size + kAlign - 1) / kAlign * kAlign));
+      std::memset(bufs.back()->data, 0, bufs.back()->size);
+    } else {
+      outs[static_cast<size_t>(t)].assign(size, '\0');
+    }
+  }
   std::atomic<uint64_t> bad{0};
   uint64_t start = MonoUs();
   absl::Status s = OnThreads(readers, written, &f->read, [&](int t, uint64_t i) {
-    std::string& out = outs[static_cast<size_t>(t)];
-    absl::Status st = (*tier)->Get(absl::StrCat("blk", i), &out);
-    if (!st.ok()) return st;
-    if (out.size() != size || !SameBlock(i, out.data(), base, size)) bad.fetch_add(1);
+    const char* data = nullptr;
+    uint64_t got = 0;
+    if (read_into) {
+      AlignedBuffer& b = *bufs[static_cast<size_t>(t)];
+      absl::Status st = (*tier)->GetInto(absl::StrCat("blk", i), b.data, b.size, &got);
+      if (!st.ok()) return st;
+      data = b.data;
+    } else {
+      std::string& out = outs[static_cast<size_t>(t)];
+      absl::Status st = (*tier)->Get(absl::StrCat("blk", i), &out);
+      if (!st.ok()) return st;
+      data = out.data();
+      got = out.size();
+    }
+    if (got != size || !SameBlock(i, data, base, size)) bad.fetch_add(1);
     return absl::OkStatus();
   });
   f->read.seconds = (MonoUs() - start) / 1e6;
@@ -333,6 +385,14 @@ int SsdBench(int argc, char** argv) {
   flags.AddSize("compress-bytes", &compress_bytes, "bytes written for the compression on/off rows");
   flags.AddInt("queue-depth", &depth,
                "I/Os in flight: raw O_DIRECT threads, and concurrent tier reads (Get callers)");
+  uint64_t sync_bytes = 64ull << 20;
+  flags.AddSize("sync-bytes", &sync_bytes,
+                "tier writes: a Sync after this many bytes, as the store's mover (0: one Sync at "
+                "the end)");
+  std::string tier_read = "into";
+  flags.AddString("tier-read", &tier_read,
+                  "how the tier reads are made: into (SsdTier::GetInto an aligned buffer, as the "
+                  "store reads for its clients) or get (SsdTier::Get into a string: a copy out)");
   flags.AddBool("keep", &keep, "leave the written files in place");
   flags.AddBool("quick", &quick, "tiny run for smoke tests (32MiB per size, 16MiB compressed)");
   flags.AddBool("json-only", &json_only, "print only the JSON line");
@@ -348,6 +408,11 @@ int SsdBench(int argc, char** argv) {
     ok = ok && v.ok() && *v >= kAlign && *v % kAlign == 0 && *v <= (1ull << 30);
     if (v.ok()) sizes.push_back(*v);
   }
+  if (tier_read != "into" && tier_read != "get") {
+    std::fprintf(stderr, "shelf-bench ssd: --tier-read takes into or get\n");
+    return 2;
+  }
+  const bool read_into = tier_read == "into";
   if (depth < 1 || depth > 256) {
     std::fprintf(stderr, "shelf-bench ssd: --queue-depth must be 1..256\n");
     return 2;
@@ -400,8 +465,8 @@ int SsdBench(int argc, char** argv) {
     std::string tier_dir = absl::StrCat(work, "/tier-", size);
     absl::Status s = RawWrite(raw, buf.data, size, r.count, static_cast<int>(depth), &r.raw_write);
     if (s.ok())
-      s = TierRun(tier_dir, false, buf.data, size, r.count, static_cast<int>(depth), &r.tier,
-                  &mismatches);
+      s = TierRun(tier_dir, false, buf.data, size, r.count, static_cast<int>(depth), read_into,
+                  sync_bytes, &r.tier, &mismatches);
     if (s.ok())
       s = RawRead(raw, buf.data, size, r.count, static_cast<int>(depth), &r.raw_read, &mismatches);
     pattern.Fill(0, buf.data);  // RawWrite stamped it; restore the base
@@ -430,8 +495,9 @@ int SsdBench(int argc, char** argv) {
     uint64_t count = std::max<uint64_t>(1, compress_bytes / kCompressBlock);
     for (int on = 0; on < 2 && error.empty(); ++on) {
       std::string d = absl::StrCat(work, "/compress-", on);
-      absl::Status s = TierRun(d, on == 1, kv.data(), kCompressBlock, count,
-                               static_cast<int>(depth), &comp[on], &mismatches);
+      absl::Status s =
+          TierRun(d, on == 1, kv.data(), kCompressBlock, count, static_cast<int>(depth), read_into,
+                  sync_bytes, &comp[on], &mismatches);
       std::filesystem::remove_all(d, ec);
       if (!s.ok()) error = std::string(s.message());
     }
@@ -460,11 +526,13 @@ int SsdBench(int argc, char** argv) {
                   r.raw_read.gbps(), r.raw_read.lat_us.Percentile(50),
                   r.raw_read.lat_us.Percentile(99), ratio(r.tier.read.gbps(), r.raw_read.gbps()));
     }
-    std::printf("\n  %-6s %14s %12s %14s\n", "block", "Put calls GB/s", "tier open s",
-                "disk/logical");
+    std::printf("\n  %-6s %14s %12s %13s %14s %12s\n", "block", "Put calls GB/s", "tier open s",
+                "tier close s", "disk/logical", "Syncs: n, s");
     for (SizeRow& r : rows) {
-      std::printf("  %-6s %14.3f %12.3f %14.3f\n", ShortBytes(r.size).c_str(), r.tier.put_call_gbps,
-                  r.tier.open_s, ratio(static_cast<double>(r.tier.disk_bytes), r.tier.write.bytes));
+      std::printf("  %-6s %14.3f %12.3f %13.3f %14.3f %5llu %6.3f\n", ShortBytes(r.size).c_str(),
+                  r.tier.put_call_gbps, r.tier.open_s, r.tier.close_s,
+                  ratio(static_cast<double>(r.tier.disk_bytes), r.tier.write.bytes),
+                  static_cast<unsigned long long>(r.tier.syncs), r.tier.sync_s);
     }
     if (comp[0].write.bytes > 0) {
       std::printf(
@@ -481,7 +549,8 @@ int SsdBench(int argc, char** argv) {
     }
     std::printf(
         "\n  write: until fsync'd (tier: Put + close + fsync); read: page cache dropped "
-        "first\n  mismatches %llu%s%s\n\n",
+        "first, tier reads %s\n  mismatches %llu%s%s\n\n",
+        read_into ? "into aligned buffers (GetInto)" : "into strings (Get, a copy out)",
         static_cast<unsigned long long>(mismatches),
         error.empty() ? "" : "; error: ", error.c_str());
   }
@@ -489,6 +558,8 @@ int SsdBench(int argc, char** argv) {
   o["bench"] = "ssd";
   o["bytes_per_size"] = bytes;
   o["queue_depth"] = depth;
+  o["tier_read"] = tier_read;
+  o["sync_bytes"] = sync_bytes;
   o["stopped"] = StopRequested();
   Json row_json = Json::array();
   for (SizeRow& r : rows) {
@@ -514,6 +585,9 @@ int SsdBench(int argc, char** argv) {
     j["raw_read_p99_us"] = r.raw_read.lat_us.Percentile(99);
     j["put_call_gbps"] = r.tier.put_call_gbps;
     j["tier_open_s"] = r.tier.open_s;
+    j["tier_close_s"] = r.tier.close_s;
+    j["tier_sync_s"] = r.tier.sync_s;
+    j["tier_syncs"] = r.tier.syncs;
     j["disk_bytes"] = r.tier.disk_bytes;
     row_json.push_back(j);
   }
