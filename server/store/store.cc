@@ -41,9 +41,14 @@ absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, ui
     key = grant_mac_;
     term = grant_term_;
   }
-  if (key == nullptr) return absl::UnavailableError("store not registered with a master yet");
-  return wire::VerifyGrant(*key, wire::GrantScope{node_id_, incarnation_, term}, grant, segment_id,
-                           offset, length, clock_->UnixMs());
+  auto verify = [&] {
+    if (key == nullptr) return absl::UnavailableError("store not registered with a master yet");
+    return wire::VerifyGrant(*key, wire::GrantScope{node_id_, incarnation_, term}, grant,
+                             segment_id, offset, length, clock_->UnixMs());
+  };
+  absl::Status s = verify();
+  if (!s.ok() && AwaitRegistration(&key, &term)) s = verify();
+  return s;
 }
 
 absl::Status Store::CheckRead(absl::string_view credential, absl::string_view key, bool range,
@@ -65,13 +70,36 @@ absl::Status Store::CheckRead(absl::string_view credential, absl::string_view ke
       MutexLock lock(&mu_);
       grant_key = grant_mac_;
     }
-    if (grant_key == nullptr)
-      return absl::UnavailableError("store not registered with a master yet");
-    s = wire::VerifyReadGrant(*grant_key, node_id_, incarnation_, granted_key, *grant, range,
-                              segment_id, offset, length, clock_->UnixMs());
+    auto verify = [&] {
+      if (grant_key == nullptr) {
+        return absl::UnavailableError("store not registered with a master yet");
+      }
+      return wire::VerifyReadGrant(*grant_key, node_id_, incarnation_, granted_key, *grant, range,
+                                   segment_id, offset, length, clock_->UnixMs());
+    };
+    s = verify();
+    uint64_t term = 0;
+    if (!s.ok() && AwaitRegistration(&grant_key, &term)) s = verify();
   }
   if (!s.ok()) metrics_.read_grant_refusals.Increment();
   return s;
+}
+
+bool Store::AwaitRegistration(std::shared_ptr<const HmacKey>* key, uint64_t* term) {
+  // A grant the master made moments ago can reach this store before the
+  // answer to its registration, which brings the key the grant is under
+  // (every registration gets a new one): a check that failed waits for a
+  // registration in flight, a little while at most, and is made again.
+  constexpr uint64_t kRegistrationWaitMs = 2000;
+  MutexLock lock(&mu_);
+  if (!registering_) return false;
+  const uint64_t deadline = MonoMs() + kRegistrationWaitMs;
+  for (uint64_t now = MonoMs(); registering_ && now < deadline; now = MonoMs()) {
+    registered_cv_.WaitFor(&mu_, std::chrono::milliseconds(deadline - now));
+  }
+  *key = grant_mac_;
+  *term = grant_term_;
+  return true;
 }
 
 absl::Status Store::ReadKey(absl::string_view key, std::string* out) {
@@ -154,6 +182,22 @@ void Store::MasterFailed(const std::string& address, const absl::Status& status)
 }
 
 absl::Status Store::Register() {
+  // While the registration is in flight, grant checks that fail wait for
+  // its answer (AwaitRegistration).
+  struct InFlight {
+    explicit InFlight(Store* s) : store(s) {
+      MutexLock lock(&store->mu_);
+      store->registering_ = true;
+    }
+    ~InFlight() {
+      MutexLock lock(&store->mu_);
+      store->registering_ = false;
+      store->registered_cv_.SignalAll();
+    }
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    Store* const store;
+  } in_flight(this);
   v1::RegisterStoreRequest req;
   req.set_protocol_version(kProtocolVersion);
   v1::StoreEndpoint* ep = req.mutable_endpoint();

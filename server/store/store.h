@@ -210,6 +210,10 @@ class Store : public DataHandler {
     prom::Family<prom::Counter>& data_closed;
   };
   absl::Status Register() ABSL_LOCKS_EXCLUDED(mu_);
+  // When a registration is in flight, waits for it to end (2 s at most) and
+  // gives the grant key and term it left; false at once when none is.
+  bool AwaitRegistration(std::shared_ptr<const HmacKey>* key, uint64_t* term)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status HeartbeatOnce(bool* more_work) ABSL_LOCKS_EXCLUDED(mu_);
   v1::TierMoveResult Execute(const v1::TierMove& move) ABSL_LOCKS_EXCLUDED(mu_);
   // Makes the SSD writes of `run` (the demotions executed since the last
@@ -267,7 +271,10 @@ class Store : public DataHandler {
   mutable Mutex mu_;
   std::string grant_key_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const HmacKey> grant_mac_ ABSL_GUARDED_BY(mu_);  // grant_key_, prepared
-  uint64_t grant_term_ ABSL_GUARDED_BY(mu_) = 0;                   // the term grant_key_ came with
+  uint64_t grant_term_ ABSL_GUARDED_BY(mu_) = 0;
+  // A registration is in flight; registered_cv_ is signalled when it ends.
+  bool registering_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar registered_cv_;                   // the term grant_key_ came with
   uint64_t heartbeat_interval_ms_ ABSL_GUARDED_BY(mu_) = 500;
   std::vector<v1::TierMoveResult> results_ ABSL_GUARDED_BY(mu_);  // to report
   std::deque<v1::TierMove> moves_ ABSL_GUARDED_BY(mu_);           // to carry out

@@ -33,6 +33,7 @@ namespace {
 constexpr uint64_t kSimBytes = 64ull << 20;  // segment, source and destination each
 constexpr char kGrantKey[] = "bench-rdma-sim";
 constexpr char kNode[] = "sim-store";
+const wire::GrantScope kScope{kNode, 1, 1};  // node, incarnation, term
 
 // The store's side: one segment; writes checked against their grants.
 class SegmentHandler : public DataHandler {
@@ -45,7 +46,7 @@ class SegmentHandler : public DataHandler {
   }
   absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                           uint64_t length) override {
-    return wire::VerifyGrant(kGrantKey, kNode, grant, segment_id, offset, length, UnixMs());
+    return wire::VerifyGrant(kGrantKey, kScope, grant, segment_id, offset, length, UnixMs());
   }
   absl::Status ReadKey(absl::string_view, std::string*) override {
     return absl::NotFoundError("no SSD tier");
@@ -156,7 +157,7 @@ Json RdmaSimulatedRows(const std::vector<uint64_t>& sizes, const std::vector<int
         g.offset = j * size;
         g.length = size;
         g.expires_unix_ms = UnixMs() + 24 * 3600 * 1000ull;
-        g.mac = wire::GrantMac(kGrantKey, kNode, g);
+        g.mac = wire::GrantMac(kGrantKey, kScope, g);
         writes[j].grant = wire::EncodeGrant(g);
       }
       // Correctness, outside the timings: a fresh pattern is pulled into the
