@@ -42,6 +42,7 @@ transport::TcpEngine::Options TcpEngineOptions(const ClientOptions& o) {
   t.secret = o.secret;
   t.tls = o.data_tls;
   t.tls_files = {o.data_tls_cert, o.data_tls_key, o.data_tls_ca};
+  t.session_tag_payload = o.session_tag_payload;
   t.streams_per_op = o.tcp_streams_per_block;
   // Every transfer thread may stripe one block: each stripe needs a thread
   // and a pooled connection.

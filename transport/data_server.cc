@@ -192,6 +192,7 @@ absl::Status DataServer::Handshake(int fd, uint64_t deadline_ms, wire::Session* 
   absl::Status verdict = absl::OkStatus();
   const uint8_t version = static_cast<uint8_t>(in[4]);
   std::string client_nonce, mac;
+  uint32_t flags = options_.session_tag_payload ? wire::kAuthTagPayload : 0;
   if (absl::little_endian::Load32(in) == wire::kMagic && version != wire::kVersion) {
     // Another release's client: told so in a frame of its version (the
     // header layout is the same), then closed.
@@ -212,6 +213,7 @@ absl::Status DataServer::Handshake(int fd, uint64_t deadline_ms, wire::Session* 
       return absl::InvalidArgumentError(absl::StrCat("expected an AUTH frame of ", full, " bytes"));
     }
     reply.request_id = auth->request_id;
+    flags |= auth->segment_id & wire::kAuthTagPayload;  // the client asks for payload tags
     std::string extra(auth->extra_len, '\0');
     if (absl::Status s =
             wire::StreamReadBefore(fd, session, extra.data(), extra.size(), deadline_ms);
@@ -237,10 +239,11 @@ absl::Status DataServer::Handshake(int fd, uint64_t deadline_ms, wire::Session* 
     std::string inc(8, '\0');
     absl::little_endian::Store64(inc.data(), incarnation);
     answer = absl::StrCat(
-        wire::StoreProof(options_.secret, store_nonce, client_nonce, node_id, incarnation), inc,
-        node_id);
-    wire::DeriveSession(options_.secret, store_nonce, client_nonce, node_id, incarnation, nullptr,
-                        session);
+        wire::StoreProof(options_.secret, store_nonce, client_nonce, node_id, incarnation, flags),
+        inc, node_id);
+    wire::DeriveSession(options_.secret, store_nonce, client_nonce, node_id, incarnation, flags,
+                        nullptr, session);
+    reply.segment_id = flags;
   }
   reply.status = static_cast<uint16_t>(verdict.code());
   reply.extra_len = static_cast<uint32_t>(answer.size());
@@ -382,7 +385,7 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
   if (!wire::StreamRead(fd, &conn->session, extra.data(), extra.size()).ok()) return false;
   wire::Session* mac = &conn->session;  // Reply sends under it
   wire::FrameMac* in = &conn->session.recv;
-  in->Begin();
+  in->Begin(h.op);
   in->Add(head, wire::kHeaderBytes);
   in->Add(extra.data(), extra.size());
   // A frame is acted on only once its tag verifies (a WRITE's payload

@@ -158,6 +158,9 @@ class DataServer {
     uint64_t incarnation = 0;
     // TLS 1.3 on every connection (--data-tls); null: none.
     std::shared_ptr<wire::DataTls> tls;
+    // Session tags cover payloads on every connection
+    // (--session-tag-payload); otherwise only on those whose client asks.
+    bool session_tag_payload = false;
   };
   // Why the server closed (or refused) a connection.
   enum class Rule : int {

@@ -22,6 +22,12 @@ std::string U64(uint64_t v) {
   return out;
 }
 
+std::string U32(uint32_t v) {
+  std::string out(4, '\0');
+  absl::little_endian::Store32(out.data(), v);
+  return out;
+}
+
 // HKDF-SHA256 (RFC 5869) of `ikm` with `salt` and `info`, `n` bytes.
 std::string Hkdf(absl::string_view ikm, absl::string_view salt, absl::string_view info, size_t n) {
   std::string out(n, '\0');
@@ -54,15 +60,15 @@ std::string ClientProof(absl::string_view secret, absl::string_view store_nonce,
 
 std::string StoreProof(absl::string_view secret, absl::string_view store_nonce,
                        absl::string_view client_nonce, absl::string_view node_id,
-                       uint64_t incarnation) {
+                       uint64_t incarnation, uint32_t flags) {
   if (secret.empty()) return std::string();
-  return HmacSha256(
-      secret, absl::StrCat("shelf-store-v2", store_nonce, client_nonce, U64(incarnation), node_id));
+  return HmacSha256(secret, absl::StrCat("shelf-store-v2", store_nonce, client_nonce,
+                                         U64(incarnation), U32(flags), node_id));
 }
 
 FrameMac::FrameMac() = default;
 
-FrameMac::FrameMac(absl::string_view key) {
+FrameMac::FrameMac(absl::string_view key, bool payload) : payload_(payload) {
   SHELF_CHECK(key.size() == 32) << "a frame key is 32 bytes";
   EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
   SHELF_CHECK(ctx != nullptr &&
@@ -76,7 +82,8 @@ FrameMac::~FrameMac() {
   if (ctx_ != nullptr) EVP_CIPHER_CTX_free(Ctx(ctx_));
 }
 
-FrameMac::FrameMac(FrameMac&& other) noexcept : ctx_(other.ctx_), seq_(other.seq_) {
+FrameMac::FrameMac(FrameMac&& other) noexcept
+    : ctx_(other.ctx_), seq_(other.seq_), payload_(other.payload_) {
   other.ctx_ = nullptr;
 }
 
@@ -85,12 +92,16 @@ FrameMac& FrameMac::operator=(FrameMac&& other) noexcept {
     if (ctx_ != nullptr) EVP_CIPHER_CTX_free(Ctx(ctx_));
     ctx_ = other.ctx_;
     seq_ = other.seq_;
+    payload_ = other.payload_;
     other.ctx_ = nullptr;
   }
   return *this;
 }
 
-void FrameMac::Begin() {
+void FrameMac::Begin(Op op) {
+  // An RDMA_CONNECT answer's payload is connection info, not block bytes:
+  // always covered.
+  payload_now_ = payload_ || op == Op::kRdmaConnect;
   if (ctx_ == nullptr) return;
   // The nonce is the sequence number: unique per key, as each direction
   // has its own key.
@@ -137,23 +148,25 @@ absl::Status FrameMac::ReadAndCheck(int fd, const Session* via) {
 
 void DeriveSession(absl::string_view secret, absl::string_view store_nonce,
                    absl::string_view client_nonce, absl::string_view node_id, uint64_t incarnation,
-                   Session* client, Session* store) {
+                   uint32_t flags, Session* client, Session* store) {
   for (Session* s : {client, store}) {
     if (s == nullptr) continue;
     s->node_id = std::string(node_id);
     s->incarnation = incarnation;
   }
   if (secret.empty()) return;
-  std::string keys = Hkdf(secret, absl::StrCat(store_nonce, client_nonce),
-                          absl::StrCat("shelf-session-v2", U64(incarnation), node_id), 64);
+  std::string keys =
+      Hkdf(secret, absl::StrCat(store_nonce, client_nonce),
+           absl::StrCat("shelf-session-v2", U64(incarnation), U32(flags), node_id), 64);
   absl::string_view to_store(keys.data(), 32), to_client(keys.data() + 32, 32);
+  const bool payload = (flags & kAuthTagPayload) != 0;
   if (client != nullptr) {
-    client->send = FrameMac(to_store);
-    client->recv = FrameMac(to_client);
+    client->send = FrameMac(to_store, payload);
+    client->recv = FrameMac(to_client, payload);
   }
   if (store != nullptr) {
-    store->send = FrameMac(to_client);
-    store->recv = FrameMac(to_store);
+    store->send = FrameMac(to_client, payload);
+    store->recv = FrameMac(to_store, payload);
   }
 }
 
@@ -161,8 +174,9 @@ absl::Status SendFrame(int fd, Session* s, const Header& h, const struct iovec* 
   FrameMac* mac = &s->send;
   char head[kHeaderBytes];
   EncodeHeader(h, head);
-  mac->Begin();
+  mac->Begin(h.op);
   mac->Add(head, sizeof(head));
+  uint64_t extra_left = h.extra_len;  // the first bytes of `rest`: always covered
   // A large payload goes out a chunk at a time, each tagged just before it
   // is written: the peer reads (and tags) one chunk while this end tags
   // the next, instead of waiting for a whole pass first.
@@ -175,7 +189,10 @@ absl::Status SendFrame(int fd, Session* s, const Header& h, const struct iovec* 
     size_t left = rest[i].iov_len;
     while (left > 0) {
       size_t chunk = left < kChunk ? left : kChunk;
-      mac->Add(p, chunk);
+      const size_t meta = extra_left < chunk ? extra_left : chunk;
+      mac->Add(p, meta);
+      mac->AddPayload(p + meta, chunk - meta);
+      extra_left -= meta;
       out[n++] = {p, chunk};
       p += chunk;
       left -= chunk;
@@ -195,14 +212,14 @@ absl::Status ReadPayload(int fd, Session* via, char* dst, uint64_t n) {
   while (n > 0) {
     uint64_t chunk = n < kChunk ? n : kChunk;
     if (absl::Status s = StreamRead(fd, via, dst, chunk); !s.ok()) return s;
-    via->recv.Add(dst, chunk);
+    via->recv.AddPayload(dst, chunk);
     dst += chunk;
     n -= chunk;
   }
   return absl::OkStatus();
 }
 
-absl::Status ClientHandshake(int fd, absl::string_view secret, Session* session) {
+absl::Status ClientHandshake(int fd, absl::string_view secret, Session* session, bool tag_payload) {
   char head[kHeaderBytes];
   if (absl::Status s = StreamRead(fd, session, head, sizeof(head)); !s.ok()) return s;
   if (absl::little_endian::Load32(head) == kMagic && static_cast<uint8_t>(head[4]) != kVersion) {
@@ -222,6 +239,7 @@ absl::Status ClientHandshake(int fd, absl::string_view secret, Session* session)
   Header auth;
   auth.op = Op::kAuth;
   auth.extra_len = static_cast<uint32_t>(extra.size());
+  auth.segment_id = tag_payload ? kAuthTagPayload : 0;
   EncodeHeader(auth, head);
   struct iovec out[2] = {{head, sizeof(head)}, {extra.data(), extra.size()}};
   if (absl::Status s = StreamWritev(fd, session, out, 2); !s.ok()) return s;
@@ -240,12 +258,18 @@ absl::Status ClientHandshake(int fd, absl::string_view secret, Session* session)
   }
   uint64_t incarnation = absl::little_endian::Load64(answer.data() + proof_bytes);
   absl::string_view node_id = absl::string_view(answer).substr(proof_bytes + 8);
-  if (!ConstantTimeEqual(answer.substr(0, proof_bytes),
-                         StoreProof(secret, store_nonce, client_nonce, node_id, incarnation))) {
+  if (!ConstantTimeEqual(
+          answer.substr(0, proof_bytes),
+          StoreProof(secret, store_nonce, client_nonce, node_id, incarnation, reply->segment_id))) {
     return absl::UnauthenticatedError(
         "the store's handshake proof is wrong: it does not hold this cluster's secret");
   }
-  DeriveSession(secret, store_nonce, client_nonce, node_id, incarnation, session, nullptr);
+  if (tag_payload && !secret.empty() && (reply->segment_id & kAuthTagPayload) == 0) {
+    return absl::UnauthenticatedError(
+        "the store did not agree to session tags over payloads, which this client asks for");
+  }
+  DeriveSession(secret, store_nonce, client_nonce, node_id, incarnation, reply->segment_id, session,
+                nullptr);
   return absl::OkStatus();
 }
 

@@ -8,11 +8,15 @@
 // session keys (one per direction) with HKDF-SHA256 from the cluster secret,
 // salted with both nonces and bound to the node id and incarnation. Every
 // later frame ends in a 16-byte tag: ChaCha20-Poly1305 with no plaintext
-// (a Poly1305 MAC under a one-time key) over the frame's bytes under its
-// direction's key, with the frame's sequence number in that direction as
-// the nonce. A relay that forwarded
-// the handshake has no key: a frame of its own, or one replayed, dropped or
-// reordered, fails its tag and the connection closes.
+// (a Poly1305 MAC under a one-time key) under its direction's key, with the
+// frame's sequence number in that direction as the nonce. By default the
+// tag covers the frame's header and extra section (what the frame asks or
+// answers, and the grant), not its payload; with payload tags (the store's
+// --session-tag-payload, or a client asking for them in AUTH) it covers the
+// payload too. An RDMA_CONNECT payload (connection info) is always covered.
+// A relay that forwarded the handshake has no key: a frame of its own, or
+// one replayed, dropped, reordered or with another header, fails its tag and
+// the connection closes.
 //
 // Without a secret (an open cluster) there is nothing to key a MAC with:
 // proofs and tags are empty and frames carry none.
@@ -44,16 +48,21 @@ inline constexpr size_t kTagBytes = 16;
 // The store's AUTH answer: proof (32 bytes, 0 without a secret),
 // incarnation (8), then the node id.
 inline constexpr size_t kNodeIdBytesMax = 256;
+// AUTH flag (in segment_id): from the client, "tag payloads too, please";
+// from the store, "tags cover payloads on this connection" (its proof and
+// the session keys cover the answer's flags).
+inline constexpr uint32_t kAuthTagPayload = 1;
 
 // The client's AUTH MAC: HMAC-SHA256(secret, "shelf-auth-v2" || Ns || Nc);
 // empty without a secret.
 std::string ClientProof(absl::string_view secret, absl::string_view store_nonce,
                         absl::string_view client_nonce);
 // The store's proof: HMAC-SHA256(secret, "shelf-store-v2" || Ns || Nc ||
-// incarnation (u64 LE) || node_id); empty without a secret.
+// incarnation (u64 LE) || flags (u32 LE) || node_id); empty without a
+// secret. `flags`: the answer's AUTH flags.
 std::string StoreProof(absl::string_view secret, absl::string_view store_nonce,
                        absl::string_view client_nonce, absl::string_view node_id,
-                       uint64_t incarnation);
+                       uint64_t incarnation, uint32_t flags);
 
 // The tags of one direction of one session.
 class FrameMac {
@@ -63,12 +72,19 @@ class FrameMac {
   FrameMac(FrameMac&& other) noexcept;
   FrameMac& operator=(FrameMac&& other) noexcept;
   // Active, keyed with a 32-byte key.
-  explicit FrameMac(absl::string_view key);
+  // Active, keyed with a 32-byte key; `payload`: tags cover payloads.
+  FrameMac(absl::string_view key, bool payload);
   bool active() const { return ctx_ != nullptr; }
-  // Starts the next frame's tag; Add its bytes in order; Finish returns it
-  // (kTagBytes) and moves to the next sequence number.
-  void Begin();
+  bool payload() const { return payload_; }
+  // Starts the next frame's tag (`op`: the frame's opcode); Add its header
+  // and extra bytes, then AddPayload its payload, in order; Finish returns
+  // it (kTagBytes) and moves to the next sequence number. AddPayload adds
+  // nothing when this frame's tag does not cover its payload.
+  void Begin(Op op);
   void Add(const void* data, size_t size);
+  void AddPayload(const void* data, size_t size) {
+    if (payload_now_) Add(data, size);
+  }
   std::string Finish();
   // Reads the frame's tag from fd (through `via`'s TLS, if any) and
   // compares it with Finish(), in constant time: PERMISSION_DENIED on a
@@ -80,6 +96,8 @@ class FrameMac {
  private:
   void* ctx_ = nullptr;  // EVP_CIPHER_CTX of ChaCha20-Poly1305, keyed
   uint64_t seq_ = 0;
+  bool payload_ = false;      // tags cover payloads
+  bool payload_now_ = false;  // this frame's tag covers its payload
 };
 
 // Both directions of a session, and who the store said it is.
@@ -94,23 +112,28 @@ struct Session {
 };
 
 // Fills `client` and `store` with the session's FrameMacs (client sends on
-// client_to_store). Inactive ones without a secret.
+// client_to_store). Inactive ones without a secret. `flags`: the store's
+// AUTH flags (kAuthTagPayload), in the key derivation too.
 void DeriveSession(absl::string_view secret, absl::string_view store_nonce,
                    absl::string_view client_nonce, absl::string_view node_id, uint64_t incarnation,
-                   Session* client, Session* store);
+                   uint32_t flags, Session* client, Session* store);
 
 // The client's side of the handshake on a connected socket (its timeouts
 // set by the caller; through session->tls when set): reads HELLO, sends AUTH, checks the store's
 // answer and proof. UNAUTHENTICATED when the store refuses the secret or its proof is wrong;
 // FAILED_PRECONDITION when the store speaks another protocol version; UNAVAILABLE when it is not a
-// Shelf store or the connection fails.
-absl::Status ClientHandshake(int fd, absl::string_view secret, Session* session);
+// Shelf store or the connection fails. `tag_payload`: ask for tags over
+// payloads; UNAUTHENTICATED if the store's (proven) answer does not grant
+// them. Either way the session follows the store's answer.
+absl::Status ClientHandshake(int fd, absl::string_view secret, Session* session,
+                             bool tag_payload = false);
 
 // Reads n payload bytes into dst, adding them to the session's receiving
-// tag as they come (while they are in cache).
+// tag as they come (while they are in cache) when it covers them.
 absl::Status ReadPayload(int fd, Session* s, char* dst, uint64_t n);
 
-// Encodes `h`, tags it with `rest` (extra, payload) under the session's
+// Encodes `h`, tags it with `rest` (h.extra_len bytes of extra, then the
+// payload, which the tag covers as the session says) under the session's
 // sending key, and writes all of it. At most 4 entries in `rest`.
 absl::Status SendFrame(int fd, Session* s, const Header& h, const struct iovec* rest, int restcnt);
 

@@ -71,7 +71,9 @@ absl::Status TcpDataClient::Dial1(const HostPort& hp, uint64_t deadline_ms, int*
       s = tls.status();
     }
   }
-  if (s.ok()) s = wire::ClientHandshake(*fd, options_.secret, session.get());
+  if (s.ok()) {
+    s = wire::ClientHandshake(*fd, options_.secret, session.get(), options_.session_tag_payload);
+  }
   if (!s.ok()) {
     close(*fd);
     return s;
@@ -134,7 +136,7 @@ absl::Status TcpDataClient::Receive(int fd, const wire::Header& request, wire::H
   std::string msg(h->extra_len, '\0');
   if (absl::Status s = wire::StreamRead(fd, session, msg.data(), msg.size()); !s.ok()) return s;
   wire::FrameMac* mac = &session->recv;
-  mac->Begin();
+  mac->Begin(h->op);
   mac->Add(in, sizeof(in));
   mac->Add(msg.data(), msg.size());
   // With a payload, ReadBody reads the tag after it.
@@ -359,7 +361,7 @@ void TcpDataClient::ReadMany(const std::string& address, absl::Span<const ReadRe
     req.extra_len = static_cast<uint32_t>(credential.size());
     char head[wire::kHeaderBytes];
     wire::EncodeHeader(req, head);
-    mac->Begin();  // the tag covers the header and the read credential
+    mac->Begin(req.op);  // the tag covers the header and the read credential
     mac->Add(head, sizeof(head));
     mac->Add(credential.data(), credential.size());
     heads.append(head, sizeof(head));

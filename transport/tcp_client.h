@@ -40,6 +40,10 @@ class TcpDataClient {
     // stores' certificates, which must name the host dialled.
     bool tls = false;
     wire::DataTls::Files tls_files;
+    // Ask every store for session tags over payloads too (a store run with
+    // --session-tag-payload has them anyway); a store that does not agree
+    // is not used.
+    bool session_tag_payload = false;
   };
   explicit TcpDataClient(Options options);
   ~TcpDataClient();

@@ -38,7 +38,8 @@ struct StripedOp {
 TcpEngine::TcpEngine(Options options)
     : options_(std::move(options)),
       client_(TcpDataClient::Options{options_.secret, options_.connect_timeout_ms,
-                                     options_.max_idle_per_peer, options_.tls, options_.tls_files}),
+                                     options_.max_idle_per_peer, options_.tls, options_.tls_files,
+                                     options_.session_tag_payload}),
       pool_(std::make_unique<ThreadPool>(std::max<size_t>(1, options_.threads), kQueueMax)) {}
 
 TcpEngine::~TcpEngine() { pool_->Shutdown(); }

@@ -45,6 +45,7 @@ class TcpEngine final : public Engine {
     // TLS 1.3 to the stores (TcpDataClient::Options::tls).
     bool tls = false;
     wire::DataTls::Files tls_files;
+    bool session_tag_payload = false;  // TcpDataClient::Options::session_tag_payload
   };
   explicit TcpEngine(Options options);
   ~TcpEngine() override;

@@ -102,6 +102,9 @@ int main(int argc, char** argv) {
   flags.AddInt("max-connections", &max_connections, "data-plane connection limit");
   flags.AddBool("data-tls", &opts.data_tls,
                 "TLS 1.3 on the data plane (clients need ClientOptions::data_tls); off by default");
+  flags.AddBool("session-tag-payload", &opts.session_tag_payload,
+                "with a cluster secret, session tags cover every frame's payload too, not only "
+                "its header (a full pass over the bytes; clients follow)");
   flags.AddString("data-tls-cert", &opts.data_tls_files.cert,
                   "PEM certificate chain of the data plane (must name the address clients dial)");
   flags.AddString("data-tls-key", &opts.data_tls_files.key, "PEM key of --data-tls-cert");

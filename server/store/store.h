@@ -97,6 +97,8 @@ struct StoreOptions {
   // TLS 1.3 on the data plane (--data-tls): the store's certificate and
   // key; a CA makes it demand client certificates signed by it.
   bool data_tls = false;
+  // Session tags over payloads too, for every client (--session-tag-payload).
+  bool session_tag_payload = false;
   TlsFiles data_tls_files;
   int max_unauthenticated = 128;
   int max_unauthenticated_per_source = 32;

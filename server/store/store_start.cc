@@ -287,6 +287,7 @@ absl::Status Store::ServeData() {
   dso.handshake_timeout_ms = options_.handshake_timeout_ms;
   dso.max_unauthenticated = options_.max_unauthenticated;
   dso.max_unauthenticated_per_source = options_.max_unauthenticated_per_source;
+  dso.session_tag_payload = options_.session_tag_payload;
   if (options_.data_tls) {
     auto tls = wire::DataTls::ForServer(
         {options_.data_tls_files.cert, options_.data_tls_files.key, options_.data_tls_files.ca});

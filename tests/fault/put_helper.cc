@@ -89,10 +89,10 @@ int Main(int argc, char** argv) {
   w.extra_len = static_cast<uint32_t>(extra.size());
   wire::EncodeHeader(w, head);
   uint64_t send = mode == "full" ? size : size / 2;
-  session.send.Begin();
+  session.send.Begin(w.op);
   session.send.Add(head, sizeof(head));
   session.send.Add(extra.data(), extra.size());
-  session.send.Add(data.data(), size);
+  session.send.AddPayload(data.data(), size);
   std::string tag = session.send.Finish();
   if (!WriteFull(*fd, head, sizeof(head)).ok() ||
       !WriteFull(*fd, extra.data(), extra.size()).ok() || !WriteFull(*fd, data.data(), send).ok() ||

@@ -7,9 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 #include <thread>
 
+#include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/clock.h"
@@ -85,8 +87,14 @@ class BadInputTest : public ClusterFixture {
   // `bytes` and the session tag over them, as a client sends a frame (a
   // malformed or truncated frame stays so: the store reads no tag for it).
   static std::string Tagged(wire::Session* session, const std::string& bytes) {
-    session->send.Begin();
-    session->send.Add(bytes.data(), bytes.size());
+    // Header and extra always; the payload as the session says.
+    size_t meta = bytes.size();
+    if (bytes.size() >= wire::kHeaderBytes) {
+      meta = std::min<size_t>(meta, wire::kHeaderBytes + absl::little_endian::Load32(&bytes[36]));
+    }
+    session->send.Begin(bytes.size() > 5 ? static_cast<wire::Op>(bytes[5]) : wire::Op::kPing);
+    session->send.Add(bytes.data(), meta);
+    session->send.AddPayload(bytes.data() + meta, bytes.size() - meta);
     return bytes + session->send.Finish();
   }
 

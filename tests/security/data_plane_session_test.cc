@@ -1,6 +1,9 @@
 // The data-plane session against a real shelf-store: a relay that forwards
-// a real client's handshake gets no session out of it (a frame of its own
-// or a replayed one closes the connection, and the store counts it); a
+// a real client's handshake gets no session out of it (a frame of its own,
+// a replayed one or one with an altered header closes the connection, and
+// the store counts it), with header tags (the default) and with payload
+// tags alike; an altered payload is caught with payload tags, and with
+// header tags passes the tag (the block checksums are what catch it); a
 // store that cannot prove the secret is refused by the client; peers of
 // another protocol version are told so in words.
 #include <gtest/gtest.h>
@@ -65,8 +68,9 @@ double ClosedByBadTag(uint16_t port) {
 }
 
 // Copies one whole frame (header, extra, payload and, when `tagged`, its
-// tag) from `from` to `to`; returns its bytes ("" on failure).
-std::string Forward(int from, int to, bool tagged) {
+// tag) from `from` to `to`, its byte at `flip` XORed with `mask` (-1: none,
+// or past the frame), and returns its bytes as they came ("" on failure).
+std::string Forward(int from, int to, bool tagged, int64_t flip = -1, uint8_t mask = 0x5a) {
   char head[wire::kHeaderBytes];
   if (!ReadFull(from, head, sizeof(head)).ok()) return "";
   absl::StatusOr<wire::Header> h = wire::DecodeHeader(head);
@@ -75,7 +79,10 @@ std::string Forward(int from, int to, bool tagged) {
   std::string rest(h->extra_len + h->length + (tagged ? wire::kTagBytes : 0), '\0');
   if (!ReadFull(from, rest.data(), rest.size()).ok()) return "";
   frame += rest;
-  if (!WriteFull(to, frame.data(), frame.size()).ok()) return "";
+  std::string out = frame;
+  if (flip >= 0 && static_cast<uint64_t>(flip) < out.size())
+    out[flip] = static_cast<char>(out[flip] ^ mask);
+  if (!WriteFull(to, out.data(), out.size()).ok()) return "";
   return frame;
 }
 
@@ -86,10 +93,18 @@ bool ClosedWithoutAnswer(int fd) {
 }
 
 // A relay on the path between one client and the store: it forwards the
-// handshake, then does what `attack` says with the client's first request.
+// handshake, then does what `attack` says with the client's first request
+// (a PING; a READ for the attacks on the answer) or its answer.
 class Relay {
  public:
-  enum class Attack { kOwnRead, kReplay };
+  enum class Attack {
+    kOwnRead,             // sends a READ of its own, with the PING's tag
+    kReplay,              // sends the PING twice
+    kAlterRequest,        // changes the PING's request id
+    kAlterAnswerHeader,   // changes the READ answer's offset
+    kAlterAnswerPayload,  // changes the READ answer's first payload byte
+    kStripPayloadAsk,     // clears the client's TAG_PAYLOAD in its AUTH
+  };
   Relay(const std::string& store, Attack attack) : store_(store), attack_(attack) {
     HostPort bound;
     absl::StatusOr<int> fd = TcpListen(HostPort{"127.0.0.1", 0}, &bound);
@@ -118,7 +133,9 @@ class Relay {
     SetIoTimeoutMs(client, 10000);
     SetIoTimeoutMs(*store, 10000);
     // The handshake, untouched: HELLO, AUTH, the store's answer.
-    bool ok = !Forward(*store, client, false).empty() && !Forward(client, *store, false).empty() &&
+    const int64_t strip = attack_ == Attack::kStripPayloadAsk ? 32 /* segment_id */ : -1;
+    bool ok = !Forward(*store, client, false).empty() &&
+              !Forward(client, *store, false, strip, wire::kAuthTagPayload).empty() &&
               !Forward(*store, client, false).empty();
     // The client's first request (a PING), held back.
     char head[wire::kHeaderBytes + wire::kTagBytes];
@@ -136,6 +153,18 @@ class Relay {
       std::memcpy(frame + wire::kHeaderBytes, head + wire::kHeaderBytes, wire::kTagBytes);
       WriteFull(*store, frame, sizeof(frame)).IgnoreError();
       outcome_ = ClosedWithoutAnswer(*store) ? "closed" : "answered";
+    } else if (attack_ == Attack::kAlterRequest) {
+      head[8] ^= 1;  // request_id
+      WriteFull(*store, head, sizeof(head)).IgnoreError();
+      outcome_ = ClosedWithoutAnswer(*store) ? "closed" : "answered";
+    } else if (attack_ == Attack::kAlterAnswerHeader || attack_ == Attack::kAlterAnswerPayload) {
+      // The READ goes through; its answer is changed on the way back (a
+      // READ answer without an error has no extra: the payload follows the
+      // header).
+      WriteFull(*store, head, sizeof(head)).IgnoreError();
+      const int64_t at =
+          attack_ == Attack::kAlterAnswerHeader ? 16 /* offset */ : wire::kHeaderBytes;
+      outcome_ = Forward(*store, client, true, at).empty() ? "not answered" : "forwarded";
     } else {
       // The client's PING, twice: the first is answered, the replay is not.
       WriteFull(*store, head, sizeof(head)).IgnoreError();
@@ -176,17 +205,118 @@ class DataPlaneSessionTest : public ClusterFixture {
   uint16_t metrics_port_ = 0;
 };
 
-TEST_F(DataPlaneSessionTest, RelayForwardingTheHandshakeCannotIssueItsOwnRead) {
+// With header tags (the store's default) and with payload tags (the client
+// asks for them), alike.
+TEST_F(DataPlaneSessionTest, RelayForwardingTheHandshakeCannotIssueReplayOrAlterFrames) {
   const double before = ClosedByBadTag(metrics_port_);
+  for (bool payload : {false, true}) {
+    SCOPED_TRACE(payload ? "payload tags" : "header tags");
+    TcpDataClient::Options o;
+    o.secret = kSecret;
+    o.session_tag_payload = payload;
+    for (Relay::Attack attack : {Relay::Attack::kOwnRead, Relay::Attack::kAlterRequest}) {
+      Relay relay(cluster_->store_address(0), attack);
+      TcpDataClient client(o);
+      // The client's PING never gets its answer: the relay held it back.
+      EXPECT_FALSE(client.Ping(relay.address(), MonoMs() + 10000).ok());
+      relay.Join();
+      EXPECT_EQ(relay.outcome(), "closed");
+    }
+    {
+      Relay relay(cluster_->store_address(0), Relay::Attack::kReplay);
+      TcpDataClient client(o);
+      EXPECT_TRUE(client.Ping(relay.address(), MonoMs() + 10000).ok());
+      relay.Join();
+      EXPECT_EQ(relay.outcome(), "closed");
+    }
+    // An answer with another header fails its tag at the client.
+    {
+      Relay relay(cluster_->store_address(0), Relay::Attack::kAlterAnswerHeader);
+      TcpDataClient client(o);
+      std::string buf(4096, '\0');
+      absl::Status s = client.Read(relay.address(), 0, 0, buf.size(), buf.data(), MonoMs() + 10000);
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+      relay.Join();
+      EXPECT_EQ(relay.outcome(), "forwarded");
+    }
+  }
+  // All were counted, and the store serves real clients as before.
+  EXPECT_GE(ClosedByBadTag(metrics_port_), before + 6);
+  std::string block(100000, 'r');
+  ASSERT_TRUE(client_->Put("after-relay", block.data(), block.size()).ok());
+  std::string got;
+  ASSERT_TRUE(client_->Get("after-relay", &got).ok());
+  EXPECT_EQ(got, block);
+}
+
+// An altered payload: payload tags catch it; header tags do not cover it,
+// and the client's block checksum is what catches it in a get.
+TEST_F(DataPlaneSessionTest, AlteredPayloadIsCaughtByPayloadTagsOnly) {
   TcpDataClient::Options o;
   o.secret = kSecret;
-  {
-    Relay relay(cluster_->store_address(0), Relay::Attack::kOwnRead);
+  TcpDataClient direct(o);
+  std::string want(4096, '\0');
+  ASSERT_TRUE(
+      direct.Read(cluster_->store_address(0), 0, 0, want.size(), want.data(), MonoMs() + 10000)
+          .ok());
+  for (bool payload : {false, true}) {
+    SCOPED_TRACE(payload ? "payload tags" : "header tags");
+    o.session_tag_payload = payload;
+    Relay relay(cluster_->store_address(0), Relay::Attack::kAlterAnswerPayload);
     TcpDataClient client(o);
-    // The client's PING never gets its answer: the relay held it back.
-    EXPECT_FALSE(client.Ping(relay.address(), MonoMs() + 10000).ok());
+    std::string got(4096, '\0');
+    absl::Status s = client.Read(relay.address(), 0, 0, got.size(), got.data(), MonoMs() + 10000);
     relay.Join();
-    EXPECT_EQ(relay.outcome(), "closed");
+    EXPECT_EQ(relay.outcome(), "forwarded");
+    if (payload) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+      EXPECT_TRUE(absl::StrContains(s.message(), "tag")) << s;
+    } else {
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_EQ(got[0], static_cast<char>(want[0] ^ 0x5a));
+      EXPECT_EQ(got.substr(1), want.substr(1));
+    }
+  }
+}
+
+// A client that asks for payload tags refuses a store that does not grant
+// them: a relay that clears the ask gets no header-tag session out of it
+// (the store's answer, which says which it chose, is under its proof).
+TEST_F(DataPlaneSessionTest, RelayCannotTurnPayloadTagsOff) {
+  TcpDataClient::Options o;
+  o.secret = kSecret;
+  o.session_tag_payload = true;
+  Relay relay(cluster_->store_address(0), Relay::Attack::kStripPayloadAsk);
+  TcpDataClient client(o);
+  absl::Status s = client.Ping(relay.address(), MonoMs() + 10000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "did not agree")) << s;
+  relay.Join();
+}
+
+// A store run with --session-tag-payload: clients that did not ask follow
+// its answer, and its tags cover payloads on every connection.
+class PayloadTagStoreTest : public DataPlaneSessionTest {
+ protected:
+  LocalCluster::Options ClusterOptions() override {
+    LocalCluster::Options o = DataPlaneSessionTest::ClusterOptions();
+    o.store_args.push_back("--session-tag-payload");
+    return o;
+  }
+};
+
+TEST_F(PayloadTagStoreTest, ClientsFollowTheStoreAndAlteredPayloadsAreCaught) {
+  TcpDataClient::Options o;
+  o.secret = kSecret;  // not asking: the store's answer decides
+  {
+    Relay relay(cluster_->store_address(0), Relay::Attack::kAlterAnswerPayload);
+    TcpDataClient client(o);
+    std::string got(4096, '\0');
+    absl::Status s = client.Read(relay.address(), 0, 0, got.size(), got.data(), MonoMs() + 10000);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "tag")) << s;
+    relay.Join();
+    EXPECT_EQ(relay.outcome(), "forwarded");
   }
   {
     Relay relay(cluster_->store_address(0), Relay::Attack::kReplay);
@@ -195,12 +325,11 @@ TEST_F(DataPlaneSessionTest, RelayForwardingTheHandshakeCannotIssueItsOwnRead) {
     relay.Join();
     EXPECT_EQ(relay.outcome(), "closed");
   }
-  // Both were counted, and the store serves real clients as before.
-  EXPECT_GE(ClosedByBadTag(metrics_port_), before + 2);
-  std::string block(100000, 'r');
-  ASSERT_TRUE(client_->Put("after-relay", block.data(), block.size()).ok());
+  // Puts and gets through the whole client, payloads tagged both ways.
+  std::string block(300000, 'p');
+  ASSERT_TRUE(client_->Put("payload-tags", block.data(), block.size()).ok());
   std::string got;
-  ASSERT_TRUE(client_->Get("after-relay", &got).ok());
+  ASSERT_TRUE(client_->Get("payload-tags", &got).ok());
   EXPECT_EQ(got, block);
 }
 

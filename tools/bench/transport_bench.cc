@@ -15,8 +15,9 @@
 //        process (transport_rdma_sim.cc): reads and store-pulled puts,
 //        every byte checked; correctness and per-op overhead only
 // With --session-mac / --data-tls, tcp again on a store of its own with
-// session tags / TLS 1.3, measured in the same rounds, its ratio against
-// plain tcp (docs/benchmarks.md).
+// session tags (over headers, the default, and over payloads too:
+// --session-tag-payload) / TLS 1.3, measured in the same rounds, its ratio
+// against plain tcp (docs/benchmarks.md).
 // Baselines, each moving the same bytes the same way:
 //   socket  a plain blocking-socket peer in a forked process: for a READ,
 //           one 16-byte request, then the peer sends the batch's bytes; for
@@ -297,7 +298,8 @@ struct Cell {
 };
 
 // A tcp path measured next to plain tcp, on a one-store cluster of its own:
-// "tcp+mac" (a cluster secret: every frame carries a session tag),
+// "tcp+mac" (a cluster secret: every frame carries a session tag over its
+// header), "tcp+mac+payload" (tags over payloads too),
 // "tcp+tls" (a store with --data-tls, no secret).
 struct Variant {
   std::string name;
@@ -362,7 +364,8 @@ int TransportBench(int argc, char** argv) {
   flags.AddBool("quick", &quick, "tiny run for smoke tests (0.05 s per figure, batches 1,4)");
   flags.AddBool("json-only", &json_only, "print only the JSON line");
   flags.AddBool("session-mac", &session_mac,
-                "also measure tcp with session tags (a cluster with a secret), next to plain tcp");
+                "also measure tcp with session tags (a cluster with a secret; header tags and "
+                "payload tags), next to plain tcp");
   flags.AddBool("data-tls", &data_tls,
                 "also measure tcp over TLS 1.3 (a store with --data-tls, no secret: TLS alone; "
                 "certificates made with the openssl command), next to plain tcp");
@@ -479,15 +482,18 @@ int TransportBench(int argc, char** argv) {
     handles[e][1] = *hd;
   }
   std::vector<std::unique_ptr<Variant>> variants;
-  if (session_mac) {
+  // Session tags over headers (the default), then over payloads too.
+  for (int payload = 0; session_mac && payload < 2; ++payload) {
+    const std::string name = payload ? "tcp+mac+payload" : "tcp+mac";
     LocalCluster::Options vo = co;
-    vo.work_dir = work_dir.empty() ? "" : work_dir + "/mac";
+    vo.work_dir = work_dir.empty() ? "" : work_dir + "/" + (payload ? "mac-payload" : "mac");
     vo.secret = "shelf-bench-transport-secret-0123456789";
+    if (payload) vo.store_args.push_back("--session-tag-payload");
     transport::TcpEngine::Options vto = to;
     vto.secret = vo.secret;
-    auto v = StartVariant("tcp+mac", vo, vto, sizes, max_batch, &src_mem, &dst_mem);
+    auto v = StartVariant(name, vo, vto, sizes, max_batch, &src_mem, &dst_mem);
     if (!v.ok()) {
-      std::fprintf(stderr, "shelf-bench transport: tcp+mac: %s\n",
+      std::fprintf(stderr, "shelf-bench transport: %s: %s\n", name.c_str(),
                    std::string(v.status().message()).c_str());
       return 1;
     }

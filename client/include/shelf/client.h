@@ -175,6 +175,11 @@ struct ClientOptions {
   std::string data_tls_ca;
   std::string data_tls_cert;
   std::string data_tls_key;
+  // With a cluster secret, every data-plane frame carries a session tag over
+  // its header (docs/security.md, "Data-plane sessions"). true: ask every
+  // store for tags over the payload bytes too (stores run with
+  // --session-tag-payload have them for every client).
+  bool session_tag_payload = false;
   std::string tls_ca;  // PEM file: use TLS to the master
   // PEM files: the client certificate and key presented to a master that
   // requires one (mutual TLS: its --tls-ca); both or neither.
