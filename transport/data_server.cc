@@ -135,30 +135,32 @@ void DataServer::AcceptLoop() {
   }
 }
 
+void DataServer::EvictOldestLocked(const std::string* source, Rule rule) {
+  auto oldest = pending_.end();
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (source != nullptr && it->second.source != *source) continue;
+    if (oldest == pending_.end() || it->second.order < oldest->second.order) oldest = it;
+  }
+  if (oldest == pending_.end()) return;
+  // Its thread sees the socket fail and closes it; fd stays open (in
+  // fds_) until then, so it cannot be reused under us.
+  shutdown(oldest->first, SHUT_RDWR);
+  evicted_.insert(oldest->first);
+  pending_.erase(oldest);
+  CountClosed(rule);
+}
+
 void DataServer::AdmitLocked(int fd, const std::string& source) {
   // Past a cap, the oldest connection still in its handshake goes: a real
   // client needs one round trip, a trickling one holds its place for
   // handshake_timeout_ms, so the newest is the likeliest to be real.
   const int cap = std::max(1, std::min(options_.max_unauthenticated, options_.max_connections / 2));
   const int per_source = std::max(1, options_.max_unauthenticated_per_source);
-  auto evict_oldest = [&](bool same_source, Rule rule) {
-    auto oldest = pending_.end();
-    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-      if (same_source && it->second.source != source) continue;
-      if (oldest == pending_.end() || it->second.order < oldest->second.order) oldest = it;
-    }
-    if (oldest == pending_.end()) return;
-    // Its thread sees the socket fail and closes it; fd stays open (in
-    // fds_) until then, so it cannot be reused under us.
-    shutdown(oldest->first, SHUT_RDWR);
-    evicted_.insert(oldest->first);
-    pending_.erase(oldest);
-    CountClosed(rule);
-  };
   int from_source = 0;
   for (const auto& [pfd, p] : pending_) from_source += p.source == source ? 1 : 0;
-  if (from_source >= per_source) evict_oldest(true, Rule::kPerSourceCap);
-  if (static_cast<int>(pending_.size()) >= cap) evict_oldest(false, Rule::kUnauthenticatedCap);
+  if (from_source >= per_source) EvictOldestLocked(&source, Rule::kPerSourceCap);
+  if (static_cast<int>(pending_.size()) >= cap)
+    EvictOldestLocked(nullptr, Rule::kUnauthenticatedCap);
   pending_[fd] = Pending{source, admitted_++};
 }
 
@@ -489,9 +491,9 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
       if (h.length != 0 && h.length <= kReadKeyBufferMax) {
         char* buf = ReadKeyBuffer(h.length);
         uint64_t size = 0;
-        absl::Status s =
-            buf == nullptr ? absl::UnimplementedError("no buffer")
-                           : handler_->ReadKeyInto(key, buf, (h.length + 4095) & ~4095ull, &size);
+        absl::Status s = buf == nullptr
+                             ? absl::UnimplementedError("no buffer")
+                             : handler_->ReadKeyInto(key, buf, (h.length + 4095) & ~4095ull, &size);
         if (s.code() != absl::StatusCode::kUnimplemented &&
             s.code() != absl::StatusCode::kOutOfRange) {
           if (s.ok() && size != h.length) {

@@ -200,6 +200,9 @@ class DataServer {
   // Admits a new connection from `source` to the handshake set, closing
   // the oldest one of its source or of all past the caps.
   void AdmitLocked(int fd, const std::string& source) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes the oldest connection still in its handshake (of `source` only,
+  // unless null), counted under `rule`.
+  void EvictOldestLocked(const std::string* source, Rule rule) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes fd from the handshake set; false if it was evicted meanwhile.
   bool Authenticated(int fd);
   // What one connection holds beyond its socket.

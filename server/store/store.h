@@ -273,10 +273,10 @@ class Store : public DataHandler {
   mutable Mutex mu_;
   std::string grant_key_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const HmacKey> grant_mac_ ABSL_GUARDED_BY(mu_);  // grant_key_, prepared
-  uint64_t grant_term_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t grant_term_ ABSL_GUARDED_BY(mu_) = 0;                   // the term grant_key_ came with
   // A registration is in flight; registered_cv_ is signalled when it ends.
   bool registering_ ABSL_GUARDED_BY(mu_) = false;
-  CondVar registered_cv_;                   // the term grant_key_ came with
+  CondVar registered_cv_;
   uint64_t heartbeat_interval_ms_ ABSL_GUARDED_BY(mu_) = 500;
   std::vector<v1::TierMoveResult> results_ ABSL_GUARDED_BY(mu_);  // to report
   std::deque<v1::TierMove> moves_ ABSL_GUARDED_BY(mu_);           // to carry out

@@ -194,7 +194,10 @@ class DataPlaneSessionTest : public ClusterFixture {
     o.dram_bytes = 16ull << 20;
     o.secret = kSecret;
     metrics_port_ = FreePort();
-    o.store_args = {"--metrics-listen", absl::StrCat("127.0.0.1:", metrics_port_)};
+    // The raw READs below test frame tags, not read grants (grant_test
+    // does): the store serves them without one.
+    o.store_args = {"--metrics-listen", absl::StrCat("127.0.0.1:", metrics_port_),
+                    "--read-grants=false"};
     return o;
   }
   ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
