@@ -16,40 +16,11 @@
 #include "common/json.h"
 #include "common/net.h"
 #include "shelf/client.h"
+#include "testing/http_probe.h"
 #include "testing/local_cluster.h"
 
 namespace shelf {
 namespace {
-
-uint16_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-// A plain HTTP/1.0 GET; returns the body ("" on failure).
-std::string HttpGet(uint16_t port, const std::string& path, int* status = nullptr) {
-  absl::StatusOr<int> fd = TcpConnect(HostPort{"127.0.0.1", port}, 2000);
-  if (!fd.ok()) return "";
-  SetIoTimeoutMs(*fd, 5000);
-  std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-  WriteFull(*fd, req.data(), req.size()).IgnoreError();
-  std::string resp;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(*fd, buf, sizeof(buf))) > 0) resp.append(buf, n);
-  close(*fd);
-  size_t sp = resp.find(' ');
-  if (status != nullptr) *status = sp == std::string::npos ? 0 : std::atoi(resp.c_str() + sp + 1);
-  size_t body = resp.find("\r\n\r\n");
-  return body == std::string::npos ? "" : resp.substr(body + 4);
-}
 
 bool HaveTool(const char* path) { return access(path, X_OK) == 0; }
 

@@ -28,6 +28,7 @@
 #include "common/net.h"
 #include "shelf/client.h"
 #include "testing/cluster_fixture.h"
+#include "testing/http_probe.h"
 #include "testing/local_cluster.h"
 
 namespace shelf {
@@ -36,32 +37,6 @@ namespace {
 constexpr char kSecret[] = "dos-test-secret-0123456789abcdef";
 constexpr int kAttackers = 200;
 constexpr int kSources = 10;  // 127.0.0.10 .. 127.0.0.19
-
-uint16_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-std::string HttpGet(uint16_t port, const std::string& path) {
-  absl::StatusOr<int> fd = TcpConnect(HostPort{"127.0.0.1", port}, 2000);
-  if (!fd.ok()) return "";
-  SetIoTimeoutMs(*fd, 5000);
-  std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-  WriteFull(*fd, req.data(), req.size()).IgnoreError();
-  std::string resp;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(*fd, buf, sizeof(buf))) > 0) resp.append(buf, n);
-  close(*fd);
-  return resp;
-}
 
 // shelf_store_data_connections_closed_total{rule="<rule>"} from /metrics.
 double ClosedBy(const std::string& metrics, const std::string& rule) {

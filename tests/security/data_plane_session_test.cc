@@ -24,6 +24,7 @@
 #include "common/net.h"
 #include "shelf/client.h"
 #include "testing/cluster_fixture.h"
+#include "testing/http_probe.h"
 #include "testing/local_cluster.h"
 #include "transport/session.h"
 #include "transport/tcp_client.h"
@@ -34,29 +35,10 @@ namespace {
 
 constexpr char kSecret[] = "session-test-secret-0123456789abcdef";
 
-uint16_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 double ClosedByBadTag(uint16_t port) {
-  absl::StatusOr<int> fd = TcpConnect(HostPort{"127.0.0.1", port}, 2000);
-  if (!fd.ok()) return -1;
-  SetIoTimeoutMs(*fd, 5000);
-  std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  WriteFull(*fd, req.data(), req.size()).IgnoreError();
-  std::string resp;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(*fd, buf, sizeof(buf))) > 0) resp.append(buf, n);
-  close(*fd);
+  int status = 0;
+  std::string resp = HttpGet(port, "/metrics", &status);
+  if (status != 200) return -1;
   const std::string prefix = "shelf_store_data_connections_closed_total{rule=\"bad_tag\"}";
   for (absl::string_view line : absl::StrSplit(resp, '\n')) {
     double v = 0;

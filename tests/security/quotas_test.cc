@@ -28,6 +28,7 @@
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
 #include "testing/cluster_fixture.h"
+#include "testing/http_probe.h"
 #include "testing/wait_for.h"
 
 namespace shelf {
@@ -45,32 +46,8 @@ constexpr char kCredentials[] =
 constexpr char kTeamQ[] = "tenant=team-q  dram=1MiB ssd=512KiB pinned=256KiB\n";
 constexpr size_t kSmall = 256 << 10;
 
-uint16_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // The master's /metrics (a plain HTTP/1.0 GET; "" on failure).
-std::string Scrape(uint16_t port) {
-  absl::StatusOr<int> fd = TcpConnect(HostPort{"127.0.0.1", port}, 2000);
-  if (!fd.ok()) return "";
-  SetIoTimeoutMs(*fd, 5000);
-  std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  WriteFull(*fd, req.data(), req.size()).IgnoreError();
-  std::string resp;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(*fd, buf, sizeof(buf))) > 0) resp.append(buf, n);
-  close(*fd);
-  return resp;
-}
+std::string Scrape(uint16_t port) { return HttpGet(port, "/metrics"); }
 
 // The value of the sample of `name` whose labels include every `labels`
 // (each `k="v"`); -1 when there is none.
