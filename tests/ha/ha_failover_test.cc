@@ -49,8 +49,10 @@ class HaTest : public ::testing::Test {
     cluster_ = absl::StrCat("ha", getpid());
     dir_ = ::testing::TempDir() + "/" + cluster_;
     std::filesystem::create_directories(dir_);
+    // Generous caps: three masters, etcd and two stores start at once, on a
+    // loaded machine under a sanitizer.
     for (int i = 0; i < 3; ++i) ASSERT_TRUE(StartMaster(i).ok());
-    ASSERT_TRUE(WaitForLeader(15000).ok());
+    ASSERT_TRUE(WaitForLeader(60000).ok());
     for (int i = 0; i < 2; ++i) {
       std::string ready = absl::StrCat(dir_, "/s", i, ".addr");
       auto p = Process::Spawn(
@@ -61,9 +63,9 @@ class HaTest : public ::testing::Test {
           absl::StrCat(dir_, "/s", i, ".log"));
       ASSERT_TRUE(p.ok());
       stores_.push_back(*std::move(p));
-      ASSERT_TRUE(WaitForFileLine(ready, 15000, stores_.back().get()).ok());
+      ASSERT_TRUE(WaitForFileLine(ready, 60000, stores_.back().get()).ok());
     }
-    ASSERT_TRUE(WaitForLiveStores(2, 15000).ok());
+    ASSERT_TRUE(WaitForLiveStores(2, 60000).ok());
   }
 
   void TearDown() override {
@@ -87,7 +89,7 @@ class HaTest : public ::testing::Test {
     auto p = Process::Spawn(argv, absl::StrCat(dir_, "/m", i, ".log"));
     if (!p.ok()) return p.status();
     masters_.push_back(*std::move(p));
-    auto addr = WaitForFileLine(ready, 15000, masters_.back().get());
+    auto addr = WaitForFileLine(ready, 60000, masters_.back().get());
     if (!addr.ok()) return addr.status();
     master_addrs_.push_back(*addr);
     return absl::OkStatus();
