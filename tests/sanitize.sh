@@ -45,11 +45,11 @@ add_library(shelf_tsan_lib STATIC
   \${ROOT}/common/flags.cc \${ROOT}/common/hmac.cc \${ROOT}/common/log.cc
   \${ROOT}/common/net.cc \${ROOT}/common/secret_file.cc \${ROOT}/common/sync_point.cc \${ROOT}/common/units.cc
   \${ROOT}/common/prom.cc \${ROOT}/storage/allocator.cc
-  \${ROOT}/transport/wire.cc \${ROOT}/transport/data_server.cc
-  \${ROOT}/transport/tcp_client.cc)
+  \${ROOT}/transport/wire.cc \${ROOT}/transport/session.cc \${ROOT}/transport/data_tls.cc
+  \${ROOT}/transport/data_server.cc \${ROOT}/transport/tcp_client.cc)
 target_include_directories(shelf_tsan_lib PUBLIC \${ROOT} \${ROOT}/client/include)
 target_link_libraries(shelf_tsan_lib PUBLIC absl::status absl::statusor absl::strings
-  absl::str_format absl::synchronization \${XXHASH_LIBRARY} OpenSSL::Crypto Threads::Threads
+  absl::str_format absl::synchronization \${XXHASH_LIBRARY} OpenSSL::SSL OpenSSL::Crypto Threads::Threads
   PkgConfig::PROMETHEUS_CPP_CORE)
 foreach(test concurrency_test:tests/fault/concurrency_test.cc
              allocator_test:tests/storage/allocator_test.cc
