@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
   flags.AddString("tls-cert", &tls.cert_file,
                   "PEM certificate (chain, server first) of the --tls-listen port");
   flags.AddString("tls-key", &tls.key_file, "PEM private key of --tls-cert");
+  flags.AddDurationMs("tls-handshake-timeout", &server_opts.tls_handshake_timeout_ms,
+                      "a --tls-listen connection that has not finished its TLS handshake this "
+                      "long after accept is closed");
   flags.AddString("tls-ca-cert", &tls.ca_cert_file,
                   "PEM CA certificate(s) that client certificates must be signed by");
   flags.AddString("tls-auth-clients", &tls_auth_clients,
@@ -123,6 +126,9 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::unique_ptr<TlsContext>> ctx = TlsContext::Create(tls);
     if (!ctx.ok()) return Fail(std::string(ctx.status().message()));
     server_opts.tls = std::shared_ptr<const TlsContext>(std::move(*ctx));
+  }
+  if (server_opts.tls_handshake_timeout_ms == 0) {
+    return Fail("--tls-handshake-timeout must be above 0");
   }
   if (replicas < 1 || replicas > 8) return Fail("--replicas takes 1..8");
   if (max_clients < 1 || max_clients > 1000000) return Fail("--max-clients takes 1..1000000");

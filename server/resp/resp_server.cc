@@ -17,6 +17,7 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/errno_text.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -228,6 +229,7 @@ void RespServer::Run() {
         if (!conn->closed.load()) Flush(conn);
       }
     }
+    if (!handshakes_.empty()) ExpireHandshakes();
     if (!tls_pending_.empty()) {
       std::vector<std::shared_ptr<Connection>> pending;
       pending.swap(tls_pending_);
@@ -278,6 +280,7 @@ void RespServer::Accept(int listen_fd) {
         stats_->tls_handshake_failures.Increment(1);
         continue;
       }
+      handshakes_.push_back({MonoMs() + options_.tls_handshake_timeout_ms, conn});
     }
     conn->session.peer = peer;
     conn->session.created_unix_s = std::chrono::duration_cast<std::chrono::seconds>(
@@ -433,6 +436,19 @@ bool RespServer::Handshake(const std::shared_ptr<Connection>& conn) {
                    << Kv("error", error);
   Close(conn);
   return false;
+}
+
+void RespServer::ExpireHandshakes() {
+  uint64_t now = MonoMs();
+  while (!handshakes_.empty() && handshakes_.front().deadline_ms <= now) {
+    std::shared_ptr<Connection> conn = handshakes_.front().conn.lock();
+    handshakes_.pop_front();
+    if (conn == nullptr || conn->closed.load() || conn->handshake_done) continue;
+    stats_->tls_handshake_failures.Increment(1);
+    SHELF_LOG(DEBUG) << "TLS handshake timed out" << Kv("peer", conn->session.peer)
+                     << Kv("timeout_ms", options_.tls_handshake_timeout_ms);
+    Close(conn);
+  }
 }
 
 ssize_t RespServer::ReadSome(Connection* conn, char* buf, size_t len) {

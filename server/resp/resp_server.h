@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -48,6 +49,10 @@ struct RespServerOptions {
   size_t max_clients = 10000;
   uint64_t max_inflight_bytes = 2ull << 30;
   size_t threads = 16;  // workers running commands (blocking libshelf calls)
+  // A TLS connection that has not finished its handshake this long after
+  // accept is closed: a peer that sends part of a record and waits would
+  // otherwise hold its connection (and a --max-clients slot) for ever.
+  uint64_t tls_handshake_timeout_ms = 10000;
   RespLimits limits;
 };
 
@@ -90,6 +95,8 @@ class RespServer {
   bool WritePlain(const std::shared_ptr<Connection>& conn);
   bool WriteTls(const std::shared_ptr<Connection>& conn);
   void Consume(Connection* conn, size_t bytes);
+  // Closes TLS connections past their handshake deadline.
+  void ExpireHandshakes();
 
   // Constant after Start.
   const RespServerOptions options_;
@@ -109,6 +116,13 @@ class RespServer {
   // TLS connections with input OpenSSL holds but the socket no longer
   // shows: read again without waiting for epoll.
   std::vector<std::shared_ptr<Connection>> tls_pending_;
+  // TLS connections in their handshake, by deadline (accept order: the
+  // timeout is one for all, so the front expires first).
+  struct HandshakeDeadline {
+    uint64_t deadline_ms;
+    std::weak_ptr<Connection> conn;
+  };
+  std::deque<HandshakeDeadline> handshakes_;
 
   std::atomic<bool> stop_{false};
   absl::Mutex notify_mu_;
