@@ -35,6 +35,13 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Spawn(const std::vector<std::s
     return absl::NotFoundError(
         absl::StrCat("no executable at ", argv[0], " (build it, or set SHELF_BIN_DIR)"));
   }
+  // Built before fork: the child of a threaded process may call only
+  // async-signal-safe functions until exec. A malloc there can wait for
+  // ever on an allocator lock another thread held at the fork (seen under
+  // ASan: a daemon that never wrote its ready file).
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return absl::ResourceExhaustedError("fork failed");
@@ -48,9 +55,6 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Spawn(const std::vector<std::s
     }
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     execv(args[0], args.data());
     _exit(127);
   }

@@ -51,7 +51,10 @@ class HaTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     // Generous caps: three masters, etcd and two stores start at once, on a
     // loaded machine under a sanitizer.
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(StartMaster(i).ok());
+    for (int i = 0; i < 3; ++i) {
+      absl::Status started = StartMaster(i);
+      ASSERT_TRUE(started.ok()) << started << " (log: " << dir_ << "/m" << i << ".log)";
+    }
     ASSERT_TRUE(WaitForLeader(60000).ok());
     for (int i = 0; i < 2; ++i) {
       std::string ready = absl::StrCat(dir_, "/s", i, ".addr");

@@ -21,15 +21,16 @@ namespace {
 bool RunChild(const std::vector<std::string>& args, Json* out) {
   int fds[2];
   if (pipe(fds) != 0) return false;
+  // Built before fork: only async-signal-safe calls in the child until exec.
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
   pid_t pid = fork();
   if (pid < 0) return false;
   if (pid == 0) {
     dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
     close(fds[1]);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
     execv("/proc/self/exe", argv.data());
     _exit(127);
   }
