@@ -271,6 +271,12 @@ int shelf_options_set_data_tls(shelf_options_t* options, int enabled, const char
   return SHELF_OK;  // checked by shelf_client_open
 }
 
+int shelf_options_set_session_tag_payload(shelf_options_t* options, int enabled) {
+  if (options == nullptr) return NullArg("shelf_options_set_session_tag_payload", "options");
+  options->options.session_tag_payload = enabled != 0;
+  return SHELF_OK;
+}
+
 int shelf_options_set_shm_store_uid(shelf_options_t* options, int64_t uid) {
   if (options == nullptr) return NullArg("shelf_options_set_shm_store_uid", "options");
   options->options.shm_store_uid = uid;

@@ -75,7 +75,7 @@ std::shared_ptr<PyClient> PyClient::Create(
     int64_t shm_store_uid, const std::string& principal, const std::string& principal_secret,
     const std::string& credentials, bool rdma_store_pull_puts, uint32_t rdma_connections_max,
     uint32_t rdma_gpu_registrations_max, bool data_tls, const std::string& data_tls_ca,
-    const std::string& data_tls_cert, const std::string& data_tls_key) {
+    const std::string& data_tls_cert, const std::string& data_tls_key, bool session_tag_payload) {
   ClientOptions o;
   if (py::isinstance<py::str>(masters)) {
     std::string all = masters.cast<std::string>();
@@ -109,6 +109,7 @@ std::shared_ptr<PyClient> PyClient::Create(
   o.data_tls_ca = data_tls_ca;
   o.data_tls_cert = data_tls_cert;
   o.data_tls_key = data_tls_key;
+  o.session_tag_payload = session_tag_payload;
   o.transfer_threads = transfer_threads;
   o.async_threads = async_threads;
   o.async_queue_max = async_queue_max;

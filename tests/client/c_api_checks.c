@@ -74,6 +74,8 @@ static void check_options(void) {
   CHECK_RC(shelf_options_set_etcd_tls(NULL, NULL, NULL, NULL), SHELF_INVALID_ARGUMENT);
   CHECK_RC(shelf_options_set_etcd_user_file(NULL, "x"), SHELF_INVALID_ARGUMENT);
   CHECK_RC(shelf_options_set_shm_store_uid(NULL, 0), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_set_session_tag_payload(NULL, 1), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_set_session_tag_payload(opts, 1), SHELF_OK);
   CHECK_RC(shelf_options_set_etcd_tls(opts, NULL, NULL, NULL), SHELF_OK);
   CHECK_RC(shelf_options_set_etcd_user_file(opts, "/nonexistent/shelf-etcd-user"), SHELF_OK);
   CHECK_RC(shelf_options_add_master(opts, "etcd://127.0.0.1:1/c"), SHELF_OK);

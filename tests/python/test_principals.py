@@ -97,3 +97,17 @@ def test_mooncake_setup_dict_takes_a_principal(tenants):
         assert ops.list_keys(b"*mc/k")[0] == [b"team-b/mc/k"]
     # Without a principal the master refuses the setup.
     assert s.setup(dict(config, shelf_credentials="")) != 0
+
+
+def test_session_tags_over_payloads_round_trip_over_tcp(tenants):
+    # With a cluster secret every data-plane frame carries a session tag over
+    # its header; session_tag_payload asks the store for tags over the block
+    # bytes too (the relay and tamper checks are in
+    # tests/security/data_plane_session_test.cc).
+    cluster, _, _ = tenants
+    value = bytes(range(256)) * 4096  # 1 MiB
+    with _client(cluster, principal="eng-a", principal_secret=SECRETS["eng-a"],
+                 allow_shm=False, session_tag_payload=True) as a:
+        a.put(b"py/tagged", value)
+        assert a.get(b"py/tagged") == value
+        a.remove(b"py/tagged")

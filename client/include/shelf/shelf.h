@@ -133,6 +133,9 @@ int shelf_options_set_shm_store_uid(shelf_options_t* options, int64_t uid);
  * a client certificate for stores that require one (both or NULL). */
 int shelf_options_set_data_tls(shelf_options_t* options, int enabled, const char* ca_path,
                                const char* cert_path, const char* key_path);
+/* With a cluster secret, session tags over the block bytes too, not only
+ * each frame's header (ClientOptions::session_tag_payload): enabled 0 or 1. */
+int shelf_options_set_session_tag_payload(shelf_options_t* options, int enabled);
 int shelf_options_set_threads(shelf_options_t* options, uint32_t transfer_threads,
                               uint32_t async_threads, uint32_t async_queue_max);
 
