@@ -91,8 +91,8 @@ absl::Status ParseOption(absl::string_view opt, bool tenant_line, QuotaLimits* q
     bool tenant_only;
   };
   static constexpr Field kFields[] = {
-      {"dram", &QuotaLimits::dram_bytes, Field::kSize, true},
-      {"ssd", &QuotaLimits::ssd_bytes, Field::kSize, true},
+      {"dram", &QuotaLimits::dram_bytes, Field::kSize, false},
+      {"ssd", &QuotaLimits::ssd_bytes, Field::kSize, false},
       {"guarantee", &QuotaLimits::guarantee_dram_bytes, Field::kSize, true},
       {"puts", &QuotaLimits::puts, Field::kCount, false},
       {"put_bytes", &QuotaLimits::put_bytes, Field::kSize, false},

@@ -43,10 +43,9 @@ enum class Role { kEngine, kStore, kGateway, kAdmin };
 const char* RoleName(Role role);
 
 // Quotas (docs/security.md, "Quotas"); 0 = unlimited. A principal's line
-// takes the in-flight, lease and pin quotas; a tenant's line takes them
-// all (they count over every principal of the tenant), stored bytes per
-// tier and the guaranteed DRAM share: a block belongs to its tenant, not to
-// the engine that happened to write it first.
+// takes every quota but the guaranteed DRAM share, counted over what that
+// principal did (stored bytes: the blocks its puts stored); a tenant's line
+// takes them all, counted over every principal of the tenant.
 struct QuotaLimits {
   uint64_t dram_bytes = 0;            // dram=SIZE: stored in DRAM (every replica)
   uint64_t ssd_bytes = 0;             // ssd=SIZE: stored on SSD

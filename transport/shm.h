@@ -135,11 +135,11 @@ class ShmAttachments {
   // not sealed against shrinking and growing or could be written through.
   absl::StatusOr<std::shared_ptr<ShmMapping>> Get(const std::string& socket_path,
                                                   uint64_t incarnation = 0);
-  // An SSD read through mapping `m` (ShmWriter::ReadSsd), on a connection
-  // of its own while others run: the store serves each connection on one
-  // thread, so parallel reads need several.
+  // An SSD read through mapping `m` (ShmWriter::ReadSsd, under
+  // `read_grant`), on a connection of its own while others run: the store
+  // serves each connection on one thread, so parallel reads need several.
   absl::Status ReadSsd(
-      ShmMapping& m, absl::string_view key, uint64_t size,
+      ShmMapping& m, absl::string_view key, uint64_t size, absl::string_view read_grant,
       absl::FunctionRef<absl::Status(uint32_t segment_id, uint64_t offset, uint64_t length)> copy);
   // Forgets a mapping (e.g. the store restarted with a new segment).
   void Forget(const std::string& socket_path);

@@ -37,10 +37,13 @@ class ShmEngine final : public Engine {
   // Reads block `key` (`size` bytes) of the SSD tier of the store `peer`
   // into `dst` through its segment: the store reads it into a pinned range
   // there, this thread copies it out of the read-only mapping, and the pin
-  // is released (transport/shm_write.h). Errors as for a read op; the
-  // store's verdict (NOT_FOUND, DATA_LOSS, RESOURCE_EXHAUSTED,
-  // FAILED_PRECONDITION) as it gives it. The caller verifies the bytes.
-  absl::Status ReadSsd(const Peer& peer, const std::string& key, char* dst, uint64_t size);
+  // is released (transport/shm_write.h), under `read_grant` (the
+  // replica's, from the master; "": none). Errors as for a read op; the
+  // store's verdict (PERMISSION_DENIED, NOT_FOUND, DATA_LOSS,
+  // RESOURCE_EXHAUSTED, FAILED_PRECONDITION) as it gives it. The caller
+  // verifies the bytes.
+  absl::Status ReadSsd(const Peer& peer, const std::string& key, char* dst, uint64_t size,
+                       absl::string_view read_grant);
   // Stores whose shared memory was refused (ShmAttachments::refusals).
   uint64_t refusals() const { return attachments_.refusals(); }
 

@@ -100,16 +100,28 @@ bool ServeSsdRead(int fd, const char* head, DataHandler* handler, std::set<uint6
     handler->Unpin(pin);
     return true;
   }
-  if (absl::little_endian::Load32(head + 4) != 0 || key_len == 0 ||
-      key_len > wire::kExtraBytesMax) {
+  const uint32_t flags = absl::little_endian::Load32(head + 4);
+  if ((flags & ~kShmReadFlagGranted) != 0 || key_len == 0 || key_len > wire::kExtraBytesMax) {
     return false;
   }
-  std::string key(key_len, '\0');
-  if (!ReadFull(fd, key.data(), key.size()).ok()) return false;
+  std::string extra(key_len, '\0');
+  if (!ReadFull(fd, extra.data(), extra.size()).ok()) return false;
   const uint64_t size = absl::little_endian::Load64(head + 24);
+  // With a grant, extra is the read credential: the grant, then the key.
+  const bool granted = (flags & kShmReadFlagGranted) != 0;
+  absl::string_view key = extra;
+  if (granted) {
+    key = key.size() > wire::kReadGrantBytes ? key.substr(wire::kReadGrantBytes) : "";
+    if (key.empty()) return Reply(fd, absl::InvalidArgumentError("SHMR: a grant and no key"));
+  }
+  // The same check as READ_KEY over TCP (DataServer::HandleFrame).
+  absl::Status allowed =
+      handler == nullptr
+          ? absl::FailedPreconditionError("this store offers no SSD reads here")
+          : handler->CheckRead(granted ? absl::string_view(extra) : "", key, false, 0, 0, size);
+  if (!allowed.ok()) return Reply(fd, allowed);
   absl::StatusOr<DataHandler::Pinned> p =
-      handler == nullptr ? absl::FailedPreconditionError("this store offers no SSD reads here")
-      : pins->size() >= kShmPinsMax
+      pins->size() >= kShmPinsMax
           ? absl::ResourceExhaustedError("too many shared-memory reads pinned on one connection")
           : handler->PinSsdKey(key, size);
   if (!p.ok()) return Reply(fd, p.status());
@@ -308,22 +320,28 @@ absl::Status ShmWriter::ReadReply() {
 }
 
 absl::Status ShmWriter::ReadSsd(
-    absl::string_view key, uint64_t size,
+    absl::string_view key, uint64_t size, absl::string_view read_grant,
     absl::FunctionRef<absl::Status(uint32_t segment_id, uint64_t offset, uint64_t length)> copy) {
-  if (key.size() > wire::kExtraBytesMax) return absl::InvalidArgumentError("key too long");
+  if (key.size() + read_grant.size() > wire::kExtraBytesMax) {
+    return absl::InvalidArgumentError("key too long");
+  }
   uint32_t segment_id = 0;
   uint64_t offset = 0, length = 0, pin = 0;
   {
     MutexLock lock(&mu_);
     if (broken_) return absl::UnavailableError("shared-memory channel broken");
     WriteRequest r;
-    r.grant_len = static_cast<uint32_t>(key.size());
+    r.flags = read_grant.empty() ? 0 : kShmReadFlagGranted;
+    r.grant_len = static_cast<uint32_t>(read_grant.size() + key.size());
     r.length = size;
     char head[kShmWriteHeaderBytes];
     EncodeRequest(r, head);
     absl::little_endian::Store32(head, kShmReadMagic);
-    struct iovec iov[2] = {{head, sizeof(head)}, {const_cast<char*>(key.data()), key.size()}};
-    absl::Status s = WriteFullv(fd_, iov, 2);
+    // With a grant, the read credential (grant, then key), as for READ_KEY.
+    struct iovec iov[3] = {{head, sizeof(head)},
+                           {const_cast<char*>(read_grant.data()), read_grant.size()},
+                           {const_cast<char*>(key.data()), key.size()}};
+    absl::Status s = WriteFullv(fd_, iov, 3);
     if (!s.ok()) {
       broken_ = true;
       return absl::UnavailableError(absl::StrCat("shared-memory read request: ", s.message()));

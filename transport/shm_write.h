@@ -20,9 +20,15 @@
 //
 // Same-host reads of SSD-tier blocks travel on the same socket (the client
 // never opens the store's files):
-//   client -> store: magic u32 "SHMR" | flags u32 = 0 | segment_id u32 = 0 |
+//   client -> store: magic u32 "SHMR" | flags u32 | segment_id u32 = 0 |
 //                    key_len u32 | offset u64 = 0 | length u64 (the size
 //                    expected, 0: any) | src_offset u64 = 0 | key[key_len]
+//                    flags bit 0 (kShmReadFlagGranted): key[] is the read
+//                    credential, as for READ_KEY over TCP: the replica's
+//                    read grant from the master, then the key
+// The store checks the grant as it does for READ_KEY
+// (DataHandler::CheckRead): a store that wants grants refuses a read
+// without one, or with one not for this key, store incarnation and time.
 //   store -> client: status u32 | msg_len u32 | msg, then when status is
 //                    OK: segment_id u32 | 0 u32 | offset u64 | length u64 |
 //                    pin u64
@@ -54,6 +60,7 @@ inline constexpr uint32_t kShmWriteMagic = 0x574D4853;    // "SHMW"
 inline constexpr uint32_t kShmReadMagic = 0x524D4853;     // "SHMR"
 inline constexpr uint32_t kShmReleaseMagic = 0x464D4853;  // "SHMF"
 inline constexpr uint32_t kShmWriteFlagFd = 1;
+inline constexpr uint32_t kShmReadFlagGranted = 1;
 inline constexpr size_t kShmReadReplyBytes = 32;  // after an OK status
 inline constexpr size_t kShmPinsMax = 64;
 inline constexpr size_t kShmWriteHeaderBytes = 40;
@@ -89,10 +96,12 @@ class ShmWriter {
 
   // Has the store read SSD-tier block `key` (of `size` bytes, 0: any) into
   // its segment, runs `copy` on the range while the store keeps it pinned,
-  // then releases the pin. The store's verdict (NOT_FOUND, DATA_LOSS,
-  // RESOURCE_EXHAUSTED, ...) or `copy`'s; UNAVAILABLE when the socket fails.
+  // then releases the pin. `read_grant`: the replica's read grant from the
+  // master ("": none). The store's verdict (PERMISSION_DENIED, NOT_FOUND,
+  // DATA_LOSS, RESOURCE_EXHAUSTED, ...) or `copy`'s; UNAVAILABLE when the
+  // socket fails.
   absl::Status ReadSsd(
-      absl::string_view key, uint64_t size,
+      absl::string_view key, uint64_t size, absl::string_view read_grant,
       absl::FunctionRef<absl::Status(uint32_t segment_id, uint64_t offset, uint64_t length)> copy);
 
  private:

@@ -192,7 +192,7 @@ void Master::FindBatchLocked(const google::protobuf::RepeatedPtrField<std::strin
     if (lease) {
       if (obj->lease_until_ms <= now) obj->lease_holders = 0;
       obj->lease_until_ms = std::max(obj->lease_until_ms, now + options_.lease_ms);
-      ++obj->lease_holders;
+      if (obj->lease_holders != kLeaseHoldersMax) ++obj->lease_holders;
       ++counts->leases;
     }
     TouchLocked(obj, now);
@@ -463,6 +463,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
       obj.checksum = put.checksum;
       // Unique across terms as well: a later leader's put ids start over.
       obj.generation = ((term_ << 40) ^ id) | 1;  // never 0 (unknown)
+      obj.writer = quotas_->WriterOf(put.owner);
       if (!put.parent_key.empty() || put.event_info != nullptr) {
         obj.extra = std::make_unique<ObjectExtra>();
         obj.extra->parent_key = std::move(put.parent_key);
@@ -630,7 +631,10 @@ absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
     auto it = shard.objects.find(key);
     if (it == shard.objects.end()) continue;
     Object& obj = Mut(*it);
-    if (obj.lease_until_ms <= now || obj.lease_holders == 0) continue;
+    if (obj.lease_until_ms <= now || obj.lease_holders == 0 ||
+        obj.lease_holders == kLeaseHoldersMax) {
+      continue;  // run out, or too many holders counted: it runs out
+    }
     if (--obj.lease_holders == 0) {
       obj.lease_until_ms = 0;
       ++released;

@@ -298,7 +298,7 @@ class Master {
   // malloc chunk (docs/master.md, "Memory"): what only some objects need
   // is in `extra`.
   struct Object {
-    explicit Object(absl::string_view k) : key(k), lease_holders(0), hard_pin(0) {}
+    explicit Object(absl::string_view k) : key(k), lease_holders(0), hard_pin(0), writer(0) {}
     const ObjectKey key;
     uint64_t checksum = 0;
     uint64_t lease_until_ms = 0;  // NowMs
@@ -310,9 +310,14 @@ class Master {
     uint64_t generation = 0;
     uint32_t size = 0;  // <= --block-bytes-max, below 4 GiB
     // Leases granted since the lease last ran out and not yet given back;
-    // the lease ends at lease_until_ms or when this drops to 0.
-    uint32_t lease_holders : 31;
+    // the lease ends at lease_until_ms or when this drops to 0. Sticky at
+    // kLeaseHoldersMax: the lease then ends at lease_until_ms only.
+    uint32_t lease_holders : 15;
     uint32_t hard_pin : 1;
+    // The principal whose put stored the block, as QuotaBook::WriterOf
+    // numbers it (its stored-bytes quotas count the replicas); 0: none
+    // known (a cluster without principals, a block from an inventory).
+    uint32_t writer : 16;
     // Out of line: most blocks carry none, and an empty std::string costs
     // 32 bytes in every object.
     std::unique_ptr<ObjectExtra> extra;
@@ -325,7 +330,9 @@ class Master {
   // The index holds objects as a set: the key is in the object (no second
   // copy, no pointer back). Elements are const to the set only through
   // their key, which is const in Object itself; Mut gives the rest.
+  static_assert(sizeof(Object) == 104, "an index node must stay in a 112-byte malloc chunk");
   static Object& Mut(const Object& obj) { return const_cast<Object&>(obj); }
+  static constexpr uint32_t kLeaseHoldersMax = (1u << 15) - 1;
   struct Segment {
     uint32_t id = 0;
     std::unique_ptr<RangeAllocator> alloc;

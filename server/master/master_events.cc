@@ -27,7 +27,7 @@ uint64_t Master::BlockHashLocked(const Object& obj) {
 
 void Master::EmitStoredLocked(const Object& obj, const Replica& r,
                               const v1::BlockEventInfo* put_info) {
-  quotas_->Stored(obj.key.view(), r.tier, obj.size, /*added=*/true);
+  quotas_->Stored(obj.key.view(), obj.writer, r.tier, obj.size, /*added=*/true);
   if (options_.events == nullptr || events_muted_) return;
   KvEvent e;
   e.type = KvEvent::kBlockStored;
@@ -51,7 +51,7 @@ void Master::EmitStoredLocked(const Object& obj, const Replica& r,
 }
 
 void Master::EmitRemovedLocked(const Object& obj, const Replica& r) {
-  quotas_->Stored(obj.key.view(), r.tier, obj.size, /*added=*/false);
+  quotas_->Stored(obj.key.view(), obj.writer, r.tier, obj.size, /*added=*/false);
   if (options_.events == nullptr || events_muted_) return;
   KvEvent e;
   e.type = KvEvent::kBlockRemoved;

@@ -62,13 +62,29 @@ QuotaLimits QuotaBook::TenantLimits(const std::string& tenant) const {
   return it->second;
 }
 
-void QuotaBook::Stored(absl::string_view kept_key, v1::Tier tier, uint64_t bytes, bool added) {
-  absl::string_view tenant = TenantOf(kept_key);
-  if (tenant.empty()) return;
+uint16_t QuotaBook::WriterOf(const std::string& name) {
+  if (!active() || name.empty()) return 0;
   absl::MutexLock lock(&mu_);
-  Usage& u = tenants_[tenant];
-  uint64_t& n = tier == v1::TIER_DRAM ? u.dram : u.ssd;
-  n = added ? n + bytes : n - std::min(n, bytes);
+  auto it = writer_of_.find(name);
+  if (it != writer_of_.end()) return it->second;
+  if (writers_.size() >= kWritersMax) return 0;
+  writers_.push_back(name);
+  const auto n = static_cast<uint16_t>(writers_.size());
+  writer_of_.emplace(name, n);
+  return n;
+}
+
+void QuotaBook::Stored(absl::string_view kept_key, uint16_t writer, v1::Tier tier, uint64_t bytes,
+                       bool added) {
+  absl::string_view tenant = TenantOf(kept_key);
+  if (tenant.empty() && writer == 0) return;
+  absl::MutexLock lock(&mu_);
+  auto count = [&](Usage& u) {
+    uint64_t& n = tier == v1::TIER_DRAM ? u.dram : u.ssd;
+    n = added ? n + bytes : n - std::min(n, bytes);
+  };
+  if (!tenant.empty()) count(tenants_[tenant]);
+  if (writer != 0 && writer <= writers_.size()) count(principals_[writers_[writer - 1]]);
 }
 
 void QuotaBook::Reset() {

@@ -4,9 +4,11 @@
 // The limits come from the credentials file (common/credentials.h): a
 // principal's line carries its own, a `tenant=` line its tenant's; both are
 // re-read with the file on SIGHUP. What is counted:
-//   - stored bytes per tier, per tenant: every replica of a committed block,
-//     from the moment it enters the index (commit, inventory, demotion,
-//     promotion) until it leaves (remove, eviction, demotion, node death);
+//   - stored bytes per tier, per tenant and per principal: every replica of
+//     a committed block, from the moment it enters the index (commit,
+//     inventory, demotion, promotion) until it leaves (remove, eviction,
+//     demotion, node death); a principal's are those of the blocks its
+//     puts stored (the object records it as WriterOf's number);
 //   - puts in flight and their bytes, per principal and tenant, from
 //     PutStart to commit, abort or expiry;
 //   - bytes under read leases and bytes pinned, per principal and tenant.
@@ -49,10 +51,18 @@ class QuotaBook {
   // The tenant a kept key belongs to ("" for none).
   absl::string_view TenantOf(absl::string_view kept_key) const;
 
-  // Stored bytes (the master's index hooks; under its mu_).
-  void Stored(absl::string_view kept_key, v1::Tier tier, uint64_t bytes, bool added);
+  // The number a block stored by principal `name` records as its writer
+  // (Master::Object::writer, 16 bits): 1.. in the order principals first
+  // store, for the master's life; 0 (counted for no principal) without
+  // principals, for "", or once kWritersMax names are numbered.
+  uint16_t WriterOf(const std::string& name);
+  static constexpr size_t kWritersMax = 65535;
+  // Stored bytes (the master's index hooks; under its mu_): for the
+  // tenant of `kept_key` and the principal numbered `writer`.
+  void Stored(absl::string_view kept_key, uint16_t writer, v1::Tier tier, uint64_t bytes,
+              bool added);
   // A new term starts with an empty index, no puts and no pins: so do the
-  // counts.
+  // counts (the writers' numbers stay).
   void Reset();
   // Whether some tenant has a guaranteed DRAM share (eviction prefers
   // tenants over theirs only then).
@@ -146,6 +156,8 @@ class QuotaBook {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Usage> tenants_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Usage> principals_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> writers_ ABSL_GUARDED_BY(mu_);  // WriterOf's number - 1
+  absl::flat_hash_map<std::string, uint16_t> writer_of_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, OpenPut> puts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Hold> pins_ ABSL_GUARDED_BY(mu_);    // by kept key
   absl::flat_hash_map<std::string, Hold> leases_ ABSL_GUARDED_BY(mu_);  // by principal \0 key

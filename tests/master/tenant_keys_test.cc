@@ -90,7 +90,7 @@ TEST(CredentialsTest, ParsesQuotasOfPrincipalsAndTenants) {
   auto auth = Authenticator::FromEntries(*entries, tenants);
   EXPECT_EQ(auth->tenants(), (std::vector<std::string>{"team-a"}));
   for (const char* bad : {
-           "eng engine t 0123456789abcdef dram=1GiB\n",            // stored bytes: a tenant's
+           "eng engine t 0123456789abcdef guarantee=1GiB\n",       // a share: a tenant's
            "eng engine t 0123456789abcdef puts=many\n",            // not a count
            "eng engine t 0123456789abcdef pinned=lots\n",          // not a size
            "eng engine t 0123456789abcdef colour=blue\n",          // no such quota
@@ -100,6 +100,11 @@ TEST(CredentialsTest, ParsesQuotasOfPrincipalsAndTenants) {
     EXPECT_EQ(ParseCredentials(bad, "f").status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
   }
+  // Stored bytes on a principal's line: what its own puts stored.
+  auto own = ParseCredentials("eng engine t 0123456789abcdef dram=1GiB ssd=2GiB\n", "f");
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ((*own)[0].principal.quotas.dram_bytes, 1ull << 30);
+  EXPECT_EQ((*own)[0].principal.quotas.ssd_bytes, 2ull << 30);
 }
 
 TEST(CredentialsTest, AuthenticatesByNameAndMacOnly) {

@@ -2,8 +2,9 @@
 // secret: reads need the read grant of a lookup, for that key, range, store
 // incarnation and time; write grants verify only under the key the master
 // drew for that store incarnation; a live node id cannot be taken over; a
-// replica readers report corrupt leaves the index. Every refusal changes
-// nothing.
+// replica readers report corrupt leaves the index; same-host SSD reads
+// through shared memory need their read grant as well. Every refusal
+// changes nothing.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -14,7 +15,9 @@
 #include "shelf/client.h"
 #include "testing/cluster_fixture.h"
 #include "testing/local_cluster.h"
+#include "testing/wait_for.h"
 #include "tests/fault/fault_util.h"
+#include "transport/shm.h"
 #include "transport/tcp_client.h"
 #include "transport/wire.h"
 
@@ -336,6 +339,115 @@ TEST_F(GrantTest, AReplicaReportedCorruptLeavesTheIndex) {
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
   EXPECT_FALSE(Lookup("rotten").found());
   EXPECT_EQ(client_->Get("rotten", &got).code(), StatusCode::kNotFound);
+}
+
+// Same-host SSD reads through the store's shared segment
+// (transport/shm_write.h) need the read grant too: the store checks it as
+// for READ_KEY over TCP.
+class GrantSsdShmTest : public GrantTest {
+ protected:
+  LocalCluster::Options ClusterOptions() override {
+    LocalCluster::Options o = GrantTest::ClusterOptions();
+    o.stores = 1;
+    o.dram_bytes = 16ull << 20;
+    o.ssd_bytes = 64ull << 20;
+    o.master_args = {};  // grants of the default lifetime
+    o.store_args = {"--shm-ssd-window=4MiB"};
+    return o;
+  }
+  ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
+    return ClusterFixture::ClientOptionsFor(cluster);  // shared memory allowed
+  }
+
+  // Puts `key` and has the admin evict the store's DRAM: its location once
+  // its one replica is on the SSD tier.
+  v1::ObjectLocation PutOnSsd(const std::string& key, const std::string& value) {
+    EXPECT_TRUE(client_->Put(key, value.data(), value.size()).ok());
+    v1::EvictRequest evict;
+    evict.set_bytes(16ull << 20);
+    v1::EvictResponse evicted;
+    EXPECT_TRUE(probe_->admin()->Evict(probe_->Context().get(), evict, &evicted).ok());
+    v1::ObjectLocation loc;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          loc = Lookup(key);
+          return loc.found() && loc.replicas_size() == 1 && loc.replicas(0).tier() == v1::TIER_SSD;
+        },
+        30000));
+    return loc;
+  }
+
+  // Reads `key` (of loc's size) through the shared segment of loc's store
+  // under `grant`, as the client library does, into *got.
+  absl::Status ShmRead(const v1::ObjectLocation& loc, const std::string& key,
+                       const std::string& grant, std::string* got) {
+    got->clear();
+    const v1::StoreEndpoint& store = loc.replicas(0).store();
+    absl::StatusOr<std::shared_ptr<ShmMapping>> m =
+        attachments_.Get(store.shm_socket(), store.incarnation());
+    if (!m.ok()) return m.status();
+    ShmMapping& map = **m;
+    return attachments_.ReadSsd(
+        map, key, loc.size(), grant, [&](uint32_t segment_id, uint64_t offset, uint64_t length) {
+          if (segment_id != map.segment_id || offset > map.size || length > map.size - offset) {
+            return absl::OutOfRangeError("outside the mapping");
+          }
+          got->assign(map.base + offset, length);
+          return absl::OkStatus();
+        });
+  }
+
+  ShmAttachments attachments_{kSecret};
+};
+
+TEST_F(GrantSsdShmTest, ShmSsdReadsNeedTheReadGrantOfThatKey) {
+  const std::string s = BlockBytes(256 << 10, 4);
+  ASSERT_TRUE(client_->Put("t", s.data(), s.size()).ok());
+  const v1::ObjectLocation loc = PutOnSsd("s", s);
+  ASSERT_TRUE(loc.found());
+  const std::string& grant = loc.replicas(0).read_grant();
+  ASSERT_EQ(grant.size(), wire::kReadGrantBytes);
+  ASSERT_FALSE(loc.replicas(0).store().shm_socket().empty());
+  // No grant, a forged one, one for another key: refused, nothing copied.
+  std::string got;
+  EXPECT_EQ(ShmRead(loc, "s", "", &got).code(), absl::StatusCode::kPermissionDenied);
+  std::string forged = grant;
+  forged.back() ^= 1;
+  EXPECT_EQ(ShmRead(loc, "s", forged, &got).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ShmRead(loc, "t", grant, &got).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(got.empty());
+  // Its own grant: served.
+  absl::Status good = ShmRead(loc, "s", grant, &got);
+  ASSERT_TRUE(good.ok()) << good;
+  EXPECT_TRUE(got == s);
+  // The client library sends the grant: its read comes through shared memory.
+  const ClientStats before = client_->stats();
+  std::string value;
+  ASSERT_TRUE(client_->Get("s", &value).ok());
+  EXPECT_TRUE(value == s);
+  const ClientStats after = client_->stats();
+  EXPECT_EQ(after.bytes_loaded_shm - before.bytes_loaded_shm, s.size());
+  EXPECT_EQ(after.bytes_loaded_tcp - before.bytes_loaded_tcp, 0u);
+}
+
+// A store run with --read-grants=false checks none on this path either.
+class NoReadGrantsSsdShmTest : public GrantSsdShmTest {
+ protected:
+  LocalCluster::Options ClusterOptions() override {
+    LocalCluster::Options o = GrantSsdShmTest::ClusterOptions();
+    o.store_args.push_back("--read-grants=false");
+    return o;
+  }
+};
+
+TEST_F(NoReadGrantsSsdShmTest, ShmSsdReadsNeedNoGrant) {
+  const std::string s = BlockBytes(256 << 10, 5);
+  const v1::ObjectLocation loc = PutOnSsd("s", s);
+  ASSERT_TRUE(loc.found());
+  std::string got;
+  absl::Status read = ShmRead(loc, "s", "", &got);
+  ASSERT_TRUE(read.ok()) << read;
+  EXPECT_TRUE(got == s);
 }
 
 }  // namespace

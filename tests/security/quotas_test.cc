@@ -1,6 +1,7 @@
 // Quotas per principal and tenant against a real master and real stores run
-// with --credentials (docs/security.md, "Quotas"): a tenant over its stored
-// bytes quota gets RESOURCE_EXHAUSTED naming the quota; a flood by one
+// with --credentials (docs/security.md, "Quotas"): a tenant or a principal
+// over its stored bytes quota gets RESOURCE_EXHAUSTED naming the quota and
+// whose it is, and gets room back as blocks are removed; a flood by one
 // tenant that fills the cluster evicts its own blocks, not another's within
 // its guaranteed share nor another's soft-pinned ones; the pin TTL cap; the puts-in-flight limit; a
 // SIGHUP that raises a quota.
@@ -42,7 +43,10 @@ constexpr char kCredentials[] =
     "eng-l    engine   team-l   secret-of-engine-l-0123456789   leased=512KiB\n"
     "store-1  store    -        secret-of-the-store-0123456789\n"
     "ops      admin    -        secret-of-the-admin-0123456789\n"
-    "tenant=team-b  guarantee=4MiB\n";
+    "eng-p1   engine   team-p   secret-of-engine-p1-0123456789  dram=512KiB\n"
+    "eng-p2   engine   team-p   secret-of-engine-p2-0123456789\n"
+    "tenant=team-b  guarantee=4MiB\n"
+    "tenant=team-p  dram=1MiB\n";
 constexpr char kTeamQ[] = "tenant=team-q  dram=1MiB ssd=512KiB pinned=256KiB\n";
 constexpr size_t kSmall = 256 << 10;
 
@@ -204,6 +208,38 @@ TEST_F(QuotasTest, OverItsDramQuotaATenantIsRefusedNamingTheQuota) {
   EXPECT_TRUE(absl::StrContains(second.error_message(), "quota pinned")) << second.error_message();
   // Re-pinning the same key replaces its pin.
   EXPECT_TRUE(Pin("eng-q", "k1", 0).ok());
+}
+
+TEST_F(QuotasTest, APrincipalsStoredBytesQuotaCountsWhatItStoredWithinItsTenants) {
+  auto p1 = As("eng-p1");  // dram=512KiB of its own
+  auto p2 = As("eng-p2");  // none: only team-p's 1 MiB
+  ASSERT_NE(p1, nullptr);
+  ASSERT_NE(p2, nullptr);
+  std::string value(kSmall, 'p');
+  for (const char* key : {"a0", "a1"}) ASSERT_TRUE(p1->Put(key, value.data(), kSmall).ok()) << key;
+  Status over = p1->Put("a2", value.data(), kSmall);
+  EXPECT_EQ(over.code(), StatusCode::kResourceExhausted) << over.ToString();
+  EXPECT_TRUE(absl::StrContains(over.ToString(), "quota dram of principal 'eng-p1'"))
+      << over.ToString();
+  // The other principal of the tenant still writes, up to the tenant's total.
+  for (const char* key : {"b0", "b1"}) {
+    Status s = p2->Put(key, value.data(), kSmall);
+    ASSERT_TRUE(s.ok()) << key << ": " << s.ToString();
+  }
+  Status tenant_full = p2->Put("b2", value.data(), kSmall);
+  EXPECT_EQ(tenant_full.code(), StatusCode::kResourceExhausted) << tenant_full.ToString();
+  EXPECT_TRUE(absl::StrContains(tenant_full.ToString(), "quota dram of tenant 'team-p'"))
+      << tenant_full.ToString();
+  // A removal gives the bytes back to the principal that stored them, and
+  // to the tenant.
+  ASSERT_TRUE(p1->Remove("a0").ok());
+  Status again = p1->Put("a2", value.data(), kSmall);
+  EXPECT_TRUE(again.ok()) << again.ToString();
+  EXPECT_EQ(p1->Put("a3", value.data(), kSmall).code(), StatusCode::kResourceExhausted);
+  // Whoever of the tenant removes it.
+  ASSERT_TRUE(p2->Remove("a1").ok());
+  Status after = p1->Put("a3", value.data(), kSmall);
+  EXPECT_TRUE(after.ok()) << after.ToString();
 }
 
 TEST_F(QuotasTest, SighupRaisesAQuota) {
