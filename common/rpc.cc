@@ -170,7 +170,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ad
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // gRPC takes this as the shortest time it gives one connection attempt
+  // (its "min connect timeout"), not only as a backoff: at 100 ms a master
+  // slow to send its HTTP/2 SETTINGS on a loaded host failed the call with
+  // "connection attempt timed out before receiving SETTINGS frame". A
+  // refused connection still fails at once; calls keep their own deadlines.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, *creds, args);
 }

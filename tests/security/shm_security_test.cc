@@ -188,9 +188,11 @@ class ShmSecurityTest : public ::testing::Test {
     for (int i = 0; i < rounds; ++i) {
       const std::string key = absl::StrCat(prefix, i);
       std::string data = BlockBytes(256 << 10, i + 1);
-      ASSERT_TRUE(client->Put(key, data.data(), data.size()).ok()) << key;
+      Status put = client->Put(key, data.data(), data.size());
+      ASSERT_TRUE(put.ok()) << key << ": " << put.ToString();
       std::string got;
-      ASSERT_TRUE(client->Get(key, &got).ok()) << key;
+      Status get = client->Get(key, &got);
+      ASSERT_TRUE(get.ok()) << key << ": " << get.ToString();
       ASSERT_TRUE(got == data) << key << ": wrong bytes";
     }
   }
