@@ -1,9 +1,17 @@
+// SHA256_Init/Update/Final are deprecated in OpenSSL 3 in favour of EVP,
+// but EVP has no allocation-free way to start from a saved midstate: its
+// EVP_MD_CTX_copy_ex duplicates the provider context (a malloc and a free)
+// on every call, which cost more than the two SHA-256 blocks of a read
+// grant's MAC. The low-level calls use the same assembly (SHA-NI where the
+// CPU has it).
+#define OPENSSL_SUPPRESS_DEPRECATED
 #include "common/hmac.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #include <cstring>
 
@@ -20,8 +28,7 @@ std::string HmacSha256(absl::string_view key, absl::string_view message) {
   return std::string(reinterpret_cast<char*>(out), out_len);
 }
 
-HmacKey::HmacKey(absl::string_view key) : inner_(EVP_MD_CTX_new()), outer_(EVP_MD_CTX_new()) {
-  SHELF_CHECK(inner_ != nullptr && outer_ != nullptr) << "EVP_MD_CTX_new failed";
+HmacKey::HmacKey(absl::string_view key) : inner_(new SHA256_CTX), outer_(new SHA256_CTX) {
   constexpr size_t kBlock = 64;  // SHA-256's block size
   unsigned char k[kBlock] = {};
   if (key.size() > kBlock) {
@@ -35,10 +42,8 @@ HmacKey::HmacKey(absl::string_view key) : inner_(EVP_MD_CTX_new()), outer_(EVP_M
     ipad[i] = k[i] ^ 0x36;
     opad[i] = k[i] ^ 0x5c;
   }
-  SHELF_CHECK(EVP_DigestInit_ex(inner_, EVP_sha256(), nullptr) == 1 &&
-              EVP_DigestUpdate(inner_, ipad, kBlock) == 1 &&
-              EVP_DigestInit_ex(outer_, EVP_sha256(), nullptr) == 1 &&
-              EVP_DigestUpdate(outer_, opad, kBlock) == 1)
+  SHELF_CHECK(SHA256_Init(inner_) == 1 && SHA256_Update(inner_, ipad, kBlock) == 1 &&
+              SHA256_Init(outer_) == 1 && SHA256_Update(outer_, opad, kBlock) == 1)
       << "SHA-256 unavailable";
   OPENSSL_cleanse(k, sizeof(k));
   OPENSSL_cleanse(ipad, sizeof(ipad));
@@ -46,38 +51,29 @@ HmacKey::HmacKey(absl::string_view key) : inner_(EVP_MD_CTX_new()), outer_(EVP_M
 }
 
 HmacKey::~HmacKey() {
-  EVP_MD_CTX_free(inner_);
-  EVP_MD_CTX_free(outer_);
+  // The midstates stand for the key: whoever has them can MAC.
+  OPENSSL_cleanse(inner_, sizeof(SHA256_CTX));
+  OPENSSL_cleanse(outer_, sizeof(SHA256_CTX));
+  delete inner_;
+  delete outer_;
 }
 
-namespace {
-
-// A digest context per thread, reused by every HmacKey::Mac: no allocation
-// per MAC.
-EVP_MD_CTX* ThreadContext() {
-  struct Holder {
-    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-    ~Holder() { EVP_MD_CTX_free(ctx); }
-  };
-  static thread_local Holder holder;
-  SHELF_CHECK(holder.ctx != nullptr) << "EVP_MD_CTX_new failed";
-  return holder.ctx;
+void HmacKey::MacInto(std::initializer_list<absl::string_view> parts, char* out) const {
+  unsigned char inner[kMacBytes];
+  SHA256_CTX c = *inner_;
+  for (absl::string_view p : parts) SHA256_Update(&c, p.data(), p.size());
+  SHA256_Final(inner, &c);
+  c = *outer_;
+  SHA256_Update(&c, inner, sizeof(inner));
+  SHA256_Final(reinterpret_cast<unsigned char*>(out), &c);
+  // `c` now holds the MAC itself, and `inner` only H(key XOR ipad || the
+  // message), from which the key cannot be had: nothing secret to wipe.
 }
-
-}  // namespace
 
 std::string HmacKey::Mac(std::initializer_list<absl::string_view> parts) const {
-  EVP_MD_CTX* w = ThreadContext();
-  unsigned char inner[EVP_MAX_MD_SIZE];
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int inner_len = 0, out_len = 0;
-  bool ok = EVP_MD_CTX_copy_ex(w, inner_) == 1;
-  for (absl::string_view p : parts) ok = ok && EVP_DigestUpdate(w, p.data(), p.size()) == 1;
-  ok = ok && EVP_DigestFinal_ex(w, inner, &inner_len) == 1;
-  ok = ok && EVP_MD_CTX_copy_ex(w, outer_) == 1 && EVP_DigestUpdate(w, inner, inner_len) == 1 &&
-       EVP_DigestFinal_ex(w, out, &out_len) == 1;
-  SHELF_CHECK(ok && out_len == kMacBytes) << "HMAC-SHA256 failed";
-  return std::string(reinterpret_cast<char*>(out), out_len);
+  std::string out(kMacBytes, '\0');
+  MacInto(parts, out.data());
+  return out;
 }
 
 bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {

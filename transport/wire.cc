@@ -131,22 +131,41 @@ absl::Status VerifyGrant(const HmacKey& key, const GrantScope& scope, const Gran
 
 namespace {
 
-std::string ReadGrantFields(const ReadGrant& g) {
-  std::string out(kReadGrantBytes - kMacBytes, '\0');
-  char* p = out.data();
-  Put32(p, g.segment_id);
-  Put64(p + 4, g.offset);
-  Put64(p + 12, g.length);
-  Put64(p + 20, g.expires_unix_ms);
-  return out;
+constexpr size_t kReadGrantFieldBytes = kReadGrantBytes - kMacBytes;
+
+void ReadGrantFields(const ReadGrant& g, char* out) {
+  Put32(out, g.segment_id);
+  Put64(out + 4, g.offset);
+  Put64(out + 12, g.length);
+  Put64(out + 20, g.expires_unix_ms);
+}
+
+// The MAC of a read grant whose fields are encoded at `fields`: short, so
+// that a grant for a content key (17 bytes) is one SHA-256 block to hash:
+// the node is bound by the key, its own; "R" keeps read and write grants
+// apart (a write grant's message starts "shelf-").
+void ReadGrantMacInto(const HmacKey& grant_key, uint64_t incarnation, absl::string_view key,
+                      const char* fields, char* out) {
+  char inc[8];
+  Put64(inc, incarnation);
+  grant_key.MacInto({"R", absl::string_view(inc, sizeof(inc)),
+                     absl::string_view(fields, kReadGrantFieldBytes), key},
+                    out);
 }
 
 }  // namespace
 
 std::string EncodeReadGrant(const ReadGrant& g) {
-  std::string mac = g.mac;
-  mac.resize(kMacBytes, '\0');
-  return ReadGrantFields(g) + mac;
+  std::string out(kReadGrantBytes, '\0');
+  ReadGrantFields(g, out.data());
+  g.mac.copy(out.data() + kReadGrantFieldBytes, kMacBytes);
+  return out;
+}
+
+void MintReadGrant(const HmacKey& grant_key, uint64_t incarnation, absl::string_view key,
+                   const ReadGrant& g, char* out) {
+  ReadGrantFields(g, out);
+  ReadGrantMacInto(grant_key, incarnation, key, out, out + kReadGrantFieldBytes);
 }
 
 absl::StatusOr<ReadGrant> DecodeReadCredential(absl::string_view in, absl::string_view* key) {
@@ -173,12 +192,11 @@ std::string ReadGrantMac(absl::string_view grant_key, absl::string_view node_id,
 
 std::string ReadGrantMac(const HmacKey& grant_key, absl::string_view node_id, uint64_t incarnation,
                          absl::string_view key, const ReadGrant& g) {
-  // Short, so that a grant for a content key (17 bytes) is one SHA-256
-  // block to hash: the node is bound by the key, its own; "R" keeps read
-  // and write grants apart (a write grant's message starts "shelf-").
-  char inc[8];
-  Put64(inc, incarnation);
-  return grant_key.Mac({"R", absl::string_view(inc, sizeof(inc)), ReadGrantFields(g), key});
+  char fields[kReadGrantFieldBytes];
+  ReadGrantFields(g, fields);
+  std::string mac(kMacBytes, '\0');
+  ReadGrantMacInto(grant_key, incarnation, key, fields, mac.data());
+  return mac;
 }
 
 absl::Status VerifyReadGrant(absl::string_view grant_key, absl::string_view node_id,
@@ -193,7 +211,10 @@ absl::Status VerifyReadGrant(const HmacKey& grant_key, absl::string_view node_id
                              uint64_t incarnation, absl::string_view key, const ReadGrant& g,
                              bool range, uint32_t segment_id, uint64_t offset, uint64_t length,
                              uint64_t now_unix_ms) {
-  if (!ConstantTimeEqual(ReadGrantMac(grant_key, node_id, incarnation, key, g), g.mac)) {
+  char fields[kReadGrantFieldBytes], mac[kMacBytes];
+  ReadGrantFields(g, fields);
+  ReadGrantMacInto(grant_key, incarnation, key, fields, mac);
+  if (!ConstantTimeEqual(absl::string_view(mac, kMacBytes), g.mac)) {
     return absl::PermissionDeniedError(
         "read grant does not verify (wrong store, incarnation, key or fields)");
   }

@@ -137,6 +137,11 @@ struct ReadGrant {
 inline constexpr size_t kReadGrantBytes = 4 + 8 + 8 + 8 + 32;
 
 std::string EncodeReadGrant(const ReadGrant& g);
+// EncodeReadGrant of `g` with its ReadGrantMac under `grant_key` (g.mac
+// unused), written to `out` (kReadGrantBytes) with no allocation: what
+// the master does for every replica of every hit.
+void MintReadGrant(const HmacKey& grant_key, uint64_t incarnation, absl::string_view key,
+                   const ReadGrant& g, char* out);
 // The grant and the key of a read credential (grant || key).
 absl::StatusOr<ReadGrant> DecodeReadCredential(absl::string_view in, absl::string_view* key);
 // HMAC(grant key, "R" || incarnation || fields || key). The grant key is

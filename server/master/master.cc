@@ -218,9 +218,9 @@ void Master::MoveToBackLocked(Object* const* objs, int n) {
 }
 
 void Master::FillFoundLocked(const Object& obj, const std::string& key,
-                             const std::string& client_host, bool lease, v1::ObjectLocation* out,
-                             LookupCounts* counts) {
-  FillLocation(obj, key, client_host, lease, out);
+                             const std::string& client_host, bool lease, uint64_t now_unix,
+                             v1::ObjectLocation* out, LookupCounts* counts) {
+  FillLocation(obj, key, client_host, lease, now_unix, out);
   if (out->replicas_size() > 0 && out->replicas(0).tier() == v1::TIER_SSD) {
     ++counts->ssd;
   } else {
@@ -246,7 +246,7 @@ void Master::FillReplica(const Replica& r, uint64_t size, v1::Replica* out) {
 }
 
 void Master::FillLocation(const Object& obj, const std::string& key, const std::string& client_host,
-                          bool lease, v1::ObjectLocation* out) {
+                          bool lease, uint64_t now_unix, v1::ObjectLocation* out) {
   out->set_key(key);
   out->set_found(true);
   out->set_size(obj.size);
@@ -260,9 +260,13 @@ void Master::FillLocation(const Object& obj, const std::string& key, const std::
     int rank = (n.endpoint.host_id() == client_host ? 0 : 2) + (r.tier == v1::TIER_DRAM ? 0 : 1);
     order.emplace_back(rank, &r);
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  const uint64_t now_unix = clock_->UnixMs();
+  // Insertion sort, stable: a handful of replicas at most (kReplicasMax),
+  // and std::stable_sort allocates a buffer per call, per key of a lookup.
+  for (size_t i = 1; i < order.size(); ++i) {
+    for (size_t j = i; j > 0 && order[j].first < order[j - 1].first; --j) {
+      std::swap(order[j], order[j - 1]);
+    }
+  }
   for (const auto& [rank, r] : order) {
     v1::Replica* rep = out->add_replicas();
     FillReplica(*r, obj.size, rep);
@@ -566,6 +570,7 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   }
   uint64_t now = clock_->NowMs();
+  const uint64_t now_unix = clock_->UnixMs();
   absl::ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   metrics_.lookups_lookup.Increment(req.keys_size());
@@ -578,7 +583,7 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
     if (found[i] == nullptr) {
       loc->set_key(req.keys(i));
     } else {
-      FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), lease, loc, &counts);
+      FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), lease, now_unix, loc, &counts);
     }
   }
   if (!req.peek()) counts.AddTo(metrics_);
@@ -594,6 +599,7 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   }
   uint64_t now = clock_->NowMs();
+  const uint64_t now_unix = clock_->UnixMs();
   absl::ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint32_t matched = 0;
@@ -601,7 +607,7 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
   Object* found[kBatchItemsMax];
   FindBatchLocked(req.keys(), true, !req.no_lease(), true, now, found, &counts);
   for (int i = 0; i < req.keys_size() && found[i] != nullptr; ++i) {
-    FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), !req.no_lease(),
+    FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), !req.no_lease(), now_unix,
                     resp->add_objects(), &counts);
     ++matched;
   }

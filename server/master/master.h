@@ -463,13 +463,15 @@ class Master {
   void PrefetchSlot(const std::string& key)
       ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // Fills `out` from a found object. Reads only what changes under mu_
-  // held exclusively, so no shard lock.
+  // held exclusively, so no shard lock. `now_unix`: UnixMs, read once per
+  // call (grant and lease expiry).
   void FillFoundLocked(const Object& obj, const std::string& key, const std::string& client_host,
-                       bool lease, v1::ObjectLocation* out, LookupCounts* counts)
+                       bool lease, uint64_t now_unix, v1::ObjectLocation* out, LookupCounts* counts)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   int FindNodeLocked(const std::string& id_or_address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillLocation(const Object& obj, const std::string& key, const std::string& client_host,
-                    bool lease, v1::ObjectLocation* out) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+                    bool lease, uint64_t now_unix, v1::ObjectLocation* out)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Marks an access: last_access_ms. Under mu_ shared, the caller holds the
   // object's shard.
   void TouchLocked(Object* obj, uint64_t now) ABSL_SHARED_LOCKS_REQUIRED(mu_);

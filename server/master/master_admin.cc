@@ -187,7 +187,7 @@ absl::Status Master::Stat(const v1::StatRequest& req, v1::StatResponse* resp) {
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   Object* obj = FindLocked(req.key());
   if (obj == nullptr) return absl::NotFoundError("no such key");
-  FillLocation(*obj, req.key(), "", false, resp->mutable_object());
+  FillLocation(*obj, req.key(), "", false, unix_now, resp->mutable_object());
   resp->set_pinned(obj->hard_pin || obj->pin_until_ms() > now);
   resp->set_hard_pin(obj->hard_pin);
   if (obj->pin_until_ms() > now && obj->pin_until_ms() != UINT64_MAX) {

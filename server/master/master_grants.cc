@@ -60,8 +60,9 @@ void Master::MintReadGrant(const Replica& r, const std::string& key, uint64_t si
   g.offset = r.tier == v1::TIER_DRAM ? r.offset : 0;
   g.length = size;
   g.expires_unix_ms = expires_unix;
-  g.mac = wire::ReadGrantMac(*n.grant_mac, n.endpoint.node_id(), n.incarnation, key, g);
-  out->set_read_grant(wire::EncodeReadGrant(g));
+  char encoded[wire::kReadGrantBytes];
+  wire::MintReadGrant(*n.grant_mac, n.incarnation, key, g, encoded);
+  out->set_read_grant(encoded, sizeof(encoded));
 }
 
 absl::Status Master::ReportDataLoss(const v1::ReportDataLossRequest& req,

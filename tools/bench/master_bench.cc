@@ -19,6 +19,11 @@
 //               1, 16 and 64 keys per call from --grpc-threads threads
 //   --stores N  a different bench (master_stores_bench.cc): one shelf-master
 //               with N simulated stores heartbeating, at a cluster's scale
+//   --no-read-grants  the in-process master mints no read grants (what
+//               they cost: a Lookup or MatchPrefix hit mints one per replica)
+//   --tenant T  the in-process master keeps tenant namespaces and tenants'
+//               quotas (a credentials table with one engine of tenant T):
+//               every key is kept as "T/" + its content key
 // Goals it reports against: >= 2M lookups/s in-process on one core,
 // >= 200k keys/s over gRPC with 64-key batches, <= 200 bytes per object.
 #include <malloc.h>
@@ -36,6 +41,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
+#include "common/credentials.h"
 #include "common/flags.h"
 #include "common/json.h"
 #include "common/rpc.h"
@@ -67,14 +73,18 @@ uint64_t SplitMix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-size_t g_key_bytes = 16;  // set once from --key-bytes, before any thread starts
+// Set once from --key-bytes and --tenant, before any thread starts.
+size_t g_key_bytes = 16;
+std::string g_key_prefix;  // "TENANT/" with --tenant: the kept form of a tenant's key
 
-// The content key of object i: g_key_bytes pseudo-random bytes (16 is a
-// 128-bit chained block hash, as the SDK's content keys are).
+// The key of object i as the master keeps it: g_key_prefix, then
+// g_key_bytes pseudo-random bytes (16 is a 128-bit chained block hash, as
+// the SDK's content keys are).
 std::string KeyOf(uint64_t i) {
-  std::string k(g_key_bytes, '\0');
+  std::string k(g_key_prefix.size() + g_key_bytes, '\0');
+  std::memcpy(k.data(), g_key_prefix.data(), g_key_prefix.size());
   uint64_t x = i;
-  for (size_t off = 0; off < k.size(); off += 8) {
+  for (size_t off = g_key_prefix.size(); off < k.size(); off += 8) {
     x = SplitMix(x ^ 0x5bd1e9955bd1e995ull);
     std::memcpy(&k[off], &x, std::min<size_t>(8, k.size() - off));
   }
@@ -422,7 +432,8 @@ int MasterBench(int argc, char** argv) {
   int64_t key_bytes = 16;
   uint64_t object_bytes = 4096, segment_bytes = 64ull << 40;
   double seconds = 2.0;
-  bool quick = false, json_only = false, no_grpc = false;
+  bool quick = false, json_only = false, no_grpc = false, no_read_grants = false;
+  std::string tenant;
   Flags flags("shelf-bench master",
               "the master's lookups, prefix matches and puts per second, "
               "and its bytes per object");
@@ -437,6 +448,10 @@ int MasterBench(int argc, char** argv) {
   flags.AddInt("grpc-objects", &grpc_objects, "objects in the gRPC master");
   flags.AddInt("grpc-threads", &grpc_threads, "client threads for the gRPC figures");
   flags.AddBool("no-grpc", &no_grpc, "skip the gRPC figures");
+  flags.AddBool("no-read-grants", &no_read_grants,
+                "in-process master: mint no read grants (their cost)");
+  flags.AddString("tenant", &tenant,
+                  "in-process master: keep tenant namespaces and quotas, keys as TENANT/KEY");
   flags.AddBool("quick", &quick, "tiny run for smoke tests (20k and 100k objects, 0.2 s figures)");
   flags.AddBool("json-only", &json_only, "print only the JSON line");
   flags.ParseOrExit(argc, argv);
@@ -448,14 +463,18 @@ int MasterBench(int argc, char** argv) {
   }
   if (objects_small < static_cast<int64_t>(kChain) || objects < objects_small ||
       grpc_objects < static_cast<int64_t>(kChain) || grpc_threads < 1 || seconds <= 0 ||
-      object_bytes == 0 || key_bytes < 8 || static_cast<size_t>(key_bytes) > kKeyBytesMax) {
+      object_bytes == 0 || key_bytes < 8 ||
+      static_cast<size_t>(key_bytes) + (tenant.empty() ? 0 : tenant.size() + 1) > kKeyBytesMax ||
+      (!tenant.empty() && !ValidTenantName(tenant))) {
     std::fprintf(stderr,
                  "shelf-bench master: need %zu <= --objects-small <= --objects, "
-                 "--grpc-objects >= %zu, --grpc-threads >= 1, --key-bytes 8..%zu\n",
+                 "--grpc-objects >= %zu, --grpc-threads >= 1, --key-bytes 8..%zu "
+                 "(with the tenant's prefix), a valid --tenant name\n",
                  kChain, kChain, kKeyBytesMax);
     return 2;
   }
   g_key_bytes = static_cast<size_t>(key_bytes);
+  if (!tenant.empty()) g_key_prefix = absl::StrCat(tenant, "/");
   uint64_t n_small = static_cast<uint64_t>(objects_small), n_big = static_cast<uint64_t>(objects);
   std::string error;
 
@@ -467,6 +486,20 @@ int MasterBench(int argc, char** argv) {
     MasterOptions mo;
     mo.node_ttl_ms = 24ull * 3600 * 1000;
     mo.put_timeout_ms = 24ull * 3600 * 1000;
+    mo.read_grants = !no_read_grants;
+    if (!tenant.empty()) {
+      // One engine of the tenant, no quota limits: the master still
+      // accounts what each tenant holds, per stored and dropped object.
+      PrincipalEntry engine;
+      engine.principal.name = "bench-engine";
+      engine.principal.role = Role::kEngine;
+      engine.principal.tenant = tenant;
+      engine.secret = "bench-secret";
+      std::vector<PrincipalEntry> entries;
+      entries.push_back(std::move(engine));
+      mo.credentials = Authenticator::FromEntries(std::move(entries));
+      mo.tenant_namespaces = true;
+    }
     Master master(mo);
     v1::RegisterStoreResponse rresp;
     absl::Status s = master.RegisterStore(FakeStore(segment_bytes), &rresp);
@@ -540,9 +573,10 @@ int MasterBench(int argc, char** argv) {
   bool goal_memory = bpo_big > 0 && bpo_big <= 200;
   if (!json_only) {
     std::printf("\nShelf master: in-process Master and a shelf-master over gRPC on loopback\n\n");
-    std::printf("  in-process, %s objects of %s, %lld-byte keys, one replica\n",
+    std::printf("  in-process, %s objects of %s, %lld-byte keys, one replica, read grants %s%s\n",
                 Count(n_small).c_str(), FormatBytes(object_bytes).c_str(),
-                static_cast<long long>(key_bytes));
+                static_cast<long long>(key_bytes), no_read_grants ? "off" : "on",
+                tenant.empty() ? "" : absl::StrCat(", tenant ", tenant).c_str());
     std::printf("  %-34s %12s %12s %12s %12s\n", "keys/s (per CPU-second)", "1 thread", "per CPU-s",
                 "2 threads", "per CPU-s");
     const char* names[3] = {"Lookup, 1 key/call", "Lookup, 64 keys/call",
@@ -591,6 +625,8 @@ int MasterBench(int argc, char** argv) {
   o["bench"] = "master";
   o["stopped"] = StopRequested();
   o["key_bytes"] = key_bytes;
+  o["read_grants"] = !no_read_grants;
+  o["tenant"] = tenant;
   o["objects_small"] = in_small;
   o["objects"] = in_big;
   o["object_bytes"] = object_bytes;
