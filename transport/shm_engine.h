@@ -40,7 +40,9 @@ class ShmEngine final : public Engine {
   // is released (transport/shm_write.h). Errors as for a read op; the
   // store's verdict (NOT_FOUND, DATA_LOSS, RESOURCE_EXHAUSTED,
   // FAILED_PRECONDITION) as it gives it. The caller verifies the bytes.
-  absl::Status ReadSsd(const Peer& peer, const std::string& key, char* dst, uint64_t size);
+  // `deadline_ms` (MonoMs; 0: none): DEADLINE_EXCEEDED once it passes.
+  absl::Status ReadSsd(const Peer& peer, const std::string& key, char* dst, uint64_t size,
+                       uint64_t deadline_ms);
   // Stores whose shared memory was refused (ShmAttachments::refusals).
   uint64_t refusals() const { return attachments_.refusals(); }
 
