@@ -297,14 +297,13 @@ void Store::SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced) {
   std::vector<v1::TierMoveResult> taken;
   taken.swap(*run);
   if (*unsynced == 0 || ssd_ == nullptr) {
-    // Nothing written to SSD (failed demotions only): reported as they are,
-    // behind any run still syncing, as a sync reports in order.
+    // Nothing written to SSD (failed demotions only, or none): reported as
+    // they are, with no sync (a run of drops alone never waits for one).
+    if (taken.empty()) return;
     MutexLock lock(&mu_);
-    if (syncs_running_ == 0) {
-      for (v1::TierMoveResult& r : taken) results_.push_back(std::move(r));
-      stop_cv_.SignalAll();
-      return;
-    }
+    for (v1::TierMoveResult& r : taken) results_.push_back(std::move(r));
+    stop_cv_.SignalAll();
+    return;
   }
   *unsynced = 0;
   // Fault injection for crash tests (unset in production):

@@ -420,8 +420,8 @@ int SsdBench(int argc, char** argv) {
                "I/Os in flight: raw O_DIRECT threads, and concurrent tier reads (Get callers)");
   uint64_t sync_bytes = 64ull << 20;
   flags.AddSize("sync-bytes", &sync_bytes,
-                "tier writes: a Sync after this many bytes, as the store's mover (0: one Sync at "
-                "the end)");
+                "tier writes: a SyncAsync after this many bytes (writes go on meanwhile), as "
+                "the store's mover (0: one Sync at the end)");
   std::string tier_read = "into";
   flags.AddString("tier-read", &tier_read,
                   "how the tier reads are made: into (SsdTier::GetInto an aligned buffer, as the "
