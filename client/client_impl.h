@@ -196,10 +196,12 @@ class ClientImpl final : public Client {
                           bool cached = false);
   // An SSD-tier block of a store on this host, through its shared segment
   // (transport::ShmEngine::ReadSsd); UNIMPLEMENTED when the store is not
-  // reachable that way. Sets *transport when it tries. `read_grant`: the
-  // replica's, which the store checks as for READ_KEY.
+  // reachable that way; DEADLINE_EXCEEDED once `deadline_ms` (MonoMs)
+  // passes. Sets *transport when it tries. `read_grant`: the replica's,
+  // which the store checks as for READ_KEY.
   absl::Status ReadSsdShm(const v1::StoreEndpoint& store, const std::string& key, char* dst,
-                          uint64_t size, const std::string& read_grant, const char** transport);
+                          uint64_t size, const std::string& read_grant, uint64_t deadline_ms,
+                          const char** transport);
   absl::Status ReadReplica(const v1::Replica& replica, const std::string& key, char* dst,
                            uint64_t size, uint64_t deadline_ms, const char** transport);
   // A cached location's replica: READ_KEY (generation checked) over TCP,

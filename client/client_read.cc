@@ -117,7 +117,7 @@ const std::string& StoreKey(const v1::ObjectLocation& loc) {
 
 absl::Status ClientImpl::ReadSsdShm(const v1::StoreEndpoint& store, const std::string& key,
                                     char* dst, uint64_t size, const std::string& read_grant,
-                                    const char** transport) {
+                                    uint64_t deadline_ms, const char** transport) {
   // A store on this host reads the block into a pinned range of its
   // segment and this client copies it from there: no socket carries the
   // bytes. Callers go on over TCP after any failure but corrupt bytes (an
@@ -129,15 +129,19 @@ absl::Status ClientImpl::ReadSsdShm(const v1::StoreEndpoint& store, const std::s
   const transport::Peer peer = PeerOf(store);
   if (!shm_.Reaches(peer)) return absl::UnimplementedError("the store is on another host");
   *transport = "shm";
-  return shm_.ReadSsd(peer, key, dst, size, read_grant);
+  return shm_.ReadSsd(peer, key, dst, size, read_grant, deadline_ms);
 }
 
 absl::Status ClientImpl::ReadReplica(const v1::Replica& replica, const std::string& key, char* dst,
                                      uint64_t size, uint64_t deadline_ms, const char** transport) {
   const v1::StoreEndpoint& store = replica.store();
   if (replica.tier() == v1::TIER_SSD) {
-    absl::Status shm_status = ReadSsdShm(store, key, dst, size, replica.read_grant(), transport);
-    if (shm_status.ok() || shm_status.code() == absl::StatusCode::kDataLoss) return shm_status;
+    absl::Status shm_status =
+        ReadSsdShm(store, key, dst, size, replica.read_grant(), deadline_ms, transport);
+    if (shm_status.ok() || shm_status.code() == absl::StatusCode::kDataLoss ||
+        shm_status.code() == absl::StatusCode::kDeadlineExceeded) {
+      return shm_status;
+    }
     *transport = "tcp";
     if (!options_.allow_tcp || !Offers(store, v1::TRANSPORT_TCP)) {
       return shm_status.code() == absl::StatusCode::kUnimplemented
@@ -158,9 +162,10 @@ absl::Status ClientImpl::ReadCachedReplica(const v1::ObjectLocation& loc, char* 
   if (r.tier() == v1::TIER_SSD) {
     // The SSD tier keeps no generation, over TCP either: the checksum after
     // the copy tells whether the bytes are the cached block's.
-    if (absl::Status s =
-            ReadSsdShm(store, StoreKey(loc), dst, loc.size(), r.read_grant(), transport);
-        s.ok() || s.code() == absl::StatusCode::kDataLoss) {
+    if (absl::Status s = ReadSsdShm(store, StoreKey(loc), dst, loc.size(), r.read_grant(),
+                                    deadline_ms, transport);
+        s.ok() || s.code() == absl::StatusCode::kDataLoss ||
+        s.code() == absl::StatusCode::kDeadlineExceeded) {
       return s;
     }
   }

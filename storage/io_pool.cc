@@ -50,25 +50,38 @@ void ExtentWriter::Write(uint64_t offset, char* buf, uint64_t length,
   {
     MutexLock lock(&mu_);
     jobs_.push_back(Job{offset, buf, length, std::move(done)});
+    // A drain under way takes this job when it is done with its run; one
+    // more is started while fewer than drains_max_ run.
+    if (drains_ >= drains_max_) return;
+    ++drains_;
   }
   pool_->Submit([this] { Drain(); });
 }
 
 void ExtentWriter::Drain() {
-  std::vector<Job> run;
-  {
-    MutexLock lock(&mu_);
-    if (jobs_.empty()) return;  // an earlier drain took this one's job
-    uint64_t bytes = 0;
-    // The oldest job, and those queued after it that continue it on disk.
-    while (!jobs_.empty() && run.size() < kRunJobsMax &&
-           (run.empty() || (jobs_.front().offset == run.back().offset + run.back().length &&
-                            bytes + jobs_.front().length <= kRunBytesMax))) {
-      bytes += jobs_.front().length;
-      run.push_back(std::move(jobs_.front()));
-      jobs_.pop_front();
+  for (;;) {
+    std::vector<Job> run;
+    {
+      MutexLock lock(&mu_);
+      if (jobs_.empty()) {
+        --drains_;
+        return;
+      }
+      uint64_t bytes = 0;
+      // The oldest job, and those queued after it that continue it on disk.
+      while (!jobs_.empty() && run.size() < kRunJobsMax &&
+             (run.empty() || (jobs_.front().offset == run.back().offset + run.back().length &&
+                              bytes + jobs_.front().length <= kRunBytesMax))) {
+        bytes += jobs_.front().length;
+        run.push_back(std::move(jobs_.front()));
+        jobs_.pop_front();
+      }
     }
+    WriteRun(run);
   }
+}
+
+void ExtentWriter::WriteRun(std::vector<Job>& run) {
   std::vector<struct iovec> iov(run.size());
   uint64_t total = 0;
   for (size_t i = 0; i < run.size(); ++i) {

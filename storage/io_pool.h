@@ -42,12 +42,16 @@ class IoPool {
 // continue each other on disk (queued one after the other, each at the end
 // of the one before) into one pwritev of up to 4 MiB: a run of small blocks
 // written to adjacent extents costs one system call and one device request
-// instead of one each. Buffers must stay valid until `done` runs.
+// instead of one each. Buffers must stay valid until `done` runs. At most
+// `drains` pool jobs write at once, each taking run after run until the
+// queue is empty: under a steady stream of writes no write wakes a thread.
 //
 // Thread-safe.
 class ExtentWriter {
  public:
-  ExtentWriter(int fd, IoPool* pool) : fd_(fd), pool_(pool) {}
+  // `drains`: the writes in flight at most (the pool's thread count).
+  ExtentWriter(int fd, IoPool* pool, int drains = 8)
+      : fd_(fd), pool_(pool), drains_max_(drains < 1 ? 1 : drains) {}
   // Writes [buf, +length) at `offset`; done(0 or an errno) runs on a pool
   // thread once it is written (or failed).
   void Write(uint64_t offset, char* buf, uint64_t length, std::function<void(int)> done)
@@ -63,11 +67,15 @@ class ExtentWriter {
     std::function<void(int)> done;
   };
   void Drain() ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes one run (the oldest job and those continuing it on disk).
+  void WriteRun(std::vector<Job>& run);
 
   const int fd_;
   IoPool* const pool_;
+  const int drains_max_;
   Mutex mu_;
   std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
+  int drains_ ABSL_GUARDED_BY(mu_) = 0;  // Drain jobs submitted and not finished
 };
 
 }  // namespace shelf

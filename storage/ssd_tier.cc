@@ -20,15 +20,23 @@
 #include "common/checksum.h"
 #include "common/errno_text.h"
 #include "common/log.h"
+#include "storage/ssd_records.h"
 
 namespace shelf {
 namespace {
 
+using ssd_records::AlignUp;
+using ssd_records::DbKey;
+using ssd_records::Errno;
+using ssd_records::ExtentKey;
+using ssd_records::FromRocks;
+using ssd_records::kAlign;
+using ssd_records::kExtentMagic;
+using ssd_records::kExtentRecord;
+using ssd_records::MetaKey;
+
 constexpr uint32_t kRecordMagic = 0x31445353;  // "SSD1": old format, bytes in RocksDB
 constexpr size_t kRecordHeader = 24;
-constexpr uint32_t kExtentMagic = 0x32445353;  // "SSD2": index entry of an extent
-constexpr size_t kExtentRecord = 32;
-constexpr uint64_t kAlign = 4096;
 // A write of up to this many bytes is one pwrite (the kernel queues all of
 // its device requests at once); a larger block's chunks, and successive
 // blocks, go to the I/O pool's threads in parallel.
@@ -40,24 +48,6 @@ constexpr uint64_t kReadChunk = 2ull << 20;
 constexpr uint64_t kVerifyPiece = 128ull << 10;
 constexpr char kDataFile[] = "extents.dat";
 
-// Old format, two records per block: "b" + key holds the header and the
-// bytes (a blob); "m" + key holds the header alone.
-std::string DbKey(const std::string& key) { return "b" + key; }
-std::string MetaKey(const std::string& key) { return "m" + key; }
-// Current format: "e" + key -> extent record.
-std::string ExtentKey(const std::string& key) { return "e" + key; }
-
-uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
-
-void EncodeExtent(uint64_t size, uint64_t checksum, uint64_t offset, char* out) {
-  std::memset(out, 0, kExtentRecord);
-  absl::little_endian::Store32(out, kExtentMagic);
-  out[4] = 2;
-  absl::little_endian::Store64(out + 8, size);
-  absl::little_endian::Store64(out + 16, checksum);
-  absl::little_endian::Store64(out + 24, offset);
-}
-
 bool ParseExtent(const rocksdb::Slice& v, uint64_t* size, uint64_t* checksum, uint64_t* offset) {
   if (v.size() != kExtentRecord) return false;
   if (absl::little_endian::Load32(v.data()) != kExtentMagic || v.data()[4] != 2) return false;
@@ -65,12 +55,6 @@ bool ParseExtent(const rocksdb::Slice& v, uint64_t* size, uint64_t* checksum, ui
   *checksum = absl::little_endian::Load64(v.data() + 16);
   *offset = absl::little_endian::Load64(v.data() + 24);
   return *offset % kAlign == 0 && *size > 0;
-}
-
-absl::Status Errno(const std::string& what, int err) {
-  std::string msg = absl::StrCat("SSD tier ", what, ": ", ErrnoText(err));
-  if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(msg);
-  return absl::UnavailableError(msg);
 }
 
 // pwrite/pread all of [buf, buf + n) at `off`; 0 or an errno.
@@ -92,17 +76,6 @@ char* AlignedAlloc(uint64_t n) {
   void* p = nullptr;
   if (posix_memalign(&p, kAlign, std::max(n, kAlign)) != 0) return nullptr;
   return static_cast<char*>(p);
-}
-
-absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
-  if (s.ok()) return absl::OkStatus();
-  std::string msg = absl::StrCat("SSD tier ", what, ": ", s.ToString());
-  if (s.IsNotFound()) return absl::NotFoundError(msg);
-  if (s.IsCorruption()) return absl::DataLossError(msg);
-  if (s.IsNoSpace() || s.subcode() == rocksdb::Status::kNoSpace) {
-    return absl::ResourceExhaustedError(msg);
-  }
-  return absl::UnavailableError(msg);
 }
 
 // Parses an old-format record header. Returns false if malformed.
@@ -249,8 +222,9 @@ SsdTier::SsdTier(const Options& options, rocksdb::DB* db, int fd, bool direct_io
       fd_(fd),
       direct_io_(direct_io),
       pool_(std::make_unique<IoPool>(std::max(1, options.io_threads))),
-      writer_(std::make_unique<ExtentWriter>(fd, pool_.get())),
+      writer_(std::make_unique<ExtentWriter>(fd, pool_.get(), std::max(1, options.io_threads))),
       read_pool_(std::make_unique<IoPool>(std::max(1, options.io_threads))),
+      sync_pool_(std::make_unique<IoPool>(1)),
       space_(options.capacity_bytes == 0
                  ? (1ull << 50)
                  : AlignUp(options.capacity_bytes) + options.capacity_bytes / 8 + (64ull << 20),
@@ -261,7 +235,8 @@ SsdTier::~SsdTier() {
   if (!s.ok()) {
     SHELF_LOG(WARNING) << "SSD tier sync at close failed" << Kv("error", s.message());
   }
-  pool_.reset();  // every write has completed
+  sync_pool_.reset();  // idle: the Sync above came after every queued one
+  pool_.reset();       // every write has completed
   read_pool_.reset();
   {
     MutexLock lock(&io_mu_);
@@ -362,13 +337,14 @@ absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t siz
         p->loc.offset = *off;
         break;
       }
-      if (attempt > 0 || to_free_.empty()) {
+      if (attempt > 0 || (to_free_.empty() && syncs_queued_ == 0)) {
         return absl::ResourceExhaustedError(absl::StrCat("SSD tier full: no free extent of ",
                                                          p->alloc, " bytes (",
                                                          off.status().message(), ")"));
       }
     }
-    // Space waits for a durable delete: a Sync frees it.
+    // Space waits for a durable delete: a Sync frees it (after the syncs
+    // already queued, which may free some too).
     absl::Status synced = Sync();
     if (!synced.ok()) return synced;
   }
@@ -422,6 +398,7 @@ absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t siz
     if (pit != pending_.end()) {
       p->has_replaced = pit->second->has_replaced;
       p->replaced = pit->second->replaced;
+      p->prev = pit->second;
     } else if (!inserted || index_had_key) {
       p->has_replaced = true;
       p->replaced = old;
@@ -449,94 +426,6 @@ absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t siz
 void SsdTier::WaitWritten(const PendingPtr& p) {
   MutexLock lock(&io_mu_);
   while (p->chunks_left > 0) io_cv_.Wait(&io_mu_);
-}
-
-absl::Status SsdTier::Sync() {
-  MutexLock sync_lock(&sync_mu_);
-  std::vector<PendingPtr> run;
-  std::vector<std::pair<uint64_t, uint64_t>> frees;
-  bool deletes = false;
-  {
-    MutexLock lock(&mu_);
-    run.swap(unsynced_);
-    frees.swap(to_free_);
-    deletes = deletes_unsynced_;
-    deletes_unsynced_ = false;
-  }
-  if (run.empty() && frees.empty() && !deletes) return absl::OkStatus();
-  // 1. The bytes: every write done, then the extent file synced.
-  absl::Status s;
-  for (const PendingPtr& p : run) {
-    WaitWritten(p);
-    MutexLock lock(&io_mu_);
-    if (s.ok() && !p->error.ok()) s = p->error;
-  }
-  if (s.ok() && !run.empty() && fdatasync(fd_) != 0) s = Errno("extent file sync", errno);
-  // 2. Only then the index entries of the puts still current (not
-  // overwritten or deleted since), in one synced write; it also makes the
-  // deletes written before it durable.
-  std::vector<bool> current(run.size());
-  rocksdb::WriteBatch batch;
-  {
-    MutexLock lock(&mu_);
-    for (size_t i = 0; i < run.size(); ++i) {
-      auto it = pending_.find(run[i]->key);
-      current[i] = it != pending_.end() && it->second == run[i];
-    }
-  }
-  for (size_t i = 0; i < run.size() && s.ok(); ++i) {
-    if (!current[i]) continue;
-    const Pending& p = *run[i];
-    char rec[kExtentRecord];
-    EncodeExtent(p.loc.size, p.loc.checksum, p.loc.offset, rec);
-    rocksdb::Status rs = batch.Put(ExtentKey(p.key), rocksdb::Slice(rec, kExtentRecord));
-    if (rs.ok() && p.has_replaced && p.replaced.offset == kInline) {
-      rs = batch.Delete(DbKey(p.key));
-      if (rs.ok()) rs = batch.Delete(MetaKey(p.key));
-    }
-    s = FromRocks(rs, "index batch");
-  }
-  if (s.ok()) {
-    s = batch.Count() > 0 ? FromRocks(db_->Write(WriteOpts(true), &batch), "index write")
-                          : FromRocks(db_->SyncWAL(), "index sync");
-  }
-  // 3. Extents no durable entry points at any more become free.
-  MutexLock lock(&mu_);
-  if (s.ok()) {
-    for (size_t i = 0; i < run.size(); ++i) {
-      Pending& p = *run[i];
-      if (current[i]) {
-        pending_.erase(p.key);
-        if (p.has_replaced && p.replaced.offset != kInline) {
-          frees.emplace_back(p.replaced.offset, AlignUp(p.replaced.size));
-        }
-      } else {
-        frees.emplace_back(p.loc.offset, p.alloc);  // never indexed
-      }
-    }
-    for (const auto& [off, len] : frees) {
-      absl::Status f = space_.Free(off, len);
-      if (!f.ok()) {
-        SHELF_LOG(ERROR) << "SSD tier free-space map" << Kv("error", f.message());
-      }
-    }
-    return absl::OkStatus();
-  }
-  // Not durable: the run leaves the index (its extents stay taken until
-  // the next open rebuilds the map: an index entry may have reached the
-  // disk after all). The frees wait for the next Sync.
-  for (size_t i = 0; i < run.size(); ++i) {
-    if (!current[i]) continue;
-    pending_.erase(run[i]->key);
-    auto it = index_.find(run[i]->key);
-    if (it != index_.end() && it->second.offset == run[i]->loc.offset) {
-      used_.fetch_sub(std::min(used_.load(), it->second.size));
-      index_.erase(it);
-    }
-  }
-  to_free_.insert(to_free_.end(), frees.begin(), frees.end());
-  deletes_unsynced_ = deletes_unsynced_ || deletes;
-  return s;
 }
 
 absl::Status SsdTier::GetInline(const std::string& key, std::string* out) {

@@ -19,6 +19,10 @@
 // durable before its index entry exists; what was not synced is absent
 // after a crash, never half. Space freed by Delete or an overwrite is
 // reused only after the index change that freed it is durable.
+// SyncAsync does the same on the tier's sync thread, so a writer keeps
+// putting (the disk keeps writing) while an earlier run's writes drain and
+// the file is synced: what a Sync or SyncAsync covers is fixed when it is
+// called, and they complete in the order they were called.
 //
 //   SsdTier::Options options;
 //   options.dir = "/var/lib/shelf/ssd";
@@ -33,6 +37,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -91,6 +97,11 @@ class SsdTier {
   // the blocks put since the last Sync leave the index (not served, not in
   // the inventory).
   absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_, io_mu_, sync_mu_);
+  // Sync without waiting: covers every Put and Delete that returned before
+  // it, runs on the tier's sync thread after every Sync and SyncAsync
+  // called before it, and calls done(its verdict, as Sync's) there. Puts
+  // made meanwhile belong to the next Sync. `done` must not call Sync.
+  void SyncAsync(std::function<void(absl::Status)> done) ABSL_LOCKS_EXCLUDED(mu_);
   // Reads and verifies a block. NOT_FOUND if absent; DATA_LOSS if corrupt
   // (the entry is then deleted and never served); UNAVAILABLE on I/O error.
   absl::Status Get(const std::string& key, std::string* out) ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
@@ -132,14 +143,28 @@ class SsdTier {
     absl::Status error;         // guarded by io_mu_
     bool has_replaced = false;  // a durable version of the key exists
     Loc replaced;               // that version (its extent, or kInline)
+    // The put of the key this one overwrote while that was still pending
+    // (none after a Delete); guarded by mu_, as the two fields above once
+    // the put is queued.
+    std::shared_ptr<Pending> prev;
   };
   using PendingPtr = std::shared_ptr<Pending>;
+  // What one Sync makes durable, taken when it is called.
+  struct SyncRun {
+    std::vector<PendingPtr> puts;
+    std::vector<std::pair<uint64_t, uint64_t>> frees;
+    bool deletes = false;
+  };
 
   SsdTier(const Options& options, rocksdb::DB* db, int fd, bool direct_io);
   rocksdb::WriteOptions WriteOpts(bool sync) const;
   // Makes room in the extent file for [0, end).
   absl::Status GrowTo(uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WaitWritten(const PendingPtr& p) ABSL_LOCKS_EXCLUDED(io_mu_);
+  // On the sync thread: makes every queued run durable, then tells each.
+  void SyncQueued() ABSL_LOCKS_EXCLUDED(mu_, io_mu_, sync_mu_);
+  // Makes a taken run durable: on the sync thread, runs in order.
+  absl::Status SyncTaken(SyncRun run) ABSL_LOCKS_EXCLUDED(mu_, io_mu_, sync_mu_);
   // Reads and verifies `loc` into `direct` (aligned, room for the rounded
   // size) or, when it is null, through a buffer handed to `sink` in order.
   absl::Status ReadExtent(const Loc& loc, char* direct,
@@ -163,6 +188,7 @@ class SsdTier {
   std::unique_ptr<IoPool> pool_;          // extent writes
   std::unique_ptr<ExtentWriter> writer_;  // on pool_; outlived by it (~SsdTier)
   std::unique_ptr<IoPool> read_pool_;     // chunks of large extent reads
+  std::unique_ptr<IoPool> sync_pool_;     // one thread: syncs, in the order called
 
   Mutex sync_mu_;  // one Sync at a time
   Mutex mu_;
@@ -174,6 +200,9 @@ class SsdTier {
   RangeAllocator space_ ABSL_GUARDED_BY(mu_);
   uint64_t file_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool deletes_unsynced_ ABSL_GUARDED_BY(mu_) = false;
+  int syncs_queued_ ABSL_GUARDED_BY(mu_) = 0;  // taken runs not yet synced
+  std::deque<std::pair<SyncRun, std::function<void(absl::Status)>>> sync_queue_
+      ABSL_GUARDED_BY(mu_);
 
   Mutex io_mu_;
   CondVar io_cv_;

@@ -379,6 +379,7 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
 
 absl::Status ShmAttachments::ReadSsd(
     ShmMapping& m, absl::string_view key, uint64_t size, absl::string_view read_grant,
+    uint64_t deadline_ms,
     absl::FunctionRef<absl::Status(uint32_t segment_id, uint64_t offset, uint64_t length)> copy) {
   // The store serves each connection on one thread: reads running in
   // parallel each take a connection of their own (an idle one, else a new
@@ -413,8 +414,15 @@ absl::Status ShmAttachments::ReadSsd(
       --m.readers;
     }
   }
-  if (channel == nullptr) return m.writer->ReadSsd(key, size, read_grant, copy);
-  absl::Status s = channel->ReadSsd(key, size, read_grant, copy);
+  if (channel == nullptr) return m.writer->ReadSsd(key, size, read_grant, deadline_ms, copy);
+  absl::Status s = channel->ReadSsd(key, size, read_grant, deadline_ms, copy);
+  if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+    // The connection waits for a reply no one reads: not kept, and no
+    // other read for this one (its time is up).
+    MutexLock lock(&m.readers_mu);
+    --m.readers;
+    return s;
+  }
   if (s.code() != absl::StatusCode::kUnavailable) {
     MutexLock lock(&m.readers_mu);
     m.idle_readers.push_back(std::move(channel));
@@ -430,7 +438,7 @@ absl::Status ShmAttachments::ReadSsd(
   }
   // A failed connection fails before the copy (the request or its reply):
   // the attachment's own connection reads the block instead.
-  return m.writer->ReadSsd(key, size, read_grant, copy);
+  return m.writer->ReadSsd(key, size, read_grant, deadline_ms, copy);
 }
 
 void ShmAttachments::Forget(const std::string& socket_path) {

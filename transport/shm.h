@@ -138,8 +138,10 @@ class ShmAttachments {
   // An SSD read through mapping `m` (ShmWriter::ReadSsd, under
   // `read_grant`), on a connection of its own while others run: the store
   // serves each connection on one thread, so parallel reads need several.
+  // `deadline_ms` as there.
   absl::Status ReadSsd(
       ShmMapping& m, absl::string_view key, uint64_t size, absl::string_view read_grant,
+      uint64_t deadline_ms,
       absl::FunctionRef<absl::Status(uint32_t segment_id, uint64_t offset, uint64_t length)> copy);
   // Forgets a mapping (e.g. the store restarted with a new segment).
   void Forget(const std::string& socket_path);

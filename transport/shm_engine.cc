@@ -12,7 +12,7 @@ bool ShmEngine::Reaches(const Peer& peer) const {
 }
 
 absl::Status ShmEngine::ReadSsd(const Peer& peer, const std::string& key, char* dst, uint64_t size,
-                                absl::string_view read_grant) {
+                                absl::string_view read_grant, uint64_t deadline_ms) {
   const std::string& socket = peer.route(Kind::kShm);
   absl::StatusOr<std::shared_ptr<ShmMapping>> map = attachments_.Get(socket, peer.incarnation);
   if (!map.ok()) {
@@ -21,7 +21,8 @@ absl::Status ShmEngine::ReadSsd(const Peer& peer, const std::string& key, char* 
   }
   ShmMapping& m = **map;
   absl::Status s = attachments_.ReadSsd(
-      m, key, size, read_grant, [&](uint32_t segment_id, uint64_t offset, uint64_t length) {
+      m, key, size, read_grant, deadline_ms,
+      [&](uint32_t segment_id, uint64_t offset, uint64_t length) {
         if (segment_id != m.segment_id || offset > m.size || length > m.size - offset) {
           return absl::UnavailableError(absl::StrCat("store ", peer.node_id, " pinned [", offset,
                                                      ", +", length,

@@ -41,9 +41,10 @@ class ShmEngine final : public Engine {
   // replica's, from the master; "": none). Errors as for a read op; the
   // store's verdict (PERMISSION_DENIED, NOT_FOUND, DATA_LOSS,
   // RESOURCE_EXHAUSTED, FAILED_PRECONDITION) as it gives it. The caller
-  // verifies the bytes.
+  // verifies the bytes. `deadline_ms` (MonoMs; 0: none): DEADLINE_EXCEEDED
+  // once it passes.
   absl::Status ReadSsd(const Peer& peer, const std::string& key, char* dst, uint64_t size,
-                       absl::string_view read_grant);
+                       absl::string_view read_grant, uint64_t deadline_ms);
   // Stores whose shared memory was refused (ShmAttachments::refusals).
   uint64_t refusals() const { return attachments_.refusals(); }
 

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/errno_text.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -89,6 +91,19 @@ absl::Status CopyIn(int staging, uint64_t src_offset, char* dst, uint64_t length
   return absl::OkStatus();
 }
 
+// Whether `fd` has bytes to read before MonoMs() reaches `deadline_ms`.
+bool WaitReadable(int fd, uint64_t deadline_ms) {
+  for (;;) {
+    const uint64_t now = MonoMs();
+    if (now >= deadline_ms) return false;
+    struct pollfd p = {fd, POLLIN, 0};
+    const uint64_t wait = std::min<uint64_t>(deadline_ms - now, 60000);
+    int n = poll(&p, 1, static_cast<int>(wait));
+    if (n > 0) return true;  // readable, or hung up: the read tells
+    if (n < 0 && errno != EINTR) return true;
+  }
+}
+
 // A read ("SHMR") or a release ("SHMF") whose header is `head`. False
 // when the connection must close (a malformed request, a failed reply).
 bool ServeSsdRead(int fd, const char* head, DataHandler* handler, std::set<uint64_t>* pins) {
@@ -104,8 +119,10 @@ bool ServeSsdRead(int fd, const char* head, DataHandler* handler, std::set<uint6
   if ((flags & ~kShmReadFlagGranted) != 0 || key_len == 0 || key_len > wire::kExtraBytesMax) {
     return false;
   }
+  const uint64_t received_ms = MonoMs();
   std::string extra(key_len, '\0');
   if (!ReadFull(fd, extra.data(), extra.size()).ok()) return false;
+  const uint64_t budget_ms = absl::little_endian::Load64(head + 16);
   const uint64_t size = absl::little_endian::Load64(head + 24);
   // With a grant, extra is the read credential: the grant, then the key.
   const bool granted = (flags & kShmReadFlagGranted) != 0;
@@ -124,6 +141,12 @@ bool ServeSsdRead(int fd, const char* head, DataHandler* handler, std::set<uint6
       pins->size() >= kShmPinsMax
           ? absl::ResourceExhaustedError("too many shared-memory reads pinned on one connection")
           : handler->PinSsdKey(key, size);
+  if (p.ok() && budget_ms != 0 && MonoMs() - received_ms > budget_ms) {
+    // The reader has given up on this read (and its connection): keep no
+    // range pinned for it until the connection closes.
+    handler->Unpin(p->pin);
+    p = absl::DeadlineExceededError("the SSD read ended past the reader's deadline");
+  }
   if (!p.ok()) return Reply(fd, p.status());
   pins->insert(p->pin);
   char body[kShmReadReplyBytes] = {};
@@ -320,7 +343,7 @@ absl::Status ShmWriter::ReadReply() {
 }
 
 absl::Status ShmWriter::ReadSsd(
-    absl::string_view key, uint64_t size, absl::string_view read_grant,
+    absl::string_view key, uint64_t size, absl::string_view read_grant, uint64_t deadline_ms,
     absl::FunctionRef<absl::Status(uint32_t segment_id, uint64_t offset, uint64_t length)> copy) {
   if (key.size() + read_grant.size() > wire::kExtraBytesMax) {
     return absl::InvalidArgumentError("key too long");
@@ -330,9 +353,14 @@ absl::Status ShmWriter::ReadSsd(
   {
     MutexLock lock(&mu_);
     if (broken_) return absl::UnavailableError("shared-memory channel broken");
+    const uint64_t now = MonoMs();
+    if (deadline_ms != 0 && now >= deadline_ms) {
+      return absl::DeadlineExceededError("deadline passed before the shared-memory SSD read");
+    }
     WriteRequest r;
     r.flags = read_grant.empty() ? 0 : kShmReadFlagGranted;
     r.grant_len = static_cast<uint32_t>(read_grant.size() + key.size());
+    r.offset = deadline_ms == 0 ? 0 : deadline_ms - now;  // budget_ms
     r.length = size;
     char head[kShmWriteHeaderBytes];
     EncodeRequest(r, head);
@@ -345,6 +373,12 @@ absl::Status ShmWriter::ReadSsd(
     if (!s.ok()) {
       broken_ = true;
       return absl::UnavailableError(absl::StrCat("shared-memory read request: ", s.message()));
+    }
+    // The store's reply within the deadline; the socket's own timeout
+    // (kShmWriteTimeoutMs) bounds the reads that follow.
+    if (deadline_ms != 0 && !WaitReadable(fd_, deadline_ms)) {
+      broken_ = true;
+      return absl::DeadlineExceededError("deadline passed waiting for the shared-memory SSD read");
     }
     s = ReadReply();
     if (!s.ok()) return s;

@@ -21,7 +21,7 @@
 // Same-host reads of SSD-tier blocks travel on the same socket (the client
 // never opens the store's files):
 //   client -> store: magic u32 "SHMR" | flags u32 | segment_id u32 = 0 |
-//                    key_len u32 | offset u64 = 0 | length u64 (the size
+//                    key_len u32 | budget_ms u64 | length u64 (the size
 //                    expected, 0: any) | src_offset u64 = 0 | key[key_len]
 //                    flags bit 0 (kShmReadFlagGranted): key[] is the read
 //                    credential, as for READ_KEY over TCP: the replica's
@@ -29,6 +29,10 @@
 // The store checks the grant as it does for READ_KEY
 // (DataHandler::CheckRead): a store that wants grants refuses a read
 // without one, or with one not for this key, store incarnation and time.
+// budget_ms: the milliseconds left to the reader's deadline when it sent
+// the request (0: none; stores before it ignore the field, which was 0).
+// A read the store completes past it is not pinned: DEADLINE_EXCEEDED,
+// the range freed at once, since the reader has stopped waiting.
 //   store -> client: status u32 | msg_len u32 | msg, then when status is
 //                    OK: segment_id u32 | 0 u32 | offset u64 | length u64 |
 //                    pin u64
@@ -99,9 +103,12 @@ class ShmWriter {
   // then releases the pin. `read_grant`: the replica's read grant from the
   // master ("": none). The store's verdict (PERMISSION_DENIED, NOT_FOUND,
   // DATA_LOSS, RESOURCE_EXHAUSTED, ...) or `copy`'s; UNAVAILABLE when the
-  // socket fails.
+  // socket fails. `deadline_ms` (MonoMs; 0: none) bounds the wait for the
+  // store's reply below the socket's I/O timeout: DEADLINE_EXCEEDED once it
+  // passes, and the connection is then broken (the late reply would be read
+  // as the next one's), so the caller makes another.
   absl::Status ReadSsd(
-      absl::string_view key, uint64_t size, absl::string_view read_grant,
+      absl::string_view key, uint64_t size, absl::string_view read_grant, uint64_t deadline_ms,
       absl::FunctionRef<absl::Status(uint32_t segment_id, uint64_t offset, uint64_t length)> copy);
 
  private:

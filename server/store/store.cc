@@ -294,7 +294,17 @@ absl::Status Store::Register() {
 }
 
 void Store::SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced) {
-  if (*unsynced == 0 || ssd_ == nullptr) return;
+  std::vector<v1::TierMoveResult> taken;
+  taken.swap(*run);
+  if (*unsynced == 0 || ssd_ == nullptr) {
+    // Nothing written to SSD (failed demotions only, or none): reported as
+    // they are, with no sync (a run of drops alone never waits for one).
+    if (taken.empty()) return;
+    MutexLock lock(&mu_);
+    for (v1::TierMoveResult& r : taken) results_.push_back(std::move(r));
+    stop_cv_.SignalAll();
+    return;
+  }
   *unsynced = 0;
   // Fault injection for crash tests (unset in production):
   //   before-sync: a run of two or more demotions has executed and is not
@@ -314,17 +324,35 @@ void Store::SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced) {
     std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
     raise(SIGKILL);
   }
-  absl::Status s = ssd_->Sync();
-  if (kill_point != nullptr && std::strcmp(kill_point, "after-write") == 0) raise(SIGKILL);
-  if (s.ok()) return;
-  // Not durable: the master must keep the DRAM copies.
-  SHELF_LOG(ERROR) << "SSD tier sync failed; demotions reported as failed"
-                   << Kv("error", s.message());
-  for (v1::TierMoveResult& r : *run) {
-    if (!r.ok()) continue;
-    r.set_ok(false);
-    r.set_error(absl::StrCat("SSD tier sync: ", s.message()));
+  {
+    // At most kSyncsAhead runs syncing: the mover writes the next run
+    // while they flush, but reports do not fall further behind.
+    MutexLock lock(&mu_);
+    while (syncs_running_ >= kSyncsAhead) syncs_cv_.Wait(&mu_);
+    ++syncs_running_;
   }
+  // The run is reported once SsdTier says its writes are durable; the
+  // tier's sync thread runs this, in the order the runs were cut.
+  ssd_->SyncAsync([this, taken = std::move(taken)](absl::Status s) mutable {
+    if (kill_point != nullptr && std::strcmp(kill_point, "after-write") == 0) raise(SIGKILL);
+    if (!s.ok()) {
+      // Not durable: the master must keep the DRAM copies.
+      SHELF_LOG(ERROR) << "SSD tier sync failed; demotions reported as failed"
+                       << Kv("error", s.message());
+      for (v1::TierMoveResult& r : taken) {
+        if (!r.ok()) continue;
+        r.set_ok(false);
+        r.set_error(absl::StrCat("SSD tier sync: ", s.message()));
+      }
+    }
+    MutexLock lock(&mu_);
+    for (v1::TierMoveResult& r : taken) results_.push_back(std::move(r));
+    --syncs_running_;
+    syncs_cv_.SignalAll();
+    // Durable now: the heartbeat loop reports them without waiting out
+    // its short sleep, and the master frees their DRAM for writers.
+    stop_cv_.SignalAll();
+  });
 }
 
 v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
@@ -382,7 +410,7 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
     // Long-poll only when idle: with moves queued or results to report,
     // come back quickly instead.
     MutexLock lock(&mu_);
-    bool idle = moves_.empty() && !moving_ && results_.empty();
+    bool idle = moves_.empty() && !moving_ && syncs_running_ == 0 && results_.empty();
     req.set_wait_for_orders_ms(idle ? static_cast<uint32_t>(heartbeat_interval_ms_) : 0);
   }
   if (ssd_ != nullptr) {
@@ -433,7 +461,8 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
   // by one that does: the master holds that one until its next orders, so
   // a demotion ordered meanwhile starts then, not a whole interval later
   // (writers wait for the room it frees).
-  *more_work = !moves_.empty() || moving_ || !results_.empty() || req.wait_for_orders_ms() == 0;
+  *more_work = !moves_.empty() || moving_ || syncs_running_ > 0 || !results_.empty() ||
+               req.wait_for_orders_ms() == 0;
   moves_cv_.Signal();
   return absl::OkStatus();
 }
@@ -489,12 +518,13 @@ void Store::MoverLoop() {
            WaitBefore(&moves_cv_, deadline)) {
     }
     // A run of moves is reported only once what it wrote to SSD is
-    // durable (SsdTier::Sync): the master frees a demoted block's DRAM
+    // durable (SsdTier::SyncAsync): the master frees a demoted block's DRAM
     // range on the report, so the SSD copy must survive a crash by then.
-    // Runs are cut at kSyncBytes so reports keep flowing under load.
+    // Runs are cut at kSyncBytes so reports keep flowing under load; the
+    // next run's writes start while the last one syncs (SyncRun).
     //
-    // `run` holds the demotions executed since the last Sync; they reach
-    // results_ (and so the next heartbeat) only after it. Only demotions
+    // `run` holds the demotions executed since the last cut; they reach
+    // results_ (and so the next heartbeat) only once synced. Only demotions
     // are reported: the master acts on nothing else, and a DROP_SSD
     // result for a key it no longer knows would make it order the drop
     // again.
@@ -522,13 +552,6 @@ void Store::MoverLoop() {
       if (flush) SyncRun(&run, &unsynced);
       mu_.Lock();
       moving_ = false;
-      if (flush) {
-        for (v1::TierMoveResult& r : run) results_.push_back(std::move(r));
-        run.clear();
-        // Durable now: the heartbeat loop reports them without waiting out
-        // its short sleep, and the master frees their DRAM for writers.
-        stop_cv_.SignalAll();
-      }
     }
     if (!run.empty()) {
       // Stopping with demotions executed but not synced: make them durable
@@ -536,8 +559,6 @@ void Store::MoverLoop() {
       mu_.Unlock();
       SyncRun(&run, &unsynced);
       mu_.Lock();
-      for (v1::TierMoveResult& r : run) results_.push_back(std::move(r));
-      run.clear();
     }
     // Master orders first; promotions are best effort.
     if (moves_.empty() && !promotions_.empty() && registered_.load()) {
@@ -548,6 +569,8 @@ void Store::MoverLoop() {
       mu_.Lock();
     }
   }
+  // The syncs under way report before the store goes.
+  while (syncs_running_ > 0) syncs_cv_.Wait(&mu_);
   mu_.Unlock();
 }
 

@@ -218,12 +218,17 @@ class Store : public DataHandler {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status HeartbeatOnce(bool* more_work) ABSL_LOCKS_EXCLUDED(mu_);
   v1::TierMoveResult Execute(const v1::TierMove& move) ABSL_LOCKS_EXCLUDED(mu_);
-  // Makes the SSD writes of `run` (the demotions executed since the last
-  // call) durable; on failure turns its successful demotions into
-  // failures. Resets `unsynced`. The mover reports a run only after this.
+  // Starts making the SSD writes of `run` (the demotions executed since the
+  // last call) durable, and takes it: once they are, its results reach
+  // results_ (on failure, its successful demotions turned into failures),
+  // in the order the runs were cut. Resets `unsynced`. Waits while
+  // kSyncsAhead runs are syncing.
   void SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced) ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr uint64_t kSyncBytes = 64ull << 20;
-  uint64_t demotions_unsynced_ = 0;  // mover thread only: executed since the last Sync
+  static constexpr int kSyncsAhead = 4;
+  int syncs_running_ ABSL_GUARDED_BY(mu_) = 0;  // runs cut, not yet durable and reported
+  CondVar syncs_cv_;                            // signalled when syncs_running_ falls
+  uint64_t demotions_unsynced_ = 0;             // mover thread only: executed since the last Sync
   // Applies a RECORD/FORGET notice to dram_records_.
   void NoteLocked(const v1::TierMove& notice) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Carries out queued tier moves off the heartbeat thread, so a long

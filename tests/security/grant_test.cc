@@ -388,7 +388,7 @@ class GrantSsdShmTest : public GrantTest {
     if (!m.ok()) return m.status();
     ShmMapping& map = **m;
     return attachments_.ReadSsd(
-        map, key, loc.size(), grant, [&](uint32_t segment_id, uint64_t offset, uint64_t length) {
+        map, key, loc.size(), grant, 0, [&](uint32_t segment_id, uint64_t offset, uint64_t length) {
           if (segment_id != map.segment_id || offset > map.size || length > map.size - offset) {
             return absl::OutOfRangeError("outside the mapping");
           }
