@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/credentials.h"
 #include "common/rpc.h"
@@ -36,6 +37,7 @@ constexpr char kDataSecret[] = "shm-tenant-test-data-plane-secret-0123";
 constexpr char kCredentials[] =
     "eng-a    engine   team-a   secret-of-engine-a-0123456789\n"
     "eng-b    engine   team-b   secret-of-engine-b-0123456789\n"
+    "reader   engine   team-r   secret-of-the-reader-01234567   read=team-a\n"
     "store-1  store    -        secret-of-the-store-0123456789\n"
     "ops      admin    -        secret-of-the-admin-0123456789\n";
 constexpr uint64_t kDramBytes = 32ull << 20;
@@ -162,6 +164,15 @@ TEST_F(ShmTenantTest, EachTenantReadsItsOwnArenasThroughSharedMemory) {
   // Another tenant's key stays out of reach through the master.
   std::string v;
   EXPECT_EQ(a->Get("@team-b/b-0", &v).code(), StatusCode::kPermissionDenied);
+
+  // A principal granted read= team-a maps team-a's arenas too, and reads
+  // its blocks through them.
+  std::unique_ptr<Client> r = As("reader");
+  ASSERT_NE(r, nullptr);
+  ASSERT_TRUE(r->Get("@team-a/a-2", &v).ok());
+  EXPECT_TRUE(v == BlockBytes(kBlockBytes, 3));
+  EXPECT_EQ(r->stats().bytes_loaded_shm, kBlockBytes);
+  EXPECT_EQ(r->stats().shm_refusals, 0u);
 }
 
 TEST_F(ShmTenantTest, AClientOfTenantACannotMapTenantBsArena) {
@@ -189,14 +200,17 @@ TEST_F(ShmTenantTest, AClientOfTenantACannotMapTenantBsArena) {
   // Tenant A's grant for B's arena, no grant, a forged one: refused.
   absl::StatusOr<int> fd = channel.MapArena(rb.segment_id(), rb.offset(), rb.length(), cred_a);
   EXPECT_EQ(fd.status().code(), absl::StatusCode::kPermissionDenied) << fd.status();
+  EXPECT_TRUE(absl::StrContains(fd.status().message(), "outside granted range")) << fd.status();
   fd = channel.MapArena(rb.segment_id(), ra.offset(), ra.length(), cred_a);
   EXPECT_EQ(fd.status().code(), absl::StatusCode::kPermissionDenied) << fd.status();
   fd = channel.MapArena(rb.segment_id(), rb.offset(), rb.length(), "");
   EXPECT_EQ(fd.status().code(), absl::StatusCode::kPermissionDenied) << fd.status();
+  EXPECT_TRUE(absl::StrContains(fd.status().message(), "needs the read grant")) << fd.status();
   std::string forged = cred_b;
   forged[forged.size() / 4] ^= 1;
   fd = channel.MapArena(rb.segment_id(), rb.offset(), rb.length(), forged);
   EXPECT_EQ(fd.status().code(), absl::StatusCode::kPermissionDenied) << fd.status();
+  EXPECT_TRUE(absl::StrContains(fd.status().message(), "does not verify")) << fd.status();
 
   // A's own arena, for A's grant: sealed, read-only, holding A's block.
   fd = channel.MapArena(ra.segment_id(), ra.offset(), ra.length(), cred_a);
