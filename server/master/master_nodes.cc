@@ -106,6 +106,12 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
         seg.tenant = b.tenant;
       }
     }
+    // What the store says the arena held: a new master learns it here,
+    // even for an arena whose blocks have all gone.
+    if (!seg.bound && s.bound()) {
+      seg.bound = true;
+      seg.tenant = s.tenant();
+    }
     n.segments.push_back(std::move(seg));
   }
   n.ssd_capacity = req.ssd_capacity_bytes();

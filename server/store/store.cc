@@ -234,6 +234,11 @@ absl::Status Store::Register() {
     seg->set_segment_id(i);
     seg->set_capacity_bytes(SegmentBytes());
     seg->set_tier(v1::TIER_DRAM);
+    MutexLock lock(&mu_);
+    if (i < arena_tenants_.size() && arena_tenants_[i].has_value()) {
+      seg->set_bound(true);
+      seg->set_tenant(*arena_tenants_[i]);
+    }
   }
   req.set_incarnation(incarnation_);
   {
@@ -465,6 +470,15 @@ void Store::NoteLocked(const v1::TierMove& notice) {
     auto it = dram_records_.find(start);
     if (it != dram_records_.end() && it->second.key == notice.key()) EraseRecordLocked(it);
     return;
+  }
+  if (arenas_ > 0) {
+    // The arena's first block names its tenant for good (SegmentInfo).
+    arena_tenants_.resize(arenas_);
+    std::optional<std::string>& tenant = arena_tenants_[SegmentOf(start)];
+    if (!tenant.has_value()) {
+      const size_t slash = notice.key().find('/');
+      tenant = slash == std::string::npos ? std::string() : notice.key().substr(0, slash);
+    }
   }
   // RECORD: drop any record overlapping the new block's range.
   uint64_t end = start + notice.size();

@@ -17,6 +17,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -318,6 +319,10 @@ class Store : public DataHandler {
     uint64_t generation;  // 0: unknown (a promotion's record)
   };
   std::map<uint64_t, Record> dram_records_ ABSL_GUARDED_BY(mu_);
+  // With arenas: each arena's tenant, from the first block recorded in it
+  // (empty optional: none yet); kept for the life of the process and
+  // reported at every registration (SegmentInfo.tenant).
+  std::vector<std::optional<std::string>> arena_tenants_ ABSL_GUARDED_BY(mu_);
   // dram_records_ by key (views into its nodes), for READ_KEY of DRAM
   // blocks. Updated with it: only through NoteLocked and EraseRecordLocked.
   absl::flat_hash_map<absl::string_view, uint64_t> dram_by_key_ ABSL_GUARDED_BY(mu_);

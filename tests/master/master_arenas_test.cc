@@ -28,8 +28,9 @@ class MasterArenasTest : public MasterFixture {
     o.tenant_namespaces = true;  // keys below are kept keys, TENANT/KEY
     Make(o);
   }
+  // `tenants`: what the store reports each arena held ("-": none).
   void RegisterArenas(uint32_t arenas, uint64_t incarnation = 1,
-                      std::vector<v1::InventoryEntry> inventory = {}) {
+                      std::vector<std::string> tenants = {}) {
     v1::RegisterStoreRequest req;
     req.set_protocol_version(1);
     req.mutable_endpoint()->set_node_id("s1");
@@ -40,9 +41,12 @@ class MasterArenasTest : public MasterFixture {
       auto* seg = req.add_segments();
       seg->set_segment_id(i);
       seg->set_capacity_bytes(kArena);
+      if (i < tenants.size() && tenants[i] != "-") {
+        seg->set_bound(true);
+        seg->set_tenant(tenants[i]);
+      }
     }
     req.set_incarnation(incarnation);
-    for (auto& e : inventory) *req.add_inventory() = e;
     v1::RegisterStoreResponse resp;
     ASSERT_TRUE(master_->RegisterStore(req, &resp).ok());
   }
@@ -103,6 +107,17 @@ TEST_F(MasterArenasTest, TheSameProcessRegisteringAgainKeepsItsArenasTenants) {
   EXPECT_NE(ArenaOf("team-b/0"), arena_a);
   ASSERT_TRUE(Put("team-a/1", kBlock).ok());
   EXPECT_EQ(ArenaOf("team-a/1"), arena_a);
+}
+
+TEST_F(MasterArenasTest, ANewMasterLearnsArenasTenantsFromTheStore) {
+  // Arena 0 held team-a's blocks before (all gone now): this master never
+  // saw them, yet gives arena 0 to nobody else.
+  RegisterArenas(2, 7, {"team-a", "-"});
+  ASSERT_TRUE(Put("team-b/0", kBlock).ok());
+  EXPECT_EQ(ArenaOf("team-b/0"), 1u);
+  EXPECT_FALSE(Put("team-c/0", kBlock).ok());
+  ASSERT_TRUE(Put("team-a/0", kBlock).ok());
+  EXPECT_EQ(ArenaOf("team-a/0"), 0u);
 }
 
 TEST_F(MasterArenasTest, OneSegmentStoresAndOpenClustersAreUnchanged) {
