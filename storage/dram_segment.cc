@@ -39,6 +39,7 @@ absl::Status Seal(int fd) {
 
 absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& options) {
   if (options.size_bytes == 0) return absl::InvalidArgumentError("DRAM segment size is 0");
+  if (options.arena_bytes != 0) return CreateArenas(options);
   // Hugepages first: only when the size is a multiple of 2 MiB and pages are
   // reserved; ftruncate/mmap fail otherwise and we fall back.
   if (options.try_hugepages && options.size_bytes % kHugePage == 0) {
@@ -95,9 +96,51 @@ absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& 
       new DramSegment(static_cast<char*>(p), options.size_bytes, fd, false));
 }
 
+absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::CreateArenas(const Options& options) {
+  const uint64_t arena = options.arena_bytes;
+  if (arena % 4096 != 0 || options.size_bytes % arena != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("DRAM size ", options.size_bytes,
+                                                   " is not a whole number of arenas of ", arena,
+                                                   " bytes (a multiple of 4096)"));
+  }
+  // One reservation for the whole segment, then each arena's memfd mapped
+  // over its part of it.
+  void* p = mmap(nullptr, options.size_bytes, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat("reserving the segment: ", ErrnoText(errno)));
+  }
+  char* base = static_cast<char*>(p);
+  std::unique_ptr<DramSegment> seg(new DramSegment(base, options.size_bytes, -1, false));
+  seg->arena_bytes_ = arena;
+  for (uint64_t at = 0; at < options.size_bytes; at += arena) {
+    int fd = memfd_create("shelf-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+      return absl::ResourceExhaustedError(absl::StrCat("memfd_create: ", ErrnoText(errno)));
+    }
+    seg->arena_fds_.push_back(fd);  // closed by the destructor from here
+    if (ftruncate(fd, static_cast<off_t>(arena)) != 0 ||
+        mmap(base + at, arena, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
+            MAP_FAILED) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot make a DRAM arena of ", arena, " bytes: ", ErrnoText(errno)));
+    }
+    if (absl::Status s = Seal(fd); !s.ok()) return s;
+  }
+  madvise(base, options.size_bytes, MADV_HUGEPAGE);
+  if (options.mlock && mlock(base, options.size_bytes) != 0) {
+    SHELF_LOG(WARNING) << "mlock failed (raise LimitMEMLOCK / ulimit -l)"
+                       << Kv("error", ErrnoText(errno));
+  }
+  SHELF_LOG(INFO) << "DRAM segment in arenas" << Kv("arenas", seg->arena_fds_.size())
+                  << Kv("arena_bytes", arena);
+  return seg;
+}
+
 DramSegment::~DramSegment() {
   munmap(base_, size_);
-  close(fd_);
+  if (fd_ >= 0) close(fd_);
+  for (int fd : arena_fds_) close(fd);
 }
 
 }  // namespace shelf

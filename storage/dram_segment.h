@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -30,6 +31,12 @@ class DramSegment {
     uint64_t size_bytes = 0;
     bool try_hugepages = true;
     bool mlock = false;
+    // Non-zero: the segment is made of size_bytes / arena_bytes arenas of
+    // this size (size_bytes must be a multiple of it), each its own sealed
+    // memfd, mapped back to back so that data() still addresses the whole
+    // segment. A same-host client is handed only the arenas it may read
+    // (docs/security.md, "Tenant arenas"). Normal pages only.
+    uint64_t arena_bytes = 0;
   };
   // RESOURCE_EXHAUSTED if the memory cannot be had; INVALID_ARGUMENT for 0;
   // INTERNAL if the kernel cannot seal it (memfd sealing is Linux >= 3.17,
@@ -42,7 +49,13 @@ class DramSegment {
 
   char* data() const { return base_; }
   uint64_t size() const { return size_; }
-  int fd() const { return fd_; }
+  // The descriptor of the whole segment; -1 when it is made of arenas.
+  int fd() const { return arena_fds_.empty() ? fd_ : -1; }
+  // Arenas (0 without them) and arena i's descriptor, covering
+  // [i * arena_bytes, +arena_bytes) of data().
+  uint32_t arenas() const { return static_cast<uint32_t>(arena_fds_.size()); }
+  uint64_t arena_bytes() const { return arena_bytes_; }
+  int arena_fd(uint32_t i) const { return arena_fds_[i]; }
   bool hugepages() const { return hugepages_; }
   // Whether [offset, offset+length) lies inside the segment (overflow-safe).
   bool Contains(uint64_t offset, uint64_t length) const {
@@ -52,11 +65,14 @@ class DramSegment {
  private:
   DramSegment(char* base, uint64_t size, int fd, bool hugepages)
       : base_(base), size_(size), fd_(fd), hugepages_(hugepages) {}
+  static absl::StatusOr<std::unique_ptr<DramSegment>> CreateArenas(const Options& options);
 
   char* const base_;
   const uint64_t size_;
   const int fd_;
   const bool hugepages_;
+  uint64_t arena_bytes_ = 0;
+  std::vector<int> arena_fds_;
 };
 
 }  // namespace shelf

@@ -97,6 +97,13 @@ class DataHandler {
   virtual absl::StatusOr<Pinned> PinSsdKey(absl::string_view key, uint64_t size) {
     return absl::FailedPreconditionError("this store offers no shared-memory SSD reads");
   }
+  // Shared memory with arenas: the descriptor of arena `segment_id` for a
+  // same-host client holding `credential`, a read grant (wire::ReadGrant
+  // then its key) for [offset, +length) of it. Not owned by the caller.
+  virtual absl::StatusOr<int> ShmArena(absl::string_view credential, uint32_t segment_id,
+                                       uint64_t offset, uint64_t length) {
+    return absl::FailedPreconditionError("this store's segment has no arenas");
+  }
   // Releases a range PinSsdKey returned; each pin is released once.
   virtual void Unpin(uint64_t pin) {}
   // Accounting hooks for DRAM-segment reads and writes (ReadKey accounts

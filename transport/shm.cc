@@ -118,6 +118,29 @@ absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::Start(const std::string& s
   return server;
 }
 
+absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::StartArenas(
+    const std::string& socket_path, uint64_t arena_bytes, std::string secret,
+    std::vector<uint32_t> allowed_uids, DataHandler* handler) {
+  if (allowed_uids.empty()) allowed_uids = {static_cast<uint32_t>(geteuid()), 0};
+  struct sockaddr_un addr;
+  if (absl::Status s = FillAddr(socket_path, &addr); !s.ok()) return s;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", ErrnoText(errno)));
+  unlink(socket_path.c_str());
+  if (bind(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(fd, 64) != 0) {
+    int e = errno;
+    close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", socket_path, ": ", ErrnoText(e)));
+  }
+  std::unique_ptr<ShmServer> server(new ShmServer(socket_path, fd, -1, -1, kShmArenas, arena_bytes,
+                                                  std::move(secret), std::move(allowed_uids),
+                                                  handler));
+  server->thread_ = std::thread([s = server.get()] { s->Loop(); });
+  return server;
+}
+
 ShmServer::ShmServer(std::string path, int listen_fd, int memfd, int owned_fd, uint32_t segment_id,
                      uint64_t size, std::string secret, std::vector<uint32_t> allowed_uids,
                      DataHandler* writes)
@@ -215,7 +238,7 @@ bool ShmServer::ServeOne(int fd, bool peer_allowed) {
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  if (ok) {
+  if (ok && memfd_ >= 0) {
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
     struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
@@ -232,6 +255,43 @@ bool ShmServer::ServeOne(int fd, bool peer_allowed) {
 
 ShmMapping::~ShmMapping() {
   if (base != nullptr) munmap(base, size);
+  MutexLock lock(&arenas_mu);
+  for (auto& [id, p] : arena_bases) munmap(const_cast<char*>(p), size);
+}
+
+absl::StatusOr<const char*> ShmAttachments::Arena(ShmMapping& m, uint32_t segment_id,
+                                                  uint64_t offset, uint64_t length,
+                                                  absl::string_view credential) {
+  {
+    MutexLock lock(&m.arenas_mu);
+    auto it = m.arena_bases.find(segment_id);
+    if (it != m.arena_bases.end()) return it->second;
+  }
+  absl::StatusOr<int> fd = m.writer->MapArena(segment_id, offset, length, credential);
+  if (!fd.ok()) return fd.status();
+  struct stat st;
+  absl::Status s;
+  if (!SealedAgainstResize(*fd)) {
+    s = absl::FailedPreconditionError(
+        absl::StrCat("arena ", segment_id, " of ", m.socket_path,
+                     " is not sealed against shrinking and growing: refusing to map it"));
+  } else if (!WriteProtected(*fd)) {
+    s = absl::FailedPreconditionError(absl::StrCat("arena ", segment_id, " of ", m.socket_path,
+                                                   " can be written through: refusing to map it"));
+  } else if (fstat(*fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < m.size) {
+    s = absl::DataLossError(absl::StrCat("arena ", segment_id, " is smaller than ", m.size));
+  }
+  void* p = MAP_FAILED;
+  if (s.ok()) {
+    p = mmap(nullptr, m.size, PROT_READ, MAP_SHARED, *fd, 0);
+    if (p == MAP_FAILED) s = absl::UnavailableError(absl::StrCat("mmap arena: ", ErrnoText(errno)));
+  }
+  close(*fd);
+  if (!s.ok()) return s;
+  MutexLock lock(&m.arenas_mu);
+  auto [it, inserted] = m.arena_bases.emplace(segment_id, static_cast<const char*>(p));
+  if (!inserted) munmap(p, m.size);  // another thread mapped it meanwhile
+  return it->second;
 }
 
 absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::string& socket_path,
@@ -312,8 +372,10 @@ absl::StatusOr<int> ShmAttachments::Handshake(const std::string& socket_path, in
                          " (its --shm-allow-uids)"));
       } else if (code != absl::StatusCode::kOk) {
         s = absl::Status(code, "shared-memory attach refused: wrong or missing cluster secret");
-      } else if (*memfd < 0) {
+      } else if (*memfd < 0 && absl::little_endian::Load32(reply + 4) != kShmArenas) {
         s = absl::UnavailableError("store sent no segment descriptor");
+      } else if (*memfd >= 0 && absl::little_endian::Load32(reply + 4) == kShmArenas) {
+        s = absl::UnavailableError("store sent a descriptor for a segment of arenas");
       }
     }
   }
@@ -335,6 +397,20 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
   // From here the socket belongs to the mapping: its puts travel on it.
   auto writer = std::make_unique<ShmWriter>(*fd);
   SetIoTimeoutMs(*fd, kShmWriteTimeoutMs);
+  if (absl::little_endian::Load32(reply + 4) == kShmArenas) {
+    // Nothing mapped yet: each arena is asked for with a read grant.
+    auto mapping = std::make_shared<ShmMapping>();
+    mapping->segment_id = kShmArenas;
+    mapping->size = absl::little_endian::Load64(reply + 8);
+    mapping->arenas = true;
+    mapping->incarnation = incarnation;
+    mapping->writer = std::move(writer);
+    mapping->socket_path = socket_path;
+    if (mapping->size == 0) return absl::DataLossError("store claims arenas of 0 bytes");
+    MutexLock lock(&mu_);
+    auto [it, inserted] = maps_.insert_or_assign(socket_path, mapping);
+    return it->second;
+  }
   if (!SealedAgainstResize(memfd)) {
     close(memfd);
     return absl::FailedPreconditionError(
@@ -401,7 +477,7 @@ absl::Status ShmAttachments::ReadSsd(
     int memfd = -1;
     absl::StatusOr<int> fd = Handshake(m.socket_path, &memfd, reply);
     if (fd.ok()) {
-      close(memfd);  // the segment is mapped already
+      if (memfd >= 0) close(memfd);  // the segment is mapped already
       SetIoTimeoutMs(*fd, kShmWriteTimeoutMs);
       channel = std::make_unique<ShmWriter>(*fd);
       if (absl::little_endian::Load32(reply + 4) != m.segment_id ||

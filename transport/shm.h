@@ -8,6 +8,10 @@
 //                     (32 zero bytes for an open cluster)
 //   store  -> client: status u32 (0 = OK) | segment_id u32 | size u64,
 //                     with the memfd attached as SCM_RIGHTS (OK only)
+// A store whose segment is made of arenas (one memfd each; docs/security.md,
+// "Tenant arenas") answers segment_id kShmArenas and size = one arena's
+// bytes, with no descriptor: the client then asks for each arena it reads
+// from, presenting a read grant into it (transport/shm_write.h, "SHMA").
 // A status is an absl::StatusCode: UNAUTHENTICATED for a wrong MAC,
 // PERMISSION_DENIED for a peer uid the store does not allow.
 //
@@ -57,6 +61,14 @@ class ShmServer {
                                                           std::string secret,
                                                           std::vector<uint32_t> allowed_uids = {},
                                                           DataHandler* writes = nullptr);
+  // The same for a segment made of arenas of `arena_bytes` each: no
+  // descriptor goes with the handshake; `handler` hands each arena's
+  // (DataHandler::ShmArena) for a read grant into it.
+  static absl::StatusOr<std::unique_ptr<ShmServer>> StartArenas(const std::string& socket_path,
+                                                                uint64_t arena_bytes,
+                                                                std::string secret,
+                                                                std::vector<uint32_t> allowed_uids,
+                                                                DataHandler* handler);
   ~ShmServer();
   const std::string& path() const { return path_; }
 
@@ -78,7 +90,7 @@ class ShmServer {
 
   const std::string path_;
   const int listen_fd_;
-  const int memfd_;     // the descriptor handed to peers (write-protected)
+  const int memfd_;     // the descriptor handed to peers (write-protected); -1: arenas
   const int owned_fd_;  // memfd_ when this server opened it, else -1
   DataHandler* const writes_;
   const uint32_t segment_id_;
@@ -98,12 +110,20 @@ inline constexpr size_t kShmConnectionsMax = 256;
 // (beyond its attachment's own).
 inline constexpr int kShmReadChannelsMax = 8;
 
+// The handshake's segment_id of a store whose segment is made of arenas.
+inline constexpr uint32_t kShmArenas = 0xFFFFFFFF;
+
 // A segment of a local store, mapped into this process.
 struct ShmMapping {
   char* base = nullptr;
   uint64_t size = 0;
   uint32_t segment_id = 0;
   uint64_t incarnation = 0;  // of the store it was made for (0: unknown)
+  // Arenas (segment_id kShmArenas): base is null and size is one arena's
+  // bytes; the arenas mapped so far (ShmAttachments::Arena), by segment id.
+  bool arenas = false;
+  Mutex arenas_mu;
+  std::map<uint32_t, const char*> arena_bases ABSL_GUARDED_BY(arenas_mu);
   // The attachment's socket: puts into this segment (never null once
   // attached).
   std::unique_ptr<ShmWriter> writer;
@@ -143,6 +163,13 @@ class ShmAttachments {
       ShmMapping& m, absl::string_view key, uint64_t size, absl::string_view read_grant,
       uint64_t deadline_ms,
       absl::FunctionRef<absl::Status(uint32_t segment_id, uint64_t offset, uint64_t length)> copy);
+  // With arenas: the base of arena `segment_id` of `m`, mapped (read-only)
+  // the first time with `credential`, a read grant for [offset, +length)
+  // of it. The store's refusal (PERMISSION_DENIED), FAILED_PRECONDITION
+  // for an unsealed or writable descriptor, UNAVAILABLE when the socket
+  // fails.
+  absl::StatusOr<const char*> Arena(ShmMapping& m, uint32_t segment_id, uint64_t offset,
+                                    uint64_t length, absl::string_view credential);
   // Forgets a mapping (e.g. the store restarted with a new segment).
   void Forget(const std::string& socket_path);
   // Attachments refused so far (each socket and incarnation once).

@@ -23,7 +23,7 @@ absl::Status ShmEngine::ReadSsd(const Peer& peer, const std::string& key, char* 
   absl::Status s = attachments_.ReadSsd(
       m, key, size, read_grant, deadline_ms,
       [&](uint32_t segment_id, uint64_t offset, uint64_t length) {
-        if (segment_id != m.segment_id || offset > m.size || length > m.size - offset) {
+        if (m.arenas || segment_id != m.segment_id || offset > m.size || length > m.size - offset) {
           return absl::UnavailableError(absl::StrCat("store ", peer.node_id, " pinned [", offset,
                                                      ", +", length,
                                                      ") outside its mapped segment"));
@@ -52,8 +52,27 @@ void ShmEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work,
                                                        " unavailable: ", map.status().message())));
       continue;
     }
-    const ShmMapping& m = **map;
-    if (m.segment_id != op.segment_id || op.remote_offset > m.size ||
+    ShmMapping& m = **map;
+    if (m.arenas && op.kind == OpKind::kRead) {
+      // Each arena is mapped the first time it is read from, for this op's
+      // read grant: the store hands only arenas the grant reaches.
+      absl::StatusOr<const char*> base =
+          op.remote_offset > m.size || op.length > m.size - op.remote_offset
+              ? absl::OutOfRangeError(absl::StrCat("[", op.remote_offset, ", +", op.length,
+                                                   ") is past an arena of ", m.size, " bytes"))
+              : attachments_.Arena(m, op.segment_id, op.remote_offset, op.length, op.grant);
+      if (!base.ok()) {
+        if (base.status().code() == absl::StatusCode::kUnavailable) attachments_.Forget(socket);
+        batch->Complete(w.index, absl::UnavailableError(absl::StrCat(
+                                     "arena ", op.segment_id, " of store ", op.peer->node_id,
+                                     " not mapped: ", base.status().message())));
+        continue;
+      }
+      std::memcpy(w.local, *base + op.remote_offset, op.length);
+      batch->Complete(w.index, absl::OkStatus());
+      continue;
+    }
+    if ((!m.arenas && m.segment_id != op.segment_id) || op.remote_offset > m.size ||
         op.length > m.size - op.remote_offset) {
       // The socket may belong to a restarted store: map it afresh next time.
       attachments_.Forget(socket);

@@ -159,6 +159,55 @@ bool ServeSsdRead(int fd, const char* head, DataHandler* handler, std::set<uint6
   return WriteFullv(fd, iov, 2).ok();
 }
 
+// An arena request ("SHMA") whose header is `head`. False when the
+// connection must close.
+bool ServeArena(int fd, const char* head, DataHandler* handler) {
+  const uint32_t segment_id = absl::little_endian::Load32(head + 8);
+  const uint32_t cred_len = absl::little_endian::Load32(head + 12);
+  if (absl::little_endian::Load32(head + 4) != 0 || cred_len > wire::kExtraBytesMax) return false;
+  std::string cred(cred_len, '\0');
+  if (!ReadFull(fd, cred.data(), cred.size()).ok()) return false;
+  absl::StatusOr<int> arena =
+      handler == nullptr
+          ? absl::FailedPreconditionError("this store has no arenas")
+          : handler->ShmArena(cred, segment_id, absl::little_endian::Load64(head + 16),
+                              absl::little_endian::Load64(head + 24));
+  if (!arena.ok()) {
+    SHELF_LOG(WARNING) << "shared-memory arena refused" << Kv("arena", segment_id)
+                       << Kv("error", arena.status().message());
+    return Reply(fd, arena.status());
+  }
+  // Never a descriptor that can be written through: the memfd itself when
+  // sealed F_SEAL_FUTURE_WRITE, else a read-only reopening of it.
+  int served = *arena, owned = -1;
+  int seals = fcntl(served, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_FUTURE_WRITE) == 0) {
+    owned = open(absl::StrCat("/proc/self/fd/", served).c_str(), O_RDONLY | O_CLOEXEC);
+    if (owned < 0) return Reply(fd, absl::InternalError("cannot reopen the arena read-only"));
+    served = owned;
+  }
+  char status[kShmWriteReplyBytes] = {};  // OK, no message
+  struct iovec iov = {status, sizeof(status)};
+  struct msghdr msg;
+  std::memset(&msg, 0, sizeof(msg));
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &served, sizeof(int));
+  ssize_t n;
+  do {
+    n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (owned >= 0) close(owned);
+  return n == static_cast<ssize_t>(sizeof(status));
+}
+
 }  // namespace
 
 void ServeShmWrites(int fd, DataHandler* handler) {
@@ -172,6 +221,10 @@ void ServeShmWrites(int fd, DataHandler* handler) {
         n == static_cast<ssize_t>(sizeof(head)) ? absl::little_endian::Load32(head) : 0;
     if ((magic == kShmReadMagic || magic == kShmReleaseMagic) && got < 0) {
       if (!ServeSsdRead(fd, head, handler, &pins)) break;
+      continue;
+    }
+    if (magic == kShmArenaMagic && got < 0) {
+      if (!ServeArena(fd, head, handler)) break;
       continue;
     }
     if (magic != kShmWriteMagic) {
@@ -404,6 +457,51 @@ absl::Status ShmWriter::ReadSsd(
   absl::little_endian::Store64(head + 16, pin);
   if (!WriteFull(fd_, head, sizeof(head)).ok()) broken_ = true;
   return copied;
+}
+
+absl::StatusOr<int> ShmWriter::MapArena(uint32_t segment_id, uint64_t offset, uint64_t length,
+                                        absl::string_view credential) {
+  if (credential.size() > wire::kExtraBytesMax) {
+    return absl::InvalidArgumentError("read credential too long");
+  }
+  MutexLock lock(&mu_);
+  if (broken_) return absl::UnavailableError("shared-memory channel broken");
+  WriteRequest r;
+  r.segment_id = segment_id;
+  r.grant_len = static_cast<uint32_t>(credential.size());
+  r.offset = offset;
+  r.length = length;
+  char head[kShmWriteHeaderBytes];
+  EncodeRequest(r, head);
+  absl::little_endian::Store32(head, kShmArenaMagic);
+  struct iovec iov[2] = {{head, sizeof(head)},
+                         {const_cast<char*>(credential.data()), credential.size()}};
+  absl::Status s = WriteFullv(fd_, iov, 2);
+  char reply[kShmWriteReplyBytes];
+  int got = -1;
+  if (s.ok()) {
+    ssize_t n = RecvWithFd(fd_, reply, sizeof(reply), &got);
+    if (n != static_cast<ssize_t>(sizeof(reply))) {
+      s = absl::UnavailableError("short shared-memory arena reply");
+    }
+  }
+  if (!s.ok()) {
+    if (got >= 0) close(got);
+    broken_ = true;
+    return absl::UnavailableError(absl::StrCat("shared-memory arena request: ", s.message()));
+  }
+  const auto code = static_cast<absl::StatusCode>(absl::little_endian::Load32(reply));
+  const uint32_t msg_len = absl::little_endian::Load32(reply + 4);
+  if (code == absl::StatusCode::kOk && got >= 0 && msg_len == 0) return got;
+  if (got >= 0) close(got);
+  std::string text(std::min(msg_len, kShmWriteMessageBytesMax), '\0');
+  if (msg_len > kShmWriteMessageBytesMax || !ReadFull(fd_, text.data(), text.size()).ok()) {
+    broken_ = true;
+    return absl::UnavailableError("shared-memory arena reply unreadable");
+  }
+  if (code == absl::StatusCode::kOk)
+    return absl::UnavailableError("store sent no arena descriptor");
+  return absl::Status(code, text);
 }
 
 absl::Status ShmWriter::Write(uint32_t segment_id, uint64_t offset, const char* src,

@@ -45,6 +45,17 @@
 // then; a connection holds at most kShmPinsMax (more: RESOURCE_EXHAUSTED).
 // A release of a pin the connection does not hold closes it.
 //
+// A store whose segment is made of arenas (docs/security.md, "Tenant
+// arenas") hands no descriptor with the handshake; a client asks for each
+// arena it reads from:
+//   client -> store: magic u32 "SHMA" | 0 u32 | segment_id u32 |
+//                    cred_len u32 | offset u64 | length u64 | 0 u64 |
+//                    cred[cred_len]   (a read credential for [offset,
+//                                      +length) of the arena)
+//   store -> client: status u32 | msg_len u32 | msg, with the arena's
+//                    sealed, write-protected memfd attached when OK.
+// A credential that does not verify for the range is PERMISSION_DENIED.
+//
 // ShmWriter is thread-safe (requests on one connection are serialized).
 #ifndef SHELF_TRANSPORT_SHM_WRITE_H_
 #define SHELF_TRANSPORT_SHM_WRITE_H_
@@ -63,6 +74,7 @@ namespace shelf {
 inline constexpr uint32_t kShmWriteMagic = 0x574D4853;    // "SHMW"
 inline constexpr uint32_t kShmReadMagic = 0x524D4853;     // "SHMR"
 inline constexpr uint32_t kShmReleaseMagic = 0x464D4853;  // "SHMF"
+inline constexpr uint32_t kShmArenaMagic = 0x414D4853;    // "SHMA"
 inline constexpr uint32_t kShmWriteFlagFd = 1;
 inline constexpr uint32_t kShmReadFlagGranted = 1;
 inline constexpr size_t kShmReadReplyBytes = 32;  // after an OK status
@@ -110,6 +122,13 @@ class ShmWriter {
   absl::Status ReadSsd(
       absl::string_view key, uint64_t size, absl::string_view read_grant, uint64_t deadline_ms,
       absl::FunctionRef<absl::Status(uint32_t segment_id, uint64_t offset, uint64_t length)> copy);
+
+  // Asks for arena `segment_id`'s descriptor under `credential`, a read
+  // credential for [offset, +length) of it ("SHMA" above): the descriptor
+  // (the caller's to close), the store's verdict (PERMISSION_DENIED for a
+  // credential that does not verify), or UNAVAILABLE when the socket fails.
+  absl::StatusOr<int> MapArena(uint32_t segment_id, uint64_t offset, uint64_t length,
+                               absl::string_view credential);
 
  private:
   absl::Status Reserve(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -333,7 +333,8 @@ absl::StatusOr<bool> Master::PlaceRangesLocked(const v1::PutStartRequest& req,
       bool used = false;
       for (const Replica& r : put->ranges) used |= r.node == node;
       if (used || nodes_[node]->state != v1::NODE_LIVE || nodes_[node]->draining) continue;
-      absl::StatusOr<Replica> r = AllocateOnNodeLocked(node, req.size(), now, allow_drop);
+      absl::StatusOr<Replica> r =
+          AllocateOnNodeLocked(node, req.size(), now, allow_drop, req.key());
       if (r.ok()) {
         put->ranges.push_back(*r);
       } else {

@@ -345,6 +345,11 @@ class Master {
     double put_bytes_per_s = 0;
     // Used bytes that eviction still has to act on.
     uint64_t settled_used() const { return alloc->used() - demoting_bytes; }
+    // A store of arenas in a cluster of tenants (ArenasLocked): the tenant
+    // this arena was given to with its first block. It holds that
+    // tenant's blocks only, for as long as the node's registration lasts.
+    bool bound = false;
+    std::string tenant;
   };
   // Where a node's long-poll heartbeat waits for orders: off mu_, and
   // woken only by orders for that node. (absl evaluates the condition of
@@ -501,8 +506,33 @@ class Master {
   // Allocates `size` bytes on `node`, evicting LRU objects there if needed.
   // With `allow_drop`, drops LRU objects there (no demotion) until it fits;
   // without, only orders demotions (asynchronous) and fails.
+  // `key` (kept) chooses the arenas of a store of arenas (ArenasLocked):
+  // its tenant's, else a free one, which becomes its tenant's.
   absl::StatusOr<Replica> AllocateOnNodeLocked(uint32_t node, uint64_t size, uint64_t now,
-                                               bool allow_drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                               bool allow_drop, absl::string_view key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `n` is a store of arenas (it registered more than one DRAM
+  // segment) in a cluster of tenants: each arena then holds one tenant's
+  // blocks, since a same-host client maps whole arenas (docs/security.md,
+  // "Tenant arenas").
+  bool ArenasLocked(const Node& n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return options_.tenant_namespaces && n.segments.size() > 1;
+  }
+  // The tenant of a kept key: what precedes its first '/' ("" for none).
+  static absl::string_view KeyTenant(absl::string_view kept) {
+    size_t slash = kept.find('/');
+    return slash == absl::string_view::npos ? absl::string_view() : kept.substr(0, slash);
+  }
+  // The segments of `n` AllocateOnNodeLocked tries for kept key `key`, in
+  // order (master_arenas.cc): all of them, or in a store of arenas the
+  // key's tenant's arenas then free ones (none: `*why` says so).
+  std::vector<uint32_t> SegmentOrderLocked(const Node& n, absl::string_view key,
+                                           absl::Status* why) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives free arena `seg` of `n` to the tenant of `key` (a store of
+  // arenas only; a bound arena is left as it is).
+  void BindArenaLocked(const Node& n, Segment* seg, absl::string_view key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What an eviction pass may do with a victim.
   enum class EvictMode {
     // Order demotions (asynchronous); drop only a DRAM replica whose block

@@ -40,6 +40,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint32_t idx;
   std::vector<v1::InventoryEntry> orphans;
+  bool same_process_arenas = false;
   auto it = node_by_id_.find(ep.node_id());
   if (it != node_by_id_.end()) {
     idx = it->second;
@@ -65,6 +66,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
     // come back as orphans.
     Node& old = *nodes_[idx];
     const bool same_process = old.incarnation == req.incarnation();
+    same_process_arenas = same_process;
     orphans = std::exchange(old.orphans, {});
     if (!same_process) orphans.clear();
     DropNodeReplicasLocked(idx, now, same_process ? &orphans : nullptr);
@@ -90,11 +92,26 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   n.grant_key = RandomBytes(32);
   n.grant_mac = std::make_unique<const HmacKey>(n.grant_key);
   n.last_heartbeat_ms = now;
+  // The same process keeps its arenas' tenants: their memory is the same,
+  // and clients of those tenants may map it still.
+  std::vector<Segment> before = std::move(n.segments);
   n.segments.clear();
   for (const v1::SegmentInfo& s : req.segments()) {
     Segment seg;
     seg.id = s.segment_id();
     seg.alloc = std::make_unique<RangeAllocator>(s.capacity_bytes(), options_.alignment);
+    for (const Segment& b : before) {
+      if (same_process_arenas && b.id == seg.id && b.bound) {
+        seg.bound = true;
+        seg.tenant = b.tenant;
+      }
+    }
+    // What the store says the arena held: a new master learns it here,
+    // even for an arena whose blocks have all gone.
+    if (!seg.bound && s.bound()) {
+      seg.bound = true;
+      seg.tenant = s.tenant();
+    }
     n.segments.push_back(std::move(seg));
   }
   n.ssd_capacity = req.ssd_capacity_bytes();
@@ -151,6 +168,9 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
     }
     r.segment = static_cast<uint32_t>(seg);
     r.offset = e.offset();
+    // A store of arenas that held a block before this registration: its
+    // arena is that block's tenant's (a new master learns it here).
+    BindArenaLocked(n, &n.segments[seg], e.key());
   } else if (e.tier() != v1::TIER_SSD) {
     return;
   }
@@ -430,10 +450,12 @@ std::vector<uint32_t> Master::PlaceLocked(const v1::PutOptions& opts,
 }
 
 absl::StatusOr<Master::Replica> Master::AllocateOnNodeLocked(uint32_t node, uint64_t size,
-                                                             uint64_t now, bool allow_drop) {
+                                                             uint64_t now, bool allow_drop,
+                                                             absl::string_view key) {
   Node& n = *nodes_[node];
   absl::Status last = absl::ResourceExhaustedError("no segment large enough");
-  for (uint32_t si = 0; si < n.segments.size(); ++si) {
+  const std::vector<uint32_t> order = SegmentOrderLocked(n, key, &last);
+  for (uint32_t si : order) {
     Segment& seg = n.segments[si];
     if (seg.alloc->capacity() < size) continue;
     absl::StatusOr<uint64_t> off = seg.alloc->Allocate(size);
@@ -452,6 +474,7 @@ absl::StatusOr<Master::Replica> Master::AllocateOnNodeLocked(uint32_t node, uint
       }
     }
     if (off.ok()) {
+      BindArenaLocked(n, &seg, key);
       Replica r;
       r.node = node;
       r.tier = v1::TIER_DRAM;
@@ -590,7 +613,8 @@ absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse*
   // Room as for a put, but never by dropping blocks: a full segment orders
   // demotions of its least recently used and this promotion is skipped.
   Node& n = *nodes_[node];
-  absl::StatusOr<Replica> r = AllocateOnNodeLocked(node, req.size(), now, /*allow_drop=*/false);
+  absl::StatusOr<Replica> r =
+      AllocateOnNodeLocked(node, req.size(), now, /*allow_drop=*/false, req.key());
   if (!r.ok()) return r.status();
   uint64_t id = next_promote_id_++;
   promotes_[id] =

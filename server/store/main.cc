@@ -72,6 +72,12 @@ int main(int argc, char** argv) {
   flags.AddBool("hugepages", &opts.hugepages, "back the DRAM segment with hugepages if reserved");
   flags.AddBool("mlock", &opts.mlock, "lock the DRAM segment in memory");
   flags.AddBool("shm", &opts.shm, "serve same-host clients through shared memory");
+  flags.AddSize("shm-arena", &opts.shm_arena_bytes,
+                "non-zero: the DRAM segment is made of arenas of this size, each its own "
+                "memfd, data-plane segment and RDMA region; the master gives each arena to one "
+                "tenant and a same-host client maps only the arenas it holds read grants for "
+                "(docs/security.md, \"Tenant arenas\"); --dram-size must be a multiple of it. "
+                "0: one segment, every same-host client maps all of it");
   flags.AddSize("shm-ssd-window", &opts.shm_ssd_window,
                 "with --shm and --ssd-dir: shared memory past the DRAM segment into which "
                 "same-host clients' SSD hits are read for them to copy (0: over TCP)");

@@ -28,8 +28,26 @@ void Store::Stop() {
 }
 
 absl::StatusOr<DataHandler::Region> Store::Segment(uint32_t id) {
-  if (id != kSegmentId) return absl::NotFoundError(absl::StrCat("no segment ", id));
-  return Region{segment_->data(), dram_bytes_};
+  if (id >= SegmentCount()) return absl::NotFoundError(absl::StrCat("no segment ", id));
+  return Region{segment_->data() + id * SegmentBytes(), SegmentBytes()};
+}
+
+absl::StatusOr<int> Store::ShmArena(absl::string_view credential, uint32_t segment_id,
+                                    uint64_t offset, uint64_t length) {
+  if (arenas_ == 0) return absl::FailedPreconditionError("this store's segment has no arenas");
+  uint64_t global = 0;
+  if (length == 0 || !ToGlobal(segment_id, offset, length, &global)) {
+    return absl::OutOfRangeError(
+        absl::StrCat("no range [", offset, ", +", length, ") in arena ", segment_id));
+  }
+  // The master places a tenant's blocks only in arenas it gave that
+  // tenant, and grants reads only to principals that may read the tenant:
+  // a read grant into an arena is the right to map it.
+  if (absl::Status s = CheckRead(credential, "", true, segment_id, offset, length); !s.ok()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("arena ", segment_id, " refused: ", s.message()));
+  }
+  return segment_->arena_fd(segment_id);
 }
 
 absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
@@ -211,10 +229,17 @@ absl::Status Store::Register() {
   }
   if (rdma_ != nullptr) ep->add_transports(v1::TRANSPORT_RDMA);
   for (const auto& [k, v] : options_.labels) (*req.mutable_labels())[k] = v;
-  v1::SegmentInfo* seg = req.add_segments();
-  seg->set_segment_id(kSegmentId);
-  seg->set_capacity_bytes(dram_bytes_);
-  seg->set_tier(v1::TIER_DRAM);
+  for (uint32_t i = 0; i < SegmentCount(); ++i) {
+    v1::SegmentInfo* seg = req.add_segments();
+    seg->set_segment_id(i);
+    seg->set_capacity_bytes(SegmentBytes());
+    seg->set_tier(v1::TIER_DRAM);
+    MutexLock lock(&mu_);
+    if (i < arena_tenants_.size() && arena_tenants_[i].has_value()) {
+      seg->set_bound(true);
+      seg->set_tenant(*arena_tenants_[i]);
+    }
+  }
   req.set_incarnation(incarnation_);
   {
     // DRAM contents the master told us about, checked against their bytes:
@@ -233,8 +258,8 @@ absl::Status Store::Register() {
       inv->set_size(r.size);
       inv->set_checksum(r.checksum);
       inv->set_tier(v1::TIER_DRAM);
-      inv->set_segment_id(kSegmentId);
-      inv->set_offset(it->first);
+      inv->set_segment_id(SegmentOf(it->first));
+      inv->set_offset(OffsetOf(it->first));
       inv->set_generation(r.generation);
       ++it;
     }
@@ -364,7 +389,7 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
     case v1::TierMove::DEMOTE:
       if (ssd_ == nullptr) {
         s = absl::FailedPreconditionError("no SSD tier");
-      } else if (move.segment_id() != kSegmentId || !InDram(move.offset(), move.size())) {
+      } else if (uint64_t at = 0; !ToGlobal(move.segment_id(), move.offset(), move.size(), &at)) {
         s = absl::OutOfRangeError("demotion range outside the segment");
       } else {
         // SsdTier::Put verifies the checksum before writing: a block that
@@ -375,7 +400,7 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
         // (after-write: see SyncRun). Unset in production.
         static const char* kill_point = std::getenv("SHELF_FAULT_KILL_IN_DEMOTION");
         if (kill_point != nullptr && std::strcmp(kill_point, "before-write") == 0) raise(SIGKILL);
-        s = ssd_->Put(move.key(), segment_->data() + move.offset(), move.size(), move.checksum());
+        s = ssd_->Put(move.key(), segment_->data() + at, move.size(), move.checksum());
         if (s.ok()) {
           metrics_.written_ssd_local.Increment(move.size());
           metrics_.demotions_ok.Increment();
@@ -468,12 +493,21 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
 }
 
 void Store::NoteLocked(const v1::TierMove& notice) {
-  if (notice.segment_id() != kSegmentId) return;
-  uint64_t start = notice.offset();
+  uint64_t start = 0;
+  if (!ToGlobal(notice.segment_id(), notice.offset(), notice.size(), &start)) return;
   if (notice.kind() == v1::TierMove::FORGET) {
     auto it = dram_records_.find(start);
     if (it != dram_records_.end() && it->second.key == notice.key()) EraseRecordLocked(it);
     return;
+  }
+  if (arenas_ > 0) {
+    // The arena's first block names its tenant for good (SegmentInfo).
+    arena_tenants_.resize(arenas_);
+    std::optional<std::string>& tenant = arena_tenants_[SegmentOf(start)];
+    if (!tenant.has_value()) {
+      const size_t slash = notice.key().find('/');
+      tenant = slash == std::string::npos ? std::string() : notice.key().substr(0, slash);
+    }
   }
   // RECORD: drop any record overlapping the new block's range.
   uint64_t end = start + notice.size();
@@ -591,8 +625,9 @@ void Store::Promote(const Promotion& p) {
       return;
     }
   }
-  bool ok = resp.segment_id() == kSegmentId && InDram(resp.offset(), p.data.size());
-  if (ok) std::memcpy(segment_->data() + resp.offset(), p.data.data(), p.data.size());
+  uint64_t at = 0;
+  bool ok = ToGlobal(resp.segment_id(), resp.offset(), p.data.size(), &at);
+  if (ok) std::memcpy(segment_->data() + at, p.data.data(), p.data.size());
   v1::PromoteCommitRequest commit;
   commit.set_node_id(node_id_);
   commit.set_promote_id(resp.promote_id());
@@ -607,7 +642,7 @@ void Store::Promote(const Promotion& p) {
     v1::TierMove note;
     note.set_kind(v1::TierMove::RECORD);
     note.set_key(p.key);
-    note.set_segment_id(kSegmentId);
+    note.set_segment_id(resp.segment_id());
     note.set_offset(resp.offset());
     note.set_size(p.data.size());
     note.set_checksum(p.checksum);

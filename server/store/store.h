@@ -17,6 +17,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +91,14 @@ struct StoreOptions {
   // 2 MiB), a window the master never allocates, into which same-host
   // clients' SSD hits are read for them to copy. 0: such hits go over TCP.
   uint64_t shm_ssd_window = 64ull << 20;
+  // Non-zero: the DRAM segment is made of arenas of this many bytes, each
+  // a data-plane segment of its own (ids 0, 1, ...), its own memfd and RDMA
+  // region; a master with tenants places each tenant's blocks only in
+  // arenas it gave that tenant, and a same-host client is handed an arena's
+  // descriptor only for a read grant into it (docs/security.md, "Tenant
+  // arenas"). No SSD window then: same-host SSD hits go over TCP. 0: one
+  // segment.
+  uint64_t shm_arena_bytes = 0;
   int max_connections = 1024;
   // Data-plane denial of service (DataServer::Options): the handshake's
   // absolute deadline and the caps on connections still in it.
@@ -141,6 +150,8 @@ class Store : public DataHandler {
                            uint64_t* size) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Region> DramKey(absl::string_view key, uint64_t generation) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<int> ShmArena(absl::string_view credential, uint32_t segment_id, uint64_t offset,
+                               uint64_t length) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Pinned> PinSsdKey(absl::string_view key, uint64_t size) override
       ABSL_LOCKS_EXCLUDED(mu_, pin_mu_);
   void Unpin(uint64_t pin) override ABSL_LOCKS_EXCLUDED(pin_mu_);
@@ -155,8 +166,25 @@ class Store : public DataHandler {
  private:
   explicit Store(const StoreOptions& options);
 
-  // The one DRAM segment's id on the data plane.
+  // The DRAM segment's id on the data plane; with arenas, arena i is
+  // segment i and covers [i * SegmentBytes(), +SegmentBytes()) of
+  // segment_. Internally (records, moves) offsets are into segment_.
   static constexpr uint32_t kSegmentId = 0;
+  uint32_t SegmentCount() const { return arenas_ > 0 ? arenas_ : 1; }
+  uint64_t SegmentBytes() const { return arenas_ > 0 ? options_.shm_arena_bytes : dram_bytes_; }
+  // Where [offset, +length) of data-plane segment `id` lies in segment_;
+  // false when outside it.
+  bool ToGlobal(uint32_t id, uint64_t offset, uint64_t length, uint64_t* global) const {
+    if (id >= SegmentCount() || offset > SegmentBytes() || length > SegmentBytes() - offset) {
+      return false;
+    }
+    *global = id * SegmentBytes() + offset;
+    return true;
+  }
+  uint32_t SegmentOf(uint64_t global) const {
+    return static_cast<uint32_t>(global / SegmentBytes());
+  }
+  uint64_t OffsetOf(uint64_t global) const { return global % SegmentBytes(); }
   // Same-host SSD reads (store_shm_ssd.cc): the window's size (0: none),
   // and the alignment of its ranges (O_DIRECT reads straight into them).
   uint64_t WindowBytes() const;
@@ -253,7 +281,8 @@ class Store : public DataHandler {
   // The part of segment_ the master allocates, [0, dram_bytes_); past it,
   // the window of same-host SSD reads (store_shm_ssd.cc).
   uint64_t dram_bytes_ = 0;
-  Mutex pin_mu_;                                                     // never held together with mu_
+  uint32_t arenas_ = 0;  // 0: one segment (options_.shm_arena_bytes == 0)
+  Mutex pin_mu_;         // never held together with mu_
   std::unique_ptr<RangeAllocator> window_ ABSL_GUARDED_BY(pin_mu_);  // offsets in the window
   struct PinnedRange {
     uint64_t offset;  // in the window
@@ -295,6 +324,10 @@ class Store : public DataHandler {
     uint64_t generation;  // 0: unknown (a promotion's record)
   };
   std::map<uint64_t, Record> dram_records_ ABSL_GUARDED_BY(mu_);
+  // With arenas: each arena's tenant, from the first block recorded in it
+  // (empty optional: none yet); kept for the life of the process and
+  // reported at every registration (SegmentInfo.tenant).
+  std::vector<std::optional<std::string>> arena_tenants_ ABSL_GUARDED_BY(mu_);
   // dram_records_ by key (views into its nodes), for READ_KEY of DRAM
   // blocks. Updated with it: only through NoteLocked and EraseRecordLocked.
   absl::flat_hash_map<absl::string_view, uint64_t> dram_by_key_ ABSL_GUARDED_BY(mu_);

@@ -16,7 +16,10 @@
 namespace shelf {
 
 uint64_t Store::WindowBytes() const {
-  if (!options_.shm || options_.ssd_dir.empty() || options_.shm_ssd_window == 0) return 0;
+  if (!options_.shm || options_.ssd_dir.empty() || options_.shm_ssd_window == 0 ||
+      options_.shm_arena_bytes != 0) {
+    return 0;  // with arenas the window would be shared by every tenant
+  }
   // Whole hugepages, so the segment keeps a hugepage-sized length.
   constexpr uint64_t kGrain = 2ull << 20;
   return (options_.shm_ssd_window + kGrain - 1) / kGrain * kGrain;

@@ -177,7 +177,15 @@ std::unique_ptr<Store::Rdma> OpenRdma(const StoreOptions& options, DramSegment* 
     r->engine = *std::move(engine);
     r->acceptor = std::make_unique<rdma::RdmaStoreAcceptor>(
         r->engine.get(), static_cast<uint64_t>(std::max(options.rdma_queue_pairs_max, 1)));
-    s = r->acceptor->AddSegment(segment_id, segment->data(), segment->size());
+    if (segment->arenas() == 0) {
+      s = r->acceptor->AddSegment(segment_id, segment->data(), segment->size());
+    }
+    // One memory region (and rkey) per arena: a client is told the rkey of
+    // an arena only with a location in it.
+    for (uint32_t i = 0; s.ok() && i < segment->arenas(); ++i) {
+      s = r->acceptor->AddSegment(i, segment->data() + i * segment->arena_bytes(),
+                                  segment->arena_bytes());
+    }
   } else {
     s = engine.status();
   }
@@ -215,9 +223,16 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
   dram.size_bytes = options.dram_size + store->WindowBytes();
   dram.try_hugepages = options.hugepages;
   dram.mlock = options.mlock;
+  dram.arena_bytes = options.shm_arena_bytes;
   auto seg = DramSegment::Create(dram);
   if (!seg.ok()) return seg.status();
   store->segment_ = *std::move(seg);
+  store->arenas_ = store->segment_->arenas();
+  if (store->arenas_ == 1 || store->arenas_ > 64) {
+    // One arena would hold every tenant; a master takes 64 segments at most.
+    return absl::InvalidArgumentError(absl::StrCat("--shm-arena makes ", store->arenas_,
+                                                   " arenas of --dram-size: 2 to 64 are needed"));
+  }
   if (store->segment_->size() > store->dram_bytes_) {
     MutexLock lock(&store->pin_mu_);
     store->window_ = std::make_unique<RangeAllocator>(store->segment_->size() - store->dram_bytes_,
@@ -341,8 +356,13 @@ void Store::OfferShm() {
                      << Kv("run_dir", run_dir_) << Kv("reason", s.message());
     return;
   }
-  auto shm = ShmServer::Start(shm_socket_, segment_->fd(), kSegmentId, segment_->size(),
-                              options_.secret, options_.shm_allow_uids, this);
+  // With arenas no descriptor goes with the handshake: each arena's is
+  // handed over for a read grant into it (ShmServer::StartArenas).
+  auto shm = arenas_ > 0
+                 ? ShmServer::StartArenas(shm_socket_, segment_->arena_bytes(), options_.secret,
+                                          options_.shm_allow_uids, this)
+                 : ShmServer::Start(shm_socket_, segment_->fd(), kSegmentId, segment_->size(),
+                                    options_.secret, options_.shm_allow_uids, this);
   if (shm.ok()) {
     shm_server_ = *std::move(shm);
   } else {

@@ -54,6 +54,7 @@ class ClientRdmaSimulatedTest : public ::testing::Test {
     so.shm = false;  // same host: the client would use shared memory
     so.rdma_device = "sim1";
     so.rdma_verbs = &sim_;
+    so.shm_arena_bytes = arena_bytes_;
     auto store = Store::Start(so);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
@@ -86,6 +87,7 @@ class ClientRdmaSimulatedTest : public ::testing::Test {
     return c;
   }
 
+  uint64_t arena_bytes_ = 0;  // StoreOptions::shm_arena_bytes
   rdma::SimulatedVerbs sim_;
   FakeCudaRuntime cuda_;
   std::unique_ptr<LocalCluster> cluster_;
@@ -190,6 +192,35 @@ TEST_F(ClientRdmaSimulatedTest, AGpuBufferTheDeviceRefusesIsStagedAndCounted) {
   EXPECT_EQ(st.bytes_staged_gpu, block.size());
   EXPECT_EQ(st.bytes_loaded_rdma, block.size());  // into the bounce buffer
   ASSERT_TRUE(client->UnregisterBuffer(gpu).ok());
+}
+
+// A store of arenas (--shm-arena): one memory region per arena, and blocks
+// in several arenas read and pulled over rdma with the right bytes.
+class ClientRdmaArenasTest : public ClientRdmaSimulatedTest {
+ protected:
+  ClientRdmaArenasTest() { arena_bytes_ = 16ull << 20; }  // 4 arenas of the 64 MiB
+};
+
+TEST_F(ClientRdmaArenasTest, BlocksInSeveralArenasMoveOverRdma) {
+  std::unique_ptr<Client> client = Open();
+  ASSERT_NE(client, nullptr);
+  const size_t kBlock = 3 << 20;  // 5 to an arena: 8 blocks fill two
+  std::vector<std::string> blocks;
+  uint64_t total = 0;
+  for (int i = 0; i < 8; ++i) {
+    blocks.push_back(Block(kBlock - 4096 * i, 40 + i));
+    total += blocks.back().size();
+    ASSERT_TRUE(client->Put("a" + std::to_string(i), blocks[i].data(), blocks[i].size()).ok());
+  }
+  EXPECT_EQ(client->stats().bytes_stored_rdma, total);
+  for (int i = 0; i < 8; ++i) {
+    std::string got;
+    ASSERT_TRUE(client->Get("a" + std::to_string(i), &got).ok()) << i;
+    ASSERT_TRUE(got == blocks[i]) << i;
+  }
+  ClientStats st = client->stats();
+  EXPECT_EQ(st.bytes_loaded_rdma, total);
+  EXPECT_EQ(st.bytes_loaded_tcp, 0u);
 }
 
 }  // namespace
