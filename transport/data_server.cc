@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -380,6 +381,32 @@ bool Reply(int fd, wire::Session* mac, const wire::Header& req, const absl::Stat
   return wire::SendFrame(fd, mac, h, rest, 2).ok();
 }
 
+// After the reply refusing a write: the store sends nothing more, and reads
+// and drops the payload the client is still sending (up to `length` bytes
+// and some slack for tags and TLS records; at most kRejectDrainBytesMax,
+// for at most kRejectDrainMs) before the caller closes the connection.
+// Closing with that input unread would reset the connection, and the
+// client, still sending, would see the reset instead of the verdict.
+constexpr uint64_t kRejectDrainBytesMax = 64ull << 20;
+constexpr uint64_t kRejectDrainMs = 2000;
+
+void DrainRejectedPayload(int fd, uint64_t length) {
+  shutdown(fd, SHUT_WR);
+  uint64_t left = std::min(length + length / 512 + 4096, kRejectDrainBytesMax);
+  const uint64_t deadline = MonoMs() + kRejectDrainMs;
+  char buf[64 << 10];
+  while (left > 0) {
+    const uint64_t now = MonoMs();
+    if (now >= deadline) return;
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(deadline - now)) <= 0) return;
+    ssize_t n = recv(fd, buf, std::min<uint64_t>(left, sizeof(buf)), MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) return;  // the client closed, or an error
+    left -= static_cast<uint64_t>(n);
+  }
+}
+
 }  // namespace
 
 bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Connection* conn) {
@@ -422,7 +449,8 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
       return Reply(fd, mac, h, absl::OkStatus(), seg->base + h.offset, h.length);
     }
     case wire::Op::kWrite: {
-      // A rejected write closes the connection: its payload is not drained.
+      // A rejected write closes the connection: its payload is not parsed
+      // (only drained, so the verdict reaches the client).
       absl::StatusOr<DataHandler::Region> seg = handler_->Segment(h.segment_id);
       absl::Status verdict = seg.status();
       if (verdict.ok() && (h.offset > seg->size || h.length > seg->size - h.offset)) {
@@ -436,7 +464,7 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
       }
       if (!verdict.ok()) {
         SHELF_LOG(WARNING) << "write rejected" << Kv("error", verdict.message());
-        Reply(fd, mac, h, verdict, nullptr, 0);
+        if (Reply(fd, mac, h, verdict, nullptr, 0)) DrainRejectedPayload(fd, h.length);
         return false;
       }
       if (!wire::ReadPayload(fd, &conn->session, seg->base + h.offset, h.length).ok() ||

@@ -1,11 +1,13 @@
-// RecvWithFd: one read from a Unix socket that may carry a descriptor
-// (SCM_RIGHTS). The shared-memory handshake, the shm write requests and
-// their tests and fuzzer all receive this way.
+// RecvWithFd and SendWithFd: one read from, or one write to, a Unix socket
+// that may carry a descriptor (SCM_RIGHTS). The shared-memory handshake,
+// the shm write requests, arena requests and their tests and fuzzer all
+// pass descriptors this way.
 #ifndef SHELF_TRANSPORT_FD_PASSING_H_
 #define SHELF_TRANSPORT_FD_PASSING_H_
 
 #include <errno.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -43,6 +45,32 @@ inline ssize_t RecvWithFd(int fd, void* buf, size_t len, int* received_fd) {
     errno = EMSGSIZE;
     return -1;
   }
+  return n;
+}
+
+// One sendmsg of `iov[0..iovcnt)` with descriptor `send_fd` attached (none
+// when -1), retried on EINTR, never raising SIGPIPE. Returns sendmsg's
+// count: a short count means the descriptor went with the bytes sent, and
+// the caller finishes the rest with plain writes.
+inline ssize_t SendWithFd(int fd, struct iovec* iov, int iovcnt, int send_fd) {
+  struct msghdr msg;
+  std::memset(&msg, 0, sizeof(msg));
+  msg.msg_iov = iov;
+  msg.msg_iovlen = static_cast<size_t>(iovcnt);
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (send_fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &send_fd, sizeof(int));
+  }
+  ssize_t n;
+  do {
+    n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
   return n;
 }
 

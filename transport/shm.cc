@@ -233,23 +233,10 @@ bool ShmServer::ServeOne(int fd, bool peer_allowed) {
   absl::little_endian::Store32(reply + 4, segment_id_);
   absl::little_endian::Store64(reply + 8, ok ? size_ : 0);
   struct iovec iov = {reply, sizeof(reply)};
-  struct msghdr msg;
-  std::memset(&msg, 0, sizeof(msg));
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  if (ok && memfd_ >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &memfd_, sizeof(int));
-  } else if (!authentic) {
+  if (!authentic) {
     SHELF_LOG(WARNING) << "shared-memory attach rejected: wrong secret";
   }
-  ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+  ssize_t n = SendWithFd(fd, &iov, 1, ok ? memfd_ : -1);
   return ok && n == static_cast<ssize_t>(sizeof(reply));
 }
 

@@ -188,22 +188,7 @@ bool ServeArena(int fd, const char* head, DataHandler* handler) {
   }
   char status[kShmWriteReplyBytes] = {};  // OK, no message
   struct iovec iov = {status, sizeof(status)};
-  struct msghdr msg;
-  std::memset(&msg, 0, sizeof(msg));
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &served, sizeof(int));
-  ssize_t n;
-  do {
-    n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
+  ssize_t n = SendWithFd(fd, &iov, 1, served);
   if (owned >= 0) close(owned);
   return n == static_cast<ssize_t>(sizeof(status));
 }
@@ -337,24 +322,7 @@ absl::Status ShmWriter::Request(uint32_t segment_id, uint64_t offset, uint64_t l
   // Header and grant in one message (the descriptor rides on its first
   // byte); a short send finishes with WriteFullv.
   struct iovec iov[2] = {{head, sizeof(head)}, {const_cast<char*>(grant.data()), grant.size()}};
-  struct msghdr msg;
-  std::memset(&msg, 0, sizeof(msg));
-  msg.msg_iov = iov;
-  msg.msg_iovlen = 2;
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  if (!staging_sent_) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &staging_fd_, sizeof(int));
-  }
-  ssize_t n;
-  do {
-    n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
+  ssize_t n = SendWithFd(fd_, iov, 2, staging_sent_ ? -1 : staging_fd_);
   absl::Status s = absl::OkStatus();
   if (n < 0) {
     s = absl::UnavailableError(absl::StrCat("shm write request: ", ErrnoText(errno)));

@@ -18,6 +18,7 @@
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
 #include "testing/cluster_fixture.h"
+#include "testing/credentials_file.h"
 #include "testing/wait_for.h"
 #include "tests/fault/fault_util.h"
 
@@ -35,23 +36,13 @@ constexpr char kCredentials[] =
     "store-1  store    -        secret-of-the-store-0123456789\n"
     "ops      admin    -        secret-of-the-admin-0123456789\n";
 
-std::string SecretOf(const std::string& name) {
-  absl::StatusOr<std::vector<PrincipalEntry>> entries = ParseCredentials(kCredentials, "test");
-  for (const PrincipalEntry& e : *entries) {
-    if (e.principal.name == name) return e.secret;
-  }
-  return "";
-}
+std::string SecretOf(const std::string& name) { return SecretIn(kCredentials, name); }
 
 class PrincipalsTest : public ClusterFixture {
  protected:
   LocalCluster::Options ClusterOptions() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-princ-XXXXXX").string();
-    EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    credentials_ = dir_ + "/credentials";
-    std::ofstream(credentials_) << kCredentials;
-    ::chmod(credentials_.c_str(), 0600);
+    credentials_ = WriteCredentialsFile("shelf-princ", kCredentials, &dir_);
+    EXPECT_FALSE(credentials_.empty());
     LocalCluster::Options o = ClusterFixture::ClusterOptions();
     o.secret = kDataSecret;  // the data plane's
     o.master_args = {"--credentials", credentials_};

@@ -29,6 +29,7 @@
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
 #include "testing/cluster_fixture.h"
+#include "testing/credentials_file.h"
 #include "testing/http_probe.h"
 #include "testing/wait_for.h"
 
@@ -72,23 +73,13 @@ double Sample(const std::string& text, const std::string& name,
   return -1;
 }
 
-std::string SecretOf(const std::string& name) {
-  absl::StatusOr<std::vector<PrincipalEntry>> entries = ParseCredentials(kCredentials, "test");
-  for (const PrincipalEntry& e : *entries) {
-    if (e.principal.name == name) return e.secret;
-  }
-  return "";
-}
+std::string SecretOf(const std::string& name) { return SecretIn(kCredentials, name); }
 
 class QuotasTest : public ClusterFixture {
  protected:
   LocalCluster::Options ClusterOptions() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-quota-XXXXXX").string();
-    EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    credentials_ = dir_ + "/credentials";
-    std::ofstream(credentials_) << kCredentials << kTeamQ;
-    ::chmod(credentials_.c_str(), 0600);
+    credentials_ = WriteCredentialsFile("shelf-quota", std::string(kCredentials) + kTeamQ, &dir_);
+    EXPECT_FALSE(credentials_.empty());
     LocalCluster::Options o = ClusterFixture::ClusterOptions();
     o.secret = kDataSecret;
     o.stores = 1;

@@ -134,19 +134,7 @@ class FaultInjectionUnsealedShmPeer {
         char reply[16] = {0};  // OK, segment 0, the segment's size
         absl::little_endian::Store64(reply + 8, kDramBytes);
         struct iovec iov = {reply, sizeof(reply)};
-        struct msghdr msg;
-        std::memset(&msg, 0, sizeof(msg));
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-        msg.msg_control = control;
-        msg.msg_controllen = sizeof(control);
-        struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        std::memcpy(CMSG_DATA(c), &memfd_, sizeof(int));
-        if (sendmsg(fd, &msg, MSG_NOSIGNAL) == sizeof(reply)) handshakes_.fetch_add(1);
+        if (SendWithFd(fd, &iov, 1, memfd_) == sizeof(reply)) handshakes_.fetch_add(1);
       }
       close(fd);
     }

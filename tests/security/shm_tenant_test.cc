@@ -25,6 +25,7 @@
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
 #include "testing/cluster_fixture.h"
+#include "testing/credentials_file.h"
 #include "tests/fault/fault_util.h"
 #include "transport/shm.h"
 
@@ -44,23 +45,13 @@ constexpr uint64_t kDramBytes = 32ull << 20;
 constexpr uint64_t kArenaBytes = 8ull << 20;  // 4 arenas
 constexpr uint64_t kBlockBytes = 256 << 10;
 
-std::string SecretOf(const std::string& name) {
-  absl::StatusOr<std::vector<PrincipalEntry>> entries = ParseCredentials(kCredentials, "test");
-  for (const PrincipalEntry& e : *entries) {
-    if (e.principal.name == name) return e.secret;
-  }
-  return "";
-}
+std::string SecretOf(const std::string& name) { return SecretIn(kCredentials, name); }
 
 class ShmTenantTest : public ClusterFixture {
  protected:
   LocalCluster::Options ClusterOptions() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-arena-XXXXXX").string();
-    EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    credentials_ = dir_ + "/credentials";
-    std::ofstream(credentials_) << kCredentials;
-    ::chmod(credentials_.c_str(), 0600);
+    credentials_ = WriteCredentialsFile("shelf-arena", kCredentials, &dir_);
+    EXPECT_FALSE(credentials_.empty());
     LocalCluster::Options o = ClusterFixture::ClusterOptions();
     o.stores = 1;
     o.dram_bytes = kDramBytes;
