@@ -89,28 +89,16 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
       ReadFull(fd, mac, sizeof(mac)).IgnoreError();
     }
     struct iovec iov = {reply.data(), reply.size()};
-    struct msghdr msg;
-    std::memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
     int memfd = -1;
     if (attach) {
       memfd = memfd_create("shm-fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-      if (memfd >= 0 && ftruncate(memfd, static_cast<off_t>(fd_size)) != 0) std::abort();
-      if (memfd >= 0 && seal &&
+      if (memfd < 0 || ftruncate(memfd, static_cast<off_t>(fd_size)) != 0) std::abort();
+      if (seal &&
           fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE) != 0) {
         std::abort();
       }
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
-      struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &memfd, sizeof(int));
     }
-    sendmsg(fd, &msg, MSG_NOSIGNAL);
+    SendWithFd(fd, &iov, 1, memfd);
     if (memfd >= 0) close(memfd);
     close(fd);
   });
@@ -120,10 +108,18 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
   close(listener);
   unlink(path.c_str());
   if (!m.ok()) return;
-  Check(attach, "a mapping without a descriptor");
-  Check(seal, "a mapping of a descriptor that can be resized or written through");
   Check(reply.size() == 16 && absl::little_endian::Load32(reply.data()) == 0,
         "a mapping from a refusal");
+  if (absl::little_endian::Load32(reply.data() + 4) == kShmArenas) {
+    // A store of tenant arenas hands over no descriptor at the handshake:
+    // each arena is asked for later, with a read grant.
+    Check(!attach, "a mapping of arenas from a reply that carried a descriptor");
+    Check((*m)->arenas && (*m)->base == nullptr, "a mapping of arenas that maps memory at once");
+    Check((*m)->size > 0, "a mapping of arenas of 0 bytes");
+    return;
+  }
+  Check(attach, "a mapping without a descriptor");
+  Check(seal, "a mapping of a descriptor that can be resized or written through");
   // The engine memcpy's anywhere inside [base, base + size): that must be
   // backed by the descriptor.
   Check((*m)->size <= fd_size, "a client mapping is never larger than its descriptor");
