@@ -547,9 +547,16 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
                      0);
       }
       conn->rdma.reset();  // a reconnect replaces the old queue pair
+      // extra: the client's connection info, then (optionally) the read
+      // credential that lets it learn the segment's rkey.
+      const absl::string_view info = absl::string_view(extra).substr(
+          0, std::min(extra.size(), wire::kRdmaConnectionInfoBytes));
+      const absl::string_view credential = absl::string_view(extra).substr(info.size());
+      absl::StatusOr<bool> expose = handler_->RdmaExposes(credential, h.segment_id);
       std::string store_info;
       absl::StatusOr<std::shared_ptr<void>> qp =
-          options_.rdma->Accept(h.segment_id, extra, &store_info);
+          expose.ok() ? options_.rdma->Accept(h.segment_id, info, *expose, &store_info)
+                      : expose.status();
       if (!qp.ok()) {
         SHELF_LOG(WARNING) << "rdma connection refused" << Kv("error", qp.status().message());
         return Reply(fd, mac, h, qp.status(), nullptr, 0);

@@ -104,6 +104,14 @@ class DataHandler {
                                        uint64_t offset, uint64_t length) {
     return absl::FailedPreconditionError("this store's segment has no arenas");
   }
+  // RDMA_CONNECT for segment `segment_id` with `credential` (a read grant
+  // then its key, or empty): true when the new queue pair exposes the
+  // segment to the client (it learns the segment's rkey), false when it
+  // exposes nothing (enough for pulled puts). PERMISSION_DENIED refuses the
+  // connection. Default: every segment is exposed to every peer.
+  virtual absl::StatusOr<bool> RdmaExposes(absl::string_view credential, uint32_t segment_id) {
+    return true;
+  }
   // Releases a range PinSsdKey returned; each pin is released once.
   virtual void Unpin(uint64_t pin) {}
   // Accounting hooks for DRAM-segment reads and writes (ReadKey accounts
@@ -124,12 +132,14 @@ class RdmaAcceptor {
  public:
   virtual ~RdmaAcceptor() = default;
   // Connects a new queue pair to the client described by `client_info`
-  // (its connection info bytes) and fills `store_info` with this end's.
+  // (its connection info bytes) and fills `store_info` with this end's:
+  // with `expose`, the segment's address, length and rkey; without, none
+  // (the client can READ nothing, and the store can still pull its puts).
   // The result holds the queue pair; releasing it tears the pair down.
   // INVALID_ARGUMENT for malformed info, NOT_FOUND for an unknown segment,
   // otherwise the device's error.
   virtual absl::StatusOr<std::shared_ptr<void>> Accept(uint32_t segment_id,
-                                                       absl::string_view client_info,
+                                                       absl::string_view client_info, bool expose,
                                                        std::string* store_info) = 0;
   // A put the store pulls (RDMA_PULL): READs `length` bytes from the
   // client's `source` into [dst, dst + length) through `queue_pair` (what

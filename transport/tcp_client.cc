@@ -441,6 +441,7 @@ absl::StatusOr<int> TcpDataClient::Dial(const std::string& address, uint64_t dea
 
 absl::StatusOr<std::string> TcpDataClient::RdmaConnect(int fd, uint32_t segment_id,
                                                        absl::string_view local_info,
+                                                       absl::string_view credential,
                                                        uint64_t deadline_ms) {
   uint64_t left = 0;
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
@@ -452,10 +453,11 @@ absl::StatusOr<std::string> TcpDataClient::RdmaConnect(int fd, uint32_t segment_
     req.request_id = next_request_id_++;
   }
   req.segment_id = segment_id;
-  req.extra_len = static_cast<uint32_t>(local_info.size());
-  struct iovec rest[1] = {{const_cast<char*>(local_info.data()), local_info.size()}};
+  req.extra_len = static_cast<uint32_t>(local_info.size() + credential.size());
+  struct iovec rest[2] = {{const_cast<char*>(local_info.data()), local_info.size()},
+                          {const_cast<char*>(credential.data()), credential.size()}};
   wire::Header resp;
-  if (absl::Status s = Exchange(fd, req, rest, 1, &resp); !s.ok()) return s;
+  if (absl::Status s = Exchange(fd, req, rest, 2, &resp); !s.ok()) return s;
   if (resp.length > wire::kExtraBytesMax) {
     return absl::UnavailableError("store answered RDMA_CONNECT with an oversized payload");
   }

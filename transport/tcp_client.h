@@ -105,10 +105,12 @@ class TcpDataClient {
   // channel, whose queue pair on the store lives as long as the connection.
   absl::StatusOr<int> Dial(const std::string& address, uint64_t deadline_ms);
   // RDMA_CONNECT on `fd` (from Dial): sends this end's RDMA connection info
-  // for `segment_id`, returns the store's. FAILED_PRECONDITION when the
-  // store offers no RDMA; UNAVAILABLE when the connection fails.
+  // for `segment_id`, with `credential` (a read credential for the
+  // segment, or empty), returns the store's. FAILED_PRECONDITION when the
+  // store offers no RDMA; PERMISSION_DENIED when a store of tenant arenas
+  // refused the credential; UNAVAILABLE when the connection fails.
   absl::StatusOr<std::string> RdmaConnect(int fd, uint32_t segment_id, absl::string_view local_info,
-                                          uint64_t deadline_ms);
+                                          absl::string_view credential, uint64_t deadline_ms);
   // RDMA_PULL on `fd` (after RdmaConnect): asks the store to READ `length`
   // bytes from `source` into [offset, +length) of `segment_id` under
   // `grant` (wire::EncodeGrant bytes), and waits for its answer: OK once

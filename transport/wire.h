@@ -51,6 +51,12 @@ enum class Op : uint8_t {
   kRdmaPull = 8,
 };
 
+// RDMA_CONNECT's extra: the client's RDMA connection info (this many
+// bytes, rdma::kConnectionInfoBytes), then optionally a read credential
+// (a read grant then its key) for the segment, which a store of tenant
+// arenas wants before it tells the client that arena's rkey.
+inline constexpr size_t kRdmaConnectionInfoBytes = 56;
+
 // The client memory an RDMA_PULL reads from: an address in a region the
 // client registered for remote READ, and that region's rkey.
 struct RdmaSource {

@@ -50,6 +50,28 @@ absl::StatusOr<int> Store::ShmArena(absl::string_view credential, uint32_t segme
   return segment_->arena_fd(segment_id);
 }
 
+absl::StatusOr<bool> Store::RdmaExposes(absl::string_view credential, uint32_t segment_id) {
+  // One segment: its rkey goes to every authenticated peer, as it always
+  // has (reads are checked by nothing the device can enforce).
+  if (arenas_ == 0) return true;
+  if (segment_id >= arenas_) return absl::NotFoundError(absl::StrCat("no arena ", segment_id));
+  // Without read grants every peer may read every arena anyway.
+  if (options_.secret.empty() || !options_.read_grants) return true;
+  // No credential: a queue pair for pulled puts, exposing nothing.
+  if (credential.empty()) return false;
+  // The same right as mapping the arena (ShmArena): a read grant into it.
+  absl::string_view key;
+  absl::StatusOr<wire::ReadGrant> grant = wire::DecodeReadCredential(credential, &key);
+  absl::Status s = grant.status();
+  if (s.ok() && grant->length == 0) s = absl::PermissionDeniedError("read grant of no range");
+  if (s.ok()) s = CheckRead(credential, "", true, segment_id, grant->offset, grant->length);
+  if (!s.ok()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("rdma key of arena ", segment_id, " refused: ", s.message()));
+  }
+  return true;
+}
+
 absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                                uint64_t length) {
   std::shared_ptr<const HmacKey> key;

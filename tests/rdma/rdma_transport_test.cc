@@ -154,7 +154,7 @@ TEST_F(SimulatedRdmaTransportTest, TheSegmentIsExposedForReadOnly) {
   TcpDataClient control(TcpDataClient::Options{kSecret, 2000, 0});
   auto fd = control.Dial(server_->bound().ToString(), MonoMs() + 2000);
   ASSERT_TRUE(fd.ok()) << fd.status();
-  auto remote = control.RdmaConnect(*fd, 0, *(*ep)->LocalInfo(), MonoMs() + 2000);
+  auto remote = control.RdmaConnect(*fd, 0, *(*ep)->LocalInfo(), "", MonoMs() + 2000);
   ASSERT_TRUE(remote.ok()) << remote.status();
   ASSERT_TRUE((*ep)->Connect(*remote).ok());
   const std::string before(handler_.base(), 4096);

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "transport/wire.h"
 
 namespace shelf::rdma {
 
@@ -31,6 +32,7 @@ inline constexpr uint32_t kConnectionInfoMagic = 0x4D445253;  // "SRDM" on the w
 inline constexpr uint16_t kConnectionInfoVersion = 2;
 inline constexpr uint16_t kConnectionInfoVersionMin = 1;
 inline constexpr size_t kConnectionInfoBytes = 56;
+static_assert(kConnectionInfoBytes == wire::kRdmaConnectionInfoBytes, "RDMA_CONNECT's layout");
 inline constexpr uint32_t kQpNumMax = 0xffffff;  // QPNs and PSNs are 24-bit
 inline constexpr uint32_t kPsnMax = 0xffffff;
 

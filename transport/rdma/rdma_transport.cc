@@ -34,6 +34,7 @@ absl::Status RdmaStoreAcceptor::AddSegment(uint32_t id, void* base, uint64_t siz
 
 absl::StatusOr<std::shared_ptr<void>> RdmaStoreAcceptor::Accept(uint32_t segment_id,
                                                                 absl::string_view client_info,
+                                                                bool expose,
                                                                 std::string* store_info) {
   RdmaEndpoint::Options options;
   {
@@ -48,7 +49,9 @@ absl::StatusOr<std::shared_ptr<void>> RdmaStoreAcceptor::Accept(uint32_t segment
           absl::StrCat("this store serves at most ", queue_pairs_max_, " rdma queue pairs"));
     }
     ++stats_.live;  // held from here; given back by the deleter or below
-    options.expose = it->second;
+    // Unexposed, the queue pair refuses the client's READs and its
+    // connection info names no region: the client learns no rkey.
+    if (expose) options.expose = it->second;
   }
   absl::StatusOr<std::shared_ptr<void>> qp = MakeQueuePair(options, client_info, store_info);
   absl::MutexLock lock(&mu_);
@@ -57,6 +60,7 @@ absl::StatusOr<std::shared_ptr<void>> RdmaStoreAcceptor::Accept(uint32_t segment
     return qp.status();
   }
   ++stats_.accepted;
+  if (!expose) ++stats_.unexposed;
   return qp;
 }
 
@@ -112,6 +116,11 @@ RdmaStoreAcceptor::Stats RdmaStoreAcceptor::stats() const {
 RdmaTransport::Connection::~Connection() {
   endpoint.reset();
   if (fd >= 0) close(fd);
+}
+
+bool RdmaTransport::Connection::Exposed() const {
+  std::optional<RemoteSegment> remote = endpoint->remote_segment();
+  return remote.has_value() && remote->length > 0;
 }
 
 absl::StatusOr<std::unique_ptr<RdmaTransport>> RdmaTransport::Open(VerbsApi* verbs,
@@ -185,12 +194,13 @@ void RdmaTransport::OnUnregister(transport::MemoryHandle handle, const Region& r
 }
 
 absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Dial(
-    const ConnectionKey& key, uint64_t deadline_ms) {
+    const ConnectionKey& key, const std::string& credential, uint64_t deadline_ms) {
   const auto& [route, segment_id, incarnation] = key;
   auto conn = std::make_shared<Connection>();
   absl::StatusOr<int> fd = control_.Dial(route, deadline_ms);
   if (!fd.ok()) return fd.status();
   conn->fd = *fd;
+  conn->credential = credential;
   RdmaEndpoint::Options options = options_.endpoint;
   options.expose.reset();
   options.peer_may_read = options_.store_pull_writes;
@@ -202,7 +212,7 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Dial(
   options.reconnect = [this, raw, segment,
                        timeout_ms](const std::string& local) -> absl::StatusOr<std::string> {
     absl::MutexLock control(&raw->control_mu);
-    return control_.RdmaConnect(raw->fd, segment, local, MonoMs() + timeout_ms);
+    return control_.RdmaConnect(raw->fd, segment, local, raw->credential, MonoMs() + timeout_ms);
   };
   absl::StatusOr<std::unique_ptr<RdmaEndpoint>> endpoint = engine_->CreateEndpoint(options);
   if (!endpoint.ok()) return endpoint.status();
@@ -210,14 +220,14 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Dial(
   absl::StatusOr<std::string> local = conn->endpoint->LocalInfo();
   if (!local.ok()) return local.status();
   absl::StatusOr<std::string> remote =
-      control_.RdmaConnect(conn->fd, segment_id, *local, deadline_ms);
+      control_.RdmaConnect(conn->fd, segment_id, *local, credential, deadline_ms);
   if (!remote.ok()) return remote.status();
   if (absl::Status s = conn->endpoint->Connect(*remote); !s.ok()) return s;
   return conn;
 }
 
 absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Get(
-    const ConnectionKey& key, uint64_t deadline_ms) {
+    const ConnectionKey& key, const std::string& credential, uint64_t deadline_ms) {
   std::vector<std::shared_ptr<Connection>> stale;  // released after the lock
   {
     absl::MutexLock lock(&mu_);
@@ -246,7 +256,7 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Get(
       ++stats_.evicted;
     }
   }
-  absl::StatusOr<std::shared_ptr<Connection>> conn = Dial(key, deadline_ms);
+  absl::StatusOr<std::shared_ptr<Connection>> conn = Dial(key, credential, deadline_ms);
   if (!conn.ok()) return conn.status();
   absl::MutexLock lock(&mu_);
   ++stats_.connections;
@@ -308,12 +318,18 @@ void RdmaTransport::Start(std::shared_ptr<transport::Batch> batch, std::vector<W
   }
   for (auto& [group, items] : groups) {
     const auto& [key, write] = group;
-    absl::StatusOr<std::shared_ptr<Connection>> conn = Get(key, deadline_ms);
+    // Reads present the first read's credential: a store of tenant arenas
+    // tells an arena's rkey only against a read grant into it.
+    const std::string credential = write ? std::string() : items.front()->op.grant;
+    absl::StatusOr<std::shared_ptr<Connection>> conn = Get(key, credential, deadline_ms);
     // A pull needs both queue pairs in RTS; a torn-down one on this side
-    // means the store's is gone too: start afresh.
-    if (conn.ok() && write && (*conn)->endpoint->state() != RdmaEndpoint::State::kConnected) {
+    // means the store's is gone too: start afresh. A read needs the
+    // segment exposed: a connection a put made, with no read credential,
+    // may expose nothing (a store of arenas), and is made again with one.
+    if (conn.ok() && ((write && (*conn)->endpoint->state() != RdmaEndpoint::State::kConnected) ||
+                      (!write && !credential.empty() && !(*conn)->Exposed()))) {
       Drop(key, *conn);
-      conn = Get(key, deadline_ms);
+      conn = Get(key, credential, deadline_ms);
     }
     if (!conn.ok()) {
       absl::Status s = absl::Status(conn.status().code(),
@@ -333,6 +349,12 @@ void RdmaTransport::Start(std::shared_ptr<transport::Batch> batch, std::vector<W
 void RdmaTransport::Read(const ConnectionKey& key, const std::shared_ptr<Connection>& conn,
                          const std::vector<const Work*>& items, transport::Batch* batch,
                          uint64_t deadline_ms) {
+  if (!items.front()->op.grant.empty()) {
+    // A queue pair made again after a teardown presents the latest grant,
+    // not one that may have expired since.
+    absl::MutexLock control(&conn->control_mu);
+    conn->credential = items.front()->op.grant;
+  }
   std::vector<RdmaOp> ops;
   ops.reserve(items.size());
   for (const Work* w : items) {

@@ -57,6 +57,7 @@ class RdmaStoreAcceptor final : public RdmaAcceptor {
     uint64_t accepted = 0;     // queue pairs made
     uint64_t refused = 0;      // RDMA_CONNECTs refused at queue_pairs_max
     uint64_t live = 0;         // queue pairs alive now
+    uint64_t unexposed = 0;    // queue pairs made exposing nothing (no read grant)
     uint64_t pulls = 0;        // puts pulled (RDMA_PULL) that completed OK
     uint64_t pull_bytes = 0;   // bytes they moved
     uint64_t pull_errors = 0;  // pulls the device failed
@@ -76,7 +77,7 @@ class RdmaStoreAcceptor final : public RdmaAcceptor {
   absl::Status AddSegment(uint32_t id, void* base, uint64_t size) ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<std::shared_ptr<void>> Accept(uint32_t segment_id, absl::string_view client_info,
-                                               std::string* store_info) override
+                                               bool expose, std::string* store_info) override
       ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Status Pull(void* queue_pair, char* dst, uint64_t length, const wire::RdmaSource& source,
@@ -161,8 +162,15 @@ class RdmaTransport final : public transport::Engine {
   // One store segment's control connection and queue pair.
   struct Connection {
     ~Connection();
+    // Whether the store's queue pair exposes the segment to this end.
+    bool Exposed() const;
     int fd = -1;
     std::unique_ptr<RdmaEndpoint> endpoint;  // reset before fd closes
+    // The read credential RDMA_CONNECT presents (the latest read's; empty
+    // for a connection made by a put): a store of tenant arenas exposes
+    // the arena, and tells its rkey, only against one. Guarded by
+    // control_mu.
+    std::string credential;
     // Serializes the control connection's frames (pulls, and the
     // endpoint's reconnect, which runs under the endpoint's lock: take
     // this one inside it, never the other way round).
@@ -174,9 +182,13 @@ class RdmaTransport final : public transport::Engine {
 
   RdmaTransport(Options options, std::unique_ptr<RdmaEngine> engine);
   // The connection for `key`, made (outside the lock) if there is none.
-  absl::StatusOr<std::shared_ptr<Connection>> Get(const ConnectionKey& key, uint64_t deadline_ms)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<std::shared_ptr<Connection>> Dial(const ConnectionKey& key, uint64_t deadline_ms);
+  // `credential`: what a new connection presents (Connection::credential).
+  absl::StatusOr<std::shared_ptr<Connection>> Get(const ConnectionKey& key,
+                                                  const std::string& credential,
+                                                  uint64_t deadline_ms) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::shared_ptr<Connection>> Dial(const ConnectionKey& key,
+                                                   const std::string& credential,
+                                                   uint64_t deadline_ms);
   void Drop(const ConnectionKey& key, const std::shared_ptr<Connection>& conn)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The reads of one store segment, as one batch of one-sided READs.
