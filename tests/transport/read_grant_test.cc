@@ -34,9 +34,10 @@ TEST(ReadGrantTest, AMintedGrantIsTheEncodedGrantWithItsMac) {
     EXPECT_EQ(std::string(minted, sizeof(minted)), EncodeReadGrant(g)) << block_key.size();
     EXPECT_EQ(g.mac, ReadGrantMac(kGrantKey, "node", 9, block_key, g));
 
+    // decoded_key views the credential: it must outlive the checks.
+    const std::string credential = std::string(minted, sizeof(minted)) + block_key;
     absl::string_view decoded_key;
-    absl::StatusOr<ReadGrant> back =
-        DecodeReadCredential(std::string(minted, sizeof(minted)) + block_key, &decoded_key);
+    absl::StatusOr<ReadGrant> back = DecodeReadCredential(credential, &decoded_key);
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(decoded_key, block_key);
     const uint64_t now = g.expires_unix_ms - 1;
