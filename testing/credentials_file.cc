@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/credentials.h"
+#include "common/rpc.h"
 
 namespace shelf {
 
@@ -34,6 +36,28 @@ std::string WriteCredentialsFile(const std::string& prefix, const std::string& t
   }
   if (::chmod(path.c_str(), 0600) != 0) return "";
   return path;
+}
+
+absl::StatusOr<v1::Replica> LocateDramReplica(v1::MasterService::Stub* master,
+                                              const std::string& token, const std::string& key,
+                                              std::string* credential) {
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, token, 20000);
+  v1::LookupRequest req;
+  req.add_keys(key);
+  req.set_no_lease(true);
+  v1::LookupResponse resp;
+  if (absl::Status s = FromGrpc(master->Lookup(&ctx, req, &resp)); !s.ok()) return s;
+  if (resp.objects_size() != 1 || !resp.objects(0).found()) {
+    return absl::NotFoundError(absl::StrCat(key, " not found"));
+  }
+  const v1::ObjectLocation& loc = resp.objects(0);
+  for (const v1::Replica& r : loc.replicas()) {
+    if (r.tier() != v1::TIER_DRAM) continue;
+    *credential = absl::StrCat(r.read_grant(), loc.store_key().empty() ? key : loc.store_key());
+    return r;
+  }
+  return absl::NotFoundError(absl::StrCat(key, " has no DRAM replica"));
 }
 
 }  // namespace shelf

@@ -126,23 +126,10 @@ class ClientRdmaTenantTest : public ::testing::Test {
       EXPECT_TRUE(ch.ok());
       stub_ = v1::MasterService::NewStub(*ch);
     }
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx, PrincipalToken(principal, SecretOf(principal)), 20000);
-    v1::LookupRequest req;
-    req.add_keys(key);
-    req.set_no_lease(true);
-    v1::LookupResponse resp;
-    grpc::Status s = stub_->Lookup(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    if (!s.ok() || resp.objects_size() != 1 || !resp.objects(0).found()) return v1::Replica();
-    const v1::ObjectLocation& loc = resp.objects(0);
-    for (const v1::Replica& r : loc.replicas()) {
-      if (r.tier() != v1::TIER_DRAM) continue;
-      *credential = absl::StrCat(r.read_grant(), loc.store_key().empty() ? key : loc.store_key());
-      return r;
-    }
-    ADD_FAILURE() << key << " has no DRAM replica";
-    return v1::Replica();
+    absl::StatusOr<v1::Replica> r = LocateDramReplica(
+        stub_.get(), PrincipalToken(principal, SecretOf(principal)), key, credential);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : v1::Replica();
   }
 
   std::string dir_, credentials_;
