@@ -432,6 +432,7 @@ Status ClientImpl::Exists(const std::vector<std::string>& keys, std::vector<bool
   v1::LookupRequest req;
   for (const std::string& k : keys) req.add_keys(k);
   req.set_no_lease(true);
+  req.set_store_table(true);  // only `found` is read: each store once, not per replica
   v1::LookupResponse resp;
   absl::Status s = CallMaster(&v1::MasterService::Stub::Lookup, req, &resp, deadline_ms);
   if (!s.ok()) return FromAbsl(s);
@@ -597,6 +598,7 @@ Status ClientImpl::MatchPrefix(const std::vector<std::string>& keys, size_t* mat
     // Only the count is returned: the get that follows takes its own
     // lease, and a lease nobody reads under only keeps blocks from eviction.
     req.set_no_lease(true);
+    req.set_store_table(true);  // only `matched` is read
     v1::MatchPrefixResponse resp;
     absl::Status s = CallMaster(&v1::MasterService::Stub::MatchPrefix, req, &resp, deadline_ms);
     if (!s.ok()) return FromAbsl(s);

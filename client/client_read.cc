@@ -28,6 +28,23 @@ constexpr size_t kReleaseQueueMax = size_t{64} * 1024;
 // master. TCP reads cost a round trip per block either way.
 constexpr size_t kCachedShmBatchMax = 4;
 
+// Puts each replica's store back from the answer's table (a lookup asked
+// with `store_table`), so the rest of the client reads `replica.store()`
+// as from a master that sends it inline (older masters do, and are
+// unaffected: their replicas have a store).
+absl::Status InlineStores(v1::LookupResponse* resp) {
+  for (v1::ObjectLocation& loc : *resp->mutable_objects()) {
+    for (v1::Replica& rep : *loc.mutable_replicas()) {
+      if (rep.has_store()) continue;
+      if (rep.store_index() >= static_cast<uint32_t>(resp->stores_size())) {
+        return absl::InternalError("malformed lookup response: a replica names no store");
+      }
+      *rep.mutable_store() = resp->stores(static_cast<int>(rep.store_index()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool ClientImpl::Offers(const v1::StoreEndpoint& store, v1::TransportKind kind) {
@@ -432,8 +449,10 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
   v1::LookupRequest req;
   for (size_t i : ask) req.add_keys(*keys[i]);
   req.set_client_host_id(HostId());
+  req.set_store_table(true);
   v1::LookupResponse resp;
   absl::Status s = CallMaster(&v1::MasterService::Stub::Lookup, req, &resp, deadline_ms);
+  if (s.ok()) s = InlineStores(&resp);
   if (!s.ok()) return s;
   const uint64_t leased_at_unix_ms = UnixMs();
   if (resp.objects_size() != static_cast<int>(ask.size())) {

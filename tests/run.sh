@@ -39,6 +39,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${SHELF_BUILD_DIR:-$root/build/test}
 asan_build=${SHELF_ASAN_BUILD_DIR:-$root/build/asan}
 jobs=${SHELF_JOBS:-$(nproc)}
+# The daemons the tests start keep Abseil's lock-order checks, which they
+# turn off otherwise (common/mutex_debug.h).
+export SHELF_MUTEX_DEADLOCK_DETECTION=${SHELF_MUTEX_DEADLOCK_DETECTION:-1}
 asan_labels=${SHELF_ASAN_LABELS:-}
 timings=()
 stage() {

@@ -20,6 +20,7 @@
 #include "common/http_server.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/mutex_debug.h"
 #include "common/net.h"
 #include "common/ops_endpoint.h"
 #include "common/prom.h"
@@ -103,6 +104,7 @@ HttpResponse Health(Master* master, const MasterHa* ha) {
 int main(int argc, char** argv) {
   using namespace shelf;
   sigset_t signals = BlockTerminationSignals();
+  ConfigureMutexDeadlockDetection();
   SetLogComponent("master");
   absl::StatusOr<MasterConfig> parsed = ParseMasterConfig(argc, argv);
   if (!parsed.ok()) return Fail(parsed.status().message(), 2);

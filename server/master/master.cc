@@ -219,8 +219,8 @@ void Master::MoveToBackLocked(Object* const* objs, int n) {
 
 void Master::FillFoundLocked(const Object& obj, const std::string& key,
                              const std::string& client_host, bool lease, uint64_t now_unix,
-                             v1::ObjectLocation* out, LookupCounts* counts) {
-  FillLocation(obj, key, client_host, lease, now_unix, out);
+                             StoreTable* table, v1::ObjectLocation* out, LookupCounts* counts) {
+  FillLocation(obj, key, client_host, lease, now_unix, out, table);
   if (out->replicas_size() > 0 && out->replicas(0).tier() == v1::TIER_SSD) {
     ++counts->ssd;
   } else {
@@ -236,9 +236,20 @@ void Master::LookupCounts::AddTo(MasterMetrics& m) const {
   if (dram != 0) m.hits_dram.Increment(dram);
 }
 
-void Master::FillReplica(const Replica& r, uint64_t size, v1::Replica* out) {
+void Master::FillReplica(const Replica& r, uint64_t size, v1::Replica* out, StoreTable* table) {
   const Node& n = *nodes_[r.node];
-  *out->mutable_store() = n.endpoint;
+  if (table == nullptr || table->out == nullptr) {
+    *out->mutable_store() = n.endpoint;
+  } else {
+    // A handful of stores per answer: a linear search beats a map.
+    size_t i = 0;
+    while (i < table->nodes.size() && table->nodes[i] != r.node) ++i;
+    if (i == table->nodes.size()) {
+      table->nodes.push_back(r.node);
+      *table->out->Add() = n.endpoint;
+    }
+    out->set_store_index(static_cast<uint32_t>(i));
+  }
   out->set_tier(r.tier);
   out->set_segment_id(r.tier == v1::TIER_DRAM ? n.segments[r.segment].id : 0);
   out->set_offset(r.tier == v1::TIER_DRAM ? r.offset : 0);
@@ -246,7 +257,8 @@ void Master::FillReplica(const Replica& r, uint64_t size, v1::Replica* out) {
 }
 
 void Master::FillLocation(const Object& obj, const std::string& key, const std::string& client_host,
-                          bool lease, uint64_t now_unix, v1::ObjectLocation* out) {
+                          bool lease, uint64_t now_unix, v1::ObjectLocation* out,
+                          StoreTable* table) {
   out->set_key(key);
   out->set_found(true);
   out->set_size(obj.size);
@@ -269,7 +281,7 @@ void Master::FillLocation(const Object& obj, const std::string& key, const std::
   }
   for (const auto& [rank, r] : order) {
     v1::Replica* rep = out->add_replicas();
-    FillReplica(*r, obj.size, rep);
+    FillReplica(*r, obj.size, rep, table);
     if (options_.read_grants)
       MintReadGrant(*r, key, obj.size, now_unix + options_.read_grant_ms, rep);
   }
@@ -579,12 +591,15 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
   Object* found[kBatchItemsMax];
   const bool lease = !req.no_lease() && !req.peek();
   FindBatchLocked(req.keys(), false, lease, !req.peek(), now, found, &counts);
+  StoreTable table;
+  if (req.store_table()) table.out = resp->mutable_stores();
   for (int i = 0; i < req.keys_size(); ++i) {
     v1::ObjectLocation* loc = resp->add_objects();
     if (found[i] == nullptr) {
       loc->set_key(req.keys(i));
     } else {
-      FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), lease, now_unix, loc, &counts);
+      FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), lease, now_unix, &table, loc,
+                      &counts);
     }
   }
   if (!req.peek()) counts.AddTo(metrics_);
@@ -607,8 +622,10 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
   LookupCounts counts;
   Object* found[kBatchItemsMax];
   FindBatchLocked(req.keys(), true, !req.no_lease(), true, now, found, &counts);
+  StoreTable table;
+  if (req.store_table()) table.out = resp->mutable_stores();
   for (int i = 0; i < req.keys_size() && found[i] != nullptr; ++i) {
-    FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), !req.no_lease(), now_unix,
+    FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), !req.no_lease(), now_unix, &table,
                     resp->add_objects(), &counts);
     ++matched;
   }

@@ -467,16 +467,23 @@ class Master {
   // Starts loading the table slot of `key` (no shard lock: see the body).
   void PrefetchSlot(const std::string& key)
       ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // An answer's table of stores (Lookup and MatchPrefix asked with
+  // `store_table`): each store once, replicas name it by index. With `out`
+  // null, every replica carries its store.
+  struct StoreTable {
+    google::protobuf::RepeatedPtrField<v1::StoreEndpoint>* out = nullptr;
+    absl::InlinedVector<uint32_t, 8> nodes;  // the node of each entry of *out
+  };
   // Fills `out` from a found object. Reads only what changes under mu_
   // held exclusively, so no shard lock. `now_unix`: UnixMs, read once per
   // call (grant and lease expiry).
   void FillFoundLocked(const Object& obj, const std::string& key, const std::string& client_host,
-                       bool lease, uint64_t now_unix, v1::ObjectLocation* out, LookupCounts* counts)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+                       bool lease, uint64_t now_unix, StoreTable* table, v1::ObjectLocation* out,
+                       LookupCounts* counts) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   int FindNodeLocked(const std::string& id_or_address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillLocation(const Object& obj, const std::string& key, const std::string& client_host,
-                    bool lease, uint64_t now_unix, v1::ObjectLocation* out)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+                    bool lease, uint64_t now_unix, v1::ObjectLocation* out,
+                    StoreTable* table = nullptr) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Marks an access: last_access_ms. Under mu_ shared, the caller holds the
   // object's shard.
   void TouchLocked(Object* obj, uint64_t now) ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -591,7 +598,7 @@ class Master {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillNodeStatus(uint32_t node, uint64_t now, v1::NodeStatus* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FillReplica(const Replica& r, uint64_t size, v1::Replica* out)
+  void FillReplica(const Replica& r, uint64_t size, v1::Replica* out, StoreTable* table = nullptr)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // PutStart's steps. CheckPutStart: the request alone (no lock); the
   // number of replicas wanted. NoPlacementLocked: the error when no store

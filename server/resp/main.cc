@@ -14,6 +14,7 @@
 #include "common/flags.h"
 #include "common/http_server.h"
 #include "common/log.h"
+#include "common/mutex_debug.h"
 #include "common/net.h"
 #include "common/ops_endpoint.h"
 #include "common/protected_mode.h"
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  ConfigureMutexDeadlockDetection();
   SetLogComponent("resp");
 
   RespServerOptions server_opts;

@@ -13,6 +13,7 @@
 #include "common/http_server.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/mutex_debug.h"
 #include "common/net.h"
 #include "common/ops_endpoint.h"
 #include "common/protected_mode.h"
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ConfigureMutexDeadlockDetection();
   SetLogComponent("store");
 
   StoreOptions opts;

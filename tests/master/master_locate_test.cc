@@ -1,6 +1,7 @@
 // Master::Locate: per store, the leading run of a chain it holds and the
 // tier of each block, built from store inventories so every replica's
-// place is known.
+// place is known. And how Lookup and MatchPrefix name the stores of their
+// replicas (`store_table`).
 #include <string>
 #include <vector>
 
@@ -105,6 +106,58 @@ TEST_F(MasterFixture, LocateRefusesBadChains) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   Locate(master_.get(), {std::string(kKeyBytesMax + 1, 'x')}, &s);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// With `store_table`, an answer names each store once and replicas point
+// into that table; without it every replica carries its store, as before.
+TEST_F(MasterFixture, AStoreTableNamesEachStoreOnceAndReplicasPointIntoIt) {
+  Register("a", 64 * kMiB);
+  Register("b", 64 * kMiB);
+  const std::vector<std::string> keys = {"t0", "t1", "t2", "t3"};
+  for (const std::string& k : keys) ASSERT_TRUE(Put(k, 4096, 2).ok());
+  v1::LookupRequest req;
+  for (const std::string& k : keys) req.add_keys(k);
+  req.add_keys("absent");
+  req.set_no_lease(true);
+  v1::LookupResponse inline_resp;
+  ASSERT_TRUE(master_->Lookup(req, &inline_resp).ok());
+  EXPECT_EQ(inline_resp.stores_size(), 0);
+  req.set_store_table(true);
+  v1::LookupResponse resp;
+  ASSERT_TRUE(master_->Lookup(req, &resp).ok());
+  ASSERT_EQ(resp.stores_size(), 2);
+  EXPECT_NE(resp.stores(0).node_id(), resp.stores(1).node_id());
+  ASSERT_EQ(resp.objects_size(), 5);
+  EXPECT_FALSE(resp.objects(4).found());
+  for (int i = 0; i < 4; ++i) {
+    const v1::ObjectLocation& got = resp.objects(i);
+    const v1::ObjectLocation& want = inline_resp.objects(i);
+    ASSERT_EQ(got.replicas_size(), 2) << i;
+    ASSERT_EQ(want.replicas_size(), 2) << i;
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_FALSE(got.replicas(r).has_store());
+      ASSERT_LT(got.replicas(r).store_index(), 2u);
+      // The same store, in the same order, as the inline answer.
+      EXPECT_EQ(resp.stores(static_cast<int>(got.replicas(r).store_index())).SerializeAsString(),
+                want.replicas(r).store().SerializeAsString());
+      EXPECT_EQ(got.replicas(r).offset(), want.replicas(r).offset());
+      EXPECT_EQ(got.replicas(r).read_grant().size(), want.replicas(r).read_grant().size());
+    }
+  }
+  v1::MatchPrefixRequest mreq;
+  for (const std::string& k : keys) mreq.add_keys(k);
+  mreq.set_no_lease(true);
+  mreq.set_store_table(true);
+  v1::MatchPrefixResponse mresp;
+  ASSERT_TRUE(master_->MatchPrefix(mreq, &mresp).ok());
+  EXPECT_EQ(mresp.matched(), 4u);
+  EXPECT_EQ(mresp.stores_size(), 2);
+  for (const v1::ObjectLocation& loc : mresp.objects()) {
+    for (const v1::Replica& rep : loc.replicas()) {
+      EXPECT_FALSE(rep.has_store());
+      EXPECT_LT(rep.store_index(), 2u);
+    }
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/mutex_debug.h"
 #include "tools/bench/bench.h"
 
 namespace shelf::bench {
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
     std::fputs(kHelp, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  shelf::ConfigureMutexDeadlockDetection();
   shelf::bench::InstallStopHandlers();
   std::string sub = argv[1];
   if (sub == "replay") return shelf::bench::Replay(argc - 1, argv + 1);

@@ -21,6 +21,8 @@
 //               with N simulated stores heartbeating, at a cluster's scale
 //   --no-read-grants  the in-process master mints no read grants (what
 //               they cost: a Lookup or MatchPrefix hit mints one per replica)
+//   --inline-stores  reads ask without `store_table` (each replica carries
+//               its store's endpoint, as before libshelf asked for a table)
 //   --tenant T  the in-process master keeps tenant namespaces and tenants'
 //               quotas (a credentials table with one engine of tenant T):
 //               every key is kept as "T/" + its content key
@@ -226,7 +228,8 @@ absl::Status Grow(Master* master, uint64_t from, uint64_t to, uint64_t object_by
 enum class ReadKind { kLookup1, kLookup64, kMatchPrefix64 };
 
 // In-process reads of random present objects on `threads` threads.
-Rate InProcessReads(Master* master, uint64_t objects, ReadKind kind, int threads, double seconds) {
+Rate InProcessReads(Master* master, uint64_t objects, ReadKind kind, int threads, double seconds,
+                    bool store_table) {
   size_t keys_per_call = kind == ReadKind::kLookup1 ? 1 : kChain;
   std::vector<Rate> per(threads);
   std::atomic<bool> go{false};
@@ -243,8 +246,10 @@ Rate InProcessReads(Master* master, uint64_t objects, ReadKind kind, int threads
         uint64_t first = x % (objects - keys_per_call + 1);
         for (size_t k = 0; k < keys_per_call; ++k) {
           if (kind == ReadKind::kMatchPrefix64) {
+            matches[r].set_store_table(store_table);
             matches[r].add_keys(KeyOf(first + k));
           } else {
+            lookups[r].set_store_table(store_table);
             lookups[r].add_keys(
                 KeyOf(kind == ReadKind::kLookup1 ? first : SplitMix(x + k) % objects));
           }
@@ -298,7 +303,7 @@ Rate InProcessReads(Master* master, uint64_t objects, ReadKind kind, int threads
 // gRPC: MatchPrefix chains of `batch` present keys from `threads` threads,
 // each on its own channel (its own connection).
 Rate GrpcMatchPrefix(const std::string& address, pid_t master_pid, uint64_t objects, size_t batch,
-                     int threads, double seconds) {
+                     int threads, double seconds, bool store_table) {
   std::vector<Rate> per(threads);
   std::vector<std::vector<double>> lat(threads);
   std::atomic<int> ready{0};
@@ -318,6 +323,7 @@ Rate GrpcMatchPrefix(const std::string& address, pid_t master_pid, uint64_t obje
         x = SplitMix(x);
         uint64_t first = x % (objects - batch + 1);
         for (size_t k = 0; k < batch; ++k) req.add_keys(KeyOf(first + k));
+        req.set_store_table(store_table);
       }
       v1::MatchPrefixResponse resp;
       {
@@ -433,6 +439,7 @@ int MasterBench(int argc, char** argv) {
   uint64_t object_bytes = 4096, segment_bytes = 64ull << 40;
   double seconds = 2.0;
   bool quick = false, json_only = false, no_grpc = false, no_read_grants = false;
+  bool inline_stores = false;
   std::string tenant;
   Flags flags("shelf-bench master",
               "the master's lookups, prefix matches and puts per second, "
@@ -450,6 +457,8 @@ int MasterBench(int argc, char** argv) {
   flags.AddBool("no-grpc", &no_grpc, "skip the gRPC figures");
   flags.AddBool("no-read-grants", &no_read_grants,
                 "in-process master: mint no read grants (their cost)");
+  flags.AddBool("inline-stores", &inline_stores,
+                "reads ask without store_table: every replica carries its store (the old answer)");
   flags.AddString("tenant", &tenant,
                   "in-process master: keep tenant namespaces and quotas, keys as TENANT/KEY");
   flags.AddBool("quick", &quick, "tiny run for smoke tests (20k and 100k objects, 0.2 s figures)");
@@ -517,7 +526,7 @@ int MasterBench(int argc, char** argv) {
     const ReadKind kinds[3] = {ReadKind::kLookup1, ReadKind::kLookup64, ReadKind::kMatchPrefix64};
     for (int k = 0; k < 3 && s.ok(); ++k) {
       for (int t = 0; t < 2 && !StopRequested(); ++t) {
-        reads[k][t] = InProcessReads(&master, n_small, kinds[k], t + 1, seconds);
+        reads[k][t] = InProcessReads(&master, n_small, kinds[k], t + 1, seconds, !inline_stores);
       }
     }
     if (s.ok() && n_big > n_small && !StopRequested()) {
@@ -553,9 +562,9 @@ int MasterBench(int argc, char** argv) {
                                                       segment_bytes, &grpc_fill)
                                   : cluster.status();
     for (int b = 0; b < 3 && s.ok() && !StopRequested(); ++b) {
-      grpc[b] =
-          GrpcMatchPrefix((*cluster)->master_address(), (*cluster)->master_process()->pid(),
-                          grpc_objects, kGrpcBatches[b], static_cast<int>(grpc_threads), seconds);
+      grpc[b] = GrpcMatchPrefix((*cluster)->master_address(), (*cluster)->master_process()->pid(),
+                                grpc_objects, kGrpcBatches[b], static_cast<int>(grpc_threads),
+                                seconds, !inline_stores);
       if (grpc[b].errors > 0 && grpc[b].keys == 0) s = absl::UnavailableError(grpc[b].error);
     }
     if (!s.ok()) error = absl::StrCat("gRPC: ", s.message());
@@ -626,6 +635,7 @@ int MasterBench(int argc, char** argv) {
   o["stopped"] = StopRequested();
   o["key_bytes"] = key_bytes;
   o["read_grants"] = !no_read_grants;
+  o["store_table"] = !inline_stores;
   o["tenant"] = tenant;
   o["objects_small"] = in_small;
   o["objects"] = in_big;

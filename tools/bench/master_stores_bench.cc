@@ -243,6 +243,7 @@ void Client(const std::string& address, Op op, int t, uint64_t objects, size_t b
     size_t keys = 0, want = batch;
     if (op == Op::kLookup) {
       v1::LookupRequest req;
+      req.set_store_table(true);  // as libshelf asks
       for (size_t k = 0; k < batch; ++k) req.add_keys(KeyOf(Mix(x + k) % objects));
       t0 = MonoUs();
       v1::LookupResponse resp;
@@ -250,6 +251,7 @@ void Client(const std::string& address, Op op, int t, uint64_t objects, size_t b
       for (const v1::ObjectLocation& o : resp.objects()) keys += o.found() ? 1 : 0;
     } else if (op == Op::kMatch) {
       v1::MatchPrefixRequest req;
+      req.set_store_table(true);
       uint64_t first = x % (objects - batch + 1);
       for (size_t k = 0; k < batch; ++k) req.add_keys(KeyOf(first + k));
       t0 = MonoUs();
