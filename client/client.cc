@@ -598,7 +598,7 @@ Status ClientImpl::MatchPrefix(const std::vector<std::string>& keys, size_t* mat
     // Only the count is returned: the get that follows takes its own
     // lease, and a lease nobody reads under only keeps blocks from eviction.
     req.set_no_lease(true);
-    req.set_store_table(true);  // only `matched` is read
+    req.set_count_only(true);  // only `matched` is read: no objects, no grants
     v1::MatchPrefixResponse resp;
     absl::Status s = CallMaster(&v1::MasterService::Stub::MatchPrefix, req, &resp, deadline_ms);
     if (!s.ok()) return FromAbsl(s);

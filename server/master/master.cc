@@ -217,6 +217,23 @@ void Master::MoveToBackLocked(Object* const* objs, int n) {
   }
 }
 
+void Master::CountHitLocked(const Object& obj, const std::string& client_host,
+                            LookupCounts* counts) {
+  // The tier of the replica FillLocation would list first: the best rank.
+  int best = 4;
+  for (const Replica& r : obj.replicas) {
+    const Node& n = *nodes_[r.node];
+    if (n.state == v1::NODE_DEAD) continue;
+    best = std::min(
+        best, (n.endpoint.host_id() == client_host ? 0 : 2) + (r.tier == v1::TIER_DRAM ? 0 : 1));
+  }
+  if (best % 2 == 1) {
+    ++counts->ssd;
+  } else {
+    ++counts->dram;
+  }
+}
+
 void Master::FillFoundLocked(const Object& obj, const std::string& key,
                              const std::string& client_host, bool lease, uint64_t now_unix,
                              StoreTable* table, v1::ObjectLocation* out, LookupCounts* counts) {
@@ -621,12 +638,17 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
   uint32_t matched = 0;
   LookupCounts counts;
   Object* found[kBatchItemsMax];
-  FindBatchLocked(req.keys(), true, !req.no_lease(), true, now, found, &counts);
+  const bool lease = !req.no_lease() && !req.count_only();
+  FindBatchLocked(req.keys(), true, lease, true, now, found, &counts);
   StoreTable table;
   if (req.store_table()) table.out = resp->mutable_stores();
   for (int i = 0; i < req.keys_size() && found[i] != nullptr; ++i) {
-    FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), !req.no_lease(), now_unix, &table,
-                    resp->add_objects(), &counts);
+    if (req.count_only()) {
+      CountHitLocked(*found[i], req.client_host_id(), &counts);
+    } else {
+      FillFoundLocked(*found[i], req.keys(i), req.client_host_id(), lease, now_unix, &table,
+                      resp->add_objects(), &counts);
+    }
     ++matched;
   }
   // Keys examined: the matched run and the miss that ended it.

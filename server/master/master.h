@@ -480,6 +480,9 @@ class Master {
   void FillFoundLocked(const Object& obj, const std::string& key, const std::string& client_host,
                        bool lease, uint64_t now_unix, StoreTable* table, v1::ObjectLocation* out,
                        LookupCounts* counts) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Counts a hit as FillFoundLocked does, filling nothing (count_only).
+  void CountHitLocked(const Object& obj, const std::string& client_host, LookupCounts* counts)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   int FindNodeLocked(const std::string& id_or_address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillLocation(const Object& obj, const std::string& key, const std::string& client_host,
                     bool lease, uint64_t now_unix, v1::ObjectLocation* out,

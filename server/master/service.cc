@@ -256,7 +256,7 @@ grpc::Status MasterServiceImpl::MatchPrefix(grpc::ServerContext* ctx,
     if (absl::Status s = ToKept(caller, kept.mutable_keys(), false); !s.ok()) {
       return rpc_scope.Done(ToGrpc(s));
     }
-    const bool leased = !req->no_lease();
+    const bool leased = !req->no_lease() && !req->count_only();
     if (leased) {
       if (absl::Status s = master_->quotas().CheckLease(caller); !s.ok()) {
         return rpc_scope.Done(ToGrpc(s));

@@ -160,5 +160,34 @@ TEST_F(MasterFixture, AStoreTableNamesEachStoreOnceAndReplicasPointIntoIt) {
   }
 }
 
+// A count-only prefix match says how many blocks match and nothing else:
+// no objects, no grants, and no lease (a removed block's range is freed at
+// once, where a leased one waits for its lease).
+TEST_F(MasterFixture, ACountOnlyMatchReturnsTheCountAndTakesNoLease) {
+  Register("a", 64 * kMiB);
+  for (const char* k : {"c0", "c1", "l0"}) ASSERT_TRUE(Put(k, kMiB).ok());
+  auto match = [&](std::vector<std::string> keys, bool count_only) {
+    v1::MatchPrefixRequest req;
+    for (const std::string& k : keys) req.add_keys(k);
+    req.set_count_only(count_only);
+    v1::MatchPrefixResponse resp;
+    EXPECT_TRUE(master_->MatchPrefix(req, &resp).ok());
+    return resp;
+  };
+  v1::MatchPrefixResponse counted = match({"c0", "c1", "absent", "l0"}, true);
+  EXPECT_EQ(counted.matched(), 2u);
+  EXPECT_EQ(counted.objects_size(), 0);
+  EXPECT_EQ(counted.stores_size(), 0);
+  v1::MatchPrefixResponse leased = match({"l0"}, false);
+  ASSERT_EQ(leased.objects_size(), 1);
+  EXPECT_GT(leased.objects(0).lease_expires_unix_ms(), 0u);
+  v1::RemoveRequest rm;
+  for (const char* k : {"c0", "c1", "l0"}) rm.add_keys(k);
+  v1::RemoveResponse rresp;
+  ASSERT_TRUE(master_->Remove(rm, &rresp).ok());
+  master_->Tick();
+  EXPECT_EQ(DramUsed(), kMiB) << "only the leased block's range waits";
+}
+
 }  // namespace
 }  // namespace shelf
