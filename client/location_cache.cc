@@ -1,6 +1,5 @@
 #include "client/location_cache.h"
 
-#include "absl/base/internal/endian.h"
 #include "absl/hash/hash.h"
 #include "common/check.h"
 #include "transport/wire.h"
@@ -13,8 +12,7 @@ LocationCache::LocationCache(size_t entries_max) : entries_max_(entries_max) {
 
 uint64_t LocationCache::GrantExpiry(const v1::Replica& replica) {
   const std::string& g = replica.read_grant();
-  if (g.size() != wire::kReadGrantBytes) return 0;
-  return absl::little_endian::Load64(g.data() + 20);  // expires_unix_ms
+  return g.size() == wire::kReadGrantBytes ? wire::ReadGrantExpiry(g) : 0;
 }
 
 bool LocationCache::Get(absl::string_view key, v1::ObjectLocation* out, uint64_t now_unix_ms) {

@@ -552,11 +552,11 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
       const absl::string_view info = absl::string_view(extra).substr(
           0, std::min(extra.size(), wire::kRdmaConnectionInfoBytes));
       const absl::string_view credential = absl::string_view(extra).substr(info.size());
-      absl::StatusOr<bool> expose = handler_->RdmaExposes(credential, h.segment_id);
+      absl::StatusOr<RdmaExposure> exposure = handler_->RdmaExposes(credential, h.segment_id);
       std::string store_info;
       absl::StatusOr<std::shared_ptr<void>> qp =
-          expose.ok() ? options_.rdma->Accept(h.segment_id, info, *expose, &store_info)
-                      : expose.status();
+          exposure.ok() ? options_.rdma->Accept(h.segment_id, info, *exposure, &store_info)
+                        : exposure.status();
       if (!qp.ok()) {
         SHELF_LOG(WARNING) << "rdma connection refused" << Kv("error", qp.status().message());
         return Reply(fd, mac, h, qp.status(), nullptr, 0);

@@ -40,6 +40,17 @@
 
 namespace shelf {
 
+// What the queue pair of an RDMA_CONNECT exposes (DataHandler::RdmaExposes).
+struct RdmaExposure {
+  // The segment: its address, length and rkey go to the client, which may
+  // READ it through the queue pair. False: nothing is told or readable.
+  bool expose = true;
+  // Wall-clock Unix ms at which the exposure ends (the expiry of the read
+  // grant it was made with): the queue pair is torn down then. 0: it lasts
+  // as long as the connection.
+  uint64_t until_unix_ms = 0;
+};
+
 // What the server serves. Implemented by the store.
 class DataHandler {
  public:
@@ -105,12 +116,14 @@ class DataHandler {
     return absl::FailedPreconditionError("this store's segment has no arenas");
   }
   // RDMA_CONNECT for segment `segment_id` with `credential` (a read grant
-  // then its key, or empty): true when the new queue pair exposes the
-  // segment to the client (it learns the segment's rkey), false when it
-  // exposes nothing (enough for pulled puts). PERMISSION_DENIED refuses the
-  // connection. Default: every segment is exposed to every peer.
-  virtual absl::StatusOr<bool> RdmaExposes(absl::string_view credential, uint32_t segment_id) {
-    return true;
+  // then its key, or empty): whether the new queue pair exposes the
+  // segment to the client (it learns the segment's rkey) or nothing
+  // (enough for pulled puts), and until when. PERMISSION_DENIED refuses
+  // the connection. Default: every segment is exposed to every peer, for
+  // as long as the connection lives.
+  virtual absl::StatusOr<RdmaExposure> RdmaExposes(absl::string_view credential,
+                                                   uint32_t segment_id) {
+    return RdmaExposure{};
   }
   // Releases a range PinSsdKey returned; each pin is released once.
   virtual void Unpin(uint64_t pin) {}
@@ -133,19 +146,23 @@ class RdmaAcceptor {
   virtual ~RdmaAcceptor() = default;
   // Connects a new queue pair to the client described by `client_info`
   // (its connection info bytes) and fills `store_info` with this end's:
-  // with `expose`, the segment's address, length and rkey; without, none
-  // (the client can READ nothing, and the store can still pull its puts).
+  // with exposure.expose, the segment's address, length and rkey; without,
+  // none (the client can READ nothing, and the store can still pull its
+  // puts). An exposure with an end is torn down at exposure.until_unix_ms.
   // The result holds the queue pair; releasing it tears the pair down.
   // INVALID_ARGUMENT for malformed info, NOT_FOUND for an unknown segment,
   // otherwise the device's error.
   virtual absl::StatusOr<std::shared_ptr<void>> Accept(uint32_t segment_id,
-                                                       absl::string_view client_info, bool expose,
+                                                       absl::string_view client_info,
+                                                       const RdmaExposure& exposure,
                                                        std::string* store_info) = 0;
   // A put the store pulls (RDMA_PULL): READs `length` bytes from the
   // client's `source` into [dst, dst + length) through `queue_pair` (what
   // Accept returned for this connection). The caller has checked the
-  // segment bounds and the grant; `dst` lies inside a segment Accept
-  // exposed. By `deadline_ms` (MonoMs) the device no longer touches `dst`.
+  // segment bounds and the grant; `dst` lies inside the segment Accept made
+  // the queue pair for (a queue pair reaches no other segment's memory
+  // where segments are isolated: the pull then fails FAILED_PRECONDITION).
+  // By `deadline_ms` (MonoMs) the device no longer touches `dst`.
   // UNAVAILABLE or PERMISSION_DENIED (the client's rkey or range refused)
   // when the queue pair failed: it is then unusable until the next
   // RDMA_CONNECT.

@@ -132,12 +132,15 @@ absl::Status VerifyGrant(const HmacKey& key, const GrantScope& scope, const Gran
 namespace {
 
 constexpr size_t kReadGrantFieldBytes = kReadGrantBytes - kMacBytes;
+// Where a read grant's expires_unix_ms lies: ReadGrantFields writes it,
+// DecodeReadCredential and ReadGrantExpiry read it.
+constexpr size_t kReadGrantExpiryAt = 20;
 
 void ReadGrantFields(const ReadGrant& g, char* out) {
   Put32(out, g.segment_id);
   Put64(out + 4, g.offset);
   Put64(out + 12, g.length);
-  Put64(out + 20, g.expires_unix_ms);
+  Put64(out + kReadGrantExpiryAt, g.expires_unix_ms);
 }
 
 // The MAC of a read grant whose fields are encoded at `fields`: short, so
@@ -179,10 +182,14 @@ absl::StatusOr<ReadGrant> DecodeReadCredential(absl::string_view in, absl::strin
   g.segment_id = Get32(p);
   g.offset = Get64(p + 4);
   g.length = Get64(p + 12);
-  g.expires_unix_ms = Get64(p + 20);
+  g.expires_unix_ms = Get64(p + kReadGrantExpiryAt);
   g.mac = std::string(in.substr(kReadGrantBytes - kMacBytes, kMacBytes));
   *key = in.substr(kReadGrantBytes);
   return g;
+}
+
+uint64_t ReadGrantExpiry(absl::string_view grant) {
+  return grant.size() < kReadGrantBytes ? 0 : Get64(grant.data() + kReadGrantExpiryAt);
 }
 
 std::string ReadGrantMac(absl::string_view grant_key, absl::string_view node_id,

@@ -150,6 +150,11 @@ void MintReadGrant(const HmacKey& grant_key, uint64_t incarnation, absl::string_
                    const ReadGrant& g, char* out);
 // The grant and the key of a read credential (grant || key).
 absl::StatusOr<ReadGrant> DecodeReadCredential(absl::string_view in, absl::string_view* key);
+// When the read grant that `grant` starts with expires (its
+// expires_unix_ms): `grant` is an encoded read grant or a read credential.
+// 0 when it is too short to hold one. Reads the field, verifies nothing:
+// for a holder planning around the expiry, never for a check.
+uint64_t ReadGrantExpiry(absl::string_view grant);
 // HMAC(grant key, "R" || incarnation || fields || key). The grant key is
 // the store incarnation's own, so it binds the node too; `node_id` is not
 // hashed.

@@ -50,15 +50,15 @@ absl::StatusOr<int> Store::ShmArena(absl::string_view credential, uint32_t segme
   return segment_->arena_fd(segment_id);
 }
 
-absl::StatusOr<bool> Store::RdmaExposes(absl::string_view credential, uint32_t segment_id) {
+absl::StatusOr<RdmaExposure> Store::RdmaExposes(absl::string_view credential, uint32_t segment_id) {
   // One segment: its rkey goes to every authenticated peer, as it always
   // has (reads are checked by nothing the device can enforce).
-  if (arenas_ == 0) return true;
+  if (arenas_ == 0) return RdmaExposure{};
   if (segment_id >= arenas_) return absl::NotFoundError(absl::StrCat("no arena ", segment_id));
   // Without read grants every peer may read every arena anyway.
-  if (options_.secret.empty() || !options_.read_grants) return true;
+  if (options_.secret.empty() || !options_.read_grants) return RdmaExposure{};
   // No credential: a queue pair for pulled puts, exposing nothing.
-  if (credential.empty()) return false;
+  if (credential.empty()) return RdmaExposure{false, 0};
   // The same right as mapping the arena (ShmArena): a read grant into it.
   absl::string_view key;
   absl::StatusOr<wire::ReadGrant> grant = wire::DecodeReadCredential(credential, &key);
@@ -69,7 +69,9 @@ absl::StatusOr<bool> Store::RdmaExposes(absl::string_view credential, uint32_t s
     return absl::PermissionDeniedError(
         absl::StrCat("rdma key of arena ", segment_id, " refused: ", s.message()));
   }
-  return true;
+  // The right ends with the grant: the acceptor tears the queue pair down
+  // at its expiry, and the client makes a new one with a newer grant.
+  return RdmaExposure{true, grant->expires_unix_ms};
 }
 
 absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,

@@ -152,8 +152,8 @@ class Store : public DataHandler {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<int> ShmArena(absl::string_view credential, uint32_t segment_id, uint64_t offset,
                                uint64_t length) override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<bool> RdmaExposes(absl::string_view credential, uint32_t segment_id) override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<RdmaExposure> RdmaExposes(absl::string_view credential,
+                                           uint32_t segment_id) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Pinned> PinSsdKey(absl::string_view key, uint64_t size) override
       ABSL_LOCKS_EXCLUDED(mu_, pin_mu_);
   void Unpin(uint64_t pin) override ABSL_LOCKS_EXCLUDED(pin_mu_);

@@ -175,16 +175,20 @@ std::unique_ptr<Store::Rdma> OpenRdma(const StoreOptions& options, DramSegment* 
   auto engine = rdma::RdmaEngine::Open(verbs, eo);
   if (engine.ok()) {
     r->engine = *std::move(engine);
+    // The store's clock: exposures end with read grants, which CheckRead
+    // judges by it.
     r->acceptor = std::make_unique<rdma::RdmaStoreAcceptor>(
-        r->engine.get(), static_cast<uint64_t>(std::max(options.rdma_queue_pairs_max, 1)));
+        r->engine.get(), static_cast<uint64_t>(std::max(options.rdma_queue_pairs_max, 1)),
+        options.clock != nullptr ? options.clock : Clock::Real());
     if (segment->arenas() == 0) {
       s = r->acceptor->AddSegment(segment_id, segment->data(), segment->size());
     }
-    // One memory region (and rkey) per arena: a client is told the rkey of
-    // an arena only with a location in it.
+    // One memory region (and rkey) per arena, each in a protection domain
+    // of its own: a client is told the rkey of an arena only with a
+    // location in it, and a queue pair made for one arena reads no other.
     for (uint32_t i = 0; s.ok() && i < segment->arenas(); ++i) {
       s = r->acceptor->AddSegment(i, segment->data() + i * segment->arena_bytes(),
-                                  segment->arena_bytes());
+                                  segment->arena_bytes(), rdma::RdmaStoreAcceptor::Domain::kOwn);
     }
   } else {
     s = engine.status();
@@ -395,12 +399,15 @@ void Store::AddGauges() {
 #if SHELF_WITH_RDMA
   if (rdma_ != nullptr) {
     gauges_.push_back(r.AddCallbackGauge(
-        "shelf_store_rdma", "RDMA: live client queue pairs, and puts pulled (count, bytes, errors)",
+        "shelf_store_rdma",
+        "RDMA: live client queue pairs, those refused or expired, and puts pulled (count, bytes, "
+        "errors)",
         {"what"}, [this] {
           rdma::RdmaStoreAcceptor::Stats s = rdma_->acceptor->stats();
           return std::vector<prom::GaugeSample>{
               {{"queue_pairs"}, static_cast<double>(s.live)},
               {{"queue_pairs_refused"}, static_cast<double>(s.refused)},
+              {{"queue_pairs_expired"}, static_cast<double>(s.expired)},
               {{"pulls"}, static_cast<double>(s.pulls)},
               {{"pull_bytes"}, static_cast<double>(s.pull_bytes)},
               {{"pull_errors"}, static_cast<double>(s.pull_errors)}};

@@ -6,7 +6,9 @@
 // RegisterBuffer registers GPU buffers with the device and that gets into
 // them land there directly (no staging), that puts are pulled by the store
 // under their grants, that a GPU buffer the device will not take is staged
-// and counted, and that registrations go with their buffers.
+// and counted, that registrations go with their buffers, and that gets from
+// a store of arenas outlive the read grants their queue pairs were made
+// with.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -15,6 +17,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "client/testing_hooks.h"
 #include "server/store/store.h"
@@ -42,6 +45,7 @@ class ClientRdmaSimulatedTest : public ::testing::Test {
     o.stores = 0;
     o.secret = kSecret;
     o.bin_dir = SHELF_BIN_DIR;
+    o.master_args = master_args_;
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
@@ -81,6 +85,7 @@ class ClientRdmaSimulatedTest : public ::testing::Test {
     co.rdma_device = "sim0";
     co.rdma_store_pull_puts = true;
     co.rdma_gpu_registrations_max = gpu_registrations_max;
+    co.location_cache_entries = location_cache_entries_;
     std::unique_ptr<Client> c;
     Status s = Client::Open(co, &c);
     EXPECT_TRUE(s.ok()) << s.ToString();
@@ -88,6 +93,8 @@ class ClientRdmaSimulatedTest : public ::testing::Test {
   }
 
   uint64_t arena_bytes_ = 0;  // StoreOptions::shm_arena_bytes
+  std::vector<std::string> master_args_;
+  size_t location_cache_entries_ = ClientOptions().location_cache_entries;
   rdma::SimulatedVerbs sim_;
   FakeCudaRuntime cuda_;
   std::unique_ptr<LocalCluster> cluster_;
@@ -220,6 +227,46 @@ TEST_F(ClientRdmaArenasTest, BlocksInSeveralArenasMoveOverRdma) {
   }
   ClientStats st = client->stats();
   EXPECT_EQ(st.bytes_loaded_rdma, total);
+  EXPECT_EQ(st.bytes_loaded_tcp, 0u);
+}
+
+// Read grants of 3 s: the store exposes an arena to a client's queue pair
+// until the grant it was made with expires, and tears the pair down then.
+// The client makes its connection again, with a newer grant, before that:
+// gets across many grant lifetimes never fail and never leave rdma (no
+// location cache: a cached read is checked over tcp; each get looks its
+// block up and gets a fresh grant).
+class ClientRdmaShortGrantsTest : public ClientRdmaArenasTest {
+ protected:
+  ClientRdmaShortGrantsTest() {
+    master_args_ = {"--read-grant-ttl", "3000ms"};
+    location_cache_entries_ = 0;
+  }
+};
+
+TEST_F(ClientRdmaShortGrantsTest, GetsAcrossGrantExpiriesNeverFail) {
+  std::unique_ptr<Client> client = Open();
+  ASSERT_NE(client, nullptr);
+  std::vector<std::string> blocks;
+  uint64_t block_bytes = 0;
+  for (int i = 0; i < 2; ++i) {
+    blocks.push_back(Block((1 << 20) - 4096 * i, 70 + i));
+    block_bytes += blocks.back().size();
+    ASSERT_TRUE(client->Put("g" + std::to_string(i), blocks[i].data(), blocks[i].size()).ok());
+  }
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(7000);
+  uint64_t rounds = 0;
+  for (; std::chrono::steady_clock::now() < end; ++rounds) {
+    for (int i = 0; i < 2; ++i) {
+      std::string got;
+      Status s = client->Get("g" + std::to_string(i), &got);
+      ASSERT_TRUE(s.ok()) << "round " << rounds << ", block " << i << ": " << s.ToString();
+      ASSERT_TRUE(got == blocks[i]) << rounds;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ClientStats st = client->stats();
+  EXPECT_EQ(st.bytes_loaded_rdma, rounds * block_bytes);
   EXPECT_EQ(st.bytes_loaded_tcp, 0u);
 }
 

@@ -5,7 +5,8 @@
 // of arenas. Each tenant's client reads its own blocks over rdma; the store
 // tells an arena's rkey only against a read grant into that arena: tenant
 // A's grant for tenant B's arena, or a forged one, is PERMISSION_DENIED and
-// reveals no rkey, and a connection with no grant at all exposes nothing.
+// reveals no rkey, a connection with no grant at all exposes nothing, and a
+// queue pair exposing one arena reads no other, whatever rkey it is given.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -245,6 +246,72 @@ TEST_F(ClientRdmaTenantTest, AnArenasRkeyIsToldOnlyForAReadGrantIntoIt) {
 
   ep->reset();
   close(*fd);
+  engine->reset();
+}
+
+TEST_F(ClientRdmaTenantTest, AQueuePairOfOneArenaCannotReadAnotherUnderItsRkey) {
+  std::unique_ptr<Client> a = As("eng-a");
+  std::unique_ptr<Client> b = As("eng-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const std::string data_a = Block(kBlock, 3), data_b = Block(kBlock, 4);
+  ASSERT_TRUE(a->Put("a-0", data_a.data(), data_a.size()).ok());
+  ASSERT_TRUE(b->Put("b-0", data_b.data(), data_b.size()).ok());
+  std::string cred_a, cred_b;
+  const v1::Replica ra = Locate("eng-a", "a-0", &cred_a);
+  const v1::Replica rb = Locate("eng-b", "b-0", &cred_b);
+  ASSERT_NE(ra.segment_id(), rb.segment_id());
+
+  // One raw client holding both tenants' grants: a queue pair exposing A's
+  // arena, and one exposing B's, which tells B's address and rkey.
+  rdma::RdmaEngine::Options eo;
+  eo.device_name = "sim0";
+  auto engine = rdma::RdmaEngine::Open(&sim_, eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::string local(kBlock, '\0');
+  auto region = (*engine)->RegisterMemory(local.data(), local.size(), rdma::MemoryKind::kHost,
+                                          rdma::MemoryAccess::kLocal);
+  ASSERT_TRUE(region.ok()) << region.status();
+  TcpDataClient control(TcpDataClient::Options{kSecret, 5000, 0});
+  std::vector<int> fds;
+  auto expose = [&](uint32_t arena, const std::string& credential) {
+    std::unique_ptr<rdma::RdmaEndpoint> ep;
+    auto made = (*engine)->CreateEndpoint({});
+    EXPECT_TRUE(made.ok()) << made.status();
+    auto fd = control.Dial(store_->data_address(), MonoMs() + 5000);
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    if (!made.ok() || !fd.ok()) return ep;
+    fds.push_back(*fd);
+    auto remote =
+        control.RdmaConnect(*fd, arena, *(*made)->LocalInfo(), credential, MonoMs() + 5000);
+    EXPECT_TRUE(remote.ok()) << remote.status();
+    if (remote.ok() && (*made)->Connect(*remote).ok()) ep = *std::move(made);
+    return ep;
+  };
+  std::unique_ptr<rdma::RdmaEndpoint> ep_a = expose(ra.segment_id(), cred_a);
+  std::unique_ptr<rdma::RdmaEndpoint> ep_b = expose(rb.segment_id(), cred_b);
+  ASSERT_TRUE(ep_a != nullptr && ep_b != nullptr);
+  const rdma::RemoteSegment seg_b = *ep_b->remote_segment();
+  const rdma::RdmaOp into_b{rdma::RdmaOpKind::kRead, local.data(), rb.length(),
+                            seg_b.addr + rb.offset(), seg_b.rkey};
+
+  // A's queue pair reads A's arena, but B's bytes under B's real rkey and
+  // address it does not: each arena is in a protection domain of its own.
+  rdma::RdmaBatchResult r = ep_a->Execute(
+      {{rdma::RdmaOpKind::kRead, local.data(), ra.length(), ra.offset()}}, MonoMs() + 5000);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_TRUE(local.substr(0, ra.length()) == data_a);
+  r = ep_a->Execute({&into_b, 1}, MonoMs() + 5000);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kPermissionDenied) << r.status;
+  EXPECT_FALSE(local.substr(0, rb.length()) == data_b);
+  // B's queue pair, the same READ: B's bytes.
+  r = ep_b->Execute({&into_b, 1}, MonoMs() + 5000);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_TRUE(local.substr(0, rb.length()) == data_b);
+
+  ep_a.reset();
+  ep_b.reset();
+  for (int fd : fds) close(fd);
   engine->reset();
 }
 

@@ -1,6 +1,7 @@
 // RdmaEngine's device options against the simulated device: the choice and
 // checking of the GID, traffic class, service level and P_Key index reaching
-// the queue pairs, and the READ depth each end negotiates with the other.
+// the queue pairs, the READ depth each end negotiates with the other, and
+// protection domains.
 //
 // Engine "client" on sim0 initiates; engine "store" on sim1 exposes a
 // segment, as in production.
@@ -308,6 +309,62 @@ TEST(RdmaEngineSimulatedTest, VersionOnePeerIsAnsweredInVersionOne) {
   ASSERT_TRUE(pair.client_ep_->Connect(*answer).ok());
   EXPECT_EQ(pair.client_ep_->rd_atomic(), std::make_pair(uint8_t{16}, uint8_t{16}));
   EXPECT_TRUE(pair.Read().ok());
+}
+
+TEST(RdmaEngineSimulatedTest, ProtectionDomainsKeepTheirMemoryAndEndpointsApart) {
+  SimulatedVerbs sim;
+  RdmaEngine::Options o;
+  o.device_name = "sim1";
+  o.domains_max = 2;
+  auto engine = RdmaEngine::Open(&sim, o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ(sim.stats().live_pds, 1u);  // the default domain
+  absl::StatusOr<uint32_t> own = (*engine)->NewDomain();
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_NE(*own, kDefaultDomain);
+  EXPECT_EQ(sim.stats().live_pds, 2u);
+  EXPECT_EQ((*engine)->NewDomain().status().code(), absl::StatusCode::kResourceExhausted);
+
+  std::vector<char> mem(kBytes, 1);
+  absl::StatusOr<MemoryRegion> region = (*engine)->RegisterMemory(
+      mem.data(), mem.size(), MemoryKind::kHost, MemoryAccess::kRemoteRead, *own);
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_EQ(region->domain, *own);
+  // Its own domain's cache knows it; the default domain's does not, and
+  // registers the range anew (another MR, another rkey).
+  EXPECT_TRUE((*engine)->FindMemory(mem.data(), 4096, *own).has_value());
+  EXPECT_FALSE((*engine)->FindMemory(mem.data(), 4096).has_value());
+  absl::StatusOr<MemoryRegion> again = (*engine)->RegisterMemory(
+      mem.data(), mem.size(), MemoryKind::kHost, MemoryAccess::kRemoteRead);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(again->rkey, region->rkey);
+  EXPECT_EQ((*engine)->registration_stats(*own).live_regions, 1u);
+  EXPECT_EQ((*engine)->registration_stats().misses, 1u);
+  EXPECT_EQ((*engine)
+                ->RegisterMemory(mem.data(), 4096, MemoryKind::kHost, MemoryAccess::kLocal, 7)
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+
+  // An endpoint exposes only a region of its own domain.
+  RdmaEndpoint::Options exposing;
+  exposing.expose = *region;
+  EXPECT_EQ((*engine)->CreateEndpoint(exposing).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  exposing.domain = 7;
+  EXPECT_EQ((*engine)->CreateEndpoint(exposing).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  exposing.domain = *own;
+  absl::StatusOr<std::unique_ptr<RdmaEndpoint>> ep = (*engine)->CreateEndpoint(exposing);
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  ep->reset();
+
+  EXPECT_TRUE((*engine)->UnregisterMemory(*region).ok());
+  EXPECT_TRUE((*engine)->UnregisterMemory(*again).ok());
+  EXPECT_EQ((*engine)->registration_stats(*own).live_regions, 0u);
+  engine->reset();
+  SimulatedVerbs::Stats st = sim.stats();
+  EXPECT_EQ(st.live_pds + st.live_mrs + st.live_qps + st.live_cqs + st.live_contexts, 0u);
 }
 
 }  // namespace

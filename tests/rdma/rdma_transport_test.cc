@@ -3,16 +3,21 @@
 // RDMA device (this machine has no RDMA hardware): the control channel's
 // RDMA_CONNECT over real sockets, one-sided READs of the store's segment,
 // per-op errors, writes refused, a store without rdma, a wrong secret, a
-// queue pair forced into error and re-established, and a store that goes
-// away.
+// queue pair forced into error and re-established, a store that goes
+// away, segments in protection domains of their own, and exposures that end
+// with their read grant.
 #include "transport/rdma/rdma_transport.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "common/clock.h"
+#include "common/manual_clock.h"
 #include "tests/common/memory_handler.h"
 #include "transport/data_server.h"
 #include "transport/rdma/simulated_verbs.h"
@@ -28,6 +33,27 @@ using transport::OpKind;
 
 constexpr char kSecret[] = "rdma-transport-secret";
 constexpr uint64_t kSegment = 16 << 20;
+
+// Exposes every segment until the expiry of the read grant the client
+// presents (with none, for as long as the connection lives), as a store of
+// arenas does; verifies no MAC (the store's CheckRead has its own tests).
+class GrantExposingHandler : public testing::MemoryHandler {
+ public:
+  using MemoryHandler::MemoryHandler;
+  absl::StatusOr<RdmaExposure> RdmaExposes(absl::string_view credential,
+                                           uint32_t segment_id) override {
+    return RdmaExposure{true, wire::ReadGrantExpiry(credential)};
+  }
+};
+
+// A read credential for all of segment 0 that expires at `expires_unix_ms`.
+std::string Credential(uint64_t expires_unix_ms) {
+  wire::ReadGrant g;
+  g.length = kSegment;
+  g.expires_unix_ms = expires_unix_ms;
+  g.mac = std::string(32, 'm');
+  return wire::EncodeReadGrant(g) + "key";
+}
 
 class SimulatedRdmaTransportTest : public ::testing::Test {
  protected:
@@ -79,7 +105,7 @@ class SimulatedRdmaTransportTest : public ::testing::Test {
   }
 
   SimulatedVerbs sim_;
-  testing::MemoryHandler handler_{kSegment, "grant-key", "store"};
+  GrantExposingHandler handler_{kSegment, "grant-key", "store"};
   std::unique_ptr<RdmaEngine> store_engine_;
   std::unique_ptr<RdmaStoreAcceptor> acceptor_;
   std::unique_ptr<DataServer> server_;
@@ -235,6 +261,187 @@ TEST_F(SimulatedRdmaTransportTest, AStoreThatGoesAwayIsDialledAgain) {
   ASSERT_TRUE(client_->Execute({&op, 1}, MonoMs() + 2000).ok());
   EXPECT_EQ(client_->stats().dropped, 1u);
   EXPECT_EQ(client_->stats().connections, 3u);
+}
+
+// A client's queue pair made by hand: RDMA_CONNECT on a control connection
+// of its own, as RdmaTransport does, without its checks.
+class RawClient {
+ public:
+  explicit RawClient(SimulatedVerbs* sim) {
+    RdmaEngine::Options o;
+    o.device_name = "sim0";
+    auto engine = RdmaEngine::Open(sim, o);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    if (!engine.ok()) return;
+    engine_ = *std::move(engine);
+    auto region = engine_->RegisterMemory(local_.data(), local_.size(), rdma::MemoryKind::kHost,
+                                          MemoryAccess::kLocal);
+    EXPECT_TRUE(region.ok()) << region.status();
+  }
+  ~RawClient() {
+    endpoints_.clear();
+    for (int fd : fds_) close(fd);
+    engine_.reset();
+  }
+  // A connected queue pair for `segment` of the store at `route`, or null.
+  // The store's remote_segment() is what it told (address, length, rkey).
+  RdmaEndpoint* Connect(const std::string& route, uint32_t segment, const std::string& credential) {
+    auto ep = engine_->CreateEndpoint({});
+    EXPECT_TRUE(ep.ok()) << ep.status();
+    if (!ep.ok()) return nullptr;
+    auto fd = control_.Dial(route, MonoMs() + 5000);
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    if (!fd.ok()) return nullptr;
+    fds_.push_back(*fd);
+    if (!Reconnect(ep->get(), *fd, segment, credential)) return nullptr;
+    endpoints_.push_back(*std::move(ep));
+    return endpoints_.back().get();
+  }
+  // RDMA_CONNECT again for `ep` (a fresh QP) on the control connection `fd`.
+  bool Reconnect(RdmaEndpoint* ep, int fd, uint32_t segment, const std::string& credential) {
+    auto info = ep->LocalInfo();
+    EXPECT_TRUE(info.ok()) << info.status();
+    if (!info.ok()) return false;
+    auto remote = control_.RdmaConnect(fd, segment, *info, credential, MonoMs() + 5000);
+    EXPECT_TRUE(remote.ok()) << remote.status();
+    if (!remote.ok()) return false;
+    absl::Status s = ep->Connect(*remote);
+    EXPECT_TRUE(s.ok()) << s;
+    return s.ok();
+  }
+  // One READ of 4096 bytes into local(): at `remote` from the start of the
+  // exposed segment, or, with `rkey`, at the address `remote` under it.
+  absl::Status Read(RdmaEndpoint* ep, uint64_t remote, std::optional<uint32_t> rkey = {}) {
+    RdmaOp op{RdmaOpKind::kRead, local_.data(), 4096, remote, rkey};
+    return ep->Execute({&op, 1}, MonoMs() + 5000).status;
+  }
+  char* local() { return local_.data(); }
+  int fd(size_t i) const { return fds_[i]; }
+
+ private:
+  TcpDataClient control_{TcpDataClient::Options{kSecret, 5000, 0}};
+  std::string local_ = std::string(4096, '\0');
+  std::unique_ptr<RdmaEngine> engine_;
+  std::vector<std::unique_ptr<RdmaEndpoint>> endpoints_;
+  std::vector<int> fds_;
+};
+
+TEST_F(SimulatedRdmaTransportTest, AQueuePairOfOneSegmentReadsNoOtherInItsOwnDomain) {
+  const uint64_t half = kSegment / 2;
+  for (auto domain : {RdmaStoreAcceptor::Domain::kOwn, RdmaStoreAcceptor::Domain::kShared}) {
+    SCOPED_TRACE(domain == RdmaStoreAcceptor::Domain::kOwn ? "own domains" : "one domain");
+    const bool own = domain == RdmaStoreAcceptor::Domain::kOwn;
+    // Two arenas, the halves of the handler's memory, on an engine of
+    // their own (the fixture's registered the whole segment already).
+    RdmaEngine::Options so;
+    so.device_name = "sim1";
+    auto engine = RdmaEngine::Open(&sim_, so);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    const uint64_t pds = sim_.stats().live_pds;
+    {
+      RdmaStoreAcceptor arenas(engine->get());
+      ASSERT_TRUE(arenas.AddSegment(0, handler_.base(), half, domain).ok());
+      ASSERT_TRUE(arenas.AddSegment(1, handler_.base() + half, half, domain).ok());
+      EXPECT_EQ(sim_.stats().live_pds, pds + (own ? 2 : 0));
+      StartServer(&arenas);
+      {
+        RawClient client(&sim_);
+        const std::string route = server_->bound().ToString();
+        RdmaEndpoint* a = client.Connect(route, 0, "");
+        // B's real address and rkey, told to a connection exposing B.
+        RdmaEndpoint* b = client.Connect(route, 1, "");
+        ASSERT_TRUE(a != nullptr && b != nullptr);
+        const RemoteSegment seg_b = *b->remote_segment();
+        EXPECT_EQ(seg_b.addr, reinterpret_cast<uint64_t>(handler_.base() + half));
+        ASSERT_NE(seg_b.rkey, a->remote_segment()->rkey);
+
+        EXPECT_TRUE(client.Read(a, 8192).ok());
+        EXPECT_EQ(std::memcmp(client.local(), handler_.base() + 8192, 4096), 0);
+        // A READ into B through A's queue pair, under B's rkey: the device
+        // refuses the key in A's own domain; in one shared domain it reads.
+        absl::Status cross = client.Read(a, seg_b.addr + 8192, seg_b.rkey);
+        if (own) {
+          EXPECT_EQ(cross.code(), absl::StatusCode::kPermissionDenied) << cross;
+        } else {
+          ASSERT_TRUE(cross.ok()) << cross;
+          EXPECT_EQ(std::memcmp(client.local(), handler_.base() + half + 8192, 4096), 0);
+        }
+        // The same READ through B's own queue pair reads B.
+        std::memset(client.local(), 0, 4096);
+        ASSERT_TRUE(client.Read(b, seg_b.addr + 8192, seg_b.rkey).ok());
+        EXPECT_EQ(std::memcmp(client.local(), handler_.base() + half + 8192, 4096), 0);
+      }
+      server_.reset();  // every queue pair released before the acceptor goes
+    }
+    engine->reset();
+  }
+}
+
+TEST_F(SimulatedRdmaTransportTest, AQueuePairIsTornDownWhenItsReadGrantExpires) {
+  ManualClock clock;
+  RdmaStoreAcceptor timed(store_engine_.get(), 16, &clock);
+  ASSERT_TRUE(
+      timed.AddSegment(0, handler_.base(), handler_.size(), RdmaStoreAcceptor::Domain::kOwn).ok());
+  StartServer(&timed);
+  {
+    RawClient client(&sim_);
+    const std::string route = server_->bound().ToString();
+    RdmaEndpoint* ep = client.Connect(route, 0, Credential(clock.UnixMs() + 5000));
+    // Exposed for as long as the connection lives: no grant, no end.
+    RdmaEndpoint* forever = client.Connect(route, 0, "");
+    ASSERT_TRUE(ep != nullptr && forever != nullptr);
+    EXPECT_TRUE(client.Read(ep, 4096).ok());
+    clock.Advance(4999);
+    EXPECT_TRUE(client.Read(ep, 4096).ok()) << "torn down before its grant expired";
+    EXPECT_EQ(timed.stats().expired, 0u);
+    clock.Advance(1);
+    const uint64_t deadline = MonoMs() + 10000;
+    while (timed.stats().expired == 0 && MonoMs() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    RdmaStoreAcceptor::Stats st = timed.stats();
+    EXPECT_EQ(st.expired, 1u);
+    EXPECT_EQ(st.live, 1u);
+    EXPECT_FALSE(client.Read(ep, 4096).ok()) << "a READ through an expired exposure";
+    EXPECT_TRUE(client.Read(forever, 4096).ok());
+    // Asked again on the same control connection with a grant still
+    // valid: a new queue pair, exposed until that grant's end.
+    ASSERT_TRUE(client.Reconnect(ep, client.fd(0), 0, Credential(clock.UnixMs() + 5000)));
+    EXPECT_TRUE(client.Read(ep, 4096).ok());
+    EXPECT_EQ(std::memcmp(client.local(), handler_.base() + 4096, 4096), 0);
+    EXPECT_EQ(timed.stats().live, 2u);
+  }
+  server_.reset();
+  EXPECT_EQ(timed.stats().live, 0u);
+}
+
+TEST_F(SimulatedRdmaTransportTest, AClientReadingAcrossGrantExpiriesRenewsItsQueuePair) {
+  // The store exposes until each connection's grant expires (1.5 s); the
+  // client makes its connection again with 1 s left, so no read fails.
+  RdmaTransport::Options co;
+  co.secret = kSecret;
+  co.device.device_name = "sim0";
+  co.exposure_renew_ms = 1000;
+  auto client = RdmaTransport::Open(&sim_, co);
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::string dst(64 << 10, '\0');
+  auto h = (*client)->RegisterMemory(dst.data(), dst.size(), MemoryKind::kHost);
+  ASSERT_TRUE(h.ok());
+  const uint64_t end = MonoMs() + 3000;
+  int reads = 0;
+  for (; MonoMs() < end; ++reads) {
+    Op op = Read(*h, 0, reads * 4096, dst.size());
+    op.grant = Credential(UnixMs() + 1500);
+    absl::Status s = (*client)->Execute({&op, 1}, MonoMs() + 5000);
+    ASSERT_TRUE(s.ok()) << "read " << reads << ": " << s;
+    ASSERT_EQ(std::memcmp(dst.data(), handler_.base() + reads * 4096, dst.size()), 0) << reads;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  RdmaTransport::Stats st = (*client)->stats();
+  EXPECT_GE(st.renewed, 2u) << reads << " reads";
+  EXPECT_EQ(st.connections, st.renewed + 1);
+  EXPECT_EQ(st.ops, static_cast<uint64_t>(reads));
+  EXPECT_TRUE((*client)->UnregisterMemory(*h).ok());
 }
 
 }  // namespace

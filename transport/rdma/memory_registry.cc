@@ -132,6 +132,7 @@ absl::StatusOr<MemoryRegion> MemoryRegistry::Register(void* addr, size_t length,
   entry.region.kind = kind;
   entry.region.access = access;
   entry.region.path = path;
+  entry.region.domain = options_.domain;
   MemoryRegion region = entry.region;
   addr_by_id_[region.id] = a;
   by_addr_.emplace(std::make_pair(a, region.id), entry);

@@ -50,6 +50,10 @@ enum class MemoryAccess { kLocal, kRemoteRead, kRemoteReadWrite };
 // How a region got registered.
 enum class RegistrationPath { kHost, kGpuDmabuf, kGpuPeerMemory };
 
+// An engine's protection domains are numbered (RdmaEngine::NewDomain); this
+// one is allocated when the engine opens, and serves whoever names none.
+inline constexpr uint32_t kDefaultDomain = 0;
+
 // Which GPU paths Register may use. kAuto: dmabuf, then peer memory.
 enum class GpuRegistration { kAuto, kDmabufOnly, kPeerMemoryOnly };
 
@@ -63,6 +67,9 @@ struct MemoryRegion {
   MemoryKind kind = MemoryKind::kHost;
   MemoryAccess access = MemoryAccess::kLocal;
   RegistrationPath path = RegistrationPath::kHost;
+  // The protection domain of its engine it is registered in: only queue
+  // pairs of that domain reach it, locally or remotely.
+  uint32_t domain = kDefaultDomain;
 
   bool Contains(const void* p, uint64_t bytes) const;
   // What a peer needs to address this region (only meaningful for
@@ -79,6 +86,9 @@ class MemoryRegistry {
     DmabufExporter* exporter = nullptr;
     // Live regions at most; registration past it is RESOURCE_EXHAUSTED.
     size_t regions_max = 4096;
+    // Which of its engine's protection domains `pd` is: stamped on every
+    // region (MemoryRegion::domain).
+    uint32_t domain = kDefaultDomain;
   };
 
   struct Stats {

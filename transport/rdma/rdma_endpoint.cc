@@ -496,6 +496,11 @@ RdmaBatchResult RdmaEndpoint::Execute(absl::Span<const RdmaOp> ops, uint64_t dea
   return Wait(*id, deadline_ms);
 }
 
+void RdmaEndpoint::TearDown(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (state_ != State::kBroken) TearDownLocked(why);
+}
+
 RdmaEndpoint::State RdmaEndpoint::state() const {
   absl::MutexLock lock(&mu_);
   return state_;

@@ -126,6 +126,12 @@ class RdmaEndpoint {
     // engine, staying registered while the endpoint lives. Unset: the peer
     // gets no access at all (the QP refuses remote operations).
     std::optional<MemoryRegion> expose;
+    // The engine's protection domain the QP is made in (RdmaEngine::
+    // NewDomain): it reaches only memory registered in that domain, its
+    // own ops' local buffers and, for the peer, `expose`, which must be in
+    // it. A peer holding the rkey of a region in another domain reads
+    // nothing through this QP: the device refuses the key.
+    uint32_t domain = kDefaultDomain;
     // Lets the peer READ this end's kRemoteRead regions through the QP even
     // when nothing is exposed (a client whose puts the store pulls; the
     // peer learns each region's rkey only from the put that names it).
@@ -182,6 +188,12 @@ class RdmaEndpoint {
   // Submit then Wait; a failed Submit gives its status to every op.
   RdmaBatchResult Execute(absl::Span<const RdmaOp> ops, uint64_t deadline_ms)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Tears the QP down now, as a failed completion does: ops in flight or
+  // queued fail with `why`, the peer's reads through it fail from here on,
+  // and the next Submit reconnects through the callback (without one, it
+  // fails UNAVAILABLE). A broken endpoint is left as it is.
+  void TearDown(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
 
   State state() const ABSL_LOCKS_EXCLUDED(mu_);
   // The current QP's number; 0 when there is none.

@@ -79,6 +79,9 @@ absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs, Op
     return absl::InvalidArgumentError(
         absl::StrCat("RDMA pkey_index ", options.pkey_index, " is negative"));
   }
+  if (options.domains_max < 1) {
+    return absl::InvalidArgumentError("RDMA domains_max must be at least 1 (the default domain)");
+  }
   absl::StatusOr<std::vector<std::string>> names = verbs->ListDevices();
   if (!names.ok()) return names.status();
   if (names->empty()) return absl::NotFoundError("no RDMA devices");
@@ -135,14 +138,6 @@ absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs, Op
         ": the GID is all zero (an unused entry; on RoCE, no IP address behind it); pick an "
         "index that has a GID (ibv_devinfo -v, show_gids) or leave the index on auto"));
   }
-  if (s.ok()) {
-    absl::StatusOr<ibv_pd*> pd = verbs->AllocPd(d.context);
-    if (pd.ok()) {
-      d.pd = *pd;
-    } else {
-      s = pd.status();
-    }
-  }
   if (!s.ok()) return s;
   d.lid = port.lid;
   d.active_mtu = port.active_mtu;
@@ -155,12 +150,15 @@ absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs, Op
 
   engine->exporter_ = options.dmabuf_exporter;
   if (engine->exporter_ == nullptr) engine->exporter_ = NewCudaDmabufExporter();
-  MemoryRegistry::Options registry_options;
-  registry_options.gpu = options.gpu_registration;
-  registry_options.exporter = engine->exporter_.get();
-  registry_options.regions_max = options.regions_max;
-  engine->registry_ = std::make_unique<MemoryRegistry>(verbs, d.pd, registry_options);
-  d.registry = engine->registry_.get();
+  engine->gpu_registration_ = options.gpu_registration;
+  engine->regions_max_ = options.regions_max;
+  engine->domains_max_ = options.domains_max;
+  {
+    absl::MutexLock lock(&engine->domains_mu_);
+    if (absl::Status pd = engine->AddDomainLocked(); !pd.ok()) return pd;
+    d.pd = engine->domains_[kDefaultDomain]->pd;
+    d.registry = engine->domains_[kDefaultDomain]->registry.get();
+  }
   SHELF_LOG(INFO) << "RDMA device opened" << Kv("device", name)
                   << Kv("port", static_cast<int>(options.port_num)) << Kv("gid_index", d.gid_index)
                   << Kv("mtu", engine->mtu_bytes()) << Kv("lid", d.lid);
@@ -169,13 +167,16 @@ absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs, Op
 
 RdmaEngine::~RdmaEngine() {
   SHELF_CHECK(live_endpoints_.load() == 0);
-  registry_.reset();
-  if (device_.pd != nullptr) {
-    absl::Status s = device_.verbs->DeallocPd(device_.pd);
+  absl::MutexLock lock(&domains_mu_);
+  // Every MR before the PDs (no QP is left: the endpoints are gone).
+  for (std::unique_ptr<Domain>& domain : domains_) domain->registry.reset();
+  for (std::unique_ptr<Domain>& domain : domains_) {
+    absl::Status s = device_.verbs->DeallocPd(domain->pd);
     if (!s.ok()) {
       SHELF_LOG(ERROR) << "RDMA: deallocating PD failed: " << s.ToString();
     }
   }
+  domains_.clear();
   if (device_.context != nullptr) {
     absl::Status s = device_.verbs->CloseDevice(device_.context);
     if (!s.ok()) {
@@ -184,20 +185,65 @@ RdmaEngine::~RdmaEngine() {
   }
 }
 
+absl::Status RdmaEngine::AddDomainLocked() {
+  if (domains_.size() >= domains_max_) {
+    return absl::ResourceExhaustedError(absl::StrCat("RDMA device ", device_name_, ": ",
+                                                     domains_max_,
+                                                     " protection domains already (domains_max)"));
+  }
+  absl::StatusOr<ibv_pd*> pd = device_.verbs->AllocPd(device_.context);
+  if (!pd.ok()) return pd.status();
+  auto domain = std::make_unique<Domain>();
+  domain->pd = *pd;
+  MemoryRegistry::Options registry_options;
+  registry_options.gpu = gpu_registration_;
+  registry_options.exporter = exporter_.get();
+  registry_options.regions_max = regions_max_;
+  registry_options.domain = static_cast<uint32_t>(domains_.size());
+  domain->registry = std::make_unique<MemoryRegistry>(device_.verbs, *pd, registry_options);
+  domains_.push_back(std::move(domain));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> RdmaEngine::NewDomain() {
+  absl::MutexLock lock(&domains_mu_);
+  if (absl::Status s = AddDomainLocked(); !s.ok()) return s;
+  return static_cast<uint32_t>(domains_.size() - 1);
+}
+
+RdmaEngine::Domain* RdmaEngine::FindDomain(uint32_t id) const {
+  absl::MutexLock lock(&domains_mu_);
+  return id < domains_.size() ? domains_[id].get() : nullptr;
+}
+
 absl::StatusOr<MemoryRegion> RdmaEngine::RegisterMemory(void* addr, size_t length, MemoryKind kind,
-                                                        MemoryAccess access) {
-  return registry_->Register(addr, length, kind, access);
+                                                        MemoryAccess access, uint32_t domain) {
+  Domain* d = FindDomain(domain);
+  if (d == nullptr) {
+    return absl::NotFoundError(absl::StrCat("RDMA: no protection domain ", domain));
+  }
+  return d->registry->Register(addr, length, kind, access);
 }
 
 absl::Status RdmaEngine::UnregisterMemory(const MemoryRegion& region) {
-  return registry_->Unregister(region.id);
+  Domain* d = FindDomain(region.domain);
+  if (d == nullptr) {
+    return absl::NotFoundError(absl::StrCat("RDMA: no protection domain ", region.domain));
+  }
+  return d->registry->Unregister(region.id);
 }
 
-std::optional<MemoryRegion> RdmaEngine::FindMemory(const void* addr, uint64_t bytes) const {
-  return registry_->Find(addr, bytes);
+std::optional<MemoryRegion> RdmaEngine::FindMemory(const void* addr, uint64_t bytes,
+                                                   uint32_t domain) const {
+  Domain* d = FindDomain(domain);
+  if (d == nullptr) return std::nullopt;
+  return d->registry->Find(addr, bytes);
 }
 
-MemoryRegistry::Stats RdmaEngine::registration_stats() const { return registry_->stats(); }
+MemoryRegistry::Stats RdmaEngine::registration_stats(uint32_t domain) const {
+  Domain* d = FindDomain(domain);
+  return d == nullptr ? MemoryRegistry::Stats{} : d->registry->stats();
+}
 
 absl::StatusOr<std::unique_ptr<RdmaEndpoint>> RdmaEngine::CreateEndpoint(
     RdmaEndpoint::Options options) {
@@ -212,14 +258,25 @@ absl::StatusOr<std::unique_ptr<RdmaEndpoint>> RdmaEngine::CreateEndpoint(
       options.batch_ops_max < 1 || options.batches_max < 1) {
     return absl::InvalidArgumentError("RDMA endpoint limits out of range");
   }
+  Domain* domain = FindDomain(options.domain);
+  if (domain == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RDMA endpoint in protection domain ", options.domain, ": no such domain"));
+  }
   if (options.expose.has_value() &&
-      (options.expose->access == MemoryAccess::kLocal || !registry_->IsLive(*options.expose))) {
+      (options.expose->access == MemoryAccess::kLocal || options.expose->domain != options.domain ||
+       !domain->registry->IsLive(*options.expose))) {
     return absl::InvalidArgumentError(
         "RDMA endpoint can expose only a live kRemoteRead or kRemoteReadWrite region of its "
-        "engine");
+        "engine, in the endpoint's protection domain");
   }
+  // The QP goes in the domain's PD, and its ops find their lkeys in the
+  // domain's registry.
+  EndpointDevice device = device_;
+  device.pd = domain->pd;
+  device.registry = domain->registry.get();
   std::unique_ptr<RdmaEndpoint> endpoint(
-      new RdmaEndpoint(device_, std::move(options), &live_endpoints_));
+      new RdmaEndpoint(device, std::move(options), &live_endpoints_));
   absl::Status s;
   {
     absl::MutexLock lock(&endpoint->mu_);

@@ -3,25 +3,50 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/clock.h"
+#include "transport/wire.h"
 
 namespace shelf::rdma {
 
 // ---- RdmaStoreAcceptor
 
+namespace {
+
+// With no exposure about to end, the expiry thread still looks again this
+// often (a bound on every wait, whatever the clock does).
+constexpr uint64_t kExpiryIdleWaitMs = 60000;
+
+}  // namespace
+
 RdmaStoreAcceptor::~RdmaStoreAcceptor() {
+  std::thread expiry;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    expiry = std::move(expiry_thread_);
+  }
+  if (expiry.joinable()) expiry.join();
   absl::MutexLock lock(&mu_);
+  SHELF_CHECK(queue_pairs_.empty()) << "an RDMA queue pair outlives its acceptor";
   for (auto& [id, region] : segments_) engine_->UnregisterMemory(region).IgnoreError();
 }
 
-absl::Status RdmaStoreAcceptor::AddSegment(uint32_t id, void* base, uint64_t size) {
+absl::Status RdmaStoreAcceptor::AddSegment(uint32_t id, void* base, uint64_t size, Domain domain) {
+  uint32_t pd = kDefaultDomain;
+  if (domain == Domain::kOwn) {
+    absl::StatusOr<uint32_t> own = engine_->NewDomain();
+    if (!own.ok()) return own.status();
+    pd = *own;
+  }
   absl::StatusOr<MemoryRegion> region =
-      engine_->RegisterMemory(base, size, MemoryKind::kHost, MemoryAccess::kRemoteRead);
+      engine_->RegisterMemory(base, size, MemoryKind::kHost, MemoryAccess::kRemoteRead, pd);
   if (!region.ok()) return region.status();
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = segments_.emplace(id, *region);
@@ -34,7 +59,7 @@ absl::Status RdmaStoreAcceptor::AddSegment(uint32_t id, void* base, uint64_t siz
 
 absl::StatusOr<std::shared_ptr<void>> RdmaStoreAcceptor::Accept(uint32_t segment_id,
                                                                 absl::string_view client_info,
-                                                                bool expose,
+                                                                const RdmaExposure& exposure,
                                                                 std::string* store_info) {
   RdmaEndpoint::Options options;
   {
@@ -48,23 +73,48 @@ absl::StatusOr<std::shared_ptr<void>> RdmaStoreAcceptor::Accept(uint32_t segment
       return absl::ResourceExhaustedError(
           absl::StrCat("this store serves at most ", queue_pairs_max_, " rdma queue pairs"));
     }
-    ++stats_.live;  // held from here; given back by the deleter or below
+    ++stats_.live;  // held from here; given back by the deleter, at expiry, or below
+    // In the segment's protection domain, exposed or not: a queue pair
+    // reaches no other segment's memory, not even for a pull's destination.
+    options.domain = it->second.domain;
     // Unexposed, the queue pair refuses the client's READs and its
     // connection info names no region: the client learns no rkey.
-    if (expose) options.expose = it->second;
+    if (exposure.expose) options.expose = it->second;
   }
-  absl::StatusOr<std::shared_ptr<void>> qp = MakeQueuePair(options, client_info, store_info);
+  absl::StatusOr<std::unique_ptr<RdmaEndpoint>> endpoint =
+      MakeQueuePair(options, client_info, store_info);
   absl::MutexLock lock(&mu_);
-  if (!qp.ok()) {
+  if (!endpoint.ok()) {
     --stats_.live;
-    return qp.status();
+    return endpoint.status();
   }
   ++stats_.accepted;
-  if (!expose) ++stats_.unexposed;
-  return qp;
+  if (!exposure.expose) ++stats_.unexposed;
+  const uint64_t id = next_queue_pair_++;
+  QueuePair& qp = queue_pairs_[id];
+  qp.endpoint = endpoint->get();
+  qp.until_unix_ms = exposure.expose ? exposure.until_unix_ms : 0;
+  if (qp.until_unix_ms != 0) {
+    ++timed_exposures_;
+    if (!expiry_thread_.joinable()) expiry_thread_ = std::thread([this] { ExpiryLoop(); });
+  }
+  // The queue pair counts against queue_pairs_max until the connection
+  // releases it (or it expires).
+  return std::shared_ptr<void>((*endpoint).release(), [this, id](void* p) {
+    {
+      absl::MutexLock release(&mu_);
+      auto it = queue_pairs_.find(id);
+      SHELF_CHECK(it != queue_pairs_.end());
+      if (!it->second.expired) --stats_.live;
+      // Out of the table before it goes: the expiry thread touches only
+      // what is in it.
+      queue_pairs_.erase(it);
+    }
+    delete static_cast<RdmaEndpoint*>(p);
+  });
 }
 
-absl::StatusOr<std::shared_ptr<void>> RdmaStoreAcceptor::MakeQueuePair(
+absl::StatusOr<std::unique_ptr<RdmaEndpoint>> RdmaStoreAcceptor::MakeQueuePair(
     const RdmaEndpoint::Options& options, absl::string_view client_info, std::string* store_info) {
   // No reconnect callback: after a teardown the client asks again.
   absl::StatusOr<std::unique_ptr<RdmaEndpoint>> endpoint = engine_->CreateEndpoint(options);
@@ -73,13 +123,43 @@ absl::StatusOr<std::shared_ptr<void>> RdmaStoreAcceptor::MakeQueuePair(
   absl::StatusOr<std::string> info = (*endpoint)->LocalInfo();
   if (!info.ok()) return info.status();
   *store_info = *std::move(info);
-  // The queue pair counts against queue_pairs_max until the connection
-  // releases it.
-  return std::shared_ptr<void>((*endpoint).release(), [this](void* p) {
-    delete static_cast<RdmaEndpoint*>(p);
-    absl::MutexLock lock(&mu_);
+  return endpoint;
+}
+
+uint64_t RdmaStoreAcceptor::ExpireLocked(uint64_t now_unix_ms) {
+  uint64_t next = 0;
+  for (auto& [id, qp] : queue_pairs_) {
+    if (qp.until_unix_ms == 0 || qp.expired) continue;
+    if (qp.until_unix_ms > now_unix_ms) {
+      if (next == 0 || qp.until_unix_ms < next) next = qp.until_unix_ms;
+      continue;
+    }
+    // The right the grant gave ends with it: the queue pair goes (the
+    // client's READs through it fail), and the client asks again with a
+    // grant that is still valid.
+    qp.endpoint->TearDown(absl::PermissionDeniedError(
+        "rdma: the read grant this queue pair was exposed under has expired"));
+    qp.expired = true;
     --stats_.live;
-  });
+    ++stats_.expired;
+  }
+  return next;
+}
+
+void RdmaStoreAcceptor::ExpiryLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    const uint64_t now = clock_->UnixMs();
+    const uint64_t next = ExpireLocked(now);
+    const uint64_t wait_ms =
+        next == 0 ? kExpiryIdleWaitMs : std::min(next - now, kExpiryIdleWaitMs);
+    // Up at the next end, or sooner when a new exposure may end before it.
+    const uint64_t planned = timed_exposures_;
+    auto replan = [this, planned]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return stopping_ || timed_exposures_ != planned;
+    };
+    clock_->AwaitUntil(&mu_, absl::Condition(&replan), clock_->NowMs() + wait_ms);
+  }
 }
 
 absl::Status RdmaStoreAcceptor::Pull(void* queue_pair, char* dst, uint64_t length,
@@ -200,7 +280,11 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Dial(
   absl::StatusOr<int> fd = control_.Dial(route, deadline_ms);
   if (!fd.ok()) return fd.status();
   conn->fd = *fd;
-  conn->credential = credential;
+  {
+    absl::MutexLock control(&conn->control_mu);
+    conn->credential = credential;
+    conn->grant_expires_unix_ms = wire::ReadGrantExpiry(credential);
+  }
   RdmaEndpoint::Options options = options_.endpoint;
   options.expose.reset();
   options.peer_may_read = options_.store_pull_writes;
@@ -212,7 +296,10 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Dial(
   options.reconnect = [this, raw, segment,
                        timeout_ms](const std::string& local) -> absl::StatusOr<std::string> {
     absl::MutexLock control(&raw->control_mu);
-    return control_.RdmaConnect(raw->fd, segment, local, raw->credential, MonoMs() + timeout_ms);
+    absl::StatusOr<std::string> remote =
+        control_.RdmaConnect(raw->fd, segment, local, raw->credential, MonoMs() + timeout_ms);
+    if (remote.ok()) raw->grant_expires_unix_ms = wire::ReadGrantExpiry(raw->credential);
+    return remote;
   };
   absl::StatusOr<std::unique_ptr<RdmaEndpoint>> endpoint = engine_->CreateEndpoint(options);
   if (!endpoint.ok()) return endpoint.status();
@@ -289,6 +376,23 @@ void RdmaTransport::Drop(const ConnectionKey& key, const std::shared_ptr<Connect
   ++stats_.dropped;
 }
 
+bool RdmaTransport::ExposureEnding(Connection* conn, bool write,
+                                   uint64_t grant_expires_unix_ms) const {
+  uint64_t until = 0;
+  {
+    absl::MutexLock control(&conn->control_mu);
+    until = conn->grant_expires_unix_ms;
+  }
+  // A store that exposes for as long as the connection lives (one segment)
+  // sees a connection made again once per grant lifetime: cheap, and this
+  // end cannot tell the two kinds of store apart.
+  if (until == 0 || UnixMs() + options_.exposure_renew_ms < until) return false;
+  // A write needs the queue pair in the store's hands: a new one, exposing
+  // nothing, has no end. A read gains only from a grant that lasts longer
+  // (each renewal moves the end forward, so they cannot churn).
+  return write || grant_expires_unix_ms > until;
+}
+
 namespace {
 
 // False once the peer closed the connection or it failed.
@@ -318,17 +422,36 @@ void RdmaTransport::Start(std::shared_ptr<transport::Batch> batch, std::vector<W
   }
   for (auto& [group, items] : groups) {
     const auto& [key, write] = group;
-    // Reads present the first read's credential: a store of tenant arenas
-    // tells an arena's rkey only against a read grant into it.
-    const std::string credential = write ? std::string() : items.front()->op.grant;
+    // Reads present the read credential whose grant lasts longest (any
+    // grant into the segment will do): a store of tenant arenas tells an
+    // arena's rkey only against a read grant into it, and exposes the
+    // arena until that grant expires.
+    std::string credential;
+    uint64_t expires = 0;
+    for (const Work* w : items) {
+      if (write || w->op.grant.empty()) continue;
+      const uint64_t e = wire::ReadGrantExpiry(w->op.grant);
+      if (credential.empty() || e > expires) {
+        credential = w->op.grant;
+        expires = e;
+      }
+    }
     absl::StatusOr<std::shared_ptr<Connection>> conn = Get(key, credential, deadline_ms);
     // A pull needs both queue pairs in RTS; a torn-down one on this side
     // means the store's is gone too: start afresh. A read needs the
     // segment exposed: a connection a put made, with no read credential,
     // may expose nothing (a store of arenas), and is made again with one.
-    if (conn.ok() && ((write && (*conn)->endpoint->state() != RdmaEndpoint::State::kConnected) ||
-                      (!write && !credential.empty() && !(*conn)->Exposed()))) {
+    // Either is made again, with this batch's grant, before the store
+    // tears its queue pair down at the end of the grant it was made with.
+    const bool ending = conn.ok() && ExposureEnding(conn->get(), write, expires);
+    if (conn.ok() &&
+        (ending || (write && (*conn)->endpoint->state() != RdmaEndpoint::State::kConnected) ||
+         (!write && !credential.empty() && !(*conn)->Exposed()))) {
       Drop(key, *conn);
+      if (ending) {
+        absl::MutexLock lock(&mu_);
+        ++stats_.renewed;
+      }
       conn = Get(key, credential, deadline_ms);
     }
     if (!conn.ok()) {
@@ -341,19 +464,21 @@ void RdmaTransport::Start(std::shared_ptr<transport::Batch> batch, std::vector<W
     if (write) {
       Pull(key, *conn, items, batch.get(), deadline_ms);
     } else {
-      Read(key, *conn, items, batch.get(), deadline_ms);
+      Read(key, *conn, credential, items, batch.get(), deadline_ms);
     }
   }
 }
 
 void RdmaTransport::Read(const ConnectionKey& key, const std::shared_ptr<Connection>& conn,
-                         const std::vector<const Work*>& items, transport::Batch* batch,
-                         uint64_t deadline_ms) {
-  if (!items.front()->op.grant.empty()) {
-    // A queue pair made again after a teardown presents the latest grant,
-    // not one that may have expired since.
+                         const std::string& credential, const std::vector<const Work*>& items,
+                         transport::Batch* batch, uint64_t deadline_ms) {
+  if (!credential.empty()) {
+    // A queue pair made again after a teardown presents the grant that
+    // lasts longest, not one that may have expired since.
     absl::MutexLock control(&conn->control_mu);
-    conn->credential = items.front()->op.grant;
+    if (wire::ReadGrantExpiry(credential) >= wire::ReadGrantExpiry(conn->credential)) {
+      conn->credential = credential;
+    }
   }
   std::vector<RdmaOp> ops;
   ops.reserve(items.size());
