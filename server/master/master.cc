@@ -93,10 +93,12 @@ absl::Status Master::ValidateKey(const std::string& key) const {
   return absl::OkStatus();
 }
 
-Master::Shard& Master::ShardOf(absl::string_view key) {
+size_t Master::ShardIndex(absl::string_view key) {
   // The high bits: the shard's hash map uses the low ones.
-  return shards_[(absl::Hash<absl::string_view>{}(key) >> 32) % kShards];
+  return (absl::Hash<absl::string_view>{}(key) >> 32) % kShards;
 }
+
+Master::Shard& Master::ShardOf(absl::string_view key) { return shards_[ShardIndex(key)]; }
 
 Master::ObjectKey::ObjectKey(absl::string_view s) {
   if (s.size() <= kInline) {
@@ -161,6 +163,29 @@ size_t Master::ObjectCountLocked() {
   return n;
 }
 
+template <typename Fn>
+void Master::ForEachByShardLocked(const google::protobuf::RepeatedPtrField<std::string>& keys,
+                                  int n, Fn fn) {
+  uint8_t shard_of[kBatchItemsMax];
+  uint16_t by_shard[kBatchItemsMax];
+  uint16_t first[kShards + 1] = {};
+  for (int i = 0; i < n; ++i) {
+    shard_of[i] = static_cast<uint8_t>(ShardIndex(keys[i]));
+    ++first[shard_of[i] + 1];
+  }
+  for (size_t sh = 0; sh < kShards; ++sh) first[sh + 1] += first[sh];
+  uint16_t next[kShards];
+  std::copy(first, first + kShards, next);
+  for (int i = 0; i < n; ++i) by_shard[next[shard_of[i]]++] = static_cast<uint16_t>(i);
+  for (size_t sh = 0; sh < kShards; ++sh) {
+    if (first[sh] == first[sh + 1]) continue;
+    Shard& shard = shards_[sh];
+    absl::MutexLock lock(&shard.mu);
+    for (uint16_t j = first[sh]; j < first[sh + 1]; ++j) shard.objects.prefetch(keys[by_shard[j]]);
+    for (uint16_t j = first[sh]; j < first[sh + 1]; ++j) fn(shard, by_shard[j]);
+  }
+}
+
 void Master::PrefetchSlot(const std::string& key) {
   // Reads only the table's own pointers, which change only under mu_ held
   // exclusively; the caller holds it shared. A prefetch is a hint besides.
@@ -170,9 +195,22 @@ void Master::PrefetchSlot(const std::string& key) {
 void Master::FindBatchLocked(const google::protobuf::RepeatedPtrField<std::string>& keys,
                              bool stop_at_miss, bool lease, bool touch, uint64_t now,
                              Object** found, LookupCounts* counts) {
-  // A batch is a run of cache misses (the table slot, then the object):
-  // fetch slots a few keys ahead so the misses overlap.
   int n = keys.size();
+  if (!stop_at_miss && n >= kGroupedBatchMin) {
+    // A lookup of many keys takes them shard by shard: one lock per shard,
+    // not per key, and the finds of a shard back to back so their cache
+    // misses (the table slot, then the object) overlap; a lock between two
+    // finds is a barrier that orders them.
+    ForEachByShardLocked(keys, n, [&](Shard& shard, int i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      auto it = shard.objects.find(keys[i]);
+      found[i] = it == shard.objects.end() ? nullptr : &Mut(*it);
+      if (touch && found[i] != nullptr) MarkLookupLocked(found[i], lease, now, counts);
+    });
+    if (touch) MoveToBackLocked(found, n);
+    return;
+  }
+  // In order (a prefix match stops at its first miss), one key at a time:
+  // fetch slots a few keys ahead so the misses overlap.
   for (int i = 0; i < std::min(n, kPrefetchAhead); ++i) PrefetchSlot(keys[i]);
   for (int i = 0; i < n; ++i) {
     if (i + kPrefetchAhead < n) PrefetchSlot(keys[i + kPrefetchAhead]);
@@ -186,18 +224,21 @@ void Master::FindBatchLocked(const google::protobuf::RepeatedPtrField<std::strin
       n = i;
       break;
     }
-    Object* obj = found[i] = &Mut(*it);
-    if (!touch) continue;
-    // The fields lookups change; the shard orders lookups of one object.
-    if (lease) {
-      if (obj->lease_until_ms <= now) obj->lease_holders = 0;
-      obj->lease_until_ms = std::max(obj->lease_until_ms, now + options_.lease_ms);
-      if (obj->lease_holders != kLeaseHoldersMax) ++obj->lease_holders;
-      ++counts->leases;
-    }
-    TouchLocked(obj, now);
+    found[i] = &Mut(*it);
+    if (touch) MarkLookupLocked(found[i], lease, now, counts);
   }
   if (touch) MoveToBackLocked(found, n);
+}
+
+void Master::MarkLookupLocked(Object* obj, bool lease, uint64_t now, LookupCounts* counts) {
+  // The fields lookups change; the shard orders lookups of one object.
+  if (lease) {
+    if (obj->lease_until_ms <= now) obj->lease_holders = 0;
+    obj->lease_until_ms = std::max(obj->lease_until_ms, now + options_.lease_ms);
+    if (obj->lease_holders != kLeaseHoldersMax) ++obj->lease_holders;
+    ++counts->leases;
+  }
+  TouchLocked(obj, now);
 }
 
 void Master::TouchLocked(Object* obj, uint64_t now) { obj->last_access_ms = now; }

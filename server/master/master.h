@@ -436,6 +436,7 @@ class Master {
     absl::node_hash_set<Object, KeyHash, KeyEq> objects ABSL_GUARDED_BY(mu);
   };
   static constexpr size_t kShards = 16;
+  static size_t ShardIndex(absl::string_view key);
   Shard& ShardOf(absl::string_view key);
 
   absl::Status ValidateKey(const std::string& key) const;
@@ -463,10 +464,20 @@ class Master {
   void FindBatchLocked(const google::protobuf::RepeatedPtrField<std::string>& keys,
                        bool stop_at_miss, bool lease, bool touch, uint64_t now, Object** found,
                        LookupCounts* counts) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Calls fn(shard, i) for each i in [0, n), holding the lock of key i's
+  // shard, one shard at a time (each locked once).
+  template <typename Fn>
+  void ForEachByShardLocked(const google::protobuf::RepeatedPtrField<std::string>& keys, int n,
+                            Fn fn) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Lookups of at least this many keys take them shard by shard.
+  static constexpr int kGroupedBatchMin = 8;
   static constexpr int kPrefetchAhead = 6;
   // Starts loading the table slot of `key` (no shard lock: see the body).
   void PrefetchSlot(const std::string& key)
       ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // A lookup's lease and access mark on `obj`, under its shard's lock.
+  void MarkLookupLocked(Object* obj, bool lease, uint64_t now, LookupCounts* counts)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // An answer's table of stores (Lookup and MatchPrefix asked with
   // `store_table`): each store once, replicas name it by index. With `out`
   // null, every replica carries its store.
