@@ -195,16 +195,20 @@ absl::Status ClientImpl::ReadCachedReplica(const v1::ObjectLocation& loc, char* 
   if (r.tier() == v1::TIER_DRAM) {
     const transport::Peer peer = PeerOf(store);
     if (shm_.Reaches(peer)) {
-      // Copy first, then ask: the store confirming afterwards that the key
-      // still has this generation, and the bytes matching the checksum
-      // (ReadObject), make the bytes the key's current block.
-      absl::Status s = MoveReplica(transport::OpKind::kRead, r, nullptr, dst, loc.size(),
-                                   deadline_ms, transport, loc.key());
-      if (!s.ok()) return s;
-      if (std::strcmp(*transport, "shm") == 0) {
-        return tcp_.client().CheckKey(store.data_address(), StoreKey(loc), loc.size(),
-                                      loc.generation(), deadline_ms, r.read_grant());
-      }
+      // Ask, and copy while the store answers: the store confirming that
+      // the key had this generation at a moment after the read began, and
+      // the bytes matching that generation's checksum (ReadObject), make
+      // the bytes the block that was the key's current one at that moment
+      // (docs/client.md, "Cached reads").
+      absl::Status copied;
+      absl::Status checked = tcp_.client().CheckKeyWhile(
+          store.data_address(), StoreKey(loc), loc.size(), loc.generation(), deadline_ms,
+          r.read_grant(), [&] {
+            copied = MoveReplica(transport::OpKind::kRead, r, nullptr, dst, loc.size(),
+                                 deadline_ms, transport, loc.key());
+          });
+      if (!copied.ok()) return copied;
+      if (std::strcmp(*transport, "shm") == 0) return checked;
       // The copy went over another transport (a stale mapping): read again
       // by key, where the store checks the generation.
     }

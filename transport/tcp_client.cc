@@ -273,18 +273,37 @@ absl::Status TcpDataClient::Write(const std::string& address, const wire::Grant&
 absl::Status TcpDataClient::ReadKey(const std::string& address, absl::string_view key,
                                     uint64_t length, char* dst, uint64_t deadline_ms,
                                     uint64_t generation, absl::string_view read_grant) {
-  return KeyOp(address, key, length, generation, dst, deadline_ms, read_grant);
+  return KeyOp(address, key, length, generation, dst, deadline_ms, read_grant, [] {});
 }
 
 absl::Status TcpDataClient::CheckKey(const std::string& address, absl::string_view key,
                                      uint64_t length, uint64_t generation, uint64_t deadline_ms,
                                      absl::string_view read_grant) {
-  return KeyOp(address, key, length, generation, nullptr, deadline_ms, read_grant);
+  return KeyOp(address, key, length, generation, nullptr, deadline_ms, read_grant, [] {});
+}
+
+absl::Status TcpDataClient::CheckKeyWhile(const std::string& address, absl::string_view key,
+                                          uint64_t length, uint64_t generation,
+                                          uint64_t deadline_ms, absl::string_view read_grant,
+                                          absl::FunctionRef<void()> meanwhile) {
+  return KeyOp(address, key, length, generation, nullptr, deadline_ms, read_grant, meanwhile);
 }
 
 absl::Status TcpDataClient::KeyOp(const std::string& address, absl::string_view key,
                                   uint64_t length, uint64_t generation, char* dst,
-                                  uint64_t deadline_ms, absl::string_view read_grant) {
+                                  uint64_t deadline_ms, absl::string_view read_grant,
+                                  absl::FunctionRef<void()> meanwhile) {
+  // Runs `meanwhile` at its place, or on the way out of an early return.
+  struct Once {
+    absl::FunctionRef<void()> fn;
+    bool ran = false;
+    void Run() {
+      if (ran) return;
+      ran = true;
+      fn();
+    }
+    ~Once() { Run(); }
+  } once{meanwhile};
   uint64_t left = 0;
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
   absl::StatusOr<int> fd = Acquire(address, deadline_ms);
@@ -304,7 +323,15 @@ absl::Status TcpDataClient::KeyOp(const std::string& address, absl::string_view 
   struct iovec rest[2] = {{const_cast<char*>(read_grant.data()), read_grant.size()},
                           {const_cast<char*>(key.data()), key.size()}};
   wire::Header resp;
-  absl::Status s = Exchange(*fd, req, rest, 2, &resp);
+  absl::Status s = wire::SendFrame(*fd, SessionOf(*fd), req, rest, 2);
+  once.Run();
+  // The wait for the answer gets what is left of the deadline after
+  // `meanwhile`.
+  if (s.ok()) s = TimeLeft(deadline_ms, &left);
+  if (s.ok()) {
+    SetIoTimeoutMs(*fd, left);
+    s = Receive(*fd, req, &resp);
+  }
   const uint64_t want = dst == nullptr ? 0 : length;
   if (s.ok() && resp.length != want) {
     s = absl::UnavailableError("store answered a key read with the wrong length");

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -95,6 +96,13 @@ class TcpDataClient {
   absl::Status CheckKey(const std::string& address, absl::string_view key, uint64_t length,
                         uint64_t generation, uint64_t deadline_ms,
                         absl::string_view read_grant = {});
+  // CheckKey, running `meanwhile` while the store answers: the request is
+  // sent, `meanwhile` runs, then the answer is read, so the round trip
+  // overlaps the caller's work. `meanwhile` runs exactly once whatever
+  // becomes of the check (also when the store cannot be reached).
+  absl::Status CheckKeyWhile(const std::string& address, absl::string_view key, uint64_t length,
+                             uint64_t generation, uint64_t deadline_ms,
+                             absl::string_view read_grant, absl::FunctionRef<void()> meanwhile);
   // Round trip on one connection (connects and authenticates if needed).
   absl::Status Ping(const std::string& address, uint64_t deadline_ms);
   // Drops every pooled connection to `address` (e.g. after a store died).
@@ -121,10 +129,11 @@ class TcpDataClient {
                         uint64_t deadline_ms);
 
  private:
-  // READ_KEY; dst null: the check-only form.
+  // READ_KEY; dst null: the check-only form. `meanwhile` runs once, after
+  // the request is sent (or when it cannot be) and before the answer is read.
   absl::Status KeyOp(const std::string& address, absl::string_view key, uint64_t length,
                      uint64_t generation, char* dst, uint64_t deadline_ms,
-                     absl::string_view read_grant);
+                     absl::string_view read_grant, absl::FunctionRef<void()> meanwhile);
   absl::StatusOr<int> Acquire(const std::string& address, uint64_t deadline_ms);
   void Release(const std::string& address, int fd, bool reusable);
   absl::Status Connect(const std::string& address, uint64_t deadline_ms, int* fd);

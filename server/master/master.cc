@@ -93,11 +93,6 @@ absl::Status Master::ValidateKey(const std::string& key) const {
   return absl::OkStatus();
 }
 
-size_t Master::ShardIndex(absl::string_view key) {
-  // The high bits: the shard's hash map uses the low ones.
-  return (absl::Hash<absl::string_view>{}(key) >> 32) % kShards;
-}
-
 Master::Shard& Master::ShardOf(absl::string_view key) { return shards_[ShardIndex(key)]; }
 
 Master::ObjectKey::ObjectKey(absl::string_view s) {

@@ -269,14 +269,26 @@ class Master {
     char b_[24];
   };
   static_assert(sizeof(ObjectKey) == 24);
+  // A key and its hash, computed once for the shard, the prefetch and the
+  // find of a batch lookup instead of once for each.
+  // Trivial, so that a batch's array of them costs no initialization.
+  struct HashedKey {
+    const char* data;
+    size_t size;
+    size_t hash;
+    absl::string_view key() const { return absl::string_view(data, size); }
+  };
   struct KeyHash {
     using is_transparent = void;
     size_t operator()(absl::string_view k) const { return absl::Hash<absl::string_view>{}(k); }
     size_t operator()(const Object& o) const { return (*this)(o.key.view()); }
+    size_t operator()(const HashedKey& k) const { return k.hash; }
   };
+  static HashedKey Hashed(absl::string_view k) { return HashedKey{k.data(), k.size(), KeyHash{}(k)}; }
   struct KeyEq {
     using is_transparent = void;
     static absl::string_view V(absl::string_view k) { return k; }
+    static absl::string_view V(const HashedKey& k) { return k.key(); }
     static absl::string_view V(const Object& o) { return o.key.view(); }
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const {
@@ -436,7 +448,9 @@ class Master {
     absl::node_hash_set<Object, KeyHash, KeyEq> objects ABSL_GUARDED_BY(mu);
   };
   static constexpr size_t kShards = 16;
-  static size_t ShardIndex(absl::string_view key);
+  static size_t ShardIndex(absl::string_view key) { return ShardOfHash(KeyHash{}(key)); }
+  // The high bits: each shard's hash set uses the low ones.
+  static size_t ShardOfHash(size_t hash) { return (hash >> 32) % kShards; }
   Shard& ShardOf(absl::string_view key);
 
   absl::Status ValidateKey(const std::string& key) const;
@@ -467,13 +481,12 @@ class Master {
   // Calls fn(shard, i) for each i in [0, n), holding the lock of key i's
   // shard, one shard at a time (each locked once).
   template <typename Fn>
-  void ForEachByShardLocked(const google::protobuf::RepeatedPtrField<std::string>& keys, int n,
-                            Fn fn) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void ForEachByShardLocked(const HashedKey* keys, int n, Fn fn) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Lookups of at least this many keys take them shard by shard.
   static constexpr int kGroupedBatchMin = 8;
   static constexpr int kPrefetchAhead = 6;
   // Starts loading the table slot of `key` (no shard lock: see the body).
-  void PrefetchSlot(const std::string& key)
+  void PrefetchSlot(const HashedKey& key)
       ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // A lookup's lease and access mark on `obj`, under its shard's lock.
   void MarkLookupLocked(Object* obj, bool lease, uint64_t now, LookupCounts* counts)

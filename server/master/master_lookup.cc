@@ -16,13 +16,12 @@
 namespace shelf {
 
 template <typename Fn>
-void Master::ForEachByShardLocked(const google::protobuf::RepeatedPtrField<std::string>& keys,
-                                  int n, Fn fn) {
+void Master::ForEachByShardLocked(const HashedKey* keys, int n, Fn fn) {
   uint8_t shard_of[kBatchItemsMax];
   uint16_t by_shard[kBatchItemsMax];
   uint16_t first[kShards + 1] = {};
   for (int i = 0; i < n; ++i) {
-    shard_of[i] = static_cast<uint8_t>(ShardIndex(keys[i]));
+    shard_of[i] = static_cast<uint8_t>(ShardOfHash(keys[i].hash));
     ++first[shard_of[i] + 1];
   }
   for (size_t sh = 0; sh < kShards; ++sh) first[sh + 1] += first[sh];
@@ -38,23 +37,26 @@ void Master::ForEachByShardLocked(const google::protobuf::RepeatedPtrField<std::
   }
 }
 
-void Master::PrefetchSlot(const std::string& key) {
+void Master::PrefetchSlot(const HashedKey& key) {
   // Reads only the table's own pointers, which change only under mu_ held
   // exclusively; the caller holds it shared. A prefetch is a hint besides.
-  ShardOf(key).objects.prefetch(key);
+  shards_[ShardOfHash(key.hash)].objects.prefetch(key);
 }
 
 void Master::FindBatchLocked(const google::protobuf::RepeatedPtrField<std::string>& keys,
                              bool stop_at_miss, bool lease, bool touch, uint64_t now,
                              Object** found, LookupCounts* counts) {
   int n = keys.size();
+  // Each key is hashed once, for its shard, its prefetch and its find.
+  HashedKey hashed[kBatchItemsMax];
   if (!stop_at_miss && n >= kGroupedBatchMin) {
     // A lookup of many keys takes them shard by shard: one lock per shard,
     // not per key, and the finds of a shard back to back so their cache
     // misses (the table slot, then the object) overlap; a lock between two
     // finds is a barrier that orders them.
-    ForEachByShardLocked(keys, n, [&](Shard& shard, int i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      auto it = shard.objects.find(keys[i]);
+    for (int i = 0; i < n; ++i) hashed[i] = Hashed(keys[i]);
+    ForEachByShardLocked(hashed, n, [&](Shard& shard, int i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      auto it = shard.objects.find(hashed[i]);
       found[i] = it == shard.objects.end() ? nullptr : &Mut(*it);
       if (touch && found[i] != nullptr) MarkLookupLocked(found[i], lease, now, counts);
     });
@@ -63,12 +65,18 @@ void Master::FindBatchLocked(const google::protobuf::RepeatedPtrField<std::strin
   }
   // In order (a prefix match stops at its first miss), one key at a time:
   // fetch slots a few keys ahead so the misses overlap.
-  for (int i = 0; i < std::min(n, kPrefetchAhead); ++i) PrefetchSlot(keys[i]);
+  for (int i = 0; i < std::min(n, kPrefetchAhead); ++i) {
+    hashed[i] = Hashed(keys[i]);
+    PrefetchSlot(hashed[i]);
+  }
   for (int i = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n) PrefetchSlot(keys[i + kPrefetchAhead]);
-    Shard& shard = ShardOf(keys[i]);
+    if (i + kPrefetchAhead < n) {
+      hashed[i + kPrefetchAhead] = Hashed(keys[i + kPrefetchAhead]);
+      PrefetchSlot(hashed[i + kPrefetchAhead]);
+    }
+    Shard& shard = shards_[ShardOfHash(hashed[i].hash)];
     absl::MutexLock lock(&shard.mu);
-    auto it = shard.objects.find(keys[i]);
+    auto it = shard.objects.find(hashed[i]);
     if (it == shard.objects.end()) {
       found[i] = nullptr;
       if (!stop_at_miss) continue;

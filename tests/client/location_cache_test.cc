@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "shelf/client.h"
+#include "testing/http_probe.h"
 #include "testing/local_cluster.h"
 #include "testing/wait_for.h"
 #include "transport/tcp_client.h"
@@ -186,6 +187,35 @@ TEST_F(LocationCacheTest, ReadKeyChecksTheGeneration) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(raw_.ReadKey(store, "no-such-key", 8, buf.data(), MonoMs() + 5000, 0).code(),
             absl::StatusCode::kNotFound);
+}
+
+// A same-host cached read copies while its check travels
+// (TcpDataClient::CheckKeyWhile): the copy must run exactly once whatever
+// the store answers, and also when there is no store to ask.
+TEST_F(LocationCacheTest, CheckKeyWhileRunsItsWorkOnceWhateverTheAnswer) {
+  const std::string key = "check-while";
+  const std::string value = Block(8 << 10, 9);
+  auto c = Open(false);
+  ASSERT_TRUE(c->Put(key, value.data(), value.size()).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, value.size()); }, 10000));
+  const std::string& store = cluster_->store_address(0);
+  int runs = 0;
+  auto work = [&] { ++runs; };
+  EXPECT_TRUE(raw_.CheckKeyWhile(store, key, value.size(), 0, MonoMs() + 5000, {}, work).ok());
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(raw_.CheckKeyWhile(store, key, value.size(), 1, MonoMs() + 5000, {}, work).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(runs, 2);
+  EXPECT_EQ(raw_.CheckKeyWhile(store, "no-such-key", 8, 0, MonoMs() + 5000, {}, work).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(runs, 3);
+  // Nobody listens there: the check fails, the work still runs.
+  const std::string nobody = "127.0.0.1:" + std::to_string(FreePort());
+  EXPECT_EQ(raw_.CheckKeyWhile(nobody, key, value.size(), 0, MonoMs() + 5000, {}, work).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(runs, 4);
+  // The connection stays usable after each answer: a plain check still works.
+  EXPECT_TRUE(raw_.CheckKey(store, key, value.size(), 0, MonoMs() + 5000).ok());
 }
 
 // A get that asked the master before this client's own remove or put
