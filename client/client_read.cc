@@ -204,8 +204,8 @@ absl::Status ClientImpl::ReadCachedReplica(const v1::ObjectLocation& loc, char* 
       absl::Status checked = tcp_.client().CheckKeyWhile(
           store.data_address(), StoreKey(loc), loc.size(), loc.generation(), deadline_ms,
           r.read_grant(), [&] {
-            copied = MoveReplica(transport::OpKind::kRead, r, nullptr, dst, loc.size(),
-                                 deadline_ms, transport, loc.key());
+            copied = MoveReplica(transport::OpKind::kRead, r, nullptr, dst, loc.size(), deadline_ms,
+                                 transport, loc.key());
           });
       if (!copied.ok()) return copied;
       if (std::strcmp(*transport, "shm") == 0) return checked;

@@ -284,7 +284,9 @@ class Master {
     size_t operator()(const Object& o) const { return (*this)(o.key.view()); }
     size_t operator()(const HashedKey& k) const { return k.hash; }
   };
-  static HashedKey Hashed(absl::string_view k) { return HashedKey{k.data(), k.size(), KeyHash{}(k)}; }
+  static HashedKey Hashed(absl::string_view k) {
+    return HashedKey{k.data(), k.size(), KeyHash{}(k)};
+  }
   struct KeyEq {
     using is_transparent = void;
     static absl::string_view V(absl::string_view k) { return k; }
