@@ -14,9 +14,11 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
+#include "common/net.h"
 #include "common/rpc.h"
 #include "proto/shelf.grpc.pb.h"
 
@@ -108,6 +110,34 @@ absl::StatusOr<std::string> WaitForFileLine(const std::string& path, uint64_t ti
   return absl::DeadlineExceededError(absl::StrCat("timed out waiting for ", path));
 }
 
+uint16_t ReadyFileMetricsPort(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!absl::StartsWith(line, "metrics ")) continue;
+    absl::StatusOr<HostPort> hp = ParseHostPort(line.substr(8));
+    return hp.ok() ? hp->port : 0;
+  }
+  return 0;
+}
+
+namespace {
+
+// A daemon that did not start: its status, with the end of its log (the
+// work directory, log included, is removed with the cluster).
+absl::Status StartFailed(const absl::Status& s, const std::string& log) {
+  std::ifstream in(log);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(std::move(line));
+    if (lines.size() > 8) lines.erase(lines.begin());
+  }
+  return absl::Status(s.code(), absl::StrCat(s.message(), "; see ", log, "; it ends:\n",
+                                             absl::StrJoin(lines, "\n")));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const Options& options) {
   std::unique_ptr<LocalCluster> c(new LocalCluster());
   c->options_ = options;
@@ -135,11 +165,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const Options&
   if (!master.ok()) return master.status();
   c->master_ = *std::move(master);
   auto addr = WaitForFileLine(c->work_dir_ + "/master.addr", 15000, c->master_.get());
-  if (!addr.ok()) {
-    return absl::Status(addr.status().code(), absl::StrCat(addr.status().message(), "; see ",
-                                                           c->work_dir_, "/master.log"));
-  }
+  if (!addr.ok()) return StartFailed(addr.status(), c->work_dir_ + "/master.log");
   c->master_address_ = *addr;
+  c->master_metrics_port_ = ReadyFileMetricsPort(c->work_dir_ + "/master.addr");
   for (int i = 0; i < options.stores; ++i) {
     c->stores_.emplace_back();
     c->stores_.back().extra_args = options.store_args;
@@ -190,11 +218,9 @@ absl::Status LocalCluster::StartStore(int i) {
   if (!p.ok()) return p.status();
   sp.process = *std::move(p);
   auto addr = WaitForFileLine(ready, 15000, sp.process.get());
-  if (!addr.ok()) {
-    return absl::Status(addr.status().code(), absl::StrCat(addr.status().message(), "; see ",
-                                                           work_dir_, "/", name, ".log"));
-  }
+  if (!addr.ok()) return StartFailed(addr.status(), absl::StrCat(work_dir_, "/", name, ".log"));
   sp.address = *addr;
+  sp.metrics_port = ReadyFileMetricsPort(ready);
   return absl::OkStatus();
 }
 

@@ -75,6 +75,10 @@ class LocalCluster {
   const std::string& bin_dir() const { return bin_dir_; }
   int store_count() const { return static_cast<int>(stores_.size()); }
   const std::string& store_address(int i) const { return stores_[i].address; }
+  // The real port of a daemon's /metrics endpoint, from its ready file (so
+  // `--metrics-listen 127.0.0.1:0` works); 0 when it serves none.
+  uint16_t master_metrics_port() const { return master_metrics_port_; }
+  uint16_t store_metrics_port(int i) const { return stores_[i].metrics_port; }
   const std::string& store_ssd_dir(int i) const { return stores_[i].ssd_dir; }
   Process* store_process(int i) { return stores_[i].process.get(); }
   Process* master_process() { return master_.get(); }
@@ -98,6 +102,7 @@ class LocalCluster {
     std::string ssd_dir;
     std::string node_id;
     std::vector<std::string> extra_args;
+    uint16_t metrics_port = 0;
   };
   LocalCluster() = default;
   absl::Status StartStore(int i);
@@ -107,6 +112,7 @@ class LocalCluster {
   std::string work_dir_;
   std::string secret_file_;
   std::string master_address_;
+  uint16_t master_metrics_port_ = 0;
   std::unique_ptr<Process> master_;
   std::vector<StoreProc> stores_;
   bool owns_work_dir_ = false;
@@ -115,6 +121,8 @@ class LocalCluster {
 // Polls for a file to appear (non-empty) and returns its first line.
 absl::StatusOr<std::string> WaitForFileLine(const std::string& path, uint64_t timeout_ms,
                                             Process* process);
+// The port of a ready file's "metrics HOST:PORT" line; 0 without one.
+uint16_t ReadyFileMetricsPort(const std::string& path);
 
 }  // namespace shelf
 

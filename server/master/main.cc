@@ -153,7 +153,9 @@ int main(int argc, char** argv) {
   SHELF_LOG(INFO) << "serving" << Kv("listen", bound)
                   << Kv("node_ttl_ms", config.master.node_ttl_ms)
                   << Kv("lease_ms", config.master.lease_ms) << Kv("tls", config.tls.enabled());
-  // Line 1 is the gRPC address; the event endpoints, when on, follow.
+  // Line 1 is the gRPC address; the event endpoints and the metrics
+  // address (its real port, also for --metrics-listen HOST:0), when on,
+  // follow.
   std::string ready = bound + "\n";
   if (events != nullptr) {
     absl::StrAppend(&ready, "events ", events->bound_endpoint(), "\n");
@@ -161,6 +163,7 @@ int main(int argc, char** argv) {
       absl::StrAppend(&ready, "events-replay ", events->bound_replay_endpoint(), "\n");
     }
   }
+  if (http != nullptr) absl::StrAppend(&ready, "metrics ", http->bound().ToString(), "\n");
   WriteReadyFile(config.ready_file, ready);
 
   std::atomic<bool> stop{false};

@@ -59,7 +59,9 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
   flags.AddString("tls-cert", &c.tls.cert, "PEM certificate for gRPC TLS");
   flags.AddString("tls-key", &c.tls.key, "PEM private key for gRPC TLS");
   flags.AddString("tls-ca", &c.tls.ca, "PEM CA bundle for gRPC TLS");
-  flags.AddString("ready-file", &c.ready_file, "write the bound HOST:PORT here once serving");
+  flags.AddString("ready-file", &c.ready_file,
+                  "write the bound HOST:PORT here once serving (then "
+                  "'events', 'events-replay' and 'metrics HOST:PORT' lines for those that are on)");
   bool insecure = false;
   flags.AddBool("insecure", &insecure, kInsecureHelp);
   flags.AddBool("grpc-reflection", &c.reflection,

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/credentials.h"
 #include "common/flags.h"
@@ -126,7 +127,9 @@ int main(int argc, char** argv) {
                "--max-connections); past it the oldest is closed");
   flags.AddInt("max-unauthenticated-per-source", &max_unauthenticated_per_source,
                "data-plane connections in their handshake at once from one source address");
-  flags.AddString("ready-file", &ready_file, "write the data-plane HOST:PORT here once serving");
+  flags.AddString("ready-file", &ready_file,
+                  "write the data-plane HOST:PORT here once serving (then "
+                  "'metrics HOST:PORT' with --metrics-listen)");
   flags.AddString("metrics-listen", &metrics_listen,
                   "HOST:PORT serving /metrics (Prometheus) and /health over HTTP (off when empty)");
   bool insecure = false, reflection = false;
@@ -244,7 +247,11 @@ int main(int argc, char** argv) {
     }
     http = *std::move(started);
   }
-  WriteReadyFile(ready_file, (*store)->data_address() + "\n");
+  // Line 1 is the data-plane address; the metrics address (its real port,
+  // also for --metrics-listen HOST:0), when on, follows.
+  std::string ready = (*store)->data_address() + "\n";
+  if (http != nullptr) absl::StrAppend(&ready, "metrics ", http->bound().ToString(), "\n");
+  WriteReadyFile(ready_file, ready);
   std::thread runner([&] { (*store)->Run(); });
   int sig = 0;
   sigwait(&signals, &sig);

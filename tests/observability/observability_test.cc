@@ -25,19 +25,22 @@ namespace {
 bool HaveTool(const char* path) { return access(path, X_OK) == 0; }
 
 TEST(ObservabilityTest, PromtoolAndARealPrometheusReadTheCluster) {
-  uint16_t master_port = FreePort();
+  // Port 0: each daemon binds a free port and names it in its ready file
+  // (a port picked here could be taken before the daemon binds it).
   LocalCluster::Options o;
   o.stores = 0;
   o.bin_dir = SHELF_BIN_DIR;
-  o.master_args = {"--metrics-listen", absl::StrCat("127.0.0.1:", master_port)};
+  o.master_args = {"--metrics-listen", "127.0.0.1:0"};
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const uint16_t master_port = (*cluster)->master_metrics_port();
+  ASSERT_NE(master_port, 0);
   std::vector<uint16_t> store_ports;
   for (int i = 0; i < 2; ++i) {
-    store_ports.push_back(FreePort());
-    auto added =
-        (*cluster)->AddStore({"--metrics-listen", absl::StrCat("127.0.0.1:", store_ports.back())});
+    auto added = (*cluster)->AddStore({"--metrics-listen", "127.0.0.1:0"});
     ASSERT_TRUE(added.ok()) << added.status();
+    store_ports.push_back((*cluster)->store_metrics_port(*added));
+    ASSERT_NE(store_ports.back(), 0);
   }
   std::string dir = (*cluster)->work_dir();
 

@@ -93,10 +93,8 @@ class DataPlaneDosTest : public ClusterFixture {
     o.stores = 1;
     o.dram_bytes = 32ull << 20;
     o.secret = kSecret;
-    metrics_port_ = FreePort();
-    o.store_args = {"--max-connections",      "64",
-                    "--handshake-timeout-ms", "1500",
-                    "--metrics-listen",       absl::StrCat("127.0.0.1:", metrics_port_)};
+    o.store_args = {"--max-connections", "64",         "--handshake-timeout-ms", "1500",
+                    "--metrics-listen",  "127.0.0.1:0"};
     return o;
   }
   ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
@@ -104,7 +102,8 @@ class DataPlaneDosTest : public ClusterFixture {
     co.allow_shm = false;  // the TCP data plane is what is attacked
     return co;
   }
-  uint16_t metrics_port_ = 0;
+  // Its real port, from the ready file: --metrics-listen asks for any.
+  uint16_t metrics_port() const { return cluster_->store_metrics_port(0); }
 };
 
 TEST_F(DataPlaneDosTest, SlowlorisNeitherStarvesClientsNorHoldsItsSlots) {
@@ -181,7 +180,7 @@ TEST_F(DataPlaneDosTest, SlowlorisNeitherStarvesClientsNorHoldsItsSlots) {
   stop.store(true);
   attacker.join();
 
-  std::string metrics = HttpGet(metrics_port_, "/metrics");
+  std::string metrics = HttpGet(metrics_port(), "/metrics");
   const double deadline = ClosedBy(metrics, "handshake_deadline");
   const double per_source = ClosedBy(metrics, "per_source_cap");
   const double cap = ClosedBy(metrics, "unauthenticated_cap");

@@ -175,11 +175,9 @@ class DataPlaneSessionTest : public ClusterFixture {
     o.stores = 1;
     o.dram_bytes = 16ull << 20;
     o.secret = kSecret;
-    metrics_port_ = FreePort();
     // The raw READs below test frame tags, not read grants (grant_test
     // does): the store serves them without one.
-    o.store_args = {"--metrics-listen", absl::StrCat("127.0.0.1:", metrics_port_),
-                    "--read-grants=false"};
+    o.store_args = {"--metrics-listen", "127.0.0.1:0", "--read-grants=false"};
     return o;
   }
   ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
@@ -187,13 +185,14 @@ class DataPlaneSessionTest : public ClusterFixture {
     co.allow_shm = false;
     return co;
   }
-  uint16_t metrics_port_ = 0;
+  // Its real port, from the ready file: --metrics-listen asks for any.
+  uint16_t metrics_port() const { return cluster_->store_metrics_port(0); }
 };
 
 // With header tags (the store's default) and with payload tags (the client
 // asks for them), alike.
 TEST_F(DataPlaneSessionTest, RelayForwardingTheHandshakeCannotIssueReplayOrAlterFrames) {
-  const double before = ClosedByBadTag(metrics_port_);
+  const double before = ClosedByBadTag(metrics_port());
   for (bool payload : {false, true}) {
     SCOPED_TRACE(payload ? "payload tags" : "header tags");
     TcpDataClient::Options o;
@@ -226,7 +225,7 @@ TEST_F(DataPlaneSessionTest, RelayForwardingTheHandshakeCannotIssueReplayOrAlter
     }
   }
   // All were counted, and the store serves real clients as before.
-  EXPECT_GE(ClosedByBadTag(metrics_port_), before + 6);
+  EXPECT_GE(ClosedByBadTag(metrics_port()), before + 6);
   std::string block(100000, 'r');
   ASSERT_TRUE(client_->Put("after-relay", block.data(), block.size()).ok());
   std::string got;

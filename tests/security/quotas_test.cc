@@ -84,9 +84,7 @@ class QuotasTest : public ClusterFixture {
     o.secret = kDataSecret;
     o.stores = 1;
     o.dram_bytes = 16ull << 20;
-    metrics_port_ = FreePort();
-    o.master_args = {"--credentials", credentials_, "--metrics-listen",
-                     absl::StrCat("127.0.0.1:", metrics_port_)};
+    o.master_args = {"--credentials", credentials_, "--metrics-listen", "127.0.0.1:0"};
     o.store_args = {"--credentials", credentials_, "--principal", "store-1"};
     o.admin_token = PrincipalToken("ops", SecretOf("ops"));
     return o;
@@ -155,7 +153,8 @@ class QuotasTest : public ClusterFixture {
     return MasterStub()->Lookup(&ctx, req, &resp);
   }
 
-  uint16_t metrics_port_ = 0;
+  // Its real port, from the ready file: --metrics-listen asks for any.
+  uint16_t metrics_port() const { return cluster_->master_metrics_port(); }
   std::string dir_, credentials_;
   std::unique_ptr<v1::MasterService::Stub> master_stub_;
   std::unique_ptr<v1::AdminService::Stub> admin_stub_;
@@ -176,7 +175,7 @@ TEST_F(QuotasTest, OverItsDramQuotaATenantIsRefusedNamingTheQuota) {
   EXPECT_TRUE(absl::StrContains(over.ToString(), "quota dram")) << over.ToString();
   EXPECT_TRUE(absl::StrContains(over.ToString(), "team-q")) << over.ToString();
   // The master's metrics say the same, for that tenant alone.
-  std::string metrics = Scrape(metrics_port_);
+  std::string metrics = Scrape(metrics_port());
   EXPECT_EQ(
       Sample(metrics, "shelf_master_tenant_stored_bytes", {"tenant=\"team-q\"", "tier=\"dram\""}),
       static_cast<double>(4 * kSmall))
@@ -383,12 +382,12 @@ TEST_F(QuotasTieredTest, DemotionMovesBytesFromTheDramCountToTheSsdCount) {
   const std::vector<std::string> ssd = {"tenant=\"team-q\"", "tier=\"ssd\""};
   EXPECT_TRUE(WaitFor(
       [&] {
-        std::string m = Scrape(metrics_port_);
+        std::string m = Scrape(metrics_port());
         return Sample(m, "shelf_master_tenant_stored_bytes", dram) == 0 &&
                Sample(m, "shelf_master_tenant_stored_bytes", ssd) == 4.0 * kSmall;
       },
       20000))
-      << Scrape(metrics_port_);
+      << Scrape(metrics_port());
   // Its DRAM quota has room again, but its SSD holds 1 MiB, over 512 KiB.
   Status over = q->Put("k4", value.data(), kSmall);
   EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
