@@ -4,8 +4,12 @@
 // has the master's notices (docs/client.md, "Cached reads").
 #include "client/location_cache.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <random>
@@ -13,7 +17,6 @@
 
 #include "common/clock.h"
 #include "shelf/client.h"
-#include "testing/http_probe.h"
 #include "testing/local_cluster.h"
 #include "testing/wait_for.h"
 #include "transport/tcp_client.h"
@@ -209,10 +212,20 @@ TEST_F(LocationCacheTest, CheckKeyWhileRunsItsWorkOnceWhateverTheAnswer) {
   EXPECT_EQ(raw_.CheckKeyWhile(store, "no-such-key", 8, 0, MonoMs() + 5000, {}, work).code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(runs, 3);
-  // Nobody listens there: the check fails, the work still runs.
-  const std::string nobody = "127.0.0.1:" + std::to_string(FreePort());
+  // Nobody listens there (a port held bound but not listening, so no one
+  // else can take it meanwhile): the check fails, the work still runs.
+  int held = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(held, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(held, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(getsockname(held, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string nobody = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
   EXPECT_EQ(raw_.CheckKeyWhile(nobody, key, value.size(), 0, MonoMs() + 5000, {}, work).code(),
             absl::StatusCode::kUnavailable);
+  close(held);
   EXPECT_EQ(runs, 4);
   // The connection stays usable after each answer: a plain check still works.
   EXPECT_TRUE(raw_.CheckKey(store, key, value.size(), 0, MonoMs() + 5000).ok());
