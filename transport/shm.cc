@@ -349,8 +349,13 @@ absl::StatusOr<int> ShmAttachments::Handshake(const std::string& socket_path, in
   }
   if (s.ok()) {
     ssize_t n = RecvWithFd(fd, reply, 16, memfd);
+    char extra;
     if (n != 16) {
       s = absl::UnavailableError("short shared-memory reply");
+    } else if (recv(fd, &extra, 1, MSG_PEEK | MSG_DONTWAIT) > 0) {
+      // A store says nothing more until asked: the socket then carries the
+      // mapping's puts, whose replies these bytes would be taken for.
+      s = absl::UnavailableError("store sent more than its shared-memory reply");
     } else {
       const auto code = static_cast<absl::StatusCode>(absl::little_endian::Load32(reply));
       if (code == absl::StatusCode::kPermissionDenied) {
