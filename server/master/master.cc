@@ -93,6 +93,18 @@ absl::Status Master::ValidateKey(const std::string& key) const {
   return absl::OkStatus();
 }
 
+absl::Status Master::ValidateKeys(const google::protobuf::RepeatedPtrField<std::string>& keys,
+                                  absl::string_view what) const {
+  if (keys.empty() || static_cast<size_t>(keys.size()) > kBatchItemsMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " takes 1..", kBatchItemsMax, " keys, got ", keys.size()));
+  }
+  for (const std::string& key : keys) {
+    if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 Master::Shard& Master::ShardOf(absl::string_view key) { return shards_[ShardIndex(key)]; }
 
 Master::ObjectKey::ObjectKey(absl::string_view s) {
@@ -445,13 +457,7 @@ void Master::PutAbort(const v1::PutAbortRequest& req, const std::string& owner,
 }
 
 absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) {
-  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchItemsMax) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a remove takes 1..", kBatchItemsMax, " keys, got ", req.keys_size()));
-  }
-  for (const std::string& key : req.keys()) {
-    if (absl::Status s = ValidateKey(key); !s.ok()) return s;
-  }
+  if (absl::Status s = ValidateKeys(req.keys(), "a remove"); !s.ok()) return s;
   uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;

@@ -456,6 +456,10 @@ class Master {
   Shard& ShardOf(absl::string_view key);
 
   absl::Status ValidateKey(const std::string& key) const;
+  // A batch of 1..kBatchItemsMax valid keys; `what` names the call in the
+  // error ("a lookup takes 1..1024 keys, got 0").
+  absl::Status ValidateKeys(const google::protobuf::RepeatedPtrField<std::string>& keys,
+                            absl::string_view what) const;
   // OK when this master leads (and, for `write`, is not recovering).
   absl::Status CheckLeaderLocked(bool write) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Forgets every node, object and put (a new term starts empty).

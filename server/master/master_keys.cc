@@ -224,13 +224,7 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
 }
 
 absl::Status Master::Locate(const v1::LocateRequest& req, v1::LocateResponse* resp) {
-  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchItemsMax) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Locate takes 1..", kBatchItemsMax, " keys, got ", req.keys_size()));
-  }
-  for (const std::string& key : req.keys()) {
-    if (absl::Status s = ValidateKey(key); !s.ok()) return s;
-  }
+  if (absl::Status s = ValidateKeys(req.keys(), "Locate"); !s.ok()) return s;
   absl::ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   Object* found[kBatchItemsMax];

@@ -207,13 +207,7 @@ void Master::FillLocation(const Object& obj, const std::string& key, const std::
 }
 
 absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp) {
-  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchItemsMax) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a lookup takes 1..", kBatchItemsMax, " keys, got ", req.keys_size()));
-  }
-  for (const std::string& key : req.keys()) {
-    if (absl::Status s = ValidateKey(key); !s.ok()) return s;
-  }
+  if (absl::Status s = ValidateKeys(req.keys(), "a lookup"); !s.ok()) return s;
   uint64_t now = clock_->NowMs();
   const uint64_t now_unix = clock_->UnixMs();
   absl::ReaderMutexLock lock(&mu_);
@@ -239,13 +233,7 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
 }
 
 absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPrefixResponse* resp) {
-  if (req.keys_size() == 0 || static_cast<size_t>(req.keys_size()) > kBatchItemsMax) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a prefix match takes 1..", kBatchItemsMax, " keys, got ", req.keys_size()));
-  }
-  for (const std::string& key : req.keys()) {
-    if (absl::Status s = ValidateKey(key); !s.ok()) return s;
-  }
+  if (absl::Status s = ValidateKeys(req.keys(), "a prefix match"); !s.ok()) return s;
   uint64_t now = clock_->NowMs();
   const uint64_t now_unix = clock_->UnixMs();
   absl::ReaderMutexLock lock(&mu_);
