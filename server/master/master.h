@@ -85,7 +85,7 @@ struct MasterOptions {
   // bytes its puts fill in this long, at least twice the measured
   // order-to-report time of a demotion, at most demote_headroom_max of it.
   // 0: the evict_high / evict_low watermarks alone.
-  uint64_t demote_lead_ms = 100;
+  uint64_t demote_lead_ms = 1000;
   double demote_headroom_max = 0.5;
   // Keys are kept as TENANT/KEY (--credentials; tenant_keys.h): a block's
   // event hash, when its engine gave none, is of KEY, the form its engine
