@@ -247,8 +247,11 @@ absl::Status SampleCapacity(const std::string& master, const Chains& chains, siz
 
 int ReplayCompare(const std::vector<std::string>& args);  // replay_compare.cc
 // replay_clients.cc: the replay by `clients` concurrent clients.
-int ReplayClients(const std::string& master, const std::vector<TraceRequest>& reqs, int clients,
-                  uint64_t block_bytes, double speed, bool json_only);
+// master_metrics_port: the master's /metrics, read once the clients are
+// done (0: not reported).
+int ReplayClients(const std::string& master, uint16_t master_metrics_port,
+                  const std::vector<TraceRequest>& reqs, int clients, uint64_t block_bytes,
+                  double speed, bool json_only);
 
 int Replay(int argc, char** argv) {
   std::string trace = DefaultTracePath();
@@ -338,6 +341,11 @@ int Replay(int argc, char** argv) {
     for (absl::string_view f : absl::StrSplit(master_flags, ' ', absl::SkipEmpty())) {
       co.master_args.emplace_back(f);
     }
+    // Concurrent clients: the master's own handling time of each call (its
+    // rpc histogram) is reported next to what the clients measured.
+    if (clients > 1 && master_flags.find("--metrics-listen") == std::string::npos) {
+      co.master_args.insert(co.master_args.end(), {"--metrics-listen", "127.0.0.1:0"});
+    }
     auto c = LocalCluster::Start(co);
     if (!c.ok()) {
       std::fprintf(stderr, "shelf-bench replay: cannot start a cluster: %s\n",
@@ -348,7 +356,8 @@ int Replay(int argc, char** argv) {
     master = cluster->master_address();
   }
   if (clients > 1) {
-    return ReplayClients(master, *reqs, static_cast<int>(clients), block_bytes, speed, json_only);
+    return ReplayClients(master, cluster ? cluster->master_metrics_port() : 0, *reqs,
+                         static_cast<int>(clients), block_bytes, speed, json_only);
   }
   ClientOptions copts;
   copts.masters = {master};

@@ -5,17 +5,23 @@
 // misses. What matters here is MatchPrefix latency while other clients
 // look up and write at the same time.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/mutex.h"
 #include "shelf/client.h"
+#include "testing/http_probe.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/trace.h"
 
@@ -36,10 +42,54 @@ struct SharedTotals {
   ReplayTotals sum ABSL_GUARDED_BY(mu);
 };
 
+// The upper bounds (us) of the buckets holding the 50th and 99th
+// percentiles of `method`'s handling time in a master's /metrics text
+// (shelf_master_rpc_seconds); false when it has no such samples.
+bool MasterRpcPercentiles(const std::string& metrics, const std::string& method, double* p50_us,
+                          double* p99_us) {
+  const std::string prefix =
+      absl::StrCat("shelf_master_rpc_seconds_bucket{method=\"", method, "\",le=\"");
+  std::vector<std::pair<double, double>> buckets;  // (le in s, cumulative count)
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (!absl::ConsumePrefix(&line, prefix)) continue;
+    size_t quote = line.find('"');
+    size_t space = line.rfind(' ');
+    if (quote == absl::string_view::npos || space == absl::string_view::npos) continue;
+    double le = 0, count = 0;
+    absl::string_view bound = line.substr(0, quote);
+    if (bound == "+Inf") {
+      le = std::numeric_limits<double>::infinity();
+    } else if (!absl::SimpleAtod(bound, &le)) {
+      continue;
+    }
+    if (!absl::SimpleAtod(line.substr(space + 1), &count)) continue;
+    buckets.emplace_back(le, count);
+  }
+  std::sort(buckets.begin(), buckets.end());
+  if (buckets.empty() || buckets.back().second <= 0) return false;
+  const double total = buckets.back().second;
+  // A percentile past the last finite bound (calls over 10 s) reads as
+  // that bound: the JSON has no infinity.
+  double largest = 0;
+  for (const auto& b : buckets) {
+    if (std::isfinite(b.first)) largest = b.first;
+  }
+  auto at = [&](double q) {
+    for (const auto& [le, count] : buckets) {
+      if (count >= q * total) return (std::isfinite(le) ? le : largest) * 1e6;
+    }
+    return largest * 1e6;
+  };
+  *p50_us = at(0.5);
+  *p99_us = at(0.99);
+  return true;
+}
+
 }  // namespace
 
-int ReplayClients(const std::string& master, const std::vector<TraceRequest>& reqs, int clients,
-                  uint64_t block_bytes, double speed, bool json_only) {
+int ReplayClients(const std::string& master, uint16_t master_metrics_port,
+                  const std::vector<TraceRequest>& reqs, int clients, uint64_t block_bytes,
+                  double speed, bool json_only) {
   std::vector<std::unique_ptr<Client>> handles;
   for (int c = 0; c < clients; ++c) {
     ClientOptions o;
@@ -146,6 +196,10 @@ int ReplayClients(const std::string& master, const std::vector<TraceRequest>& re
     totals = std::move(shared.sum);
   }
   const double wall_s = (MonoUs() - t_start) / 1e6;
+  double master_p50_us = 0, master_p99_us = 0;
+  const bool have_master = master_metrics_port != 0 &&
+                           MasterRpcPercentiles(HttpGet(master_metrics_port, "/metrics"),
+                                                "MatchPrefix", &master_p50_us, &master_p99_us);
   const double hit_ratio = totals.blocks ? static_cast<double>(totals.hits) / totals.blocks : 0;
   if (!json_only) {
     std::printf("\nShelf trace replay, %d concurrent clients: %zu requests, %llu blocks, %.1f s\n",
@@ -154,6 +208,12 @@ int ReplayClients(const std::string& master, const std::vector<TraceRequest>& re
     std::printf("  MatchPrefix  p50 %.0f us  p99 %.0f us  (%zu calls)\n",
                 totals.match_us.Percentile(50), totals.match_us.Percentile(99),
                 totals.match_us.count());
+    if (have_master) {
+      std::printf(
+          "    at the master: p50 <= %.0f us  p99 <= %.0f us  (its handling time, the "
+          "bucket bounds of shelf_master_rpc_seconds)\n",
+          master_p50_us, master_p99_us);
+    }
     std::printf("  get          p50 %.0f us  p99 %.0f us\n", totals.get_us.Percentile(50),
                 totals.get_us.Percentile(99));
     std::printf("  put          p50 %.0f us  p99 %.0f us\n", totals.put_us.Percentile(50),
@@ -171,6 +231,10 @@ int ReplayClients(const std::string& master, const std::vector<TraceRequest>& re
   o["hit_ratio"] = hit_ratio;
   o["matchprefix_p50_us"] = totals.match_us.Percentile(50);
   o["matchprefix_p99_us"] = totals.match_us.Percentile(99);
+  if (have_master) {
+    o["master_matchprefix_p50_us_at_most"] = master_p50_us;
+    o["master_matchprefix_p99_us_at_most"] = master_p99_us;
+  }
   o["get_p99_us"] = totals.get_us.Percentile(99);
   o["put_p99_us"] = totals.put_us.Percentile(99);
   o["errors"] = totals.errors;
