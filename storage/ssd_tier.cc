@@ -285,33 +285,38 @@ absl::Status SsdTier::GrowTo(uint64_t end) {
   return absl::OkStatus();
 }
 
-char* SsdTier::TakeBuffer(uint64_t alloc) {
+char* SsdTier::TakeBuffer(uint64_t alloc, uint64_t buf_bytes) {
   MutexLock lock(&io_mu_);
-  // Bounded memory in flight: wait for earlier writes to complete.
+  // Bounded bytes in flight: wait for earlier writes to complete.
   while (inflight_bytes_ > 0 && inflight_bytes_ + alloc > options_.max_inflight_bytes) {
     io_cv_.Wait(&io_mu_);
   }
   inflight_bytes_ += alloc;
+  if (buf_bytes == 0) return nullptr;
   for (size_t i = 0; i < spare_.size(); ++i) {
-    if (spare_[i].first == alloc) {
+    if (spare_[i].first == buf_bytes) {
       char* buf = spare_[i].second;
       spare_[i] = spare_.back();
       spare_.pop_back();
-      spare_bytes_ -= alloc;
+      spare_bytes_ -= buf_bytes;
       return buf;
     }
   }
-  return AlignedAlloc(alloc);
+  char* buf = AlignedAlloc(buf_bytes);
+  if (buf == nullptr) inflight_bytes_ -= alloc;
+  return buf;
 }
 
-void SsdTier::ReleaseBuffer(char* buf, uint64_t alloc) {
+void SsdTier::ReleaseBuffer(uint64_t alloc, char* buf, uint64_t buf_bytes) {
   inflight_bytes_ -= alloc;
   // Kept for the next Put of the same size (no page faults on a fresh
   // buffer), up to what may be in flight (at most 128 MiB): a steady
   // stream of demotions allocates nothing.
-  if (spare_bytes_ + alloc <= std::min<uint64_t>(options_.max_inflight_bytes, 128ull << 20)) {
-    spare_.emplace_back(alloc, buf);
-    spare_bytes_ += alloc;
+  if (buf == nullptr) {
+  } else if (spare_bytes_ + buf_bytes <=
+             std::min<uint64_t>(options_.max_inflight_bytes, 128ull << 20)) {
+    spare_.emplace_back(buf_bytes, buf);
+    spare_bytes_ += buf_bytes;
   } else {
     std::free(buf);
   }
@@ -320,6 +325,17 @@ void SsdTier::ReleaseBuffer(char* buf, uint64_t alloc) {
 
 absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t size,
                           uint64_t checksum) {
+  return PutFrom(key, data, size, checksum, /*in_place=*/false);
+}
+
+absl::Status SsdTier::PutInPlace(const std::string& key, const char* data, uint64_t size,
+                                 uint64_t checksum) {
+  return PutFrom(key, data, size, checksum,
+                 /*in_place=*/reinterpret_cast<uintptr_t>(data) % kAlign == 0);
+}
+
+absl::Status SsdTier::PutFrom(const std::string& key, const char* data, uint64_t size,
+                              uint64_t checksum, bool in_place) {
   if (size == 0) return absl::InvalidArgumentError("SSD tier: empty block");
   if (options_.capacity_bytes != 0 && !Contains(key) &&
       used_.load() + size > options_.capacity_bytes) {
@@ -355,36 +371,60 @@ absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t siz
     absl::Status synced = Sync();
     if (!synced.ok()) return synced;
   }
-  p->buf = TakeBuffer(p->alloc);
-  if (p->buf == nullptr) {
+  // In place, the whole 4 KiB pages of the block are written from `data`;
+  // the rest (all of it for a copying put) from an aligned copy.
+  const uint64_t body = in_place ? size / kAlign * kAlign : 0;
+  p->buf_bytes = p->alloc - body;
+  p->buf = TakeBuffer(p->alloc, p->buf_bytes);
+  if (p->buf == nullptr && p->buf_bytes > 0) {
     MutexLock lock(&mu_);
     space_.Free(p->loc.offset, p->alloc).IgnoreError();
     return absl::ResourceExhaustedError("SSD tier: out of memory for a write buffer");
   }
-  // The copy is what gets written, so it is what the checksum verifies:
-  // piece by piece, each hashed while it is still in the cache (one pass
-  // over the caller's bytes, not two).
+  // What gets written is what the checksum verifies: the copy, piece by
+  // piece, each hashed while it is still in the cache (one pass over the
+  // caller's bytes, not two); in place, the caller's bytes themselves.
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
-  for (uint64_t at = 0; at < size; at += kVerifyPiece) {
-    const uint64_t n = std::min(kVerifyPiece, size - at);
-    std::memcpy(p->buf + at, data + at, n);
-    XXH3_64bits_update(&state, p->buf + at, n);
+  for (uint64_t at = 0; at < size;) {
+    uint64_t end = std::min(at + kVerifyPiece, size);
+    if (at < body) end = std::min(end, body);
+    const char* piece = data + at;
+    if (at >= body) {
+      std::memcpy(p->buf + (at - body), piece, end - at);
+      piece = p->buf + (at - body);
+    }
+    XXH3_64bits_update(&state, piece, end - at);
+    at = end;
   }
   if (XXH3_64bits_digest(&state) != checksum) {
     {
       MutexLock lock(&io_mu_);
-      ReleaseBuffer(p->buf, p->alloc);
+      ReleaseBuffer(p->alloc, p->buf, p->buf_bytes);
     }
     MutexLock lock(&mu_);
     space_.Free(p->loc.offset, p->alloc).IgnoreError();
     return absl::DataLossError("block does not match its checksum; not written to SSD");
   }
-  std::memset(p->buf + size, 0, p->alloc - size);
-  int chunks = static_cast<int>((p->alloc + kChunk - 1) / kChunk);
+  if (p->buf_bytes > 0) std::memset(p->buf + (size - body), 0, p->alloc - size);
+  // The writes: [0, body) from `data`, [body, alloc) from the copy, each in
+  // chunks of at most kChunk.
+  struct Piece {
+    uint64_t at;
+    char* src;
+    uint64_t n;
+  };
+  std::vector<Piece> pieces;
+  for (uint64_t at = 0; at < p->alloc;) {
+    const uint64_t limit = at < body ? body : p->alloc;
+    const uint64_t n = std::min(kChunk, limit - at);
+    char* src = at < body ? const_cast<char*>(data) + at : p->buf + (at - body);
+    pieces.push_back(Piece{at, src, n});
+    at += n;
+  }
   {
     MutexLock lock(&io_mu_);
-    p->chunks_left = chunks;
+    p->chunks_left = static_cast<int>(pieces.size());
   }
   {
     MutexLock lock(&mu_);
@@ -413,14 +453,12 @@ absl::Status SsdTier::Put(const std::string& key, const char* data, uint64_t siz
     pending_[key] = p;
     unsynced_.push_back(p);
   }
-  for (int c = 0; c < chunks; ++c) {
-    uint64_t at = static_cast<uint64_t>(c) * kChunk;
-    uint64_t n = std::min(kChunk, p->alloc - at);
-    writer_->Write(p->loc.offset + at, p->buf + at, n, [this, p](int err) {
+  for (const Piece& piece : pieces) {
+    writer_->Write(p->loc.offset + piece.at, piece.src, piece.n, [this, p](int err) {
       MutexLock lock(&io_mu_);
       if (err != 0 && p->error.ok()) p->error = Errno("extent write", err);
       if (--p->chunks_left == 0) {
-        ReleaseBuffer(p->buf, p->alloc);
+        ReleaseBuffer(p->alloc, p->buf, p->buf_bytes);
         p->buf = nullptr;
       }
       io_cv_.SignalAll();

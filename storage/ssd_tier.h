@@ -13,9 +13,9 @@
 // ("b" || key -> header | bytes, "m" || key -> header, magic "SSD1"); they
 // are still read, and such a block moves to an extent when rewritten.
 //
-// Durability: Put copies the block and starts its writes; Sync waits for
-// them, fdatasyncs the extent file, and only then writes their index
-// records (one synced RocksDB write). So an indexed block's bytes are
+// Durability: Put copies the block (PutInPlace does not) and starts its
+// writes; Sync waits for them, fdatasyncs the extent file, and only then
+// writes their index records (one synced RocksDB write). So an indexed block's bytes are
 // durable before its index entry exists; what was not synced is absent
 // after a crash, never half. Space freed by Delete or an overwrite is
 // reused only after the index change that freed it is durable.
@@ -93,6 +93,15 @@ class SsdTier {
   // `data` first: DATA_LOSS if they differ. `data` may be reused at once.
   absl::Status Put(const std::string& key, const char* data, uint64_t size, uint64_t checksum)
       ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
+  // Put without the copy: the block is written straight from `data`, which
+  // must stay mapped until its writes are done (the next Sync returns, or
+  // the tier closes). For memory only its owner writes, such as a store's
+  // DRAM segment. The checksum is verified on `data` before the writes
+  // start; bytes changed after that reach the disk as a block that fails
+  // its checksum when read (DATA_LOSS), never as a good one. A `data` not
+  // aligned to 4 KiB is copied, as by Put; so is the last partial 4 KiB.
+  absl::Status PutInPlace(const std::string& key, const char* data, uint64_t size,
+                          uint64_t checksum) ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
   // Makes every Put and Delete that returned before it durable. On failure
   // the blocks put since the last Sync leave the index (not served, not in
   // the inventory).
@@ -137,7 +146,8 @@ class SsdTier {
   struct Pending {
     std::string key;
     Loc loc;
-    char* buf = nullptr;        // aligned copy of the block
+    char* buf = nullptr;        // aligned copy of the block, or of its tail
+    uint64_t buf_bytes = 0;     // the size of buf
     uint64_t alloc = 0;         // bytes taken in the extent file
     int chunks_left = 0;        // guarded by io_mu_
     absl::Status error;         // guarded by io_mu_
@@ -176,8 +186,15 @@ class SsdTier {
                     absl::FunctionRef<void(const char*, uint64_t)> sink)
       ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
   absl::Status GetInline(const std::string& key, std::string* out);
-  void ReleaseBuffer(char* buf, uint64_t alloc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  char* TakeBuffer(uint64_t alloc) ABSL_LOCKS_EXCLUDED(io_mu_);
+  absl::Status PutFrom(const std::string& key, const char* data, uint64_t size, uint64_t checksum,
+                       bool in_place) ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
+  // Counts `alloc` bytes of writes in flight (waiting while too many are)
+  // and returns a buffer of `buf_bytes` (none for 0; null when out of
+  // memory, the count undone).
+  char* TakeBuffer(uint64_t alloc, uint64_t buf_bytes) ABSL_LOCKS_EXCLUDED(io_mu_);
+  // Undoes TakeBuffer: the count, and the buffer kept for reuse or freed.
+  void ReleaseBuffer(uint64_t alloc, char* buf, uint64_t buf_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void Drop(const std::string& key, const Loc& loc) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;

@@ -416,15 +416,21 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
       } else if (uint64_t at = 0; !ToGlobal(move.segment_id(), move.offset(), move.size(), &at)) {
         s = absl::OutOfRangeError("demotion range outside the segment");
       } else {
-        // SsdTier::Put verifies the checksum before writing: a block that
-        // was corrupted in DRAM is reported, not copied.
+        // The checksum is verified before writing: a block that was
+        // corrupted in DRAM is reported, not written. Written straight from
+        // the segment (PutInPlace, no copy): only this store writes it
+        // (clients map it read-only), and the range stays this block's
+        // until the master frees it on this demotion's report, which
+        // follows the sync. A remove during the demotion can free it
+        // sooner; the bytes a reuse leaves on SSD then fail their
+        // checksum when read, and are those of a removed key.
         prom::ScopedTimer timer(metrics_.ssd_write_seconds);
         // Fault injection for crash tests: SHELF_FAULT_KILL_IN_DEMOTION=
         // before-write kills the store before its first demotion writes
         // (after-write: see SyncRun). Unset in production.
         static const char* kill_point = std::getenv("SHELF_FAULT_KILL_IN_DEMOTION");
         if (kill_point != nullptr && std::strcmp(kill_point, "before-write") == 0) raise(SIGKILL);
-        s = ssd_->Put(move.key(), segment_->data() + at, move.size(), move.checksum());
+        s = ssd_->PutInPlace(move.key(), segment_->data() + at, move.size(), move.checksum());
         if (s.ok()) {
           metrics_.written_ssd_local.Increment(move.size());
           metrics_.demotions_ok.Increment();
