@@ -342,9 +342,11 @@ absl::Status Store::Register() {
   return absl::OkStatus();
 }
 
-void Store::SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced) {
+void Store::SyncRun(std::vector<v1::TierMoveResult>* run, Demoted* demoted, uint64_t* unsynced) {
   std::vector<v1::TierMoveResult> taken;
   taken.swap(*run);
+  Demoted forget;
+  forget.swap(*demoted);
   if (*unsynced == 0 || ssd_ == nullptr) {
     // Nothing written to SSD (failed demotions only, or none): reported as
     // they are, with no sync (a run of drops alone never waits for one).
@@ -382,26 +384,34 @@ void Store::SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced) {
   }
   // The run is reported once SsdTier says its writes are durable; the
   // tier's sync thread runs this, in the order the runs were cut.
-  ssd_->SyncAsync([this, taken = std::move(taken)](absl::Status s) mutable {
-    if (kill_point != nullptr && std::strcmp(kill_point, "after-write") == 0) raise(SIGKILL);
-    if (!s.ok()) {
-      // Not durable: the master must keep the DRAM copies.
-      SHELF_LOG(ERROR) << "SSD tier sync failed; demotions reported as failed"
-                       << Kv("error", s.message());
-      for (v1::TierMoveResult& r : taken) {
-        if (!r.ok()) continue;
-        r.set_ok(false);
-        r.set_error(absl::StrCat("SSD tier sync: ", s.message()));
-      }
-    }
-    MutexLock lock(&mu_);
-    for (v1::TierMoveResult& r : taken) results_.push_back(std::move(r));
-    --syncs_running_;
-    syncs_cv_.SignalAll();
-    // Durable now: the heartbeat loop reports them without waiting out
-    // its short sleep, and the master frees their DRAM for writers.
-    stop_cv_.SignalAll();
-  });
+  ssd_->SyncAsync(
+      [this, taken = std::move(taken), forget = std::move(forget)](absl::Status s) mutable {
+        if (kill_point != nullptr && std::strcmp(kill_point, "after-write") == 0) raise(SIGKILL);
+        if (!s.ok()) {
+          // Not durable: the master must keep the DRAM copies.
+          SHELF_LOG(ERROR) << "SSD tier sync failed; demotions reported as failed"
+                           << Kv("error", s.message());
+          for (v1::TierMoveResult& r : taken) {
+            if (!r.ok()) continue;
+            r.set_ok(false);
+            r.set_error(absl::StrCat("SSD tier sync: ", s.message()));
+          }
+        }
+        MutexLock lock(&mu_);
+        if (s.ok()) {
+          // On SSD for good: the DRAM copies are the master's to free.
+          for (const auto& [key, offset] : forget) {
+            auto rec = dram_records_.find(offset);
+            if (rec != dram_records_.end() && rec->second.key == key) EraseRecordLocked(rec);
+          }
+        }
+        for (v1::TierMoveResult& r : taken) results_.push_back(std::move(r));
+        --syncs_running_;
+        syncs_cv_.SignalAll();
+        // Durable now: the heartbeat loop reports them without waiting out
+        // its short sleep, and the master frees their DRAM for writers.
+        stop_cv_.SignalAll();
+      });
 }
 
 v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
@@ -432,13 +442,9 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
         if (kill_point != nullptr && std::strcmp(kill_point, "before-write") == 0) raise(SIGKILL);
         s = ssd_->PutInPlace(move.key(), segment_->data() + at, move.size(), move.checksum());
         if (s.ok()) {
+          // Its DRAM record goes once the write is durable (SyncRun).
           metrics_.written_ssd_local.Increment(move.size());
           metrics_.demotions_ok.Increment();
-          MutexLock lock(&mu_);
-          auto rec = dram_records_.find(move.offset());
-          if (rec != dram_records_.end() && rec->second.key == move.key()) {
-            EraseRecordLocked(rec);
-          }
         } else {
           metrics_.demotions_failed.Increment();
           if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Increment();
@@ -593,6 +599,7 @@ void Store::MoverLoop() {
     // result for a key it no longer knows would make it order the drop
     // again.
     std::vector<v1::TierMoveResult> run;
+    Demoted demoted;
     uint64_t unsynced = 0;
     while (!moves_.empty() && !stopping_.load()) {
       v1::TierMove m = std::move(moves_.front());
@@ -604,6 +611,7 @@ void Store::MoverLoop() {
         if (result.ok()) {
           unsynced += m.size();
           ++demotions_unsynced_;
+          demoted.emplace_back(m.key(), m.offset());
         }
         run.push_back(std::move(result));
       }
@@ -613,7 +621,7 @@ void Store::MoverLoop() {
         last = moves_.empty();
       }
       bool flush = last || unsynced == 0 || unsynced >= kSyncBytes;
-      if (flush) SyncRun(&run, &unsynced);
+      if (flush) SyncRun(&run, &demoted, &unsynced);
       mu_.Lock();
       moving_ = false;
     }
@@ -621,7 +629,7 @@ void Store::MoverLoop() {
       // Stopping with demotions executed but not synced: make them durable
       // and report them, so the master hears of what is on SSD.
       mu_.Unlock();
-      SyncRun(&run, &unsynced);
+      SyncRun(&run, &demoted, &unsynced);
       mu_.Lock();
     }
     // Master orders first; promotions are best effort.

@@ -252,8 +252,14 @@ class Store : public DataHandler {
   // last call) durable, and takes it: once they are, its results reach
   // results_ (on failure, its successful demotions turned into failures),
   // in the order the runs were cut. Resets `unsynced`. Waits while
-  // kSyncsAhead runs are syncing.
-  void SyncRun(std::vector<v1::TierMoveResult>* run, uint64_t* unsynced) ABSL_LOCKS_EXCLUDED(mu_);
+  // kSyncsAhead runs are syncing. `demoted` (key, record offset) names the
+  // run's demoted blocks: their DRAM records go once the run is durable,
+  // not before, so that until the master frees a range on the report a
+  // re-registration still reports it held (a demotion's writes read the
+  // segment in place).
+  using Demoted = std::vector<std::pair<std::string, uint64_t>>;
+  void SyncRun(std::vector<v1::TierMoveResult>* run, Demoted* demoted, uint64_t* unsynced)
+      ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr uint64_t kSyncBytes = 64ull << 20;
   static constexpr int kSyncsAhead = 4;
   int syncs_running_ ABSL_GUARDED_BY(mu_) = 0;  // runs cut, not yet durable and reported
