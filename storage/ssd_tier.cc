@@ -312,9 +312,8 @@ void SsdTier::ReleaseBuffer(uint64_t alloc, char* buf, uint64_t buf_bytes) {
   // Kept for the next Put of the same size (no page faults on a fresh
   // buffer), up to what may be in flight (at most 128 MiB): a steady
   // stream of demotions allocates nothing.
-  if (buf == nullptr) {
-  } else if (spare_bytes_ + buf_bytes <=
-             std::min<uint64_t>(options_.max_inflight_bytes, 128ull << 20)) {
+  if (buf != nullptr &&
+      spare_bytes_ + buf_bytes <= std::min<uint64_t>(options_.max_inflight_bytes, 128ull << 20)) {
     spare_.emplace_back(buf_bytes, buf);
     spare_bytes_ += buf_bytes;
   } else {
