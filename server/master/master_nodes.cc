@@ -387,7 +387,6 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
 
 std::vector<uint32_t> Master::PlaceLocked(const v1::PutOptions& opts,
                                           const std::string& client_host, uint64_t size) {
-  const uint64_t now = clock_->NowMs();
   std::vector<uint32_t> live;
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = *nodes_[i];
@@ -396,12 +395,11 @@ std::vector<uint32_t> Master::PlaceLocked(const v1::PutOptions& opts,
     for (const Segment& s : n.segments) fits |= s.alloc->capacity() >= size;
     if (fits) live.push_back(i);
   }
-  // Stores with room for the block first, most free space first: free
-  // DRAM plus the SSD room below its high watermark where it can demote
-  // (by DRAM alone, demoting ahead kept the busy store the freest: it won
-  // every put while other SSD tiers stayed empty). Then the full ones,
-  // the one whose least recently used block was used longest ago first,
-  // so the stores evict as one LRU. Ties go at random: equal stores share.
+  // Stores with room for the block first, most free space first. Then
+  // the full ones, the one whose least recently used block was used
+  // longest ago first: the put evicts there, so the stores together evict
+  // as one LRU rather than each its own share. Ties are broken at random
+  // so equal stores share load.
   struct Rank {
     bool room = false;
     uint64_t free = 0;
@@ -412,15 +410,10 @@ std::vector<uint32_t> Master::PlaceLocked(const v1::PutOptions& opts,
   for (uint32_t i : live) {
     Rank r;
     r.node = i;
-    const Node& n = *nodes_[i];
-    for (const Segment& s : n.segments) {
+    for (const Segment& s : nodes_[i]->segments) {
       r.free += s.alloc->free_bytes();
       r.room |= s.alloc->largest_free() >= s.alloc->RoundUp(size);
       if (!s.lru.empty()) r.oldest_ms = std::min(r.oldest_ms, s.lru.front()->last_access_ms);
-    }
-    if (CanDemoteLocked(n, now)) {
-      const uint64_t ssd_high = static_cast<uint64_t>(options_.ssd_evict_high * n.ssd_capacity);
-      if (ssd_high > n.ssd_used) r.free += ssd_high - n.ssd_used;
     }
     ranked.push_back(r);
   }

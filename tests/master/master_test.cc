@@ -109,19 +109,6 @@ TEST_F(MasterFixture, PlacementPrefersLocalSpreadsLabelsAndSkipsDrained) {
   }
 }
 
-TEST_F(MasterFixture, PlacementCountsTheRoomOnAStoresSsdTier) {
-  // "a" has the most free DRAM, "b" the most room in all: its DRAM's
-  // blocks can move to its SSD tier. Counting DRAM alone sent every put to
-  // the store that demoted ahead, and other stores' SSD tiers sat empty.
-  Register("a", 64 * kMiB);
-  Register("b", 32 * kMiB, 64 * kMiB);
-  for (int i = 0; i < 4; ++i) {
-    v1::PutStartResponse r = Start("k" + std::to_string(i), kMiB);
-    ASSERT_EQ(r.replicas_size(), 1);
-    EXPECT_EQ(r.replicas(0).store().node_id(), "b") << i;
-  }
-}
-
 TEST_F(MasterFixture, PutTimeoutReclaimsAndLateCommitFails) {
   Register("a", 64 * kMiB);
   v1::PutStartResponse r = Start("k", kMiB);
