@@ -5,9 +5,7 @@
 // misses. What matters here is MatchPrefix latency while other clients
 // look up and write at the same time.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -49,36 +47,33 @@ bool MasterRpcPercentiles(const std::string& metrics, const std::string& method,
                           double* p99_us) {
   const std::string prefix =
       absl::StrCat("shelf_master_rpc_seconds_bucket{method=\"", method, "\",le=\"");
-  std::vector<std::pair<double, double>> buckets;  // (le in s, cumulative count)
+  std::vector<std::pair<double, double>> buckets;  // finite (le in s, cumulative count)
+  double total = 0;                                // the +Inf bucket: every call
   for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
     if (!absl::ConsumePrefix(&line, prefix)) continue;
     size_t quote = line.find('"');
     size_t space = line.rfind(' ');
-    if (quote == absl::string_view::npos || space == absl::string_view::npos) continue;
     double le = 0, count = 0;
-    absl::string_view bound = line.substr(0, quote);
-    if (bound == "+Inf") {
-      le = std::numeric_limits<double>::infinity();
-    } else if (!absl::SimpleAtod(bound, &le)) {
+    if (quote == absl::string_view::npos || space == absl::string_view::npos ||
+        !absl::SimpleAtod(line.substr(space + 1), &count)) {
       continue;
     }
-    if (!absl::SimpleAtod(line.substr(space + 1), &count)) continue;
-    buckets.emplace_back(le, count);
+    absl::string_view bound = line.substr(0, quote);
+    if (bound == "+Inf") {
+      total = count;
+    } else if (absl::SimpleAtod(bound, &le)) {
+      buckets.emplace_back(le, count);
+    }
   }
   std::sort(buckets.begin(), buckets.end());
-  if (buckets.empty() || buckets.back().second <= 0) return false;
-  const double total = buckets.back().second;
+  if (buckets.empty() || total <= 0) return false;
   // A percentile past the last finite bound (calls over 10 s) reads as
   // that bound: the JSON has no infinity.
-  double largest = 0;
-  for (const auto& b : buckets) {
-    if (std::isfinite(b.first)) largest = b.first;
-  }
   auto at = [&](double q) {
     for (const auto& [le, count] : buckets) {
-      if (count >= q * total) return (std::isfinite(le) ? le : largest) * 1e6;
+      if (count >= q * total) return le * 1e6;
     }
-    return largest * 1e6;
+    return buckets.back().first * 1e6;
   };
   *p50_us = at(0.5);
   *p99_us = at(0.99);

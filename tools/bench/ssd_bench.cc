@@ -19,12 +19,14 @@
 //               the tier's files from the page cache (posix_fadvise
 //               DONTNEED)
 // Both reads compare every block with what was written inside the timed
-// loop. Each size runs --rounds times (default 2), which side goes first
-// alternating, and each side reports its best round: a shared disk's speed
-// drifts by a third between runs, more than the difference measured. Put-call throughput (what a
-// demoting store thread waits for) and the tier's open time are shown too. Then compression on and
-// off, on KV-like bytes: fp16 values drawn from a normal distribution, as attention K/V activations
-// roughly are, which LZ4 cannot shrink.
+// loop. Put-call throughput (what a demoting store thread waits for) and
+// the tier's open time are shown too. Then compression on and off, on
+// KV-like bytes: fp16 values drawn from a normal distribution, as
+// attention K/V activations roughly are, which LZ4 cannot shrink.
+//
+// Each size runs --rounds times (default 2), which side goes first
+// alternating, and each side reports its best round: a shared disk's
+// speed drifts by a third between runs, more than the gap measured.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
