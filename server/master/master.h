@@ -278,11 +278,20 @@ class Master {
     size_t hash;
     absl::string_view key() const { return absl::string_view(data, size); }
   };
+  // A find for PrefetchProbe{hash} matches nothing: it starts loading
+  // each object whose slot it would compare with and goes on. It is a
+  // batch lookup's second prefetch stage: a table slot holds only a
+  // pointer, so the object's own miss can start only once the slot is in
+  // cache (master_lookup.cc, FindBatchLocked).
+  struct PrefetchProbe {
+    size_t hash;
+  };
   struct KeyHash {
     using is_transparent = void;
     size_t operator()(absl::string_view k) const { return absl::Hash<absl::string_view>{}(k); }
     size_t operator()(const Object& o) const { return (*this)(o.key.view()); }
     size_t operator()(const HashedKey& k) const { return k.hash; }
+    size_t operator()(const PrefetchProbe& p) const { return p.hash; }
   };
   static HashedKey Hashed(absl::string_view k) {
     return HashedKey{k.data(), k.size(), KeyHash{}(k)};
@@ -295,6 +304,16 @@ class Master {
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const {
       return V(a) == V(b);
+    }
+    bool operator()(const Object& o, const PrefetchProbe&) const { return Prefetch(o); }
+    bool operator()(const PrefetchProbe&, const Object& o) const { return Prefetch(o); }
+    static bool Prefetch(const Object& o) {
+      // The object's lines: a 104-byte object spans up to three.
+      const char* p = reinterpret_cast<const char*>(&o);
+      __builtin_prefetch(p, 1);
+      __builtin_prefetch(p + 64, 1);
+      __builtin_prefetch(p + sizeof(Object) - 1, 1);
+      return false;
     }
   };
   // What few objects carry: the put's parent key, what it told the event
@@ -484,15 +503,27 @@ class Master {
   void FindBatchLocked(const google::protobuf::RepeatedPtrField<std::string>& keys,
                        bool stop_at_miss, bool lease, bool touch, uint64_t now, Object** found,
                        LookupCounts* counts) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Calls fn(shard, i) for each i in [0, n), holding the lock of key i's
-  // shard, one shard at a time (each locked once).
+  // Calls fn(found[i]) for each found (non-null) found[i], i in [0, n),
+  // holding the lock of key i's shard, one shard at a time (each locked
+  // once).
   template <typename Fn>
-  void ForEachByShardLocked(const HashedKey* keys, int n, Fn fn) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Lookups of at least this many keys take them shard by shard.
-  static constexpr int kGroupedBatchMin = 8;
-  static constexpr int kPrefetchAhead = 6;
+  void ForEachByShardLocked(const HashedKey* keys, Object* const* found, int n, Fn fn)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // How many keys ahead of its find a batch lookup fetches a key's table
+  // slot, and then its object.
+  static constexpr int kPrefetchSlotAhead = 12;
+  static constexpr int kPrefetchObjectAhead = 6;
   // Starts loading the table slot of `key` (no shard lock: see the body).
   void PrefetchSlot(const HashedKey& key)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Starts loading the objects the find of `key` would compare with: its
+  // slot should be in cache by then (PrefetchProbe; no shard lock either).
+  void PrefetchObject(const HashedKey& key)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // The object of `key`, or null: a find under mu_ shared and no shard
+  // lock (see the body); the caller reads only the object's const key
+  // and what changes under mu_ exclusive until it takes the shard.
+  Object* FindSharedLocked(const HashedKey& key)
       ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // A lookup's lease and access mark on `obj`, under its shard's lock.
   void MarkLookupLocked(Object* obj, bool lease, uint64_t now, LookupCounts* counts)

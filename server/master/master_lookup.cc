@@ -16,24 +16,29 @@
 namespace shelf {
 
 template <typename Fn>
-void Master::ForEachByShardLocked(const HashedKey* keys, int n, Fn fn) {
+void Master::ForEachByShardLocked(const HashedKey* keys, Object* const* found, int n, Fn fn) {
   uint8_t shard_of[kBatchItemsMax];
   uint16_t by_shard[kBatchItemsMax];
   uint16_t first[kShards + 1] = {};
+  int m = 0;  // keys found, numbered in by_shard
   for (int i = 0; i < n; ++i) {
+    if (found[i] == nullptr) continue;
     shard_of[i] = static_cast<uint8_t>(ShardOfHash(keys[i].hash));
     ++first[shard_of[i] + 1];
+    ++m;
   }
+  if (m == 0) return;
   for (size_t sh = 0; sh < kShards; ++sh) first[sh + 1] += first[sh];
   uint16_t next[kShards];
   std::copy(first, first + kShards, next);
-  for (int i = 0; i < n; ++i) by_shard[next[shard_of[i]]++] = static_cast<uint16_t>(i);
+  for (int i = 0; i < n; ++i) {
+    if (found[i] != nullptr) by_shard[next[shard_of[i]]++] = static_cast<uint16_t>(i);
+  }
   for (size_t sh = 0; sh < kShards; ++sh) {
     if (first[sh] == first[sh + 1]) continue;
     Shard& shard = shards_[sh];
     absl::MutexLock lock(&shard.mu);
-    for (uint16_t j = first[sh]; j < first[sh + 1]; ++j) shard.objects.prefetch(keys[by_shard[j]]);
-    for (uint16_t j = first[sh]; j < first[sh + 1]; ++j) fn(shard, by_shard[j]);
+    for (uint16_t j = first[sh]; j < first[sh + 1]; ++j) fn(found[by_shard[j]]);
   }
 }
 
@@ -43,51 +48,55 @@ void Master::PrefetchSlot(const HashedKey& key) {
   shards_[ShardOfHash(key.hash)].objects.prefetch(key);
 }
 
+void Master::PrefetchObject(const HashedKey& key) {
+  // Reads the slot, as PrefetchSlot does, and compares no key.
+  shards_[ShardOfHash(key.hash)].objects.find(PrefetchProbe{key.hash});
+}
+
+Master::Object* Master::FindSharedLocked(const HashedKey& key) {
+  // What a find reads, the table and the objects' keys, changes only under
+  // mu_ held exclusively (an insert, an erase), and the caller holds it
+  // shared: the shard's lock orders only what lookups change in an object
+  // (its lease and access time), which a find does not read.
+  Shard& shard = shards_[ShardOfHash(key.hash)];
+  auto it = shard.objects.find(key);
+  return it == shard.objects.end() ? nullptr : &Mut(*it);
+}
+
 void Master::FindBatchLocked(const google::protobuf::RepeatedPtrField<std::string>& keys,
                              bool stop_at_miss, bool lease, bool touch, uint64_t now,
                              Object** found, LookupCounts* counts) {
-  int n = keys.size();
-  // Each key is hashed once, for its shard, its prefetch and its find.
+  const int n = keys.size();
+  // Each key is hashed once, for its shard, its prefetches and its find.
   HashedKey hashed[kBatchItemsMax];
-  if (!stop_at_miss && n >= kGroupedBatchMin) {
-    // A lookup of many keys takes them shard by shard: one lock per shard,
-    // not per key, and the finds of a shard back to back so their cache
-    // misses (the table slot, then the object) overlap; a lock between two
-    // finds is a barrier that orders them.
-    for (int i = 0; i < n; ++i) hashed[i] = Hashed(keys[i]);
-    ForEachByShardLocked(hashed, n, [&](Shard& shard, int i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      auto it = shard.objects.find(hashed[i]);
-      found[i] = it == shard.objects.end() ? nullptr : &Mut(*it);
-      if (touch && found[i] != nullptr) MarkLookupLocked(found[i], lease, now, counts);
-    });
-    if (touch) MoveToBackLocked(found, n);
-    return;
+  // The finds, in order (a prefix match stops at its first miss), take no
+  // lock: a lock is a barrier, and the cache misses of one find should
+  // overlap the next ones'. Those misses are the table slot, then the
+  // object the slot points to: each is started ahead of the find, the
+  // slot kPrefetchSlotAhead keys ahead, the object kPrefetchObjectAhead.
+  for (int j = 0; j < std::min(n, kPrefetchSlotAhead); ++j) {
+    hashed[j] = Hashed(keys[j]);
+    PrefetchSlot(hashed[j]);
+    if (j < kPrefetchObjectAhead) PrefetchObject(hashed[j]);
   }
-  // In order (a prefix match stops at its first miss), one key at a time:
-  // fetch slots a few keys ahead so the misses overlap.
-  for (int i = 0; i < std::min(n, kPrefetchAhead); ++i) {
-    hashed[i] = Hashed(keys[i]);
-    PrefetchSlot(hashed[i]);
-  }
-  for (int i = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n) {
-      hashed[i + kPrefetchAhead] = Hashed(keys[i + kPrefetchAhead]);
-      PrefetchSlot(hashed[i + kPrefetchAhead]);
+  int i = 0;
+  for (; i < n; ++i) {
+    if (i + kPrefetchSlotAhead < n) {
+      hashed[i + kPrefetchSlotAhead] = Hashed(keys[i + kPrefetchSlotAhead]);
+      PrefetchSlot(hashed[i + kPrefetchSlotAhead]);
     }
-    Shard& shard = shards_[ShardOfHash(hashed[i].hash)];
-    absl::MutexLock lock(&shard.mu);
-    auto it = shard.objects.find(hashed[i]);
-    if (it == shard.objects.end()) {
-      found[i] = nullptr;
-      if (!stop_at_miss) continue;
-      for (int j = i + 1; j < n; ++j) found[j] = nullptr;
-      n = i;
-      break;
-    }
-    found[i] = &Mut(*it);
-    if (touch) MarkLookupLocked(found[i], lease, now, counts);
+    if (i + kPrefetchObjectAhead < n) PrefetchObject(hashed[i + kPrefetchObjectAhead]);
+    found[i] = FindSharedLocked(hashed[i]);
+    if (found[i] == nullptr && stop_at_miss) break;
   }
-  if (touch) MoveToBackLocked(found, n);
+  for (int j = i; j < n; ++j) found[j] = nullptr;
+  if (!touch) return;
+  // Then the marks, shard by shard: each shard locked once per call.
+  ForEachByShardLocked(hashed, found, std::min(i + 1, n),
+                       [&](Object* obj) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                         MarkLookupLocked(obj, lease, now, counts);
+                       });
+  MoveToBackLocked(found, n);
 }
 
 void Master::MarkLookupLocked(Object* obj, bool lease, uint64_t now, LookupCounts* counts) {
@@ -107,6 +116,12 @@ void Master::MoveToBackLocked(Object* const* objs, int n) {
   // Replicas and list positions change only under mu_ held exclusively, so
   // reading them under mu_ shared is safe; the splices race only with
   // other lookups, which lru_mu_ orders.
+  // The list nodes are fetched first, outside lru_mu_, so that their
+  // misses overlap one another and not the lock's hold time.
+  for (int i = 0; i < n; ++i) {
+    if (objs[i] == nullptr) continue;
+    for (const Replica& r : objs[i]->replicas) __builtin_prefetch(&*r.lru, 1);
+  }
   absl::MutexLock lock(&lru_mu_);
   for (int i = 0; i < n; ++i) {
     if (objs[i] == nullptr) continue;
