@@ -110,7 +110,7 @@ Master::Shard& Master::ShardOf(absl::string_view key) { return shards_[ShardInde
 Master::ObjectKey::ObjectKey(absl::string_view s) {
   if (s.size() <= kInline) {
     std::memcpy(b_, s.data(), s.size());
-    b_[23] = static_cast<char>(s.size());
+    b_[kInline] = static_cast<char>(s.size());
     return;
   }
   char* heap = new char[s.size()];
@@ -118,18 +118,18 @@ Master::ObjectKey::ObjectKey(absl::string_view s) {
   uint64_t size = s.size();
   std::memcpy(b_, &heap, sizeof(heap));
   std::memcpy(b_ + 8, &size, sizeof(size));
-  b_[23] = static_cast<char>(kHeap);
+  b_[kInline] = static_cast<char>(kHeap);
 }
 
 Master::ObjectKey::~ObjectKey() {
-  if (static_cast<uint8_t>(b_[23]) != kHeap) return;
+  if (static_cast<uint8_t>(b_[kInline]) != kHeap) return;
   char* heap;
   std::memcpy(&heap, b_, sizeof(heap));
   delete[] heap;
 }
 
 absl::string_view Master::ObjectKey::view() const {
-  uint8_t tag = static_cast<uint8_t>(b_[23]);
+  uint8_t tag = static_cast<uint8_t>(b_[kInline]);
   if (tag != kHeap) return {b_, tag};
   const char* heap;
   uint64_t size;
@@ -386,7 +386,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
       st->set_message("the key was registered meanwhile with other size or checksum");
       continue;
     }
-    obj.last_access_ms = now;
+    obj.Touch(now);
     for (Replica& r : put.ranges) {
       // The same bytes may already be indexed on this node (its inventory
       // arrived during the put); one replica per node and tier.

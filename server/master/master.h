@@ -249,9 +249,10 @@ class Master {
     uint64_t offset = 0;
     LruList::iterator lru;  // position in its node's tier list
   };
-  // A key stored in the index, in 24 bytes: up to 23 inline (content keys
-  // are 17, docs/keys.md), longer ones on the heap. Never moved: objects
-  // stay where the index built them.
+  // A key stored in the index, in 29 bytes: up to 28 inline (content keys
+  // are 17, docs/keys.md; under a tenant, TENANT "/" KEY: a 17-byte
+  // content key fits under a tenant name of up to 10 characters), longer
+  // ones on the heap. Never moved: objects stay where the index built them.
   class ObjectKey {
    public:
     explicit ObjectKey(absl::string_view s);
@@ -262,13 +263,13 @@ class Master {
     std::string str() const { return std::string(view()); }
 
    private:
-    static constexpr uint8_t kInline = 23;
+    static constexpr uint8_t kInline = 28;
     static constexpr uint8_t kHeap = 0xff;
-    // Inline: the bytes, then their count in b_[23]. On the heap: the
-    // pointer in b_[0..7], the size in b_[8..15], kHeap in b_[23].
-    char b_[24];
+    // Inline: the bytes, then their count in b_[28]. On the heap: the
+    // pointer in b_[0..7], the size in b_[8..15], kHeap in b_[28].
+    char b_[kInline + 1];
   };
-  static_assert(sizeof(ObjectKey) == 24);
+  static_assert(sizeof(ObjectKey) == 29);
   // A key and its hash, computed once for the shard, the prefetch and the
   // find of a batch lookup instead of once for each.
   // Trivial, so that a batch's array of them costs no initialization.
@@ -329,28 +330,36 @@ class Master {
   };
   // 104 bytes, so that with its index node header it fills a 112-byte
   // malloc chunk (docs/master.md, "Memory"): what only some objects need
-  // is in `extra`.
+  // is in `extra`. Lookups, under mu_ shared and the object's shard lock,
+  // write the lease and the access time; what they read unlocked (key,
+  // size, checksum, generation, replicas) must not share a memory
+  // location (a bit-field's word) with those.
   struct Object {
-    explicit Object(absl::string_view k) : key(k), lease_holders(0), hard_pin(0), writer(0) {}
+    explicit Object(absl::string_view k)
+        : key(k), lease_until_ms(0), lease_holders(0), last_access_hi(0) {}
     const ObjectKey key;
+    bool hard_pin = false;  // set and read under mu_ exclusive
+    // The principal whose put stored the block, as QuotaBook::WriterOf
+    // numbers it (its stored-bytes quotas count the replicas); 0: none
+    // known (a cluster without principals, a block from an inventory).
+    uint16_t writer = 0;
     uint64_t checksum = 0;
-    uint64_t lease_until_ms = 0;  // NowMs
-    uint64_t last_access_ms = 0;  // NowMs
     // Which commit of the key this is (a replace, remove then put, gets a
     // new one): told to stores in RECORD notices and to readers in
     // lookups, which cache it; READ_KEY checks it. 0: unknown (learned
     // from an inventory that did not say).
     uint64_t generation = 0;
-    uint32_t size = 0;  // <= --block-bytes-max, below 4 GiB
+    // Written by lookups, under the shard's lock: the read lease's end,
+    // the holders, the last access. Times are NowMs, which counts from
+    // boot: 40 bits last 34 years (SetLeaseUntil clamps), 41 bits 69.
     // Leases granted since the lease last ran out and not yet given back;
     // the lease ends at lease_until_ms or when this drops to 0. Sticky at
     // kLeaseHoldersMax: the lease then ends at lease_until_ms only.
-    uint32_t lease_holders : 15;
-    uint32_t hard_pin : 1;
-    // The principal whose put stored the block, as QuotaBook::WriterOf
-    // numbers it (its stored-bytes quotas count the replicas); 0: none
-    // known (a cluster without principals, a block from an inventory).
-    uint32_t writer : 16;
+    uint64_t lease_until_ms : 40;
+    uint64_t lease_holders : 15;
+    uint64_t last_access_hi : 9;  // last_access_ms(): these, then ...
+    uint32_t last_access_lo = 0;  // ... the low 32 bits
+    uint32_t size = 0;            // <= --block-bytes-max, below 4 GiB
     // Out of line: most blocks carry none, and an empty std::string costs
     // 32 bytes in every object.
     std::unique_ptr<ObjectExtra> extra;
@@ -359,6 +368,16 @@ class Master {
     absl::InlinedVector<Replica, 1> replicas;
     // The soft pin (in `extra`).
     uint64_t pin_until_ms() const { return extra == nullptr ? 0 : extra->pin_until_ms; }
+    static constexpr uint64_t kLeaseUntilMax = (uint64_t{1} << 40) - 1;
+    void SetLeaseUntil(uint64_t ms) { lease_until_ms = std::min(ms, kLeaseUntilMax); }
+    // The last access (NowMs).
+    void Touch(uint64_t now_ms) {
+      last_access_hi = (now_ms >> 32) & 0x1ff;
+      last_access_lo = static_cast<uint32_t>(now_ms);
+    }
+    uint64_t last_access_ms() const {
+      return (uint64_t{last_access_hi} << 32) | last_access_lo;
+    }
   };
   // The index holds objects as a set: the key is in the object (no second
   // copy, no pointer back). Elements are const to the set only through

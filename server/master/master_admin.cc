@@ -193,7 +193,7 @@ absl::Status Master::Stat(const v1::StatRequest& req, v1::StatResponse* resp) {
   if (obj->pin_until_ms() > now && obj->pin_until_ms() != UINT64_MAX) {
     resp->set_pin_expires_unix_ms(unix_now + (obj->pin_until_ms() - now));
   }
-  resp->set_last_access_unix_ms(unix_now - ElapsedMs(now, obj->last_access_ms));
+  resp->set_last_access_unix_ms(unix_now - ElapsedMs(now, obj->last_access_ms()));
   if (obj->extra != nullptr) resp->set_parent_key(obj->extra->parent_key);
   if (obj->lease_until_ms > now) {
     resp->set_lease_expires_unix_ms(unix_now + (obj->lease_until_ms - now));

@@ -103,14 +103,14 @@ void Master::MarkLookupLocked(Object* obj, bool lease, uint64_t now, LookupCount
   // The fields lookups change; the shard orders lookups of one object.
   if (lease) {
     if (obj->lease_until_ms <= now) obj->lease_holders = 0;
-    obj->lease_until_ms = std::max(obj->lease_until_ms, now + options_.lease_ms);
+    obj->SetLeaseUntil(std::max<uint64_t>(obj->lease_until_ms, now + options_.lease_ms));
     if (obj->lease_holders != kLeaseHoldersMax) ++obj->lease_holders;
     ++counts->leases;
   }
   TouchLocked(obj, now);
 }
 
-void Master::TouchLocked(Object* obj, uint64_t now) { obj->last_access_ms = now; }
+void Master::TouchLocked(Object* obj, uint64_t now) { obj->Touch(now); }
 
 void Master::MoveToBackLocked(Object* const* objs, int n) {
   // Replicas and list positions change only under mu_ held exclusively, so

@@ -179,7 +179,7 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
     known->size = e.size();
     known->checksum = e.checksum();
     known->generation = e.generation();
-    known->last_access_ms = now;
+    known->Touch(now);
   } else if (known->size != e.size() || known->checksum != e.checksum()) {
     // Same key, other bytes: keys are content addresses, so one copy is
     // wrong. Keep what the index has; the store's copy is not served.
@@ -413,7 +413,7 @@ std::vector<uint32_t> Master::PlaceLocked(const v1::PutOptions& opts,
     for (const Segment& s : nodes_[i]->segments) {
       r.free += s.alloc->free_bytes();
       r.room |= s.alloc->largest_free() >= s.alloc->RoundUp(size);
-      if (!s.lru.empty()) r.oldest_ms = std::min(r.oldest_ms, s.lru.front()->last_access_ms);
+      if (!s.lru.empty()) r.oldest_ms = std::min(r.oldest_ms, s.lru.front()->last_access_ms());
     }
     ranked.push_back(r);
   }
@@ -656,7 +656,7 @@ absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
   r.lru = lru.insert(lru.end(), obj);
   obj->replicas.push_back(r);
   EmitStoredLocked(*obj, obj->replicas.back(), nullptr);
-  obj->last_access_ms = now;
+  obj->Touch(now);
   metrics_.promotions.Increment();
   return absl::OkStatus();
 }
