@@ -375,9 +375,7 @@ class Master {
       last_access_hi = (now_ms >> 32) & 0x1ff;
       last_access_lo = static_cast<uint32_t>(now_ms);
     }
-    uint64_t last_access_ms() const {
-      return (uint64_t{last_access_hi} << 32) | last_access_lo;
-    }
+    uint64_t last_access_ms() const { return (uint64_t{last_access_hi} << 32) | last_access_lo; }
   };
   // The index holds objects as a set: the key is in the object (no second
   // copy, no pointer back). Elements are const to the set only through
