@@ -5,12 +5,14 @@
 //   raw write   O_DIRECT pwrite of every block into one preallocated file
 //               from --queue-depth threads (8 I/Os in flight), aligned
 //               buffers, then fdatasync
-//   tier write  SsdTier::Put of every block from one caller, with a
-//               SyncAsync every 64 MiB (the next ones are put while it
-//               runs; up to 4 under way) and a Sync at the end, as the
-//               store's mover makes its demotions durable: both sides
-//               count the time until the bytes are on the device (the
-//               tier's index entries too); closing the tier is timed apart
+//   tier write  SsdTier::PutInPlace of every block from one caller, as a
+//               store demotes from its DRAM segment (--tier-write put:
+//               SsdTier::Put, a copy in), with a SyncAsync every 64 MiB
+//               (the next ones are put while it runs; up to 4 under way)
+//               and a Sync at the end, as the store's mover makes its
+//               demotions durable: both sides count the time until the
+//               bytes are on the device (the tier's index entries too);
+//               closing the tier is timed apart
 //   raw read    O_DIRECT pread of every block from --queue-depth threads
 //   tier read   SsdTier::GetInto of every block from --queue-depth threads
 //               (concurrent client reads) into each one's aligned buffer,
@@ -248,13 +250,26 @@ struct TierFigures {
 // Writes `count` blocks (base restamped per id) through a fresh SsdTier in
 // dir, closes and syncs it, reopens it cold and reads every block back.
 absl::Status TierRun(const std::string& dir, bool compression, const char* base, uint64_t size,
-                     uint64_t count, int readers, bool read_into, uint64_t sync_bytes,
-                     TierFigures* f, uint64_t* mismatches) {
+                     uint64_t count, int readers, bool read_into, bool in_place,
+                     uint64_t sync_bytes, TierFigures* f, uint64_t* mismatches) {
   std::vector<char> block(base, base + size);
   std::vector<uint64_t> sums(count);
   for (uint64_t i = 0; i < count; ++i) {
     Stamp(i, block.data());
     sums[i] = BlockChecksum(block.data(), size);
+  }
+  // In place (SsdTier::PutInPlace, as a store demotes from its DRAM
+  // segment), a block's bytes must stay as they are until a sync after
+  // its Put has returned: the blocks are put from a ring of aligned slots
+  // as large as the puts that can be awaiting a sync (the syncs under
+  // way, kSyncsAhead, and the unsynced ones: each at most sync_bytes and
+  // one block) and two more blocks.
+  uint64_t slots = 1;
+  std::unique_ptr<AlignedBuffer> ring;
+  if (in_place && sync_bytes != 0) {
+    slots = std::min(count, ((kSyncsAhead + 1) * sync_bytes + size - 1) / size + kSyncsAhead + 3);
+    ring = std::make_unique<AlignedBuffer>(slots * size);
+    for (uint64_t k = 0; k < slots; ++k) std::memcpy(ring->data + k * size, base, size);
   }
   SsdTier::Options opts;
   opts.dir = dir;
@@ -279,9 +294,12 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
       return syncs->error;
     };
     for (uint64_t i = 0; i < count && !StopRequested(); ++i) {
-      Stamp(i, block.data());
+      char* src = ring != nullptr ? ring->data + (i % slots) * size : block.data();
+      Stamp(i, src);
       uint64_t t0 = MonoUs();
-      absl::Status s = (*tier)->Put(absl::StrCat("blk", i), block.data(), size, sums[i]);
+      absl::Status s = ring != nullptr
+                           ? (*tier)->PutInPlace(absl::StrCat("blk", i), src, size, sums[i])
+                           : (*tier)->Put(absl::StrCat("blk", i), src, size, sums[i]);
       uint64_t dt = MonoUs() - t0;
       f->write.lat_us.Add(static_cast<double>(dt));
       in_put += dt / 1e6;
@@ -430,6 +448,11 @@ int SsdBench(int argc, char** argv) {
   flags.AddString("tier-read", &tier_read,
                   "how the tier reads are made: into (SsdTier::GetInto an aligned buffer, as the "
                   "store reads for its clients) or get (SsdTier::Get into a string: a copy out)");
+  std::string tier_write = "in-place";
+  flags.AddString("tier-write", &tier_write,
+                  "how the tier writes are made: in-place (SsdTier::PutInPlace from memory left "
+                  "unchanged until synced, as a store demotes from its DRAM segment) or put "
+                  "(SsdTier::Put: a copy in, the caller's buffer free at once)");
   int64_t rounds = 2;
   flags.AddInt("rounds", &rounds,
                "rounds per block size, each writing and reading --bytes on both sides, which "
@@ -459,6 +482,11 @@ int SsdBench(int argc, char** argv) {
     return 2;
   }
   const bool read_into = tier_read == "into";
+  if (tier_write != "in-place" && tier_write != "put") {
+    std::fprintf(stderr, "shelf-bench ssd: --tier-write takes in-place or put\n");
+    return 2;
+  }
+  const bool in_place = tier_write == "in-place";
   if (depth < 1 || depth > 256) {
     std::fprintf(stderr, "shelf-bench ssd: --queue-depth must be 1..256\n");
     return 2;
@@ -519,7 +547,7 @@ int SsdBench(int argc, char** argv) {
       };
       auto run_tier = [&] {
         return TierRun(tier_dir, false, buf.data, size, r.count, static_cast<int>(depth), read_into,
-                       sync_bytes, &tier, &mismatches);
+                       in_place, sync_bytes, &tier, &mismatches);
       };
       // Which side writes first alternates, so a disk that speeds up or
       // slows down over the run favours neither.
@@ -563,7 +591,7 @@ int SsdBench(int argc, char** argv) {
       std::string d = absl::StrCat(work, "/compress-", on);
       absl::Status s =
           TierRun(d, on == 1, kv.data(), kCompressBlock, count, static_cast<int>(depth), read_into,
-                  sync_bytes, &comp[on], &mismatches);
+                  in_place, sync_bytes, &comp[on], &mismatches);
       std::filesystem::remove_all(d, ec);
       if (!s.ok()) error = std::string(s.message());
     }
@@ -627,6 +655,7 @@ int SsdBench(int argc, char** argv) {
   o["bytes_per_size"] = bytes;
   o["queue_depth"] = depth;
   o["tier_read"] = tier_read;
+  o["tier_write"] = tier_write;
   o["sync_bytes"] = sync_bytes;
   o["rounds"] = rounds;
   o["stopped"] = StopRequested();
