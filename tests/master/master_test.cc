@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "tests/master/master_fixture.h"
 
 namespace shelf {
@@ -469,54 +468,6 @@ TEST_F(MasterFixture, MatchPrefixStopsAtFirstMiss) {
   EXPECT_EQ(resp.matched(), 2u);
   EXPECT_EQ(resp.objects_size(), 2);
   EXPECT_GT(resp.objects(0).lease_expires_unix_ms(), 0u);
-}
-
-// Keys inline in the index (up to 28 bytes) and on the heap, across every
-// shard: a batch lookup answers each position, found or not, and a prefix
-// match stops at its first miss, whatever lengths and shards the keys have.
-TEST_F(MasterFixture, BatchLookupsAnswerKeysOfEveryLengthInOrder) {
-  Register("a", 256 * kMiB);
-  const size_t lengths[] = {3, 16, 27, 28, 29, 64, kKeyBytesMax};
-  std::vector<std::string> present, absent;
-  for (int i = 0; i < 140; ++i) {
-    size_t len = lengths[i % 7];
-    std::string k = absl::StrCat(100 + i);  // three digits: unique
-    k.resize(len, static_cast<char>('a' + i % 26));
-    (i % 3 == 2 ? absent : present).push_back(k);
-  }
-  for (size_t i = 0; i < present.size(); ++i) ASSERT_TRUE(Put(present[i], 4096 + i).ok());
-  v1::LookupRequest req;
-  std::vector<int64_t> want;  // the size, or -1 for a miss
-  for (size_t i = 0; i < present.size(); ++i) {
-    req.add_keys(present[i]);
-    want.push_back(static_cast<int64_t>(4096 + i));
-    if (i < absent.size()) {
-      req.add_keys(absent[i]);
-      want.push_back(-1);
-    }
-  }
-  v1::LookupResponse resp;
-  ASSERT_TRUE(master_->Lookup(req, &resp).ok());
-  ASSERT_EQ(resp.objects_size(), req.keys_size());
-  for (int i = 0; i < req.keys_size(); ++i) {
-    const v1::ObjectLocation& o = resp.objects(i);
-    EXPECT_EQ(o.key(), req.keys(i)) << i;
-    EXPECT_EQ(o.found(), want[i] >= 0) << i;
-    if (want[i] >= 0) {
-      EXPECT_EQ(o.size(), static_cast<uint64_t>(want[i])) << i;
-      EXPECT_GT(o.lease_expires_unix_ms(), 0u) << i;
-    }
-  }
-  v1::MatchPrefixRequest mreq;
-  for (size_t i = 0; i < 40; ++i) mreq.add_keys(present[i]);
-  mreq.add_keys(absent[0]);
-  mreq.add_keys(present[40]);
-  v1::MatchPrefixResponse mresp;
-  ASSERT_TRUE(master_->MatchPrefix(mreq, &mresp).ok());
-  EXPECT_EQ(mresp.matched(), 40u);
-  ASSERT_EQ(mresp.objects_size(), 40);
-  for (int i = 0; i < 40; ++i) EXPECT_EQ(mresp.objects(i).key(), present[i]) << i;
-  master_->CheckInvariants();
 }
 
 TEST_F(MasterFixture, PromotionAddsADramCopyBesideTheSsdOne) {
