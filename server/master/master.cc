@@ -517,13 +517,7 @@ void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
   } else {
     n.ssd_lru.erase(r.lru);
     n.ssd_used -= std::min<uint64_t>(n.ssd_used, obj->size);
-    if (n.state != v1::NODE_DEAD) {
-      v1::TierMove drop;
-      drop.set_move_id(next_move_id_++);
-      drop.set_key(obj->key.str());
-      drop.set_kind(v1::TierMove::DROP_SSD);
-      OrderLocked(&n, std::move(drop));
-    }
+    if (n.state != v1::NODE_DEAD) OrderDropSsdLocked(&n, obj->key.str());
   }
   if (obj->hard_pin) n.hard_pinned_bytes -= std::min<uint64_t>(n.hard_pinned_bytes, obj->size);
 }

@@ -665,6 +665,11 @@ class Master {
                        bool for_demotion) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& result, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A report of a demotion whose commit went away meanwhile (`current`:
+  // the key's commit now, or null); drops the copy the store wrote.
+  void StaleMoveResultLocked(uint32_t node, const Object* current, const v1::TierMoveResult& result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OrderDropSsdLocked(Node* n, const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Block events (master_events.cc); no-ops without options_.events.

@@ -63,6 +63,10 @@ struct MasterMetrics {
                                    "DRAM-to-SSD demotions reported by stores")),
         demotions_ok(prom::Child(demotions, {{"result", "ok"}})),
         demotions_failed(prom::Child(demotions, {{"result", "failed"}})),
+        demotions_stale(prom::Child(demotions, {{"result", "stale"}})),
+        demotion_reports_unnamed(prom::AddUnlabelledCounter(
+            e.registry(), "shelf_master_demotion_reports_unnamed_total",
+            "Demotion reports that named no commit (a store of an older version), matched by key")),
         leases_granted(prom::AddUnlabelledCounter(e.registry(), "shelf_master_leases_granted_total",
                                                   "Read leases granted or extended by lookups")),
         leases_released(
@@ -110,6 +114,9 @@ struct MasterMetrics {
   prom::Family<prom::Counter>& demotions;
   prom::Counter& demotions_ok;
   prom::Counter& demotions_failed;
+  // Reports for a commit removed or replaced while the store worked.
+  prom::Counter& demotions_stale;
+  prom::Counter& demotion_reports_unnamed;
   prom::Counter& leases_granted;
   prom::Counter& leases_released;
   prom::Counter& promotions;

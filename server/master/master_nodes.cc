@@ -331,60 +331,6 @@ void Master::OrderLocked(Node* n, v1::TierMove move) {
   n->wake->Notify();
 }
 
-void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& result, uint64_t now) {
-  Object* obj = FindLocked(result.key());
-  Node& n = *nodes_[node];
-  NoteDemoteResultLocked(&n, result.move_id(), now);
-  if (obj == nullptr) {
-    // The object went away while the store worked (removed, or all its
-    // replicas died). A demoted copy must not linger on SSD.
-    if (result.ok()) {
-      v1::TierMove drop;
-      drop.set_move_id(next_move_id_++);
-      drop.set_key(result.key());
-      drop.set_kind(v1::TierMove::DROP_SSD);
-      OrderLocked(&n, std::move(drop));
-    }
-    return;
-  }
-  for (size_t i = 0; i < obj->replicas.size(); ++i) {
-    Replica& r = obj->replicas[i];
-    if (r.node != node || r.tier != v1::TIER_DRAM || !r.demoting) continue;
-    r.demoting = false;
-    SHELF_CHECK(demotions_pending_ > 0) << "a demotion result with no demotion pending";
-    --demotions_pending_;
-    Segment& seg = n.segments[r.segment];
-    seg.demoting_bytes -= std::min(seg.demoting_bytes, seg.alloc->RoundUp(obj->size));
-    if (!result.ok()) {
-      n.ssd_used -= std::min<uint64_t>(n.ssd_used, obj->size);
-      // A failing SSD tier (full disk, I/O errors) gets no demotions for a
-      // while: each would cost a writer its --demote-wait for nothing.
-      n.ssd_failing_until_ms = now + kSsdFailureBackoffMs;
-      metrics_.demotions_failed.Increment();
-      SHELF_LOG(WARNING) << "demotion failed" << Kv("node", n.endpoint.node_id())
-                         << Kv("error", result.error());
-      return;  // stays in DRAM; eviction may drop it later
-    }
-    // Free the DRAM range (or defer it under a lease) and re-link as SSD.
-    Replica old = r;
-    n.segments[old.segment].lru.erase(old.lru);
-    if (obj->lease_until_ms > now) {
-      deferred_.push_back({obj->lease_until_ms, node, old.segment, old.offset, obj->size});
-    } else {
-      FreeRangeLocked(node, old.segment, old.offset, obj->size);
-    }
-    r.tier = v1::TIER_SSD;
-    r.segment = 0;
-    r.offset = 0;
-    r.lru = n.ssd_lru.insert(n.ssd_lru.end(), obj);
-    // A tier move: the DRAM copy goes, an SSD copy comes.
-    EmitRemovedLocked(*obj, old);
-    EmitStoredLocked(*obj, r, nullptr);
-    metrics_.demotions_ok.Increment();
-    return;
-  }
-}
-
 std::vector<uint32_t> Master::PlaceLocked(const v1::PutOptions& opts,
                                           const std::string& client_host, uint64_t size) {
   std::vector<uint32_t> live;
@@ -560,6 +506,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
         m.set_offset(rep->offset);
         m.set_size(obj->size);
         m.set_checksum(obj->checksum);
+        m.set_generation(obj->generation);
         m.set_term(term_);
         NoteDemoteOrderedLocked(&n, m.move_id(), now);
         OrderLocked(&n, std::move(m));

@@ -418,6 +418,7 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
   v1::TierMoveResult result;
   result.set_move_id(move.move_id());
   result.set_key(move.key());
+  result.set_generation(move.generation());
   absl::Status s;
   switch (move.kind()) {
     case v1::TierMove::DEMOTE:

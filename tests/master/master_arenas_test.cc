@@ -20,11 +20,7 @@ constexpr uint64_t kBlock = 256ull << 10;  // 4 per arena
 class MasterArenasTest : public MasterFixture {
  protected:
   void SetUp() override {
-    MasterOptions o;
-    o.lease_ms = 200;
-    o.put_timeout_ms = 300;
-    o.node_ttl_ms = 300;
-    o.demote_wait_ms = 100;
+    MasterOptions o = TestOptions();
     o.tenant_namespaces = true;  // keys below are kept keys, TENANT/KEY
     Make(o);
   }

@@ -26,14 +26,16 @@ class MasterFixture : public ::testing::Test {
     registry_ = std::make_unique<prom::Exposition>();
     master_ = std::make_unique<Master>(o, registry_.get());
   }
-  void SetUp() override {
+  // Short leases, put timeouts and TTLs, which tests end with the clock.
+  static MasterOptions TestOptions() {
     MasterOptions o;
     o.lease_ms = 200;
     o.put_timeout_ms = 300;
     o.node_ttl_ms = 300;
     o.demote_wait_ms = 100;
-    Make(o);
+    return o;
   }
+  void SetUp() override { Make(TestOptions()); }
   void TearDown() override {
     if (master_) master_->CheckInvariants();
   }

@@ -233,7 +233,9 @@ def test_subscriber_rebuilds_index_through_evictions_demotions_and_store_death(p
         engine = [e for _, e in sub.stored if e["block_hashes"] == [0xFEEDFACECAFEBEEF]]
         assert engine and engine[0]["parent_block_hash"] == 42
 
-        assert metric(m["metrics"], "shelf_master_demotions_total") > 0
+        assert metric(m["metrics"], 'shelf_master_demotions_total{result="ok"}') > 0
+        # Every store's report named the commit it moved (its generation).
+        assert metric(m["metrics"], "shelf_master_demotion_reports_unnamed_total") == 0
         assert any(med == "DISK" for _, _, med in event_blocks(state))
         # Evictions: what a put does to a full DRAM-only store depends on
         # placement, so evict there explicitly as well (dropping: no SSD).
