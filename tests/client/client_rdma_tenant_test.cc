@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -133,6 +134,45 @@ class ClientRdmaTenantTest : public ::testing::Test {
     return r.ok() ? *r : v1::Replica();
   }
 
+  // One block put by each tenant (bytes picked by `seed_a`, `seed_b`),
+  // its DRAM replica, and each tenant's read credential for its own.
+  struct OneBlockEach {
+    std::string data_a, data_b, cred_a, cred_b;
+    v1::Replica ra, rb;
+  };
+  void PutOneBlockEach(int seed_a, int seed_b, OneBlockEach* out) {
+    std::unique_ptr<Client> a = As("eng-a");
+    std::unique_ptr<Client> b = As("eng-b");
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    out->data_a = Block(kBlock, seed_a);
+    out->data_b = Block(kBlock, seed_b);
+    ASSERT_TRUE(a->Put("a-0", out->data_a.data(), out->data_a.size()).ok());
+    ASSERT_TRUE(b->Put("b-0", out->data_b.data(), out->data_b.size()).ok());
+    out->ra = Locate("eng-a", "a-0", &out->cred_a);
+    out->rb = Locate("eng-b", "b-0", &out->cred_b);
+    ASSERT_NE(out->ra.segment_id(), out->rb.segment_id());
+  }
+
+  // A raw client on the simulated device, which asks the store's data
+  // server for queue pairs by hand, reading into `local` (kBlock bytes).
+  struct RawClient {
+    std::string local = std::string(kBlock, '\0');
+    std::unique_ptr<rdma::RdmaEngine> engine;
+    std::optional<rdma::MemoryRegion> region;  // of local, in engine
+  };
+  void OpenRawClient(RawClient* c) {
+    rdma::RdmaEngine::Options eo;
+    eo.device_name = "sim0";
+    auto engine = rdma::RdmaEngine::Open(&sim_, eo);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    c->engine = std::move(*engine);
+    auto region = c->engine->RegisterMemory(c->local.data(), c->local.size(),
+                                            rdma::MemoryKind::kHost, rdma::MemoryAccess::kLocal);
+    ASSERT_TRUE(region.ok()) << region.status();
+    c->region.emplace(std::move(*region));
+  }
+
   std::string dir_, credentials_;
   rdma::SimulatedVerbs sim_;
   FakeCudaRuntime cuda_;
@@ -177,29 +217,13 @@ TEST_F(ClientRdmaTenantTest, EachTenantReadsItsOwnArenaOverRdma) {
 }
 
 TEST_F(ClientRdmaTenantTest, AnArenasRkeyIsToldOnlyForAReadGrantIntoIt) {
-  std::unique_ptr<Client> a = As("eng-a");
-  std::unique_ptr<Client> b = As("eng-b");
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  const std::string data_a = Block(kBlock, 1), data_b = Block(kBlock, 2);
-  ASSERT_TRUE(a->Put("a-0", data_a.data(), data_a.size()).ok());
-  ASSERT_TRUE(b->Put("b-0", data_b.data(), data_b.size()).ok());
-  std::string cred_a, cred_b;
-  const v1::Replica ra = Locate("eng-a", "a-0", &cred_a);
-  const v1::Replica rb = Locate("eng-b", "b-0", &cred_b);
-  ASSERT_NE(ra.segment_id(), rb.segment_id());
-
-  // A raw client on the simulated device, asking the store's data server
-  // for queue pairs by hand.
-  rdma::RdmaEngine::Options eo;
-  eo.device_name = "sim0";
-  auto engine = rdma::RdmaEngine::Open(&sim_, eo);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  std::string local(kBlock, '\0');
-  auto region = (*engine)->RegisterMemory(local.data(), local.size(), rdma::MemoryKind::kHost,
-                                          rdma::MemoryAccess::kLocal);
-  ASSERT_TRUE(region.ok()) << region.status();
-  auto ep = (*engine)->CreateEndpoint({});
+  OneBlockEach put;
+  ASSERT_NO_FATAL_FAILURE(PutOneBlockEach(1, 2, &put));
+  const auto& [data_a, data_b, cred_a, cred_b, ra, rb] = put;
+  RawClient raw;
+  ASSERT_NO_FATAL_FAILURE(OpenRawClient(&raw));
+  std::string& local = raw.local;
+  auto ep = raw.engine->CreateEndpoint({});
   ASSERT_TRUE(ep.ok()) << ep.status();
   auto info = (*ep)->LocalInfo();
   ASSERT_TRUE(info.ok()) << info.status();
@@ -246,37 +270,22 @@ TEST_F(ClientRdmaTenantTest, AnArenasRkeyIsToldOnlyForAReadGrantIntoIt) {
 
   ep->reset();
   close(*fd);
-  engine->reset();
 }
 
 TEST_F(ClientRdmaTenantTest, AQueuePairOfOneArenaCannotReadAnotherUnderItsRkey) {
-  std::unique_ptr<Client> a = As("eng-a");
-  std::unique_ptr<Client> b = As("eng-b");
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  const std::string data_a = Block(kBlock, 3), data_b = Block(kBlock, 4);
-  ASSERT_TRUE(a->Put("a-0", data_a.data(), data_a.size()).ok());
-  ASSERT_TRUE(b->Put("b-0", data_b.data(), data_b.size()).ok());
-  std::string cred_a, cred_b;
-  const v1::Replica ra = Locate("eng-a", "a-0", &cred_a);
-  const v1::Replica rb = Locate("eng-b", "b-0", &cred_b);
-  ASSERT_NE(ra.segment_id(), rb.segment_id());
-
+  OneBlockEach put;
+  ASSERT_NO_FATAL_FAILURE(PutOneBlockEach(3, 4, &put));
+  const auto& [data_a, data_b, cred_a, cred_b, ra, rb] = put;
   // One raw client holding both tenants' grants: a queue pair exposing A's
   // arena, and one exposing B's, which tells B's address and rkey.
-  rdma::RdmaEngine::Options eo;
-  eo.device_name = "sim0";
-  auto engine = rdma::RdmaEngine::Open(&sim_, eo);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  std::string local(kBlock, '\0');
-  auto region = (*engine)->RegisterMemory(local.data(), local.size(), rdma::MemoryKind::kHost,
-                                          rdma::MemoryAccess::kLocal);
-  ASSERT_TRUE(region.ok()) << region.status();
+  RawClient raw;
+  ASSERT_NO_FATAL_FAILURE(OpenRawClient(&raw));
+  std::string& local = raw.local;
   TcpDataClient control(TcpDataClient::Options{kSecret, 5000, 0});
   std::vector<int> fds;
   auto expose = [&](uint32_t arena, const std::string& credential) {
     std::unique_ptr<rdma::RdmaEndpoint> ep;
-    auto made = (*engine)->CreateEndpoint({});
+    auto made = raw.engine->CreateEndpoint({});
     EXPECT_TRUE(made.ok()) << made.status();
     auto fd = control.Dial(store_->data_address(), MonoMs() + 5000);
     EXPECT_TRUE(fd.ok()) << fd.status();
@@ -312,7 +321,6 @@ TEST_F(ClientRdmaTenantTest, AQueuePairOfOneArenaCannotReadAnotherUnderItsRkey) 
   ep_a.reset();
   ep_b.reset();
   for (int fd : fds) close(fd);
-  engine->reset();
 }
 
 }  // namespace
