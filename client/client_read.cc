@@ -196,17 +196,19 @@ absl::Status ClientImpl::ReadCachedReplica(const v1::ObjectLocation& loc, char* 
     const transport::Peer peer = PeerOf(store);
     if (shm_.Reaches(peer)) {
       // Ask, and copy while the store answers: the store confirming that
-      // the key had this generation at a moment after the read began, and
-      // the bytes matching that generation's checksum (ReadObject), make
-      // the bytes the block that was the key's current one at that moment
-      // (docs/client.md, "Cached reads").
+      // the key had this generation, at the range copied, at a moment after
+      // the read began, and the bytes matching that generation's checksum
+      // (ReadObject), make the bytes the block that was the key's current
+      // one at that moment (docs/client.md, "Cached reads").
       absl::Status copied;
       absl::Status checked = tcp_.client().CheckKeyWhile(
           store.data_address(), StoreKey(loc), loc.size(), loc.generation(), deadline_ms,
-          r.read_grant(), [&] {
+          r.read_grant(),
+          [&] {
             copied = MoveReplica(transport::OpKind::kRead, r, nullptr, dst, loc.size(), deadline_ms,
-                                 transport, loc.key());
-          });
+                                 transport, StoreKey(loc));
+          },
+          wire::KeyRange{r.segment_id(), r.offset()});
       if (!copied.ok()) return copied;
       if (std::strcmp(*transport, "shm") == 0) return checked;
       // The copy went over another transport (a stale mapping): read again

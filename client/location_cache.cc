@@ -43,6 +43,15 @@ uint64_t LocationCache::Stamp() const {
 
 void LocationCache::Put(const v1::ObjectLocation& loc, uint64_t stamp) {
   if (!loc.found() || loc.replicas_size() == 0) return;
+  if (loc.generation() == 0) {
+    // Of unknown generation (a master that learned the block from a
+    // store's SSD inventory, which names none): a store would take it for
+    // any commit of the key, so a replacement could not be told apart.
+    // Read through the master, and forget what was kept of an older answer.
+    MutexLock lock(&mu_);
+    DropLocked(loc.key());
+    return;
+  }
   v1::ObjectLocation entry;
   entry.set_key(loc.key());
   entry.set_found(true);
@@ -53,12 +62,7 @@ void LocationCache::Put(const v1::ObjectLocation& loc, uint64_t stamp) {
   *entry.add_replicas() = loc.replicas(0);
   MutexLock lock(&mu_);
   if (erased_at_[StripeOf(loc.key())] > stamp) return;
-  if (auto it = index_.find(loc.key()); it != index_.end()) {
-    // The view in the index points into the entry: drop it before the entry.
-    Lru::iterator old = it->second;
-    index_.erase(it);
-    lru_.erase(old);
-  }
+  DropLocked(loc.key());
   lru_.push_front(std::move(entry));
   index_.emplace(lru_.front().key(), lru_.begin());
   while (lru_.size() > entries_max_) {
@@ -70,8 +74,13 @@ void LocationCache::Put(const v1::ObjectLocation& loc, uint64_t stamp) {
 void LocationCache::Erase(absl::string_view key) {
   MutexLock lock(&mu_);
   erased_at_[StripeOf(key)] = ++erases_;
+  DropLocked(key);
+}
+
+void LocationCache::DropLocked(absl::string_view key) {
   auto it = index_.find(key);
   if (it == index_.end()) return;
+  // The view in the index points into the entry: drop it before the entry.
   Lru::iterator entry = it->second;
   index_.erase(it);
   lru_.erase(entry);

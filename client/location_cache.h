@@ -50,7 +50,9 @@ class LocationCache {
   uint64_t Stamp() const ABSL_LOCKS_EXCLUDED(mu_);
   // Remembers `loc` (found, with at least one replica): its first replica,
   // the best one for this client as the master ordered them. Unless the
-  // key was erased after `stamp` was taken.
+  // key was erased after `stamp` was taken, or `loc` is of unknown
+  // generation (0), which no store check could tell from a replacement:
+  // that forgets the key instead.
   void Put(const v1::ObjectLocation& loc, uint64_t stamp) ABSL_LOCKS_EXCLUDED(mu_);
   void Erase(absl::string_view key) ABSL_LOCKS_EXCLUDED(mu_);
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
@@ -64,6 +66,8 @@ class LocationCache {
   // costs at most a later miss, never a stale entry.
   static constexpr size_t kStripes = 256;
   static size_t StripeOf(absl::string_view key);
+  // Drops the key's entry, if any.
+  void DropLocked(absl::string_view key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t entries_max_;
   mutable Mutex mu_;

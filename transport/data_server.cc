@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/internal/endian.h"
@@ -476,12 +477,25 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
     }
     case wire::Op::kReadKey: {
       if (!tagged()) return false;
-      if (h.segment_id & ~(wire::kReadKeyCheckOnly | wire::kReadKeyGranted)) {
+      if (h.segment_id &
+          ~(wire::kReadKeyCheckOnly | wire::kReadKeyGranted | wire::kReadKeyAtRange)) {
         return Reply(fd, mac, h, absl::InvalidArgumentError("READ_KEY: unknown flags"), nullptr, 0);
       }
-      // With a grant, extra is the read credential: the grant, then the key.
+      // With a range to check, extra ends with it.
+      absl::string_view body = extra;
+      std::optional<wire::KeyRange> at;
+      if (h.segment_id & wire::kReadKeyAtRange) {
+        absl::StatusOr<wire::KeyRange> range =
+            (h.segment_id & wire::kReadKeyCheckOnly) && body.size() >= wire::kKeyRangeBytes
+                ? wire::DecodeKeyRange(body.substr(body.size() - wire::kKeyRangeBytes))
+                : absl::InvalidArgumentError("READ_KEY: a range is checked only, and sent");
+        if (!range.ok()) return Reply(fd, mac, h, range.status(), nullptr, 0);
+        at = *range;
+        body.remove_suffix(wire::kKeyRangeBytes);
+      }
+      // With a grant, the rest is the read credential: the grant, then the key.
       const bool granted = (h.segment_id & wire::kReadKeyGranted) != 0;
-      absl::string_view key = extra;
+      absl::string_view key = body;
       if (granted) {
         key = key.size() > wire::kReadGrantBytes ? key.substr(wire::kReadGrantBytes) : "";
       }
@@ -491,8 +505,7 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
                          absl::StrCat("READ_KEY needs a key of 1..", kKeyBytesMax, " bytes")),
                      nullptr, 0);
       }
-      if (absl::Status s = handler_->CheckRead(granted ? absl::string_view(extra) : "", key, false,
-                                               0, 0, h.length);
+      if (absl::Status s = handler_->CheckRead(granted ? body : "", key, false, 0, 0, h.length);
           !s.ok()) {
         return Reply(fd, mac, h, s, nullptr, 0);
       }
@@ -502,6 +515,12 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
       if (dram.ok() && h.length != 0 && dram->size != h.length) {
         dram = absl::FailedPreconditionError(
             absl::StrCat("DRAM block is ", dram->size, " bytes, expected ", h.length));
+      }
+      if (dram.ok() && at.has_value()) {
+        absl::StatusOr<DataHandler::Region> seg = handler_->Segment(at->segment_id);
+        if (!seg.ok() || at->offset >= seg->size || dram->base != seg->base + at->offset) {
+          dram = absl::FailedPreconditionError("the key's block is at another range");
+        }
       }
       if (h.segment_id & wire::kReadKeyCheckOnly) {
         return Reply(fd, mac, h, dram.status(), nullptr, 0);

@@ -278,21 +278,26 @@ absl::Status TcpDataClient::ReadKey(const std::string& address, absl::string_vie
 
 absl::Status TcpDataClient::CheckKey(const std::string& address, absl::string_view key,
                                      uint64_t length, uint64_t generation, uint64_t deadline_ms,
-                                     absl::string_view read_grant) {
-  return KeyOp(address, key, length, generation, nullptr, deadline_ms, read_grant, [] {});
+                                     absl::string_view read_grant,
+                                     std::optional<wire::KeyRange> at) {
+  return KeyOp(
+      address, key, length, generation, nullptr, deadline_ms, read_grant, [] {},
+      at.has_value() ? &*at : nullptr);
 }
 
 absl::Status TcpDataClient::CheckKeyWhile(const std::string& address, absl::string_view key,
                                           uint64_t length, uint64_t generation,
                                           uint64_t deadline_ms, absl::string_view read_grant,
-                                          absl::FunctionRef<void()> meanwhile) {
-  return KeyOp(address, key, length, generation, nullptr, deadline_ms, read_grant, meanwhile);
+                                          absl::FunctionRef<void()> meanwhile,
+                                          std::optional<wire::KeyRange> at) {
+  return KeyOp(address, key, length, generation, nullptr, deadline_ms, read_grant, meanwhile,
+               at.has_value() ? &*at : nullptr);
 }
 
 absl::Status TcpDataClient::KeyOp(const std::string& address, absl::string_view key,
                                   uint64_t length, uint64_t generation, char* dst,
                                   uint64_t deadline_ms, absl::string_view read_grant,
-                                  absl::FunctionRef<void()> meanwhile) {
+                                  absl::FunctionRef<void()> meanwhile, const wire::KeyRange* at) {
   // Runs `meanwhile` at its place, or on the way out of an early return.
   struct Once {
     absl::FunctionRef<void()> fn;
@@ -319,11 +324,14 @@ absl::Status TcpDataClient::KeyOp(const std::string& address, absl::string_view 
   req.offset = generation;
   req.segment_id = dst == nullptr ? wire::kReadKeyCheckOnly : 0;
   if (!read_grant.empty()) req.segment_id |= wire::kReadKeyGranted;
-  req.extra_len = static_cast<uint32_t>(read_grant.size() + key.size());
-  struct iovec rest[2] = {{const_cast<char*>(read_grant.data()), read_grant.size()},
-                          {const_cast<char*>(key.data()), key.size()}};
+  const std::string range = at == nullptr ? std::string() : wire::EncodeKeyRange(*at);
+  if (at != nullptr) req.segment_id |= wire::kReadKeyAtRange;
+  req.extra_len = static_cast<uint32_t>(read_grant.size() + key.size() + range.size());
+  struct iovec rest[3] = {{const_cast<char*>(read_grant.data()), read_grant.size()},
+                          {const_cast<char*>(key.data()), key.size()},
+                          {const_cast<char*>(range.data()), range.size()}};
   wire::Header resp;
-  absl::Status s = wire::SendFrame(*fd, SessionOf(*fd), req, rest, 2);
+  absl::Status s = wire::SendFrame(*fd, SessionOf(*fd), req, rest, 3);
   once.Run();
   // The wait for the answer gets what is left of the deadline after
   // `meanwhile`.

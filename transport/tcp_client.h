@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,17 +93,20 @@ class TcpDataClient {
                        char* dst, uint64_t deadline_ms, uint64_t generation = 0,
                        absl::string_view read_grant = {});
   // OK iff the store's DRAM record of `key` is of `length` bytes and (when
-  // non-zero) `generation`; no bytes move. Errors as ReadKey's.
+  // non-zero) `generation`, and, with `at`, at that range; no bytes move.
+  // Errors as ReadKey's; another range is FAILED_PRECONDITION.
   absl::Status CheckKey(const std::string& address, absl::string_view key, uint64_t length,
                         uint64_t generation, uint64_t deadline_ms,
-                        absl::string_view read_grant = {});
+                        absl::string_view read_grant = {},
+                        std::optional<wire::KeyRange> at = std::nullopt);
   // CheckKey, running `meanwhile` while the store answers: the request is
   // sent, `meanwhile` runs, then the answer is read, so the round trip
   // overlaps the caller's work. `meanwhile` runs exactly once whatever
   // becomes of the check (also when the store cannot be reached).
   absl::Status CheckKeyWhile(const std::string& address, absl::string_view key, uint64_t length,
                              uint64_t generation, uint64_t deadline_ms,
-                             absl::string_view read_grant, absl::FunctionRef<void()> meanwhile);
+                             absl::string_view read_grant, absl::FunctionRef<void()> meanwhile,
+                             std::optional<wire::KeyRange> at = std::nullopt);
   // Round trip on one connection (connects and authenticates if needed).
   absl::Status Ping(const std::string& address, uint64_t deadline_ms);
   // Drops every pooled connection to `address` (e.g. after a store died).
@@ -129,11 +133,13 @@ class TcpDataClient {
                         uint64_t deadline_ms);
 
  private:
-  // READ_KEY; dst null: the check-only form. `meanwhile` runs once, after
-  // the request is sent (or when it cannot be) and before the answer is read.
+  // READ_KEY; dst null: the check-only form (`at`: of that range too).
+  // `meanwhile` runs once, after the request is sent (or when it cannot
+  // be) and before the answer is read.
   absl::Status KeyOp(const std::string& address, absl::string_view key, uint64_t length,
                      uint64_t generation, char* dst, uint64_t deadline_ms,
-                     absl::string_view read_grant, absl::FunctionRef<void()> meanwhile);
+                     absl::string_view read_grant, absl::FunctionRef<void()> meanwhile,
+                     const wire::KeyRange* at = nullptr);
   absl::StatusOr<int> Acquire(const std::string& address, uint64_t deadline_ms);
   void Release(const std::string& address, int fd, bool reusable);
   absl::Status Connect(const std::string& address, uint64_t deadline_ms, int* fd);

@@ -235,6 +235,18 @@ absl::Status VerifyReadGrant(const HmacKey& grant_key, absl::string_view node_id
   return absl::OkStatus();
 }
 
+std::string EncodeKeyRange(const KeyRange& r) {
+  std::string out(kKeyRangeBytes, '\0');
+  Put32(out.data(), r.segment_id);
+  Put64(out.data() + 4, r.offset);
+  return out;
+}
+
+absl::StatusOr<KeyRange> DecodeKeyRange(absl::string_view in) {
+  if (in.size() != kKeyRangeBytes) return absl::InvalidArgumentError("READ_KEY: malformed range");
+  return KeyRange{Get32(in.data()), Get64(in.data() + 4)};
+}
+
 std::string EncodeRdmaSource(const RdmaSource& s) {
   std::string out(kRdmaSourceBytes, '\0');
   Put64(out.data(), s.addr);

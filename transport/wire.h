@@ -75,6 +75,20 @@ inline constexpr uint32_t kReadKeyCheckOnly = 1;
 // READ_KEY flag (in segment_id): extra is a read credential (below), not
 // the bare key.
 inline constexpr uint32_t kReadKeyGranted = 2;
+// READ_KEY flag (in segment_id), with kReadKeyCheckOnly: extra ends with
+// the range the asker copies the block from (EncodeKeyRange), and the
+// answer is OK only if the store's DRAM record of the key is at that
+// range. A generation alone does not say where the bytes are: a record of
+// unknown generation (0) matches any.
+inline constexpr uint32_t kReadKeyAtRange = 4;
+struct KeyRange {
+  uint32_t segment_id = 0;
+  uint64_t offset = 0;
+};
+inline constexpr size_t kKeyRangeBytes = 4 + 8;  // segment id, offset
+std::string EncodeKeyRange(const KeyRange& r);
+// INVALID_ARGUMENT when `in` is not kKeyRangeBytes long.
+absl::StatusOr<KeyRange> DecodeKeyRange(absl::string_view in);
 
 struct Header {
   uint32_t magic = kMagic;

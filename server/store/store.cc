@@ -612,7 +612,11 @@ void Store::MoverLoop() {
         if (result.ok()) {
           unsynced += m.size();
           ++demotions_unsynced_;
-          demoted.emplace_back(m.key(), m.offset());
+          // Records are keyed by the offset in the whole segment; an
+          // order names its arena and the offset in it.
+          uint64_t at = 0;
+          if (ToGlobal(m.segment_id(), m.offset(), m.size(), &at))
+            demoted.emplace_back(m.key(), at);
         }
         run.push_back(std::move(result));
       }

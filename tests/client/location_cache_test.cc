@@ -16,6 +16,8 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/rpc.h"
+#include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
 #include "testing/wait_for.h"
@@ -231,6 +233,66 @@ TEST_F(LocationCacheTest, CheckKeyWhileRunsItsWorkOnceWhateverTheAnswer) {
   EXPECT_TRUE(raw_.CheckKey(store, key, value.size(), 0, MonoMs() + 5000).ok());
 }
 
+// The check of a same-host cached read names the range the client copies
+// from: a record of the key at another range fails it, whatever the
+// generation asked (0, unknown, matches any record's).
+TEST_F(LocationCacheTest, CheckKeyAtRangeRefusesAnotherRange) {
+  const std::string key = "at-range";
+  const std::string value = Block(8 << 10, 10);
+  auto c = Open(false);
+  ASSERT_TRUE(c->Put(key, value.data(), value.size()).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, value.size()); }, 10000));
+  auto channel = MakeChannel(cluster_->master_address(), TlsFiles{});
+  ASSERT_TRUE(channel.ok());
+  auto stub = v1::MasterService::NewStub(*channel);
+  v1::LookupRequest req;
+  req.add_keys(key);
+  req.set_no_lease(true);
+  v1::LookupResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub->Lookup(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.objects_size(), 1);
+  const v1::ObjectLocation& loc = resp.objects(0);
+  ASSERT_TRUE(loc.found());
+  ASSERT_GT(loc.generation(), 0u);
+  const v1::Replica& r = loc.replicas(0);
+  const std::string& store = cluster_->store_address(0);
+  const uint64_t deadline = MonoMs() + 5000;
+  EXPECT_TRUE(raw_.CheckKey(store, key, value.size(), loc.generation(), deadline, {},
+                            wire::KeyRange{r.segment_id(), r.offset()})
+                  .ok());
+  for (uint64_t generation : {loc.generation(), uint64_t{0}}) {
+    EXPECT_EQ(raw_.CheckKey(store, key, value.size(), generation, deadline, {},
+                            wire::KeyRange{r.segment_id(), r.offset() + 4096})
+                  .code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(raw_.CheckKey(store, key, value.size(), generation, deadline, {},
+                            wire::KeyRange{r.segment_id() + 1000, r.offset()})
+                  .code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  // The unchecked form is unchanged.
+  EXPECT_TRUE(raw_.CheckKey(store, key, value.size(), 0, deadline).ok());
+}
+
+// A location of unknown generation (a master that rebuilt the block from
+// an SSD inventory) is not cached, and forgets an older answer's entry.
+TEST(LocationCacheGeneration, ALocationOfUnknownGenerationIsNotCached) {
+  LocationCache cache(16);
+  v1::ObjectLocation loc;
+  loc.set_key("k");
+  loc.set_found(true);
+  loc.set_generation(7);
+  loc.add_replicas()->set_offset(4096);
+  v1::ObjectLocation out;
+  cache.Put(loc, cache.Stamp());
+  ASSERT_TRUE(cache.Get("k", &out, UnixMs()));
+  loc.set_generation(0);
+  cache.Put(loc, cache.Stamp());
+  EXPECT_FALSE(cache.Get("k", &out, UnixMs()));
+  EXPECT_EQ(cache.size(), 0u);
+}
+
 // A get that asked the master before this client's own remove or put
 // finished must not bring the old location back into the cache.
 TEST(LocationCacheStamp, ALookupThatRacedWithAnEraseCachesNothing) {
@@ -266,6 +328,7 @@ TEST(LocationCacheGrant, AnEntryWhoseGrantRunsOutIsDropped) {
   v1::ObjectLocation loc;
   loc.set_key("k");
   loc.set_found(true);
+  loc.set_generation(1);
   wire::ReadGrant g;
   g.expires_unix_ms = 100000;
   g.mac = std::string(32, 'm');

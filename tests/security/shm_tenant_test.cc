@@ -26,6 +26,7 @@
 #include "shelf/client.h"
 #include "testing/cluster_fixture.h"
 #include "testing/credentials_file.h"
+#include "testing/wait_for.h"
 #include "tests/fault/fault_util.h"
 #include "transport/shm.h"
 
@@ -55,6 +56,7 @@ class ShmTenantTest : public ClusterFixture {
     LocalCluster::Options o = ClusterFixture::ClusterOptions();
     o.stores = 1;
     o.dram_bytes = kDramBytes;
+    o.ssd_bytes = 64ull << 20;
     o.secret = kDataSecret;
     o.master_args = {"--credentials", credentials_};
     o.store_args = {"--credentials", credentials_,  "--principal",
@@ -211,6 +213,54 @@ TEST_F(ShmTenantTest, AClientOfTenantACannotMapTenantBsArena) {
   fd = channel.MapArena(rb.segment_id(), rb.offset(), rb.length(), cred_b);
   ASSERT_TRUE(fd.ok()) << fd.status();
   close(*fd);
+}
+
+// A demoted block's DRAM record goes once its SSD copy is durable, in
+// every arena: the store keys its records by the offset in the whole
+// segment, and a DEMOTE order names the arena and the offset in it. A
+// record left behind would have the store serve the freed range, reused
+// by then, for the key's SSD replica.
+TEST_F(ShmTenantTest, ABlockDemotedFromAnyArenaIsReadFromSsd) {
+  std::unique_ptr<Client> a = As("eng-a");
+  std::unique_ptr<Client> b = As("eng-b");
+  PutAndGet(a.get(), "a-", 1, 300);
+  PutAndGet(b.get(), "b-", 1, 400);
+  std::string credential;
+  ASSERT_GT(Locate("eng-b", "b-0", &credential).segment_id(), 0u);  // not the first arena
+
+  auto channel = MakeChannel(cluster_->master_address(), TlsFiles());
+  ASSERT_TRUE(channel.ok());
+  auto admin = v1::AdminService::NewStub(*channel);
+  const std::string ops = PrincipalToken("ops", SecretOf("ops"));
+  {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, ops, 20000);
+    v1::EvictRequest evict;
+    evict.set_bytes(kDramBytes);
+    v1::EvictResponse evicted;
+    ASSERT_TRUE(admin->Evict(&ctx, evict, &evicted).ok());
+  }
+  // Both on SSD alone: their DRAM ranges are free.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::string unused;
+        return !LocateDramReplica(stub_.get(), PrincipalToken("eng-a", SecretOf("eng-a")), "a-0",
+                                  &unused)
+                    .ok() &&
+               !LocateDramReplica(stub_.get(), PrincipalToken("eng-b", SecretOf("eng-b")), "b-0",
+                                  &unused)
+                    .ok();
+      },
+      30000));
+  // Tenant b's next blocks take its arena again, the freed range first.
+  PutAndGet(b.get(), "b-next-", 8, 500);
+  std::string got;
+  Status s = b->Get("b-0", &got);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(got == BlockBytes(kBlockBytes, 400)) << "wrong bytes";
+  s = a->Get("a-0", &got);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(got == BlockBytes(kBlockBytes, 300)) << "wrong bytes";
 }
 
 }  // namespace
