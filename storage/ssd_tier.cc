@@ -20,6 +20,7 @@
 #include "common/checksum.h"
 #include "common/errno_text.h"
 #include "common/log.h"
+#include "common/sync_point.h"
 #include "storage/ssd_records.h"
 
 namespace shelf {
@@ -472,7 +473,7 @@ void SsdTier::WaitWritten(const PendingPtr& p) {
   while (p->chunks_left > 0) io_cv_.Wait(&io_mu_);
 }
 
-absl::Status SsdTier::GetInline(const std::string& key, std::string* out) {
+absl::Status SsdTier::GetInline(const std::string& key, const Loc& loc, std::string* out) {
   rocksdb::PinnableSlice v;
   rocksdb::ReadOptions ro;
   // The XXH3 check below covers the bytes end to end.
@@ -483,12 +484,7 @@ absl::Status SsdTier::GetInline(const std::string& key, std::string* out) {
   bool corrupt =
       s.IsCorruption() || (s.ok() && (!ParseHeader(v, &size, &checksum) ||
                                       BlockChecksum(v.data() + kRecordHeader, size) != checksum));
-  if (corrupt) {
-    SHELF_LOG(ERROR) << "corrupt SSD entry dropped" << Kv("dir", options_.dir)
-                     << Kv("detail", s.ok() ? "checksum mismatch" : s.ToString());
-    Delete(key).IgnoreError();
-    return absl::DataLossError("SSD entry is corrupt; it was dropped and is not served");
-  }
+  if (corrupt) return DropCorrupt(key, loc, s.ok() ? "checksum mismatch" : s.ToString());
   if (!s.ok()) return FromRocks(s, "read");
   out->assign(v.data() + kRecordHeader, size);
   return absl::OkStatus();
@@ -625,7 +621,7 @@ absl::Status SsdTier::Read(const std::string& key, uint64_t capacity, char* dst,
   }
   if (loc.offset == kInline) {
     std::string v;
-    absl::Status s = GetInline(key, &v);
+    absl::Status s = GetInline(key, loc, &v);
     if (s.ok() && v.size() != loc.size)
       s = absl::DataLossError("SSD entry size differs from its index");
     if (s.ok()) sink(v.data(), v.size());
@@ -648,16 +644,45 @@ absl::Status SsdTier::Read(const std::string& key, uint64_t capacity, char* dst,
       return absl::NotFoundError("not on the SSD tier");
     }
   }
-  SHELF_LOG(ERROR) << "corrupt SSD entry dropped" << Kv("dir", options_.dir)
-                   << Kv("detail", "checksum mismatch") << Kv("offset", loc.offset);
-  Delete(key).IgnoreError();
+  return DropCorrupt(key, loc, "checksum mismatch");
+}
+
+absl::Status SsdTier::DropCorrupt(const std::string& key, const Loc& loc,
+                                  absl::string_view detail) {
+  SHELF_SYNC_POINT("SsdTier::DropCorrupt");
+  SHELF_LOG(ERROR) << "corrupt SSD entry dropped" << Kv("dir", options_.dir) << Kv("detail", detail)
+                   << Kv("offset", loc.offset);
+  DeleteVersion(key, &loc).IgnoreError();
   return absl::DataLossError("SSD entry is corrupt; it was dropped and is not served");
 }
 
-absl::Status SsdTier::Delete(const std::string& key) {
+absl::Status SsdTier::Delete(const std::string& key) { return DeleteVersion(key, nullptr); }
+
+absl::Status SsdTier::DeleteVersion(const std::string& key, const Loc* only) {
   // Serialized with Sync, so a pending put of this key is either indexed
   // before this delete's tombstone or never.
   MutexLock sync_lock(&sync_mu_);
+  // With `only`, a put since the corrupt read may have made another
+  // version the key's. If the durable records are not `only`'s (that put
+  // is synced), there is nothing to drop. If they are, and the put is
+  // pending, the tombstone below removes only them: the sync that indexes
+  // the put (after this, under sync_mu_) writes its own records and frees
+  // the corrupt extent.
+  auto same = [](const Loc& a, const Loc& b) {
+    return a.offset == b.offset && a.checksum == b.checksum;
+  };
+  auto replaced = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = index_.find(key);
+    return only != nullptr && it != index_.end() && !same(it->second, *only);
+  };
+  {
+    MutexLock lock(&mu_);
+    auto pit = pending_.find(key);
+    if (replaced() && (pit == pending_.end() || !pit->second->has_replaced ||
+                       !same(pit->second->replaced, *only))) {
+      return absl::OkStatus();
+    }
+  }
   rocksdb::WriteBatch batch;
   rocksdb::Status s = batch.Delete(ExtentKey(key));
   if (s.ok()) s = batch.Delete(DbKey(key));
@@ -666,6 +691,7 @@ absl::Status SsdTier::Delete(const std::string& key) {
   if (!s.ok()) return FromRocks(s, "delete");
   MutexLock lock(&mu_);
   deletes_unsynced_ = true;
+  if (replaced()) return absl::OkStatus();
   auto it = index_.find(key);
   if (it == index_.end()) return absl::OkStatus();
   used_.fetch_sub(std::min(used_.load(), it->second.size));

@@ -185,7 +185,8 @@ class SsdTier {
                     absl::FunctionRef<void(uint64_t)> sized,
                     absl::FunctionRef<void(const char*, uint64_t)> sink)
       ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
-  absl::Status GetInline(const std::string& key, std::string* out);
+  // An old-format block of `key`, indexed as `loc`.
+  absl::Status GetInline(const std::string& key, const Loc& loc, std::string* out);
   absl::Status PutFrom(const std::string& key, const char* data, uint64_t size, uint64_t checksum,
                        bool in_place) ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
   // Counts `alloc` bytes of writes in flight (waiting while too many are)
@@ -195,7 +196,12 @@ class SsdTier {
   // Undoes TakeBuffer: the count, and the buffer kept for reuse or freed.
   void ReleaseBuffer(uint64_t alloc, char* buf, uint64_t buf_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  void Drop(const std::string& key, const Loc& loc) ABSL_LOCKS_EXCLUDED(mu_);
+  // Delete's body. `only` set: deletes that version of the key alone (one
+  // found corrupt); a put of the key since replaced it, and stays.
+  absl::Status DeleteVersion(const std::string& key, const Loc* only) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops `loc`, a version of `key` found corrupt, and says so.
+  absl::Status DropCorrupt(const std::string& key, const Loc& loc, absl::string_view detail)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
   std::unique_ptr<rocksdb::DB> db_;

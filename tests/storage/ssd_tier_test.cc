@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/mutex.h"
+#include "common/sync_point.h"
 
 namespace shelf {
 namespace {
@@ -219,6 +220,51 @@ TEST(SsdTier, FlippedByteInTheExtentFileIsDetectedAndNeverServed) {
   ASSERT_TRUE(tier.ok()) << tier.status();
   EXPECT_FALSE((*tier)->Contains("a"));
   fs::remove_all(dir);
+}
+
+// A read that finds a version corrupt drops that version alone: a put of
+// the key between the read and the drop (pending or already synced) is
+// the key's now, and stays, durably.
+TEST(SsdTier, DroppingACorruptVersionKeepsANewerPutOfTheKey) {
+  for (bool synced : {false, true}) {
+    SCOPED_TRACE(synced ? "newer put synced" : "newer put pending");
+    std::string dir = TempDir("ssd-drop-version");
+    std::string a = Block(256 << 10, 5), b = Block(256 << 10, 6);
+    {
+      auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
+      ASSERT_TRUE(tier.ok());
+      ASSERT_TRUE((*tier)->Put("k", a.data(), a.size(), BlockChecksum(a.data(), a.size())).ok());
+    }
+    {
+      // The block is the first extent: flip a byte in its middle.
+      std::fstream f(dir + "/extents.dat", std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(a.size() / 2));
+      f.put('\x5a' ^ a[a.size() / 2]);
+    }
+    auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    SyncPoint::Get()->SetCallBack("SsdTier::DropCorrupt", [&](void*) {
+      ASSERT_TRUE((*tier)->Put("k", b.data(), b.size(), BlockChecksum(b.data(), b.size())).ok());
+      if (synced) {
+        ASSERT_TRUE((*tier)->Sync().ok());
+      }
+    });
+    SyncPoint::Get()->EnableProcessing();
+    std::string got;
+    absl::Status s = (*tier)->Get("k", &got);
+    SyncPoint::Get()->DisableProcessing();
+    SyncPoint::Get()->ClearAll();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    ASSERT_TRUE((*tier)->Get("k", &got).ok());
+    EXPECT_TRUE(got == b) << "wrong bytes";
+    tier->reset();
+    tier = SsdTier::Open(TierOptions(dir, 64 << 20));
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    ASSERT_TRUE((*tier)->Get("k", &got).ok());
+    EXPECT_TRUE(got == b) << "wrong bytes after reopen";
+    tier->reset();
+    fs::remove_all(dir);
+  }
 }
 
 // Blocks of several read chunks (2 MiB) are read in parallel pieces and
