@@ -368,7 +368,7 @@ absl::Status SsdTier::PutFrom(const std::string& key, const char* data, uint64_t
     }
     // Space waits for a durable delete: a Sync frees it (after the syncs
     // already queued, which may free some too).
-    absl::Status synced = Sync();
+    absl::Status synced = SyncAndWait(/*for_room=*/true);
     if (!synced.ok()) return synced;
   }
   // In place, the whole 4 KiB pages of the block are written from `data`;

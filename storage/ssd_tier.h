@@ -104,7 +104,9 @@ class SsdTier {
                           uint64_t checksum) ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
   // Makes every Put and Delete that returned before it durable. On failure
   // the blocks put since the last Sync leave the index (not served, not in
-  // the inventory).
+  // the inventory). A put that waits for room syncs too; when that sync
+  // fails, the next Sync (or SyncAsync) fails with DATA_LOSS even if it
+  // finds nothing left to do: puts that returned before it were lost.
   absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_, io_mu_, sync_mu_);
   // Sync without waiting: covers every Put and Delete that returned before
   // it, runs on the tier's sync thread after every Sync and SyncAsync
@@ -133,6 +135,9 @@ class SsdTier {
   // Bytes of the extent file that no block holds and no pending free waits on.
   uint64_t free_extent_bytes() ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t capacity_bytes() const { return options_.capacity_bytes; }
+  // The extent space: the capacity, and room for extents whose free waits
+  // for a sync.
+  uint64_t extent_space_bytes() const { return space_.capacity(); }
   const std::string& dir() const { return options_.dir; }
 
  private:
@@ -164,9 +169,18 @@ class SsdTier {
     std::vector<PendingPtr> puts;
     std::vector<std::pair<uint64_t, uint64_t>> frees;
     bool deletes = false;
+    // Taken by a put waiting for room (PutFrom): the puts it takes are
+    // other callers', whose own later syncs must hear if they are lost.
+    bool for_room = false;
+    // A sync for room failed since the last run was taken: this run fails
+    // too, since puts that returned before it were lost.
+    bool lost_before = false;
   };
 
   SsdTier(const Options& options, rocksdb::DB* db, int fd, bool direct_io);
+  // SyncAsync and Sync, by a put waiting for room (`for_room`) or not.
+  void QueueSync(std::function<void(absl::Status)> done, bool for_room) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SyncAndWait(bool for_room) ABSL_LOCKS_EXCLUDED(mu_, io_mu_, sync_mu_);
   rocksdb::WriteOptions WriteOpts(bool sync) const;
   // Makes room in the extent file for [0, end).
   absl::Status GrowTo(uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -223,6 +237,8 @@ class SsdTier {
   RangeAllocator space_ ABSL_GUARDED_BY(mu_);
   uint64_t file_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool deletes_unsynced_ ABSL_GUARDED_BY(mu_) = false;
+  // A sync for room failed with other callers' puts in it (SyncRun).
+  bool puts_lost_ ABSL_GUARDED_BY(mu_) = false;
   int syncs_queued_ ABSL_GUARDED_BY(mu_) = 0;  // taken runs not yet synced
   std::deque<std::pair<SyncRun, std::function<void(absl::Status)>>> sync_queue_
       ABSL_GUARDED_BY(mu_);

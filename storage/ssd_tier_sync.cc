@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/sync_point.h"
 #include "storage/ssd_records.h"
 #include "storage/ssd_tier.h"
 
@@ -29,6 +30,10 @@ using ssd_records::kExtentRecord;
 using ssd_records::MetaKey;
 
 void SsdTier::SyncAsync(std::function<void(absl::Status)> done) {
+  QueueSync(std::move(done), false);
+}
+
+void SsdTier::QueueSync(std::function<void(absl::Status)> done, bool for_room) {
   // Taken and queued under mu_: runs reach the sync thread in the order
   // they were taken, so a sync completes only after every earlier one.
   MutexLock lock(&mu_);
@@ -37,6 +42,8 @@ void SsdTier::SyncAsync(std::function<void(absl::Status)> done) {
   run.frees.swap(to_free_);
   run.deletes = deletes_unsynced_;
   deletes_unsynced_ = false;
+  run.for_room = for_room;
+  if (!for_room) run.lost_before = std::exchange(puts_lost_, false);
   ++syncs_queued_;
   sync_queue_.emplace_back(std::move(run), std::move(done));
   sync_pool_->Submit([this] { SyncQueued(); });
@@ -52,6 +59,8 @@ void SsdTier::SyncQueued() {
     queued.swap(sync_queue_);
   }
   if (queued.empty()) return;  // an earlier call took them
+  bool took_others = false;    // a sync for room with others' puts in it
+  for (const auto& [run, done] : queued) took_others |= run.for_room && !run.puts.empty();
   SyncRun all = std::move(queued.front().first);
   for (size_t i = 1; i < queued.size(); ++i) {
     SyncRun& r = queued[i].first;
@@ -63,11 +72,23 @@ void SsdTier::SyncQueued() {
   {
     MutexLock lock(&mu_);
     syncs_queued_ -= static_cast<int>(queued.size());
+    // The puts that failed left the index, and their callers' next sync
+    // would otherwise find nothing to do and succeed.
+    if (!s.ok() && took_others) puts_lost_ = true;
   }
-  for (auto& [run, done] : queued) done(s);
+  for (auto& [run, done] : queued) {
+    if (s.ok() && run.lost_before) {
+      done(absl::DataLossError(
+          "SSD tier: an earlier sync failed; writes made before this sync were lost"));
+    } else {
+      done(s);
+    }
+  }
 }
 
-absl::Status SsdTier::Sync() {
+absl::Status SsdTier::Sync() { return SyncAndWait(false); }
+
+absl::Status SsdTier::SyncAndWait(bool for_room) {
   struct Waiter {
     Mutex mu;
     CondVar cv;
@@ -75,14 +96,16 @@ absl::Status SsdTier::Sync() {
     absl::Status status ABSL_GUARDED_BY(mu);
   };
   auto w = std::make_shared<Waiter>();
-  SyncAsync([w](absl::Status s) {
-    {
-      MutexLock lock(&w->mu);
-      w->done = true;
-      w->status = std::move(s);
-    }
-    w->cv.SignalAll();
-  });
+  QueueSync(
+      [w](absl::Status s) {
+        {
+          MutexLock lock(&w->mu);
+          w->done = true;
+          w->status = std::move(s);
+        }
+        w->cv.SignalAll();
+      },
+      for_room);
   MutexLock lock(&w->mu);
   while (!w->done) w->cv.Wait(&w->mu);
   return w->status;
@@ -102,6 +125,8 @@ absl::Status SsdTier::SyncTaken(SyncRun taken) {
     if (s.ok() && !p->error.ok()) s = p->error;
   }
   if (s.ok() && !run.empty() && fdatasync(fd_) != 0) s = Errno("extent file sync", errno);
+  // Fault injection for tests: a failing disk (the status to return).
+  SHELF_SYNC_POINT_ARG("SsdTier::SyncTaken:DataSynced", &s);
   // 2. Only then the index entries of the puts still current (not
   // overwritten or deleted since), in one synced write; it also makes the
   // deletes written before it durable.

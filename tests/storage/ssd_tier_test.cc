@@ -415,6 +415,54 @@ TEST(SsdTier, FailingWritesAreStatusesAndTheTierRecovers) {
   fs::remove_all(dir);
 }
 
+// A put that finds no free extent syncs, to free what deletes released;
+// when that sync fails (a failing disk, injected), the puts before it leave the index, and the next
+// Sync says so: the caller that made them learns they are not durable.
+TEST(SsdTier, ASyncForRoomThatFailsFailsTheNextSyncToo) {
+  std::string dir = TempDir("ssd-room-fail");
+  constexpr uint64_t kBlock = 1 << 20, kBlocks = 16;
+  const std::string x = Block(kBlock, 7), a = Block(kBlock, 8), b = Block(kBlock, 9);
+  auto put = [](SsdTier* t, const std::string& key, const std::string& v) {
+    return t->Put(key, v.data(), v.size(), BlockChecksum(v.data(), v.size()));
+  };
+  auto tier = SsdTier::Open(TierOptions(dir, kBlocks * kBlock));
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  // Durable blocks deleted: their extents are free once a sync makes the
+  // deletes durable.
+  for (uint64_t i = 0; i < kBlocks; ++i)
+    ASSERT_TRUE(put(tier->get(), absl::StrCat("x", i), x).ok());
+  ASSERT_TRUE((*tier)->Sync().ok());
+  for (uint64_t i = 0; i < kBlocks; ++i) ASSERT_TRUE((*tier)->Delete(absl::StrCat("x", i)).ok());
+  // Every other extent but one taken by blocks put and deleted before any
+  // sync, the last by "a", not yet durable.
+  const uint64_t extents = (*tier)->extent_space_bytes() / kBlock;
+  for (uint64_t i = kBlocks; i + 1 < extents; ++i) {
+    ASSERT_TRUE(put(tier->get(), "y", x).ok());
+    ASSERT_TRUE((*tier)->Delete("y").ok());
+  }
+  ASSERT_TRUE(put(tier->get(), "a", a).ok());
+  // No free extent: "b" syncs for room, which fails (the extent file's
+  // sync, injected), taking "a" with it.
+  SyncPoint::Get()->SetCallBack("SsdTier::SyncTaken:DataSynced", [](void* arg) {
+    *static_cast<absl::Status*>(arg) = absl::UnavailableError("injected fdatasync failure");
+  });
+  SyncPoint::Get()->EnableProcessing();
+  EXPECT_FALSE(put(tier->get(), "b", b).ok());
+  SyncPoint::Get()->DisableProcessing();
+  SyncPoint::Get()->ClearAll();
+  EXPECT_FALSE((*tier)->Contains("a"));
+  absl::Status s = (*tier)->Sync();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  // Said once: the sync after it covers only what came since.
+  ASSERT_TRUE(put(tier->get(), "b", b).ok());
+  EXPECT_TRUE((*tier)->Sync().ok());
+  std::string got;
+  ASSERT_TRUE((*tier)->Get("b", &got).ok());
+  EXPECT_TRUE(got == b);
+  tier->reset();
+  fs::remove_all(dir);
+}
+
 // Space freed by deletes and overwrites is reused: the extent file stops
 // growing once it holds the live set, the free-extent map rebuilt at open
 // matches, and every survivor reads back intact.
