@@ -729,7 +729,16 @@ std::vector<SsdTier::Entry> SsdTier::Inventory() {
   MutexLock lock(&mu_);
   std::vector<Entry> out;
   out.reserve(index_.size());
-  for (const auto& [key, loc] : index_) out.push_back(Entry{key, loc.size, loc.checksum});
+  for (const auto& [key, loc] : index_) {
+    // What a crash would keep: a put not yet synced is not listed, or its
+    // durable predecessor is in its place.
+    auto p = pending_.find(key);
+    if (p == pending_.end()) {
+      out.push_back(Entry{key, loc.size, loc.checksum});
+    } else if (p->second->has_replaced) {
+      out.push_back(Entry{key, p->second->replaced.size, p->second->replaced.checksum});
+    }
+  }
   return out;
 }
 

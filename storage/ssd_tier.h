@@ -127,6 +127,8 @@ class SsdTier {
   bool Contains(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   // Size and checksum of a held block; false if absent.
   bool Info(const std::string& key, uint64_t* size, uint64_t* checksum) ABSL_LOCKS_EXCLUDED(mu_);
+  // The durable blocks: a put not yet synced is not listed (a crash would
+  // lose it), or the durable version it replaces is, in its place.
   std::vector<Entry> Inventory() ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t used_bytes() const { return used_.load(); }

@@ -116,6 +116,33 @@ TEST(SsdTier, PutGetDeleteAndInventorySurviveReopen) {
   fs::remove_all(dir);
 }
 
+// The inventory (what a store reports to a new master) lists only what a
+// crash would keep: a put is listed once synced, and an overwrite not yet
+// synced shows the version it replaces.
+TEST(SsdTier, InventoryListsOnlyDurableVersions) {
+  std::string dir = TempDir("ssd-inventory");
+  std::string a = Block(64 << 10, 11), b = Block(64 << 10, 12);
+  const uint64_t ca = BlockChecksum(a.data(), a.size()), cb = BlockChecksum(b.data(), b.size());
+  auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  auto listed = [&]() {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (const SsdTier::Entry& e : (*tier)->Inventory()) out.emplace_back(e.key, e.checksum);
+    return out;
+  };
+  using Listed = std::vector<std::pair<std::string, uint64_t>>;
+  ASSERT_TRUE((*tier)->Put("k", a.data(), a.size(), ca).ok());
+  EXPECT_EQ(listed(), Listed{});
+  ASSERT_TRUE((*tier)->Sync().ok());
+  EXPECT_EQ(listed(), (Listed{{"k", ca}}));
+  ASSERT_TRUE((*tier)->Put("k", b.data(), b.size(), cb).ok());
+  EXPECT_EQ(listed(), (Listed{{"k", ca}}));
+  ASSERT_TRUE((*tier)->Sync().ok());
+  EXPECT_EQ(listed(), (Listed{{"k", cb}}));
+  tier->reset();
+  fs::remove_all(dir);
+}
+
 TEST(SsdTier, RefusesWrongChecksumAndOverCapacity) {
   std::string dir = TempDir("ssd-cap");
   auto tier = SsdTier::Open(TierOptions(dir, 1 << 20));
@@ -125,6 +152,7 @@ TEST(SsdTier, RefusesWrongChecksumAndOverCapacity) {
   ASSERT_TRUE((*tier)->Put("a", a.data(), a.size(), BlockChecksum(a.data(), a.size())).ok());
   EXPECT_EQ((*tier)->Put("b", a.data(), a.size(), BlockChecksum(a.data(), a.size())).code(),
             absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE((*tier)->Sync().ok());
   EXPECT_EQ((*tier)->Inventory().size(), 1u);
   fs::remove_all(dir);
 }
