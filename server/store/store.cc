@@ -144,13 +144,22 @@ bool Store::AwaitRegistration(std::shared_ptr<const HmacKey>* key, uint64_t* ter
   return true;
 }
 
+absl::Status Store::CheckNotDropping(absl::string_view key) {
+  MutexLock lock(&mu_);
+  if (ssd_drops_pending_.contains(key)) {
+    return absl::NotFoundError("the master dropped this key's SSD copy");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Store::ReadKey(absl::string_view key, std::string* out) {
   if (ssd_ == nullptr) return absl::NotFoundError("this store has no SSD tier");
-  absl::Status s;
-  {
+  absl::Status s = CheckNotDropping(key);
+  if (s.ok()) {
     prom::ScopedTimer timer(metrics_.ssd_read_seconds);
     s = ssd_->Get(std::string(key), out);
   }
+  if (s.ok()) s = CheckNotDropping(key);
   if (s.ok()) metrics_.read_ssd_tcp.Increment(out->size());
   if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Increment();
   uint64_t size = 0, checksum = 0;
@@ -168,11 +177,12 @@ absl::Status Store::ReadKeyInto(absl::string_view key, char* buf, uint64_t capac
                                 uint64_t* size) {
   if (ssd_ == nullptr) return absl::NotFoundError("this store has no SSD tier");
   const std::string k(key);
-  absl::Status s;
-  {
+  absl::Status s = CheckNotDropping(key);
+  if (s.ok()) {
     prom::ScopedTimer timer(metrics_.ssd_read_seconds);
     s = ssd_->GetInto(k, buf, capacity, size);
   }
+  if (s.ok()) s = CheckNotDropping(key);
   if (s.ok()) metrics_.read_ssd_tcp.Increment(static_cast<double>(*size));
   if (s.code() == absl::StatusCode::kDataLoss) metrics_.checksum_failures.Increment();
   uint64_t have = 0, checksum = 0;
@@ -334,6 +344,7 @@ absl::Status Store::Register() {
     heartbeat_interval_ms_ = std::max<uint64_t>(50, resp.heartbeat_interval_ms());
     results_.clear();  // the new registration's inventory supersedes them
     moves_.clear();
+    ssd_drops_pending_.clear();
     promotions_.clear();
   }
   registered_.store(true);
@@ -452,9 +463,23 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
         }
       }
       break;
-    case v1::TierMove::DROP_SSD:
+    case v1::TierMove::DROP_SSD: {
+      // Fault injection for tests: SHELF_FAULT_DELAY_SSD_DROP_MS holds each
+      // drop back that long (or until the store stops), as a mover busy
+      // with demotions would. Unset in production.
+      static const char* delay = std::getenv("SHELF_FAULT_DELAY_SSD_DROP_MS");
+      if (delay != nullptr) {
+        MutexLock lock(&mu_);
+        const uint64_t until = clock_->NowMs() + std::strtoull(delay, nullptr, 10);
+        while (!stopping_.load() && WaitBefore(&stop_cv_, until)) {
+        }
+      }
       s = ssd_ == nullptr ? absl::OkStatus() : ssd_->Delete(move.key());
+      MutexLock lock(&mu_);
+      auto it = ssd_drops_pending_.find(move.key());
+      if (it != ssd_drops_pending_.end() && --it->second == 0) ssd_drops_pending_.erase(it);
       break;
+    }
     default:
       s = absl::InvalidArgumentError("unknown tier move");
   }
@@ -516,6 +541,7 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
     if (m.kind() == v1::TierMove::RECORD || m.kind() == v1::TierMove::FORGET) {
       NoteLocked(m);
     } else {
+      if (m.kind() == v1::TierMove::DROP_SSD) ++ssd_drops_pending_[m.key()];
       moves_.push_back(m);
     }
   }

@@ -150,6 +150,9 @@ class Store : public DataHandler {
                            uint64_t* size) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Region> DramKey(absl::string_view key, uint64_t generation) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  // NOT_FOUND when a DROP_SSD of `key` waits among the moves
+  // (ssd_drops_pending_); reads of the SSD tier check before and after.
+  absl::Status CheckNotDropping(absl::string_view key) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<int> ShmArena(absl::string_view credential, uint32_t segment_id, uint64_t offset,
                                uint64_t length) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<RdmaExposure> RdmaExposes(absl::string_view credential,
@@ -322,6 +325,11 @@ class Store : public DataHandler {
   uint64_t heartbeat_interval_ms_ ABSL_GUARDED_BY(mu_) = 500;
   std::vector<v1::TierMoveResult> results_ ABSL_GUARDED_BY(mu_);  // to report
   std::deque<v1::TierMove> moves_ ABSL_GUARDED_BY(mu_);           // to carry out
+  // Keys with a DROP_SSD among moves_ (how many): the master no longer
+  // lists their SSD copy, which may be a removed or replaced commit's, so
+  // reads by key refuse it from the moment the order arrives, not only
+  // once the mover gets to it.
+  absl::flat_hash_map<std::string, int> ssd_drops_pending_ ABSL_GUARDED_BY(mu_);
   // Committed blocks in the DRAM segment, from the master's RECORD/FORGET
   // notices: offset -> {key, size, checksum}. Reported (after a checksum
   // check of the bytes) when registering, so a new master learns them.

@@ -28,6 +28,7 @@ uint64_t Store::WindowBytes() const {
 absl::StatusOr<DataHandler::Pinned> Store::PinSsdKey(absl::string_view key, uint64_t size) {
   if (ssd_ == nullptr) return absl::NotFoundError("this store has no SSD tier");
   const std::string k(key);
+  if (absl::Status s = CheckNotDropping(key); !s.ok()) return s;
   uint64_t have = 0, checksum = 0;
   if (!ssd_->Info(k, &have, &checksum)) return absl::NotFoundError("not on the SSD tier");
   if (size != 0 && have != size) {
@@ -65,6 +66,7 @@ absl::StatusOr<DataHandler::Pinned> Store::PinSsdKey(absl::string_view key, uint
     s = absl::FailedPreconditionError(
         absl::StrCat("the SSD block has ", got, " bytes, not ", size));
   }
+  if (s.ok()) s = CheckNotDropping(key);
   uint64_t pin = 0;
   {
     MutexLock lock(&pin_mu_);

@@ -275,6 +275,84 @@ TEST_F(LocationCacheTest, CheckKeyAtRangeRefusesAnotherRange) {
   EXPECT_TRUE(raw_.CheckKey(store, key, value.size(), 0, deadline).ok());
 }
 
+// A cached read of an SSD copy that the master dropped (its key removed)
+// is a miss from the moment the store has the drop order, not only once its
+// mover gets to it: the mover here holds each drop back a minute (fault
+// injection), as one busy with demotions would.
+TEST(LocationCacheSsd, AnSsdCopyTheMasterDroppedIsNotServedWhileItsDropWaits) {
+  setenv("SHELF_FAULT_DELAY_SSD_DROP_MS", "60000", 1);
+  LocalCluster::Options o;
+  o.stores = 1;
+  o.dram_bytes = 32ull << 20;
+  o.ssd_bytes = 128ull << 20;
+  o.bin_dir = SHELF_BIN_DIR;
+  auto cluster = LocalCluster::Start(o);
+  unsetenv("SHELF_FAULT_DELAY_SSD_DROP_MS");
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto open = [&] {
+    ClientOptions co;
+    co.masters = {(*cluster)->master_address()};
+    co.timeout_ms = 20000;
+    std::unique_ptr<Client> c;
+    Status s = Client::Open(co, &c);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return c;
+  };
+  std::unique_ptr<Client> writer = open(), reader = open();
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(reader, nullptr);
+  const std::string key = "dropped-from-ssd";
+  const std::string value = Block(256 << 10, 11);
+  ASSERT_TRUE(writer->Put(key, value.data(), value.size()).ok());
+
+  // Onto the SSD tier: the admin evicts the store's DRAM.
+  auto channel = MakeChannel((*cluster)->master_address(), TlsFiles{});
+  ASSERT_TRUE(channel.ok());
+  auto master = v1::MasterService::NewStub(*channel);
+  auto admin = v1::AdminService::NewStub(*channel);
+  {
+    grpc::ClientContext ctx;
+    v1::EvictRequest evict;
+    evict.set_bytes(o.dram_bytes);
+    v1::EvictResponse evicted;
+    ASSERT_TRUE(admin->Evict(&ctx, evict, &evicted).ok());
+  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        grpc::ClientContext ctx;
+        v1::LookupRequest req;
+        req.add_keys(key);
+        req.set_no_lease(true);
+        v1::LookupResponse resp;
+        return master->Lookup(&ctx, req, &resp).ok() && resp.objects_size() == 1 &&
+               resp.objects(0).replicas_size() == 1 &&
+               resp.objects(0).replicas(0).tier() == v1::TIER_SSD;
+      },
+      30000));
+  std::string got;
+  ASSERT_TRUE(reader->Get(key, &got).ok());  // the reader caches the SSD copy
+  ASSERT_TRUE(got == value);
+  ASSERT_TRUE(reader->Get(key, &got).ok());
+  ASSERT_EQ(reader->stats().location_cache_hits, 1u);
+
+  ASSERT_TRUE(writer->Remove(key).ok());  // the master orders the copy dropped
+  // The store refuses the key once the order is there (a read by key, as
+  // a cached read makes, and not from the cache).
+  TcpDataClient raw{TcpDataClient::Options{}};
+  std::string buf(value.size(), '\0');
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return raw.ReadKey((*cluster)->store_address(0), key, buf.size(), buf.data(),
+                           MonoMs() + 5000)
+                   .code() == absl::StatusCode::kNotFound;
+      },
+      10000));
+  got.clear();
+  Status s = reader->Get(key, &got);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
+  EXPECT_TRUE(got.empty());
+}
+
 // A location of unknown generation (a master that rebuilt the block from
 // an SSD inventory) is not cached, and forgets an older answer's entry.
 TEST(LocationCacheGeneration, ALocationOfUnknownGenerationIsNotCached) {
