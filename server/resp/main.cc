@@ -138,17 +138,24 @@ int main(int argc, char** argv) {
   if (max_value < 1 || max_value > (4ull << 30)) return Fail("--max-value-size takes 1B..4GiB");
   if (max_inflight < max_value) return Fail("--max-inflight-bytes must be >= --max-value-size");
 
-  // One descriptor per client: raise the soft limit to the hard one, and say
-  // so when even that is short of --max-clients (accept would then fail).
+  // One descriptor per client: raise the soft limit to the hard one; when
+  // even that is short of --max-clients and 256 more (the cluster's own
+  // connections, files), lower --max-clients to fit, as Redis does, so
+  // clients past it get "max number of clients" rather than a hang.
   struct rlimit nofile;
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
     nofile.rlim_cur = nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &nofile);
+    if (setrlimit(RLIMIT_NOFILE, &nofile) != 0) getrlimit(RLIMIT_NOFILE, &nofile);
+    constexpr rlim_t kReserved = 256;
     if (nofile.rlim_cur != RLIM_INFINITY &&
-        nofile.rlim_cur < static_cast<rlim_t>(max_clients) + 256) {
-      SHELF_LOG(WARNING) << "open-file limit below --max-clients; lower it or raise the limit"
+        nofile.rlim_cur < static_cast<rlim_t>(max_clients) + kReserved) {
+      const int64_t fits = nofile.rlim_cur > 2 * kReserved
+                               ? static_cast<int64_t>(nofile.rlim_cur - kReserved)
+                               : static_cast<int64_t>(nofile.rlim_cur / 2);
+      SHELF_LOG(WARNING) << "open-file limit below --max-clients: lowered to fit"
                          << Kv("nofile", static_cast<uint64_t>(nofile.rlim_cur))
-                         << Kv("max_clients", max_clients);
+                         << Kv("max_clients", max_clients) << Kv("now", std::max<int64_t>(1, fits));
+      max_clients = std::max<int64_t>(1, fits);
     }
   }
 

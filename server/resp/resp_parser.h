@@ -33,6 +33,11 @@ struct RespLimits {
   size_t line_bytes_max = 64 * 1024;       // an inline command, a header line
 };
 
+// What an argument costs in memory besides its bytes: the string object
+// and its allocation's overhead. Counted against --max-inflight-bytes, so
+// that a flood of empty arguments is not free.
+inline constexpr size_t kArgOverheadBytes = 48;
+
 class RespParser {
  public:
   enum class Result { kNeedMore, kCommand, kError };
@@ -46,9 +51,11 @@ class RespParser {
   Result Next(std::vector<std::string>* args, std::string* error);
 
   // Bytes this parser holds: unparsed input plus the arguments of the
-  // command being assembled. What the server counts against
-  // --max-inflight-bytes.
-  size_t buffered_bytes() const { return (buf_.size() - pos_) + partial_bytes_; }
+  // command being assembled (kArgOverheadBytes each besides their bytes).
+  // What the server counts against --max-inflight-bytes.
+  size_t buffered_bytes() const {
+    return (buf_.size() - pos_) + partial_bytes_ + partial_.size() * kArgOverheadBytes;
+  }
   // Bytes announced by the bulk header being read but not yet received.
   uint64_t announced_bytes() const { return state_ == State::kBulkData ? bulk_left_ : 0; }
   // True between commands, with no partial input held.

@@ -31,6 +31,12 @@ constexpr size_t kNotifyOutBytes = 256 << 10;    // flush a long pipeline's repl
 // A connection's replies not yet sent; beyond it its commands wait until
 // the client reads (a pipeline of large GETs must not fill memory).
 constexpr size_t kUnsentBytesMax = 64 << 20;
+// A connection's commands read but not yet run; beyond it the server stops
+// reading it until they run down to half (a client that sends faster than
+// its commands run waits in TCP, not in the gateway's memory).
+constexpr int64_t kQueuedBytesMax = 64 << 20;
+// What a queued command costs besides its arguments.
+constexpr int64_t kCommandOverheadBytes = 128;
 constexpr int kIovMax = 64;
 constexpr size_t kDrainBytesMax = 8 << 20;  // then close anyway
 // TLS: replies smaller than this are copied together into one record (one
@@ -83,9 +89,14 @@ struct Connection {
   size_t drained_bytes = 0;
   uint32_t events = 0;
 
+  // Not reading while queued_bytes is over kQueuedBytesMax (loop thread).
+  bool paused = false;
+
   std::atomic<bool> closed{false};
   absl::Mutex mu;
   std::deque<Pending> queue ABSL_GUARDED_BY(mu);
+  // The charges (Pending::bytes) of the commands queued or running.
+  std::atomic<int64_t> queued_bytes{0};
   bool running ABSL_GUARDED_BY(mu) = false;
   std::deque<std::string> out ABSL_GUARDED_BY(mu);
   size_t out_bytes ABSL_GUARDED_BY(mu) = 0;
@@ -93,6 +104,17 @@ struct Connection {
   std::atomic<size_t> unsent_bytes{0};
   bool close_after ABSL_GUARDED_BY(mu) = false;
 };
+
+namespace {
+// Drops conn's queued commands and their charges.
+void DropQueueLocked(Connection* conn, ServerStats* stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn->mu) {
+  for (const Connection::Pending& q : conn->queue) {
+    stats->inflight_bytes.fetch_sub(q.bytes);
+    conn->queued_bytes.fetch_sub(q.bytes);
+  }
+  conn->queue.clear();
+}
+}  // namespace
 
 RespServer::RespServer(const RespServerOptions& options, CommandHandler* handler,
                        ServerStats* stats)
@@ -106,6 +128,7 @@ RespServer::~RespServer() {
   for (int fd : listen_fds_) close(fd);
   if (!options_.unix_socket.empty()) unlink(options_.unix_socket.c_str());
   if (event_fd_ >= 0) close(event_fd_);
+  if (spare_fd_ >= 0) close(spare_fd_);
   if (epoll_fd_ >= 0) close(epoll_fd_);
 }
 
@@ -117,6 +140,7 @@ absl::StatusOr<std::unique_ptr<RespServer>> RespServer::Start(const RespServerOp
   }
   std::unique_ptr<RespServer> s(new RespServer(options, handler, stats));
   s->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  s->spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
   s->event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s->epoll_fd_ < 0 || s->event_fd_ < 0) {
     return absl::InternalError(absl::StrCat("epoll/eventfd: ", ErrnoText(errno)));
@@ -246,8 +270,24 @@ void RespServer::Accept(int listen_fd) {
     socklen_t len = sizeof(addr);
     int fd =
         accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN, or a transient error (EMFILE): retried on the next event
-    if (conns_.size() >= options_.max_clients) {
+    bool full = conns_.size() >= options_.max_clients;
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spare_fd_ >= 0) {
+      // Out of descriptors: the connection stays in the backlog and the
+      // listener, level-triggered, would wake the loop at once, forever.
+      // The spare descriptor makes room to take it and refuse it.
+      close(spare_fd_);
+      fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      full = true;
+      if (MonoMs() >= fd_warned_ms_ + 10000) {  // at most every 10 s
+        fd_warned_ms_ = MonoMs();
+        SHELF_LOG(WARNING) << "out of file descriptors: connections refused; raise the "
+                              "open-file limit or lower --max-clients"
+                           << Kv("clients", conns_.size());
+      }
+    }
+    if (fd < 0) return;  // EAGAIN, or a transient error: retried on the next event
+    if (full) {
       static const char kFull[] = "-ERR max number of clients reached\r\n";
       ssize_t unused = write(fd, kFull, sizeof(kFull) - 1);
       (void)unused;
@@ -298,7 +338,7 @@ void RespServer::Accept(int listen_fd) {
 }
 
 void RespServer::UpdateEvents(Connection* conn) {
-  bool in = conn->reading || conn->write_wants_read;
+  bool in = (conn->reading && !conn->paused) || conn->write_wants_read;
   bool out = conn->want_write || conn->handshake_wants_write || conn->read_wants_write;
   uint32_t want = (in ? uint32_t{EPOLLIN} : 0u) | (out ? uint32_t{EPOLLOUT} : 0u);
   if (want == conn->events) return;
@@ -368,9 +408,12 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
   while (conn->reading) {
     RespParser::Result r = conn->parser.Next(&args, &error);
     if (r == RespParser::Result::kCommand) {
-      int64_t bytes = 0;
-      for (const std::string& a : args) bytes += static_cast<int64_t>(a.size());
+      int64_t bytes = kCommandOverheadBytes;
+      for (const std::string& a : args) {
+        bytes += static_cast<int64_t>(a.capacity() + kArgOverheadBytes);
+      }
       stats_->inflight_bytes.fetch_add(bytes);
+      conn->queued_bytes.fetch_add(bytes);
       absl::MutexLock l(&conn->mu);
       conn->queue.push_back(Connection::Pending{std::move(args), "", bytes});
       args = {};
@@ -384,14 +427,37 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
     }
     break;
   }
-  if (conn->reading &&
-      stats_->inflight_bytes.load() > static_cast<int64_t>(options_.max_inflight_bytes) &&
-      conn->parser_charge > 0) {
-    stats_->inflight_rejections.Increment(1);
-    FailConnection(conn, absl::StrCat("OOM command not allowed: requests in flight are over "
-                                      "--max-inflight-bytes (",
-                                      options_.max_inflight_bytes, " bytes)"));
-    queued = true;
+  if (conn->reading && !conn->paused && conn->queued_bytes.load() > kQueuedBytesMax) {
+    conn->paused = true;  // DrainNotified reads on once its commands ran down
+    UpdateEvents(conn.get());
+  }
+  if (stats_->inflight_bytes.load() > static_cast<int64_t>(options_.max_inflight_bytes)) {
+    // Over the gateway's budget: the connection holding the most (input
+    // buffered, commands queued) gets -OOM and is closed, whichever it is,
+    // so that a client flooding the gateway does not make an innocent one
+    // caught mid-value pay for it.
+    std::shared_ptr<Connection> largest;
+    int64_t most = 0;
+    for (const auto& [fd, c] : conns_) {
+      const int64_t held = c->reading ? c->parser_charge + c->queued_bytes.load() : 0;
+      if (held > most) {
+        most = held;
+        largest = c;
+      }
+    }
+    if (largest != nullptr) {
+      stats_->inflight_rejections.Increment(1);
+      FailConnection(largest,
+                     absl::StrCat("OOM command not allowed: requests in flight are over "
+                                  "--max-inflight-bytes (",
+                                  options_.max_inflight_bytes, " bytes)"),
+                     /*drop_queued=*/true);
+      if (largest == conn) {
+        queued = true;
+      } else {
+        Schedule(largest);
+      }
+    }
   }
   if (eof) {
     bool busy = !conn->wq.empty();
@@ -472,12 +538,14 @@ ssize_t RespServer::ReadSome(Connection* conn, char* buf, size_t len) {
   return 0;
 }
 
-void RespServer::FailConnection(const std::shared_ptr<Connection>& conn, const std::string& error) {
+void RespServer::FailConnection(const std::shared_ptr<Connection>& conn, const std::string& error,
+                                bool drop_queued) {
   conn->reading = false;
   conn->parser = RespParser(options_.limits);  // drops what it held
   ChargeParser(conn.get());
   UpdateEvents(conn.get());
   absl::MutexLock l(&conn->mu);
+  if (drop_queued) DropQueueLocked(conn.get(), stats_);
   conn->queue.push_back(Connection::Pending{{}, error, 0});
 }
 
@@ -538,6 +606,9 @@ void RespServer::Work(std::shared_ptr<Connection> conn) {
     }
     p.args.clear();
     stats_->inflight_bytes.fetch_sub(p.bytes);
+    // Crossing half of kQueuedBytesMax: a paused connection reads again.
+    const int64_t before = conn->queued_bytes.fetch_sub(p.bytes);
+    const bool resume = before >= kQueuedBytesMax / 2 && before - p.bytes < kQueuedBytesMax / 2;
     bool notify;
     {
       absl::MutexLock l(&conn->mu);
@@ -549,10 +620,9 @@ void RespServer::Work(std::shared_ptr<Connection> conn) {
       }
       if (close) {
         conn->close_after = true;
-        for (const Connection::Pending& q : conn->queue) stats_->inflight_bytes.fetch_sub(q.bytes);
-        conn->queue.clear();
+        DropQueueLocked(conn.get(), stats_);
       }
-      notify = conn->queue.empty() || conn->out_bytes >= kNotifyOutBytes || close;
+      notify = conn->queue.empty() || conn->out_bytes >= kNotifyOutBytes || close || resume;
     }
     if (notify) Notify(conn);
   }
@@ -575,7 +645,14 @@ void RespServer::DrainNotified() {
     batch.swap(notified_);
   }
   for (const std::shared_ptr<Connection>& conn : batch) {
-    if (!conn->closed.load()) Flush(conn);
+    if (conn->closed.load()) continue;
+    if (conn->paused && conn->queued_bytes.load() < kQueuedBytesMax / 2) {
+      conn->paused = false;
+      UpdateEvents(conn.get());
+      // OpenSSL may hold decrypted input the socket no longer shows.
+      if (conn->ssl != nullptr && TlsHasPending(conn->ssl)) tls_pending_.push_back(conn);
+    }
+    Flush(conn);
   }
 }
 
@@ -709,8 +786,7 @@ void RespServer::Close(const std::shared_ptr<Connection>& conn) {
   conn->tls_stage.clear();
   {
     absl::MutexLock l(&conn->mu);
-    for (const Connection::Pending& q : conn->queue) stats_->inflight_bytes.fetch_sub(q.bytes);
-    conn->queue.clear();
+    DropQueueLocked(conn.get(), stats_);
     conn->out.clear();
   }
   stats_->connected_clients.fetch_sub(1);

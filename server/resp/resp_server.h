@@ -86,7 +86,10 @@ class RespServer {
   void Notify(const std::shared_ptr<Connection>& conn);
   void DrainNotified();
   void UpdateEvents(Connection* conn);
-  void FailConnection(const std::shared_ptr<Connection>& conn, const std::string& error);
+  // Replies `error` after what already ran, then closes; stops reading.
+  // `drop_queued`: the commands read but not yet run are dropped, not run.
+  void FailConnection(const std::shared_ptr<Connection>& conn, const std::string& error,
+                      bool drop_queued = false);
   void ChargeParser(Connection* conn);
   bool Handshake(const std::shared_ptr<Connection>& conn);
   // One read: > 0 bytes, 0 at EOF (or a reset), -1 when nothing more now.
@@ -106,7 +109,9 @@ class RespServer {
   std::string tls_address_;
   int tls_listen_fd_ = -1;
   int epoll_fd_ = -1;
-  int event_fd_ = -1;  // workers wake the loop through it
+  int event_fd_ = -1;          // workers wake the loop through it
+  int spare_fd_ = -1;          // given up to refuse a connection when out of descriptors
+  uint64_t fd_warned_ms_ = 0;  // the last "out of file descriptors" warning (loop thread)
   std::vector<int> listen_fds_;
   std::unique_ptr<ThreadPool> pool_;
 

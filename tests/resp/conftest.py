@@ -62,19 +62,23 @@ class Cluster:
                 "--dram-size", "384MiB", "--run-dir", self.dir / f"store{i}.run",
                 "--node-id", f"node-{i}"])
 
-    def _spawn(self, name, argv):
+    def _spawn(self, name, argv, preexec=None):
         ready = self.dir / f"{name}.addr"
         log = self.dir / f"{name}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen([str(a) for a in argv] + ["--ready-file", str(ready)],
                                     stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=preexec)
         self.procs.append(proc)
         return _wait_for_line(ready, proc, log)
 
-    def gateway(self, name, *extra, probe=True):
+    def gateway(self, name, *extra, probe=True, preexec=None):
+        """A shelf-resp in front of the cluster; `preexec` runs in the child
+        before it starts (e.g. to lower its limits). g.pid is its process."""
         g = Gateway(self._spawn(name, [BIN_DIR / "shelf-resp", "--master", self.master,
-                                       "--listen", "127.0.0.1:0", *extra]))
+                                       "--listen", "127.0.0.1:0", *extra], preexec))
+        g.pid = self.procs[-1].pid
         if not probe:
             return g
         # The stores register after writing their ready files: wait until a

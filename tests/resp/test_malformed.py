@@ -2,8 +2,11 @@
 clear error or is closed, the gateway keeps serving the others, and nothing
 half-written is readable."""
 
+import os
+import resource
 import select
 import socket
+import time
 
 import pytest
 
@@ -89,6 +92,83 @@ def test_over_max_inflight_bytes_is_oom(small_gateway, unique):
         assert r.get(unique + b"%d" % i) is None
     assert r.set(unique + b"after", b"z" * 1000) is True
     r.close()
+
+
+def test_an_unfinished_array_of_empty_arguments_is_charged(small_gateway):
+    # Each argument costs memory besides its bytes: an array announced
+    # huge and fed empty arguments, never finished, reaches the 2 MiB
+    # budget and gets -OOM (it was charged nothing).
+    s = small_gateway.socket()
+    s.sendall(b"*1048576\r\n" + b"$0\r\n\r\n" * 100000)
+    reply = read_until_closed(s)
+    s.close()
+    assert reply.startswith(b"-OOM "), reply[:200]
+    r = small_gateway.redis()
+    assert r.ping() is True
+    r.close()
+
+
+def test_a_client_sending_faster_than_its_commands_run_is_not_read(gateway, unique):
+    # GETs of a 4 MiB value, never read: past 64 MiB of unsent replies the
+    # commands wait, and past 64 MiB of waiting commands (what each costs,
+    # not only its bytes) the gateway stops reading the client, which then
+    # waits in TCP: it cannot push 64 MB of requests into the gateway.
+    key = unique + b"v"
+    r = gateway.redis()
+    r.set(key, b"v" * (4 << 20))
+    get = b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key)
+    flood = get * ((64 << 20) // len(get))
+    s = gateway.socket()
+    s.setblocking(False)
+    sent = 0
+    stalled_since = None
+    while sent < len(flood):
+        try:
+            sent += s.send(flood[sent:sent + (1 << 20)])
+            stalled_since = None
+        except BlockingIOError:
+            stalled_since = stalled_since or time.monotonic()
+            if time.monotonic() - stalled_since > 3:
+                break
+            time.sleep(0.05)
+    assert sent < len(flood), "the gateway read 64 MB of requests it could not run"
+    assert int(r.info()["inflight_bytes"]) < (96 << 20)
+    s.close()
+    assert r.ping() is True
+    r.close()
+
+
+def test_out_of_file_descriptors_refuses_clients_without_spinning(cluster):
+    # An open-file limit far below --max-clients (10000 by default): the
+    # gateway lowers --max-clients to fit and refuses the clients past it,
+    # with the usual error, rather than leave them hanging while its loop
+    # spins on a listener it cannot accept from.
+    def low_fd_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    g = cluster.gateway("resp-fds", preexec=low_fd_limit)
+    socks = [g.socket() for _ in range(60)]
+    for s in socks:
+        s.sendall(b"PING\r\n")
+    answers = []
+    for s in socks:
+        s.settimeout(10)
+        answers.append(s.recv(100))
+    assert all(a == b"+PONG\r\n" or a.startswith(b"-ERR max number of clients reached")
+               for a in answers), answers
+    assert answers.count(b"+PONG\r\n") >= 1
+    assert any(a.startswith(b"-ERR max number of clients") for a in answers)
+
+    def cpu_s():
+        with open(f"/proc/{g.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    before = cpu_s()
+    time.sleep(2)
+    assert cpu_s() - before < 1.0, "the gateway's loop spins"
+    for s in socks:
+        s.close()
 
 
 def test_pipelined_inline_and_multibulk_replies_in_order(gateway, unique):
