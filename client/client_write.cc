@@ -59,6 +59,7 @@ v1::PutStartRequest ClientImpl::MakePutStart(const std::string& key, const void*
   po->set_best_effort(options.best_effort);
   po->set_prefer_local(options.prefer_local);
   po->set_spread_label(options.spread_label);
+  po->set_replace(options.replace);
   po->set_client_host_id(HostId());
   const BlockEventInfo& b = options.block;
   if (!b.empty()) {

@@ -219,18 +219,12 @@ class MooncakeStore {
   }
 
   // Remove, then put: not atomic (a reader between the two sees a miss).
+  // A put that replaces the key's value in one step at its commit
+  // (PutOptions.replace): readers never see it missing, and a failed
+  // upsert leaves the old value.
   int Upsert(const std::string& key, py::handle value, const ReplicateConfig& config) {
     BufferView v(value, /*writable=*/false);
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr) return kMcInvalidParams;
-    if (!ValidKey(key)) return kMcInvalidKey;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = c->Remove(key);
-    }
-    if (!s.ok() && s.code() != StatusCode::kNotFound) return ToMooncake(s);
-    return PutBytes(key, v.data(), v.size(), config);
+    return PutBytes(key, v.data(), v.size(), config, /*replace=*/true);
   }
 
   int PutBatch(const std::vector<std::string>& keys, const std::vector<py::object>& values,
@@ -584,14 +578,15 @@ class MooncakeStore {
     return kMcOk;
   }
 
-  int PutBytes(const std::string& key, const char* data, size_t size,
-               const ReplicateConfig& config) {
+  int PutBytes(const std::string& key, const char* data, size_t size, const ReplicateConfig& config,
+               bool replace = false) {
     std::shared_ptr<Client> c = client();
     if (c == nullptr) return kMcInvalidParams;
     if (!ValidKey(key)) return kMcInvalidKey;
     if (size == 0) return kMcInvalidParams;
     PutOptions po;
     if (int rc = ToPutOptions(config, &po); rc != kMcOk) return rc;
+    po.replace = replace;
     py::gil_scoped_release nogil;
     return ToMooncake(c->Put(key, data, size, po));
   }

@@ -260,9 +260,10 @@ absl::StatusOr<bool> Master::PlaceRangesLocked(const v1::PutStartRequest& req,
       absl::Status s = CheckLeaderLocked(true);
       return s.ok() ? absl::UnavailableError("the master started a new term; retry the put") : s;
     }
-    if (FindLocked(req.key()) != nullptr || put_by_key_.contains(req.key())) {
-      resp->set_state(FindLocked(req.key()) != nullptr ? v1::PUT_ALREADY_EXISTS
-                                                       : v1::PUT_IN_FLIGHT);
+    // (A replace expects the key; the commit decides what it finds.)
+    const bool exists = !req.options().replace() && FindLocked(req.key()) != nullptr;
+    if (exists || put_by_key_.contains(req.key())) {
+      resp->set_state(exists ? v1::PUT_ALREADY_EXISTS : v1::PUT_IN_FLIGHT);
       return false;
     }
   }
@@ -287,11 +288,15 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
   if (Object* obj = FindLocked(req.key()); obj != nullptr) {
-    metrics_.dedup_hits.Increment();
-    TouchLocked(obj, now);
-    MoveToBackLocked(&obj, 1);
-    resp->set_state(v1::PUT_ALREADY_EXISTS);
-    return absl::OkStatus();
+    if (!req.options().replace() || (obj->size == req.size() && obj->checksum == req.checksum())) {
+      metrics_.dedup_hits.Increment();
+      TouchLocked(obj, now);
+      MoveToBackLocked(&obj, 1);
+      resp->set_state(v1::PUT_ALREADY_EXISTS);
+      return absl::OkStatus();
+    }
+    if (PinnedLocked(*obj, now)) return PinnedError();
+    // A replace: placed and written as a new key; its commit swaps.
   }
   if (put_by_key_.contains(req.key())) {
     resp->set_state(v1::PUT_IN_FLIGHT);
@@ -311,6 +316,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     put.event_info = std::make_unique<v1::BlockEventInfo>(req.block_info());
   }
   put.deadline_ms = now + options_.put_timeout_ms;
+  put.replace = req.options().replace();
   absl::StatusOr<bool> placed = PlaceRangesLocked(req, candidates, *want, &put, resp);
   if (!placed.ok()) return placed.status();
   if (!*placed) return absl::OkStatus();  // answered: the key appeared meanwhile
@@ -355,6 +361,24 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
     }
     // Replicas on nodes that died meanwhile were dropped by AbortPutLocked's
     // caller; whatever remains is live.
+    if (Object* old = FindLocked(put.key);
+        put.replace && old != nullptr && (old->size != put.size || old->checksum != put.checksum)) {
+      if (PinnedLocked(*old, now)) {
+        // Pinned since the put started: the old value stays.
+        for (const Replica& r : put.ranges) FreeRangeLocked(r.node, r.segment, r.offset, put.size);
+        put_by_key_.erase(put.key);
+        puts_.erase(it);
+        absl::Status pinned = PinnedError();
+        st->set_code(static_cast<int>(pinned.code()));
+        st->set_message(std::string(pinned.message()));
+        continue;
+      }
+      // The old commit goes as by a Remove (ranges under a read lease are
+      // freed when the lease ends), and the new one takes its place below,
+      // under the same hold of mu_: no reader sees the key missing.
+      EraseObjectLocked(old, now);
+      metrics_.replaces.Increment();
+    }
     auto [objp, inserted] = EmplaceLocked(put.key);
     Object& obj = *objp;
     if (inserted) {
@@ -469,9 +493,10 @@ absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* re
       st->set_message("no such key");
       continue;
     }
-    if ((obj->hard_pin || obj->pin_until_ms() > now) && !req.force()) {
-      st->set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
-      st->set_message("key is pinned: unpin it or remove with force");
+    if (PinnedLocked(*obj, now) && !req.force()) {
+      absl::Status pinned = PinnedError();
+      st->set_code(static_cast<int>(pinned.code()));
+      st->set_message(absl::StrCat(pinned.message(), " or remove with force"));
       continue;
     }
     // The key disappears now; ranges under a read lease are freed when the
@@ -481,6 +506,14 @@ absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* re
     st->set_code(0);
   }
   return absl::OkStatus();
+}
+
+bool Master::PinnedLocked(const Object& obj, uint64_t now) const {
+  return obj.hard_pin || obj.pin_until_ms() > now;
+}
+
+absl::Status Master::PinnedError() {
+  return absl::FailedPreconditionError("key is pinned: unpin it");
 }
 
 void Master::FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size) {

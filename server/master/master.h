@@ -461,6 +461,7 @@ class Master {
     std::unique_ptr<v1::BlockEventInfo> event_info;  // as the put carried it
     uint64_t deadline_ms = 0;                        // NowMs
     std::vector<Replica> ranges;
+    bool replace = false;  // PutOptions.replace: the commit replaces the key
   };
   struct PendingPromote {
     std::string key;
@@ -577,6 +578,9 @@ class Master {
   void ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseObjectLocked(Object* obj, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hard-pinned, or soft-pinned until after `now`: not removed or replaced.
+  bool PinnedLocked(const Object& obj, uint64_t now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  static absl::Status PinnedError();
   // Tells the store which committed block a DRAM range holds (or no longer
   // holds), so it can report its DRAM contents to a new master.
   void NoticeLocked(const Object& obj, const Replica& r, bool record)

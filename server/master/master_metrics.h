@@ -54,6 +54,7 @@ struct MasterMetrics {
         puts_aborted(prom::Child(puts, {{"result", "aborted"}})),
         puts_expired(prom::Child(puts, {{"result", "expired"}})),
         dedup_hits(prom::Child(puts, {{"result", "dedup"}})),
+        replaces(prom::Child(puts, {{"result", "replaced"}})),
         evictions(prom::AddUnlabelledCounter(e.registry(), "shelf_master_evictions_total",
                                              "Replicas dropped by eviction")),
         data_loss_reports(prom::AddUnlabelledCounter(
@@ -109,6 +110,7 @@ struct MasterMetrics {
   prom::Counter& puts_aborted;
   prom::Counter& puts_expired;
   prom::Counter& dedup_hits;
+  prom::Counter& replaces;  // commits that replaced another commit of the key
   prom::Counter& evictions;
   prom::Counter& data_loss_reports;
   prom::Family<prom::Counter>& demotions;

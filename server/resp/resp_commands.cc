@@ -150,26 +150,20 @@ Status CommandHandler::Load(const std::string& key, std::string* value) {
 
 Status CommandHandler::Store(const std::string& key, std::string* value, bool nx, bool* written) {
   *written = false;
-  std::vector<bool> present;
-  Status s = client_->Exists({key}, &present);
-  if (!s.ok()) return s;
-  value->push_back(kValueTrailer);  // in the capacity the parser reserved
-  if (present[0]) {
-    if (nx) return Status::Ok();
-    std::string old;
-    s = client_->Get(key, &old);
-    if (s.ok() && old == *value) {  // same bytes: nothing to rewrite
-      *written = true;
-      return Status::Ok();
-    }
-    // Blocks are immutable: replace = remove, then put. Between the two a
-    // reader sees a miss (docs/resp.md, "SET of an existing key").
-    s = client_->Remove(key);
-    if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+  if (nx) {
+    std::vector<bool> present;
+    Status s = client_->Exists({key}, &present);
+    if (!s.ok()) return s;
+    if (present[0]) return Status::Ok();
   }
+  value->push_back(kValueTrailer);  // in the capacity the parser reserved
+  // An existing key is replaced in one step at the put's commit: readers
+  // get the old value until then, and keep it if the put fails (docs/resp.md,
+  // "SET of an existing key"). The same bytes again cost no write.
   PutOptions po;
   po.replicas = options_.replicas;
-  s = client_->Put(key, value->data(), value->size(), po);
+  po.replace = true;
+  Status s = client_->Put(key, value->data(), value->size(), po);
   if (s.ok()) *written = true;
   return s;
 }
@@ -324,24 +318,18 @@ void CommandHandler::MSet(Ctx& c) {
     keys.push_back(c.arg(i));
     value_at.push_back(i + 1);
   }
-  std::vector<bool> present;
-  Status s = ExistsMany(keys, &present);
-  if (!s.ok()) return c.Error(ErrorText(s));
   std::vector<PutItem> fresh;
   for (size_t i = 0; i < keys.size(); ++i) {
     std::string* value = &(*c.args)[value_at[i]];
-    if (present[i]) {  // a replacement: the single-key path
-      bool written = false;
-      s = Store(keys[i], value, false, &written);
-      if (!s.ok()) return c.Error(ErrorText(s));
-      continue;
-    }
     value->push_back(kValueTrailer);
     fresh.push_back(PutItem{keys[i], value->data(), value->size()});
   }
+  // Existing keys are replaced, each in one step (Store).
   PutOptions po;
   po.replicas = options_.replicas;
+  po.replace = true;
   std::vector<Status> statuses;
+  Status s;
   for (size_t at = 0; at < fresh.size(); at += kBatchItemsMax) {
     size_t end = std::min(fresh.size(), at + kBatchItemsMax);
     std::vector<PutItem> part(fresh.begin() + at, fresh.begin() + end);

@@ -70,39 +70,29 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
     return;
   }
 
-  // SET: a key named twice in the run is set in order, one by one; the
-  // others that do not exist yet go in one BatchPut.
+  // SET: a run naming a key twice is set in order, one by one; any other
+  // goes in one BatchPut.
   std::unordered_set<std::string> seen;
   bool repeats = false;
   for (const std::string& k : keys) repeats |= !seen.insert(k).second;
-  std::vector<bool> present(n, true);
-  if (!repeats) {
-    Status s = client_->Exists(keys, &present);
-    if (!s.ok()) {
-      stats_->errors.Increment(n);
-      for (size_t i = 0; i < n; ++i) writer().Error(internal::ErrorText(s));
-      return;
-    }
-  }
   std::vector<Status> results(n);
-  std::vector<PutItem> fresh;
-  std::vector<size_t> fresh_at;
-  for (size_t i = 0; i < n; ++i) {
-    if (present[i]) continue;
-    std::string* value = &(*commands)[i][2];
-    value->push_back(kValueTrailer);  // in the capacity the parser reserved
-    fresh.push_back(PutItem{keys[i], value->data(), value->size()});
-    fresh_at.push_back(i);
-  }
-  if (!fresh.empty()) {
+  if (!repeats) {
+    // One BatchPut that replaces what exists (PutOptions.replace).
+    std::vector<PutItem> items;
+    for (size_t i = 0; i < n; ++i) {
+      std::string* value = &(*commands)[i][2];
+      value->push_back(kValueTrailer);  // in the capacity the parser reserved
+      items.push_back(PutItem{keys[i], value->data(), value->size()});
+    }
     PutOptions po;
     po.replicas = options_.replicas;
+    po.replace = true;
     std::vector<Status> statuses;
-    Status s = client_->BatchPut(fresh, &statuses, po);
-    for (size_t j = 0; j < fresh.size(); ++j) results[fresh_at[j]] = s.ok() ? statuses[j] : s;
+    Status s = client_->BatchPut(items, &statuses, po);
+    for (size_t i = 0; i < n; ++i) results[i] = s.ok() ? statuses[i] : s;
   }
   for (size_t i = 0; i < n; ++i) {
-    if (present[i]) {  // exists (or the run repeats keys): the one-by-one path
+    if (repeats) {  // in order, one by one: the last value of a key wins
       bool written = false;
       results[i] = Store(keys[i], &(*commands)[i][2], false, &written);
     }

@@ -176,6 +176,10 @@ def test_values_batches_and_buffers(store, pool):
     assert store.get("parts") == b"new"
     assert store.upsert("upsert-new", b"v", ReplicateConfig()) == OK
     assert store.get("upsert-new") == b"v"
+    # An upsert that cannot be placed (three replicas, two stores) fails and
+    # leaves the old value: the replace happens only at its commit.
+    assert store.upsert("upsert-new", b"w", ReplicateConfig(replica_num=3)) != OK
+    assert store.get("upsert-new") == b"v"
     cfg = ReplicateConfig()
     cfg.replica_num = 2
     cfg.with_soft_pin = True

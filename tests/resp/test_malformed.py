@@ -9,6 +9,7 @@ import socket
 import time
 
 import pytest
+import redis
 
 
 def read_until_closed(s):
@@ -227,3 +228,31 @@ def test_resource_exhausted_is_oom(three_replicas_gateway, unique):
     s.close()
     assert reply.startswith(b"-OOM "), reply
     assert reply.endswith(b"\r\n:0\r\n+OK\r\n"), reply
+
+
+def test_a_failed_set_of_an_existing_key_keeps_its_value(gateway, three_replicas_gateway, unique):
+    # The value is set through the usual gateway; a SET, an MSET and a
+    # pipelined SET of it through one that cannot place its puts fail with
+    # -OOM, and the key keeps its value (the old way, remove then put, lost
+    # it).
+    key = unique + b"k"
+    r = gateway.redis()
+    assert r.set(key, b"precious") is True
+    bad = three_replicas_gateway.redis()
+    with pytest.raises(redis.exceptions.ResponseError, match="OOM"):
+        bad.set(key, b"new value")
+    with pytest.raises(redis.exceptions.ResponseError, match="OOM"):
+        bad.mset({key: b"new value", unique + b"other": b"x"})
+    p = bad.pipeline(transaction=False)
+    p.set(key, b"new value")
+    p.set(unique + b"other", b"y")
+    results = p.execute(raise_on_error=False)
+    assert all(isinstance(x, redis.exceptions.ResponseError) for x in results), results
+    assert r.get(key) == b"precious"
+    # And a SET that works replaces it, readable at once.
+    assert r.set(key, b"replaced") is True
+    assert r.get(key) == b"replaced"
+    assert r.set(key, b"replaced") is True  # the same bytes again
+    assert r.get(key) == b"replaced"
+    bad.close()
+    r.close()

@@ -260,6 +260,12 @@ struct PutOptions {
   bool best_effort = false;   // accept fewer replicas than asked
   bool prefer_local = false;  // put a replica on this host when possible
   std::string spread_label;   // e.g. "zone": replicas on distinct label values
+  // The key may hold other bytes: the put replaces them, in one step at its
+  // commit (a new generation). Until then, and if the put fails, readers
+  // get the old value; never a miss. A pinned key is not replaced
+  // (FAILED_PRECONDITION). Without it, a put of an existing key is a
+  // no-op that returns OK (content keys: the bytes are the same).
+  bool replace = false;
   // When the put must be done by. When left at the default, timeout_ms
   // applies (0: the client's default); otherwise `deadline` wins.
   Deadline deadline;

@@ -1,0 +1,132 @@
+// Puts with PutOptions.replace (docs/master.md, "Replacing a key"): the new
+// bytes are placed and written like a new key, and the commit swaps them in
+// for the old ones in one step; until then, and when the put fails, the
+// key keeps its old value.
+#include <gtest/gtest.h>
+
+#include "tests/master/master_fixture.h"
+
+namespace shelf {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+class ReplaceTest : public MasterFixture {
+ protected:
+  // PutStart of `key` with `checksum`, replacing.
+  v1::PutStartResponse StartReplace(const std::string& key, uint64_t size, uint64_t checksum,
+                                    absl::Status* status = nullptr) {
+    v1::PutStartRequest req;
+    req.set_key(key);
+    req.set_size(size);
+    req.set_checksum(checksum);
+    req.mutable_options()->set_replicas(1);
+    req.mutable_options()->set_replace(true);
+    v1::PutStartResponse resp;
+    absl::Status s = master_->PutStart(req, "client-host", "test", &resp);
+    if (status != nullptr) *status = s;
+    return resp;
+  }
+  void Pin(const std::string& key) {
+    v1::PinRequest pin;
+    pin.set_key(key);
+    ASSERT_TRUE(master_->Pin(pin).ok());
+  }
+};
+
+TEST_F(ReplaceTest, TheCommitSwapsTheValueInOneStep) {
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());  // checksum 42
+  const v1::ObjectLocation before = Peek("k");
+  v1::PutStartResponse r = StartReplace("k", 2 * kMiB, 7);
+  ASSERT_EQ(r.state(), v1::PUT_STARTED);
+  // Written but not committed: readers get the old value.
+  EXPECT_EQ(Peek("k").checksum(), 42u);
+  EXPECT_EQ(DramUsed(), 3 * kMiB);
+  ASSERT_TRUE(Commit(r.put_id()).ok());
+  const v1::ObjectLocation after = Peek("k");
+  ASSERT_TRUE(after.found());
+  EXPECT_EQ(after.checksum(), 7u);
+  EXPECT_EQ(after.size(), 2 * kMiB);
+  EXPECT_NE(after.generation(), before.generation());
+  EXPECT_EQ(after.replicas_size(), 1);
+  EXPECT_EQ(DramUsed(), 2 * kMiB);  // the old range is free
+  EXPECT_EQ(master_->metrics().replaces.Value(), 1u);
+  master_->CheckInvariants();
+}
+
+TEST_F(ReplaceTest, AFailedReplaceLeavesTheOldValue) {
+  MasterOptions o = TestOptions();
+  o.node_ttl_ms = 60000;  // the store outlives the put's expiry
+  Make(o);
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  const uint64_t generation = Peek("k").generation();
+  // Aborted by the writer.
+  v1::PutStartResponse r = StartReplace("k", kMiB, 7);
+  ASSERT_EQ(r.state(), v1::PUT_STARTED);
+  v1::PutAbortRequest abort;
+  abort.add_put_ids(r.put_id());
+  v1::PutAbortResponse aborted;
+  master_->PutAbort(abort, "test", &aborted);
+  EXPECT_EQ(Peek("k").checksum(), 42u);
+  EXPECT_EQ(Peek("k").generation(), generation);
+  // Never committed: reclaimed when it expires.
+  r = StartReplace("k", kMiB, 8);
+  ASSERT_EQ(r.state(), v1::PUT_STARTED);
+  clock_.Advance(TestOptions().put_timeout_ms + 1);
+  master_->Tick();
+  EXPECT_EQ(Commit(r.put_id()).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Peek("k").checksum(), 42u);
+  EXPECT_EQ(DramUsed(), kMiB);
+  EXPECT_EQ(master_->metrics().replaces.Value(), 0u);
+  master_->CheckInvariants();
+}
+
+TEST_F(ReplaceTest, TheSameBytesAreNotWrittenAgain) {
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  EXPECT_EQ(StartReplace("k", kMiB, 42).state(), v1::PUT_ALREADY_EXISTS);
+  // Without replace, other bytes of an existing key are not written either.
+  EXPECT_EQ(Start("k", 2 * kMiB).state(), v1::PUT_ALREADY_EXISTS);
+  EXPECT_EQ(DramUsed(), kMiB);
+}
+
+TEST_F(ReplaceTest, APinnedKeyKeepsItsValue) {
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  ASSERT_TRUE(Put("j", kMiB).ok());
+  Pin("k");
+  absl::Status s;
+  StartReplace("k", kMiB, 7, &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  // Pinned after the replace started: its commit is refused, and its range
+  // given back.
+  v1::PutStartResponse r = StartReplace("j", kMiB, 7);
+  ASSERT_EQ(r.state(), v1::PUT_STARTED);
+  Pin("j");
+  EXPECT_EQ(Commit(r.put_id()).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Peek("j").checksum(), 42u);
+  EXPECT_EQ(DramUsed(), 2 * kMiB);
+  master_->CheckInvariants();
+}
+
+// A reader holding a lease on the old value keeps its range until the
+// lease ends: the replace frees it then, as a remove would.
+TEST_F(ReplaceTest, ALeasedOldValueIsFreedWhenItsLeaseEnds) {
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  ASSERT_TRUE(Lookup("k", /*lease=*/true).found());
+  v1::PutStartResponse r = StartReplace("k", kMiB, 7);
+  ASSERT_EQ(r.state(), v1::PUT_STARTED);
+  ASSERT_TRUE(Commit(r.put_id()).ok());
+  EXPECT_EQ(Peek("k").checksum(), 7u);
+  EXPECT_EQ(DramUsed(), 2 * kMiB);  // the leased range waits
+  clock_.Advance(TestOptions().lease_ms + 1);
+  master_->Tick();
+  EXPECT_EQ(DramUsed(), kMiB);
+  master_->CheckInvariants();
+}
+
+}  // namespace
+}  // namespace shelf
