@@ -742,6 +742,11 @@ std::vector<SsdTier::Entry> SsdTier::Inventory() {
   return out;
 }
 
+uint64_t SsdTier::extent_space_bytes() {
+  MutexLock lock(&mu_);
+  return space_.capacity();
+}
+
 uint64_t SsdTier::data_file_bytes() {
   MutexLock lock(&mu_);
   return file_bytes_;

@@ -139,7 +139,7 @@ class SsdTier {
   uint64_t capacity_bytes() const { return options_.capacity_bytes; }
   // The extent space: the capacity, and room for extents whose free waits
   // for a sync.
-  uint64_t extent_space_bytes() const { return space_.capacity(); }
+  uint64_t extent_space_bytes() ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& dir() const { return options_.dir; }
 
  private:

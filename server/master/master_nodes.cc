@@ -570,6 +570,7 @@ absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse*
   resp->set_promote_id(id);
   resp->set_segment_id(n.segments[r->segment].id);
   resp->set_offset(r->offset);
+  resp->set_generation(obj->generation);
   return absl::OkStatus();
 }
 

@@ -235,6 +235,10 @@ void RespServer::Run() {
       auto it = conns_.find(fd);
       if (it == conns_.end()) continue;
       std::shared_ptr<Connection> conn = it->second;
+      if (conn->paused && (ev & (EPOLLHUP | EPOLLERR))) {
+        Close(conn);  // gone while not read: no reply can reach it
+        continue;
+      }
       if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
         // Not reading, an SSL_write waits for input (a key update): only
         // the write goes on.
@@ -381,7 +385,7 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
   size_t total = 0;
   bool eof = false;
   bool more = false;  // stopped with input left
-  while (conn->reading) {
+  while (conn->reading && !conn->paused) {
     if (total >= kReadPerEventBytes) {
       more = true;
       break;
@@ -406,6 +410,17 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
   std::string error;
   bool queued = false;
   while (conn->reading) {
+    if (conn->queued_bytes.load() > kQueuedBytesMax) {
+      // Enough waiting to run: the rest stays unparsed (counted at its
+      // size) and the socket unread until they run down to half
+      // (DrainNotified).
+      if (!conn->paused) {
+        conn->paused = true;
+        UpdateEvents(conn.get());
+      }
+      ChargeParser(conn.get());
+      break;
+    }
     RespParser::Result r = conn->parser.Next(&args, &error);
     if (r == RespParser::Result::kCommand) {
       int64_t bytes = kCommandOverheadBytes;
@@ -426,10 +441,6 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
       queued = true;
     }
     break;
-  }
-  if (conn->reading && !conn->paused && conn->queued_bytes.load() > kQueuedBytesMax) {
-    conn->paused = true;  // DrainNotified reads on once its commands ran down
-    UpdateEvents(conn.get());
   }
   if (stats_->inflight_bytes.load() > static_cast<int64_t>(options_.max_inflight_bytes)) {
     // Over the gateway's budget: the connection holding the most (input
@@ -649,8 +660,10 @@ void RespServer::DrainNotified() {
     if (conn->paused && conn->queued_bytes.load() < kQueuedBytesMax / 2) {
       conn->paused = false;
       UpdateEvents(conn.get());
-      // OpenSSL may hold decrypted input the socket no longer shows.
-      if (conn->ssl != nullptr && TlsHasPending(conn->ssl)) tls_pending_.push_back(conn);
+      // Parse what was left unparsed, and read on (OpenSSL may also hold
+      // decrypted input the socket no longer shows).
+      OnReadable(conn);
+      if (conn->closed.load()) continue;
     }
     Flush(conn);
   }

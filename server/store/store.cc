@@ -715,6 +715,9 @@ void Store::Promote(const Promotion& p) {
     note.set_offset(resp.offset());
     note.set_size(p.data.size());
     note.set_checksum(p.checksum);
+    // Its generation, so that READ_KEY tells it from a later commit of the
+    // key (an older master sends 0: unknown).
+    note.set_generation(resp.generation());
     MutexLock lock(&mu_);
     NoteLocked(note);
   }

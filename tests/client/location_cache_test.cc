@@ -275,60 +275,80 @@ TEST_F(LocationCacheTest, CheckKeyAtRangeRefusesAnotherRange) {
   EXPECT_TRUE(raw_.CheckKey(store, key, value.size(), 0, deadline).ok());
 }
 
-// A cached read of an SSD copy that the master dropped (its key removed)
-// is a miss from the moment the store has the drop order, not only once its
-// mover gets to it: the mover here holds each drop back a minute (fault
-// injection), as one busy with demotions would.
-TEST(LocationCacheSsd, AnSsdCopyTheMasterDroppedIsNotServedWhileItsDropWaits) {
-  setenv("SHELF_FAULT_DELAY_SSD_DROP_MS", "60000", 1);
-  LocalCluster::Options o;
-  o.stores = 1;
-  o.dram_bytes = 32ull << 20;
-  o.ssd_bytes = 128ull << 20;
-  o.bin_dir = SHELF_BIN_DIR;
-  auto cluster = LocalCluster::Start(o);
-  unsetenv("SHELF_FAULT_DELAY_SSD_DROP_MS");
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto open = [&] {
+// A one-store cluster with an SSD tier, and what its tests do to it.
+class SsdClusterTest : public ::testing::Test {
+ protected:
+  // Starts the cluster, with `env` (NAME=VALUE) set for its processes.
+  void Start(std::vector<std::string> store_args, const char* env = nullptr) {
+    if (env != nullptr) putenv(const_cast<char*>(env));
+    LocalCluster::Options o;
+    o.stores = 1;
+    o.dram_bytes = kDramBytes;
+    o.ssd_bytes = 128ull << 20;
+    o.bin_dir = SHELF_BIN_DIR;
+    o.store_args = std::move(store_args);
+    auto c = LocalCluster::Start(o);
+    if (env != nullptr) unsetenv(std::string(env, std::strchr(env, '=')).c_str());
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = std::move(*c);
+    auto channel = MakeChannel(cluster_->master_address(), TlsFiles{});
+    ASSERT_TRUE(channel.ok());
+    master_ = v1::MasterService::NewStub(*channel);
+    admin_ = v1::AdminService::NewStub(*channel);
+  }
+  std::unique_ptr<Client> Open() {
     ClientOptions co;
-    co.masters = {(*cluster)->master_address()};
+    co.masters = {cluster_->master_address()};
     co.timeout_ms = 20000;
     std::unique_ptr<Client> c;
     Status s = Client::Open(co, &c);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return c;
-  };
-  std::unique_ptr<Client> writer = open(), reader = open();
+  }
+  v1::ObjectLocation Locate(const std::string& key) {
+    grpc::ClientContext ctx;
+    v1::LookupRequest req;
+    req.add_keys(key);
+    req.set_no_lease(true);
+    v1::LookupResponse resp;
+    if (!master_->Lookup(&ctx, req, &resp).ok() || resp.objects_size() != 1) return {};
+    return resp.objects(0);
+  }
+  // The admin evicts the store's DRAM; true once `key` is on SSD alone.
+  bool EvictToSsd(const std::string& key) {
+    grpc::ClientContext ctx;
+    v1::EvictRequest evict;
+    evict.set_bytes(kDramBytes);
+    v1::EvictResponse evicted;
+    if (!admin_->Evict(&ctx, evict, &evicted).ok()) return false;
+    return WaitFor(
+        [&] {
+          v1::ObjectLocation loc = Locate(key);
+          return loc.replicas_size() == 1 && loc.replicas(0).tier() == v1::TIER_SSD;
+        },
+        30000);
+  }
+
+  static constexpr uint64_t kDramBytes = 32ull << 20;
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<v1::MasterService::Stub> master_;
+  std::unique_ptr<v1::AdminService::Stub> admin_;
+  TcpDataClient raw_{TcpDataClient::Options{}};
+};
+
+// A cached read of an SSD copy that the master dropped (its key removed)
+// is a miss from the moment the store has the drop order, not only once its
+// mover gets to it: the mover here holds each drop back a minute (fault
+// injection), as one busy with demotions would.
+TEST_F(SsdClusterTest, AnSsdCopyTheMasterDroppedIsNotServedWhileItsDropWaits) {
+  Start({}, "SHELF_FAULT_DELAY_SSD_DROP_MS=60000");
+  std::unique_ptr<Client> writer = Open(), reader = Open();
   ASSERT_NE(writer, nullptr);
   ASSERT_NE(reader, nullptr);
   const std::string key = "dropped-from-ssd";
   const std::string value = Block(256 << 10, 11);
   ASSERT_TRUE(writer->Put(key, value.data(), value.size()).ok());
-
-  // Onto the SSD tier: the admin evicts the store's DRAM.
-  auto channel = MakeChannel((*cluster)->master_address(), TlsFiles{});
-  ASSERT_TRUE(channel.ok());
-  auto master = v1::MasterService::NewStub(*channel);
-  auto admin = v1::AdminService::NewStub(*channel);
-  {
-    grpc::ClientContext ctx;
-    v1::EvictRequest evict;
-    evict.set_bytes(o.dram_bytes);
-    v1::EvictResponse evicted;
-    ASSERT_TRUE(admin->Evict(&ctx, evict, &evicted).ok());
-  }
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        grpc::ClientContext ctx;
-        v1::LookupRequest req;
-        req.add_keys(key);
-        req.set_no_lease(true);
-        v1::LookupResponse resp;
-        return master->Lookup(&ctx, req, &resp).ok() && resp.objects_size() == 1 &&
-               resp.objects(0).replicas_size() == 1 &&
-               resp.objects(0).replicas(0).tier() == v1::TIER_SSD;
-      },
-      30000));
+  ASSERT_TRUE(EvictToSsd(key));
   std::string got;
   ASSERT_TRUE(reader->Get(key, &got).ok());  // the reader caches the SSD copy
   ASSERT_TRUE(got == value);
@@ -338,12 +358,11 @@ TEST(LocationCacheSsd, AnSsdCopyTheMasterDroppedIsNotServedWhileItsDropWaits) {
   ASSERT_TRUE(writer->Remove(key).ok());  // the master orders the copy dropped
   // The store refuses the key once the order is there (a read by key, as
   // a cached read makes, and not from the cache).
-  TcpDataClient raw{TcpDataClient::Options{}};
   std::string buf(value.size(), '\0');
   EXPECT_TRUE(WaitFor(
       [&] {
-        return raw.ReadKey((*cluster)->store_address(0), key, buf.size(), buf.data(),
-                           MonoMs() + 5000)
+        return raw_.ReadKey(cluster_->store_address(0), key, buf.size(), buf.data(),
+                            MonoMs() + 5000)
                    .code() == absl::StatusCode::kNotFound;
       },
       10000));
@@ -351,6 +370,39 @@ TEST(LocationCacheSsd, AnSsdCopyTheMasterDroppedIsNotServedWhileItsDropWaits) {
   Status s = reader->Get(key, &got);
   EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
   EXPECT_TRUE(got.empty());
+}
+
+// A block promoted from SSD back into DRAM (--promote-on-hit) is recorded
+// with its commit's generation, so READ_KEY tells it from another commit of
+// the key: a record of generation 0 matched any.
+TEST_F(SsdClusterTest, APromotedBlockIsRecordedWithItsGeneration) {
+  Start({"--promote-on-hit"});
+  std::unique_ptr<Client> c = Open();
+  ASSERT_NE(c, nullptr);
+  const std::string key = "promoted";
+  const std::string value = Block(256 << 10, 12);
+  ASSERT_TRUE(c->Put(key, value.data(), value.size()).ok());
+  const uint64_t generation = Locate(key).generation();
+  ASSERT_NE(generation, 0u);
+  ASSERT_TRUE(EvictToSsd(key));
+  std::string got;
+  ASSERT_TRUE(c->Get(key, &got).ok());  // an SSD hit: the store promotes it
+  ASSERT_TRUE(got == value);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const v1::ObjectLocation loc = Locate(key);
+        for (const v1::Replica& r : loc.replicas()) {
+          if (r.tier() == v1::TIER_DRAM) return true;
+        }
+        return false;
+      },
+      30000));
+  const std::string& store = cluster_->store_address(0);
+  ASSERT_TRUE(WaitFor(
+      [&] { return raw_.CheckKey(store, key, value.size(), generation, MonoMs() + 5000).ok(); },
+      10000));
+  EXPECT_EQ(raw_.CheckKey(store, key, value.size(), generation + 2, MonoMs() + 5000).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 // A location of unknown generation (a master that rebuilt the block from
