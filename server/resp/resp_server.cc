@@ -552,6 +552,7 @@ ssize_t RespServer::ReadSome(Connection* conn, char* buf, size_t len) {
 void RespServer::FailConnection(const std::shared_ptr<Connection>& conn, const std::string& error,
                                 bool drop_queued) {
   conn->reading = false;
+  conn->paused = false;                        // not reading for good: nothing to resume
   conn->parser = RespParser(options_.limits);  // drops what it held
   ChargeParser(conn.get());
   UpdateEvents(conn.get());
@@ -657,7 +658,7 @@ void RespServer::DrainNotified() {
   }
   for (const std::shared_ptr<Connection>& conn : batch) {
     if (conn->closed.load()) continue;
-    if (conn->paused && conn->queued_bytes.load() < kQueuedBytesMax / 2) {
+    if (conn->paused && conn->reading && conn->queued_bytes.load() < kQueuedBytesMax / 2) {
       conn->paused = false;
       UpdateEvents(conn.get());
       // Parse what was left unparsed, and read on (OpenSSL may also hold
