@@ -401,12 +401,13 @@ uint64_t CommandHandler::NewScanCursor(std::string shelf_cursor) {
   return id;
 }
 
-bool CommandHandler::TakeScanCursor(uint64_t id, std::string* shelf_cursor) {
+bool CommandHandler::FindScanCursor(uint64_t id, std::string* shelf_cursor) {
+  // Kept after use, as Redis's cursors stay valid: a scan step that failed
+  // (the master unreachable) can be retried, and a cursor replayed.
   absl::MutexLock l(&cursors_mu_);
   auto it = cursors_.find(id);
   if (it == cursors_.end()) return false;
-  *shelf_cursor = std::move(it->second);
-  cursors_.erase(it);
+  *shelf_cursor = it->second;
   return true;
 }
 
@@ -431,7 +432,7 @@ void CommandHandler::Scan(Ctx& c) {
     }
   }
   std::string shelf_cursor;
-  if (cursor_id != 0 && !TakeScanCursor(cursor_id, &shelf_cursor)) {
+  if (cursor_id != 0 && !FindScanCursor(cursor_id, &shelf_cursor)) {
     return c.Error("ERR invalid cursor");
   }
   std::vector<std::string> keys;

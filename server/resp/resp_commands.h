@@ -161,8 +161,10 @@ class CommandHandler {
   Status Load(const std::string& key, std::string* value);
   Status CountKeys(uint64_t* n);
   Status ExistsMany(const std::vector<std::string>& keys, std::vector<bool>* present);
+  // SCAN cursors: numbers for positions in the master's key listing, the
+  // newest kScanCursorsMax kept (used ones too: they may be retried).
   uint64_t NewScanCursor(std::string shelf_cursor);
-  bool TakeScanCursor(uint64_t id, std::string* shelf_cursor);
+  bool FindScanCursor(uint64_t id, std::string* shelf_cursor);
 
   Client* const client_;
   const CommandOptions options_;

@@ -144,6 +144,12 @@ def test_scan_over_10000_keys(r, unique):
     assert set(seen) == {prefix + b"%05d" % i for i in range(n)}
     assert len(r.keys(prefix + b"00*")) == 1000
     assert r.dbsize() >= n
+    # A cursor stays valid after use: the same step again gives the same
+    # keys (a client retrying a step that failed).
+    cursor, first = r.scan(0, match=prefix + b"*", count=100)
+    assert cursor != 0
+    _, again = r.scan(cursor, match=prefix + b"*", count=100)
+    assert again and r.scan(cursor, match=prefix + b"*", count=100)[1] == again
     r.delete(*seen)
 
 
