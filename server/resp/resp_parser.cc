@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace shelf::resp {
@@ -93,7 +94,11 @@ RespParser::Result RespParser::ParseInline(std::vector<std::string>* args, std::
     if (i >= line.size()) break;
     std::string arg;
     if (line[i] == '"' || line[i] == '\'') {
-      char quote = line[i++];
+      // As Redis splits them (sdssplitargs): in double quotes \xHH and
+      // \n \r \t \b \a stand for their bytes and \ escapes any other;
+      // in single quotes only \' is an escape. A closing quote must end the
+      // argument.
+      const char quote = line[i++];
       bool closed = false;
       while (i < line.size()) {
         char c = line[i++];
@@ -101,10 +106,45 @@ RespParser::Result RespParser::ParseInline(std::vector<std::string>* args, std::
           closed = true;
           break;
         }
-        if (c == '\\' && quote == '"' && i < line.size()) c = line[i++];
+        if (c == '\\' && i < line.size()) {
+          const char esc = line[i];
+          if (quote == '\'') {
+            if (esc == '\'') c = line[i++];
+          } else if (esc == 'x' && i + 2 < line.size() && absl::ascii_isxdigit(line[i + 1]) &&
+                     absl::ascii_isxdigit(line[i + 2])) {
+            auto hex = [](char h) {
+              return absl::ascii_isdigit(h) ? h - '0' : (h | 0x20) - 'a' + 10;
+            };
+            c = static_cast<char>(hex(line[i + 1]) * 16 + hex(line[i + 2]));
+            i += 3;
+          } else {
+            ++i;
+            switch (esc) {
+              case 'n':
+                c = '\n';
+                break;
+              case 'r':
+                c = '\r';
+                break;
+              case 't':
+                c = '\t';
+                break;
+              case 'b':
+                c = '\b';
+                break;
+              case 'a':
+                c = '\a';
+                break;
+              default:
+                c = esc;
+            }
+          }
+        }
         arg.push_back(c);
       }
-      if (!closed) return Fail("Protocol error: unbalanced quotes in request", error);
+      if (!closed || (i < line.size() && line[i] != ' ' && line[i] != '\t')) {
+        return Fail("Protocol error: unbalanced quotes in request", error);
+      }
     } else {
       while (i < line.size() && line[i] != ' ' && line[i] != '\t') arg.push_back(line[i++]);
     }

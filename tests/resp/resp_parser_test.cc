@@ -75,6 +75,20 @@ TEST(RespParserTest, InlineCommands) {
   EXPECT_EQ(cmds[2], (Args{"GET", "x y"}));
 }
 
+// Quoted inline arguments follow Redis (redis-cli sends what it was typed):
+// escapes in double quotes, only \' in single quotes.
+TEST(RespParserTest, InlineQuotesAndEscapesAreRedis) {
+  std::string error;
+  std::vector<Args> cmds = ParseAll(
+      "SET k \"a\\nb\\t\\x41\\x4a\\\"\\\\\\q\"\r\nSET k 'it\\'s \\n'\r\nSET k \"\\xZZ\"\r\n", 1,
+      &error);
+  EXPECT_EQ(error, "");
+  ASSERT_EQ(cmds.size(), 3u);
+  EXPECT_EQ(cmds[0], (Args{"SET", "k", "a\nb\tAJ\"\\q"}));
+  EXPECT_EQ(cmds[1], (Args{"SET", "k", "it's \\n"}));
+  EXPECT_EQ(cmds[2], (Args{"SET", "k", "xZZ"}));
+}
+
 TEST(RespParserTest, MalformedInputIsAnErrorAfterTheGoodCommands) {
   struct Case {
     const char* name;
@@ -92,6 +106,7 @@ TEST(RespParserTest, MalformedInputIsAnErrorAfterTheGoodCommands) {
       {"header line too long", "*1\r\n$" + std::string(100, '1'), "too big"},
       {"inline too long", std::string(100, 'a'), "too big"},
       {"unbalanced quote", "SET a \"b\r\n", "quotes"},
+      {"text after a closing quote", "ECHO \"abc\"def\r\n", "quotes"},
       {"inline of too many arguments", "a b c d e f g h i\r\n", "arguments"},
   };
   for (const Case& c : cases) {
