@@ -340,6 +340,7 @@ class ClientImpl final : public Client {
   // could end a newer reader's lease, and the lease runs out anyway).
   struct PendingRelease {
     std::string key;
+    uint64_t generation;  // the commit leased
     uint64_t send_by_unix_ms;
   };
   Mutex release_mu_;

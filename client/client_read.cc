@@ -492,7 +492,8 @@ void ClientImpl::ReleaseLeases(const v1::LookupResponse& resp, uint64_t leased_a
   for (const v1::ObjectLocation& loc : resp.objects()) {
     const uint64_t until = loc.lease_expires_unix_ms();
     if (!loc.found() || until <= leased_at_unix_ms) continue;
-    add.push_back({loc.key(), leased_at_unix_ms + (until - leased_at_unix_ms) / 2});
+    add.push_back(
+        {loc.key(), loc.generation(), leased_at_unix_ms + (until - leased_at_unix_ms) / 2});
   }
   if (add.empty()) return;
   {
@@ -531,10 +532,12 @@ void ClientImpl::ReleaseLoop() {
                  MonoMs() + kReleaseTimeoutMs)
           .IgnoreError();
       req.clear_keys();
+      req.clear_generations();
     };
     for (const PendingRelease& r : batch) {
       if (now >= r.send_by_unix_ms) continue;
       req.add_keys(r.key);
+      req.add_generations(r.generation);
       if (static_cast<size_t>(req.keys_size()) == kBatchItemsMax) send();
     }
     send();

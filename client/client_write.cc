@@ -190,13 +190,19 @@ absl::Status ClientImpl::PutHostBlocks(const std::vector<HostPut>& all_items,
   if (all_items.empty()) return absl::OkStatus();
   // A key twice in one batch is put once: the second would wait for the
   // first's commit, which comes only after the whole batch is written.
+  // Its first value (content keys: the same bytes); with `replace`, its
+  // last, as if the puts ran in order.
   std::vector<HostPut> items;
   std::vector<size_t> first_of(all_items.size());
   {
     absl::flat_hash_map<absl::string_view, size_t> seen;
     for (size_t i = 0; i < all_items.size(); ++i) {
       auto [it, inserted] = seen.emplace(*all_items[i].key, items.size());
-      if (inserted) items.push_back(all_items[i]);
+      if (inserted) {
+        items.push_back(all_items[i]);
+      } else if (options.replace) {
+        items[it->second] = all_items[i];
+      }
       first_of[i] = it->second;
     }
   }

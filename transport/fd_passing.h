@@ -18,9 +18,10 @@ namespace shelf {
 // Reads exactly `len` bytes into `buf` (MSG_WAITALL) and the one descriptor
 // sent with them, close-on-exec, into *received_fd (-1 when none came).
 // Returns recvmsg's count: fewer than `len` when the peer closed or timed
-// out. A message whose control data did not fit (more than one descriptor)
-// returns -1 with errno EMSGSIZE, having closed what did arrive. The caller
-// owns *received_fd whatever the count.
+// out. A message with more than one descriptor returns -1 with errno
+// EMSGSIZE, having closed every one that arrived (the kernel installs as
+// many as the control buffer holds, and closes the rest). The caller owns
+// *received_fd whatever the count.
 inline ssize_t RecvWithFd(int fd, void* buf, size_t len, int* received_fd) {
   *received_fd = -1;
   struct iovec iov = {buf, len};
@@ -28,18 +29,28 @@ inline ssize_t RecvWithFd(int fd, void* buf, size_t len, int* received_fd) {
   std::memset(&msg, 0, sizeof(msg));
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  // Room for a few, so that a message with extras shows them (to close).
+  constexpr int kFdsMax = 8;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(kFdsMax * sizeof(int))];
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
   ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
   if (n < 0) return n;
+  int fds = 0;
   for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-        c->cmsg_len == CMSG_LEN(sizeof(int))) {
-      std::memcpy(received_fd, CMSG_DATA(c), sizeof(int));
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int got;
+      std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (fds++ == 0) {
+        *received_fd = got;
+      } else {
+        close(got);
+      }
     }
   }
-  if ((msg.msg_flags & MSG_CTRUNC) != 0) {
+  if (fds > 1 || (msg.msg_flags & MSG_CTRUNC) != 0) {
     if (*received_fd >= 0) close(*received_fd);
     *received_fd = -1;
     errno = EMSGSIZE;

@@ -226,6 +226,9 @@ absl::Status VerifyReadGrant(const HmacKey& grant_key, absl::string_view node_id
         "read grant does not verify (wrong store, incarnation, key or fields)");
   }
   if (now_unix_ms > g.expires_unix_ms) return absl::PermissionDeniedError("read grant expired");
+  if (range && g.segment_id == kReadGrantNoRange) {
+    return absl::PermissionDeniedError("an SSD replica's read grant names no DRAM range");
+  }
   if (range && (segment_id != g.segment_id || offset < g.offset || length > g.length ||
                 offset - g.offset > g.length - length)) {
     return absl::PermissionDeniedError(absl::StrCat("read [", offset, ", +", length,

@@ -148,13 +148,17 @@ absl::Status VerifyGrant(const HmacKey& key, const GrantScope& scope, const Gran
 // replica of every Lookup and MatchPrefix hit. 60 bytes; on the wire a
 // READ or READ_KEY carries the read credential: the grant, then the key.
 struct ReadGrant {
-  uint32_t segment_id = 0;  // DRAM replica; 0 for an SSD replica
+  uint32_t segment_id = 0;  // DRAM replica; kReadGrantNoRange for an SSD replica
   uint64_t offset = 0;
   uint64_t length = 0;
   uint64_t expires_unix_ms = 0;
   std::string mac;  // 32 bytes
 };
 inline constexpr size_t kReadGrantBytes = 4 + 8 + 8 + 8 + 32;
+// The segment id of an SSD replica's grant: it names no DRAM range, so it
+// allows READ_KEY of its key and nothing by range (a READ, an arena's
+// mapping, an RDMA key), whatever offset and length it carries.
+inline constexpr uint32_t kReadGrantNoRange = 0xffffffff;
 
 std::string EncodeReadGrant(const ReadGrant& g);
 // EncodeReadGrant of `g` with its ReadGrantMac under `grant_key` (g.mac

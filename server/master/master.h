@@ -471,6 +471,7 @@ class Master {
     uint64_t offset = 0;
     uint64_t size = 0;
     uint64_t checksum = 0;
+    uint64_t generation = 0;  // the commit promoted (a replace since: not attached)
     uint64_t deadline_ms = 0;
   };
   struct DeferredFree {

@@ -56,7 +56,7 @@ void Master::MintReadGrant(const Replica& r, const std::string& key, uint64_t si
                            uint64_t expires_unix, v1::Replica* out) {
   const Node& n = *nodes_[r.node];
   wire::ReadGrant g;
-  g.segment_id = r.tier == v1::TIER_DRAM ? n.segments[r.segment].id : 0;
+  g.segment_id = r.tier == v1::TIER_DRAM ? n.segments[r.segment].id : wire::kReadGrantNoRange;
   g.offset = r.tier == v1::TIER_DRAM ? r.offset : 0;
   g.length = size;
   g.expires_unix_ms = expires_unix;
@@ -85,12 +85,16 @@ absl::Status Master::ReportDataLoss(const v1::ReportDataLossRequest& req,
   std::string credential = absl::StrCat(rep.read_grant(), req.key());
   absl::StatusOr<wire::ReadGrant> g = wire::DecodeReadCredential(credential, &grant_key);
   if (!g.ok()) return absl::PermissionDeniedError(g.status().message());
-  // The grant names the range it was minted for; the replica must be there.
+  // The grant names the range it was minted for (a DRAM replica's), or
+  // none (an SSD replica's); the replica must be there.
   const bool dram = rep.tier() == v1::TIER_DRAM;
-  if (absl::Status v = wire::VerifyReadGrant(*n.grant_mac, n.endpoint.node_id(), n.incarnation,
-                                             req.key(), *g, true, dram ? rep.segment_id() : 0,
-                                             dram ? rep.offset() : 0, g->length, clock_->UnixMs());
-      !v.ok()) {
+  absl::Status v = wire::VerifyReadGrant(*n.grant_mac, n.endpoint.node_id(), n.incarnation,
+                                         req.key(), *g, dram, dram ? rep.segment_id() : 0,
+                                         dram ? rep.offset() : 0, g->length, clock_->UnixMs());
+  if (v.ok() && !dram && g->segment_id != wire::kReadGrantNoRange) {
+    v = absl::PermissionDeniedError("a DRAM replica's read grant for an SSD replica");
+  }
+  if (!v.ok()) {
     SHELF_LOG(WARNING) << "data loss report refused" << Kv("node", n.endpoint.node_id())
                        << Kv("error", v.message());
     return v;

@@ -289,12 +289,17 @@ absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
   absl::ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint64_t released = 0;
-  for (const std::string& key : req.keys()) {
+  const bool named = req.generations_size() == req.keys_size();
+  for (int i = 0; i < req.keys_size(); ++i) {
+    const std::string& key = req.keys(i);
     Shard& shard = ShardOf(key);
     absl::MutexLock shard_lock(&shard.mu);
     auto it = shard.objects.find(key);
     if (it == shard.objects.end()) continue;
     Object& obj = Mut(*it);
+    // A reader of the commit a replace took away gives back nothing of
+    // the new commit's lease, which other readers hold.
+    if (named && req.generations(i) != 0 && req.generations(i) != obj.generation) continue;
     if (obj.lease_until_ms <= now || obj.lease_holders == 0 ||
         obj.lease_holders == kLeaseHoldersMax) {
       continue;  // run out, or too many holders counted: it runs out

@@ -564,9 +564,15 @@ absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse*
       AllocateOnNodeLocked(node, req.size(), now, /*allow_drop=*/false, req.key());
   if (!r.ok()) return r.status();
   uint64_t id = next_promote_id_++;
-  promotes_[id] =
-      PendingPromote{req.key(), node,       n.incarnation,  r->segment,
-                     r->offset, req.size(), req.checksum(), now + options_.put_timeout_ms};
+  promotes_[id] = PendingPromote{req.key(),
+                                 node,
+                                 n.incarnation,
+                                 r->segment,
+                                 r->offset,
+                                 req.size(),
+                                 req.checksum(),
+                                 obj->generation,
+                                 now + options_.put_timeout_ms};
   resp->set_promote_id(id);
   resp->set_segment_id(n.segments[r->segment].id);
   resp->set_offset(r->offset);
@@ -587,7 +593,9 @@ absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
     return absl::FailedPreconditionError("the store restarted since the promotion began");
   }
   Object* obj = FindLocked(p.key);
-  bool usable = req.ok() && obj != nullptr && obj->checksum == p.checksum && obj->size == p.size;
+  // The same commit: the store recorded the range with its generation.
+  bool usable = req.ok() && obj != nullptr && obj->generation == p.generation &&
+                obj->checksum == p.checksum && obj->size == p.size;
   if (usable) {
     for (const Replica& r : obj->replicas) usable &= !(r.node == p.node && r.tier == v1::TIER_DRAM);
   }

@@ -354,8 +354,10 @@ void QuotaBook::AfterEnd(const google::protobuf::RepeatedField<uint64_t>& put_id
   if (!active()) return;
   for (int i = 0; i < put_ids.size() && i < statuses.size(); ++i) {
     auto code = static_cast<absl::StatusCode>(statuses[i].code());
+    // FAILED_PRECONDITION: a replace of a key pinned since its start,
+    // refused and its ranges freed.
     if (code == absl::StatusCode::kOk || code == absl::StatusCode::kNotFound ||
-        code == absl::StatusCode::kAlreadyExists) {
+        code == absl::StatusCode::kAlreadyExists || code == absl::StatusCode::kFailedPrecondition) {
       EndPut(put_ids[i]);
     }
   }

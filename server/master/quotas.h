@@ -107,8 +107,9 @@ class QuotaBook {
   void AfterPut(const Principal& p, const v1::PutStartRequest& req, const absl::Status& s,
                 const v1::PutStartResponse& resp, uint64_t put_timeout_ms);
   // After a PutCommit or PutAbort: each id whose status (`statuses`,
-  // parallel) says it ended (committed, aborted, refused and freed, or
-  // unknown to the master: reclaimed) stops counting. One refused for
+  // parallel) says it ended (committed, aborted, refused and freed: a
+  // replace of a key pinned meanwhile, or unknown to the master:
+  // reclaimed) stops counting. One refused for
   // another reason (not its owner's, not the leader) still counts.
   void AfterEnd(const google::protobuf::RepeatedField<uint64_t>& put_ids,
                 const google::protobuf::RepeatedPtrField<v1::RpcStatus>& statuses);

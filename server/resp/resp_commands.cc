@@ -162,7 +162,7 @@ Status CommandHandler::Store(const std::string& key, std::string* value, bool nx
   // "SET of an existing key"). The same bytes again cost no write.
   PutOptions po;
   po.replicas = options_.replicas;
-  po.replace = true;
+  po.replace = !nx;  // NX: a value someone set meanwhile stays
   Status s = client_->Put(key, value->data(), value->size(), po);
   if (s.ok()) *written = true;
   return s;

@@ -112,6 +112,25 @@ TEST_F(ClientClusterTest, ZeroCopyPutFromAndGetIntoRoundTrip) {
   EXPECT_TRUE(client_->UnregisterBuffer(out).ok());
 }
 
+// A batch that names a key twice puts it once: with replace, its last
+// value, as if the puts ran in order; without, its first (content keys).
+TEST_F(ClientClusterTest, ABatchOfReplacesKeepsTheLastValueOfARepeatedKey) {
+  const std::string v1(4096, '1'), v2(4096, '2'), v3(4096, '3');
+  std::vector<PutItem> items = {{"twice", v1.data(), v1.size()}, {"twice", v2.data(), v2.size()}};
+  std::vector<Status> statuses;
+  PutOptions replace;
+  replace.replace = true;
+  ASSERT_TRUE(client_->BatchPut(items, &statuses, replace).ok());
+  for (const Status& st : statuses) EXPECT_TRUE(st.ok()) << st.ToString();
+  std::string got;
+  ASSERT_TRUE(client_->Get("twice", &got).ok());
+  EXPECT_EQ(got, v2);
+  items = {{"twice", v3.data(), v3.size()}, {"twice", v1.data(), v1.size()}};
+  ASSERT_TRUE(client_->BatchPut(items, &statuses).ok());  // exists: kept
+  ASSERT_TRUE(client_->Get("twice", &got).ok());
+  EXPECT_EQ(got, v2);
+}
+
 TEST_F(ClientClusterTest, BufferTooSmallIsOutOfRangeAndTouchesNothing) {
   std::string data = Block(64 << 10, 3);
   ASSERT_TRUE(client_->Put("small/64k", data.data(), data.size()).ok());

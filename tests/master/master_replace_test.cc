@@ -128,5 +128,28 @@ TEST_F(ReplaceTest, ALeasedOldValueIsFreedWhenItsLeaseEnds) {
   master_->CheckInvariants();
 }
 
+// A reader of the replaced commit giving its lease back releases nothing
+// of the new commit's lease, which another reader holds: releases name the
+// commit they leased.
+TEST_F(ReplaceTest, ALeaseOnTheOldCommitReleasesNothingOfTheNew) {
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  const uint64_t old_generation = Lookup("k", /*lease=*/true).generation();
+  v1::PutStartResponse r = StartReplace("k", kMiB, 7);
+  ASSERT_TRUE(Commit(r.put_id()).ok());
+  const uint64_t new_generation = Lookup("k", /*lease=*/true).generation();
+  ASSERT_NE(old_generation, new_generation);
+  auto release = [&](uint64_t generation) {
+    v1::ReleaseLeasesRequest req;
+    req.add_keys("k");
+    req.add_generations(generation);
+    ASSERT_TRUE(master_->ReleaseLeases(req).ok());
+  };
+  release(old_generation);
+  EXPECT_EQ(master_->metrics().leases_released.Value(), 0u);
+  release(new_generation);
+  EXPECT_EQ(master_->metrics().leases_released.Value(), 1u);
+}
+
 }  // namespace
 }  // namespace shelf

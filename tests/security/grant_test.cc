@@ -430,6 +430,26 @@ TEST_F(GrantSsdShmTest, ShmSsdReadsNeedTheReadGrantOfThatKey) {
   EXPECT_EQ(after.bytes_loaded_tcp - before.bytes_loaded_tcp, 0u);
 }
 
+// An SSD replica's grant names no DRAM range: it reads its own key by
+// READ_KEY and nothing by range. (Minted as segment 0, [0, size), it once
+// read the first bytes of the store's DRAM, another tenant's block there.)
+TEST_F(GrantSsdShmTest, AnSsdReplicasGrantReadsNoDramRange) {
+  const std::string t = BlockBytes(256 << 10, 6), s = BlockBytes(256 << 10, 7);
+  const v1::ObjectLocation loc = PutOnSsd("s", s);
+  ASSERT_TRUE(loc.found());
+  ASSERT_TRUE(client_->Put("t", t.data(), t.size()).ok());  // in DRAM now
+  const std::string& grant = loc.replicas(0).read_grant();
+  const std::string& store = loc.replicas(0).store().data_address();
+  std::string got(s.size(), '\0');
+  EXPECT_EQ(raw_->Read(store, 0, 0, s.size(), got.data(), MonoMs() + 5000, grant + "s").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(raw_->Read(store, wire::kReadGrantNoRange, 0, s.size(), got.data(), MonoMs() + 5000,
+                          grant + "s")
+                   .ok());  // no such segment either
+  ASSERT_TRUE(raw_->ReadKey(store, "s", s.size(), got.data(), MonoMs() + 5000, 0, grant).ok());
+  EXPECT_TRUE(got == s);
+}
+
 // A store run with --read-grants=false checks none on this path either.
 class NoReadGrantsSsdShmTest : public GrantSsdShmTest {
  protected:
