@@ -484,9 +484,12 @@ absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* re
   if (absl::Status s = ValidateKeys(req.keys(), "a remove"); !s.ok()) return s;
   uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
+  // Not while recovering: a store not registered yet would bring the key
+  // back (the client retries UNAVAILABLE).
+  if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
   for (const std::string& key : req.keys()) {
     v1::RpcStatus* st = resp->add_statuses();
+    NoteRemovedLocked(key);
     Object* obj = FindLocked(key);
     if (obj == nullptr) {
       st->set_code(static_cast<int>(absl::StatusCode::kNotFound));

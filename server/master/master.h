@@ -32,11 +32,14 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/container/node_hash_set.h"
 #include "absl/hash/hash.h"
@@ -451,6 +454,19 @@ class Master {
     // blocks whose RECORD notices it never received.
     std::vector<v1::InventoryEntry> orphans;
     uint64_t orphans_until_ms = 0;
+    // Keys removed while this node was dead (NoteRemovedLocked), which its
+    // inventory must not bring back; at most kRemovedWhileDeadMax.
+    absl::flat_hash_set<std::string> removed_while_dead;
+    bool removed_while_dead_overflow = false;
+  };
+  static constexpr size_t kRemovedWhileDeadMax = 1 << 20;
+  // What a registering store has not heard of (master_unheard.cc): FORGET
+  // notices and DROP_SSD orders not delivered, keys removed while dead.
+  struct Unheard {
+    std::set<std::tuple<std::string, uint32_t, uint64_t>> forgets;  // key, segment id, offset
+    absl::flat_hash_set<std::string> drops;                         // SSD copies of these keys
+    absl::flat_hash_set<std::string> removed;                       // any copy of these keys
+    bool Covers(const v1::InventoryEntry& e) const;
   };
   struct PendingPut {
     std::string key;
@@ -677,6 +693,15 @@ class Master {
   void OrderDropSsdLocked(Node* n, const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removals `n` has not heard of, taken from it (master_unheard.cc).
+  Unheard UnheardRemovalsLocked(Node* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells `n` again to drop the copy inventory entry `e` names.
+  void TellAgainLocked(Node* n, const v1::InventoryEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A node declared dead keeps the removals it was not told of yet as
+  // removed while dead.
+  void RememberUnheardLocked(uint32_t node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A client removed `key`: dead nodes remember it (Node::removed_while_dead).
+  void NoteRemovedLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Block events (master_events.cc); no-ops without options_.events.
   // `put_info` (what the committing put carried) may be null.
   void EmitStoredLocked(const Object& obj, const Replica& r, const v1::BlockEventInfo* put_info)

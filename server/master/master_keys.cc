@@ -181,7 +181,7 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
   if (absl::Status s = matcher.Init(req.pattern(), req.regex(), scope); !s.ok()) return s;
   uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
+  if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;  // as Remove
   // Collect first: erasing changes the shard maps being walked. With mu_
   // held exclusively the pointers stay valid until the erase.
   std::vector<Object*> victims;
@@ -208,6 +208,7 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
   const bool flush = req.pattern().empty() && scope.empty() && !more && pinned == 0;
   events_muted_ = flush;
   for (Object* obj : victims) {
+    NoteRemovedLocked(obj->key.str());
     EraseObjectLocked(obj, now);
     metrics_.removes.Increment();
   }

@@ -40,6 +40,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint32_t idx;
   std::vector<v1::InventoryEntry> orphans;
+  Unheard unheard;
   bool same_process_arenas = false;
   auto it = node_by_id_.find(ep.node_id());
   if (it != node_by_id_.end()) {
@@ -66,6 +67,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
     // come back as orphans.
     Node& old = *nodes_[idx];
     const bool same_process = old.incarnation == req.incarnation();
+    unheard = UnheardRemovalsLocked(&old);
     same_process_arenas = same_process;
     orphans = std::exchange(old.orphans, {});
     if (!same_process) orphans.clear();
@@ -123,8 +125,17 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   // Orphans first: they are what the index held, while a store's record
   // of a range may be stale (a RECORD for a newer block not yet received).
   // Inventory entries for the same block and range are then no news.
-  for (const v1::InventoryEntry& e : orphans) AddInventoryLocked(idx, e, now);
-  for (const v1::InventoryEntry& e : req.inventory()) AddInventoryLocked(idx, e, now);
+  // Removals it has not heard of stay removed (master_unheard.cc).
+  for (const v1::InventoryEntry& e : orphans) {
+    if (!unheard.Covers(e)) AddInventoryLocked(idx, e, now);
+  }
+  for (const v1::InventoryEntry& e : req.inventory()) {
+    if (unheard.Covers(e)) {
+      TellAgainLocked(&n, e);
+    } else {
+      AddInventoryLocked(idx, e, now);
+    }
+  }
   resp->set_grant_key(n.grant_key);
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   resp->set_node_ttl_ms(options_.node_ttl_ms);
@@ -186,6 +197,9 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
     SHELF_LOG(WARNING) << "inventory entry disagrees with the index; ignored"
                        << Kv("node", n.endpoint.node_id());
     if (r.tier == v1::TIER_DRAM) FreeRangeLocked(node, r.segment, r.offset, e.size());
+    // A replaced commit's copy (the store missed the news): it goes, so
+    // that no read by key finds it there.
+    TellAgainLocked(&n, e);
     return;
   }
   Object& obj = *known;
@@ -587,8 +601,13 @@ absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
   auto it = promotes_.find(req.promote_id());
   if (it == promotes_.end()) return absl::NotFoundError("unknown or expired promotion");
   PendingPromote p = it->second;
-  promotes_.erase(it);
   Node& n = *nodes_[p.node];
+  // Ids count from 1 in every master: one from a store that began its
+  // promotion under another leader may name another store's.
+  if (n.endpoint.node_id() != req.node_id()) {
+    return absl::NotFoundError("unknown or expired promotion");
+  }
+  promotes_.erase(it);
   if (n.incarnation != p.incarnation || n.state == v1::NODE_DEAD) {
     return absl::FailedPreconditionError("the store restarted since the promotion began");
   }
@@ -644,6 +663,7 @@ void Master::Tick() {
     if (silent_ms > options_.node_ttl_ms) {
       SHELF_LOG(WARNING) << "store dead: no heartbeat within the TTL"
                          << Kv("node", n.endpoint.node_id()) << Kv("silent_ms", silent_ms);
+      RememberUnheardLocked(i);                    // removals it was not told of yet
       DropNodeReplicasLocked(i, now, &n.orphans);  // empty while live
       n.orphans_until_ms = now + kOrphansKeepTtls * options_.node_ttl_ms;
       n.state = v1::NODE_DEAD;

@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/checksum.h"
@@ -300,7 +301,15 @@ absl::Status Store::Register() {
   }
   if (ssd_ != nullptr) {
     req.set_ssd_capacity_bytes(ssd_->capacity_bytes());
+    // Not the blocks a DROP_SSD waits for: the master removed them (the
+    // drops run all the same, below).
+    absl::flat_hash_set<std::string> dropping;
+    {
+      MutexLock lock(&mu_);
+      for (const auto& [key, count] : ssd_drops_pending_) dropping.insert(key);
+    }
     for (const SsdTier::Entry& e : ssd_->Inventory()) {
+      if (dropping.contains(e.key)) continue;
       v1::InventoryEntry* inv = req.add_inventory();
       inv->set_key(e.key);
       inv->set_size(e.size);
@@ -343,8 +352,13 @@ absl::Status Store::Register() {
     grant_term_ = resp.term();
     heartbeat_interval_ms_ = std::max<uint64_t>(50, resp.heartbeat_interval_ms());
     results_.clear();  // the new registration's inventory supersedes them
-    moves_.clear();
-    ssd_drops_pending_.clear();
+    // So do the orders, but for the drops: their blocks were removed, and
+    // the inventory did not list them.
+    std::deque<v1::TierMove> drops;
+    for (v1::TierMove& m : moves_) {
+      if (m.kind() == v1::TierMove::DROP_SSD) drops.push_back(std::move(m));
+    }
+    moves_ = std::move(drops);
     promotions_.clear();
   }
   registered_.store(true);

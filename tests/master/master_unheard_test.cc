@@ -1,0 +1,165 @@
+// A removed key stays removed when a store that has not heard of the
+// removal registers again (master_unheard.cc): its FORGET notice or
+// DROP_SSD order was not delivered yet, or it was dead when the key went.
+// Its inventory still lists the block; the master does not index it again
+// and tells the store again to drop it.
+#include <gtest/gtest.h>
+
+#include "tests/master/master_fixture.h"
+
+namespace shelf {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+class UnheardTest : public MasterFixture {
+ protected:
+  // What store `id` holds of `key` as its inventory would list it.
+  v1::InventoryEntry Entry(const std::string& key, const std::string& id) {
+    v1::ObjectLocation loc = Peek(key);
+    for (const v1::Replica& r : loc.replicas()) {
+      if (r.store().node_id() != id) continue;
+      v1::InventoryEntry e;
+      e.set_key(key);
+      e.set_size(loc.size());
+      e.set_checksum(loc.checksum());
+      e.set_tier(r.tier());
+      e.set_segment_id(r.segment_id());
+      e.set_offset(r.offset());
+      e.set_generation(loc.generation());
+      return e;
+    }
+    ADD_FAILURE() << key << " has no replica on " << id;
+    return {};
+  }
+  // The orders and notices store `id` gets at its next heartbeat.
+  std::vector<v1::TierMove> Orders(const std::string& id, uint64_t incarnation) {
+    v1::HeartbeatResponse resp;
+    EXPECT_TRUE(Heartbeat(id, incarnation, {}, &resp).ok());
+    return {resp.moves().begin(), resp.moves().end()};
+  }
+  static bool Has(const std::vector<v1::TierMove>& moves, v1::TierMove::Kind kind,
+                  const std::string& key) {
+    for (const v1::TierMove& m : moves) {
+      if (m.kind() == kind && m.key() == key) return true;
+    }
+    return false;
+  }
+};
+
+TEST_F(UnheardTest, AStoreThatMissedAForgetDoesNotBringTheKeyBack) {
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  ASSERT_TRUE(Put("j", kMiB).ok());
+  Orders("a", 1);  // the RECORD notices arrive
+  const v1::InventoryEntry k = Entry("k", "a"), j = Entry("j", "a");
+  v1::RemoveRequest remove;
+  remove.add_keys("k");
+  v1::RemoveResponse removed;
+  ASSERT_TRUE(master_->Remove(remove, &removed).ok());
+  // The store registers again before its heartbeat brought the FORGET.
+  Register("a", 16 * kMiB, 0, "host", 1, {}, {k, j});
+  EXPECT_FALSE(Peek("k").found());
+  EXPECT_TRUE(Peek("j").found());
+  EXPECT_TRUE(Has(Orders("a", 1), v1::TierMove::FORGET, "k"));
+}
+
+TEST_F(UnheardTest, AStoreThatMissedAnSsdDropDoesNotBringTheKeyBack) {
+  Register("a", 16 * kMiB, 64 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  Orders("a", 1);
+  v1::InventoryEntry k = Entry("k", "a");
+  k.set_tier(v1::TIER_SSD);  // restarted: on its SSD tier
+  k.set_segment_id(0);
+  k.set_offset(0);
+  clock_.Advance(TestOptions().node_ttl_ms + 1);  // a new incarnation: the old one fell silent
+  Register("a", 16 * kMiB, 64 * kMiB, "host", 2, {}, {k});
+  ASSERT_TRUE(Peek("k").found());
+  v1::RemoveRequest remove;
+  remove.add_keys("k");
+  v1::RemoveResponse removed;
+  ASSERT_TRUE(master_->Remove(remove, &removed).ok());
+  // Restarted again before the DROP_SSD reached it: its SSD lists k.
+  clock_.Advance(TestOptions().node_ttl_ms + 1);
+  Register("a", 16 * kMiB, 64 * kMiB, "host", 3, {}, {k});
+  EXPECT_FALSE(Peek("k").found());
+  EXPECT_TRUE(Has(Orders("a", 3), v1::TierMove::DROP_SSD, "k"));
+}
+
+TEST_F(UnheardTest, AKeyRemovedWhileItsStoreWasDeadStaysRemoved) {
+  MasterOptions o = TestOptions();
+  Make(o);
+  Register("a", 16 * kMiB);
+  Register("b", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB, 2).ok());
+  Orders("a", 1);
+  const v1::InventoryEntry k = Entry("k", "a");
+  // a falls silent and is declared dead; b heartbeats on.
+  clock_.Advance(o.node_ttl_ms + 1);
+  Orders("b", 1);
+  master_->Tick();
+  v1::RemoveRequest remove;
+  remove.add_keys("k");
+  v1::RemoveResponse removed;
+  ASSERT_TRUE(master_->Remove(remove, &removed).ok());
+  EXPECT_FALSE(Peek("k").found());
+  // The same process comes back, its memory intact (orphans and records).
+  Register("a", 16 * kMiB, 0, "host", 1, {}, {k});
+  EXPECT_FALSE(Peek("k").found());
+  EXPECT_TRUE(Has(Orders("a", 1), v1::TierMove::FORGET, "k"));
+}
+
+// A FORGET followed by a RECORD of the same range (the key put there
+// again) leaves the new block indexed.
+TEST_F(UnheardTest, AKeyPutAgainInTheSameRangeIsKept) {
+  Register("a", 2 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  Orders("a", 1);
+  const v1::InventoryEntry before = Entry("k", "a");
+  v1::RemoveRequest remove;
+  remove.add_keys("k");
+  v1::RemoveResponse removed;
+  ASSERT_TRUE(master_->Remove(remove, &removed).ok());
+  ASSERT_TRUE(Put("k", kMiB).ok());  // first fit: the same range
+  const v1::InventoryEntry after = Entry("k", "a");
+  ASSERT_EQ(after.offset(), before.offset());
+  Register("a", 2 * kMiB, 0, "host", 1, {}, {after});
+  EXPECT_TRUE(Peek("k").found());
+}
+
+TEST_F(UnheardTest, APromotionCommitsOnlyFromItsOwnStore) {
+  v1::PromoteCommitRequest commit;
+  commit.set_node_id("a");
+  commit.set_promote_id(1);
+  commit.set_ok(true);
+  Register("a", 16 * kMiB, 64 * kMiB);
+  Register("b", 16 * kMiB, 64 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  const std::string holder = Peek("k").replicas(0).store().node_id();
+  const std::string other = holder == "a" ? "b" : "a";
+  // k on SSD at `holder` (a restart brought it back there only).
+  v1::InventoryEntry e = Entry("k", holder);
+  e.set_tier(v1::TIER_SSD);
+  e.set_segment_id(0);
+  e.set_offset(0);
+  clock_.Advance(TestOptions().node_ttl_ms + 1);  // restarted
+  Register(holder, 16 * kMiB, 64 * kMiB, "host", 2, {}, {e});
+  v1::PromoteRequest req;
+  req.set_node_id(holder);
+  req.set_incarnation(2);
+  req.set_key("k");
+  req.set_size(kMiB);
+  req.set_checksum(42);
+  v1::PromoteResponse resp;
+  ASSERT_TRUE(master_->Promote(req, &resp).ok());
+  ASSERT_NE(resp.promote_id(), 0u);
+  commit.set_promote_id(resp.promote_id());
+  commit.set_node_id(other);
+  EXPECT_EQ(master_->PromoteCommit(commit).code(), absl::StatusCode::kNotFound);
+  commit.set_node_id(holder);
+  EXPECT_TRUE(master_->PromoteCommit(commit).ok());
+  EXPECT_EQ(Peek("k").replicas_size(), 2);
+}
+
+}  // namespace
+}  // namespace shelf
