@@ -56,7 +56,7 @@ void Master::TellAgainLocked(Node* n, const v1::InventoryEntry& e) {
 void Master::RememberUnheardLocked(uint32_t node) {
   Node& n = *nodes_[node];
   Unheard unheard = UnheardRemovalsLocked(&n);
-  auto remember = [&](const std::string& key) {
+  auto remember = [&](const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // Not a key this node holds a copy of now (put there again since).
     if (const Object* obj = FindLocked(key); obj != nullptr) {
       for (const Replica& r : obj->replicas) {
