@@ -511,6 +511,15 @@ absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* re
   return absl::OkStatus();
 }
 
+uint64_t Master::DramBytesOf(const std::string& key) {
+  absl::ReaderMutexLock lock(&mu_);
+  const Object* obj = FindSharedLocked(Hashed(key));
+  if (obj == nullptr) return 0;
+  uint64_t bytes = 0;
+  for (const Replica& r : obj->replicas) bytes += r.tier == v1::TIER_DRAM ? obj->size : 0;
+  return bytes;
+}
+
 bool Master::PinnedLocked(const Object& obj, uint64_t now) const {
   return obj.hard_pin || obj.pin_until_ms() > now;
 }

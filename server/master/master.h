@@ -161,6 +161,8 @@ class Master {
   // without a running lease are ignored.
   absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req);
   absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp);
+  // The bytes `key` (as kept) holds in DRAM, all replicas; 0 if absent.
+  uint64_t DramBytesOf(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   // Listing and bulk removal by pattern (master_keys.cc; the pattern forms
   // are in shelf.proto). ListKeys scans the whole index for each page: a
   // page costs O(keys) time, however small. INVALID_ARGUMENT: a pattern

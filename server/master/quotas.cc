@@ -177,7 +177,8 @@ void QuotaBook::DropHoldLocked(absl::flat_hash_map<std::string, Hold>& holds, co
   holds.erase(it);
 }
 
-absl::Status QuotaBook::ReservePut(const Principal& p, uint64_t bytes, uint32_t replicas) {
+absl::Status QuotaBook::ReservePut(const Principal& p, uint64_t bytes, uint32_t replicas,
+                                   uint64_t replaced_dram) {
   const QuotaLimits& mine = p.quotas;
   QuotaLimits theirs = TenantLimits(p.tenant);
   uint64_t total = bytes * std::max<uint32_t>(replicas, 1);
@@ -198,8 +199,10 @@ absl::Status QuotaBook::ReservePut(const Principal& p, uint64_t bytes, uint32_t 
                     absl::StrCat(u.put_bytes, " bytes in flight + ", total, " asked > ",
                                  q.put_bytes, " (", FormatBytes(q.put_bytes), ")"));
     }
-    // Stored bytes: what is in DRAM, what puts in flight will add, this put.
-    if (q.dram_bytes != 0 && u.dram + u.put_bytes + total > q.dram_bytes) {
+    // Stored bytes: what is in DRAM, what puts in flight will add, this put;
+    // less what a replace's commit frees (it holds both only until then).
+    const uint64_t stays = u.dram - std::min(u.dram, replaced_dram);
+    if (q.dram_bytes != 0 && stays + u.put_bytes + total > q.dram_bytes) {
       return Refuse(p, i == 1, "dram",
                     absl::StrCat(u.dram, " bytes stored + ", u.put_bytes, " in flight + ", total,
                                  " asked > ", q.dram_bytes, " (", FormatBytes(q.dram_bytes), ")"));
@@ -333,9 +336,10 @@ void QuotaBook::Released(const Principal& p, const std::string& kept_key) {
   DropHoldLocked(leases_, LeaseId(p.name, kept_key), /*pin=*/false);
 }
 
-absl::Status QuotaBook::BeforePut(const Principal& p, const v1::PutStartRequest& req) {
+absl::Status QuotaBook::BeforePut(const Principal& p, const v1::PutStartRequest& req,
+                                  uint64_t replaced_dram) {
   if (!active()) return absl::OkStatus();
-  return ReservePut(p, req.size(), req.options().replicas());
+  return ReservePut(p, req.size(), req.options().replicas(), replaced_dram);
 }
 
 void QuotaBook::AfterPut(const Principal& p, const v1::PutStartRequest& req, const absl::Status& s,

@@ -76,7 +76,10 @@ class QuotaBook {
   // undoes it when no put started (the key existed, an error). EndPut:
   // commit or abort (by the writer, or NOT_FOUND: the master reclaimed it).
   // Puts not ended are forgotten `ttl_ms` after they started.
-  absl::Status ReservePut(const Principal& p, uint64_t bytes, uint32_t replicas);
+  // `replaced_dram`: the DRAM bytes of the commit a replace takes the
+  // place of, not counted as staying.
+  absl::Status ReservePut(const Principal& p, uint64_t bytes, uint32_t replicas,
+                          uint64_t replaced_dram = 0);
   void PutStarted(const Principal& p, uint64_t put_id, uint64_t bytes, uint32_t replicas,
                   uint64_t ttl_ms);
   void CancelPut(const Principal& p, uint64_t bytes, uint32_t replicas);
@@ -102,8 +105,10 @@ class QuotaBook {
   bool TracksLeases(const Principal& p) const;
 
   // The service layer's calls (no-ops for a cluster without principals).
-  // Before and after a PutStart of the kept request `req`.
-  absl::Status BeforePut(const Principal& p, const v1::PutStartRequest& req);
+  // Before and after a PutStart of the kept request `req` (a replace:
+  // `replaced_dram`, the DRAM bytes of the key's commit now).
+  absl::Status BeforePut(const Principal& p, const v1::PutStartRequest& req,
+                         uint64_t replaced_dram = 0);
   void AfterPut(const Principal& p, const v1::PutStartRequest& req, const absl::Status& s,
                 const v1::PutStartResponse& resp, uint64_t put_timeout_ms);
   // After a PutCommit or PutAbort: each id whose status (`statuses`,

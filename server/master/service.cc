@@ -127,7 +127,9 @@ absl::Status MasterServiceImpl::PutStartWithQuota(const Principal& caller,
                                                   const v1::PutStartRequest& req,
                                                   v1::PutStartResponse* resp) {
   QuotaBook& quotas = master_->quotas();
-  if (absl::Status s = quotas.BeforePut(caller, req); !s.ok()) return s;
+  const uint64_t replaced =
+      quotas.active() && req.options().replace() ? master_->DramBytesOf(req.key()) : 0;
+  if (absl::Status s = quotas.BeforePut(caller, req, replaced); !s.ok()) return s;
   absl::Status s = master_->PutStart(req, req.options().client_host_id(), caller.name, resp);
   quotas.AfterPut(caller, req, s, *resp, master_->options().put_timeout_ms);
   return s;

@@ -200,6 +200,26 @@ TEST_F(QuotasTest, OverItsDramQuotaATenantIsRefusedNamingTheQuota) {
   EXPECT_TRUE(Pin("eng-q", "k1", 0).ok());
 }
 
+// A tenant at its DRAM quota can still replace a key's value: the commit
+// frees the old bytes (PutOptions.replace), so they do not count twice.
+TEST_F(QuotasTest, ATenantAtItsQuotaCanReplaceAKey) {
+  auto q = As("eng-q");
+  ASSERT_NE(q, nullptr);
+  std::string value(kSmall, 'q'), other(kSmall, 'r');
+  for (int i = 0; i < 4; ++i) {  // exactly the 1 MiB quota
+    ASSERT_TRUE(q->Put(absl::StrCat("r", i), value.data(), value.size()).ok()) << i;
+  }
+  PutOptions replace;
+  replace.replace = true;
+  Status s = q->Put("r0", other.data(), other.size(), replace);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::string got;
+  ASSERT_TRUE(q->Get("r0", &got).ok());
+  EXPECT_EQ(got, other);
+  // A new key is still over the quota.
+  EXPECT_EQ(q->Put("r4", value.data(), value.size()).code(), StatusCode::kResourceExhausted);
+}
+
 TEST_F(QuotasTest, APrincipalsStoredBytesQuotaCountsWhatItStoredWithinItsTenants) {
   auto p1 = As("eng-p1");  // dram=512KiB of its own
   auto p2 = As("eng-p2");  // none: only team-p's 1 MiB
