@@ -32,8 +32,7 @@ constexpr size_t kNotifyOutBytes = 256 << 10;    // flush a long pipeline's repl
 // the client reads (a pipeline of large GETs must not fill memory).
 constexpr size_t kUnsentBytesMax = 64 << 20;
 // A connection's commands read but not yet run; beyond it the server stops
-// reading it until they run down to half (a client that sends faster than
-// its commands run waits in TCP, not in the gateway's memory).
+// reading it until they run down to half (the client waits in TCP).
 constexpr int64_t kQueuedBytesMax = 64 << 20;
 // What a queued command costs besides its arguments.
 constexpr int64_t kCommandOverheadBytes = 128;
@@ -105,16 +104,15 @@ struct Connection {
   bool close_after ABSL_GUARDED_BY(mu) = false;
 };
 
-namespace {
 // Drops conn's queued commands and their charges.
-void DropQueueLocked(Connection* conn, ServerStats* stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn->mu) {
+static void DropQueueLocked(Connection* conn, ServerStats* stats)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn->mu) {
   for (const Connection::Pending& q : conn->queue) {
     stats->inflight_bytes.fetch_sub(q.bytes);
     conn->queued_bytes.fetch_sub(q.bytes);
   }
   conn->queue.clear();
 }
-}  // namespace
 
 RespServer::RespServer(const RespServerOptions& options, CommandHandler* handler,
                        ServerStats* stats)
@@ -276,18 +274,15 @@ void RespServer::Accept(int listen_fd) {
         accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     bool full = conns_.size() >= options_.max_clients;
     if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spare_fd_ >= 0) {
-      // Out of descriptors: the connection stays in the backlog and the
-      // listener, level-triggered, would wake the loop at once, forever.
-      // The spare descriptor makes room to take it and refuse it.
+      // Out of descriptors: the level-triggered listener would wake the loop
+      // forever. The spare descriptor makes room to take it and refuse it.
       close(spare_fd_);
       fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
       full = true;
       if (MonoMs() >= fd_warned_ms_ + 10000) {  // at most every 10 s
         fd_warned_ms_ = MonoMs();
-        SHELF_LOG(WARNING) << "out of file descriptors: connections refused; raise the "
-                              "open-file limit or lower --max-clients"
-                           << Kv("clients", conns_.size());
+        SHELF_LOG(WARNING) << "out of file descriptors: refusing clients" << Kv("n", conns_.size());
       }
     }
     if (fd < 0) return;  // EAGAIN, or a transient error: retried on the next event
@@ -411,9 +406,8 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
   bool queued = false;
   while (conn->reading) {
     if (conn->queued_bytes.load() > kQueuedBytesMax) {
-      // Enough waiting to run: the rest stays unparsed (counted at its
-      // size) and the socket unread until they run down to half
-      // (DrainNotified).
+      // The rest stays unparsed (counted at its size) and the socket unread
+      // until they run down to half (DrainNotified).
       if (!conn->paused) {
         conn->paused = true;
         UpdateEvents(conn.get());
@@ -443,10 +437,8 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
     break;
   }
   if (stats_->inflight_bytes.load() > static_cast<int64_t>(options_.max_inflight_bytes)) {
-    // Over the gateway's budget: the connection holding the most (input
-    // buffered, commands queued) gets -OOM and is closed, whichever it is,
-    // so that a client flooding the gateway does not make an innocent one
-    // caught mid-value pay for it.
+    // Over the budget: the connection holding the most gets -OOM and is
+    // closed, not whichever one was caught mid-value.
     std::shared_ptr<Connection> largest;
     int64_t most = 0;
     for (const auto& [fd, c] : conns_) {
@@ -661,9 +653,7 @@ void RespServer::DrainNotified() {
     if (conn->paused && conn->reading && conn->queued_bytes.load() < kQueuedBytesMax / 2) {
       conn->paused = false;
       UpdateEvents(conn.get());
-      // Parse what was left unparsed, and read on (OpenSSL may also hold
-      // decrypted input the socket no longer shows).
-      OnReadable(conn);
+      OnReadable(conn);  // parse what was left, read on (OpenSSL may hold more)
       if (conn->closed.load()) continue;
     }
     Flush(conn);
