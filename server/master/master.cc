@@ -365,9 +365,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
         put.replace && old != nullptr && (old->size != put.size || old->checksum != put.checksum)) {
       if (PinnedLocked(*old, now)) {
         // Pinned since the put started: the old value stays.
-        for (const Replica& r : put.ranges) FreeRangeLocked(r.node, r.segment, r.offset, put.size);
-        put_by_key_.erase(put.key);
-        puts_.erase(it);
+        AbortPutLocked(id);
         absl::Status pinned = PinnedError();
         st->set_code(static_cast<int>(pinned.code()));
         st->set_message(std::string(pinned.message()));
@@ -403,9 +401,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
       // store restart, a master failover) and its bytes differ: keys are
       // content addresses, so one copy is wrong. The index keeps what it
       // has; the writer learns its copy was not taken.
-      for (const Replica& r : put.ranges) FreeRangeLocked(r.node, r.segment, r.offset, put.size);
-      put_by_key_.erase(put.key);
-      puts_.erase(it);
+      AbortPutLocked(id);
       st->set_code(static_cast<int>(absl::StatusCode::kAlreadyExists));
       st->set_message("the key was registered meanwhile with other size or checksum");
       continue;

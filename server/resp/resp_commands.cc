@@ -318,11 +318,11 @@ void CommandHandler::MSet(Ctx& c) {
     keys.push_back(c.arg(i));
     value_at.push_back(i + 1);
   }
-  std::vector<PutItem> fresh;
+  std::vector<PutItem> items;
   for (size_t i = 0; i < keys.size(); ++i) {
     std::string* value = &(*c.args)[value_at[i]];
     value->push_back(kValueTrailer);
-    fresh.push_back(PutItem{keys[i], value->data(), value->size()});
+    items.push_back(PutItem{keys[i], value->data(), value->size()});
   }
   // Existing keys are replaced, each in one step (Store).
   PutOptions po;
@@ -330,9 +330,9 @@ void CommandHandler::MSet(Ctx& c) {
   po.replace = true;
   std::vector<Status> statuses;
   Status s;
-  for (size_t at = 0; at < fresh.size(); at += kBatchItemsMax) {
-    size_t end = std::min(fresh.size(), at + kBatchItemsMax);
-    std::vector<PutItem> part(fresh.begin() + at, fresh.begin() + end);
+  for (size_t at = 0; at < items.size(); at += kBatchItemsMax) {
+    size_t end = std::min(items.size(), at + kBatchItemsMax);
+    std::vector<PutItem> part(items.begin() + at, items.begin() + end);
     s = client_->BatchPut(part, &statuses, po);
     if (!s.ok()) return c.Error(ErrorText(s));
     for (const Status& st : statuses) {

@@ -14,6 +14,9 @@ bool ParseRespInt(absl::string_view text, int64_t* value) {
     text.remove_prefix(1);
   }
   if (text.empty() || text.size() > 19) return false;
+  // As Redis's string2ll: no leading zeros ("01", "-0"), so one number has
+  // one spelling.
+  if (text[0] == '0' && (text.size() > 1 || negative)) return false;
   uint64_t v = 0;
   for (char c : text) {
     if (c < '0' || c > '9') return false;

@@ -121,6 +121,21 @@ class MasterFixture : public ::testing::Test {
     return resp.objects(0);
   }
 
+  // Asks for a promotion of `key` (an SSD block of `size` and `checksum`)
+  // into `node`'s DRAM: the promotion's id, 0 when the master made none.
+  uint64_t Promote(const std::string& node, uint64_t incarnation, const std::string& key,
+                   uint64_t size, uint64_t checksum) {
+    v1::PromoteRequest req;
+    req.set_node_id(node);
+    req.set_incarnation(incarnation);
+    req.set_key(key);
+    req.set_size(size);
+    req.set_checksum(checksum);
+    v1::PromoteResponse resp;
+    EXPECT_TRUE(master_->Promote(req, &resp).ok());
+    return resp.promote_id();
+  }
+
   uint64_t DramUsed() {
     v1::StatusResponse st;
     master_->Status(&st);

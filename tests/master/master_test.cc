@@ -477,18 +477,11 @@ TEST_F(MasterFixture, PromotionAddsADramCopyBesideTheSsdOne) {
   e.set_checksum(9);
   e.set_tier(v1::TIER_SSD);
   Register("a", 8 * kMiB, 64 * kMiB, "h", 1, {}, {e});
-  v1::PromoteRequest req;
-  req.set_node_id("a");
-  req.set_incarnation(1);
-  req.set_key("cold");
-  req.set_size(kMiB);
-  req.set_checksum(9);
-  v1::PromoteResponse resp;
-  ASSERT_TRUE(master_->Promote(req, &resp).ok());
-  ASSERT_NE(resp.promote_id(), 0u);
+  uint64_t id = Promote("a", 1, "cold", kMiB, 9);
+  ASSERT_NE(id, 0u);
   v1::PromoteCommitRequest commit;
   commit.set_node_id("a");
-  commit.set_promote_id(resp.promote_id());
+  commit.set_promote_id(id);
   commit.set_ok(true);
   ASSERT_TRUE(master_->PromoteCommit(commit).ok());
   v1::ObjectLocation loc = Lookup("cold", false);
@@ -496,14 +489,9 @@ TEST_F(MasterFixture, PromotionAddsADramCopyBesideTheSsdOne) {
   EXPECT_EQ(loc.replicas(0).tier(), v1::TIER_DRAM);  // DRAM sorts first
   EXPECT_EQ(loc.replicas(1).tier(), v1::TIER_SSD);
   // A second promotion of the same block is a no-op.
-  v1::PromoteResponse again;
-  ASSERT_TRUE(master_->Promote(req, &again).ok());
-  EXPECT_EQ(again.promote_id(), 0u);
+  EXPECT_EQ(Promote("a", 1, "cold", kMiB, 9), 0u);
   // A wrong checksum never promotes.
-  req.set_checksum(10);
-  v1::PromoteResponse wrong;
-  ASSERT_TRUE(master_->Promote(req, &wrong).ok());
-  EXPECT_EQ(wrong.promote_id(), 0u);
+  EXPECT_EQ(Promote("a", 1, "cold", kMiB, 10), 0u);
 }
 
 // A soft pin with a TTL protects its block until exactly then.

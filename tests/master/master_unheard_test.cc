@@ -129,8 +129,6 @@ TEST_F(UnheardTest, AKeyPutAgainInTheSameRangeIsKept) {
 
 TEST_F(UnheardTest, APromotionCommitsOnlyFromItsOwnStore) {
   v1::PromoteCommitRequest commit;
-  commit.set_node_id("a");
-  commit.set_promote_id(1);
   commit.set_ok(true);
   Register("a", 16 * kMiB, 64 * kMiB);
   Register("b", 16 * kMiB, 64 * kMiB);
@@ -144,16 +142,9 @@ TEST_F(UnheardTest, APromotionCommitsOnlyFromItsOwnStore) {
   e.set_offset(0);
   clock_.Advance(TestOptions().node_ttl_ms + 1);  // restarted
   Register(holder, 16 * kMiB, 64 * kMiB, "host", 2, {}, {e});
-  v1::PromoteRequest req;
-  req.set_node_id(holder);
-  req.set_incarnation(2);
-  req.set_key("k");
-  req.set_size(kMiB);
-  req.set_checksum(42);
-  v1::PromoteResponse resp;
-  ASSERT_TRUE(master_->Promote(req, &resp).ok());
-  ASSERT_NE(resp.promote_id(), 0u);
-  commit.set_promote_id(resp.promote_id());
+  uint64_t id = Promote(holder, 2, "k", kMiB, 42);
+  ASSERT_NE(id, 0u);
+  commit.set_promote_id(id);
   commit.set_node_id(other);
   EXPECT_EQ(master_->PromoteCommit(commit).code(), absl::StatusCode::kNotFound);
   commit.set_node_id(holder);

@@ -98,6 +98,8 @@ TEST(RespParserTest, MalformedInputIsAnErrorAfterTheGoodCommands) {
       {"bulk longer than said", "*1\r\n$2\r\nPING\r\n", "CRLF"},
       {"missing CRLF after header", "*1\n$4\r\nPING\r\n", "CRLF"},
       {"negative bulk length", "*1\r\n$-5\r\n", "invalid bulk length"},
+      {"bulk length with a leading zero", "*1\r\n$04\r\nPING\r\n", "invalid bulk length"},
+      {"array length with a leading zero", "*01\r\n$4\r\nPING\r\n", "multibulk length"},
       {"2^63 bulk length", "*1\r\n$9223372036854775808\r\n", "invalid bulk length"},
       {"bulk over the max", "*1\r\n$1025\r\n", "max-value-size"},
       {"1 GiB array header", "*1073741824\r\n", "multibulk length"},
@@ -153,6 +155,10 @@ TEST(RespParserTest, ParseRespInt) {
   EXPECT_FALSE(ParseRespInt("-", &v));
   EXPECT_FALSE(ParseRespInt("1 ", &v));
   EXPECT_FALSE(ParseRespInt("+1", &v));
+  // Leading zeros are refused, as by Redis.
+  EXPECT_FALSE(ParseRespInt("01", &v));
+  EXPECT_FALSE(ParseRespInt("-0", &v));
+  EXPECT_FALSE(ParseRespInt("-01", &v));
 }
 
 TEST(RespWriterTest, Resp2AndResp3Encodings) {
