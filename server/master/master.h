@@ -114,6 +114,8 @@ struct MasterOptions {
   KvEventPublisher* events = nullptr;
 };
 
+class KeyMatcher;  // key_matcher.h
+
 class Master {
  public:
   // Metrics go to `exposition` (the process-wide default when null), which
@@ -459,16 +461,21 @@ class Master {
     // Keys removed while this node was dead (NoteRemovedLocked), which its
     // inventory must not bring back; at most kRemovedWhileDeadMax.
     absl::flat_hash_set<std::string> removed_while_dead;
+    // The patterns removed while it was dead (RemoveMatching): its blocks
+    // were not in the index then, so no key of theirs was noted above.
+    // At most kPatternsRemovedWhileDeadMax; a flush replaces them all.
+    std::vector<std::shared_ptr<const KeyMatcher>> patterns_removed_while_dead;
     bool removed_while_dead_overflow = false;
   };
   static constexpr size_t kRemovedWhileDeadMax = 1 << 20;
+  static constexpr size_t kPatternsRemovedWhileDeadMax = 1024;
   // What a registering store has not heard of (master_unheard.cc): FORGET
   // notices and DROP_SSD orders not delivered, keys removed while dead.
   struct Unheard {
     std::set<std::tuple<std::string, uint32_t, uint64_t>> forgets;  // key, segment id, offset
     absl::flat_hash_set<std::string> drops;                         // SSD copies of these keys
     absl::flat_hash_set<std::string> removed;                       // any copy of these keys
-    bool Covers(const v1::InventoryEntry& e) const;
+    std::vector<std::shared_ptr<const KeyMatcher>> patterns;        // keys the index lacks
   };
   struct PendingPut {
     std::string key;
@@ -697,6 +704,9 @@ class Master {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removals `n` has not heard of, taken from it (master_unheard.cc).
   Unheard UnheardRemovalsLocked(Node* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `u` says the copy `e` names was removed (not to be indexed).
+  bool UnheardCoversLocked(const Unheard& u, const v1::InventoryEntry& e)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells `n` again to drop the copy inventory entry `e` names.
   void TellAgainLocked(Node* n, const v1::InventoryEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A node declared dead keeps the removals it was not told of yet as
@@ -704,6 +714,11 @@ class Master {
   void RememberUnheardLocked(uint32_t node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A client removed `key`: dead nodes remember it (Node::removed_while_dead).
   void NoteRemovedLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A client removed the keys `pattern` matches: dead nodes remember it.
+  void NotePatternRemovedLocked(const std::shared_ptr<const KeyMatcher>& pattern)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs, once per death, that `n` forgets some of what was removed.
+  static void WarnRemovedOverflow(Node* n);
   // Block events (master_events.cc); no-ops without options_.events.
   // `put_info` (what the committing put carried) may be null.
   void EmitStoredLocked(const Object& obj, const Replica& r, const v1::BlockEventInfo* put_info)

@@ -2,8 +2,8 @@
 // by pattern (ListKeys, RemoveMatching; the pattern forms are described in
 // shelf.proto), and where a chain of blocks lives (Locate).
 #include <algorithm>
+#include <memory>
 #include <queue>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -11,123 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "server/master/key_matcher.h"
 #include "server/master/master.h"
 
 namespace shelf {
-namespace {
-
-// Redis's glob: `*` any run, `?` one byte, `[...]` a set (`^` or `!` first
-// negates, `a-z` a range), `\` escapes the next byte. The whole key must
-// match. Backtracks only to the last `*`, so time is O(|pattern| * |key|).
-bool GlobMatch(absl::string_view p, absl::string_view k) {
-  size_t pi = 0, ki = 0;
-  size_t star_p = absl::string_view::npos, star_k = 0;
-  while (ki < k.size()) {
-    bool advanced = false;
-    if (pi < p.size()) {
-      char c = p[pi];
-      if (c == '*') {
-        star_p = pi++;
-        star_k = ki;
-        continue;
-      }
-      if (c == '?') {
-        ++pi;
-        ++ki;
-        advanced = true;
-      } else if (c == '[') {
-        size_t j = pi + 1;
-        bool negate = j < p.size() && (p[j] == '^' || p[j] == '!');
-        if (negate) ++j;
-        bool hit = false;
-        bool first = true;
-        while (j < p.size() && (p[j] != ']' || first)) {
-          first = false;
-          char lo = p[j];
-          if (lo == '\\' && j + 1 < p.size()) lo = p[++j];
-          char hi = lo;
-          if (j + 2 < p.size() && p[j + 1] == '-' && p[j + 2] != ']') {
-            hi = p[j + 2];
-            if (hi == '\\' && j + 3 < p.size()) hi = p[++j + 2];
-            j += 2;
-          }
-          unsigned char kc = static_cast<unsigned char>(k[ki]);
-          if (static_cast<unsigned char>(lo) <= kc && kc <= static_cast<unsigned char>(hi)) {
-            hit = true;
-          }
-          ++j;
-        }
-        // An unclosed `[` matches itself.
-        if (j >= p.size()) {
-          if (k[ki] == '[') {
-            ++pi;
-            ++ki;
-            advanced = true;
-          }
-        } else if (hit != negate) {
-          pi = j + 1;
-          ++ki;
-          advanced = true;
-        }
-      } else {
-        if (c == '\\' && pi + 1 < p.size()) c = p[++pi];
-        if (c == k[ki]) {
-          ++pi;
-          ++ki;
-          advanced = true;
-        }
-      }
-    }
-    if (advanced) continue;
-    if (star_p == absl::string_view::npos) return false;
-    pi = star_p + 1;
-    ki = ++star_k;
-  }
-  while (pi < p.size() && p[pi] == '*') ++pi;
-  return pi == p.size();
-}
-
-// A compiled pattern: glob or regex; empty matches everything. With a
-// scope, only keys that start with it match, and the pattern sees the key
-// after it (a tenant's namespace: tenant_keys.h).
-class KeyMatcher {
- public:
-  absl::Status Init(const std::string& pattern, bool regex, const std::string& scope) {
-    scope_ = scope;
-    if (pattern.size() > kPatternBytesMax) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "pattern of ", pattern.size(), " bytes exceeds the limit of ", kPatternBytesMax));
-    }
-    pattern_ = pattern;
-    regex_ = regex && !pattern.empty();
-    if (regex_) {
-      try {
-        re_ = std::regex(pattern, std::regex::ECMAScript | std::regex::optimize);
-      } catch (const std::regex_error& e) {
-        return absl::InvalidArgumentError(absl::StrCat("bad regex: ", e.what()));
-      }
-    }
-    return absl::OkStatus();
-  }
-  bool Match(absl::string_view key) const {
-    if (!absl::ConsumePrefix(&key, scope_)) return false;
-    if (pattern_.empty()) return true;
-    if (!regex_) return GlobMatch(pattern_, key);
-    try {
-      return std::regex_search(key.begin(), key.end(), re_);
-    } catch (const std::regex_error&) {
-      return false;  // too complex for this key: not a match
-    }
-  }
-
- private:
-  std::string scope_;
-  std::string pattern_;
-  bool regex_ = false;
-  std::regex re_;
-};
-
-}  // namespace
 
 absl::Status Master::ListKeys(const v1::ListKeysRequest& req, v1::ListKeysResponse* resp,
                               const std::string& scope) {
@@ -177,8 +64,8 @@ absl::Status Master::ListKeys(const v1::ListKeysRequest& req, v1::ListKeysRespon
 
 absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
                                     v1::RemoveMatchingResponse* resp, const std::string& scope) {
-  KeyMatcher matcher;
-  if (absl::Status s = matcher.Init(req.pattern(), req.regex(), scope); !s.ok()) return s;
+  auto matcher = std::make_shared<KeyMatcher>();
+  if (absl::Status s = matcher->Init(req.pattern(), req.regex(), scope); !s.ok()) return s;
   uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;  // as Remove
@@ -191,7 +78,7 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
     absl::MutexLock shard_lock(&shard.mu);
     for (const Object& found : shard.objects) {
       Object& obj = Mut(found);
-      if (!matcher.Match(obj.key.view())) continue;
+      if (!matcher->Match(obj.key.view())) continue;
       if ((obj.hard_pin || obj.pin_until_ms() > now) && !req.force()) {
         ++pinned;
         continue;
@@ -206,6 +93,9 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
   // A flush (every key, none left behind) is one AllBlocksCleared per node
   // on the event stream instead of a removal per block.
   const bool flush = req.pattern().empty() && scope.empty() && !more && pinned == 0;
+  // Dead stores' blocks are not in the index: their inventories are
+  // checked against the pattern when they register again.
+  NotePatternRemovedLocked(matcher);
   events_muted_ = flush;
   for (Object* obj : victims) {
     NoteRemovedLocked(obj->key.str());

@@ -127,10 +127,10 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   // Inventory entries for the same block and range are then no news.
   // Removals it has not heard of stay removed (master_unheard.cc).
   for (const v1::InventoryEntry& e : orphans) {
-    if (!unheard.Covers(e)) AddInventoryLocked(idx, e, now);
+    if (!UnheardCoversLocked(unheard, e)) AddInventoryLocked(idx, e, now);
   }
   for (const v1::InventoryEntry& e : req.inventory()) {
-    if (unheard.Covers(e)) {
+    if (UnheardCoversLocked(unheard, e)) {
       TellAgainLocked(&n, e);
     } else {
       AddInventoryLocked(idx, e, now);

@@ -8,6 +8,7 @@
 // entries are not indexed, and the store is told again to drop them.
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "server/master/key_matcher.h"
 #include "server/master/master.h"
 
 namespace shelf {
@@ -27,14 +28,25 @@ Master::Unheard Master::UnheardRemovalsLocked(Node* n) {
     if (m.kind() == v1::TierMove::DROP_SSD) u.drops.insert(m.key());
   }
   u.removed = std::exchange(n->removed_while_dead, {});
+  u.patterns = std::exchange(n->patterns_removed_while_dead, {});
   n->removed_while_dead_overflow = false;
   return u;
 }
 
-bool Master::Unheard::Covers(const v1::InventoryEntry& e) const {
-  if (removed.contains(e.key())) return true;
-  if (e.tier() == v1::TIER_SSD) return drops.contains(e.key());
-  return forgets.count({e.key(), e.segment_id(), e.offset()}) != 0;
+bool Master::UnheardCoversLocked(const Unheard& u, const v1::InventoryEntry& e) {
+  if (u.removed.contains(e.key())) return true;
+  if (e.tier() == v1::TIER_SSD ? u.drops.contains(e.key())
+                               : u.forgets.count({e.key(), e.segment_id(), e.offset()}) != 0) {
+    return true;
+  }
+  // A pattern covers the keys it matches that the index does not hold: a
+  // key put again since is the index's, and the entry is judged against
+  // that commit as any other (AddInventoryLocked).
+  if (u.patterns.empty() || FindLocked(e.key()) != nullptr) return false;
+  for (const auto& pattern : u.patterns) {
+    if (pattern->Match(e.key())) return true;
+  }
+  return false;
 }
 
 void Master::TellAgainLocked(Node* n, const v1::InventoryEntry& e) {
@@ -77,16 +89,41 @@ void Master::NoteRemovedLocked(const std::string& key) {
     Node& n = *node;
     if (n.state != v1::NODE_DEAD) continue;
     if (n.removed_while_dead.size() >= kRemovedWhileDeadMax) {
-      if (!n.removed_while_dead_overflow) {
-        n.removed_while_dead_overflow = true;
-        SHELF_LOG(WARNING) << "too many keys removed while a store was dead: some may come back "
-                              "when it registers again"
-                           << Kv("node", n.endpoint.node_id());
-      }
+      WarnRemovedOverflow(&n);
       continue;
     }
     n.removed_while_dead.insert(key);
   }
+}
+
+void Master::NotePatternRemovedLocked(const std::shared_ptr<const KeyMatcher>& pattern) {
+  for (const auto& node : nodes_) {
+    Node& n = *node;
+    if (n.state != v1::NODE_DEAD) continue;
+    std::vector<std::shared_ptr<const KeyMatcher>>& patterns = n.patterns_removed_while_dead;
+    if (pattern->MatchesAll()) {  // a flush: nothing else to remember
+      patterns.assign(1, pattern);
+      continue;
+    }
+    // A large remove is several calls of one pattern (each removes a
+    // bounded number of keys): remembered once.
+    bool known = false;
+    for (const auto& p : patterns) known |= p->MatchesAll() || p->SameAs(*pattern);
+    if (known) continue;
+    if (patterns.size() >= kPatternsRemovedWhileDeadMax) {
+      WarnRemovedOverflow(&n);
+      continue;
+    }
+    patterns.push_back(pattern);
+  }
+}
+
+void Master::WarnRemovedOverflow(Node* n) {
+  if (n->removed_while_dead_overflow) return;
+  n->removed_while_dead_overflow = true;
+  SHELF_LOG(WARNING) << "too many keys removed while a store was dead: some may come back "
+                        "when it registers again"
+                     << Kv("node", n->endpoint.node_id());
 }
 
 }  // namespace shelf

@@ -109,6 +109,81 @@ TEST_F(UnheardTest, AKeyRemovedWhileItsStoreWasDeadStaysRemoved) {
   EXPECT_TRUE(Has(Orders("a", 1), v1::TierMove::FORGET, "k"));
 }
 
+// A pattern removed while a store was dead (RemoveMatching, RESP's DEL
+// by pattern and FLUSHALL): the dead store's blocks were not in the index,
+// so no key of theirs was noted one by one; the pattern itself is.
+TEST_F(UnheardTest, KeysRemovedByPatternWhileTheirStoreWasDeadStayRemoved) {
+  MasterOptions o = TestOptions();
+  Make(o);
+  Register("a", 16 * kMiB);
+  std::vector<v1::InventoryEntry> held;
+  for (const char* key : {"user:1", "user:2", "keep:1"}) {
+    ASSERT_TRUE(Put(key, kMiB).ok());
+    held.push_back(Entry(key, "a"));
+  }
+  Orders("a", 1);
+  clock_.Advance(o.node_ttl_ms + 1);
+  master_->Tick();  // a is dead; its blocks leave the index
+  v1::RemoveMatchingRequest req;
+  req.set_pattern("user:*");
+  v1::RemoveMatchingResponse resp;
+  ASSERT_TRUE(master_->RemoveMatching(req, &resp, "").ok());
+  EXPECT_EQ(resp.removed(), 0u);
+  // The same process comes back, its memory intact (orphans and records).
+  Register("a", 16 * kMiB, 0, "host", 1, {}, held);
+  EXPECT_FALSE(Peek("user:1").found());
+  EXPECT_FALSE(Peek("user:2").found());
+  EXPECT_TRUE(Peek("keep:1").found());
+  std::vector<v1::TierMove> orders = Orders("a", 1);
+  EXPECT_TRUE(Has(orders, v1::TierMove::FORGET, "user:1"));
+  EXPECT_TRUE(Has(orders, v1::TierMove::FORGET, "user:2"));
+  EXPECT_FALSE(Has(orders, v1::TierMove::FORGET, "keep:1"));
+}
+
+TEST_F(UnheardTest, AFlushWhileAStoreWasDeadLeavesNothingOfItsSsd) {
+  MasterOptions o = TestOptions();
+  Make(o);
+  Register("a", 16 * kMiB, 64 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  v1::InventoryEntry e = Entry("k", "a");
+  e.set_tier(v1::TIER_SSD);
+  e.set_segment_id(0);
+  e.set_offset(0);
+  clock_.Advance(o.node_ttl_ms + 1);
+  master_->Tick();
+  for (const char* pattern : {"x*", "", "y*"}) {  // the flush outlasts what follows
+    v1::RemoveMatchingRequest req;
+    req.set_pattern(pattern);
+    v1::RemoveMatchingResponse resp;
+    ASSERT_TRUE(master_->RemoveMatching(req, &resp, "").ok());
+  }
+  Register("a", 16 * kMiB, 64 * kMiB, "host", 2, {}, {e});  // restarted
+  EXPECT_FALSE(Peek("k").found());
+  EXPECT_TRUE(Has(Orders("a", 2), v1::TierMove::DROP_SSD, "k"));
+}
+
+// A key put again after the pattern went is the index's: a returning
+// store's copy of the same bytes is one more replica of it.
+TEST_F(UnheardTest, AKeyPutAgainAfterAPatternRemoveIsKept) {
+  MasterOptions o = TestOptions();
+  Make(o);
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("user:1", kMiB).ok());
+  const v1::InventoryEntry held = Entry("user:1", "a");
+  Orders("a", 1);
+  Register("b", 16 * kMiB);
+  clock_.Advance(o.node_ttl_ms + 1);
+  Orders("b", 1);
+  master_->Tick();  // a is dead, b lives
+  v1::RemoveMatchingRequest req;
+  req.set_pattern("user:*");
+  v1::RemoveMatchingResponse resp;
+  ASSERT_TRUE(master_->RemoveMatching(req, &resp, "").ok());
+  ASSERT_TRUE(Put("user:1", kMiB).ok());  // on b
+  Register("a", 16 * kMiB, 0, "host", 1, {}, {held});
+  EXPECT_EQ(Peek("user:1").replicas_size(), 2);
+}
+
 // A FORGET followed by a RECORD of the same range (the key put there
 // again) leaves the new block indexed.
 TEST_F(UnheardTest, AKeyPutAgainInTheSameRangeIsKept) {
