@@ -163,11 +163,13 @@ absl::Status ClientImpl::BatchGetIntoPinned(const std::vector<GetIntoItem>& item
 Status ClientImpl::BatchGetInto(const std::vector<GetIntoItem>& items,
                                 std::vector<Status>* statuses, std::vector<size_t>* sizes,
                                 Deadline deadline, const GpuSync& gpu) {
-  uint64_t deadline_ms = 0;
-  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
   if (statuses == nullptr) {
     return Status(StatusCode::kInvalidArgument, "BatchGetInto: null statuses");
   }
+  statuses->clear();  // empty unless the batch as a whole succeeds
+  if (sizes != nullptr) sizes->clear();
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
   std::vector<PinOr> pins = PinForGet(items);
   return FromAbsl(BatchGetIntoPinned(items, &pins, deadline_ms, gpu, statuses, sizes));
 }
@@ -239,11 +241,12 @@ absl::Status ClientImpl::BatchPutFromPinned(const std::vector<PutFromItem>& item
 
 Status ClientImpl::BatchPutFrom(const std::vector<PutFromItem>& items,
                                 std::vector<Status>* statuses, const PutOptions& options) {
-  uint64_t deadline_ms = 0;
-  if (absl::Status s = Begin(PutDeadline(options), &deadline_ms); !s.ok()) return FromAbsl(s);
   if (statuses == nullptr) {
     return Status(StatusCode::kInvalidArgument, "BatchPutFrom: null statuses");
   }
+  statuses->clear();  // empty unless the batch as a whole succeeds
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(PutDeadline(options), &deadline_ms); !s.ok()) return FromAbsl(s);
   if (!options.block.empty()) return Status(StatusCode::kInvalidArgument, kBatchBlockInfoError);
   std::vector<PinOr> pins = PinForPut(items);
   return FromAbsl(BatchPutFromPinned(items, &pins, options, deadline_ms, statuses));

@@ -183,10 +183,11 @@ class ClientImpl final : public Client {
                            const v1::WriteGrant* grant, char* local, uint64_t size,
                            uint64_t deadline_ms, const char** transport,
                            absl::string_view key = {});
-  // Tells the master that `replica` of `key` answered with bytes that do
-  // not match the checksum, so it leaves the index (best effort; needs the
-  // replica's read grant).
-  void ReportDataLoss(const std::string& key, const v1::Replica& replica, uint64_t deadline_ms);
+  // Tells the master that `replica` of `key` (the commit of `generation`)
+  // answered with bytes that do not match the checksum, so it leaves the
+  // index (best effort; needs the replica's read grant).
+  void ReportDataLoss(const std::string& key, uint64_t generation, const v1::Replica& replica,
+                      uint64_t deadline_ms);
   // Reads one object from the best replica that answers with the right
   // bytes. `dst` holds at least loc.size() bytes.
   // `cached`: `loc` comes from the location cache (no lease protects its

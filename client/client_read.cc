@@ -251,7 +251,7 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst, ui
     if (!s.ok()) {
       // A store that found its own copy corrupt (an SSD blob) says so.
       if (!cached && s.code() == absl::StatusCode::kDataLoss) {
-        ReportDataLoss(loc.key(), r, deadline_ms);
+        ReportDataLoss(loc.key(), loc.generation(), r, deadline_ms);
       }
       last = s;
       continue;
@@ -272,7 +272,7 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst, ui
         stats_.checksum_mismatches.fetch_add(1);
         // Read under a lease: the range held this block, so the replica is
         // corrupt. The master drops it, so later readers go elsewhere.
-        ReportDataLoss(loc.key(), r, deadline_ms);
+        ReportDataLoss(loc.key(), loc.generation(), r, deadline_ms);
       }
       mismatch = true;
       last = absl::DataLossError(
@@ -298,11 +298,12 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst, ui
   return last;
 }
 
-void ClientImpl::ReportDataLoss(const std::string& key, const v1::Replica& replica,
-                                uint64_t deadline_ms) {
+void ClientImpl::ReportDataLoss(const std::string& key, uint64_t generation,
+                                const v1::Replica& replica, uint64_t deadline_ms) {
   if (replica.read_grant().empty()) return;
   v1::ReportDataLossRequest req;
   req.set_key(key);
+  req.set_generation(generation);
   *req.mutable_replica() = replica;
   v1::ReportDataLossResponse resp;
   // Bounded: the read goes on to the next replica either way.
@@ -580,11 +581,12 @@ Status ClientImpl::Get(const std::string& key, std::string* out, Deadline deadli
 
 Status ClientImpl::BatchGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
                             std::vector<Status>* statuses, Deadline deadline) {
-  uint64_t deadline_ms = 0;
-  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
   if (values == nullptr || statuses == nullptr) {
     return Status(StatusCode::kInvalidArgument, "BatchGet: null values or statuses");
   }
+  statuses->clear();  // empty unless the batch as a whole succeeds
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
   if (absl::Status s = ValidateBatchSize(keys.size(), "keys"); !s.ok()) return FromAbsl(s);
   for (const std::string& k : keys) {
     if (absl::Status s = ValidateKey(k); !s.ok()) return FromAbsl(s);

@@ -161,6 +161,10 @@ absl::Status ClientImpl::PutOnce(const HostPut& item, const PutOptions& options,
         std::vector<absl::Status> committed;
         s = Commit({started.put_id()}, deadline_ms, &committed);
         ForgetCached(*item.key);
+        // Unanswered (the call failed, perhaps unsent): ended either way, or
+        // the put would hold its ranges and the key until it expires. An
+        // abort of a put that did commit changes nothing (NOT_FOUND).
+        if (!s.ok()) Abort({started.put_id()});
         return s.ok() ? committed[0] : s;
       }
       case v1::PUT_IN_FLIGHT:
@@ -226,11 +230,19 @@ absl::Status ClientImpl::PutUniqueBlocks(const std::vector<HostPut>& items,
   if (!s.ok()) return s;
   if (resp.results_size() != static_cast<int>(items.size()) ||
       resp.statuses_size() != static_cast<int>(items.size())) {
+    std::vector<uint64_t> started;
+    for (const v1::PutStartResponse& r : resp.results()) {
+      if (r.state() == v1::PUT_STARTED) started.push_back(r.put_id());
+    }
+    Abort(started);
     return absl::InternalError("malformed batch put response");
   }
-  // Write every started block in parallel; blocks another writer is putting
-  // go through the single-block path, which waits for that writer.
-  enum class Next { kDone, kCommit, kAbort };
+  // Write every started block in parallel. Blocks another writer is putting
+  // wait for that writer (the single-block path), but only after this
+  // batch's own puts are committed: another batch may be waiting for those
+  // (two batches of the same keys, started interleaved, would otherwise
+  // each wait for the other until their deadlines).
+  enum class Next { kDone, kCommit, kAbort, kAfter };
   std::vector<Next> next(items.size(), Next::kDone);
   Parallel(items.size(), [&](size_t i) {
     absl::Status st = FromRpcStatus(resp.statuses(static_cast<int>(i)));
@@ -242,13 +254,13 @@ absl::Status ClientImpl::PutUniqueBlocks(const std::vector<HostPut>& items,
       (*statuses)[i] = st;
       next[i] = st.ok() ? Next::kCommit : Next::kAbort;
     } else if (started.state() == v1::PUT_IN_FLIGHT) {
-      (*statuses)[i] = PutWithRetry(items[i], options, deadline_ms);
+      next[i] = Next::kAfter;
     } else if (started.state() != v1::PUT_ALREADY_EXISTS) {
       (*statuses)[i] = absl::InternalError("unknown PutStart state");
     }
   });
   std::vector<uint64_t> commit_ids, abort_ids;
-  std::vector<size_t> committing;
+  std::vector<size_t> committing, retry;
   for (size_t i = 0; i < items.size(); ++i) {
     uint64_t id = resp.results(static_cast<int>(i)).put_id();
     if (next[i] == Next::kCommit) {
@@ -256,18 +268,21 @@ absl::Status ClientImpl::PutUniqueBlocks(const std::vector<HostPut>& items,
       committing.push_back(i);
     } else if (next[i] == Next::kAbort) {
       abort_ids.push_back(id);
+    } else if (next[i] == Next::kAfter) {
+      retry.push_back(i);
     }
   }
   Abort(abort_ids);
-  if (commit_ids.empty()) return absl::OkStatus();
-  std::vector<absl::Status> committed;
-  s = Commit(commit_ids, deadline_ms, &committed);
-  for (size_t i : committing) ForgetCached(*items[i].key);
-  std::vector<size_t> retry;
-  for (size_t j = 0; j < committing.size(); ++j) {
-    size_t i = committing[j];
-    (*statuses)[i] = s.ok() ? committed[j] : s;
-    if ((*statuses)[i].code() == absl::StatusCode::kAborted) retry.push_back(i);
+  if (!commit_ids.empty()) {
+    std::vector<absl::Status> committed;
+    s = Commit(commit_ids, deadline_ms, &committed);
+    if (!s.ok()) Abort(commit_ids);  // unanswered: ended either way (PutOnce)
+    for (size_t i : committing) ForgetCached(*items[i].key);
+    for (size_t j = 0; j < committing.size(); ++j) {
+      size_t i = committing[j];
+      (*statuses)[i] = s.ok() ? committed[j] : s;
+      if ((*statuses)[i].code() == absl::StatusCode::kAborted) retry.push_back(i);
+    }
   }
   Parallel(retry.size(), [&](size_t j) {
     (*statuses)[retry[j]] = PutWithRetry(items[retry[j]], options, deadline_ms);
@@ -291,9 +306,10 @@ Status ClientImpl::Put(const std::string& key, const void* data, size_t size,
 
 Status ClientImpl::BatchPut(const std::vector<PutItem>& items, std::vector<Status>* statuses,
                             const PutOptions& options) {
+  if (statuses == nullptr) return Status(StatusCode::kInvalidArgument, "BatchPut: null statuses");
+  statuses->clear();  // empty unless the batch as a whole succeeds
   uint64_t deadline_ms = 0;
   if (absl::Status s = Begin(PutDeadline(options), &deadline_ms); !s.ok()) return FromAbsl(s);
-  if (statuses == nullptr) return Status(StatusCode::kInvalidArgument, "BatchPut: null statuses");
   if (!options.block.empty()) return Status(StatusCode::kInvalidArgument, kBatchBlockInfoError);
   if (absl::Status s = ValidateBatchSize(items.size(), "blocks"); !s.ok()) return FromAbsl(s);
   statuses->assign(items.size(), Status());

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -17,7 +18,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/errno_text.h"
+#include "common/log.h"
 #include "common/secret_file.h"
 
 namespace shelf {
@@ -155,6 +158,18 @@ absl::StatusOr<int> TcpConnect(const HostPort& addr, uint64_t timeout_ms) {
   }
   freeaddrinfo(*res);
   return last;
+}
+
+void PauseAfterAcceptError(int err, const char* listener) {
+  static std::atomic<uint64_t> logged_ms{0};
+  const uint64_t now = MonoMs();
+  uint64_t last = logged_ms.load();
+  if ((last == 0 || now - last >= 10000) && logged_ms.compare_exchange_strong(last, now)) {
+    SHELF_LOG(WARNING) << "accept failed; accepting again"
+                       << (err == EMFILE || err == ENFILE ? " (out of file descriptors)" : "")
+                       << Kv("listener", listener) << Kv("error", ErrnoText(err));
+  }
+  usleep(10000);
 }
 
 void SetIoTimeoutMs(int fd, uint64_t timeout_ms) {

@@ -30,6 +30,11 @@ absl::StatusOr<int> TcpListen(const HostPort& addr, HostPort* bound, int backlog
 absl::StatusOr<int> TcpConnect(const HostPort& addr, uint64_t timeout_ms);
 // Sets SO_RCVTIMEO and SO_SNDTIMEO (0 = none).
 void SetIoTimeoutMs(int fd, uint64_t timeout_ms);
+// For a listener whose accept() failed with `err`, other than EINTR and
+// ECONNABORTED: out of descriptors or memory, a network error passed on
+// (accept(2)). Logs it (at most every 10 s) and sleeps 10 ms; the caller
+// then accepts again: no error ends a listener that is not stopping.
+void PauseAfterAcceptError(int err, const char* listener);
 
 // Write/read exactly the bytes described by `iov` (modified in place).
 // UNAVAILABLE on a closed or failed peer, DEADLINE_EXCEEDED on timeout.

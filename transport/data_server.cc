@@ -13,6 +13,8 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "absl/base/internal/endian.h"
@@ -108,13 +110,8 @@ void DataServer::AcceptLoop() {
         accept4(listen_fd_, reinterpret_cast<struct sockaddr*>(&peer), &peer_len, SOCK_CLOEXEC);
     if (fd < 0) {
       if (stopping_.load()) break;
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE) {
-        SHELF_LOG(WARNING) << "out of file descriptors: refusing connections";
-        usleep(10000);
-        continue;
-      }
-      break;
+      if (errno != EINTR && errno != ECONNABORTED) PauseAfterAcceptError(errno, "data");
+      continue;
     }
     // Answers are small frames written back to back when a client
     // pipelines: Nagle would hold each behind the last one's ACK.
@@ -133,7 +130,16 @@ void DataServer::AcceptLoop() {
     fds_.insert(fd);
     live_.fetch_add(1);
     const uint64_t deadline_ms = MonoMs() + options_.handshake_timeout_ms;
-    std::thread([this, fd, deadline_ms] { Serve(fd, deadline_ms); }).detach();
+    try {
+      // Serve waits for mu_ (held here) before it touches fds_.
+      std::thread([this, fd, deadline_ms] { Serve(fd, deadline_ms); }).detach();
+    } catch (const std::system_error& e) {  // out of threads or memory
+      SHELF_LOG(WARNING) << "connection refused: no thread to serve it" << Kv("error", e.what());
+      pending_.erase(fd);
+      fds_.erase(fd);
+      live_.fetch_sub(1);
+      close(fd);
+    }
   }
 }
 
@@ -458,8 +464,8 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
         verdict = absl::OutOfRangeError(
             absl::StrCat("write [", h.offset, ", +", h.length, ") outside segment of ", seg->size));
       }
+      absl::StatusOr<wire::Grant> grant = wire::DecodeGrant(extra);
       if (verdict.ok()) {
-        absl::StatusOr<wire::Grant> grant = wire::DecodeGrant(extra);
         verdict = grant.ok() ? handler_->CheckWrite(*grant, h.segment_id, h.offset, h.length)
                              : grant.status();
       }
@@ -468,10 +474,16 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
         if (Reply(fd, mac, h, verdict, nullptr, 0)) DrainRejectedPayload(fd, h.length);
         return false;
       }
-      if (!wire::ReadPayload(fd, &conn->session, seg->base + h.offset, h.length).ok() ||
-          !tagged()) {
+      // No byte lands after the grant expires: the range may be another
+      // put's by then (a frame trickled in, a byte at a time).
+      absl::Status payload = wire::ReadPayload(fd, &conn->session, seg->base + h.offset, h.length,
+                                               WriteDeadline(*grant));
+      SetIoTimeoutMs(fd, options_.io_timeout_ms);
+      if (!payload.ok()) {
+        SHELF_LOG(WARNING) << "write payload not taken" << Kv("error", payload.message());
         return false;
       }
+      if (!tagged()) return false;
       handler_->OnWrite(h.length);
       return Reply(fd, mac, h, absl::OkStatus(), nullptr, 0);
     }
@@ -543,8 +555,10 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
                              : handler_->ReadKeyInto(key, buf, (h.length + 4095) & ~4095ull, &size);
         if (s.code() != absl::StatusCode::kUnimplemented &&
             s.code() != absl::StatusCode::kOutOfRange) {
+          // Another size is another commit of the key (replaced since the
+          // reader's lookup), not a corrupt one: the reader asks again.
           if (s.ok() && size != h.length) {
-            s = absl::DataLossError(
+            s = absl::FailedPreconditionError(
                 absl::StrCat("SSD block is ", size, " bytes, expected ", h.length));
           }
           return Reply(fd, mac, h, s, buf, s.ok() ? size : 0);
@@ -553,7 +567,7 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
       std::string value;
       absl::Status s = handler_->ReadKey(key, &value);
       if (s.ok() && h.length != 0 && value.size() != h.length) {
-        s = absl::DataLossError(
+        s = absl::FailedPreconditionError(
             absl::StrCat("SSD block is ", value.size(), " bytes, expected ", h.length));
       }
       return Reply(fd, mac, h, s, value.data(), value.size());
@@ -594,12 +608,21 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
   return false;
 }
 
+uint64_t DataServer::WriteDeadline(const wire::Grant& grant) {
+  const uint64_t left = handler_->WriteMsLeft(grant);
+  if (left == UINT64_MAX) return 0;
+  // At least 1: 0 would mean no bound. A grant that expires before the
+  // next byte takes none.
+  return std::max<uint64_t>(MonoMs() + left, 1);
+}
+
 bool DataServer::HandlePull(int fd, const wire::Header& h, const std::string& extra,
                             Connection* conn) {
   // A refused pull moved nothing and carries no payload: the connection
   // stays open either way.
   absl::StatusOr<DataHandler::Region> seg = handler_->Segment(h.segment_id);
   absl::Status verdict = seg.status();
+  uint64_t deadline_ms = MonoMs() + options_.io_timeout_ms;
   if (verdict.ok() && (options_.rdma == nullptr || conn->rdma == nullptr)) {
     verdict = absl::FailedPreconditionError("RDMA_PULL before RDMA_CONNECT on this connection");
   }
@@ -615,13 +638,15 @@ bool DataServer::HandlePull(int fd, const wire::Header& h, const std::string& ex
         wire::DecodeGrant(absl::string_view(extra).substr(wire::kRdmaSourceBytes));
     verdict = grant.ok() ? handler_->CheckWrite(*grant, h.segment_id, h.offset, h.length)
                          : grant.status();
+    const uint64_t grant_deadline = verdict.ok() ? WriteDeadline(*grant) : 0;
+    if (grant_deadline != 0) deadline_ms = std::min(deadline_ms, grant_deadline);
   }
   if (!verdict.ok()) {
     SHELF_LOG(WARNING) << "rdma pull refused" << Kv("error", verdict.message());
     return Reply(fd, &conn->session, h, verdict, nullptr, 0);
   }
   verdict = options_.rdma->Pull(conn->rdma.get(), seg->base + h.offset, h.length, *source,
-                                MonoMs() + options_.io_timeout_ms);
+                                deadline_ms);
   if (verdict.ok()) handler_->OnPull(h.length);
   return Reply(fd, &conn->session, h, verdict, nullptr, 0);
 }

@@ -64,6 +64,10 @@ class DataHandler {
   // OK iff `grant` allows writing [offset, offset+length) of `segment_id`.
   virtual absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                                   uint64_t length) = 0;
+  // How long (ms) bytes written under `grant`, which CheckWrite accepted,
+  // may still land: until it expires by the handler's clock, after which
+  // the master may give the range to another put. Default: no bound.
+  virtual uint64_t WriteMsLeft(const wire::Grant& grant) { return UINT64_MAX; }
   // OK iff a READ (`range`: [offset, offset+length) of `segment_id`) or a
   // READ_KEY of `key` may be served under `credential`, the frame's read
   // credential (wire::DecodeReadCredential: grant, then key; empty when the
@@ -248,6 +252,8 @@ class DataServer {
   // `head`: the header's bytes, as they came (the tag covers them).
   bool HandleFrame(int fd, const char* head, const wire::Header& h, Connection* conn);
   bool HandlePull(int fd, const wire::Header& h, const std::string& extra, Connection* conn);
+  // When bytes under `grant` stop being taken (MonoMs; 0: no bound).
+  uint64_t WriteDeadline(const wire::Grant& grant);
 
   const Options options_;
   DataHandler* const handler_;

@@ -227,7 +227,7 @@ namespace {
 
 absl::Status SetLeft(int fd, uint64_t deadline_ms) {
   uint64_t now = MonoMs();
-  if (now >= deadline_ms) return absl::DeadlineExceededError("handshake deadline passed");
+  if (now >= deadline_ms) return absl::DeadlineExceededError("deadline passed");
   SetIoTimeoutMs(fd, deadline_ms - now);
   return absl::OkStatus();
 }

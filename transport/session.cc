@@ -207,11 +207,13 @@ absl::Status SendFrame(int fd, Session* s, const Header& h, const struct iovec* 
   return StreamWritev(fd, s, out, n);
 }
 
-absl::Status ReadPayload(int fd, Session* via, char* dst, uint64_t n) {
+absl::Status ReadPayload(int fd, Session* via, char* dst, uint64_t n, uint64_t deadline_ms) {
   constexpr uint64_t kChunk = 256 << 10;
   while (n > 0) {
     uint64_t chunk = n < kChunk ? n : kChunk;
-    if (absl::Status s = StreamRead(fd, via, dst, chunk); !s.ok()) return s;
+    absl::Status s = deadline_ms == 0 ? StreamRead(fd, via, dst, chunk)
+                                      : StreamReadBefore(fd, via, dst, chunk, deadline_ms);
+    if (!s.ok()) return s;
     via->recv.AddPayload(dst, chunk);
     dst += chunk;
     n -= chunk;

@@ -129,8 +129,11 @@ absl::Status ClientHandshake(int fd, absl::string_view secret, Session* session,
                              bool tag_payload = false);
 
 // Reads n payload bytes into dst, adding them to the session's receiving
-// tag as they come (while they are in cache) when it covers them.
-absl::Status ReadPayload(int fd, Session* s, char* dst, uint64_t n);
+// tag as they come (while they are in cache) when it covers them. With a
+// `deadline_ms` (MonoMs; 0: none), no byte is taken after it, however
+// slowly the peer sends (DEADLINE_EXCEEDED), and the socket's receive
+// timeout is left changed: the caller sets it again.
+absl::Status ReadPayload(int fd, Session* s, char* dst, uint64_t n, uint64_t deadline_ms = 0);
 
 // Encodes `h`, tags it with `rest` (h.extra_len bytes of extra, then the
 // payload, which the tag covers as the session says) under the session's

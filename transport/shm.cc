@@ -11,13 +11,17 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
+#include <thread>
 
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/errno_text.h"
 #include "common/hmac.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "transport/data_tls.h"
 #include "transport/fd_passing.h"
 #include "transport/shm_handshake.h"
 
@@ -172,8 +176,9 @@ void ShmServer::Loop() {
   while (!stopping_.load()) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      break;
+      if (stopping_.load()) break;
+      if (errno != EINTR && errno != ECONNABORTED) PauseAfterAcceptError(errno, "shm");
+      continue;
     }
     // Handshakes are tiny and bounded by a timeout, so one thread serves them.
     SetIoTimeoutMs(fd, 2000);
@@ -207,10 +212,19 @@ void ShmServer::Loop() {
     auto c = std::make_unique<Connection>();
     c->fd = fd;
     Connection* raw = c.get();
-    c->thread = std::thread([this, raw] {
-      ServeShmWrites(raw->fd, writes_);
-      raw->done.store(true);
-    });
+    try {
+      c->thread = std::thread([this, raw] {
+        ServeShmWrites(raw->fd, writes_);
+        // Its peer sees the end now, not at the next attach's reaping.
+        shutdown(raw->fd, SHUT_RDWR);
+        raw->done.store(true);
+      });
+    } catch (const std::system_error& e) {  // out of threads or memory
+      SHELF_LOG(WARNING) << "shared-memory attach refused: no thread to serve it"
+                         << Kv("error", e.what());
+      close(fd);
+      continue;
+    }
     connections_.push_back(std::move(c));
   }
 }
@@ -221,8 +235,12 @@ bool ShmServer::ServeOne(int fd, bool peer_allowed) {
   absl::little_endian::Store32(hello, kShmMagic);
   std::memcpy(hello + 4, nonce.data(), kShmNonceBytes);
   if (!WriteFull(fd, hello, sizeof(hello)).ok()) return false;
+  // Within 2 s in all: a peer sending a byte a second does not hold the
+  // one thread that serves every attach.
   std::string mac(kMacBytes, '\0');
-  if (!ReadFull(fd, mac.data(), mac.size()).ok()) return false;
+  if (!wire::StreamReadBefore(fd, nullptr, mac.data(), mac.size(), MonoMs() + 2000).ok()) {
+    return false;
+  }
   const bool authentic = secret_.empty() || ConstantTimeEqual(mac, ShmMac(secret_, nonce));
   const bool ok = authentic && peer_allowed;
   const absl::StatusCode code = ok           ? absl::StatusCode::kOk

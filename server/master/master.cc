@@ -315,11 +315,13 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   if (req.has_block_info() && options_.events != nullptr) {
     put.event_info = std::make_unique<v1::BlockEventInfo>(req.block_info());
   }
-  put.deadline_ms = now + options_.put_timeout_ms;
   put.replace = req.options().replace();
   absl::StatusOr<bool> placed = PlaceRangesLocked(req, candidates, *want, &put, resp);
   if (!placed.ok()) return placed.status();
   if (!*placed) return absl::OkStatus();  // answered: the key appeared meanwhile
+  // From now, as the grants' expiry below: placement may have waited for
+  // room, and the ranges must not be reclaimed before the grants expire.
+  put.deadline_ms = clock_->NowMs() + options_.put_timeout_ms;
   uint64_t put_id = NewPutIdLocked();
   uint64_t expires_unix = clock_->UnixMs() + options_.put_timeout_ms;
   resp->set_state(v1::PUT_STARTED);
@@ -373,7 +375,9 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
       }
       // The old commit goes as by a Remove (ranges under a read lease are
       // freed when the lease ends), and the new one takes its place below,
-      // under the same hold of mu_: no reader sees the key missing.
+      // under the same hold of mu_: no reader sees the key missing. Dead
+      // stores' copies of the old value stay out when they return.
+      NoteRemovedLocked(put.key);
       EraseObjectLocked(old, now);
       metrics_.replaces.Increment();
     }
@@ -413,7 +417,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
       bool have = false;
       for (const Replica& o : obj.replicas) have |= o.node == r.node && o.tier == r.tier;
       if (have || obj.replicas.size() >= kReplicasMax) {
-        FreeRangeLocked(r.node, r.segment, r.offset, put.size);
+        FreeAfterGrantsLocked(put, r);
         continue;
       }
       LruList& lru = nodes_[r.node]->segments[r.segment].lru;
@@ -432,11 +436,13 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
 void Master::AbortPutLocked(uint64_t put_id) {
   auto it = puts_.find(put_id);
   if (it == puts_.end()) return;
-  for (const Replica& r : it->second.ranges) {
-    FreeRangeLocked(r.node, r.segment, r.offset, it->second.size);
-  }
+  for (const Replica& r : it->second.ranges) FreeAfterGrantsLocked(it->second, r);
   put_by_key_.erase(it->second.key);
   puts_.erase(it);
+}
+
+void Master::FreeAfterGrantsLocked(const PendingPut& put, const Replica& r) {
+  deferred_.push_back({put.deadline_ms + options_.grant_skew_ms, r.node, r.segment, r.offset, put.size});
 }
 
 void Master::PutAbort(const v1::PutAbortRequest& req, const std::string& owner,
@@ -466,11 +472,7 @@ void Master::PutAbort(const v1::PutAbortRequest& req, const std::string& owner,
     // The put's write grants stay valid at the stores until they expire, so
     // its ranges are not handed to another put before then: a leftover
     // grant can only write bytes nobody will read.
-    for (const Replica& r : it->second.ranges) {
-      deferred_.push_back({it->second.deadline_ms, r.node, r.segment, r.offset, it->second.size});
-    }
-    put_by_key_.erase(it->second.key);
-    puts_.erase(it);
+    AbortPutLocked(id);
     metrics_.puts_aborted.Increment();
     st->set_code(0);
   }

@@ -75,6 +75,10 @@ struct MasterOptions {
   uint64_t node_ttl_ms = 3000;           // silence after which a store is dead
   uint64_t heartbeat_interval_ms = 500;  // told to stores at registration
   uint64_t put_timeout_ms = 30000;       // an open put is reclaimed after this
+  // A store checks a write grant's expiry by its own clock: the ranges of
+  // a put that ended uncommitted go to other puts only this long after
+  // its grants expire (clock skew between master and stores).
+  uint64_t grant_skew_ms = 1000;
   uint64_t lease_ms = 5000;              // read lease granted by lookups
   double evict_high = 0.95;              // segment fill that starts eviction
   double evict_low = 0.85;               // eviction stops below this fill
@@ -621,6 +625,11 @@ class Master {
   void FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortPutLocked(uint64_t put_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees range `r` of `put` once the put's write grants have expired at
+  // every store (grant_skew_ms after its deadline): until then a late
+  // frame under its grant may still land there.
+  void FreeAfterGrantsLocked(const PendingPut& put, const Replica& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocates `size` bytes on `node`, evicting LRU objects there if needed.
   // With `allow_drop`, drops LRU objects there (no demotion) until it fits;
   // without, only orders demotions (asynchronous) and fails.

@@ -101,6 +101,9 @@ absl::Status Master::ReportDataLoss(const v1::ReportDataLossRequest& req,
   }
   Object* obj = FindLocked(req.key());
   if (obj == nullptr) return absl::NotFoundError("the key is no longer indexed");
+  if (req.generation() != 0 && obj->generation != 0 && req.generation() != obj->generation) {
+    return absl::FailedPreconditionError("the key was replaced since the reader's lookup");
+  }
   for (size_t k = 0; k < obj->replicas.size(); ++k) {
     const Replica& r = obj->replicas[k];
     if (r.node != node || r.tier != rep.tier()) continue;

@@ -260,7 +260,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
     if (it == puts_.end()) continue;
     // Ranges on this node need no free (its allocators are reset); others do.
     for (const Replica& r : it->second.ranges) {
-      if (r.node != node) FreeRangeLocked(r.node, r.segment, r.offset, it->second.size);
+      if (r.node != node) FreeAfterGrantsLocked(it->second, r);
     }
     put_by_key_.erase(it->second.key);
     puts_.erase(it);

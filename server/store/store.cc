@@ -94,6 +94,11 @@ absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, ui
   return s;
 }
 
+uint64_t Store::WriteMsLeft(const wire::Grant& grant) {
+  const uint64_t now = clock_->UnixMs();
+  return grant.expires_unix_ms > now ? grant.expires_unix_ms - now : 0;
+}
+
 absl::Status Store::CheckRead(absl::string_view credential, absl::string_view key, bool range,
                               uint32_t segment_id, uint64_t offset, uint64_t length) {
   if (options_.secret.empty() || !options_.read_grants) return absl::OkStatus();

@@ -142,6 +142,7 @@ class Store : public DataHandler {
   absl::StatusOr<Region> Segment(uint32_t id) override;
   absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                           uint64_t length) override ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t WriteMsLeft(const wire::Grant& grant) override;
   absl::Status CheckRead(absl::string_view credential, absl::string_view key, bool range,
                          uint32_t segment_id, uint64_t offset, uint64_t length) override
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -191,6 +191,12 @@ TEST_F(ClientClusterTest, BatchGetReadsRemoteBlocksInParallel) {
   // Timing is only reported: the machine running the test may have one core.
   std::printf("BatchGet of %zu x 1 MiB over tcp: %.1f ms serial, %.1f ms parallel\n", kBlocks,
               ms[0], ms[1]);
+  // A batch refused whole leaves no per-item statuses behind, not the
+  // last call's (all OK) for a caller reusing its vectors.
+  std::vector<std::string> values;
+  keys.push_back(std::string(kKeyBytesMax + 1, 'k'));
+  EXPECT_EQ(client_->BatchGet(keys, &values, &statuses).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(statuses.empty());
 }
 
 TEST_F(ClientClusterTest, AsyncBatchesOverlapWithTheCaller) {

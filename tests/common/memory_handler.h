@@ -45,14 +45,15 @@ class MemoryHandler : public DataHandler {
   int memfd() const { return memfd_; }
   uint64_t size() const { return size_; }
 
-  // A grant for [offset, +length) of segment 0, valid for a minute.
-  wire::Grant MakeGrant(uint64_t put_id, uint64_t offset, uint64_t length) const {
+  // A grant for [offset, +length) of segment 0, valid for `valid_ms`.
+  wire::Grant MakeGrant(uint64_t put_id, uint64_t offset, uint64_t length,
+                        uint64_t valid_ms = 60000) const {
     wire::Grant g;
     g.put_id = put_id;
     g.segment_id = 0;
     g.offset = offset;
     g.length = length;
-    g.expires_unix_ms = UnixMs() + 60000;
+    g.expires_unix_ms = UnixMs() + valid_ms;
     g.mac = wire::GrantMac(grant_key_, Scope(), g);
     return g;
   }
@@ -64,6 +65,10 @@ class MemoryHandler : public DataHandler {
   absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                           uint64_t length) override {
     return wire::VerifyGrant(grant_key_, Scope(), grant, segment_id, offset, length, UnixMs());
+  }
+  uint64_t WriteMsLeft(const wire::Grant& grant) override {
+    const uint64_t now = UnixMs();
+    return grant.expires_unix_ms > now ? grant.expires_unix_ms - now : 0;
   }
   absl::Status ReadKey(absl::string_view key, std::string* out) override ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);

@@ -33,6 +33,7 @@ class MasterFixture : public ::testing::Test {
     o.put_timeout_ms = 300;
     o.node_ttl_ms = 300;
     o.demote_wait_ms = 100;
+    o.grant_skew_ms = 0;
     return o;
   }
   void SetUp() override { Make(TestOptions()); }
@@ -100,6 +101,21 @@ class MasterFixture : public ::testing::Test {
     if (!s.ok()) return s;
     if (r.state() != v1::PUT_STARTED) return absl::AlreadyExistsError("not started");
     return Commit(r.put_id());
+  }
+
+  // PutStart of `key` with `checksum`, replacing.
+  v1::PutStartResponse StartReplace(const std::string& key, uint64_t size, uint64_t checksum,
+                                    absl::Status* status = nullptr) {
+    v1::PutStartRequest req;
+    req.set_key(key);
+    req.set_size(size);
+    req.set_checksum(checksum);
+    req.mutable_options()->set_replicas(1);
+    req.mutable_options()->set_replace(true);
+    v1::PutStartResponse resp;
+    absl::Status s = master_->PutStart(req, "client-host", "test", &resp);
+    if (status != nullptr) *status = s;
+    return resp;
   }
 
   v1::ObjectLocation Lookup(const std::string& key, bool lease = true) {

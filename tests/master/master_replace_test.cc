@@ -13,20 +13,6 @@ constexpr uint64_t kMiB = 1 << 20;
 
 class ReplaceTest : public MasterFixture {
  protected:
-  // PutStart of `key` with `checksum`, replacing.
-  v1::PutStartResponse StartReplace(const std::string& key, uint64_t size, uint64_t checksum,
-                                    absl::Status* status = nullptr) {
-    v1::PutStartRequest req;
-    req.set_key(key);
-    req.set_size(size);
-    req.set_checksum(checksum);
-    req.mutable_options()->set_replicas(1);
-    req.mutable_options()->set_replace(true);
-    v1::PutStartResponse resp;
-    absl::Status s = master_->PutStart(req, "client-host", "test", &resp);
-    if (status != nullptr) *status = s;
-    return resp;
-  }
   void Pin(const std::string& key) {
     v1::PinRequest pin;
     pin.set_key(key);
@@ -107,6 +93,12 @@ TEST_F(ReplaceTest, APinnedKeyKeepsItsValue) {
   Pin("j");
   EXPECT_EQ(Commit(r.put_id()).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Peek("j").checksum(), 42u);
+  // Its write grant stays valid at the store: the range waits for it.
+  EXPECT_EQ(DramUsed(), 3 * kMiB);
+  clock_.Advance(TestOptions().put_timeout_ms);
+  v1::HeartbeatResponse hb;
+  ASSERT_TRUE(Heartbeat("a", 1, {}, &hb).ok());
+  master_->Tick();
   EXPECT_EQ(DramUsed(), 2 * kMiB);
   master_->CheckInvariants();
 }
@@ -126,6 +118,32 @@ TEST_F(ReplaceTest, ALeasedOldValueIsFreedWhenItsLeaseEnds) {
   master_->Tick();
   EXPECT_EQ(DramUsed(), kMiB);
   master_->CheckInvariants();
+}
+
+// A reader whose bytes did not match the checksum it looked up, because
+// the key was replaced meanwhile (with a block of the same size), reports
+// the commit it read for: the new commit's replica stays.
+TEST_F(ReplaceTest, ADataLossReportOfAReplacedCommitDropsNothing) {
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  const v1::ObjectLocation old = Lookup("k", /*lease=*/true);
+  ASSERT_EQ(old.replicas_size(), 1);
+  ASSERT_FALSE(old.replicas(0).read_grant().empty());
+  v1::PutStartResponse r = StartReplace("k", kMiB, 7);
+  ASSERT_TRUE(Commit(r.put_id()).ok());
+  v1::ReportDataLossRequest report;
+  report.set_key("k");
+  *report.mutable_replica() = old.replicas(0);
+  report.set_generation(old.generation());
+  v1::ReportDataLossResponse resp;
+  EXPECT_EQ(master_->ReportDataLoss(report, &resp).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Peek("k").replicas_size(), 1);
+  // A report of the current commit is heard.
+  const v1::ObjectLocation now = Lookup("k", /*lease=*/true);
+  *report.mutable_replica() = now.replicas(0);
+  report.set_generation(now.generation());
+  EXPECT_TRUE(master_->ReportDataLoss(report, &resp).ok());
+  EXPECT_FALSE(Peek("k").found());
 }
 
 // A reader of the replaced commit giving its lease back releases nothing

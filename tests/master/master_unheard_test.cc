@@ -109,6 +109,29 @@ TEST_F(UnheardTest, AKeyRemovedWhileItsStoreWasDeadStaysRemoved) {
   EXPECT_TRUE(Has(Orders("a", 1), v1::TierMove::FORGET, "k"));
 }
 
+// A replace while a store holding the old value was dead: when the new
+// value is gone too, the old one does not come back with that store.
+TEST_F(UnheardTest, AValueReplacedWhileItsStoreWasDeadStaysReplaced) {
+  MasterOptions o = TestOptions();
+  Make(o);
+  Register("a", 16 * kMiB);
+  Register("b", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB, 2).ok());
+  Orders("a", 1);
+  const v1::InventoryEntry old = Entry("k", "a");
+  clock_.Advance(o.node_ttl_ms + 1);
+  Orders("b", 1);
+  master_->Tick();  // a is dead
+  v1::PutStartResponse r = StartReplace("k", kMiB, 7);
+  ASSERT_EQ(r.state(), v1::PUT_STARTED);
+  ASSERT_TRUE(Commit(r.put_id()).ok());
+  clock_.Advance(o.node_ttl_ms + 1);
+  master_->Tick();  // b, the new value's only store, is dead too
+  ASSERT_FALSE(Peek("k").found());
+  Register("a", 16 * kMiB, 0, "host", 1, {}, {old});
+  EXPECT_FALSE(Peek("k").found());
+}
+
 // A pattern removed while a store was dead (RemoveMatching, RESP's DEL
 // by pattern and FLUSHALL): the dead store's blocks were not in the index,
 // so no key of theirs was noted one by one; the pattern itself is.

@@ -20,6 +20,7 @@
 #include "transport/data_server.h"
 #include "transport/shm.h"
 #include "transport/shm_engine.h"
+#include "transport/tcp_client.h"
 #include "transport/tcp_engine.h"
 #include "transport/wire.h"
 
@@ -233,6 +234,65 @@ TEST_F(TcpEngineTest, WrongSecretFailsEveryOp) {
 // A listener that speaks the handshake and then misbehaves: `silent` never
 // answers a request; otherwise it answers a READ with a header promising
 // the payload, sends half of it and closes the connection.
+// A WRITE frame whose payload trickles in past its grant's expiry: the
+// store takes no byte after it (the master may have given the range to
+// another put by then) and closes the connection without an answer.
+TEST(DataServerWriteTest, NoByteOfAWriteLandsAfterItsGrantExpires) {
+  testing::MemoryHandler handler(1 << 20, kGrantKey, kNode);
+  ASSERT_TRUE(handler.ok());
+  DataServer::Options so;
+  so.listen = HostPort{"127.0.0.1", 0};
+  auto server = DataServer::Start(so, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<int> fd = TcpConnect((*server)->bound(), 2000);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  wire::Session session;
+  ASSERT_TRUE(wire::ClientHandshake(*fd, "", &session).ok());
+  constexpr uint64_t kHalf = 32 << 10;
+  const std::string extra = wire::EncodeGrant(handler.MakeGrant(1, 0, 2 * kHalf, 300));
+  wire::Header h;
+  h.op = wire::Op::kWrite;
+  h.request_id = 1;
+  h.length = 2 * kHalf;
+  h.extra_len = static_cast<uint32_t>(extra.size());
+  char head[wire::kHeaderBytes];
+  wire::EncodeHeader(h, head);
+  const std::string first(kHalf, 'a'), rest(kHalf, 'b');
+  ASSERT_TRUE(WriteFull(*fd, head, sizeof(head)).ok());
+  ASSERT_TRUE(WriteFull(*fd, extra.data(), extra.size()).ok());
+  ASSERT_TRUE(WriteFull(*fd, first.data(), first.size()).ok());
+  usleep(800 * 1000);  // the grant expired 500 ms ago
+  (void)WriteFull(*fd, rest.data(), rest.size());
+  char c;
+  EXPECT_LE(recv(*fd, &c, 1, 0), 0) << "answered a write past its grant";
+  close(*fd);
+  EXPECT_EQ(std::string(handler.base(), kHalf), first);
+  EXPECT_EQ(std::string(handler.base() + kHalf, kHalf).find('b'), std::string::npos);
+}
+
+// An SSD block of another size than the reader expects is another commit
+// of the key (replaced since its lookup), not corruption: the reader is
+// told FAILED_PRECONDITION (and asks the master again), never DATA_LOSS,
+// which would make it report a good replica as lost.
+TEST(DataServerReadKeyTest, ABlockOfAnotherSizeIsStaleNotLost) {
+  testing::MemoryHandler handler(1 << 20, kGrantKey, kNode);
+  ASSERT_TRUE(handler.ok());
+  handler.AddKey("k", std::string(1000, 'v'));
+  DataServer::Options so;
+  so.listen = HostPort{"127.0.0.1", 0};
+  auto server = DataServer::Start(so, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  TcpDataClient client(TcpDataClient::Options{});
+  const std::string address = (*server)->bound().ToString();
+  std::string dst(4096, '\0');
+  for (uint64_t length : {500, 2000}) {
+    absl::Status s = client.ReadKey(address, "k", length, dst.data(), MonoMs() + 5000);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << length << ": " << s;
+  }
+  EXPECT_TRUE(client.ReadKey(address, "k", 1000, dst.data(), MonoMs() + 5000).ok());
+  EXPECT_EQ(dst.substr(0, 1000), std::string(1000, 'v'));
+}
+
 class BadPeer {
  public:
   explicit BadPeer(bool silent) : silent_(silent) {
