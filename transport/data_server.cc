@@ -645,8 +645,8 @@ bool DataServer::HandlePull(int fd, const wire::Header& h, const std::string& ex
     SHELF_LOG(WARNING) << "rdma pull refused" << Kv("error", verdict.message());
     return Reply(fd, &conn->session, h, verdict, nullptr, 0);
   }
-  verdict = options_.rdma->Pull(conn->rdma.get(), seg->base + h.offset, h.length, *source,
-                                deadline_ms);
+  verdict =
+      options_.rdma->Pull(conn->rdma.get(), seg->base + h.offset, h.length, *source, deadline_ms);
   if (verdict.ok()) handler_->OnPull(h.length);
   return Reply(fd, &conn->session, h, verdict, nullptr, 0);
 }

@@ -442,7 +442,8 @@ void Master::AbortPutLocked(uint64_t put_id) {
 }
 
 void Master::FreeAfterGrantsLocked(const PendingPut& put, const Replica& r) {
-  deferred_.push_back({put.deadline_ms + options_.grant_skew_ms, r.node, r.segment, r.offset, put.size});
+  deferred_.push_back(
+      {put.deadline_ms + options_.grant_skew_ms, r.node, r.segment, r.offset, put.size});
 }
 
 void Master::PutAbort(const v1::PutAbortRequest& req, const std::string& owner,

@@ -79,10 +79,10 @@ struct MasterOptions {
   // a put that ended uncommitted go to other puts only this long after
   // its grants expire (clock skew between master and stores).
   uint64_t grant_skew_ms = 1000;
-  uint64_t lease_ms = 5000;              // read lease granted by lookups
-  double evict_high = 0.95;              // segment fill that starts eviction
-  double evict_low = 0.85;               // eviction stops below this fill
-  double ssd_evict_high = 0.98;          // the SSD tier's own watermarks
+  uint64_t lease_ms = 5000;      // read lease granted by lookups
+  double evict_high = 0.95;      // segment fill that starts eviction
+  double evict_low = 0.85;       // eviction stops below this fill
+  double ssd_evict_high = 0.98;  // the SSD tier's own watermarks
   double ssd_evict_low = 0.95;
   uint64_t block_bytes_max = 1ull << 30;  // <= kBlockBytesLimit
   uint64_t alignment = 4096;              // every DRAM range starts aligned
