@@ -110,7 +110,12 @@ absl::Status ClientImpl::MoveReplica(transport::OpKind kind, const v1::Replica& 
     *transport = transport::KindName(engine->kind());
     absl::StatusOr<transport::MemoryHandle> handle =
         engine->RegisterMemory(local, size, transport::MemoryKind::kHost);
-    if (!handle.ok()) return handle.status();
+    if (!handle.ok()) {
+      // An RDMA registration that fails (the locked-memory limit) leaves
+      // the next transport; TCP registers nothing and cannot fail here.
+      last = handle.status();
+      continue;
+    }
     op.local = *handle;
     last = engine->Execute({&op, 1}, deadline_ms);
     engine->UnregisterMemory(*handle).IgnoreError();

@@ -26,7 +26,7 @@ constexpr int kSegmentSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 // Seals `fd` once the store has sized and mapped it. F_SEAL_FUTURE_WRITE
 // too where the kernel has it (Linux >= 5.1): the store's own mapping stays
 // writable, but no holder of the descriptor can map it writable or write(2)
-// it. Without it (EINVAL) ShmServer hands peers a read-only reopening.
+// it. Without it (EINVAL) ShmServer offers no shared memory (TCP only).
 absl::Status Seal(int fd) {
   if (fcntl(fd, F_ADD_SEALS, kSegmentSeals | F_SEAL_FUTURE_WRITE) == 0) return absl::OkStatus();
   if (errno != EINVAL || fcntl(fd, F_ADD_SEALS, kSegmentSeals) != 0) {

@@ -85,17 +85,16 @@ absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::Start(const std::string& s
         "the segment descriptor is not sealed against shrinking and growing: a peer could "
         "resize it under every mapping");
   }
-  // Peers get a descriptor they cannot write through: the memfd itself when
-  // sealed F_SEAL_FUTURE_WRITE (Linux >= 5.1), else a read-only reopening.
-  int owned = -1;
+  // Peers get the memfd itself, sealed F_SEAL_FUTURE_WRITE (Linux >= 5.1):
+  // no holder can map it writable or write(2) it. A read-only reopening is
+  // no substitute: its holder can open /proc/self/fd/N read-write (a
+  // memfd's inode is mode 0777).
   if (!WriteProtected(memfd)) {
-    owned = open(absl::StrCat("/proc/self/fd/", memfd).c_str(), O_RDONLY | O_CLOEXEC);
-    if (owned < 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the segment descriptor is writable and cannot be reopened read-only: ",
-                       ErrnoText(errno)));
-    }
+    return absl::FailedPreconditionError(
+        "the segment is not sealed F_SEAL_FUTURE_WRITE (Linux 5.1 or later): peers could write "
+        "it; shared memory is off, clients use TCP");
   }
+  int owned = -1;
   const int served = owned >= 0 ? owned : memfd;
   if (allowed_uids.empty()) allowed_uids = {static_cast<uint32_t>(geteuid()), 0};
   struct sockaddr_un addr;

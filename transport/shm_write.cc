@@ -177,19 +177,18 @@ bool ServeArena(int fd, const char* head, DataHandler* handler) {
                        << Kv("error", arena.status().message());
     return Reply(fd, arena.status());
   }
-  // Never a descriptor that can be written through: the memfd itself when
-  // sealed F_SEAL_FUTURE_WRITE, else a read-only reopening of it.
-  int served = *arena, owned = -1;
-  int seals = fcntl(served, F_GET_SEALS);
+  // Never a descriptor that can be written through: the memfd itself,
+  // sealed F_SEAL_FUTURE_WRITE (a read-only reopening is no substitute: its
+  // holder can open /proc/self/fd/N read-write).
+  int seals = fcntl(*arena, F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_FUTURE_WRITE) == 0) {
-    owned = open(absl::StrCat("/proc/self/fd/", served).c_str(), O_RDONLY | O_CLOEXEC);
-    if (owned < 0) return Reply(fd, absl::InternalError("cannot reopen the arena read-only"));
-    served = owned;
+    return Reply(fd, absl::FailedPreconditionError(
+                         "the arena is not sealed F_SEAL_FUTURE_WRITE (Linux 5.1 or later): "
+                         "shared memory is off, use TCP"));
   }
   char status[kShmWriteReplyBytes] = {};  // OK, no message
   struct iovec iov = {status, sizeof(status)};
-  ssize_t n = SendWithFd(fd, &iov, 1, served);
-  if (owned >= 0) close(owned);
+  ssize_t n = SendWithFd(fd, &iov, 1, *arena);
   return n == static_cast<ssize_t>(sizeof(status));
 }
 

@@ -156,8 +156,8 @@ class StorageAdapter {
     return all;
   }
 
-  // The number of leading keys present: one MatchPrefix, which also leases
-  // them so a batch_get right after finds them.
+  // The number of leading keys present: one MatchPrefix (a count: the
+  // batch_get that follows takes its own read leases).
   size_t BatchExists(py::handle keys) {
     std::vector<std::string> k = Keys(keys);
     size_t total = 0;

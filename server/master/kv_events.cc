@@ -2,7 +2,9 @@
 
 #include <zmq.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
@@ -168,9 +170,13 @@ absl::Status KvEventPublisher::Bind() {
     SHELF_CHECK(*sock != nullptr) << "zmq_socket: " << zmq_strerror(zmq_errno());
     int linger = 0;
     zmq_setsockopt(*sock, ZMQ_LINGER, &linger, sizeof(linger));
-    // The replay answer is bounded by the replay buffer: no HWM, so a
-    // ROUTER (which drops at its HWM) never cuts one short.
-    int hwm = type == ZMQ_PUB ? kSendHighWaterMark : 0;
+    // A replay answer is at most the replay buffer and its end marker: a
+    // ROUTER's HWM of that never cuts one short, and a peer that asks again
+    // and again without reading holds one answer's worth, not one per ask
+    // (the ROUTER drops past it).
+    int hwm = type == ZMQ_PUB ? kSendHighWaterMark
+                              : static_cast<int>(std::min<uint64_t>(
+                                    uint64_t{options_.replay_batches_max} + 1, INT_MAX));
     zmq_setsockopt(*sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
     if (zmq_bind(*sock, ep.c_str()) != 0) {
       return absl::UnavailableError(
@@ -207,6 +213,7 @@ void KvEventPublisher::Emit(KvEvent e) {
   MutexLock lock(&mu_);
   if (queue_.size() >= options_.queue_events_max) {
     dropped_.Increment();
+    lost_ = true;
     return;
   }
   queue_.push_back(std::move(e));
@@ -216,9 +223,11 @@ void KvEventPublisher::Run() {
   std::vector<KvEvent> work;
   while (true) {
     bool stopping = stop_.load();
+    bool lost = false;
     {
       MutexLock lock(&mu_);
       work.swap(queue_);
+      lost = std::exchange(lost_, false);
     }
     size_t begin = 0;
     while (begin < work.size()) {
@@ -230,6 +239,9 @@ void KvEventPublisher::Run() {
       SendBatch(work, begin, end);
       begin = end;
     }
+    // Events were dropped after these (the queue was full): a sequence
+    // number no batch has, so subscribers see the gap and resync.
+    if (lost) ++next_seq_;
     bool idle = work.empty();
     work.clear();
     if (stopping) return;

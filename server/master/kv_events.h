@@ -120,6 +120,7 @@ class KvEventPublisher {
 
   Mutex mu_;
   std::vector<KvEvent> queue_ ABSL_GUARDED_BY(mu_);
+  bool lost_ ABSL_GUARDED_BY(mu_) = false;  // events dropped since the last send
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

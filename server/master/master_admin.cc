@@ -284,7 +284,9 @@ absl::Status Master::Pin(const v1::PinRequest& req) {
     return absl::OkStatus();
   }
   if (obj->extra == nullptr) obj->extra = std::make_unique<ObjectExtra>();
-  obj->extra->pin_until_ms = req.ttl_ms() == 0 ? UINT64_MAX : now + req.ttl_ms();
+  // Saturated: a huge TTL is "until unpinned", not a time long past.
+  obj->extra->pin_until_ms =
+      req.ttl_ms() == 0 || req.ttl_ms() > UINT64_MAX - now ? UINT64_MAX : now + req.ttl_ms();
   return absl::OkStatus();
 }
 

@@ -169,6 +169,10 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
     metrics_.demotions_ok.Increment();
     return;
   }
+  // No demotion of this commit is pending here (the store registered again
+  // meanwhile, or a report repeated after a lost heartbeat answer): the
+  // copy it wrote is kept only if the index has this node's SSD copy.
+  StaleMoveResultLocked(node, obj, result);
 }
 
 }  // namespace shelf

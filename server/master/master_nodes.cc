@@ -226,11 +226,14 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
   take(n.ssd_lru);
   std::sort(victims.begin(), victims.end());
   victims.erase(std::unique(victims.begin(), victims.end()), victims.end());
+  // Every block of the node goes: one AllBlocksCleared on its topic, not a
+  // removal per block (a million of them would overflow the event queue).
+  const bool muted = std::exchange(events_muted_, true);
   for (Object* obj : victims) {
     auto& reps = obj->replicas;
     for (const Replica& r : reps) {
       if (r.node == node && r.demoting) --demotions_pending_;
-      if (r.node == node) EmitRemovedLocked(*obj, r);
+      if (r.node == node) EmitRemovedLocked(*obj, r);  // counts the bytes as gone
       if (r.node == node && r.tier == v1::TIER_DRAM && orphans != nullptr) {
         v1::InventoryEntry& e = orphans->emplace_back();
         e.set_key(obj->key.str());
@@ -247,6 +250,8 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
         reps.end());
     if (reps.empty()) EraseIndexLocked(obj);
   }
+  events_muted_ = muted;
+  if (!victims.empty() && !muted) EmitClearedLocked({n.endpoint.node_id()});
   // Puts in flight with a range on this node are aborted: the writer's
   // commit answers NOT_FOUND and it retries elsewhere.
   std::vector<uint64_t> doomed;

@@ -278,7 +278,8 @@ void QuotaBook::Pinned(const Principal& p, const std::string& kept_key, uint64_t
                        uint64_t ttl_ms) {
   absl::MutexLock lock(&mu_);
   DropHoldLocked(pins_, kept_key, /*pin=*/true);
-  uint64_t until = ttl_ms == 0 ? kForever : clock_->NowMs() + ttl_ms;
+  const uint64_t now = clock_->NowMs();
+  uint64_t until = ttl_ms == 0 || ttl_ms >= kForever - now ? kForever : now + ttl_ms;
   pins_[kept_key] = Hold{p.name, p.tenant, size, until};
   for (Usage* u : {&principals_[p.name], &tenants_[p.tenant]}) u->pinned += size;
   if (until != kForever) next_expiry_ms_ = std::min(next_expiry_ms_, until);

@@ -31,9 +31,12 @@ class MemoryHandler : public DataHandler {
     // serves, and clients map, no descriptor that could be resized.
     memfd_ = memfd_create("shelf-test-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (memfd_ >= 0 && ftruncate(memfd_, static_cast<off_t>(size)) == 0 &&
-        fcntl(memfd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
+        fcntl(memfd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0) {
       void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd_, 0);
-      if (p != MAP_FAILED) base_ = static_cast<char*>(p);
+      // Write-protected for every other holder, as the store's is.
+      if (p != MAP_FAILED && fcntl(memfd_, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) == 0) {
+        base_ = static_cast<char*>(p);
+      }
     }
   }
   ~MemoryHandler() override {

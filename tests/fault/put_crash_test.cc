@@ -68,6 +68,7 @@ TEST_P(PutCrashTest, SpaceComesBackAndNoHalfBlockIsEverVisible) {
   std::string got;
   int polls = 0;
   bool reclaimed = false;
+  std::string last;
   // Bounded generously: a loaded machine (sanitizers, parallel tests) may
   // take a poll far longer than usual. How long it took is printed, not
   // asserted: a time bound is a benchmark's business.
@@ -80,14 +81,17 @@ TEST_P(PutCrashTest, SpaceComesBackAndNoHalfBlockIsEverVisible) {
     ASSERT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
     absl::StatusOr<fault::ClusterSnapshot> now = probe.Snapshot();
     ASSERT_TRUE(now.ok());
-    if (now->puts_in_flight == 0) {
+    last = now->ToString();
+    // The put goes at its timeout, its range once its grant has expired at
+    // the store too (the master's skew margin later).
+    if (now->puts_in_flight == 0 && last == baseline->ToString()) {
       reclaimed = true;
-      EXPECT_EQ(now->ToString(), baseline->ToString()) << "space not given back";
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_TRUE(reclaimed) << "the dead writer's put was never reclaimed";
+  ASSERT_TRUE(reclaimed) << "the dead writer's put or its space was never given back: " << last
+                         << " (before: " << baseline->ToString() << ")";
   uint64_t reclaimed_after = MonoMs() - killed_at;
   // A late commit of the dead writer's put id finds nothing.
   {

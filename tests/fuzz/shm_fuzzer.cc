@@ -133,7 +133,9 @@ void FuzzStoreSide(fuzz::FuzzInput& in) {
   const std::string path = Dir() + "/store.sock";
   int memfd = memfd_create("shm-fuzz-store", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (memfd < 0 || ftruncate(memfd, 1 << 16) != 0) std::abort();
-  if (fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) std::abort();
+  if (fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) !=
+      0)
+    std::abort();
   auto server = ShmServer::Start(path, memfd, 7, 1 << 16, secret ? kSecret : "");
   Check(server.ok(), "ShmServer starts");
   absl::StatusOr<std::shared_ptr<ShmMapping>> m;

@@ -264,6 +264,34 @@ class DemotionReportTest : public MasterFixture {
   }
 };
 
+// A store that registered again while its demotion ran (the same process:
+// its DRAM blocks come back as they were, no demotion pending) reports the
+// demotion done. Its SSD copy is in no index: it is dropped, not left to
+// take space and come back with a later inventory. The same report again,
+// after one that was applied, keeps the copy.
+TEST_F(DemotionReportTest, AReportOfADemotionTheMasterNoLongerAwaitsDropsTheCopy) {
+  ASSERT_TRUE(Put("k0", kMiB).ok());
+  ASSERT_TRUE(Put("k1", kMiB).ok());
+  std::map<std::string, v1::TierMove> first = Orders();
+  ASSERT_EQ(first.count("k0"), 1u);
+  // Applied, then the same report again (a heartbeat answer lost).
+  EXPECT_FALSE(ReportDrops(Reported(first["k0"], true), "k0"));
+  EXPECT_FALSE(ReportDrops(Reported(first["k0"], true), "k0"));
+  EXPECT_EQ(Peek("k0").replicas(0).tier(), v1::TIER_SSD);
+  // The store registers again before it reports the next demotion.
+  std::map<std::string, v1::TierMove> next;
+  for (int i = 2; next.empty() && i < 8; ++i) {
+    ASSERT_TRUE(Put("k" + std::to_string(i), kMiB).ok());
+    next = Orders();
+  }
+  ASSERT_FALSE(next.empty());
+  const v1::TierMove order = next.begin()->second;
+  Register("a", 8 * kMiB, 64 * kMiB);  // same incarnation: orphans back in DRAM
+  ASSERT_EQ(Peek(order.key()).replicas(0).tier(), v1::TIER_DRAM);
+  EXPECT_TRUE(ReportDrops(Reported(order, true), order.key()));
+  EXPECT_TRUE(Peek(order.key()).found());
+}
+
 // A key removed and put again while its demotion ran; the new commit's own
 // demotion is ordered before the old one's report arrives. The old report
 // once matched the new commit by key: the master freed the new bytes' DRAM

@@ -511,6 +511,21 @@ TEST_F(MasterFixture, PromotionAddsADramCopyBesideTheSsdOne) {
   EXPECT_EQ(Promote("a", 1, "cold", kMiB, 10), 0u);
 }
 
+// A TTL so large that the expiry would wrap is "until unpinned".
+TEST_F(MasterFixture, ASoftPinOfAHugeTtlDoesNotWrap) {
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  v1::PinRequest pin;
+  pin.set_key("k");
+  pin.set_ttl_ms(UINT64_MAX - 5);
+  ASSERT_TRUE(master_->Pin(pin).ok());
+  v1::RemoveRequest rm;
+  rm.add_keys("k");
+  v1::RemoveResponse resp;
+  ASSERT_TRUE(master_->Remove(rm, &resp).ok());
+  EXPECT_EQ(resp.statuses(0).code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+}
+
 // A soft pin with a TTL protects its block until exactly then.
 TEST_F(MasterFixture, ASoftPinEndsAfterItsTtl) {
   Register("a", 16 * kMiB);

@@ -312,6 +312,13 @@ def test_stalled_subscriber_does_not_block_lookups_and_drops_are_counted(procs, 
     stalled.setsockopt(zmq.RCVHWM, 1)
     stalled.setsockopt(zmq.SUBSCRIBE, b"")
     stalled.connect("tcp://" + m["events"].split("//")[1])  # and never reads
+    # A subscriber that reads everything ZMQ delivers (no high-water mark):
+    # the events the master dropped show as a gap in the sequence.
+    reader = zctx.socket(zmq.SUB)
+    reader.setsockopt(zmq.RCVHWM, 0)
+    reader.setsockopt(zmq.SUBSCRIBE, b"")
+    reader.connect("tcp://" + m["events"].split("//")[1])
+    time.sleep(0.5)  # subscribed before the burst
     client = connect(m["grpc"], 1)
     try:
         keys = [f"burst/{i}".encode() for i in range(2048)]
@@ -322,9 +329,16 @@ def test_stalled_subscriber_does_not_block_lookups_and_drops_are_counted(procs, 
             assert client.match_prefix(keys[j:j + 256]) == 256
         assert metric(m["metrics"], "shelf_master_kv_events_dropped_total") > 0
         assert metric(m["metrics"], "shelf_master_kv_events_published_total") > 0
+        seqs = []
+        while reader.poll(1000):
+            _, seq, _ = reader.recv_multipart()
+            seqs.append(int.from_bytes(seq, "big"))
+        assert len(seqs) > 1
+        assert any(b - a > 1 for a, b in zip(seqs, seqs[1:])), "drops left no sequence gap"
     finally:
         client.close()
         stalled.close(linger=0)
+        reader.close(linger=0)
 
 
 def _role(metrics_address):

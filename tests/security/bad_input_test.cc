@@ -157,6 +157,9 @@ TEST_F(BadInputTest, EveryBadInputGetsItsAnswerAndChangesNothing) {
   const std::string big_key(257, 'k');
 
   // A real grant, expired by the time the matrix replays it.
+  absl::StatusOr<fault::ClusterSnapshot> idle = probe_->Snapshot();
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  const uint64_t idle_dram = idle->dram_used_bytes;
   v1::PutStartRequest granted_req;
   granted_req.set_key("grant-source");
   granted_req.set_size(4096);
@@ -174,11 +177,16 @@ TEST_F(BadInputTest, EveryBadInputGetsItsAnswerAndChangesNothing) {
   const std::string other_store = grant_store == cluster_->store_address(0)
                                       ? cluster_->store_address(1)
                                       : cluster_->store_address(0);
-  // Let the grant expire and the master reclaim its put, so the baseline
-  // below holds nothing in flight.
-  ASSERT_TRUE(
-      probe_->WaitFor([](const v1::StatusResponse& st) { return st.puts_in_flight() == 0; }, 5000)
-          .ok());
+  // Let the grant expire and the master reclaim its put and, once the grant
+  // has expired at the stores too (a skew margin later), its range, so the
+  // baseline below holds nothing in flight.
+  ASSERT_TRUE(probe_
+                  ->WaitFor(
+                      [idle_dram](const v1::StatusResponse& st) {
+                        return st.puts_in_flight() == 0 && st.dram_used_bytes() == idle_dram;
+                      },
+                      10000)
+                  .ok());
   while (UnixMs() <= grant.expires_unix_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -293,6 +293,29 @@ TEST(DataServerReadKeyTest, ABlockOfAnotherSizeIsStaleNotLost) {
   EXPECT_EQ(dst.substr(0, 1000), std::string(1000, 'v'));
 }
 
+// A store that restarts at the same address leaves the client's pooled
+// connections closed: the next read takes a fresh one, not a dead one.
+TEST(DataServerReadKeyTest, PooledConnectionsToARestartedStoreAreNotUsed) {
+  testing::MemoryHandler handler(1 << 20, kGrantKey, kNode);
+  ASSERT_TRUE(handler.ok());
+  handler.AddKey("k", std::string(1000, 'v'));
+  DataServer::Options so;
+  so.listen = HostPort{"127.0.0.1", 0};
+  auto server = DataServer::Start(so, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  so.listen = (*server)->bound();
+  const std::string address = so.listen.ToString();
+  TcpDataClient client(TcpDataClient::Options{});
+  std::string dst(1000, '\0');
+  ASSERT_TRUE(client.ReadKey(address, "k", 1000, dst.data(), MonoMs() + 5000).ok());
+  server->reset();  // its connections close
+  server = DataServer::Start(so, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  usleep(50 * 1000);  // the close reaches the client's socket
+  absl::Status s = client.ReadKey(address, "k", 1000, dst.data(), MonoMs() + 5000);
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 class BadPeer {
  public:
   explicit BadPeer(bool silent) : silent_(silent) {

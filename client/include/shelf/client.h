@@ -473,8 +473,9 @@ class Client {
   virtual Status RemoveMatching(const std::string& pattern, uint64_t* removed, bool regex = false,
                                 bool force = false, Deadline deadline = Deadline()) = 0;
   // Length of the longest run of leading keys present: the number of
-  // prefix blocks already computed. Takes read leases on them, so they stay
-  // readable for the master's --lease after the call.
+  // prefix blocks already computed. A count only: no read lease is taken
+  // (the get that follows takes its own), so a block may be evicted
+  // between the match and its load; a load that misses means "compute it".
   virtual Status MatchPrefix(const std::vector<std::string>& keys, size_t* matched,
                              Deadline deadline = Deadline()) = 0;
   // Where the chain `keys` (1..1024 keys, in order) lives, for routing a
