@@ -94,15 +94,12 @@ absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::Start(const std::string& s
         "the segment is not sealed F_SEAL_FUTURE_WRITE (Linux 5.1 or later): peers could write "
         "it; shared memory is off, clients use TCP");
   }
-  int owned = -1;
-  const int served = owned >= 0 ? owned : memfd;
   if (allowed_uids.empty()) allowed_uids = {static_cast<uint32_t>(geteuid()), 0};
   struct sockaddr_un addr;
   if (absl::Status s = FillAddr(socket_path, &addr); !s.ok()) return s;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     int e = errno;
-    if (owned >= 0) close(owned);
     return absl::UnavailableError(absl::StrCat("socket: ", ErrnoText(e)));
   }
   unlink(socket_path.c_str());
@@ -110,13 +107,12 @@ absl::StatusOr<std::unique_ptr<ShmServer>> ShmServer::Start(const std::string& s
       listen(fd, 64) != 0) {
     int e = errno;
     close(fd);
-    if (owned >= 0) close(owned);
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", socket_path, ": ", ErrnoText(e)));
   }
-  std::unique_ptr<ShmServer> server(new ShmServer(socket_path, fd, served, owned, segment_id, size,
-                                                  std::move(secret), std::move(allowed_uids),
-                                                  writes));
+  std::unique_ptr<ShmServer> server(new ShmServer(socket_path, fd, memfd, /*owned_fd=*/-1,
+                                                  segment_id, size, std::move(secret),
+                                                  std::move(allowed_uids), writes));
   server->thread_ = std::thread([s = server.get()] { s->Loop(); });
   return server;
 }

@@ -38,6 +38,19 @@ class UnheardTest : public MasterFixture {
     EXPECT_TRUE(Heartbeat(id, incarnation, {}, &resp).ok());
     return {resp.moves().begin(), resp.moves().end()};
   }
+  // Stores a and b hold k (a replica on each); then a falls silent and is
+  // declared dead while b heartbeats on. What a's inventory lists of k.
+  v1::InventoryEntry KOnBothThenADies() {
+    Register("a", 16 * kMiB);
+    Register("b", 16 * kMiB);
+    EXPECT_TRUE(Put("k", kMiB, 2).ok());
+    Orders("a", 1);
+    v1::InventoryEntry k = Entry("k", "a");
+    clock_.Advance(TestOptions().node_ttl_ms + 1);
+    Orders("b", 1);
+    master_->Tick();
+    return k;
+  }
   static bool Has(const std::vector<v1::TierMove>& moves, v1::TierMove::Kind kind,
                   const std::string& key) {
     for (const v1::TierMove& m : moves) {
@@ -87,17 +100,7 @@ TEST_F(UnheardTest, AStoreThatMissedAnSsdDropDoesNotBringTheKeyBack) {
 }
 
 TEST_F(UnheardTest, AKeyRemovedWhileItsStoreWasDeadStaysRemoved) {
-  MasterOptions o = TestOptions();
-  Make(o);
-  Register("a", 16 * kMiB);
-  Register("b", 16 * kMiB);
-  ASSERT_TRUE(Put("k", kMiB, 2).ok());
-  Orders("a", 1);
-  const v1::InventoryEntry k = Entry("k", "a");
-  // a falls silent and is declared dead; b heartbeats on.
-  clock_.Advance(o.node_ttl_ms + 1);
-  Orders("b", 1);
-  master_->Tick();
+  const v1::InventoryEntry k = KOnBothThenADies();
   v1::RemoveRequest remove;
   remove.add_keys("k");
   v1::RemoveResponse removed;
@@ -112,20 +115,11 @@ TEST_F(UnheardTest, AKeyRemovedWhileItsStoreWasDeadStaysRemoved) {
 // A replace while a store holding the old value was dead: when the new
 // value is gone too, the old one does not come back with that store.
 TEST_F(UnheardTest, AValueReplacedWhileItsStoreWasDeadStaysReplaced) {
-  MasterOptions o = TestOptions();
-  Make(o);
-  Register("a", 16 * kMiB);
-  Register("b", 16 * kMiB);
-  ASSERT_TRUE(Put("k", kMiB, 2).ok());
-  Orders("a", 1);
-  const v1::InventoryEntry old = Entry("k", "a");
-  clock_.Advance(o.node_ttl_ms + 1);
-  Orders("b", 1);
-  master_->Tick();  // a is dead
+  const v1::InventoryEntry old = KOnBothThenADies();
   v1::PutStartResponse r = StartReplace("k", kMiB, 7);
   ASSERT_EQ(r.state(), v1::PUT_STARTED);
   ASSERT_TRUE(Commit(r.put_id()).ok());
-  clock_.Advance(o.node_ttl_ms + 1);
+  clock_.Advance(TestOptions().node_ttl_ms + 1);
   master_->Tick();  // b, the new value's only store, is dead too
   ASSERT_FALSE(Peek("k").found());
   Register("a", 16 * kMiB, 0, "host", 1, {}, {old});
