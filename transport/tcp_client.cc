@@ -158,26 +158,21 @@ absl::Status TcpDataClient::ReadBody(int fd, char* dst, uint64_t length) {
 }
 
 absl::StatusOr<int> TcpDataClient::Acquire(const std::string& address, uint64_t deadline_ms) {
-  std::vector<int> stale;
-  int found = -1;
-  {
-    MutexLock lock(&mu_);
-    auto it = idle_.find(address);
-    while (it != idle_.end() && !it->second.empty() && found < 0) {
-      int fd = it->second.back();
+  for (;;) {
+    int idle = -1;
+    {
+      MutexLock lock(&mu_);
+      auto it = idle_.find(address);
+      if (it == idle_.end() || it->second.empty()) break;
+      idle = it->second.back();
       it->second.pop_back();
-      // A store sends nothing unasked: an idle connection that reads (EOF:
-      // the store restarted or closed it) or has failed is not used.
-      struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
-      if (poll(&p, 1, 0) != 0) {
-        stale.push_back(fd);
-      } else {
-        found = fd;
-      }
     }
+    // A store sends nothing unasked: an idle connection that reads (EOF:
+    // the store restarted or closed it) or has failed is not used.
+    struct pollfd p = {idle, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) == 0) return idle;
+    Close(idle);
   }
-  for (int fd : stale) Close(fd);
-  if (found >= 0) return found;
   int fd = -1;
   if (absl::Status s = Connect(address, deadline_ms, &fd); !s.ok()) return s;
   return fd;
