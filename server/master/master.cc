@@ -423,6 +423,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
       LruList& lru = nodes_[r.node]->segments[r.segment].lru;
       r.lru = lru.insert(lru.end(), &obj);
       obj.replicas.push_back(r);
+      if (obj.hard_pin) nodes_[r.node]->hard_pinned_bytes += obj.size;
       NoticeLocked(obj, obj.replicas.back(), true);
       EmitStoredLocked(obj, obj.replicas.back(), put.event_info.get());
     }
@@ -577,7 +578,7 @@ void Master::NoticeLocked(const Object& obj, const Replica& r, bool record) {
   m.set_checksum(obj.checksum);
   m.set_term(term_);
   m.set_generation(obj.generation);
-  n.notices.push_back(std::move(m));
+  QueueNoticeLocked(&n, std::move(m));
 }
 
 void Master::EraseObjectLocked(Object* obj, uint64_t now) {

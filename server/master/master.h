@@ -396,8 +396,18 @@ class Master {
     double demote_turnaround_ms = 0;
     LruList ssd_lru;
     uint64_t hard_pinned_bytes = 0;
-    std::vector<v1::TierMove> outbox;   // orders for the next heartbeat (OrderLocked)
-    std::vector<v1::TierMove> notices;  // RECORD/FORGET, ride along (no wake)
+    // Orders and notices, each numbered (TierMove.seq) when queued and
+    // kept until a heartbeat acknowledges it: every answer until then
+    // sends it again (Heartbeat, docs/wire.md "Heartbeat orders").
+    std::vector<v1::TierMove> outbox;   // orders (OrderLocked): they wake a long poll
+    std::vector<v1::TierMove> notices;  // RECORD/FORGET (QueueNoticeLocked), ride along
+    uint64_t next_seq = 1;
+    uint64_t sent_through = 0;  // the highest seq sent
+    bool acks_orders = false;   // its heartbeats acknowledge (as the last one said)
+    // DROP_SSD orders the store has not reported run (move id -> key):
+    // taken is not done, and a store that dies or registers again before
+    // running one still lists the key (UnheardRemovalsLocked).
+    absl::flat_hash_map<uint64_t, std::string> drops_unreported;
     std::shared_ptr<Wake> wake = std::make_shared<Wake>();
     // The DRAM replicas this node held when it was declared dead, kept
     // until orphans_until_ms (NowMs): the same process (same incarnation)
@@ -412,9 +422,16 @@ class Master {
     // were not in the index then, so no key of theirs was noted above.
     // At most kPatternsRemovedWhileDeadMax; a flush replaces them all.
     std::vector<std::shared_ptr<const KeyMatcher>> patterns_removed_while_dead;
-    bool removed_while_dead_overflow = false;
+    // The record above is incomplete: it overflowed its bounds, or the
+    // node stayed dead past --dead-store-memory and it was dropped. Such
+    // a node comes back empty: nothing it lists is indexed; it is told to
+    // drop it all (WarnUnheardLostLocked).
+    bool unheard_lost = false;
+    uint64_t dead_since_ms = 0;  // NowMs it was declared dead
   };
   static constexpr size_t kRemovedWhileDeadMax = 1 << 20;
+  // An answer's orders, at most (the rest go in the next one).
+  static constexpr size_t kHeartbeatAnswerBytesMax = 4 << 20;
   static constexpr size_t kPatternsRemovedWhileDeadMax = 1024;
   // What a registering store has not heard of (master_unheard.cc): FORGET
   // notices and DROP_SSD orders not delivered, keys removed while dead.
@@ -423,6 +440,7 @@ class Master {
     absl::flat_hash_set<std::string> drops;                         // SSD copies of these keys
     absl::flat_hash_set<std::string> removed;                       // any copy of these keys
     std::vector<std::shared_ptr<const KeyMatcher>> patterns;        // keys the index lacks
+    bool all = false;  // Node::unheard_lost: every entry
   };
   struct PendingPut {
     std::string key;
@@ -560,6 +578,10 @@ class Master {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues an order for the node's next heartbeat and wakes its long poll.
   void OrderLocked(Node* n, v1::TierMove move) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void QueueNoticeLocked(Node* n, v1::TierMove notice) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Heartbeat's answer: drops what `acked` covers, then sends the rest.
+  void ForgetAckedLocked(Node* n, uint64_t acked) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AnswerOrdersLocked(Node* n, v1::HeartbeatResponse* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets every replica on `node` and aborts its puts in flight. With
   // `orphans`, appends the node's DRAM replicas to it first.
   void DropNodeReplicasLocked(uint32_t node, uint64_t now,
@@ -669,8 +691,9 @@ class Master {
   // A client removed the keys `pattern` matches: dead nodes remember it.
   void NotePatternRemovedLocked(const std::shared_ptr<const KeyMatcher>& pattern)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Logs, once per death, that `n` forgets some of what was removed.
-  static void WarnRemovedOverflow(Node* n);
+  // `n`'s record of what it did not hear of is lost (Node::unheard_lost):
+  // frees it, and logs why once per death.
+  static void LoseUnheardLocked(Node* n, absl::string_view why);
   // Block events (master_events.cc); no-ops without options_.events.
   // `put_info` (what the committing put carried) may be null.
   void EmitStoredLocked(const Object& obj, const Replica& r, const v1::BlockEventInfo* put_info)

@@ -25,6 +25,9 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
   Flags flags("shelf-master", "the Shelf metadata master (placement, index, leases, eviction)");
   flags.AddString("listen", &c.listen, "HOST:PORT to serve gRPC on (port 0 picks one)");
   flags.AddDurationMs("node-ttl", &opts.node_ttl_ms, "a store silent this long is dead");
+  flags.AddDurationMs("dead-store-memory", &opts.dead_store_memory_ms,
+                      "how long the master keeps what a dead store missed (removals); one "
+                      "dead longer comes back empty, its blocks dropped");
   flags.AddDurationMs("read-grant-ttl", &opts.read_grant_ms,
                       "how long the read grant of a lookup hit stays valid (docs/security.md)");
   flags.AddDurationMs("heartbeat-interval", &opts.heartbeat_interval_ms,

@@ -73,6 +73,10 @@ struct MasterMetrics {
         leases_released(
             prom::AddUnlabelledCounter(e.registry(), "shelf_master_leases_released_total",
                                        "Leases ended early: every holder gave its lease back")),
+        heartbeat_orders_resent(
+            prom::AddUnlabelledCounter(e.registry(), "shelf_master_heartbeat_orders_resent_total",
+                                       "Tier orders and notices sent again: an answer that carried "
+                                       "them was not acknowledged")),
         promotions(prom::AddUnlabelledCounter(e.registry(), "shelf_master_promotions_total",
                                               "SSD-to-DRAM promotions committed")),
         removes(
@@ -121,6 +125,7 @@ struct MasterMetrics {
   prom::Counter& demotion_reports_unnamed;
   prom::Counter& leases_granted;
   prom::Counter& leases_released;
+  prom::Counter& heartbeat_orders_resent;
   prom::Counter& promotions;
   prom::Counter& removes;
   prom::Counter& nodes_died;

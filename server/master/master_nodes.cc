@@ -136,6 +136,11 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
       AddInventoryLocked(idx, e, now);
     }
   }
+  if (unheard.all && req.inventory_size() > 0) {
+    SHELF_LOG(WARNING) << "store registered after its record of removals was lost: what it "
+                          "holds is dropped"
+                       << Kv("node", ep.node_id()) << Kv("blocks", req.inventory_size());
+  }
   resp->set_grant_key(n.grant_key);
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   resp->set_node_ttl_ms(options_.node_ttl_ms);
@@ -206,6 +211,9 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
   LruList& lru = r.tier == v1::TIER_DRAM ? n.segments[r.segment].lru : n.ssd_lru;
   r.lru = lru.insert(lru.end(), &obj);
   if (r.tier == v1::TIER_SSD) n.ssd_used += e.size();
+  // Counted as the pin counted the replicas it found (Pin); each leaves
+  // the count with its replica (ReleaseReplicaLocked).
+  if (obj.hard_pin) n.hard_pinned_bytes += obj.size;
   obj.replicas.push_back(r);
   EmitStoredLocked(obj, obj.replicas.back(), nullptr);
 }
@@ -307,7 +315,16 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
   uint32_t idx = it->second;
   Node& n = *nodes_[idx];
   n.last_heartbeat_ms = now;
-  for (const v1::TierMoveResult& m : req.moves()) ApplyMoveResultLocked(idx, m, now);
+  n.acks_orders = req.acks_orders();
+  if (n.acks_orders) ForgetAckedLocked(&n, req.orders_acked());
+  for (const v1::TierMoveResult& m : req.moves()) {
+    // A drop's report says it ran; nothing else follows from it.
+    if (m.kind() == v1::TierMove::DROP_SSD) {
+      n.drops_unreported.erase(m.move_id());
+    } else {
+      ApplyMoveResultLocked(idx, m, now);
+    }
+  }
   if (n.outbox.empty() && req.wait_for_orders_ms() > 0) {
     // Long poll: hold the call until orders arrive (or the wait ends), so
     // a demotion starts as soon as it is ordered.
@@ -338,16 +355,60 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
       return absl::OkStatus();
     }
   }
-  for (v1::TierMove& m : n.outbox) *resp->add_moves() = std::move(m);
-  for (v1::TierMove& m : n.notices) *resp->add_moves() = std::move(m);
-  n.outbox.clear();
-  n.notices.clear();
+  AnswerOrdersLocked(&n, resp);
   return absl::OkStatus();
 }
 
+void Master::ForgetAckedLocked(Node* n, uint64_t acked) {
+  auto after = [acked](std::vector<v1::TierMove>* moves) {
+    return std::partition_point(moves->begin(), moves->end(),
+                                [acked](const v1::TierMove& m) { return m.seq() <= acked; });
+  };
+  n->outbox.erase(n->outbox.begin(), after(&n->outbox));
+  n->notices.erase(n->notices.begin(), after(&n->notices));
+}
+
+void Master::AnswerOrdersLocked(Node* n, v1::HeartbeatResponse* resp) {
+  if (!n->acks_orders) {
+    // A store that does not acknowledge gets each order once, and
+    // reports no drop.
+    for (v1::TierMove& m : n->outbox) {
+      if (m.kind() == v1::TierMove::DROP_SSD) n->drops_unreported.erase(m.move_id());
+      *resp->add_moves() = std::move(m);
+    }
+    for (v1::TierMove& m : n->notices) *resp->add_moves() = std::move(m);
+    n->outbox.clear();
+    n->notices.clear();
+    return;
+  }
+  // Everything not acknowledged, lowest number first (both lists are in
+  // order), up to the size bound: the store acknowledges the highest it
+  // took, so what the bound leaves out goes in the next answer.
+  auto o = n->outbox.begin(), t = n->notices.begin();
+  size_t bytes = 0;
+  while (o != n->outbox.end() || t != n->notices.end()) {
+    const bool from_outbox = t == n->notices.end() || (o != n->outbox.end() && o->seq() < t->seq());
+    const v1::TierMove& m = from_outbox ? *o++ : *t++;
+    if (m.seq() <= n->sent_through) metrics_.heartbeat_orders_resent.Increment();
+    bytes += m.ByteSizeLong();
+    *resp->add_moves() = m;
+    if (bytes >= kHeartbeatAnswerBytesMax) break;
+  }
+  if (resp->moves_size() > 0) {
+    n->sent_through = std::max(n->sent_through, resp->moves(resp->moves_size() - 1).seq());
+  }
+}
+
 void Master::OrderLocked(Node* n, v1::TierMove move) {
+  move.set_seq(n->next_seq++);
+  if (move.kind() == v1::TierMove::DROP_SSD) n->drops_unreported[move.move_id()] = move.key();
   n->outbox.push_back(std::move(move));
   n->wake->Notify();
+}
+
+void Master::QueueNoticeLocked(Node* n, v1::TierMove notice) {
+  notice.set_seq(n->next_seq++);
+  n->notices.push_back(std::move(notice));
 }
 
 std::vector<uint32_t> Master::PlaceLocked(const v1::PutOptions& opts,
@@ -635,6 +696,7 @@ absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
   LruList& lru = n.segments[p.segment].lru;
   r.lru = lru.insert(lru.end(), obj);
   obj->replicas.push_back(r);
+  if (obj->hard_pin) n.hard_pinned_bytes += obj->size;
   EmitStoredLocked(*obj, obj->replicas.back(), nullptr);
   obj->Touch(now);
   metrics_.promotions.Increment();
@@ -662,6 +724,9 @@ void Master::Tick() {
     Node& n = *nodes_[i];
     if (n.state == v1::NODE_DEAD) {
       if (now >= n.orphans_until_ms) n.orphans = {};
+      if (ElapsedMs(now, n.dead_since_ms) >= options_.dead_store_memory_ms) {
+        LoseUnheardLocked(&n, "dead longer than --dead-store-memory");
+      }
       continue;
     }
     const uint64_t silent_ms = ElapsedMs(now, n.last_heartbeat_ms);
@@ -671,6 +736,7 @@ void Master::Tick() {
       RememberUnheardLocked(i);                    // removals it was not told of yet
       DropNodeReplicasLocked(i, now, &n.orphans);  // empty while live
       n.orphans_until_ms = now + kOrphansKeepTtls * options_.node_ttl_ms;
+      n.dead_since_ms = now;
       n.state = v1::NODE_DEAD;
       metrics_.nodes_died.Increment();
     }
@@ -762,6 +828,15 @@ void Master::CheckInvariants() {
     used[{d.node, d.segment}] += nodes_[d.node]->segments[d.segment].alloc->RoundUp(d.size);
   }
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
+    // Orders and notices in their numbers' order, each below next_seq
+    // (AnswerOrdersLocked merges them by number).
+    for (const auto* moves : {&nodes_[i]->outbox, &nodes_[i]->notices}) {
+      uint64_t last = 0;
+      for (const v1::TierMove& m : *moves) {
+        if (m.seq() <= last || m.seq() >= nodes_[i]->next_seq) std::abort();
+        last = m.seq();
+      }
+    }
     if (nodes_[i]->state == v1::NODE_DEAD) continue;
     for (uint32_t s = 0; s < nodes_[i]->segments.size(); ++s) {
       const RangeAllocator& a = *nodes_[i]->segments[s].alloc;

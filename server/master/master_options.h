@@ -27,8 +27,12 @@ inline constexpr uint64_t kSsdFailureBackoffMs = 10000;
 inline constexpr uint64_t kOrphansKeepTtls = 10;
 
 struct MasterOptions {
-  std::string listen_address;            // advertised as the leader address
-  uint64_t node_ttl_ms = 3000;           // silence after which a store is dead
+  std::string listen_address;   // advertised as the leader address
+  uint64_t node_ttl_ms = 3000;  // silence after which a store is dead
+  // What a dead store did not hear of (removals) is kept this long; one
+  // dead longer comes back empty (docs/master.md, "Removed keys stay
+  // removed").
+  uint64_t dead_store_memory_ms = 3600 * 1000;
   uint64_t heartbeat_interval_ms = 500;  // told to stores at registration
   uint64_t put_timeout_ms = 30000;       // an open put is reclaimed after this
   // A store checks a write grant's expiry by its own clock: the ranges of

@@ -24,17 +24,21 @@ Master::Unheard Master::UnheardRemovalsLocked(Node* n) {
       u.forgets.erase({m.key(), m.segment_id(), m.offset()});
     }
   }
+  // Drops not reported run: queued, sent, or taken and not run yet. (A
+  // store that does not acknowledge reports none: those in the outbox.)
+  for (const auto& [move_id, key] : n->drops_unreported) u.drops.insert(key);
+  n->drops_unreported.clear();
   for (const v1::TierMove& m : n->outbox) {
     if (m.kind() == v1::TierMove::DROP_SSD) u.drops.insert(m.key());
   }
   u.removed = std::exchange(n->removed_while_dead, {});
   u.patterns = std::exchange(n->patterns_removed_while_dead, {});
-  n->removed_while_dead_overflow = false;
+  u.all = std::exchange(n->unheard_lost, false);
   return u;
 }
 
 bool Master::UnheardCoversLocked(const Unheard& u, const v1::InventoryEntry& e) {
-  if (u.removed.contains(e.key())) return true;
+  if (u.all || u.removed.contains(e.key())) return true;
   if (e.tier() == v1::TIER_SSD ? u.drops.contains(e.key())
                                : u.forgets.count({e.key(), e.segment_id(), e.offset()}) != 0) {
     return true;
@@ -62,7 +66,7 @@ void Master::TellAgainLocked(Node* n, const v1::InventoryEntry& e) {
   m.set_size(e.size());
   m.set_checksum(e.checksum());
   m.set_term(term_);
-  n->notices.push_back(std::move(m));
+  QueueNoticeLocked(n, std::move(m));
 }
 
 void Master::RememberUnheardLocked(uint32_t node) {
@@ -75,7 +79,12 @@ void Master::RememberUnheardLocked(uint32_t node) {
         if (r.node == node) return;
       }
     }
-    if (n.removed_while_dead.size() < kRemovedWhileDeadMax) n.removed_while_dead.insert(key);
+    if (n.unheard_lost) return;
+    if (n.removed_while_dead.size() >= kRemovedWhileDeadMax) {
+      LoseUnheardLocked(&n, "too many keys removed while it was dead");
+      return;
+    }
+    n.removed_while_dead.insert(key);
   };
   for (const auto& f : unheard.forgets) remember(std::get<0>(f));
   for (const std::string& key : unheard.drops) remember(key);
@@ -83,13 +92,13 @@ void Master::RememberUnheardLocked(uint32_t node) {
 
 void Master::NoteRemovedLocked(const std::string& key) {
   // Dead stores hear of nothing: their inventories are checked against
-  // this when they register again. Bounded; past the bound a key removed
-  // while a store was dead can come back when it returns (logged).
+  // this when they register again. Bounded; past the bound the store comes
+  // back empty (Node::unheard_lost).
   for (const auto& node : nodes_) {
     Node& n = *node;
-    if (n.state != v1::NODE_DEAD) continue;
+    if (n.state != v1::NODE_DEAD || n.unheard_lost) continue;
     if (n.removed_while_dead.size() >= kRemovedWhileDeadMax) {
-      WarnRemovedOverflow(&n);
+      LoseUnheardLocked(&n, "too many keys removed while it was dead");
       continue;
     }
     n.removed_while_dead.insert(key);
@@ -99,7 +108,7 @@ void Master::NoteRemovedLocked(const std::string& key) {
 void Master::NotePatternRemovedLocked(const std::shared_ptr<const KeyMatcher>& pattern) {
   for (const auto& node : nodes_) {
     Node& n = *node;
-    if (n.state != v1::NODE_DEAD) continue;
+    if (n.state != v1::NODE_DEAD || n.unheard_lost) continue;
     std::vector<std::shared_ptr<const KeyMatcher>>& patterns = n.patterns_removed_while_dead;
     if (pattern->MatchesAll()) {  // a flush: nothing else to remember
       patterns.assign(1, pattern);
@@ -111,19 +120,22 @@ void Master::NotePatternRemovedLocked(const std::shared_ptr<const KeyMatcher>& p
     for (const auto& p : patterns) known |= p->MatchesAll() || p->SameAs(*pattern);
     if (known) continue;
     if (patterns.size() >= kPatternsRemovedWhileDeadMax) {
-      WarnRemovedOverflow(&n);
+      LoseUnheardLocked(&n, "too many patterns removed while it was dead");
       continue;
     }
     patterns.push_back(pattern);
   }
 }
 
-void Master::WarnRemovedOverflow(Node* n) {
-  if (n->removed_while_dead_overflow) return;
-  n->removed_while_dead_overflow = true;
-  SHELF_LOG(WARNING) << "too many keys removed while a store was dead: some may come back "
-                        "when it registers again"
-                     << Kv("node", n->endpoint.node_id());
+void Master::LoseUnheardLocked(Node* n, absl::string_view why) {
+  if (n->unheard_lost) return;
+  n->unheard_lost = true;
+  n->removed_while_dead = {};
+  n->patterns_removed_while_dead = {};
+  n->orphans = {};
+  SHELF_LOG(WARNING) << "a dead store's record of removals is lost: if it registers again, "
+                        "what it holds is dropped, not indexed"
+                     << Kv("node", n->endpoint.node_id()) << Kv("why", why);
 }
 
 }  // namespace shelf

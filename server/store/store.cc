@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/check.h"
 #include "common/checksum.h"
 #include "common/clock.h"
@@ -19,6 +20,24 @@
 #include "shelf/limits.h"
 
 namespace shelf {
+namespace {
+
+// Fault injection for tests: SHELF_FAULT_LOSE_HEARTBEAT_ANSWERS names
+// order kinds (DEMOTE,DROP_SSD,RECORD,FORGET); the first answer that
+// carries an order of each is dropped, as an answer the master sent but a
+// call that timed out never got. Unset in production. Called from the
+// heartbeat loop only.
+bool LoseAnswerForTest(const v1::HeartbeatResponse& resp) {
+  static const char* spec = std::getenv("SHELF_FAULT_LOSE_HEARTBEAT_ANSWERS");
+  if (spec == nullptr) return false;
+  static absl::flat_hash_set<std::string> left = absl::StrSplit(spec, ',', absl::SkipEmpty());
+  for (const v1::TierMove& m : resp.moves()) {
+    if (left.erase(v1::TierMove::Kind_Name(m.kind())) > 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 void Store::Stop() {
   {
@@ -116,10 +135,13 @@ void Store::MasterFailed(const std::string& address, const absl::Status& status)
       status.code() != absl::StatusCode::kDeadlineExceeded) {
     return;
   }
+  // Another master may lead now. The registration stands all the same:
+  // a leader that does not know this store says so in its answer (a newer
+  // term, or `reregister`), and a heartbeat answer lost on its way loses
+  // no order (orders come again until acknowledged). Registering again
+  // after every timeout would cost a full inventory, and the master's
+  // record of the store's pins and writers.
   locator_->Failed(address, status);
-  // Another master may lead now: it knows this store only after a
-  // registration with the full inventory.
-  registered_.store(false);
 }
 
 absl::Status Store::Register() {
@@ -239,7 +261,8 @@ absl::Status Store::Register() {
     grant_mac_ = std::make_shared<const HmacKey>(grant_key_);
     grant_term_ = resp.term();
     heartbeat_interval_ms_ = std::max<uint64_t>(50, resp.heartbeat_interval_ms());
-    results_.clear();  // the new registration's inventory supersedes them
+    results_.clear();   // the new registration's inventory supersedes them
+    orders_taken_ = 0;  // this registration's orders are numbered anew
     // So do the orders, but for the drops: their blocks were removed, and
     // the inventory did not list them.
     std::deque<v1::TierMove> drops;
@@ -332,6 +355,7 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
   result.set_move_id(move.move_id());
   result.set_key(move.key());
   result.set_generation(move.generation());
+  result.set_kind(move.kind());
   absl::Status s;
   switch (move.kind()) {
     case v1::TierMove::DEMOTE:
@@ -401,6 +425,8 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
     MutexLock lock(&mu_);
     bool idle = moves_.empty() && !moving_ && syncs_running_ == 0 && results_.empty();
     req.set_wait_for_orders_ms(idle ? static_cast<uint32_t>(heartbeat_interval_ms_) : 0);
+    req.set_acks_orders(true);
+    req.set_orders_acked(orders_taken_);
   }
   if (ssd_ != nullptr) {
     req.set_ssd_used_bytes(ssd_->used_bytes());
@@ -419,6 +445,7 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
   v1::MasterService::Stub* master = Master(&address);
   absl::Status s = master == nullptr ? absl::UnavailableError("no leading master known yet")
                                      : FromGrpc(master->Heartbeat(&ctx, req, &resp));
+  if (s.ok() && LoseAnswerForTest(resp)) s = absl::DeadlineExceededError("answer lost (fault)");
   if (!s.ok()) {
     if (master != nullptr) MasterFailed(address, s);
     // Not delivered: report again next time.
@@ -438,7 +465,15 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
     registered_.store(false);
     return absl::OkStatus();
   }
+  // An answer holds every order the master has not seen acknowledged,
+  // lowest number first: those taken from an earlier answer (whose
+  // acknowledgement was lost) are skipped.
+  const uint64_t taken_before = orders_taken_;
   for (const v1::TierMove& m : resp.moves()) {
+    if (m.seq() != 0) {
+      if (m.seq() <= taken_before) continue;
+      orders_taken_ = std::max(orders_taken_, m.seq());
+    }
     if (m.term() != 0 && m.term() < max_term_) continue;  // an older term's order
     if (m.kind() == v1::TierMove::RECORD || m.kind() == v1::TierMove::FORGET) {
       NoteLocked(m);
@@ -523,10 +558,11 @@ void Store::MoverLoop() {
     // next run's writes start while the last one syncs (SyncRun).
     //
     // `run` holds the demotions executed since the last cut; they reach
-    // results_ (and so the next heartbeat) only once synced. Only demotions
-    // are reported: the master acts on nothing else, and a DROP_SSD
-    // result for a key it no longer knows would make it order the drop
-    // again.
+    // results_ (and so the next heartbeat) only once synced. A drop is
+    // reported at once (its delete is as durable as the tier's writes),
+    // and only to a master that numbers its orders: it then knows the key
+    // is gone even if this store dies before its next registration. An
+    // older master would take the report for a demotion's.
     std::vector<v1::TierMoveResult> run;
     Demoted demoted;
     uint64_t unsynced = 0;
@@ -547,6 +583,9 @@ void Store::MoverLoop() {
             demoted.emplace_back(m.key(), at);
         }
         run.push_back(std::move(result));
+      } else if (m.kind() == v1::TierMove::DROP_SSD && m.seq() != 0) {
+        MutexLock report(&mu_);
+        results_.push_back(std::move(result));
       }
       bool last = false;
       {

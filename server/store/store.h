@@ -308,7 +308,7 @@ class Store : public DataHandler {
   // Null without RDMA. Outlives data_server_.
   std::unique_ptr<Rdma> rdma_;
   // The leading master: its address and a stub for it (stubs are cached
-  // per address). A failure moves the locator on and forces registration.
+  // per address). A failure moves the locator on.
   v1::MasterService::Stub* Master(std::string* address) ABSL_LOCKS_EXCLUDED(stubs_mu_);
   void MasterFailed(const std::string& address, const absl::Status& status);
   std::unique_ptr<MasterLocator> locator_;
@@ -326,6 +326,10 @@ class Store : public DataHandler {
   uint64_t heartbeat_interval_ms_ ABSL_GUARDED_BY(mu_) = 500;
   std::vector<v1::TierMoveResult> results_ ABSL_GUARDED_BY(mu_);  // to report
   std::deque<v1::TierMove> moves_ ABSL_GUARDED_BY(mu_);           // to carry out
+  // The highest TierMove.seq taken since this store registered: each
+  // heartbeat acknowledges it, and orders at or below it that come again
+  // (an answer the master sent twice) are not taken twice.
+  uint64_t orders_taken_ ABSL_GUARDED_BY(mu_) = 0;
   // Keys with a DROP_SSD among moves_ (how many): the master no longer
   // lists their SSD copy, which may be a removed or replaced commit's, so
   // reads by key refuse it from the moment the order arrives, not only

@@ -2,13 +2,16 @@
 // tier (RocksDB files on disk), and SSD contents surviving kill -9.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
 #include "common/clock.h"
 #include "common/json.h"
 #include "shelf/client.h"
+#include "testing/http_probe.h"
 #include "testing/local_cluster.h"
+#include "testing/wait_for.h"
 
 namespace shelf {
 namespace {
@@ -98,6 +101,66 @@ TEST(TiersClusterTest, DramOverflowsToSsdAndSurvivesKill9) {
   // The tier stays bounded on disk too (RocksDB files, with slack for the
   // WAL and blob files not yet collected).
   EXPECT_LT(DirBytes(ssd_dir), 3 * kSsd);
+}
+
+// The store's SSD bytes as its /metrics say (shelf_store_used_bytes), -1
+// when unread.
+double StoreSsdBytes(uint16_t metrics_port) {
+  const std::string text = HttpGet(metrics_port, "/metrics");
+  const std::string name = "shelf_store_used_bytes{tier=\"ssd\"} ";
+  const size_t at = text.find(name);
+  return at == std::string::npos ? -1 : std::strtod(text.c_str() + at + name.size(), nullptr);
+}
+
+// Heartbeat answers lost on their way, injected: the store drops the first
+// answer that carries a demotion and the first that carries a drop, as a
+// call that timed out after the master had sent it, and registers again.
+// Orders stay queued until acknowledged, so none is lost: the removed keys
+// stay removed, and their SSD copies go.
+TEST(TiersClusterTest, RemovedKeysStayRemovedWhenAnswersAreLostUnderFaultInjection) {
+  LocalCluster::Options o;
+  o.stores = 1;
+  o.dram_bytes = kDram;
+  o.ssd_bytes = kSsd;
+  o.bin_dir = SHELF_BIN_DIR;
+  o.store_args = {"--metrics-listen", "127.0.0.1:0"};
+  setenv("SHELF_FAULT_LOSE_HEARTBEAT_ANSWERS", "DEMOTE,DROP_SSD", 1);
+  auto cluster = LocalCluster::Start(o);
+  unsetenv("SHELF_FAULT_LOSE_HEARTBEAT_ANSWERS");
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ClientOptions co;
+  co.masters = {(*cluster)->master_address()};
+  co.timeout_ms = 20000;
+  std::unique_ptr<Client> client;
+  ASSERT_TRUE(Client::Open(co, &client).ok());
+
+  // Twice the DRAM segment: demotions are ordered.
+  const int blocks = static_cast<int>(2 * kDram / kBlock);
+  for (int i = 0; i < blocks; ++i) {
+    std::string data = Block(kBlock, i);
+    Status s = client->Put("lost-" + std::to_string(i), data.data(), data.size());
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+  }
+  for (int i = 0; i < blocks; ++i) {
+    std::string got;
+    Status s = client->Get("lost-" + std::to_string(i), &got);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+    ASSERT_TRUE(got == Block(kBlock, i)) << "block " << i << " differs";
+  }
+  const uint16_t port = (*cluster)->store_metrics_port(0);
+  ASSERT_GT(StoreSsdBytes(port), 0);
+  for (int i = 0; i < blocks; ++i) {
+    Status s = client->Remove("lost-" + std::to_string(i));
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+  }
+  // The drops, sent again after the lost answer, empty the tier.
+  EXPECT_TRUE(WaitFor([&] { return StoreSsdBytes(port) == 0; }, 15000, 50))
+      << StoreSsdBytes(port) << " bytes left on SSD";
+  for (int i = 0; i < blocks; ++i) {
+    std::string got;
+    Status s = client->Get("lost-" + std::to_string(i), &got);
+    EXPECT_EQ(s.code(), StatusCode::kNotFound) << i << ": " << s.ToString();
+  }
 }
 
 }  // namespace

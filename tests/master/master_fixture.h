@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -60,16 +61,28 @@ class MasterFixture : public ::testing::Test {
     for (auto& e : inventory) *req.add_inventory() = e;
     v1::RegisterStoreResponse resp;
     EXPECT_TRUE(master_->RegisterStore(req, &resp).ok());
+    orders_taken_[id] = 0;
     return incarnation;
   }
 
+  // A heartbeat as a store sends it: it acknowledges the orders of the
+  // answers before, and takes this answer's. With `lost`, the answer
+  // never reaches the store (nothing is taken).
   absl::Status Heartbeat(const std::string& id, uint64_t incarnation,
-                         std::vector<v1::TierMoveResult> results, v1::HeartbeatResponse* resp) {
+                         std::vector<v1::TierMoveResult> results, v1::HeartbeatResponse* resp,
+                         bool lost = false) {
     v1::HeartbeatRequest req;
     req.set_node_id(id);
     req.set_incarnation(incarnation);
+    req.set_acks_orders(true);
+    uint64_t& taken = orders_taken_[id];
+    req.set_orders_acked(taken);
     for (auto& r : results) *req.add_moves() = r;
-    return master_->Heartbeat(req, resp);
+    absl::Status s = master_->Heartbeat(req, resp);
+    if (s.ok() && !lost) {
+      for (const v1::TierMove& m : resp->moves()) taken = std::max(taken, m.seq());
+    }
+    return s;
   }
 
   v1::PutStartResponse Start(const std::string& key, uint64_t size, uint32_t replicas = 1,
@@ -160,6 +173,7 @@ class MasterFixture : public ::testing::Test {
 
   ManualClock clock_;  // outlives master_
   std::unique_ptr<prom::Exposition> registry_;
+  std::map<std::string, uint64_t> orders_taken_;  // store id -> highest TierMove.seq taken
   std::unique_ptr<Master> master_;
 };
 

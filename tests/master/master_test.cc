@@ -355,11 +355,14 @@ TEST_F(MasterFixture, FailedDemotionKeepsTheDramReplica) {
   master_->Tick();
   v1::HeartbeatResponse hb;
   ASSERT_TRUE(Heartbeat("a", 1, {}, &hb).ok());
-  ASSERT_GT(hb.moves_size(), 0);
-  ASSERT_EQ(hb.moves(0).kind(), v1::TierMove::DEMOTE);  // orders come before notices
+  const v1::TierMove* demote = nullptr;
+  for (const v1::TierMove& m : hb.moves()) {
+    if (m.kind() == v1::TierMove::DEMOTE && demote == nullptr) demote = &m;
+  }
+  ASSERT_NE(demote, nullptr);
   v1::TierMoveResult r;
-  r.set_move_id(hb.moves(0).move_id());
-  r.set_key(hb.moves(0).key());
+  r.set_move_id(demote->move_id());
+  r.set_key(demote->key());
   r.set_ok(false);
   r.set_error("disk full");
   v1::HeartbeatResponse hb2;

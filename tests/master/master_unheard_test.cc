@@ -51,6 +51,26 @@ class UnheardTest : public MasterFixture {
     master_->Tick();
     return k;
   }
+  // Store a (incarnation 2, restarted) holds k on its SSD tier; then k is
+  // removed, and a's next answer carries the DROP_SSD. What a's SSD lists.
+  v1::InventoryEntry KOnSsdThenRemoved() {
+    Register("a", 16 * kMiB, 64 * kMiB);
+    EXPECT_TRUE(Put("k", kMiB).ok());
+    Orders("a", 1);
+    v1::InventoryEntry k = Entry("k", "a");
+    k.set_tier(v1::TIER_SSD);
+    k.set_segment_id(0);
+    k.set_offset(0);
+    clock_.Advance(TestOptions().node_ttl_ms + 1);
+    Register("a", 16 * kMiB, 64 * kMiB, "host", 2, {}, {k});
+    EXPECT_TRUE(Peek("k").found());
+    Orders("a", 2);
+    v1::RemoveRequest remove;
+    remove.add_keys("k");
+    v1::RemoveResponse removed;
+    EXPECT_TRUE(master_->Remove(remove, &removed).ok());
+    return k;
+  }
   static bool Has(const std::vector<v1::TierMove>& moves, v1::TierMove::Kind kind,
                   const std::string& key) {
     for (const v1::TierMove& m : moves) {
@@ -78,25 +98,83 @@ TEST_F(UnheardTest, AStoreThatMissedAForgetDoesNotBringTheKeyBack) {
 }
 
 TEST_F(UnheardTest, AStoreThatMissedAnSsdDropDoesNotBringTheKeyBack) {
-  Register("a", 16 * kMiB, 64 * kMiB);
-  ASSERT_TRUE(Put("k", kMiB).ok());
-  Orders("a", 1);
-  v1::InventoryEntry k = Entry("k", "a");
-  k.set_tier(v1::TIER_SSD);  // restarted: on its SSD tier
-  k.set_segment_id(0);
-  k.set_offset(0);
-  clock_.Advance(TestOptions().node_ttl_ms + 1);  // a new incarnation: the old one fell silent
-  Register("a", 16 * kMiB, 64 * kMiB, "host", 2, {}, {k});
-  ASSERT_TRUE(Peek("k").found());
-  v1::RemoveRequest remove;
-  remove.add_keys("k");
-  v1::RemoveResponse removed;
-  ASSERT_TRUE(master_->Remove(remove, &removed).ok());
+  const v1::InventoryEntry k = KOnSsdThenRemoved();
   // Restarted again before the DROP_SSD reached it: its SSD lists k.
   clock_.Advance(TestOptions().node_ttl_ms + 1);
   Register("a", 16 * kMiB, 64 * kMiB, "host", 3, {}, {k});
   EXPECT_FALSE(Peek("k").found());
   EXPECT_TRUE(Has(Orders("a", 3), v1::TierMove::DROP_SSD, "k"));
+}
+
+// Orders and notices stay queued until a heartbeat acknowledges them
+// (HeartbeatRequest.orders_acked): an answer lost on its way (a call that
+// timed out after the master sent it) loses none of them.
+TEST_F(UnheardTest, AnAnswerThatWasLostIsSentAgain) {
+  const v1::InventoryEntry k = KOnSsdThenRemoved();
+  v1::HeartbeatResponse lost;
+  ASSERT_TRUE(Heartbeat("a", 2, {}, &lost, /*lost=*/true).ok());
+  const std::vector<v1::TierMove> first(lost.moves().begin(), lost.moves().end());
+  ASSERT_TRUE(Has(first, v1::TierMove::DROP_SSD, "k"));
+  const std::vector<v1::TierMove> again = Orders("a", 2);
+  ASSERT_EQ(again.size(), first.size());
+  for (size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i].seq(), first[i].seq());
+  EXPECT_FALSE(Has(Orders("a", 2), v1::TierMove::DROP_SSD, "k"));  // acknowledged
+}
+
+// The store whose answer was lost registers again (its call failed), the
+// same process: its SSD still lists the key whose drop it never got.
+TEST_F(UnheardTest, AStoreThatLostTheAnswerWithADropDoesNotBringTheKeyBack) {
+  const v1::InventoryEntry k = KOnSsdThenRemoved();
+  v1::HeartbeatResponse lost;
+  ASSERT_TRUE(Heartbeat("a", 2, {}, &lost, /*lost=*/true).ok());
+  Register("a", 16 * kMiB, 64 * kMiB, "host", 2, {}, {k});
+  EXPECT_FALSE(Peek("k").found());
+  EXPECT_TRUE(Has(Orders("a", 2), v1::TierMove::DROP_SSD, "k"));
+}
+
+TEST_F(UnheardTest, AStoreThatLostTheAnswerWithAForgetDoesNotBringTheKeyBack) {
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  Orders("a", 1);  // the RECORD notice arrives
+  const v1::InventoryEntry k = Entry("k", "a");
+  v1::RemoveRequest remove;
+  remove.add_keys("k");
+  v1::RemoveResponse removed;
+  ASSERT_TRUE(master_->Remove(remove, &removed).ok());
+  v1::HeartbeatResponse lost;
+  ASSERT_TRUE(Heartbeat("a", 1, {}, &lost, /*lost=*/true).ok());
+  ASSERT_TRUE(Has({lost.moves().begin(), lost.moves().end()}, v1::TierMove::FORGET, "k"));
+  Register("a", 16 * kMiB, 0, "host", 1, {}, {k});
+  EXPECT_FALSE(Peek("k").found());
+  EXPECT_TRUE(Has(Orders("a", 1), v1::TierMove::FORGET, "k"));
+}
+
+// A drop taken is not a drop run: the store may die before its mover gets
+// to it. Until the store reports it ran, a restart listing the key does
+// not bring it back; once reported, the master no longer holds it.
+TEST_F(UnheardTest, ADropTakenButNotRunDoesNotBringTheKeyBack) {
+  const v1::InventoryEntry k = KOnSsdThenRemoved();
+  std::vector<v1::TierMove> orders = Orders("a", 2);
+  ASSERT_TRUE(Has(orders, v1::TierMove::DROP_SSD, "k"));
+  ASSERT_TRUE(Orders("a", 2).empty());            // acknowledged: taken, not yet run
+  clock_.Advance(TestOptions().node_ttl_ms + 1);  // killed; restarted
+  Register("a", 16 * kMiB, 64 * kMiB, "host", 3, {}, {k});
+  EXPECT_FALSE(Peek("k").found());
+  orders = Orders("a", 3);
+  ASSERT_TRUE(Has(orders, v1::TierMove::DROP_SSD, "k"));
+  // Reported run: a later listing of the key is a later copy of it.
+  v1::TierMoveResult ran;
+  for (const v1::TierMove& m : orders) {
+    if (m.kind() == v1::TierMove::DROP_SSD) ran.set_move_id(m.move_id());
+  }
+  ran.set_key("k");
+  ran.set_kind(v1::TierMove::DROP_SSD);
+  ran.set_ok(true);
+  v1::HeartbeatResponse resp;
+  ASSERT_TRUE(Heartbeat("a", 3, {ran}, &resp).ok());
+  clock_.Advance(TestOptions().node_ttl_ms + 1);
+  Register("a", 16 * kMiB, 64 * kMiB, "host", 4, {}, {k});
+  EXPECT_TRUE(Peek("k").found());
 }
 
 TEST_F(UnheardTest, AKeyRemovedWhileItsStoreWasDeadStaysRemoved) {
@@ -177,6 +255,56 @@ TEST_F(UnheardTest, AFlushWhileAStoreWasDeadLeavesNothingOfItsSsd) {
   Register("a", 16 * kMiB, 64 * kMiB, "host", 2, {}, {e});  // restarted
   EXPECT_FALSE(Peek("k").found());
   EXPECT_TRUE(Has(Orders("a", 2), v1::TierMove::DROP_SSD, "k"));
+}
+
+// A store dead longer than --dead-store-memory: its record of removals is
+// dropped (memory stays bounded for nodes that never return), so it comes
+// back empty, whatever it lists, and is told to drop it.
+TEST_F(UnheardTest, AStoreDeadPastItsMemoryComesBackEmpty) {
+  MasterOptions o = TestOptions();
+  o.dead_store_memory_ms = 5000;
+  Make(o);
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  Orders("a", 1);
+  const v1::InventoryEntry k = Entry("k", "a");
+  clock_.Advance(o.node_ttl_ms + 1);
+  master_->Tick();  // dead
+  clock_.Advance(o.dead_store_memory_ms);
+  master_->Tick();  // forgotten
+  Register("a", 16 * kMiB, 0, "host", 1, {}, {k});
+  EXPECT_FALSE(Peek("k").found());
+  EXPECT_TRUE(Has(Orders("a", 1), v1::TierMove::FORGET, "k"));
+  // Its next death starts a new record.
+  ASSERT_TRUE(Put("j", kMiB).ok());
+  Orders("a", 1);
+  const v1::InventoryEntry j = Entry("j", "a");
+  clock_.Advance(o.node_ttl_ms + 1);
+  master_->Tick();
+  Register("a", 16 * kMiB, 0, "host", 1, {}, {j});
+  EXPECT_TRUE(Peek("j").found());
+}
+
+// More distinct patterns removed while a store was dead than are kept:
+// a key none of the kept patterns matches may have been removed by one
+// that was not kept, so the store comes back empty.
+TEST_F(UnheardTest, AStoreThatMissedTooManyPatternRemovesComesBackEmpty) {
+  MasterOptions o = TestOptions();
+  Make(o);
+  Register("a", 16 * kMiB);
+  ASSERT_TRUE(Put("keep:1", kMiB).ok());
+  Orders("a", 1);
+  const v1::InventoryEntry held = Entry("keep:1", "a");
+  clock_.Advance(o.node_ttl_ms + 1);
+  master_->Tick();
+  for (int i = 0; i <= 1024; ++i) {
+    v1::RemoveMatchingRequest req;
+    req.set_pattern("gone" + std::to_string(i) + ":*");
+    v1::RemoveMatchingResponse resp;
+    ASSERT_TRUE(master_->RemoveMatching(req, &resp, "").ok());
+  }
+  Register("a", 16 * kMiB, 0, "host", 1, {}, {held});
+  EXPECT_FALSE(Peek("keep:1").found());
 }
 
 // A key put again after the pattern went is the index's: a returning

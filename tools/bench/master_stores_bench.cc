@@ -114,7 +114,7 @@ v1::RegisterStoreRequest Registration(int i, uint64_t first, uint64_t count) {
 class Fleet {
  public:
   Fleet(const std::string& address, int stores, uint64_t interval_ms)
-      : interval_ms_(interval_ms), token_(AuthToken("")) {
+      : interval_ms_(interval_ms), token_(AuthToken("")), taken_(stores, 0) {
     for (int i = 0; i < stores; ++i) {
       stubs_.push_back(v1::MasterService::NewStub(OwnChannel(address, "shelf.bench.store", i)));
     }
@@ -164,12 +164,18 @@ class Fleet {
   };
 
   void Send(int i, uint64_t seq) ABSL_LOCKS_EXCLUDED(mu_) {
+    auto* b = new Beat;
     {
       MutexLock lock(&mu_);
-      if (stopping_.load()) return;
+      if (stopping_.load()) {
+        delete b;
+        return;
+      }
       ++in_flight_;
+      // As shelf-store: the orders taken so far are acknowledged.
+      b->req.set_acks_orders(true);
+      b->req.set_orders_acked(taken_[i]);
     }
-    auto* b = new Beat;
     b->req.set_node_id(NodeId(i));
     b->req.set_incarnation(1);
     bool poll = seq % kRttEvery != 0;
@@ -179,16 +185,19 @@ class Fleet {
     b->t0_us = MonoUs();
     stubs_[i]->async()->Heartbeat(&b->ctx, &b->req, &b->resp,
                                   [this, b, i, seq, poll](const grpc::Status& s) {
-                                    Done(b, s, poll);
+                                    Done(b, s, i, poll);
                                     Send(i, seq + 1);
                                     MutexLock lock(&mu_);
                                     if (--in_flight_ == 0) cv_.SignalAll();
                                   });
   }
 
-  void Done(Beat* b, const grpc::Status& s, bool poll) ABSL_LOCKS_EXCLUDED(mu_) {
+  void Done(Beat* b, const grpc::Status& s, int i, bool poll) ABSL_LOCKS_EXCLUDED(mu_) {
     double us = static_cast<double>(MonoUs() - b->t0_us);
     MutexLock lock(&mu_);
+    if (s.ok()) {
+      for (const v1::TierMove& m : b->resp.moves()) taken_[i] = std::max(taken_[i], m.seq());
+    }
     if (!s.ok()) {
       ++errors_;
       if (error_.empty()) error_ = absl::StrCat("Heartbeat: ", s.error_message());
@@ -208,6 +217,7 @@ class Fleet {
   Mutex mu_;
   CondVar cv_;  // in_flight_ reached 0
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint64_t> taken_ ABSL_GUARDED_BY(mu_);  // per store: the highest TierMove.seq taken
   bool measuring_ ABSL_GUARDED_BY(mu_) = false;
   Samples rtt_us_ ABSL_GUARDED_BY(mu_);
   Samples held_us_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,59 @@
+// Hard pins are counted per node against --hard-pin-max, for every replica
+// of a pinned key: those it had when pinned, and those it gains later (a
+// store's inventory, a promotion).
+#include <gtest/gtest.h>
+
+#include "tests/master/master_fixture.h"
+
+namespace shelf {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+class PinTest : public MasterFixture {
+ protected:
+  absl::Status HardPin(const std::string& key) {
+    v1::PinRequest pin;
+    pin.set_key(key);
+    pin.set_hard(true);
+    return master_->Pin(pin);
+  }
+  // `key` as a store's SSD tier would list it in its inventory.
+  v1::InventoryEntry Entry(const std::string& key) {
+    v1::ObjectLocation loc = Peek(key);
+    v1::InventoryEntry e;
+    e.set_key(key);
+    e.set_size(loc.size());
+    e.set_checksum(loc.checksum());
+    e.set_tier(v1::TIER_SSD);
+    return e;
+  }
+};
+
+// Store b lists two hard-pinned keys when it registers: they count against
+// b's cap as they would have, had b held them when they were pinned.
+TEST_F(PinTest, ReplicasAddedAfterAHardPinCountAgainstTheirNode) {
+  MasterOptions o = TestOptions();
+  o.hard_pin_bytes_max = 2 * kMiB;
+  Make(o);
+  Register("a", 16 * kMiB, 0, "ha");
+  ASSERT_TRUE(Put("j", kMiB).ok());
+  ASSERT_TRUE(Put("k", kMiB).ok());
+  ASSERT_TRUE(HardPin("j").ok());
+  ASSERT_TRUE(HardPin("k").ok());
+  Register("b", 16 * kMiB, 64 * kMiB, "hb", 1, {}, {Entry("j"), Entry("k")});
+  ASSERT_EQ(Peek("j").replicas_size(), 2);
+  // A third key on b alone: b is at its cap already.
+  v1::PutOptions local;
+  local.set_prefer_local(true);
+  local.set_client_host_id("hb");
+  absl::Status s;
+  v1::PutStartResponse r = Start("m", kMiB, 1, &s, local);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_TRUE(Commit(r.put_id()).ok());
+  ASSERT_EQ(Peek("m").replicas(0).store().node_id(), "b");
+  EXPECT_EQ(HardPin("m").code(), absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace shelf
