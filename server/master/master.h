@@ -28,6 +28,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <list>
 #include <map>
@@ -398,12 +399,16 @@ class Master {
     uint64_t hard_pinned_bytes = 0;
     // Orders and notices, each numbered (TierMove.seq) when queued and
     // kept until a heartbeat acknowledges it: every answer until then
-    // sends it again (Heartbeat, docs/wire.md "Heartbeat orders").
-    std::vector<v1::TierMove> outbox;   // orders (OrderLocked): they wake a long poll
-    std::vector<v1::TierMove> notices;  // RECORD/FORGET (QueueNoticeLocked), ride along
+    // sends it again (Heartbeat, docs/master.md "Heartbeat orders").
+    std::deque<v1::TierMove> outbox;   // orders (OrderLocked): they wake a long poll
+    std::deque<v1::TierMove> notices;  // RECORD/FORGET (QueueNoticeLocked), ride along
     uint64_t next_seq = 1;
     uint64_t sent_through = 0;  // the highest seq sent
+    bool answer_cut = false;    // the last answer left some out (the size bound)
     bool acks_orders = false;   // its heartbeats acknowledge (as the last one said)
+    // Drawn at each registration; heartbeats echo it. One that names
+    // another is late (sent before the store registered again): ignored.
+    uint64_t registration_id = 0;
     // DROP_SSD orders the store has not reported run (move id -> key):
     // taken is not done, and a store that dies or registers again before
     // running one still lists the key (UnheardRemovalsLocked).
@@ -441,6 +446,8 @@ class Master {
     absl::flat_hash_set<std::string> removed;                       // any copy of these keys
     std::vector<std::shared_ptr<const KeyMatcher>> patterns;        // keys the index lacks
     bool all = false;  // Node::unheard_lost: every entry
+    // Node::drops_unreported (a same process may still run them).
+    absl::flat_hash_map<uint64_t, std::string> drops_unreported;
   };
   struct PendingPut {
     std::string key;
@@ -581,6 +588,8 @@ class Master {
   void QueueNoticeLocked(Node* n, v1::TierMove notice) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Heartbeat's answer: drops what `acked` covers, then sends the rest.
   void ForgetAckedLocked(Node* n, uint64_t acked) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A store's report that the drop `move_id` ran (ok) or failed.
+  static void DropReportedLocked(Node* n, const v1::TierMoveResult& result);
   void AnswerOrdersLocked(Node* n, v1::HeartbeatResponse* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets every replica on `node` and aborts its puts in flight. With
   // `orphans`, appends the node's DRAM replicas to it first.

@@ -1,6 +1,7 @@
 // Master: node registry, liveness, placement, eviction and tier moves.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <set>
 #include <utility>
@@ -41,7 +42,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   uint32_t idx;
   std::vector<v1::InventoryEntry> orphans;
   Unheard unheard;
-  bool same_process_arenas = false;
+  bool same_process = false;
   auto it = node_by_id_.find(ep.node_id());
   if (it != node_by_id_.end()) {
     idx = it->second;
@@ -66,9 +67,8 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
     // gave it, including those whose RECORD notice it never got: those
     // come back as orphans.
     Node& old = *nodes_[idx];
-    const bool same_process = old.incarnation == req.incarnation();
+    same_process = old.incarnation == req.incarnation();
     unheard = UnheardRemovalsLocked(&old);
-    same_process_arenas = same_process;
     orphans = std::exchange(old.orphans, {});
     if (!same_process) orphans.clear();
     DropNodeReplicasLocked(idx, now, same_process ? &orphans : nullptr);
@@ -92,6 +92,10 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   // A new key at every registration: grants minted for an earlier one (or
   // an earlier incarnation, or by an earlier master) no longer verify.
   n.grant_key = RandomBytes(32);
+  do {
+    const std::string id = RandomBytes(sizeof(uint64_t));
+    std::memcpy(&n.registration_id, id.data(), sizeof(uint64_t));
+  } while (n.registration_id == 0);
   n.grant_mac = std::make_unique<const HmacKey>(n.grant_key);
   n.last_heartbeat_ms = now;
   // The same process keeps its arenas' tenants: their memory is the same,
@@ -103,7 +107,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
     seg.id = s.segment_id();
     seg.alloc = std::make_unique<RangeAllocator>(s.capacity_bytes(), options_.alignment);
     for (const Segment& b : before) {
-      if (same_process_arenas && b.id == seg.id && b.bound) {
+      if (same_process && b.id == seg.id && b.bound) {
         seg.bound = true;
         seg.tenant = b.tenant;
       }
@@ -136,12 +140,25 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
       AddInventoryLocked(idx, e, now);
     }
   }
+  if (same_process && !unheard.drops_unreported.empty()) {
+    // The same process keeps the drops it took and has not run yet (and
+    // leaves their keys out of its inventory): they stay counted as not
+    // run until it reports them, or it dies before.
+    absl::flat_hash_set<std::string> on_ssd;
+    for (const v1::InventoryEntry& e : req.inventory()) {
+      if (e.tier() == v1::TIER_SSD) on_ssd.insert(e.key());
+    }
+    for (auto& [move_id, key] : unheard.drops_unreported) {
+      if (!on_ssd.contains(key)) n.drops_unreported.emplace(move_id, std::move(key));
+    }
+  }
   if (unheard.all && req.inventory_size() > 0) {
     SHELF_LOG(WARNING) << "store registered after its record of removals was lost: what it "
                           "holds is dropped"
                        << Kv("node", ep.node_id()) << Kv("blocks", req.inventory_size());
   }
   resp->set_grant_key(n.grant_key);
+  resp->set_registration_id(n.registration_id);
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   resp->set_node_ttl_ms(options_.node_ttl_ms);
   resp->set_term(term_);
@@ -314,18 +331,25 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
   }
   uint32_t idx = it->second;
   Node& n = *nodes_[idx];
+  const uint64_t registration = n.registration_id;
+  if (req.registration_id() != 0 && req.registration_id() != registration) {
+    // Sent before the store registered again (a call that timed out, the
+    // answer lost anyway): its acknowledgement and reports are of numbers
+    // and moves of that registration, perhaps of another master.
+    return absl::OkStatus();
+  }
   n.last_heartbeat_ms = now;
   n.acks_orders = req.acks_orders();
   if (n.acks_orders) ForgetAckedLocked(&n, req.orders_acked());
   for (const v1::TierMoveResult& m : req.moves()) {
-    // A drop's report says it ran; nothing else follows from it.
     if (m.kind() == v1::TierMove::DROP_SSD) {
-      n.drops_unreported.erase(m.move_id());
+      DropReportedLocked(&n, m);
     } else {
       ApplyMoveResultLocked(idx, m, now);
     }
   }
-  if (n.outbox.empty() && req.wait_for_orders_ms() > 0) {
+  // Orders wake a long poll; so does the rest of an answer cut short.
+  if (n.outbox.empty() && !n.answer_cut && req.wait_for_orders_ms() > 0) {
     // Long poll: hold the call until orders arrive (or the wait ends), so
     // a demotion starts as soon as it is ordered.
     uint64_t wait_ms = std::min<uint64_t>(req.wait_for_orders_ms(), options_.node_ttl_ms / 2);
@@ -354,13 +378,25 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
       resp->set_reregister(true);
       return absl::OkStatus();
     }
+    if (n.registration_id != registration) return absl::OkStatus();  // registered meanwhile
   }
   AnswerOrdersLocked(&n, resp);
   return absl::OkStatus();
 }
 
+void Master::DropReportedLocked(Node* n, const v1::TierMoveResult& result) {
+  // Run, and synced before the report (Store::MoverLoop): the key is gone
+  // from the store's SSD. A failed drop stays counted as not run. The key
+  // must match: a report of an earlier registration's move may carry a
+  // number this one reused.
+  auto it = n->drops_unreported.find(result.move_id());
+  if (result.ok() && it != n->drops_unreported.end() && it->second == result.key()) {
+    n->drops_unreported.erase(it);
+  }
+}
+
 void Master::ForgetAckedLocked(Node* n, uint64_t acked) {
-  auto after = [acked](std::vector<v1::TierMove>* moves) {
+  auto after = [acked](std::deque<v1::TierMove>* moves) {
     return std::partition_point(moves->begin(), moves->end(),
                                 [acked](const v1::TierMove& m) { return m.seq() <= acked; });
   };
@@ -386,13 +422,17 @@ void Master::AnswerOrdersLocked(Node* n, v1::HeartbeatResponse* resp) {
   // took, so what the bound leaves out goes in the next answer.
   auto o = n->outbox.begin(), t = n->notices.begin();
   size_t bytes = 0;
+  n->answer_cut = false;
   while (o != n->outbox.end() || t != n->notices.end()) {
+    if (bytes >= kHeartbeatAnswerBytesMax) {
+      n->answer_cut = true;
+      break;
+    }
     const bool from_outbox = t == n->notices.end() || (o != n->outbox.end() && o->seq() < t->seq());
     const v1::TierMove& m = from_outbox ? *o++ : *t++;
     if (m.seq() <= n->sent_through) metrics_.heartbeat_orders_resent.Increment();
     bytes += m.ByteSizeLong();
     *resp->add_moves() = m;
-    if (bytes >= kHeartbeatAnswerBytesMax) break;
   }
   if (resp->moves_size() > 0) {
     n->sent_through = std::max(n->sent_through, resp->moves(resp->moves_size() - 1).seq());

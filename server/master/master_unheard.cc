@@ -27,7 +27,7 @@ Master::Unheard Master::UnheardRemovalsLocked(Node* n) {
   // Drops not reported run: queued, sent, or taken and not run yet. (A
   // store that does not acknowledge reports none: those in the outbox.)
   for (const auto& [move_id, key] : n->drops_unreported) u.drops.insert(key);
-  n->drops_unreported.clear();
+  u.drops_unreported = std::exchange(n->drops_unreported, {});
   for (const v1::TierMove& m : n->outbox) {
     if (m.kind() == v1::TierMove::DROP_SSD) u.drops.insert(m.key());
   }

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -261,8 +262,15 @@ absl::Status Store::Register() {
     grant_mac_ = std::make_shared<const HmacKey>(grant_key_);
     grant_term_ = resp.term();
     heartbeat_interval_ms_ = std::max<uint64_t>(50, resp.heartbeat_interval_ms());
-    results_.clear();   // the new registration's inventory supersedes them
+    // The new registration's inventory supersedes the demotion reports;
+    // the drops' reports still say their keys are gone.
+    results_.erase(std::remove_if(results_.begin(), results_.end(),
+                                  [](const v1::TierMoveResult& r) {
+                                    return r.kind() != v1::TierMove::DROP_SSD;
+                                  }),
+                   results_.end());
     orders_taken_ = 0;  // this registration's orders are numbered anew
+    registration_id_ = resp.registration_id();
     // So do the orders, but for the drops: their blocks were removed, and
     // the inventory did not list them.
     std::deque<v1::TierMove> drops;
@@ -320,34 +328,36 @@ void Store::SyncRun(std::vector<v1::TierMoveResult>* run, Demoted* demoted, uint
   }
   // The run is reported once SsdTier says its writes are durable; the
   // tier's sync thread runs this, in the order the runs were cut.
-  ssd_->SyncAsync(
-      [this, taken = std::move(taken), forget = std::move(forget)](absl::Status s) mutable {
-        if (kill_point != nullptr && std::strcmp(kill_point, "after-write") == 0) raise(SIGKILL);
-        if (!s.ok()) {
-          // Not durable: the master must keep the DRAM copies.
-          SHELF_LOG(ERROR) << "SSD tier sync failed; demotions reported as failed"
-                           << Kv("error", s.message());
-          for (v1::TierMoveResult& r : taken) {
-            if (!r.ok()) continue;
-            r.set_ok(false);
-            r.set_error(absl::StrCat("SSD tier sync: ", s.message()));
-          }
-        }
-        MutexLock lock(&mu_);
-        if (s.ok()) {
-          // On SSD for good: the DRAM copies are the master's to free.
-          for (const auto& [key, offset] : forget) {
-            auto rec = dram_records_.find(offset);
-            if (rec != dram_records_.end() && rec->second.key == key) EraseRecordLocked(rec);
-          }
-        }
-        for (v1::TierMoveResult& r : taken) results_.push_back(std::move(r));
-        --syncs_running_;
-        syncs_cv_.SignalAll();
-        // Durable now: the heartbeat loop reports them without waiting out
-        // its short sleep, and the master frees their DRAM for writers.
-        stop_cv_.SignalAll();
-      });
+  ssd_->SyncAsync([this, taken = std::move(taken), forget = std::move(forget),
+                   executed](absl::Status s) mutable {
+    if (kill_point != nullptr && std::strcmp(kill_point, "after-write") == 0 && executed > 0) {
+      raise(SIGKILL);
+    }
+    if (!s.ok()) {
+      // Not durable: the master must keep the DRAM copies.
+      SHELF_LOG(ERROR) << "SSD tier sync failed; demotions reported as failed"
+                       << Kv("error", s.message());
+      for (v1::TierMoveResult& r : taken) {
+        if (!r.ok()) continue;
+        r.set_ok(false);
+        r.set_error(absl::StrCat("SSD tier sync: ", s.message()));
+      }
+    }
+    MutexLock lock(&mu_);
+    if (s.ok()) {
+      // On SSD for good: the DRAM copies are the master's to free.
+      for (const auto& [key, offset] : forget) {
+        auto rec = dram_records_.find(offset);
+        if (rec != dram_records_.end() && rec->second.key == key) EraseRecordLocked(rec);
+      }
+    }
+    for (v1::TierMoveResult& r : taken) results_.push_back(std::move(r));
+    --syncs_running_;
+    syncs_cv_.SignalAll();
+    // Durable now: the heartbeat loop reports them without waiting out
+    // its short sleep, and the master frees their DRAM for writers.
+    stop_cv_.SignalAll();
+  });
 }
 
 v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
@@ -427,6 +437,7 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
     req.set_wait_for_orders_ms(idle ? static_cast<uint32_t>(heartbeat_interval_ms_) : 0);
     req.set_acks_orders(true);
     req.set_orders_acked(orders_taken_);
+    req.set_registration_id(registration_id_);
   }
   if (ssd_ != nullptr) {
     req.set_ssd_used_bytes(ssd_->used_bytes());
@@ -457,6 +468,8 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
   if (resp.term() != max_term_) {
     // Older: a deposed leader. Newer: a term this store has not registered
     // under (and so not checked against etcd): register again first.
+    // Either way the leader has not heard the reports.
+    results_.insert(results_.begin(), sent.begin(), sent.end());
     if (resp.term() > max_term_) registered_.store(false);
     return absl::UnavailableError(absl::StrCat("heartbeat answered by term ", resp.term(),
                                                ", registered under ", max_term_, ": ignored"));
@@ -558,11 +571,12 @@ void Store::MoverLoop() {
     // next run's writes start while the last one syncs (SyncRun).
     //
     // `run` holds the demotions executed since the last cut; they reach
-    // results_ (and so the next heartbeat) only once synced. A drop is
-    // reported at once (its delete is as durable as the tier's writes),
-    // and only to a master that numbers its orders: it then knows the key
-    // is gone even if this store dies before its next registration. An
-    // older master would take the report for a demotion's.
+    // results_ (and so the next heartbeat) only once synced. So do the
+    // drops (their deletes are durable at that sync too), reported only to
+    // a master that numbers its orders: it then knows the key is gone even
+    // if this store dies before its next registration. An older master
+    // would take the report for a demotion's. A drop counts as one byte
+    // to sync: a run of drops alone syncs once, when the queue runs out.
     std::vector<v1::TierMoveResult> run;
     Demoted demoted;
     uint64_t unsynced = 0;
@@ -584,8 +598,8 @@ void Store::MoverLoop() {
         }
         run.push_back(std::move(result));
       } else if (m.kind() == v1::TierMove::DROP_SSD && m.seq() != 0) {
-        MutexLock report(&mu_);
-        results_.push_back(std::move(result));
+        if (result.ok()) ++unsynced;
+        run.push_back(std::move(result));
       }
       bool last = false;
       {

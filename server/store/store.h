@@ -330,6 +330,7 @@ class Store : public DataHandler {
   // heartbeat acknowledges it, and orders at or below it that come again
   // (an answer the master sent twice) are not taken twice.
   uint64_t orders_taken_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t registration_id_ ABSL_GUARDED_BY(mu_) = 0;  // the master's, echoed
   // Keys with a DROP_SSD among moves_ (how many): the master no longer
   // lists their SSD copy, which may be a removed or replaced commit's, so
   // reads by key refuse it from the moment the order arrives, not only

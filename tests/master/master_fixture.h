@@ -62,6 +62,7 @@ class MasterFixture : public ::testing::Test {
     v1::RegisterStoreResponse resp;
     EXPECT_TRUE(master_->RegisterStore(req, &resp).ok());
     orders_taken_[id] = 0;
+    registration_[id] = resp.registration_id();
     return incarnation;
   }
 
@@ -77,6 +78,7 @@ class MasterFixture : public ::testing::Test {
     req.set_acks_orders(true);
     uint64_t& taken = orders_taken_[id];
     req.set_orders_acked(taken);
+    req.set_registration_id(registration_[id]);
     for (auto& r : results) *req.add_moves() = r;
     absl::Status s = master_->Heartbeat(req, resp);
     if (s.ok() && !lost) {
@@ -174,6 +176,7 @@ class MasterFixture : public ::testing::Test {
   ManualClock clock_;  // outlives master_
   std::unique_ptr<prom::Exposition> registry_;
   std::map<std::string, uint64_t> orders_taken_;  // store id -> highest TierMove.seq taken
+  std::map<std::string, uint64_t> registration_;  // store id -> its registration id
   std::unique_ptr<Master> master_;
 };
 

@@ -177,6 +177,50 @@ TEST_F(UnheardTest, ADropTakenButNotRunDoesNotBringTheKeyBack) {
   EXPECT_TRUE(Peek("k").found());
 }
 
+// A heartbeat sent before the store registered again, answered late: it
+// names the earlier registration, so its acknowledgement (of that
+// registration's numbers, perhaps another master's) and its reports of
+// drops count for nothing.
+TEST_F(UnheardTest, ALateHeartbeatOfAnEarlierRegistrationAcknowledgesNothing) {
+  const v1::InventoryEntry k = KOnSsdThenRemoved();
+  const uint64_t earlier = registration_["a"];
+  Register("a", 16 * kMiB, 64 * kMiB, "host", 2, {}, {k});  // registered again
+  v1::HeartbeatRequest late;
+  late.set_node_id("a");
+  late.set_incarnation(2);
+  late.set_acks_orders(true);
+  late.set_orders_acked(UINT64_MAX);
+  late.set_registration_id(earlier);
+  v1::HeartbeatResponse resp;
+  ASSERT_TRUE(master_->Heartbeat(late, &resp).ok());
+  EXPECT_EQ(resp.moves_size(), 0);
+  EXPECT_TRUE(Has(Orders("a", 2), v1::TierMove::DROP_SSD, "k"));
+}
+
+// The same process registers again with a drop taken and not yet run: it
+// leaves the key out of its inventory and runs the drop later. Until it
+// reports the drop, a death and restart listing the key bring nothing
+// back; a failed drop counts as not run.
+TEST_F(UnheardTest, ADropTakenBeforeASameProcessRegistrationStaysCounted) {
+  const v1::InventoryEntry k = KOnSsdThenRemoved();
+  std::vector<v1::TierMove> orders = Orders("a", 2);
+  ASSERT_TRUE(Has(orders, v1::TierMove::DROP_SSD, "k"));
+  Register("a", 16 * kMiB, 64 * kMiB, "host", 2, {}, {});  // k left out: its drop is pending
+  v1::TierMoveResult failed;
+  for (const v1::TierMove& m : orders) {
+    if (m.kind() == v1::TierMove::DROP_SSD) failed.set_move_id(m.move_id());
+  }
+  failed.set_key("k");
+  failed.set_kind(v1::TierMove::DROP_SSD);
+  failed.set_ok(false);
+  v1::HeartbeatResponse resp;
+  ASSERT_TRUE(Heartbeat("a", 2, {failed}, &resp).ok());
+  clock_.Advance(TestOptions().node_ttl_ms + 1);
+  master_->Tick();                                          // dead
+  Register("a", 16 * kMiB, 64 * kMiB, "host", 3, {}, {k});  // restarted
+  EXPECT_FALSE(Peek("k").found());
+}
+
 TEST_F(UnheardTest, AKeyRemovedWhileItsStoreWasDeadStaysRemoved) {
   const v1::InventoryEntry k = KOnBothThenADies();
   v1::RemoveRequest remove;
