@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/json.h"
@@ -38,40 +40,54 @@ constexpr size_t kBlock = 1 << 20;
 constexpr uint64_t kDram = 32ull << 20;
 constexpr uint64_t kSsd = 160ull << 20;
 
-TEST(TiersClusterTest, DramOverflowsToSsdAndSurvivesKill9) {
-  LocalCluster::Options o;
-  o.stores = 1;
-  o.dram_bytes = kDram;
-  o.ssd_bytes = kSsd;
-  o.bin_dir = SHELF_BIN_DIR;
-  auto cluster = LocalCluster::Start(o);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ClientOptions co;
-  co.masters = {(*cluster)->master_address()};
-  co.timeout_ms = 20000;
-  std::unique_ptr<Client> client;
-  ASSERT_TRUE(Client::Open(co, &client).ok());
+// One store with kDram of DRAM and kSsd of SSD, and a client of it.
+class TiersClusterTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> store_args = {}) {
+    LocalCluster::Options o;
+    o.stores = 1;
+    o.dram_bytes = kDram;
+    o.ssd_bytes = kSsd;
+    o.bin_dir = SHELF_BIN_DIR;
+    o.store_args = std::move(store_args);
+    auto cluster = LocalCluster::Start(o);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    ClientOptions co;
+    co.masters = {cluster_->master_address()};
+    co.timeout_ms = 20000;
+    ASSERT_TRUE(Client::Open(co, &client_).ok());
+  }
+  // Puts blocks prefix0.. (kBlock each, one replica), then reads every one
+  // back, from DRAM or SSD, byte-identical.
+  void PutAndReadBack(const std::string& prefix, int blocks) {
+    for (int i = 0; i < blocks; ++i) {
+      std::string data = Block(kBlock, i);
+      Status s = client_->Put(prefix + std::to_string(i), data.data(), data.size());
+      ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+    }
+    for (int i = 0; i < blocks; ++i) {
+      std::string got;
+      Status s = client_->Get(prefix + std::to_string(i), &got);
+      ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+      ASSERT_TRUE(got == Block(kBlock, i)) << "block " << i << " differs";
+    }
+  }
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<Client> client_;
+};
 
-  // Three times the DRAM segment, one replica each.
+TEST_F(TiersClusterTest, DramOverflowsToSsdAndSurvivesKill9) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  // Three times the DRAM segment.
   const int blocks = static_cast<int>(3 * kDram / kBlock);
-  for (int i = 0; i < blocks; ++i) {
-    std::string data = Block(kBlock, i);
-    Status s = client->Put("tier-" + std::to_string(i), data.data(), data.size());
-    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
-  }
-  // Every block stays readable, from DRAM or SSD, byte-identical.
-  for (int i = 0; i < blocks; ++i) {
-    std::string got;
-    Status s = client->Get("tier-" + std::to_string(i), &got);
-    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
-    ASSERT_TRUE(got == Block(kBlock, i)) << "block " << i << " differs";
-  }
-  ClientStats st = client->stats();
+  ASSERT_NO_FATAL_FAILURE(PutAndReadBack("tier-", blocks));
+  ClientStats st = client_->stats();
   EXPECT_GT(st.blocks_loaded_ssd, 0u);
   EXPECT_GT(st.blocks_loaded_dram, 0u);
   EXPECT_EQ(st.checksum_mismatches, 0u);
   std::string json;
-  ASSERT_EQ((*cluster)->Shelfctl({"status", "--json"}, &json), 0);
+  ASSERT_EQ(cluster_->Shelfctl({"status", "--json"}, &json), 0);
   const Json status = JsonParse(json);
   ASSERT_TRUE(status.is_object() && status["ssd_used_bytes"].is_number_unsigned()) << json;
   uint64_t ssd_used = status["ssd_used_bytes"].get<uint64_t>();
@@ -83,18 +99,18 @@ TEST(TiersClusterTest, DramOverflowsToSsdAndSurvivesKill9) {
   std::vector<int> on_ssd;
   for (int i = 0; i < blocks; ++i) {
     std::string out;
-    (*cluster)->Shelfctl({"stat", "tier-" + std::to_string(i), "--json"}, &out);
+    cluster_->Shelfctl({"stat", "tier-" + std::to_string(i), "--json"}, &out);
     if (out.find("\"tier\":\"ssd\"") != std::string::npos) on_ssd.push_back(i);
   }
   ASSERT_FALSE(on_ssd.empty());
-  std::string ssd_dir = (*cluster)->store_ssd_dir(0);
-  (*cluster)->KillStore(0);
-  ASSERT_TRUE((*cluster)->WaitForLiveNodes(0, 8000).ok());
-  ASSERT_TRUE((*cluster)->RestartStore(0).ok());
-  ASSERT_TRUE((*cluster)->WaitForLiveNodes(1, 15000).ok());
+  std::string ssd_dir = cluster_->store_ssd_dir(0);
+  cluster_->KillStore(0);
+  ASSERT_TRUE(cluster_->WaitForLiveNodes(0, 8000).ok());
+  ASSERT_TRUE(cluster_->RestartStore(0).ok());
+  ASSERT_TRUE(cluster_->WaitForLiveNodes(1, 15000).ok());
   for (int i : on_ssd) {
     std::string got;
-    Status s = client->Get("tier-" + std::to_string(i), &got);
+    Status s = client_->Get("tier-" + std::to_string(i), &got);
     ASSERT_TRUE(s.ok()) << "block " << i << " after restart: " << s.ToString();
     ASSERT_TRUE(got == Block(kBlock, i));
   }
@@ -114,43 +130,21 @@ double StoreSsdBytes(uint16_t metrics_port) {
 
 // Heartbeat answers lost on their way, injected: the store drops the first
 // answer that carries a demotion and the first that carries a drop, as a
-// call that timed out after the master had sent it, and registers again.
-// Orders stay queued until acknowledged, so none is lost: the removed keys
-// stay removed, and their SSD copies go.
-TEST(TiersClusterTest, RemovedKeysStayRemovedWhenAnswersAreLostUnderFaultInjection) {
-  LocalCluster::Options o;
-  o.stores = 1;
-  o.dram_bytes = kDram;
-  o.ssd_bytes = kSsd;
-  o.bin_dir = SHELF_BIN_DIR;
-  o.store_args = {"--metrics-listen", "127.0.0.1:0"};
+// call that timed out after the master had sent it. Orders stay queued
+// until acknowledged, so none is lost: the removed keys stay removed, and
+// their SSD copies go.
+TEST_F(TiersClusterTest, RemovedKeysStayRemovedWhenAnswersAreLostUnderFaultInjection) {
   setenv("SHELF_FAULT_LOSE_HEARTBEAT_ANSWERS", "DEMOTE,DROP_SSD", 1);
-  auto cluster = LocalCluster::Start(o);
+  Start({"--metrics-listen", "127.0.0.1:0"});
   unsetenv("SHELF_FAULT_LOSE_HEARTBEAT_ANSWERS");
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ClientOptions co;
-  co.masters = {(*cluster)->master_address()};
-  co.timeout_ms = 20000;
-  std::unique_ptr<Client> client;
-  ASSERT_TRUE(Client::Open(co, &client).ok());
-
+  ASSERT_FALSE(HasFatalFailure());
   // Twice the DRAM segment: demotions are ordered.
   const int blocks = static_cast<int>(2 * kDram / kBlock);
-  for (int i = 0; i < blocks; ++i) {
-    std::string data = Block(kBlock, i);
-    Status s = client->Put("lost-" + std::to_string(i), data.data(), data.size());
-    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
-  }
-  for (int i = 0; i < blocks; ++i) {
-    std::string got;
-    Status s = client->Get("lost-" + std::to_string(i), &got);
-    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
-    ASSERT_TRUE(got == Block(kBlock, i)) << "block " << i << " differs";
-  }
-  const uint16_t port = (*cluster)->store_metrics_port(0);
+  ASSERT_NO_FATAL_FAILURE(PutAndReadBack("lost-", blocks));
+  const uint16_t port = cluster_->store_metrics_port(0);
   ASSERT_GT(StoreSsdBytes(port), 0);
   for (int i = 0; i < blocks; ++i) {
-    Status s = client->Remove("lost-" + std::to_string(i));
+    Status s = client_->Remove("lost-" + std::to_string(i));
     ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
   }
   // The drops, sent again after the lost answer, empty the tier.
@@ -158,7 +152,7 @@ TEST(TiersClusterTest, RemovedKeysStayRemovedWhenAnswersAreLostUnderFaultInjecti
       << StoreSsdBytes(port) << " bytes left on SSD";
   for (int i = 0; i < blocks; ++i) {
     std::string got;
-    Status s = client->Get("lost-" + std::to_string(i), &got);
+    Status s = client_->Get("lost-" + std::to_string(i), &got);
     EXPECT_EQ(s.code(), StatusCode::kNotFound) << i << ": " << s.ToString();
   }
 }
