@@ -25,9 +25,13 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
   Node& n = *nodes_[idx];
   const uint64_t registration = n.registration_id;
   if (req.registration_id() != 0 && req.registration_id() != registration) {
-    // Sent before the store registered again (a call that timed out, the
-    // answer lost anyway): its acknowledgement and reports are of numbers
-    // and moves of that registration, perhaps of another master.
+    // Not this registration's: sent before the store registered again (a
+    // call that timed out, so nobody reads this answer), or from a store
+    // whose own registration answer was lost to a later one. Its
+    // acknowledgement and reports are of that registration's numbers and
+    // moves, perhaps of another master: ignored. A store that reads this
+    // answer registers again.
+    resp->set_reregister(true);
     return absl::OkStatus();
   }
   n.last_heartbeat_ms = now;
@@ -70,7 +74,10 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
       resp->set_reregister(true);
       return absl::OkStatus();
     }
-    if (n.registration_id != registration) return absl::OkStatus();  // registered meanwhile
+    if (n.registration_id != registration) {  // registered meanwhile
+      resp->set_reregister(true);
+      return absl::OkStatus();
+    }
   }
   AnswerOrdersLocked(&n, resp);
   return absl::OkStatus();

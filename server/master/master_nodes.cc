@@ -126,6 +126,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   n.hard_pinned_bytes = 0;
   n.outbox.clear();
   n.notices.clear();
+  n.answer_cut = false;
   // Orphans first: they are what the index held, while a store's record
   // of a range may be stale (a RECORD for a newer block not yet received).
   // Inventory entries for the same block and range are then no news.

@@ -335,7 +335,7 @@ void Store::SyncRun(std::vector<v1::TierMoveResult>* run, Demoted* demoted, uint
     }
     if (!s.ok()) {
       // Not durable: the master must keep the DRAM copies.
-      SHELF_LOG(ERROR) << "SSD tier sync failed; demotions reported as failed"
+      SHELF_LOG(ERROR) << "SSD tier sync failed; demotions and drops reported as failed"
                        << Kv("error", s.message());
       for (v1::TierMoveResult& r : taken) {
         if (!r.ok()) continue;
@@ -446,7 +446,11 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
   std::vector<v1::TierMoveResult> sent;
   {
     MutexLock lock(&mu_);
-    sent.swap(results_);
+    size_t bytes = 0, n = 0;
+    while (n < results_.size() && bytes < kReportBytesMax) bytes += results_[n++].ByteSizeLong();
+    sent.assign(std::make_move_iterator(results_.begin()),
+                std::make_move_iterator(results_.begin() + static_cast<ptrdiff_t>(n)));
+    results_.erase(results_.begin(), results_.begin() + static_cast<ptrdiff_t>(n));
   }
   for (const auto& r : sent) *req.add_moves() = r;
   v1::HeartbeatResponse resp;
@@ -475,6 +479,10 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
                                                ", registered under ", max_term_, ": ignored"));
   }
   if (resp.reregister()) {
+    // The drops' reports outlive the registration (Register keeps them).
+    for (v1::TierMoveResult& r : sent) {
+      if (r.kind() == v1::TierMove::DROP_SSD) results_.push_back(std::move(r));
+    }
     registered_.store(false);
     return absl::OkStatus();
   }
@@ -606,7 +614,7 @@ void Store::MoverLoop() {
         MutexLock peek(&mu_);
         last = moves_.empty();
       }
-      bool flush = last || unsynced == 0 || unsynced >= kSyncBytes;
+      bool flush = last || unsynced == 0 || unsynced >= kSyncBytes || run.size() >= kRunResultsMax;
       if (flush) SyncRun(&run, &demoted, &unsynced);
       mu_.Lock();
       moving_ = false;

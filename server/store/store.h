@@ -265,6 +265,12 @@ class Store : public DataHandler {
   void SyncRun(std::vector<v1::TierMoveResult>* run, Demoted* demoted, uint64_t* unsynced)
       ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr uint64_t kSyncBytes = 64ull << 20;
+  // A run is cut at this many results too (a long run of drops writes few
+  // bytes), so that reports keep flowing and each stays small.
+  static constexpr size_t kRunResultsMax = 4096;
+  // A heartbeat carries reports up to this size (the master takes 16 MiB);
+  // the rest wait for the next, which follows at once.
+  static constexpr size_t kReportBytesMax = 4 << 20;
   static constexpr int kSyncsAhead = 4;
   int syncs_running_ ABSL_GUARDED_BY(mu_) = 0;  // runs cut, not yet durable and reported
   CondVar syncs_cv_;                            // signalled when syncs_running_ falls

@@ -180,7 +180,7 @@ TEST_F(UnheardTest, ADropTakenButNotRunDoesNotBringTheKeyBack) {
 // A heartbeat sent before the store registered again, answered late: it
 // names the earlier registration, so its acknowledgement (of that
 // registration's numbers, perhaps another master's) and its reports of
-// drops count for nothing.
+// drops count for nothing; a store that reads the answer registers again.
 TEST_F(UnheardTest, ALateHeartbeatOfAnEarlierRegistrationAcknowledgesNothing) {
   const v1::InventoryEntry k = KOnSsdThenRemoved();
   const uint64_t earlier = registration_["a"];
@@ -193,6 +193,7 @@ TEST_F(UnheardTest, ALateHeartbeatOfAnEarlierRegistrationAcknowledgesNothing) {
   late.set_registration_id(earlier);
   v1::HeartbeatResponse resp;
   ASSERT_TRUE(master_->Heartbeat(late, &resp).ok());
+  EXPECT_TRUE(resp.reregister());
   EXPECT_EQ(resp.moves_size(), 0);
   EXPECT_TRUE(Has(Orders("a", 2), v1::TierMove::DROP_SSD, "k"));
 }
