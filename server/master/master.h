@@ -430,7 +430,7 @@ class Master {
     // The record above is incomplete: it overflowed its bounds, or the
     // node stayed dead past --dead-store-memory and it was dropped. Such
     // a node comes back empty: nothing it lists is indexed; it is told to
-    // drop it all (WarnUnheardLostLocked).
+    // drop it all (LoseUnheardLocked).
     bool unheard_lost = false;
     uint64_t dead_since_ms = 0;  // NowMs it was declared dead
   };

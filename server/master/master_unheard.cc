@@ -24,13 +24,11 @@ Master::Unheard Master::UnheardRemovalsLocked(Node* n) {
       u.forgets.erase({m.key(), m.segment_id(), m.offset()});
     }
   }
-  // Drops not reported run: queued, sent, or taken and not run yet. (A
-  // store that does not acknowledge reports none: those in the outbox.)
+  // Drops not reported run: queued, sent, or taken and not run yet
+  // (every DROP_SSD ordered is there until then; a store that does not
+  // acknowledge reports none, and its drops leave when sent).
   for (const auto& [move_id, key] : n->drops_unreported) u.drops.insert(key);
   u.drops_unreported = std::exchange(n->drops_unreported, {});
-  for (const v1::TierMove& m : n->outbox) {
-    if (m.kind() == v1::TierMove::DROP_SSD) u.drops.insert(m.key());
-  }
   u.removed = std::exchange(n->removed_while_dead, {});
   u.patterns = std::exchange(n->patterns_removed_while_dead, {});
   u.all = std::exchange(n->unheard_lost, false);
