@@ -27,6 +27,14 @@ find_library(XXHASH_LIBRARY xxhash REQUIRED)
 add_library(shelf_xxhash INTERFACE)
 target_include_directories(shelf_xxhash INTERFACE ${XXHASH_INCLUDE_DIR})
 target_link_libraries(shelf_xxhash INTERFACE ${XXHASH_LIBRARY})
+# Debian's libxxhash is built with xxh_x86dispatch.c: XXH3 with the widest
+# vector unit of the CPU it runs on (common/checksum.cc).
+include(CheckSymbolExists)
+set(CMAKE_REQUIRED_LIBRARIES ${XXHASH_LIBRARY})
+set(CMAKE_REQUIRED_INCLUDES ${XXHASH_INCLUDE_DIR})
+check_symbol_exists(XXH3_64bits_update_dispatch "xxh_x86dispatch.h" SHELF_HAVE_XXH3_DISPATCH)
+unset(CMAKE_REQUIRED_LIBRARIES)
+unset(CMAKE_REQUIRED_INCLUDES)
 # The master's KV event stream (docs/events.md): libzmq (libzmq3-dev) for
 # its PUB and ROUTER sockets, msgpack-c's header-only C++ packer
 # (libmsgpack-cxx-dev). Found directly: the msgpack package's CMake config

@@ -384,8 +384,7 @@ absl::Status SsdTier::PutFrom(const std::string& key, const char* data, uint64_t
   // What gets written is what the checksum verifies: the copy, piece by
   // piece, each hashed while it is still in the cache (one pass over the
   // caller's bytes, not two); in place, the caller's bytes themselves.
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
+  ChecksumStream state;
   for (uint64_t at = 0; at < size;) {
     uint64_t end = std::min(at + kVerifyPiece, size);
     if (at < body) end = std::min(end, body);
@@ -394,10 +393,10 @@ absl::Status SsdTier::PutFrom(const std::string& key, const char* data, uint64_t
       std::memcpy(p->buf + (at - body), piece, end - at);
       piece = p->buf + (at - body);
     }
-    XXH3_64bits_update(&state, piece, end - at);
+    state.Update(piece, end - at);
     at = end;
   }
-  if (XXH3_64bits_digest(&state) != checksum) {
+  if (state.Digest() != checksum) {
     {
       MutexLock lock(&io_mu_);
       ReleaseBuffer(p->alloc, p->buf, p->buf_bytes);
@@ -554,8 +553,7 @@ absl::Status SsdTier::ReadExtent(const Loc& loc, char* direct,
     });
   }
   int first = FullIo(false, fd_, b, std::min(kReadChunk, alloc), loc.offset);
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
+  ChecksumStream state;
   int err = first;
   for (size_t c = 0; c < chunks; ++c) {
     if (c > 0) {
@@ -566,11 +564,11 @@ absl::Status SsdTier::ReadExtent(const Loc& loc, char* direct,
     if (err != 0) continue;  // wait for the rest: they write into `b`
     uint64_t at = c * kReadChunk;
     uint64_t n = std::min(kReadChunk, loc.size - std::min(loc.size, at));
-    XXH3_64bits_update(&state, b + at, n);
+    state.Update(b + at, n);
     if (direct == nullptr) sink(b + at, n);
   }
   if (err != 0) return Errno("extent read", err);
-  if (XXH3_64bits_digest(&state) != loc.checksum) return absl::DataLossError("checksum mismatch");
+  if (state.Digest() != loc.checksum) return absl::DataLossError("checksum mismatch");
   return absl::OkStatus();
 }
 
