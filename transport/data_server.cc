@@ -301,21 +301,19 @@ void DataServer::ServeConnection(int fd, uint64_t deadline_ms) {
   if (hs.ok() && !admitted) hs = absl::UnavailableError("evicted during the handshake");
   if (hs.ok()) {
     SetIoTimeoutMs(fd, options_.io_timeout_ms);
-    // Idle connections wait without a timeout; a frame, once started, must
-    // arrive within io_timeout_ms.
+    // Idle connections wait without a timeout (in poll: the socket's
+    // timeouts stay io_timeout_ms, no system call to change them per
+    // frame); a frame, once started, must arrive within io_timeout_ms.
     while (!stopping_.load()) {
       char head[wire::kHeaderBytes];
-      // A pipelining client has the next frame waiting (in the socket, or
-      // decrypted already): no timeout change.
-      ssize_t n =
-          wire::StreamPending(&conn.session) > 0 ? 1 : recv(fd, head, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0) break;
-      if (n < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) break;
-        SetIoTimeoutMs(fd, 0);
-        n = recv(fd, head, 1, MSG_PEEK);
-        if (n <= 0) break;
-        SetIoTimeoutMs(fd, options_.io_timeout_ms);
+      // A pipelining client has the next frame waiting, decrypted already
+      // (TLS) or in the socket (poll returns at once).
+      if (wire::StreamPending(&conn.session) == 0) {
+        struct pollfd p = {fd, POLLIN, 0};
+        const int r = poll(&p, 1, -1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) break;
+        // Readable, closed or failed: the read below tells which.
       }
       if (!wire::StreamRead(fd, &conn.session, head, sizeof(head)).ok()) break;
       absl::StatusOr<wire::Header> h = wire::DecodeHeader(head);

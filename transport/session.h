@@ -109,6 +109,9 @@ struct Session {
   // The connection's TLS (transport/data_tls.h), when it has one: every
   // byte after the TLS handshake goes through it.
   std::shared_ptr<void> tls;
+  // The socket's SO_RCVTIMEO and SO_SNDTIMEO in ms as TcpDataClient last
+  // set them (TcpDataClient::ArmTimeout); 0: not known.
+  uint64_t armed_timeout_ms = 0;
 };
 
 // Fills `client` and `store` with the session's FrameMacs (client sends on

@@ -98,6 +98,14 @@ wire::Session* TcpDataClient::SessionOf(int fd) {
   return added->second.get();
 }
 
+void TcpDataClient::ArmTimeout(int fd, uint64_t left_ms) {
+  wire::Session* session = SessionOf(fd);
+  uint64_t& armed = session->armed_timeout_ms;
+  if (armed >= left_ms && armed - left_ms <= left_ms / kTimeoutSlackDivisor) return;
+  SetIoTimeoutMs(fd, left_ms);
+  armed = left_ms;
+}
+
 void TcpDataClient::Close(int fd) {
   {
     MutexLock lock(&mu_);
@@ -224,7 +232,7 @@ absl::Status TcpDataClient::Read(const std::string& address, uint32_t segment_id
     Release(address, *fd, true);
     return s;
   }
-  SetIoTimeoutMs(*fd, left);
+  ArmTimeout(*fd, left);
   wire::Header req;
   req.op = wire::Op::kRead;
   {
@@ -257,7 +265,7 @@ absl::Status TcpDataClient::Write(const std::string& address, const wire::Grant&
     Release(address, *fd, true);
     return s;
   }
-  SetIoTimeoutMs(*fd, left);
+  ArmTimeout(*fd, left);
   std::string extra = wire::EncodeGrant(grant);
   wire::Header req;
   req.op = wire::Op::kWrite;
@@ -320,7 +328,7 @@ absl::Status TcpDataClient::KeyOp(const std::string& address, absl::string_view 
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
   absl::StatusOr<int> fd = Acquire(address, deadline_ms);
   if (!fd.ok()) return WithPeer(fd.status(), address);
-  SetIoTimeoutMs(*fd, left);
+  ArmTimeout(*fd, left);
   wire::Header req;
   req.op = wire::Op::kReadKey;
   {
@@ -344,7 +352,7 @@ absl::Status TcpDataClient::KeyOp(const std::string& address, absl::string_view 
   // `meanwhile`.
   if (s.ok()) s = TimeLeft(deadline_ms, &left);
   if (s.ok()) {
-    SetIoTimeoutMs(*fd, left);
+    ArmTimeout(*fd, left);
     s = Receive(*fd, req, &resp);
   }
   const uint64_t want = dst == nullptr ? 0 : length;
@@ -376,7 +384,7 @@ absl::StatusOr<int> TcpDataClient::StartPipeline(const std::string& address, siz
     for (absl::Status& st : *statuses) st = WithPeer(fd.status(), address);
     return fd.status();
   }
-  SetIoTimeoutMs(*fd, left);
+  ArmTimeout(*fd, left);
   requests->assign(n, wire::Header());
   MutexLock lock(&mu_);
   for (wire::Header& h : *requests) h.request_id = next_request_id_++;
@@ -487,7 +495,7 @@ absl::StatusOr<std::string> TcpDataClient::RdmaConnect(int fd, uint32_t segment_
                                                        uint64_t deadline_ms) {
   uint64_t left = 0;
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
-  SetIoTimeoutMs(fd, left);
+  ArmTimeout(fd, left);
   wire::Header req;
   req.op = wire::Op::kRdmaConnect;
   {
@@ -513,7 +521,7 @@ absl::Status TcpDataClient::RdmaPull(int fd, uint32_t segment_id, uint64_t offse
                                      uint64_t deadline_ms) {
   uint64_t left = 0;
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
-  SetIoTimeoutMs(fd, left);
+  ArmTimeout(fd, left);
   std::string extra = wire::EncodeRdmaSource(source);
   extra.append(grant.data(), grant.size());
   wire::Header req;
@@ -539,7 +547,7 @@ absl::Status TcpDataClient::Ping(const std::string& address, uint64_t deadline_m
   uint64_t left = 0;
   absl::Status s = TimeLeft(deadline_ms, &left);
   if (s.ok()) {
-    SetIoTimeoutMs(*fd, left);
+    ArmTimeout(*fd, left);
     wire::Header req;
     req.op = wire::Op::kPing;
     wire::Header resp;
