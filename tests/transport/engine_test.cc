@@ -318,10 +318,11 @@ TEST_F(DataServerTest, PooledConnectionsToARestartedStoreAreNotUsed) {
 
 // A listener that speaks the handshake and then misbehaves: `silent` never
 // answers a request; otherwise it answers a READ with a header promising
-// the payload, sends half of it and closes the connection.
+// the payload, sends half of it and closes the connection. The first
+// `answered` requests of a connection get a whole answer first.
 class BadPeer {
  public:
-  explicit BadPeer(bool silent) : silent_(silent) {
+  explicit BadPeer(bool silent, int answered = 0) : silent_(silent), answered_(answered) {
     HostPort bound;
     absl::StatusOr<int> fd = TcpListen(HostPort{"127.0.0.1", 0}, &bound);
     if (fd.ok()) listen_fd_ = *fd;
@@ -360,6 +361,17 @@ class BadPeer {
         (void)WriteFull(fd, head, sizeof(head));
         (void)WriteFull(fd, std::string(8, '\0').data(), 8);
         absl::StatusOr<wire::Header> req = ReadFrame(fd);
+        for (int i = 0; i < answered_ && req.ok(); ++i) {
+          wire::Header resp;
+          resp.op = req->op;
+          resp.request_id = req->request_id;
+          resp.length = req->length;
+          wire::EncodeHeader(resp, head);
+          (void)WriteFull(fd, head, sizeof(head));
+          std::string whole(req->length, 'w');
+          (void)WriteFull(fd, whole.data(), whole.size());
+          req = ReadFrame(fd);
+        }
         if (req.ok() && silent_) {
           while (!stopping_) usleep(10000);
         } else if (req.ok()) {
@@ -387,6 +399,7 @@ class BadPeer {
   }
 
   const bool silent_;
+  const int answered_;
   int listen_fd_ = -1;
   std::string address_;
   std::atomic<bool> stopping_{false};
@@ -395,7 +408,8 @@ class BadPeer {
 
 // An engine, 1 MiB of registered memory, and a BadPeer to read from.
 struct BadPeerRig {
-  explicit BadPeerRig(bool silent) : server(silent), engine(TcpEngine::Options{}) {
+  explicit BadPeerRig(bool silent, int answered = 0)
+      : server(silent, answered), engine(TcpEngine::Options{}) {
     peer.node_id = silent ? "silent" : "dying";
     peer.set_route(Kind::kTcp, server.address());
     handle = *engine.RegisterMemory(buf.data(), buf.size(), MemoryKind::kHost);
@@ -418,6 +432,21 @@ TEST(TcpEngineFaultTest, SilentPeerFailsTheOpAtItsDeadline) {
               s.code() == absl::StatusCode::kUnavailable)
       << s;
   EXPECT_LT(took, 5000u) << "the op outlived its deadline by far";
+}
+
+// The client leaves a pooled connection's socket timeouts alone while a
+// new deadline is about as far as the last one; a much nearer one must
+// still be set, or the op would wait out the earlier, longer timeout.
+TEST(TcpEngineFaultTest, AConnectionArmedForALongDeadlineHoldsALaterShortOne) {
+  BadPeerRig rig(/*silent=*/true, /*answered=*/1);
+  Op op{OpKind::kRead, rig.handle, 0, &rig.peer, 0, 0, 4096, ""};
+  ASSERT_TRUE(rig.engine.Execute({&op, 1}, MonoMs() + 20000).ok());
+  EXPECT_EQ(rig.buf.substr(0, 4096), std::string(4096, 'w'));
+  uint64_t start = MonoMs();
+  absl::Status s = rig.engine.Execute({&op, 1}, start + 300);
+  uint64_t took = MonoMs() - start;
+  EXPECT_FALSE(s.ok());
+  EXPECT_LT(took, 5000u) << "the op waited out the first op's timeout: " << s;
 }
 
 TEST(TcpEngineFaultTest, PeerDyingHalfwayThroughAPayloadFailsTheOp) {
