@@ -362,31 +362,29 @@ class BadPeer {
         (void)WriteFull(fd, std::string(8, '\0').data(), 8);
         absl::StatusOr<wire::Header> req = ReadFrame(fd);
         for (int i = 0; i < answered_ && req.ok(); ++i) {
-          wire::Header resp;
-          resp.op = req->op;
-          resp.request_id = req->request_id;
-          resp.length = req->length;
-          wire::EncodeHeader(resp, head);
-          (void)WriteFull(fd, head, sizeof(head));
-          std::string whole(req->length, 'w');
-          (void)WriteFull(fd, whole.data(), whole.size());
+          Answer(fd, *req, std::string(req->length, 'w'));
           req = ReadFrame(fd);
         }
         if (req.ok() && silent_) {
           while (!stopping_) usleep(10000);
         } else if (req.ok()) {
-          wire::Header resp;
-          resp.op = req->op;
-          resp.request_id = req->request_id;
-          resp.length = req->length;
-          wire::EncodeHeader(resp, head);
-          (void)WriteFull(fd, head, sizeof(head));
-          std::string half(req->length / 2, 'h');
-          (void)WriteFull(fd, half.data(), half.size());
+          Answer(fd, *req, std::string(req->length / 2, 'h'));
         }
       }
       close(fd);
     }
+  }
+  // An OK header promising req.length bytes, then `payload` (all of them,
+  // or fewer).
+  static void Answer(int fd, const wire::Header& req, const std::string& payload) {
+    char head[wire::kHeaderBytes];
+    wire::Header resp;
+    resp.op = req.op;
+    resp.request_id = req.request_id;
+    resp.length = req.length;
+    wire::EncodeHeader(resp, head);
+    (void)WriteFull(fd, head, sizeof(head));
+    (void)WriteFull(fd, payload.data(), payload.size());
   }
   static absl::StatusOr<wire::Header> ReadFrame(int fd) {
     char head[wire::kHeaderBytes];
