@@ -138,6 +138,18 @@ absl::Status ClientImpl::BatchGetIntoPinned(const std::vector<GetIntoItem>& item
     sent.push_back(i);
     keys.push_back(&items[i].key);
   }
+  // One event for the whole batch: the items' copies run on several
+  // staging streams at once, so an event each of them recorded would mark
+  // only the last copy. The items record none; the caller's stream (which
+  // each copy is ordered before) gets the event once they are all in
+  // flight, and without a stream each copy is waited for on the host.
+  int gpu_items = 0, gpu_device = 0;
+  for (size_t i : sent) {
+    if (!(*pins)[i]->gpu()) continue;
+    if (gpu_items++ == 0) gpu_device = (*pins)[i]->device();
+  }
+  const bool batch_event = gpu.event != nullptr && gpu_items > 1;
+  const GpuSync item_sync = batch_event ? GpuSync{gpu.stream, nullptr} : gpu;
   std::vector<size_t> found(items.size(), 0);
   std::vector<absl::Status> read;
   absl::Status s = LookupAndRead(
@@ -147,12 +159,15 @@ absl::Status ClientImpl::BatchGetIntoPinned(const std::vector<GetIntoItem>& item
         const BufferRegistry::Pin& pin = *(*pins)[i];
         found[i] = loc.size();
         return ReadToTarget(loc,
-                            ReadTarget{pin.data(), pin.length(), pin.gpu(), pin.device(), gpu,
+                            ReadTarget{pin.data(), pin.length(), pin.gpu(), pin.device(), item_sync,
                                        pin.rdma_registered()},
                             deadline_ms, cached);
       },
       &read);
   if (!s.ok()) return s;
+  if (batch_event && gpu.stream != nullptr) {
+    if (absl::Status r = gpu_.RecordOnStream(gpu_device, gpu); !r.ok()) return r;
+  }
   for (size_t j = 0; j < sent.size(); ++j) results[sent[j]] = read[j];
   statuses->clear();
   for (const absl::Status& r : results) statuses->push_back(FromAbsl(r));

@@ -404,7 +404,7 @@ absl::Status ClientImpl::ReadGpuDirect(const v1::ObjectLocation& loc, const Read
     stats_.bytes_loaded_gpu_direct.fetch_add(loc.size());
     // Work the caller enqueues after the call runs after the bytes landed
     // (they have); its event marks that point on its stream.
-    return gpu_.RecordAfterDirect(target.device, target.sync);
+    return gpu_.RecordOnStream(target.device, target.sync);
   }
   return last;
 }

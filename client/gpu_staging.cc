@@ -254,7 +254,7 @@ absl::Status GpuStaging::AwaitBeforeDirect(int device, const GpuSync& sync) {
   return OnDevice(cuda_, device, [&] { return cuda_->StreamSynchronize(sync.stream); });
 }
 
-absl::Status GpuStaging::RecordAfterDirect(int device, const GpuSync& sync) {
+absl::Status GpuStaging::RecordOnStream(int device, const GpuSync& sync) {
   if (sync.stream == nullptr || sync.event == nullptr) return absl::OkStatus();
   return OnDevice(cuda_, device, [&] { return cuda_->EventRecord(sync.event, sync.stream); });
 }

@@ -112,10 +112,14 @@ class GpuStaging {
   // outside any stream: before it, waits on the host for the work enqueued
   // on `sync.stream` (none given: returns at once), so that the device
   // writes no memory that work still uses; after the bytes are in place,
-  // RecordAfterDirect records `sync.event` on `sync.stream`. The runtime's
+  // RecordOnStream records `sync.event` on `sync.stream`. The runtime's
   // error on failure.
   absl::Status AwaitBeforeDirect(int device, const GpuSync& sync);
-  absl::Status RecordAfterDirect(int device, const GpuSync& sync);
+  // Records `sync.event` on `sync.stream` (nothing unless both are given):
+  // it then marks every copy ToDevice ordered before that stream so far,
+  // as a batch's one event must (the items' copies run on several staging
+  // streams). The runtime's error on failure.
+  absl::Status RecordOnStream(int device, const GpuSync& sync);
 
  private:
   void Return(std::unique_ptr<Buffer> buffer);

@@ -11,6 +11,7 @@
 // with.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -19,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/testing_hooks.h"
 #include "server/store/store.h"
 #include "shelf/client.h"
@@ -198,6 +200,56 @@ TEST_F(ClientRdmaSimulatedTest, AGpuBufferTheDeviceRefusesIsStagedAndCounted) {
   EXPECT_EQ(st.bytes_loaded_gpu_direct, 0u);
   EXPECT_EQ(st.bytes_staged_gpu, block.size());
   EXPECT_EQ(st.bytes_loaded_rdma, block.size());  // into the bounce buffer
+  ASSERT_TRUE(client->UnregisterBuffer(gpu).ok());
+}
+
+// A batch get into GPU memory staged through bounce buffers: the items'
+// copies run on several staging streams at once, and the one event the
+// caller gives must mark all of them, not the last one recorded. (The
+// simulated GPU runs a stream only when something waits for it: waiting on
+// an event runs the stream it was last recorded on, up to that record.)
+TEST_F(ClientRdmaSimulatedTest, ABatchGetsEventMarksEveryItemsCopy) {
+  std::unique_ptr<Client> client = Open(/*gpu_registrations_max=*/0);
+  ASSERT_NE(client, nullptr);
+  constexpr int kItems = 8;
+  const size_t kBlock = 256 << 10;
+  std::vector<std::string> blocks;
+  for (int i = 0; i < kItems; ++i) {
+    blocks.push_back(Block(kBlock, 70 + i));
+    ASSERT_TRUE(client->Put("batch" + std::to_string(i), blocks[i].data(), kBlock).ok());
+  }
+  std::vector<char> pool(kItems * kBlock, 0);
+  cuda_.AddDeviceMemory(pool.data(), pool.size(), 0);
+  BufferHandle gpu;
+  ASSERT_TRUE(client->RegisterBuffer(pool.data(), pool.size(), &gpu, /*gpu=*/true).ok());
+  std::vector<GetIntoItem> items;
+  for (int i = 0; i < kItems; ++i) {
+    items.push_back(GetIntoItem{"batch" + std::to_string(i), gpu, i * kBlock, kBlock});
+  }
+  CudaRuntime::Stream engine = cuda_.NewStream();
+  // The items overlap as the client's transfer threads take them up, which
+  // varies: several rounds, so that some do.
+  constexpr int kRounds = 6;
+  for (int round = 0; round < 2 * kRounds; ++round) {
+    const bool with_stream = round % 2 == 1;
+    SCOPED_TRACE(absl::StrCat(with_stream ? "stream and event" : "event only", ", round ", round));
+    std::fill(pool.begin(), pool.end(), 0);
+    CudaRuntime::Event done = nullptr;
+    ASSERT_TRUE(cuda_.EventCreate(&done).ok());
+    std::vector<Status> statuses;
+    ASSERT_TRUE(client
+                    ->BatchGetInto(items, &statuses, nullptr, Deadline(),
+                                   GpuSync{with_stream ? engine : nullptr, done})
+                    .ok());
+    for (int i = 0; i < kItems; ++i) ASSERT_TRUE(statuses[i].ok()) << i << statuses[i].ToString();
+    ASSERT_TRUE(cuda_.EventSynchronize(done).ok());
+    for (int i = 0; i < kItems; ++i) {
+      ASSERT_EQ(std::memcmp(pool.data() + i * kBlock, blocks[i].data(), kBlock), 0)
+          << "item " << i << " was not in place when the batch's event completed";
+    }
+    cuda_.EventDestroy(done);
+  }
+  EXPECT_EQ(client->stats().bytes_staged_gpu, 2 * kRounds * kItems * kBlock);
   ASSERT_TRUE(client->UnregisterBuffer(gpu).ok());
 }
 

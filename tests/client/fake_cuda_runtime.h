@@ -25,7 +25,8 @@
 // the form "copy d2h 4096", "copy h2d 4096", "fill 4096", "record e2",
 // "wait e2"; handles print as s<N> and e<N> (Name).
 //
-// Not thread-safe: one test thread at a time.
+// Thread-safe: each call runs whole under one lock, as if the GPU took the
+// calls of several host threads one at a time.
 #ifndef SHELF_TESTS_CLIENT_FAKE_CUDA_RUNTIME_H_
 #define SHELF_TESTS_CLIENT_FAKE_CUDA_RUNTIME_H_
 
@@ -33,6 +34,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -64,15 +66,23 @@ class FakeCudaRuntime final : public CudaRuntime {
 
   // Declares [base, base + n) device memory of `device`.
   void AddDeviceMemory(const void* base, size_t n, int device) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     device_memory_.push_back({static_cast<const char*>(base), n, device});
   }
   // A stream or event of the engine (not created through the interface,
   // so not counted among libshelf's).
-  Stream NewStream() { return NewHandle(&next_stream_, 's'); }
-  Event NewEvent() { return NewHandle(&next_event_, 'e'); }
+  Stream NewStream() {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return NewHandle(&next_stream_, 's');
+  }
+  Event NewEvent() {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return NewHandle(&next_event_, 'e');
+  }
   // Enqueues a write of `n` bytes of `value` at `dst` on `stream`, as an
   // engine's kernel would: it happens when the stream runs up to it.
   void EnqueueFill(Stream stream, void* dst, int value, size_t n) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     Op op = NewOp(Op::kFill);
     op.dst = dst;
     op.value = value;
@@ -80,24 +90,39 @@ class FakeCudaRuntime final : public CudaRuntime {
     Enqueue(stream, op, absl::StrCat("fill ", n));
   }
   // The next call of `call` fails with INTERNAL.
-  void FailNext(Call call) { failing_.insert(call); }
+  void FailNext(Call call) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    failing_.insert(call);
+  }
 
   // Operations enqueued on `stream`, in order (header comment).
   std::vector<std::string> Ops(Stream stream) const {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     auto it = log_.find(stream);
     return it == log_.end() ? std::vector<std::string>() : it->second;
   }
   // Operations enqueued on `stream` that have not run.
   size_t Pending(Stream stream) const {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     auto it = queues_.find(stream);
     return it == queues_.end() ? 0 : it->second.size();
   }
   // The streams StreamCreate made, in order.
   const std::vector<Stream>& created_streams() const { return created_streams_; }
-  size_t live_streams() const { return live_streams_; }
-  size_t live_events() const { return live_events_; }
-  size_t live_host_allocations() const { return host_allocations_.size(); }
+  size_t live_streams() const {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return live_streams_;
+  }
+  size_t live_events() const {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return live_events_;
+  }
+  size_t live_host_allocations() const {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return host_allocations_.size();
+  }
   std::string Name(const void* handle) const {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     auto it = names_.find(handle);
     return it == names_.end() ? absl::StrCat("?", reinterpret_cast<uintptr_t>(handle)) : it->second;
   }
@@ -106,21 +131,28 @@ class FakeCudaRuntime final : public CudaRuntime {
 
   bool Built() const override { return true; }
   absl::Status DeviceCount(int* count) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     if (devices_ == 0) return absl::InternalError("cudaErrorNoDevice: no CUDA-capable device");
     *count = devices_;
     return absl::OkStatus();
   }
   absl::Status GetDevice(int* device) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     *device = current_device_;
     return absl::OkStatus();
   }
   absl::Status SetDevice(int device) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     if (device < 0 || device >= devices_) return absl::InternalError("cudaErrorInvalidDevice");
     current_device_ = device;
     return absl::OkStatus();
   }
-  int current_device() const { return current_device_; }
+  int current_device() const {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return current_device_;
+  }
   absl::Status PointerAttributes(const void* p, PointerInfo* info) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     const char* c = static_cast<const char*>(p);
     for (const Range& r : device_memory_) {
       if (c >= r.base && c < r.base + r.n) {
@@ -134,6 +166,7 @@ class FakeCudaRuntime final : public CudaRuntime {
     return absl::OkStatus();
   }
   absl::Status HostAlloc(size_t bytes, void** p) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     if (absl::Status s = Fail(Call::kHostAlloc, "cudaHostAlloc"); !s.ok()) return s;
     char* mem = new char[bytes];
     host_allocations_.insert(mem);
@@ -141,25 +174,35 @@ class FakeCudaRuntime final : public CudaRuntime {
     return absl::OkStatus();
   }
   void FreeHost(void* p) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     host_allocations_.erase(static_cast<char*>(p));
     delete[] static_cast<char*>(p);
   }
   absl::Status StreamCreate(Stream* stream) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     if (absl::Status s = Fail(Call::kStreamCreate, "cudaStreamCreate"); !s.ok()) return s;
     *stream = NewStream();
     created_streams_.push_back(*stream);
     ++live_streams_;
     return absl::OkStatus();
   }
-  void StreamDestroy(Stream) override { --live_streams_; }
+  void StreamDestroy(Stream) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    --live_streams_;
+  }
   absl::Status EventCreate(Event* event) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     if (absl::Status s = Fail(Call::kEventCreate, "cudaEventCreate"); !s.ok()) return s;
     *event = NewEvent();
     ++live_events_;
     return absl::OkStatus();
   }
-  void EventDestroy(Event) override { --live_events_; }
+  void EventDestroy(Event) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    --live_events_;
+  }
   absl::Status EventRecord(Event event, Stream stream) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     if (absl::Status s = Fail(Call::kEventRecord, "cudaEventRecord"); !s.ok()) return s;
     EventState& e = events_[event];
     Op op = NewOp(Op::kRecord);
@@ -170,6 +213,7 @@ class FakeCudaRuntime final : public CudaRuntime {
     return absl::OkStatus();
   }
   absl::Status StreamWaitEvent(Stream stream, Event event) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     if (absl::Status s = Fail(Call::kStreamWaitEvent, "cudaStreamWaitEvent"); !s.ok()) return s;
     Op op = NewOp(Op::kWait);
     op.event = event;
@@ -179,6 +223,7 @@ class FakeCudaRuntime final : public CudaRuntime {
   }
   absl::Status MemcpyAsync(void* dst, const void* src, size_t n, CopyKind kind,
                            Stream stream) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     if (absl::Status s = Fail(Call::kMemcpyAsync, "cudaMemcpyAsync"); !s.ok()) return s;
     const bool to_device = kind == CopyKind::kHostToDevice;
     if (!IsDevice(to_device ? dst : src, n) || IsDevice(to_device ? src : dst, n)) {
@@ -192,12 +237,14 @@ class FakeCudaRuntime final : public CudaRuntime {
     return absl::OkStatus();
   }
   absl::Status StreamSynchronize(Stream stream) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     if (absl::Status s = Fail(Call::kStreamSynchronize, "cudaStreamSynchronize"); !s.ok()) {
       return s;
     }
     return Run(stream, UINT64_MAX);
   }
   absl::Status EventSynchronize(Event event) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     if (absl::Status s = Fail(Call::kEventSynchronize, "cudaEventSynchronize"); !s.ok()) return s;
     EventState& e = events_[event];
     return RunUntilRecorded(e, e.recorded);
@@ -316,6 +363,9 @@ class FakeCudaRuntime final : public CudaRuntime {
   std::set<char*> host_allocations_;
   size_t live_streams_ = 0;
   size_t live_events_ = 0;
+  // Every call runs under it: a batch's items reach the GPU from several
+  // of the client's threads at once. Recursive: a wait runs other streams.
+  mutable std::recursive_mutex mu_;
 };
 
 }  // namespace shelf

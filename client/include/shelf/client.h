@@ -228,7 +228,9 @@ struct ClientOptions {
 // With neither given (the default) there is no ordering with the caller's
 // streams: a put reads device memory as it is when the call starts (the
 // caller must have synchronized its writes to it), and a get's bytes are in
-// place when the call returns. Ignored for host memory. For *Async calls
+// place when the call returns. A batch get (BatchGetInto) records `event`
+// once, after every item's copy: on `stream` when given; without a stream
+// each copy is done when the call returns. Ignored for host memory. For *Async calls
 // the ordering is set up when the batch runs: a get's `stream` and `event`
 // order work enqueued after the future is done.
 struct GpuSync {
