@@ -164,10 +164,13 @@ absl::Status ClientImpl::BatchGetIntoPinned(const std::vector<GetIntoItem>& item
                             deadline_ms, cached);
       },
       &read);
-  if (!s.ok()) return s;
+  // Recorded even when the batch failed: cached items may have copies in
+  // flight, which the caller's stream waits for and the event must mark.
   if (batch_event && gpu.stream != nullptr) {
-    if (absl::Status r = gpu_.RecordOnStream(gpu_device, gpu); !r.ok()) return r;
+    absl::Status r = gpu_.RecordOnStream(gpu_device, gpu);
+    if (s.ok()) s = r;
   }
+  if (!s.ok()) return s;
   for (size_t j = 0; j < sent.size(); ++j) results[sent[j]] = read[j];
   statuses->clear();
   for (const absl::Status& r : results) statuses->push_back(FromAbsl(r));

@@ -31,7 +31,9 @@ inline uint64_t BlockChecksum(const void* data, size_t size) {
   return XXH3_64bits(data, size);
 }
 
-// True when BlockChecksumLong dispatches to libxxhash's vector code.
+// True when ChecksumStream, like BlockChecksumLong, runs libxxhash's
+// vector code (found at build time, and the library is the header's
+// version at run time).
 bool ChecksumDispatches();
 
 // The checksum of a block fed in pieces: after any split of the bytes,
