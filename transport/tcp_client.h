@@ -165,8 +165,8 @@ class TcpDataClient {
   // Sets fd's send and receive timeouts to `left_ms` (> 0), unless they
   // are set already to at most an eighth above it: a blocking call then
   // waits at most that much past the deadline, and calls that each bring a
-  // fresh deadline of the same length cost no setsockopt (two system
-  // calls, twice per call, were a tenth of a 64 KiB get's CPU time).
+  // fresh deadline of the same length cost no setsockopt (it was four
+  // system calls per call).
   void ArmTimeout(int fd, uint64_t left_ms);
   static constexpr uint64_t kTimeoutSlackDivisor = 8;
   // Drops fd's session and closes it.
