@@ -208,6 +208,8 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const Options& options) {
       if (tier->index_.try_emplace(it->key().ToString().substr(1), loc).second) used += loc.size;
     }
   }
+  it->Seek("b");
+  tier->old_format_ = any_meta || (it->Valid() && it->key().starts_with("b"));
   if (!it->status().ok()) {
     SHELF_LOG(ERROR) << "SSD tier scan stopped early" << Kv("error", it->status().ToString());
   }
@@ -650,63 +652,8 @@ absl::Status SsdTier::DropCorrupt(const std::string& key, const Loc& loc,
   SHELF_SYNC_POINT("SsdTier::DropCorrupt");
   SHELF_LOG(ERROR) << "corrupt SSD entry dropped" << Kv("dir", options_.dir) << Kv("detail", detail)
                    << Kv("offset", loc.offset);
-  DeleteVersion(key, &loc).IgnoreError();
+  DeleteKeys({key}, &loc).IgnoreError();
   return absl::DataLossError("SSD entry is corrupt; it was dropped and is not served");
-}
-
-absl::Status SsdTier::Delete(const std::string& key) { return DeleteVersion(key, nullptr); }
-
-absl::Status SsdTier::DeleteVersion(const std::string& key, const Loc* only) {
-  // Serialized with Sync, so a pending put of this key is either indexed
-  // before this delete's tombstone or never.
-  MutexLock sync_lock(&sync_mu_);
-  // With `only`, a put since the corrupt read may have made another
-  // version the key's. If the durable records are not `only`'s (that put
-  // is synced), there is nothing to drop. If they are, and the put is
-  // pending, the tombstone below removes only them: the sync that indexes
-  // the put (after this, under sync_mu_) writes its own records and frees
-  // the corrupt extent.
-  auto same = [](const Loc& a, const Loc& b) {
-    return a.offset == b.offset && a.checksum == b.checksum;
-  };
-  auto replaced = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = index_.find(key);
-    return only != nullptr && it != index_.end() && !same(it->second, *only);
-  };
-  {
-    MutexLock lock(&mu_);
-    auto pit = pending_.find(key);
-    if (replaced() && (pit == pending_.end() || !pit->second->has_replaced ||
-                       !same(pit->second->replaced, *only))) {
-      return absl::OkStatus();
-    }
-  }
-  rocksdb::WriteBatch batch;
-  rocksdb::Status s = batch.Delete(ExtentKey(key));
-  if (s.ok()) s = batch.Delete(DbKey(key));
-  if (s.ok()) s = batch.Delete(MetaKey(key));
-  if (s.ok()) s = db_->Write(WriteOpts(options_.sync), &batch);
-  if (!s.ok()) return FromRocks(s, "delete");
-  MutexLock lock(&mu_);
-  deletes_unsynced_ = true;
-  if (replaced()) return absl::OkStatus();
-  auto it = index_.find(key);
-  if (it == index_.end()) return absl::OkStatus();
-  used_.fetch_sub(std::min(used_.load(), it->second.size));
-  auto pit = pending_.find(key);
-  if (pit != pending_.end()) {
-    // The pending write is never indexed (Sync frees its extent); the
-    // durable version it would have replaced goes with this delete.
-    const Pending& p = *pit->second;
-    if (p.has_replaced && p.replaced.offset != kInline) {
-      to_free_.emplace_back(p.replaced.offset, AlignUp(p.replaced.size));
-    }
-    pending_.erase(pit);
-  } else if (it->second.offset != kInline) {
-    to_free_.emplace_back(it->second.offset, AlignUp(it->second.size));
-  }
-  index_.erase(it);
-  return absl::OkStatus();
 }
 
 bool SsdTier::Contains(const std::string& key) {

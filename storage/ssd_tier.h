@@ -123,7 +123,10 @@ class SsdTier {
   // be overwritten. Verified like Get.
   absl::Status GetInto(const std::string& key, char* dst, uint64_t capacity, uint64_t* size)
       ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
-  absl::Status Delete(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Delete(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_, sync_mu_);
+  // Delete of each key, with one index write for all (a store's run of SSD
+  // drops); durable, as a Delete, at the next Sync.
+  absl::Status DeleteMany(const std::vector<std::string>& keys) ABSL_LOCKS_EXCLUDED(mu_, sync_mu_);
   bool Contains(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   // Size and checksum of a held block; false if absent.
   bool Info(const std::string& key, uint64_t* size, uint64_t* checksum) ABSL_LOCKS_EXCLUDED(mu_);
@@ -212,9 +215,11 @@ class SsdTier {
   // Undoes TakeBuffer: the count, and the buffer kept for reuse or freed.
   void ReleaseBuffer(uint64_t alloc, char* buf, uint64_t buf_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  // Delete's body. `only` set: deletes that version of the key alone (one
-  // found corrupt); a put of the key since replaced it, and stays.
-  absl::Status DeleteVersion(const std::string& key, const Loc* only) ABSL_LOCKS_EXCLUDED(mu_);
+  // Delete's body. `only` set (`keys` one key): deletes that version of
+  // the key alone (one found corrupt); a put of the key since replaced it,
+  // and stays.
+  absl::Status DeleteKeys(const std::vector<std::string>& keys, const Loc* only)
+      ABSL_LOCKS_EXCLUDED(mu_, sync_mu_);
   // Drops `loc`, a version of `key` found corrupt, and says so.
   absl::Status DropCorrupt(const std::string& key, const Loc& loc, absl::string_view detail)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -223,6 +228,9 @@ class SsdTier {
   std::unique_ptr<rocksdb::DB> db_;
   const int fd_;  // the extent file
   const bool direct_io_;
+  // The directory held records of the old format when opened (none are
+  // written now): deletes then remove those of a key too. Set by Open.
+  bool old_format_ = false;
   std::atomic<uint64_t> used_{0};
   std::unique_ptr<IoPool> pool_;          // extent writes
   std::unique_ptr<ExtentWriter> writer_;  // on pool_; outlived by it (~SsdTier)

@@ -1,5 +1,5 @@
-// SsdTier's syncs: the sync thread, and what one sync does (the bytes
-// made durable, then their index entries). Layout and crash-consistency
+// SsdTier's syncs: the sync thread, what one sync does (the bytes made
+// durable, then their index entries), and deletes, serialized with it. Layout and crash-consistency
 // argument: docs/storage.md.
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/check.h"
 #include "common/log.h"
 #include "common/sync_point.h"
 #include "storage/ssd_records.h"
@@ -220,6 +221,72 @@ absl::Status SsdTier::SyncTaken(SyncRun taken) {
   to_free_.insert(to_free_.end(), frees.begin(), frees.end());
   deletes_unsynced_ = deletes_unsynced_ || deletes;
   return s;
+}
+
+absl::Status SsdTier::Delete(const std::string& key) { return DeleteKeys({key}, nullptr); }
+
+absl::Status SsdTier::DeleteMany(const std::vector<std::string>& keys) {
+  return keys.empty() ? absl::OkStatus() : DeleteKeys(keys, nullptr);
+}
+
+absl::Status SsdTier::DeleteKeys(const std::vector<std::string>& keys, const Loc* only) {
+  SHELF_CHECK(only == nullptr || keys.size() == 1);
+  // Serialized with Sync, so a pending put of a key is either indexed
+  // before this delete's tombstone or never.
+  MutexLock sync_lock(&sync_mu_);
+  // With `only`, a put since the corrupt read may have made another
+  // version the key's. If the durable records are not `only`'s (that put
+  // is synced), there is nothing to drop. If they are, and the put is
+  // pending, the tombstone below removes only them: the sync that indexes
+  // the put (after this, under sync_mu_) writes its own records and frees
+  // the corrupt extent.
+  auto same = [](const Loc& a, const Loc& b) {
+    return a.offset == b.offset && a.checksum == b.checksum;
+  };
+  auto replaced = [&](const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = index_.find(key);
+    return only != nullptr && it != index_.end() && !same(it->second, *only);
+  };
+  if (only != nullptr) {
+    MutexLock lock(&mu_);
+    auto pit = pending_.find(keys[0]);
+    if (replaced(keys[0]) && (pit == pending_.end() || !pit->second->has_replaced ||
+                              !same(pit->second->replaced, *only))) {
+      return absl::OkStatus();
+    }
+  }
+  // Every key's tombstones in one write: one WAL append for a run of drops.
+  rocksdb::WriteBatch batch;
+  rocksdb::Status s;
+  for (const std::string& key : keys) {
+    if (s.ok()) s = batch.Delete(ExtentKey(key));
+    if (s.ok() && old_format_) s = batch.Delete(DbKey(key));
+    if (s.ok() && old_format_) s = batch.Delete(MetaKey(key));
+  }
+  if (s.ok()) s = db_->Write(WriteOpts(options_.sync), &batch);
+  if (!s.ok()) return FromRocks(s, "delete");
+  MutexLock lock(&mu_);
+  deletes_unsynced_ = true;
+  for (const std::string& key : keys) {
+    if (replaced(key)) continue;
+    auto it = index_.find(key);
+    if (it == index_.end()) continue;
+    used_.fetch_sub(std::min(used_.load(), it->second.size));
+    auto pit = pending_.find(key);
+    if (pit != pending_.end()) {
+      // The pending write is never indexed (Sync frees its extent); the
+      // durable version it would have replaced goes with this delete.
+      const Pending& p = *pit->second;
+      if (p.has_replaced && p.replaced.offset != kInline) {
+        to_free_.emplace_back(p.replaced.offset, AlignUp(p.replaced.size));
+      }
+      pending_.erase(pit);
+    } else if (it->second.offset != kInline) {
+      to_free_.emplace_back(it->second.offset, AlignUp(it->second.size));
+    }
+    index_.erase(it);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace shelf

@@ -399,29 +399,46 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
         }
       }
       break;
-    case v1::TierMove::DROP_SSD: {
-      // Fault injection for tests: SHELF_FAULT_DELAY_SSD_DROP_MS holds each
-      // drop back that long (or until the store stops), as a mover busy
-      // with demotions would. Unset in production.
-      static const char* delay = std::getenv("SHELF_FAULT_DELAY_SSD_DROP_MS");
-      if (delay != nullptr) {
-        MutexLock lock(&mu_);
-        const uint64_t until = clock_->NowMs() + std::strtoull(delay, nullptr, 10);
-        while (!stopping_.load() && WaitBefore(&stop_cv_, until)) {
-        }
-      }
-      s = ssd_ == nullptr ? absl::OkStatus() : ssd_->Delete(move.key());
-      MutexLock lock(&mu_);
-      auto it = ssd_drops_pending_.find(move.key());
-      if (it != ssd_drops_pending_.end() && --it->second == 0) ssd_drops_pending_.erase(it);
-      break;
-    }
+    case v1::TierMove::DROP_SSD:
+      return std::move(ExecuteDrops({move}).front());
     default:
       s = absl::InvalidArgumentError("unknown tier move");
   }
   result.set_ok(s.ok());
   if (!s.ok()) result.set_error(std::string(s.message()));
   return result;
+}
+
+std::vector<v1::TierMoveResult> Store::ExecuteDrops(const std::vector<v1::TierMove>& drops) {
+  // Fault injection for tests: SHELF_FAULT_DELAY_SSD_DROP_MS holds drops
+  // back that long (or until the store stops), as a mover busy with
+  // demotions would. Unset in production.
+  static const char* delay = std::getenv("SHELF_FAULT_DELAY_SSD_DROP_MS");
+  if (delay != nullptr) {
+    MutexLock lock(&mu_);
+    const uint64_t until = clock_->NowMs() + std::strtoull(delay, nullptr, 10);
+    while (!stopping_.load() && WaitBefore(&stop_cv_, until)) {
+    }
+  }
+  std::vector<std::string> keys;
+  keys.reserve(drops.size());
+  for (const v1::TierMove& m : drops) keys.push_back(m.key());
+  const absl::Status s = ssd_ == nullptr ? absl::OkStatus() : ssd_->DeleteMany(keys);
+  std::vector<v1::TierMoveResult> results(drops.size());
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < drops.size(); ++i) {
+    const v1::TierMove& m = drops[i];
+    auto it = ssd_drops_pending_.find(m.key());
+    if (it != ssd_drops_pending_.end() && --it->second == 0) ssd_drops_pending_.erase(it);
+    v1::TierMoveResult& r = results[i];
+    r.set_move_id(m.move_id());
+    r.set_key(m.key());
+    r.set_generation(m.generation());
+    r.set_kind(m.kind());
+    r.set_ok(s.ok());
+    if (!s.ok()) r.set_error(std::string(s.message()));
+  }
+  return results;
 }
 
 absl::Status Store::HeartbeatOnce(bool* more_work) {
@@ -589,25 +606,40 @@ void Store::MoverLoop() {
     Demoted demoted;
     uint64_t unsynced = 0;
     while (!moves_.empty() && !stopping_.load()) {
-      v1::TierMove m = std::move(moves_.front());
-      moves_.pop_front();
+      // One move, or a run of SSD drops: the tier deletes them with one
+      // index write (a full SSD tier drops a block for each demotion).
+      std::vector<v1::TierMove> batch;
+      do {
+        batch.push_back(std::move(moves_.front()));
+        moves_.pop_front();
+      } while (batch.front().kind() == v1::TierMove::DROP_SSD && !moves_.empty() &&
+               moves_.front().kind() == v1::TierMove::DROP_SSD && batch.size() < kDropBatchMax);
       moving_ = true;
       mu_.Unlock();
-      v1::TierMoveResult result = Execute(m);
-      if (m.kind() == v1::TierMove::DEMOTE) {
-        if (result.ok()) {
-          unsynced += m.size();
-          ++demotions_unsynced_;
-          // Records are keyed by the offset in the whole segment; an
-          // order names its arena and the offset in it.
-          uint64_t at = 0;
-          if (ToGlobal(m.segment_id(), m.offset(), m.size(), &at))
-            demoted.emplace_back(m.key(), at);
+      std::vector<v1::TierMoveResult> results;
+      if (batch.front().kind() == v1::TierMove::DROP_SSD) {
+        results = ExecuteDrops(batch);
+      } else {
+        results.push_back(Execute(batch.front()));
+      }
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const v1::TierMove& m = batch[i];
+        v1::TierMoveResult& result = results[i];
+        if (m.kind() == v1::TierMove::DEMOTE) {
+          if (result.ok()) {
+            unsynced += m.size();
+            ++demotions_unsynced_;
+            // Records are keyed by the offset in the whole segment; an
+            // order names its arena and the offset in it.
+            uint64_t at = 0;
+            if (ToGlobal(m.segment_id(), m.offset(), m.size(), &at))
+              demoted.emplace_back(m.key(), at);
+          }
+          run.push_back(std::move(result));
+        } else if (m.kind() == v1::TierMove::DROP_SSD && m.seq() != 0) {
+          if (result.ok()) ++unsynced;
+          run.push_back(std::move(result));
         }
-        run.push_back(std::move(result));
-      } else if (m.kind() == v1::TierMove::DROP_SSD && m.seq() != 0) {
-        if (result.ok()) ++unsynced;
-        run.push_back(std::move(result));
       }
       bool last = false;
       {

@@ -252,6 +252,11 @@ class Store : public DataHandler {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status HeartbeatOnce(bool* more_work) ABSL_LOCKS_EXCLUDED(mu_);
   v1::TierMoveResult Execute(const v1::TierMove& move) ABSL_LOCKS_EXCLUDED(mu_);
+  // Executes DROP_SSD orders together (SsdTier::DeleteMany); a result each.
+  std::vector<v1::TierMoveResult> ExecuteDrops(const std::vector<v1::TierMove>& drops)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The most SSD drops the mover executes together.
+  static constexpr size_t kDropBatchMax = 256;
   // Starts making the SSD writes of `run` (the demotions executed since the
   // last call) durable, and takes it: once they are, its results reach
   // results_ (on failure, its successful demotions turned into failures),

@@ -8,6 +8,7 @@
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -113,6 +114,51 @@ TEST(SsdTier, PutGetDeleteAndInventorySurviveReopen) {
   ASSERT_TRUE((*tier)->Get("a", &got).ok());
   EXPECT_EQ(got, a);
   EXPECT_EQ((*tier)->Get("c", &got).code(), absl::StatusCode::kNotFound);
+  fs::remove_all(dir);
+}
+
+// DeleteMany (a store's run of SSD drops): every key named goes, durable
+// ones and puts not yet synced alike; absent and repeated keys are no
+// error; every extent is freed once the deletes are synced.
+TEST(SsdTier, DeleteManyDropsEveryKeyNamedAndFreesTheirExtents) {
+  std::string dir = TempDir("ssd-delete-many");
+  constexpr uint64_t kSize = 64 << 10;
+  auto key = [](int i) { return absl::StrCat("k", i); };
+  {
+    auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    for (int i = 0; i < 10; ++i) {
+      std::string b = Block(kSize, 100 + i);
+      ASSERT_TRUE((*tier)->Put(key(i), b.data(), b.size(), BlockChecksum(b.data(), b.size())).ok());
+    }
+    ASSERT_TRUE((*tier)->Sync().ok());
+    const uint64_t free_before = (*tier)->free_extent_bytes();
+    // Not yet synced: a new key, and a new version of a durable one.
+    std::string b10 = Block(kSize, 110), b3 = Block(kSize, 203);
+    ASSERT_TRUE(
+        (*tier)->Put(key(10), b10.data(), b10.size(), BlockChecksum(b10.data(), b10.size())).ok());
+    ASSERT_TRUE(
+        (*tier)->Put(key(3), b3.data(), b3.size(), BlockChecksum(b3.data(), b3.size())).ok());
+    ASSERT_TRUE((*tier)->DeleteMany({key(1), key(3), key(5), key(10), "absent", key(1)}).ok());
+    EXPECT_EQ((*tier)->used_bytes(), 7 * kSize);
+    std::string got;
+    for (int i : {1, 3, 5, 10}) {
+      EXPECT_EQ((*tier)->Get(key(i), &got).code(), absl::StatusCode::kNotFound) << key(i);
+    }
+    ASSERT_TRUE((*tier)->Get(key(4), &got).ok());
+    EXPECT_EQ(got, Block(kSize, 104));
+    ASSERT_TRUE((*tier)->Sync().ok());
+    // Freed: the three durable extents, and the two pending puts' own
+    // (which took two extents of the free space measured before).
+    EXPECT_EQ((*tier)->free_extent_bytes(), free_before + 3 * kSize);
+  }
+  auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  std::vector<std::string> keys;
+  for (const SsdTier::Entry& e : (*tier)->Inventory()) keys.push_back(e.key);
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"k0", "k2", "k4", "k6", "k7", "k8", "k9"}));
+  EXPECT_EQ((*tier)->used_bytes(), 7 * kSize);
   fs::remove_all(dir);
 }
 
@@ -653,9 +699,16 @@ TEST(SsdTier, DirectoryInTheOldFormatIsStillRead) {
   std::string got;
   ASSERT_TRUE((*tier)->Get("b", &got).ok());
   EXPECT_TRUE(got == a);
+  // A delete removes an old-format block's records too, for good.
   ASSERT_TRUE((*tier)->Delete("a").ok());
   EXPECT_EQ((*tier)->Get("a", &got).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE((*tier)->Sync().ok());
   tier->reset();
+  auto reopened = SsdTier::Open(TierOptions(dir, 64 << 20));
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ((*reopened)->Get("a", &got).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*reopened)->used_bytes(), a.size());
+  reopened->reset();
   fs::remove_all(dir);
 }
 

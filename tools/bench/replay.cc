@@ -1,13 +1,16 @@
 // shelf-bench replay: replays a Mooncake-format trace against a cluster and
 // reports what the cache saved, next to an LRU simulation at the same
 // capacity and the trace's ideal (infinite-capacity) hit ratio.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <list>
 #include <memory>
 #include <thread>
 #include <unordered_map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -21,6 +24,7 @@
 #include "testing/local_cluster.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
+#include "tools/bench/replay_compare.h"
 #include "tools/bench/trace.h"
 
 namespace shelf::bench {
@@ -245,7 +249,6 @@ absl::Status SampleCapacity(const std::string& master, const Chains& chains, siz
 
 }  // namespace
 
-int ReplayCompare(const std::vector<std::string>& args);  // replay_compare.cc
 // replay_clients.cc: the replay by `clients` concurrent clients.
 // master_metrics_port: the master's /metrics, read once the clients are
 // done (0: not reported).
@@ -289,16 +292,12 @@ int Replay(int argc, char** argv) {
   bool compare = false;
   flags.AddBool("compare-dram-only", &compare,
                 "run the replay twice, DRAM only (--ssd-size 0) and with --ssd-size, and print "
-                "put/get GB/s and p99 side by side");
+                "put/get GB/s and p99 side by side, and the disk's raw write GB/s");
+  int64_t rounds = 3;
+  flags.AddInt("rounds", &rounds,
+               "with --compare-dram-only: runs of each side, alternating which goes first; "
+               "each side's best put round is reported (1..16)");
   std::vector<std::string> args = flags.ParseOrExit(argc, argv);
-  if (compare) {
-    std::vector<std::string> rest;
-    for (int i = 1; i < argc; ++i) {
-      std::string a = argv[i];
-      if (a != "--compare-dram-only" && a != "--compare-dram-only=true") rest.push_back(a);
-    }
-    return ReplayCompare(rest);
-  }
   if (!args.empty()) trace = args[0];
   // The fetch time is reported for the model's real block size: the bench
   // moves --block-bytes per block (a real model's blocks would make the
@@ -324,6 +323,35 @@ int Replay(int argc, char** argv) {
   if (clients < 1 || clients > 64) {
     std::fprintf(stderr, "shelf-bench replay: --clients must be 1..64\n");
     return 2;
+  }
+  if (compare) {
+    if (rounds < 1 || rounds > 16) {
+      std::fprintf(stderr, "shelf-bench replay: --rounds must be 1..16\n");
+      return 2;
+    }
+    // The children get every flag but these two.
+    std::vector<std::string> rest;
+    for (int i = 1; i < argc; ++i) {
+      const absl::string_view a = argv[i];
+      if (a == "--compare-dram-only" || absl::StartsWith(a, "--compare-dram-only=") ||
+          absl::StartsWith(a, "--rounds=")) {
+        continue;
+      }
+      if (a == "--rounds") {
+        ++i;  // and its value
+        continue;
+      }
+      rest.emplace_back(a);
+    }
+    ReplayCompareOptions co;
+    co.rounds = static_cast<int>(rounds);
+    co.block_bytes = block_bytes;
+    // The raw row writes what the tiered cluster's SSD tiers hold, 64 MiB
+    // to 1 GiB, on the file system the cluster keeps them on.
+    co.raw_bytes =
+        std::clamp<uint64_t>(static_cast<uint64_t>(stores) * ssd_size, 64ull << 20, 1ull << 30);
+    co.dir = work_dir.empty() ? std::filesystem::temp_directory_path().string() : work_dir;
+    return ReplayCompare(rest, co);
   }
   auto reqs = ReadTrace(trace, static_cast<size_t>(requests));
   if (!reqs.ok()) {
@@ -612,6 +640,8 @@ int Replay(int argc, char** argv) {
   o["get_p99_us"] = get_us.Percentile(99);
   o["put_p50_us"] = put_us.Percentile(50);
   o["put_p99_us"] = put_us.Percentile(99);
+  o["put_calls"] = put_us.count();
+  o["put_seconds"] = put_seconds;
   o["matchprefix_p50_us"] = match_us.Percentile(50);
   o["matchprefix_p99_us"] = match_us.Percentile(99);
   o["prefill_tokens_avoided"] = tokens_saved;
