@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Smoke tests of shelf-bench (docs/benchmarks.md).
 
-    bench_smoke.py SHELF_BENCH SUBCOMMAND   run SUBCOMMAND --quick (master-stores:
-                                            master --stores 20 --quick); check that it
+    bench_smoke.py SHELF_BENCH SUBCOMMAND   run SUBCOMMAND --quick (master-stores,
+                                            replay_compare: see ARGS); check that it
                                             prints a table, then a JSON object
                                             with the subcommand's figures as its
                                             last line, and reports no errors
@@ -34,8 +34,18 @@ REQUIRED = {
     "master-stores": ["heartbeat_p99_ms", "heartbeat_held_p99_ms", "lookup_keys_per_s",
                       "matchprefix_p99_ms", "puts_per_s", "master_cpu_s_per_s",
                       "master_rss_bytes", "errors"],
+    "replay_compare": ["put_gbps_ratio", "put_p99_ratio", "get_gbps_ratio", "raw_write_gbps",
+                       "put_goal_gbps", "put_goal_ratio", "errors", "mismatches"],
     "resp": ["resp_get_1m_vs_redis", "resp_set_1m_vs_redis", "resp_get_64k_vs_redis",
              "resp_min_vs_redis", "errors", "rows"],
+}
+# Subcommands run with other arguments than `SUBCOMMAND --quick`.
+ARGS = {
+    "master-stores": ["master", "--stores", "20", "--quick"],
+    # Both sides twice, on a small DRAM and SSD that fill (demotions, SSD
+    # drops), and the raw write row.
+    "replay_compare": ["replay", "--compare-dram-only", "--rounds", "2", "--requests", "150",
+                       "--block-bytes", "32KiB", "--dram-size", "8MiB", "--ssd-size", "24MiB"],
 }
 TIMEOUT_S = 110
 
@@ -58,8 +68,8 @@ def last_json(out):
 
 def run_quick(bench, sub):
     t0 = time.time()
-    args = ["master", "--stores", "20"] if sub == "master-stores" else [sub]
-    p = subprocess.run([bench] + args + ["--quick"], stdout=subprocess.PIPE,
+    args = ARGS.get(sub, [sub, "--quick"])
+    p = subprocess.run([bench] + args, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=TIMEOUT_S)
     elapsed = time.time() - t0
     obj, lines = last_json(p.stdout)

@@ -186,12 +186,18 @@ int ReplayCompare(const std::vector<std::string>& args, const ReplayCompareOptio
   o["raw_write_gbps"] = have_raw ? Json(raw.gbps()) : Json(nullptr);
   o["put_goal_gbps"] = goal;
   o["put_goal_ratio"] = goal_ratio;
-  std::printf("%s\n", JsonDump(o).c_str());
-  double errors = 0;
+  // Every round's, both sides.
+  double errors = 0, mismatches = 0;
   for (const std::vector<Json>* side : {&dram_rounds, &tiered_rounds}) {
-    for (const Json& j : *side) errors += Num(j, "errors");
+    for (const Json& j : *side) {
+      errors += Num(j, "errors");
+      mismatches += Num(j, "checksum_mismatches");
+    }
   }
-  return errors == 0 ? 0 : 1;
+  o["errors"] = errors;
+  o["mismatches"] = mismatches;
+  std::printf("%s\n", JsonDump(o).c_str());
+  return errors == 0 && mismatches == 0 ? 0 : 1;
 }
 
 }  // namespace shelf::bench
