@@ -192,26 +192,33 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const Options& options) {
     tier->index_[it->key().ToString().substr(1)] = loc;
     used += loc.size;
   }
+  // A scan that stopped on an error is logged below (a later Seek clears
+  // the iterator's status).
+  rocksdb::Status scan = it->status();
   // Blocks written by earlier releases: the bytes stay in RocksDB. A block
   // record without a metadata record (older still) is read whole.
-  bool any_meta = false;
+  bool any_meta = false, any_block = false;
   for (it->Seek("m"); it->Valid() && it->key().starts_with("m"); it->Next()) {
     Loc loc;
     any_meta = true;
     if (!ParseHeader(it->value(), &loc.size, &loc.checksum, true)) continue;
     if (tier->index_.try_emplace(it->key().ToString().substr(1), loc).second) used += loc.size;
   }
+  if (scan.ok()) scan = it->status();
   if (!any_meta) {
     for (it->Seek("b"); it->Valid() && it->key().starts_with("b"); it->Next()) {
       Loc loc;
+      any_block = true;
       if (!ParseHeader(it->value(), &loc.size, &loc.checksum)) continue;
       if (tier->index_.try_emplace(it->key().ToString().substr(1), loc).second) used += loc.size;
     }
+    if (scan.ok()) scan = it->status();
   }
-  it->Seek("b");
-  tier->old_format_ = any_meta || (it->Valid() && it->key().starts_with("b"));
-  if (!it->status().ok()) {
-    SHELF_LOG(ERROR) << "SSD tier scan stopped early" << Kv("error", it->status().ToString());
+  // Deletes remove old-format records too when the directory may hold
+  // some: any seen, or a scan that could not tell.
+  tier->old_format_ = any_meta || any_block || !scan.ok();
+  if (!scan.ok()) {
+    SHELF_LOG(ERROR) << "SSD tier scan stopped early" << Kv("error", scan.ToString());
   }
   if (bad > 0) {
     SHELF_LOG(ERROR) << "SSD tier index entries that point outside the extent file ignored"

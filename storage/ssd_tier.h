@@ -115,14 +115,15 @@ class SsdTier {
   void SyncAsync(std::function<void(absl::Status)> done) ABSL_LOCKS_EXCLUDED(mu_);
   // Reads and verifies a block. NOT_FOUND if absent; DATA_LOSS if corrupt
   // (the entry is then deleted and never served); UNAVAILABLE on I/O error.
-  absl::Status Get(const std::string& key, std::string* out) ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
+  absl::Status Get(const std::string& key, std::string* out)
+      ABSL_LOCKS_EXCLUDED(mu_, io_mu_, sync_mu_);
   // Get into [dst, dst+capacity), the block's size in `size`: OUT_OF_RANGE
   // (nothing read) when it does not fit. With `dst` 4 KiB aligned and room
   // for the size rounded up to 4 KiB, the device reads straight into it
   // (no intermediate buffer or copy); bytes past the block's end may then
   // be overwritten. Verified like Get.
   absl::Status GetInto(const std::string& key, char* dst, uint64_t capacity, uint64_t* size)
-      ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
+      ABSL_LOCKS_EXCLUDED(mu_, io_mu_, sync_mu_);
   absl::Status Delete(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_, sync_mu_);
   // Delete of each key, with one index write for all (a store's run of SSD
   // drops); durable, as a Delete, at the next Sync.
@@ -203,7 +204,7 @@ class SsdTier {
   absl::Status Read(const std::string& key, uint64_t capacity, char* dst,
                     absl::FunctionRef<void(uint64_t)> sized,
                     absl::FunctionRef<void(const char*, uint64_t)> sink)
-      ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
+      ABSL_LOCKS_EXCLUDED(mu_, io_mu_, sync_mu_);
   // An old-format block of `key`, indexed as `loc`.
   absl::Status GetInline(const std::string& key, const Loc& loc, std::string* out);
   absl::Status PutFrom(const std::string& key, const char* data, uint64_t size, uint64_t checksum,
@@ -222,7 +223,7 @@ class SsdTier {
       ABSL_LOCKS_EXCLUDED(mu_, sync_mu_);
   // Drops `loc`, a version of `key` found corrupt, and says so.
   absl::Status DropCorrupt(const std::string& key, const Loc& loc, absl::string_view detail)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      ABSL_LOCKS_EXCLUDED(mu_, sync_mu_);
 
   const Options options_;
   std::unique_ptr<rocksdb::DB> db_;

@@ -657,28 +657,62 @@ TEST(SsdTier, AsyncSyncsCompleteInOrderAndOverwritesFreeEveryExtent) {
 // A directory written by the release that kept block bytes in RocksDB
 // ("b" and "m" records, magic "SSD1") opens, its blocks read back and
 // verify, and a rewrite moves a block to an extent.
+// Writes `blocks` (key, bytes) into `dir` in the format of earlier
+// releases: "b" || key -> header | bytes, and with `meta` "m" || key ->
+// header (without it, the oldest format: block records alone).
+void WriteOldFormat(const std::string& dir,
+                    const std::vector<std::pair<std::string, const std::string*>>& blocks,
+                    bool meta) {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.enable_blob_files = true;
+  o.min_blob_size = 4096;
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(o, dir, &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  for (const auto& [key, v] : blocks) {
+    char h[24] = {};
+    absl::little_endian::Store32(h, 0x31445353);
+    h[4] = 1;
+    absl::little_endian::Store64(h + 8, v->size());
+    absl::little_endian::Store64(h + 16, BlockChecksum(v->data(), v->size()));
+    ASSERT_TRUE(db->Put({}, "b" + key, std::string(h, 24) + *v).ok());
+    if (meta) {
+      ASSERT_TRUE(db->Put({}, "m" + key, std::string(h, 24)).ok());
+    }
+  }
+  ASSERT_TRUE(db->Flush({}).ok());
+}
+
+// The oldest format (block records, no metadata records): read, and a
+// delete removes a block for good.
+TEST(SsdTier, DirectoryInTheOldestFormatIsReadAndDeletesStick) {
+  std::string dir = TempDir("ssd-oldest");
+  std::string a = Block(300 << 10, 31), b = Block(5000, 32);
+  ASSERT_NO_FATAL_FAILURE(WriteOldFormat(dir, {{"a", &a}, {"b", &b}}, /*meta=*/false));
+  {
+    auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    EXPECT_EQ((*tier)->used_bytes(), a.size() + b.size());
+    std::string got;
+    ASSERT_TRUE((*tier)->Get("b", &got).ok());
+    EXPECT_TRUE(got == b);
+    ASSERT_TRUE((*tier)->Delete("a").ok());
+    ASSERT_TRUE((*tier)->Sync().ok());
+  }
+  auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  std::string got;
+  EXPECT_EQ((*tier)->Get("a", &got).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*tier)->used_bytes(), b.size());
+  tier->reset();
+  fs::remove_all(dir);
+}
+
 TEST(SsdTier, DirectoryInTheOldFormatIsStillRead) {
   std::string dir = TempDir("ssd-old");
   std::string a = Block(300 << 10, 21), b = Block(5000, 22);
-  {
-    rocksdb::Options o;
-    o.create_if_missing = true;
-    o.enable_blob_files = true;
-    o.min_blob_size = 4096;
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(o, dir, &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
-    for (const auto& [key, v] : {std::pair<std::string, std::string*>{"a", &a}, {"b", &b}}) {
-      char h[24] = {};
-      absl::little_endian::Store32(h, 0x31445353);
-      h[4] = 1;
-      absl::little_endian::Store64(h + 8, v->size());
-      absl::little_endian::Store64(h + 16, BlockChecksum(v->data(), v->size()));
-      ASSERT_TRUE(db->Put({}, "b" + key, std::string(h, 24) + *v).ok());
-      ASSERT_TRUE(db->Put({}, "m" + key, std::string(h, 24)).ok());
-    }
-    ASSERT_TRUE(db->Flush({}).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteOldFormat(dir, {{"a", &a}, {"b", &b}}, /*meta=*/true));
   {
     auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
     ASSERT_TRUE(tier.ok()) << tier.status();
