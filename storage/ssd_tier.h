@@ -230,7 +230,8 @@ class SsdTier {
   const int fd_;  // the extent file
   const bool direct_io_;
   // The directory held records of the old format when opened (none are
-  // written now): deletes then remove those of a key too. Set by Open.
+  // written now), or Open's scan could not tell: deletes then remove
+  // those of a key too. Set by Open.
   bool old_format_ = false;
   std::atomic<uint64_t> used_{0};
   std::unique_ptr<IoPool> pool_;          // extent writes

@@ -1,6 +1,6 @@
 // SsdTier's syncs: the sync thread, what one sync does (the bytes made
-// durable, then their index entries), and deletes, serialized with it. Layout and crash-consistency
-// argument: docs/storage.md.
+// durable, then their index entries), and deletes, serialized with it.
+// Layout and crash-consistency argument: docs/storage.md.
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 #include <unistd.h>
