@@ -422,6 +422,7 @@ int SsdBench(int argc, char** argv) {
   std::string error;
   uint64_t mismatches = 0;
   std::vector<SizeRow> rows;
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   for (uint64_t size : sizes) {
     if (StopRequested()) break;
     SizeRow r;
@@ -451,7 +452,6 @@ int SsdBench(int argc, char** argv) {
       std::filesystem::remove(raw, ec);
       std::filesystem::remove_all(tier_dir, ec);
       if (!s.ok()) break;
-      auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
       r.write_ratios.push_back(ratio(tier.write.gbps(), raw_write.gbps()));
       r.read_ratios.push_back(ratio(tier.read.gbps(), raw_read.gbps()));
       if (round == 0 || raw_write.gbps() > r.raw_write.gbps()) r.raw_write = std::move(raw_write);
@@ -496,7 +496,6 @@ int SsdBench(int argc, char** argv) {
   }
   cleanup();
 
-  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   if (!json_only) {
     std::printf(
         "\nShelf SSD tier vs raw O_DIRECT at queue depth %d on %s, %s per size, %d rounds: "
