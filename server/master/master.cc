@@ -384,6 +384,9 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
     auto [objp, inserted] = EmplaceLocked(put.key);
     Object& obj = *objp;
     if (inserted) {
+      // Dead stores' copies of an earlier commit stay out when they return,
+      // whatever becomes of this one (master_unheard.cc).
+      NoteCommittedLocked(put.key);
       obj.size = put.size;
       obj.checksum = put.checksum;
       // Unique across terms as well: a later leader's put ids start over.

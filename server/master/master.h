@@ -52,6 +52,7 @@
 #include "common/mutex.h"
 #include "common/prom.h"
 #include "proto/shelf.pb.h"
+#include "server/master/key_filter.h"
 #include "server/master/kv_events.h"
 #include "server/master/lru_pool.h"
 #include "server/master/master_metrics.h"
@@ -427,6 +428,13 @@ class Master {
     // were not in the index then, so no key of theirs was noted above.
     // At most kPatternsRemovedWhileDeadMax; a flush replaces them all.
     std::vector<std::shared_ptr<const KeyMatcher>> patterns_removed_while_dead;
+    // Keys committed while this node was dead (NoteCommittedLocked), made
+    // at its first such commit: an entry of its inventory for a key the
+    // index lacks is of an older commit when the key is here (a commit
+    // since left the index, evicted or lost with its store), so it is
+    // not indexed. A Bloom filter, bounded: past its design count more of
+    // the node's blocks are refused, none wrongly taken.
+    std::unique_ptr<KeyFilter> committed_while_dead;
     // The record above is incomplete: it overflowed its bounds, or the
     // node stayed dead past --dead-store-memory and it was dropped. Such
     // a node comes back empty: nothing it lists is indexed; it is told to
@@ -445,7 +453,8 @@ class Master {
     absl::flat_hash_set<std::string> drops;                         // SSD copies of these keys
     absl::flat_hash_set<std::string> removed;                       // any copy of these keys
     std::vector<std::shared_ptr<const KeyMatcher>> patterns;        // keys the index lacks
-    bool all = false;  // Node::unheard_lost: every entry
+    std::unique_ptr<KeyFilter> committed;  // keys the index lacks; may be null
+    bool all = false;                      // Node::unheard_lost: every entry
     // Node::drops_unreported (a same process may still run them).
     absl::flat_hash_map<uint64_t, std::string> drops_unreported;
   };
@@ -697,6 +706,9 @@ class Master {
   void RememberUnheardLocked(uint32_t node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A client removed `key`: dead nodes remember it (Node::removed_while_dead).
   void NoteRemovedLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A put committed `key` anew: dead nodes remember it
+  // (Node::committed_while_dead).
+  void NoteCommittedLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A client removed the keys `pattern` matches: dead nodes remember it.
   void NotePatternRemovedLocked(const std::shared_ptr<const KeyMatcher>& pattern)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

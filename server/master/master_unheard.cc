@@ -5,7 +5,10 @@
 // failed, a restart), or that was dead while the key was removed, still
 // lists the block in its inventory; indexed again, a removed key would
 // come back with its old bytes, which its checksum cannot catch. So those
-// entries are not indexed, and the store is told again to drop them.
+// entries are not indexed, and the store is told again to drop them. The
+// same goes for a key put again while the store was dead whose new commit
+// has left the index since (evicted, or lost with its stores): the dead
+// store's copy is of the old commit.
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "server/master/key_matcher.h"
@@ -31,6 +34,7 @@ Master::Unheard Master::UnheardRemovalsLocked(Node* n) {
   u.drops_unreported = std::exchange(n->drops_unreported, {});
   u.removed = std::exchange(n->removed_while_dead, {});
   u.patterns = std::exchange(n->patterns_removed_while_dead, {});
+  u.committed = std::move(n->committed_while_dead);
   u.all = std::exchange(n->unheard_lost, false);
   return u;
 }
@@ -41,10 +45,16 @@ bool Master::UnheardCoversLocked(const Unheard& u, const v1::InventoryEntry& e) 
                                : u.forgets.count({e.key(), e.segment_id(), e.offset()}) != 0) {
     return true;
   }
-  // A pattern covers the keys it matches that the index does not hold: a
-  // key put again since is the index's, and the entry is judged against
-  // that commit as any other (AddInventoryLocked).
-  if (u.patterns.empty() || FindLocked(e.key()) != nullptr) return false;
+  // A pattern, or a commit while the node was dead, covers the keys the
+  // index does not hold: a key put again since is the index's, and the
+  // entry is judged against that commit as any other (AddInventoryLocked).
+  // A key the index lacks that was committed since the node died had that
+  // commit leave the index (evicted, or lost with its stores): the entry
+  // is of an older commit, which must not come back in its place.
+  if ((u.patterns.empty() && u.committed == nullptr) || FindLocked(e.key()) != nullptr) {
+    return false;
+  }
+  if (u.committed != nullptr && u.committed->MayContain(e.key())) return true;
   for (const auto& pattern : u.patterns) {
     if (pattern->Match(e.key())) return true;
   }
@@ -103,6 +113,17 @@ void Master::NoteRemovedLocked(const std::string& key) {
   }
 }
 
+void Master::NoteCommittedLocked(const std::string& key) {
+  for (const auto& node : nodes_) {
+    Node& n = *node;
+    if (n.state != v1::NODE_DEAD || n.unheard_lost) continue;
+    if (n.committed_while_dead == nullptr) {
+      n.committed_while_dead = std::make_unique<KeyFilter>(KeyFilter::kDefaultBits);
+    }
+    n.committed_while_dead->Add(key);
+  }
+}
+
 void Master::NotePatternRemovedLocked(const std::shared_ptr<const KeyMatcher>& pattern) {
   for (const auto& node : nodes_) {
     Node& n = *node;
@@ -130,6 +151,7 @@ void Master::LoseUnheardLocked(Node* n, absl::string_view why) {
   n->unheard_lost = true;
   n->removed_while_dead = {};
   n->patterns_removed_while_dead = {};
+  n->committed_while_dead = nullptr;
   n->orphans = {};
   SHELF_LOG(WARNING) << "a dead store's record of removals is lost: if it registers again, "
                         "what it holds is dropped, not indexed"

@@ -119,6 +119,45 @@ TEST_F(TiersClusterTest, DramOverflowsToSsdAndSurvivesKill9) {
   EXPECT_LT(DirBytes(ssd_dir), 3 * kSsd);
 }
 
+// A key whose only copy sits on a store's SSD is put again while that
+// store is dead, and the new value's only store dies too (kill -9: DRAM
+// gone). The first store comes back with the old value on its SSD: the key
+// must read as absent, never as the old value (a RESP SET, a Mooncake
+// upsert: keys that are not content addresses).
+TEST_F(TiersClusterTest, AnOldValueStaysOutWhenItsStoreReturnsAfterTheNewOneWasLost) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const std::string old_value = Block(kBlock, 1), new_value = Block(kBlock, 2);
+  ASSERT_TRUE(client_->Put("upsert", old_value.data(), old_value.size()).ok());
+  // Twice the DRAM segment after it: the key is demoted to SSD.
+  ASSERT_NO_FATAL_FAILURE(PutAndReadBack("fill-", static_cast<int>(2 * kDram / kBlock)));
+  std::string stat;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        cluster_->Shelfctl({"stat", "upsert", "--json"}, &stat);
+        return stat.find("\"tier\":\"ssd\"") != std::string::npos;
+      },
+      15000, 50))
+      << stat;
+  cluster_->KillStore(0);
+  ASSERT_TRUE(cluster_->WaitForLiveNodes(0, 8000).ok());
+  absl::StatusOr<int> second = cluster_->AddStore();
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(client_->Put("upsert", new_value.data(), new_value.size()).ok());
+  std::string got;
+  ASSERT_TRUE(client_->Get("upsert", &got).ok());
+  ASSERT_TRUE(got == new_value);
+  cluster_->KillStore(*second);
+  ASSERT_TRUE(cluster_->WaitForLiveNodes(0, 8000).ok());
+  ASSERT_TRUE(cluster_->RestartStore(0).ok());
+  ASSERT_TRUE(cluster_->WaitForLiveNodes(1, 15000).ok());
+  Status s = client_->Get("upsert", &got);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound)
+      << s.ToString() << (s.ok() && got == old_value ? ": the old value came back" : "");
+  // Its other blocks, put before it died and not since, are back.
+  s = client_->Get("fill-0", &got);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 // The store's SSD bytes as its /metrics say (shelf_store_used_bytes), -1
 // when unread.
 double StoreSsdBytes(uint16_t metrics_port) {

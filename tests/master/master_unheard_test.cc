@@ -5,6 +5,10 @@
 // and tells the store again to drop it.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
+#include "server/master/key_filter.h"
 #include "tests/master/master_fixture.h"
 
 namespace shelf {
@@ -247,6 +251,79 @@ TEST_F(UnheardTest, AValueReplacedWhileItsStoreWasDeadStaysReplaced) {
   ASSERT_FALSE(Peek("k").found());
   Register("a", 16 * kMiB, 0, "host", 1, {}, {old});
   EXPECT_FALSE(Peek("k").found());
+}
+
+// A key held by one store only, put again while that store was dead: the
+// new commit is evicted (or lost with its own store), then the dead store
+// returns with the old commit on its SSD. The old value must not come back
+// (RESP SET, Mooncake upserts: keys that are not content addresses).
+TEST_F(UnheardTest, AKeyPutAgainWhileItsStoreWasDeadStaysNewOrGone) {
+  for (bool evicted : {true, false}) {
+    SCOPED_TRACE(evicted ? "the new commit evicted" : "the new commit's store dead");
+    Make(TestOptions());
+    Register("a", 16 * kMiB, 64 * kMiB);
+    ASSERT_TRUE(Put("k", kMiB).ok());
+    ASSERT_TRUE(Put("j", kMiB).ok());
+    Orders("a", 1);
+    std::vector<v1::InventoryEntry> ssd = {Entry("k", "a"), Entry("j", "a")};
+    for (v1::InventoryEntry& e : ssd) {
+      e.set_tier(v1::TIER_SSD);
+      e.set_segment_id(0);
+      e.set_offset(0);
+    }
+    clock_.Advance(TestOptions().node_ttl_ms + 1);
+    master_->Tick();  // a is dead: k and j leave the index
+    ASSERT_FALSE(Peek("k").found());
+    Register("b", 16 * kMiB);
+    v1::PutStartResponse r = StartReplace("k", kMiB, 7);
+    ASSERT_EQ(r.state(), v1::PUT_STARTED);
+    ASSERT_TRUE(Commit(r.put_id()).ok());
+    ASSERT_EQ(Peek("k").checksum(), 7u);
+    if (evicted) {
+      v1::EvictRequest req;
+      req.set_bytes(16 * kMiB);
+      req.set_node("b");
+      v1::EvictResponse resp;
+      ASSERT_TRUE(master_->Evict(req, &resp).ok());
+      ASSERT_EQ(resp.evicted_objects(), 1u);
+    } else {
+      clock_.Advance(TestOptions().node_ttl_ms + 1);
+      master_->Tick();  // b is dead
+    }
+    ASSERT_FALSE(Peek("k").found());
+    Register("a", 16 * kMiB, 64 * kMiB, "host", 2, {}, ssd);  // restarted
+    EXPECT_FALSE(Peek("k").found());
+    EXPECT_TRUE(Peek("j").found());  // not put since: back
+    std::vector<v1::TierMove> orders = Orders("a", 2);
+    EXPECT_TRUE(Has(orders, v1::TierMove::DROP_SSD, "k"));
+    EXPECT_FALSE(Has(orders, v1::TierMove::DROP_SSD, "j"));
+    master_->CheckInvariants();
+  }
+}
+
+// Only commits made while the store was dead keep its copies out: a key
+// put before it died comes back with it once every other copy is gone.
+TEST_F(UnheardTest, AKeyPutBeforeItsStoreDiedComesBackWithIt) {
+  const v1::InventoryEntry k = KOnBothThenADies();
+  ASSERT_TRUE(Put("other", kMiB).ok());  // a commit while a is dead
+  clock_.Advance(TestOptions().node_ttl_ms + 1);
+  master_->Tick();  // b, k's other store, is dead too
+  ASSERT_FALSE(Peek("k").found());
+  Register("a", 16 * kMiB, 0, "host", 1, {}, {k});  // the same process
+  EXPECT_TRUE(Peek("k").found());
+}
+
+TEST(KeyFilterTest, HoldsWhatWasAddedAndLittleElse) {
+  KeyFilter filter(1 << 16);
+  for (int i = 0; i < 5000; ++i) filter.Add("added:" + std::to_string(i));
+  EXPECT_EQ(filter.added(), 5000u);
+  for (int i = 0; i < 5000; ++i) EXPECT_TRUE(filter.MayContain("added:" + std::to_string(i)));
+  // 5,000 keys in 65,536 bits with 7 probes: about 0.2% false positives.
+  int false_positives = 0;
+  for (int i = 0; i < 100000; ++i)
+    false_positives += filter.MayContain("other:" + std::to_string(i));
+  EXPECT_LT(false_positives, 1000);
+  EXPECT_FALSE(KeyFilter(64).MayContain("anything"));
 }
 
 // A pattern removed while a store was dead (RemoveMatching, RESP's DEL
