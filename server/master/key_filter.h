@@ -29,31 +29,42 @@ class KeyFilter {
   static constexpr size_t kDefaultBits = size_t{1} << 23;
   static constexpr int kProbes = 7;
 
+  // A key's hash, taken once for several filters.
+  struct Hash {
+    uint64_t low = 0;
+    uint64_t high = 0;
+  };
+  static Hash HashOf(absl::string_view key) {
+    const XXH128_hash_t h = XXH3_128bits(key.data(), key.size());
+    return Hash{h.low64, h.high64};
+  }
+
   // REQUIRES: bits > 0; rounded up to a multiple of 64.
   explicit KeyFilter(size_t bits) : words_((bits + 63) / 64) {}
 
-  void Add(absl::string_view key) {
+  void Add(const Hash& h) {
     ++added_;
-    Probe(key, [this](size_t bit) {
+    Probe(h, [this](size_t bit) {
       words_[bit / 64] |= uint64_t{1} << (bit % 64);
       return true;
     });
   }
-  bool MayContain(absl::string_view key) const {
-    return Probe(key, [this](size_t bit) { return (words_[bit / 64] >> (bit % 64) & 1) != 0; });
+  void Add(absl::string_view key) { Add(HashOf(key)); }
+  bool MayContain(const Hash& h) const {
+    return Probe(h, [this](size_t bit) { return (words_[bit / 64] >> (bit % 64) & 1) != 0; });
   }
+  bool MayContain(absl::string_view key) const { return MayContain(HashOf(key)); }
   // Keys added (a key added twice counts twice).
   size_t added() const { return added_; }
 
  private:
   // Calls visit(bit) for each of the key's kProbes bits (double hashing of
-  // one XXH3-128) while it returns true; true if it always did.
+  // its XXH3-128) while it returns true; true if it always did.
   template <typename Visit>
-  bool Probe(absl::string_view key, Visit visit) const {
-    const XXH128_hash_t h = XXH3_128bits(key.data(), key.size());
+  bool Probe(const Hash& h, Visit visit) const {
     const size_t bits = words_.size() * 64;
     for (int i = 0; i < kProbes; ++i) {
-      const uint64_t bit = h.low64 + static_cast<uint64_t>(i) * (h.high64 | 1);
+      const uint64_t bit = h.low + static_cast<uint64_t>(i) * (h.high | 1);
       if (!visit(static_cast<size_t>(bit % bits))) return false;
     }
     return true;

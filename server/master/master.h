@@ -433,7 +433,8 @@ class Master {
     // index lacks is of an older commit when the key is here (a commit
     // since left the index, evicted or lost with its store), so it is
     // not indexed. A Bloom filter, bounded: past its design count more of
-    // the node's blocks are refused, none wrongly taken.
+    // the node's blocks are refused, none wrongly taken; past
+    // MasterOptions::dead_store_commits_max keys the record is lost.
     std::unique_ptr<KeyFilter> committed_while_dead;
     // The record above is incomplete: it overflowed its bounds, or the
     // node stayed dead past --dead-store-memory and it was dropped. Such

@@ -33,6 +33,10 @@ struct MasterOptions {
   // dead longer comes back empty (docs/master.md, "Removed keys stay
   // removed").
   uint64_t dead_store_memory_ms = 3600 * 1000;
+  // Keys committed while a store is dead that it remembers (a Bloom
+  // filter's, 26% false positives at the default); past this it comes
+  // back empty too. Not a flag: tests lower it.
+  uint64_t dead_store_commits_max = 2 << 20;
   uint64_t heartbeat_interval_ms = 500;  // told to stores at registration
   uint64_t put_timeout_ms = 30000;       // an open put is reclaimed after this
   // A store checks a write grant's expiry by its own clock: the ranges of

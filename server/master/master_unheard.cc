@@ -9,6 +9,8 @@
 // same goes for a key put again while the store was dead whose new commit
 // has left the index since (evicted, or lost with its stores): the dead
 // store's copy is of the old commit.
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "server/master/key_matcher.h"
@@ -54,7 +56,7 @@ bool Master::UnheardCoversLocked(const Unheard& u, const v1::InventoryEntry& e) 
   if ((u.patterns.empty() && u.committed == nullptr) || FindLocked(e.key()) != nullptr) {
     return false;
   }
-  if (u.committed != nullptr && u.committed->MayContain(e.key())) return true;
+  if (u.committed != nullptr && u.committed->MayContain(KeyFilter::HashOf(e.key()))) return true;
   for (const auto& pattern : u.patterns) {
     if (pattern->Match(e.key())) return true;
   }
@@ -114,13 +116,21 @@ void Master::NoteRemovedLocked(const std::string& key) {
 }
 
 void Master::NoteCommittedLocked(const std::string& key) {
+  bool hashed = false;
+  KeyFilter::Hash hash;
   for (const auto& node : nodes_) {
     Node& n = *node;
     if (n.state != v1::NODE_DEAD || n.unheard_lost) continue;
     if (n.committed_while_dead == nullptr) {
       n.committed_while_dead = std::make_unique<KeyFilter>(KeyFilter::kDefaultBits);
+    } else if (n.committed_while_dead->added() >= options_.dead_store_commits_max) {
+      // Past this the filter refuses much of what the node brings back
+      // anyway (26% false positives at the default); say so, free it.
+      LoseUnheardLocked(&n, "too many keys committed while it was dead");
+      continue;
     }
-    n.committed_while_dead->Add(key);
+    if (!std::exchange(hashed, true)) hash = KeyFilter::HashOf(key);
+    n.committed_while_dead->Add(hash);
   }
 }
 

@@ -130,14 +130,16 @@ TEST_F(TiersClusterTest, AnOldValueStaysOutWhenItsStoreReturnsAfterTheNewOneWasL
   ASSERT_TRUE(client_->Put("upsert", old_value.data(), old_value.size()).ok());
   // Twice the DRAM segment after it: the key is demoted to SSD.
   ASSERT_NO_FATAL_FAILURE(PutAndReadBack("fill-", static_cast<int>(2 * kDram / kBlock)));
-  std::string stat;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        cluster_->Shelfctl({"stat", "upsert", "--json"}, &stat);
-        return stat.find("\"tier\":\"ssd\"") != std::string::npos;
-      },
-      15000, 50))
-      << stat;
+  for (const char* key : {"upsert", "fill-0"}) {
+    std::string stat;
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          cluster_->Shelfctl({"stat", key, "--json"}, &stat);
+          return stat.find("\"tier\":\"ssd\"") != std::string::npos;
+        },
+        15000, 50))
+        << stat;
+  }
   cluster_->KillStore(0);
   ASSERT_TRUE(cluster_->WaitForLiveNodes(0, 8000).ok());
   absl::StatusOr<int> second = cluster_->AddStore();

@@ -313,6 +313,29 @@ TEST_F(UnheardTest, AKeyPutBeforeItsStoreDiedComesBackWithIt) {
   EXPECT_TRUE(Peek("k").found());
 }
 
+// Past --dead-store-commits-max keys committed while a store was dead, its
+// record is dropped (the filter would refuse much of what it brings back
+// anyway): it comes back empty, and is told to drop what it lists.
+TEST_F(UnheardTest, AStoreDeadWhileTooManyKeysWereCommittedComesBackEmpty) {
+  for (int commits : {3, 4}) {
+    SCOPED_TRACE(testing::Message() << commits << " commits while dead");
+    MasterOptions o = TestOptions();
+    o.dead_store_commits_max = 3;
+    Make(o);
+    Register("a", 16 * kMiB);
+    ASSERT_TRUE(Put("j", kMiB).ok());
+    Orders("a", 1);
+    const v1::InventoryEntry j = Entry("j", "a");
+    clock_.Advance(o.node_ttl_ms + 1);
+    master_->Tick();  // a is dead
+    Register("b", 16 * kMiB);
+    for (int i = 0; i < commits; ++i) ASSERT_TRUE(Put("x" + std::to_string(i), kMiB).ok());
+    Register("a", 16 * kMiB, 0, "host", 1, {}, {j});  // the same process
+    EXPECT_EQ(Peek("j").found(), commits <= 3);
+    EXPECT_EQ(Has(Orders("a", 1), v1::TierMove::FORGET, "j"), commits > 3);
+  }
+}
+
 TEST(KeyFilterTest, HoldsWhatWasAddedAndLittleElse) {
   KeyFilter filter(1 << 16);
   for (int i = 0; i < 5000; ++i) filter.Add("added:" + std::to_string(i));
