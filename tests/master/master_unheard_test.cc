@@ -55,6 +55,18 @@ class UnheardTest : public MasterFixture {
     master_->Tick();
     return k;
   }
+  // A master made with `o`; store a holds `key` alone, then falls silent
+  // and is declared dead. What a's inventory lists of it.
+  v1::InventoryEntry OnlyOnAThenADies(const MasterOptions& o, const std::string& key) {
+    Make(o);
+    Register("a", 16 * kMiB);
+    EXPECT_TRUE(Put(key, kMiB).ok());
+    Orders("a", 1);
+    v1::InventoryEntry e = Entry(key, "a");
+    clock_.Advance(o.node_ttl_ms + 1);
+    master_->Tick();
+    return e;
+  }
   // Store a (incarnation 2, restarted) holds k on its SSD tier; then k is
   // removed, and a's next answer carries the DROP_SSD. What a's SSD lists.
   v1::InventoryEntry KOnSsdThenRemoved() {
@@ -321,13 +333,7 @@ TEST_F(UnheardTest, AStoreDeadWhileTooManyKeysWereCommittedComesBackEmpty) {
     SCOPED_TRACE(testing::Message() << commits << " commits while dead");
     MasterOptions o = TestOptions();
     o.dead_store_commits_max = 3;
-    Make(o);
-    Register("a", 16 * kMiB);
-    ASSERT_TRUE(Put("j", kMiB).ok());
-    Orders("a", 1);
-    const v1::InventoryEntry j = Entry("j", "a");
-    clock_.Advance(o.node_ttl_ms + 1);
-    master_->Tick();  // a is dead
+    const v1::InventoryEntry j = OnlyOnAThenADies(o, "j");
     Register("b", 16 * kMiB);
     for (int i = 0; i < commits; ++i) ASSERT_TRUE(Put("x" + std::to_string(i), kMiB).ok());
     Register("a", 16 * kMiB, 0, "host", 1, {}, {j});  // the same process
@@ -408,13 +414,7 @@ TEST_F(UnheardTest, AFlushWhileAStoreWasDeadLeavesNothingOfItsSsd) {
 TEST_F(UnheardTest, AStoreDeadPastItsMemoryComesBackEmpty) {
   MasterOptions o = TestOptions();
   o.dead_store_memory_ms = 5000;
-  Make(o);
-  Register("a", 16 * kMiB);
-  ASSERT_TRUE(Put("k", kMiB).ok());
-  Orders("a", 1);
-  const v1::InventoryEntry k = Entry("k", "a");
-  clock_.Advance(o.node_ttl_ms + 1);
-  master_->Tick();  // dead
+  const v1::InventoryEntry k = OnlyOnAThenADies(o, "k");
   clock_.Advance(o.dead_store_memory_ms);
   master_->Tick();  // forgotten
   Register("a", 16 * kMiB, 0, "host", 1, {}, {k});
