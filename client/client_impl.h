@@ -63,6 +63,9 @@ class ClientImpl final : public Client {
                   const PutOptions& options) override;
   Status BatchGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
                   std::vector<Status>* statuses, Deadline deadline) override;
+  Status BatchGetAtMost(const std::vector<std::string>& keys, uint64_t bytes_max,
+                        std::vector<std::string>* values, std::vector<Status>* statuses,
+                        Deadline deadline) override;
   Status Exists(const std::vector<std::string>& keys, std::vector<bool>* present,
                 Deadline deadline) override;
   Status Remove(const std::string& key, Deadline deadline) override;

@@ -2,6 +2,7 @@
 // DRAM before SSD) with a read lease; the blocks are then read in parallel,
 // each from the first replica that answers with the right bytes.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 
@@ -586,6 +587,12 @@ Status ClientImpl::Get(const std::string& key, std::string* out, Deadline deadli
 
 Status ClientImpl::BatchGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
                             std::vector<Status>* statuses, Deadline deadline) {
+  return BatchGetAtMost(keys, 0, values, statuses, deadline);
+}
+
+Status ClientImpl::BatchGetAtMost(const std::vector<std::string>& keys, uint64_t bytes_max,
+                                  std::vector<std::string>* values, std::vector<Status>* statuses,
+                                  Deadline deadline) {
   if (values == nullptr || statuses == nullptr) {
     return Status(StatusCode::kInvalidArgument, "BatchGet: null values or statuses");
   }
@@ -602,10 +609,24 @@ Status ClientImpl::BatchGet(const std::vector<std::string>& keys, std::vector<st
   // Strings of a vector the caller reuses keep their memory: a block of the
   // same size as last time needs no allocation and no zero-fill.
   values->resize(keys.size());
+  // With a bound: the bytes each item holds a claim to, and all of them.
+  // An item is read again from the master's answer when its cached read
+  // failed (never at the same time), so it tops its claim up.
+  std::vector<uint64_t> claimed(bytes_max != 0 ? keys.size() : 0);
+  std::atomic<uint64_t> held{0};
   std::vector<absl::Status> results;
   absl::Status s = LookupAndRead(
       key_ptrs, deadline_ms,
       [&](size_t i, const v1::ObjectLocation& loc, bool cached) {
+        if (bytes_max != 0 && loc.size() > claimed[i]) {
+          const uint64_t more = loc.size() - claimed[i];
+          if (held.fetch_add(more) + more > bytes_max) {
+            held.fetch_sub(more);
+            return absl::ResourceExhaustedError(
+                absl::StrCat("the batch's values are over its bound of ", bytes_max, " bytes"));
+          }
+          claimed[i] = loc.size();
+        }
         std::string& v = (*values)[i];
         v.resize(loc.size());
         return ReadObject(loc, v.data(), deadline_ms, cached);

@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
   flags.AddSize("max-value-size", &max_value, "largest value a client may SET");
   flags.AddInt("max-clients", &max_clients, "connections served at once; more are refused");
   flags.AddSize("max-inflight-bytes", &max_inflight,
-                "request bytes held in memory at once, all clients together; over it: -OOM");
+                "request bytes held in memory at once, all clients together, and the values "
+                "one MGET may hold; over it: -OOM");
   flags.AddInt("threads", &threads, "worker threads running commands against the cluster");
   flags.AddDurationMs("timeout", &timeout_ms, "deadline of each call to the cluster");
   flags.AddBool("enable-flush", &cmd_opts.flush_enabled,
@@ -213,6 +214,7 @@ int main(int argc, char** argv) {
 
   cmd_opts.replicas = static_cast<uint32_t>(replicas);
   cmd_opts.max_value_bytes = max_value;
+  cmd_opts.max_inflight_bytes = max_inflight;
   server_opts.max_clients = static_cast<size_t>(max_clients);
   server_opts.max_inflight_bytes = max_inflight;
   server_opts.threads = static_cast<size_t>(threads);

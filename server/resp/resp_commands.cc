@@ -273,12 +273,26 @@ void CommandHandler::MGet(Ctx& c) {
   std::vector<Status> statuses;
   std::vector<std::string> part_values;
   std::vector<Status> part_statuses;
+  // The values are held until the reply is sent: at most
+  // --max-inflight-bytes of them (a key named a thousand times is a
+  // thousand copies), known from their sizes before any is read.
+  uint64_t held = 0;
   for (size_t at = 0; at < keys.size(); at += kBatchItemsMax) {
     size_t end = std::min(keys.size(), at + kBatchItemsMax);
     std::vector<std::string> part(keys.begin() + at, keys.begin() + end);
-    Status s = client_->BatchGet(part, &part_values, &part_statuses);
+    // (A bound of 0 would be none.)
+    const uint64_t room = std::max<uint64_t>(options_.max_inflight_bytes - held, 1);
+    Status s = client_->BatchGetAtMost(part, room, &part_values, &part_statuses);
     if (!s.ok()) return c.Error(ErrorText(s));
     for (size_t i = 0; i < part.size(); ++i) {
+      if (part_statuses[i].code() == StatusCode::kResourceExhausted) {
+        stats_->inflight_rejections.Increment(1);
+        return c.Error(
+            absl::StrCat("OOM command not allowed: the values this MGET names are over "
+                         "--max-inflight-bytes (",
+                         options_.max_inflight_bytes, " bytes)"));
+      }
+      held += part_values[i].size();
       values.push_back(std::move(part_values[i]));
       statuses.push_back(part_statuses[i]);
     }

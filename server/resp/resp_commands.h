@@ -40,6 +40,8 @@ struct CommandOptions {
   uint32_t replicas = 1;
   bool flush_enabled = false;  // FLUSHDB / FLUSHALL
   uint64_t max_value_bytes = 512ull << 20;
+  // The values one MGET may hold (--max-inflight-bytes).
+  uint64_t max_inflight_bytes = 2ull << 30;
   std::string listen;  // for INFO
 };
 

@@ -199,6 +199,43 @@ TEST_F(ClientClusterTest, BatchGetReadsRemoteBlocksInParallel) {
   EXPECT_TRUE(statuses.empty());
 }
 
+// BatchGetAtMost takes no memory past its bound: items whose blocks would
+// take the batch's values over it fail with RESOURCE_EXHAUSTED, empty;
+// the rest read as BatchGet reads them. With the location cache warm too
+// (a cached item is claimed once, then read again from the master's
+// answer only if its cached read failed).
+TEST_F(ClientClusterTest, BatchGetAtMostHoldsNoMoreThanItsBound) {
+  constexpr size_t kBlock = 256 << 10;
+  const std::string data = Block(kBlock, 7);
+  ASSERT_TRUE(client_->Put("atmost/k", data.data(), kBlock).ok());
+  const std::vector<std::string> keys = {"atmost/k", "atmost/absent", "atmost/k", "atmost/k"};
+  for (int pass = 0; pass < 2; ++pass) {  // the second with the cache warm
+    for (uint64_t bound :
+         {uint64_t{0}, uint64_t{3 * kBlock}, uint64_t{2 * kBlock + 1}, uint64_t{kBlock - 1}}) {
+      SCOPED_TRACE(testing::Message() << "pass " << pass << ", bound " << bound);
+      std::vector<std::string> values;
+      std::vector<Status> statuses;
+      ASSERT_TRUE(client_->BatchGetAtMost(keys, bound, &values, &statuses).ok());
+      ASSERT_EQ(statuses.size(), keys.size());
+      EXPECT_EQ(statuses[1].code(), StatusCode::kNotFound);
+      const size_t fit = bound == 0 ? 3 : std::min<size_t>(3, bound / kBlock);
+      size_t ok = 0, refused = 0;
+      for (size_t i : {size_t{0}, size_t{2}, size_t{3}}) {
+        if (statuses[i].ok()) {
+          ++ok;
+          EXPECT_TRUE(values[i] == data);
+        } else {
+          ++refused;
+          EXPECT_EQ(statuses[i].code(), StatusCode::kResourceExhausted) << statuses[i].ToString();
+          EXPECT_TRUE(values[i].empty());
+        }
+      }
+      EXPECT_EQ(ok, fit);
+      EXPECT_EQ(refused, 3 - fit);
+    }
+  }
+}
+
 TEST_F(ClientClusterTest, AsyncBatchesOverlapWithTheCaller) {
   constexpr size_t kBlocks = 16;
   constexpr size_t kBlock = 128 << 10;

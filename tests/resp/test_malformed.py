@@ -95,6 +95,21 @@ def test_over_max_inflight_bytes_is_oom(small_gateway, unique):
     r.close()
 
 
+def test_an_mget_whose_values_are_over_max_inflight_bytes_is_oom(small_gateway, unique):
+    # 2 MiB may be in flight: an MGET naming a 900 KB value three times
+    # would hold 2.7 MB of copies. It gets -OOM before any is read; the
+    # connection and the gateway go on.
+    key = unique + b"v"
+    r = small_gateway.redis()
+    assert r.set(key, b"m" * 900000) is True
+    with pytest.raises(redis.exceptions.ResponseError, match="^OOM .*MGET"):
+        r.mget([key, key, key])
+    assert r.mget([key, key]) == [b"m" * 900000] * 2
+    assert r.mget([key, unique + b"absent"]) == [b"m" * 900000, None]
+    assert r.info()["inflight_rejections"] >= 1
+    r.close()
+
+
 def test_an_unfinished_array_of_empty_arguments_is_charged(small_gateway):
     # Each argument costs memory besides its bytes: an array announced
     # huge and fed empty arguments, never finished, reaches the 2 MiB

@@ -443,6 +443,14 @@ class Client {
   // one `values` vector across calls reuses its strings' memory.
   virtual Status BatchGet(const std::vector<std::string>& keys, std::vector<std::string>* values,
                           std::vector<Status>* statuses, Deadline deadline = Deadline()) = 0;
+  // BatchGet holding at most `bytes_max` bytes of values together (0: no
+  // bound), for callers with a memory bound (shelf-resp's MGET): an item
+  // whose block would take the total past it fails with
+  // RESOURCE_EXHAUSTED, and no memory is taken for it (a block's size is
+  // known from the master's lookup, or the location cache, before then).
+  virtual Status BatchGetAtMost(const std::vector<std::string>& keys, uint64_t bytes_max,
+                                std::vector<std::string>* values, std::vector<Status>* statuses,
+                                Deadline deadline = Deadline()) = 0;
   // Which keys are present (no lease taken; a present key may be evicted
   // before it is read).
   virtual Status Exists(const std::vector<std::string>& keys, std::vector<bool>* present,
