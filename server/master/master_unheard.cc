@@ -56,7 +56,7 @@ bool Master::UnheardCoversLocked(const Unheard& u, const v1::InventoryEntry& e) 
   if ((u.patterns.empty() && u.committed == nullptr) || FindLocked(e.key()) != nullptr) {
     return false;
   }
-  if (u.committed != nullptr && u.committed->MayContain(KeyFilter::HashOf(e.key()))) return true;
+  if (u.committed != nullptr && u.committed->MayContain(e.key())) return true;
   for (const auto& pattern : u.patterns) {
     if (pattern->Match(e.key())) return true;
   }
