@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/errno_text.h"
@@ -35,7 +37,24 @@ absl::Status Seal(int fd) {
   return absl::OkStatus();
 }
 
+// Transparent hugepages for this process's shared memory, as the kernel
+// says now (false where it does not say).
+bool ShmemHugepagesOn() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string text;
+  std::getline(in, text);
+  return DramSegment::ShmemHugepagesAdvisable(text);
+}
+
 }  // namespace
+
+bool DramSegment::ShmemHugepagesAdvisable(absl::string_view shmem_enabled) {
+  const size_t open = shmem_enabled.find('[');
+  const size_t close = shmem_enabled.find(']', open);
+  if (open == absl::string_view::npos || close == absl::string_view::npos) return false;
+  const absl::string_view mode = shmem_enabled.substr(open + 1, close - open - 1);
+  return mode == "always" || mode == "within_size" || mode == "advise" || mode == "force";
+}
 
 absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& options) {
   if (options.size_bytes == 0) return absl::InvalidArgumentError("DRAM segment size is 0");
@@ -59,8 +78,10 @@ absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& 
         if (options.mlock && mlock(p, options.size_bytes) != 0) {
           SHELF_LOG(WARNING) << "mlock failed" << Kv("error", ErrnoText(errno));
         }
-        return std::unique_ptr<DramSegment>(
+        std::unique_ptr<DramSegment> seg(
             new DramSegment(static_cast<char*>(p), options.size_bytes, fd, true));
+        seg->large_pages_ = true;
+        return seg;
       }
       close(fd);
     }
@@ -92,8 +113,10 @@ absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& 
     SHELF_LOG(WARNING) << "mlock failed (raise LimitMEMLOCK / ulimit -l)"
                        << Kv("error", ErrnoText(errno));
   }
-  return std::unique_ptr<DramSegment>(
+  std::unique_ptr<DramSegment> seg(
       new DramSegment(static_cast<char*>(p), options.size_bytes, fd, false));
+  seg->large_pages_ = ShmemHugepagesOn();
+  return seg;
 }
 
 absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::CreateArenas(const Options& options) {
@@ -128,6 +151,7 @@ absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::CreateArenas(const Opt
     if (absl::Status s = Seal(fd); !s.ok()) return s;
   }
   madvise(base, options.size_bytes, MADV_HUGEPAGE);
+  seg->large_pages_ = ShmemHugepagesOn();
   if (options.mlock && mlock(base, options.size_bytes) != 0) {
     SHELF_LOG(WARNING) << "mlock failed (raise LimitMEMLOCK / ulimit -l)"
                        << Kv("error", ErrnoText(errno));

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace shelf {
 
@@ -57,6 +58,16 @@ class DramSegment {
   uint64_t arena_bytes() const { return arena_bytes_; }
   int arena_fd(uint32_t i) const { return arena_fds_[i]; }
   bool hugepages() const { return hugepages_; }
+  // Whether the segment's memory comes in pages of 2 MiB or more: reserved
+  // hugepages, or transparent ones, which a memfd gets only where the
+  // kernel allows them for shared memory (shmem_enabled, below). Memory of
+  // 4 KiB pages, scattered, is written to a disk in requests of about 1 MiB
+  // at most (common/io_buffer.h).
+  bool large_pages() const { return large_pages_; }
+  // Whether the text of /sys/kernel/mm/transparent_hugepage/shmem_enabled
+  // ("always within_size advise [never] deny force": the mode in brackets)
+  // lets an advised shared mapping have transparent hugepages.
+  static bool ShmemHugepagesAdvisable(absl::string_view shmem_enabled);
   // Whether [offset, offset+length) lies inside the segment (overflow-safe).
   bool Contains(uint64_t offset, uint64_t length) const {
     return offset <= size_ && length <= size_ - offset;
@@ -71,6 +82,7 @@ class DramSegment {
   const uint64_t size_;
   const int fd_;
   const bool hugepages_;
+  bool large_pages_ = false;
   uint64_t arena_bytes_ = 0;
   std::vector<int> arena_fds_;
 };

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/errno_text.h"
+#include "common/io_buffer.h"
 #include "common/log.h"
 #include "common/sync_point.h"
 #include "storage/ssd_records.h"
@@ -73,12 +74,6 @@ int FullIo(bool write, int fd, char* buf, uint64_t n, uint64_t off) {
     off += static_cast<uint64_t>(r);
   }
   return 0;
-}
-
-char* AlignedAlloc(uint64_t n) {
-  void* p = nullptr;
-  if (posix_memalign(&p, kAlign, std::max(n, kAlign)) != 0) return nullptr;
-  return static_cast<char*>(p);
 }
 
 // Parses an old-format record header. Returns false if malformed.
@@ -312,7 +307,7 @@ char* SsdTier::TakeBuffer(uint64_t alloc, uint64_t buf_bytes) {
       return buf;
     }
   }
-  char* buf = AlignedAlloc(buf_bytes);
+  char* buf = AllocIoBuffer(buf_bytes);
   if (buf == nullptr) inflight_bytes_ -= alloc;
   return buf;
 }
@@ -515,12 +510,12 @@ absl::Status SsdTier::ReadExtent(const Loc& loc, char* direct,
   char* b = direct;
   if (b == nullptr && alloc <= kKeptReadBuffer) {
     if (kept_bytes < alloc) {
-      kept.reset(AlignedAlloc(kKeptReadBuffer));
+      kept.reset(AllocIoBuffer(kKeptReadBuffer));
       kept_bytes = kept ? kKeptReadBuffer : 0;
     }
     b = kept.get();
   } else if (b == nullptr) {
-    own.reset(AlignedAlloc(alloc));
+    own.reset(AllocIoBuffer(alloc));
     b = own.get();
   }
   if (b == nullptr)

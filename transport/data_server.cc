@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/hmac.h"
+#include "common/io_buffer.h"
 #include "common/log.h"
 #include "transport/data_tls.h"
 #include "transport/session.h"
@@ -357,10 +358,10 @@ char* ReadKeyBuffer(uint64_t bytes) {
   thread_local Buffer buf;
   const uint64_t want = (bytes + 4095) & ~4095ull;
   if (buf.bytes < want) {
-    void* p = nullptr;
-    if (posix_memalign(&p, 4096, want) != 0) return nullptr;
+    char* p = AllocIoBuffer(want);
+    if (p == nullptr) return nullptr;
     std::free(buf.data);
-    buf.data = static_cast<char*>(p);
+    buf.data = p;
     buf.bytes = want;
   }
   // The analyzer does not follow a thread_local across calls: it pairs the

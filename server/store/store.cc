@@ -388,7 +388,13 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
         // (after-write: see SyncRun). Unset in production.
         static const char* kill_point = std::getenv("SHELF_FAULT_KILL_IN_DEMOTION");
         if (kill_point != nullptr && std::strcmp(kill_point, "before-write") == 0) raise(SIGKILL);
-        s = ssd_->PutInPlace(move.key(), segment_->data() + at, move.size(), move.checksum());
+        // From a copy where the segment's pages would cut the writes small
+        // (demote_copy_min_): the copy goes to a hugepage buffer.
+        const char* block = segment_->data() + at;
+        const bool copy = move.size() >= demote_copy_min_;
+        s = copy ? ssd_->Put(move.key(), block, move.size(), move.checksum())
+                 : ssd_->PutInPlace(move.key(), block, move.size(), move.checksum());
+        if (s.ok() && copy) metrics_.demotion_copies.Increment();
         if (s.ok()) {
           // Its DRAM record goes once the write is durable (SyncRun).
           metrics_.written_ssd_local.Increment(move.size());

@@ -83,6 +83,13 @@ struct StoreOptions {
   // store.
   void* rdma_verbs = nullptr;
   bool promote_on_hit = false;  // copy SSD blocks that are read back into DRAM
+  // How demotions reach the SSD tier: "never" copied (written straight
+  // from the segment), "always" copied into a hugepage buffer first, or
+  // "auto": blocks of 2 MiB and more are copied when the segment is on
+  // 4 KiB pages (DramSegment::large_pages), where a write straight from it
+  // goes to the disk in requests of about 1 MiB (docs/storage.md,
+  // "Hugepage buffers").
+  std::string demote_copy = "auto";
   // With a secret: every READ and READ_KEY needs a read grant the master
   // minted for this store incarnation (docs/security.md, "Read grants").
   // Without a secret anyone may connect, so reads stay open.
@@ -237,6 +244,7 @@ class Store : public DataHandler {
     prom::Family<prom::Counter>& demotions;
     prom::Counter& demotions_ok;
     prom::Counter& demotions_failed;
+    prom::Counter& demotion_copies;
     prom::Counter& checksum_failures;
     prom::Counter& read_grant_refusals;
     prom::Family<prom::Histogram>& ssd_seconds;
@@ -314,6 +322,9 @@ class Store : public DataHandler {
   std::map<uint64_t, PinnedRange> pinned_ ABSL_GUARDED_BY(pin_mu_);  // by pin
   uint64_t next_pin_ ABSL_GUARDED_BY(pin_mu_) = 0;
   std::unique_ptr<SsdTier> ssd_;
+  // Demotions of at least this many bytes are copied (Put), smaller ones
+  // written from the segment (PutInPlace): options_.demote_copy, resolved.
+  uint64_t demote_copy_min_ = ~0ull;
   std::unique_ptr<DataServer> data_server_;
   std::unique_ptr<ShmServer> shm_server_;
   // Null without RDMA. Outlives data_server_.

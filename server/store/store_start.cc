@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "common/errno_text.h"
 #include "common/hmac.h"
+#include "common/io_buffer.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "server/store/store.h"
@@ -119,6 +120,10 @@ Store::Metrics::Metrics(prom::Exposition& e)
           prom::AddCounter(e.registry(), "shelf_store_demotions_total", "DRAM-to-SSD copies")),
       demotions_ok(prom::Child(demotions, {{"result", "ok"}})),
       demotions_failed(prom::Child(demotions, {{"result", "failed"}})),
+      demotion_copies(prom::AddUnlabelledCounter(
+          e.registry(), "shelf_store_demotion_copies_total",
+          "Demotions written from a copy in a hugepage buffer, not straight from the DRAM "
+          "segment (--demote-copy)")),
       checksum_failures(
           prom::AddUnlabelledCounter(e.registry(), "shelf_store_checksum_failures_total",
                                      "Blocks whose bytes did not match their checksum")),
@@ -221,6 +226,11 @@ Store::~Store() {
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options) {
   if (options.master.empty()) return absl::InvalidArgumentError("--master is required");
+  if (options.demote_copy != "auto" && options.demote_copy != "always" &&
+      options.demote_copy != "never") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--demote-copy takes auto, always or never, not '", options.demote_copy, "'"));
+  }
   std::unique_ptr<Store> store(new Store(options));
   DramSegment::Options dram;
   store->dram_bytes_ = options.dram_size;
@@ -286,9 +296,24 @@ void Store::OpenSsdTier() {
   }
   if (ssd.ok()) {
     ssd_ = *std::move(ssd);
+    const bool small_pages = !segment_->large_pages();
+    if (options_.demote_copy == "always") {
+      demote_copy_min_ = 0;
+    } else if (options_.demote_copy == "auto" && small_pages) {
+      demote_copy_min_ = kIoBufferHugePage;
+    }
     SHELF_LOG(INFO) << "SSD tier open" << Kv("dir", options_.ssd_dir)
                     << Kv("used_bytes", ssd_->used_bytes())
-                    << Kv("capacity_bytes", so.capacity_bytes);
+                    << Kv("capacity_bytes", so.capacity_bytes)
+                    << Kv("demote_copy", options_.demote_copy);
+    if (small_pages) {
+      SHELF_LOG(WARNING) << "DRAM segment on 4 KiB pages: transparent hugepages are off for "
+                            "shared memory (/sys/kernel/mm/transparent_hugepage/shmem_enabled), "
+                            "so demotions written straight from it reach the disk in requests "
+                            "of about 1 MiB; set shmem_enabled to advise (docs/storage.md, "
+                            "\"Hugepage buffers\")"
+                         << Kv("demote_copy", options_.demote_copy);
+    }
   } else {
     // A broken SSD tier must not take the DRAM tier down with it.
     SHELF_LOG(ERROR) << "SSD TIER UNAVAILABLE: serving DRAM only" << Kv("dir", options_.ssd_dir)

@@ -160,13 +160,44 @@ TEST_F(TiersClusterTest, AnOldValueStaysOutWhenItsStoreReturnsAfterTheNewOneWasL
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
-// The store's SSD bytes as its /metrics say (shelf_store_used_bytes), -1
-// when unread.
-double StoreSsdBytes(uint16_t metrics_port) {
+// A sample of the store's /metrics (`name` with its labels), -1 when
+// unread.
+double StoreMetric(uint16_t metrics_port, const std::string& name) {
   const std::string text = HttpGet(metrics_port, "/metrics");
-  const std::string name = "shelf_store_used_bytes{tier=\"ssd\"} ";
-  const size_t at = text.find(name);
-  return at == std::string::npos ? -1 : std::strtod(text.c_str() + at + name.size(), nullptr);
+  const size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::strtod(text.c_str() + at + name.size() + 2, nullptr);
+}
+
+// The store's SSD bytes as its /metrics say (shelf_store_used_bytes).
+double StoreSsdBytes(uint16_t metrics_port) {
+  return StoreMetric(metrics_port, "shelf_store_used_bytes{tier=\"ssd\"}");
+}
+
+// Demotions copied to a hugepage buffer before their writes (--demote-copy
+// always; by default, blocks of 2 MiB and more where the segment is on
+// 4 KiB pages) reach the SSD whole, read back and survive a kill -9.
+TEST_F(TiersClusterTest, BlocksDemotedFromACopyReadBackWholeAfterKill9) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--demote-copy", "always", "--metrics-listen", "127.0.0.1:0"}));
+  const int blocks = static_cast<int>(2 * kDram / kBlock);
+  ASSERT_NO_FATAL_FAILURE(PutAndReadBack("copy-", blocks));
+  const uint16_t port = cluster_->store_metrics_port(0);
+  const double copies = StoreMetric(port, "shelf_store_demotion_copies_total");
+  EXPECT_GT(copies, 0);
+  EXPECT_EQ(copies, StoreMetric(port, "shelf_store_demotions_total{result=\"ok\"}"));
+  cluster_->KillStore(0);
+  ASSERT_TRUE(cluster_->WaitForLiveNodes(0, 8000).ok());
+  ASSERT_TRUE(cluster_->RestartStore(0).ok());
+  ASSERT_TRUE(cluster_->WaitForLiveNodes(1, 15000).ok());
+  int back = 0;
+  for (int i = 0; i < blocks; ++i) {
+    std::string got;
+    Status s = client_->Get("copy-" + std::to_string(i), &got);
+    if (s.code() == StatusCode::kNotFound) continue;  // in DRAM when it died
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+    ASSERT_TRUE(got == Block(kBlock, i)) << "block " << i << " differs";
+    ++back;
+  }
+  EXPECT_GT(back, 0);
 }
 
 // Heartbeat answers lost on their way, injected: the store drops the first

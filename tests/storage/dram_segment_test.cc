@@ -26,6 +26,19 @@ TEST(DramSegment, CreatesSharedMappingWithHugepageFallback) {
   EXPECT_FALSE((*seg)->Contains(~0ull, 2));  // overflow-safe
 }
 
+TEST(DramSegment, ReadsWhetherSharedMemoryMayHaveTransparentHugepages) {
+  EXPECT_FALSE(
+      DramSegment::ShmemHugepagesAdvisable("always within_size advise [never] deny force"));
+  EXPECT_FALSE(
+      DramSegment::ShmemHugepagesAdvisable("always within_size advise never [deny] force"));
+  EXPECT_TRUE(DramSegment::ShmemHugepagesAdvisable("always within_size [advise] never deny force"));
+  EXPECT_TRUE(DramSegment::ShmemHugepagesAdvisable("[always] within_size advise never deny force"));
+  EXPECT_TRUE(DramSegment::ShmemHugepagesAdvisable("always [within_size] advise never deny force"));
+  EXPECT_TRUE(DramSegment::ShmemHugepagesAdvisable("always within_size advise never deny [force]"));
+  EXPECT_FALSE(DramSegment::ShmemHugepagesAdvisable(""));  // no such file
+  EXPECT_FALSE(DramSegment::ShmemHugepagesAdvisable("[advise"));
+}
+
 TEST(DramSegment, RejectsZero) {
   DramSegment::Options empty;
   empty.size_bytes = 0;

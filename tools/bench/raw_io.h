@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/io_buffer.h"
 #include "tools/bench/bench_util.h"
 
 namespace shelf::bench {
@@ -21,10 +22,9 @@ namespace shelf::bench {
 inline constexpr size_t kAlign = 4096;
 
 struct AlignedBuffer {
-  explicit AlignedBuffer(size_t n) : size(n) {
-    void* p = nullptr;
-    if (posix_memalign(&p, kAlign, std::max(n, kAlign)) != 0) std::abort();
-    data = static_cast<char*>(p);
+  // As the store's I/O buffers: hugepages advised from 2 MiB up.
+  explicit AlignedBuffer(size_t n) : data(AllocIoBuffer(n)), size(n) {
+    if (data == nullptr) std::abort();
   }
   ~AlignedBuffer() { std::free(data); }
   AlignedBuffer(const AlignedBuffer&) = delete;

@@ -5,9 +5,12 @@
 //   raw write   O_DIRECT pwrite of every block into one preallocated file
 //               from --queue-depth threads (8 I/Os in flight), aligned
 //               buffers, then fdatasync
-//   tier write  SsdTier::PutInPlace of every block from one caller, as a
-//               store demotes from its DRAM segment (--tier-write put:
-//               SsdTier::Put, a copy in), with a SyncAsync every 64 MiB
+//   tier write  every block from one caller, as a store demotes from its
+//               DRAM segment (--demote-copy auto): SsdTier::PutInPlace
+//               from a DRAM segment, or SsdTier::Put (a copy to a hugepage
+//               buffer) for blocks of 2 MiB and more where the segment is
+//               on 4 KiB pages (--tier-write in-place and put: always the
+//               one, always the other), with a SyncAsync every 64 MiB
 //               (the next ones are put while it runs; up to 4 under way)
 //               and a Sync at the end, as the store's mover makes its
 //               demotions durable: both sides count the time until the
@@ -60,6 +63,7 @@
 #include "common/json.h"
 #include "common/mutex.h"
 #include "common/units.h"
+#include "storage/dram_segment.h"
 #include "storage/ssd_tier.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/raw_io.h"
@@ -120,12 +124,20 @@ struct TierFigures {
   double sync_s = 0;         // time the writer waited for syncs
   uint64_t syncs = 0;
   uint64_t disk_bytes = 0;  // bytes the tier's files occupy after the writes
+  bool copied = false;      // written with Put (a copy in), not PutInPlace
+};
+
+// How TierRun writes (--tier-write).
+enum class TierWrite {
+  kStore,    // as a store demotes: in place, or copied where its segment's pages are small
+  kInPlace,  // SsdTier::PutInPlace from a DRAM segment
+  kPut,      // SsdTier::Put: a copy in
 };
 
 // Writes `count` blocks (base restamped per id) through a fresh SsdTier in
 // dir, closes and syncs it, reopens it cold and reads every block back.
 absl::Status TierRun(const std::string& dir, bool compression, const char* base, uint64_t size,
-                     uint64_t count, int readers, bool read_into, bool in_place,
+                     uint64_t count, int readers, bool read_into, TierWrite how,
                      uint64_t sync_bytes, TierFigures* f, uint64_t* mismatches) {
   std::vector<char> block(base, base + size);
   std::vector<uint64_t> sums(count);
@@ -138,14 +150,22 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
   // its Put has returned: the blocks are put from a ring of aligned slots
   // as large as the puts that can be awaiting a sync (the syncs under
   // way, kSyncsAhead, and the unsynced ones: each at most sync_bytes and
-  // one block) and two more blocks.
+  // one block) and two more blocks. The ring is a DRAM segment, the
+  // store's own kind of memory (its pages are what the writes map).
   uint64_t slots = 1;
-  std::unique_ptr<AlignedBuffer> ring;
-  if (in_place) {  // sync_bytes != 0: SsdBench puts otherwise
+  std::unique_ptr<DramSegment> ring;
+  if (how != TierWrite::kPut) {  // sync_bytes != 0: SsdBench puts otherwise
     slots = std::min(count, ((kSyncsAhead + 1) * sync_bytes + size - 1) / size + kSyncsAhead + 3);
-    ring = std::make_unique<AlignedBuffer>(slots * size);
-    for (uint64_t k = 0; k < slots; ++k) std::memcpy(ring->data + k * size, base, size);
+    DramSegment::Options so;
+    so.size_bytes = (slots * size + kIoBufferHugePage - 1) / kIoBufferHugePage * kIoBufferHugePage;
+    auto seg = DramSegment::Create(so);
+    if (!seg.ok()) return seg.status();
+    ring = std::move(*seg);
+    for (uint64_t k = 0; k < slots; ++k) std::memcpy(ring->data() + k * size, base, size);
   }
+  // As Store::Execute decides with --demote-copy auto.
+  f->copied = how == TierWrite::kPut ||
+              (how == TierWrite::kStore && !ring->large_pages() && size >= kIoBufferHugePage);
   SsdTier::Options opts;
   opts.dir = dir;
   opts.compression = compression;
@@ -169,12 +189,11 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
       return syncs->error;
     };
     for (uint64_t i = 0; i < count && !StopRequested(); ++i) {
-      char* src = ring != nullptr ? ring->data + (i % slots) * size : block.data();
+      char* src = ring != nullptr ? ring->data() + (i % slots) * size : block.data();
       Stamp(i, src);
       uint64_t t0 = MonoUs();
-      absl::Status s = ring != nullptr
-                           ? (*tier)->PutInPlace(absl::StrCat("blk", i), src, size, sums[i])
-                           : (*tier)->Put(absl::StrCat("blk", i), src, size, sums[i]);
+      absl::Status s = f->copied ? (*tier)->Put(absl::StrCat("blk", i), src, size, sums[i])
+                                 : (*tier)->PutInPlace(absl::StrCat("blk", i), src, size, sums[i]);
       uint64_t dt = MonoUs() - t0;
       f->write.lat_us.Add(static_cast<double>(dt));
       in_put += dt / 1e6;
@@ -332,12 +351,13 @@ int SsdBench(int argc, char** argv) {
   flags.AddString("tier-read", &tier_read,
                   "how the tier reads are made: into (SsdTier::GetInto an aligned buffer, as the "
                   "store reads for its clients) or get (SsdTier::Get into a string: a copy out)");
-  std::string tier_write = "in-place";
+  std::string tier_write = "store";
   flags.AddString("tier-write", &tier_write,
-                  "how the tier writes are made: in-place (SsdTier::PutInPlace from memory left "
-                  "unchanged until synced, as a store demotes from its DRAM segment; with "
-                  "--sync-bytes 0, put) or put (SsdTier::Put: a copy in, the caller's buffer "
-                  "free at once)");
+                  "how the tier writes are made: store (as a store demotes with --demote-copy "
+                  "auto: in place, but blocks of 2MiB and more copied where the DRAM segment is "
+                  "on 4KiB pages), in-place (SsdTier::PutInPlace from a DRAM segment left "
+                  "unchanged until synced) or put (SsdTier::Put: a copy in, the caller's buffer "
+                  "free at once); with --sync-bytes 0, put");
   int64_t rounds = 3;
   flags.AddInt("rounds", &rounds,
                "rounds per block size, each writing and reading --bytes on both sides, which "
@@ -368,17 +388,19 @@ int SsdBench(int argc, char** argv) {
     return 2;
   }
   const bool read_into = tier_read == "into";
-  if (tier_write != "in-place" && tier_write != "put") {
-    std::fprintf(stderr, "shelf-bench ssd: --tier-write takes in-place or put\n");
+  if (tier_write != "store" && tier_write != "in-place" && tier_write != "put") {
+    std::fprintf(stderr, "shelf-bench ssd: --tier-write takes store, in-place or put\n");
     return 2;
   }
-  if (tier_write == "in-place" && sync_bytes == 0) {
+  if (tier_write != "put" && sync_bytes == 0) {
     // In place, every block would have to stay unchanged until the one Sync
     // at the end: the whole run in memory. The output says what ran.
     std::fprintf(stderr, "shelf-bench ssd: --sync-bytes 0: tier writes with put, not in place\n");
     tier_write = "put";
   }
-  const bool in_place = tier_write == "in-place";
+  const TierWrite how = tier_write == "store"      ? TierWrite::kStore
+                        : tier_write == "in-place" ? TierWrite::kInPlace
+                                                   : TierWrite::kPut;
   if (depth < 1 || depth > 256) {
     std::fprintf(stderr, "shelf-bench ssd: --queue-depth must be 1..256\n");
     return 2;
@@ -440,7 +462,7 @@ int SsdBench(int argc, char** argv) {
       };
       auto run_tier = [&] {
         return TierRun(tier_dir, false, buf.data, size, r.count, static_cast<int>(depth), read_into,
-                       in_place, sync_bytes, &tier, &mismatches);
+                       how, sync_bytes, &tier, &mismatches);
       };
       // Which side writes first alternates, so a disk that speeds up or
       // slows down over the run favours neither.
@@ -486,7 +508,7 @@ int SsdBench(int argc, char** argv) {
       std::string d = absl::StrCat(work, "/compress-", on);
       absl::Status s =
           TierRun(d, on == 1, kv.data(), kCompressBlock, count, static_cast<int>(depth), read_into,
-                  in_place, sync_bytes, &comp[on], &mismatches);
+                  how, sync_bytes, &comp[on], &mismatches);
       std::filesystem::remove_all(d, ec);
       if (!s.ok()) error = std::string(s.message());
     }
@@ -516,10 +538,11 @@ int SsdBench(int argc, char** argv) {
                     Median(write ? r.write_ratios : r.read_ratios), ratio(tier.gbps(), raw.gbps()));
       }
     }
-    std::printf("\n  %-6s %14s %12s %13s %14s %12s\n", "block", "Put calls GB/s", "tier open s",
-                "tier close s", "disk/logical", "Syncs: n, s");
+    std::printf("\n  %-6s %-8s %14s %12s %13s %14s %12s\n", "block", "written", "Put calls GB/s",
+                "tier open s", "tier close s", "disk/logical", "Syncs: n, s");
     for (SizeRow& r : rows) {
-      std::printf("  %-6s %14.3f %12.3f %13.3f %14.3f %5llu %6.3f\n", ShortBytes(r.size).c_str(),
+      std::printf("  %-6s %-8s %14.3f %12.3f %13.3f %14.3f %5llu %6.3f\n",
+                  ShortBytes(r.size).c_str(), r.tier.copied ? "copied" : "in place",
                   r.tier.put_call_gbps, r.tier.open_s, r.tier.close_s,
                   ratio(static_cast<double>(r.tier.disk_bytes), r.tier.write.bytes),
                   static_cast<unsigned long long>(r.tier.syncs), r.tier.sync_s);
@@ -585,6 +608,7 @@ int SsdBench(int argc, char** argv) {
     j["tier_sync_s"] = r.tier.sync_s;
     j["tier_syncs"] = r.tier.syncs;
     j["disk_bytes"] = r.tier.disk_bytes;
+    j["tier_write_copied"] = r.tier.copied;
     row_json.push_back(j);
   }
   if (rows.empty()) {
