@@ -5,7 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <utility>
+
+#include "common/io_buffer.h"
 
 namespace shelf {
 IoPool::IoPool(int threads) {
@@ -87,6 +92,20 @@ void ExtentWriter::WriteRun(std::vector<Job>& run) {
   for (size_t i = 0; i < run.size(); ++i) {
     iov[i] = {run[i].buf, run[i].length};
     total += run[i].length;
+  }
+  // Staged: the run's bytes gathered in this thread's hugepage buffer (a
+  // run is at most kRunBytesMax), one iovec.
+  thread_local std::unique_ptr<char, decltype(&std::free)> staging(nullptr, &std::free);
+  if (stage_ && run.size() > 1 && total <= kRunBytesMax) {
+    if (staging == nullptr) staging.reset(AllocIoBuffer(kRunBytesMax));
+    if (staging != nullptr) {
+      char* at = staging.get();
+      for (const Job& j : run) {
+        std::memcpy(at, j.buf, j.length);
+        at += j.length;
+      }
+      iov.assign(1, {staging.get(), total});
+    }
   }
   ssize_t n;
   do {

@@ -229,7 +229,8 @@ SsdTier::SsdTier(const Options& options, rocksdb::DB* db, int fd, bool direct_io
       fd_(fd),
       direct_io_(direct_io),
       pool_(std::make_unique<IoPool>(std::max(1, options.io_threads))),
-      writer_(std::make_unique<ExtentWriter>(fd, pool_.get(), std::max(1, options.io_threads))),
+      writer_(std::make_unique<ExtentWriter>(fd, pool_.get(), std::max(1, options.io_threads),
+                                             options.stage_runs)),
       read_pool_(std::make_unique<IoPool>(std::max(1, options.io_threads))),
       sync_pool_(std::make_unique<IoPool>(1)),
       space_(options.capacity_bytes == 0

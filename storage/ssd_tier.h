@@ -74,6 +74,10 @@ class SsdTier {
     // (tmpfs): Open probes and falls back to buffered I/O.
     bool direct_io = true;
     int io_threads = 8;  // writes in flight; as many threads again read chunks of large blocks
+    // Copy each run of adjacent writes into one hugepage buffer before
+    // writing it (ExtentWriter): for blocks in memory of 4 KiB pages, one
+    // device request per run rather than one per ~1 MiB.
+    bool stage_runs = false;
     uint64_t grow_bytes = 256ull << 20;          // the extent file grows by this much
     uint64_t max_inflight_bytes = 128ull << 20;  // Put waits beyond this
     rocksdb::Env* env = nullptr;  // fault-injection seam for the index; null = default

@@ -106,10 +106,11 @@ int main(int argc, char** argv) {
   flags.AddBool("promote-on-hit", &opts.promote_on_hit,
                 "copy a block read from the SSD tier up into DRAM (the SSD copy stays)");
   flags.AddString("demote-copy", &opts.demote_copy,
-                  "how demotions reach the SSD tier: auto (blocks of 2MiB and more copied to a "
-                  "hugepage buffer first when the DRAM segment is on 4KiB pages, as where "
-                  "transparent hugepages are off for shared memory), always (every block "
-                  "copied), never (every block written straight from the segment)");
+                  "how demotions reach the SSD tier: auto (when the DRAM segment is on 4KiB "
+                  "pages, as where transparent hugepages are off for shared memory, blocks of "
+                  "2MiB and more are copied, and runs of smaller ones gathered, into hugepage "
+                  "buffers first), always (every block copied), never (every block written "
+                  "straight from the segment)");
   flags.AddBool("read-grants", &opts.read_grants,
                 "with --secret-file, serve a READ or READ_KEY only under a read grant the master "
                 "minted (on by default)");

@@ -276,6 +276,15 @@ void Store::OpenSsdTier() {
   SsdTier::Options so;
   so.dir = options_.ssd_dir;
   so.capacity_bytes = options_.ssd_size != 0 ? options_.ssd_size : (64ull << 30);
+  // Demotions from a segment of 4 KiB pages: blocks of 2 MiB and more
+  // copied to hugepage buffers (Execute), runs of smaller ones gathered
+  // into one (stage_runs), so that either reaches the disk in large
+  // requests.
+  const bool small_pages = !segment_->large_pages();
+  const bool copy =
+      options_.demote_copy == "always" || (options_.demote_copy == "auto" && small_pages);
+  if (copy) demote_copy_min_ = options_.demote_copy == "always" ? 0 : kIoBufferHugePage;
+  so.stage_runs = copy;
   auto ssd = SsdTier::Open(so);
   if (!ssd.ok()) {
     // What is there cannot be read: keep it for a post-mortem under
@@ -296,12 +305,6 @@ void Store::OpenSsdTier() {
   }
   if (ssd.ok()) {
     ssd_ = *std::move(ssd);
-    const bool small_pages = !segment_->large_pages();
-    if (options_.demote_copy == "always") {
-      demote_copy_min_ = 0;
-    } else if (options_.demote_copy == "auto" && small_pages) {
-      demote_copy_min_ = kIoBufferHugePage;
-    }
     SHELF_LOG(INFO) << "SSD tier open" << Kv("dir", options_.ssd_dir)
                     << Kv("used_bytes", ssd_->used_bytes())
                     << Kv("capacity_bytes", so.capacity_bytes)

@@ -17,7 +17,10 @@
 namespace shelf {
 namespace {
 
-TEST(ExtentWriter, AdjacentAndScatteredWritesLandWhereAsked) {
+// Staged or not (each run gathered into one hugepage buffer first).
+class ExtentWriterTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ExtentWriterTest, AdjacentAndScatteredWritesLandWhereAsked) {
   const std::string path = ::testing::TempDir() + "/extent-writer-" + std::to_string(getpid());
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   ASSERT_GE(fd, 0);
@@ -54,7 +57,7 @@ TEST(ExtentWriter, AdjacentAndScatteredWritesLandWhereAsked) {
   size_t done = 0;
   {
     IoPool pool(8);
-    ExtentWriter writer(fd, &pool);
+    ExtentWriter writer(fd, &pool, 8, /*stage=*/GetParam());
     for (size_t i = 0; i < pieces.size(); ++i) {
       writer.Write(pieces[i].offset, data[i].data(), pieces[i].length, [&, i](int err) {
         EXPECT_EQ(err, 0);
@@ -77,6 +80,8 @@ TEST(ExtentWriter, AdjacentAndScatteredWritesLandWhereAsked) {
   close(fd);
   unlink(path.c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(Staging, ExtentWriterTest, ::testing::Bool());
 
 }  // namespace
 }  // namespace shelf

@@ -288,6 +288,10 @@ int Replay(int argc, char** argv) {
   std::string master_flags;
   flags.AddString("master-flags", &master_flags,
                   "extra flags for the started master, space-separated (e.g. '--evict-high 0.8')");
+  std::string store_flags;
+  flags.AddString("store-flags", &store_flags,
+                  "extra flags for the started stores, space-separated (e.g. '--demote-copy "
+                  "never')");
   flags.AddString("plot", &plot, "also write the hit-ratio-over-time chart as SVG to this file");
   bool compare = false;
   flags.AddBool("compare-dram-only", &compare,
@@ -368,6 +372,9 @@ int Replay(int argc, char** argv) {
     co.work_dir = work_dir;
     for (absl::string_view f : absl::StrSplit(master_flags, ' ', absl::SkipEmpty())) {
       co.master_args.emplace_back(f);
+    }
+    for (absl::string_view f : absl::StrSplit(store_flags, ' ', absl::SkipEmpty())) {
+      co.store_args.emplace_back(f);
     }
     // Concurrent clients: the master's own handling time of each call (its
     // rpc histogram) is reported next to what the clients measured.

@@ -9,7 +9,9 @@
 //               DRAM segment (--demote-copy auto): SsdTier::PutInPlace
 //               from a DRAM segment, or SsdTier::Put (a copy to a hugepage
 //               buffer) for blocks of 2 MiB and more where the segment is
-//               on 4 KiB pages (--tier-write in-place and put: always the
+//               on 4 KiB pages, and runs of smaller ones gathered into one
+//               such buffer (SsdTier::Options::stage_runs) there
+//               (--tier-write in-place and put: always the
 //               one, always the other), with a SyncAsync every 64 MiB
 //               (the next ones are put while it runs; up to 4 under way)
 //               and a Sync at the end, as the store's mover makes its
@@ -169,6 +171,7 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
   SsdTier::Options opts;
   opts.dir = dir;
   opts.compression = compression;
+  opts.stage_runs = how == TierWrite::kStore && !ring->large_pages();
   {
     auto tier = SsdTier::Open(opts);
     if (!tier.ok()) return tier.status();
@@ -354,8 +357,9 @@ int SsdBench(int argc, char** argv) {
   std::string tier_write = "store";
   flags.AddString("tier-write", &tier_write,
                   "how the tier writes are made: store (as a store demotes with --demote-copy "
-                  "auto: in place, but blocks of 2MiB and more copied where the DRAM segment is "
-                  "on 4KiB pages), in-place (SsdTier::PutInPlace from a DRAM segment left "
+                  "auto: in place, but where the DRAM segment is on 4KiB pages blocks of 2MiB "
+                  "and more copied, runs of smaller ones gathered, into hugepage buffers), "
+                  "in-place (SsdTier::PutInPlace from a DRAM segment left "
                   "unchanged until synced) or put (SsdTier::Put: a copy in, the caller's buffer "
                   "free at once); with --sync-bytes 0, put");
   int64_t rounds = 3;
