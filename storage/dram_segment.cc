@@ -7,11 +7,10 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
-#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/errno_text.h"
+#include "common/io_buffer.h"
 #include "common/log.h"
 
 namespace shelf {
@@ -37,24 +36,7 @@ absl::Status Seal(int fd) {
   return absl::OkStatus();
 }
 
-// Transparent hugepages for this process's shared memory, as the kernel
-// says now (false where it does not say).
-bool ShmemHugepagesOn() {
-  std::ifstream in("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
-  std::string text;
-  std::getline(in, text);
-  return DramSegment::ShmemHugepagesAdvisable(text);
-}
-
 }  // namespace
-
-bool DramSegment::ShmemHugepagesAdvisable(absl::string_view shmem_enabled) {
-  const size_t open = shmem_enabled.find('[');
-  const size_t close = shmem_enabled.find(']', open);
-  if (open == absl::string_view::npos || close == absl::string_view::npos) return false;
-  const absl::string_view mode = shmem_enabled.substr(open + 1, close - open - 1);
-  return mode == "always" || mode == "within_size" || mode == "advise" || mode == "force";
-}
 
 absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& options) {
   if (options.size_bytes == 0) return absl::InvalidArgumentError("DRAM segment size is 0");
@@ -115,7 +97,7 @@ absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::Create(const Options& 
   }
   std::unique_ptr<DramSegment> seg(
       new DramSegment(static_cast<char*>(p), options.size_bytes, fd, false));
-  seg->large_pages_ = ShmemHugepagesOn();
+  seg->large_pages_ = ThpAdvisable("shmem_enabled");
   return seg;
 }
 
@@ -151,7 +133,9 @@ absl::StatusOr<std::unique_ptr<DramSegment>> DramSegment::CreateArenas(const Opt
     if (absl::Status s = Seal(fd); !s.ok()) return s;
   }
   madvise(base, options.size_bytes, MADV_HUGEPAGE);
-  seg->large_pages_ = ShmemHugepagesOn();
+  // Transparent hugepages fill only the arenas' aligned 2 MiB stretches.
+  seg->large_pages_ = ThpAdvisable("shmem_enabled") && arena % kHugePage == 0 &&
+                      reinterpret_cast<uintptr_t>(base) % kHugePage == 0;
   if (options.mlock && mlock(base, options.size_bytes) != 0) {
     SHELF_LOG(WARNING) << "mlock failed (raise LimitMEMLOCK / ulimit -l)"
                        << Kv("error", ErrnoText(errno));

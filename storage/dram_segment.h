@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 
 namespace shelf {
 
@@ -64,10 +63,6 @@ class DramSegment {
   // 4 KiB pages, scattered, is written to a disk in requests of about 1 MiB
   // at most (common/io_buffer.h).
   bool large_pages() const { return large_pages_; }
-  // Whether the text of /sys/kernel/mm/transparent_hugepage/shmem_enabled
-  // ("always within_size advise [never] deny force": the mode in brackets)
-  // lets an advised shared mapping have transparent hugepages.
-  static bool ShmemHugepagesAdvisable(absl::string_view shmem_enabled);
   // Whether [offset, offset+length) lies inside the segment (overflow-safe).
   bool Contains(uint64_t offset, uint64_t length) const {
     return offset <= size_ && length <= size_ - offset;

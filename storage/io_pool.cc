@@ -50,11 +50,11 @@ void IoPool::Loop() {
   }
 }
 
-void ExtentWriter::Write(uint64_t offset, char* buf, uint64_t length,
-                         std::function<void(int)> done) {
+void ExtentWriter::Write(uint64_t offset, char* buf, uint64_t length, std::function<void(int)> done,
+                         bool gather) {
   {
     MutexLock lock(&mu_);
-    jobs_.push_back(Job{offset, buf, length, std::move(done)});
+    jobs_.push_back(Job{offset, buf, length, std::move(done), gather});
     // A drain under way takes this job when it is done with its run; one
     // more is started while fewer than drains_max_ run.
     if (drains_ >= drains_max_) return;
@@ -89,14 +89,16 @@ void ExtentWriter::Drain() {
 void ExtentWriter::WriteRun(std::vector<Job>& run) {
   std::vector<struct iovec> iov(run.size());
   uint64_t total = 0;
+  bool gather = false;
   for (size_t i = 0; i < run.size(); ++i) {
     iov[i] = {run[i].buf, run[i].length};
     total += run[i].length;
+    gather = gather || run[i].gather;
   }
   // Staged: the run's bytes gathered in this thread's hugepage buffer (a
   // run is at most kRunBytesMax), one iovec.
   thread_local std::unique_ptr<char, decltype(&std::free)> staging(nullptr, &std::free);
-  if (stage_ && run.size() > 1 && total <= kRunBytesMax) {
+  if (stage_ && gather && run.size() > 1 && total <= kRunBytesMax) {
     if (staging == nullptr) staging.reset(AllocIoBuffer(kRunBytesMax));
     if (staging != nullptr) {
       char* at = staging.get();

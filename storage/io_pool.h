@@ -46,10 +46,11 @@ class IoPool {
 // `drains` pool jobs write at once, each taking run after run until the
 // queue is empty: under a steady stream of writes no write wakes a thread.
 //
-// With `stage`, a run of two writes or more is first copied into one
-// hugepage buffer (the pool thread's own) and written from there: writes
-// from memory of scattered 4 KiB pages then reach the device as one
-// request per run, not one per 254 pages (common/io_buffer.h).
+// With `stage`, a run of two writes or more, one of them at least asked to
+// be gathered, is first copied into one hugepage buffer (the pool thread's
+// own, 4 MiB) and written from there: writes from memory of scattered
+// 4 KiB pages then reach the device as one request per run, not one per
+// 254 pages (common/io_buffer.h).
 //
 // Thread-safe.
 class ExtentWriter {
@@ -58,9 +59,10 @@ class ExtentWriter {
   ExtentWriter(int fd, IoPool* pool, int drains = 8, bool stage = false)
       : fd_(fd), pool_(pool), drains_max_(drains < 1 ? 1 : drains), stage_(stage) {}
   // Writes [buf, +length) at `offset`; done(0 or an errno) runs on a pool
-  // thread once it is written (or failed).
-  void Write(uint64_t offset, char* buf, uint64_t length, std::function<void(int)> done)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // thread once it is written (or failed). `gather`: `buf` is not on
+  // hugepages, and its run is worth staging.
+  void Write(uint64_t offset, char* buf, uint64_t length, std::function<void(int)> done,
+             bool gather = true) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   static constexpr size_t kRunJobsMax = 64;
@@ -70,6 +72,7 @@ class ExtentWriter {
     char* buf;
     uint64_t length;
     std::function<void(int)> done;
+    bool gather;
   };
   void Drain() ABSL_LOCKS_EXCLUDED(mu_);
   // Writes one run (the oldest job and those continuing it on disk).

@@ -458,15 +458,20 @@ absl::Status SsdTier::PutFrom(const std::string& key, const char* data, uint64_t
     unsynced_.push_back(p);
   }
   for (const Piece& piece : pieces) {
-    writer_->Write(p->loc.offset + piece.at, piece.src, piece.n, [this, p](int err) {
-      MutexLock lock(&io_mu_);
-      if (err != 0 && p->error.ok()) p->error = Errno("extent write", err);
-      if (--p->chunks_left == 0) {
-        ReleaseBuffer(p->alloc, p->buf, p->buf_bytes);
-        p->buf = nullptr;
-      }
-      io_cv_.SignalAll();
-    });
+    // A copy of 2 MiB or more is on hugepages already (AllocIoBuffer).
+    const bool gather = piece.at < body || p->buf_bytes < kIoBufferHugePage;
+    writer_->Write(
+        p->loc.offset + piece.at, piece.src, piece.n,
+        [this, p](int err) {
+          MutexLock lock(&io_mu_);
+          if (err != 0 && p->error.ok()) p->error = Errno("extent write", err);
+          if (--p->chunks_left == 0) {
+            ReleaseBuffer(p->alloc, p->buf, p->buf_bytes);
+            p->buf = nullptr;
+          }
+          io_cv_.SignalAll();
+        },
+        gather);
   }
   if (options_.sync) return Sync();
   return absl::OkStatus();
@@ -511,7 +516,8 @@ absl::Status SsdTier::ReadExtent(const Loc& loc, char* direct,
   char* b = direct;
   if (b == nullptr && alloc <= kKeptReadBuffer) {
     if (kept_bytes < alloc) {
-      kept.reset(AllocIoBuffer(kKeptReadBuffer));
+      // Not on hugepages: most reads use a small part of it.
+      kept.reset(AllocAlignedBuffer(kKeptReadBuffer));
       kept_bytes = kept ? kKeptReadBuffer : 0;
     }
     b = kept.get();

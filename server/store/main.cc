@@ -109,8 +109,8 @@ int main(int argc, char** argv) {
                   "how demotions reach the SSD tier: auto (when the DRAM segment is on 4KiB "
                   "pages, as where transparent hugepages are off for shared memory, blocks of "
                   "2MiB and more are copied, and runs of smaller ones gathered, into hugepage "
-                  "buffers first), always (every block copied), never (every block written "
-                  "straight from the segment)");
+                  "buffers first), always (every block copied into a buffer first, and runs "
+                  "gathered), never (every block written straight from the segment)");
   flags.AddBool("read-grants", &opts.read_grants,
                 "with --secret-file, serve a READ or READ_KEY only under a read grant the master "
                 "minted (on by default)");

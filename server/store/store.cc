@@ -376,10 +376,10 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
       } else {
         // The checksum is verified before writing: a block that was
         // corrupted in DRAM is reported, not written. Written straight from
-        // the segment (PutInPlace, no copy): only this store writes it
-        // (clients map it read-only), and the range stays this block's
-        // until the master frees it on this demotion's report, which
-        // follows the sync. A remove during the demotion can free it
+        // the segment (PutInPlace, no copy) unless copied (below): only this
+        // store writes it (clients map it read-only), and the range stays
+        // this block's until the master frees it on this demotion's report,
+        // which follows the sync. A remove during the demotion can free it
         // sooner; the bytes a reuse leaves on SSD then fail their
         // checksum when read, and are those of a removed key.
         prom::ScopedTimer timer(metrics_.ssd_write_seconds);

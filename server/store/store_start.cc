@@ -122,8 +122,7 @@ Store::Metrics::Metrics(prom::Exposition& e)
       demotions_failed(prom::Child(demotions, {{"result", "failed"}})),
       demotion_copies(prom::AddUnlabelledCounter(
           e.registry(), "shelf_store_demotion_copies_total",
-          "Demotions written from a copy in a hugepage buffer, not straight from the DRAM "
-          "segment (--demote-copy)")),
+          "Demotions written from a copy, not straight from the DRAM segment (--demote-copy)")),
       checksum_failures(
           prom::AddUnlabelledCounter(e.registry(), "shelf_store_checksum_failures_total",
                                      "Blocks whose bytes did not match their checksum")),
@@ -279,10 +278,10 @@ void Store::OpenSsdTier() {
   // Demotions from a segment of 4 KiB pages: blocks of 2 MiB and more
   // copied to hugepage buffers (Execute), runs of smaller ones gathered
   // into one (stage_runs), so that either reaches the disk in large
-  // requests.
+  // requests; not where private memory has no hugepages either.
   const bool small_pages = !segment_->large_pages();
-  const bool copy =
-      options_.demote_copy == "always" || (options_.demote_copy == "auto" && small_pages);
+  const bool copy = options_.demote_copy == "always" ||
+                    (options_.demote_copy == "auto" && small_pages && ThpAdvisable("enabled"));
   if (copy) demote_copy_min_ = options_.demote_copy == "always" ? 0 : kIoBufferHugePage;
   so.stage_runs = copy;
   auto ssd = SsdTier::Open(so);
@@ -311,11 +310,12 @@ void Store::OpenSsdTier() {
                     << Kv("demote_copy", options_.demote_copy);
     if (small_pages) {
       SHELF_LOG(WARNING) << "DRAM segment on 4 KiB pages: transparent hugepages are off for "
-                            "shared memory (/sys/kernel/mm/transparent_hugepage/shmem_enabled), "
-                            "so demotions written straight from it reach the disk in requests "
-                            "of about 1 MiB; set shmem_enabled to advise (docs/storage.md, "
-                            "\"Hugepage buffers\")"
-                         << Kv("demote_copy", options_.demote_copy);
+                            "shared memory (/sys/kernel/mm/transparent_hugepage/shmem_enabled); "
+                            "a write straight from it is cut at the disk's segment limit "
+                            "(254 pages on a virtio disk), so demotions go through hugepage "
+                            "buffers, a copy each, where copying is on; set shmem_enabled to "
+                            "advise (docs/operations.md, \"Tuning\")"
+                         << Kv("demote_copy", options_.demote_copy) << Kv("copying", copy);
     }
   } else {
     // A broken SSD tier must not take the DRAM tier down with it.

@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "common/io_buffer.h"
+
 namespace shelf {
 namespace {
 
@@ -26,17 +28,18 @@ TEST(DramSegment, CreatesSharedMappingWithHugepageFallback) {
   EXPECT_FALSE((*seg)->Contains(~0ull, 2));  // overflow-safe
 }
 
-TEST(DramSegment, ReadsWhetherSharedMemoryMayHaveTransparentHugepages) {
-  EXPECT_FALSE(
-      DramSegment::ShmemHugepagesAdvisable("always within_size advise [never] deny force"));
-  EXPECT_FALSE(
-      DramSegment::ShmemHugepagesAdvisable("always within_size advise never [deny] force"));
-  EXPECT_TRUE(DramSegment::ShmemHugepagesAdvisable("always within_size [advise] never deny force"));
-  EXPECT_TRUE(DramSegment::ShmemHugepagesAdvisable("[always] within_size advise never deny force"));
-  EXPECT_TRUE(DramSegment::ShmemHugepagesAdvisable("always [within_size] advise never deny force"));
-  EXPECT_TRUE(DramSegment::ShmemHugepagesAdvisable("always within_size advise never deny [force]"));
-  EXPECT_FALSE(DramSegment::ShmemHugepagesAdvisable(""));  // no such file
-  EXPECT_FALSE(DramSegment::ShmemHugepagesAdvisable("[advise"));
+TEST(DramSegment, ReadsWhetherAdvisedMemoryMayHaveTransparentHugepages) {
+  EXPECT_FALSE(ThpModeAdvisable("always within_size advise [never] deny force"));
+  EXPECT_FALSE(ThpModeAdvisable("always within_size advise never [deny] force"));
+  EXPECT_TRUE(ThpModeAdvisable("always within_size [advise] never deny force"));
+  EXPECT_TRUE(ThpModeAdvisable("[always] within_size advise never deny force"));
+  EXPECT_TRUE(ThpModeAdvisable("always [within_size] advise never deny force"));
+  EXPECT_TRUE(ThpModeAdvisable("always within_size advise never deny [force]"));
+  EXPECT_FALSE(ThpModeAdvisable(""));  // no such file
+  EXPECT_FALSE(ThpModeAdvisable("[advise"));
+  // transparent_hugepage/enabled, for private memory.
+  EXPECT_TRUE(ThpModeAdvisable("always [madvise] never"));
+  EXPECT_FALSE(ThpModeAdvisable("always madvise [never]"));
 }
 
 TEST(DramSegment, RejectsZero) {

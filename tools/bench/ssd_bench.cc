@@ -166,12 +166,13 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
     for (uint64_t k = 0; k < slots; ++k) std::memcpy(ring->data() + k * size, base, size);
   }
   // As Store::Execute decides with --demote-copy auto.
-  f->copied = how == TierWrite::kPut ||
-              (how == TierWrite::kStore && !ring->large_pages() && size >= kIoBufferHugePage);
+  const bool gathering =
+      how == TierWrite::kStore && !ring->large_pages() && ThpAdvisable("enabled");
+  f->copied = how == TierWrite::kPut || (gathering && size >= kIoBufferHugePage);
   SsdTier::Options opts;
   opts.dir = dir;
   opts.compression = compression;
-  opts.stage_runs = how == TierWrite::kStore && !ring->large_pages();
+  opts.stage_runs = gathering;
   {
     auto tier = SsdTier::Open(opts);
     if (!tier.ok()) return tier.status();
