@@ -85,12 +85,11 @@ struct StoreOptions {
   bool promote_on_hit = false;  // copy SSD blocks that are read back into DRAM
   // How demotions reach the SSD tier: "never" copied (written straight
   // from the segment), "always" copied into a buffer first (and runs
-  // gathered), or
-  // "auto": where the segment is on 4 KiB pages (DramSegment::large_pages),
-  // from which a write goes to the disk in requests of about 1 MiB, blocks
-  // of 2 MiB and more are copied and runs of smaller ones gathered
-  // (SsdTier::Options::stage_runs) into hugepage buffers (docs/storage.md,
-  // "Hugepage buffers").
+  // gathered), or "auto": where the segment is on 4 KiB pages
+  // (DramSegment::large_pages), from which a write goes to the disk in
+  // requests of about 1 MiB, blocks of 2 MiB and more are copied and runs
+  // of smaller ones gathered (SsdTier::Options::stage_runs) into hugepage
+  // buffers (docs/storage.md, "Hugepage buffers").
   std::string demote_copy = "auto";
   // With a secret: every READ and READ_KEY needs a read grant the master
   // minted for this store incarnation (docs/security.md, "Read grants").
