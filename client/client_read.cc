@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
+#include "client/write_grant.h"
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -87,14 +88,7 @@ absl::Status ClientImpl::MoveReplica(transport::OpKind kind, const v1::Replica& 
   op.remote_offset = replica.offset();
   op.length = size;
   if (grant != nullptr) {
-    wire::Grant g;
-    g.put_id = grant->put_id();
-    g.segment_id = grant->segment_id();
-    g.offset = grant->offset();
-    g.length = grant->length();
-    g.expires_unix_ms = grant->expires_unix_ms();
-    g.mac = grant->mac();
-    op.grant = wire::EncodeGrant(g);
+    op.grant = wire::EncodeGrant(ToWireGrant(*grant));
   } else if (kind == transport::OpKind::kRead && !replica.read_grant().empty()) {
     op.grant = absl::StrCat(replica.read_grant(), key);  // the read credential
   }

@@ -43,6 +43,11 @@ jobs=${SHELF_JOBS:-$(nproc)}
 # turn off otherwise (common/mutex_debug.h).
 export SHELF_MUTEX_DEADLOCK_DETECTION=${SHELF_MUTEX_DEADLOCK_DETECTION:-1}
 asan_labels=${SHELF_ASAN_LABELS:-}
+# ccache keyed by paths relative to the tree, not where it was cloned: a
+# fresh clone in another folder (CI's) hits what an earlier one compiled.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+command -v ccache >/dev/null 2>&1 && ccache -z >/dev/null 2>&1 || true
 timings=()
 stage() {
   local name=$1 t0=$SECONDS rc=0
@@ -54,6 +59,15 @@ stage() {
 report() {
   echo "run.sh: stage times:"
   for t in "${timings[@]}"; do echo "  $t"; done
+  # Cold or warm: how many compilations ccache answered.
+  if command -v ccache >/dev/null 2>&1; then
+    ccache --print-stats 2>/dev/null | awk '
+      /^(direct|preprocessed)_cache_hit\t/ { hits += $2 }
+      /^cache_miss\t/ { misses += $2 }
+      END { total = hits + misses
+            printf "run.sh: ccache: %d hits of %d compilations (%.0f%%)\n", hits, total,
+                   total ? 100 * hits / total : 0 }'
+  fi
 }
 trap report EXIT
 
@@ -80,8 +94,12 @@ if [[ "${SHELF_SKIP_ASAN:-0}" != 1 ]]; then
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   # No Python module: an ASan extension cannot load into an uninstrumented
   # python3.
+  # -O1 -g1: ASan's own advice for speed, and line tables are all its
+  # reports need (file:line in every frame); the build is the longest stage
+  # of a cold run, and full debug info and -O2 made most of its time.
   stage asan-configure cmake -S "$root" -B "$asan_build" -G Ninja \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHELF_SANITIZE=address,undefined \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
     -DSHELF_BUILD_PYTHON=OFF >/dev/null
   stage asan-build cmake --build "$asan_build" -j"$jobs"
   label_args=()

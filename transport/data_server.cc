@@ -473,6 +473,7 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
         if (Reply(fd, mac, h, verdict, nullptr, 0)) DrainRejectedPayload(fd, h.length);
         return false;
       }
+      const AdmittedWrite admitted(handler_, *grant);
       // No byte lands after the grant expires: the range may be another
       // put's by then (a frame trickled in, a byte at a time).
       absl::Status payload = wire::ReadPayload(fd, &conn->session, seg->base + h.offset, h.length,
@@ -631,10 +632,10 @@ bool DataServer::HandlePull(int fd, const wire::Header& h, const std::string& ex
   }
   absl::StatusOr<wire::RdmaSource> source = wire::DecodeRdmaSource(extra);
   if (verdict.ok()) verdict = source.status();
+  absl::StatusOr<wire::Grant> grant = absl::InternalError("unchecked");
   if (verdict.ok()) {
     // The same check as a WRITE frame's: only a granted range is written.
-    absl::StatusOr<wire::Grant> grant =
-        wire::DecodeGrant(absl::string_view(extra).substr(wire::kRdmaSourceBytes));
+    grant = wire::DecodeGrant(absl::string_view(extra).substr(wire::kRdmaSourceBytes));
     verdict = grant.ok() ? handler_->CheckWrite(*grant, h.segment_id, h.offset, h.length)
                          : grant.status();
     const uint64_t grant_deadline = verdict.ok() ? WriteDeadline(*grant) : 0;
@@ -644,6 +645,7 @@ bool DataServer::HandlePull(int fd, const wire::Header& h, const std::string& ex
     SHELF_LOG(WARNING) << "rdma pull refused" << Kv("error", verdict.message());
     return Reply(fd, &conn->session, h, verdict, nullptr, 0);
   }
+  const AdmittedWrite admitted(handler_, *grant);
   verdict =
       options_.rdma->Pull(conn->rdma.get(), seg->base + h.offset, h.length, *source, deadline_ms);
   if (verdict.ok()) handler_->OnPull(h.length);

@@ -61,9 +61,13 @@ class DataHandler {
   };
   // The memory of DRAM segment `id`; NOT_FOUND if there is none.
   virtual absl::StatusOr<Region> Segment(uint32_t id) = 0;
-  // OK iff `grant` allows writing [offset, offset+length) of `segment_id`.
+  // OK iff `grant` allows writing [offset, offset+length) of `segment_id`:
+  // the write is then admitted, and ended with EndWrite (AdmittedWrite) once
+  // its bytes have landed or failed to.
   virtual absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                                   uint64_t length) = 0;
+  // Ends a write CheckWrite admitted under `grant`. Default: nothing.
+  virtual void EndWrite(const wire::Grant& grant) {}
   // How long (ms) bytes written under `grant`, which CheckWrite accepted,
   // may still land: until it expires by the handler's clock, after which
   // the master may give the range to another put. Default: no bound.
@@ -176,6 +180,24 @@ class RdmaAcceptor {
   }
 };
 
+
+// Ends an admitted write (DataHandler::EndWrite) when it goes out of scope,
+// however the write ends.
+class AdmittedWrite {
+ public:
+  AdmittedWrite() = default;
+  AdmittedWrite(DataHandler* handler, const wire::Grant& grant)
+      : handler_(handler), grant_(grant) {}
+  AdmittedWrite(const AdmittedWrite&) = delete;
+  AdmittedWrite& operator=(const AdmittedWrite&) = delete;
+  ~AdmittedWrite() {
+    if (handler_ != nullptr) handler_->EndWrite(grant_);
+  }
+
+ private:
+  DataHandler* handler_ = nullptr;
+  wire::Grant grant_;
+};
 class DataServer {
  public:
   struct Options {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -256,10 +257,12 @@ void ServeShmWrites(int fd, DataHandler* handler) {
       verdict = absl::OutOfRangeError(
           absl::StrCat("write [", r.offset, ", +", r.length, ") outside segment of ", seg->size));
     }
+    std::optional<AdmittedWrite> admitted;
     if (verdict.ok()) {
       absl::StatusOr<wire::Grant> grant = wire::DecodeGrant(grant_bytes);
       verdict = grant.ok() ? handler->CheckWrite(*grant, r.segment_id, r.offset, r.length)
                            : grant.status();
+      if (verdict.ok()) admitted.emplace(handler, *grant);
     }
     if (verdict.ok() && staging < 0) {
       verdict = absl::FailedPreconditionError("no staging descriptor sent on this connection");

@@ -1,5 +1,9 @@
 #include "transport/wire.h"
 
+#include <openssl/sha.h>
+
+#include <algorithm>
+
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "common/hmac.h"
@@ -66,10 +70,18 @@ std::string GrantFields(const Grant& g) {
   Put64(p + 12, g.offset);
   Put64(p + 20, g.length);
   Put64(p + 28, g.expires_unix_ms);
+  Put64(p + 36, g.range_seq);
+  std::memcpy(p + 44, g.key_digest.data(), std::min(g.key_digest.size(), kKeyDigestBytes));
   return out;
 }
 
 }  // namespace
+
+std::string KeyDigest(absl::string_view key) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), md);
+  return std::string(reinterpret_cast<const char*>(md), kKeyDigestBytes);
+}
 
 std::string EncodeGrant(const Grant& g) {
   std::string mac = g.mac;
@@ -89,6 +101,8 @@ absl::StatusOr<Grant> DecodeGrant(absl::string_view in) {
   g.offset = Get64(p + 12);
   g.length = Get64(p + 20);
   g.expires_unix_ms = Get64(p + 28);
+  g.range_seq = Get64(p + 36);
+  g.key_digest = std::string(in.substr(44, kKeyDigestBytes));
   g.mac = std::string(in.substr(kGrantBytes - kMacBytes));
   return g;
 }
@@ -101,7 +115,7 @@ std::string GrantMac(const HmacKey& key, const GrantScope& scope, const Grant& g
   char bound[16];
   Put64(bound, scope.incarnation);
   Put64(bound + 8, scope.term);
-  return key.Mac({"shelf-grant-v2", scope.node_id, "|", absl::string_view(bound, sizeof(bound)),
+  return key.Mac({"shelf-grant-v3", scope.node_id, "|", absl::string_view(bound, sizeof(bound)),
                   GrantFields(g)});
 }
 

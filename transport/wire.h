@@ -106,16 +106,30 @@ void EncodeHeader(const Header& h, char out[kHeaderBytes]);
 // INVALID_ARGUMENT on a bad magic, version, opcode or oversized extra.
 absl::StatusOr<Header> DecodeHeader(const char in[kHeaderBytes]);
 
-// A write grant as carried in a WRITE frame's extra section (68 bytes).
+// The digest of a key that a write grant names (KeyDigest): the store
+// records it for the range the write lands in, and a read by range must
+// present a read grant for a key of the same digest (docs/security.md,
+// "Grants bound to their blocks").
+inline constexpr size_t kKeyDigestBytes = 16;
+// The first kKeyDigestBytes of SHA-256(key): a preimage for another
+// tenant's key is out of reach, unlike a non-cryptographic hash's.
+std::string KeyDigest(absl::string_view key);
+
+// A write grant as carried in a WRITE frame's extra section (100 bytes).
 struct Grant {
   uint64_t put_id = 0;
   uint32_t segment_id = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
   uint64_t expires_unix_ms = 0;
-  std::string mac;  // 32 bytes
+  // The range's allocation on its store: the master numbers every DRAM
+  // range it hands out on a store in increasing order, so the store can
+  // tell a newer put's grant for a reused range from an older one's.
+  uint64_t range_seq = 0;
+  std::string key_digest;  // kKeyDigestBytes: KeyDigest of the put's key
+  std::string mac;         // 32 bytes
 };
-inline constexpr size_t kGrantBytes = 8 + 4 + 8 + 8 + 8 + 32;
+inline constexpr size_t kGrantBytes = 8 + 4 + 8 + 8 + 8 + 8 + kKeyDigestBytes + 32;
 
 std::string EncodeGrant(const Grant& g);
 absl::StatusOr<Grant> DecodeGrant(absl::string_view in);
@@ -129,7 +143,7 @@ struct GrantScope {
   uint64_t incarnation = 0;
   uint64_t term = 0;
 };
-// HMAC(key, "shelf-grant-v2" || node_id || "|" || incarnation || term || fields).
+// HMAC(key, "shelf-grant-v3" || node_id || "|" || incarnation || term || fields).
 std::string GrantMac(absl::string_view key, const GrantScope& scope, const Grant& g);
 // OK iff the MAC matches, the grant has not expired at `now_unix_ms`, and
 // [offset, offset+length) of `segment_id` lies inside the grant.

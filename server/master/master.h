@@ -386,6 +386,10 @@ class Master {
     // registration: known to the store and this master only.
     std::string grant_key;
     std::unique_ptr<const HmacKey> grant_mac;  // grant_key, prepared
+    // The last DRAM range allocation numbered on this store (write grants'
+    // and promotions' range_seq): increasing, from above the floor the
+    // store reports at each registration.
+    uint64_t range_seq = 0;
     uint64_t last_heartbeat_ms = 0;
     std::vector<Segment> segments;
     uint64_t ssd_capacity = 0;

@@ -25,15 +25,18 @@ uint64_t Master::NewPutIdLocked() {
 
 void Master::MintGrantsLocked(uint64_t put_id, uint64_t expires_unix, const PendingPut& put,
                               v1::PutStartResponse* resp) {
+  const std::string digest = wire::KeyDigest(put.key);
   for (const Replica& r : put.ranges) {
     FillReplica(r, put.size, resp->add_replicas());
-    const Node& n = *nodes_[r.node];
+    Node& n = *nodes_[r.node];
     wire::Grant g;
     g.put_id = put_id;
     g.segment_id = n.segments[r.segment].id;
     g.offset = r.offset;
     g.length = put.size;
     g.expires_unix_ms = expires_unix;
+    g.range_seq = ++n.range_seq;
+    g.key_digest = digest;
     const wire::GrantScope scope{n.endpoint.node_id(), n.incarnation, term_};
     g.mac = wire::GrantMac(*n.grant_mac, scope, g);
     // Paired with the store's VerifyGrant: a grant the master cannot verify
@@ -49,6 +52,8 @@ void Master::MintGrantsLocked(uint64_t put_id, uint64_t expires_unix, const Pend
     wg->set_length(g.length);
     wg->set_expires_unix_ms(g.expires_unix_ms);
     wg->set_mac(g.mac);
+    wg->set_range_seq(g.range_seq);
+    wg->set_key_digest(g.key_digest);
   }
 }
 

@@ -97,6 +97,10 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
     std::memcpy(&n.registration_id, id.data(), sizeof(uint64_t));
   } while (n.registration_id == 0);
   n.grant_mac = std::make_unique<const HmacKey>(n.grant_key);
+  // The store refuses a write grant numbered at or below one it has taken
+  // for the same range: a master new to it (a failover) numbers on from
+  // what it has taken.
+  n.range_seq = std::max(n.range_seq, req.range_seq_floor());
   n.last_heartbeat_ms = now;
   // The same process keeps its arenas' tenants: their memory is the same,
   // and clients of those tenants may map it still.
@@ -564,6 +568,7 @@ absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse*
   resp->set_segment_id(n.segments[r->segment].id);
   resp->set_offset(r->offset);
   resp->set_generation(obj->generation);
+  resp->set_range_seq(++n.range_seq);
   return absl::OkStatus();
 }
 

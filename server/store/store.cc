@@ -115,6 +115,11 @@ absl::StatusOr<DataHandler::Region> Store::DramKey(absl::string_view key, uint64
         absl::StrCat("the key was replaced: generation ", r.generation, ", not ", generation));
   }
   if (!InDram(k->second, r.size)) return absl::NotFoundError("record outside segment");
+  // The record follows the master's notices, which lag: its range may
+  // hold a newer put's block already (range_owners.h).
+  if (!owners_.CheckRead(k->second, r.size, wire::KeyDigest(key)).ok()) {
+    return absl::NotFoundError("the record's range holds another block now");
+  }
   return Region{segment_->data() + k->second, r.size};
 }
 
@@ -187,6 +192,9 @@ absl::Status Store::Register() {
     }
   }
   req.set_incarnation(incarnation_);
+  // The master numbers this store's ranges on from the highest it has
+  // taken, so a write it grants next is newer than every claim here.
+  req.set_range_seq_floor(owners_.max_seq());
   {
     // DRAM contents the master told us about, checked against their bytes:
     // a range overwritten since (a reused range, a write in flight) fails
@@ -697,7 +705,12 @@ void Store::Promote(const Promotion& p) {
   }
   uint64_t at = 0;
   bool ok = ToGlobal(resp.segment_id(), resp.offset(), p.data.size(), &at);
-  if (ok) std::memcpy(segment_->data() + at, p.data.data(), p.data.size());
+  // The copy claims its range as a put's write does (range_owners.h).
+  ok = ok && owners_.BeginWrite(at, p.data.size(), resp.range_seq(), wire::KeyDigest(p.key)).ok();
+  if (ok) {
+    std::memcpy(segment_->data() + at, p.data.data(), p.data.size());
+    owners_.EndWrite(at, resp.range_seq());
+  }
   v1::PromoteCommitRequest commit;
   commit.set_node_id(node_id_);
   commit.set_promote_id(resp.promote_id());

@@ -31,6 +31,7 @@
 #include "common/prom.h"
 #include "common/rpc.h"
 #include "coord/master_locator.h"
+#include "server/store/range_owners.h"
 #include "proto/shelf.grpc.pb.h"
 #include "storage/allocator.h"
 #include "storage/dram_segment.h"
@@ -150,6 +151,7 @@ class Store : public DataHandler {
   absl::StatusOr<Region> Segment(uint32_t id) override;
   absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                           uint64_t length) override ABSL_LOCKS_EXCLUDED(mu_);
+  void EndWrite(const wire::Grant& grant) override;
   uint64_t WriteMsLeft(const wire::Grant& grant) override;
   absl::Status CheckRead(absl::string_view credential, absl::string_view key, bool range,
                          uint32_t segment_id, uint64_t offset, uint64_t length) override
@@ -248,6 +250,7 @@ class Store : public DataHandler {
     prom::Counter& demotion_copies;
     prom::Counter& checksum_failures;
     prom::Counter& read_grant_refusals;
+    prom::Counter& write_grant_refusals;  // stale: a newer put has the range
     prom::Family<prom::Histogram>& ssd_seconds;
     prom::Counter& promotions;
     prom::Histogram& ssd_read_seconds;
@@ -369,6 +372,9 @@ class Store : public DataHandler {
     uint64_t generation;  // 0: unknown (a promotion's record)
   };
   std::map<uint64_t, Record> dram_records_ ABSL_GUARDED_BY(mu_);
+  // Which allocation and key each range of the segment was last written
+  // for: writes and reads by range are checked against it (range_owners.h).
+  RangeOwners owners_;
   // With arenas: each arena's tenant, from the first block recorded in it
   // (empty optional: none yet); kept for the life of the process and
   // reported at every registration (SegmentInfo.tenant).

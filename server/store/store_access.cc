@@ -68,7 +68,24 @@ absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, ui
   };
   absl::Status s = verify();
   if (!s.ok() && AwaitRegistration(&key, &term)) s = verify();
+  // The range may have been freed and given to a newer put since the
+  // grant was made: the grant is bound to its allocation, not the range.
+  uint64_t start = 0;
+  if (s.ok() && !ToGlobal(grant.segment_id, grant.offset, grant.length, &start)) {
+    s = absl::OutOfRangeError("write grant outside the segment");
+  }
+  if (s.ok()) s = owners_.BeginWrite(start, grant.length, grant.range_seq, grant.key_digest);
+  if (!s.ok() && s.code() == absl::StatusCode::kPermissionDenied) {
+    metrics_.write_grant_refusals.Increment();
+  }
   return s;
+}
+
+void Store::EndWrite(const wire::Grant& grant) {
+  uint64_t start = 0;
+  if (ToGlobal(grant.segment_id, grant.offset, grant.length, &start)) {
+    owners_.EndWrite(start, grant.range_seq);
+  }
 }
 
 uint64_t Store::WriteMsLeft(const wire::Grant& grant) {
@@ -105,6 +122,14 @@ absl::Status Store::CheckRead(absl::string_view credential, absl::string_view ke
     s = verify();
     uint64_t term = 0;
     if (!s.ok() && AwaitRegistration(&grant_key, &term)) s = verify();
+  }
+  // A read by range: the range must still hold the block the grant names
+  // (its key's), not another put's that reused it since.
+  uint64_t start = 0;
+  if (s.ok() && range && grant->segment_id != wire::kReadGrantNoRange) {
+    s = ToGlobal(segment_id, offset, length, &start)
+            ? owners_.CheckRead(start, length, wire::KeyDigest(granted_key))
+            : absl::OutOfRangeError("read outside the segment");
   }
   if (!s.ok()) metrics_.read_grant_refusals.Increment();
   return s;

@@ -129,6 +129,9 @@ Store::Metrics::Metrics(prom::Exposition& e)
       read_grant_refusals(prom::AddUnlabelledCounter(
           e.registry(), "shelf_store_read_grant_refusals_total",
           "READ and READ_KEY frames refused for a missing or invalid read grant")),
+      write_grant_refusals(prom::AddUnlabelledCounter(
+          e.registry(), "shelf_store_stale_write_grant_refusals_total",
+          "Writes refused because a newer put has been given their range")),
       ssd_seconds(prom::AddHistogram(e.registry(), "shelf_store_ssd_op_seconds",
                                      "SSD tier operation time")),
       promotions(prom::AddUnlabelledCounter(

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "client/write_grant.h"
 #include "common/checksum.h"
 #include "common/net.h"
 #include "common/rpc.h"
@@ -72,13 +73,7 @@ int Main(int argc, char** argv) {
   char head[wire::kHeaderBytes];
   char reply[wire::kHeaderBytes];
 
-  wire::Grant g;
-  g.put_id = wg.put_id();
-  g.segment_id = wg.segment_id();
-  g.offset = wg.offset();
-  g.length = wg.length();
-  g.expires_unix_ms = wg.expires_unix_ms();
-  g.mac = wg.mac();
+  const wire::Grant g = ToWireGrant(wg);
   std::string extra = wire::EncodeGrant(g);
   wire::Header w;
   w.op = wire::Op::kWrite;

@@ -3,7 +3,7 @@
 // a reference model of its checks. Properties, beyond "does not crash":
 //   - a header that decodes re-encodes to the same 40 bytes and respects
 //     the limits (opcode known, extra <= 4096, length <= 4 GiB);
-//   - a grant that decodes re-encodes to the same 68 bytes;
+//   - a grant that decodes re-encodes to the same kGrantBytes (100);
 //   - VerifyGrant accepts exactly when the MAC matches, the grant is not
 //     expired, and the write lies inside the granted range (checked with
 //     128-bit arithmetic, so no overflow can hide a wrong answer).
@@ -53,7 +53,7 @@ void FuzzGrant(fuzz::FuzzInput& in) {
   const bool sign = in.Bool();
   std::string raw = in.Bytes(wire::kGrantBytes);
   absl::StatusOr<wire::Grant> g = wire::DecodeGrant(raw);
-  Check(g.ok() == (raw.size() == wire::kGrantBytes), "grant decodes iff 68 bytes");
+  Check(g.ok() == (raw.size() == wire::kGrantBytes), "grant decodes iff kGrantBytes long");
   if (!g.ok()) return;
   Check(wire::EncodeGrant(*g) == raw, "grant round trip");
   // Half the time the grant carries a true MAC, so the range and expiry

@@ -13,6 +13,7 @@
 
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
+#include "client/write_grant.h"
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "common/net.h"
@@ -166,13 +167,7 @@ TEST_F(BadInputTest, EveryBadInputGetsItsAnswerAndChangesNothing) {
   v1::PutStartResponse granted;
   ASSERT_TRUE(master->PutStart(ctx().get(), granted_req, &granted).ok());
   ASSERT_EQ(granted.grants_size(), 1);
-  wire::Grant grant;
-  grant.put_id = granted.grants(0).put_id();
-  grant.segment_id = granted.grants(0).segment_id();
-  grant.offset = granted.grants(0).offset();
-  grant.length = granted.grants(0).length();
-  grant.expires_unix_ms = granted.grants(0).expires_unix_ms();
-  grant.mac = granted.grants(0).mac();
+  const wire::Grant grant = ToWireGrant(granted.grants(0));
   const std::string grant_store = granted.replicas(0).store().data_address();
   const std::string other_store = grant_store == cluster_->store_address(0)
                                       ? cluster_->store_address(1)
@@ -337,13 +332,7 @@ TEST_F(BadInputTest, EveryBadInputGetsItsAnswerAndChangesNothing) {
            return std::string("no grant");
          }
          const v1::WriteGrant& wg = resp.grants(0);
-         wire::Grant g;
-         g.put_id = wg.put_id();
-         g.segment_id = wg.segment_id();
-         g.offset = wg.offset();
-         g.length = wg.length();
-         g.expires_unix_ms = wg.expires_unix_ms();
-         g.mac = wg.mac();
+         const wire::Grant g = ToWireGrant(wg);
          wire::Header h;
          h.op = wire::Op::kWrite;
          h.segment_id = g.segment_id;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "client/write_grant.h"
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "shelf/client.h"
@@ -77,16 +78,7 @@ class GrantTest : public ClusterFixture {
                       MonoMs() + 5000, credential);
   }
 
-  static wire::Grant ToWire(const v1::WriteGrant& g) {
-    wire::Grant w;
-    w.put_id = g.put_id();
-    w.segment_id = g.segment_id();
-    w.offset = g.offset();
-    w.length = g.length();
-    w.expires_unix_ms = g.expires_unix_ms();
-    w.mac = g.mac();
-    return w;
-  }
+  static wire::Grant ToWire(const v1::WriteGrant& g) { return ToWireGrant(g); }
 
   v1::PutStartResponse StartPut(const std::string& key, const std::string& data) {
     v1::PutStartRequest req;

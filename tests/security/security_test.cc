@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "client/write_grant.h"
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "shelf/client.h"
@@ -81,16 +82,7 @@ class SecurityTest : public ClusterFixture {
     return resp;
   }
 
-  static wire::Grant ToWire(const v1::WriteGrant& g) {
-    wire::Grant w;
-    w.put_id = g.put_id();
-    w.segment_id = g.segment_id();
-    w.offset = g.offset();
-    w.length = g.length();
-    w.expires_unix_ms = g.expires_unix_ms();
-    w.mac = g.mac();
-    return w;
-  }
+  static wire::Grant ToWire(const v1::WriteGrant& g) { return ToWireGrant(g); }
 
   std::string OtherStore(const std::string& address) {
     return cluster_->store_address(0) == address ? cluster_->store_address(1)

@@ -17,6 +17,7 @@
 
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
+#include "client/write_grant.h"
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "common/net.h"
@@ -122,16 +123,7 @@ class ShmWriteTest : public ::testing::Test {
     ASSERT_EQ(resp.statuses(0).code(), 0);
   }
 
-  static wire::Grant ToWire(const v1::WriteGrant& g) {
-    wire::Grant w;
-    w.put_id = g.put_id();
-    w.segment_id = g.segment_id();
-    w.offset = g.offset();
-    w.length = g.length();
-    w.expires_unix_ms = g.expires_unix_ms();
-    w.mac = g.mac();
-    return w;
-  }
+  static wire::Grant ToWire(const v1::WriteGrant& g) { return ToWireGrant(g); }
 
   // One shm write of `data` to [offset, +size) of `segment` under `grant`.
   absl::Status ShmWrite(transport::ShmEngine* engine, const wire::Grant& grant, uint32_t segment,

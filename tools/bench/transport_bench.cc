@@ -47,6 +47,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "client/write_grant.h"
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/json.h"
@@ -120,12 +121,7 @@ absl::StatusOr<StoreRanges> AllocateRanges(v1::MasterService::Stub* master, cons
     Range range;
     range.segment = rep.segment_id();
     range.offset = rep.offset();
-    range.grant.put_id = g.put_id();
-    range.grant.segment_id = g.segment_id();
-    range.grant.offset = g.offset();
-    range.grant.length = g.length();
-    range.grant.expires_unix_ms = g.expires_unix_ms();
-    range.grant.mac = g.mac();
+    range.grant = ToWireGrant(g);
     out.ranges.push_back(range);
     commit.add_put_ids(r.put_id());
   }
