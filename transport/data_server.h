@@ -180,7 +180,6 @@ class RdmaAcceptor {
   }
 };
 
-
 // Ends an admitted write (DataHandler::EndWrite) when it goes out of scope,
 // however the write ends.
 class AdmittedWrite {

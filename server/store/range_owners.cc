@@ -28,10 +28,9 @@ absl::Status RangeOwners::BeginWrite(uint64_t offset, uint64_t length, uint64_t 
   for (; last != claims_.end() && last->first < end; ++last) {
     const Claim& c = last->second;
     if (c.seq > seq) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("write grant is stale: [", offset, ", +", length,
-                       ") was given to a newer put (allocation ", c.seq, ", the grant's ", seq,
-                       ")"));
+      return absl::PermissionDeniedError(absl::StrCat(
+          "write grant is stale: [", offset, ", +", length,
+          ") was given to a newer put (allocation ", c.seq, ", the grant's ", seq, ")"));
     }
     if (c.seq == seq) {
       if (last->first != offset || c.end != end || c.key_digest != digest) {
@@ -41,9 +40,8 @@ absl::Status RangeOwners::BeginWrite(uint64_t offset, uint64_t length, uint64_t 
       return absl::OkStatus();
     }
     if (c.writers > 0) {
-      return absl::UnavailableError(
-          absl::StrCat("[", offset, ", +", length,
-                       ") is still being written under an older put's grant"));
+      return absl::UnavailableError(absl::StrCat(
+          "[", offset, ", +", length, ") is still being written under an older put's grant"));
     }
   }
   claims_.erase(first, last);

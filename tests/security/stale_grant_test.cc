@@ -109,9 +109,8 @@ class StaleGrantTest : public ClusterFixture {
     ASSERT_TRUE(master_->PutCommit(As("eng-a").get(), commit, &committed).ok());
     ASSERT_EQ(committed.statuses_size(), 1);
     ASSERT_EQ(committed.statuses(0).code(), 0) << committed.statuses(0).message();
-    absl::StatusOr<v1::Replica> located =
-        LocateDramReplica(master_.get(), PrincipalToken("eng-a", SecretOf("eng-a")), key,
-                          credential);
+    absl::StatusOr<v1::Replica> located = LocateDramReplica(
+        master_.get(), PrincipalToken("eng-a", SecretOf("eng-a")), key, credential);
     ASSERT_TRUE(located.ok()) << located.status();
     *replica = *located;
   }
