@@ -52,6 +52,14 @@ endif()
 add_library(shelf_msgpack INTERFACE)
 target_include_directories(shelf_msgpack INTERFACE ${MSGPACK_CXX_INCLUDE_DIR})
 target_compile_definitions(shelf_msgpack INTERFACE MSGPACK_NO_BOOST)
+# RE2 (libre2-dev): the master's regex patterns (ListKeys, RemoveMatching),
+# matched in linear time whatever the pattern (server/master/key_matcher.h).
+pkg_check_modules(RE2 IMPORTED_TARGET re2)
+if(NOT RE2_FOUND)
+  message(FATAL_ERROR "re2 not found: install libre2-dev (deploy/install-deps.sh)")
+endif()
+add_library(shelf_re2 INTERFACE)
+target_link_libraries(shelf_re2 INTERFACE PkgConfig::RE2)
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 
 if(SHELF_BUILD_TESTS)

@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
-  libabsl-dev librocksdb-dev libcivetweb-dev libxxhash-dev prometheus-cpp-dev nlohmann-json3-dev
+  libabsl-dev libre2-dev librocksdb-dev libcivetweb-dev libxxhash-dev prometheus-cpp-dev nlohmann-json3-dev
   libssl-dev
   libzmq3-dev libmsgpack-cxx-dev python3-zmq python3-msgpack
   libibverbs-dev librdmacm-dev rdma-core

@@ -141,7 +141,7 @@ void BindMooncake(py::module_& parent) {
             return s.RemoveMatching(regex_pattern, true);
           },
           py::arg("regex_pattern"),
-          "Removes the keys in which the ECMAScript regex is found; the count removed.")
+          "Removes the keys in which the regex (RE2 syntax) is found; the count removed.")
       .def("register_buffer", &MooncakeStore::RegisterBuffer, py::arg("buffer_ptr"),
            py::arg("size"))
       .def("unregister_buffer", &MooncakeStore::UnregisterBuffer, py::arg("buffer_ptr"))

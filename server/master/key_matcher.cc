@@ -1,5 +1,7 @@
 #include "server/master/key_matcher.h"
 
+#include <re2/re2.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "shelf/limits.h"
@@ -74,6 +76,9 @@ bool GlobMatch(absl::string_view p, absl::string_view k) {
   return pi == p.size();
 }
 
+KeyMatcher::KeyMatcher() = default;
+KeyMatcher::~KeyMatcher() = default;
+
 absl::Status KeyMatcher::Init(const std::string& pattern, bool regex, const std::string& scope) {
   scope_ = scope;
   if (pattern.size() > kPatternBytesMax) {
@@ -82,12 +87,19 @@ absl::Status KeyMatcher::Init(const std::string& pattern, bool regex, const std:
   }
   pattern_ = pattern;
   regex_ = regex && !pattern.empty();
+  re_.reset();
   if (regex_) {
-    try {
-      re_ = std::regex(pattern, std::regex::ECMAScript | std::regex::optimize);
-    } catch (const std::regex_error& e) {
-      return absl::InvalidArgumentError(absl::StrCat("bad regex: ", e.what()));
+    RE2::Options options;
+    options.set_encoding(RE2::Options::EncodingLatin1);  // keys are bytes, not UTF-8
+    options.set_max_mem(kRegexMemoryMax);
+    options.set_log_errors(false);
+    auto re = std::make_unique<RE2>(pattern, options);
+    if (!re->ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad regex: ", re->error(), " (RE2 syntax: no backreferences or lookaround; at most ",
+          kRegexMemoryMax, " bytes compiled)"));
     }
+    re_ = std::move(re);
   }
   return absl::OkStatus();
 }
@@ -96,11 +108,7 @@ bool KeyMatcher::Match(absl::string_view key) const {
   if (!absl::ConsumePrefix(&key, scope_)) return false;
   if (pattern_.empty()) return true;
   if (!regex_) return GlobMatch(pattern_, key);
-  try {
-    return std::regex_search(key.begin(), key.end(), re_);
-  } catch (const std::regex_error&) {
-    return false;  // too complex for this key: not a match
-  }
+  return RE2::PartialMatch(re2::StringPiece(key.data(), key.size()), *re_);
 }
 
 }  // namespace shelf

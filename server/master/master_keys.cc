@@ -66,28 +66,63 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
                                     v1::RemoveMatchingResponse* resp, const std::string& scope) {
   auto matcher = std::make_shared<KeyMatcher>();
   if (absl::Status s = matcher->Init(req.pattern(), req.regex(), scope); !s.ok()) return s;
-  uint64_t now = clock_->NowMs();
+  // A pattern is matched under the shared lock, as a listing is: puts,
+  // commits and heartbeats, which take the lock exclusively, wait only for
+  // the removal of what matched. A flush (every key) needs no matching and
+  // runs whole under the exclusive lock, so no key put meanwhile survives
+  // its AllBlocksCleared.
+  std::vector<std::string> matched;
+  uint64_t pinned = 0;
+  bool more = false;
+  if (!matcher->MatchesAll()) {
+    const uint64_t now = clock_->NowMs();
+    absl::ReaderMutexLock lock(&mu_);
+    if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;  // as Remove
+    for (Shard& shard : shards_) {
+      absl::MutexLock shard_lock(&shard.mu);
+      for (const Object& obj : shard.objects) {
+        if (!matcher->Match(obj.key.view())) continue;
+        if ((obj.hard_pin || obj.pin_until_ms() > now) && !req.force()) {
+          ++pinned;
+        } else if (matched.size() == kRemoveMatchingMax) {
+          more = true;
+        } else {
+          matched.push_back(obj.key.str());
+        }
+      }
+    }
+  }
+  const uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;  // as Remove
+  if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
   // Collect first: erasing changes the shard maps being walked. With mu_
   // held exclusively the pointers stay valid until the erase.
   std::vector<Object*> victims;
-  uint64_t pinned = 0;
-  bool more = false;
-  for (Shard& shard : shards_) {
-    absl::MutexLock shard_lock(&shard.mu);
-    for (const Object& found : shard.objects) {
-      Object& obj = Mut(found);
-      if (!matcher->Match(obj.key.view())) continue;
-      if ((obj.hard_pin || obj.pin_until_ms() > now) && !req.force()) {
+  if (matcher->MatchesAll()) {
+    for (Shard& shard : shards_) {
+      absl::MutexLock shard_lock(&shard.mu);
+      for (const Object& found : shard.objects) {
+        Object& obj = Mut(found);
+        if ((obj.hard_pin || obj.pin_until_ms() > now) && !req.force()) {
+          ++pinned;
+        } else if (victims.size() == kRemoveMatchingMax) {
+          more = true;
+        } else {
+          victims.push_back(&obj);
+        }
+      }
+    }
+  } else {
+    // What matched, as it is now: a key removed meanwhile is gone, one
+    // pinned meanwhile stays (the same key put again matches as before).
+    for (const std::string& key : matched) {
+      Object* obj = FindLocked(key);
+      if (obj == nullptr) continue;
+      if ((obj->hard_pin || obj->pin_until_ms() > now) && !req.force()) {
         ++pinned;
         continue;
       }
-      if (victims.size() == kRemoveMatchingMax) {
-        more = true;
-        continue;
-      }
-      victims.push_back(&obj);
+      victims.push_back(obj);
     }
   }
   // A flush (every key, none left behind) is one AllBlocksCleared per node

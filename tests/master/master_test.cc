@@ -724,6 +724,9 @@ TEST_F(MasterFixture, ListKeysPagesInByteOrderByGlobOrRegex) {
   EXPECT_EQ(ListAll(master_.get(), "/1$", true, 10, &pages),
             (std::vector<std::string>{"a/1", "b/1"}));
   EXPECT_EQ(ListAll(master_.get(), "zzz*", false, 10, &pages), std::vector<std::string>{});
+  // Regexes see keys as bytes (any byte, not only UTF-8).
+  EXPECT_EQ(ListAll(master_.get(), "^c\\x00\\xff$", true, 10, &pages),
+            (std::vector<std::string>{std::string("c\0\xff", 3)}));
 
   v1::ListKeysRequest bad;
   v1::ListKeysResponse resp;
@@ -735,6 +738,14 @@ TEST_F(MasterFixture, ListKeysPagesInByteOrderByGlobOrRegex) {
   bad.set_pattern("(");
   bad.set_regex(true);
   EXPECT_EQ(master_->ListKeys(bad, &resp).code(), absl::StatusCode::kInvalidArgument);
+  // What RE2 does not do (it could not promise linear time): a clear
+  // refusal, not a slow match.
+  for (const char* unsupported : {"(a)\\1", "a(?=b)", "(?<!a)b"}) {
+    bad.set_pattern(unsupported);
+    absl::Status s = master_->ListKeys(bad, &resp);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << unsupported;
+    EXPECT_TRUE(absl::StrContains(s.message(), "RE2")) << s;
+  }
 }
 
 TEST_F(MasterFixture, RemoveMatchingKeepsPinnedKeysUnlessForced) {
