@@ -24,8 +24,9 @@ Master::Master(MasterOptions options, prom::Exposition* exposition)
   SHELF_CHECK(options_.block_bytes_max <= kBlockBytesLimit)
       << "block_bytes_max " << options_.block_bytes_max << " over " << kBlockBytesLimit;
   prom::Exposition& r = exposition != nullptr ? *exposition : DefaultExposition();
-  quotas_ =
-      std::make_unique<QuotaBook>(options_.credentials, options_.tenant_namespaces, clock_, r);
+  // The SSD tier writes whole 4 KiB blocks; DRAM ranges start aligned.
+  quotas_ = std::make_unique<QuotaBook>(options_.credentials, options_.tenant_namespaces,
+                                        std::max<uint64_t>(options_.alignment, 4096), clock_, r);
   gauges_.push_back(
       r.AddCallbackGauge("shelf_master_objects", "Committed objects in the index", [this] {
         absl::ReaderMutexLock lock(&mu_);

@@ -24,9 +24,10 @@ const std::string& LabelOf(const std::string& tenant) {
 }  // namespace
 
 QuotaBook::QuotaBook(std::shared_ptr<const Authenticator> auth, bool tenant_namespaces,
-                     Clock* clock, prom::Exposition& exposition)
+                     uint64_t granule, Clock* clock, prom::Exposition& exposition)
     : auth_(std::move(auth)),
       tenant_namespaces_(tenant_namespaces),
+      granule_(std::max<uint64_t>(granule, 1)),
       clock_(clock),
       refusals_(prom::AddCounter(exposition.registry(), "shelf_master_quota_refusals_total",
                                  "Calls refused with RESOURCE_EXHAUSTED by a quota, by the "
@@ -47,6 +48,13 @@ QuotaBook::QuotaBook(std::shared_ptr<const Authenticator> auth, bool tenant_name
 }
 
 QuotaBook::~QuotaBook() = default;
+
+uint64_t QuotaBook::Charged(uint64_t bytes) const {
+  // Room is taken in whole granules: a 1-byte block holds one, on either
+  // tier. Saturates rather than wraps for a size near 2^64 (refused later).
+  const uint64_t rem = bytes % granule_;
+  return rem == 0 || bytes > UINT64_MAX - (granule_ - rem) ? bytes : bytes + (granule_ - rem);
+}
 
 absl::string_view QuotaBook::TenantOf(absl::string_view kept_key) const {
   if (!tenant_namespaces_) return {};
@@ -76,6 +84,7 @@ uint16_t QuotaBook::WriterOf(const std::string& name) {
 
 void QuotaBook::Stored(absl::string_view kept_key, uint16_t writer, v1::Tier tier, uint64_t bytes,
                        bool added) {
+  bytes = Charged(bytes);
   absl::string_view tenant = TenantOf(kept_key);
   if (tenant.empty() && writer == 0) return;
   absl::MutexLock lock(&mu_);
@@ -179,6 +188,7 @@ void QuotaBook::DropHoldLocked(absl::flat_hash_map<std::string, Hold>& holds, co
 
 absl::Status QuotaBook::ReservePut(const Principal& p, uint64_t bytes, uint32_t replicas,
                                    uint64_t replaced_dram) {
+  bytes = Charged(bytes);
   const QuotaLimits& mine = p.quotas;
   QuotaLimits theirs = TenantLimits(p.tenant);
   uint64_t total = bytes * std::max<uint32_t>(replicas, 1);
@@ -222,6 +232,7 @@ absl::Status QuotaBook::ReservePut(const Principal& p, uint64_t bytes, uint32_t 
 
 void QuotaBook::PutStarted(const Principal& p, uint64_t put_id, uint64_t bytes, uint32_t replicas,
                            uint64_t ttl_ms) {
+  bytes = Charged(bytes);
   absl::MutexLock lock(&mu_);
   uint64_t deadline = clock_->NowMs() + ttl_ms;
   if (auto it = puts_.find(put_id); it != puts_.end()) EndPutLocked(it);  // an id reused
@@ -230,6 +241,7 @@ void QuotaBook::PutStarted(const Principal& p, uint64_t put_id, uint64_t bytes, 
 }
 
 void QuotaBook::CancelPut(const Principal& p, uint64_t bytes, uint32_t replicas) {
+  bytes = Charged(bytes);
   uint64_t total = bytes * std::max<uint32_t>(replicas, 1);
   absl::MutexLock lock(&mu_);
   for (Usage* u : {&principals_[p.name], &tenants_[p.tenant]}) {
@@ -246,6 +258,7 @@ void QuotaBook::EndPut(uint64_t put_id) {
 
 absl::Status QuotaBook::CheckPin(const Principal& p, const std::string& kept_key, uint64_t size,
                                  uint64_t ttl_ms, bool hard) {
+  size = Charged(size);
   const QuotaLimits& mine = p.quotas;
   QuotaLimits theirs = TenantLimits(p.tenant);
   absl::MutexLock lock(&mu_);
@@ -276,6 +289,7 @@ absl::Status QuotaBook::CheckPin(const Principal& p, const std::string& kept_key
 
 void QuotaBook::Pinned(const Principal& p, const std::string& kept_key, uint64_t size,
                        uint64_t ttl_ms) {
+  size = Charged(size);
   absl::MutexLock lock(&mu_);
   DropHoldLocked(pins_, kept_key, /*pin=*/true);
   const uint64_t now = clock_->NowMs();
@@ -323,6 +337,7 @@ absl::Status QuotaBook::CheckLease(const Principal& p) {
 
 void QuotaBook::Leased(const Principal& p, const std::string& kept_key, uint64_t size,
                        uint64_t lease_ms) {
+  size = Charged(size);
   absl::MutexLock lock(&mu_);
   std::string id = LeaseId(p.name, kept_key);
   DropHoldLocked(leases_, id, /*pin=*/false);

@@ -42,8 +42,12 @@ class QuotaBook {
  public:
   // `auth` (may be null: no quotas) gives principals' and tenants' limits
   // as of its last reload. Without `tenant_namespaces` no key has a tenant.
-  QuotaBook(std::shared_ptr<const Authenticator> auth, bool tenant_namespaces, Clock* clock,
-            prom::Exposition& exposition);
+  // Every size is charged in whole `granule`s (the allocation unit of the
+  // DRAM segments, which the SSD tier's 4 KiB blocks also fit), as the
+  // tiers allocate it: a tenant of tiny blocks cannot hold more room than
+  // its quota says.
+  QuotaBook(std::shared_ptr<const Authenticator> auth, bool tenant_namespaces, uint64_t granule,
+            Clock* clock, prom::Exposition& exposition);
   ~QuotaBook();
   QuotaBook(const QuotaBook&) = delete;
   QuotaBook& operator=(const QuotaBook&) = delete;
@@ -61,6 +65,8 @@ class QuotaBook {
   // tenant of `kept_key` and the principal numbered `writer`.
   void Stored(absl::string_view kept_key, uint16_t writer, v1::Tier tier, uint64_t bytes,
               bool added);
+  // `bytes` rounded up to whole granules: what a block of that size holds.
+  uint64_t Charged(uint64_t bytes) const;
   // A new term starts with an empty index, no puts and no pins: so do the
   // counts (the writers' numbers stay).
   void Reset();
@@ -155,6 +161,7 @@ class QuotaBook {
 
   const std::shared_ptr<const Authenticator> auth_;
   const bool tenant_namespaces_;
+  const uint64_t granule_;
   Clock* const clock_;
   std::atomic<bool> has_pins_{false};
   prom::Family<prometheus::Counter>& refusals_;

@@ -200,6 +200,30 @@ TEST_F(QuotasTest, OverItsDramQuotaATenantIsRefusedNamingTheQuota) {
   EXPECT_TRUE(Pin("eng-q", "k1", 0).ok());
 }
 
+// The attack on a quota in object bytes: blocks of one byte each hold a
+// whole allocation granule (4 KiB) of a tier, so a tenant counted by its
+// bytes filled an SSD tier of 256 MiB while its quota saw 75 KB. Charged
+// by the granule, team-q's 1 MiB holds 256 of them, and its metrics say
+// the room they hold.
+TEST_F(QuotasTest, TinyBlocksAreChargedTheRoomTheyHold) {
+  auto q = As("eng-q");
+  ASSERT_NE(q, nullptr);
+  constexpr int kFit = (1 << 20) / 4096;
+  for (int i = 0; i < kFit; ++i) {
+    Status s = q->Put(absl::StrCat("tiny", i), "x", 1);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+  }
+  Status over = q->Put("tiny-over", "x", 1);
+  EXPECT_EQ(over.code(), StatusCode::kResourceExhausted) << over.ToString();
+  EXPECT_TRUE(absl::StrContains(over.ToString(), "quota dram")) << over.ToString();
+  EXPECT_EQ(Sample(Scrape(metrics_port()), "shelf_master_tenant_stored_bytes",
+                   {"tenant=\"team-q\"", "tier=\"dram\""}),
+            static_cast<double>(kFit * 4096));
+  // Removing one gives back one granule: one more tiny block fits.
+  ASSERT_TRUE(q->Remove("tiny0").ok());
+  EXPECT_TRUE(q->Put("tiny-over", "x", 1).ok());
+}
+
 // A tenant at its DRAM quota can still replace a key's value: the commit
 // frees the old bytes (PutOptions.replace), so they do not count twice.
 TEST_F(QuotasTest, ATenantAtItsQuotaCanReplaceAKey) {
