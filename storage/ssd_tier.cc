@@ -133,6 +133,13 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const Options& options) {
     return absl::UnavailableError(
         absl::StrCat("cannot create SSD directory '", options.dir, "': ", ec.message()));
   }
+  // The index names every tenant's keys and the extent file holds their
+  // blocks: the directory is the store's alone, whatever the umask made of
+  // it (RocksDB creates its files 0644 under umask 022).
+  if (chmod(options.dir.c_str(), 0700) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot make SSD directory '", options.dir,
+                                                      "' private (mode 0700): ", ErrnoText(errno)));
+  }
   bool direct_io = options.direct_io && DirectIoWorks(options.dir);
   rocksdb::Options o;
   o.create_if_missing = true;

@@ -3,10 +3,14 @@
 // failing index writes; and a flipped byte in the extent file.
 #include "storage/ssd_tier.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -115,6 +119,63 @@ TEST(SsdTier, PutGetDeleteAndInventorySurviveReopen) {
   EXPECT_EQ(got, a);
   EXPECT_EQ((*tier)->Get("c", &got).code(), absl::StatusCode::kNotFound);
   fs::remove_all(dir);
+}
+
+// The tier's files name every tenant's keys and hold their blocks: another
+// local user reads none of them, whatever the umask the store started
+// under (RocksDB creates its files 0644 under umask 022), and a directory
+// made before with looser modes is tightened.
+TEST(SsdTier, AnotherUserReadsNoneOfItsFilesWhateverTheUmask) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another uid";
+  for (bool existed : {false, true}) {
+    std::string dir = TempDir(existed ? "ssd-private-existing" : "ssd-private");
+    if (existed) {
+      fs::create_directories(dir);
+      chmod(dir.c_str(), 0755);
+    }
+    const mode_t old_umask = umask(022);
+    {
+      auto tier = SsdTier::Open(TierOptions(dir, 16 << 20));
+      umask(old_umask);
+      ASSERT_TRUE(tier.ok()) << tier.status();
+      std::string a = Block(8192, 7);
+      ASSERT_TRUE(
+          (*tier)->Put("team-a/k", a.data(), a.size(), BlockChecksum(a.data(), a.size())).ok());
+      ASSERT_TRUE((*tier)->Sync().ok());
+    }
+    struct stat st;
+    ASSERT_EQ(stat(dir.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u) << (existed ? "an existing directory" : "a new one");
+    // As uid 65534 (nobody): neither the index's files nor the extent file
+    // open, nor is the directory listed.
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().string());
+    ASSERT_FALSE(files.empty());
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+      int opened = 0;
+      for (const std::string& f : files) {
+        int fd = open(f.c_str(), O_RDONLY);
+        if (fd >= 0) {
+          ++opened;
+          close(fd);
+        }
+      }
+      // Plain system calls only: the parent has threads, the child one.
+      if (int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
+        ++opened;
+        close(fd);
+      }
+      _exit(opened == 0 ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "another uid read the tier's files";
+    fs::remove_all(dir);
+  }
 }
 
 // DeleteMany (a store's run of SSD drops): every key named goes, durable
