@@ -340,8 +340,10 @@ grpc::Status MasterServiceImpl::ReportDataLoss(grpc::ServerContext* ctx,
                                                v1::ReportDataLossResponse* resp) {
   SHELF_CHECK_TOKEN();
   if (!caller.tenant.empty()) {
-    // A reader names the key as it read it: its tenant's, or a shared one.
-    absl::StatusOr<std::string> key = KeptKey(caller, req->key(), /*write=*/false);
+    // A report drops replicas, as a remove does: only a principal that may
+    // write the key may make one. A reader of a shared tenant's blocks
+    // gets DATA_LOSS for a bad copy, and cannot drop the tenant's blocks.
+    absl::StatusOr<std::string> key = KeptKey(caller, req->key(), /*write=*/true);
     if (!key.ok()) return rpc_scope.Done(ToGrpc(key.status()));
     v1::ReportDataLossRequest kept = *req;
     kept.set_key(*std::move(key));

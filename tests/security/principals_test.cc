@@ -336,6 +336,39 @@ TEST_F(PrincipalsTest, SharingIsReadOnly) {
   EXPECT_EQ(AllKeys(), std::vector<std::string>{"prompts/system-prompt"});
 }
 
+// The attack on data loss reports: a principal with read access to a
+// shared tenant looks a block up (its read grant is what a report must
+// present) and reports the replica corrupt, which dropped it from the
+// index, pinned or not. A report drops replicas as a remove does, so only
+// a principal that may write the key may make one.
+TEST_F(PrincipalsTest, AReaderOfASharedTenantCannotDropItsBlocksByReportingThemCorrupt) {
+  auto pub = As("pub");
+  ASSERT_NE(pub, nullptr);
+  Put(pub.get(), "shared-doc", "the shared block");
+  v1::LookupRequest lookup;
+  lookup.add_keys("@prompts/shared-doc");
+  lookup.set_no_lease(true);
+  v1::LookupResponse found;
+  {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, "reader");
+    ASSERT_TRUE(MasterStub()->Lookup(&ctx, lookup, &found).ok());
+  }
+  ASSERT_EQ(found.objects_size(), 1);
+  ASSERT_TRUE(found.objects(0).found());
+  ASSERT_GE(found.objects(0).replicas_size(), 1);
+  v1::ReportDataLossRequest report;
+  report.set_key("@prompts/shared-doc");
+  report.set_generation(found.objects(0).generation());
+  *report.mutable_replica() = found.objects(0).replicas(0);
+  v1::ReportDataLossResponse unused;
+  grpc::ClientContext ctx;
+  Prepare(&ctx, "reader");
+  grpc::Status s = MasterStub()->ReportDataLoss(&ctx, report, &unused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_EQ(GetOr(pub.get(), "shared-doc"), "the shared block");
+}
+
 TEST_F(PrincipalsTest, SighupReloadAddsAPrincipal) {
   const std::string secret = "secret-of-the-newcomer-0123456";
   auto late = As("eng-c", secret);
