@@ -72,6 +72,8 @@ const char* DataServer::RuleName(Rule rule) {
       return "bad_handshake";
     case Rule::kUnauthenticated:
       return "unauthenticated";
+    case Rule::kIdle:
+      return "idle";
     case Rule::kBadTag:
       return "bad_tag";
     case Rule::kCount:
@@ -302,18 +304,26 @@ void DataServer::ServeConnection(int fd, uint64_t deadline_ms) {
   if (hs.ok() && !admitted) hs = absl::UnavailableError("evicted during the handshake");
   if (hs.ok()) {
     SetIoTimeoutMs(fd, options_.io_timeout_ms);
-    // Idle connections wait without a timeout (in poll: the socket's
+    // Idle connections wait in poll, up to idle_timeout_ms (the socket's
     // timeouts stay io_timeout_ms, no system call to change them per
     // frame); a frame, once started, must arrive within io_timeout_ms.
+    const int idle_ms =
+        options_.idle_timeout_ms == 0
+            ? -1
+            : static_cast<int>(std::min<uint64_t>(options_.idle_timeout_ms, INT32_MAX));
     while (!stopping_.load()) {
       char head[wire::kHeaderBytes];
       // A pipelining client has the next frame waiting, decrypted already
       // (TLS) or in the socket (poll returns at once).
       if (wire::StreamPending(&conn.session) == 0) {
         struct pollfd p = {fd, POLLIN, 0};
-        const int r = poll(&p, 1, -1);
+        const int r = poll(&p, 1, idle_ms);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) break;
+        if (r == 0) {
+          CountClosed(Rule::kIdle);
+          break;
+        }
         // Readable, closed or failed: the read below tells which.
       }
       if (!wire::StreamRead(fd, &conn.session, head, sizeof(head)).ok()) break;

@@ -205,6 +205,10 @@ class DataServer {
     RdmaAcceptor* rdma = nullptr;  // null: RDMA_CONNECT is refused
     int max_connections = 1024;
     uint64_t io_timeout_ms = 30000;  // a peer stalled mid-frame this long is dropped
+    // An authenticated connection that sends no frame this long is closed
+    // (a client reconnects when it needs one): held connections cannot keep
+    // max_connections taken for ever. 0: no limit.
+    uint64_t idle_timeout_ms = 600000;
     // From accept to the end of the handshake, however the bytes trickle.
     uint64_t handshake_timeout_ms = 5000;
     // Connections still in their handshake: at most this many (and never
@@ -230,6 +234,7 @@ class DataServer {
     kBadHandshake,        // malformed or wrongly sized HELLO/AUTH exchange
     kUnauthenticated,     // wrong or missing cluster secret
     kBadTag,              // a frame's session tag did not verify
+    kIdle,                // authenticated, but no frame for idle_timeout_ms
     kCount,
   };
   static const char* RuleName(Rule rule);

@@ -128,6 +128,10 @@ int main(int argc, char** argv) {
       "PEM CA bundle: with it, data-plane clients must present a certificate it signed");
   flags.AddInt("handshake-timeout-ms", &handshake_timeout_ms,
                "a data-plane connection not authenticated this long after accept is closed");
+  flags.AddDurationMs("idle-timeout", &opts.idle_timeout_ms,
+                      "an authenticated data-plane connection that sends no frame this long is "
+                      "closed, so held connections cannot keep --max-connections taken (clients "
+                      "reconnect); 0: never");
   flags.AddInt("max-unauthenticated", &max_unauthenticated,
                "data-plane connections in their handshake at once (at most half of "
                "--max-connections); past it the oldest is closed");

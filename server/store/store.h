@@ -112,6 +112,8 @@ struct StoreOptions {
   // Data-plane denial of service (DataServer::Options): the handshake's
   // absolute deadline and the caps on connections still in it.
   uint64_t handshake_timeout_ms = 5000;
+  // An authenticated data connection idle this long is closed (0: never).
+  uint64_t idle_timeout_ms = 600000;
   // TLS 1.3 on the data plane (--data-tls): the store's certificate and
   // key; a CA makes it demand client certificates signed by it.
   bool data_tls = false;

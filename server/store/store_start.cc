@@ -335,6 +335,7 @@ absl::Status Store::ServeData() {
   dso.secret = options_.secret;
   dso.max_connections = options_.max_connections;
   dso.handshake_timeout_ms = options_.handshake_timeout_ms;
+  dso.idle_timeout_ms = options_.idle_timeout_ms;
   dso.max_unauthenticated = options_.max_unauthenticated;
   dso.max_unauthenticated_per_source = options_.max_unauthenticated_per_source;
   dso.session_tag_payload = options_.session_tag_payload;
