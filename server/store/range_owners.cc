@@ -79,9 +79,4 @@ uint64_t RangeOwners::max_seq() const {
   return max_seq_;
 }
 
-size_t RangeOwners::size() const {
-  MutexLock lock(&mu_);
-  return claims_.size();
-}
-
 }  // namespace shelf

@@ -56,7 +56,6 @@ class RangeOwners {
   // The highest allocation number ever admitted: the master numbers the
   // store's next ranges above it when the store registers.
   uint64_t max_seq() const;
-  size_t size() const;
 
  private:
   struct Claim {

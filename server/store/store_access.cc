@@ -74,10 +74,9 @@ absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, ui
   if (s.ok() && !ToGlobal(grant.segment_id, grant.offset, grant.length, &start)) {
     s = absl::OutOfRangeError("write grant outside the segment");
   }
-  if (s.ok()) s = owners_.BeginWrite(start, grant.length, grant.range_seq, grant.key_digest);
-  if (!s.ok() && s.code() == absl::StatusCode::kPermissionDenied) {
-    metrics_.write_grant_refusals.Increment();
-  }
+  if (!s.ok()) return s;
+  s = owners_.BeginWrite(start, grant.length, grant.range_seq, grant.key_digest);
+  if (s.code() == absl::StatusCode::kPermissionDenied) metrics_.write_grant_refusals.Increment();
   return s;
 }
 
