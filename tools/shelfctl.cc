@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/data_tls_flags.h"
 #include "common/clock.h"
 #include "common/credentials.h"
 #include "common/flags.h"
@@ -39,6 +40,9 @@ struct Globals {
   uint64_t timeout_ms = 5000;
   std::string secret_file;
   std::string tls_ca, tls_cert, tls_key;
+  // The data plane's TLS (--data-tls...): what a client-side command needs
+  // to reach stores run with --data-tls.
+  ClientOptions data_tls;
   coord::EtcdOptions etcd;  // for an etcd:// --master
   std::string secret;
   // A principal of the master's --credentials (docs/security.md).
@@ -53,6 +57,19 @@ struct Globals {
   uint64_t interval_ms = 1000;
   int64_t iterations = 0;
 };
+
+// What every client-side command opens libshelf with, but the masters.
+ClientOptions ClientOptionsOf(const Globals& g, uint64_t timeout_ms) {
+  ClientOptions opts = g.data_tls;
+  opts.secret = g.secret;
+  opts.credentials_file = g.credentials_file;
+  opts.principal = g.principal;
+  opts.timeout_ms = timeout_ms;
+  opts.tls_ca = g.tls_ca;
+  opts.tls_cert = g.tls_cert;
+  opts.tls_key = g.tls_key;
+  return opts;
+}
 
 int ExitCode(absl::StatusCode code) {
   switch (code) {
@@ -223,15 +240,8 @@ class Ctl {
   }
 
   absl::StatusOr<std::unique_ptr<Client>> OpenClient() {
-    ClientOptions opts;
+    ClientOptions opts = ClientOptionsOf(g_, g_.timeout_ms);
     opts.masters = ClientMasters();
-    opts.secret = g_.secret;
-    opts.credentials_file = g_.credentials_file;
-    opts.principal = g_.principal;
-    opts.timeout_ms = g_.timeout_ms;
-    opts.tls_ca = g_.tls_ca;
-    opts.tls_cert = g_.tls_cert;
-    opts.tls_key = g_.tls_key;
     std::unique_ptr<Client> c;
     Status s = Client::Open(opts, &c);
     if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
@@ -595,18 +605,11 @@ namespace {
 // Measures get bandwidth on the cluster: a few 16 MiB blocks put, then read
 // back several times. Returns GB/s.
 absl::StatusOr<double> MeasureGetGbps(const Globals& g) {
-  ClientOptions opts;
+  ClientOptions opts = ClientOptionsOf(g, std::max<uint64_t>(g.timeout_ms, 30000));
   auto loc = MasterLocator::Create(g.master, g.etcd);
   if (!loc.ok()) return loc.status();
   opts.masters =
       (*loc)->uses_etcd() ? std::vector<std::string>{(*loc)->Current()} : (*loc)->Candidates();
-  opts.secret = g.secret;
-  opts.credentials_file = g.credentials_file;
-  opts.principal = g.principal;
-  opts.timeout_ms = std::max<uint64_t>(g.timeout_ms, 30000);
-  opts.tls_ca = g.tls_ca;
-  opts.tls_cert = g.tls_cert;
-  opts.tls_key = g.tls_key;
   std::unique_ptr<Client> client;
   if (Status s = Client::Open(opts, &client); !s.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
@@ -675,6 +678,7 @@ int main(int argc, char** argv) {
   flags.AddString("tls-ca", &g.tls_ca, "PEM CA bundle: talk TLS to the master");
   flags.AddString("tls-cert", &g.tls_cert, "PEM client certificate (masters with mutual TLS)");
   flags.AddString("tls-key", &g.tls_key, "PEM private key of --tls-cert");
+  AddDataTlsClientFlags(&flags, &g.data_tls);
   flags.AddInt("replicas", &g.replicas, "put: replicas on distinct nodes");
   flags.AddBool("best-effort", &g.best_effort, "put: accept fewer replicas than asked");
   flags.AddSize("bytes", &g.bytes, "evict: bytes to evict");
@@ -685,6 +689,7 @@ int main(int argc, char** argv) {
   flags.AddInt("iterations", &g.iterations, "top: stop after N refreshes (0: forever)");
   flags.set_epilog(kCommands);
   std::vector<std::string> args = flags.ParseOrExit(plan_at > 0 ? plan_at : argc, argv);
+  if (absl::Status s = CheckDataTlsClientFlags(g.data_tls); !s.ok()) return Fail(s);
   if (plan_at > 0) {
     if (!args.empty()) return Usage("arguments before 'plan'");
     if (!g.secret_file.empty()) {

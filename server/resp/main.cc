@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "client/data_tls_flags.h"
 #include "common/flags.h"
 #include "common/http_server.h"
 #include "common/log.h"
@@ -108,11 +109,16 @@ int main(int argc, char** argv) {
   flags.AddString("master-tls-cert", &grpc_tls_cert,
                   "PEM client certificate for the master (mutual TLS)");
   flags.AddString("master-tls-key", &grpc_tls_key, "PEM private key of --master-tls-cert");
+  ClientOptions copts;
+  AddDataTlsClientFlags(&flags, &copts);
   bool insecure = false;
   flags.AddBool("insecure", &insecure, kInsecureHelp);
   flags.ParseOrExit(argc, argv);
 
   if (master.empty()) return Fail("--master is required");
+  if (absl::Status s = CheckDataTlsClientFlags(copts); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
   bool tls_files = !tls.cert_file.empty() || !tls.key_file.empty() || !tls.ca_cert_file.empty();
   if (server_opts.tls_listen.empty() && tls_files) {
     return Fail("--tls-cert/--tls-key/--tls-ca-cert are for --tls-listen, which is not set");
@@ -160,7 +166,6 @@ int main(int argc, char** argv) {
     }
   }
 
-  ClientOptions copts;
   copts.timeout_ms = timeout_ms;
   copts.tls_ca = grpc_tls_ca;
   copts.tls_cert = grpc_tls_cert;
@@ -219,6 +224,7 @@ int main(int argc, char** argv) {
   server_opts.max_inflight_bytes = max_inflight;
   server_opts.threads = static_cast<size_t>(threads);
   server_opts.limits.bulk_bytes_max = max_value;
+  server_opts.auth_required = !cmd_opts.requirepass.empty();
   ServerStats stats;
   cmd_opts.listen = server_opts.listen;
   CommandHandler handler(client.get(), cmd_opts, &stats);

@@ -91,7 +91,14 @@ ServerStats::ServerStats()
       tls_handshake_failures(prom::AddUnlabelledCounter(
           DefaultExposition().registry(), "shelf_resp_tls_handshake_failures_total",
           "TLS connections closed in the handshake (plaintext clients, bad or missing client "
-          "certificates, garbage).")) {
+          "certificates, garbage).")),
+      auth_failures(prom::AddUnlabelledCounter(
+          DefaultExposition().registry(), "shelf_resp_auth_failures_total",
+          "AUTH and HELLO AUTH attempts with a wrong user name or password.")),
+      auth_backoffs(prom::AddUnlabelledCounter(
+          DefaultExposition().registry(), "shelf_resp_auth_backoffs_total",
+          "AUTH and HELLO AUTH attempts refused unchecked, during their address's back-off "
+          "after failures.")) {
   gauges_.push_back(DefaultExposition().AddCallbackGauge(
       "shelf_resp_connections", "Client connections open.",
       [this] { return static_cast<double>(connected_clients.load()); }));
@@ -117,14 +124,9 @@ void CommandHandler::Hello(Ctx& c) {
   for (; i < c.argc(); ++i) {
     std::string opt = Upper(c.arg(i));
     if (opt == "AUTH" && i + 2 < c.argc()) {
-      const std::string& user = c.arg(i + 1);
-      const std::string& pass = c.arg(i + 2);
       // With no password configured any AUTH passes, as for Redis's
       // default `nopass` user.
-      if (!options_.requirepass.empty() && (user != "default" || pass != options_.requirepass)) {
-        return c.Error("WRONGPASS invalid username-password pair or user is disabled.");
-      }
-      c.session->authenticated = true;
+      if (!Authenticate(c, c.arg(i + 1), c.arg(i + 2))) return;
       i += 2;
     } else if (opt == "SETNAME" && i + 1 < c.argc()) {
       setname = c.arg(++i);
@@ -133,7 +135,7 @@ void CommandHandler::Hello(Ctx& c) {
       return c.Error(absl::StrCat("ERR Syntax error in HELLO option '", c.arg(i), "'"));
     }
   }
-  if (!options_.requirepass.empty() && !c.session->authenticated) {
+  if (password_.required() && !c.session->authenticated) {
     return c.Error(
         "NOAUTH HELLO must be called with the client already authenticated, otherwise "
         "the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the "

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "server/resp/resp_command_table.h"
 #include "server/resp/resp_parser.h"
 
@@ -25,7 +26,30 @@ using internal::Upper;
 }  // namespace
 
 CommandHandler::CommandHandler(Client* client, CommandOptions options, ServerStats* stats)
-    : client_(client), options_(std::move(options)), stats_(stats), start_unix_s_(NowUnixS()) {}
+    : client_(client),
+      options_(std::move(options)),
+      stats_(stats),
+      start_unix_s_(NowUnixS()),
+      password_(options_.requirepass) {}
+
+bool CommandHandler::Authenticate(Ctx& c, const std::string& user, const std::string& password) {
+  uint64_t retry_ms = 0;
+  switch (password_.Check(c.session->peer, user, password, MonoMs(), &retry_ms)) {
+    case PasswordCheck::Verdict::kOk:
+      c.session->authenticated = true;
+      return true;
+    case PasswordCheck::Verdict::kWrongPass:
+      stats_->auth_failures.Increment(1);
+      c.Error("WRONGPASS invalid username-password pair or user is disabled.");
+      return false;
+    case PasswordCheck::Verdict::kBackoff:
+      stats_->auth_backoffs.Increment(1);
+      c.Error(absl::StrCat("ERR too many failed authentications from this address: retry in ",
+                           retry_ms, " ms"));
+      return false;
+  }
+  return false;
+}
 
 void CommandHandler::Execute(Session* session, std::vector<std::string>* args, ReplyChunks* out,
                              bool* close) {
@@ -53,8 +77,10 @@ void CommandHandler::Dispatch(Ctx& c) {
     c.Error(absl::StrCat("ERR wrong number of arguments for '", n, "' command"));
     return;
   }
-  if (!options_.requirepass.empty() && !c.session->authenticated && n != "auth" && n != "hello" &&
-      n != "quit" && n != "reset") {
+  // Before authentication only these run (the server reads such a client's
+  // commands one at a time, under kUnauthenticatedLimits: resp_server.h).
+  if (password_.required() && !c.session->authenticated && n != "auth" && n != "hello" &&
+      n != "ping" && n != "quit") {
     c.Error("NOAUTH Authentication required.");
     return;
   }
@@ -98,11 +124,8 @@ void CommandHandler::Dispatch(Ctx& c) {
           "Are you sure your configuration is correct?");
     }
     if (c.argc() > 3) return c.Syntax();
-    bool user_ok = c.argc() == 2 || c.arg(1) == "default";
-    if (!user_ok || c.arg(c.argc() - 1) != options_.requirepass) {
-      return c.Error("WRONGPASS invalid username-password pair or user is disabled.");
-    }
-    c.session->authenticated = true;
+    static const std::string kDefaultUser = "default";
+    if (!Authenticate(c, c.argc() == 2 ? kDefaultUser : c.arg(1), c.arg(c.argc() - 1))) return;
     return c.Ok();
   }
   if (n == "select") {

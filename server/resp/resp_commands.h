@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/prom.h"
+#include "server/resp/resp_auth.h"
 #include "server/resp/resp_parser.h"
 #include "shelf/client.h"
 
@@ -63,6 +64,8 @@ struct ServerStats {
   prom::Counter& bytes_out;
   prom::Counter& tls_handshakes;          // TLS connections that completed the handshake
   prom::Counter& tls_handshake_failures;  // TLS connections closed in the handshake
+  prom::Counter& auth_failures;           // AUTH or HELLO AUTH with a wrong password
+  prom::Counter& auth_backoffs;           // ... refused during an address's back-off
   std::atomic<int64_t> connected_clients{0};
   std::atomic<int64_t> inflight_bytes{0};
 
@@ -139,6 +142,9 @@ class CommandHandler {
     void Syntax() { Error("ERR syntax error"); }
   };
   void Dispatch(Ctx& c);
+  // AUTH's and HELLO's check of `user` and `password` (resp_auth.h): true
+  // when they pass; otherwise the error reply is written.
+  bool Authenticate(Ctx& c, const std::string& user, const std::string& password);
   void Hello(Ctx& c);
   void ClientCmd(Ctx& c);
   void CommandCmd(Ctx& c);
@@ -172,6 +178,7 @@ class CommandHandler {
   const CommandOptions options_;
   ServerStats* const stats_;
   const int64_t start_unix_s_;
+  PasswordCheck password_;
 
   absl::Mutex cursors_mu_;
   uint64_t next_cursor_ ABSL_GUARDED_BY(cursors_mu_) = 1;

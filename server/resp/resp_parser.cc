@@ -186,6 +186,8 @@ RespParser::Result RespParser::Next(std::vector<std::string>* args, std::string*
       }
       int64_t n = 0;
       if (!ParseRespInt(line.substr(1), &n) || n > static_cast<int64_t>(limits_.args_max)) {
+        if (limits_.unauthenticated)
+          return Fail("Protocol error: unauthenticated multibulk length", error);
         return Fail(absl::StrCat("Protocol error: invalid multibulk length (at most ",
                                  limits_.args_max, " arguments)"),
                     error);
@@ -216,6 +218,8 @@ RespParser::Result RespParser::Next(std::vector<std::string>* args, std::string*
         return Fail("Protocol error: invalid bulk length", error);
       }
       if (static_cast<uint64_t>(len) > limits_.bulk_bytes_max) {
+        if (limits_.unauthenticated)
+          return Fail("Protocol error: unauthenticated bulk length", error);
         return Fail(absl::StrCat("value of ", len, " bytes is over --max-value-size (",
                                  limits_.bulk_bytes_max, " bytes)"),
                     error);

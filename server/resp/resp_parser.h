@@ -31,6 +31,8 @@ struct RespLimits {
   size_t args_max = 1024 * 1024;           // elements of one command array
   uint64_t bulk_bytes_max = 512ull << 20;  // one argument (--max-value-size)
   size_t line_bytes_max = 64 * 1024;       // an inline command, a header line
+  // The limits of a client that has not authenticated: errors say so.
+  bool unauthenticated = false;
 };
 
 // What an argument costs in memory besides its bytes: the string object
@@ -43,6 +45,10 @@ class RespParser {
   enum class Result { kNeedMore, kCommand, kError };
 
   explicit RespParser(const RespLimits& limits) : limits_(limits) {}
+
+  // The limits from the next header on (shelf-resp tightens them while a
+  // client has not authenticated).
+  void set_limits(const RespLimits& limits) { limits_ = limits; }
 
   // Appends bytes received from the client.
   void Feed(const char* data, size_t size);

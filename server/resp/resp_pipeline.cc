@@ -23,7 +23,7 @@ bool IsCommand(const std::string& arg, const char* upper) {
 
 CommandHandler::BatchKind CommandHandler::Batchable(const Session& session,
                                                     const std::vector<std::string>& args) const {
-  if (!options_.requirepass.empty() && !session.authenticated) return BatchKind::kNone;
+  if (password_.required() && !session.authenticated) return BatchKind::kNone;
   if (args.size() < 2 || args[1].empty() || args[1].size() > kKeyBytesMax) {
     return BatchKind::kNone;
   }

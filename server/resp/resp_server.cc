@@ -48,8 +48,9 @@ constexpr size_t kTlsWriteBytesMax = 4 << 20;
 struct Connection {
   struct Pending {
     std::vector<std::string> args;
-    std::string error;  // set: reply it and close (protocol error, -OOM)
-    int64_t bytes = 0;  // charged to ServerStats::inflight_bytes
+    std::string error;   // set: reply it and close (protocol error, -OOM)
+    int64_t bytes = 0;   // charged to ServerStats::inflight_bytes
+    bool gated = false;  // parsed before the connection authenticated
   };
 
   Connection(int fd_in, uint64_t id_in, const RespLimits& limits) : fd(fd_in), parser(limits) {
@@ -88,8 +89,15 @@ struct Connection {
   size_t drained_bytes = 0;
   uint32_t events = 0;
 
-  // Not reading while queued_bytes is over kQueuedBytesMax (loop thread).
+  // Not reading while queued_bytes is over kQueuedBytesMax, or while an
+  // unauthenticated command waits to run (loop thread).
   bool paused = false;
+  // The session has authenticated, as of the last command run (the worker
+  // stores it before gated_pending drops).
+  std::atomic<bool> authenticated{false};
+  // Commands parsed before authentication and not yet run: the next one is
+  // parsed only once this is 0, under limits its outcome decides.
+  std::atomic<int> gated_pending{0};
 
   std::atomic<bool> closed{false};
   absl::Mutex mu;
@@ -385,13 +393,20 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
       more = true;
       break;
     }
-    ssize_t n = ReadSome(conn.get(), buf.data(), buf.size());
+    size_t want = buf.size();
+    if (Gated(*conn)) {
+      // Unauthenticated: read ahead kUnauthenticatedBufferBytes at most.
+      const size_t held = conn->parser.buffered_bytes();
+      if (held >= kUnauthenticatedBufferBytes) break;
+      want = std::min(want, kUnauthenticatedBufferBytes - held);
+    }
+    ssize_t n = ReadSome(conn.get(), buf.data(), want);
     if (n > 0) {
       total += static_cast<size_t>(n);
       conn->parser.Feed(buf.data(), static_cast<size_t>(n));
       // A short plain read emptied the socket; SSL_read returns one record
       // at a time, so TLS reads on until OpenSSL wants more input.
-      if (conn->ssl == nullptr && static_cast<size_t>(n) < buf.size()) break;
+      if (conn->ssl == nullptr && static_cast<size_t>(n) < want) break;
       continue;
     }
     if (n < 0) break;
@@ -408,13 +423,18 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
     if (conn->queued_bytes.load() > kQueuedBytesMax) {
       // The rest stays unparsed (counted at its size) and the socket unread
       // until they run down to half (DrainNotified).
-      if (!conn->paused) {
-        conn->paused = true;
-        UpdateEvents(conn.get());
-      }
+      Pause(conn.get());
       ChargeParser(conn.get());
       break;
     }
+    const bool gated = Gated(*conn);
+    if (gated && conn->gated_pending.load() > 0) {
+      // The command before decides the limits of the next: wait for it
+      // (DrainNotified resumes once it has run).
+      Pause(conn.get());
+      break;
+    }
+    conn->parser.set_limits(gated ? kUnauthenticatedLimits : options_.limits);
     RespParser::Result r = conn->parser.Next(&args, &error);
     if (r == RespParser::Result::kCommand) {
       int64_t bytes = kCommandOverheadBytes;
@@ -423,8 +443,11 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
       }
       stats_->inflight_bytes.fetch_add(bytes);
       conn->queued_bytes.fetch_add(bytes);
-      absl::MutexLock l(&conn->mu);
-      conn->queue.push_back(Connection::Pending{std::move(args), "", bytes});
+      if (gated) conn->gated_pending.fetch_add(1);
+      {
+        absl::MutexLock l(&conn->mu);
+        conn->queue.push_back(Connection::Pending{std::move(args), "", bytes, gated});
+      }
       args = {};
       queued = true;
       continue;
@@ -435,6 +458,13 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
       queued = true;
     }
     break;
+  }
+  if (conn->reading && !conn->paused && Gated(*conn) &&
+      conn->parser.buffered_bytes() >= kUnauthenticatedBufferBytes) {
+    // Cannot happen with whole commands under kUnauthenticatedLimits; were
+    // it to, the socket would be readable for ever with nothing read.
+    FailConnection(conn, "ERR Protocol error: unauthenticated request too large");
+    queued = true;
   }
   if (stats_->inflight_bytes.load() > static_cast<int64_t>(options_.max_inflight_bytes)) {
     // Over the budget: the connection holding the most gets -OOM and is
@@ -609,6 +639,8 @@ void RespServer::Work(std::shared_ptr<Connection> conn) {
       handler_->Execute(&conn->session, &p.args, &reply, &close);
     }
     p.args.clear();
+    conn->authenticated.store(conn->session.authenticated);
+    if (p.gated) conn->gated_pending.fetch_sub(1);
     stats_->inflight_bytes.fetch_sub(p.bytes);
     // Crossing half of kQueuedBytesMax: a paused connection reads again.
     const int64_t before = conn->queued_bytes.fetch_sub(p.bytes);
@@ -626,7 +658,8 @@ void RespServer::Work(std::shared_ptr<Connection> conn) {
         conn->close_after = true;
         DropQueueLocked(conn.get(), stats_);
       }
-      notify = conn->queue.empty() || conn->out_bytes >= kNotifyOutBytes || close || resume;
+      notify =
+          conn->queue.empty() || conn->out_bytes >= kNotifyOutBytes || close || resume || p.gated;
     }
     if (notify) Notify(conn);
   }
@@ -640,6 +673,16 @@ void RespServer::Notify(const std::shared_ptr<Connection>& conn) {
   uint64_t one = 1;
   ssize_t unused = write(event_fd_, &one, sizeof(one));
   (void)unused;
+}
+
+bool RespServer::Gated(const Connection& conn) const {
+  return options_.auth_required && !conn.authenticated.load();
+}
+
+void RespServer::Pause(Connection* conn) {
+  if (conn->paused) return;
+  conn->paused = true;
+  UpdateEvents(conn);
 }
 
 void RespServer::DrainNotified() {

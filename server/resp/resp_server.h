@@ -41,6 +41,17 @@
 
 namespace shelf::resp {
 
+// While a password is required (RespServerOptions::auth_required) and a
+// connection has not authenticated, its commands are parsed one at a time,
+// each only after the previous one ran, under these limits (enough for
+// HELLO 3 AUTH user password SETNAME name), and at most
+// kUnauthenticatedBufferBytes of its input is read ahead: an unauthenticated
+// socket holds kilobytes, never a value.
+inline constexpr RespLimits kUnauthenticatedLimits{/*args_max=*/10, /*bulk_bytes_max=*/4096,
+                                                   /*line_bytes_max=*/4096,
+                                                   /*unauthenticated=*/true};
+inline constexpr size_t kUnauthenticatedBufferBytes = 64 << 10;
+
 struct RespServerOptions {
   std::string listen = "127.0.0.1:6379";  // HOST:PORT; port 0 picks one; empty: none
   std::string tls_listen;                 // HOST:PORT served over TLS; empty: none
@@ -54,6 +65,9 @@ struct RespServerOptions {
   // otherwise hold its connection (and a --max-clients slot) for ever.
   uint64_t tls_handshake_timeout_ms = 10000;
   RespLimits limits;
+  // A password is required (--requirepass-file): unauthenticated
+  // connections are read under kUnauthenticatedLimits.
+  bool auth_required = false;
 };
 
 struct Connection;
@@ -86,6 +100,10 @@ class RespServer {
   void Notify(const std::shared_ptr<Connection>& conn);
   void DrainNotified();
   void UpdateEvents(Connection* conn);
+  // Whether `conn` is read under kUnauthenticatedLimits.
+  bool Gated(const Connection& conn) const;
+  // Stops reading `conn` until DrainNotified resumes it.
+  void Pause(Connection* conn);
   // Replies `error` after what already ran, then closes; stops reading.
   // `drop_queued`: the commands read but not yet run are dropped, not run.
   void FailConnection(const std::shared_ptr<Connection>& conn, const std::string& error,

@@ -1,0 +1,73 @@
+// The password check of shelf-resp (--requirepass-file), one for AUTH and
+// for HELLO's AUTH option:
+//
+//   PasswordCheck check(requirepass);
+//   uint64_t retry_ms = 0;
+//   switch (check.Check(peer_address, user, password, MonoMs(), &retry_ms)) ...
+//
+// The password is compared in time that depends on neither its bytes nor
+// its length (the SHA-256 digests of both are compared with CRYPTO_memcmp).
+// After a failure, the client's address (the peer without its port) is
+// refused for a back-off that doubles with each consecutive failure, from
+// kBackoffFirstMs to kBackoffMaxMs; an attempt during the back-off is
+// answered without looking at its password and does not extend it. A
+// success clears the address's record. So one address guesses at most one
+// password per kBackoffMaxMs once it has failed a few times.
+#ifndef SHELF_SERVER_RESP_RESP_AUTH_H_
+#define SHELF_SERVER_RESP_RESP_AUTH_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace shelf::resp {
+
+class PasswordCheck {
+ public:
+  static constexpr uint64_t kBackoffFirstMs = 100;
+  static constexpr uint64_t kBackoffMaxMs = 10000;
+  // Addresses whose failures are remembered at once; past it, the record
+  // of the least recent failure is forgotten first.
+  static constexpr size_t kAddressesMax = 65536;
+  // An address with no failure for this long starts again from the first
+  // back-off.
+  static constexpr uint64_t kForgetAfterMs = 10 * 60 * 1000;
+
+  enum class Verdict { kOk, kWrongPass, kBackoff };
+
+  // `password` empty: none is required, and every Check passes.
+  explicit PasswordCheck(absl::string_view password);
+  PasswordCheck(const PasswordCheck&) = delete;
+  PasswordCheck& operator=(const PasswordCheck&) = delete;
+
+  bool required() const { return required_; }
+
+  // Checks `user` ("default" is the only one) and `password` for a client
+  // at `peer` (HOST:PORT, or "unix") at monotonic time `now_ms`. kBackoff:
+  // *retry_ms is how long the address must wait.
+  Verdict Check(absl::string_view peer, absl::string_view user, absl::string_view password,
+                uint64_t now_ms, uint64_t* retry_ms);
+
+ private:
+  struct Failures {
+    uint32_t count = 0;
+    uint64_t last_ms = 0;   // the latest failure
+    uint64_t until_ms = 0;  // refused before this
+  };
+  static std::string AddressOf(absl::string_view peer);
+  void ForgetOneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const bool required_;
+  const std::string digest_;  // SHA-256 of the password
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Failures> failures_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shelf::resp
+
+#endif  // SHELF_SERVER_RESP_RESP_AUTH_H_
