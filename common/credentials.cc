@@ -64,12 +64,27 @@ bool Principal::MayRead(absl::string_view tenant_name) const {
   return std::find(read_tenants.begin(), read_tenants.end(), tenant_name) != read_tenants.end();
 }
 
+bool Principal::MayActAsNode(absl::string_view node_id) const {
+  if (role == Role::kAdmin) return true;
+  if (role != Role::kStore) return false;
+  for (const std::string& pattern : nodes) {
+    if (!pattern.empty() && pattern.back() == '*') {
+      if (absl::StartsWith(node_id, absl::string_view(pattern).substr(0, pattern.size() - 1))) {
+        return true;
+      }
+    } else if (node_id == pattern) {
+      return true;
+    }
+  }
+  return false;
+}
+
 namespace {
 
 // One KEY=VALUE option of a line into `q` (or `read_tenants`, when given).
 // `tenant_line`: a `tenant=` line, which takes every quota.
 absl::Status ParseOption(absl::string_view opt, bool tenant_line, QuotaLimits* q,
-                         std::vector<std::string>* read_tenants) {
+                         std::vector<std::string>* read_tenants, std::vector<std::string>* nodes) {
   size_t eq = opt.find('=');
   if (eq == absl::string_view::npos || eq == 0) return absl::InvalidArgumentError("want KEY=VALUE");
   absl::string_view key = opt.substr(0, eq);
@@ -81,6 +96,17 @@ absl::Status ParseOption(absl::string_view opt, bool tenant_line, QuotaLimits* q
     for (absl::string_view t : absl::StrSplit(value, ',')) {
       if (!ValidTenantName(t)) return absl::InvalidArgumentError("bad tenant in read=");
       read_tenants->emplace_back(t);
+    }
+    return absl::OkStatus();
+  }
+  if (key == "nodes") {
+    if (nodes == nullptr) return absl::InvalidArgumentError("nodes= is for stores");
+    for (absl::string_view n : absl::StrSplit(value, ',')) {
+      if (n.empty() || n.find('*') < n.size() - 1) {
+        return absl::InvalidArgumentError(
+            "nodes= takes node ids, or prefixes ending in '*', separated by commas");
+      }
+      nodes->emplace_back(n);
     }
     return absl::OkStatus();
   }
@@ -126,7 +152,8 @@ absl::Status ParseOption(absl::string_view opt, bool tenant_line, QuotaLimits* q
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown option '", key,
-                   "' (read, dram, ssd, guarantee, puts, put_bytes, leased, pinned, pin_ttl)"));
+                   "' (read, nodes, dram, ssd, guarantee, puts, put_bytes, leased, pinned, "
+                   "pin_ttl)"));
 }
 
 }  // namespace
@@ -150,7 +177,8 @@ absl::StatusOr<std::vector<PrincipalEntry>> ParseCredentials(absl::string_view t
       }
       QuotaLimits q;
       for (size_t i = 1; i < f.size(); ++i) {
-        if (absl::Status s = ParseOption(f[i], /*tenant_line=*/true, &q, nullptr); !s.ok()) {
+        if (absl::Status s = ParseOption(f[i], /*tenant_line=*/true, &q, nullptr, nullptr);
+            !s.ok()) {
           return LineError(origin, line_no, s.message());
         }
       }
@@ -194,8 +222,17 @@ absl::StatusOr<std::vector<PrincipalEntry>> ParseCredentials(absl::string_view t
     e.secret = std::string(f[3]);
     for (size_t i = 4; i < f.size(); ++i) {
       absl::Status s = ParseOption(f[i], /*tenant_line=*/false, &p.quotas,
-                                   p.engine_like() ? &p.read_tenants : nullptr);
+                                   p.engine_like() ? &p.read_tenants : nullptr,
+                                   p.role == Role::kStore ? &p.nodes : nullptr);
       if (!s.ok()) return LineError(origin, line_no, s.message());
+    }
+    if (p.role == Role::kStore && p.nodes.empty()) {
+      // A store credential names what it may register: without that, any
+      // store host could register a node of its choosing and report, in
+      // its inventory, blocks in any tenant's namespace.
+      return LineError(origin, line_no,
+                       "a store names the node ids it may register: nodes=ID[,ID...] (a "
+                       "trailing * matches a prefix; nodes=* any)");
     }
     for (const PrincipalEntry& prev : out) {
       if (prev.principal.name == p.name) {

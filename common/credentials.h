@@ -6,7 +6,7 @@
 //   # NAME     ROLE     TENANT   SECRET                 [OPTION...]
 //   vllm-a     engine   team-a   3c1e...(>= 16 bytes)   puts=64 pin_ttl=10m
 //   resp-a     gateway  team-a   91ab...                read=prompts
-//   store-1    store    -        77d0...
+//   store-1    store    -        77d0...                nodes=gpu-7,rack2-*
 //   ops        admin    -        5f2b...
 //   tenant=team-a   dram=64GiB ssd=1TiB guarantee=16GiB
 //
@@ -15,7 +15,8 @@
 // [A-Za-z0-9_-]{1,32} for engines and gateways, `-` for stores and admins;
 // SECRET at least 16 bytes without whitespace. OPTIONs are KEY=VALUE:
 // `read=TENANT,...` names the tenants whose keys this principal may also
-// read; the rest are quotas (QuotaLimits). A `tenant=NAME` line sets a
+// read; a store's `nodes=ID,...` (required) the node ids it may register as
+// (a trailing `*` matches a prefix, `*` alone any); the rest are quotas (QuotaLimits). A `tenant=NAME` line sets a
 // tenant's quotas and guaranteed DRAM share (docs/security.md, "Quotas").
 //
 // A caller sends `x-shelf-token: NAME:hex(HMAC-SHA256(SECRET,
@@ -69,10 +70,16 @@ struct Principal {
   Role role = Role::kAdmin;
   std::string tenant;
   std::vector<std::string> read_tenants;  // besides its own
+  // A store's node ids (`nodes=`): exact ids, or prefixes ending in '*'
+  // ("*" alone: any). Stores must name theirs; other roles have none.
+  std::vector<std::string> nodes;
   QuotaLimits quotas;
   // Engines and gateways act on keys; a gateway is an engine for its tenant.
   bool engine_like() const { return role == Role::kEngine || role == Role::kGateway; }
   bool MayRead(absl::string_view tenant_name) const;
+  // Whether this principal may register, heartbeat and promote as store
+  // `node_id`: a store only as one of its `nodes`, an admin as any.
+  bool MayActAsNode(absl::string_view node_id) const;
 };
 
 // The name used for the all-roles principal of a cluster without a

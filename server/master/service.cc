@@ -151,16 +151,27 @@ absl::Status MasterServiceImpl::PutStartWithQuota(const Principal& caller,
     return rpc_scope.Done(ToGrpc(size));                                                    \
   }
 
+// A store principal acts only as the node ids its `nodes=` names: any
+// other registration, heartbeat or promotion changes nothing.
+#define SHELF_CHECK_NODE(node_id)                                                          \
+  if (!caller.MayActAsNode(node_id)) {                                                     \
+    return rpc_scope.Done(ToGrpc(absl::PermissionDeniedError(                              \
+        absl::StrCat("principal '", caller.name, "' may not act as store node '", node_id, \
+                     "' (not in its nodes=)"))));                                          \
+  }
+
 grpc::Status MasterServiceImpl::RegisterStore(grpc::ServerContext* ctx,
                                               const v1::RegisterStoreRequest* req,
                                               v1::RegisterStoreResponse* resp) {
   SHELF_CHECK_TOKEN();
+  SHELF_CHECK_NODE(req->endpoint().node_id());
   return rpc_scope.Done(ToGrpc(master_->RegisterStore(*req, resp)));
 }
 
 grpc::Status MasterServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse* resp) {
   SHELF_CHECK_TOKEN();
+  SHELF_CHECK_NODE(req->node_id());
   return rpc_scope.Done(ToGrpc(master_->Heartbeat(*req, resp)));
 }
 
@@ -362,6 +373,7 @@ grpc::Status MasterServiceImpl::RemoveMatching(grpc::ServerContext* ctx,
 grpc::Status MasterServiceImpl::Promote(grpc::ServerContext* ctx, const v1::PromoteRequest* req,
                                         v1::PromoteResponse* resp) {
   SHELF_CHECK_TOKEN();
+  SHELF_CHECK_NODE(req->node_id());
   return rpc_scope.Done(ToGrpc(master_->Promote(*req, resp)));
 }
 
@@ -369,6 +381,7 @@ grpc::Status MasterServiceImpl::PromoteCommit(grpc::ServerContext* ctx,
                                               const v1::PromoteCommitRequest* req,
                                               v1::PromoteCommitResponse* resp) {
   SHELF_CHECK_TOKEN();
+  SHELF_CHECK_NODE(req->node_id());
   return rpc_scope.Done(ToGrpc(master_->PromoteCommit(*req)));
 }
 

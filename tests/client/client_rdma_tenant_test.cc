@@ -42,7 +42,7 @@ constexpr char kSecret[] = "client-rdma-tenant-data-plane-secret";
 constexpr char kCredentials[] =
     "eng-a    engine   team-a   secret-of-engine-a-0123456789\n"
     "eng-b    engine   team-b   secret-of-engine-b-0123456789\n"
-    "store-1  store    -        secret-of-the-store-0123456789\n"
+    "store-1  store    -        secret-of-the-store-0123456789   nodes=*\n"
     "ops      admin    -        secret-of-the-admin-0123456789\n";
 constexpr uint64_t kArenaBytes = 16ull << 20;  // 4 arenas of the 64 MiB
 constexpr size_t kBlock = 1 << 20;

@@ -24,7 +24,7 @@ constexpr char kGood[] =
     "\n"
     "eng-a\tengine  team-a  0123456789abcdef01\n"
     "  gw.a gateway team-a  0123456789abcdef02  read=prompts,shared_1\n"
-    "st-1   store   -       0123456789abcdef03\n"
+    "st-1   store   -       0123456789abcdef03   nodes=*\n"
     "ops    admin   -       0123456789abcdef04\n";
 
 TEST(CredentialsTest, ParsesEveryRole) {
@@ -51,7 +51,11 @@ TEST(CredentialsTest, RefusesMalformedLinesNamingThem) {
            "eng engine team/a 0123456789abcdef\n",      // separator in a tenant
            "eng engine 0123456789abcdef0123456789abcdef0 0123456789abcdef\n",  // tenant > 32
            "eng engine - 0123456789abcdef\n",               // engine without tenant
-           "st store team-a 0123456789abcdef\n",            // store with a tenant
+           "st store team-a 0123456789abcdef nodes=*\n",    // store with a tenant
+           "st store - 0123456789abcdef\n",                 // store without nodes=
+           "st store - 0123456789abcdef nodes=\n",          // an empty node id
+           "st store - 0123456789abcdef nodes=a*b\n",       // '*' not at the end
+           "eng engine team-a 0123456789abcdef nodes=*\n",  // nodes= on an engine
            "eng engine team-a short\n",                     // secret < 16 bytes
            "e:g engine team-a 0123456789abcdef\n",          // ':' in a name
            "eng engine team-a 0123456789abcdef reads=x\n",  // not read=
@@ -64,6 +68,27 @@ TEST(CredentialsTest, RefusesMalformedLinesNamingThem) {
   }
   auto dup = ParseCredentials("a engine t 0123456789abcdef\na engine u 0123456789abcdef\n", "f");
   EXPECT_NE(dup.status().message().find("f line 2"), std::string::npos) << dup.status();
+}
+
+TEST(CredentialsTest, AStoreActsOnlyAsTheNodesItNames) {
+  auto entries = ParseCredentials(
+      "st-1 store - 0123456789abcdef01 nodes=gpu-7,rack2-*\n"
+      "st-any store - 0123456789abcdef02 nodes=*\n"
+      "eng engine t 0123456789abcdef03\n"
+      "ops admin - 0123456789abcdef04\n",
+      "test");
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  const Principal& st = (*entries)[0].principal;
+  EXPECT_TRUE(st.MayActAsNode("gpu-7"));
+  EXPECT_TRUE(st.MayActAsNode("rack2-node-3"));
+  EXPECT_TRUE(st.MayActAsNode("rack2-"));
+  EXPECT_FALSE(st.MayActAsNode("gpu-70"));
+  EXPECT_FALSE(st.MayActAsNode("gpu-"));
+  EXPECT_FALSE(st.MayActAsNode("rack3-node-1"));
+  EXPECT_FALSE(st.MayActAsNode(""));
+  EXPECT_TRUE((*entries)[1].principal.MayActAsNode("anything"));
+  EXPECT_FALSE((*entries)[2].principal.MayActAsNode("gpu-7"));
+  EXPECT_TRUE((*entries)[3].principal.MayActAsNode("gpu-7"));
 }
 
 TEST(CredentialsTest, ParsesQuotasOfPrincipalsAndTenants) {

@@ -264,7 +264,7 @@ def test_a_tenants_blocks_are_hashed_by_the_key_its_engine_names(procs, zctx):
     block put without an engine hash is still named by the hash of KEY."""
     creds = procs.dir / "credentials"
     creds.write_text("eng-a engine team-a secret-of-engine-a-0123456789\n"
-                     "store-1 store - secret-of-the-store-0123456789\n")
+                     "store-1 store - secret-of-the-store-0123456789 nodes=*\n")
     creds.chmod(0o600)
     m = procs.master("master", ["--credentials", creds])
     procs.store("s0", m["grpc"], dram="64MiB",

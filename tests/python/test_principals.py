@@ -23,7 +23,7 @@ SECRETS = {
 }
 CREDENTIALS = (f"eng-a engine team-a {SECRETS['eng-a']}\n"
                f"eng-b engine team-b {SECRETS['eng-b']}\n"
-               f"store-1 store - {SECRETS['store-1']}\n"
+               f"store-1 store - {SECRETS['store-1']} nodes=*\n"
                f"ops admin - {SECRETS['ops']}\n")
 
 

@@ -18,7 +18,7 @@ from conftest import BIN_DIR, START_TIMEOUT_S, Gateway, _wait_for_line
 DATA_SECRET = "resp-principals-data-plane-secret"
 CREDENTIALS = ("gw-a gateway team-a secret-of-gateway-a-0123456\n"
                "gw-b gateway team-b secret-of-gateway-b-0123456\n"
-               "store-1 store - secret-of-the-store-0123456789\n")
+               "store-1 store - secret-of-the-store-0123456789 nodes=*\n")
 
 
 class TenantCluster:

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "common/credentials.h"
 #include "common/rpc.h"
 #include "proto/shelf.grpc.pb.h"
@@ -33,7 +34,8 @@ constexpr char kCredentials[] =
     "gw-a     gateway  team-a   secret-of-gateway-a-012345678\n"
     "reader   engine   team-r   secret-of-the-reader-01234567   read=prompts\n"
     "pub      engine   prompts  secret-of-the-publisher-012345\n"
-    "store-1  store    -        secret-of-the-store-0123456789\n"
+    "store-1  store    -        secret-of-the-store-0123456789   nodes=node-*\n"
+    "store-x  store    -        secret-of-store-x-012345678901   nodes=gpu-7\n"
     "ops      admin    -        secret-of-the-admin-0123456789\n";
 
 std::string SecretOf(const std::string& name) { return SecretIn(kCredentials, name); }
@@ -293,6 +295,65 @@ TEST_F(PrincipalsTest, AStoreCredentialIsNoEngine) {
   EXPECT_EQ(AdminStub()->Status(&ctx, v1::StatusRequest(), &r).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_TRUE(AllKeys().empty());
+}
+
+// The attack: a host holding some store's credential registers a node of
+// its choosing, another store's or a new one, whose inventory names a block
+// in a tenant's namespace with a checksum of its choosing; the tenant's
+// engines would then read whatever that host serves.
+TEST_F(PrincipalsTest, AStoreCredentialRegistersNoNodeButItsOwn) {
+  auto a = As("eng-a");
+  ASSERT_NE(a, nullptr);
+  Put(a.get(), "real", "the-real-bytes");
+  const std::vector<std::string> before = AllKeys();
+  for (const std::string& node : {std::string("node-0"), std::string("rogue")}) {
+    v1::RegisterStoreRequest req;
+    req.set_protocol_version(1);
+    req.set_incarnation(77);
+    v1::StoreEndpoint* ep = req.mutable_endpoint();
+    ep->set_node_id(node);
+    ep->set_data_address("127.0.0.1:1");
+    v1::SegmentInfo* seg = req.add_segments();
+    seg->set_segment_id(0);
+    seg->set_capacity_bytes(1 << 20);
+    seg->set_tier(v1::TIER_DRAM);
+    v1::InventoryEntry* inv = req.add_inventory();
+    inv->set_key("team-a/injected");
+    inv->set_size(16);
+    inv->set_checksum(12345);
+    inv->set_tier(v1::TIER_DRAM);
+    inv->set_segment_id(0);
+    inv->set_offset(0);
+    grpc::ClientContext ctx;
+    Prepare(&ctx, "store-x");
+    v1::RegisterStoreResponse resp;
+    grpc::Status st = MasterStub()->RegisterStore(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << node << ": " << st.error_message();
+    // Nor may it heartbeat for a node that is there.
+    v1::HeartbeatRequest hb;
+    hb.set_node_id(node);
+    grpc::ClientContext hctx;
+    Prepare(&hctx, "store-x");
+    v1::HeartbeatResponse hresp;
+    EXPECT_EQ(MasterStub()->Heartbeat(&hctx, hb, &hresp).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED)
+        << node;
+  }
+  EXPECT_EQ(AllKeys(), before);
+  std::string v;
+  EXPECT_EQ(a->Get("injected", &v).code(), StatusCode::kNotFound);
+  EXPECT_EQ(GetOr(a.get(), "real"), "the-real-bytes");
+  // The cluster's own stores (store-1, nodes=node-*) still register and serve.
+  v1::StatusResponse status;
+  grpc::ClientContext sctx;
+  Prepare(&sctx, "ops");
+  ASSERT_TRUE(AdminStub()->Status(&sctx, v1::StatusRequest(), &status).ok());
+  ASSERT_GE(status.nodes_size(), 1);
+  for (const v1::NodeStatus& n : status.nodes()) {
+    EXPECT_EQ(n.state(), v1::NODE_LIVE) << n.node_id();
+    EXPECT_TRUE(absl::StartsWith(n.node_id(), "node-")) << n.node_id();
+  }
 }
 
 TEST_F(PrincipalsTest, UnknownPrincipalsAndWrongSecretsAreUnauthenticated) {

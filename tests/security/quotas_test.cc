@@ -42,7 +42,7 @@ constexpr char kCredentials[] =
     "eng-b    engine   team-b   secret-of-engine-b-0123456789\n"
     "eng-q    engine   team-q   secret-of-engine-q-0123456789\n"
     "eng-l    engine   team-l   secret-of-engine-l-0123456789   leased=512KiB\n"
-    "store-1  store    -        secret-of-the-store-0123456789\n"
+    "store-1  store    -        secret-of-the-store-0123456789   nodes=*\n"
     "ops      admin    -        secret-of-the-admin-0123456789\n"
     "eng-p1   engine   team-p   secret-of-engine-p1-0123456789  dram=512KiB\n"
     "eng-p2   engine   team-p   secret-of-engine-p2-0123456789\n"

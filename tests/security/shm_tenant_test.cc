@@ -40,7 +40,7 @@ constexpr char kCredentials[] =
     "eng-a    engine   team-a   secret-of-engine-a-0123456789\n"
     "eng-b    engine   team-b   secret-of-engine-b-0123456789\n"
     "reader   engine   team-r   secret-of-the-reader-01234567   read=team-a\n"
-    "store-1  store    -        secret-of-the-store-0123456789\n"
+    "store-1  store    -        secret-of-the-store-0123456789   nodes=*\n"
     "ops      admin    -        secret-of-the-admin-0123456789\n";
 constexpr uint64_t kDramBytes = 32ull << 20;
 constexpr uint64_t kArenaBytes = 8ull << 20;  // 4 arenas

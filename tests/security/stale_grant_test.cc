@@ -35,7 +35,7 @@ constexpr char kCredentials[] =
     "# NAME ROLE TENANT SECRET\n"
     "eng-a    engine   team-a   secret-of-engine-a-0123456789\n"
     "eng-b    engine   team-b   secret-of-engine-b-0123456789\n"
-    "store-1  store    -        secret-of-the-store-0123456789\n"
+    "store-1  store    -        secret-of-the-store-0123456789   nodes=*\n"
     "ops      admin    -        secret-of-the-admin-0123456789\n";
 constexpr uint64_t kBlockBytes = 256 << 10;
 
