@@ -90,30 +90,51 @@ class TokenAuthProcessor : public grpc::AuthMetadataProcessor {
 
 // The same check as TokenAuthProcessor, by an Authenticator (principals
 // or the cluster token): a table lookup and a constant-time compare.
+// With `bind_certificates` (mutual TLS), the principal must also be named
+// by the connection's client certificate.
 class PrincipalAuthProcessor : public grpc::AuthMetadataProcessor {
  public:
-  explicit PrincipalAuthProcessor(std::shared_ptr<const Authenticator> auth)
-      : auth_(std::move(auth)) {}
+  PrincipalAuthProcessor(std::shared_ptr<const Authenticator> auth, bool bind_certificates)
+      : auth_(std::move(auth)), bind_certificates_(bind_certificates) {}
   bool IsBlocking() const override { return false; }
-  grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext*, OutputMetadata*,
-                       OutputMetadata*) override {
+  grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext* context,
+                       OutputMetadata*, OutputMetadata*) override {
     auto it = auth_metadata.find(kTokenHeader);
     absl::string_view token;
     if (it != auth_metadata.end()) token = absl::string_view(it->second.data(), it->second.size());
     absl::StatusOr<Principal> p = auth_->Authenticate(token);
     if (!p.ok()) return ToGrpc(p.status());
+    if (bind_certificates_ && auth_->has_principals() && !CertificateNames(*context, p->name)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          absl::StrCat("principal '", p->name,
+                                       "' is not named by this connection's client certificate "
+                                       "(its common name or a DNS subjectAltName must be '",
+                                       p->name, "')"));
+    }
     return grpc::Status::OK;
   }
 
  private:
+  static bool CertificateNames(const grpc::AuthContext& context, absl::string_view name) {
+    for (const char* property : {GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME}) {
+      for (const grpc::string_ref& value : context.FindPropertyValues(property)) {
+        if (absl::string_view(value.data(), value.size()) == name) return true;
+      }
+    }
+    return false;
+  }
+
   const std::shared_ptr<const Authenticator> auth_;
+  const bool bind_certificates_;
 };
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
-    const TlsFiles& tls, std::shared_ptr<const Authenticator> auth) {
+    const TlsFiles& tls, std::shared_ptr<const Authenticator> auth, bool bind_certificates) {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ServerCredentials(tls, "");
   if (!creds.ok() || !tls.enabled() || auth == nullptr || !auth->required()) return creds;
-  (*creds)->SetAuthMetadataProcessor(std::make_shared<PrincipalAuthProcessor>(std::move(auth)));
+  // Only mutual TLS has a client certificate to bind to.
+  (*creds)->SetAuthMetadataProcessor(std::make_shared<PrincipalAuthProcessor>(
+      std::move(auth), bind_certificates && !tls.ca.empty()));
   return creds;
 }
 

@@ -47,11 +47,14 @@ struct TlsFiles {
 // the call's metadata, before the request message is received and parsed,
 // for every method (health and reflection included). With an Authenticator
 // the processor authenticates the caller (a principal, or the cluster
-// token) the same way.
+// token) the same way; with mutual TLS and `bind_certificates`, a
+// principal is accepted only on a connection whose client certificate names
+// it (its common name, or a DNS subjectAltName), so a stolen token is no
+// use without its holder's certificate and key.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     const TlsFiles& tls, const std::string& token = "");
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
-    const TlsFiles& tls, std::shared_ptr<const Authenticator> auth);
+    const TlsFiles& tls, std::shared_ptr<const Authenticator> auth, bool bind_certificates);
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const TlsFiles& tls);
 // A channel to HOST:PORT with Shelf's channel arguments (large messages,
 // keepalive, bounded reconnect backoff).

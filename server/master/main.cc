@@ -62,6 +62,14 @@ std::unique_ptr<grpc::Server> StartGrpcServer(const MasterConfig& config,
   // The largest body of any method; each handler then holds its method to
   // its own limit (server/master/rpc_limits.h).
   builder.SetMaxReceiveMessageSize(static_cast<int>(kRpcReceiveBytesMax));
+  // A peer that connects and never finishes its handshake, or holds a
+  // connection with nothing in progress, gives its descriptor back.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(config.handshake_timeout_ms));
+  if (config.idle_timeout_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                               static_cast<int>(config.idle_timeout_ms));
+  }
   // ... and bodies being received, together, to --rpc-memory-max (the
   // builder keeps its own reference to the quota).
   grpc::ResourceQuota rpc_quota("shelf-master");

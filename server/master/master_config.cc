@@ -1,6 +1,7 @@
 #include "server/master/master_config.h"
 
 #include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -61,7 +62,17 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
                   "namespaces and quotas are enforced; reloaded on SIGHUP");
   flags.AddString("tls-cert", &c.tls.cert, "PEM certificate for gRPC TLS");
   flags.AddString("tls-key", &c.tls.key, "PEM private key for gRPC TLS");
-  flags.AddString("tls-ca", &c.tls.ca, "PEM CA bundle for gRPC TLS");
+  flags.AddString("tls-ca", &c.tls.ca,
+                  "PEM CA bundle: mutual TLS, callers must present a certificate it signed");
+  flags.AddBool("tls-bind-principals", &c.tls_bind_principals,
+                "with --tls-ca and --credentials, a caller's client certificate must name its "
+                "principal (common name or DNS subjectAltName)");
+  flags.AddDurationMs("handshake-timeout", &c.handshake_timeout_ms,
+                      "a gRPC connection that has not finished its (TLS and HTTP/2) handshake "
+                      "this long after accept is closed");
+  flags.AddDurationMs("idle-timeout", &c.idle_timeout_ms,
+                      "a gRPC connection with no call in progress for this long is closed "
+                      "(clients reconnect on their next call); 0: never");
   flags.AddString("ready-file", &c.ready_file,
                   "write the bound HOST:PORT here once serving (then "
                   "'events', 'events-replay' and 'metrics HOST:PORT' lines for those that are on)");
@@ -138,7 +149,15 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
       !s.ok()) {
     return absl::InvalidArgumentError(s.message());
   }
-  auto creds = ServerCredentials(c.tls, std::shared_ptr<const Authenticator>(c.auth));
+  constexpr uint64_t kTimeoutMsMax = std::numeric_limits<int>::max();  // gRPC takes an int
+  if (c.handshake_timeout_ms == 0 || c.handshake_timeout_ms > kTimeoutMsMax) {
+    return absl::InvalidArgumentError("--handshake-timeout takes 1ms..24d");
+  }
+  if (c.idle_timeout_ms > kTimeoutMsMax) {
+    return absl::InvalidArgumentError("--idle-timeout takes 0 (never)..24d");
+  }
+  auto creds =
+      ServerCredentials(c.tls, std::shared_ptr<const Authenticator>(c.auth), c.tls_bind_principals);
   if (!creds.ok()) return absl::InvalidArgumentError(creds.status().message());
   c.credentials = *std::move(creds);
   absl::StatusOr<HostPort> hp = ParseHostPort(c.listen);

@@ -31,6 +31,14 @@ struct MasterConfig {
   // secret's one all-roles principal, else anyone (open).
   std::shared_ptr<Authenticator> auth;
   TlsFiles tls;
+  // With mutual TLS and principals: a caller's client certificate must name
+  // its principal (docs/security.md, "TLS on gRPC").
+  bool tls_bind_principals = true;
+  // A connection that has not finished its handshake this long after
+  // accept is closed (gRPC's own default is 120 s).
+  uint64_t handshake_timeout_ms = 10000;
+  // A connection with no call in progress this long is closed; 0: never.
+  uint64_t idle_timeout_ms = 10 * 60 * 1000;
   std::shared_ptr<grpc::ServerCredentials> credentials;
   bool reflection = false;
   // Bounds what concurrent large bodies (registrations) can make gRPC hold:

@@ -61,6 +61,27 @@ absl::Status MakeTestCertificates(const std::string& dir, const std::string& nam
   return absl::OkStatus();
 }
 
+absl::Status MakeClientCertificate(const std::string& dir, const std::string& ca_name,
+                                   const std::string& cn) {
+  std::string d = ShellQuote(dir);
+  std::ofstream(dir + "/" + cn + ".ext") << "subjectAltName=DNS:" << cn << "\n";
+  const std::vector<std::string> steps = {
+      absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=",
+                   cn, " -keyout ", d, "/", cn, ".key -out ", d, "/", cn, ".csr"),
+      absl::StrCat("openssl x509 -req -days 1 -in ", d, "/", cn, ".csr -CA ", d, "/", ca_name,
+                   "-ca.pem -CAkey ", d, "/", ca_name, "-ca.key -CAcreateserial -out ", d, "/", cn,
+                   ".pem -extfile ", d, "/", cn, ".ext"),
+      absl::StrCat("chmod 600 ", d, "/", cn, ".key"),
+  };
+  for (const std::string& step : steps) {
+    std::string out;
+    if (RunShell(step, &out) != 0) {
+      return absl::InternalError(absl::StrCat("'", step, "' failed: ", out));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int RunShell(const std::string& command, std::string* output) {
   FILE* p = popen((command + " 2>&1").c_str(), "r");
   if (p == nullptr) return -1;

@@ -47,6 +47,11 @@ std::string ShellQuote(const std::string& arg);
 // 0600), a certificate for 127.0.0.1 and localhost signed by that CA, fit
 // to serve and to present as a client certificate.
 absl::Status MakeTestCertificates(const std::string& dir, const std::string& name);
+// With openssl, after MakeTestCertificates(dir, ca_name): CN.pem / CN.key, a
+// client certificate whose common name and DNS subjectAltName are `cn`,
+// signed by ca_name-ca.pem.
+absl::Status MakeClientCertificate(const std::string& dir, const std::string& ca_name,
+                                   const std::string& cn);
 
 // What the master holds, from AdminService.Status and Segments: enough to
 // prove that a rejected request changed nothing.

@@ -5,8 +5,12 @@
 // sharing between tenants, and a SIGHUP that adds a principal.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -15,6 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "common/credentials.h"
+#include "common/net.h"
 #include "common/rpc.h"
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
@@ -518,6 +523,111 @@ TEST(PrincipalsTlsTest, PrincipalsAreCheckedBeforeTheBodyWithTls) {
   ASSERT_TRUE(Client::Open(co, &client).ok());
   std::string v;
   EXPECT_EQ(client->Get("absent", &v).code(), StatusCode::kNotFound);
+  master->reset();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+// The attack: a principal's token (a bearer credential: in a log, a core
+// dump, a config file) used from a host that holds another principal's
+// client certificate. With mutual TLS, the certificate names its principal.
+TEST(PrincipalsTlsTest, AClientCertificateIsBoundToItsPrincipal) {
+  if (fault::RunShell("command -v openssl") != 0) GTEST_SKIP() << "openssl is not installed";
+  std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-princ-bind-XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_TRUE(fault::MakeTestCertificates(dir, "good").ok());
+  ASSERT_TRUE(fault::MakeClientCertificate(dir, "good", "eng-a").ok());
+  ASSERT_TRUE(fault::MakeClientCertificate(dir, "good", "ops").ok());
+  const std::string credentials = dir + "/credentials";
+  std::ofstream(credentials) << kCredentials;
+  ::chmod(credentials.c_str(), 0600);
+  const std::string bin = SHELF_BIN_DIR;
+  auto master = Process::Spawn(
+      {bin + "/shelf-master", "--listen", "127.0.0.1:0", "--ready-file", dir + "/master.addr",
+       "--credentials", credentials, "--tls-cert", dir + "/good.pem", "--tls-key",
+       dir + "/good.key", "--tls-ca", dir + "/good-ca.pem"},
+      dir + "/master.log");
+  ASSERT_TRUE(master.ok()) << master.status();
+  auto addr = WaitForFileLine(dir + "/master.addr", 15000, master->get());
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  auto status_as = [&](const std::string& cert, const std::string& principal) {
+    TlsFiles tls{dir + "/" + cert + ".pem", dir + "/" + cert + ".key", dir + "/good-ca.pem"};
+    auto ch = MakeChannel(*addr, tls);
+    EXPECT_TRUE(ch.ok());
+    auto admin = v1::AdminService::NewStub(*ch);
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, PrincipalToken(principal, SecretOf(principal)), 20000);
+    v1::StatusResponse r;
+    grpc::Status st = admin->Status(&ctx, v1::StatusRequest(), &r);
+    return st;
+  };
+  // (The first handshake can take seconds on a loaded machine: retried.)
+  EXPECT_TRUE(WaitFor([&] { return status_as("ops", "ops").ok(); }, 60000));
+  // The admin's token over the engine's certificate, or over the
+  // master's own (CN localhost): refused before the call runs.
+  grpc::Status stolen = status_as("eng-a", "ops");
+  EXPECT_EQ(stolen.error_code(), grpc::StatusCode::UNAUTHENTICATED) << stolen.error_message();
+  EXPECT_NE(stolen.error_message().find("client certificate"), std::string::npos)
+      << stolen.error_message();
+  EXPECT_EQ(status_as("good", "ops").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // Each principal over its own certificate works as before.
+  ClientOptions co;
+  co.masters = {*addr};
+  co.tls_ca = dir + "/good-ca.pem";
+  co.tls_cert = dir + "/eng-a.pem";
+  co.tls_key = dir + "/eng-a.key";
+  co.principal = "eng-a";
+  co.principal_secret = SecretOf("eng-a");
+  co.timeout_ms = 20000;
+  std::unique_ptr<Client> client;
+  ASSERT_TRUE(Client::Open(co, &client).ok());
+  std::string v;
+  EXPECT_EQ(client->Get("absent", &v).code(), StatusCode::kNotFound);
+  master->reset();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+// The attack: connections that never finish their handshake, each holding
+// one of the master's descriptors for gRPC's default 120 s.
+TEST(PrincipalsTlsTest, ASilentConnectionIsClosedAtTheHandshakeTimeout) {
+  if (fault::RunShell("command -v openssl") != 0) GTEST_SKIP() << "openssl is not installed";
+  std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-princ-hs-XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_TRUE(fault::MakeTestCertificates(dir, "good").ok());
+  const std::string credentials = dir + "/credentials";
+  std::ofstream(credentials) << kCredentials;
+  ::chmod(credentials.c_str(), 0600);
+  const std::string bin = SHELF_BIN_DIR;
+  auto master = Process::Spawn(
+      {bin + "/shelf-master", "--listen", "127.0.0.1:0", "--ready-file", dir + "/master.addr",
+       "--credentials", credentials, "--tls-cert", dir + "/good.pem", "--tls-key",
+       dir + "/good.key", "--handshake-timeout", "1s"},
+      dir + "/master.log");
+  ASSERT_TRUE(master.ok()) << master.status();
+  auto addr = WaitForFileLine(dir + "/master.addr", 15000, master->get());
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  auto hp = ParseHostPort(*addr);
+  ASSERT_TRUE(hp.ok());
+  std::vector<int> fds;
+  for (int i = 0; i < 8; ++i) {
+    absl::StatusOr<int> fd = TcpConnect(*hp, 5000);
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    fds.push_back(*fd);
+  }
+  // Each is closed by the master within a few seconds (recv sees EOF), not
+  // held until the 20 s receive timeout below.
+  for (int fd : fds) {
+    timeval tv{20, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char c;
+    const ssize_t n = ::recv(fd, &c, 1, 0);
+    const int err = errno;
+    EXPECT_TRUE(n == 0 || (n < 0 && err == ECONNRESET)) << n << " " << strerror(err);
+    ::close(fd);
+  }
   master->reset();
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
