@@ -3,6 +3,12 @@
 - `systemd-analyze verify` accepts both units, run on copies whose ExecStart
   names the binaries just built, with no warning about them (verify exits 0
   on an unknown key, so its output is read too).
+- `systemd-analyze security --offline=true` rates each unit at or below
+  EXPOSURE_MAX (systemd 252's scale, 0 best to 10): the sandboxing cannot
+  wear away unnoticed. docs/operations.md gives the figures and what each
+  unit leaves exposed, and why.
+- Engines reach the node's sockets through the group `shelf-engines`, never
+  through `shelf`, the group that reads the secret and credentials files.
 - The units and the example configs agree on paths (config file, run dir,
   SSD dir), so the store's socket and SSD tier land where systemd provides
   writable directories.
@@ -36,6 +42,15 @@ SERVICES = {
     "shelf-resp": ("shelf-resp.service", "resp.conf"),
 }
 KEY_LINE = re.compile(r"^\s*(#\s*)?([a-z][a-z0-9-]*)\s*=\s*(.*?)\s*$")
+# Highest `systemd-analyze security` exposure each unit may have (systemd
+# 252; the units rate 1.1, 1.3 and 1.7). The store keeps the most: devices
+# (RDMA), CAP_IPC_LOCK, netlink, a syscall deny list rather than an allow
+# list, and no ProcSubset=pid or PrivateUsers (same-host clients, shm uids).
+EXPOSURE_MAX = {"shelf-master": 1.2, "shelf-resp": 1.5, "shelf-store": 2.0}
+# The group of the daemons (reads the 0640 root:shelf credential files) and
+# the group of the engines (owns the run directories).
+DAEMON_GROUP, ENGINE_GROUP = "shelf", "shelf-engines"
+OVERALL = re.compile(r"Overall exposure level for \S+: (\d+\.\d+)")
 
 
 def binary(name):
@@ -134,6 +149,69 @@ class UnitTest(unittest.TestCase):
         with open(os.path.join(UNITS, "shelf.sysusers")) as f:
             lines = [l.split() for l in f if l.strip() and not l.startswith("#")]
         self.assertIn(["u", "shelf"], [l[:2] for l in lines])
+        self.assertIn(["g", ENGINE_GROUP], [l[:2] for l in lines])
+
+    def test_security_exposure_at_most_its_limit(self):
+        analyze = shutil.which("systemd-analyze")
+        self.assertIsNotNone(analyze, "systemd-analyze is missing: deploy/install-deps.sh "
+                                      "installs it (Debian package systemd)")
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, (unit, _) in SERVICES.items():
+                with self.subTest(unit=unit):
+                    copy = os.path.join(tmp, unit)
+                    shutil.copyfile(os.path.join(UNITS, unit), copy)
+                    limit = EXPOSURE_MAX[name]
+                    # --threshold is in tenths; over it the exit status is not 0.
+                    proc = subprocess.run(
+                        [analyze, "security", "--offline=true", "--no-pager",
+                         f"--threshold={round(limit * 10)}", copy],
+                        capture_output=True, text=True, timeout=60)
+                    output = proc.stdout + proc.stderr
+                    m = OVERALL.search(output)
+                    self.assertIsNotNone(m, f"no overall exposure for {unit}:\n{output}")
+                    exposure = float(m.group(1))
+                    flagged = "\n".join(l for l in output.splitlines() if l.startswith("✗"))
+                    self.assertLessEqual(exposure, limit,
+                                         f"{unit}: exposure {exposure} > {limit}:\n{flagged}")
+                    self.assertEqual(proc.returncode, 0, output)
+
+    def test_engines_reach_sockets_without_reading_credentials(self):
+        units = {name: unit_settings(os.path.join(UNITS, unit))
+                 for name, (unit, _) in SERVICES.items()}
+
+        def values(name, key):
+            return [v for _, k, v in units[name] if k == key]
+
+        # The master has no socket for engines: the daemons' group alone.
+        self.assertEqual(values("shelf-master", "Group"), [DAEMON_GROUP])
+        self.assertEqual(values("shelf-master", "SupplementaryGroups"), [])
+        for name in ("shelf-store", "shelf-resp"):
+            # systemd hands RuntimeDirectory= to User:Group, so Group= is the
+            # group that reaches the socket; `shelf` comes as a supplementary
+            # group only, for the credential files.
+            self.assertEqual(values(name, "Group"), [ENGINE_GROUP], name)
+            self.assertEqual(values(name, "SupplementaryGroups"), [DAEMON_GROUP], name)
+            self.assertEqual(values(name, "RuntimeDirectoryMode"), ["0750"], name)
+        # The store's state (the SSD tier) stays out of the engines' reach.
+        self.assertEqual(values("shelf-store", "StateDirectoryMode"), ["0700"])
+
+        # Wherever a credential file is handed to a group, it is `shelf`;
+        # wherever engines are told to join a group, `shelf-engines`.
+        texts = {}
+        for rel in ("docs/operations.md", "docs/security.md", "deploy/config/master.conf",
+                    "deploy/config/store.conf", "deploy/config/resp.conf"):
+            with open(os.path.join(SOURCE_DIR, rel)) as f:
+                texts[rel] = f.read()
+        chowned = [(rel, g) for rel, t in texts.items()
+                   for g in re.findall(r"chown\s+[\w-]*:([\w-]+)\s+/etc/shelf/", t)]
+        self.assertTrue(chowned, "no `chown USER:GROUP /etc/shelf/...` in the docs")
+        self.assertEqual({g for _, g in chowned}, {DAEMON_GROUP}, chowned)
+        joined = [(rel, g) for rel, t in texts.items()
+                  for g in re.findall(r"usermod\s+-aG\s+([\w-]+)", t)
+                  + re.findall(r"(?:to|in) the `([\w-]+)` group", t)]
+        self.assertTrue(any(g == ENGINE_GROUP for _, g in joined), joined)
+        self.assertEqual([(rel, g) for rel, g in joined if g != ENGINE_GROUP], [],
+                         "engines must not be put in the group that reads credentials")
 
 
 def config_files(conf):
