@@ -16,7 +16,15 @@ rendering is checked the same way and compared. On every rendering:
 - the store DaemonSet runs on the host network with IPC_LOCK, and its
   hugepages limit covers its DRAM segment;
 - production runs three masters electing through a three-member etcd that
-  takes only TLS clients with a certificate, and ships NetworkPolicies.
+  takes only TLS clients with a certificate, and ships NetworkPolicies;
+- production secures every channel: the masters serve gRPC over mutual TLS
+  with a credentials file, stores and shelf-resp present client
+  certificates and their own principals, stores serve data-plane TLS that
+  shelf-resp and shelfctl verify, and the stores' etcd certificate is their
+  own (read-only); every file those configs name lies in a Secret mounted
+  with defaultMode 0400 into that container alone;
+- every pod runs under the RuntimeDefault seccomp profile and mounts no
+  service-account token, but for the store's node-labels init step.
 
 Needs PyYAML (Debian: python3-yaml).
 Run: python3 -m pytest -q tests/deploy/test_kubernetes.py
@@ -36,7 +44,13 @@ SOURCE_DIR = os.environ.get(
 K8S = os.path.join(SOURCE_DIR, "deploy", "kubernetes")
 TARGETS = ["base", "overlays/dev", "overlays/production"]
 # Secrets the operator creates by hand (never committed).
-EXTERNAL_SECRETS = {"shelf-secret", "shelf-etcd-tls", "shelf-etcd-client", "shelf-store-data-tls"}
+EXTERNAL_SECRETS = {"shelf-secret", "shelf-etcd-tls", "shelf-etcd-client", "shelf-store-data-tls",
+                    "shelf-etcd-store-client", "shelf-master-tls", "shelf-credentials",
+                    "shelf-store-principal", "shelf-resp-principal", "shelf-admin-principal"}
+# Where a service-account token is mounted by hand (projected), and the one
+# container that may see it.
+API_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+API_TOKEN_CONTAINERS = {("shelf-store", "node-labels")}
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
 KNOWN_KUSTOMIZE_KEYS = {"apiVersion", "kind", "namespace", "labels", "resources", "components",
                         "configMapGenerator", "images", "replicas", "patches"}
@@ -290,6 +304,44 @@ def parse_size(s):
     return int(m.group(1)) * units[m.group(2)]
 
 
+def secret_of(workload, container, path):
+    """(the `secret` of the volume that holds `path` in `container`, the key
+    of that Secret the file is), or (None, None) when the path is mounted
+    from something else; fails when nothing mounts it."""
+    spec = workload["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    for m in container.get("volumeMounts", []):
+        mount = m["mountPath"]
+        if path == mount or path.startswith(mount.rstrip("/") + "/"):
+            v = volumes[m["name"]]
+            if "secret" not in v:
+                return None, None
+            name = m.get("subPath") or os.path.relpath(path, mount)
+            items = v["secret"].get("items")
+            if items is not None:
+                keys = {i["path"]: i["key"] for i in items}
+                assert name in keys, f"{container['name']}: {path} is not among {items}"
+                name = keys[name]
+            return v["secret"], name
+    raise AssertionError(f"{workload['metadata']['name']}/{container['name']}: "
+                         f"nothing mounts {path}")
+
+
+# What the production configs must set: mutual TLS and principals on gRPC,
+# TLS on the data plane (tests/deploy/test_production_run.py runs them).
+PRODUCTION_KEYS = {
+    "master.conf": ["secret-file", "credentials", "tls-cert", "tls-key", "tls-ca",
+                    "etcd-ca", "etcd-cert", "etcd-key"],
+    "store.conf": ["secret-file", "credentials", "tls-ca", "tls-cert", "tls-key",
+                   "etcd-ca", "etcd-cert", "etcd-key", "data-tls", "data-tls-cert",
+                   "data-tls-key"],
+    "resp.conf": ["secret-file", "credentials", "master-tls-ca", "master-tls-cert",
+                  "master-tls-key", "data-tls", "data-tls-ca"],
+    "shelfctl.conf": ["credentials", "tls-ca", "tls-cert", "tls-key", "secret-file", "data-tls",
+                      "data-tls-ca"],
+}
+
+
 # ------------------------------------------------------------------- checks
 
 class Checks:
@@ -466,6 +518,28 @@ class Checks:
             self.assertTrue(any(cf["secret-file"].startswith(m + "/") for m in mounts),
                             f"{c['name']}: secret-file {cf['secret-file']} outside {mounts}")
 
+    def test_pods_confined(self):
+        for w in [o for o in self.objects if o["kind"] in WORKLOADS]:
+            name = w["metadata"]["name"]
+            spec = w["spec"]["template"]["spec"]
+            self.assertEqual(spec.get("securityContext", {}).get("seccompProfile"),
+                             {"type": "RuntimeDefault"}, f"{name}: pod seccompProfile")
+            self.assertIs(spec.get("automountServiceAccountToken"), False,
+                          f"{name}: automountServiceAccountToken")
+            for c in containers(w["spec"]["template"]):
+                profile = c.get("securityContext", {}).get("seccompProfile")
+                self.assertIn(profile, (None, {"type": "RuntimeDefault"}), f"{name}/{c['name']}")
+                self.assertIs(c.get("securityContext", {}).get("allowPrivilegeEscalation"), False,
+                              f"{name}/{c['name']}")
+                volumes = {v["name"]: v for v in spec.get("volumes", [])}
+                for m in c.get("volumeMounts", []):
+                    v = volumes.get(m["name"], {})
+                    token = any("serviceAccountToken" in src
+                                for src in v.get("projected", {}).get("sources", []))
+                    if token or m["mountPath"].startswith(API_TOKEN_PATH):
+                        self.assertIn((name, c["name"]), API_TOKEN_CONTAINERS,
+                                      f"{name}/{c['name']} mounts a service-account token")
+
     def test_store_hugepages_cover_the_segment(self):
         store = [c for c in self.store()["spec"]["template"]["spec"]["containers"]
                  if c["name"] == "store"][0]
@@ -577,18 +651,16 @@ class LayoutTest(unittest.TestCase):
         master_conf = parse_conf(config_text(prod, "shelf-master-config", "master.conf"))
         store_conf = parse_conf(config_text(prod, "shelf-store-config", "store.conf"))
         self.assertTrue(all(u.startswith("https://") for u in master_conf["etcd"].split(",")))
-        for kind, name, conf in (("StatefulSet", "shelf-master", master_conf),
-                                 ("DaemonSet", "shelf-store", store_conf)):
+        # The masters' certificate may write etcd; the stores' is their own
+        # (etcd-auth.sh lets its user read /shelf/ only).
+        for kind, name, conf, secret_name in (
+                ("StatefulSet", "shelf-master", master_conf, "shelf-etcd-client"),
+                ("DaemonSet", "shelf-store", store_conf, "shelf-etcd-store-client")):
             w = find(prod, kind, name)
-            spec = w["spec"]["template"]["spec"]
-            volumes = {v["name"]: v for v in spec["volumes"]}
-            mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
+            c = w["spec"]["template"]["spec"]["containers"][0]
             for key in ("etcd-ca", "etcd-cert", "etcd-key"):
-                path = conf[key]
-                mount = os.path.dirname(path)
-                self.assertIn(mount, mounts, f"{name}: {key} {path} is not mounted")
-                secret = volumes[mounts[mount]]["secret"]
-                self.assertEqual(secret["secretName"], "shelf-etcd-client")
+                secret, _ = secret_of(w, c, conf[key])
+                self.assertEqual(secret["secretName"], secret_name, f"{name}: {key}")
                 self.assertEqual(secret["defaultMode"], 0o400)
         policies = {p["metadata"]["name"]: p for p in by_kind(prod, "NetworkPolicy")}
         self.assertEqual(policies["default-deny-ingress"]["spec"]["podSelector"], {})
@@ -601,6 +673,69 @@ class LayoutTest(unittest.TestCase):
         self.assertTrue(all(sources for sources in client_port_from),
                         "etcd's client port must not be open to every pod")
         self.assertIn("shelf-master", policies)
+
+    def test_production_secures_grpc_data_plane_and_credentials(self):
+        prod = render(os.path.join(K8S, "overlays/production"))
+        confs = {key: parse_conf(config_text(prod, cm, key)) for cm, key in (
+            ("shelf-master-config", "master.conf"), ("shelf-master-config", "shelfctl.conf"),
+            ("shelf-store-config", "store.conf"), ("shelf-store-config", "resp.conf"))}
+        for key, needed in PRODUCTION_KEYS.items():
+            self.assertEqual([k for k in needed if k not in confs[key]], [], f"{key} lacks")
+        for key, flag in (("store.conf", "data-tls"), ("resp.conf", "data-tls"),
+                          ("shelfctl.conf", "data-tls")):
+            self.assertEqual(confs[key][flag], "true", f"{key}: {flag}")
+
+        sts = find(prod, "StatefulSet", "shelf-master")
+        ds = find(prod, "DaemonSet", "shelf-store")
+        master = sts["spec"]["template"]["spec"]["containers"][0]
+        store, resp = ds["spec"]["template"]["spec"]["containers"]
+        self.assertEqual((store["name"], resp["name"]), ("store", "resp"))
+        # The master advertises the name its certificate holds, not its IP.
+        self.assertIn("--advertise=$(POD_NAME).shelf-master:7000", master["args"])
+        self.assertIn("POD_NAME", [e["name"] for e in master["env"]])
+
+        # Every file a config names is in a Secret mounted 0400 into that
+        # container. Each caller's principal (its credentials line and the
+        # client certificate that names it) is a Secret of its own.
+        credentials, client_certs = {}, {}
+        for w, c, key in ((sts, master, "master.conf"), (sts, master, "shelfctl.conf"),
+                          (ds, store, "store.conf"), (ds, resp, "resp.conf")):
+            for flag, value in confs[key].items():
+                if not value.startswith("/etc/"):
+                    continue
+                secret, item = secret_of(w, c, value)
+                if secret is None:
+                    continue  # a ConfigMap (node labels) or host path
+                self.assertEqual(secret["defaultMode"], 0o400, f"{key}: {flag}")
+                if flag == "credentials":
+                    credentials[key] = secret["secretName"]
+                if flag in ("tls-cert", "master-tls-cert"):
+                    client_certs[key] = secret["secretName"]
+        self.assertEqual(credentials, {"master.conf": "shelf-credentials",
+                                       "shelfctl.conf": "shelf-admin-principal",
+                                       "store.conf": "shelf-store-principal",
+                                       "resp.conf": "shelf-resp-principal"})
+        self.assertEqual(client_certs, {"master.conf": "shelf-master-tls",
+                                        "shelfctl.conf": "shelf-admin-principal",
+                                        "store.conf": "shelf-store-principal",
+                                        "resp.conf": "shelf-resp-principal"})
+        # shelf-resp and the masters see only the CA of the stores' data
+        # certificate, never its key.
+        for w, c in ((sts, master), (ds, resp)):
+            secret, _ = secret_of(w, c, "/etc/shelf/data-tls/ca.crt")
+            self.assertEqual(secret["items"], [{"key": "ca.crt", "path": "ca.crt"}])
+        # No Secret of the masters' reaches the store's pod.
+        ds_secrets = {v["secret"]["secretName"] for v in ds["spec"]["template"]["spec"]["volumes"]
+                      if "secret" in v}
+        self.assertFalse(ds_secrets & {"shelf-credentials", "shelf-master-tls",
+                                       "shelf-etcd-client", "shelf-admin-principal"}, ds_secrets)
+        # Neither container of the store's pod mounts the other's principal.
+        for c, other in ((store, "shelf-resp-principal"), (resp, "shelf-store-principal")):
+            mounted = {secret_of(ds, c, m["mountPath"] + "/x")[0]["secretName"]
+                       for m in c["volumeMounts"] if m["name"] in {
+                           v["name"] for v in ds["spec"]["template"]["spec"]["volumes"]
+                           if "secret" in v and "items" not in v["secret"]}}
+            self.assertNotIn(other, mounted, c["name"])
 
     def test_renderer_agrees_with_kubectl(self):
         if shutil.which("kubectl") is None:
