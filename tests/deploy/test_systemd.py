@@ -32,7 +32,9 @@ import unittest
 SOURCE_DIR = os.environ.get(
     "SHELF_SOURCE_DIR",
     os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-BIN_DIR = os.environ.get("SHELF_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin"))
+# Absolute: the units' ExecStart= must name an absolute path.
+BIN_DIR = os.path.abspath(os.environ.get("SHELF_BIN_DIR",
+                                         os.path.join(SOURCE_DIR, "build", "bin")))
 UNITS = os.path.join(SOURCE_DIR, "deploy", "systemd")
 CONFIGS = os.path.join(SOURCE_DIR, "deploy", "config")
 # binary -> its unit and example config.
