@@ -76,6 +76,8 @@ const char* DataServer::RuleName(Rule rule) {
       return "idle";
     case Rule::kBadTag:
       return "bad_tag";
+    case Rule::kSourceShare:
+      return "source_share";
     case Rule::kCount:
       break;
   }
@@ -129,7 +131,20 @@ void DataServer::AcceptLoop() {
       CountClosed(Rule::kMaxConnections);
       continue;
     }
-    AdmitLocked(fd, SourceOf(peer));
+    std::string source = SourceOf(peer);
+    const int share = options_.max_connections_per_source > 0
+                          ? options_.max_connections_per_source
+                          : std::max(1, options_.max_connections / 2);
+    if (auto it = per_source_.find(source); it != per_source_.end() && it->second >= share) {
+      SHELF_LOG(WARNING) << "connection refused: its source holds its share" << Kv("source", source)
+                         << Kv("max_connections_per_source", share);
+      close(fd);
+      CountClosed(Rule::kSourceShare);
+      continue;
+    }
+    AdmitLocked(fd, source);
+    ++per_source_[source];
+    source_of_[fd] = std::move(source);
     fds_.insert(fd);
     live_.fetch_add(1);
     const uint64_t deadline_ms = MonoMs() + options_.handshake_timeout_ms;
@@ -139,11 +154,20 @@ void DataServer::AcceptLoop() {
     } catch (const std::system_error& e) {  // out of threads or memory
       SHELF_LOG(WARNING) << "connection refused: no thread to serve it" << Kv("error", e.what());
       pending_.erase(fd);
+      ReleaseSourceLocked(fd);
       fds_.erase(fd);
       live_.fetch_sub(1);
       close(fd);
     }
   }
+}
+
+void DataServer::ReleaseSourceLocked(int fd) {
+  auto it = source_of_.find(fd);
+  if (it == source_of_.end()) return;
+  auto count = per_source_.find(it->second);
+  if (count != per_source_.end() && --count->second <= 0) per_source_.erase(count);
+  source_of_.erase(it);
 }
 
 void DataServer::EvictOldestLocked(const std::string* source, Rule rule) {
@@ -277,6 +301,7 @@ void DataServer::Serve(int fd, uint64_t deadline_ms) {
   MutexLock lock(&mu_);
   pending_.erase(fd);
   evicted_.erase(fd);
+  ReleaseSourceLocked(fd);
   fds_.erase(fd);
   close(fd);
   live_.fetch_sub(1);

@@ -4,7 +4,9 @@
 // moves payloads straight between the socket and segment memory (readv /
 // sendmsg, no intermediate copy). Every offset and length is bounds-checked
 // against its segment, every write against its grant; a malformed frame
-// closes the connection. Connections beyond `max_connections` are refused.
+// closes the connection. Connections beyond `max_connections` are refused,
+// and so are those beyond `max_connections_per_source` from one source
+// address: one host holding its share leaves the rest to the others.
 //
 // Denial of service: a connection must finish its handshake by an absolute
 // deadline (`handshake_timeout_ms` from accept, however slowly its bytes
@@ -204,6 +206,9 @@ class DataServer {
     std::string secret;            // empty: open cluster
     RdmaAcceptor* rdma = nullptr;  // null: RDMA_CONNECT is refused
     int max_connections = 1024;
+    // Connections from one source address (authenticated or not), at
+    // most; 0: half of max_connections.
+    int max_connections_per_source = 0;
     uint64_t io_timeout_ms = 30000;  // a peer stalled mid-frame this long is dropped
     // An authenticated connection that sends no frame this long is closed
     // (a client reconnects when it needs one): held connections cannot keep
@@ -235,6 +240,7 @@ class DataServer {
     kUnauthenticated,     // wrong or missing cluster secret
     kBadTag,              // a frame's session tag did not verify
     kIdle,                // authenticated, but no frame for idle_timeout_ms
+    kSourceShare,         // refused at accept: its source holds its share already
     kCount,
   };
   static const char* RuleName(Rule rule);
@@ -267,6 +273,8 @@ class DataServer {
   // Closes the oldest connection still in its handshake (of `source` only,
   // unless null), counted under `rule`.
   void EvictOldestLocked(const std::string* source, Rule rule) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets fd's source (its connection is gone).
+  void ReleaseSourceLocked(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes fd from the handshake set; false if it was evicted meanwhile.
   bool Authenticated(int fd);
   // What one connection holds beyond its socket.
@@ -291,6 +299,9 @@ class DataServer {
   Mutex mu_;
   CondVar cv_;  // signalled when fds_ shrinks
   std::set<int> fds_ ABSL_GUARDED_BY(mu_);
+  // Each connection's source address, and the connections of each.
+  std::map<int, std::string> source_of_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> per_source_ ABSL_GUARDED_BY(mu_);
   std::string node_id_ ABSL_GUARDED_BY(mu_);
   uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   // Connections in their handshake: fd -> source address and admission

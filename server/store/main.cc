@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   std::string labels, secret_file, ready_file, admin_listen, metrics_listen;
   std::string credentials_file, principal;
   int64_t max_connections = opts.max_connections;
+  int64_t max_connections_per_source = opts.max_connections_per_source;
   int64_t handshake_timeout_ms = static_cast<int64_t>(opts.handshake_timeout_ms);
   int64_t max_unauthenticated = opts.max_unauthenticated;
   int64_t max_unauthenticated_per_source = opts.max_unauthenticated_per_source;
@@ -115,6 +116,9 @@ int main(int argc, char** argv) {
                 "with --secret-file, serve a READ or READ_KEY only under a read grant the master "
                 "minted (on by default)");
   flags.AddInt("max-connections", &max_connections, "data-plane connection limit");
+  flags.AddInt("max-connections-per-source", &max_connections_per_source,
+               "data-plane connections one source address may hold (authenticated or not), so "
+               "one host cannot take them all; 0: half of --max-connections");
   flags.AddBool("data-tls", &opts.data_tls,
                 "TLS 1.3 on the data plane (clients need ClientOptions::data_tls); off by default");
   flags.AddBool("session-tag-payload", &opts.session_tag_payload,
@@ -147,6 +151,13 @@ int main(int argc, char** argv) {
   flags.AddBool("insecure", &insecure, kInsecureHelp);
   flags.ParseOrExit(argc, argv);
   opts.max_connections = static_cast<int>(max_connections);
+  if (max_connections_per_source < 0 || max_connections_per_source > max_connections) {
+    std::fprintf(stderr,
+                 "shelf-store: --max-connections-per-source takes 0 (half of "
+                 "--max-connections) .. --max-connections\n");
+    return 2;
+  }
+  opts.max_connections_per_source = static_cast<int>(max_connections_per_source);
   if (max_connections < 1 || handshake_timeout_ms < 1 || max_unauthenticated < 1 ||
       max_unauthenticated_per_source < 1) {
     std::fprintf(stderr,

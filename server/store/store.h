@@ -120,6 +120,7 @@ struct StoreOptions {
   // Session tags over payloads too, for every client (--session-tag-payload).
   bool session_tag_payload = false;
   TlsFiles data_tls_files;
+  int max_connections_per_source = 0;  // 0: half of max_connections
   int max_unauthenticated = 128;
   int max_unauthenticated_per_source = 32;
   uint64_t rpc_timeout_ms = 3000;

@@ -334,6 +334,7 @@ absl::Status Store::ServeData() {
   dso.listen = *listen;
   dso.secret = options_.secret;
   dso.max_connections = options_.max_connections;
+  dso.max_connections_per_source = options_.max_connections_per_source;
   dso.handshake_timeout_ms = options_.handshake_timeout_ms;
   dso.idle_timeout_ms = options_.idle_timeout_ms;
   dso.max_unauthenticated = options_.max_unauthenticated;

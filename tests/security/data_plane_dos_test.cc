@@ -94,8 +94,16 @@ class DataPlaneDosTest : public ClusterFixture {
     o.stores = 1;
     o.dram_bytes = 32ull << 20;
     o.secret = kSecret;
-    o.store_args = {"--max-connections", "64",         "--handshake-timeout-ms", "1500",
-                    "--metrics-listen",  "127.0.0.1:0"};
+    // Half the attack comes from one source: without a share of its own
+    // (DataPlaneShareTest takes that), the handshake caps are what holds.
+    o.store_args = {"--max-connections",
+                    "64",
+                    "--max-connections-per-source",
+                    "64",
+                    "--handshake-timeout-ms",
+                    "1500",
+                    "--metrics-listen",
+                    "127.0.0.1:0"};
     return o;
   }
   ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
@@ -228,9 +236,16 @@ class DataPlaneIdleTest : public ClusterFixture {
     o.stores = 1;
     o.dram_bytes = 32ull << 20;
     o.secret = kSecret;
-    o.store_args = {"--max-connections", std::to_string(kMaxConnections),
-                    "--idle-timeout",    "1s",
-                    "--metrics-listen",  "127.0.0.1:0"};
+    // Every connection of this test comes from 127.0.0.1: its share is
+    // all of them (DataPlaneShareTest below takes the share itself).
+    o.store_args = {"--max-connections",
+                    std::to_string(kMaxConnections),
+                    "--max-connections-per-source",
+                    std::to_string(kMaxConnections),
+                    "--idle-timeout",
+                    "1s",
+                    "--metrics-listen",
+                    "127.0.0.1:0"};
     return o;
   }
   ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
@@ -269,6 +284,50 @@ TEST_F(DataPlaneIdleTest, HeldIdleConnectionsLockNewClientsOutOnlyUntilTheIdleTi
   const double idle = ClosedBy(HttpGet(cluster_->store_metrics_port(0), "/metrics"), "idle");
   std::printf("closed as idle: %.0f; the real client's put took %d tries\n", idle, tries);
   EXPECT_GE(idle, kMaxConnections);
+}
+
+// The same attack without waiting for the idle timeout: one host (here
+// 127.0.0.1) holds every authenticated connection it can get. It gets its
+// share (half of --max-connections by default), and a client on another
+// host (127.0.0.2) is still admitted.
+class DataPlaneShareTest : public ClusterFixture {
+ protected:
+  static constexpr int kMaxConnections = 8;
+  LocalCluster::Options ClusterOptions() override {
+    LocalCluster::Options o = ClusterFixture::ClusterOptions();
+    o.stores = 1;
+    o.dram_bytes = 32ull << 20;
+    o.secret = kSecret;
+    o.store_args = {"--max-connections", std::to_string(kMaxConnections),
+                    "--idle-timeout",    "10m",
+                    "--metrics-listen",  "127.0.0.1:0"};
+    return o;
+  }
+};
+
+TEST_F(DataPlaneShareTest, OneHostHoldingItsShareLeavesTheOtherHalfToOtherHosts) {
+  const std::string store = cluster_->store_address(0);
+  auto hp = ParseHostPort(store);
+  ASSERT_TRUE(hp.ok());
+  std::vector<std::unique_ptr<TcpDataClient>> held;
+  int refused = 0;
+  for (int i = 0; i < kMaxConnections; ++i) {
+    TcpDataClient::Options o;
+    o.secret = kSecret;
+    held.push_back(std::make_unique<TcpDataClient>(o));
+    if (!held.back()->Ping(store, MonoMs() + 5000).ok()) ++refused;
+  }
+  EXPECT_EQ(refused, kMaxConnections / 2);
+  // Another host connects: admitted (its handshake is pending, so the
+  // store keeps it open), not closed at accept.
+  int other = ConnectFrom(2, hp->port);
+  ASSERT_GE(other, 0);
+  usleep(500 * 1000);
+  EXPECT_FALSE(PeerClosed(other));
+  close(other);
+  const double share =
+      ClosedBy(HttpGet(cluster_->store_metrics_port(0), "/metrics"), "source_share");
+  EXPECT_GE(share, kMaxConnections / 2);
 }
 
 }  // namespace
