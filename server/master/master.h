@@ -407,6 +407,17 @@ class Master {
     // sends it again (Heartbeat, docs/master.md "Heartbeat orders").
     std::deque<v1::TierMove> outbox;   // orders (OrderLocked): they wake a long poll
     std::deque<v1::TierMove> notices;  // RECORD/FORGET (QueueNoticeLocked), ride along
+    // VERIFY orders out (move id -> the replica a reader reported
+    // corrupt): the replica is dropped only if the store finds its bytes
+    // bad (ReportDataLoss, VerifyResultLocked).
+    struct Verify {
+      std::string key;
+      uint64_t generation = 0;
+      TierByte tier = v1::TIER_DRAM;
+      uint32_t segment_id = 0;  // DRAM: the segment's id and the offset
+      uint64_t offset = 0;
+    };
+    absl::flat_hash_map<uint64_t, Verify> verifies;
     uint64_t next_seq = 1;
     uint64_t sent_through = 0;  // the highest seq sent
     bool answer_cut = false;    // the last answer left some out (the size bound)
@@ -697,6 +708,10 @@ class Master {
   void StaleMoveResultLocked(uint32_t node, const Object* current, const v1::TierMoveResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OrderDropSsdLocked(Node* n, const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A store's answer to a VERIFY order (master_grants.cc): drops the
+  // replica when the store found its bytes corrupt.
+  void VerifyResultLocked(uint32_t node, const v1::TierMoveResult& result, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removals `n` has not heard of, taken from it (master_unheard.cc).

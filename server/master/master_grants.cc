@@ -2,6 +2,7 @@
 // (docs/security.md, "Grants").
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/clock.h"
@@ -11,6 +12,13 @@
 #include "transport/wire.h"
 
 namespace shelf {
+namespace {
+
+// VERIFY orders out on one store at once: reports past it are refused
+// (RESOURCE_EXHAUSTED) until the store has answered some.
+constexpr size_t kVerifiesPerNodeMax = 1024;
+
+}  // namespace
 
 uint64_t Master::NewPutIdLocked() {
   // Unguessable: a put id is all a commit or an abort names. Random 64
@@ -77,7 +85,6 @@ absl::Status Master::ReportDataLoss(const v1::ReportDataLossRequest& req,
   if (rep.read_grant().size() != wire::kReadGrantBytes) {
     return absl::PermissionDeniedError("a data loss report needs the replica's read grant");
   }
-  uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
   auto it = node_by_id_.find(rep.store().node_id());
@@ -109,10 +116,72 @@ absl::Status Master::ReportDataLoss(const v1::ReportDataLossRequest& req,
   if (req.generation() != 0 && obj->generation != 0 && req.generation() != obj->generation) {
     return absl::FailedPreconditionError("the key was replaced since the reader's lookup");
   }
-  for (size_t k = 0; k < obj->replicas.size(); ++k) {
-    const Replica& r = obj->replicas[k];
+  for (const Replica& r : obj->replicas) {
     if (r.node != node || r.tier != rep.tier()) continue;
     if (dram && (n.segments[r.segment].id != rep.segment_id() || r.offset != rep.offset())) {
+      continue;
+    }
+    // The reader's word is not proof: the store checks the bytes against
+    // the block's checksum, and the replica leaves the index only if they
+    // are bad (VerifyResultLocked). One order per reported replica.
+    Node& store = *nodes_[node];
+    Node::Verify check{req.key(), obj->generation, r.tier, dram ? rep.segment_id() : 0,
+                       dram ? rep.offset() : 0};
+    for (const auto& [id, out] : store.verifies) {
+      if (out.key == check.key && out.generation == check.generation && out.tier == check.tier &&
+          out.segment_id == check.segment_id && out.offset == check.offset) {
+        return absl::OkStatus();
+      }
+    }
+    if (store.verifies.size() >= kVerifiesPerNodeMax) {
+      return absl::ResourceExhaustedError(
+          "too many corrupt-replica reports on this store are being verified");
+    }
+    v1::TierMove verify;
+    verify.set_move_id(next_move_id_++);
+    verify.set_key(req.key());
+    verify.set_kind(v1::TierMove::VERIFY);
+    verify.set_tier(static_cast<v1::Tier>(r.tier));
+    verify.set_segment_id(check.segment_id);
+    verify.set_offset(check.offset);
+    verify.set_size(obj->size);
+    verify.set_checksum(obj->checksum);
+    verify.set_generation(obj->generation);
+    verify.set_term(term_);
+    store.verifies.emplace(verify.move_id(), std::move(check));
+    SHELF_LOG(WARNING) << "replica reported corrupt: its store verifies it"
+                       << Kv("node", n.endpoint.node_id()) << Kv("tier", dram ? "dram" : "ssd");
+    OrderLocked(&store, std::move(verify));
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError("the replica is no longer indexed");
+}
+
+void Master::VerifyResultLocked(uint32_t node, const v1::TierMoveResult& result, uint64_t now) {
+  Node& n = *nodes_[node];
+  auto it = n.verifies.find(result.move_id());
+  if (it == n.verifies.end() || it->second.key != result.key()) return;
+  const Node::Verify v = std::move(it->second);
+  n.verifies.erase(it);
+  if (result.ok()) {
+    metrics_.data_loss_refuted.Increment();
+    SHELF_LOG(WARNING) << "corrupt-replica report refuted: the store found the bytes intact"
+                       << Kv("node", n.endpoint.node_id());
+    return;
+  }
+  if (!absl::StartsWith(result.error(), "corrupt:")) {
+    // Not checked (an I/O error, a store that cannot verify): kept.
+    SHELF_LOG(WARNING) << "corrupt-replica report not verified: replica kept"
+                       << Kv("node", n.endpoint.node_id()) << Kv("error", result.error());
+    return;
+  }
+  Object* obj = FindLocked(v.key);
+  if (obj == nullptr || (v.generation != 0 && obj->generation != v.generation)) return;
+  for (size_t k = 0; k < obj->replicas.size(); ++k) {
+    const Replica& r = obj->replicas[k];
+    if (r.node != node || r.tier != v.tier) continue;
+    if (v.tier == v1::TIER_DRAM &&
+        (n.segments[r.segment].id != v.segment_id || r.offset != v.offset)) {
       continue;
     }
     Replica victim = r;
@@ -120,11 +189,12 @@ absl::Status Master::ReportDataLoss(const v1::ReportDataLossRequest& req,
     ReleaseReplicaLocked(obj, victim, now);
     if (obj->replicas.empty()) EraseIndexLocked(obj);
     metrics_.data_loss_reports.Increment();
-    SHELF_LOG(WARNING) << "replica reported corrupt: dropped from the index"
-                       << Kv("node", n.endpoint.node_id()) << Kv("tier", dram ? "dram" : "ssd");
-    return absl::OkStatus();
+    SHELF_LOG(WARNING) << "replica confirmed corrupt by its store: dropped from the index"
+                       << Kv("node", n.endpoint.node_id())
+                       << Kv("tier", v.tier == v1::TIER_DRAM ? "dram" : "ssd")
+                       << Kv("error", result.error());
+    return;
   }
-  return absl::NotFoundError("the replica is no longer indexed");
 }
 
 }  // namespace shelf

@@ -40,6 +40,8 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
   for (const v1::TierMoveResult& m : req.moves()) {
     if (m.kind() == v1::TierMove::DROP_SSD) {
       DropReportedLocked(&n, m);
+    } else if (m.kind() == v1::TierMove::VERIFY) {
+      VerifyResultLocked(idx, m, now);
     } else {
       ApplyMoveResultLocked(idx, m, now);
     }
@@ -109,6 +111,8 @@ void Master::AnswerOrdersLocked(Node* n, v1::HeartbeatResponse* resp) {
     // reports no drop.
     for (v1::TierMove& m : n->outbox) {
       if (m.kind() == v1::TierMove::DROP_SSD) n->drops_unreported.erase(m.move_id());
+      // Nor does it answer a VERIFY (it predates them): nothing waits.
+      if (m.kind() == v1::TierMove::VERIFY) n->verifies.erase(m.move_id());
       *resp->add_moves() = std::move(m);
     }
     for (v1::TierMove& m : n->notices) *resp->add_moves() = std::move(m);

@@ -59,7 +59,12 @@ struct MasterMetrics {
                                              "Replicas dropped by eviction")),
         data_loss_reports(prom::AddUnlabelledCounter(
             e.registry(), "shelf_master_data_loss_reports_total",
-            "Replicas dropped from the index because a reader reported them corrupt")),
+            "Replicas dropped from the index: a reader reported them corrupt and their store "
+            "found their bytes bad")),
+        data_loss_refuted(prom::AddUnlabelledCounter(
+            e.registry(), "shelf_master_data_loss_refuted_total",
+            "Reports of corrupt replicas whose store found their bytes intact: nothing "
+            "dropped")),
         demotions(prom::AddCounter(e.registry(), "shelf_master_demotions_total",
                                    "DRAM-to-SSD demotions reported by stores")),
         demotions_ok(prom::Child(demotions, {{"result", "ok"}})),
@@ -117,6 +122,7 @@ struct MasterMetrics {
   prom::Counter& replaces;  // commits that replaced another commit of the key
   prom::Counter& evictions;
   prom::Counter& data_loss_reports;
+  prom::Counter& data_loss_refuted;
   prom::Family<prom::Counter>& demotions;
   prom::Counter& demotions_ok;
   prom::Counter& demotions_failed;

@@ -130,6 +130,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   n.hard_pinned_bytes = 0;
   n.outbox.clear();
   n.notices.clear();
+  n.verifies.clear();
   n.answer_cut = false;
   // Orphans first: they are what the index held, while a store's record
   // of a range may be stale (a RECORD for a newer block not yet received).
@@ -320,6 +321,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
   n.hard_pinned_bytes = 0;
   n.outbox.clear();
   n.notices.clear();
+  n.verifies.clear();
 }
 
 std::vector<uint32_t> Master::PlaceLocked(const v1::PutOptions& opts,

@@ -415,12 +415,46 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
       break;
     case v1::TierMove::DROP_SSD:
       return std::move(ExecuteDrops({move}).front());
+    case v1::TierMove::VERIFY:
+      s = VerifyReplica(move);
+      if (!s.ok()) {
+        SHELF_LOG(WARNING) << "replica reported corrupt: verified" << Kv("error", s.message());
+      }
+      break;
     default:
       s = absl::InvalidArgumentError("unknown tier move");
   }
   result.set_ok(s.ok());
   if (!s.ok()) result.set_error(std::string(s.message()));
   return result;
+}
+
+absl::Status Store::VerifyReplica(const v1::TierMove& move) {
+  if (move.tier() == v1::TIER_DRAM) {
+    uint64_t at = 0;
+    if (!ToGlobal(move.segment_id(), move.offset(), move.size(), &at)) {
+      return absl::DataLossError("corrupt: the replica's range is outside the segment");
+    }
+    // Clients map the segment read-only: what is read here is what they
+    // read.
+    if (BlockChecksum(segment_->data() + at, move.size()) != move.checksum()) {
+      metrics_.checksum_failures.Increment();
+      return absl::DataLossError("corrupt: the DRAM bytes do not match their checksum");
+    }
+    return absl::OkStatus();
+  }
+  if (ssd_ == nullptr) return absl::DataLossError("corrupt: no SSD tier holds it");
+  std::string bytes;
+  absl::Status s = ssd_->Get(move.key(), &bytes);
+  if (s.code() == absl::StatusCode::kNotFound || s.code() == absl::StatusCode::kDataLoss) {
+    return absl::DataLossError(absl::StrCat("corrupt: ", s.message()));
+  }
+  if (!s.ok()) return s;  // not checked: the master keeps the replica
+  if (bytes.size() != move.size() || BlockChecksum(bytes.data(), bytes.size()) != move.checksum()) {
+    metrics_.checksum_failures.Increment();
+    return absl::DataLossError("corrupt: the SSD bytes do not match their checksum");
+  }
+  return absl::OkStatus();
 }
 
 std::vector<v1::TierMoveResult> Store::ExecuteDrops(const std::vector<v1::TierMove>& drops) {
@@ -653,6 +687,11 @@ void Store::MoverLoop() {
         } else if (m.kind() == v1::TierMove::DROP_SSD && m.seq() != 0) {
           if (result.ok()) ++unsynced;
           run.push_back(std::move(result));
+        } else if (m.kind() == v1::TierMove::VERIFY) {
+          // Nothing to sync: reported with the next heartbeat.
+          MutexLock report(&mu_);
+          results_.push_back(std::move(result));
+          stop_cv_.SignalAll();
         }
       }
       bool last = false;

@@ -267,6 +267,9 @@ class Store : public DataHandler {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status HeartbeatOnce(bool* more_work) ABSL_LOCKS_EXCLUDED(mu_);
   v1::TierMoveResult Execute(const v1::TierMove& move) ABSL_LOCKS_EXCLUDED(mu_);
+  // A VERIFY order: OK when the replica's bytes match the order's checksum;
+  // DATA_LOSS "corrupt: ..." when they do not, or the replica is not here.
+  absl::Status VerifyReplica(const v1::TierMove& move) ABSL_LOCKS_EXCLUDED(mu_);
   // Executes DROP_SSD orders together (SsdTier::DeleteMany); a result each.
   std::vector<v1::TierMoveResult> ExecuteDrops(const std::vector<v1::TierMove>& drops)
       ABSL_LOCKS_EXCLUDED(mu_);

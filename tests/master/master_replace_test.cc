@@ -138,11 +138,57 @@ TEST_F(ReplaceTest, ADataLossReportOfAReplacedCommitDropsNothing) {
   v1::ReportDataLossResponse resp;
   EXPECT_EQ(master_->ReportDataLoss(report, &resp).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Peek("k").replicas_size(), 1);
-  // A report of the current commit is heard.
+  // A report of the current commit is heard: the store is told to check
+  // the replica, which stays until it answers.
   const v1::ObjectLocation now = Lookup("k", /*lease=*/true);
   *report.mutable_replica() = now.replicas(0);
   report.set_generation(now.generation());
   EXPECT_TRUE(master_->ReportDataLoss(report, &resp).ok());
+  EXPECT_TRUE(master_->ReportDataLoss(report, &resp).ok());  // the same: one order
+  EXPECT_EQ(Peek("k").replicas_size(), 1);
+  v1::HeartbeatResponse hb;
+  ASSERT_TRUE(Heartbeat("a", 1, {}, &hb).ok());
+  std::vector<v1::TierMove> verifies;
+  for (const v1::TierMove& m : hb.moves()) {
+    if (m.kind() == v1::TierMove::VERIFY) verifies.push_back(m);
+  }
+  ASSERT_EQ(verifies.size(), 1u);
+  const v1::TierMove& order = verifies[0];
+  EXPECT_EQ(order.key(), "k");
+  EXPECT_EQ(order.tier(), v1::TIER_DRAM);
+  EXPECT_EQ(order.offset(), now.replicas(0).offset());
+  EXPECT_EQ(order.size(), kMiB);
+  EXPECT_EQ(order.checksum(), 7u);
+  EXPECT_EQ(order.generation(), now.generation());
+  // The store finds the bytes intact: nothing is dropped.
+  v1::TierMoveResult intact;
+  intact.set_move_id(order.move_id());
+  intact.set_key("k");
+  intact.set_kind(v1::TierMove::VERIFY);
+  intact.set_generation(order.generation());
+  intact.set_ok(true);
+  hb.Clear();
+  ASSERT_TRUE(Heartbeat("a", 1, {intact}, &hb).ok());
+  EXPECT_EQ(Peek("k").replicas_size(), 1);
+  // Reported again, and found corrupt this time: dropped.
+  EXPECT_TRUE(master_->ReportDataLoss(report, &resp).ok());
+  hb.Clear();
+  ASSERT_TRUE(Heartbeat("a", 1, {}, &hb).ok());
+  verifies.clear();
+  for (const v1::TierMove& m : hb.moves()) {
+    if (m.kind() == v1::TierMove::VERIFY) verifies.push_back(m);
+  }
+  ASSERT_EQ(verifies.size(), 1u);
+  v1::TierMoveResult corrupt = intact;
+  corrupt.set_move_id(verifies[0].move_id());
+  corrupt.set_ok(false);
+  corrupt.set_error("corrupt: the DRAM bytes do not match their checksum");
+  // An answer the master did not ask for changes nothing.
+  v1::TierMoveResult unasked = corrupt;
+  unasked.set_move_id(corrupt.move_id() + 1000);
+  ASSERT_TRUE(Heartbeat("a", 1, {unasked}, &hb).ok());
+  EXPECT_EQ(Peek("k").replicas_size(), 1);
+  ASSERT_TRUE(Heartbeat("a", 1, {corrupt}, &hb).ok());
   EXPECT_FALSE(Peek("k").found());
 }
 

@@ -25,6 +25,7 @@
 #include "shelf/client.h"
 #include "testing/cluster_fixture.h"
 #include "testing/credentials_file.h"
+#include "testing/http_probe.h"
 #include "testing/wait_for.h"
 #include "tests/fault/fault_util.h"
 
@@ -52,7 +53,7 @@ class PrincipalsTest : public ClusterFixture {
     EXPECT_FALSE(credentials_.empty());
     LocalCluster::Options o = ClusterFixture::ClusterOptions();
     o.secret = kDataSecret;  // the data plane's
-    o.master_args = {"--credentials", credentials_};
+    o.master_args = {"--credentials", credentials_, "--metrics-listen", "127.0.0.1:0"};
     o.store_args = {"--credentials", credentials_, "--principal", "store-1"};
     o.admin_token = PrincipalToken("ops", SecretOf("ops"));
     return o;
@@ -433,6 +434,54 @@ TEST_F(PrincipalsTest, AReaderOfASharedTenantCannotDropItsBlocksByReportingThemC
   grpc::Status s = MasterStub()->ReportDataLoss(&ctx, report, &unused);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
   EXPECT_EQ(GetOr(pub.get(), "shared-doc"), "the shared block");
+}
+
+// The attack: a principal that may write a key (and so read it) reports
+// its intact replica corrupt to have it dropped, pinned or not: the
+// master has its store check the bytes first, and they are fine.
+TEST_F(PrincipalsTest, AWritersReportOfAnIntactReplicaDropsNothing) {
+  auto a = As("eng-a");
+  ASSERT_NE(a, nullptr);
+  Put(a.get(), "intact", "bytes that are fine");
+  {
+    v1::PinRequest pin;
+    pin.set_key("intact");
+    v1::PinResponse pinned;
+    grpc::ClientContext ctx;
+    Prepare(&ctx, "eng-a");
+    grpc::Status s = AdminStub()->Pin(&ctx, pin, &pinned);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  v1::LookupRequest lookup;
+  lookup.add_keys("intact");
+  lookup.set_no_lease(true);
+  v1::LookupResponse found;
+  {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, "eng-a");
+    ASSERT_TRUE(MasterStub()->Lookup(&ctx, lookup, &found).ok());
+  }
+  ASSERT_EQ(found.objects_size(), 1);
+  ASSERT_TRUE(found.objects(0).found());
+  v1::ReportDataLossRequest report;
+  report.set_key("intact");
+  report.set_generation(found.objects(0).generation());
+  *report.mutable_replica() = found.objects(0).replicas(0);
+  v1::ReportDataLossResponse unused;
+  {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, "eng-a");
+    grpc::Status s = MasterStub()->ReportDataLoss(&ctx, report, &unused);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  // The store answers on its next heartbeat: the report is refuted.
+  auto refuted = [&] {
+    const std::string metrics = HttpGet(cluster_->master_metrics_port(), "/metrics");
+    return metrics.find("shelf_master_data_loss_refuted_total 1") != std::string::npos;
+  };
+  EXPECT_TRUE(WaitFor(refuted, 20000));
+  EXPECT_EQ(GetOr(a.get(), "intact"), "bytes that are fine");
+  EXPECT_EQ(AllKeys(), std::vector<std::string>{"team-a/intact"});
 }
 
 TEST_F(PrincipalsTest, SighupReloadAddsAPrincipal) {
