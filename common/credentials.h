@@ -16,8 +16,9 @@
 // SECRET at least 16 bytes without whitespace. OPTIONs are KEY=VALUE:
 // `read=TENANT,...` names the tenants whose keys this principal may also
 // read; a store's `nodes=ID,...` (required) the node ids it may register as
-// (a trailing `*` matches a prefix, `*` alone any); the rest are quotas (QuotaLimits). A `tenant=NAME` line sets a
-// tenant's quotas and guaranteed DRAM share (docs/security.md, "Quotas").
+// (a trailing `*` matches a prefix, `*` alone any); the rest are quotas
+// (QuotaLimits). A `tenant=NAME` line sets a tenant's quotas and guaranteed
+// DRAM share (docs/security.md, "Quotas").
 //
 // A caller sends `x-shelf-token: NAME:hex(HMAC-SHA256(SECRET,
 // "shelf-grpc-v1:" NAME))`: the secret never travels. A cluster run with

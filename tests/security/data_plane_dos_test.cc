@@ -228,30 +228,37 @@ TEST_F(DataPlaneDosTest, SlowlorisNeitherStarvesClientsNorHoldsItsSlots) {
 // sends nothing. New clients are refused at accept for as long as they
 // are held, unless the store closes idle ones: with --idle-timeout 1s a
 // real client's put goes through once a second has passed.
-class DataPlaneIdleTest : public ClusterFixture {
+//
+// One small store on the cluster secret, its data plane reached over TCP
+// alone, with the flags StoreArgs() adds.
+class OneStoreDataPlaneTest : public ClusterFixture {
  protected:
   static constexpr int kMaxConnections = 8;
+  virtual std::vector<std::string> StoreArgs() const = 0;
   LocalCluster::Options ClusterOptions() override {
     LocalCluster::Options o = ClusterFixture::ClusterOptions();
     o.stores = 1;
     o.dram_bytes = 32ull << 20;
     o.secret = kSecret;
-    // Every connection of this test comes from 127.0.0.1: its share is
-    // all of them (DataPlaneShareTest below takes the share itself).
-    o.store_args = {"--max-connections",
-                    std::to_string(kMaxConnections),
-                    "--max-connections-per-source",
-                    std::to_string(kMaxConnections),
-                    "--idle-timeout",
-                    "1s",
-                    "--metrics-listen",
+    o.store_args = {"--max-connections", std::to_string(kMaxConnections), "--metrics-listen",
                     "127.0.0.1:0"};
+    for (const std::string& a : StoreArgs()) o.store_args.push_back(a);
     return o;
   }
   ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
     ClientOptions co = ClusterFixture::ClientOptionsFor(cluster);
     co.allow_shm = false;
     return co;
+  }
+};
+
+class DataPlaneIdleTest : public OneStoreDataPlaneTest {
+ protected:
+  // Every connection of this test comes from 127.0.0.1: its share is
+  // all of them (DataPlaneShareTest below takes the share itself).
+  std::vector<std::string> StoreArgs() const override {
+    return {"--max-connections-per-source", std::to_string(kMaxConnections), "--idle-timeout",
+            "1s"};
   }
 };
 
@@ -290,19 +297,9 @@ TEST_F(DataPlaneIdleTest, HeldIdleConnectionsLockNewClientsOutOnlyUntilTheIdleTi
 // 127.0.0.1) holds every authenticated connection it can get. It gets its
 // share (half of --max-connections by default), and a client on another
 // host (127.0.0.2) is still admitted.
-class DataPlaneShareTest : public ClusterFixture {
+class DataPlaneShareTest : public OneStoreDataPlaneTest {
  protected:
-  static constexpr int kMaxConnections = 8;
-  LocalCluster::Options ClusterOptions() override {
-    LocalCluster::Options o = ClusterFixture::ClusterOptions();
-    o.stores = 1;
-    o.dram_bytes = 32ull << 20;
-    o.secret = kSecret;
-    o.store_args = {"--max-connections", std::to_string(kMaxConnections),
-                    "--idle-timeout",    "10m",
-                    "--metrics-listen",  "127.0.0.1:0"};
-    return o;
-  }
+  std::vector<std::string> StoreArgs() const override { return {"--idle-timeout", "10m"}; }
 };
 
 TEST_F(DataPlaneShareTest, OneHostHoldingItsShareLeavesTheOtherHalfToOtherHosts) {

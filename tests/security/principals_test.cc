@@ -113,6 +113,31 @@ class PrincipalsTest : public ClusterFixture {
   static void Prepare(grpc::ClientContext* ctx, const std::string& principal) {
     PrepareContext(ctx, PrincipalToken(principal, SecretOf(principal)), 20000);
   }
+  // As `principal`: looks `key` up (its read grant) and reports its first
+  // replica corrupt; the report's answer.
+  grpc::Status ReportCorrupt(const std::string& principal, const std::string& key) {
+    v1::LookupRequest lookup;
+    lookup.add_keys(key);
+    lookup.set_no_lease(true);
+    v1::LookupResponse found;
+    {
+      grpc::ClientContext ctx;
+      Prepare(&ctx, principal);
+      EXPECT_TRUE(MasterStub()->Lookup(&ctx, lookup, &found).ok());
+    }
+    if (found.objects_size() != 1 || found.objects(0).replicas_size() < 1) {
+      ADD_FAILURE() << "no replica of " << key << " for " << principal;
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no replica");
+    }
+    v1::ReportDataLossRequest report;
+    report.set_key(key);
+    report.set_generation(found.objects(0).generation());
+    *report.mutable_replica() = found.objects(0).replicas(0);
+    v1::ReportDataLossResponse unused;
+    grpc::ClientContext ctx;
+    Prepare(&ctx, principal);
+    return MasterStub()->ReportDataLoss(&ctx, report, &unused);
+  }
 
   std::string dir_, credentials_;
   std::unique_ptr<v1::MasterService::Stub> master_stub_;
@@ -412,26 +437,7 @@ TEST_F(PrincipalsTest, AReaderOfASharedTenantCannotDropItsBlocksByReportingThemC
   auto pub = As("pub");
   ASSERT_NE(pub, nullptr);
   Put(pub.get(), "shared-doc", "the shared block");
-  v1::LookupRequest lookup;
-  lookup.add_keys("@prompts/shared-doc");
-  lookup.set_no_lease(true);
-  v1::LookupResponse found;
-  {
-    grpc::ClientContext ctx;
-    Prepare(&ctx, "reader");
-    ASSERT_TRUE(MasterStub()->Lookup(&ctx, lookup, &found).ok());
-  }
-  ASSERT_EQ(found.objects_size(), 1);
-  ASSERT_TRUE(found.objects(0).found());
-  ASSERT_GE(found.objects(0).replicas_size(), 1);
-  v1::ReportDataLossRequest report;
-  report.set_key("@prompts/shared-doc");
-  report.set_generation(found.objects(0).generation());
-  *report.mutable_replica() = found.objects(0).replicas(0);
-  v1::ReportDataLossResponse unused;
-  grpc::ClientContext ctx;
-  Prepare(&ctx, "reader");
-  grpc::Status s = MasterStub()->ReportDataLoss(&ctx, report, &unused);
+  grpc::Status s = ReportCorrupt("reader", "@prompts/shared-doc");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
   EXPECT_EQ(GetOr(pub.get(), "shared-doc"), "the shared block");
 }
@@ -452,28 +458,8 @@ TEST_F(PrincipalsTest, AWritersReportOfAnIntactReplicaDropsNothing) {
     grpc::Status s = AdminStub()->Pin(&ctx, pin, &pinned);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
-  v1::LookupRequest lookup;
-  lookup.add_keys("intact");
-  lookup.set_no_lease(true);
-  v1::LookupResponse found;
-  {
-    grpc::ClientContext ctx;
-    Prepare(&ctx, "eng-a");
-    ASSERT_TRUE(MasterStub()->Lookup(&ctx, lookup, &found).ok());
-  }
-  ASSERT_EQ(found.objects_size(), 1);
-  ASSERT_TRUE(found.objects(0).found());
-  v1::ReportDataLossRequest report;
-  report.set_key("intact");
-  report.set_generation(found.objects(0).generation());
-  *report.mutable_replica() = found.objects(0).replicas(0);
-  v1::ReportDataLossResponse unused;
-  {
-    grpc::ClientContext ctx;
-    Prepare(&ctx, "eng-a");
-    grpc::Status s = MasterStub()->ReportDataLoss(&ctx, report, &unused);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-  }
+  grpc::Status s = ReportCorrupt("eng-a", "intact");
+  ASSERT_TRUE(s.ok()) << s.error_message();
   // The store answers on its next heartbeat: the report is refuted.
   auto refuted = [&] {
     const std::string metrics = HttpGet(cluster_->master_metrics_port(), "/metrics");
@@ -525,26 +511,68 @@ TEST_F(PrincipalsTest, ShelfctlCallsAsItsPrincipal) {
 
 // With TLS the token is checked before the request body is read, by the
 // master's AuthMetadataProcessor: principals there too.
-TEST(PrincipalsTlsTest, PrincipalsAreCheckedBeforeTheBodyWithTls) {
-  if (fault::RunShell("command -v openssl") != 0) GTEST_SKIP() << "openssl is not installed";
-  std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-princ-tls-XXXXXX").string();
-  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  const std::string dir = tmpl;
-  ASSERT_TRUE(fault::MakeTestCertificates(dir, "good").ok());
-  const std::string credentials = dir + "/credentials";
-  std::ofstream(credentials) << kCredentials;
-  ::chmod(credentials.c_str(), 0600);
-  const std::string bin = SHELF_BIN_DIR;
-  auto master = Process::Spawn({bin + "/shelf-master", "--listen", "127.0.0.1:0", "--ready-file",
-                                dir + "/master.addr", "--credentials", credentials, "--tls-cert",
-                                dir + "/good.pem", "--tls-key", dir + "/good.key"},
-                               dir + "/master.log");
-  ASSERT_TRUE(master.ok()) << master.status();
-  auto addr = WaitForFileLine(dir + "/master.addr", 15000, master->get());
-  ASSERT_TRUE(addr.ok()) << addr.status();
+// A shelf-master alone with --credentials and TLS (certificates made by
+// openssl in a fresh directory).
+class PrincipalsTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (fault::RunShell("command -v openssl") != 0) GTEST_SKIP() << "openssl is not installed";
+    std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-princ-tls-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    ASSERT_TRUE(fault::MakeTestCertificates(dir_, "good").ok());
+    const std::string credentials = dir_ + "/credentials";
+    std::ofstream(credentials) << kCredentials;
+    ::chmod(credentials.c_str(), 0600);
+  }
+  void TearDown() override {
+    master_.reset();
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+  // Starts the master serving TLS with good.pem, and `extra` flags; sets
+  // address_.
+  void StartMaster(const std::vector<std::string>& extra) {
+    const std::string bin = SHELF_BIN_DIR;
+    std::vector<std::string> argv = {
+        bin + "/shelf-master", "--listen",      "127.0.0.1:0",         "--ready-file",
+        dir_ + "/master.addr", "--credentials", dir_ + "/credentials", "--tls-cert",
+        dir_ + "/good.pem",    "--tls-key",     dir_ + "/good.key"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto master = Process::Spawn(argv, dir_ + "/master.log");
+    ASSERT_TRUE(master.ok()) << master.status();
+    master_ = *std::move(master);
+    auto addr = WaitForFileLine(dir_ + "/master.addr", 15000, master_.get());
+    ASSERT_TRUE(addr.ok()) << addr.status();
+    address_ = *addr;
+  }
+
+  // libshelf as eng-a over `tls` reaches the master (a lookup of an
+  // absent key answers NOT_FOUND).
+  void ExpectEngineAWorks(const TlsFiles& tls) {
+    ClientOptions co;
+    co.masters = {address_};
+    co.tls_ca = tls.ca;
+    co.tls_cert = tls.cert;
+    co.tls_key = tls.key;
+    co.principal = "eng-a";
+    co.principal_secret = SecretOf("eng-a");
+    co.timeout_ms = 20000;
+    std::unique_ptr<Client> client;
+    ASSERT_TRUE(Client::Open(co, &client).ok());
+    std::string v;
+    EXPECT_EQ(client->Get("absent", &v).code(), StatusCode::kNotFound);
+  }
+
+  std::string dir_, address_;
+  std::unique_ptr<Process> master_;
+};
+
+TEST_F(PrincipalsTlsTest, PrincipalsAreCheckedBeforeTheBodyWithTls) {
+  ASSERT_NO_FATAL_FAILURE(StartMaster({}));
   TlsFiles tls;
-  tls.ca = dir + "/good-ca.pem";
-  auto ch = MakeChannel(*addr, tls);
+  tls.ca = dir_ + "/good-ca.pem";
+  auto ch = MakeChannel(address_, tls);
   ASSERT_TRUE(ch.ok());
   auto admin = v1::AdminService::NewStub(*ch);
   auto call = [&](const std::string& token) {
@@ -562,47 +590,19 @@ TEST(PrincipalsTlsTest, PrincipalsAreCheckedBeforeTheBodyWithTls) {
   EXPECT_EQ(call(PrincipalToken("nobody", "a-secret-nobody-was-given-0000")),
             grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(call(""), grpc::StatusCode::UNAUTHENTICATED);
-  ClientOptions co;
-  co.masters = {*addr};
-  co.tls_ca = tls.ca;
-  co.principal = "eng-a";
-  co.principal_secret = SecretOf("eng-a");
-  co.timeout_ms = 20000;
-  std::unique_ptr<Client> client;
-  ASSERT_TRUE(Client::Open(co, &client).ok());
-  std::string v;
-  EXPECT_EQ(client->Get("absent", &v).code(), StatusCode::kNotFound);
-  master->reset();
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  ExpectEngineAWorks(tls);
 }
 
 // The attack: a principal's token (a bearer credential: in a log, a core
 // dump, a config file) used from a host that holds another principal's
 // client certificate. With mutual TLS, the certificate names its principal.
-TEST(PrincipalsTlsTest, AClientCertificateIsBoundToItsPrincipal) {
-  if (fault::RunShell("command -v openssl") != 0) GTEST_SKIP() << "openssl is not installed";
-  std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-princ-bind-XXXXXX").string();
-  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  const std::string dir = tmpl;
-  ASSERT_TRUE(fault::MakeTestCertificates(dir, "good").ok());
-  ASSERT_TRUE(fault::MakeClientCertificate(dir, "good", "eng-a").ok());
-  ASSERT_TRUE(fault::MakeClientCertificate(dir, "good", "ops").ok());
-  const std::string credentials = dir + "/credentials";
-  std::ofstream(credentials) << kCredentials;
-  ::chmod(credentials.c_str(), 0600);
-  const std::string bin = SHELF_BIN_DIR;
-  auto master = Process::Spawn(
-      {bin + "/shelf-master", "--listen", "127.0.0.1:0", "--ready-file", dir + "/master.addr",
-       "--credentials", credentials, "--tls-cert", dir + "/good.pem", "--tls-key",
-       dir + "/good.key", "--tls-ca", dir + "/good-ca.pem"},
-      dir + "/master.log");
-  ASSERT_TRUE(master.ok()) << master.status();
-  auto addr = WaitForFileLine(dir + "/master.addr", 15000, master->get());
-  ASSERT_TRUE(addr.ok()) << addr.status();
+TEST_F(PrincipalsTlsTest, AClientCertificateIsBoundToItsPrincipal) {
+  ASSERT_TRUE(fault::MakeClientCertificate(dir_, "good", "eng-a").ok());
+  ASSERT_TRUE(fault::MakeClientCertificate(dir_, "good", "ops").ok());
+  ASSERT_NO_FATAL_FAILURE(StartMaster({"--tls-ca", dir_ + "/good-ca.pem"}));
   auto status_as = [&](const std::string& cert, const std::string& principal) {
-    TlsFiles tls{dir + "/" + cert + ".pem", dir + "/" + cert + ".key", dir + "/good-ca.pem"};
-    auto ch = MakeChannel(*addr, tls);
+    TlsFiles tls{dir_ + "/" + cert + ".pem", dir_ + "/" + cert + ".key", dir_ + "/good-ca.pem"};
+    auto ch = MakeChannel(address_, tls);
     EXPECT_TRUE(ch.ok());
     auto admin = v1::AdminService::NewStub(*ch);
     grpc::ClientContext ctx;
@@ -621,44 +621,14 @@ TEST(PrincipalsTlsTest, AClientCertificateIsBoundToItsPrincipal) {
       << stolen.error_message();
   EXPECT_EQ(status_as("good", "ops").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   // Each principal over its own certificate works as before.
-  ClientOptions co;
-  co.masters = {*addr};
-  co.tls_ca = dir + "/good-ca.pem";
-  co.tls_cert = dir + "/eng-a.pem";
-  co.tls_key = dir + "/eng-a.key";
-  co.principal = "eng-a";
-  co.principal_secret = SecretOf("eng-a");
-  co.timeout_ms = 20000;
-  std::unique_ptr<Client> client;
-  ASSERT_TRUE(Client::Open(co, &client).ok());
-  std::string v;
-  EXPECT_EQ(client->Get("absent", &v).code(), StatusCode::kNotFound);
-  master->reset();
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  ExpectEngineAWorks(TlsFiles{dir_ + "/eng-a.pem", dir_ + "/eng-a.key", dir_ + "/good-ca.pem"});
 }
 
 // The attack: connections that never finish their handshake, each holding
 // one of the master's descriptors for gRPC's default 120 s.
-TEST(PrincipalsTlsTest, ASilentConnectionIsClosedAtTheHandshakeTimeout) {
-  if (fault::RunShell("command -v openssl") != 0) GTEST_SKIP() << "openssl is not installed";
-  std::string tmpl = (std::filesystem::temp_directory_path() / "shelf-princ-hs-XXXXXX").string();
-  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  const std::string dir = tmpl;
-  ASSERT_TRUE(fault::MakeTestCertificates(dir, "good").ok());
-  const std::string credentials = dir + "/credentials";
-  std::ofstream(credentials) << kCredentials;
-  ::chmod(credentials.c_str(), 0600);
-  const std::string bin = SHELF_BIN_DIR;
-  auto master = Process::Spawn(
-      {bin + "/shelf-master", "--listen", "127.0.0.1:0", "--ready-file", dir + "/master.addr",
-       "--credentials", credentials, "--tls-cert", dir + "/good.pem", "--tls-key",
-       dir + "/good.key", "--handshake-timeout", "1s"},
-      dir + "/master.log");
-  ASSERT_TRUE(master.ok()) << master.status();
-  auto addr = WaitForFileLine(dir + "/master.addr", 15000, master->get());
-  ASSERT_TRUE(addr.ok()) << addr.status();
-  auto hp = ParseHostPort(*addr);
+TEST_F(PrincipalsTlsTest, ASilentConnectionIsClosedAtTheHandshakeTimeout) {
+  ASSERT_NO_FATAL_FAILURE(StartMaster({"--handshake-timeout", "1s"}));
+  auto hp = ParseHostPort(address_);
   ASSERT_TRUE(hp.ok());
   std::vector<int> fds;
   for (int i = 0; i < 8; ++i) {
@@ -677,9 +647,6 @@ TEST(PrincipalsTlsTest, ASilentConnectionIsClosedAtTheHandshakeTimeout) {
     EXPECT_TRUE(n == 0 || (n < 0 && err == ECONNRESET)) << n << " " << strerror(err);
     ::close(fd);
   }
-  master->reset();
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace
