@@ -181,6 +181,9 @@ void DataServer::EvictOldestLocked(const std::string* source, Rule rule) {
   // fds_) until then, so it cannot be reused under us.
   shutdown(oldest->first, SHUT_RDWR);
   evicted_.insert(oldest->first);
+  // On its way out: counted against neither max_connections nor its
+  // source's share.
+  ReleaseSourceLocked(oldest->first);
   pending_.erase(oldest);
   CountClosed(rule);
 }
