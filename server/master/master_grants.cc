@@ -92,7 +92,7 @@ absl::Status Master::ReportDataLoss(const v1::ReportDataLossRequest& req,
     return absl::NotFoundError("the replica's store incarnation is gone");
   }
   const uint32_t node = it->second;
-  const Node& n = *nodes_[node];
+  Node& n = *nodes_[node];
   absl::string_view grant_key;
   std::string credential = absl::StrCat(rep.read_grant(), req.key());
   absl::StatusOr<wire::ReadGrant> g = wire::DecodeReadCredential(credential, &grant_key);
@@ -124,16 +124,15 @@ absl::Status Master::ReportDataLoss(const v1::ReportDataLossRequest& req,
     // The reader's word is not proof: the store checks the bytes against
     // the block's checksum, and the replica leaves the index only if they
     // are bad (VerifyResultLocked). One order per reported replica.
-    Node& store = *nodes_[node];
     Node::Verify check{req.key(), obj->generation, r.tier, dram ? rep.segment_id() : 0,
                        dram ? rep.offset() : 0};
-    for (const auto& [id, out] : store.verifies) {
+    for (const auto& [id, out] : n.verifies) {
       if (out.key == check.key && out.generation == check.generation && out.tier == check.tier &&
           out.segment_id == check.segment_id && out.offset == check.offset) {
         return absl::OkStatus();
       }
     }
-    if (store.verifies.size() >= kVerifiesPerNodeMax) {
+    if (n.verifies.size() >= kVerifiesPerNodeMax) {
       return absl::ResourceExhaustedError(
           "too many corrupt-replica reports on this store are being verified");
     }
@@ -148,10 +147,10 @@ absl::Status Master::ReportDataLoss(const v1::ReportDataLossRequest& req,
     verify.set_checksum(obj->checksum);
     verify.set_generation(obj->generation);
     verify.set_term(term_);
-    store.verifies.emplace(verify.move_id(), std::move(check));
+    n.verifies.emplace(verify.move_id(), std::move(check));
     SHELF_LOG(WARNING) << "replica reported corrupt: its store verifies it"
                        << Kv("node", n.endpoint.node_id()) << Kv("tier", dram ? "dram" : "ssd");
-    OrderLocked(&store, std::move(verify));
+    OrderLocked(&n, std::move(verify));
     return absl::OkStatus();
   }
   return absl::NotFoundError("the replica is no longer indexed");
