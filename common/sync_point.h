@@ -3,7 +3,8 @@
 // installs a callback there, or orders points across threads
 // ("A" must run before "B" proceeds), to replay a race deterministically.
 // They compile to nothing unless SHELF_SYNC_POINTS is defined (CMake option
-// SHELF_SYNC_POINTS, on in every build but Release).
+// SHELF_SYNC_POINTS, off by default and on in the builds of tests/run.sh);
+// without it the registry itself is not linked in.
 //
 //   SyncPoint::Get()->SetCallBack("Master::Tick:Start", [&](void*) { ... });
 //   SyncPoint::Get()->EnableProcessing();

@@ -72,7 +72,8 @@ report() {
 trap report EXIT
 
 stage install-deps bash "$root/deploy/install-deps.sh"
-stage configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# Test builds compile the named sync points the race tests drive.
+stage configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHELF_SYNC_POINTS=ON >/dev/null
 stage build cmake --build "$build" -j"$jobs"
 # CTest's output is kept (ctest-output.log) for tests/skips.sh.
 ctest_logged() {
@@ -98,7 +99,7 @@ if [[ "${SHELF_SKIP_ASAN:-0}" != 1 ]]; then
   # reports need (file:line in every frame); the build is the longest stage
   # of a cold run, and full debug info and -O2 made most of its time.
   stage asan-configure cmake -S "$root" -B "$asan_build" -G Ninja \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHELF_SANITIZE=address,undefined \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHELF_SANITIZE=address,undefined -DSHELF_SYNC_POINTS=ON \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
     -DSHELF_BUILD_PYTHON=OFF >/dev/null
   stage asan-build cmake --build "$asan_build" -j"$jobs"

@@ -446,9 +446,9 @@ TEST(MisuseTest, UnreachableMasterIsUnavailableWithinTheDeadline) {
   EXPECT_LT(MonoMs() - t0, 3000u);
 }
 
+#ifdef SHELF_SYNC_POINTS  // the tests that hold async tasks at a sync point
 // Holds every async task at its start until released, so tests fill the
-// async threads and queue deterministically. Needs sync points (on in every
-// build but Release).
+// async threads and queue deterministically.
 class AsyncGate {
  public:
   AsyncGate() {
@@ -480,14 +480,7 @@ class AsyncGate {
   bool open_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-#ifdef SHELF_SYNC_POINTS
-constexpr bool kSyncPoints = true;
-#else
-constexpr bool kSyncPoints = false;
-#endif
-
 TEST(AsyncTest, FullQueueAnswersResourceExhaustedAndEveryFutureEnds) {
-  if (!kSyncPoints) GTEST_SKIP() << "needs SHELF_SYNC_POINTS";
   ClientOptions o;
   o.masters = {kNoMaster};
   o.async_threads = 1;
@@ -514,7 +507,6 @@ TEST(AsyncTest, FullQueueAnswersResourceExhaustedAndEveryFutureEnds) {
 }
 
 TEST(AsyncTest, CloseFinishesQueuedCallsWithFailedPrecondition) {
-  if (!kSyncPoints) GTEST_SKIP() << "needs SHELF_SYNC_POINTS";
   ClientOptions o;
   o.masters = {kNoMaster};
   o.async_threads = 1;
@@ -531,6 +523,8 @@ TEST(AsyncTest, CloseFinishesQueuedCallsWithFailedPrecondition) {
       << "a call that had not reached the network yet sees the close";
   EXPECT_EQ(c->BatchGetAsync({"c"}).status().code(), StatusCode::kFailedPrecondition);
 }
+
+#endif  // SHELF_SYNC_POINTS
 
 TEST(AsyncTest, DestroyingTheClientWaitsForItsAsyncCalls) {
   std::unique_ptr<Client> c = OpenUnconnected(/*timeout_ms=*/300);
