@@ -22,11 +22,8 @@ inline constexpr uint32_t kExtentMagic = 0x32445353;  // "SSD2": index entry of 
 inline constexpr size_t kExtentRecord = 32;
 inline constexpr uint64_t kAlign = 4096;
 
-// Old format, two records per block: "b" + key holds the header and the
-// bytes (a blob); "m" + key holds the header alone.
-inline std::string DbKey(const std::string& key) { return "b" + key; }
-inline std::string MetaKey(const std::string& key) { return "m" + key; }
-// Current format: "e" + key -> extent record.
+// Format version 2: "e" + key -> extent record. (Version 1, refused at
+// open, kept block bytes under "b" + key and "m" + key.)
 inline std::string ExtentKey(const std::string& key) { return "e" + key; }
 
 inline uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }

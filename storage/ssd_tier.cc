@@ -28,17 +28,13 @@ namespace shelf {
 namespace {
 
 using ssd_records::AlignUp;
-using ssd_records::DbKey;
 using ssd_records::Errno;
 using ssd_records::ExtentKey;
 using ssd_records::FromRocks;
 using ssd_records::kAlign;
 using ssd_records::kExtentMagic;
 using ssd_records::kExtentRecord;
-using ssd_records::MetaKey;
 
-constexpr uint32_t kRecordMagic = 0x31445353;  // "SSD1": old format, bytes in RocksDB
-constexpr size_t kRecordHeader = 24;
 // A write of up to this many bytes is one pwrite (the kernel queues all of
 // its device requests at once); a larger block's chunks, and successive
 // blocks, go to the I/O pool's threads in parallel.
@@ -76,15 +72,26 @@ int FullIo(bool write, int fd, char* buf, uint64_t n, uint64_t off) {
   return 0;
 }
 
-// Parses an old-format record header. Returns false if malformed.
-// meta_only: a "m" record (the header alone), else a "b" record.
-bool ParseHeader(const rocksdb::Slice& v, uint64_t* size, uint64_t* checksum,
-                 bool meta_only = false) {
-  if (v.size() < kRecordHeader) return false;
-  if (absl::little_endian::Load32(v.data()) != kRecordMagic || v.data()[4] != 1) return false;
-  *size = absl::little_endian::Load64(v.data() + 8);
-  *checksum = absl::little_endian::Load64(v.data() + 16);
-  return meta_only ? v.size() == kRecordHeader : *size == v.size() - kRecordHeader;
+// Format version 1 kept block bytes in RocksDB ("b" || key: header and
+// bytes, "m" || key: header alone). This release reads format 2 only; a
+// directory with any version-1 record is refused at Open. Returns that
+// refusal, OK when the directory holds no such record, or the scan's error.
+absl::Status RefuseFormatOne(rocksdb::DB* db, const std::string& dir) {
+  rocksdb::ReadOptions ro;
+  ro.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
+  for (const char* prefix : {"b", "m"}) {
+    it->Seek(prefix);
+    if (it->Valid() && it->key().starts_with(prefix)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "SSD directory '", dir,
+          "' holds blocks in SSD format version 1 (block bytes inside RocksDB); this release "
+          "reads format version 2 only. Move the directory aside or delete it (the store "
+          "starts with an empty SSD tier), then start the store again"));
+    }
+    if (!it->status().ok()) return FromRocks(it->status(), absl::StrCat("scan '", dir, "'"));
+  }
+  return absl::OkStatus();
 }
 
 // RocksDB's info log, sent to the process log instead of a LOG file in the
@@ -144,14 +151,8 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const Options& options) {
   rocksdb::Options o;
   o.create_if_missing = true;
   if (options.env != nullptr) o.env = options.env;
-  // The database holds the index (32-byte records) and blocks written by
-  // earlier releases (blob files, read only until they are dropped).
-  o.enable_blob_files = true;
-  o.min_blob_size = 4096;
-  o.blob_file_size = 256ull << 20;
+  // The database holds the index alone: 32-byte records.
   o.compression = options.compression ? rocksdb::kLZ4Compression : rocksdb::kNoCompression;
-  o.blob_compression_type =
-      options.compression ? rocksdb::kLZ4Compression : rocksdb::kNoCompression;
   o.write_buffer_size = 8ull << 20;
   o.max_write_buffer_number = 2;
   o.paranoid_checks = true;
@@ -165,6 +166,7 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const Options& options) {
   rocksdb::Status s = rocksdb::DB::Open(o, options.dir, &db);
   if (!s.ok()) return FromRocks(s, absl::StrCat("open '", options.dir, "'"));
   std::unique_ptr<rocksdb::DB> db_owner(db);
+  if (absl::Status refused = RefuseFormatOne(db, options.dir); !refused.ok()) return refused;
   std::string path = absl::StrCat(options.dir, "/", kDataFile);
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (direct_io ? O_DIRECT : 0), 0600);
   if (fd < 0) return Errno(absl::StrCat("open '", path, "'"), errno);
@@ -194,31 +196,7 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const Options& options) {
     tier->index_[it->key().ToString().substr(1)] = loc;
     used += loc.size;
   }
-  // A scan that stopped on an error is logged below (a later Seek clears
-  // the iterator's status).
   rocksdb::Status scan = it->status();
-  // Blocks written by earlier releases: the bytes stay in RocksDB. A block
-  // record without a metadata record (older still) is read whole.
-  bool any_meta = false, any_block = false;
-  for (it->Seek("m"); it->Valid() && it->key().starts_with("m"); it->Next()) {
-    Loc loc;
-    any_meta = true;
-    if (!ParseHeader(it->value(), &loc.size, &loc.checksum, true)) continue;
-    if (tier->index_.try_emplace(it->key().ToString().substr(1), loc).second) used += loc.size;
-  }
-  if (scan.ok()) scan = it->status();
-  if (!any_meta) {
-    for (it->Seek("b"); it->Valid() && it->key().starts_with("b"); it->Next()) {
-      Loc loc;
-      any_block = true;
-      if (!ParseHeader(it->value(), &loc.size, &loc.checksum)) continue;
-      if (tier->index_.try_emplace(it->key().ToString().substr(1), loc).second) used += loc.size;
-    }
-    if (scan.ok()) scan = it->status();
-  }
-  // Deletes remove old-format records too when the directory may hold
-  // some: any seen, or a scan that could not tell.
-  tier->old_format_ = any_meta || any_block || !scan.ok();
   if (!scan.ok()) {
     SHELF_LOG(ERROR) << "SSD tier scan stopped early" << Kv("error", scan.ToString());
   }
@@ -489,23 +467,6 @@ void SsdTier::WaitWritten(const PendingPtr& p) {
   while (p->chunks_left > 0) io_cv_.Wait(&io_mu_);
 }
 
-absl::Status SsdTier::GetInline(const std::string& key, const Loc& loc, std::string* out) {
-  rocksdb::PinnableSlice v;
-  rocksdb::ReadOptions ro;
-  // The XXH3 check below covers the bytes end to end.
-  ro.verify_checksums = false;
-  rocksdb::Status s = db_->Get(ro, db_->DefaultColumnFamily(), DbKey(key), &v);
-  if (s.IsNotFound()) return absl::NotFoundError("not on the SSD tier");
-  uint64_t size = 0, checksum = 0;
-  bool corrupt =
-      s.IsCorruption() || (s.ok() && (!ParseHeader(v, &size, &checksum) ||
-                                      BlockChecksum(v.data() + kRecordHeader, size) != checksum));
-  if (corrupt) return DropCorrupt(key, loc, s.ok() ? "checksum mismatch" : s.ToString());
-  if (!s.ok()) return FromRocks(s, "read");
-  out->assign(v.data() + kRecordHeader, size);
-  return absl::OkStatus();
-}
-
 absl::Status SsdTier::ReadExtent(const Loc& loc, char* direct,
                                  absl::FunctionRef<void(const char*, uint64_t)> sink) {
   struct Free {
@@ -634,14 +595,6 @@ absl::Status SsdTier::Read(const std::string& key, uint64_t capacity, char* dst,
     WaitWritten(p);
     MutexLock lock(&io_mu_);
     if (!p->error.ok()) return p->error;
-  }
-  if (loc.offset == kInline) {
-    std::string v;
-    absl::Status s = GetInline(key, loc, &v);
-    if (s.ok() && v.size() != loc.size)
-      s = absl::DataLossError("SSD entry size differs from its index");
-    if (s.ok()) sink(v.data(), v.size());
-    return s;
   }
   // Straight into the destination when O_DIRECT can write there.
   char* direct = nullptr;

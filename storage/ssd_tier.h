@@ -9,9 +9,9 @@
 //   "e" || block key -> magic u32 "SSD2" | version u8 = 2 | 3 zero bytes |
 //                       size u64 | checksum u64 | offset u64  (32 bytes LE)
 //   DIR/extents.dat     block bytes at 4 KiB aligned offsets
-// Directories written by earlier releases hold the bytes in RocksDB
-// ("b" || key -> header | bytes, "m" || key -> header, magic "SSD1"); they
-// are still read, and such a block moves to an extent when rewritten.
+// Format version 1 (block bytes in RocksDB: "b" || key, "m" || key, magic
+// "SSD1") is not read: Open refuses such a directory with a message that
+// names the version.
 //
 // Durability: Put copies the block (PutInPlace does not) and starts its
 // writes; Sync waits for them, fdatasyncs the extent file, and only then
@@ -65,7 +65,7 @@ class SsdTier {
   struct Options {
     std::string dir;
     uint64_t capacity_bytes = 0;  // Put refuses beyond this (RESOURCE_EXHAUSTED); 0 = no limit
-    bool compression = false;     // RocksDB records only (index, old-format blocks)
+    bool compression = false;     // the RocksDB index's records
     // Each Put durable before it returns (a Sync per Put; slow); by default
     // writes are durable at Sync().
     bool sync = false;
@@ -151,11 +151,10 @@ class SsdTier {
   const std::string& dir() const { return options_.dir; }
 
  private:
-  static constexpr uint64_t kInline = ~0ull;  // offset of an old-format block
   struct Loc {
     uint64_t size = 0;
     uint64_t checksum = 0;
-    uint64_t offset = kInline;
+    uint64_t offset = 0;  // in the extent file, 4 KiB aligned
   };
   // A Put whose bytes are being written; indexed at the next Sync.
   struct Pending {
@@ -167,7 +166,7 @@ class SsdTier {
     int chunks_left = 0;        // guarded by io_mu_
     absl::Status error;         // guarded by io_mu_
     bool has_replaced = false;  // a durable version of the key exists
-    Loc replaced;               // that version (its extent, or kInline)
+    Loc replaced;               // that version's extent
     // The put of the key this one overwrote while that was still pending
     // (none after a Delete); guarded by mu_, as the two fields above once
     // the put is queued.
@@ -209,8 +208,6 @@ class SsdTier {
                     absl::FunctionRef<void(uint64_t)> sized,
                     absl::FunctionRef<void(const char*, uint64_t)> sink)
       ABSL_LOCKS_EXCLUDED(mu_, io_mu_, sync_mu_);
-  // An old-format block of `key`, indexed as `loc`.
-  absl::Status GetInline(const std::string& key, const Loc& loc, std::string* out);
   absl::Status PutFrom(const std::string& key, const char* data, uint64_t size, uint64_t checksum,
                        bool in_place) ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
   // Counts `alloc` bytes of writes in flight (waiting while too many are)
@@ -233,10 +230,6 @@ class SsdTier {
   std::unique_ptr<rocksdb::DB> db_;
   const int fd_;  // the extent file
   const bool direct_io_;
-  // The directory held records of the old format when opened (none are
-  // written now), or Open's scan could not tell: deletes then remove
-  // those of a key too. Set by Open.
-  bool old_format_ = false;
   std::atomic<uint64_t> used_{0};
   std::unique_ptr<IoPool> pool_;          // extent writes
   std::unique_ptr<ExtentWriter> writer_;  // on pool_; outlived by it (~SsdTier)

@@ -22,13 +22,11 @@
 namespace shelf {
 
 using ssd_records::AlignUp;
-using ssd_records::DbKey;
 using ssd_records::EncodeExtent;
 using ssd_records::Errno;
 using ssd_records::ExtentKey;
 using ssd_records::FromRocks;
 using ssd_records::kExtentRecord;
-using ssd_records::MetaKey;
 
 void SsdTier::SyncAsync(std::function<void(absl::Status)> done) {
   QueueSync(std::move(done), false);
@@ -160,10 +158,6 @@ absl::Status SsdTier::SyncTaken(SyncRun taken) {
     char rec[kExtentRecord];
     EncodeExtent(p.loc.size, p.loc.checksum, p.loc.offset, rec);
     rocksdb::Status rs = batch.Put(ExtentKey(p.key), rocksdb::Slice(rec, kExtentRecord));
-    if (rs.ok() && p.has_replaced && p.replaced.offset == kInline) {
-      rs = batch.Delete(DbKey(p.key));
-      if (rs.ok()) rs = batch.Delete(MetaKey(p.key));
-    }
     s = FromRocks(rs, "index batch");
   }
   if (s.ok()) {
@@ -176,7 +170,7 @@ absl::Status SsdTier::SyncTaken(SyncRun taken) {
     for (size_t i = 0; i < run.size(); ++i) {
       Pending& p = *run[i];
       if (current[i] || superseded[i]) {
-        if (p.has_replaced && p.replaced.offset != kInline) {
+        if (p.has_replaced) {
           frees.emplace_back(p.replaced.offset, AlignUp(p.replaced.size));
         }
         p.prev.reset();
@@ -260,8 +254,6 @@ absl::Status SsdTier::DeleteKeys(const std::vector<std::string>& keys, const Loc
   rocksdb::Status s;
   for (const std::string& key : keys) {
     if (s.ok()) s = batch.Delete(ExtentKey(key));
-    if (s.ok() && old_format_) s = batch.Delete(DbKey(key));
-    if (s.ok() && old_format_) s = batch.Delete(MetaKey(key));
   }
   if (s.ok()) s = db_->Write(WriteOpts(options_.sync), &batch);
   if (!s.ok()) return FromRocks(s, "delete");
@@ -277,11 +269,11 @@ absl::Status SsdTier::DeleteKeys(const std::vector<std::string>& keys, const Loc
       // The pending write is never indexed (Sync frees its extent); the
       // durable version it would have replaced goes with this delete.
       const Pending& p = *pit->second;
-      if (p.has_replaced && p.replaced.offset != kInline) {
+      if (p.has_replaced) {
         to_free_.emplace_back(p.replaced.offset, AlignUp(p.replaced.size));
       }
       pending_.erase(pit);
-    } else if (it->second.offset != kInline) {
+    } else {
       to_free_.emplace_back(it->second.offset, AlignUp(it->second.size));
     }
     index_.erase(it);

@@ -200,15 +200,12 @@ TEST(FullDiskTest, StoreWithAFullSsdDirectoryServesNothingWrong) {
   std::printf("full SSD: %d of %d puts ok, %d readable afterwards\n", put_ok, kCount, hits);
 }
 
-// Flips bytes through every file holding block bytes under `dir` (the
-// extent file; blob files of the old format); returns how many files.
-int CorruptBlobFiles(const std::string& dir) {
+// Flips bytes through the file holding block bytes under `dir` (the
+// extent file); returns how many files.
+int CorruptExtentFiles(const std::string& dir) {
   int files = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (!e.is_regular_file() ||
-        (e.path().extension() != ".blob" && e.path().filename() != "extents.dat")) {
-      continue;
-    }
+    if (!e.is_regular_file() || e.path().filename() != "extents.dat") continue;
     std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
     uint64_t size = e.file_size();
     for (uint64_t off = 100; off + 100 < size; off += 1024) {
@@ -279,7 +276,7 @@ TEST(CorruptBlobTest, CorruptSsdBlocksAreReportedAndNeverServed) {
   };
   ASSERT_TRUE(restart().ok());
   ASSERT_TRUE(probe.WaitFor(all_on_ssd, 15000).ok());
-  ASSERT_GT(CorruptBlobFiles(c.store_ssd_dir(0)), 0) << "no blob file to corrupt";
+  ASSERT_GT(CorruptExtentFiles(c.store_ssd_dir(0)), 0) << "no extent file to corrupt";
 
   // The running store reads the damaged files: DATA_LOSS, never a hit, and
   // never wrong bytes, through the client and on the raw data plane.

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 #include <vector>
@@ -357,6 +358,7 @@ TEST(SsdTier, FlippedByteInTheExtentFileIsDetectedAndNeverServed) {
   fs::remove_all(dir);
 }
 
+#ifdef SHELF_SYNC_POINTS  // the tests that inject through sync points
 // A read that finds a version corrupt drops that version alone: a put of
 // the key between the read and the drop (pending or already synced) is
 // the key's now, and stays, durably.
@@ -401,6 +403,8 @@ TEST(SsdTier, DroppingACorruptVersionKeepsANewerPutOfTheKey) {
     fs::remove_all(dir);
   }
 }
+
+#endif  // SHELF_SYNC_POINTS
 
 // Blocks of several read chunks (2 MiB) are read in parallel pieces and
 // checksummed as they arrive: each must come back whole from concurrent
@@ -550,6 +554,7 @@ TEST(SsdTier, FailingWritesAreStatusesAndTheTierRecovers) {
   fs::remove_all(dir);
 }
 
+#ifdef SHELF_SYNC_POINTS  // the tests that inject through sync points
 // A put that finds no free extent syncs, to free what deletes released;
 // when that sync fails (a failing disk, injected), the puts before it leave the index, and the next
 // Sync says so: the caller that made them learns they are not durable.
@@ -597,6 +602,8 @@ TEST(SsdTier, ASyncForRoomThatFailsFailsTheNextSyncToo) {
   tier->reset();
   fs::remove_all(dir);
 }
+
+#endif  // SHELF_SYNC_POINTS
 
 // Space freed by deletes and overwrites is reused: the extent file stops
 // growing once it holds the live set, the free-extent map rebuilt at open
@@ -715,13 +722,11 @@ TEST(SsdTier, AsyncSyncsCompleteInOrderAndOverwritesFreeEveryExtent) {
   fs::remove_all(dir);
 }
 
-// A directory written by the release that kept block bytes in RocksDB
-// ("b" and "m" records, magic "SSD1") opens, its blocks read back and
-// verify, and a rewrite moves a block to an extent.
-// Writes `blocks` (key, bytes) into `dir` in the format of earlier
-// releases: "b" || key -> header | bytes, and with `meta` "m" || key ->
-// header (without it, the oldest format: block records alone).
-void WriteOldFormat(const std::string& dir,
+// Writes `blocks` (key, bytes) into `dir` in SSD format version 1, which
+// kept block bytes in RocksDB: "b" || key -> header | bytes, and with
+// `meta` "m" || key -> header (without it, its first layout: block records
+// alone).
+void WriteFormatOne(const std::string& dir,
                     const std::vector<std::pair<std::string, const std::string*>>& blocks,
                     bool meta) {
   rocksdb::Options o;
@@ -745,66 +750,41 @@ void WriteOldFormat(const std::string& dir,
   ASSERT_TRUE(db->Flush({}).ok());
 }
 
-// The oldest format (block records, no metadata records): read, and a
-// delete removes a block for good.
-TEST(SsdTier, DirectoryInTheOldestFormatIsReadAndDeletesStick) {
-  std::string dir = TempDir("ssd-oldest");
-  std::string a = Block(300 << 10, 31), b = Block(5000, 32);
-  ASSERT_NO_FATAL_FAILURE(WriteOldFormat(dir, {{"a", &a}, {"b", &b}}, /*meta=*/false));
-  {
-    auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
-    ASSERT_TRUE(tier.ok()) << tier.status();
-    EXPECT_EQ((*tier)->used_bytes(), a.size() + b.size());
-    std::string got;
-    ASSERT_TRUE((*tier)->Get("b", &got).ok());
-    EXPECT_TRUE(got == b);
-    ASSERT_TRUE((*tier)->Delete("a").ok());
-    ASSERT_TRUE((*tier)->Sync().ok());
-  }
-  auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
-  ASSERT_TRUE(tier.ok()) << tier.status();
-  std::string got;
-  EXPECT_EQ((*tier)->Get("a", &got).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ((*tier)->used_bytes(), b.size());
-  tier->reset();
-  fs::remove_all(dir);
+// Every record of the RocksDB database in `dir`, read-only.
+std::map<std::string, std::string> DatabaseRecords(const std::string& dir) {
+  std::map<std::string, std::string> records;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(rocksdb::Options(), dir, &raw);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (!s.ok()) return records;
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator({}));
+  for (it->SeekToFirst(); it->Valid(); it->Next())
+    records[it->key().ToString()] = it->value().ToString();
+  EXPECT_TRUE(it->status().ok()) << it->status().ToString();
+  return records;
 }
 
-TEST(SsdTier, DirectoryInTheOldFormatIsStillRead) {
-  std::string dir = TempDir("ssd-old");
-  std::string a = Block(300 << 10, 21), b = Block(5000, 22);
-  ASSERT_NO_FATAL_FAILURE(WriteOldFormat(dir, {{"a", &a}, {"b", &b}}, /*meta=*/true));
-  {
+// A directory in SSD format version 1, in either of its layouts, is
+// refused at open with a message that names the version, and nothing in
+// it is changed: its records are all still there for an older release.
+TEST(SsdTier, ADirectoryInFormatVersionOneIsRefusedAndLeftAsItWas) {
+  for (bool meta : {false, true}) {
+    SCOPED_TRACE(meta ? "block and metadata records" : "block records alone");
+    std::string dir = TempDir("ssd-format-1");
+    std::string a = Block(300 << 10, 21), b = Block(5000, 22);
+    ASSERT_NO_FATAL_FAILURE(WriteFormatOne(dir, {{"a", &a}, {"b", &b}}, meta));
+    const std::map<std::string, std::string> before = DatabaseRecords(dir);
+    ASSERT_EQ(before.size(), meta ? 4u : 2u);
     auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
-    ASSERT_TRUE(tier.ok()) << tier.status();
-    EXPECT_EQ((*tier)->used_bytes(), a.size() + b.size());
-    EXPECT_EQ((*tier)->Inventory().size(), 2u);
-    std::string got;
-    ASSERT_TRUE((*tier)->Get("a", &got).ok());
-    EXPECT_TRUE(got == a);
-    ASSERT_TRUE((*tier)->Get("b", &got).ok());
-    EXPECT_TRUE(got == b);
-    // Rewritten: now an extent; the old records go with the index write.
-    ASSERT_TRUE((*tier)->Put("b", a.data(), a.size(), BlockChecksum(a.data(), a.size())).ok());
-    ASSERT_TRUE((*tier)->Sync().ok());
+    ASSERT_FALSE(tier.ok());
+    EXPECT_EQ(tier.status().code(), absl::StatusCode::kFailedPrecondition) << tier.status();
+    const std::string message(tier.status().message());
+    EXPECT_NE(message.find("SSD format version 1"), std::string::npos) << message;
+    EXPECT_NE(message.find(dir), std::string::npos) << message;
+    EXPECT_TRUE(DatabaseRecords(dir) == before) << "the refused directory changed";
+    fs::remove_all(dir);
   }
-  auto tier = SsdTier::Open(TierOptions(dir, 64 << 20));
-  ASSERT_TRUE(tier.ok()) << tier.status();
-  EXPECT_EQ((*tier)->used_bytes(), 2 * a.size());
-  std::string got;
-  ASSERT_TRUE((*tier)->Get("b", &got).ok());
-  EXPECT_TRUE(got == a);
-  // A delete removes an old-format block's records too, for good.
-  ASSERT_TRUE((*tier)->Delete("a").ok());
-  EXPECT_EQ((*tier)->Get("a", &got).code(), absl::StatusCode::kNotFound);
-  ASSERT_TRUE((*tier)->Sync().ok());
-  tier->reset();
-  auto reopened = SsdTier::Open(TierOptions(dir, 64 << 20));
-  ASSERT_TRUE(reopened.ok()) << reopened.status();
-  EXPECT_EQ((*reopened)->Get("a", &got).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ((*reopened)->used_bytes(), a.size());
-  reopened->reset();
-  fs::remove_all(dir);
 }
 
 TEST(SsdTier, UnwritableDirectoryIsAnError) {
