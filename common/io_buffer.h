@@ -11,11 +11,12 @@
 //
 // Why hugepages: the block layer maps a request's memory page by page, one
 // segment per physically contiguous run, and a device takes a bounded
-// number of segments per request (a virtio disk here: 254, so 1016 KiB of
-// scattered 4 KiB pages). A 4 MiB write from 4 KiB pages becomes about
-// five requests; from 2 MiB pages, one. On a disk that pays per request
-// (virtual disks do) that was the difference between 0.9 and 1.7 GB/s of
-// 4 MiB writes (docs/storage.md, "Hugepage buffers").
+// number of segments per request (/sys/block/DEV/queue/max_segments; 254
+// on a virtio disk, so 1016 KiB of scattered 4 KiB pages). A 4 MiB write
+// from 4 KiB pages becomes about five requests; from 2 MiB pages, one. A
+// disk that pays per request (virtual disks do) writes large blocks much
+// faster in fewer requests (docs/storage.md, "Hugepage buffers", has the
+// figures).
 //
 // Large buffers come from posix_memalign: glibc maps them apart from the
 // heap above its mmap threshold (128 KiB, rising to 32 MiB as large blocks
