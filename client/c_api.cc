@@ -50,12 +50,6 @@ int NullArg(const char* fn, const char* what) {
   return Fail(StatusCode::kInvalidArgument, std::string(fn) + ": " + what + " is null");
 }
 
-// timeout_ms: 0 default, > 0 that long, < 0 already passed.
-Deadline ToDeadline(int64_t timeout_ms) {
-  if (timeout_ms < 0) return Deadline::At(Deadline::Clock::time_point::min());
-  return Deadline(static_cast<uint64_t>(timeout_ms));
-}
-
 bool MakeKeys(const void* const* keys, const size_t* key_lens, size_t n,
               std::vector<std::string>* out) {
   if (n > 0 && (keys == nullptr || key_lens == nullptr)) return false;
@@ -94,7 +88,7 @@ shelf::PutOptions ToPutOptions(const shelf_put_options_t* o, int64_t timeout_ms)
         po.block.token_ids.assign(b->token_ids, b->token_ids + b->n_token_ids);
     }
   }
-  po.deadline = ToDeadline(timeout_ms);
+  po.deadline = Deadline::FromTimeoutMs(timeout_ms);
   return po;
 }
 
@@ -130,7 +124,8 @@ int GetIntoBuffer(const char* fn, shelf_client_t* client, const void* key, size_
                   const shelf_gpu_sync_t* gpu, int64_t timeout_ms) {
   if (client == nullptr) return NullArg(fn, "client");
   return Report(client->client->GetInto(MakeKey(key, key_len), shelf::BufferHandle{handle}, offset,
-                                        capacity, size, ToDeadline(timeout_ms), ToGpuSync(gpu)));
+                                        capacity, size, Deadline::FromTimeoutMs(timeout_ms),
+                                        ToGpuSync(gpu)));
 }
 
 // shelf_batch_get_into_async[_gpu]; `fn` names the call in errors.
@@ -153,8 +148,8 @@ int BatchGetIntoAsync(const char* fn, shelf_client_t* client, const void* const*
   }
   auto f = std::make_unique<shelf_future>();
   f->n = n;
-  f->future =
-      client->client->BatchGetIntoAsync(std::move(items), ToDeadline(timeout_ms), ToGpuSync(gpu));
+  f->future = client->client->BatchGetIntoAsync(
+      std::move(items), Deadline::FromTimeoutMs(timeout_ms), ToGpuSync(gpu));
   // A batch refused at submission is done already; report that at once.
   int rc = f->future.Poll() ? Report(f->future.status()) : SHELF_OK;
   *future = f.release();
@@ -334,7 +329,8 @@ int shelf_get(shelf_client_t* client, const void* key, size_t key_len, void** da
   *data = nullptr;
   *size = 0;
   std::string value;
-  Status s = client->client->Get(MakeKey(key, key_len), &value, ToDeadline(timeout_ms));
+  Status s =
+      client->client->Get(MakeKey(key, key_len), &value, Deadline::FromTimeoutMs(timeout_ms));
   if (!s.ok()) return Report(s);
   void* p = std::malloc(value.size());
   if (p == nullptr) return Fail(StatusCode::kResourceExhausted, "shelf_get: out of memory");
@@ -349,7 +345,7 @@ int shelf_get_into(shelf_client_t* client, const void* key, size_t key_len, void
                    size_t capacity, size_t* size, int64_t timeout_ms) {
   if (client == nullptr) return NullArg("shelf_get_into", "client");
   return Report(client->client->GetInto(MakeKey(key, key_len), buffer, capacity, size,
-                                        ToDeadline(timeout_ms)));
+                                        Deadline::FromTimeoutMs(timeout_ms)));
 }
 
 int shelf_exists(shelf_client_t* client, const void* const* keys, const size_t* key_lens, size_t n,
@@ -359,7 +355,7 @@ int shelf_exists(shelf_client_t* client, const void* const* keys, const size_t* 
   std::vector<std::string> k;
   if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_exists", "a key");
   std::vector<bool> p;
-  Status s = client->client->Exists(k, &p, ToDeadline(timeout_ms));
+  Status s = client->client->Exists(k, &p, Deadline::FromTimeoutMs(timeout_ms));
   if (!s.ok()) return Report(s);
   for (size_t i = 0; i < n; ++i) present[i] = p[i] ? 1 : 0;
   return SHELF_OK;
@@ -367,7 +363,7 @@ int shelf_exists(shelf_client_t* client, const void* const* keys, const size_t* 
 
 int shelf_remove(shelf_client_t* client, const void* key, size_t key_len, int64_t timeout_ms) {
   if (client == nullptr) return NullArg("shelf_remove", "client");
-  return Report(client->client->Remove(MakeKey(key, key_len), ToDeadline(timeout_ms)));
+  return Report(client->client->Remove(MakeKey(key, key_len), Deadline::FromTimeoutMs(timeout_ms)));
 }
 
 int shelf_batch_remove(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
@@ -377,7 +373,7 @@ int shelf_batch_remove(shelf_client_t* client, const void* const* keys, const si
   std::vector<std::string> k;
   if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_batch_remove", "a key");
   std::vector<Status> st;
-  Status s = client->client->BatchRemove(k, &st, ToDeadline(timeout_ms));
+  Status s = client->client->BatchRemove(k, &st, Deadline::FromTimeoutMs(timeout_ms));
   if (!s.ok()) return Report(s);
   for (size_t i = 0; i < n; ++i) statuses[i] = Report(st[i]);
   return SHELF_OK;
@@ -388,7 +384,7 @@ int shelf_match_prefix(shelf_client_t* client, const void* const* keys, const si
   if (client == nullptr) return NullArg("shelf_match_prefix", "client");
   std::vector<std::string> k;
   if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_match_prefix", "a key");
-  return Report(client->client->MatchPrefix(k, matched, ToDeadline(timeout_ms)));
+  return Report(client->client->MatchPrefix(k, matched, Deadline::FromTimeoutMs(timeout_ms)));
 }
 
 int shelf_batch_put(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
@@ -423,7 +419,7 @@ int shelf_batch_get_into(shelf_client_t* client, const void* const* keys, const 
   std::vector<Status> st;
   std::vector<size_t> sz;
   Status s = shelf::BatchGetIntoMemory(client->client.get(), k, targets, caps,
-                                       ToDeadline(timeout_ms), &st, &sz);
+                                       Deadline::FromTimeoutMs(timeout_ms), &st, &sz);
   if (!s.ok()) return Report(s);
   for (size_t i = 0; i < n; ++i) {
     if (sizes != nullptr) sizes[i] = sz[i];

@@ -148,10 +148,8 @@ bool MasterInTransition(const absl::Status& s) {
 }  // namespace
 
 absl::Status ValidateKey(const std::string& key) {
-  if (key.empty()) return absl::InvalidArgumentError("empty key");
-  if (key.size() > kKeyBytesMax) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key of ", key.size(), " bytes exceeds the limit of ", kKeyBytesMax));
+  if (std::string why = KeyLengthError(key.size()); !why.empty()) {
+    return absl::InvalidArgumentError(why);
   }
   return absl::OkStatus();
 }

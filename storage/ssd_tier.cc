@@ -86,8 +86,7 @@ absl::Status RefuseFormatOne(rocksdb::DB* db, const std::string& dir) {
       return absl::FailedPreconditionError(absl::StrCat(
           "SSD directory '", dir,
           "' holds blocks in SSD format version 1 (block bytes inside RocksDB); this release "
-          "reads format version 2 only. Move the directory aside or delete it (the store "
-          "starts with an empty SSD tier), then start the store again"));
+          "reads format version 2 only"));
     }
     if (!it->status().ok()) return FromRocks(it->status(), absl::StrCat("scan '", dir, "'"));
   }

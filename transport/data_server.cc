@@ -549,11 +549,8 @@ bool DataServer::HandleFrame(int fd, const char* head, const wire::Header& h, Co
       if (granted) {
         key = key.size() > wire::kReadGrantBytes ? key.substr(wire::kReadGrantBytes) : "";
       }
-      if (key.empty() || key.size() > kKeyBytesMax) {
-        return Reply(fd, mac, h,
-                     absl::InvalidArgumentError(
-                         absl::StrCat("READ_KEY needs a key of 1..", kKeyBytesMax, " bytes")),
-                     nullptr, 0);
+      if (std::string why = KeyLengthError(key.size()); !why.empty()) {
+        return Reply(fd, mac, h, absl::InvalidArgumentError("READ_KEY: " + why), nullptr, 0);
       }
       if (absl::Status s = handler_->CheckRead(granted ? body : "", key, false, 0, 0, h.length);
           !s.ok()) {

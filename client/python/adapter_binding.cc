@@ -31,7 +31,8 @@ class StorageAdapter {
       Status s;
       {
         py::gil_scoped_release nogil;
-        s = client_->get()->GetInto(k, view.data(), view.size(), &size, ToDeadline(timeout_ms_));
+        s = client_->get()->GetInto(k, view.data(), view.size(), &size,
+                                    Deadline::FromTimeoutMs(timeout_ms_));
       }
       return Item(s) ? target : py::none();
     }
@@ -39,7 +40,7 @@ class StorageAdapter {
     Status s;
     {
       py::gil_scoped_release nogil;
-      s = client_->get()->Get(k, &value, ToDeadline(timeout_ms_));
+      s = client_->get()->Get(k, &value, Deadline::FromTimeoutMs(timeout_ms_));
     }
     return Item(s) ? py::object(ToBytes(value)) : py::none();
   }
@@ -61,7 +62,7 @@ class StorageAdapter {
     Status s;
     {
       py::gil_scoped_release nogil;
-      s = client_->get()->Exists(keys, &present, ToDeadline(timeout_ms_));
+      s = client_->get()->Exists(keys, &present, Deadline::FromTimeoutMs(timeout_ms_));
     }
     return Item(s) && present[0];
   }
@@ -71,7 +72,7 @@ class StorageAdapter {
     Status s;
     {
       py::gil_scoped_release nogil;
-      s = client_->get()->Remove(k, ToDeadline(timeout_ms_));
+      s = client_->get()->Remove(k, Deadline::FromTimeoutMs(timeout_ms_));
     }
     return Item(s);
   }
@@ -91,20 +92,19 @@ class StorageAdapter {
         py::gil_scoped_release nogil;
         // Chunks of the batch limit, each one Lookup and parallel reads
         // straight into the targets.
-        for (size_t base = 0; base < k.size(); base += kBatchItemsMax) {
-          size_t n = std::min(kBatchItemsMax, k.size() - base);
-          std::vector<std::string> chunk(k.begin() + base, k.begin() + base + n);
+        ForEachBatchSlice(k.size(), [&](size_t begin, size_t end) {
+          std::vector<std::string> chunk(k.begin() + begin, k.begin() + end);
           std::vector<void*> ptrs;
           std::vector<size_t> caps;
-          for (size_t i = base; i < base + n; ++i) {
+          for (size_t i = begin; i < end; ++i) {
             ptrs.push_back(views[i].data());
             caps.push_back(views[i].size());
           }
           std::vector<Status> st;
-          Status s = BatchGetIntoMemory(client_->get(), chunk, ptrs, caps, ToDeadline(timeout_ms_),
-                                        &st, nullptr);
-          for (size_t i = 0; i < n; ++i) statuses[base + i] = s.ok() ? st[i] : s;
-        }
+          Status s = BatchGetIntoMemory(client_->get(), chunk, ptrs, caps,
+                                        Deadline::FromTimeoutMs(timeout_ms_), &st, nullptr);
+          for (size_t i = begin; i < end; ++i) statuses[i] = s.ok() ? st[i - begin] : s;
+        });
       }
       for (size_t i = 0; i < k.size(); ++i) out.append(Item(statuses[i]) ? t[i] : py::none());
       return out;
@@ -113,17 +113,16 @@ class StorageAdapter {
     std::vector<Status> statuses(k.size());
     {
       py::gil_scoped_release nogil;
-      for (size_t base = 0; base < k.size(); base += kBatchItemsMax) {
-        size_t n = std::min(kBatchItemsMax, k.size() - base);
-        std::vector<std::string> chunk(k.begin() + base, k.begin() + base + n);
+      ForEachBatchSlice(k.size(), [&](size_t begin, size_t end) {
+        std::vector<std::string> chunk(k.begin() + begin, k.begin() + end);
         std::vector<std::string> v;
         std::vector<Status> st;
-        Status s = client_->get()->BatchGet(chunk, &v, &st, ToDeadline(timeout_ms_));
-        for (size_t i = 0; i < n; ++i) {
-          statuses[base + i] = s.ok() ? st[i] : s;
-          if (s.ok()) values[base + i] = std::move(v[i]);
+        Status s = client_->get()->BatchGet(chunk, &v, &st, Deadline::FromTimeoutMs(timeout_ms_));
+        for (size_t i = begin; i < end; ++i) {
+          statuses[i] = s.ok() ? st[i - begin] : s;
+          if (s.ok()) values[i] = std::move(v[i - begin]);
         }
-      }
+      });
     }
     for (size_t i = 0; i < k.size(); ++i) {
       out.append(Item(statuses[i]) ? py::object(ToBytes(values[i])) : py::none());
@@ -141,16 +140,15 @@ class StorageAdapter {
     std::vector<Status> results;
     {
       py::gil_scoped_release nogil;
-      for (size_t base = 0; base < k.size(); base += kBatchItemsMax) {
-        size_t n = std::min(kBatchItemsMax, k.size() - base);
+      ForEachBatchSlice(k.size(), [&](size_t begin, size_t end) {
         std::vector<PutItem> items;
-        for (size_t i = base; i < base + n; ++i) {
+        for (size_t i = begin; i < end; ++i) {
           items.push_back(PutItem{k[i], views[i].data(), views[i].size()});
         }
         std::vector<Status> st;
         Status s = client_->get()->BatchPut(items, &st, PutOpts());
-        for (size_t i = 0; i < n; ++i) results.push_back(s.ok() ? st[i] : s);
-      }
+        for (size_t i = 0; i < items.size(); ++i) results.push_back(s.ok() ? st[i] : s);
+      });
     }
     for (const Status& s : results) all = Item(s) && all;
     return all;
@@ -161,19 +159,18 @@ class StorageAdapter {
   size_t BatchExists(py::handle keys) {
     std::vector<std::string> k = Keys(keys);
     size_t total = 0;
-    for (size_t base = 0; base < k.size(); base += kBatchItemsMax) {
-      size_t n = std::min(kBatchItemsMax, k.size() - base);
-      std::vector<std::string> chunk(k.begin() + base, k.begin() + base + n);
+    ForEachBatchSlice(k.size(), [&](size_t begin, size_t end) {
+      std::vector<std::string> chunk(k.begin() + begin, k.begin() + end);
       size_t matched = 0;
       Status s;
       {
         py::gil_scoped_release nogil;
-        s = client_->get()->MatchPrefix(chunk, &matched, ToDeadline(timeout_ms_));
+        s = client_->get()->MatchPrefix(chunk, &matched, Deadline::FromTimeoutMs(timeout_ms_));
       }
-      if (!Item(s)) return total;
+      if (!Item(s)) return false;
       total += matched;
-      if (matched < n) break;
-    }
+      return matched == chunk.size();  // the prefix ends in this slice
+    });
     return total;
   }
 
@@ -192,7 +189,7 @@ class StorageAdapter {
   }
   PutOptions PutOpts() const {
     PutOptions po = put_options_;
-    po.deadline = ToDeadline(timeout_ms_);
+    po.deadline = Deadline::FromTimeoutMs(timeout_ms_);
     return po;
   }
   // True for OK. Misuse raises; anything else is "not there" and noted.

@@ -108,11 +108,6 @@ std::vector<std::string> ToKeys(py::handle keys) {
 
 // `timeout_ms` as the C API takes it: 0 the client's default, > 0 that long,
 // < 0 a deadline that has already passed.
-Deadline ToDeadline(int64_t timeout_ms) {
-  if (timeout_ms < 0) return Deadline::At(Deadline::Clock::time_point::min());
-  return Deadline(static_cast<uint64_t>(timeout_ms));
-}
-
 // ----------------------------------------------------------------- Status
 
 py::object StatusObject(const Status& s) { return py::cast(ItemStatus{s}); }

@@ -31,9 +31,6 @@ void Check(const Status& s);
 // Keys are bytes; str keys are taken as their UTF-8 bytes.
 std::string ToKey(py::handle key);
 std::vector<std::string> ToKeys(py::handle keys);
-// `timeout_ms` as the C API takes it: 0 the client's default, > 0 that long,
-// < 0 a deadline that has already passed.
-Deadline ToDeadline(int64_t timeout_ms);
 
 // A contiguous buffer-protocol view, released (with the GIL) on destruction.
 class BufferView {

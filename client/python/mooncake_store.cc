@@ -1,4 +1,4 @@
-// MooncakeStore's setup and its multi-buffer and ranged transfers.
+// MooncakeStore: the bodies of mooncake_store.h's declarations.
 #include "client/python/mooncake_store.h"
 
 #include <algorithm>
@@ -27,6 +27,44 @@ std::string EtcdSpec(const std::string& spec) {
 bool IsEtcd(const std::string& s) { return s.rfind("etcd://", 0) == 0; }
 
 }  // namespace
+
+int ToMooncake(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOk:
+      return kMcOk;
+    case StatusCode::kNotFound:
+      return kMcObjectNotFound;
+    case StatusCode::kAlreadyExists:
+      return kMcObjectAlreadyExists;
+    case StatusCode::kFailedPrecondition:  // pinned, or read-leased
+      return kMcObjectHasLease;
+    case StatusCode::kInvalidArgument:
+      return kMcInvalidParams;
+    case StatusCode::kOutOfRange:  // a block larger than the buffer
+      return kMcBufferOverflow;
+    case StatusCode::kResourceExhausted:
+      return kMcNoAvailableHandle;
+    case StatusCode::kDataLoss:
+      return kMcChecksumMismatch;
+    case StatusCode::kUnavailable:
+      return kMcRpcFail;
+    case StatusCode::kDeadlineExceeded:
+      return kMcRpcTimeout;
+    case StatusCode::kUnimplemented:
+      return kMcNotSupported;
+    default:
+      return kMcInternalError;
+  }
+}
+
+void SelectValidKeys(const std::vector<std::string>& keys, std::vector<std::string>* valid,
+                     std::vector<size_t>* where) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!ValidKeyLength(keys[i].size())) continue;
+    valid->push_back(keys[i]);
+    where->push_back(i);
+  }
+}
 
 std::vector<std::string> MasterList(const std::string& master_server_addr,
                                     const std::string& metadata_server) {
@@ -202,7 +240,7 @@ std::vector<int> MooncakeStore::BatchPutFromMulti(
     where.push_back(i);
   }
   py::gil_scoped_release nogil;
-  ForEachSlice(blocks.size(), [&](size_t b, size_t e) {
+  ForEachBatchSlice(blocks.size(), [&](size_t b, size_t e) {
     std::vector<PutItem> slice;
     for (size_t i = b; i < e; ++i) {
       slice.push_back(PutItem{keys[where[i]], blocks[i].data(), blocks[i].size()});
@@ -237,7 +275,7 @@ std::vector<int> MooncakeStore::BatchGetIntoMulti(
     where.push_back(i);
   }
   py::gil_scoped_release nogil;
-  ForEachSlice(valid.size(), [&](size_t b, size_t e) {
+  ForEachBatchSlice(valid.size(), [&](size_t b, size_t e) {
     std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
     std::vector<std::string> values;
     std::vector<Status> st;
@@ -313,7 +351,7 @@ std::vector<std::vector<std::vector<int64_t>>> MooncakeStore::GetIntoRanges(
   if (wanted.empty()) return out;
   // One BatchGet per slice of keys; then each block's ranges are copied out.
   py::gil_scoped_release nogil;
-  ForEachSlice(wanted.size(), [&](size_t begin, size_t end) {
+  ForEachBatchSlice(wanted.size(), [&](size_t begin, size_t end) {
     std::vector<std::string> slice(wanted.begin() + begin, wanted.begin() + end);
     std::vector<std::string> values;
     std::vector<Status> st;
@@ -345,4 +383,431 @@ std::vector<std::vector<std::vector<int64_t>>> MooncakeStore::GetIntoRanges(
   return out;
 }
 
+int MooncakeStore::Close() {
+  std::shared_ptr<Client> client;
+  {
+    MutexLock lock(&mu_);
+    client = std::move(client_);
+    client_.reset();
+    regions_.clear();
+  }
+  if (client != nullptr) {
+    py::gil_scoped_release nogil;
+    client->Close();
+    client.reset();
+  }
+  return kMcOk;
+}
+
+int MooncakeStore::HealthCheck() {
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr) return kMcInvalidParams;
+  std::vector<bool> present;
+  py::gil_scoped_release nogil;
+  return ToMooncake(c->Exists({"\x01shelf-mooncake-probe"}, &present));
+}
+
+std::string MooncakeStore::Hostname() {
+  MutexLock lock(&mu_);
+  return hostname_;
+}
+
+int MooncakeStore::Put(const std::string& key, py::handle value, const ReplicateConfig& config) {
+  BufferView v(value, /*writable=*/false);
+  return PutBytes(key, v.data(), v.size(), config);
+}
+
+int MooncakeStore::PutParts(const py::args& args, const py::kwargs& kwargs) {
+  if (args.size() < 1) return kMcInvalidParams;
+  ReplicateConfig config;
+  if (kwargs.contains("config")) config = kwargs["config"].cast<ReplicateConfig>();
+  std::string key = args[0].cast<std::string>();
+  std::string joined;
+  for (size_t i = 1; i < args.size(); ++i) {
+    BufferView v(args[i], /*writable=*/false);
+    joined.append(v.data(), v.size());
+  }
+  return PutBytes(key, joined.data(), joined.size(), config);
+}
+
+int MooncakeStore::Upsert(const std::string& key, py::handle value, const ReplicateConfig& config) {
+  BufferView v(value, /*writable=*/false);
+  return PutBytes(key, v.data(), v.size(), config, /*replace=*/true);
+}
+
+int MooncakeStore::PutBatch(const std::vector<std::string>& keys,
+                            const std::vector<py::object>& values, const ReplicateConfig& config) {
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr || keys.size() != values.size()) return kMcInvalidParams;
+  PutOptions po;
+  if (int rc = ToPutOptions(config, &po); rc != kMcOk) return rc;
+  std::vector<BufferView> views;
+  std::vector<PutItem> items;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!ValidKeyLength(keys[i].size())) return kMcInvalidKey;
+    views.emplace_back(values[i], /*writable=*/false);
+    items.push_back(PutItem{keys[i], views.back().data(), views.back().size()});
+  }
+  int rc = kMcOk;
+  py::gil_scoped_release nogil;
+  ForEachBatchSlice(items.size(), [&](size_t b, size_t e) {
+    if (rc != kMcOk) return;
+    std::vector<PutItem> slice(items.begin() + b, items.begin() + e);
+    std::vector<Status> st;
+    Status s = c->BatchPut(slice, &st, po);
+    if (!s.ok()) {
+      rc = ToMooncake(s);
+      return;
+    }
+    for (const Status& x : st) {
+      if (!x.ok()) {
+        rc = ToMooncake(x);
+        return;
+      }
+    }
+  });
+  return rc;
+}
+
+py::bytes MooncakeStore::Get(const std::string& key) {
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr || !ValidKeyLength(key.size())) return py::bytes();
+  std::string value;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = c->Get(key, &value);
+  }
+  return s.ok() ? ToBytes(value) : py::bytes();
+}
+
+py::list MooncakeStore::GetBatch(const std::vector<std::string>& keys) {
+  std::vector<std::string> values(keys.size());
+  std::vector<Status> statuses(keys.size(), Status(StatusCode::kInvalidArgument, "bad key"));
+  BatchGetValues(keys, &values, &statuses);
+  py::list out;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    out.append(statuses[i].ok() ? ToBytes(values[i]) : py::bytes());
+  }
+  return out;
+}
+
+py::object MooncakeStore::GetBuffer(const std::string& key) {
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr || !ValidKeyLength(key.size())) return py::none();
+  auto buffer = std::make_shared<ReadBuffer>();
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = c->Get(key, &buffer->bytes);
+  }
+  if (!s.ok()) return py::none();
+  return py::cast(buffer);
+}
+
+py::list MooncakeStore::BatchGetBuffer(const std::vector<std::string>& keys) {
+  std::vector<std::string> values(keys.size());
+  std::vector<Status> statuses(keys.size(), Status(StatusCode::kInvalidArgument, "bad key"));
+  BatchGetValues(keys, &values, &statuses);
+  py::list out;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!statuses[i].ok()) {
+      out.append(py::none());
+      continue;
+    }
+    auto buffer = std::make_shared<ReadBuffer>();
+    buffer->bytes = std::move(values[i]);
+    out.append(py::cast(buffer));
+  }
+  return out;
+}
+
+int MooncakeStore::IsExist(const std::string& key) {
+  std::vector<int> r = BatchIsExist({key});
+  return r[0];
+}
+
+std::vector<int> MooncakeStore::BatchIsExist(const std::vector<std::string>& keys) {
+  std::vector<int> out(keys.size(), kMcInvalidParams);
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr) return out;
+  std::vector<std::string> valid;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (ValidKeyLength(keys[i].size())) {
+      valid.push_back(keys[i]);
+      where.push_back(i);
+    } else {
+      out[i] = kMcInvalidKey;
+    }
+  }
+  py::gil_scoped_release nogil;
+  ForEachBatchSlice(valid.size(), [&](size_t b, size_t e) {
+    std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
+    std::vector<bool> present;
+    Status s = c->Exists(slice, &present);
+    for (size_t i = b; i < e; ++i) {
+      out[where[i]] = s.ok() ? (present[i - b] ? 1 : 0) : ToMooncake(s);
+    }
+  });
+  return out;
+}
+
+int MooncakeStore::Remove(const std::string& key) {
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr) return kMcInvalidParams;
+  if (!ValidKeyLength(key.size())) return kMcInvalidKey;
+  py::gil_scoped_release nogil;
+  return ToMooncake(c->Remove(key));
+}
+
+std::vector<int> MooncakeStore::BatchRemove(const std::vector<std::string>& keys) {
+  std::vector<int> out(keys.size(), kMcInvalidKey);
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr) {
+    std::fill(out.begin(), out.end(), kMcInvalidParams);
+    return out;
+  }
+  std::vector<std::string> valid;
+  std::vector<size_t> where;
+  SelectValidKeys(keys, &valid, &where);
+  py::gil_scoped_release nogil;
+  ForEachBatchSlice(valid.size(), [&](size_t b, size_t e) {
+    std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
+    std::vector<Status> st;
+    Status s = c->BatchRemove(slice, &st);
+    for (size_t i = b; i < e; ++i) out[where[i]] = ToMooncake(s.ok() ? st[i - b] : s);
+  });
+  return out;
+}
+
+int64_t MooncakeStore::RemoveMatching(const std::string& pattern, bool regex) {
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr) return kMcInvalidParams;
+  uint64_t removed = 0;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = c->RemoveMatching(pattern, &removed, regex);
+  }
+  if (!s.ok()) return ToMooncake(s);
+  return static_cast<int64_t>(removed);
+}
+
+int64_t MooncakeStore::GetSize(const std::string& key) {
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr) return kMcInvalidParams;
+  if (!ValidKeyLength(key.size())) return kMcInvalidKey;
+  char probe = 0;
+  size_t size = 0;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = c->GetInto(key, &probe, 1, &size);
+  }
+  if (s.ok() || s.code() == StatusCode::kOutOfRange) return static_cast<int64_t>(size);
+  return ToMooncake(s);
+}
+
+int MooncakeStore::RegisterBuffer(uint64_t address, int64_t size) {
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr || address == 0 || size <= 0) return kMcInvalidParams;
+  {
+    MutexLock lock(&mu_);
+    if (regions_.count(address) != 0) return kMcInvalidParams;
+  }
+  BufferHandle h;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = c->RegisterBuffer(reinterpret_cast<void*>(address), static_cast<size_t>(size), &h);
+  }
+  if (!s.ok()) return ToMooncake(s);
+  MutexLock lock(&mu_);
+  regions_[address] = Region{static_cast<size_t>(size), h};
+  return kMcOk;
+}
+
+int MooncakeStore::UnregisterBuffer(uint64_t address) {
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr) return kMcInvalidParams;
+  BufferHandle h;
+  {
+    MutexLock lock(&mu_);
+    auto it = regions_.find(address);
+    if (it == regions_.end()) return kMcInvalidParams;
+    h = it->second.handle;
+    regions_.erase(it);
+  }
+  py::gil_scoped_release nogil;
+  return ToMooncake(c->UnregisterBuffer(h));
+}
+
+int64_t MooncakeStore::GetInto(const std::string& key, uint64_t address, int64_t size) {
+  std::vector<int64_t> r = BatchGetInto({key}, {address}, {size});
+  return r[0];
+}
+
+std::vector<int64_t> MooncakeStore::BatchGetInto(const std::vector<std::string>& keys,
+                                                 const std::vector<uint64_t>& addresses,
+                                                 const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> out(keys.size(), kMcInvalidParams);
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr || addresses.size() != keys.size() || sizes.size() != keys.size()) {
+    return out;
+  }
+  std::vector<GetIntoItem> items;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    GetIntoItem item;
+    int rc = Locate(keys[i], addresses[i], sizes[i], &item.buffer, &item.offset);
+    if (rc != kMcOk) {
+      out[i] = rc;
+      continue;
+    }
+    item.key = keys[i];
+    item.capacity = static_cast<size_t>(sizes[i]);
+    items.push_back(std::move(item));
+    where.push_back(i);
+  }
+  py::gil_scoped_release nogil;
+  ForEachBatchSlice(items.size(), [&](size_t b, size_t e) {
+    std::vector<GetIntoItem> slice(items.begin() + b, items.begin() + e);
+    std::vector<Status> st;
+    std::vector<size_t> got;
+    Status s = c->BatchGetInto(slice, &st, &got);
+    for (size_t i = b; i < e; ++i) {
+      if (!s.ok()) {
+        out[where[i]] = ToMooncake(s);
+      } else if (st[i - b].ok()) {
+        out[where[i]] = static_cast<int64_t>(got[i - b]);
+      } else {
+        out[where[i]] = ToMooncake(st[i - b]);
+      }
+    }
+  });
+  return out;
+}
+
+int MooncakeStore::PutFrom(const std::string& key, uint64_t address, int64_t size,
+                           const ReplicateConfig& config) {
+  std::vector<int> r = BatchPutFrom({key}, {address}, {size}, config);
+  return r[0];
+}
+
+std::vector<int> MooncakeStore::BatchPutFrom(const std::vector<std::string>& keys,
+                                             const std::vector<uint64_t>& addresses,
+                                             const std::vector<int64_t>& sizes,
+                                             const ReplicateConfig& config) {
+  std::vector<int> out(keys.size(), kMcInvalidParams);
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr || addresses.size() != keys.size() || sizes.size() != keys.size()) {
+    return out;
+  }
+  PutOptions po;
+  if (int rc = ToPutOptions(config, &po); rc != kMcOk) {
+    std::fill(out.begin(), out.end(), rc);
+    return out;
+  }
+  std::vector<PutFromItem> items;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    PutFromItem item;
+    int rc = Locate(keys[i], addresses[i], sizes[i], &item.buffer, &item.offset);
+    if (rc != kMcOk) {
+      out[i] = rc;
+      continue;
+    }
+    item.key = keys[i];
+    item.size = static_cast<size_t>(sizes[i]);
+    items.push_back(std::move(item));
+    where.push_back(i);
+  }
+  py::gil_scoped_release nogil;
+  ForEachBatchSlice(items.size(), [&](size_t b, size_t e) {
+    std::vector<PutFromItem> slice(items.begin() + b, items.begin() + e);
+    std::vector<Status> st;
+    Status s = c->BatchPutFrom(slice, &st, po);
+    for (size_t i = b; i < e; ++i) out[where[i]] = ToMooncake(s.ok() ? st[i - b] : s);
+  });
+  return out;
+}
+
+std::shared_ptr<Client> MooncakeStore::client() {
+  MutexLock lock(&mu_);
+  return client_;
+}
+
+int MooncakeStore::ToPutOptions(const ReplicateConfig& config, PutOptions* po) {
+  if (config.replica_num < 1 || config.replica_num > static_cast<int64_t>(kReplicasMax))
+    return kMcInvalidParams;
+  po->replicas = static_cast<uint32_t>(config.replica_num);
+  std::string host = Hostname();
+  po->prefer_local =
+      config.prefer_alloc_in_same_node || (!host.empty() && config.preferred_segment == host);
+  return kMcOk;
+}
+
+int MooncakeStore::PutBytes(const std::string& key, const char* data, size_t size,
+                            const ReplicateConfig& config, bool replace) {
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr) return kMcInvalidParams;
+  if (!ValidKeyLength(key.size())) return kMcInvalidKey;
+  if (size == 0) return kMcInvalidParams;
+  PutOptions po;
+  if (int rc = ToPutOptions(config, &po); rc != kMcOk) return rc;
+  po.replace = replace;
+  py::gil_scoped_release nogil;
+  return ToMooncake(c->Put(key, data, size, po));
+}
+
+void MooncakeStore::BatchGetValues(const std::vector<std::string>& keys,
+                                   std::vector<std::string>* values,
+                                   std::vector<Status>* statuses) {
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr) return;
+  std::vector<std::string> valid;
+  std::vector<size_t> where;
+  SelectValidKeys(keys, &valid, &where);
+  py::gil_scoped_release nogil;
+  ForEachBatchSlice(valid.size(), [&](size_t b, size_t e) {
+    std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
+    std::vector<std::string> got;
+    std::vector<Status> st;
+    Status s = c->BatchGet(slice, &got, &st);
+    for (size_t i = b; i < e; ++i) {
+      (*statuses)[where[i]] = s.ok() ? st[i - b] : s;
+      if (s.ok() && st[i - b].ok()) (*values)[where[i]] = std::move(got[i - b]);
+    }
+  });
+}
+
+int MooncakeStore::Locate(const std::string& key, uint64_t address, int64_t size,
+                          BufferHandle* handle, size_t* offset) {
+  if (!ValidKeyLength(key.size())) return kMcInvalidKey;
+  if (size <= 0 || address == 0) return kMcInvalidParams;
+  MutexLock lock(&mu_);
+  auto it = regions_.upper_bound(address);
+  if (it == regions_.begin()) return kMcInvalidParams;
+  --it;
+  uint64_t off = address - it->first;
+  if (off > it->second.size || static_cast<uint64_t>(size) > it->second.size - off) {
+    return kMcInvalidParams;
+  }
+  *handle = it->second.handle;
+  *offset = static_cast<size_t>(off);
+  return kMcOk;
+}
+
+int MooncakeStore::CheckPieces(const std::string& key, const std::vector<uint64_t>& ptrs,
+                               const std::vector<int64_t>& sizes) {
+  if (!ValidKeyLength(key.size())) return kMcInvalidKey;
+  if (ptrs.empty() || ptrs.size() != sizes.size()) return kMcInvalidParams;
+  for (size_t j = 0; j < ptrs.size(); ++j) {
+    BufferHandle h;
+    size_t off = 0;
+    if (int rc = Locate(key, ptrs[j], sizes[j], &h, &off); rc != kMcOk) return rc;
+  }
+  return kMcOk;
+}
 }  // namespace shelf::python::mooncake

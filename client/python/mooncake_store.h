@@ -45,47 +45,13 @@ constexpr int kMcNotSupported = -1012;
 // Mooncake's defaults for setup's sizes (16 MiB each).
 constexpr int64_t kDefaultSegmentBytes = int64_t{16} << 20;
 
-inline int ToMooncake(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kOk:
-      return kMcOk;
-    case StatusCode::kNotFound:
-      return kMcObjectNotFound;
-    case StatusCode::kAlreadyExists:
-      return kMcObjectAlreadyExists;
-    case StatusCode::kFailedPrecondition:  // pinned, or read-leased
-      return kMcObjectHasLease;
-    case StatusCode::kInvalidArgument:
-      return kMcInvalidParams;
-    case StatusCode::kOutOfRange:  // a block larger than the buffer
-      return kMcBufferOverflow;
-    case StatusCode::kResourceExhausted:
-      return kMcNoAvailableHandle;
-    case StatusCode::kDataLoss:
-      return kMcChecksumMismatch;
-    case StatusCode::kUnavailable:
-      return kMcRpcFail;
-    case StatusCode::kDeadlineExceeded:
-      return kMcRpcTimeout;
-    case StatusCode::kUnimplemented:
-      return kMcNotSupported;
-    default:
-      return kMcInternalError;
-  }
-}
+// The Mooncake ErrorCode of a libshelf status (docs/mooncake-compat.md).
+int ToMooncake(const Status& s);
 
-inline bool ValidKey(const std::string& key) { return !key.empty() && key.size() <= kKeyBytesMax; }
-
-// The keys of `keys` that pass ValidKey, into `valid`, and the index of
-// each in `keys`, into `where`.
-inline void SelectValidKeys(const std::vector<std::string>& keys, std::vector<std::string>* valid,
-                            std::vector<size_t>* where) {
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!ValidKey(keys[i])) continue;
-    valid->push_back(keys[i]);
-    where->push_back(i);
-  }
-}
+// The keys of `keys` that pass ValidKeyLength, into `valid`, and the index
+// of each in `keys`, into `where`.
+void SelectValidKeys(const std::vector<std::string>& keys, std::vector<std::string>* valid,
+                     std::vector<size_t>* where);
 
 // Mooncake's SoftPinAction and ObjectDataType, with its values.
 enum class SoftPinAction : int { kPreserve = 0, kEnable = 1, kDisable = 2 };
@@ -119,14 +85,6 @@ struct Region {
   size_t size = 0;
   BufferHandle handle;
 };
-
-// Runs fn(begin, end) over [0, n) in slices of at most kBatchItemsMax.
-template <typename Fn>
-void ForEachSlice(size_t n, Fn fn) {
-  for (size_t begin = 0; begin < n; begin += kBatchItemsMax) {
-    fn(begin, std::min(n, begin + kBatchItemsMax));
-  }
-}
 
 // The master(s) named by Mooncake's master_server_addr ("HOST:PORT", a
 // list separated by ',' or ';', or "etcd://HOST:PORT[;HOST:PORT][/CLUSTER]"),
@@ -167,374 +125,77 @@ class MooncakeStore {
                 int64_t local_buffer_size, const std::string& protocol,
                 const std::string& rdma_devices, const std::string& master_server_addr);
 
-  int Close() ABSL_LOCKS_EXCLUDED(mu_) {
-    std::shared_ptr<Client> client;
-    {
-      MutexLock lock(&mu_);
-      client = std::move(client_);
-      client_.reset();
-      regions_.clear();
-    }
-    if (client != nullptr) {
-      py::gil_scoped_release nogil;
-      client->Close();
-      client.reset();
-    }
-    return kMcOk;
-  }
+  int Close() ABSL_LOCKS_EXCLUDED(mu_);
 
-  int HealthCheck() {
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr) return kMcInvalidParams;
-    std::vector<bool> present;
-    py::gil_scoped_release nogil;
-    return ToMooncake(c->Exists({"\x01shelf-mooncake-probe"}, &present));
-  }
+  int HealthCheck();
 
-  std::string Hostname() ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    return hostname_;
-  }
+  std::string Hostname() ABSL_LOCKS_EXCLUDED(mu_);
 
   // ------------------------------------------------------------ values
 
-  int Put(const std::string& key, py::handle value, const ReplicateConfig& config) {
-    BufferView v(value, /*writable=*/false);
-    return PutBytes(key, v.data(), v.size(), config);
-  }
+  int Put(const std::string& key, py::handle value, const ReplicateConfig& config);
 
   // put_parts(key, *parts, config=ReplicateConfig()): the parts are joined
   // into one block.
-  int PutParts(const py::args& args, const py::kwargs& kwargs) {
-    if (args.size() < 1) return kMcInvalidParams;
-    ReplicateConfig config;
-    if (kwargs.contains("config")) config = kwargs["config"].cast<ReplicateConfig>();
-    std::string key = args[0].cast<std::string>();
-    std::string joined;
-    for (size_t i = 1; i < args.size(); ++i) {
-      BufferView v(args[i], /*writable=*/false);
-      joined.append(v.data(), v.size());
-    }
-    return PutBytes(key, joined.data(), joined.size(), config);
-  }
+  int PutParts(const py::args& args, const py::kwargs& kwargs);
 
   // Remove, then put: not atomic (a reader between the two sees a miss).
   // A put that replaces the key's value in one step at its commit
   // (PutOptions.replace): readers never see it missing, and a failed
   // upsert leaves the old value.
-  int Upsert(const std::string& key, py::handle value, const ReplicateConfig& config) {
-    BufferView v(value, /*writable=*/false);
-    return PutBytes(key, v.data(), v.size(), config, /*replace=*/true);
-  }
+  int Upsert(const std::string& key, py::handle value, const ReplicateConfig& config);
 
   int PutBatch(const std::vector<std::string>& keys, const std::vector<py::object>& values,
-               const ReplicateConfig& config) {
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr || keys.size() != values.size()) return kMcInvalidParams;
-    PutOptions po;
-    if (int rc = ToPutOptions(config, &po); rc != kMcOk) return rc;
-    std::vector<BufferView> views;
-    std::vector<PutItem> items;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!ValidKey(keys[i])) return kMcInvalidKey;
-      views.emplace_back(values[i], /*writable=*/false);
-      items.push_back(PutItem{keys[i], views.back().data(), views.back().size()});
-    }
-    int rc = kMcOk;
-    py::gil_scoped_release nogil;
-    ForEachSlice(items.size(), [&](size_t b, size_t e) {
-      if (rc != kMcOk) return;
-      std::vector<PutItem> slice(items.begin() + b, items.begin() + e);
-      std::vector<Status> st;
-      Status s = c->BatchPut(slice, &st, po);
-      if (!s.ok()) {
-        rc = ToMooncake(s);
-        return;
-      }
-      for (const Status& x : st) {
-        if (!x.ok()) {
-          rc = ToMooncake(x);
-          return;
-        }
-      }
-    });
-    return rc;
-  }
+               const ReplicateConfig& config);
 
-  py::bytes Get(const std::string& key) {
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr || !ValidKey(key)) return py::bytes();
-    std::string value;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = c->Get(key, &value);
-    }
-    return s.ok() ? ToBytes(value) : py::bytes();
-  }
+  py::bytes Get(const std::string& key);
 
   // The blocks, b"" for a miss (or every item when the batch failed).
-  py::list GetBatch(const std::vector<std::string>& keys) {
-    std::vector<std::string> values(keys.size());
-    std::vector<Status> statuses(keys.size(), Status(StatusCode::kInvalidArgument, "bad key"));
-    BatchGetValues(keys, &values, &statuses);
-    py::list out;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      out.append(statuses[i].ok() ? ToBytes(values[i]) : py::bytes());
-    }
-    return out;
-  }
+  py::list GetBatch(const std::vector<std::string>& keys);
 
-  py::object GetBuffer(const std::string& key) {
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr || !ValidKey(key)) return py::none();
-    auto buffer = std::make_shared<ReadBuffer>();
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = c->Get(key, &buffer->bytes);
-    }
-    if (!s.ok()) return py::none();
-    return py::cast(buffer);
-  }
+  py::object GetBuffer(const std::string& key);
 
-  py::list BatchGetBuffer(const std::vector<std::string>& keys) {
-    std::vector<std::string> values(keys.size());
-    std::vector<Status> statuses(keys.size(), Status(StatusCode::kInvalidArgument, "bad key"));
-    BatchGetValues(keys, &values, &statuses);
-    py::list out;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!statuses[i].ok()) {
-        out.append(py::none());
-        continue;
-      }
-      auto buffer = std::make_shared<ReadBuffer>();
-      buffer->bytes = std::move(values[i]);
-      out.append(py::cast(buffer));
-    }
-    return out;
-  }
+  py::list BatchGetBuffer(const std::vector<std::string>& keys);
 
   // 1 present, 0 absent, a negative code on error.
-  int IsExist(const std::string& key) {
-    std::vector<int> r = BatchIsExist({key});
-    return r[0];
-  }
+  int IsExist(const std::string& key);
 
-  std::vector<int> BatchIsExist(const std::vector<std::string>& keys) {
-    std::vector<int> out(keys.size(), kMcInvalidParams);
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr) return out;
-    std::vector<std::string> valid;
-    std::vector<size_t> where;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (ValidKey(keys[i])) {
-        valid.push_back(keys[i]);
-        where.push_back(i);
-      } else {
-        out[i] = kMcInvalidKey;
-      }
-    }
-    py::gil_scoped_release nogil;
-    ForEachSlice(valid.size(), [&](size_t b, size_t e) {
-      std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
-      std::vector<bool> present;
-      Status s = c->Exists(slice, &present);
-      for (size_t i = b; i < e; ++i) {
-        out[where[i]] = s.ok() ? (present[i - b] ? 1 : 0) : ToMooncake(s);
-      }
-    });
-    return out;
-  }
+  std::vector<int> BatchIsExist(const std::vector<std::string>& keys);
 
-  int Remove(const std::string& key) {
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr) return kMcInvalidParams;
-    if (!ValidKey(key)) return kMcInvalidKey;
-    py::gil_scoped_release nogil;
-    return ToMooncake(c->Remove(key));
-  }
+  int Remove(const std::string& key);
 
   // One master round trip per kBatchItemsMax valid keys; an invalid key
   // gets kMcInvalidKey without failing the others.
-  std::vector<int> BatchRemove(const std::vector<std::string>& keys) {
-    std::vector<int> out(keys.size(), kMcInvalidKey);
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr) {
-      std::fill(out.begin(), out.end(), kMcInvalidParams);
-      return out;
-    }
-    std::vector<std::string> valid;
-    std::vector<size_t> where;
-    SelectValidKeys(keys, &valid, &where);
-    py::gil_scoped_release nogil;
-    ForEachSlice(valid.size(), [&](size_t b, size_t e) {
-      std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
-      std::vector<Status> st;
-      Status s = c->BatchRemove(slice, &st);
-      for (size_t i = b; i < e; ++i) out[where[i]] = ToMooncake(s.ok() ? st[i - b] : s);
-    });
-    return out;
-  }
+  std::vector<int> BatchRemove(const std::vector<std::string>& keys);
 
   // remove_all / remove_by_regex: the number of keys removed, or a negative
   // code. Pinned keys stay, as Mooncake keeps objects it may not remove.
-  int64_t RemoveMatching(const std::string& pattern, bool regex) {
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr) return kMcInvalidParams;
-    uint64_t removed = 0;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = c->RemoveMatching(pattern, &removed, regex);
-    }
-    if (!s.ok()) return ToMooncake(s);
-    return static_cast<int64_t>(removed);
-  }
+  int64_t RemoveMatching(const std::string& pattern, bool regex);
 
   // The block's size, or a negative code. Reads the size without the bytes:
   // a get into one byte answers OUT_OF_RANGE with the size for any larger
   // block.
-  int64_t GetSize(const std::string& key) {
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr) return kMcInvalidParams;
-    if (!ValidKey(key)) return kMcInvalidKey;
-    char probe = 0;
-    size_t size = 0;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = c->GetInto(key, &probe, 1, &size);
-    }
-    if (s.ok() || s.code() == StatusCode::kOutOfRange) return static_cast<int64_t>(size);
-    return ToMooncake(s);
-  }
+  int64_t GetSize(const std::string& key);
 
   // ------------------------------------------------ registered buffers
 
-  int RegisterBuffer(uint64_t address, int64_t size) ABSL_LOCKS_EXCLUDED(mu_) {
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr || address == 0 || size <= 0) return kMcInvalidParams;
-    {
-      MutexLock lock(&mu_);
-      if (regions_.count(address) != 0) return kMcInvalidParams;
-    }
-    BufferHandle h;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = c->RegisterBuffer(reinterpret_cast<void*>(address), static_cast<size_t>(size), &h);
-    }
-    if (!s.ok()) return ToMooncake(s);
-    MutexLock lock(&mu_);
-    regions_[address] = Region{static_cast<size_t>(size), h};
-    return kMcOk;
-  }
+  int RegisterBuffer(uint64_t address, int64_t size) ABSL_LOCKS_EXCLUDED(mu_);
 
-  int UnregisterBuffer(uint64_t address) ABSL_LOCKS_EXCLUDED(mu_) {
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr) return kMcInvalidParams;
-    BufferHandle h;
-    {
-      MutexLock lock(&mu_);
-      auto it = regions_.find(address);
-      if (it == regions_.end()) return kMcInvalidParams;
-      h = it->second.handle;
-      regions_.erase(it);
-    }
-    py::gil_scoped_release nogil;
-    return ToMooncake(c->UnregisterBuffer(h));
-  }
+  int UnregisterBuffer(uint64_t address) ABSL_LOCKS_EXCLUDED(mu_);
 
-  int64_t GetInto(const std::string& key, uint64_t address, int64_t size) {
-    std::vector<int64_t> r = BatchGetInto({key}, {address}, {size});
-    return r[0];
-  }
+  int64_t GetInto(const std::string& key, uint64_t address, int64_t size);
 
   // Bytes read per key, or a negative code.
   std::vector<int64_t> BatchGetInto(const std::vector<std::string>& keys,
                                     const std::vector<uint64_t>& addresses,
-                                    const std::vector<int64_t>& sizes) {
-    std::vector<int64_t> out(keys.size(), kMcInvalidParams);
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr || addresses.size() != keys.size() || sizes.size() != keys.size()) {
-      return out;
-    }
-    std::vector<GetIntoItem> items;
-    std::vector<size_t> where;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      GetIntoItem item;
-      int rc = Locate(keys[i], addresses[i], sizes[i], &item.buffer, &item.offset);
-      if (rc != kMcOk) {
-        out[i] = rc;
-        continue;
-      }
-      item.key = keys[i];
-      item.capacity = static_cast<size_t>(sizes[i]);
-      items.push_back(std::move(item));
-      where.push_back(i);
-    }
-    py::gil_scoped_release nogil;
-    ForEachSlice(items.size(), [&](size_t b, size_t e) {
-      std::vector<GetIntoItem> slice(items.begin() + b, items.begin() + e);
-      std::vector<Status> st;
-      std::vector<size_t> got;
-      Status s = c->BatchGetInto(slice, &st, &got);
-      for (size_t i = b; i < e; ++i) {
-        if (!s.ok()) {
-          out[where[i]] = ToMooncake(s);
-        } else if (st[i - b].ok()) {
-          out[where[i]] = static_cast<int64_t>(got[i - b]);
-        } else {
-          out[where[i]] = ToMooncake(st[i - b]);
-        }
-      }
-    });
-    return out;
-  }
+                                    const std::vector<int64_t>& sizes);
 
   int PutFrom(const std::string& key, uint64_t address, int64_t size,
-              const ReplicateConfig& config) {
-    std::vector<int> r = BatchPutFrom({key}, {address}, {size}, config);
-    return r[0];
-  }
+              const ReplicateConfig& config);
 
   std::vector<int> BatchPutFrom(const std::vector<std::string>& keys,
                                 const std::vector<uint64_t>& addresses,
-                                const std::vector<int64_t>& sizes, const ReplicateConfig& config) {
-    std::vector<int> out(keys.size(), kMcInvalidParams);
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr || addresses.size() != keys.size() || sizes.size() != keys.size()) {
-      return out;
-    }
-    PutOptions po;
-    if (int rc = ToPutOptions(config, &po); rc != kMcOk) {
-      std::fill(out.begin(), out.end(), rc);
-      return out;
-    }
-    std::vector<PutFromItem> items;
-    std::vector<size_t> where;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      PutFromItem item;
-      int rc = Locate(keys[i], addresses[i], sizes[i], &item.buffer, &item.offset);
-      if (rc != kMcOk) {
-        out[i] = rc;
-        continue;
-      }
-      item.key = keys[i];
-      item.size = static_cast<size_t>(sizes[i]);
-      items.push_back(std::move(item));
-      where.push_back(i);
-    }
-    py::gil_scoped_release nogil;
-    ForEachSlice(items.size(), [&](size_t b, size_t e) {
-      std::vector<PutFromItem> slice(items.begin() + b, items.begin() + e);
-      std::vector<Status> st;
-      Status s = c->BatchPutFrom(slice, &st, po);
-      for (size_t i = b; i < e; ++i) out[where[i]] = ToMooncake(s.ok() ? st[i - b] : s);
-    });
-    return out;
-  }
+                                const std::vector<int64_t>& sizes, const ReplicateConfig& config);
 
   // Block i is the concatenation of its pieces [ptrs[i][j], + sizes[i][j]).
   std::vector<int> BatchPutFromMulti(const std::vector<std::string>& keys,
@@ -563,89 +224,28 @@ class MooncakeStore {
   // current client on success.
   int Connect(const ClientOptions& options, const std::string& hostname) ABSL_LOCKS_EXCLUDED(mu_);
 
-  std::shared_ptr<Client> client() ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    return client_;
-  }
+  std::shared_ptr<Client> client() ABSL_LOCKS_EXCLUDED(mu_);
 
-  int ToPutOptions(const ReplicateConfig& config, PutOptions* po) {
-    if (config.replica_num < 1 || config.replica_num > static_cast<int64_t>(kReplicasMax))
-      return kMcInvalidParams;
-    po->replicas = static_cast<uint32_t>(config.replica_num);
-    std::string host = Hostname();
-    po->prefer_local =
-        config.prefer_alloc_in_same_node || (!host.empty() && config.preferred_segment == host);
-    return kMcOk;
-  }
+  int ToPutOptions(const ReplicateConfig& config, PutOptions* po);
 
   int PutBytes(const std::string& key, const char* data, size_t size, const ReplicateConfig& config,
-               bool replace = false) {
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr) return kMcInvalidParams;
-    if (!ValidKey(key)) return kMcInvalidKey;
-    if (size == 0) return kMcInvalidParams;
-    PutOptions po;
-    if (int rc = ToPutOptions(config, &po); rc != kMcOk) return rc;
-    po.replace = replace;
-    py::gil_scoped_release nogil;
-    return ToMooncake(c->Put(key, data, size, po));
-  }
+               bool replace = false);
 
   // Fills `statuses` (pre-sized, preset to an error) and `values` for the
   // valid keys, in batches.
   void BatchGetValues(const std::vector<std::string>& keys, std::vector<std::string>* values,
-                      std::vector<Status>* statuses) {
-    std::shared_ptr<Client> c = client();
-    if (c == nullptr) return;
-    std::vector<std::string> valid;
-    std::vector<size_t> where;
-    SelectValidKeys(keys, &valid, &where);
-    py::gil_scoped_release nogil;
-    ForEachSlice(valid.size(), [&](size_t b, size_t e) {
-      std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
-      std::vector<std::string> got;
-      std::vector<Status> st;
-      Status s = c->BatchGet(slice, &got, &st);
-      for (size_t i = b; i < e; ++i) {
-        (*statuses)[where[i]] = s.ok() ? st[i - b] : s;
-        if (s.ok() && st[i - b].ok()) (*values)[where[i]] = std::move(got[i - b]);
-      }
-    });
-  }
+                      std::vector<Status>* statuses);
 
   // The registered region holding [address, address + size): its handle
   // and the offset of `address` in it. INVALID_PARAMS when no registered
   // region holds the whole range.
   int Locate(const std::string& key, uint64_t address, int64_t size, BufferHandle* handle,
-             size_t* offset) ABSL_LOCKS_EXCLUDED(mu_) {
-    if (!ValidKey(key)) return kMcInvalidKey;
-    if (size <= 0 || address == 0) return kMcInvalidParams;
-    MutexLock lock(&mu_);
-    auto it = regions_.upper_bound(address);
-    if (it == regions_.begin()) return kMcInvalidParams;
-    --it;
-    uint64_t off = address - it->first;
-    if (off > it->second.size || static_cast<uint64_t>(size) > it->second.size - off) {
-      return kMcInvalidParams;
-    }
-    *handle = it->second.handle;
-    *offset = static_cast<size_t>(off);
-    return kMcOk;
-  }
+             size_t* offset) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The pieces of a multi-buffer block: one size per pointer, each piece
   // inside a registered region.
   int CheckPieces(const std::string& key, const std::vector<uint64_t>& ptrs,
-                  const std::vector<int64_t>& sizes) {
-    if (!ValidKey(key)) return kMcInvalidKey;
-    if (ptrs.empty() || ptrs.size() != sizes.size()) return kMcInvalidParams;
-    for (size_t j = 0; j < ptrs.size(); ++j) {
-      BufferHandle h;
-      size_t off = 0;
-      if (int rc = Locate(key, ptrs[j], sizes[j], &h, &off); rc != kMcOk) return rc;
-    }
-    return kMcOk;
-  }
+                  const std::vector<int64_t>& sizes);
 
   Mutex mu_;
   std::shared_ptr<Client> client_ ABSL_GUARDED_BY(mu_);      // null: not set up

@@ -26,7 +26,7 @@ PutOptions MakePutOptions(uint32_t replicas, bool best_effort, bool prefer_local
   po.best_effort = best_effort;
   po.prefer_local = prefer_local;
   po.spread_label = spread_label;
-  po.deadline = ToDeadline(timeout_ms);
+  po.deadline = Deadline::FromTimeoutMs(timeout_ms);
   return po;
 }
 
@@ -157,7 +157,7 @@ py::tuple PyClient::ListKeys(const py::bytes& pattern, const py::bytes& cursor, 
   {
     std::string p = pattern, cur = cursor;
     py::gil_scoped_release nogil;
-    s = get()->ListKeys(cur, p, count, &keys, &next, false, ToDeadline(timeout_ms));
+    s = get()->ListKeys(cur, p, count, &keys, &next, false, Deadline::FromTimeoutMs(timeout_ms));
   }
   Check(s);
   py::list out;
@@ -171,7 +171,7 @@ py::object PyClient::Get(py::handle key, int64_t timeout_ms) {
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = get()->Get(k, &value, ToDeadline(timeout_ms));
+    s = get()->Get(k, &value, Deadline::FromTimeoutMs(timeout_ms));
   }
   if (s.code() == StatusCode::kNotFound) return py::none();
   Check(s);
@@ -189,12 +189,12 @@ py::object PyClient::GetInto(py::handle key, py::handle target, size_t offset,
     PyBufferHandle h = target.cast<PyBufferHandle>();
     size_t cap = capacity ? *capacity : (offset <= h.size ? h.size - offset : 0);
     py::gil_scoped_release nogil;
-    s = get()->GetInto(k, h.handle, offset, cap, &size, ToDeadline(timeout_ms), sync);
+    s = get()->GetInto(k, h.handle, offset, cap, &size, Deadline::FromTimeoutMs(timeout_ms), sync);
   } else {
     BufferView v(target, /*writable=*/true);
     size_t cap = RangeLength(v.size(), offset, capacity, "capacity");
     py::gil_scoped_release nogil;
-    s = get()->GetInto(k, v.data() + offset, cap, &size, ToDeadline(timeout_ms));
+    s = get()->GetInto(k, v.data() + offset, cap, &size, Deadline::FromTimeoutMs(timeout_ms));
   }
   if (s.code() == StatusCode::kNotFound) return py::none();
   Check(s);
@@ -230,7 +230,7 @@ py::object PyClient::Exists(py::handle keys, int64_t timeout_ms) {
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = get()->Exists(k, &present, ToDeadline(timeout_ms));
+    s = get()->Exists(k, &present, Deadline::FromTimeoutMs(timeout_ms));
   }
   Check(s);
   if (single) return py::bool_(present[0]);
@@ -242,7 +242,7 @@ bool PyClient::Remove(py::handle key, int64_t timeout_ms) {
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = get()->Remove(k, ToDeadline(timeout_ms));
+    s = get()->Remove(k, Deadline::FromTimeoutMs(timeout_ms));
   }
   if (s.code() == StatusCode::kNotFound) return false;
   Check(s);
@@ -255,7 +255,7 @@ py::object PyClient::BatchRemove(py::handle keys, int64_t timeout_ms, bool retur
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = get()->BatchRemove(k, &st, ToDeadline(timeout_ms));
+    s = get()->BatchRemove(k, &st, Deadline::FromTimeoutMs(timeout_ms));
   }
   Check(s);
   py::list out;
@@ -270,7 +270,7 @@ size_t PyClient::MatchPrefix(py::handle keys, int64_t timeout_ms) {
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = get()->MatchPrefix(k, &matched, ToDeadline(timeout_ms));
+    s = get()->MatchPrefix(k, &matched, Deadline::FromTimeoutMs(timeout_ms));
   }
   Check(s);
   return matched;
@@ -283,7 +283,7 @@ py::dict PyClient::Locate(py::handle keys, int64_t timeout_ms) {
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = get()->Locate(k, &nodes, &cluster_blocks, ToDeadline(timeout_ms));
+    s = get()->Locate(k, &nodes, &cluster_blocks, Deadline::FromTimeoutMs(timeout_ms));
   }
   Check(s);
   py::list out;
@@ -312,7 +312,7 @@ py::object PyClient::BatchGet(py::handle keys, int64_t timeout_ms, bool return_s
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = get()->BatchGet(k, &values, &st, ToDeadline(timeout_ms));
+    s = get()->BatchGet(k, &values, &st, Deadline::FromTimeoutMs(timeout_ms));
   }
   Check(s);
   py::list out;
@@ -340,7 +340,7 @@ py::object PyClient::BatchGetInto(py::handle keys, py::handle targets, int64_t t
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = BatchGetIntoMemory(get(), k, ptrs, caps, ToDeadline(timeout_ms), &st, &sizes);
+    s = BatchGetIntoMemory(get(), k, ptrs, caps, Deadline::FromTimeoutMs(timeout_ms), &st, &sizes);
   }
   Check(s);
   py::list out;
@@ -375,7 +375,7 @@ py::list PyClient::BatchPut(py::handle keys, py::handle values, uint32_t replica
 
 std::unique_ptr<PyFuture> PyClient::BatchGetAsync(py::handle keys, int64_t timeout_ms) {
   std::vector<std::string> k = ToKeys(keys);
-  BatchFuture f = get()->BatchGetAsync(std::move(k), ToDeadline(timeout_ms));
+  BatchFuture f = get()->BatchGetAsync(std::move(k), Deadline::FromTimeoutMs(timeout_ms));
   return std::make_unique<PyFuture>(PyFuture::Kind::kGet, std::move(f), std::vector<BufferView>(),
                                     py::list());
 }
@@ -409,7 +409,8 @@ std::unique_ptr<PyFuture> PyClient::BatchGetIntoAsync(py::handle keys, py::handl
   for (size_t i = 0; i < k.size(); ++i) {
     items.push_back(GetIntoItem{k[i], h.handle, offsets[i], capacity});
   }
-  BatchFuture f = get()->BatchGetIntoAsync(std::move(items), ToDeadline(timeout_ms), sync);
+  BatchFuture f =
+      get()->BatchGetIntoAsync(std::move(items), Deadline::FromTimeoutMs(timeout_ms), sync);
   return std::make_unique<PyFuture>(PyFuture::Kind::kGetInto, std::move(f),
                                     std::vector<BufferView>(), py::list());
 }

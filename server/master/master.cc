@@ -86,10 +86,8 @@ Master::~Master() {
 }
 
 absl::Status Master::ValidateKey(const std::string& key) const {
-  if (key.empty()) return absl::InvalidArgumentError("empty key");
-  if (key.size() > kKeyBytesMax) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key of ", key.size(), " bytes exceeds the limit of ", kKeyBytesMax));
+  if (std::string why = KeyLengthError(key.size()); !why.empty()) {
+    return absl::InvalidArgumentError(why);
   }
   return absl::OkStatus();
 }

@@ -89,9 +89,8 @@ void CommandHandler::Dispatch(Ctx& c) {
     int last = info->last_key < 0 ? argc - 1 : info->last_key;
     for (int i = info->first_key; i <= last && i < argc; i += info->step) {
       const std::string& key = c.arg(static_cast<size_t>(i));
-      if (key.empty() || key.size() > kKeyBytesMax) {
-        c.Error(absl::StrCat("ERR key of ", key.size(), " bytes: Shelf keys are 1..", kKeyBytesMax,
-                             " bytes"));
+      if (std::string why = KeyLengthError(key.size()); !why.empty()) {
+        c.Error("ERR " + why);
         return;
       }
     }
@@ -160,15 +159,7 @@ void CommandHandler::Dispatch(Ctx& c) {
 // ------------------------------------------------------------ storage
 
 Status CommandHandler::Load(const std::string& key, std::string* value) {
-  Status s = client_->Get(key, value);
-  if (!s.ok()) return s;
-  if (value->empty() || value->back() != kValueTrailer) {
-    value->clear();
-    return Status(StatusCode::kFailedPrecondition,
-                  "WRONGTYPE block was not written through shelf-resp");
-  }
-  value->pop_back();
-  return Status::Ok();
+  return DecodeValue(client_->Get(key, value), value);
 }
 
 Status CommandHandler::Store(const std::string& key, std::string* value, bool nx, bool* written) {
@@ -179,7 +170,7 @@ Status CommandHandler::Store(const std::string& key, std::string* value, bool nx
     if (!s.ok()) return s;
     if (present[0]) return Status::Ok();
   }
-  value->push_back(kValueTrailer);  // in the capacity the parser reserved
+  EncodeValue(value);
   // An existing key is replaced in one step at the put's commit: readers
   // get the old value until then, and keep it if the put fails (docs/resp.md,
   // "SET of an existing key"). The same bytes again cost no write.
@@ -194,15 +185,15 @@ Status CommandHandler::Store(const std::string& key, std::string* value, bool nx
 Status CommandHandler::ExistsMany(const std::vector<std::string>& keys,
                                   std::vector<bool>* present) {
   present->clear();
-  for (size_t at = 0; at < keys.size(); at += kBatchItemsMax) {
-    size_t end = std::min(keys.size(), at + kBatchItemsMax);
-    std::vector<std::string> part(keys.begin() + at, keys.begin() + end);
+  Status s;
+  ForEachBatchSlice(keys.size(), [&](size_t begin, size_t end) {
+    std::vector<std::string> part(keys.begin() + begin, keys.begin() + end);
     std::vector<bool> p;
-    Status s = client_->Exists(part, &p);
-    if (!s.ok()) return s;
+    s = client_->Exists(part, &p);
     present->insert(present->end(), p.begin(), p.end());
-  }
-  return Status::Ok();
+    return s.ok();
+  });
+  return s;
 }
 
 Status CommandHandler::CountKeys(uint64_t* n) {
@@ -225,8 +216,7 @@ void CommandHandler::Get(Ctx& c, bool del) {
     stats_->misses.Increment(1);
     return c.w().Null();
   }
-  if (!s.ok())
-    return c.Error(s.code() == StatusCode::kFailedPrecondition ? s.message() : ErrorText(s));
+  if (!s.ok()) return c.Error(ValueErrorText(s));
   stats_->hits.Increment(1);
   if (del) {
     Status r = client_->Remove(c.arg(1));
@@ -273,7 +263,7 @@ void CommandHandler::SetCmd(Ctx& c, bool setnx) {
     if (s.ok()) {
       have_old = true;
     } else if (s.code() != StatusCode::kNotFound) {
-      return c.Error(s.code() == StatusCode::kFailedPrecondition ? s.message() : ErrorText(s));
+      return c.Error(ValueErrorText(s));
     }
   }
   auto reply_old = [&] {
@@ -300,40 +290,47 @@ void CommandHandler::MGet(Ctx& c) {
   // --max-inflight-bytes of them (a key named a thousand times is a
   // thousand copies), known from their sizes before any is read.
   uint64_t held = 0;
-  for (size_t at = 0; at < keys.size(); at += kBatchItemsMax) {
-    size_t end = std::min(keys.size(), at + kBatchItemsMax);
-    std::vector<std::string> part(keys.begin() + at, keys.begin() + end);
+  std::string error;  // the reply, when a slice fails
+  ForEachBatchSlice(keys.size(), [&](size_t begin, size_t end) {
+    std::vector<std::string> part(keys.begin() + begin, keys.begin() + end);
     // (A bound of 0 would be none.)
     const uint64_t room = std::max<uint64_t>(options_.max_inflight_bytes - held, 1);
     Status s = client_->BatchGetAtMost(part, room, &part_values, &part_statuses);
-    if (!s.ok()) return c.Error(ErrorText(s));
+    if (!s.ok()) {
+      error = ErrorText(s);
+      return false;
+    }
     for (size_t i = 0; i < part.size(); ++i) {
       if (part_statuses[i].code() == StatusCode::kResourceExhausted) {
         stats_->inflight_rejections.Increment(1);
-        return c.Error(
-            absl::StrCat("OOM command not allowed: the values this MGET names are over "
-                         "--max-inflight-bytes (",
-                         options_.max_inflight_bytes, " bytes)"));
+        error = absl::StrCat(
+            "OOM command not allowed: the values this MGET names are over "
+            "--max-inflight-bytes (",
+            options_.max_inflight_bytes, " bytes)");
+        return false;
       }
       held += part_values[i].size();
       values.push_back(std::move(part_values[i]));
       statuses.push_back(part_statuses[i]);
     }
-  }
+    return true;
+  });
+  if (!error.empty()) return c.Error(error);
   for (size_t i = 0; i < keys.size(); ++i) {
     const Status& s = statuses[i];
     if (!s.ok() && s.code() != StatusCode::kNotFound) return c.Error(ErrorText(s));
   }
   c.w().Array(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
+    // A block of another client is a nil here, as Redis's MGET answers
+    // a key holding another type.
     std::string& v = values[i];
-    if (!statuses[i].ok() || v.empty() || v.back() != kValueTrailer) {
+    if (!DecodeValue(statuses[i], &v).ok()) {
       stats_->misses.Increment(1);
       c.w().Null();
       continue;
     }
     stats_->hits.Increment(1);
-    v.pop_back();
     c.w().BulkHeader(v.size());
     c.out->AddOwned(std::move(v));
     c.out->tail()->append("\r\n");
@@ -358,24 +355,22 @@ void CommandHandler::MSet(Ctx& c) {
   std::vector<PutItem> items;
   for (size_t i = 0; i < keys.size(); ++i) {
     std::string* value = &(*c.args)[value_at[i]];
-    value->push_back(kValueTrailer);
+    EncodeValue(value);
     items.push_back(PutItem{keys[i], value->data(), value->size()});
   }
   // Existing keys are replaced, each in one step (Store).
   PutOptions po;
   po.replicas = options_.replicas;
   po.replace = true;
-  std::vector<Status> statuses;
-  Status s;
-  for (size_t at = 0; at < items.size(); at += kBatchItemsMax) {
-    size_t end = std::min(items.size(), at + kBatchItemsMax);
-    std::vector<PutItem> part(items.begin() + at, items.begin() + end);
-    s = client_->BatchPut(part, &statuses, po);
-    if (!s.ok()) return c.Error(ErrorText(s));
-    for (const Status& st : statuses) {
-      if (!st.ok()) return c.Error(ErrorText(st));
-    }
-  }
+  Status failed;
+  ForEachBatchSlice(items.size(), [&](size_t begin, size_t end) {
+    std::vector<PutItem> part(items.begin() + begin, items.begin() + end);
+    std::vector<Status> statuses;
+    failed = client_->BatchPut(part, &statuses, po);
+    for (size_t i = 0; i < statuses.size() && failed.ok(); ++i) failed = statuses[i];
+    return failed.ok();
+  });
+  if (!failed.ok()) return c.Error(ErrorText(failed));
   c.Ok();
 }
 
@@ -394,13 +389,11 @@ void CommandHandler::Del(Ctx& c) {
   // One master round trip per kBatchItemsMax keys; an absent key counts
   // nothing, any other failure (a pinned key) is the reply.
   int64_t removed = 0;
-  Status failed;
-  std::vector<Status> statuses;
-  for (size_t at = 0; at < keys.size(); at += kBatchItemsMax) {
-    size_t end = std::min(keys.size(), at + kBatchItemsMax);
-    std::vector<std::string> part(keys.begin() + at, keys.begin() + end);
-    Status s = client_->BatchRemove(part, &statuses);
-    if (!s.ok()) return c.Error(ErrorText(s));
+  Status failed, call;
+  ForEachBatchSlice(keys.size(), [&](size_t begin, size_t end) {
+    std::vector<std::string> part(keys.begin() + begin, keys.begin() + end);
+    std::vector<Status> statuses;
+    call = client_->BatchRemove(part, &statuses);
     for (const Status& st : statuses) {
       if (st.ok()) {
         ++removed;
@@ -408,7 +401,9 @@ void CommandHandler::Del(Ctx& c) {
         failed = st;
       }
     }
-  }
+    return call.ok();
+  });
+  if (!call.ok()) return c.Error(ErrorText(call));
   if (!failed.ok()) return c.Error(ErrorText(failed));
   c.w().Integer(removed);
 }
@@ -417,8 +412,7 @@ void CommandHandler::Strlen(Ctx& c) {
   std::string value;
   Status s = Load(c.arg(1), &value);
   if (s.code() == StatusCode::kNotFound) return c.w().Integer(0);
-  if (!s.ok())
-    return c.Error(s.code() == StatusCode::kFailedPrecondition ? s.message() : ErrorText(s));
+  if (!s.ok()) return c.Error(ValueErrorText(s));
   c.w().Integer(static_cast<int64_t>(value.size()));
 }
 

@@ -4,10 +4,8 @@
 // calls Execute for each parsed command of a connection, one at a time, in
 // order.
 //
-// A value is stored as one Shelf block: the value's bytes followed by one
-// trailer byte, kValueTrailer. The trailer lets an empty Redis value live in
-// a block (Shelf blocks are 1 byte or more) and tells a block written through
-// shelf-resp from one written by another client, which GET refuses.
+// A value is stored as one Shelf block with a trailer byte
+// (server/resp/resp_value.h).
 //
 // Thread-safety: Execute may run on many threads at once for distinct
 // sessions; one Session is used by one thread at a time.
@@ -27,11 +25,11 @@
 #include "common/prom.h"
 #include "server/resp/resp_auth.h"
 #include "server/resp/resp_parser.h"
+#include "server/resp/resp_value.h"
 #include "shelf/client.h"
 
 namespace shelf::resp {
 
-inline constexpr char kValueTrailer = '\x01';
 // SCAN cursors handed out and not yet finished, over all connections; the
 // oldest is forgotten beyond this (its next SCAN gets "-ERR invalid cursor").
 inline constexpr size_t kScanCursorsMax = 65536;

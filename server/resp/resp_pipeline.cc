@@ -10,6 +10,7 @@
 #include "server/resp/resp_command_table.h"
 #include "server/resp/resp_commands.h"
 #include "server/resp/resp_parser.h"
+#include "server/resp/resp_value.h"
 
 namespace shelf::resp {
 
@@ -24,7 +25,7 @@ bool IsCommand(const std::string& arg, const char* upper) {
 CommandHandler::BatchKind CommandHandler::Batchable(const Session& session,
                                                     const std::vector<std::string>& args) const {
   if (password_.required() && !session.authenticated) return BatchKind::kNone;
-  if (args.size() < 2 || args[1].empty() || args[1].size() > kKeyBytesMax) {
+  if (args.size() < 2 || !ValidKeyLength(args[1].size())) {
     return BatchKind::kNone;
   }
   if (args.size() == 2 && IsCommand(args[0], "GET")) return BatchKind::kGet;
@@ -48,20 +49,16 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
     std::vector<Status> statuses;
     Status s = client_->BatchGet(keys, &values, &statuses);
     for (size_t i = 0; i < n; ++i) {
-      const Status& st = s.ok() ? statuses[i] : s;
       std::string& v = values.size() == n ? values[i] : keys[i];  // unused unless ok
+      const Status st = DecodeValue(s.ok() ? statuses[i] : s, &v);
       if (st.code() == StatusCode::kNotFound) {
         stats_->misses.Increment(1);
         writer().Null();
       } else if (!st.ok()) {
         stats_->errors.Increment(1);
-        writer().Error(internal::ErrorText(st));
-      } else if (v.empty() || v.back() != kValueTrailer) {
-        stats_->errors.Increment(1);
-        writer().Error("WRONGTYPE block was not written through shelf-resp");
+        writer().Error(ValueErrorText(st));
       } else {
         stats_->hits.Increment(1);
-        v.pop_back();
         writer().BulkHeader(v.size());
         out->AddOwned(std::move(v));
         out->tail()->append("\r\n");
@@ -81,7 +78,7 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
     std::vector<PutItem> items;
     for (size_t i = 0; i < n; ++i) {
       std::string* value = &(*commands)[i][2];
-      value->push_back(kValueTrailer);  // in the capacity the parser reserved
+      EncodeValue(value);
       items.push_back(PutItem{keys[i], value->data(), value->size()});
     }
     PutOptions po;

@@ -9,6 +9,8 @@ import time
 import pytest
 import redis
 
+from conftest import BIN_DIR
+
 
 def test_lmcache_connector_sequence(r, unique):
     # LMCache's RedisConnector: a chunk is two keys, its KV bytes and a
@@ -296,3 +298,29 @@ def test_flush_is_off_unless_enabled(auth_gateway, unique):
         c.flushall()
     assert c.get(unique + b"k") == b"v"
     c.close()
+
+
+def test_a_block_of_another_client_is_wrongtype_on_every_read_path(cluster, r, unique):
+    # A block put by shelfctl has no shelf-resp trailer: GET, a pipelined
+    # GET, GETSET-style SET ... GET and STRLEN answer WRONGTYPE, the same
+    # line on each path; MGET answers nil, as Redis does for a key of
+    # another type.
+    key = unique + b"foreign"
+    subprocess.run([str(BIN_DIR / "shelfctl"), "--master", cluster.master, "put",
+                    key.decode(), "-"], input=b"written by shelfctl", check=True,
+                   capture_output=True, timeout=60)
+    wrongtype = "WRONGTYPE block was not written through shelf-resp"
+    with pytest.raises(redis.exceptions.ResponseError, match=wrongtype):
+        r.get(key)
+    with pytest.raises(redis.exceptions.ResponseError, match=wrongtype):
+        r.strlen(key)
+    with pytest.raises(redis.exceptions.ResponseError, match=wrongtype):
+        r.set(key, b"new", get=True)
+    p = r.pipeline(transaction=False)
+    p.get(key)
+    p.get(key)
+    replies = p.execute(raise_on_error=False)
+    assert [str(e) for e in replies] == [wrongtype, wrongtype]
+    assert r.mget([key]) == [None]
+    # Nothing was changed by the refused reads.
+    assert r.exists(key) == 1

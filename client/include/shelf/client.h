@@ -88,6 +88,13 @@ class Deadline {
   // `timeout` from now (the moment After is called, not the call's start).
   // Zero or negative: the deadline has already passed.
   static Deadline After(std::chrono::milliseconds timeout) { return At(Clock::now() + timeout); }
+  // A signed timeout as the C API and the Python bindings take it: 0 the
+  // client's default, > 0 that many milliseconds from the start of the
+  // call, < 0 a deadline that has already passed.
+  static Deadline FromTimeoutMs(int64_t timeout_ms) {
+    if (timeout_ms < 0) return At(Clock::time_point::min());
+    return Deadline(static_cast<uint64_t>(timeout_ms));
+  }
 
   Kind kind() const { return kind_; }
   uint64_t timeout_ms() const { return timeout_ms_; }  // kTimeout only

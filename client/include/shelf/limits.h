@@ -2,9 +2,12 @@
 // enforce them, the client checks them before a call leaves the process,
 // proto/shelf.proto's comments point here, and every error message that
 // names a limit is built from these constants. A request beyond a limit
-// fails with INVALID_ARGUMENT.
+// fails with INVALID_ARGUMENT. The checks every layer shares are here too:
+// a key's length (one message wherever a key is refused) and the cutting
+// of a larger batch into batch calls.
 //
-//   if (key.size() > shelf::kKeyBytesMax) ...   // "exceeds the limit of 256"
+//   if (std::string why = shelf::KeyLengthError(key.size()); !why.empty()) ...
+//   shelf::ForEachBatchSlice(keys.size(), [&](size_t begin, size_t end) { ... });
 //
 // Raising one is a protocol change: an older master or store still enforces
 // its own value, so mixed fleets see the smaller one.
@@ -13,6 +16,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
 namespace shelf {
 
@@ -33,6 +38,37 @@ inline constexpr size_t kListKeysMax = 1024;
 inline constexpr size_t kBlockEventTokenIdsMax = 65536;
 
 static_assert(kKeyBytesMax >= 1 && kBatchItemsMax >= 1 && kReplicasMax >= 1);
+
+// Whether a key of `key_bytes` bytes is one Shelf can hold: 1..kKeyBytesMax.
+inline bool ValidKeyLength(size_t key_bytes) { return key_bytes >= 1 && key_bytes <= kKeyBytesMax; }
+
+// Why a key of `key_bytes` bytes is refused, or empty when it is not. The
+// one message for a bad key length, whichever layer refuses it.
+inline std::string KeyLengthError(size_t key_bytes) {
+  if (key_bytes == 0) {
+    return "empty key: a key is 1.." + std::to_string(kKeyBytesMax) + " bytes";
+  }
+  if (key_bytes > kKeyBytesMax) {
+    return "key of " + std::to_string(key_bytes) + " bytes exceeds the limit: a key is 1.." +
+           std::to_string(kKeyBytesMax) + " bytes";
+  }
+  return std::string();
+}
+
+// Cuts [0, n) into consecutive slices of at most kBatchItemsMax items, the
+// batch calls a larger batch becomes, and calls fn(begin, end) for each in
+// order. fn returns void, or bool: false stops at that slice.
+template <typename Fn>
+void ForEachBatchSlice(size_t n, Fn&& fn) {
+  for (size_t begin = 0; begin < n; begin += kBatchItemsMax) {
+    const size_t end = n - begin < kBatchItemsMax ? n : begin + kBatchItemsMax;
+    if constexpr (std::is_void_v<std::invoke_result_t<Fn&, size_t, size_t>>) {
+      fn(begin, end);
+    } else if (!fn(begin, end)) {
+      return;
+    }
+  }
+}
 
 }  // namespace shelf
 
