@@ -11,8 +11,8 @@
 //
 // Raising one is a protocol change: an older master or store still enforces
 // its own value, so mixed fleets see the smaller one.
-#ifndef SHELF_LIMITS_H_
-#define SHELF_LIMITS_H_
+#ifndef SHELF_COMMON_INCLUDE_SHELF_LIMITS_H_
+#define SHELF_COMMON_INCLUDE_SHELF_LIMITS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -72,4 +72,4 @@ void ForEachBatchSlice(size_t n, Fn&& fn) {
 
 }  // namespace shelf
 
-#endif  // SHELF_LIMITS_H_
+#endif  // SHELF_COMMON_INCLUDE_SHELF_LIMITS_H_

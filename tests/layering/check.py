@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""The layering of the tree, checked: a folder includes headers only from
+itself and from the folders below it, never from a sibling or a folder
+above. Every quoted #include of a tree header ("common/log.h",
+"shelf/client.h") in every .h and .cc is checked against LAYERS; the first
+folder prefix that matches a file names its layer.
+
+    /usr/bin/python3 tests/layering/check.py SOURCE_DIR
+
+Exit status 0 when every include respects the layers, 1 with one line per
+offending include otherwise.
+"""
+
+import pathlib
+import re
+import sys
+
+# Each layer: the folders in it and what they may include besides
+# themselves. Lower layers come first; "limits" is the one public SDK
+# header every layer shares (common/include/shelf/limits.h), "sdk" the
+# rest of libshelf's public headers (client/include/shelf/).
+LAYERS = {
+    "proto": [],
+    "limits": [],
+    "common": ["limits"],
+    "coord": ["common", "limits"],
+    "storage": ["common", "limits"],
+    "transport": ["common", "limits"],
+    "server/master": ["common", "proto", "limits", "coord", "storage", "transport"],
+    "server/store": ["common", "proto", "limits", "coord", "storage", "transport"],
+    "sdk": ["limits"],
+    "client": ["common", "proto", "limits", "coord", "transport", "sdk"],
+    "server/resp": ["common", "proto", "limits", "coord", "client", "sdk"],
+    "testing": ["common", "proto", "limits", "coord", "storage", "transport", "sdk", "client",
+                "server/master", "server/store", "server/resp"],
+    "tools": ["common", "proto", "limits", "coord", "storage", "transport", "sdk", "client",
+              "server/master", "server/store", "server/resp", "testing"],
+}
+
+# Where a source file lives -> its layer (longest prefix first).
+FILE_LAYERS = [
+    ("common/include/shelf/", "limits"),
+    ("client/include/shelf/", "sdk"),
+    ("server/master/", "server/master"),
+    ("server/store/", "server/store"),
+    ("server/resp/", "server/resp"),
+    ("common/", "common"),
+    ("coord/", "coord"),
+    ("storage/", "storage"),
+    ("transport/", "transport"),
+    ("client/", "client"),
+    ("testing/", "testing"),
+    ("tools/", "tools"),
+    ("proto/", "proto"),
+]
+
+# What an include names -> the layer it belongs to.
+INCLUDE_LAYERS = [
+    ("shelf/limits.h", "limits"),
+    ("shelf/", "sdk"),
+    ("server/master/", "server/master"),
+    ("server/store/", "server/store"),
+    ("server/resp/", "server/resp"),
+    ("common/", "common"),
+    ("coord/", "coord"),
+    ("storage/", "storage"),
+    ("transport/", "transport"),
+    ("client/", "client"),
+    ("testing/", "testing"),
+    ("tools/", "tools"),
+    ("proto/", "proto"),
+    ("tests/", "tests"),
+]
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def layer_of(path, table):
+    for prefix, layer in table:
+        if path.startswith(prefix):
+            return layer
+    return None
+
+
+def violations(root):
+    out = []
+    for path in sorted(root.rglob("*")):
+        if path.suffix not in (".h", ".cc") or not path.is_file():
+            continue
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(("build/", "tests/", ".")):
+            continue
+        layer = layer_of(rel, FILE_LAYERS)
+        if layer is None:
+            continue
+        allowed = {layer, *LAYERS[layer]}
+        for lineno, header in lines_including(path):
+            target = layer_of(header, INCLUDE_LAYERS)
+            if target is None or target in allowed:
+                continue
+            out.append(f"{rel}:{lineno}: {layer} includes \"{header}\" ({target}), "
+                       f"which is not below it")
+    return out
+
+
+def lines_including(path):
+    text = path.read_text(errors="replace")
+    for m in INCLUDE.finditer(text):
+        yield text.count("\n", 0, m.start()) + 1, m.group(1)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    root = pathlib.Path(sys.argv[1]).resolve()
+    missing = [layer for deps in LAYERS.values() for layer in deps if layer not in LAYERS]
+    if missing:
+        print(f"layering: LAYERS names unknown layers {missing}", file=sys.stderr)
+        return 2
+    found = violations(root)
+    for line in found:
+        print(line)
+    checked = sum(1 for p in root.rglob("*") if p.suffix in (".h", ".cc")
+                  and not p.relative_to(root).as_posix().startswith(("build/", "tests/", ".")))
+    if found:
+        print(f"layering: {len(found)} includes cross the layers (tests/layering/check.py)")
+        return 1
+    print(f"layering: {checked} sources checked, every include below its layer")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
