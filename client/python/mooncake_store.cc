@@ -658,18 +658,7 @@ std::vector<int64_t> MooncakeStore::BatchGetInto(const std::vector<std::string>&
   }
   std::vector<GetIntoItem> items;
   std::vector<size_t> where;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    GetIntoItem item;
-    int rc = Locate(keys[i], addresses[i], sizes[i], &item.buffer, &item.offset);
-    if (rc != kMcOk) {
-      out[i] = rc;
-      continue;
-    }
-    item.key = keys[i];
-    item.capacity = static_cast<size_t>(sizes[i]);
-    items.push_back(std::move(item));
-    where.push_back(i);
-  }
+  LocateAll(keys, addresses, sizes, &items, &where, &out);
   py::gil_scoped_release nogil;
   ForEachBatchSlice(items.size(), [&](size_t b, size_t e) {
     std::vector<GetIntoItem> slice(items.begin() + b, items.begin() + e);
@@ -711,18 +700,7 @@ std::vector<int> MooncakeStore::BatchPutFrom(const std::vector<std::string>& key
   }
   std::vector<PutFromItem> items;
   std::vector<size_t> where;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    PutFromItem item;
-    int rc = Locate(keys[i], addresses[i], sizes[i], &item.buffer, &item.offset);
-    if (rc != kMcOk) {
-      out[i] = rc;
-      continue;
-    }
-    item.key = keys[i];
-    item.size = static_cast<size_t>(sizes[i]);
-    items.push_back(std::move(item));
-    where.push_back(i);
-  }
+  LocateAll(keys, addresses, sizes, &items, &where, &out);
   py::gil_scoped_release nogil;
   ForEachBatchSlice(items.size(), [&](size_t b, size_t e) {
     std::vector<PutFromItem> slice(items.begin() + b, items.begin() + e);

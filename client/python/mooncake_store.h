@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -241,6 +242,32 @@ class MooncakeStore {
   // region holds the whole range.
   int Locate(const std::string& key, uint64_t address, int64_t size, BufferHandle* handle,
              size_t* offset) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The items of a single-buffer batch (GetIntoItem: size is the
+  // capacity; PutFromItem: the block's size) whose ranges Locate finds,
+  // and the index of each in `keys`, into `where`; each other key's code
+  // into `out`.
+  template <typename Item, typename Code>
+  void LocateAll(const std::vector<std::string>& keys, const std::vector<uint64_t>& addresses,
+                 const std::vector<int64_t>& sizes, std::vector<Item>* items,
+                 std::vector<size_t>* where, std::vector<Code>* out) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      Item item;
+      int rc = Locate(keys[i], addresses[i], sizes[i], &item.buffer, &item.offset);
+      if (rc != kMcOk) {
+        (*out)[i] = rc;
+        continue;
+      }
+      item.key = keys[i];
+      if constexpr (std::is_same_v<Item, GetIntoItem>) {
+        item.capacity = static_cast<size_t>(sizes[i]);
+      } else {
+        item.size = static_cast<size_t>(sizes[i]);
+      }
+      items->push_back(std::move(item));
+      where->push_back(i);
+    }
+  }
 
   // The pieces of a multi-buffer block: one size per pointer, each piece
   // inside a registered region.

@@ -37,10 +37,8 @@ LAYERS = {
               "server/master", "server/store", "server/resp", "testing"],
 }
 
-# Where a source file lives -> its layer (longest prefix first).
-FILE_LAYERS = [
-    ("common/include/shelf/", "limits"),
-    ("client/include/shelf/", "sdk"),
+# The tree's folders -> their layers (longest prefix first).
+FOLDERS = [
     ("server/master/", "server/master"),
     ("server/store/", "server/store"),
     ("server/resp/", "server/resp"),
@@ -53,24 +51,12 @@ FILE_LAYERS = [
     ("tools/", "tools"),
     ("proto/", "proto"),
 ]
-
-# What an include names -> the layer it belongs to.
-INCLUDE_LAYERS = [
-    ("shelf/limits.h", "limits"),
-    ("shelf/", "sdk"),
-    ("server/master/", "server/master"),
-    ("server/store/", "server/store"),
-    ("server/resp/", "server/resp"),
-    ("common/", "common"),
-    ("coord/", "coord"),
-    ("storage/", "storage"),
-    ("transport/", "transport"),
-    ("client/", "client"),
-    ("testing/", "testing"),
-    ("tools/", "tools"),
-    ("proto/", "proto"),
-    ("tests/", "tests"),
-]
+# Where a source file lives -> its layer: the two public include folders,
+# then the folders.
+FILE_LAYERS = [("common/include/shelf/", "limits"), ("client/include/shelf/", "sdk")] + FOLDERS
+# What an include names -> the layer it belongs to: public headers are
+# included as "shelf/...".
+INCLUDE_LAYERS = [("shelf/limits.h", "limits"), ("shelf/", "sdk")] + FOLDERS + [("tests/", "tests")]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
