@@ -36,6 +36,13 @@ if [ -f "$node_dir/package-lock.json" ]; then
   fi
 fi
 
+# The engines' call sequences (tests/python/test_engine_sequences.py) are
+# replayed with real tensors: Debian's CPU torch. Only in a source tree with
+# the tests (the Docker builder, which builds alone, skips it).
+if [ -d "$root/tests/python" ]; then
+  packages+=(python3-torch)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -21,11 +21,15 @@
 
 namespace shelf::python {
 
+using mooncake::HostMemAllocator;
 using mooncake::kDefaultSegmentBytes;
 using mooncake::kMcNotSupported;
 using mooncake::MooncakeStore;
 using mooncake::ReadBuffer;
+using mooncake::ReplicaDescriptor;
+using mooncake::ReplicaStatus;
 using mooncake::ReplicateConfig;
+using mooncake::SetupExtras;
 
 void BindMooncake(py::module_& parent) {
   py::module_ m =
@@ -47,6 +51,41 @@ void BindMooncake(py::module_& parent) {
       .value("UNKNOWN", mooncake::ObjectDataType::kUnknown)
       .value("KVCACHE", mooncake::ObjectDataType::kKvCache)
       .export_values();
+  py::enum_<ReplicaStatus>(m, "ReplicaStatus")
+      .value("UNDEFINED", ReplicaStatus::kUndefined)
+      .value("INITIALIZED", ReplicaStatus::kInitialized)
+      .value("PROCESSING", ReplicaStatus::kProcessing)
+      .value("COMPLETE", ReplicaStatus::kComplete)
+      .value("REMOVED", ReplicaStatus::kRemoved)
+      .value("FAILED", ReplicaStatus::kFailed)
+      .export_values();
+
+  // batch_get_replica_desc's descriptors: the methods Mooncake's
+  // ReplicaDescriptor has for its tiers, and the store that holds it.
+  py::class_<ReplicaDescriptor>(m, "ReplicaDescriptor")
+      .def_readonly("status", &ReplicaDescriptor::status)
+      .def("is_memory_replica", [](const ReplicaDescriptor& d) { return d.memory; })
+      .def("is_disk_replica", [](const ReplicaDescriptor& d) { return !d.memory; })
+      .def("is_local_disk_replica", [](const ReplicaDescriptor&) { return false; })
+      .def_readonly("node_id", &ReplicaDescriptor::node_id)
+      .def_readonly("transport_endpoint", &ReplicaDescriptor::transport_endpoint)
+      .def("__repr__", [](const ReplicaDescriptor& d) {
+        return std::string("ReplicaDescriptor(") + (d.memory ? "memory" : "disk") + " on " +
+               d.node_id + ")";
+      });
+
+  // Host memory for an engine's KV pool (SGLang's allocator_type "mooncake").
+  py::class_<HostMemAllocator>(m, "MooncakeHostMemAllocator")
+      .def(py::init<>())
+      .def(
+          "alloc",
+          [](HostMemAllocator& a, int64_t size) {
+            py::gil_scoped_release nogil;  // populating a large mapping takes a while
+            return a.Alloc(size);
+          },
+          py::arg("size"), "The int address of `size` bytes of zeroed, shared host memory.")
+      .def("free", &HostMemAllocator::Free, py::arg("ptr"),
+           "Unmaps what alloc returned: 0, or -1 for an address alloc did not return.");
 
   py::class_<ReplicateConfig>(m, "ReplicateConfig")
       .def(py::init<>())
@@ -65,10 +104,14 @@ void BindMooncake(py::module_& parent) {
            py::arg("preferred_segments") = std::vector<std::string>(),
            py::arg("preferred_segment") = "", py::arg("prefer_alloc_in_same_node") = false)
       .def_readwrite("replica_num", &ReplicateConfig::replica_num)
+      .def_readwrite("nof_replica_num", &ReplicateConfig::nof_replica_num)
+      .def_readwrite("dfs_replica_num", &ReplicateConfig::dfs_replica_num)
       .def_readwrite("with_soft_pin", &ReplicateConfig::with_soft_pin)
       .def_readwrite("preferred_segments", &ReplicateConfig::preferred_segments)
+      .def_readwrite("preferred_nof_segments", &ReplicateConfig::preferred_nof_segments)
       .def_readwrite("preferred_segment", &ReplicateConfig::preferred_segment)
       .def_readwrite("prefer_alloc_in_same_node", &ReplicateConfig::prefer_alloc_in_same_node)
+      .def_readwrite("group_ids", &ReplicateConfig::group_ids)
       .def_property(
           "soft_pin_action",
           [](const ReplicateConfig& c) { return mooncake::SoftPinAction(c.soft_pin_action); },
@@ -102,13 +145,37 @@ void BindMooncake(py::module_& parent) {
   const ReplicateConfig kDefault;
   py::class_<MooncakeStore>(m, "MooncakeDistributedStore")
       .def(py::init<>())
-      .def("setup", &MooncakeStore::Setup, py::arg("local_hostname"), py::arg("metadata_server"),
-           py::arg("global_segment_size") = kDefaultSegmentBytes,
-           py::arg("local_buffer_size") = kDefaultSegmentBytes, py::arg("protocol") = "tcp",
-           py::arg("rdma_devices") = "", py::arg("master_server_addr") = "127.0.0.1:50051",
-           "Connects to the Shelf master(s) named by master_server_addr (HOST:PORT, a "
-           "list separated by ',' or ';', or etcd://HOST:PORT[;HOST:PORT][/CLUSTER]). 0, or "
-           "a negative code.")
+      .def(
+          "setup",
+          [](MooncakeStore& s, const std::string& local_hostname,
+             const std::string& metadata_server, int64_t global_segment_size,
+             int64_t local_buffer_size, const std::string& protocol,
+             const std::string& rdma_devices, const std::string& master_server_addr,
+             const py::object& engine, bool enable_ssd_offload, const std::string& ssd_offload_path,
+             const std::string& tenant_id, bool enable_client_http_server,
+             int64_t client_http_port) {
+            (void)engine;  // Mooncake's TransferEngine: Shelf has its own transports
+            SetupExtras extras;
+            extras.enable_ssd_offload = enable_ssd_offload;
+            extras.ssd_offload_path = ssd_offload_path;
+            extras.tenant_id = tenant_id;
+            extras.enable_client_http_server = enable_client_http_server;
+            extras.client_http_port = client_http_port;
+            return s.Setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
+                           protocol, rdma_devices, master_server_addr, extras);
+          },
+          py::arg("local_hostname"), py::arg("metadata_server"),
+          py::arg("global_segment_size") = kDefaultSegmentBytes,
+          py::arg("local_buffer_size") = kDefaultSegmentBytes, py::arg("protocol") = "tcp",
+          py::arg("rdma_devices") = "", py::arg("master_server_addr") = "127.0.0.1:50051",
+          py::arg("engine") = py::none(), py::arg("enable_ssd_offload") = false,
+          py::arg("ssd_offload_path") = "", py::arg("tenant_id") = "default",
+          py::arg("enable_client_http_server") = false, py::arg("client_http_port") = 9300,
+          "Connects to the Shelf master(s) named by master_server_addr (HOST:PORT, a "
+          "list separated by ',' or ';', or etcd://HOST:PORT[;HOST:PORT][/CLUSTER]). "
+          "Mooncake's engine and keywords are accepted (docs/mooncake-compat.md); "
+          "tenant_id other than \"default\" must be the tenant of the principal in "
+          "SHELF_CREDENTIALS. 0, or a negative code.")
       .def("setup", &MooncakeStore::SetupConfig, py::arg("config"),
            "The dict form: Mooncake's JSON config keys (sizes as ints or \"16MB\"-style "
            "strings). 0, or a negative code.")
@@ -131,16 +198,23 @@ void BindMooncake(py::module_& parent) {
       .def("batch_get_buffer", &MooncakeStore::BatchGetBuffer, py::arg("keys"))
       .def("is_exist", &MooncakeStore::IsExist, py::arg("key"))
       .def("batch_is_exist", &MooncakeStore::BatchIsExist, py::arg("keys"))
-      .def("remove", &MooncakeStore::Remove, py::arg("key"))
-      .def("batch_remove", &MooncakeStore::BatchRemove, py::arg("keys"))
+      .def("remove", &MooncakeStore::Remove, py::arg("key"), py::arg("force") = false)
+      .def("batch_remove", &MooncakeStore::BatchRemove, py::arg("keys"), py::arg("force") = false)
+      .def("batch_get_replica_desc", &MooncakeStore::BatchGetReplicaDesc, py::arg("keys"),
+           "Per key present: one ReplicaDescriptor per store holding it; keys not found "
+           "are left out.")
       .def("get_size", &MooncakeStore::GetSize, py::arg("key"))
-      .def("remove_all", [](MooncakeStore& s) { return s.RemoveMatching("", false); })
+      .def(
+          "remove_all",
+          [](MooncakeStore& s, bool force) { return s.RemoveMatching("", false, force); },
+          py::arg("force") = false,
+          "Removes every key (with force, pinned ones too); the count removed.")
       .def(
           "remove_by_regex",
-          [](MooncakeStore& s, const std::string& regex_pattern) {
-            return s.RemoveMatching(regex_pattern, true);
+          [](MooncakeStore& s, const std::string& regex_pattern, bool force) {
+            return s.RemoveMatching(regex_pattern, true, force);
           },
-          py::arg("regex_pattern"),
+          py::arg("regex_pattern"), py::arg("force") = false,
           "Removes the keys in which the regex (RE2 syntax) is found; the count removed.")
       .def("register_buffer", &MooncakeStore::RegisterBuffer, py::arg("buffer_ptr"),
            py::arg("size"))

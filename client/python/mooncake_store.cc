@@ -1,14 +1,23 @@
 // MooncakeStore: the bodies of mooncake_store.h's declarations.
 #include "client/python/mooncake_store.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/credentials.h"
+#include "common/errno_text.h"
 #include "common/net.h"
+#include "common/secret_file.h"
 
 namespace shelf::python::mooncake {
 
@@ -84,20 +93,66 @@ std::vector<std::string> MasterList(const std::string& master_server_addr,
   return masters;
 }
 
+namespace {
+
+// Shelf's credentials for the positional setup and setup_dummy, whose
+// arguments are Mooncake's alone: SHELF_SECRET_FILE (the cluster secret's
+// file), SHELF_CREDENTIALS (a credentials file) and SHELF_PRINCIPAL (which
+// of its principals). INVALID_PARAMS for a secret file it cannot read.
+int ShelfEnvironmentOptions(ClientOptions* o) {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v == nullptr ? "" : v);
+  };
+  if (std::string secret_file = env("SHELF_SECRET_FILE"); !secret_file.empty()) {
+    absl::StatusOr<std::string> secret = ReadSecretFile(secret_file);
+    if (!secret.ok()) return kMcInvalidParams;
+    o->secret = *std::move(secret);
+  }
+  o->credentials_file = env("SHELF_CREDENTIALS");
+  o->principal = env("SHELF_PRINCIPAL");
+  return kMcOk;
+}
+
+// Mooncake's tenant_id on Shelf: "default" is whatever tenant the client's
+// principal has; another name must be that principal's tenant (read from
+// its credentials file), else INVALID_PARAMS. A client cannot choose a
+// tenant its credentials do not give it.
+int CheckTenant(const ClientOptions& o, const std::string& tenant_id) {
+  if (tenant_id == "default") return kMcOk;
+  if (o.credentials_file.empty()) return kMcInvalidParams;
+  absl::StatusOr<std::vector<PrincipalEntry>> entries = ReadCredentialsFile(o.credentials_file);
+  if (!entries.ok()) return kMcInvalidParams;
+  for (const PrincipalEntry& e : *entries) {
+    bool chosen = o.principal.empty() ? entries->size() == 1 : e.principal.name == o.principal;
+    if (chosen) return e.principal.tenant == tenant_id ? kMcOk : kMcInvalidParams;
+  }
+  return kMcInvalidParams;
+}
+
+}  // namespace
+
 int MooncakeStore::Setup(const std::string& local_hostname, const std::string& metadata_server,
                          int64_t global_segment_size, int64_t local_buffer_size,
                          const std::string& protocol, const std::string& rdma_devices,
-                         const std::string& master_server_addr) {
-  return SetupWith(ClientOptions(), local_hostname, metadata_server, global_segment_size,
-                   local_buffer_size, protocol, rdma_devices, master_server_addr);
+                         const std::string& master_server_addr, const SetupExtras& extras) {
+  ClientOptions base;
+  if (int rc = ShelfEnvironmentOptions(&base); rc != kMcOk) return rc;
+  return SetupWith(std::move(base), local_hostname, metadata_server, global_segment_size,
+                   local_buffer_size, protocol, rdma_devices, master_server_addr, extras);
 }
 
 int MooncakeStore::SetupWith(ClientOptions o, const std::string& local_hostname,
                              const std::string& metadata_server, int64_t global_segment_size,
                              int64_t local_buffer_size, const std::string& protocol,
-                             const std::string& rdma_devices,
-                             const std::string& master_server_addr) {
+                             const std::string& rdma_devices, const std::string& master_server_addr,
+                             const SetupExtras& extras) {
   if (global_segment_size < 0 || local_buffer_size < 0) return kMcInvalidParams;
+  // Shelf's SSD tier is the stores' (--ssd-dir), and its metrics are the
+  // master's and the stores' endpoints: ssd_offload_path and the client
+  // HTTP server's port are accepted and unused.
+  if (extras.client_http_port < 0 || extras.client_http_port > 65535) return kMcInvalidParams;
+  if (int rc = CheckTenant(o, extras.tenant_id); rc != kMcOk) return rc;
   o.masters = MasterList(master_server_addr, metadata_server);
   if (o.masters.empty()) return kMcInvalidParams;
   if (protocol == "rdma") {
@@ -106,7 +161,7 @@ int MooncakeStore::SetupWith(ClientOptions o, const std::string& local_hostname,
   } else if (protocol != "tcp") {
     return kMcInvalidParams;
   }
-  return Connect(o, local_hostname);
+  return Connect(o, local_hostname, local_buffer_size);
 }
 
 int MooncakeStore::SetupConfig(const py::dict& config) {
@@ -123,10 +178,21 @@ int MooncakeStore::SetupConfig(const py::dict& config) {
     }
     return ParseSize(py::str(v).cast<std::string>(), out);
   };
+  auto flag = [&](const char* key) {
+    if (!config.contains(key) || config[key].is_none()) return false;
+    std::string v = py::str(config[key]).cast<std::string>();
+    return v == "True" || v == "true" || v == "1";
+  };
   int64_t segment = kDefaultSegmentBytes, buffer = kDefaultSegmentBytes;
   if (!size("global_segment_size", &segment) || !size("local_buffer_size", &buffer)) {
     return kMcInvalidParams;
   }
+  SetupExtras extras;
+  extras.enable_ssd_offload = flag("enable_ssd_offload");
+  extras.ssd_offload_path = text("ssd_offload_path", "");
+  extras.tenant_id = text("tenant_id", "default");
+  extras.enable_client_http_server = flag("enable_client_http_server");
+  if (!size("client_http_port", &extras.client_http_port)) return kMcInvalidParams;
   // An empty master address with metadata_server naming etcd finds the
   // masters there (MasterList).
   std::string master = config.contains("master_server_address")
@@ -144,19 +210,21 @@ int MooncakeStore::SetupConfig(const py::dict& config) {
   base.principal = text("shelf_principal", "");
   return SetupWith(std::move(base), text("local_hostname", ""),
                    text("metadata_server", "P2PHANDSHAKE"), segment, buffer,
-                   text("protocol", "tcp"), devices, master);
+                   text("protocol", "tcp"), devices, master, extras);
 }
 
 int MooncakeStore::SetupDummy(int64_t mem_pool_size, int64_t local_buffer_size,
                               const std::string& server_address) {
   if (mem_pool_size < 0 || local_buffer_size < 0) return kMcInvalidParams;
   ClientOptions o;
+  if (int rc = ShelfEnvironmentOptions(&o); rc != kMcOk) return rc;
   o.masters = MasterList(server_address, "");
   if (o.masters.empty()) return kMcInvalidParams;
-  return Connect(o, "");
+  return Connect(o, "", local_buffer_size);
 }
 
-int MooncakeStore::Connect(const ClientOptions& options, const std::string& hostname) {
+int MooncakeStore::Connect(const ClientOptions& options, const std::string& hostname,
+                           int64_t local_buffer_bytes) {
   std::unique_ptr<Client> c;
   if (!Client::Open(options, &c).ok()) return kMcInvalidParams;
   std::shared_ptr<Client> client(std::move(c));
@@ -173,6 +241,7 @@ int MooncakeStore::Connect(const ClientOptions& options, const std::string& host
   MutexLock lock(&mu_);
   client_ = std::move(client);
   hostname_ = hostname;
+  local_buffer_bytes_ = local_buffer_bytes;
   return kMcOk;
 }
 
@@ -212,13 +281,12 @@ bool ParseSize(const std::string& text, int64_t* out) {
 std::vector<int> MooncakeStore::BatchPutFromMulti(
     const std::vector<std::string>& keys, const std::vector<std::vector<uint64_t>>& all_ptrs,
     const std::vector<std::vector<int64_t>>& all_sizes, const ReplicateConfig& config) {
-  std::vector<int> out(keys.size(), kMcInvalidParams);
   std::shared_ptr<Client> c = client();
-  if (c == nullptr || all_ptrs.size() != keys.size() || all_sizes.size() != keys.size()) {
-    return out;
-  }
+  if (c == nullptr) return {};  // Mooncake's answer before setup: no codes at all
+  std::vector<int> out(keys.size(), kMcInvalidParams);
+  if (all_ptrs.size() != keys.size() || all_sizes.size() != keys.size()) return out;
   PutOptions po;
-  if (int rc = ToPutOptions(config, &po); rc != kMcOk) {
+  if (int rc = ToPutOptions(config, keys.size(), &po); rc != kMcOk) {
     std::fill(out.begin(), out.end(), rc);
     return out;
   }
@@ -286,20 +354,22 @@ std::vector<int> MooncakeStore::BatchGetIntoMulti(
         out[k] = ToMooncake(s.ok() ? st[i - b] : s);
         continue;
       }
+      // The block fills the pieces in order; pieces larger than it in
+      // total keep their tail. Smaller: INVALID_PARAMS, nothing written.
       const std::string& v = values[i - b];
       size_t total = 0;
       for (int64_t n : all_sizes[k]) total += static_cast<size_t>(n);
-      if (v.size() != total) {
-        out[k] = v.size() > total ? kMcBufferOverflow : kMcInvalidParams;
+      if (v.size() > total) {
+        out[k] = kMcInvalidParams;
         continue;
       }
       size_t at = 0;
-      for (size_t j = 0; j < all_ptrs[k].size(); ++j) {
-        size_t n = static_cast<size_t>(all_sizes[k][j]);
+      for (size_t j = 0; j < all_ptrs[k].size() && at < v.size(); ++j) {
+        size_t n = std::min(static_cast<size_t>(all_sizes[k][j]), v.size() - at);
         std::memcpy(reinterpret_cast<void*>(all_ptrs[k][j]), v.data() + at, n);
         at += n;
       }
-      out[k] = static_cast<int>(std::min<size_t>(total, INT32_MAX));
+      out[k] = static_cast<int>(std::min<size_t>(v.size(), INT32_MAX));
     }
   });
   return out;
@@ -439,8 +509,9 @@ int MooncakeStore::PutBatch(const std::vector<std::string>& keys,
                             const std::vector<py::object>& values, const ReplicateConfig& config) {
   std::shared_ptr<Client> c = client();
   if (c == nullptr || keys.size() != values.size()) return kMcInvalidParams;
+  if (int rc = CheckLocalBuffer(); rc != kMcOk) return rc;
   PutOptions po;
-  if (int rc = ToPutOptions(config, &po); rc != kMcOk) return rc;
+  if (int rc = ToPutOptions(config, keys.size(), &po); rc != kMcOk) return rc;
   std::vector<BufferView> views;
   std::vector<PutItem> items;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -553,7 +624,8 @@ std::vector<int> MooncakeStore::BatchIsExist(const std::vector<std::string>& key
   return out;
 }
 
-int MooncakeStore::Remove(const std::string& key) {
+int MooncakeStore::Remove(const std::string& key, bool force) {
+  (void)force;  // Mooncake's force skips its lease checks; Shelf's remove makes none
   std::shared_ptr<Client> c = client();
   if (c == nullptr) return kMcInvalidParams;
   if (!ValidKeyLength(key.size())) return kMcInvalidKey;
@@ -561,7 +633,8 @@ int MooncakeStore::Remove(const std::string& key) {
   return ToMooncake(c->Remove(key));
 }
 
-std::vector<int> MooncakeStore::BatchRemove(const std::vector<std::string>& keys) {
+std::vector<int> MooncakeStore::BatchRemove(const std::vector<std::string>& keys, bool force) {
+  (void)force;
   std::vector<int> out(keys.size(), kMcInvalidKey);
   std::shared_ptr<Client> c = client();
   if (c == nullptr) {
@@ -581,14 +654,14 @@ std::vector<int> MooncakeStore::BatchRemove(const std::vector<std::string>& keys
   return out;
 }
 
-int64_t MooncakeStore::RemoveMatching(const std::string& pattern, bool regex) {
+int64_t MooncakeStore::RemoveMatching(const std::string& pattern, bool regex, bool force) {
   std::shared_ptr<Client> c = client();
   if (c == nullptr) return kMcInvalidParams;
   uint64_t removed = 0;
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = c->RemoveMatching(pattern, &removed, regex);
+    s = c->RemoveMatching(pattern, &removed, regex, force);
   }
   if (!s.ok()) return ToMooncake(s);
   return static_cast<int64_t>(removed);
@@ -694,7 +767,7 @@ std::vector<int> MooncakeStore::BatchPutFrom(const std::vector<std::string>& key
     return out;
   }
   PutOptions po;
-  if (int rc = ToPutOptions(config, &po); rc != kMcOk) {
+  if (int rc = ToPutOptions(config, keys.size(), &po); rc != kMcOk) {
     std::fill(out.begin(), out.end(), rc);
     return out;
   }
@@ -716,14 +789,36 @@ std::shared_ptr<Client> MooncakeStore::client() {
   return client_;
 }
 
-int MooncakeStore::ToPutOptions(const ReplicateConfig& config, PutOptions* po) {
-  if (config.replica_num < 1 || config.replica_num > static_cast<int64_t>(kReplicasMax))
+int MooncakeStore::ToPutOptions(const ReplicateConfig& config, size_t keys, PutOptions* po) {
+  // What Mooncake refuses (its client's put paths and its master's
+  // PutStart and soft-pin checks).
+  if (config.prefer_alloc_in_same_node) return kMcInvalidParams;
+  if (config.replica_num < 0 || config.nof_replica_num < 0 || config.dfs_replica_num < 0) {
     return kMcInvalidParams;
+  }
+  if (config.replica_num == 0 && config.nof_replica_num == 0 && config.dfs_replica_num == 0) {
+    return kMcInvalidParams;
+  }
+  if (config.dfs_replica_num > 1 || (config.dfs_replica_num > 0 && config.replica_num == 0)) {
+    return kMcInvalidParams;
+  }
+  if (config.soft_pin_ttl_ms.has_value() &&
+      config.soft_pin_action != static_cast<int>(SoftPinAction::kEnable)) {
+    return kMcInvalidParams;
+  }
+  if (config.group_ids.has_value() && config.group_ids->size() != keys) return kMcInvalidParams;
+  // What Mooncake accepts and Shelf has no tier for.
+  if (config.nof_replica_num > 0 || config.dfs_replica_num > 0) return kMcNotSupported;
+  if (config.replica_num > static_cast<int64_t>(kReplicasMax)) return kMcInvalidParams;
   po->replicas = static_cast<uint32_t>(config.replica_num);
   std::string host = Hostname();
-  po->prefer_local =
-      config.prefer_alloc_in_same_node || (!host.empty() && config.preferred_segment == host);
+  po->prefer_local = !host.empty() && config.preferred_segment == host;
   return kMcOk;
+}
+
+int MooncakeStore::CheckLocalBuffer() {
+  MutexLock lock(&mu_);
+  return local_buffer_bytes_ > 0 ? kMcOk : kMcInvalidParams;
 }
 
 int MooncakeStore::PutBytes(const std::string& key, const char* data, size_t size,
@@ -732,8 +827,9 @@ int MooncakeStore::PutBytes(const std::string& key, const char* data, size_t siz
   if (c == nullptr) return kMcInvalidParams;
   if (!ValidKeyLength(key.size())) return kMcInvalidKey;
   if (size == 0) return kMcInvalidParams;
+  if (int rc = CheckLocalBuffer(); rc != kMcOk) return rc;
   PutOptions po;
-  if (int rc = ToPutOptions(config, &po); rc != kMcOk) return rc;
+  if (int rc = ToPutOptions(config, 1, &po); rc != kMcOk) return rc;
   po.replace = replace;
   py::gil_scoped_release nogil;
   return ToMooncake(c->Put(key, data, size, po));
@@ -788,4 +884,96 @@ int MooncakeStore::CheckPieces(const std::string& key, const std::vector<uint64_
   }
   return kMcOk;
 }
+std::map<std::string, std::vector<ReplicaDescriptor>> MooncakeStore::BatchGetReplicaDesc(
+    const std::vector<std::string>& keys) {
+  std::map<std::string, std::vector<ReplicaDescriptor>> out;
+  std::shared_ptr<Client> c = client();
+  if (c == nullptr) return out;
+  py::gil_scoped_release nogil;
+  for (const std::string& key : keys) {
+    if (!ValidKeyLength(key.size()) || out.count(key) > 0) continue;
+    // Locate of a one-key chain: each store holding the key, and its tier.
+    std::vector<NodeRun> nodes;
+    if (!c->Locate({key}, &nodes).ok()) continue;
+    std::vector<ReplicaDescriptor> replicas;
+    for (const NodeRun& n : nodes) {
+      if (n.blocks == 0) continue;
+      ReplicaDescriptor d;
+      d.memory = !n.tiers.empty() && n.tiers[0] == Tier::kDram;
+      d.node_id = n.node_id;
+      d.transport_endpoint = n.data_address;
+      replicas.push_back(std::move(d));
+    }
+    if (!replicas.empty()) out[key] = std::move(replicas);
+  }
+  return out;
+}
+
+namespace {
+
+// Every HostMemAllocator's allocations, by address.
+struct HostSegments {
+  struct Segment {
+    int fd = -1;
+    size_t size = 0;
+  };
+  Mutex mu;
+  std::map<uint64_t, Segment> by_address ABSL_GUARDED_BY(mu);
+};
+
+HostSegments* Segments() {
+  static HostSegments* segments = new HostSegments();  // lives as long as the mappings
+  return segments;
+}
+
+}  // namespace
+
+uint64_t HostMemAllocator::Alloc(int64_t size) {
+  if (size <= 0) {
+    throw std::runtime_error("MooncakeHostMemAllocator.alloc: size must be 1 byte or more, not " +
+                             std::to_string(size));
+  }
+  const size_t bytes = static_cast<size_t>(size);
+  int fd = memfd_create("shelf-mooncake-host", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    throw std::runtime_error("MooncakeHostMemAllocator.alloc: memfd_create: " + ErrnoText(errno));
+  }
+  // Sealed against shrinking once sized: the pages under the caller's
+  // tensor can never be taken away by a truncate through the fd.
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
+    int err = errno;
+    close(fd);
+    throw std::runtime_error("MooncakeHostMemAllocator.alloc of " + std::to_string(bytes) +
+                             " bytes: " + ErrnoText(err));
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    close(fd);
+    throw std::runtime_error("MooncakeHostMemAllocator.alloc of " + std::to_string(bytes) +
+                             " bytes: mmap: " + ErrnoText(err));
+  }
+  const uint64_t address = reinterpret_cast<uintptr_t>(p);
+  HostSegments* segments = Segments();
+  MutexLock lock(&segments->mu);
+  segments->by_address[address] = HostSegments::Segment{fd, bytes};
+  return address;
+}
+
+int HostMemAllocator::Free(uint64_t address) {
+  HostSegments::Segment segment;
+  {
+    HostSegments* segments = Segments();
+    MutexLock lock(&segments->mu);
+    auto it = segments->by_address.find(address);
+    if (it == segments->by_address.end()) return -1;
+    segment = it->second;
+    segments->by_address.erase(it);
+  }
+  int rc = munmap(reinterpret_cast<void*>(address), segment.size) == 0 ? 0 : -1;
+  close(segment.fd);
+  return rc;
+}
+
 }  // namespace shelf::python::mooncake

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -58,21 +59,73 @@ void SelectValidKeys(const std::vector<std::string>& keys, std::vector<std::stri
 enum class SoftPinAction : int { kPreserve = 0, kEnable = 1, kDisable = 2 };
 enum class ObjectDataType : int { kUnknown = 0, kKvCache = 1 };
 
-// Mooncake's ReplicateConfig. replica_num maps to PutOptions::replicas;
-// preferred_segment naming this host and prefer_alloc_in_same_node ask for
-// a local replica (prefer_local); the pin fields, data_type and other
-// segment names are accepted and have no effect (a cache block is evicted
-// by LRU; Shelf pins through its admin API).
+// Mooncake's ReplicateConfig, its fields and defaults as Mooncake binds
+// them (mooncake-store/include/replica.h). replica_num maps to
+// PutOptions::replicas; preferred_segment naming this host asks for a local
+// replica (prefer_local). ToPutOptions refuses what Mooncake refuses; the
+// pin fields, data_type, group_ids and other segment names are accepted and
+// have no effect (docs/mooncake-compat.md). with_soft_pin is the field of
+// Mooncake releases before soft_pin_action, kept for their callers.
 struct ReplicateConfig {
   int64_t replica_num = 1;
+  int64_t nof_replica_num = 0;  // NVMe-oF replicas: Shelf has none
+  int64_t dfs_replica_num = 0;  // replicas on a distributed file system: none
   bool with_soft_pin = false;
-  int soft_pin_action = 0;  // SoftPinAction: PRESERVE 0, ENABLE 1, DISABLE 2
-  int64_t soft_pin_ttl_ms = 0;
+  int soft_pin_action = 0;                 // SoftPinAction: PRESERVE 0, ENABLE 1, DISABLE 2
+  std::optional<int64_t> soft_pin_ttl_ms;  // None until set
   bool with_hard_pin = false;
   int data_type = 0;  // ObjectDataType: UNKNOWN 0, KVCACHE 1
   std::vector<std::string> preferred_segments;
+  std::vector<std::string> preferred_nof_segments;
   std::string preferred_segment;
   bool prefer_alloc_in_same_node = false;
+  // One group id per key of the put; None until set.
+  std::optional<std::vector<std::string>> group_ids;
+};
+
+// Mooncake's setup keywords after its seven positional arguments (its
+// store_py.cpp), with their defaults.
+struct SetupExtras {
+  bool enable_ssd_offload = false;
+  std::string ssd_offload_path;
+  std::string tenant_id = "default";
+  bool enable_client_http_server = false;
+  int64_t client_http_port = 9300;
+};
+
+// Mooncake's ReplicaStatus, with its values.
+enum class ReplicaStatus : int {
+  kUndefined = 0,
+  kInitialized = 1,
+  kProcessing = 2,
+  kComplete = 3,
+  kRemoved = 4,
+  kFailed = 5
+};
+
+// One replica of a key as batch_get_replica_desc reports it (Mooncake's
+// Replica::Descriptor): in a store's DRAM (a memory replica) or on its SSD
+// tier (a disk replica). Shelf has no client-local disk replicas.
+struct ReplicaDescriptor {
+  bool memory = false;
+  std::string node_id;             // the store holding it
+  std::string transport_endpoint;  // that store's data-plane HOST:PORT
+  ReplicaStatus status = ReplicaStatus::kComplete;
+};
+
+// Mooncake's MooncakeHostMemAllocator: host memory for an engine's KV pool,
+// each allocation its own memfd (sealed against shrinking, so the mapping
+// can never lose pages under the caller), mapped read-write and populated.
+// alloc returns the address as an int; free unmaps it. Every allocator of
+// the process shares one table of allocations, as Mooncake's do; what is
+// not freed goes with the process. Thread-safe.
+class HostMemAllocator {
+ public:
+  // The address of `size` bytes (1 or more), zeroed; throws
+  // std::runtime_error (Python's RuntimeError) when they cannot be had.
+  uint64_t Alloc(int64_t size);
+  // 0, or -1 for an address Alloc did not return.
+  int Free(uint64_t address);
 };
 
 // A block read with get_buffer: owns its bytes; ptr() / size() / the buffer
@@ -117,14 +170,20 @@ class MooncakeStore {
                  const std::string& server_address);
   // setup(...), positional form. metadata_server is used when it names
   // etcd and master_server_addr does not.
+  // Mooncake's eighth argument, `engine` (a Mooncake TransferEngine to
+  // share), is accepted and unused: Shelf moves data with its own
+  // transports. The keywords are Mooncake's (SetupExtras). Shelf's
+  // credentials come from the environment (ShelfEnvironmentOptions).
   int Setup(const std::string& local_hostname, const std::string& metadata_server,
             int64_t global_segment_size, int64_t local_buffer_size, const std::string& protocol,
-            const std::string& rdma_devices, const std::string& master_server_addr);
+            const std::string& rdma_devices, const std::string& master_server_addr,
+            const SetupExtras& extras = SetupExtras());
   // The same, from `base`'s credentials.
   int SetupWith(ClientOptions base, const std::string& local_hostname,
                 const std::string& metadata_server, int64_t global_segment_size,
                 int64_t local_buffer_size, const std::string& protocol,
-                const std::string& rdma_devices, const std::string& master_server_addr);
+                const std::string& rdma_devices, const std::string& master_server_addr,
+                const SetupExtras& extras);
 
   int Close() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -163,15 +222,23 @@ class MooncakeStore {
 
   std::vector<int> BatchIsExist(const std::vector<std::string>& keys);
 
-  int Remove(const std::string& key);
+  // `force` is Mooncake's: it skips Mooncake's lease checks, which Shelf's
+  // remove does not make; a key Shelf's admin pinned stays either way.
+  int Remove(const std::string& key, bool force = false);
 
   // One master round trip per kBatchItemsMax valid keys; an invalid key
   // gets kMcInvalidKey without failing the others.
-  std::vector<int> BatchRemove(const std::vector<std::string>& keys);
+  std::vector<int> BatchRemove(const std::vector<std::string>& keys, bool force = false);
 
   // remove_all / remove_by_regex: the number of keys removed, or a negative
   // code. Pinned keys stay, as Mooncake keeps objects it may not remove.
-  int64_t RemoveMatching(const std::string& pattern, bool regex);
+  int64_t RemoveMatching(const std::string& pattern, bool regex, bool force = false);
+
+  // Where each key's replicas are: per key present, one descriptor per
+  // store holding it (DRAM: a memory replica; SSD: a disk replica). Keys
+  // not found, or whose lookup failed, are left out, as in Mooncake.
+  std::map<std::string, std::vector<ReplicaDescriptor>> BatchGetReplicaDesc(
+      const std::vector<std::string>& keys);
 
   // The block's size, or a negative code. Reads the size without the bytes:
   // a get into one byte answers OUT_OF_RANGE with the size for any larger
@@ -223,11 +290,18 @@ class MooncakeStore {
  private:
   // Opens a client with `options`, probes the master, and replaces the
   // current client on success.
-  int Connect(const ClientOptions& options, const std::string& hostname) ABSL_LOCKS_EXCLUDED(mu_);
+  int Connect(const ClientOptions& options, const std::string& hostname, int64_t local_buffer_bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   std::shared_ptr<Client> client() ABSL_LOCKS_EXCLUDED(mu_);
 
-  int ToPutOptions(const ReplicateConfig& config, PutOptions* po);
+  // `config` for a put of `keys` keys: INVALID_PARAMS for what Mooncake
+  // refuses, NOT_SUPPORTED for replicas Shelf has no tier for.
+  int ToPutOptions(const ReplicateConfig& config, size_t keys, PutOptions* po);
+  // The byte-buffer puts (put, put_batch, put_parts, upsert) go through
+  // Mooncake's local buffer: with none (local_buffer_size 0) Mooncake
+  // refuses them, and so does this layer. INVALID_PARAMS then, else OK.
+  int CheckLocalBuffer() ABSL_LOCKS_EXCLUDED(mu_);
 
   int PutBytes(const std::string& key, const char* data, size_t size, const ReplicateConfig& config,
                bool replace = false);
@@ -278,6 +352,7 @@ class MooncakeStore {
   std::shared_ptr<Client> client_ ABSL_GUARDED_BY(mu_);      // null: not set up
   std::map<uint64_t, Region> regions_ ABSL_GUARDED_BY(mu_);  // by base address
   std::string hostname_ ABSL_GUARDED_BY(mu_);
+  int64_t local_buffer_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shelf::python::mooncake

@@ -272,8 +272,15 @@ def test_multi_buffers(store, pool):
         got = b"".join(arr[dst[k][j] - addr: dst[k][j] - addr + n].tobytes()
                        for j, (_, n) in enumerate(pieces))
         assert got == expect[k]
-    # Pieces smaller than the block: BUFFER_OVERFLOW, nothing written.
-    assert store.batch_get_into_multi_buffers([keys[0]], [[addr]], [[100]]) == [BUFFER_OVERFLOW]
+    # Pieces smaller than the block: INVALID_PARAMS, as in Mooncake, and
+    # nothing written.
+    arr[:100] = 7
+    assert store.batch_get_into_multi_buffers([keys[0]], [[addr]], [[100]]) == [INVALID_PARAMS]
+    assert (arr[:100] == 7).all()
+    # Pieces larger: the block fills them in order, its size is the answer.
+    big = [[addr + 2_000_000, addr + 2_100_000]]
+    assert store.batch_get_into_multi_buffers([keys[0]], big, [[4000, 4000]]) == [4024]
+    assert arr[2_000_000:2_004_000].tobytes() + arr[2_100_000:2_100_024].tobytes() == expect[0]
 
 
 def test_sglang_hicache_sequence(store):
@@ -353,9 +360,11 @@ def test_shim_in_subprocess(big_cluster):
     assert (compat / "mooncake" / "store.py").exists()
     code = f"""
 import sys
-from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+from mooncake.store import (MooncakeDistributedStore, MooncakeHostMemAllocator,
+                            ReplicateConfig)
 s = MooncakeDistributedStore()
-assert s.setup("h", "P2PHANDSHAKE", 0, 0, "tcp", "", {big_cluster.master!r}) == 0
+assert s.setup("h", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", {big_cluster.master!r}) == 0
+assert s.put("shim/none", b"x", ReplicateConfig(prefer_alloc_in_same_node=True)) == -600
 assert s.put("shim/a", b"x" * 1000, ReplicateConfig()) == 0
 assert s.put_batch(["shim/b", "shim/c"], [b"b", b"c"]) == 0
 assert s.get("shim/a") == b"x" * 1000

@@ -127,7 +127,7 @@ def test_masters_found_through_etcd(etcd_cluster):
     # Mooncake's HA form (no cluster name: a cluster's name is set by
     # "/CLUSTER"; here the masters campaign as "pyc").
     s = MooncakeDistributedStore()
-    rc = s.setup("h", "P2PHANDSHAKE", 0, 0, "tcp", "", f"etcd://{etcd_cluster.etcd}/pyc")
+    rc = s.setup("h", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", f"etcd://{etcd_cluster.etcd}/pyc")
     assert rc == OK
     assert s.put("etcd/k", b"e" * 1000) == OK
     assert s.get("etcd/k") == b"e" * 1000

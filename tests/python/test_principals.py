@@ -111,3 +111,25 @@ def test_session_tags_over_payloads_round_trip_over_tcp(tenants):
         a.put(b"py/tagged", value)
         assert a.get(b"py/tagged") == value
         a.remove(b"py/tagged")
+
+
+def test_mooncake_tenant_id_is_the_tenant_of_the_principal(tenants, monkeypatch):
+    # Mooncake's setup(..., tenant_id=) as SGLang and vLLM pass it: Shelf's
+    # credentials come from the environment, and the tenant named must be
+    # their principal's; any other is INVALID_PARAMS (-600), before any call.
+    cluster, secret, eng_b = tenants
+    monkeypatch.setenv("SHELF_SECRET_FILE", secret)
+    monkeypatch.setenv("SHELF_CREDENTIALS", eng_b)
+    s = MooncakeDistributedStore()
+    args = ("h", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", cluster.master, None)
+    assert s.setup(*args, tenant_id="team-a") == -600
+    assert s.setup(*args, tenant_id="team-b") == 0
+    assert s.put("mc/tenant", b"t" * 10) == 0
+    assert s.close() == 0
+    assert s.setup(*args) == 0  # "default": the principal's own tenant
+    assert s.get("mc/tenant") == b"t" * 10
+    assert s.close() == 0
+    with _client(cluster, principal="ops", principal_secret=SECRETS["ops"]) as ops:
+        assert ops.list_keys(b"*mc/tenant")[0] == [b"team-b/mc/tenant"]
+    monkeypatch.delenv("SHELF_CREDENTIALS")
+    assert s.setup(*args, tenant_id="team-b") == -600

@@ -2,8 +2,10 @@
 MooncakeDistributedStore` gets shelf.mooncake's class. docs/mooncake-compat.md
 lists what each method does on Shelf."""
 
-from shelf.mooncake import (BufferHandle, MooncakeDistributedStore, ObjectDataType,
-                             ReplicateConfig, SoftPinAction)
+from shelf.mooncake import (BufferHandle, MooncakeDistributedStore, MooncakeHostMemAllocator,
+                            ObjectDataType, ReplicaDescriptor, ReplicaStatus, ReplicateConfig,
+                            SoftPinAction)
 
-__all__ = ["BufferHandle", "MooncakeDistributedStore", "ObjectDataType", "ReplicateConfig",
+__all__ = ["BufferHandle", "MooncakeDistributedStore", "MooncakeHostMemAllocator",
+           "ObjectDataType", "ReplicaDescriptor", "ReplicaStatus", "ReplicateConfig",
            "SoftPinAction"]
