@@ -1,5 +1,9 @@
 #include "client/cuda_runtime.h"
 
+#include <dlfcn.h>
+
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 
 #ifdef SHELF_WITH_CUDA
@@ -8,6 +12,49 @@
 
 namespace shelf {
 namespace {
+
+// The CUDA driver API's cuPointerGetAttribute and the values this file
+// asks it for (cuda.h: CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+// CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_MEMORYTYPE_DEVICE, CUDA_SUCCESS).
+using CuPointerGetAttribute = int (*)(void* data, int attribute, unsigned long long pointer);
+constexpr int kCuPointerAttributeMemoryType = 2;
+constexpr int kCuPointerAttributeIsManaged = 8;
+constexpr unsigned kCuMemoryTypeDevice = 2;
+constexpr int kCuSuccess = 0;
+
+// cuPointerGetAttribute from the CUDA driver, when the process has loaded
+// it (a framework such as torch does before it makes device memory); null
+// when it has not, and then no memory of the process is device memory.
+// Looked up without loading anything (RTLD_NOLOAD), and again on each call
+// until found, since the driver may be loaded later.
+CuPointerGetAttribute LoadedDriverPointerGetAttribute() {
+  static std::atomic<CuPointerGetAttribute> found{nullptr};
+  if (CuPointerGetAttribute f = found.load(std::memory_order_acquire); f != nullptr) return f;
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (driver == nullptr) return nullptr;
+  auto f = reinterpret_cast<CuPointerGetAttribute>(dlsym(driver, "cuPointerGetAttribute"));
+  if (f != nullptr) found.store(f, std::memory_order_release);
+  return f;  // the reference dlopen took stays: the driver is never unloaded
+}
+
+// What the loaded driver says `p` is; an error when no driver is loaded
+// or it does not know `p` (then `p` is host memory).
+absl::Status DriverPointerAttributes(const void* p, CudaRuntime::PointerInfo* info) {
+  CuPointerGetAttribute get = LoadedDriverPointerGetAttribute();
+  if (get == nullptr) return absl::NotFoundError("no CUDA driver loaded");
+  const auto address = static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(p));
+  unsigned memory_type = 0;
+  if (int e = get(&memory_type, kCuPointerAttributeMemoryType, address); e != kCuSuccess) {
+    return absl::NotFoundError(absl::StrCat("cuPointerGetAttribute: CUresult ", e));
+  }
+  unsigned managed = 0;
+  if (get(&managed, kCuPointerAttributeIsManaged, address) != kCuSuccess) managed = 0;
+  info->type = managed != 0                         ? CudaRuntime::MemoryType::kManaged
+               : memory_type == kCuMemoryTypeDevice ? CudaRuntime::MemoryType::kDevice
+                                                    : CudaRuntime::MemoryType::kHost;
+  info->device = 0;
+  return absl::OkStatus();
+}
 
 #ifdef SHELF_WITH_CUDA
 
@@ -38,6 +85,9 @@ class RealCudaRuntime final : public CudaRuntime {
     cudaPointerAttributes attr;
     if (absl::Status s = Check("cudaPointerGetAttributes", cudaPointerGetAttributes(&attr, p));
         !s.ok()) {
+      // A runtime that cannot start (no device it can use) still leaves
+      // the driver the process loaded to say what `p` is.
+      if (DriverPointerAttributes(p, info).ok()) return absl::OkStatus();
       return s;
     }
     info->type = attr.type == cudaMemoryTypeDevice    ? MemoryType::kDevice
@@ -102,7 +152,12 @@ class NoCudaRuntime final : public CudaRuntime {
   absl::Status DeviceCount(int*) override { return NoCuda(); }
   absl::Status GetDevice(int*) override { return NoCuda(); }
   absl::Status SetDevice(int) override { return NoCuda(); }
-  absl::Status PointerAttributes(const void*, PointerInfo*) override { return NoCuda(); }
+  // A build without the toolkit still tells device memory from host
+  // memory, through the CUDA driver the process loaded, so that device
+  // memory is refused rather than touched from the host.
+  absl::Status PointerAttributes(const void* p, PointerInfo* info) override {
+    return DriverPointerAttributes(p, info);
+  }
   absl::Status HostAlloc(size_t, void**) override { return NoCuda(); }
   void FreeHost(void*) override {}
   absl::Status StreamCreate(Stream*) override { return NoCuda(); }

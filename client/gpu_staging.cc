@@ -114,10 +114,8 @@ absl::Status GpuStaging::CheckDeviceMemory(const void* p, size_t n, int* device)
 }
 
 absl::Status GpuStaging::CheckHostMemory(const void* p) {
-  int count = 0;
-  if (!cuda_->DeviceCount(&count).ok() || count == 0) {
-    return absl::OkStatus();  // no device: no device memory either
-  }
+  // Memory the runtime does not know (or, where it cannot answer, that no
+  // loaded CUDA driver knows: cuda_runtime.cc) is host memory.
   CudaRuntime::PointerInfo info;
   if (!cuda_->PointerAttributes(p, &info).ok()) return absl::OkStatus();
   if (info.type == CudaRuntime::MemoryType::kDevice) {

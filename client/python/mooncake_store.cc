@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "client/cuda_runtime.h"
+#include "client/testing_hooks.h"
 #include "common/credentials.h"
 #include "common/errno_text.h"
 #include "common/net.h"
@@ -94,6 +96,17 @@ std::vector<std::string> MasterList(const std::string& master_server_addr,
 }
 
 namespace {
+
+// Whether `address` is CUDA device memory, as the client's CUDA runtime
+// tells (in a build without CUDA, the driver the process loaded, if any:
+// client/cuda_runtime.cc).
+bool IsDeviceMemory(uint64_t address) {
+  CudaRuntime* cuda =
+      internal::CudaForTesting() != nullptr ? internal::CudaForTesting() : CudaRuntime::Default();
+  CudaRuntime::PointerInfo info;
+  return cuda->PointerAttributes(reinterpret_cast<const void*>(address), &info).ok() &&
+         info.type == CudaRuntime::MemoryType::kDevice;
+}
 
 // Shelf's credentials for the positional setup and setup_dummy, whose
 // arguments are Mooncake's alone: SHELF_SECRET_FILE (the cluster secret's
@@ -407,7 +420,7 @@ std::vector<std::vector<std::vector<int64_t>>> MooncakeStore::GetIntoRanges(
           rc = kMcInvalidParams;
         } else {
           rc = Locate(keys[b][k], buffers[b] + static_cast<uint64_t>(dst_offsets[b][k][r]),
-                      sizes[b][k][r], &h, &off);
+                      sizes[b][k][r], &h, &off, /*host_only=*/true);
         }
       }
       if (rc != kMcOk) {
@@ -689,15 +702,19 @@ int MooncakeStore::RegisterBuffer(uint64_t address, int64_t size) {
     MutexLock lock(&mu_);
     if (regions_.count(address) != 0) return kMcInvalidParams;
   }
+  // Device memory (vLLM registers its GPU KV cache) is registered as a GPU
+  // buffer: libshelf stages it through pinned host memory, and never
+  // touches it from the host. A build without CUDA cannot move it: -600.
+  const bool gpu = IsDeviceMemory(address);
   BufferHandle h;
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = c->RegisterBuffer(reinterpret_cast<void*>(address), static_cast<size_t>(size), &h);
+    s = c->RegisterBuffer(reinterpret_cast<void*>(address), static_cast<size_t>(size), &h, gpu);
   }
-  if (!s.ok()) return ToMooncake(s);
+  if (!s.ok()) return gpu ? kMcInvalidParams : ToMooncake(s);
   MutexLock lock(&mu_);
-  regions_[address] = Region{static_cast<size_t>(size), h};
+  regions_[address] = Region{static_cast<size_t>(size), h, gpu};
   return kMcOk;
 }
 
@@ -857,7 +874,7 @@ void MooncakeStore::BatchGetValues(const std::vector<std::string>& keys,
 }
 
 int MooncakeStore::Locate(const std::string& key, uint64_t address, int64_t size,
-                          BufferHandle* handle, size_t* offset) {
+                          BufferHandle* handle, size_t* offset, bool host_only) {
   if (!ValidKeyLength(key.size())) return kMcInvalidKey;
   if (size <= 0 || address == 0) return kMcInvalidParams;
   MutexLock lock(&mu_);
@@ -868,6 +885,7 @@ int MooncakeStore::Locate(const std::string& key, uint64_t address, int64_t size
   if (off > it->second.size || static_cast<uint64_t>(size) > it->second.size - off) {
     return kMcInvalidParams;
   }
+  if (host_only && it->second.gpu) return kMcInvalidParams;
   *handle = it->second.handle;
   *offset = static_cast<size_t>(off);
   return kMcOk;
@@ -880,7 +898,9 @@ int MooncakeStore::CheckPieces(const std::string& key, const std::vector<uint64_
   for (size_t j = 0; j < ptrs.size(); ++j) {
     BufferHandle h;
     size_t off = 0;
-    if (int rc = Locate(key, ptrs[j], sizes[j], &h, &off); rc != kMcOk) return rc;
+    if (int rc = Locate(key, ptrs[j], sizes[j], &h, &off, /*host_only=*/true); rc != kMcOk) {
+      return rc;
+    }
   }
   return kMcOk;
 }

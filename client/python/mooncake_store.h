@@ -134,10 +134,12 @@ struct ReadBuffer {
   std::string bytes;
 };
 
-// A registered region: [base, base + size) and its libshelf handle.
+// A registered region: [base, base + size), its libshelf handle, and
+// whether it is CUDA device memory (registered as a GPU buffer).
 struct Region {
   size_t size = 0;
   BufferHandle handle;
+  bool gpu = false;
 };
 
 // The master(s) named by Mooncake's master_server_addr ("HOST:PORT", a
@@ -313,9 +315,10 @@ class MooncakeStore {
 
   // The registered region holding [address, address + size): its handle
   // and the offset of `address` in it. INVALID_PARAMS when no registered
-  // region holds the whole range.
+  // region holds the whole range, or with `host_only` (for the calls that
+  // copy on the host: multi-buffer pieces, ranges) when it is device memory.
   int Locate(const std::string& key, uint64_t address, int64_t size, BufferHandle* handle,
-             size_t* offset) ABSL_LOCKS_EXCLUDED(mu_);
+             size_t* offset, bool host_only = false) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The items of a single-buffer batch (GetIntoItem: size is the
   // capacity; PutFromItem: the block's size) whose ranges Locate finds,
