@@ -1,8 +1,11 @@
 #include "client/cuda_runtime.h"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <atomic>
+#include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -22,15 +25,37 @@ constexpr int kCuPointerAttributeIsManaged = 8;
 constexpr unsigned kCuMemoryTypeDevice = 2;
 constexpr int kCuSuccess = 0;
 
+// The path the process loaded the CUDA driver from (a file named
+// libcuda.so or libcuda.so.N), or empty. Reads the loaded objects in
+// memory: no file is opened (a dlopen by bare name, even RTLD_NOLOAD,
+// searches the library path on disk).
+std::string LoadedDriverPath() {
+  std::string path;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) -> int {
+        const char* name = info->dlpi_name;
+        if (name == nullptr) return 0;
+        const char* slash = std::strrchr(name, '/');
+        const char* base = slash == nullptr ? name : slash + 1;
+        if (std::strncmp(base, "libcuda.so", std::strlen("libcuda.so")) != 0) return 0;
+        *static_cast<std::string*>(out) = name;
+        return 1;
+      },
+      &path);
+  return path;
+}
+
 // cuPointerGetAttribute from the CUDA driver, when the process has loaded
 // it (a framework such as torch does before it makes device memory); null
 // when it has not, and then no memory of the process is device memory.
-// Looked up without loading anything (RTLD_NOLOAD), and again on each call
-// until found, since the driver may be loaded later.
+// Looked up without loading anything, and again on each call until found,
+// since the driver may be loaded later.
 CuPointerGetAttribute LoadedDriverPointerGetAttribute() {
   static std::atomic<CuPointerGetAttribute> found{nullptr};
   if (CuPointerGetAttribute f = found.load(std::memory_order_acquire); f != nullptr) return f;
-  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  const std::string path = LoadedDriverPath();
+  if (path.empty()) return nullptr;
+  void* driver = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
   if (driver == nullptr) return nullptr;
   auto f = reinterpret_cast<CuPointerGetAttribute>(dlsym(driver, "cuPointerGetAttribute"));
   if (f != nullptr) found.store(f, std::memory_order_release);
@@ -72,6 +97,17 @@ cudaEvent_t AsEvent(CudaRuntime::Event e) { return static_cast<cudaEvent_t>(e); 
 class RealCudaRuntime final : public CudaRuntime {
  public:
   bool Built() const override { return true; }
+  // Whether the runtime starts in this process: a driver and a device it
+  // can use. Asked once; a runtime that failed to start stays so.
+  static bool Starts() {
+    static const bool starts = [] {
+      int count = 0;
+      bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+      cudaGetLastError();  // clears the error of a failed start
+      return ok;
+    }();
+    return starts;
+  }
   absl::Status DeviceCount(int* count) override {
     return Check("cudaGetDeviceCount", cudaGetDeviceCount(count));
   }
@@ -82,12 +118,13 @@ class RealCudaRuntime final : public CudaRuntime {
     return Check("cudaSetDevice", cudaSetDevice(device));
   }
   absl::Status PointerAttributes(const void* p, PointerInfo* info) override {
+    // A runtime that cannot start (no driver, or no device it can use)
+    // leaves the driver the process loaded, if any, to say what `p` is;
+    // asking the runtime again would retry its start on every call.
+    if (!Starts()) return DriverPointerAttributes(p, info);
     cudaPointerAttributes attr;
     if (absl::Status s = Check("cudaPointerGetAttributes", cudaPointerGetAttributes(&attr, p));
         !s.ok()) {
-      // A runtime that cannot start (no device it can use) still leaves
-      // the driver the process loaded to say what `p` is.
-      if (DriverPointerAttributes(p, info).ok()) return absl::OkStatus();
       return s;
     }
     info->type = attr.type == cudaMemoryTypeDevice    ? MemoryType::kDevice

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "client/cuda_runtime.h"
+#include "client/memory_batch.h"
 #include "client/testing_hooks.h"
 #include "common/credentials.h"
 #include "common/errno_text.h"
@@ -96,6 +97,51 @@ std::vector<std::string> MasterList(const std::string& master_server_addr,
 }
 
 namespace {
+
+// Multi-buffer blocks are gathered from, or scattered to, their pieces
+// through this thread's scratch memory, kept from call to call so that a
+// warm call faults no page in; a run of keys uses at most this much of it.
+constexpr size_t kScratchBytesMax = size_t{64} << 20;
+
+char* ThreadScratch(size_t bytes) {
+  thread_local std::vector<char> scratch;
+  if (scratch.size() < bytes) scratch.resize(bytes);
+  return scratch.data();
+}
+
+// The bytes of the block whose pieces are `sizes`.
+size_t TotalOf(const std::vector<int64_t>& sizes) {
+  size_t total = 0;
+  for (int64_t n : sizes) total += static_cast<size_t>(n);
+  return total;
+}
+
+// Cuts keys [0, n) into runs of at most kBatchItemsMax whose scratch bytes
+// stay within kScratchBytesMax (a larger key gets a run of its own), and
+// calls run(begin, end, offsets, scratch_bytes) for each: offsets[i - begin]
+// is key i's offset in the scratch, or SIZE_MAX for a key of one piece,
+// which moves straight from or to that piece. `pieces(i)` are key i's piece
+// sizes.
+template <typename Pieces, typename Run>
+void ForEachScratchRun(size_t n, Pieces pieces, Run run) {
+  for (size_t begin = 0; begin < n;) {
+    std::vector<size_t> offsets;
+    size_t scratch_bytes = 0, end = begin;
+    for (; end < n && end - begin < kBatchItemsMax; ++end) {
+      const std::vector<int64_t>& sizes = pieces(end);
+      if (sizes.size() == 1) {
+        offsets.push_back(SIZE_MAX);
+        continue;
+      }
+      const size_t total = TotalOf(sizes);
+      if (scratch_bytes > 0 && scratch_bytes + total > kScratchBytesMax) break;
+      offsets.push_back(scratch_bytes);
+      scratch_bytes += total;
+    }
+    run(begin, end, offsets, scratch_bytes);
+    begin = end;
+  }
+}
 
 // Whether `address` is CUDA device memory, as the client's CUDA runtime
 // tells (in a build without CUDA, the driver the process loaded, if any:
@@ -289,8 +335,8 @@ bool ParseSize(const std::string& text, int64_t* out) {
 }
 
 // Block i is the concatenation of its pieces [ptrs[i][j], + sizes[i][j]).
-// Shelf stores a block contiguously, so the pieces are gathered into one
-// host buffer per key and the keys go out in one BatchPut.
+// Shelf stores a block contiguously, so the pieces are gathered into this
+// thread's scratch and the keys go out in batches.
 std::vector<int> MooncakeStore::BatchPutFromMulti(
     const std::vector<std::string>& keys, const std::vector<std::vector<uint64_t>>& all_ptrs,
     const std::vector<std::vector<int64_t>>& all_sizes, const ReplicateConfig& config) {
@@ -303,39 +349,50 @@ std::vector<int> MooncakeStore::BatchPutFromMulti(
     std::fill(out.begin(), out.end(), rc);
     return out;
   }
-  std::vector<std::string> blocks;
   std::vector<size_t> where;
-  blocks.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    int rc = CheckPieces(keys[i], all_ptrs[i], all_sizes[i]);
-    if (rc != kMcOk) {
+    if (int rc = CheckPieces(keys[i], all_ptrs[i], all_sizes[i]); rc != kMcOk) {
       out[i] = rc;
       continue;
     }
-    std::string block;
-    for (size_t j = 0; j < all_ptrs[i].size(); ++j) {
-      block.append(reinterpret_cast<const char*>(all_ptrs[i][j]),
-                   static_cast<size_t>(all_sizes[i][j]));
-    }
-    blocks.push_back(std::move(block));
     where.push_back(i);
   }
   py::gil_scoped_release nogil;
-  ForEachBatchSlice(blocks.size(), [&](size_t b, size_t e) {
-    std::vector<PutItem> slice;
-    for (size_t i = b; i < e; ++i) {
-      slice.push_back(PutItem{keys[where[i]], blocks[i].data(), blocks[i].size()});
-    }
-    std::vector<Status> st;
-    Status s = c->BatchPut(slice, &st, po);
-    for (size_t i = b; i < e; ++i) out[where[i]] = ToMooncake(s.ok() ? st[i - b] : s);
-  });
+  // A key of one piece is put straight from it; the pieces of any other
+  // are gathered into scratch first (Shelf stores a block contiguously).
+  ForEachScratchRun(
+      where.size(), [&](size_t i) -> const std::vector<int64_t>& { return all_sizes[where[i]]; },
+      [&](size_t begin, size_t end, const std::vector<size_t>& offsets, size_t scratch_bytes) {
+        char* scratch = ThreadScratch(scratch_bytes);
+        std::vector<PutItem> run;
+        for (size_t i = begin; i < end; ++i) {
+          const size_t k = where[i];
+          const size_t offset = offsets[i - begin];
+          if (offset == SIZE_MAX) {
+            run.push_back(PutItem{keys[k], reinterpret_cast<const char*>(all_ptrs[k][0]),
+                                  static_cast<size_t>(all_sizes[k][0])});
+            continue;
+          }
+          size_t at = offset;
+          for (size_t p = 0; p < all_ptrs[k].size(); ++p) {
+            const size_t n = static_cast<size_t>(all_sizes[k][p]);
+            std::memcpy(scratch + at, reinterpret_cast<const char*>(all_ptrs[k][p]), n);
+            at += n;
+          }
+          run.push_back(PutItem{keys[k], scratch + offset, at - offset});
+        }
+        std::vector<Status> st;
+        Status s = c->BatchPut(run, &st, po);
+        for (size_t i = begin; i < end; ++i) {
+          out[where[i]] = ToMooncake(s.ok() ? st[i - begin] : s);
+        }
+      });
   return out;
 }
 
-// Reads each block in one BatchGet, then scatters it over its pieces in
-// order. A block whose size differs from the pieces' total fails with
-// BUFFER_OVERFLOW (larger) or INVALID_PARAMS (smaller), nothing copied.
+// Reads the blocks in batches (a key of one piece straight into it), then
+// scatters each over its pieces in order. A block larger than its pieces'
+// total is INVALID_PARAMS, nothing copied.
 std::vector<int> MooncakeStore::BatchGetIntoMulti(
     const std::vector<std::string>& keys, const std::vector<std::vector<uint64_t>>& all_ptrs,
     const std::vector<std::vector<int64_t>>& all_sizes) {
@@ -344,47 +401,62 @@ std::vector<int> MooncakeStore::BatchGetIntoMulti(
   if (c == nullptr || all_ptrs.size() != keys.size() || all_sizes.size() != keys.size()) {
     return out;
   }
-  std::vector<std::string> valid;
   std::vector<size_t> where;
   for (size_t i = 0; i < keys.size(); ++i) {
-    int rc = CheckPieces(keys[i], all_ptrs[i], all_sizes[i]);
-    if (rc != kMcOk) {
+    if (int rc = CheckPieces(keys[i], all_ptrs[i], all_sizes[i]); rc != kMcOk) {
       out[i] = rc;
       continue;
     }
-    valid.push_back(keys[i]);
     where.push_back(i);
   }
   py::gil_scoped_release nogil;
-  ForEachBatchSlice(valid.size(), [&](size_t b, size_t e) {
-    std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
-    std::vector<std::string> values;
-    std::vector<Status> st;
-    Status s = c->BatchGet(slice, &values, &st);
-    for (size_t i = b; i < e; ++i) {
-      size_t k = where[i];
-      if (!s.ok() || !st[i - b].ok()) {
-        out[k] = ToMooncake(s.ok() ? st[i - b] : s);
-        continue;
-      }
-      // The block fills the pieces in order; pieces larger than it in
-      // total keep their tail. Smaller: INVALID_PARAMS, nothing written.
-      const std::string& v = values[i - b];
-      size_t total = 0;
-      for (int64_t n : all_sizes[k]) total += static_cast<size_t>(n);
-      if (v.size() > total) {
-        out[k] = kMcInvalidParams;
-        continue;
-      }
-      size_t at = 0;
-      for (size_t j = 0; j < all_ptrs[k].size() && at < v.size(); ++j) {
-        size_t n = std::min(static_cast<size_t>(all_sizes[k][j]), v.size() - at);
-        std::memcpy(reinterpret_cast<void*>(all_ptrs[k][j]), v.data() + at, n);
-        at += n;
-      }
-      out[k] = static_cast<int>(std::min<size_t>(v.size(), INT32_MAX));
-    }
-  });
+  // A key of one piece is read straight into it; a key of several is read
+  // whole into scratch, then copied out to its pieces in order.
+  ForEachScratchRun(
+      where.size(), [&](size_t i) -> const std::vector<int64_t>& { return all_sizes[where[i]]; },
+      [&](size_t begin, size_t end, const std::vector<size_t>& offsets, size_t scratch_bytes) {
+        char* scratch = ThreadScratch(scratch_bytes);
+        std::vector<std::string> run;
+        std::vector<void*> targets;
+        std::vector<size_t> capacities;
+        for (size_t i = begin; i < end; ++i) {
+          const size_t k = where[i];
+          const size_t offset = offsets[i - begin];
+          run.push_back(keys[k]);
+          targets.push_back(offset == SIZE_MAX ? reinterpret_cast<void*>(all_ptrs[k][0])
+                                               : scratch + offset);
+          capacities.push_back(TotalOf(all_sizes[k]));
+        }
+        std::vector<Status> st;
+        std::vector<size_t> got;
+        Status s = BatchGetIntoMemory(c.get(), run, targets, capacities, Deadline(), &st, &got);
+        for (size_t i = begin; i < end; ++i) {
+          const size_t k = where[i];
+          const Status& item = s.ok() ? st[i - begin] : s;
+          if (item.code() == StatusCode::kOutOfRange) {
+            // Pieces smaller than the block: Mooncake's INVALID_PARAMS, and
+            // nothing was written to them.
+            out[k] = kMcInvalidParams;
+            continue;
+          }
+          if (!item.ok()) {
+            out[k] = ToMooncake(item);
+            continue;
+          }
+          // The block fills the pieces in order; pieces larger than it in
+          // total keep their tail.
+          const size_t size = got[i - begin];
+          if (const size_t offset = offsets[i - begin]; offset != SIZE_MAX) {
+            size_t at = 0;
+            for (size_t p = 0; p < all_ptrs[k].size() && at < size; ++p) {
+              const size_t n = std::min(static_cast<size_t>(all_sizes[k][p]), size - at);
+              std::memcpy(reinterpret_cast<void*>(all_ptrs[k][p]), scratch + offset + at, n);
+              at += n;
+            }
+          }
+          out[k] = static_cast<int>(std::min<size_t>(size, INT32_MAX));
+        }
+      });
   return out;
 }
 

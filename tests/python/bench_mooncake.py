@@ -1,7 +1,15 @@
-"""A batch of 64 x 1 MiB reads into a registered buffer, through
-shelf.mooncake (batch_get_into) and through shelf.Client (the same batch
-with batch_get_into_async on a BufferHandle): prints both and their ratio.
-Starts its own cluster. Not a test: nothing is asserted.
+"""The Mooncake layer's reads against shelf.Client's on the same bytes,
+each row in one run, printed with their ratio:
+
+- a batch of 64 x 1 MiB reads into a registered buffer: shelf.mooncake's
+  batch_get_into, and shelf.Client's batch_get_into_async on a BufferHandle;
+- vLLM's load path: batch_get_into_multi_buffers of 64 keys, each two
+  pieces of 256 KiB (its K and V segments, far apart in the KV cache),
+  against shelf.Client's batch_get_into_async of the same bytes as 128
+  contiguous 256 KiB blocks.
+
+Starts its own cluster (two stores). Not a test: nothing is asserted but
+that every read returns its bytes.
 
     PYTHONPATH=<build>/python SHELF_BIN_DIR=<build>/bin \\
         /usr/bin/python3 tests/python/bench_mooncake.py
@@ -24,13 +32,52 @@ N = 64
 ROUNDS = 20
 
 
-def best_gibps(fn):
+def best_gibps(fn, nbytes=N * MiB):
     best = float("inf")
     for _ in range(ROUNDS):
         t = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t)
-    return N * MiB / best / (1 << 30)
+    return nbytes / best / (1 << 30)
+
+
+def vllm_load_row(cluster, client):
+    """64 keys of 2 x 256 KiB through batch_get_into_multi_buffers, and the
+    same 32 MiB as 128 blocks of 256 KiB through shelf.Client."""
+    piece, keys_n = 256 << 10, 64
+    total = keys_n * 2 * piece
+    # The KV cache: K segment, then V segment, each keys_n blocks.
+    cache = np.zeros(2 * keys_n * piece, dtype=np.uint8)
+    base = cache.ctypes.data
+    k_seg, v_seg = base, base + keys_n * piece
+    store = MooncakeDistributedStore()
+    assert store.setup("bench", "P2PHANDSHAKE", 0, 16 * MiB, "tcp", "", cluster.master) == 0
+    assert store.register_buffer(base, cache.nbytes) == 0
+    keys = [f"bench/vllm/{i}" for i in range(keys_n)]
+    addrs = [[k_seg + i * piece, v_seg + i * piece] for i in range(keys_n)]
+    sizes = [[piece, piece] for _ in range(keys_n)]
+    cache[:] = np.frombuffer(os.urandom(cache.nbytes), dtype=np.uint8)
+    assert store.batch_put_from_multi_buffers(keys, addrs, sizes) == [0] * keys_n
+
+    def mooncake_multi():
+        assert store.batch_get_into_multi_buffers(keys, addrs, sizes) == [2 * piece] * keys_n
+
+    blocks = [f"bench/vllm-blocks/{i}".encode() for i in range(2 * keys_n)]
+    client.batch_put(blocks, [bytes(cache[i * piece:(i + 1) * piece]) for i in range(2 * keys_n)])
+    handle = client.register_buffer(base, size=cache.nbytes)
+    offsets = [i * piece for i in range(2 * keys_n)]
+
+    def native():
+        assert client.batch_get_into_async(blocks, handle, offsets, piece).result() == \
+            [piece] * (2 * keys_n)
+
+    compat_gibps = best_gibps(mooncake_multi, total)
+    native_gibps = best_gibps(native, total)
+    print(f"vLLM load, 64 keys x 2 x 256 KiB: batch_get_into_multi_buffers {compat_gibps:.2f} "
+          f"GiB/s, shelf.Client 128 x 256 KiB {native_gibps:.2f} GiB/s, "
+          f"ratio {compat_gibps / native_gibps:.2f}")
+    client.unregister_buffer(handle)
+    store.close()
 
 
 def main():
@@ -44,7 +91,7 @@ def main():
         offsets = [i * MiB for i in range(N)]
 
         store = MooncakeDistributedStore()
-        assert store.setup("bench", "P2PHANDSHAKE", 0, 0, "tcp", "", cluster.master) == 0
+        assert store.setup("bench", "P2PHANDSHAKE", 0, 16 * MiB, "tcp", "", cluster.master) == 0
         assert store.register_buffer(addr, buf.nbytes) == 0
         ptrs = [addr + o for o in offsets]
 
@@ -63,6 +110,7 @@ def main():
               f"shelf.Client {native_gibps:.2f} GiB/s, ratio {compat_gibps / native_gibps:.2f}")
         client.unregister_buffer(handle)
         store.close()
+        vllm_load_row(cluster, client)
         client.close()
     finally:
         cluster.stop()

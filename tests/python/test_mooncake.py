@@ -277,6 +277,14 @@ def test_multi_buffers(store, pool):
     arr[:100] = 7
     assert store.batch_get_into_multi_buffers([keys[0]], [[addr]], [[100]]) == [INVALID_PARAMS]
     assert (arr[:100] == 7).all()
+    # One piece per key (a packed cross-layer cache): straight from and into
+    # the piece.
+    one = [[addr + 3_000_000]]
+    arr[3_000_000:3_004_000] = src[:4000]
+    assert store.batch_put_from_multi_buffers(["mb/one"], one, [[4000]]) == [OK]
+    arr[3_000_000:3_004_000] = 0
+    assert store.batch_get_into_multi_buffers(["mb/one"], one, [[4000]]) == [4000]
+    assert arr[3_000_000:3_004_000].tobytes() == src[:4000].tobytes()
     # Pieces larger: the block fills them in order, its size is the answer.
     big = [[addr + 2_000_000, addr + 2_100_000]]
     assert store.batch_get_into_multi_buffers([keys[0]], big, [[4000, 4000]]) == [4024]
