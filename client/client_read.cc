@@ -249,7 +249,7 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst, ui
         cached ? ReadCachedReplica(loc, dst, attempt_deadline, &transport)
                : ReadReplica(r, StoreKey(loc), dst, loc.size(), attempt_deadline, &transport);
     if (!s.ok()) {
-      // A store that found its own copy corrupt (an SSD blob) says so.
+      // A store that found its own copy corrupt (an SSD extent) says so.
       if (!cached && s.code() == absl::StatusCode::kDataLoss) {
         ReportDataLoss(loc.key(), loc.generation(), r, deadline_ms);
       }

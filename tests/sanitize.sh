@@ -47,7 +47,7 @@ add_library(shelf_tsan_lib STATIC
   \${ROOT}/common/prom.cc \${ROOT}/storage/allocator.cc
   \${ROOT}/transport/wire.cc \${ROOT}/transport/session.cc \${ROOT}/transport/data_tls.cc
   \${ROOT}/transport/data_server.cc \${ROOT}/transport/tcp_client.cc)
-target_include_directories(shelf_tsan_lib PUBLIC \${ROOT} \${ROOT}/client/include)
+target_include_directories(shelf_tsan_lib PUBLIC \${ROOT} \${ROOT}/common/include)
 target_link_libraries(shelf_tsan_lib PUBLIC absl::status absl::statusor absl::strings
   absl::str_format absl::synchronization \${XXHASH_LIBRARY} OpenSSL::SSL OpenSSL::Crypto Threads::Threads
   PkgConfig::PROMETHEUS_CPP_CORE)
