@@ -67,6 +67,21 @@ std::string MakeKey(const void* key, size_t key_len) {
   return std::string(static_cast<const char*>(key), key_len);
 }
 
+shelf::BlockEventInfo ToBlockEventInfo(const shelf_block_info_t& b) {
+  shelf::BlockEventInfo info;
+  if (b.parent_key != nullptr) {
+    info.parent_key.assign(static_cast<const char*>(b.parent_key), b.parent_key_len);
+  }
+  info.has_engine_hash = b.has_engine_hash != 0;
+  info.engine_hash = b.engine_hash;
+  info.has_engine_parent_hash = b.has_engine_parent_hash != 0;
+  info.engine_parent_hash = b.engine_parent_hash;
+  info.block_tokens = b.block_tokens;
+  if (b.token_ids != nullptr) info.token_ids.assign(b.token_ids, b.token_ids + b.n_token_ids);
+  if (b.model != nullptr) info.model = b.model;
+  return info;
+}
+
 shelf::PutOptions ToPutOptions(const shelf_put_options_t* o, int64_t timeout_ms) {
   shelf::PutOptions po;
   if (o != nullptr) {
@@ -75,21 +90,16 @@ shelf::PutOptions ToPutOptions(const shelf_put_options_t* o, int64_t timeout_ms)
     po.prefer_local = o->prefer_local != 0;
     if (o->spread_label != nullptr) po.spread_label = o->spread_label;
     po.gpu = shelf::GpuSync{o->gpu.stream, o->gpu.event};
-    if (const shelf_block_info_t* b = o->block; b != nullptr) {
-      if (b->parent_key != nullptr) {
-        po.block.parent_key.assign(static_cast<const char*>(b->parent_key), b->parent_key_len);
-      }
-      po.block.has_engine_hash = b->has_engine_hash != 0;
-      po.block.engine_hash = b->engine_hash;
-      po.block.has_engine_parent_hash = b->has_engine_parent_hash != 0;
-      po.block.engine_parent_hash = b->engine_parent_hash;
-      po.block.block_tokens = b->block_tokens;
-      if (b->token_ids != nullptr)
-        po.block.token_ids.assign(b->token_ids, b->token_ids + b->n_token_ids);
-    }
+    if (o->block != nullptr) po.block = ToBlockEventInfo(*o->block);
   }
   po.deadline = Deadline::FromTimeoutMs(timeout_ms);
   return po;
+}
+
+// Block i's event info of a batch put: put_options->blocks[i], when given.
+shelf::BlockEventInfo BatchItemBlock(const shelf_put_options_t* o, size_t i) {
+  if (o == nullptr || o->blocks == nullptr) return {};
+  return ToBlockEventInfo(o->blocks[i]);
 }
 
 shelf::GpuSync ToGpuSync(const shelf_gpu_sync_t* gpu) {
@@ -313,6 +323,7 @@ void shelf_put_options_init(shelf_put_options_t* options) {
   options->gpu.stream = nullptr;
   options->gpu.event = nullptr;
   options->block = nullptr;
+  options->blocks = nullptr;
 }
 
 int shelf_put(shelf_client_t* client, const void* key, size_t key_len, const void* data,
@@ -397,7 +408,9 @@ int shelf_batch_put(shelf_client_t* client, const void* const* keys, const size_
   std::vector<std::string> k;
   if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_batch_put", "a key");
   std::vector<shelf::PutItem> items(n);
-  for (size_t i = 0; i < n; ++i) items[i] = shelf::PutItem{std::move(k[i]), data[i], sizes[i]};
+  for (size_t i = 0; i < n; ++i) {
+    items[i] = shelf::PutItem{std::move(k[i]), data[i], sizes[i], BatchItemBlock(put_options, i)};
+  }
   std::vector<Status> st;
   Status s = client->client->BatchPut(items, &st, ToPutOptions(put_options, timeout_ms));
   if (!s.ok()) return Report(s);
@@ -515,8 +528,8 @@ int shelf_batch_put_from_async(shelf_client_t* client, const void* const* keys,
   if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_batch_put_from_async", "a key");
   std::vector<shelf::PutFromItem> items(n);
   for (size_t i = 0; i < n; ++i) {
-    items[i] =
-        shelf::PutFromItem{std::move(k[i]), shelf::BufferHandle{handles[i]}, offsets[i], sizes[i]};
+    items[i] = shelf::PutFromItem{std::move(k[i]), shelf::BufferHandle{handles[i]}, offsets[i],
+                                  sizes[i], BatchItemBlock(put_options, i)};
   }
   auto f = std::make_unique<shelf_future>();
   f->n = n;

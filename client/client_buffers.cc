@@ -202,6 +202,7 @@ absl::Status ClientImpl::BatchPutFromPinned(const std::vector<PutFromItem>& item
     absl::Status v = ValidateKey(items[i].key);
     if (v.ok()) v = (*pins)[i].status();
     if (v.ok() && items[i].size == 0) v = absl::InvalidArgumentError("a block needs a size > 0");
+    if (v.ok()) v = CheckBlockInfo(items[i].block);
     if (!v.ok()) {
       results[i] = v;
       continue;
@@ -211,7 +212,10 @@ absl::Status ClientImpl::BatchPutFromPinned(const std::vector<PutFromItem>& item
   // Host blocks: one batch, written straight from the buffer.
   std::vector<HostPut> puts;
   puts.reserve(host.size());
-  for (size_t i : host) puts.push_back({&items[i].key, (*pins)[i]->data(), items[i].size});
+  for (size_t i : host) {
+    puts.push_back({&items[i].key, (*pins)[i]->data(), items[i].size,
+                    items[i].block.empty() ? nullptr : &items[i].block});
+  }
   std::vector<absl::Status> put;
   if (absl::Status s = PutHostBlocks(puts, options, deadline_ms, &put); !s.ok()) return s;
   for (size_t j = 0; j < host.size(); ++j) results[host[j]] = put[j];
@@ -243,7 +247,8 @@ absl::Status ClientImpl::BatchPutFromPinned(const std::vector<PutFromItem>& item
       }
       stats_.bytes_staged_gpu.fetch_add(pin.length());
       bounces.push_back(*std::move(b));
-      staged.push_back({&items[i].key, bounces.back().data(), pin.length()});
+      staged.push_back({&items[i].key, bounces.back().data(), pin.length(),
+                        items[i].block.empty() ? nullptr : &items[i].block});
       staged_index.push_back(i);
     }
     if (absl::Status s = PutHostBlocks(staged, options, deadline_ms, &put); !s.ok()) {

@@ -108,6 +108,7 @@ class ClientImpl final : public Client {
     const std::string* key;
     const char* data;
     size_t size;
+    const BlockEventInfo* block = nullptr;  // a batch item's; null: the options'
   };
   // Where a read's bytes go: host memory, or device memory through a bounce
   // buffer, ordered with the caller's CUDA work by `sync`.
@@ -143,8 +144,7 @@ class ClientImpl final : public Client {
   void Parallel(size_t n, const std::function<void(size_t)>& fn);
 
   // ---- client_write.cc
-  v1::PutStartRequest MakePutStart(const std::string& key, const void* data, size_t size,
-                                   const PutOptions& options) const;
+  v1::PutStartRequest MakePutStart(const HostPut& item, const PutOptions& options) const;
   // Writes one replica's range.
   absl::Status WriteReplica(const v1::Replica& replica, const v1::WriteGrant& grant,
                             const char* data, uint64_t size, uint64_t deadline_ms);

@@ -34,7 +34,8 @@ absl::Status CheckBlock(const void* data, size_t size) {
 }  // namespace
 
 const char* const kBatchBlockInfoError =
-    "PutOptions.block describes one block: give it to Put or PutFrom, not a batch";
+    "PutOptions.block describes one block: give a batch's per item (PutItem.block, "
+    "PutFromItem.block)";
 
 absl::Status CheckBlockInfo(const BlockEventInfo& b) {
   if (b.parent_key.size() > kKeyBytesMax) {
@@ -45,15 +46,19 @@ absl::Status CheckBlockInfo(const BlockEventInfo& b) {
     return absl::InvalidArgumentError(
         absl::StrCat("PutOptions.block.token_ids: at most ", kBlockEventTokenIdsMax, " token ids"));
   }
+  if (!b.model.empty() && !ValidEventModel(b.model)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block.model must be 1..", kEventModelBytesMax,
+                     " printable bytes without '@' or spaces (it names an event topic)"));
+  }
   return absl::OkStatus();
 }
 
-v1::PutStartRequest ClientImpl::MakePutStart(const std::string& key, const void* data, size_t size,
-                                             const PutOptions& options) const {
+v1::PutStartRequest ClientImpl::MakePutStart(const HostPut& item, const PutOptions& options) const {
   v1::PutStartRequest req;
-  req.set_key(key);
-  req.set_size(size);
-  req.set_checksum(BlockChecksum(data, size));
+  req.set_key(*item.key);
+  req.set_size(item.size);
+  req.set_checksum(BlockChecksum(item.data, item.size));
   v1::PutOptions* po = req.mutable_options();
   po->set_replicas(options.replicas);
   po->set_best_effort(options.best_effort);
@@ -61,7 +66,7 @@ v1::PutStartRequest ClientImpl::MakePutStart(const std::string& key, const void*
   po->set_spread_label(options.spread_label);
   po->set_replace(options.replace);
   po->set_client_host_id(HostId());
-  const BlockEventInfo& b = options.block;
+  const BlockEventInfo& b = item.block != nullptr ? *item.block : options.block;
   if (!b.empty()) {
     req.set_parent_key(b.parent_key);
     v1::BlockEventInfo* info = req.mutable_block_info();
@@ -71,6 +76,7 @@ v1::PutStartRequest ClientImpl::MakePutStart(const std::string& key, const void*
     info->set_engine_parent_hash(b.engine_parent_hash);
     info->set_block_tokens(b.block_tokens);
     info->mutable_token_ids()->Add(b.token_ids.begin(), b.token_ids.end());
+    info->set_model(b.model);
   }
   return req;
 }
@@ -142,7 +148,7 @@ void ClientImpl::Abort(const std::vector<uint64_t>& put_ids) {
 
 absl::Status ClientImpl::PutOnce(const HostPut& item, const PutOptions& options,
                                  uint64_t deadline_ms) {
-  v1::PutStartRequest req = MakePutStart(*item.key, item.data, item.size, options);
+  v1::PutStartRequest req = MakePutStart(item, options);
   // A put of the same key by another writer is in flight: wait for it to
   // commit (or vanish, then write it ourselves).
   for (uint64_t backoff_ms = 2;; backoff_ms = std::min(backoff_ms * 2, kInFlightBackoffMaxMs)) {
@@ -223,7 +229,7 @@ absl::Status ClientImpl::PutUniqueBlocks(const std::vector<HostPut>& items,
   statuses->assign(items.size(), absl::OkStatus());
   v1::BatchPutStartRequest req;
   for (const HostPut& item : items) {
-    *req.add_puts() = MakePutStart(*item.key, item.data, item.size, options);
+    *req.add_puts() = MakePutStart(item, options);
   }
   v1::BatchPutStartResponse resp;
   absl::Status s = CallMaster(&v1::MasterService::Stub::BatchPutStart, req, &resp, deadline_ms);
@@ -318,11 +324,13 @@ Status ClientImpl::BatchPut(const std::vector<PutItem>& items, std::vector<Statu
   for (size_t i = 0; i < items.size(); ++i) {
     absl::Status v = ValidateKey(items[i].key);
     if (v.ok()) v = CheckBlock(items[i].data, items[i].size);
+    if (v.ok()) v = CheckBlockInfo(items[i].block);
     if (!v.ok()) {
       (*statuses)[i] = FromAbsl(v);
       continue;
     }
-    puts.push_back({&items[i].key, static_cast<const char*>(items[i].data), items[i].size});
+    puts.push_back({&items[i].key, static_cast<const char*>(items[i].data), items[i].size,
+                    items[i].block.empty() ? nullptr : &items[i].block});
     index.push_back(i);
   }
   std::vector<absl::Status> results;

@@ -81,10 +81,22 @@ bool Principal::MayActAsNode(absl::string_view node_id) const {
 
 namespace {
 
+// A CURVE key in Z85 (ZMQ RFC 32): 40 characters of its alphabet.
+bool ValidZ85Key(absl::string_view key) {
+  static constexpr absl::string_view kAlphabet =
+      "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+  if (key.size() != 40) return false;
+  for (char c : key) {
+    if (kAlphabet.find(c) == absl::string_view::npos) return false;
+  }
+  return true;
+}
+
 // One KEY=VALUE option of a line into `q` (or `read_tenants`, when given).
 // `tenant_line`: a `tenant=` line, which takes every quota.
 absl::Status ParseOption(absl::string_view opt, bool tenant_line, QuotaLimits* q,
-                         std::vector<std::string>* read_tenants, std::vector<std::string>* nodes) {
+                         std::vector<std::string>* read_tenants, std::vector<std::string>* nodes,
+                         std::string* events_key) {
   size_t eq = opt.find('=');
   if (eq == absl::string_view::npos || eq == 0) return absl::InvalidArgumentError("want KEY=VALUE");
   absl::string_view key = opt.substr(0, eq);
@@ -97,6 +109,17 @@ absl::Status ParseOption(absl::string_view opt, bool tenant_line, QuotaLimits* q
       if (!ValidTenantName(t)) return absl::InvalidArgumentError("bad tenant in read=");
       read_tenants->emplace_back(t);
     }
+    return absl::OkStatus();
+  }
+  if (key == "events_key") {
+    if (events_key == nullptr) {
+      return absl::InvalidArgumentError("events_key= is for engines, gateways and admins");
+    }
+    if (!ValidZ85Key(value)) {
+      return absl::InvalidArgumentError(
+          "events_key= takes a CURVE public key: 40 Z85 characters (docs/events.md, Security)");
+    }
+    *events_key = std::string(value);
     return absl::OkStatus();
   }
   if (key == "nodes") {
@@ -150,10 +173,10 @@ absl::Status ParseOption(absl::string_view opt, bool tenant_line, QuotaLimits* q
     q->*f.field = *v;
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown option '", key,
-                   "' (read, nodes, dram, ssd, guarantee, puts, put_bytes, leased, pinned, "
-                   "pin_ttl)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown option '", key,
+      "' (read, nodes, events_key, dram, ssd, guarantee, puts, put_bytes, leased, pinned, "
+      "pin_ttl)"));
 }
 
 }  // namespace
@@ -177,7 +200,7 @@ absl::StatusOr<std::vector<PrincipalEntry>> ParseCredentials(absl::string_view t
       }
       QuotaLimits q;
       for (size_t i = 1; i < f.size(); ++i) {
-        if (absl::Status s = ParseOption(f[i], /*tenant_line=*/true, &q, nullptr, nullptr);
+        if (absl::Status s = ParseOption(f[i], /*tenant_line=*/true, &q, nullptr, nullptr, nullptr);
             !s.ok()) {
           return LineError(origin, line_no, s.message());
         }
@@ -223,7 +246,8 @@ absl::StatusOr<std::vector<PrincipalEntry>> ParseCredentials(absl::string_view t
     for (size_t i = 4; i < f.size(); ++i) {
       absl::Status s = ParseOption(f[i], /*tenant_line=*/false, &p.quotas,
                                    p.engine_like() ? &p.read_tenants : nullptr,
-                                   p.role == Role::kStore ? &p.nodes : nullptr);
+                                   p.role == Role::kStore ? &p.nodes : nullptr,
+                                   p.role == Role::kStore ? nullptr : &p.events_key);
       if (!s.ok()) return LineError(origin, line_no, s.message());
     }
     if (p.role == Role::kStore && p.nodes.empty()) {

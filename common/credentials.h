@@ -15,8 +15,9 @@
 // [A-Za-z0-9_-]{1,32} for engines and gateways, `-` for stores and admins;
 // SECRET at least 16 bytes without whitespace. OPTIONs are KEY=VALUE:
 // `read=TENANT,...` names the tenants whose keys this principal may also
-// read; a store's `nodes=ID,...` (required) the node ids it may register as
-// (a trailing `*` matches a prefix, `*` alone any); the rest are quotas
+// read; `events_key=Z85` the CURVE public key it reads KV events with; a
+// store's `nodes=ID,...` (required) the node ids it may register as (a
+// trailing `*` matches a prefix, `*` alone any); the rest are quotas
 // (QuotaLimits). A `tenant=NAME` line sets a tenant's quotas and guaranteed
 // DRAM share (docs/security.md, "Quotas").
 //
@@ -75,6 +76,10 @@ struct Principal {
   // ("*" alone: any). Stores must name theirs; other roles have none.
   std::vector<std::string> nodes;
   QuotaLimits quotas;
+  // `events_key=`: the CURVE public key (Z85) this principal subscribes to
+  // the KV event stream with (docs/events.md, "Security"); it reads the
+  // events of its tenant, an admin every tenant's. Empty: none.
+  std::string events_key;
   // Engines and gateways act on keys; a gateway is an engine for its tenant.
   bool engine_like() const { return role == Role::kEngine || role == Role::kGateway; }
   bool MayRead(absl::string_view tenant_name) const;

@@ -39,8 +39,10 @@ fi
 # The engines' call sequences (tests/python/test_engine_sequences.py) are
 # replayed with real tensors: Debian's CPU torch. Only in a source tree with
 # the tests (the Docker builder, which builds alone, skips it).
+# The KV event stream is decoded, too, as llm-d's indexer decodes it: a Go
+# program (tests/python/llmd_decoder) on the msgpack library llm-d uses.
 if [ -d "$root/tests/python" ]; then
-  packages+=(python3-torch)
+  packages+=(python3-torch golang-go golang-github-vmihailenco-msgpack.v5-dev)
 fi
 
 missing=()

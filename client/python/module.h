@@ -235,7 +235,7 @@ class PyClient {
   void Put(py::handle key, py::handle value, uint32_t replicas, bool best_effort, bool prefer_local,
            const std::string& spread_label, int64_t timeout_ms, py::handle parent_key,
            std::optional<uint64_t> engine_hash, std::optional<uint64_t> engine_parent_hash,
-           uint32_t block_tokens, std::vector<uint32_t> token_ids);
+           uint32_t block_tokens, std::vector<uint32_t> token_ids, const std::string& model);
   py::tuple ListKeys(const py::bytes& pattern, const py::bytes& cursor, size_t count,
                      int64_t timeout_ms);
   py::object Get(py::handle key, int64_t timeout_ms);
@@ -255,7 +255,8 @@ class PyClient {
   py::object BatchGetInto(py::handle keys, py::handle targets, int64_t timeout_ms,
                           bool return_statuses);
   py::list BatchPut(py::handle keys, py::handle values, uint32_t replicas, bool best_effort,
-                    bool prefer_local, const std::string& spread_label, int64_t timeout_ms);
+                    bool prefer_local, const std::string& spread_label, int64_t timeout_ms,
+                    py::handle blocks);
   std::unique_ptr<PyFuture> BatchGetAsync(py::handle keys, int64_t timeout_ms);
   std::unique_ptr<PyFuture> BatchPutAsync(py::handle keys, py::handle values, uint32_t replicas,
                                           int64_t timeout_ms);

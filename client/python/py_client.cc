@@ -30,6 +30,38 @@ PutOptions MakePutOptions(uint32_t replicas, bool best_effort, bool prefer_local
   return po;
 }
 
+// A batch item's event info from its dict (the keywords of put: parent_key,
+// engine_hash, engine_parent_hash, block_tokens, token_ids, model); None
+// says nothing. An unknown key raises, so a typo is not silently dropped.
+BlockEventInfo BlockFromDict(py::handle d) {
+  BlockEventInfo b;
+  if (d.is_none()) return b;
+  if (!py::isinstance<py::dict>(d)) throw py::type_error("blocks[i]: a dict or None");
+  for (auto [key, value] : py::reinterpret_borrow<py::dict>(d)) {
+    std::string k = py::str(key);
+    if (k == "parent_key") {
+      b.parent_key = ToKey(value);
+    } else if (k == "engine_hash") {
+      b.has_engine_hash = true;
+      b.engine_hash = value.cast<uint64_t>();
+    } else if (k == "engine_parent_hash") {
+      b.has_engine_parent_hash = true;
+      b.engine_parent_hash = value.cast<uint64_t>();
+    } else if (k == "block_tokens") {
+      b.block_tokens = value.cast<uint32_t>();
+    } else if (k == "token_ids") {
+      b.token_ids = value.cast<std::vector<uint32_t>>();
+    } else if (k == "model") {
+      b.model = value.cast<std::string>();
+    } else {
+      throw py::value_error("blocks[i]: unknown key '" + k +
+                            "' (parent_key, engine_hash, engine_parent_hash, block_tokens, "
+                            "token_ids, model)");
+    }
+  }
+  return b;
+}
+
 // The GpuSync of a call from its `stream` and `event` arguments: CUDA
 // handles as ints (torch: torch.cuda.current_stream().cuda_stream,
 // torch.cuda.Event().cuda_event), None when not given. Stream 0 is the
@@ -130,7 +162,7 @@ void PyClient::Put(py::handle key, py::handle value, uint32_t replicas, bool bes
                    bool prefer_local, const std::string& spread_label, int64_t timeout_ms,
                    py::handle parent_key, std::optional<uint64_t> engine_hash,
                    std::optional<uint64_t> engine_parent_hash, uint32_t block_tokens,
-                   std::vector<uint32_t> token_ids) {
+                   std::vector<uint32_t> token_ids, const std::string& model) {
   std::string k = ToKey(key);
   BufferView v(value, /*writable=*/false);
   PutOptions po = MakePutOptions(replicas, best_effort, prefer_local, spread_label, timeout_ms);
@@ -141,6 +173,7 @@ void PyClient::Put(py::handle key, py::handle value, uint32_t replicas, bool bes
   po.block.engine_parent_hash = engine_parent_hash.value_or(0);
   po.block.block_tokens = block_tokens;
   po.block.token_ids = std::move(token_ids);
+  po.block.model = model;
   Status s;
   {
     py::gil_scoped_release nogil;
@@ -352,8 +385,8 @@ py::object PyClient::BatchGetInto(py::handle keys, py::handle targets, int64_t t
 }
 
 py::list PyClient::BatchPut(py::handle keys, py::handle values, uint32_t replicas, bool best_effort,
-                            bool prefer_local, const std::string& spread_label,
-                            int64_t timeout_ms) {
+                            bool prefer_local, const std::string& spread_label, int64_t timeout_ms,
+                            py::handle blocks) {
   std::vector<std::string> k = ToKeys(keys);
   std::vector<BufferView> views;
   for (py::handle v : py::iter(values)) views.emplace_back(v, /*writable=*/false);
@@ -361,6 +394,14 @@ py::list PyClient::BatchPut(py::handle keys, py::handle values, uint32_t replica
   std::vector<PutItem> items;
   for (size_t i = 0; i < k.size(); ++i) {
     items.push_back(PutItem{k[i], views[i].data(), views[i].size()});
+  }
+  if (!blocks.is_none()) {
+    size_t i = 0;
+    for (py::handle b : py::iter(blocks)) {
+      if (i == items.size()) throw py::value_error("blocks: at most one per key");
+      items[i++].block = BlockFromDict(b);
+    }
+    if (i != items.size()) throw py::value_error("blocks: one per key (None for none)");
   }
   PutOptions po = MakePutOptions(replicas, best_effort, prefer_local, spread_label, timeout_ms);
   std::vector<Status> st;

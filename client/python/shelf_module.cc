@@ -121,10 +121,10 @@ PYBIND11_MODULE(_shelf, m) {
            py::arg("spread_label") = "", py::arg("timeout_ms") = 0,
            py::arg("parent_key") = py::none(), py::arg("engine_hash") = py::none(),
            py::arg("engine_parent_hash") = py::none(), py::arg("block_tokens") = 0,
-           py::arg("token_ids") = std::vector<uint32_t>(),
+           py::arg("token_ids") = std::vector<uint32_t>(), py::arg("model") = "",
            "Stores `value` (any bytes-like object). Succeeds also when the key exists. "
-           "parent_key, engine_hash, engine_parent_hash, block_tokens and token_ids are what "
-           "the master's KV event stream reports for the block (docs/events.md).")
+           "parent_key, engine_hash, engine_parent_hash, block_tokens, token_ids and model are "
+           "what the master's KV event stream reports for the block (docs/events.md).")
       .def("list_keys", &PyClient::ListKeys, py::arg("pattern") = py::bytes(""), py::kw_only(),
            py::arg("cursor") = py::bytes(""), py::arg("count") = 1024, py::arg("timeout_ms") = 0,
            "One page of the keys matching `pattern` (glob; b'' for all) after `cursor`: "
@@ -174,8 +174,10 @@ PYBIND11_MODULE(_shelf, m) {
            "Reads block i into targets[i]; a list of sizes, None where missing or unreadable.")
       .def("batch_put", &PyClient::BatchPut, py::arg("keys"), py::arg("values"), py::kw_only(),
            py::arg("replicas") = 1, py::arg("best_effort") = false, py::arg("prefer_local") = false,
-           py::arg("spread_label") = "", py::arg("timeout_ms") = 0,
-           "Stores values[i] under keys[i]; one Status per item.")
+           py::arg("spread_label") = "", py::arg("timeout_ms") = 0, py::arg("blocks") = py::none(),
+           "Stores values[i] under keys[i]; one Status per item. blocks[i], a dict with put's "
+           "event keywords (parent_key, engine_hash, engine_parent_hash, block_tokens, "
+           "token_ids, model) or None, is what the KV event stream reports for item i.")
       .def("batch_get_async", &PyClient::BatchGetAsync, py::arg("keys"), py::kw_only(),
            py::arg("timeout_ms") = 0,
            "Starts batch_get on the client's async threads; returns a Future.")

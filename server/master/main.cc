@@ -119,13 +119,19 @@ int main(int argc, char** argv) {
   MasterConfig& config = *parsed;
 
   std::unique_ptr<KvEventPublisher> events;
-  if (!config.events.endpoint.empty()) {
+  if (!config.events.streams.empty()) {
     auto started = KvEventPublisher::Start(config.events, &DefaultExposition());
     if (!started.ok()) return Fail(absl::StrCat("events: ", started.status().message()), 2);
     events = *std::move(started);
     config.master.events = events.get();
-    SHELF_LOG(INFO) << "publishing KV events" << Kv("endpoint", events->bound_endpoint())
-                    << Kv("replay", events->bound_replay_endpoint());
+    for (size_t i = 0; i < events->stream_count(); ++i) {
+      const KvEventPublisher::Stream& s = config.events.streams[i];
+      SHELF_LOG(INFO) << "publishing KV events" << Kv("endpoint", events->bound_endpoint(i))
+                      << Kv("replay", events->bound_replay_endpoint(i))
+                      << Kv("encoding", KvEventEncodingName(s.encoding))
+                      << Kv("tenant", s.tenant.empty() ? "*" : s.tenant)
+                      << Kv("curve", !config.events.curve.secret_key.empty());
+    }
   }
 
   MasterOptions master_opts = config.master;
@@ -165,10 +171,16 @@ int main(int argc, char** argv) {
   // address (its real port, also for --metrics-listen HOST:0), when on,
   // follow.
   std::string ready = bound + "\n";
-  if (events != nullptr) {
-    absl::StrAppend(&ready, "events ", events->bound_endpoint(), "\n");
-    if (!events->bound_replay_endpoint().empty()) {
-      absl::StrAppend(&ready, "events-replay ", events->bound_replay_endpoint(), "\n");
+  // Streams: "events" (--events-listen), "events-other", then one
+  // "events-tenant TENANT" each.
+  for (size_t i = 0; events != nullptr && i < events->stream_count(); ++i) {
+    const std::string& tenant = config.events.streams[i].tenant;
+    const std::string name = !tenant.empty() ? absl::StrCat("events-tenant ", tenant)
+                             : i == 0        ? "events"
+                                             : "events-other";
+    absl::StrAppend(&ready, name, " ", events->bound_endpoint(i), "\n");
+    if (!events->bound_replay_endpoint(i).empty()) {
+      absl::StrAppend(&ready, name, "-replay ", events->bound_replay_endpoint(i), "\n");
     }
   }
   if (http != nullptr) absl::StrAppend(&ready, "metrics ", http->bound().ToString(), "\n");

@@ -183,6 +183,11 @@ absl::StatusOr<uint32_t> Master::CheckPutStart(const v1::PutStartRequest& req) c
     return absl::InvalidArgumentError(
         absl::StrCat("a put carries at most ", kBlockEventTokenIdsMax, " token ids"));
   }
+  if (!req.block_info().model().empty() && !ValidEventModel(req.block_info().model())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block model must be 1..", kEventModelBytesMax,
+                     " printable bytes without '@' or spaces (it names an event topic)"));
+  }
   uint32_t want = req.options().replicas() == 0 ? 1 : req.options().replicas();
   if (want > kReplicasMax) {
     return absl::InvalidArgumentError(
@@ -400,6 +405,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
           obj.extra->has_engine_parent_hash = info->has_engine_parent_hash();
           obj.extra->engine_parent_hash = info->engine_parent_hash();
           obj.extra->block_tokens = info->block_tokens();
+          if (!info->model().empty()) obj.extra->model = ModelIdLocked(info->model());
         }
       }
     } else if (obj.size != put.size || obj.checksum != put.checksum) {

@@ -280,6 +280,7 @@ class Master {
     bool has_engine_hash = false;
     bool has_engine_parent_hash = false;
     uint32_t block_tokens = 0;
+    uint32_t model = 0;  // in models_; 0: none (the key's, else the namespace)
     uint64_t engine_hash = 0;
     uint64_t engine_parent_hash = 0;
     uint64_t pin_until_ms = 0;  // soft pin: NowMs, UINT64_MAX = until unpinned
@@ -745,6 +746,18 @@ class Master {
   // AllBlocksCleared on each node's topic.
   void EmitClearedLocked(const std::vector<std::string>& node_ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A node's loss or a flush: between Begin and End, removals are
+  // collected; End publishes them as BlockRemoved events listing many
+  // blocks each, or, with --events-node-loss=cleared, AllBlocksCleared on
+  // each of `node_ids` instead.
+  void BeginBulkRemovalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndBulkRemovalLocked(const std::vector<std::string>& node_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The topic fields of `obj`'s events: its model (the put's, else its
+  // key's format's, else none) and its tenant.
+  void FillTopicLocked(const Object& obj, KvEvent* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The id of `model` in models_ (added when new); 0 when the table is full.
+  uint32_t ModelIdLocked(absl::string_view model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillNodeStatus(uint32_t node, uint64_t now, v1::NodeStatus* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillReplica(const Replica& r, uint64_t size, v1::Replica* out, StoreTable* table = nullptr)
@@ -805,9 +818,12 @@ class Master {
   std::string leader_hint_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_node_registered_;
   std::function<bool()> lease_check_;
-  // Set while a flush removes everything: its AllBlocksCleared stands for
-  // the per-block removals.
-  bool events_muted_ ABSL_GUARDED_BY(mu_) = false;
+  // Set between BeginBulkRemovalLocked and EndBulkRemovalLocked: the
+  // removals collected, per topic and medium ("node\0model\0tenant\0medium").
+  std::unique_ptr<std::map<std::string, std::vector<uint64_t>>> bulk_removed_ ABSL_GUARDED_BY(mu_);
+  // Models named by puts (docs/events.md, "Topics"); index 0 is "none".
+  std::vector<std::string> models_ ABSL_GUARDED_BY(mu_) = {""};
+  absl::flat_hash_map<std::string, uint32_t> model_ids_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shelf

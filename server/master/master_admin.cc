@@ -76,10 +76,18 @@ void Master::ResetLocked() {
 void Master::BecomeLeader(uint64_t term, std::vector<std::string> expected, uint64_t grace_ms) {
   absl::MutexLock lock(&mu_);
   ResetLocked();
-  // Resync for subscribers: whatever an earlier leader published about
-  // these nodes is void; the stores' inventories, as they re-register, come
-  // out as BlockStored (AddInventoryLocked): the new index, block by block.
-  EmitClearedLocked(expected);
+  // Resync for subscribers: the stores' inventories, as they re-register,
+  // come out as BlockStored (AddInventoryLocked), the new index block by
+  // block. With --events-node-loss=cleared, whatever an earlier leader
+  // published about these nodes is voided first; by default it stands (the
+  // blocks outlive the leader), and this term's sequence numbers start
+  // above any earlier term's.
+  if (options_.events != nullptr) {
+    options_.events->BeginTerm(term);
+    if (options_.events_node_loss == MasterOptions::NodeLossEvents::kCleared) {
+      EmitClearedLocked(expected);
+    }
+  }
   leader_ = true;
   term_ = term;
   leader_hint_.clear();
@@ -98,7 +106,9 @@ void Master::StepDown(const std::string& leader_hint) {
   leader_ = false;
   recovering_ = false;
   leader_hint_ = leader_hint;
-  if (!nodes_.empty()) {
+  // The stores and their blocks outlive this master's term: only with
+  // --events-node-loss=cleared does its stream void them.
+  if (!nodes_.empty() && options_.events_node_loss == MasterOptions::NodeLossEvents::kCleared) {
     std::vector<std::string> ids;
     for (const auto& n : nodes_) ids.push_back(n->endpoint.node_id());
     EmitClearedLocked(ids);

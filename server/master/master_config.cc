@@ -1,11 +1,15 @@
 #include "server/master/master_config.h"
 
+#include <zmq.h>
+
 #include <cstdint>
 #include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "common/hmac.h"
 #include "common/log.h"
@@ -14,12 +18,152 @@
 
 namespace shelf {
 
+namespace {
+
+// The --events-* flags as given.
+struct EventsFlags {
+  std::string listen, replay_listen, encoding, other_listen, other_replay_listen, tenant_listen;
+  std::string curve_secret_file, node_loss;
+  bool allow_plaintext;
+  int64_t queue, replay_batches;
+  std::string credentials_file;
+};
+
+absl::StatusOr<std::string> EventsEndpoint(absl::string_view flag, absl::string_view value) {
+  absl::StatusOr<std::string> ep = KvEventPublisher::NormalizeEndpoint(value);
+  if (!ep.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", ep.status().message()));
+  return ep;
+}
+
+// Checks the --events-* flags into c->events and c->master.
+absl::Status ParseEventsConfig(const EventsFlags& f, MasterConfig* c) {
+  KvEventPublisher::Options& o = c->events;
+  if (f.node_loss == "removed") {
+    c->master.events_node_loss = MasterOptions::NodeLossEvents::kRemoved;
+  } else if (f.node_loss == "cleared") {
+    c->master.events_node_loss = MasterOptions::NodeLossEvents::kCleared;
+  } else {
+    return absl::InvalidArgumentError("--events-node-loss is removed or cleared");
+  }
+  absl::StatusOr<KvEventEncoding> encoding = ParseKvEventEncoding(f.encoding);
+  if (!encoding.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--events-encoding: ", encoding.status().message()));
+  }
+  const KvEventEncoding other =
+      *encoding == KvEventEncoding::kMap ? KvEventEncoding::kArray : KvEventEncoding::kMap;
+  if (f.listen.empty()) {
+    for (const auto& [flag, value] :
+         {std::pair<const char*, const std::string&>{"--events-replay-listen", f.replay_listen},
+          {"--events-other-listen", f.other_listen},
+          {"--events-other-replay-listen", f.other_replay_listen},
+          {"--events-tenant-listen", f.tenant_listen},
+          {"--events-curve-secret-file", f.curve_secret_file}}) {
+      if (!value.empty())
+        return absl::InvalidArgumentError(absl::StrCat(flag, " needs --events-listen"));
+    }
+    return absl::OkStatus();
+  }
+  if (f.other_listen.empty() && !f.other_replay_listen.empty()) {
+    return absl::InvalidArgumentError("--events-other-replay-listen needs --events-other-listen");
+  }
+  auto add = [&o](absl::string_view flag, const std::string& listen, absl::string_view replay_flag,
+                  const std::string& replay, KvEventEncoding enc,
+                  std::string tenant) -> absl::Status {
+    absl::StatusOr<std::string> ep = EventsEndpoint(flag, listen);
+    if (!ep.ok()) return ep.status();
+    absl::StatusOr<std::string> rep = std::string();
+    if (!replay.empty()) rep = EventsEndpoint(replay_flag, replay);
+    if (!rep.ok()) return rep.status();
+    o.streams.push_back({*ep, *rep, enc, std::move(tenant)});
+    return absl::OkStatus();
+  };
+  if (absl::Status s = add("--events-listen", f.listen, "--events-replay-listen", f.replay_listen,
+                           *encoding, "");
+      !s.ok()) {
+    return s;
+  }
+  if (!f.other_listen.empty()) {
+    if (absl::Status s = add("--events-other-listen", f.other_listen,
+                             "--events-other-replay-listen", f.other_replay_listen, other, "");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!f.tenant_listen.empty()) {
+    for (absl::string_view item : absl::StrSplit(f.tenant_listen, ',')) {
+      size_t eq = item.find('=');
+      absl::string_view tenant = item.substr(0, eq);
+      if (eq == absl::string_view::npos || !ValidTenantName(tenant)) {
+        return absl::InvalidArgumentError(
+            "--events-tenant-listen takes TENANT=ENDPOINT[,...] (a tenant is 1..32 of "
+            "[A-Za-z0-9_-])");
+      }
+      if (absl::Status s = add("--events-tenant-listen", std::string(item.substr(eq + 1)), "", "",
+                               *encoding, std::string(tenant));
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (f.credentials_file.empty()) {
+      return absl::InvalidArgumentError("--events-tenant-listen needs --credentials (tenants)");
+    }
+  }
+  if (f.queue < 1 || f.replay_batches < 0) {
+    return absl::InvalidArgumentError("--events-queue must be >= 1, --events-replay-batches >= 0");
+  }
+  o.queue_events_max = static_cast<size_t>(f.queue);
+  o.replay_batches_max = static_cast<size_t>(f.replay_batches);
+  if (!f.curve_secret_file.empty()) {
+    absl::StatusOr<std::string> secret = ReadSecretFile(f.curve_secret_file);
+    if (!secret.ok()) return absl::InvalidArgumentError(secret.status().message());
+    std::string key(absl::StripAsciiWhitespace(*secret));
+    char pub[41];
+    if (key.size() != 40 || zmq_curve_public(pub, key.c_str()) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(f.curve_secret_file,
+                       ": want a CURVE secret key, 40 Z85 characters (docs/events.md, Security)"));
+    }
+    o.curve.secret_key = key;
+    o.curve.public_key = pub;
+    if (f.credentials_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--events-curve-secret-file needs --credentials: its events_key= entries are the "
+          "subscribers admitted");
+    }
+    absl::StatusOr<std::vector<PrincipalEntry>> entries = ReadCredentialsFile(f.credentials_file);
+    if (!entries.ok()) return absl::InvalidArgumentError(entries.status().message());
+    for (const PrincipalEntry& e : *entries) {
+      const Principal& p = e.principal;
+      if (p.events_key.empty()) continue;
+      o.curve.readers.push_back({p.events_key, {p.name, p.tenant}});
+    }
+  } else if (!f.allow_plaintext) {
+    for (const KvEventPublisher::Stream& s : o.streams) {
+      for (const std::string* ep : {&s.endpoint, &s.replay_endpoint}) {
+        if (ep->empty() || KvEventEndpointIsLoopback(*ep)) continue;
+        return absl::InvalidArgumentError(absl::StrCat(
+            "events endpoint ", *ep,
+            " is reachable from other hosts and the stream names every tenant's keys: give "
+            "--events-curve-secret-file (with events_key= readers in --credentials), or "
+            "--events-allow-plaintext for a network where anyone may read them"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
   MasterConfig c;
   MasterOptions& opts = c.master;
   c.listen = "127.0.0.1:7000";
   std::string secret_file, credentials_file;
-  std::string events_listen, events_replay_listen;
+  std::string events_listen, events_replay_listen, events_encoding = "map";
+  std::string events_other_listen, events_other_replay_listen, events_tenant_listen;
+  std::string events_curve_secret_file, events_node_loss = "removed";
+  bool events_allow_plaintext = false;
   KvEventPublisher::Options& events_opts = c.events;
   int64_t events_queue = static_cast<int64_t>(events_opts.queue_events_max);
   int64_t events_replay_batches = static_cast<int64_t>(events_opts.replay_batches_max);
@@ -100,8 +244,34 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
   flags.AddString("events-replay-listen", &events_replay_listen,
                   "ZMQ ROUTER endpoint answering replay requests for missed event batches "
                   "(same forms as --events-listen)");
+  flags.AddString("events-encoding", &events_encoding,
+                  "how --events-listen encodes its batches: map (msgpack maps, vLLM's own "
+                  "publisher) or array (msgpack arrays, as llm-d's and Dynamo's decoders read)");
+  flags.AddString("events-other-listen", &events_other_listen,
+                  "a second PUB endpoint with the same events and sequence numbers in the "
+                  "other encoding (same forms as --events-listen)");
+  flags.AddString("events-other-replay-listen", &events_other_replay_listen,
+                  "the replay endpoint of --events-other-listen, answering in its encoding");
+  flags.AddString("events-tenant-listen", &events_tenant_listen,
+                  "TENANT=ENDPOINT[,...]: a stream of that tenant's blocks only, each in "
+                  "--events-encoding (with --events-curve-secret-file, only that tenant's "
+                  "events_key readers and admins may subscribe)");
+  flags.AddString(
+      "events-curve-secret-file", &events_curve_secret_file,
+      "file holding the master's CURVE secret key (Z85; docs/events.md, "
+      "Security): every events endpoint then takes only subscribers whose public key is an "
+      "events_key= of --credentials");
+  flags.AddBool("events-allow-plaintext", &events_allow_plaintext,
+                "publish on a non-loopback endpoint without CURVE: anyone who reaches it reads "
+                "every key (for a subscriber without CURVE, such as llm-d's indexer, on a "
+                "network where that is acceptable)");
+  flags.AddString("events-node-loss", &events_node_loss,
+                  "when a store's blocks all go (its death, a flush): removed (a BlockRemoved "
+                  "listing them, which every router applies) or cleared (vLLM's "
+                  "AllBlocksCleared, which llm-d ignores)");
   flags.AddString("events-namespace", &events_opts.ns,
-                  "the NAMESPACE of the event topics kv@<node_id>@NAMESPACE");
+                  "the last part of the topic kv@<node_id>@NAMESPACE for a block whose put "
+                  "named no model");
   flags.AddInt("events-queue", &events_queue,
                "events waiting to be published at most; more are dropped and counted");
   flags.AddInt("events-replay-batches", &events_replay_batches, "event batches kept for replay");
@@ -165,27 +335,14 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
     return absl::InvalidArgumentError(absl::StrCat("--listen: ", hp.status().message()));
   c.listen_host_port = *hp;
 
-  if (!events_listen.empty()) {
-    auto ep = KvEventPublisher::NormalizeEndpoint(events_listen);
-    absl::StatusOr<std::string> replay_ep = std::string();
-    if (!events_replay_listen.empty()) {
-      replay_ep = KvEventPublisher::NormalizeEndpoint(events_replay_listen);
-    }
-    if (!ep.ok() || !replay_ep.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--events-", ep.ok() ? "replay-" : "",
-                       "listen: ", (ep.ok() ? replay_ep.status() : ep.status()).message()));
-    }
-    events_opts.endpoint = *ep;
-    events_opts.replay_endpoint = *replay_ep;
-    if (events_queue < 1 || events_replay_batches < 0) {
-      return absl::InvalidArgumentError(
-          "--events-queue must be >= 1, --events-replay-batches >= 0");
-    }
-    events_opts.queue_events_max = static_cast<size_t>(events_queue);
-    events_opts.replay_batches_max = static_cast<size_t>(events_replay_batches);
-  } else if (!events_replay_listen.empty()) {
-    return absl::InvalidArgumentError("--events-replay-listen needs --events-listen");
+  if (absl::Status st =
+          ParseEventsConfig({events_listen, events_replay_listen, events_encoding,
+                             events_other_listen, events_other_replay_listen, events_tenant_listen,
+                             events_curve_secret_file, events_node_loss, events_allow_plaintext,
+                             events_queue, events_replay_batches, credentials_file},
+                            &c);
+      !st.ok()) {
+    return st;
   }
   return c;
 }

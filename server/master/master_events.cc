@@ -2,10 +2,20 @@
 // change becomes which event. Every change of a replica set passes here
 // with mu_ held exclusively, so the stream follows the index in order, and
 // so does each tenant's count of stored bytes (quotas.h).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/log.h"
 #include "server/master/master.h"
 
 namespace shelf {
 namespace {
+
+// Distinct models the master keeps for topics; a put naming one more is
+// published under its key's model or the namespace (and logged once).
+constexpr size_t kModelsMax = 4096;
 
 const char* MediumOf(v1::Tier tier) { return tier == v1::TIER_DRAM ? kMediumDram : kMediumSsd; }
 
@@ -14,6 +24,12 @@ absl::string_view EngineKey(absl::string_view kept, bool tenant_namespaces) {
   if (!tenant_namespaces) return kept;
   size_t sep = kept.find('/');
   return sep == absl::string_view::npos ? kept : kept.substr(sep + 1);
+}
+
+absl::string_view TenantOf(absl::string_view kept, bool tenant_namespaces) {
+  if (!tenant_namespaces) return {};
+  size_t sep = kept.find('/');
+  return sep == absl::string_view::npos ? absl::string_view() : kept.substr(0, sep);
 }
 
 }  // namespace
@@ -25,13 +41,43 @@ uint64_t Master::BlockHashLocked(const Object& obj) {
              : KvEventBlockHash(EngineKey(obj.key.view(), options_.tenant_namespaces));
 }
 
+uint32_t Master::ModelIdLocked(absl::string_view model) {
+  auto it = model_ids_.find(model);
+  if (it != model_ids_.end()) return it->second;
+  if (models_.size() >= kModelsMax) {
+    static bool logged = false;
+    if (!std::exchange(logged, true)) {
+      SHELF_LOG(WARNING) << "more distinct models than the event stream keeps; further ones are "
+                            "published under their key's model or --events-namespace"
+                         << Kv("models_max", kModelsMax);
+    }
+    return 0;
+  }
+  uint32_t id = static_cast<uint32_t>(models_.size());
+  models_.emplace_back(model);
+  model_ids_.emplace(std::string(model), id);
+  return id;
+}
+
+void Master::FillTopicLocked(const Object& obj, KvEvent* e) {
+  const ObjectExtra* x = obj.extra.get();
+  absl::string_view engine_key = EngineKey(obj.key.view(), options_.tenant_namespaces);
+  if (x != nullptr && x->model != 0) {
+    e->model = models_[x->model];
+  } else {
+    e->model = std::string(KvEventKeyModel(engine_key));
+  }
+  e->tenant = std::string(TenantOf(obj.key.view(), options_.tenant_namespaces));
+}
+
 void Master::EmitStoredLocked(const Object& obj, const Replica& r,
                               const v1::BlockEventInfo* put_info) {
   quotas_->Stored(obj.key.view(), obj.writer, r.tier, obj.size, /*added=*/true);
-  if (options_.events == nullptr || events_muted_) return;
+  if (options_.events == nullptr) return;
   KvEvent e;
   e.type = KvEvent::kBlockStored;
   e.node_id = nodes_[r.node]->endpoint.node_id();
+  FillTopicLocked(obj, &e);
   e.medium = MediumOf(r.tier);
   const ObjectExtra* x = obj.extra.get();
   e.block_hash = BlockHashLocked(obj);
@@ -52,12 +98,20 @@ void Master::EmitStoredLocked(const Object& obj, const Replica& r,
 
 void Master::EmitRemovedLocked(const Object& obj, const Replica& r) {
   quotas_->Stored(obj.key.view(), obj.writer, r.tier, obj.size, /*added=*/false);
-  if (options_.events == nullptr || events_muted_) return;
+  if (options_.events == nullptr) return;
   KvEvent e;
   e.type = KvEvent::kBlockRemoved;
   e.node_id = nodes_[r.node]->endpoint.node_id();
+  FillTopicLocked(obj, &e);
   e.medium = MediumOf(r.tier);
   e.block_hash = BlockHashLocked(obj);
+  if (bulk_removed_ != nullptr) {
+    std::string topic =
+        absl::StrCat(e.node_id, absl::string_view("\0", 1), e.model, absl::string_view("\0", 1),
+                     e.tenant, absl::string_view("\0", 1), e.medium);
+    (*bulk_removed_)[topic].push_back(e.block_hash);
+    return;
+  }
   options_.events->Emit(std::move(e));
 }
 
@@ -68,6 +122,39 @@ void Master::EmitClearedLocked(const std::vector<std::string>& node_ids) {
     e.type = KvEvent::kAllBlocksCleared;
     e.node_id = id;
     options_.events->Emit(std::move(e));
+  }
+}
+
+void Master::BeginBulkRemovalLocked() {
+  bulk_removed_ = std::make_unique<std::map<std::string, std::vector<uint64_t>>>();
+}
+
+void Master::EndBulkRemovalLocked(const std::vector<std::string>& node_ids) {
+  std::unique_ptr<std::map<std::string, std::vector<uint64_t>>> bulk = std::move(bulk_removed_);
+  if (options_.events == nullptr || bulk == nullptr || bulk->empty()) return;
+  if (options_.events_node_loss == MasterOptions::NodeLossEvents::kCleared) {
+    EmitClearedLocked(node_ids);
+    return;
+  }
+  // One event lists at most kBulkHashes blocks: a million removals take a
+  // few hundred queue slots and batches of bounded size.
+  constexpr size_t kBulkHashes = 4096;
+  for (auto& [topic, hashes] : *bulk) {
+    std::vector<absl::string_view> part = absl::StrSplit(topic, absl::string_view("\0", 1));
+    const char* medium = part[3] == kMediumDram ? kMediumDram : kMediumSsd;
+    for (size_t i = 0; i < hashes.size(); i += kBulkHashes) {
+      KvEvent e;
+      e.type = KvEvent::kBlockRemoved;
+      e.node_id = std::string(part[0]);
+      e.model = std::string(part[1]);
+      e.tenant = std::string(part[2]);
+      e.medium = medium;
+      e.block_hash = hashes[i];
+      size_t end = std::min(hashes.size(), i + kBulkHashes);
+      e.more_hashes.assign(hashes.begin() + static_cast<ptrdiff_t>(i) + 1,
+                           hashes.begin() + static_cast<ptrdiff_t>(end));
+      options_.events->Emit(std::move(e));
+    }
   }
 }
 

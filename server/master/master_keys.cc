@@ -125,23 +125,22 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
       victims.push_back(obj);
     }
   }
-  // A flush (every key, none left behind) is one AllBlocksCleared per node
-  // on the event stream instead of a removal per block.
+  // A flush (every key, none left behind) publishes its removals in bulk,
+  // or as one AllBlocksCleared per node (--events-node-loss=cleared).
   const bool flush = req.pattern().empty() && scope.empty() && !more && pinned == 0;
   // Dead stores' blocks are not in the index: their inventories are
   // checked against the pattern when they register again.
   NotePatternRemovedLocked(matcher);
-  events_muted_ = flush;
+  if (flush) BeginBulkRemovalLocked();
   for (Object* obj : victims) {
     NoteRemovedLocked(obj->key.str());
     EraseObjectLocked(obj, now);
     metrics_.removes.Increment();
   }
-  events_muted_ = false;
   if (flush) {
     std::vector<std::string> ids;
     for (const auto& n : nodes_) ids.push_back(n->endpoint.node_id());
-    EmitClearedLocked(ids);
+    EndBulkRemovalLocked(ids);
   }
   resp->set_removed(victims.size());
   resp->set_pinned(pinned);

@@ -257,9 +257,11 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
   take(n.ssd_lru);
   std::sort(victims.begin(), victims.end());
   victims.erase(std::unique(victims.begin(), victims.end()), victims.end());
-  // Every block of the node goes: one AllBlocksCleared on its topic, not a
-  // removal per block (a million of them would overflow the event queue).
-  const bool muted = std::exchange(events_muted_, true);
+  // Every block of the node goes: removals listing thousands of blocks
+  // each (a million single ones would overflow the event queue), or
+  // AllBlocksCleared on its topic (--events-node-loss).
+  const bool nested = bulk_removed_ != nullptr;
+  if (!nested) BeginBulkRemovalLocked();
   for (Object* obj : victims) {
     auto& reps = obj->replicas;
     for (const Replica& r : reps) {
@@ -281,8 +283,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
         reps.end());
     if (reps.empty()) EraseIndexLocked(obj);
   }
-  events_muted_ = muted;
-  if (!victims.empty() && !muted) EmitClearedLocked({n.endpoint.node_id()});
+  if (!nested) EndBulkRemovalLocked({n.endpoint.node_id()});
   // Puts in flight with a range on this node are aborted: the writer's
   // commit answers NOT_FOUND and it retries elsewhere.
   std::vector<uint64_t> doomed;

@@ -80,6 +80,12 @@ struct MasterOptions {
   // Where block events go (docs/events.md); none when null. Must outlive
   // the master.
   KvEventPublisher* events = nullptr;
+  // What the stream says when a store's blocks all go at once (its death,
+  // a flush) and at a change of leader: a BlockRemoved per block (every
+  // router understands it; llm-d's ignores AllBlocksCleared), or vLLM's
+  // AllBlocksCleared per node (docs/events.md, "Failover").
+  enum class NodeLossEvents : uint8_t { kRemoved, kCleared };
+  NodeLossEvents events_node_loss = NodeLossEvents::kRemoved;
 };
 
 }  // namespace shelf

@@ -16,6 +16,7 @@ import xxhash
 import zmq
 
 END_SEQ = -1
+TERM_SHIFT = 40  # a leader's sequences start at term << 40 (docs/events.md)
 
 # vLLM's structs: required fields, then optional ones (with defaults).
 BLOCK_STORED_REQUIRED = ("block_hashes", "parent_block_hash", "token_ids", "block_size",
@@ -91,6 +92,7 @@ class Subscriber:
         self.next_seq = None  # the sequence expected next; None before the first
         self.replayed = 0
         self.cleared = 0  # AllBlocksCleared events applied
+        self.min_seq, self.max_seq = 1 << 64, -1  # of the batches received live
         self.stored = []  # every BlockStored applied, for field checks
 
     def close(self):
@@ -151,8 +153,12 @@ class Subscriber:
             m = TOPIC_RE.match(topic.decode())
             assert m, topic
             seq = int.from_bytes(seq_bytes, "big")
+            self.min_seq = min(self.min_seq, seq)
+            self.max_seq = max(self.max_seq, seq)
             if self.next_seq is None:
-                self.next_seq = 0  # a late joiner: the history is in the replay buffer
+                # A late joiner: the history of this leader's term (its
+                # sequences start at term << 40) is in the replay buffer.
+                self.next_seq = seq >> TERM_SHIFT << TERM_SHIFT
             if seq > self.next_seq:
                 for s, p in self.replay_from(self.next_seq):
                     if self.next_seq <= s < seq:

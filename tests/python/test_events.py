@@ -359,7 +359,8 @@ def _wait_for_leader(masters, names):
     raise AssertionError(f"none of {names} became leader")
 
 
-def test_subscriber_of_every_master_resyncs_after_failover(procs, zctx):
+@pytest.mark.parametrize("node_loss", ["removed", "cleared"])
+def test_subscriber_of_every_master_resyncs_after_failover(procs, zctx, node_loss):
     client_port, peer_port = _free_port(), _free_port()
     etcd = f"http://127.0.0.1:{client_port}"
     procs.spawn("etcd", [shutil.which("etcd") or "/usr/bin/etcd", "--name=default",
@@ -379,7 +380,7 @@ def test_subscriber_of_every_master_resyncs_after_failover(procs, zctx):
             time.sleep(0.1)
     cluster = f"ev{os.getpid()}"
     ha = ["--etcd", etcd, "--cluster", cluster, "--election-ttl", "1s", "--recovery-grace",
-          "5s", "--node-ttl", "2s"]
+          "5s", "--node-ttl", "2s", "--events-node-loss", node_loss]
     masters = {name: procs.master(name, ha) for name in ("ma", "mb")}
     leader = _wait_for_leader(masters, ["ma", "mb"])
     spec = f"etcd://127.0.0.1:{client_port}/{cluster}"
@@ -403,9 +404,10 @@ def test_subscriber_of_every_master_resyncs_after_failover(procs, zctx):
         procs.kill(leader)
         standby = "mb" if leader == "ma" else "ma"
         assert _wait_for_leader(masters, [standby]) == standby
-        # The new leader starts empty: AllBlocksCleared for every known
-        # store, then each store's inventory as BlockStored as it
-        # re-registers. Converged and recovered: every block is back.
+        # The new leader starts empty: each store's inventory comes as
+        # BlockStored as it re-registers (after AllBlocksCleared for every
+        # known store with --events-node-loss=cleared). Converged and
+        # recovered: every block is back.
         deadline = time.monotonic() + SYNC_TIMEOUT_S
         while True:
             after = assert_converges(client, [subs[standby], subs[leader]], "after")
@@ -414,7 +416,13 @@ def test_subscriber_of_every_master_resyncs_after_failover(procs, zctx):
             assert time.monotonic() < deadline, f"{len(blocks - {h for _, h, _ in after})} " \
                 "blocks never came back after the failover"
             time.sleep(0.5)
-        assert subs[standby].cleared >= 2
+        if node_loss == "cleared":
+            assert subs[standby].cleared >= 2
+        else:
+            # Nothing voided, and one ordered stream: the new leader's
+            # sequences start above every one the old leader sent.
+            assert subs[standby].cleared == 0 and subs[leader].cleared == 0
+            assert subs[standby].min_seq > subs[leader].max_seq
     finally:
         client.close()
         for s in subs.values():

@@ -258,9 +258,13 @@ struct BlockEventInfo {
   uint64_t engine_parent_hash = 0;  // published instead of parent_key's hash
   uint32_t block_tokens = 0;        // tokens a block (vLLM's block_size)
   std::vector<uint32_t> token_ids;  // at most kBlockEventTokenIdsMax (shelf/limits.h)
+  // The model its events' topic kv@<node>@<model> names: 1..kEventModelBytesMax
+  // printable bytes without '@'. Empty: the model a vLLM-format key names,
+  // else the master's --events-namespace.
+  std::string model;
   bool empty() const {
     return parent_key.empty() && !has_engine_hash && !has_engine_parent_hash && block_tokens == 0 &&
-           token_ids.empty();
+           token_ids.empty() && model.empty();
   }
 };
 
@@ -282,7 +286,7 @@ struct PutOptions {
   // Registered GPU buffers: what the copy out of device memory waits for.
   GpuSync gpu;
   // Put and PutFrom only: it describes one block, so the batch calls answer
-  // INVALID_ARGUMENT when it is not empty.
+  // INVALID_ARGUMENT when it is not empty (a batch takes one per item).
   BlockEventInfo block;
 };
 
@@ -292,6 +296,7 @@ struct PutItem {
   std::string key;
   const void* data = nullptr;
   size_t size = 0;
+  BlockEventInfo block;  // what the event stream reports for it; optional
 };
 
 // Memory registered with RegisterBuffer, named by a process-unique id that is
@@ -317,6 +322,7 @@ struct PutFromItem {
   BufferHandle buffer;
   size_t offset = 0;
   size_t size = 0;
+  BlockEventInfo block;  // what the event stream reports for it; optional
 };
 
 // Transfer counters, for reports and metrics.

@@ -180,6 +180,9 @@ typedef struct shelf_block_info {
   uint32_t block_tokens;     /* tokens a block */
   const uint32_t* token_ids; /* the block's tokens, n_token_ids of them */
   size_t n_token_ids;
+  /* the model of its event topic kv@<node>@<model> (1..128 printable bytes,
+   * no '@'), or null: the model of a vLLM-format key, else the namespace */
+  const char* model;
 } shelf_block_info_t;
 
 /* Options of a put; shelf_put_options_init sets the defaults (1 replica, no
@@ -193,6 +196,8 @@ typedef struct shelf_put_options {
   /* shelf_put and shelf_put_from only (batch puts answer
    * SHELF_INVALID_ARGUMENT); null for none. */
   const shelf_block_info_t* block;
+  /* Batch puts only: blocks[i] describes item i (n of them); null for none. */
+  const shelf_block_info_t* blocks;
 } shelf_put_options_t;
 void shelf_put_options_init(shelf_put_options_t* options);
 

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace shelf {
@@ -36,11 +37,23 @@ inline constexpr size_t kPatternBytesMax = 256;
 inline constexpr size_t kListKeysMax = 1024;
 // Token ids one put may carry for the KV event stream (BlockEventInfo).
 inline constexpr size_t kBlockEventTokenIdsMax = 65536;
+// A block's model (BlockEventInfo.model) names an event topic
+// kv@<node>@<model>: 1..kEventModelBytesMax printable ASCII bytes, no '@'.
+inline constexpr size_t kEventModelBytesMax = 128;
 
 static_assert(kKeyBytesMax >= 1 && kBatchItemsMax >= 1 && kReplicasMax >= 1);
 
 // Whether a key of `key_bytes` bytes is one Shelf can hold: 1..kKeyBytesMax.
 inline bool ValidKeyLength(size_t key_bytes) { return key_bytes >= 1 && key_bytes <= kKeyBytesMax; }
+
+// Whether `model` can name an event topic (kEventModelBytesMax).
+inline bool ValidEventModel(std::string_view model) {
+  if (model.empty() || model.size() > kEventModelBytesMax) return false;
+  for (char c : model) {
+    if (c == '@' || c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
 
 // Why a key of `key_bytes` bytes is refused, or empty when it is not. The
 // one message for a bad key length, whichever layer refuses it.
