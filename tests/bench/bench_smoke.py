@@ -36,6 +36,7 @@ REQUIRED = {
                       "master_rss_bytes", "errors"],
     "replay_compare": ["put_gbps_ratio", "put_p99_ratio", "get_gbps_ratio", "raw_write_gbps",
                        "put_goal_gbps", "put_goal_ratio", "errors", "mismatches"],
+    "kv-events-router-view": ["map_placed_pct", "array_placed_pct"],
     "resp": ["resp_get_1m_vs_redis", "resp_set_1m_vs_redis", "resp_get_64k_vs_redis",
              "resp_min_vs_redis", "errors", "rows"],
 }
@@ -44,6 +45,10 @@ ARGS = {
     "master-stores": ["master", "--stores", "20", "--quick"],
     # Both sides twice, on a small DRAM and SSD that fill (demotions, SSD
     # drops), and the raw write row.
+    # A small trace replay that fills the stores' DRAM (evictions), both
+    # encodings followed.
+    "kv-events-router-view": ["kv-events", "--router-view", "--requests", "300",
+                              "--dram-size", "8MiB"],
     "replay_compare": ["replay", "--compare-dram-only", "--rounds", "2", "--requests", "150",
                        "--block-bytes", "32KiB", "--dram-size", "8MiB", "--ssd-size", "24MiB"],
 }
@@ -93,6 +98,11 @@ def run_quick(bench, sub):
             fail("%s = %r" % (field, obj[field]), p.stdout + p.stderr)
     if obj.get("error"):
         fail("error: %s" % obj["error"], p.stdout)
+    # What a router following the stream knows is a correctness count, not
+    # a speed: every block where it is, no entry for one that is gone.
+    for field in ("map_missed", "map_stale", "array_missed", "array_stale"):
+        if field in obj and obj[field] != 0:
+            fail("%s = %r, want 0" % (field, obj[field]), p.stdout)
     if p.returncode != 0:
         fail("exit status %d" % p.returncode, p.stdout + p.stderr)
     print("%s --quick: ok in %.1f s" % (sub, elapsed))

@@ -235,6 +235,25 @@ static void check_batches(shelf_client_t* c) {
              SHELF_INVALID_ARGUMENT);
     CHECK(strstr(shelf_last_error(), "describes one block") != NULL);
     CHECK_RC(shelf_remove(c, "c/with-info", 11, 0), SHELF_OK);
+    {
+      /* A batch takes one per item: item 1 names a model a topic cannot
+       * carry, and only it is refused. */
+      shelf_block_info_t per_item[N];
+      memset(per_item, 0, sizeof(per_item));
+      for (int i = 0; i < N; ++i) {
+        per_item[i].has_engine_hash = 1;
+        per_item[i].engine_hash = 0x100 + (uint64_t)i;
+        per_item[i].model = "c-model";
+      }
+      per_item[1].model = "bad@model";
+      shelf_put_options_init(&po);
+      po.blocks = per_item;
+      CHECK_RC(shelf_batch_put(c, keys, key_lens, datas, data_sizes, N, &po, statuses, 0),
+               SHELF_OK);
+      CHECK(statuses[0] == SHELF_OK && statuses[2] == SHELF_OK && statuses[3] == SHELF_OK);
+      CHECK(statuses[1] == SHELF_INVALID_ARGUMENT);
+      for (int i = 0; i < N; ++i) shelf_remove(c, keys[i], key_lens[i], 0);
+    }
   }
   data_sizes[3] = 0; /* one bad item */
   CHECK_RC(shelf_batch_put(c, keys, key_lens, datas, data_sizes, N, NULL, statuses, 0), SHELF_OK);

@@ -25,6 +25,7 @@ import time
 
 import msgpack
 import pytest
+import xxhash
 import zmq
 
 import shelf
@@ -38,6 +39,12 @@ MiB = 1 << 20
 # kv_connector/v1/mooncake/store/data.py): model basename, ranks, then the
 # block hash's hex digest; vLLM publishes the digest's last 8 bytes.
 VLLM_DIGESTS = [bytes([i]) * 24 + (0x1122334455667700 + i).to_bytes(8, "big") for i in range(4)]
+
+
+# SGLang HiCache's Mooncake backend (python/sglang/srt/mem_cache/storage/
+# mooncake_store/mooncake_store.py): the page's sha256 hex, the TP rank, k/v;
+# SGLang publishes the digest's first 8 bytes (hash_str_to_int64).
+SGLANG_DIGESTS = [bytes([0x80 + i]) * 8 + bytes([i]) * 24 for i in range(2)]
 
 
 def vllm_key(model, digest):
@@ -177,6 +184,10 @@ def test_both_encodings_carry_one_stream_each_as_its_consumers_decode_it(zctx, l
         sizes = [[8192, 8192]] * 4
         assert store.batch_put_from_multi_buffers(vkeys, addrs, sizes, ReplicateConfig()) == \
             [0] * 4
+        # SGLang's page keys through batch_put_from, as its backend calls it.
+        skeys = [f"{d.hex()}_0_{side}" for d in SGLANG_DIGESTS for side in "kv"]
+        assert store.batch_put_from(skeys, [base + i * 4096 for i in range(4)], [4096] * 4,
+                                    ReplicateConfig()) == [0] * 4
         client.remove(b"batch-2")
         store.close()
 
@@ -205,14 +216,20 @@ def test_both_encodings_carry_one_stream_each_as_its_consumers_decode_it(zctx, l
             assert stored[100 + i]["model"] == "qwen-7b"
             assert stored[100 + i]["tokens"] == [i] * 16
         # The item without block info: its key's hash, the namespace's topic.
-        plain = [e for e in events if e["type"] == "BlockStored" and e["model"] == "shelf-default"]
-        assert len(plain) == 1
+        plain_hash = xxhash.xxh3_64_intdigest(b"batch-2")
+        plain = [e for e in events if e["type"] == "BlockStored" and e["hashes"] == [plain_hash]]
+        assert len(plain) == 1 and plain[0]["model"] == "shelf-default"
         removed = [e for e in events if e["type"] == "BlockRemoved"]
         assert removed and removed[-1]["hashes"] == plain[0]["hashes"]
         # vLLM's keys: vLLM's hash (the digest's last 8 bytes), its model.
         for d in VLLM_DIGESTS:
             e = stored[int.from_bytes(d[-8:], "big")]
             assert e["model"] == "Llama-3.1-8B", e
+        # SGLang's keys: the page hash SGLang publishes, K and V alike.
+        for d in SGLANG_DIGESTS:
+            h = int.from_bytes(d[:8], "big")
+            assert [e["model"] for e in events
+                    if e["type"] == "BlockStored" and e["hashes"] == [h]] == ["shelf-default"] * 2
 
         # Each replay socket answers in its own stream's form.
         ra = replay(zctx, ends["events-replay"])

@@ -158,11 +158,17 @@ std::string EventsEndpoint(const LocalCluster& c) {
 
 }  // namespace
 
+int RouterViewBench(int argc, char** argv);  // router_view_bench.cc
+
 int KvEventsBench(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--router-view") return RouterViewBench(argc, argv);
+  }
   int64_t threads = 4, rounds = 3, batch = 32;
   uint64_t block_bytes = 4096, dram_bytes = 1ull << 30, phase_ms = 3000;
   Flags flags("shelf-bench kv-events",
-              "puts/s and lookups/s with the master's KV event stream on and off (same run)");
+              "puts/s and lookups/s with the master's KV event stream on and off (same run); "
+              "with --router-view, what a router following the stream knows (its own flags)");
   flags.AddInt("threads", &threads, "client threads per phase");
   flags.AddInt("rounds", &rounds, "rounds of (puts, lookups) on each side");
   flags.AddInt("batch", &batch, "keys per BatchPut and per MatchPrefix");
