@@ -3,7 +3,7 @@
 // unless told --insecure (as Redis' protected mode).
 //
 //   if (absl::Status s = CheckProtectedMode("shelf-master", {{"--listen", listen}},
-//                                           !secret.empty() || tls.enabled(), insecure,
+//                                           !secret.empty() || !tls.ca.empty(), insecure,
 //                                           "give --secret-file (and TLS)");
 //       !s.ok()) { ...exit 2 with s.message()... }
 #ifndef SHELF_COMMON_PROTECTED_MODE_H_

@@ -16,6 +16,7 @@
 #include "common/check.h"
 #include "common/checksum.h"
 #include "common/log.h"
+#include "common/protected_mode.h"
 
 // msgpack-c without Boost: the packer only.
 #ifndef MSGPACK_NO_BOOST
@@ -181,9 +182,8 @@ bool SameTopic(const KvEvent& a, const KvEvent& b) {
 bool LoopbackEndpoint(absl::string_view ep) {
   absl::ConsumePrefix(&ep, ">");
   if (absl::StartsWith(ep, "ipc://") || absl::StartsWith(ep, "inproc://")) return true;
-  if (!absl::ConsumePrefix(&ep, "tcp://")) return false;
-  return absl::StartsWith(ep, "127.") || absl::StartsWith(ep, "localhost:") ||
-         absl::StartsWith(ep, "[::1]:");
+  // HOST:PORT after the scheme; a wildcard (*) is not loopback.
+  return absl::ConsumePrefix(&ep, "tcp://") && !ep.empty() && IsLoopbackListen(ep);
 }
 
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";

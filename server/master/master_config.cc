@@ -313,9 +313,10 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
   } else {
     c.auth = Authenticator::ClusterSecret(c.secret);
   }
-  if (absl::Status s =
-          CheckProtectedMode({{"--listen", c.listen}}, c.auth->required() || c.tls.enabled(),
-                             insecure, "give --secret-file or --credentials (and --tls-*)");
+  if (absl::Status s = CheckProtectedMode(
+          {{"--listen", c.listen}}, c.auth->required() || !c.tls.ca.empty(), insecure,
+          "give --secret-file or --credentials, or mutual TLS (--tls-ca with "
+          "--tls-cert/--tls-key: TLS alone encrypts but admits anyone)");
       !s.ok()) {
     return absl::InvalidArgumentError(s.message());
   }

@@ -124,6 +124,18 @@ TEST_F(StartupChecksTest, ProtectedModeRefusesOpenNonLoopbackListeners) {
     EXPECT_NE(out.find("--insecure"), std::string::npos) << out;
     EXPECT_NE(out.find(c.fix), std::string::npos) << out;
   }
+  // TLS without client authentication encrypts, but lets anyone in: a
+  // master with a certificate and no secret, credentials or --tls-ca is
+  // refused too (the files are never read: the check comes first).
+  std::string key = dir_ + "/server.key";
+  std::ofstream(key) << "not read before the protected-mode check\n";
+  ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+  std::string out;
+  EXPECT_EQ(
+      Run("shelf-master", {"--listen", "0.0.0.0:0", "--tls-cert", key, "--tls-key", key}, &out), 2)
+      << out;
+  EXPECT_NE(out.find("protected mode: --listen 0.0.0.0:0"), std::string::npos) << out;
+  EXPECT_NE(out.find("--tls-ca"), std::string::npos) << out;
 }
 
 TEST_F(StartupChecksTest, ProtectedModeLetsLoopbackCredentialsOrInsecureStart) {
