@@ -393,8 +393,8 @@ absl::Status KvEventPublisher::Open() {
     }
   }
   // Attaches `sock` to `endpoint`: binds, or connects for a leading '>'.
-  auto attach = [this, &curve](void* sock, const std::string& endpoint, const std::string& tenant,
-                               std::string* bound) -> absl::Status {
+  auto attach = [&curve](void* sock, const std::string& endpoint, const std::string& tenant,
+                         std::string* bound) -> absl::Status {
     if (!curve.secret_key.empty()) {
       int server = 1;
       zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &server, sizeof(server));

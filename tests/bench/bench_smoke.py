@@ -87,9 +87,10 @@ def run_quick(bench, sub):
             fail("JSON lacks %r" % field, p.stdout)
     numbers = [f for f in REQUIRED[sub] if f not in ("rows", "errors", "mismatches")]
     if sub == "kv" and not obj.get("redis"):
-        # No redis-server or no hiredis here: the ratios are null by design.
-        numbers = []
-        print("note: kv ran without its Redis baseline")
+        # The ratios are null without a baseline: a smoke test that passed
+        # then would check no comparison at all.
+        fail("kv ran without its Redis baseline: install redis-server and libhiredis-dev "
+             "(deploy/install-deps.sh does)", p.stdout)
     for field in numbers:
         if not isinstance(obj[field], (int, float)) or obj[field] <= 0:
             fail("%s = %r, want a positive number" % (field, obj[field]), p.stdout)
