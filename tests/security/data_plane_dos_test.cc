@@ -162,34 +162,36 @@ TEST_F(DataPlaneDosTest, SlowlorisNeitherStarvesClientsNorHoldsItsSlots) {
   for (int i = 0; i < 600 && connects.load() < kAttackers; ++i) usleep(50 * 1000);
   ASSERT_GE(connects.load(), kAttackers);
 
-  // Real clients, each with fresh connections, during the attack. A burst
-  // of more new connections than the cap on handshakes, within one real
-  // client's handshake, evicts it too (the oldest goes): it is closed, and
-  // it tries again, as a client does. A few tries each, never all refused.
+  // Real clients, each with fresh connections, during the attack: each
+  // call once, with no retry but the library's own. A burst of more new
+  // connections than the cap on handshakes, within one real client's
+  // handshake, can evict it too (the oldest goes), and its call fails
+  // UNAVAILABLE. What holds (docs/security.md, "Denial of service"): at
+  // least 90% of real clients' calls succeed at their first try while the
+  // attack runs (here about 39 of 40 do), and no call gets anything but
+  // its bytes or UNAVAILABLE.
   std::string block(256 << 10, 'q');
-  int retries = 0;
-  for (int round = 0; round < 3; ++round) {
+  constexpr int kRealCalls = 60;
+  int served = 0;
+  for (int round = 0; round < kRealCalls; ++round) {
     std::string key = absl::StrCat("during-attack-", round);
-    Status put, get;
+    std::unique_ptr<Client> client = OpenClient(DefaultClientOptions());
+    ASSERT_NE(client, nullptr);
+    Status put = client->Put(key, block.data(), block.size());
     std::string got;
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      if (attempt > 0) {
-        ++retries;
-        usleep(100 * 1000);
-      }
-      std::unique_ptr<Client> client = OpenClient(DefaultClientOptions());
-      ASSERT_NE(client, nullptr);
-      put = client->Put(key, block.data(), block.size());
-      if (put.ok()) get = client->Get(key, &got);
-      if (put.ok() && get.ok()) break;
-      ASSERT_TRUE(put.code() == StatusCode::kUnavailable || get.code() == StatusCode::kUnavailable)
-          << put.ToString() << " / " << get.ToString();
+    Status get = put.ok() ? client->Get(key, &got) : put;
+    if (put.ok() && get.ok() && got == block) {
+      ++served;
+      continue;
     }
-    ASSERT_TRUE(put.ok()) << put.ToString();
-    ASSERT_TRUE(get.ok()) << get.ToString();
-    EXPECT_EQ(got, block);
+    // What the attack may cost is a refused or closed connection, nothing
+    // else (no wrong bytes, no other error).
+    ASSERT_TRUE(put.code() == StatusCode::kUnavailable || get.code() == StatusCode::kUnavailable)
+        << put.ToString() << " / " << get.ToString();
   }
-  std::printf("real clients' tries closed by the attack's bursts: %d\n", retries);
+  std::printf("real clients' put+get pairs served during the attack: %d of %d\n", served,
+              kRealCalls);
+  EXPECT_GE(served * 100, 90 * kRealCalls) << served << " of " << kRealCalls;
   EXPECT_TRUE(reconnect.load());
   std::printf("attack while clients were served: %d connects, %d closed by the store\n",
               connects.load(), closes.load());
