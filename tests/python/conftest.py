@@ -126,3 +126,12 @@ def client(cluster):
 def unique(request):
     """A key prefix of this test's own, so tests share the cluster safely."""
     return request.node.name.encode() + b"/"
+
+
+@pytest.fixture
+def zctx():
+    """A ZMQ context for event subscribers, closed after the test."""
+    import zmq
+    ctx = zmq.Context()
+    yield ctx
+    ctx.term()

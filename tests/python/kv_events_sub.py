@@ -79,6 +79,31 @@ def decode_batch(payload):
     return batch["ts"], events, batch.get("shelf_node")
 
 
+def replay_from(ctx, endpoint, start):
+    """Batches [start, ...) from the replay socket at `endpoint`, as
+    (seq, payload), in whichever encoding that stream has.
+
+    DEALER with the empty delimiter a REQ socket would add: the ROUTER
+    answers one request with many messages, which a REQ socket (one reply
+    per request) would not take."""
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.RCVTIMEO, 20000)
+    dealer.connect(endpoint)
+    try:
+        dealer.send_multipart([b"", start.to_bytes(8, "big")])
+        got = []
+        while True:
+            empty, seq_bytes, payload = dealer.recv_multipart()
+            assert empty == b""
+            seq = int.from_bytes(seq_bytes, "big", signed=True)
+            if seq == END_SEQ:
+                assert payload == b""
+                return got
+            got.append((seq, payload))
+    finally:
+        dealer.close(linger=0)
+
+
 class Subscriber:
     """One master's stream: SUB on its PUB endpoint, REQ to its replay one."""
 
@@ -99,27 +124,8 @@ class Subscriber:
         self.sub.close(linger=0)
 
     def replay_from(self, start):
-        """Batches [start, ...) from the replay socket, as (seq, payload).
-
-        DEALER with the empty delimiter a REQ socket would add: the ROUTER
-        answers one request with many messages, which a REQ socket (one
-        reply per request) would not take."""
-        dealer = self.ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.RCVTIMEO, 20000)
-        dealer.connect(self.replay_endpoint)
-        try:
-            dealer.send_multipart([b"", start.to_bytes(8, "big")])
-            got = []
-            while True:
-                empty, seq_bytes, payload = dealer.recv_multipart()
-                assert empty == b""
-                seq = int.from_bytes(seq_bytes, "big", signed=True)
-                if seq == END_SEQ:
-                    assert payload == b""
-                    return got
-                got.append((seq, payload))
-        finally:
-            dealer.close(linger=0)
+        """Batches [start, ...) from this master's replay socket."""
+        return replay_from(self.ctx, self.replay_endpoint, start)
 
     def _apply(self, node, payload):
         _, events, batch_node = decode_batch(payload)

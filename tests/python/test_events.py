@@ -91,13 +91,6 @@ def procs():
     p.stop()
 
 
-@pytest.fixture
-def zctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.term()
-
-
 def metric(address, name):
     body = urllib.request.urlopen(f"http://{address}/metrics", timeout=10).read().decode()
     total = 0.0
@@ -434,6 +427,13 @@ def test_subscriber_of_every_master_resyncs_after_failover(procs, zctx, node_los
     (["--events-replay-listen", "0"], "--events-replay-listen needs --events-listen"),
     (["--events-listen", "0", "--events-queue", "0"], "--events-queue must be >= 1"),
     (["--events-listen", "0", "--events-namespace", "a@b"], "without '@'"),
+    (["--events-listen", "*:0"], "reachable from other hosts"),
+    (["--events-listen", "0", "--events-encoding", "json"], "want map (vLLM's) or array"),
+    (["--events-listen", "0", "--events-node-loss", "never"], "removed or cleared"),
+    (["--events-listen", "0", "--events-other-replay-listen", "0"],
+     "--events-other-replay-listen needs --events-other-listen"),
+    (["--events-listen", "0", "--events-tenant-listen", "team-a"], "TENANT=ENDPOINT"),
+    (["--events-listen", "0", "--events-curve-secret-file", "/nonexistent"], "/nonexistent"),
 ])
 def test_bad_event_flags_are_refused_clearly(args, message):
     r = subprocess.run([str(BIN_DIR / "shelf-master"), "--listen", "127.0.0.1:0", *args],

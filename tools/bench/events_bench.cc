@@ -23,11 +23,7 @@
 #include "common/units.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
-
-#ifndef MSGPACK_NO_BOOST
-#define MSGPACK_NO_BOOST
-#endif
-#include <msgpack.hpp>
+#include "tools/bench/bench_zmq.h"
 
 namespace shelf::bench {
 
@@ -39,45 +35,13 @@ namespace {
 // BlockRemoved count one per block hash, as the master emits them).
 class EventCounter {
  public:
-  explicit EventCounter(const std::string& endpoint) {
-    ctx_ = zmq_ctx_new();
-    sub_ = zmq_socket(ctx_, ZMQ_SUB);
-    int hwm = 0;  // unbounded: a counting subscriber must not drop
-    zmq_setsockopt(sub_, ZMQ_RCVHWM, &hwm, sizeof(hwm));
-    zmq_setsockopt(sub_, ZMQ_SUBSCRIBE, "", 0);
-    zmq_connect(sub_, endpoint.c_str());
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~EventCounter() {
-    stop_.store(true);
-    thread_.join();
-    zmq_close(sub_);
-    zmq_ctx_term(ctx_);
-  }
+  explicit EventCounter(const std::string& endpoint)
+      : sub_(endpoint, "", [this](const std::vector<std::string>& frames) {
+          events_.fetch_add(Count(frames[2]));
+        }) {}
   uint64_t events() const { return events_.load(); }
 
  private:
-  void Run() {
-    int timeout_ms = 50;
-    zmq_setsockopt(sub_, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
-    std::vector<std::string> frames;
-    while (!stop_.load()) {
-      frames.clear();
-      while (true) {
-        zmq_msg_t msg;
-        zmq_msg_init(&msg);
-        if (zmq_msg_recv(&msg, sub_, 0) < 0) {
-          zmq_msg_close(&msg);
-          break;
-        }
-        frames.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
-        bool more = zmq_msg_more(&msg);
-        zmq_msg_close(&msg);
-        if (!more) break;
-      }
-      if (frames.size() == 3) events_.fetch_add(Count(frames[2]));
-    }
-  }
   static uint64_t Count(const std::string& payload) {
     msgpack::object_handle oh = msgpack::unpack(payload.data(), payload.size());
     const msgpack::object& batch = oh.get();
@@ -101,11 +65,8 @@ class EventCounter {
     return n;
   }
 
-  void* ctx_ = nullptr;
-  void* sub_ = nullptr;
-  std::atomic<bool> stop_{false};
   std::atomic<uint64_t> events_{0};
-  std::thread thread_;
+  SubscriberThread sub_;  // last: stopped before the count goes
 };
 
 struct Side {

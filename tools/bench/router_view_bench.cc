@@ -35,12 +35,8 @@
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/bench_zmq.h"
 #include "tools/bench/trace.h"
-
-#ifndef MSGPACK_NO_BOOST
-#define MSGPACK_NO_BOOST
-#endif
-#include <msgpack.hpp>
 
 namespace shelf::bench {
 
@@ -51,21 +47,9 @@ namespace {
 // A router's picture of the cluster, rebuilt from one stream.
 class Router {
  public:
-  Router(const std::string& endpoint, bool array) : array_(array) {
-    ctx_ = zmq_ctx_new();
-    sub_ = zmq_socket(ctx_, ZMQ_SUB);
-    int hwm = 0;  // a router that drops sees less; this one must not
-    zmq_setsockopt(sub_, ZMQ_RCVHWM, &hwm, sizeof(hwm));
-    zmq_setsockopt(sub_, ZMQ_SUBSCRIBE, "kv@", 3);
-    zmq_connect(sub_, endpoint.c_str());
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~Router() {
-    stop_.store(true);
-    thread_.join();
-    zmq_close(sub_);
-    zmq_ctx_term(ctx_);
-  }
+  Router(const std::string& endpoint, bool array)
+      : array_(array),
+        sub_(endpoint, "kv@", [this](const std::vector<std::string>& frames) { Take(frames); }) {}
 
   // The stores the router places `hash` on (any medium).
   std::set<std::string> Where(uint64_t hash) {
@@ -86,36 +70,17 @@ class Router {
   uint64_t undecodable() const { return undecodable_.load(); }
 
  private:
-  void Run() {
-    int timeout_ms = 50;
-    zmq_setsockopt(sub_, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
-    std::vector<std::string> frames;
-    while (!stop_.load()) {
-      frames.clear();
-      while (true) {
-        zmq_msg_t msg;
-        zmq_msg_init(&msg);
-        if (zmq_msg_recv(&msg, sub_, 0) < 0) {
-          zmq_msg_close(&msg);
-          break;
-        }
-        frames.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
-        bool more = zmq_msg_more(&msg);
-        zmq_msg_close(&msg);
-        if (!more) break;
-      }
-      if (frames.size() != 3) continue;
-      std::vector<std::string> topic = absl::StrSplit(frames[0], '@');
-      if (topic.size() != 3) {
-        undecodable_.fetch_add(1);
-        continue;
-      }
-      try {
-        Apply(topic[1], frames[2]);
-        batches_.fetch_add(1);
-      } catch (const std::exception&) {
-        undecodable_.fetch_add(1);
-      }
+  void Take(const std::vector<std::string>& frames) {
+    std::vector<std::string> topic = absl::StrSplit(frames[0], '@');
+    if (topic.size() != 3) {
+      undecodable_.fetch_add(1);
+      return;
+    }
+    try {
+      Apply(topic[1], frames[2]);
+      batches_.fetch_add(1);
+    } catch (const std::exception&) {
+      undecodable_.fetch_add(1);
     }
   }
 
@@ -184,14 +149,11 @@ class Router {
   }
 
   const bool array_;
-  void* ctx_ = nullptr;
-  void* sub_ = nullptr;
-  std::atomic<bool> stop_{false};
   std::atomic<uint64_t> batches_{0}, undecodable_{0};
   std::mutex mu_;
   std::unordered_map<uint64_t, std::map<std::pair<std::string, std::string>, int>> where_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> stored_at_;
-  std::thread thread_;
+  SubscriberThread sub_;  // last: stopped before the state it fills goes
 };
 
 std::map<std::string, std::string> ReadyLines(const LocalCluster& c) {
