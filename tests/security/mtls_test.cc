@@ -140,6 +140,74 @@ TEST_F(MtlsTest, CallersWithACertificateOfTheCaWorkOthersAreRefused) {
   }
 }
 
+// The daemons that call the master present their certificates too: a
+// store registers (and serves a put) with --tls-cert/--tls-key, one without
+// a certificate never registers; shelf-resp reaches the master with
+// --master-tls-cert/--master-tls-key and serves SET and GET.
+TEST_F(MtlsTest, AStoreAndTheRespGatewayCallTheMasterWithTheirCertificates) {
+  const std::string bin = SHELF_BIN_DIR;
+  auto store = [&](const std::string& name, bool with_cert) {
+    std::vector<std::string> argv = {bin + "/shelf-store",
+                                     "--master",
+                                     address_,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--dram-size",
+                                     "16MiB",
+                                     "--run-dir",
+                                     dir_ + "/" + name + ".run",
+                                     "--node-id",
+                                     name,
+                                     "--secret-file",
+                                     secret_file_,
+                                     "--tls-ca",
+                                     ca_,
+                                     "--ready-file",
+                                     dir_ + "/" + name + ".addr"};
+    if (with_cert) argv.insert(argv.end(), {"--tls-cert", cert_, "--tls-key", key_});
+    return Process::Spawn(argv, dir_ + "/" + name + ".log");
+  };
+  auto certified = store("with-cert", true);
+  ASSERT_TRUE(certified.ok()) << certified.status();
+  auto uncertified = store("without-cert", false);
+  ASSERT_TRUE(uncertified.ok()) << uncertified.status();
+
+  std::unique_ptr<Client> client;
+  ASSERT_TRUE(Client::Open(Options(), &client).ok());
+  const std::string data = BlockBytes(4096, 9);
+  Status put;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        put = client->Put("mtls-store-block", data.data(), data.size());
+        return put.ok();
+      },
+      60000))
+      << put.ToString();
+  std::string got;
+  ASSERT_TRUE(client->Get("mtls-store-block", &got).ok());
+  EXPECT_EQ(got, data);
+  std::string out;
+  ASSERT_EQ(Shelfctl({"--tls-cert", cert_, "--tls-key", key_, "nodes"}, &out), 0) << out;
+  EXPECT_NE(out.find("with-cert"), std::string::npos) << out;
+  EXPECT_EQ(out.find("without-cert"), std::string::npos) << out;
+
+  auto resp =
+      Process::Spawn({bin + "/shelf-resp", "--master", address_, "--listen", "127.0.0.1:0",
+                      "--secret-file", secret_file_, "--master-tls-ca", ca_, "--master-tls-cert",
+                      cert_, "--master-tls-key", key_, "--ready-file", dir_ + "/resp.addr"},
+                     dir_ + "/resp.log");
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  auto resp_addr = WaitForFileLine(dir_ + "/resp.addr", 30000, resp->get());
+  ASSERT_TRUE(resp_addr.ok()) << resp_addr.status();
+  const std::string port = resp_addr->substr(resp_addr->rfind(':') + 1);
+  if (RunShell("command -v redis-cli") != 0) GTEST_SKIP() << "redis-cli is not installed";
+  const std::string cli = "redis-cli -h 127.0.0.1 -p " + port + " ";
+  ASSERT_EQ(RunShell(cli + "SET mtls-resp-key through-the-gateway", &out), 0) << out;
+  EXPECT_NE(out.find("OK"), std::string::npos) << out;
+  ASSERT_EQ(RunShell(cli + "GET mtls-resp-key", &out), 0) << out;
+  EXPECT_NE(out.find("through-the-gateway"), std::string::npos) << out;
+}
+
 TEST_F(MtlsTest, A60MiBRequestWithoutTheTokenIsRefusedBeforeItIsRead) {
   auto channel = MakeChannel(address_, TlsFiles{cert_, key_, ca_});
   ASSERT_TRUE(channel.ok());
