@@ -632,6 +632,7 @@ ClientStats ClientImpl::stats() const {
   s.bytes_staged_gpu = stats_.bytes_staged_gpu.load();
   s.bytes_stored_rdma = stats_.bytes_stored_rdma.load();
   s.bytes_loaded_gpu_direct = stats_.bytes_loaded_gpu_direct.load();
+  s.bytes_gpu_direct_checked = stats_.bytes_gpu_direct_checked.load();
   s.gpu_rdma_registration_failures = stats_.gpu_rdma_registration_failures.load();
 #if SHELF_WITH_RDMA
   if (rdma_ != nullptr) {
@@ -660,6 +661,9 @@ ClientImpl::ClientMetrics::ClientMetrics(prom::Exposition& e)
       bytes_store(prom::Child(bytes, {{"direction", "store"}, {"transport", "any"}})),
       bytes_load_gpu_direct(
           prom::Child(bytes, {{"direction", "load"}, {"transport", "gpudirect"}})),
+      gpu_direct_checked(prom::AddUnlabelledCounter(
+          e.registry(), "shelf_client_gpu_direct_checked_bytes_total",
+          "Bytes read by GPUDirect then copied back to host memory for the checksum")),
       gpu_rdma_registration_failures(prom::AddUnlabelledCounter(
           e.registry(), "shelf_client_gpu_rdma_registration_failures_total",
           "GPU buffers the RDMA device could not register (staged through pinned memory)")),
@@ -719,6 +723,7 @@ std::string ClientImpl::MetricsText() const {
   sync(metrics_.bytes_load_rdma, st.bytes_loaded_rdma);
   sync(metrics_.bytes_store, st.bytes_stored);
   sync(metrics_.bytes_load_gpu_direct, st.bytes_loaded_gpu_direct);
+  sync(metrics_.gpu_direct_checked, st.bytes_gpu_direct_checked);
   sync(metrics_.gpu_rdma_registration_failures, st.gpu_rdma_registration_failures);
   metrics_.rdma_registered_buffers.Set(static_cast<double>(st.rdma_registered_buffers));
   sync(metrics_.checksum_mismatches, st.checksum_mismatches);

@@ -294,7 +294,7 @@ class ClientImpl final : public Client {
         bytes_loaded_ssd{0}, blocks_loaded_dram{0}, blocks_loaded_ssd{0}, checksum_mismatches{0},
         replica_failovers{0}, bytes_staged_gpu{0}, cache_hits{0}, cache_misses{0},
         cache_fallbacks{0}, bytes_stored_rdma{0}, bytes_loaded_gpu_direct{0},
-        gpu_rdma_registration_failures{0};
+        bytes_gpu_direct_checked{0}, gpu_rdma_registration_failures{0};
   };
   mutable AtomicStats stats_;
 
@@ -316,6 +316,7 @@ class ClientImpl final : public Client {
     prom::Counter& bytes_load_rdma;
     prom::Counter& bytes_store;
     prom::Counter& bytes_load_gpu_direct;
+    prom::Counter& gpu_direct_checked;
     prom::Counter& gpu_rdma_registration_failures;
     prom::Gauge& rdma_registered_buffers;
     prom::Counter& prefix_hits;

@@ -386,6 +386,7 @@ absl::Status ClientImpl::ReadGpuDirect(const v1::ObjectLocation& loc, const Read
           !s.ok()) {
         return s;
       }
+      stats_.bytes_gpu_direct_checked.fetch_add(loc.size());
       if (BlockChecksum(bounce->data(), loc.size()) != loc.checksum()) {
         stats_.checksum_mismatches.fetch_add(1);
         last = absl::DataLossError(

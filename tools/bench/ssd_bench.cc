@@ -566,7 +566,8 @@ int SsdBench(int argc, char** argv) {
           FormatBytes(comp[1].disk_bytes).c_str(), kv_raw_ratio);
     }
     std::printf(
-        "\n  write: until fsync'd (tier: Put + close + fsync); read: page cache dropped "
+        "\n  write: until fsync'd (tier: Put + Sync: extents fdatasync'd, index in the synced WAL; "
+        "closing the tier is timed apart, tier close s); read: page cache dropped "
         "first, tier reads %s\n  mismatches %llu%s%s\n\n",
         read_into ? "into aligned buffers (GetInto)" : "into strings (Get, a copy out)",
         static_cast<unsigned long long>(mismatches),

@@ -343,6 +343,10 @@ struct ClientStats {
   uint64_t bytes_stored_rdma = 0;  // of bytes_stored, pulled by stores over rdma
   // Of bytes_loaded_rdma, read by the RDMA device straight into GPU memory.
   uint64_t bytes_loaded_gpu_direct = 0;
+  // Of bytes_loaded_gpu_direct, copied back from GPU memory to a pinned
+  // host buffer to be checksummed (verify_checksums): GPUDirect spares the
+  // inbound copy, not this one.
+  uint64_t bytes_gpu_direct_checked = 0;
   // GPU buffers RegisterBuffer could not register with the RDMA device
   // (bound reached, no dmabuf or peer-memory support): those are staged.
   uint64_t gpu_rdma_registration_failures = 0;
