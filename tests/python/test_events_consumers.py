@@ -115,6 +115,26 @@ def drain(sock, timeout_ms, until=None):
     return got
 
 
+def joined(client, socks, tag, timeout_s=60, **put_kwargs):
+    """Puts probe blocks until each of `socks` has received a batch (ZMQ's
+    slow joiner: a SUB socket misses what is published before its
+    subscription, and a CURVE one before its handshake, reaches the master),
+    then empties them: what they receive next is all the test's. Returns
+    what was drained."""
+    pending, seen, i = set(range(len(socks))), [[] for _ in socks], 0
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        assert time.monotonic() < deadline, f"subscribers {sorted(pending)} never joined"
+        client.put(f"{tag}-probe-{i}".encode(), b"p" * 1024, **put_kwargs)
+        i += 1
+        for j in list(pending):
+            if socks[j].poll(100):
+                pending.discard(j)
+    for j, sock in enumerate(socks):
+        seen[j] += drain(sock, 300)
+    return seen
+
+
 def ready_lines(cluster):
     lines = (cluster.dir / "master.addr").read_text().splitlines()[1:]
     return dict(line.rsplit(" ", 1) for line in lines)
@@ -136,9 +156,9 @@ def test_both_encodings_carry_one_stream_each_as_its_consumers_decode_it(zctx, l
         "--events-namespace", "shelf-default"])
     ends = ready_lines(cluster)
     arr, mp = sub(zctx, ends["events"]), sub(zctx, ends["events-other"])
-    time.sleep(0.3)  # ZMQ's slow joiner: let the subscriptions reach the master
     client = shelf.Client([cluster.master], timeout_ms=20000)
     try:
+        joined(client, [arr, mp], "both")
         # One put naming its model, with the engine's view.
         client.put(b"single", b"s" * 4096, engine_hash=7, engine_parent_hash=6, block_tokens=16,
                    token_ids=list(range(16)), model="llama-3-8b")
@@ -235,9 +255,9 @@ def test_a_stores_death_is_removals_a_router_applies(zctx, llmd_decoder):
         "--heartbeat-interval", "200ms"])
     ends = ready_lines(cluster)
     s = sub(zctx, ends["events"])
-    time.sleep(0.3)
     client = shelf.Client([cluster.master], timeout_ms=20000)
     try:
+        joined(client, [s], "death")
         keys = [b"d-%d" % i for i in range(40)]
         client.batch_put(keys, [b"x" * 4096] * len(keys))
         frames = drain(s, 500)
@@ -250,7 +270,7 @@ def test_a_stores_death_is_removals_a_router_applies(zctx, llmd_decoder):
         cluster.procs[2].kill()  # store1's process: node-1
         deadline = time.monotonic() + 30
         gone = set()
-        while gone != where[victim]:
+        while not where[victim] <= gone:  # (the probes that joined us go too)
             assert time.monotonic() < deadline, "the dead store's blocks never removed"
             for e in llmd_decode(llmd_decoder, drain(s, 500)):
                 # llm-d ignores AllBlocksCleared: the removals must list them.
@@ -301,25 +321,32 @@ def test_curve_admits_only_the_readers_of_each_stream(zctx):
         "a-on-a": sub(zctx, team_a.replace("0.0.0.0", "127.0.0.1"), **curve("eng-a")),
         "b-on-a": sub(zctx, team_a.replace("0.0.0.0", "127.0.0.1"), **curve("eng-b")),
     }
-    time.sleep(0.5)
     a = shelf.Client([cluster.master], principal="eng-a", principal_secret=secrets["eng-a"],
                      timeout_ms=20000)
     b = shelf.Client([cluster.master], principal="eng-b", principal_secret=secrets["eng-b"],
                      timeout_ms=20000)
     try:
+        # Team-a's probes until the two admitted subscribers hear them;
+        # whatever the others get, from the first probe on, is kept.
+        names = list(subs)
+        admitted = ["ops-all", "a-on-a"]
+        early = dict(zip(admitted, joined(a, [subs[n] for n in admitted], "curve",
+                                          engine_hash=0x1)))
         a.put(b"a-block", b"a" * 4096, engine_hash=0xA)
         b.put(b"b-block", b"b" * 4096, engine_hash=0xB)
-        got = {}
-        for name, s in subs.items():
-            hashes = set()
-            for _, _, payload in drain(s, 1500 if not got else 300):
-                for e in decode_batch(payload)[1]:
-                    hashes |= set(e.get("block_hashes", []))
-            got[name] = hashes
-        assert got["ops-all"] == {0xA, 0xB}
-        assert got["a-on-a"] == {0xA}
+        got = {n: set() for n in names}
+        deadline = time.monotonic() + 30
+        while got["ops-all"] != {0xA, 0xB} or got["a-on-a"] != {0xA}:
+            assert time.monotonic() < deadline, got
+            for name in admitted:
+                for _, _, payload in drain(subs[name], 200):
+                    for e in decode_batch(payload)[1]:
+                        got[name] |= set(e.get("block_hashes", []))
+        assert got["ops-all"] == {0xA, 0xB} and got["a-on-a"] == {0xA}
+        assert all(f for f in early.values())
+        # The others: nothing, neither the probes nor the blocks.
         for name in ("plain-all", "stranger-all", "a-on-all", "b-on-a"):
-            assert got[name] == set(), (name, got[name])
+            assert drain(subs[name], 300) == [], name
     finally:
         for s in subs.values():
             s.close(linger=0)
