@@ -164,12 +164,11 @@ void PackEventAsArray(Packer& pk, const KvEvent* first, size_t n) {
 }
 
 // Consecutive removals of one medium share a BlockRemoved, as vLLM sends
-// them, up to a bound on the hashes one event lists.
-constexpr size_t kRemovedHashesMax = 4096;
+// them, up to kKvEventRemovedHashesMax hashes.
 bool Coalesces(const KvEvent& a, const KvEvent& b, size_t hashes_so_far) {
   return a.type == KvEvent::kBlockRemoved && b.type == KvEvent::kBlockRemoved &&
          std::strcmp(a.medium, b.medium) == 0 &&
-         hashes_so_far + 1 + b.more_hashes.size() <= kRemovedHashesMax;
+         hashes_so_far + 1 + b.more_hashes.size() <= kKvEventRemovedHashesMax;
 }
 
 // One topic per batch: the same node, model and tenant.

@@ -46,7 +46,10 @@ namespace shelf {
 inline constexpr size_t kKvEventQueueMax = 1 << 20;          // largest --events-queue
 inline constexpr size_t kKvEventBatchEventsMax = 1024;       // events one batch carries
 inline constexpr size_t kKvEventReplayBatchesMax = 1 << 20;  // largest --events-replay-batches
-inline constexpr size_t kKvEventStreamsMax = 64;             // PUB endpoints one master serves
+inline constexpr size_t kKvEventStreamsMax = 64;
+// Block hashes one BlockRemoved lists at most (a node's loss is cut into
+// events of this many; consecutive removals coalesce up to it).
+inline constexpr size_t kKvEventRemovedHashesMax = 4096;  // PUB endpoints one master serves
 
 // The `medium` of a block in each tier.
 inline constexpr const char* kMediumDram = "CPU";

@@ -819,9 +819,11 @@ class Master {
   std::function<void(const std::string&)> on_node_registered_;
   std::function<bool()> lease_check_;
   // Set between BeginBulkRemovalLocked and EndBulkRemovalLocked: the
-  // removals collected, per topic and medium ("node\0model\0tenant\0medium").
-  std::unique_ptr<std::map<std::string, std::vector<uint64_t>>> bulk_removed_ ABSL_GUARDED_BY(mu_);
-  // Models named by puts (docs/events.md, "Topics"); index 0 is "none".
+  // removals collected, per topic (node, model, tenant) and medium (one of
+  // kMediumDram, kMediumSsd: compared as pointers).
+  using BulkTopic = std::tuple<std::string, std::string, std::string, const char*>;
+  std::unique_ptr<std::map<BulkTopic, std::vector<uint64_t>>> bulk_removed_ ABSL_GUARDED_BY(mu_);
+  // Models named by puts (docs/events.md, "Topics and models"); index 0 is "none".
   std::vector<std::string> models_ ABSL_GUARDED_BY(mu_) = {""};
   absl::flat_hash_map<std::string, uint32_t> model_ids_ ABSL_GUARDED_BY(mu_);
 };

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "common/log.h"
 #include "server/master/master.h"
 
@@ -106,10 +104,7 @@ void Master::EmitRemovedLocked(const Object& obj, const Replica& r) {
   e.medium = MediumOf(r.tier);
   e.block_hash = BlockHashLocked(obj);
   if (bulk_removed_ != nullptr) {
-    std::string topic =
-        absl::StrCat(e.node_id, absl::string_view("\0", 1), e.model, absl::string_view("\0", 1),
-                     e.tenant, absl::string_view("\0", 1), e.medium);
-    (*bulk_removed_)[topic].push_back(e.block_hash);
+    (*bulk_removed_)[BulkTopic(e.node_id, e.model, e.tenant, e.medium)].push_back(e.block_hash);
     return;
   }
   options_.events->Emit(std::move(e));
@@ -126,31 +121,29 @@ void Master::EmitClearedLocked(const std::vector<std::string>& node_ids) {
 }
 
 void Master::BeginBulkRemovalLocked() {
-  bulk_removed_ = std::make_unique<std::map<std::string, std::vector<uint64_t>>>();
+  bulk_removed_ = std::make_unique<std::map<BulkTopic, std::vector<uint64_t>>>();
 }
 
 void Master::EndBulkRemovalLocked(const std::vector<std::string>& node_ids) {
-  std::unique_ptr<std::map<std::string, std::vector<uint64_t>>> bulk = std::move(bulk_removed_);
+  std::unique_ptr<std::map<BulkTopic, std::vector<uint64_t>>> bulk = std::move(bulk_removed_);
   if (options_.events == nullptr || bulk == nullptr || bulk->empty()) return;
   if (options_.events_node_loss == MasterOptions::NodeLossEvents::kCleared) {
     EmitClearedLocked(node_ids);
     return;
   }
-  // One event lists at most kBulkHashes blocks: a million removals take a
-  // few hundred queue slots and batches of bounded size.
-  constexpr size_t kBulkHashes = 4096;
-  for (auto& [topic, hashes] : *bulk) {
-    std::vector<absl::string_view> part = absl::StrSplit(topic, absl::string_view("\0", 1));
-    const char* medium = part[3] == kMediumDram ? kMediumDram : kMediumSsd;
-    for (size_t i = 0; i < hashes.size(); i += kBulkHashes) {
+  // One event lists at most kKvEventRemovedHashesMax blocks: a million
+  // removals take a few hundred queue slots and batches of bounded size.
+  for (const auto& [topic, hashes] : *bulk) {
+    const auto& [node_id, model, tenant, medium] = topic;
+    for (size_t i = 0; i < hashes.size(); i += kKvEventRemovedHashesMax) {
       KvEvent e;
       e.type = KvEvent::kBlockRemoved;
-      e.node_id = std::string(part[0]);
-      e.model = std::string(part[1]);
-      e.tenant = std::string(part[2]);
+      e.node_id = node_id;
+      e.model = model;
+      e.tenant = tenant;
       e.medium = medium;
       e.block_hash = hashes[i];
-      size_t end = std::min(hashes.size(), i + kBulkHashes);
+      size_t end = std::min(hashes.size(), i + kKvEventRemovedHashesMax);
       e.more_hashes.assign(hashes.begin() + static_cast<ptrdiff_t>(i) + 1,
                            hashes.begin() + static_cast<ptrdiff_t>(end));
       options_.events->Emit(std::move(e));

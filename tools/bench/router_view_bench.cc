@@ -57,7 +57,7 @@ class Router {
     std::set<std::string> out;
     auto it = where_.find(hash);
     if (it == where_.end()) return out;
-    for (const auto& [node_medium, n] : it->second) out.insert(node_medium.first);
+    for (const auto& [node, medium] : it->second) out.insert(node);
     return out;
   }
   // When each BlockStored of `hash` arrived (MonoUs).
@@ -131,14 +131,14 @@ class Router {
       if (e.type == "AllBlocksCleared") {
         for (auto& [hash, places] : where_) {
           for (auto it = places.begin(); it != places.end();) {
-            it = it->first.first == node ? places.erase(it) : std::next(it);
+            it = it->first == node ? places.erase(it) : std::next(it);
           }
         }
         continue;
       }
       for (uint64_t h : e.hashes) {
         if (e.type == "BlockStored") {
-          where_[h][{node, e.medium}] = 1;
+          where_[h].insert({node, e.medium});
           stored_at_[h].push_back(now);
         } else if (e.type == "BlockRemoved") {
           auto it = where_.find(h);
@@ -151,7 +151,8 @@ class Router {
   const bool array_;
   std::atomic<uint64_t> batches_{0}, undecodable_{0};
   std::mutex mu_;
-  std::unordered_map<uint64_t, std::map<std::pair<std::string, std::string>, int>> where_;
+  // Per block hash: the (node, medium) pairs it is stored on.
+  std::unordered_map<uint64_t, std::set<std::pair<std::string, std::string>>> where_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> stored_at_;
   SubscriberThread sub_;  // last: stopped before the state it fills goes
 };
