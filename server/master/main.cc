@@ -26,6 +26,7 @@
 #include "common/prom.h"
 #include "common/ready_file.h"
 #include "common/rpc.h"
+#include "server/master/connection_cap.h"
 #include "server/master/master.h"
 #include "server/master/master_config.h"
 #include "server/master/master_ha.h"
@@ -148,6 +149,11 @@ int main(int argc, char** argv) {
       HostPort{config.listen_host_port.host, static_cast<uint16_t>(port)}.ToString();
   if (config.ha.advertise.empty()) config.ha.advertise = bound;
   master->SetLeaderAddress(config.ha.advertise);
+  ConnectionCapOptions cap_opts;
+  cap_opts.port = static_cast<uint16_t>(port);
+  cap_opts.max_connections = static_cast<int>(config.max_connections);
+  cap_opts.max_per_source = static_cast<int>(config.max_connections_per_source);
+  std::unique_ptr<ConnectionCap> cap = ConnectionCap::Start(cap_opts, &DefaultExposition());
 
   // High availability: campaign through etcd; lead only while elected.
   std::unique_ptr<MasterHa> ha;
@@ -166,7 +172,8 @@ int main(int argc, char** argv) {
   }
   SHELF_LOG(INFO) << "serving" << Kv("listen", bound)
                   << Kv("node_ttl_ms", config.master.node_ttl_ms)
-                  << Kv("lease_ms", config.master.lease_ms) << Kv("tls", config.tls.enabled());
+                  << Kv("lease_ms", config.master.lease_ms) << Kv("tls", config.tls.enabled())
+                  << Kv("max_connections", config.max_connections);
   // Line 1 is the gRPC address; the event endpoints and the metrics
   // address (its real port, also for --metrics-listen HOST:0), when on,
   // follow.
@@ -210,6 +217,7 @@ int main(int argc, char** argv) {
   if (ha != nullptr) ha->Stop();  // hand over at once
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   ticker.join();
+  cap.reset();
   http.reset();
   return 0;  // `events` is destroyed after the master, which emits into it
 }

@@ -217,6 +217,11 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
   flags.AddDurationMs("idle-timeout", &c.idle_timeout_ms,
                       "a gRPC connection with no call in progress for this long is closed "
                       "(clients reconnect on their next call); 0: never");
+  flags.AddInt("max-connections", &c.max_connections,
+               "gRPC connections held at once; newer ones are closed at once (counted in "
+               "shelf_master_connections_refused_total); keep it under LimitNOFILE; 0: no cap");
+  flags.AddInt("max-connections-per-source", &c.max_connections_per_source,
+               "of --max-connections, the most one source address may hold (0: half)");
   flags.AddString("ready-file", &c.ready_file,
                   "write the bound HOST:PORT here once serving (then "
                   "'events', 'events-replay' and 'metrics HOST:PORT' lines for those that are on)");
@@ -326,6 +331,15 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
   }
   if (c.idle_timeout_ms > kTimeoutMsMax) {
     return absl::InvalidArgumentError("--idle-timeout takes 0 (never)..24d");
+  }
+  constexpr int64_t kConnectionsMax = 1 << 24;
+  if (c.max_connections < 0 || c.max_connections > kConnectionsMax) {
+    return absl::InvalidArgumentError("--max-connections takes 0 (no cap)..16777216");
+  }
+  if (c.max_connections_per_source < 0 || c.max_connections_per_source > c.max_connections) {
+    return absl::InvalidArgumentError(
+        "--max-connections-per-source takes 0 (half of --max-connections).."
+        "--max-connections");
   }
   auto creds =
       ServerCredentials(c.tls, std::shared_ptr<const Authenticator>(c.auth), c.tls_bind_principals);

@@ -39,6 +39,11 @@ struct MasterConfig {
   uint64_t handshake_timeout_ms = 10000;
   // A connection with no call in progress this long is closed; 0: never.
   uint64_t idle_timeout_ms = 10 * 60 * 1000;
+  // gRPC connections held at once, and from one source address (0: half of
+  // max_connections); past them, new ones are shut down
+  // (server/master/connection_cap.h). max_connections 0: no cap.
+  int64_t max_connections = 16384;
+  int64_t max_connections_per_source = 0;
   std::shared_ptr<grpc::ServerCredentials> credentials;
   bool reflection = false;
   // Bounds what concurrent large bodies (registrations) can make gRPC hold:

@@ -8,9 +8,7 @@
 //
 // The intervals are short (--handshake-timeout-ms 1500, a byte every 200 ms)
 // so the test takes seconds; nothing here asserts a duration.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,16 +18,14 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "common/net.h"
 #include "shelf/client.h"
 #include "testing/cluster_fixture.h"
 #include "testing/http_probe.h"
 #include "testing/local_cluster.h"
+#include "testing/raw_peer.h"
 #include "transport/tcp_client.h"
 
 namespace shelf {
@@ -41,44 +37,8 @@ constexpr int kSources = 10;  // 127.0.0.10 .. 127.0.0.19
 
 // shelf_store_data_connections_closed_total{rule="<rule>"} from /metrics.
 double ClosedBy(const std::string& metrics, const std::string& rule) {
-  std::string prefix =
-      absl::StrCat("shelf_store_data_connections_closed_total{rule=\"", rule, "\"}");
-  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
-    if (!absl::StartsWith(line, prefix)) continue;
-    double v = 0;
-    if (absl::SimpleAtod(line.substr(prefix.size()), &v)) return v;
-  }
-  return 0;
-}
-
-// A connection to `port` from 127.0.0.<source>; -1 on failure.
-int ConnectFrom(int source, uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in local{};
-  local.sin_family = AF_INET;
-  local.sin_addr.s_addr = htonl((127u << 24) | static_cast<uint32_t>(source));
-  sockaddr_in remote{};
-  remote.sin_family = AF_INET;
-  remote.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  remote.sin_port = htons(port);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
-      connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// True once the peer has closed `fd` (reads and drops what it sent).
-bool PeerClosed(int fd) {
-  char buf[256];
-  while (true) {
-    ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-    if (n > 0) continue;
-    if (n == 0) return true;
-    return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
-  }
+  return MetricValue(
+      metrics, absl::StrCat("shelf_store_data_connections_closed_total{rule=\"", rule, "\"}"));
 }
 
 // Half the attack comes from 127.0.0.10 (the per-source cap), the rest

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -26,6 +27,7 @@
 #include "testing/cluster_fixture.h"
 #include "testing/credentials_file.h"
 #include "testing/http_probe.h"
+#include "testing/raw_peer.h"
 #include "testing/wait_for.h"
 #include "tests/fault/fault_util.h"
 
@@ -564,6 +566,18 @@ class PrincipalsTlsTest : public ::testing::Test {
     EXPECT_EQ(client->Get("absent", &v).code(), StatusCode::kNotFound);
   }
 
+  // The port of the master's --metrics-listen (its ready file's "metrics"
+  // line); 0 when it has none.
+  uint16_t MetricsPort() const {
+    std::ifstream in(dir_ + "/master.addr");
+    for (std::string line; std::getline(in, line);) {
+      if (!absl::StartsWith(line, "metrics ")) continue;
+      auto hp = ParseHostPort(line.substr(8));
+      if (hp.ok()) return hp->port;
+    }
+    return 0;
+  }
+
   std::string dir_, address_;
   std::unique_ptr<Process> master_;
 };
@@ -647,6 +661,80 @@ TEST_F(PrincipalsTlsTest, ASilentConnectionIsClosedAtTheHandshakeTimeout) {
     EXPECT_TRUE(n == 0 || (n < 0 && err == ECONNRESET)) << n << " " << strerror(err);
     ::close(fd);
   }
+}
+
+// The attack: hold as many connections to the master as one host can open
+// (here silent TCP connections, which the handshake timeout would close only
+// after 30 s), from one source and then from several. The master counts
+// what it holds against --max-connections and one source's share of it, and
+// shuts down at once what is past them; a client from another source is
+// served while the attack holds its share.
+TEST_F(PrincipalsTlsTest, ConnectionsPastTheCapOrASourcesShareAreClosedAtOnce) {
+  constexpr int kCap = 16, kShare = 8;
+  ASSERT_NO_FATAL_FAILURE(StartMaster({"--handshake-timeout", "30s", "--max-connections",
+                                       std::to_string(kCap), "--max-connections-per-source",
+                                       std::to_string(kShare), "--metrics-listen", "127.0.0.1:0"}));
+  const uint16_t metrics_port = MetricsPort();
+  ASSERT_NE(metrics_port, 0);
+  auto hp = ParseHostPort(address_);
+  ASSERT_TRUE(hp.ok());
+  // Open connections among `fds` once the master has shut down those it
+  // refuses (waits until the count has stayed put for half a second).
+  auto settled_open = [](const std::vector<int>& fds) {
+    int open = -1, stable_since = -1;
+    for (int ms = 0; ms < 10000; ms += 50) {
+      int now = 0;
+      for (int fd : fds) now += PeerClosed(fd) ? 0 : 1;
+      if (now != open) {
+        open = now;
+        stable_since = ms;
+      } else if (ms - stable_since >= 500) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return open;
+  };
+  auto connect_from = [&](int source, int n) {
+    std::vector<int> fds;
+    for (int i = 0; i < n; ++i) {
+      const int fd = ConnectFrom(source, hp->port);
+      EXPECT_GE(fd, 0) << strerror(errno);
+      if (fd >= 0) fds.push_back(fd);
+    }
+    return fds;
+  };
+  auto refused = [&](const std::string& rule) {
+    return MetricValue(HttpGet(metrics_port, "/metrics"),
+                       "shelf_master_connections_refused_total{rule=\"" + rule + "\"}");
+  };
+
+  // One host opens three times its share: it keeps its share.
+  std::vector<int> host2 = connect_from(2, 3 * kShare);
+  EXPECT_EQ(settled_open(host2), kShare);
+  EXPECT_EQ(refused("source_share"), 2 * kShare);
+  // A second host fills the cap; a third gets nothing.
+  std::vector<int> host3 = connect_from(3, kShare);
+  EXPECT_EQ(settled_open(host3), kShare);
+  std::vector<int> host4 = connect_from(4, 4);
+  EXPECT_EQ(settled_open(host4), 0);
+  EXPECT_EQ(refused("max_connections"), 4);
+  EXPECT_EQ(MetricValue(HttpGet(metrics_port, "/metrics"), "shelf_master_connections"), kCap);
+
+  // The second host lets go: an engine (from 127.0.0.1) is served while the
+  // first host still holds its share.
+  for (int fd : host3) ::close(fd);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return MetricValue(HttpGet(metrics_port, "/metrics"), "shelf_master_connections") == kShare;
+      },
+      10000));
+  TlsFiles tls;
+  tls.ca = dir_ + "/good-ca.pem";
+  ExpectEngineAWorks(tls);
+  EXPECT_EQ(settled_open(host2), kShare);
+  for (int fd : host2) ::close(fd);
+  for (int fd : host4) ::close(fd);
 }
 
 }  // namespace
