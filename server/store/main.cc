@@ -19,6 +19,7 @@
 #include "common/ops_endpoint.h"
 #include "common/protected_mode.h"
 #include "common/ready_file.h"
+#include "common/units.h"
 #include "coord/etcd_flags.h"
 #include "server/store/store.h"
 
@@ -76,12 +77,15 @@ int main(int argc, char** argv) {
   flags.AddBool("hugepages", &opts.hugepages, "back the DRAM segment with hugepages if reserved");
   flags.AddBool("mlock", &opts.mlock, "lock the DRAM segment in memory");
   flags.AddBool("shm", &opts.shm, "serve same-host clients through shared memory");
-  flags.AddSize("shm-arena", &opts.shm_arena_bytes,
-                "non-zero: the DRAM segment is made of arenas of this size, each its own "
-                "memfd, data-plane segment and RDMA region; the master gives each arena to one "
-                "tenant and a same-host client maps only the arenas it holds read grants for "
-                "(docs/security.md, \"Tenant arenas\"); --dram-size must be a multiple of it. "
-                "0: one segment, every same-host client maps all of it");
+  std::string shm_arena = "auto";
+  flags.AddString("shm-arena", &shm_arena,
+                  "SIZE: the DRAM segment is made of arenas of this size, each its own memfd, "
+                  "data-plane segment and RDMA region; the master gives each arena to one tenant "
+                  "and a same-host client maps only the arenas it holds read grants for "
+                  "(docs/security.md, \"Tenant arenas\"); --dram-size must be a multiple of it. "
+                  "0: one segment, every same-host client maps all of it. auto: up to 16 arenas "
+                  "(of at least 1 MiB) when the store runs as a principal (--credentials), so a "
+                  "cluster of tenants keeps them apart; one segment otherwise");
   flags.AddSize("shm-ssd-window", &opts.shm_ssd_window,
                 "with --shm and --ssd-dir: shared memory past the DRAM segment into which "
                 "same-host clients' SSD hits are read for them to copy (0: over TCP)");
@@ -226,6 +230,25 @@ int main(int argc, char** argv) {
       return 2;
     }
     opts.master_token = *std::move(token);
+  }
+  if (shm_arena != "auto") {
+    absl::StatusOr<uint64_t> bytes = ParseSize(shm_arena);
+    if (!bytes.ok()) {
+      std::fprintf(stderr, "shelf-store: --shm-arena takes auto, 0 or a size, not '%s'\n",
+                   shm_arena.c_str());
+      return 2;
+    }
+    opts.shm_arena_bytes = *bytes;
+  } else if (!credentials_file.empty()) {
+    // Principals mean tenants (the master's --credentials may gain one on
+    // any SIGHUP), and one segment would map every tenant's blocks into
+    // every same-host client.
+    opts.shm_arena_bytes = DefaultArenaBytes(opts.dram_size);
+    if (opts.shm_arena_bytes == 0) {
+      SHELF_LOG(WARNING) << "--dram-size " << opts.dram_size
+                         << " splits into no tenant arenas: every same-host client maps every "
+                            "tenant's blocks; give --shm-arena";
+    }
   }
   if (absl::Status s =
           CheckProtectedMode({{"--listen", opts.listen}, {"--admin-listen", admin_listen}},

@@ -106,7 +106,8 @@ struct StoreOptions {
   // arenas it gave that tenant, and a same-host client is handed an arena's
   // descriptor only for a read grant into it (docs/security.md, "Tenant
   // arenas"). No SSD window then: same-host SSD hits go over TCP. 0: one
-  // segment.
+  // segment. shelf-store's default: DefaultArenaBytes when it runs as a
+  // principal, 0 otherwise.
   uint64_t shm_arena_bytes = 0;
   int max_connections = 1024;
   // Data-plane denial of service (DataServer::Options): the handshake's
@@ -128,6 +129,14 @@ struct StoreOptions {
   // grant expiry checks. Must outlive the store.
   Clock* clock = Clock::Real();
 };
+
+// The arena size a store of `dram_size` bytes takes unless told otherwise,
+// when it runs in a cluster of principals, whose tenants must not map each
+// other's blocks: the most (up to 16) equal arenas of at least 1 MiB that
+// divide the segment into whole 4 KiB pages, a multiple of 2 MiB where one
+// fits. So up to 16 tenants have blocks on one store, and a block is at
+// most an arena. 0 when not even 2 fit (one segment).
+uint64_t DefaultArenaBytes(uint64_t dram_size);
 
 class Store : public DataHandler {
  public:

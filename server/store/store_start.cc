@@ -226,6 +226,19 @@ Store::~Store() {
   rdma_.reset();
 }
 
+uint64_t DefaultArenaBytes(uint64_t dram_size) {
+  constexpr uint64_t kArenaMin = 1ull << 20, kPage = 4096, kHugePage = 2ull << 20;
+  constexpr uint64_t kArenasMax = 16;
+  const uint64_t most = std::clamp<uint64_t>(dram_size / kArenaMin, 2, kArenasMax);
+  uint64_t fallback = 0;
+  for (uint64_t k = most; k >= 2; --k) {
+    if (dram_size % k != 0 || (dram_size / k) % kPage != 0) continue;
+    if ((dram_size / k) % kHugePage == 0) return dram_size / k;
+    if (fallback == 0) fallback = dram_size / k;
+  }
+  return fallback;
+}
+
 absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options) {
   if (options.master.empty()) return absl::InvalidArgumentError("--master is required");
   if (options.demote_copy != "auto" && options.demote_copy != "always" &&

@@ -85,7 +85,10 @@ class QuotasTest : public ClusterFixture {
     o.stores = 1;
     o.dram_bytes = 16ull << 20;
     o.master_args = {"--credentials", credentials_, "--metrics-listen", "127.0.0.1:0"};
-    o.store_args = {"--credentials", credentials_, "--principal", "store-1"};
+    // One segment that every tenant shares, so that a flood meets the
+    // other tenants' blocks (tenant arenas, the default with principals,
+    // keep tenants apart outright).
+    o.store_args = {"--credentials", credentials_, "--principal", "store-1", "--shm-arena", "0"};
     o.admin_token = PrincipalToken("ops", SecretOf("ops"));
     return o;
   }

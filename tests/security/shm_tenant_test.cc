@@ -263,5 +263,39 @@ TEST_F(ShmTenantTest, ABlockDemotedFromAnyArenaIsReadFromSsd) {
   EXPECT_TRUE(got == BlockBytes(kBlockBytes, 300)) << "wrong bytes";
 }
 
+// The attack on a store started as the quick start and the units start it
+// (--credentials, no --shm-arena): an engine of tenant A on the store's host,
+// with the data-plane secret every engine host has, passes the same-host
+// handshake and maps the DRAM segment, tenant B's blocks included. A store
+// that runs as a principal makes arenas unless told otherwise, so the
+// handshake hands no descriptor and each tenant's blocks sit apart.
+class ShmTenantDefaultTest : public ShmTenantTest {
+ protected:
+  LocalCluster::Options ClusterOptions() override {
+    LocalCluster::Options o = ShmTenantTest::ClusterOptions();
+    o.store_args = {"--credentials", credentials_, "--principal", "store-1"};
+    return o;
+  }
+};
+
+TEST_F(ShmTenantDefaultTest, AStoreOfPrincipalsKeepsTenantsInArenasByDefault) {
+  std::unique_ptr<Client> a = As("eng-a");
+  std::unique_ptr<Client> b = As("eng-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  PutAndGet(a.get(), "a-", 2, 1);
+  PutAndGet(b.get(), "b-", 2, 100);
+  std::string cred_a, cred_b;
+  EXPECT_NE(Locate("eng-a", "a-0", &cred_a).segment_id(),
+            Locate("eng-b", "b-0", &cred_b).segment_id());
+
+  ShmAttachments attachments(kDataSecret);
+  absl::StatusOr<std::shared_ptr<ShmMapping>> m = attachments.Get(Socket());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE((*m)->arenas);
+  EXPECT_EQ((*m)->base, nullptr) << "the handshake mapped the whole segment";
+  EXPECT_EQ((*m)->size, kDramBytes / 16);  // 16 arenas of 2 MiB
+}
+
 }  // namespace
 }  // namespace shelf

@@ -52,7 +52,9 @@ class StaleGrantTest : public ClusterFixture {
     o.dram_bytes = 32ull << 20;
     o.secret = kDataSecret;
     o.master_args = {"--credentials", credentials_};
-    o.store_args = {"--credentials", credentials_, "--principal", "store-1"};
+    // One segment, where another tenant's put can reuse the range (tenant
+    // arenas, the default with principals, keep tenants apart outright).
+    o.store_args = {"--credentials", credentials_, "--principal", "store-1", "--shm-arena", "0"};
     o.admin_token = PrincipalToken("ops", SecretOf("ops"));
     return o;
   }
