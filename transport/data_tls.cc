@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -177,10 +178,19 @@ absl::Status StreamRead(int fd, const Session* s, void* buf, size_t n) {
 
 absl::Status StreamWritev(int fd, const Session* s, const struct iovec* iov, int iovcnt) {
   if (s == nullptr || s->tls == nullptr) {
-    struct iovec copy[8];
-    int n = 0;
-    for (int i = 0; i < iovcnt && n < 8; ++i) copy[n++] = iov[i];
-    return WriteFullv(fd, copy, n);
+    // WriteFullv advances the vector it is given: a copy (on the stack for
+    // a frame's few pieces), every piece of it.
+    constexpr int kOnStack = 8;
+    struct iovec on_stack[kOnStack];
+    std::vector<struct iovec> on_heap;
+    struct iovec* copy = on_stack;
+    if (iovcnt > kOnStack) {
+      on_heap.assign(iov, iov + iovcnt);
+      copy = on_heap.data();
+    } else {
+      std::copy(iov, iov + iovcnt, on_stack);
+    }
+    return WriteFullv(fd, copy, iovcnt);
   }
   SSL* ssl = Ssl(s);
   // Small pieces (header, extra, tag) go out together with what follows

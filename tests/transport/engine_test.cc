@@ -14,12 +14,14 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/net.h"
 #include "tests/common/memory_handler.h"
 #include "transport/data_server.h"
+#include "transport/data_tls.h"
 #include "transport/shm.h"
 #include "transport/shm_engine.h"
 #include "transport/tcp_client.h"
@@ -547,6 +549,35 @@ TEST_F(ShmEngineTest, WrongSecretIsRefused) {
   absl::Status s = engine.Execute({&op, 1}, MonoMs() + 1000);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_NE(s.message().find("secret"), absl::string_view::npos) << s;
+}
+
+// StreamWritev sends every piece it is given, however many: a caller with
+// more than a frame's few (a pipeline of commands) once lost all past the
+// eighth without an error.
+TEST(StreamWritevTest, SendsEveryPieceOfALongVector) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  timeval tv{5, 0};  // what was never sent fails the read, not the test's timeout
+  setsockopt(fds[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  constexpr int kPieces = 64;
+  std::vector<std::string> pieces;
+  std::vector<iovec> iov;
+  std::string want;
+  for (int i = 0; i < kPieces; ++i) pieces.push_back(Pattern(1000 + i, i));
+  for (const std::string& p : pieces) {
+    iov.push_back({const_cast<char*>(p.data()), p.size()});
+    want += p;
+  }
+  std::string got(want.size(), '\0');
+  std::thread reader([&] { EXPECT_TRUE(ReadFull(fds[1], got.data(), got.size()).ok()); });
+  EXPECT_TRUE(wire::StreamWritev(fds[0], nullptr, iov.data(), kPieces).ok());
+  reader.join();
+  EXPECT_TRUE(got == want);
+  // Nothing more was sent than the pieces.
+  char extra;
+  EXPECT_EQ(recv(fds[1], &extra, 1, MSG_DONTWAIT), -1);
+  close(fds[0]);
+  close(fds[1]);
 }
 
 }  // namespace
