@@ -87,7 +87,7 @@ constexpr char kHelp[] =
     "  ssd-hits         same-host SSD hits: shared memory against TCP\n"
     "  master           lookups, prefix matches and puts per second; bytes per object\n"
     "                   (--stores N: one shelf-master with N simulated stores heartbeating)\n"
-    "  resp             redis-benchmark against shelf-resp and against redis-server\n"
+    "  resp             one checked RESP load against shelf-resp and against redis-server\n"
 #ifdef SHELF_BENCH_HAVE_CLIENT
     "  client           MatchPrefix latency and BatchGet throughput through libshelf\n"
 #endif

@@ -1,15 +1,17 @@
-// shelf-bench resp: the same redis-benchmark runs against redis-server and
-// against shelf-resp in front of a Shelf cluster started here.
+// shelf-bench resp: the same RESP load against redis-server and against
+// shelf-resp in front of a Shelf cluster started here.
 //
 // Redis runs with persistence off, --maxmemory equal to the cluster's DRAM
 // and allkeys-lru, so both systems have the same memory to cache in. A row
-// is (value size, clients, pipeline); each row runs `redis-benchmark -t
-// set,get -d SIZE -c C [-P 16] -n N -r N` first against Redis, then against
-// shelf-resp, with N = --row-bytes / SIZE. Both are emptied (FLUSHALL)
-// before each row. The figures are redis-benchmark's own requests per
-// second; docs/benchmarks.md ("shelf-bench resp") says what they mean.
-// With --tls every row goes over TLS on both sides (redis-server's tls-port,
-// shelf-resp's --tls-listen), with certificates made here by the openssl CLI.
+// is (value size, clients, pipeline); each row runs the bench's own RESP
+// load (resp_load.h: N = --row-bytes / SIZE fresh keys, each SET once with
+// random bytes of its own and read back once, every GET checked) against
+// both servers with the same connections, threads, pipeline depth and
+// bytes. Rows alternate which server goes first. Both are emptied
+// (FLUSHALL) before each row. docs/benchmarks.md ("shelf-bench resp") says
+// what the figures mean. With --tls every row goes over TLS on both sides
+// (redis-server's tls-port, shelf-resp's --tls-listen), with certificates
+// made here by the openssl CLI.
 #include <stdio.h>
 #include <unistd.h>
 
@@ -19,21 +21,19 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "common/flags.h"
 #include "common/json.h"
 #include "common/units.h"
 #include "testing/local_cluster.h"
 #include "tools/bench/redis_peer.h"
+#include "tools/bench/resp_load.h"
 
 namespace shelf::bench {
 
@@ -46,39 +46,9 @@ struct RespRow {
   int clients = 1;
   int pipeline = 1;
   uint64_t requests = 0;
-  std::map<std::string, double> redis, shelf;  // "SET"/"GET" -> requests per second
+  bool shelf_first = false;
+  RespLoadResult redis, shelf;
 };
-
-// Runs redis-benchmark; returns test name -> requests/s from its --csv
-// output ("SET","1234.56",...), or an error with its output.
-absl::StatusOr<std::map<std::string, double>> RunBenchmark(const std::string& binary, int port,
-                                                           const std::string& tls_args,
-                                                           const RespRow& row) {
-  std::string cmd = absl::StrCat(
-      binary, " -h 127.0.0.1 -p ", port, tls_args, " -t set,get -d ", row.size, " -c ", row.clients,
-      " -n ", row.requests, " -r ", row.requests,
-      row.pipeline > 1 ? absl::StrCat(" -P ", row.pipeline) : std::string(), " --csv 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return absl::InternalError("cannot run " + binary);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  int rc = pclose(p);
-  std::map<std::string, double> rps;
-  for (absl::string_view line : absl::StrSplit(out, '\n')) {
-    std::vector<std::string> f = absl::StrSplit(line, ',');
-    if (f.size() < 2) continue;
-    std::string name(absl::StripPrefix(absl::StripSuffix(f[0], "\""), "\""));
-    std::string value(absl::StripPrefix(absl::StripSuffix(f[1], "\""), "\""));
-    double v = 0;
-    if ((name == "SET" || name == "GET") && absl::SimpleAtod(value, &v)) rps[name] = v;
-  }
-  if (rc != 0 || rps.size() != 2) {
-    return absl::InternalError(absl::StrCat("redis-benchmark failed (status ", rc, "): ", out));
-  }
-  return rps;
-}
 
 absl::Status Flush(const std::string& cli, int port) {
   std::string cmd = absl::StrCat(cli, " -h 127.0.0.1 -p ", port, " FLUSHALL 2>&1");
@@ -121,24 +91,24 @@ double GeoMean(const std::vector<double>& v) {
 
 int RespBench(int argc, char** argv) {
   std::string sizes_text = "64KiB,1MiB,4MiB", clients_text = "1,8", work_dir;
-  std::string redis_server = "/usr/bin/redis-server", redis_benchmark = "/usr/bin/redis-benchmark";
-  std::string redis_cli = "/usr/bin/redis-cli";
+  std::string redis_server = "/usr/bin/redis-server", redis_cli = "/usr/bin/redis-cli";
   uint64_t row_bytes = 2ull << 30, dram_size = 0;
   int64_t stores = 2, pipeline = 16;
   bool quick = false, tls = false;
   Flags flags("shelf-bench resp",
-              "redis-benchmark against redis-server and against shelf-resp on a Shelf cluster");
+              "one RESP load, every value checked, against redis-server and against shelf-resp "
+              "on a Shelf cluster");
   flags.AddString("sizes", &sizes_text, "value sizes, comma-separated");
-  flags.AddString("clients", &clients_text, "redis-benchmark -c values, comma-separated");
-  flags.AddInt("pipeline", &pipeline, "the -P of the pipelined rows (each row also runs without)");
+  flags.AddString("clients", &clients_text, "connections (a thread each) per row, comma-separated");
+  flags.AddInt("pipeline", &pipeline,
+               "commands in flight per connection in the pipelined rows (each row also runs "
+               "with 1)");
   flags.AddSize("row-bytes", &row_bytes,
-                "bytes each row sets (-n = row-bytes / size); scale "
-                "down on a small machine");
+                "bytes each row sets (keys = row-bytes / size); scale down on a small machine");
   flags.AddInt("stores", &stores, "stores in the cluster");
   flags.AddSize("dram-size", &dram_size,
                 "DRAM per store (0: enough for a row, 1.5 x row-bytes over the stores)");
   flags.AddString("redis-server", &redis_server, "redis-server binary");
-  flags.AddString("redis-benchmark", &redis_benchmark, "redis-benchmark binary");
   flags.AddString("redis-cli", &redis_cli, "redis-cli binary (FLUSHALL between rows)");
   flags.AddString("work-dir", &work_dir, "keep the cluster's and Redis's logs here");
   flags.AddBool("quick", &quick, "a small smoke run: 64KiB and 1MiB, -c 1, 16 MiB per row");
@@ -169,7 +139,7 @@ int RespBench(int argc, char** argv) {
     }
     clients.push_back(c);
   }
-  for (const std::string& b : {redis_server, redis_benchmark, redis_cli}) {
+  for (const std::string& b : {redis_server, redis_cli}) {
     if (access(b.c_str(), X_OK) != 0) {
       std::fprintf(stderr, "shelf-bench resp: no %s (Debian: redis-server, redis-tools)\n",
                    b.c_str());
@@ -205,7 +175,7 @@ int RespBench(int argc, char** argv) {
   std::vector<std::string> redis_args = {"--maxmemory",
                                          std::to_string(dram_size * static_cast<uint64_t>(stores)),
                                          "--maxmemory-policy", "allkeys-lru"};
-  std::string tls_args;
+  std::string tls_ca;
   int redis_tls_port = 0;
   if (tls) {
     absl::Status s = MakeCertificates(dir);
@@ -222,7 +192,7 @@ int RespBench(int argc, char** argv) {
                       {"--tls-port", std::to_string(redis_tls_port), "--tls-cert-file",
                        dir + "/server.crt", "--tls-key-file", dir + "/server.key",
                        "--tls-ca-cert-file", dir + "/ca.crt", "--tls-auth-clients", "no"});
-    tls_args = absl::StrCat(" --tls --cacert '", dir, "/ca.crt'");
+    tls_ca = dir + "/ca.crt";
   }
   auto resp = Process::Spawn(resp_args, dir + "/resp.log");
   if (!resp.ok()) {
@@ -263,45 +233,71 @@ int RespBench(int argc, char** argv) {
         row.clients = c;
         row.pipeline = p;
         row.requests = std::max<uint64_t>(row_bytes / size, 16);
+        row.shelf_first = rows.size() % 2 == 1;
         rows.push_back(row);
         if (pipeline == 1) break;
       }
     }
   }
-  std::printf("%-8s %7s %8s %8s | %12s %12s %7s | %12s %12s %7s\n", "size", "clients", "pipeline",
-              "requests", "redis set/s", "shelf set/s", "ratio", "redis get/s", "shelf get/s",
-              "ratio");
+  std::printf("%-8s %7s %8s %8s %5s | %12s %12s %7s | %12s %12s %7s | %s\n", "size", "clients",
+              "pipeline", "keys", "first", "redis set/s", "shelf set/s", "ratio", "redis get/s",
+              "shelf get/s", "ratio", "misses redis/shelf");
   std::string error;
-  for (RespRow& row : rows) {
-    if (StopRequested()) break;
-    for (auto [port, bench_port, out] :
-         {std::make_tuple(redis_port, redis_bench_port, &row.redis),
-          std::make_tuple(shelf_port, shelf_bench_port, &row.shelf)}) {
-      absl::Status f = Flush(redis_cli, port);
-      absl::StatusOr<std::map<std::string, double>> r =
-          f.ok() ? RunBenchmark(redis_benchmark, bench_port, tls_args, row) : f;
-      if (!r.ok()) {
-        error = std::string(r.status().message());
+  uint64_t mismatches = 0;
+  for (size_t ri = 0; ri < rows.size() && !StopRequested(); ++ri) {
+    RespRow& row = rows[ri];
+    struct Side {
+      const char* name;
+      int port, bench_port;
+      RespLoadResult* out;
+    };
+    Side sides[2] = {{"redis", redis_port, redis_bench_port, &row.redis},
+                     {"shelf", shelf_port, shelf_bench_port, &row.shelf}};
+    if (row.shelf_first) std::swap(sides[0], sides[1]);
+    for (const Side& side : sides) {
+      if (absl::Status f = Flush(redis_cli, side.port); !f.ok()) {
+        error = std::string(f.message());
         break;
       }
-      *out = *r;
+      RespLoadOptions lo;
+      lo.port = side.bench_port;
+      lo.tls_ca = tls_ca;
+      lo.value_bytes = row.size;
+      lo.clients = row.clients;
+      lo.pipeline = row.pipeline;
+      lo.requests = row.requests;
+      lo.key_prefix = absl::StrCat("bench:", getpid(), ":", ri, ":", side.name, ":");
+      lo.seed = ri + 1;  // the same bytes for both servers
+      *side.out = RunRespLoad(lo);
+      mismatches += side.out->mismatches;
+      if (!side.out->error.empty()) {
+        error = absl::StrCat(side.name, ": ", side.out->error);
+        break;
+      }
     }
     if (!error.empty()) break;
-    std::printf("%-8s %7d %8d %8llu | %12.0f %12.0f %7.2f | %12.0f %12.0f %7.2f\n",
+    std::printf("%-8s %7d %8d %8llu %5s | %12.0f %12.0f %7.2f | %12.0f %12.0f %7.2f | %llu/%llu\n",
                 FormatBytes(row.size).c_str(), row.clients, row.pipeline,
-                static_cast<unsigned long long>(row.requests), row.redis["SET"], row.shelf["SET"],
-                row.shelf["SET"] / row.redis["SET"], row.redis["GET"], row.shelf["GET"],
-                row.shelf["GET"] / row.redis["GET"]);
+                static_cast<unsigned long long>(row.requests), row.shelf_first ? "shelf" : "redis",
+                row.redis.set_per_s, row.shelf.set_per_s, row.shelf.set_per_s / row.redis.set_per_s,
+                row.redis.get_per_s, row.shelf.get_per_s, row.shelf.get_per_s / row.redis.get_per_s,
+                static_cast<unsigned long long>(row.redis.misses),
+                static_cast<unsigned long long>(row.shelf.misses));
     std::fflush(stdout);
   }
+  // A row counts once both servers ran it whole.
+  auto done = [](const RespRow& r) {
+    return r.redis.set_per_s > 0 && r.shelf.set_per_s > 0 && r.redis.get_per_s > 0 &&
+           r.shelf.get_per_s > 0;
+  };
   // Ratios: the geometric mean over a size's rows (clients x pipeline);
   // min: the lowest ratio of any row and op.
-  auto ratio = [&](const std::string& op, uint64_t size) {
+  auto ratio = [&](bool set, uint64_t size) {
     std::vector<double> v;
     for (const RespRow& r : rows) {
-      if (r.size == size && r.redis.count(op) && r.shelf.count(op)) {
-        v.push_back(r.shelf.at(op) / r.redis.at(op));
-      }
+      if (r.size != size || !done(r)) continue;
+      v.push_back(set ? r.shelf.set_per_s / r.redis.set_per_s
+                      : r.shelf.get_per_s / r.redis.get_per_s);
     }
     return GeoMean(v);
   };
@@ -309,9 +305,9 @@ int RespBench(int argc, char** argv) {
   bool any = false;
   Json row_json = Json::array();
   for (const RespRow& r : rows) {
-    if (!r.redis.count("SET") || !r.shelf.count("SET")) continue;
-    for (const char* op : {"SET", "GET"}) {
-      double x = r.shelf.at(op) / r.redis.at(op);
+    if (!done(r)) continue;
+    for (double x :
+         {r.shelf.set_per_s / r.redis.set_per_s, r.shelf.get_per_s / r.redis.get_per_s}) {
       min_ratio = any ? std::min(min_ratio, x) : x;
       any = true;
     }
@@ -320,10 +316,13 @@ int RespBench(int argc, char** argv) {
     o["clients"] = r.clients;
     o["pipeline"] = r.pipeline;
     o["requests"] = r.requests;
-    o["redis_set"] = r.redis.at("SET");
-    o["shelf_set"] = r.shelf.at("SET");
-    o["redis_get"] = r.redis.at("GET");
-    o["shelf_get"] = r.shelf.at("GET");
+    o["first"] = r.shelf_first ? "shelf" : "redis";
+    o["redis_set"] = r.redis.set_per_s;
+    o["shelf_set"] = r.shelf.set_per_s;
+    o["redis_get"] = r.redis.get_per_s;
+    o["shelf_get"] = r.shelf.get_per_s;
+    o["redis_misses"] = r.redis.misses;
+    o["shelf_misses"] = r.shelf.misses;
     row_json.push_back(o);
   }
   auto or_null = [](double v) { return v > 0 ? Json(v) : Json(nullptr); };
@@ -331,15 +330,16 @@ int RespBench(int argc, char** argv) {
   o["bench"] = "resp";
   o["stopped"] = StopRequested();
   o["tls"] = tls;
-  o["resp_get_1m_vs_redis"] = or_null(ratio("GET", 1ull << 20));
-  o["resp_set_1m_vs_redis"] = or_null(ratio("SET", 1ull << 20));
-  o["resp_get_64k_vs_redis"] = or_null(ratio("GET", 64ull << 10));
+  o["resp_get_1m_vs_redis"] = or_null(ratio(false, 1ull << 20));
+  o["resp_set_1m_vs_redis"] = or_null(ratio(true, 1ull << 20));
+  o["resp_get_64k_vs_redis"] = or_null(ratio(false, 64ull << 10));
   o["resp_min_vs_redis"] = or_null(any ? min_ratio : 0);
   o["errors"] = static_cast<uint64_t>(error.empty() ? 0 : 1);
+  o["mismatches"] = mismatches;
   if (!error.empty()) o["error"] = error;
   o["rows"] = row_json;
   std::printf("%s\n", JsonDump(o).c_str());
-  return error.empty() ? 0 : 1;
+  return error.empty() && mismatches == 0 ? 0 : 1;
 }
 
 }  // namespace shelf::bench
