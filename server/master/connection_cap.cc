@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
+#include "common/errno_text.h"
 #include "common/log.h"
 
 namespace shelf {
@@ -50,6 +52,13 @@ std::string AddressOf(const sockaddr_storage& ss) {
   return text;
 }
 
+prom::Family<prom::Counter>& RefusedFamily(prom::Exposition* exposition) {
+  return prom::AddCounter(exposition->registry(), "shelf_master_connections_refused_total",
+                          "gRPC connections shut down at once because of --max-connections "
+                          "(rule max_connections) or --max-connections-per-source "
+                          "(rule source_share)");
+}
+
 }  // namespace
 
 std::unique_ptr<ConnectionCap> ConnectionCap::Start(const ConnectionCapOptions& options,
@@ -66,18 +75,8 @@ ConnectionCap::ConnectionCap(const ConnectionCapOptions& options, prom::Expositi
         if (o.max_per_source <= 0) o.max_per_source = std::max(1, o.max_connections / 2);
         return o;
       }()),
-      refused_max_(prom::Child(
-          prom::AddCounter(exposition->registry(), "shelf_master_connections_refused_total",
-                           "gRPC connections shut down at once because of --max-connections "
-                           "(rule max_connections) or --max-connections-per-source "
-                           "(rule source_share)"),
-          {{"rule", "max_connections"}})),
-      refused_share_(prom::Child(
-          prom::AddCounter(exposition->registry(), "shelf_master_connections_refused_total",
-                           "gRPC connections shut down at once because of --max-connections "
-                           "(rule max_connections) or --max-connections-per-source "
-                           "(rule source_share)"),
-          {{"rule", "source_share"}})),
+      refused_max_(prom::Child(RefusedFamily(exposition), {{"rule", "max_connections"}})),
+      refused_share_(prom::Child(RefusedFamily(exposition), {{"rule", "source_share"}})),
       gauge_(exposition->AddCallbackGauge("shelf_master_connections",
                                           "gRPC connections counted against --max-connections",
                                           [this] { return static_cast<double>(connections()); })) {}
@@ -109,16 +108,14 @@ void ConnectionCap::Pass() {
   if (dir == nullptr) {
     // Without /proc there is nothing to cap: said once, then quiet.
     if (pass_ == 1) {
-      SHELF_LOG(WARNING) << "connection cap off: cannot list /proc/self/fd: "
-                         << std::strerror(errno);
+      SHELF_LOG(WARNING) << "connection cap off: cannot list /proc/self/fd: " << ErrnoText(errno);
     }
     return;
   }
   const int dir_fd = ::dirfd(dir);
   while (const dirent* entry = ::readdir(dir)) {
-    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    const int fd = std::atoi(entry->d_name);
-    if (fd == dir_fd) continue;
+    int fd = -1;
+    if (!absl::SimpleAtoi(entry->d_name, &fd) || fd == dir_fd) continue;  // ".", ".."
     char target[64];
     const ssize_t n = ::readlinkat(dir_fd, entry->d_name, target, sizeof(target) - 1);
     if (n <= 0) continue;  // closed since the listing

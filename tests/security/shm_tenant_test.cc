@@ -112,6 +112,20 @@ class ShmTenantTest : public ClusterFixture {
     return r.ok() ? *r : v1::Replica();
   }
 
+  // eng-a puts a-0 and eng-b puts b-0 (each read back); their DRAM
+  // replicas and read credentials.
+  void PutABlockOfEachTenant(v1::Replica* ra, std::string* cred_a, v1::Replica* rb,
+                             std::string* cred_b) {
+    std::unique_ptr<Client> a = As("eng-a");
+    std::unique_ptr<Client> b = As("eng-b");
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    ASSERT_NO_FATAL_FAILURE(PutAndGet(a.get(), "a-", 1, 1));
+    ASSERT_NO_FATAL_FAILURE(PutAndGet(b.get(), "b-", 1, 100));
+    *ra = Locate("eng-a", "a-0", cred_a);
+    *rb = Locate("eng-b", "b-0", cred_b);
+  }
+
   std::string Socket() { return absl::StrCat(cluster_->work_dir(), "/store0.run/shm.sock"); }
 
   std::string dir_, credentials_;
@@ -156,15 +170,9 @@ TEST_F(ShmTenantTest, EachTenantReadsItsOwnArenasThroughSharedMemory) {
 }
 
 TEST_F(ShmTenantTest, AClientOfTenantACannotMapTenantBsArena) {
-  std::unique_ptr<Client> a = As("eng-a");
-  std::unique_ptr<Client> b = As("eng-b");
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  PutAndGet(a.get(), "a-", 1, 1);
-  PutAndGet(b.get(), "b-", 1, 100);
+  v1::Replica ra, rb;
   std::string cred_a, cred_b;
-  const v1::Replica ra = Locate("eng-a", "a-0", &cred_a);
-  const v1::Replica rb = Locate("eng-b", "b-0", &cred_b);
+  ASSERT_NO_FATAL_FAILURE(PutABlockOfEachTenant(&ra, &cred_a, &rb, &cred_b));
   ASSERT_NE(ra.segment_id(), rb.segment_id());
 
   // The handshake (any holder of the data-plane secret on an allowed uid)
@@ -279,15 +287,10 @@ class ShmTenantDefaultTest : public ShmTenantTest {
 };
 
 TEST_F(ShmTenantDefaultTest, AStoreOfPrincipalsKeepsTenantsInArenasByDefault) {
-  std::unique_ptr<Client> a = As("eng-a");
-  std::unique_ptr<Client> b = As("eng-b");
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  PutAndGet(a.get(), "a-", 2, 1);
-  PutAndGet(b.get(), "b-", 2, 100);
+  v1::Replica ra, rb;
   std::string cred_a, cred_b;
-  EXPECT_NE(Locate("eng-a", "a-0", &cred_a).segment_id(),
-            Locate("eng-b", "b-0", &cred_b).segment_id());
+  ASSERT_NO_FATAL_FAILURE(PutABlockOfEachTenant(&ra, &cred_a, &rb, &cred_b));
+  EXPECT_NE(ra.segment_id(), rb.segment_id());
 
   ShmAttachments attachments(kDataSecret);
   absl::StatusOr<std::shared_ptr<ShmMapping>> m = attachments.Get(Socket());

@@ -216,7 +216,7 @@ struct Variant {
 };
 
 absl::StatusOr<std::unique_ptr<Variant>> StartVariant(const std::string& name,
-                                                      LocalCluster::Options co,
+                                                      const LocalCluster::Options& co,
                                                       const transport::TcpEngine::Options& to,
                                                       const std::vector<uint64_t>& sizes,
                                                       int max_batch, std::vector<char>* src_mem,
@@ -607,99 +607,59 @@ int TransportBench(int argc, char** argv) {
                 "path", "op", "GB/s", "p50 us", "p99 us", "baseline", "GB/s", "p50 us", "p99 us",
                 "ratio");
   }
+  // One row: Shelf's figures `m` on `path` next to the baseline's `b`,
+  // printed (unless --json-only) and kept for the JSON.
+  auto add_row = [&](const Cell& c, const std::string& path, const char* op, Measure& m,
+                     const std::string& base, Measure& b, int base_connections) {
+    const double ratio = RoundRatio(m, b);
+    if (!json_only) {
+      std::printf("  %-6s %5d %-7s %-5s %8.3f %9.0f %9.0f   %-8s %8.3f %9.0f %9.0f  %5.2fx\n",
+                  ShortBytes(c.size).c_str(), c.batch, path.c_str(), op, m.gbps(),
+                  m.lat_us.Percentile(50), m.lat_us.Percentile(99), base.c_str(), b.gbps(),
+                  b.lat_us.Percentile(50), b.lat_us.Percentile(99), ratio);
+    }
+    Json o = Json::object();
+    o["path"] = path;
+    o["op"] = op;
+    o["block_bytes"] = c.size;
+    o["batch"] = c.batch;
+    o["gbps"] = m.gbps();
+    o["p50_us"] = m.lat_us.Percentile(50);
+    o["p99_us"] = m.lat_us.Percentile(99);
+    o["baseline"] = base;
+    if (base_connections > 1) o["baseline_connections"] = base_connections;
+    o["baseline_gbps"] = b.gbps();
+    o["baseline_p50_us"] = b.lat_us.Percentile(50);
+    o["baseline_p99_us"] = b.lat_us.Percentile(99);
+    o["ratio"] = ratio;
+    rows.push_back(o);
+  };
+  auto note_errors = [&](const Measure& m) {
+    errors += m.errors;
+    if (first_error.empty()) first_error = m.error;
+  };
   for (Cell& c : cells) {
-    for (int path = 0; path < 2; ++path) {  // 0 tcp, 1 shm
-      for (int d = 0; d < 2; ++d) {
-        Measure& m = path == 0 ? c.tcp[d] : c.shm[d];
-        Measure& b = path == 0 ? c.sock[d] : c.mem;
-        errors += m.errors + (path == 0 ? b.errors : 0);
-        if (first_error.empty()) first_error = !m.error.empty() ? m.error : b.error;
-        double ratio = RoundRatio(m, b);
-        const char* path_name = path == 0 ? "tcp" : "shm";
-        const char* op = d == 0 ? "read" : "write";
-        const char* base_name = path == 0 ? "socket" : "memcpy";
-        if (!json_only) {
-          std::printf("  %-6s %5d %-7s %-5s %8.3f %9.0f %9.0f   %-8s %8.3f %9.0f %9.0f  %5.2fx\n",
-                      ShortBytes(c.size).c_str(), c.batch, path_name, op, m.gbps(),
-                      m.lat_us.Percentile(50), m.lat_us.Percentile(99), base_name, b.gbps(),
-                      b.lat_us.Percentile(50), b.lat_us.Percentile(99), ratio);
-        }
-        Json o = Json::object();
-        o["path"] = path_name;
-        o["op"] = op;
-        o["block_bytes"] = c.size;
-        o["batch"] = c.batch;
-        o["gbps"] = m.gbps();
-        o["p50_us"] = m.lat_us.Percentile(50);
-        o["p99_us"] = m.lat_us.Percentile(99);
-        o["baseline"] = base_name;
-        o["baseline_gbps"] = b.gbps();
-        o["baseline_p50_us"] = b.lat_us.Percentile(50);
-        o["baseline_p99_us"] = b.lat_us.Percentile(99);
-        o["ratio"] = ratio;
-        rows.push_back(o);
-      }
+    for (int d = 0; d < 2; ++d) {
+      note_errors(c.tcp[d]);
+      note_errors(c.sock[d]);
+      add_row(c, "tcp", d == 0 ? "read" : "write", c.tcp[d], "socket", c.sock[d], 1);
+    }
+    for (int d = 0; d < 2; ++d) {
+      note_errors(c.shm[d]);
+      add_row(c, "shm", d == 0 ? "read" : "write", c.shm[d], "memcpy", c.mem, 1);
     }
     // A striped block: tcp next to the socket peer on as many connections.
     for (int d = 0; c.stripes > 1 && d < 2; ++d) {
-      Measure& m = c.tcp[d];
-      Measure& b = c.sock_striped[d];
-      errors += b.errors;
-      if (first_error.empty()) first_error = b.error;
-      const double ratio = RoundRatio(m, b);
-      const std::string base_name = absl::StrCat("socketx", c.stripes);
-      const char* op = d == 0 ? "read" : "write";
-      if (!json_only) {
-        std::printf("  %-6s %5d %-7s %-5s %8.3f %9.0f %9.0f   %-8s %8.3f %9.0f %9.0f  %5.2fx\n",
-                    ShortBytes(c.size).c_str(), c.batch, "tcp", op, m.gbps(),
-                    m.lat_us.Percentile(50), m.lat_us.Percentile(99), base_name.c_str(), b.gbps(),
-                    b.lat_us.Percentile(50), b.lat_us.Percentile(99), ratio);
-      }
-      Json o = Json::object();
-      o["path"] = "tcp";
-      o["op"] = op;
-      o["block_bytes"] = c.size;
-      o["batch"] = c.batch;
-      o["gbps"] = m.gbps();
-      o["p50_us"] = m.lat_us.Percentile(50);
-      o["p99_us"] = m.lat_us.Percentile(99);
-      o["baseline"] = base_name;
-      o["baseline_connections"] = c.stripes;
-      o["baseline_gbps"] = b.gbps();
-      o["baseline_p50_us"] = b.lat_us.Percentile(50);
-      o["baseline_p99_us"] = b.lat_us.Percentile(99);
-      o["ratio"] = ratio;
-      rows.push_back(o);
+      note_errors(c.sock_striped[d]);
+      add_row(c, "tcp", d == 0 ? "read" : "write", c.tcp[d], absl::StrCat("socketx", c.stripes),
+              c.sock_striped[d], c.stripes);
     }
     // Each variant against plain tcp, measured in the same rounds.
     for (size_t v = 0; v < variants.size() && v < c.variants.size(); ++v) {
       for (int d = 0; d < 2; ++d) {
-        Measure& m = c.variants[v][d];
-        Measure& b = c.tcp[d];
-        errors += m.errors;
-        if (first_error.empty()) first_error = m.error;
-        double ratio = RoundRatio(m, b);
-        const char* op = d == 0 ? "read" : "write";
-        if (!json_only) {
-          std::printf("  %-6s %5d %-7s %-5s %8.3f %9.0f %9.0f   %-8s %8.3f %9.0f %9.0f  %5.2fx\n",
-                      ShortBytes(c.size).c_str(), c.batch, variants[v]->name.c_str(), op, m.gbps(),
-                      m.lat_us.Percentile(50), m.lat_us.Percentile(99), "tcp", b.gbps(),
-                      b.lat_us.Percentile(50), b.lat_us.Percentile(99), ratio);
-        }
-        Json o = Json::object();
-        o["path"] = variants[v]->name;
-        o["op"] = op;
-        o["block_bytes"] = c.size;
-        o["batch"] = c.batch;
-        o["gbps"] = m.gbps();
-        o["p50_us"] = m.lat_us.Percentile(50);
-        o["p99_us"] = m.lat_us.Percentile(99);
-        o["baseline"] = "tcp";
-        o["baseline_gbps"] = b.gbps();
-        o["baseline_p50_us"] = b.lat_us.Percentile(50);
-        o["baseline_p99_us"] = b.lat_us.Percentile(99);
-        o["ratio"] = ratio;
-        rows.push_back(o);
+        note_errors(c.variants[v][d]);
+        add_row(c, variants[v]->name, d == 0 ? "read" : "write", c.variants[v][d], "tcp", c.tcp[d],
+                1);
       }
     }
   }
