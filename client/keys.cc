@@ -178,8 +178,8 @@ KeyBuilder::KeyBuilder(KeyNamespace ns) : ns_(std::move(ns)) {
 
 std::string KeyBuilder::SerializeNamespace(const KeyNamespace& ns) {
   std::string out;
-  out.reserve(1 + 4 * 4 + ns.model.size() + ns.dtype.size() + ns.kv_layout.size() + ns.salt.size() +
-              3 * 4);
+  out.reserve(size_t{1 + 4 * 4 + 3 * 4} + ns.model.size() + ns.dtype.size() + ns.kv_layout.size() +
+              ns.salt.size());
   out.push_back(static_cast<char>(kKeyVersion));
   AppendString(ns.model, &out);
   AppendString(ns.dtype, &out);

@@ -200,11 +200,11 @@ std::vector<std::string> Flags::ParseOrExit(int argc, const char* const* argv) {
   if (!args.ok()) {
     std::fprintf(stderr, "%s: %s\nRun '%s --help' for the flags.\n", program_.c_str(),
                  std::string(args.status().message()).c_str(), program_.c_str());
-    std::exit(2);
+    std::exit(2);  // NOLINT(concurrency-mt-unsafe): flags are parsed before any thread starts
   }
   if (help_requested_) {
     std::fputs(Help().c_str(), stdout);
-    std::exit(0);
+    std::exit(0);  // NOLINT(concurrency-mt-unsafe): as above
   }
   return *std::move(args);
 }

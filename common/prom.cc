@@ -73,7 +73,8 @@ namespace internal {
 class CallbackGauge final : public prometheus::Collectable {
  public:
   using Fn = std::function<std::vector<GaugeSample>()>;
-  CallbackGauge(std::string name, std::string help, std::vector<std::string> label_names, Fn fn)
+  CallbackGauge(std::string name, const std::string& help, std::vector<std::string> label_names,
+                Fn fn)
       : name_(std::move(name)),
         help_(EscapeHelp(help)),
         label_names_(std::move(label_names)),

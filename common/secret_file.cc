@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/errno_text.h"
 
 namespace shelf {
 
@@ -16,7 +17,7 @@ absl::Status CheckPrivateFile(const std::string& path, const std::string& what) 
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(
-        absl::StrCat("cannot read ", what, " '", path, "': ", std::strerror(errno)));
+        absl::StrCat("cannot read ", what, " '", path, "': ", ErrnoText(errno)));
   }
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(what, " '", path, "' is not a regular file"));

@@ -76,9 +76,9 @@ absl::StatusOr<uint64_t> ParseDurationMs(absl::string_view text) {
   std::string unit;
   if (absl::Status s = SplitNumber(text, &value, &unit); !s.ok()) return s;
   if (unit == "ms") return value;
-  if (unit == "" || unit == "s") return Multiply(value, 1000, text);
-  if (unit == "m" || unit == "min") return Multiply(value, 60 * 1000, text);
-  if (unit == "h") return Multiply(value, 3600 * 1000, text);
+  if (unit.empty() || unit == "s") return Multiply(value, 1000, text);
+  if (unit == "m" || unit == "min") return Multiply(value, uint64_t{60} * 1000, text);
+  if (unit == "h") return Multiply(value, uint64_t{3600} * 1000, text);
   return absl::InvalidArgumentError(
       absl::StrCat("bad duration '", text, "': use a number with ms, s, m or h"));
 }

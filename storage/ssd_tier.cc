@@ -29,7 +29,6 @@ namespace {
 
 using ssd_records::AlignUp;
 using ssd_records::Errno;
-using ssd_records::ExtentKey;
 using ssd_records::FromRocks;
 using ssd_records::kAlign;
 using ssd_records::kExtentMagic;

@@ -5,23 +5,24 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdlib>
-
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/net.h"
 
 namespace shelf {
 
 uint16_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
   socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                     getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
   close(fd);
-  return ntohs(a.sin_port);
+  return bound ? ntohs(a.sin_port) : 0;
 }
 
 std::string HttpGet(uint16_t port, const std::string& path, int* status) {
@@ -37,7 +38,10 @@ std::string HttpGet(uint16_t port, const std::string& path, int* status) {
   while ((n = read(*fd, buf, sizeof(buf))) > 0) resp.append(buf, n);
   close(*fd);
   size_t sp = resp.find(' ');
-  if (status != nullptr && sp != std::string::npos) *status = std::atoi(resp.c_str() + sp + 1);
+  if (status != nullptr && sp != std::string::npos &&
+      !absl::SimpleAtoi(absl::string_view(resp).substr(sp + 1, 3), status)) {
+    *status = 0;
+  }
   size_t body = resp.find("\r\n\r\n");
   return body == std::string::npos ? "" : resp.substr(body + 4);
 }

@@ -12,7 +12,8 @@
 
 namespace shelf {
 
-// A loopback TCP port nobody listens on at the time of the call.
+// A loopback TCP port nobody listens on at the time of the call; 0 when
+// the system gives none.
 uint16_t FreePort();
 
 // An HTTP/1.0 GET of `path` from 127.0.0.1:`port`; returns the body, ""

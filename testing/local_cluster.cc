@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Spawn(const std::vector<std::s
   // ever on an allocator lock another thread held at the fork (seen under
   // ASan: a daemon that never wrote its ready file).
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t parent = getpid();

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/errno_text.h"
 #include "common/net.h"
 #include "transport/session.h"
 
@@ -284,7 +285,7 @@ absl::Status StreamReadBefore(int fd, const Session* s, void* buf, size_t n, uin
     if (got == 0) return absl::UnavailableError("connection closed by peer");
     if (got < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      return absl::UnavailableError(absl::StrCat("read from peer: ", strerror(errno)));
+      return absl::UnavailableError(absl::StrCat("read from peer: ", ErrnoText(errno)));
     }
     p += got;
     n -= static_cast<size_t>(got);

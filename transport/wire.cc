@@ -71,7 +71,7 @@ std::string GrantFields(const Grant& g) {
   Put64(p + 20, g.length);
   Put64(p + 28, g.expires_unix_ms);
   Put64(p + 36, g.range_seq);
-  std::memcpy(p + 44, g.key_digest.data(), std::min(g.key_digest.size(), kKeyDigestBytes));
+  std::copy_n(g.key_digest.data(), std::min(g.key_digest.size(), kKeyDigestBytes), p + 44);
   return out;
 }
 

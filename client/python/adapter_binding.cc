@@ -23,7 +23,7 @@ class StorageAdapter {
     put_options_.replicas = replicas;
   }
 
-  py::object Get(py::handle key, py::object target) {
+  py::object Get(py::handle key, const py::object& target) {
     std::string k = Key(key);
     if (!target.is_none()) {
       BufferView view(target, /*writable=*/true);
@@ -77,7 +77,7 @@ class StorageAdapter {
     return Item(s);
   }
 
-  py::list BatchGet(py::handle keys, py::object targets) {
+  py::list BatchGet(py::handle keys, const py::object& targets) {
     std::vector<std::string> k = Keys(keys);
     py::list out;
     if (k.empty()) return out;
@@ -86,6 +86,7 @@ class StorageAdapter {
       for (py::handle h : py::iter(targets)) t.push_back(py::reinterpret_borrow<py::object>(h));
       if (t.size() != k.size()) throw py::value_error("batch_get: one target per key");
       std::vector<BufferView> views;
+      views.reserve(t.size());
       for (const py::object& o : t) views.emplace_back(o, /*writable=*/true);
       std::vector<Status> statuses(k.size());
       {
@@ -184,7 +185,7 @@ class StorageAdapter {
   std::string Key(py::handle key) const { return prefix_ + ToKey(key); }
   std::vector<std::string> Keys(py::handle keys) const {
     std::vector<std::string> k = ToKeys(keys);
-    for (std::string& s : k) s = prefix_ + s;
+    for (std::string& s : k) s.insert(0, prefix_);
     return k;
   }
   PutOptions PutOpts() const {
@@ -227,8 +228,8 @@ void BindStorageAdapter(py::module_& m) {
       "batch forms, keys as str or bytes, values as any bytes-like object. A miss, or a "
       "cluster that cannot answer, reads as not there (None / False / 0) and is noted in "
       "last_error; misuse (a bad key, a closed client) raises.")
-      .def(py::init([](std::shared_ptr<PyClient> client, py::object masters, py::handle key_prefix,
-                       uint32_t replicas, int64_t timeout_ms) {
+      .def(py::init([](std::shared_ptr<PyClient> client, const py::object& masters,
+                       py::handle key_prefix, uint32_t replicas, int64_t timeout_ms) {
              if (!client) {
                if (masters.is_none())
                  throw py::value_error("StorageAdapter needs client or masters");

@@ -70,8 +70,8 @@ std::vector<uint32_t> ToTokens(py::handle tokens) {
 }
 
 KeyNamespace MakeNamespace(std::string model, std::string dtype, std::string kv_layout,
-                           uint32_t tp_rank, uint32_t tp_size, std::optional<std::string> salt,
-                           uint32_t chunk_tokens) {
+                           uint32_t tp_rank, uint32_t tp_size,
+                           const std::optional<std::string>& salt, uint32_t chunk_tokens) {
   KeyNamespace ns;
   ns.model = std::move(model);
   ns.dtype = std::move(dtype);
@@ -105,7 +105,9 @@ void BindKeys(py::module_& m) {
       .def_readwrite("tp_size", &KeyNamespace::tp_size)
       .def_property(
           "salt", [](const KeyNamespace& ns) { return ns.salt; },
-          [](KeyNamespace& ns, std::optional<std::string> salt) { ns.salt = salt.value_or(""); })
+          [](KeyNamespace& ns, const std::optional<std::string>& salt) {
+            ns.salt = salt.value_or("");
+          })
       .def_readwrite("chunk_tokens", &KeyNamespace::chunk_tokens)
       .def("__repr__", [](const KeyNamespace& ns) {
         return "KeyNamespace(model=" + py::repr(py::str(ns.model)).cast<std::string>() +
@@ -147,7 +149,7 @@ void BindKeys(py::module_& m) {
           "array); a partial tail gets none.")
       .def(
           "extend",
-          [](const KeyBuilder& kb, py::bytes previous_key, py::handle chunk) {
+          [](const KeyBuilder& kb, const py::bytes& previous_key, py::handle chunk) {
             std::vector<uint32_t> t = ToTokens(chunk);
             if (t.size() != kb.key_namespace().chunk_tokens) {
               throw py::value_error(
@@ -168,7 +170,8 @@ void BindKeys(py::module_& m) {
           [](const KeyNamespace& ns) { return ToBytes(KeyBuilder::SerializeNamespace(ns)); },
           py::arg("namespace"))
       .def_static(
-          "to_hex", [](py::bytes b) { return KeyBuilder::ToHex(std::string(b)); }, py::arg("key"))
+          "to_hex", [](const py::bytes& b) { return KeyBuilder::ToHex(std::string(b)); },
+          py::arg("key"))
       .def_static(
           "from_hex",
           [](const std::string& hex) {

@@ -573,7 +573,7 @@ int MooncakeStore::Put(const std::string& key, py::handle value, const Replicate
 }
 
 int MooncakeStore::PutParts(const py::args& args, const py::kwargs& kwargs) {
-  if (args.size() < 1) return kMcInvalidParams;
+  if (args.empty()) return kMcInvalidParams;
   ReplicateConfig config;
   if (kwargs.contains("config")) config = kwargs["config"].cast<ReplicateConfig>();
   std::string key = args[0].cast<std::string>();

@@ -131,7 +131,7 @@ uint64_t QuotaBook::StoredBytes(const std::string& tenant, v1::Tier tier) {
 }
 
 absl::Status QuotaBook::Refuse(const Principal& p, bool of_tenant, const char* quota,
-                               std::string figures) {
+                               const std::string& figures) {
   prom::Child(refusals_, {{"tenant", LabelOf(p.tenant)}, {"quota", quota}}).Increment();
   std::string whose = of_tenant ? absl::StrCat("tenant '", p.tenant, "'")
                                 : absl::StrCat("principal '", p.name, "'");

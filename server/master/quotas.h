@@ -151,8 +151,8 @@ class QuotaBook {
   };
   QuotaLimits TenantLimits(const std::string& tenant) const;
   // The refusal, counted by tenant and quota.
-  absl::Status Refuse(const Principal& p, bool of_tenant, const char* quota, std::string figures)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Refuse(const Principal& p, bool of_tenant, const char* quota,
+                      const std::string& figures) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLocked(uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndPutLocked(absl::flat_hash_map<uint64_t, OpenPut>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

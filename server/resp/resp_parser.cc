@@ -36,7 +36,7 @@ void RespParser::Compact() {
   if (pos_ == buf_.size()) {
     buf_.clear();
     pos_ = 0;
-  } else if (pos_ > 64 * 1024 && pos_ * 2 > buf_.size()) {
+  } else if (pos_ > size_t{64} * 1024 && pos_ * 2 > buf_.size()) {
     buf_.erase(0, pos_);
     pos_ = 0;
   }
@@ -78,14 +78,14 @@ RespParser::Result RespParser::ParseInline(std::vector<std::string>* args, std::
   std::string e;
   // Inline commands (telnet, `redis-cli` never) may end in a bare LF.
   const char* start = buf_.data() + pos_;
-  size_t avail = buf_.size() - pos_;
-  const void* nl = std::memchr(start, '\n', avail);
-  if (nl == nullptr) {
+  const size_t avail = buf_.size() - pos_;
+  const size_t nl = buf_.find('\n', pos_);
+  if (nl == std::string::npos) {
     if (avail > limits_.line_bytes_max)
       return Fail("Protocol error: too big inline request", error);
     return Result::kNeedMore;
   }
-  size_t len = static_cast<const char*>(nl) - start;
+  const size_t len = nl - pos_;
   if (len > limits_.line_bytes_max) return Fail("Protocol error: too big inline request", error);
   line = absl::string_view(start, len);
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);

@@ -595,7 +595,7 @@ void RespServer::Schedule(const std::shared_ptr<Connection>& conn) {
   }
 }
 
-void RespServer::Work(std::shared_ptr<Connection> conn) {
+void RespServer::Work(const std::shared_ptr<Connection>& conn) {
   for (;;) {
     Connection::Pending p;
     // Consecutive GETs (or SETs) of a pipeline run as one batch.

@@ -96,7 +96,7 @@ class RespServer {
   void Flush(const std::shared_ptr<Connection>& conn);
   void Close(const std::shared_ptr<Connection>& conn);
   void Schedule(const std::shared_ptr<Connection>& conn);
-  void Work(std::shared_ptr<Connection> conn);
+  void Work(const std::shared_ptr<Connection>& conn);
   void Notify(const std::shared_ptr<Connection>& conn);
   void DrainNotified();
   void UpdateEvents(Connection* conn);

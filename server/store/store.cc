@@ -337,7 +337,7 @@ void Store::SyncRun(std::vector<v1::TierMoveResult>* run, Demoted* demoted, uint
   // The run is reported once SsdTier says its writes are durable; the
   // tier's sync thread runs this, in the order the runs were cut.
   ssd_->SyncAsync([this, taken = std::move(taken), forget = std::move(forget),
-                   executed](absl::Status s) mutable {
+                   executed](const absl::Status& s) mutable {
     if (kill_point != nullptr && std::strcmp(kill_point, "after-write") == 0 && executed > 0) {
       raise(SIGKILL);
     }

@@ -296,6 +296,7 @@ TEST_F(ClientClusterTest, UnregisterWaitsForAnAsyncBatchUsingTheBuffer) {
   BufferHandle h;
   ASSERT_TRUE(client_->RegisterBuffer(mem.data(), mem.size(), &h).ok());
   std::vector<GetIntoItem> gets;
+  gets.reserve(8);
   for (int i = 0; i < 8; ++i) gets.push_back({keys[i], h, i * kBlock, kBlock});
   BatchFuture f = client_->BatchGetIntoAsync(gets);
   ASSERT_TRUE(client_->UnregisterBuffer(h).ok());
@@ -307,7 +308,7 @@ TEST_F(ClientClusterTest, UnregisterWaitsForAnAsyncBatchUsingTheBuffer) {
 }
 
 TEST_F(ClientClusterTest, BatchPutFromRepeatedAndExistingKeys) {
-  std::vector<char> mem(3 * 4096);
+  std::vector<char> mem(size_t{3} * 4096);
   Fill(mem.data(), mem.size(), 41);
   BufferHandle h;
   ASSERT_TRUE(client_->RegisterBuffer(mem.data(), mem.size(), &h).ok());
@@ -356,6 +357,8 @@ TEST_F(ClientClusterTest, BatchRemoveReportsEachKeyAndRefusesBadBatchesWhole) {
   // A full batch in one call.
   std::vector<std::string> keys;
   std::vector<PutItem> items;
+  keys.reserve(kBatchItemsMax);
+  items.reserve(kBatchItemsMax);
   for (size_t i = 0; i < kBatchItemsMax; ++i) keys.push_back("brm/many/" + std::to_string(i));
   for (const std::string& k : keys) items.push_back(PutItem{k, data.data(), 64});
   std::vector<Status> put_statuses;
@@ -395,7 +398,7 @@ TEST_F(ClientClusterTest, ContentKeysPrefixMatchAndLoad) {
   ns.kv_layout = "paged_nhd";
   ns.chunk_tokens = 16;
   KeyBuilder kb(ns);
-  std::vector<uint32_t> tokens(16 * 6);
+  std::vector<uint32_t> tokens(size_t{16} * 6);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 7 + 1);
   std::vector<std::string> keys = kb.BlockKeys(tokens);
   ASSERT_EQ(keys.size(), 6u);
@@ -407,7 +410,7 @@ TEST_F(ClientClusterTest, ContentKeysPrefixMatchAndLoad) {
   size_t matched = 0;
   ASSERT_TRUE(client_->MatchPrefix(keys, &matched).ok());
   EXPECT_EQ(matched, 4u);
-  std::vector<char> pool(6 * 8192);
+  std::vector<char> pool(size_t{6} * 8192);
   BufferHandle h;
   ASSERT_TRUE(client_->RegisterBuffer(pool.data(), pool.size(), &h).ok());
   std::vector<GetIntoItem> loads;

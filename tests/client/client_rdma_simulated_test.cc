@@ -111,7 +111,7 @@ TEST_F(ClientRdmaSimulatedTest, GpuGetsLandDirectlyAndPutsArePulledByTheStore) {
   // Puts from host memory: pulled by the store over rdma.
   std::vector<std::string> blocks;
   for (int i = 0; i < 4; ++i) {
-    blocks.push_back(Block(kBlock - 977 * i, i + 1));
+    blocks.push_back(Block(kBlock - size_t{977} * i, i + 1));
     ASSERT_TRUE(client->Put("k" + std::to_string(i), blocks[i].data(), blocks[i].size()).ok());
   }
   uint64_t total = 0;
@@ -225,6 +225,7 @@ TEST_F(ClientRdmaSimulatedTest, ABatchGetsEventMarksEveryItemsCopy) {
   BufferHandle gpu;
   ASSERT_TRUE(client->RegisterBuffer(pool.data(), pool.size(), &gpu, /*gpu=*/true).ok());
   std::vector<GetIntoItem> items;
+  items.reserve(kItems);
   for (int i = 0; i < kItems; ++i) {
     items.push_back(GetIntoItem{"batch" + std::to_string(i), gpu, i * kBlock, kBlock});
   }
@@ -251,7 +252,7 @@ TEST_F(ClientRdmaSimulatedTest, ABatchGetsEventMarksEveryItemsCopy) {
     }
     cuda_.EventDestroy(done);
   }
-  EXPECT_EQ(client->stats().bytes_staged_gpu, 2 * kRounds * kItems * kBlock);
+  EXPECT_EQ(client->stats().bytes_staged_gpu, size_t{2} * kRounds * kItems * kBlock);
   ASSERT_TRUE(client->UnregisterBuffer(gpu).ok());
 }
 
@@ -269,7 +270,7 @@ TEST_F(ClientRdmaArenasTest, BlocksInSeveralArenasMoveOverRdma) {
   std::vector<std::string> blocks;
   uint64_t total = 0;
   for (int i = 0; i < 8; ++i) {
-    blocks.push_back(Block(kBlock - 4096 * i, 40 + i));
+    blocks.push_back(Block(kBlock - size_t{4096} * i, 40 + i));
     total += blocks.back().size();
     ASSERT_TRUE(client->Put("a" + std::to_string(i), blocks[i].data(), blocks[i].size()).ok());
   }

@@ -170,7 +170,7 @@ class ClientRdmaTenantTest : public ::testing::Test {
     auto region = c->engine->RegisterMemory(c->local.data(), c->local.size(),
                                             rdma::MemoryKind::kHost, rdma::MemoryAccess::kLocal);
     ASSERT_TRUE(region.ok()) << region.status();
-    c->region.emplace(std::move(*region));
+    c->region.emplace(*region);
   }
 
   std::string dir_, credentials_;
@@ -191,8 +191,8 @@ TEST_F(ClientRdmaTenantTest, EachTenantReadsItsOwnArenaOverRdma) {
   // Puts first: their connections carry no read grant and expose nothing;
   // the gets then ask again, with the grant of their lookup.
   for (int i = 0; i < 3; ++i) {
-    const std::string da = Block(kBlock - 4096 * i, 10 + i);
-    const std::string db = Block(kBlock - 8192 * i, 50 + i);
+    const std::string da = Block(kBlock - size_t{4096} * i, 10 + i);
+    const std::string db = Block(kBlock - size_t{8192} * i, 50 + i);
     ASSERT_TRUE(a->Put(absl::StrCat("a-", i), da.data(), da.size()).ok());
     ASSERT_TRUE(b->Put(absl::StrCat("b-", i), db.data(), db.size()).ok());
     total_a += da.size();
@@ -201,9 +201,9 @@ TEST_F(ClientRdmaTenantTest, EachTenantReadsItsOwnArenaOverRdma) {
   for (int i = 0; i < 3; ++i) {
     std::string got;
     ASSERT_TRUE(a->Get(absl::StrCat("a-", i), &got).ok()) << i;
-    ASSERT_TRUE(got == Block(kBlock - 4096 * i, 10 + i)) << i;
+    ASSERT_TRUE(got == Block(kBlock - size_t{4096} * i, 10 + i)) << i;
     ASSERT_TRUE(b->Get(absl::StrCat("b-", i), &got).ok()) << i;
-    ASSERT_TRUE(got == Block(kBlock - 8192 * i, 50 + i)) << i;
+    ASSERT_TRUE(got == Block(kBlock - size_t{8192} * i, 50 + i)) << i;
   }
   for (auto [c, total] : {std::pair{a.get(), total_a}, std::pair{b.get(), total_b}}) {
     ClientStats st = c->stats();

@@ -529,6 +529,7 @@ TEST(AsyncTest, CloseFinishesQueuedCallsWithFailedPrecondition) {
 TEST(AsyncTest, DestroyingTheClientWaitsForItsAsyncCalls) {
   std::unique_ptr<Client> c = OpenUnconnected(/*timeout_ms=*/300);
   std::vector<BatchFuture> futures;
+  futures.reserve(8);
   for (int i = 0; i < 8; ++i) futures.push_back(c->BatchGetAsync({"a"}));
   c.reset();
   for (BatchFuture& f : futures) {

@@ -280,6 +280,10 @@ class SsdClusterTest : public ::testing::Test {
  protected:
   // Starts the cluster, with `env` (NAME=VALUE) set for its processes.
   void Start(std::vector<std::string> store_args, const char* env = nullptr) {
+    // The store gets `env` only by inheriting it (LocalCluster passes no
+    // environment): set here and cleared below on the test's thread, before
+    // the test starts threads of its own; this process does not read it.
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): see above
     if (env != nullptr) putenv(const_cast<char*>(env));
     LocalCluster::Options o;
     o.stores = 1;
@@ -288,6 +292,7 @@ class SsdClusterTest : public ::testing::Test {
     o.bin_dir = SHELF_BIN_DIR;
     o.store_args = std::move(store_args);
     auto c = LocalCluster::Start(o);
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): as above
     if (env != nullptr) unsetenv(std::string(env, std::strchr(env, '=')).c_str());
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = std::move(*c);

@@ -159,7 +159,7 @@ TEST_F(ClusterTest, GarbageOnTheDataPlaneClosesTheConnectionOnly) {
     SetIoTimeoutMs(*fd, 2000);
     char hello[wire::kHeaderBytes + wire::kNonceBytes];
     ASSERT_TRUE(ReadFull(*fd, hello, sizeof(hello)).ok());
-    std::string junk = RandomBytes(4096 * (round + 1), 100 + round);
+    std::string junk = RandomBytes(size_t{4096} * (round + 1), 100 + round);
     WriteFull(*fd, junk.data(), junk.size()).IgnoreError();
     char c;
     // The store hangs up (auth fails or the frame is rejected).

@@ -206,9 +206,13 @@ TEST_F(TiersClusterTest, BlocksDemotedFromACopyReadBackWholeAfterKill9) {
 // until acknowledged, so none is lost: the removed keys stay removed, and
 // their SSD copies go.
 TEST_F(TiersClusterTest, RemovedKeysStayRemovedWhenAnswersAreLostUnderFaultInjection) {
+  // The store gets the variable only by inheriting it (LocalCluster passes no
+  // environment): set and cleared on the test's thread before the test starts
+  // threads of its own; this process does not read it.
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): see above
   setenv("SHELF_FAULT_LOSE_HEARTBEAT_ANSWERS", "DEMOTE,DROP_SSD", 1);
   Start({"--metrics-listen", "127.0.0.1:0"});
-  unsetenv("SHELF_FAULT_LOSE_HEARTBEAT_ANSWERS");
+  unsetenv("SHELF_FAULT_LOSE_HEARTBEAT_ANSWERS");  // NOLINT(concurrency-mt-unsafe): as above
   ASSERT_FALSE(HasFatalFailure());
   // Twice the DRAM segment: demotions are ordered.
   const int blocks = static_cast<int>(2 * kDram / kBlock);

@@ -45,7 +45,7 @@ TEST(JsonTest, ArbitraryKeyBytesYieldValidJsonAndExactHex) {
 
 TEST(JsonTest, OneLineForAnyInput) {
   Json o = Json::object();
-  o["node"] = std::string("store\n\"1\"\xff", 11);
+  o["node"] = std::string("store\n\"1\"\xff\0", 11);
   const std::string text = JsonDump(o);
   EXPECT_EQ(text.find('\n'), std::string::npos) << text;
   EXPECT_FALSE(JsonParse(text).is_discarded()) << text;

@@ -160,6 +160,7 @@ absl::Status EtcdProcess::Spawn() {
     }
   }
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::string log_path = dir_ + "/etcd.log";
@@ -266,7 +267,7 @@ void TcpProxy::Run() {
     close(pairs[i].second);
     pairs.erase(pairs.begin() + static_cast<std::ptrdiff_t>(i));
   };
-  std::vector<char> buf(64 * 1024);
+  std::vector<char> buf(size_t{64} * 1024);
   while (!stopping_) {
     if (cut_) {
       while (!pairs.empty()) close_pair(pairs.size() - 1);

@@ -46,9 +46,13 @@ void StartRig(const char* kill_point, CrashRig* rig) {
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   rig->cluster = *std::move(cluster);
+  // The store gets the variable only by inheriting it (LocalCluster passes no
+  // environment): set and cleared on the test's thread before the test starts
+  // threads of its own; this process does not read it.
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): see above
   setenv("SHELF_FAULT_KILL_IN_DEMOTION", kill_point, 1);
   auto added = rig->cluster->AddStore();
-  unsetenv("SHELF_FAULT_KILL_IN_DEMOTION");
+  unsetenv("SHELF_FAULT_KILL_IN_DEMOTION");  // NOLINT(concurrency-mt-unsafe): as above
   ASSERT_TRUE(added.ok()) << added.status();
   rig->store = *added;
   ClientOptions co;

@@ -95,7 +95,7 @@ std::string Key(uint64_t id) { return absl::StrCat("k", id); }
       while (syncs->running >= 3) syncs->cv.Wait(&syncs->mu);
       ++syncs->running;
     }
-    (*tier)->SyncAsync([syncs, fd, v](absl::Status s) {
+    (*tier)->SyncAsync([syncs, fd, v](const absl::Status& s) {
       if (!s.ok()) _exit(5);
       if (write(fd, &v, sizeof(v)) != sizeof(v)) _exit(6);
       {

@@ -110,6 +110,7 @@ TEST(ConcurrencyTest, DataPlaneServesManyThreadsOnPooledConnections) {
     }
   };
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) threads.emplace_back(worker, t);
   // Meanwhile a stranger keeps knocking with the wrong secret.
   std::thread stranger([&] {
@@ -174,6 +175,7 @@ TEST(ConcurrencyTest, AllocatorBehindAMutexNeverHandsOutARangeTwice) {
     }
   };
   std::vector<std::thread> threads;
+  threads.reserve(8);
   for (int t = 0; t < 8; ++t) threads.emplace_back(worker, t);
   for (std::thread& th : threads) th.join();
   EXPECT_EQ(overlaps.load(), 0);
@@ -198,6 +200,7 @@ TEST(ConcurrencyTest, MetricsUpdateRegisterAndRenderAtOnce) {
   constexpr int kThreads = 6;
   constexpr int kOps = 20000;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       prom::Counter& mine = prom::Child(counters, {{"thread", absl::StrCat(t)}});

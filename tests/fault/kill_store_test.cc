@@ -39,6 +39,7 @@ class MixedLoad {
 
   void Run(int threads, uint64_t until_ms) {
     std::vector<std::thread> pool;
+    pool.reserve(threads);
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([this, t, until_ms] { Worker(t, until_ms); });
     }

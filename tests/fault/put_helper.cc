@@ -5,12 +5,12 @@
 // commits.
 //
 //   fault_put_helper MASTER KEY SIZE half|full READY_FILE [SECRET_FILE]
-#include <unistd.h>
-
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/write_grant.h"
@@ -103,7 +103,7 @@ int Main(int argc, char** argv) {
   }
   std::rename((ready + ".tmp").c_str(), ready.c_str());
   // Never commits: wait for SIGKILL (bounded, in case the test is gone).
-  for (int i = 0; i < 600; ++i) sleep(1);
+  for (int i = 0; i < 600; ++i) std::this_thread::sleep_for(std::chrono::seconds(1));
   return 0;
 }
 

@@ -85,6 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const std::string& a : args) has_config |= a.rfind("--config", 0) == 0;
     if (!has_config && args.size() < 64) {
       std::vector<const char*> argv;
+      argv.reserve(args.size());
       for (const std::string& a : args) argv.push_back(a.c_str());
       Flags f("fuzz", "command-line fuzzing");
       Bound b;

@@ -212,6 +212,7 @@ class Program {
   void Commit(bool abort) {
     int n = in_.Pick(3);
     std::vector<uint64_t> ids;
+    ids.reserve(n);
     for (int i = 0; i < n; ++i) ids.push_back(PutId());
     if (abort) {
       v1::PutAbortRequest req;
@@ -237,6 +238,7 @@ class Program {
   void Read(int which) {
     int n = in_.Pick(4);
     std::vector<std::string> keys;
+    keys.reserve(n);
     for (int i = 0; i < n; ++i) keys.push_back(Key());
     bool bad = n == 0;
     for (const std::string& k : keys) bad |= k.empty() || k.size() > 256;

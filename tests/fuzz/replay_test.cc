@@ -59,6 +59,7 @@ TEST(FuzzReplay, SeededRandomInputs) {
 
 TEST(FuzzReplay, DISABLED_KnownBugs) {
   // The fuzzers steer around reported bugs unless told not to.
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): no other thread runs between inputs
   setenv("SHELF_FUZZ_KNOWN_BUGS", "1", 1);
   for (const auto& p : CorpusFiles(true)) Replay(p);
 }

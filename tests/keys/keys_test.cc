@@ -86,6 +86,7 @@ std::vector<Vector> LoadVectors() {
 
 std::vector<std::string> Hex(const std::vector<std::string>& keys) {
   std::vector<std::string> hex;
+  hex.reserve(keys.size());
   for (const std::string& k : keys) hex.push_back(KeyBuilder::ToHex(k));
   return hex;
 }
@@ -317,7 +318,7 @@ TEST(KeyBuilderTest, ValidateNamesWhatIsWrong) {
   EXPECT_TRUE(KeyBuilder::Validate(BasicNamespace(512), &error)) << error;
   EXPECT_TRUE(KeyBuilder::Validate(KeyNamespace(), nullptr));  // empty strings are fine
 
-  auto invalid = [](KeyNamespace ns, const std::string& field) {
+  auto invalid = [](const KeyNamespace& ns, const std::string& field) {
     std::string why;
     EXPECT_FALSE(KeyBuilder::Validate(ns, &why)) << field;
     EXPECT_NE(why.find(field), std::string::npos) << why;
@@ -368,10 +369,11 @@ TEST(KeyBuilderDeathTest, ConstructingFromAnInvalidNamespaceAborts) {
 
 TEST(KeyBuilderTest, ConcurrentCallsAgree) {
   const KeyBuilder builder(BasicNamespace(16));
-  const std::vector<uint32_t> tokens = Iota(16 * 64, 3);
+  const std::vector<uint32_t> tokens = Iota(size_t{16} * 64, 3);
   const std::vector<std::string> want = builder.BlockKeys(tokens);
   std::vector<std::vector<std::string>> got(4);
   std::vector<std::thread> threads;
+  threads.reserve(got.size());
   for (auto& g : got) {
     threads.emplace_back([&builder, &tokens, &g] {
       for (int round = 0; round < 20; ++round) g = builder.BlockKeys(tokens);

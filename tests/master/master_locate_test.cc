@@ -23,7 +23,7 @@ v1::InventoryEntry Entry(const std::string& key, v1::Tier tier, uint64_t offset 
   return e;
 }
 
-v1::LocateResponse Locate(Master* m, std::vector<std::string> keys, absl::Status* status) {
+v1::LocateResponse Locate(Master* m, const std::vector<std::string>& keys, absl::Status* status) {
   v1::LocateRequest req;
   for (const std::string& k : keys) req.add_keys(k);
   v1::LocateResponse resp;
@@ -167,7 +167,7 @@ TEST_F(MasterFixture, AStoreTableNamesEachStoreOnceAndReplicasPointIntoIt) {
 TEST_F(MasterFixture, ACountOnlyMatchReturnsTheCountAndTakesNoLease) {
   Register("a", 64 * kMiB);
   for (const char* k : {"c0", "c1", "l0"}) ASSERT_TRUE(Put(k, kMiB).ok());
-  auto match = [&](std::vector<std::string> keys, bool count_only) {
+  auto match = [&](const std::vector<std::string>& keys, bool count_only) {
     v1::MatchPrefixRequest req;
     for (const std::string& k : keys) req.add_keys(k);
     req.set_count_only(count_only);

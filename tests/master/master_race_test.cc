@@ -256,7 +256,7 @@ class DemotionReportTest : public MasterFixture {
     return OrdersDrop(hb, key);
   }
 
-  void RemoveKeys(std::vector<std::string> keys) {
+  void RemoveKeys(const std::vector<std::string>& keys) {
     v1::RemoveRequest rm;
     for (const std::string& k : keys) rm.add_keys(k);
     v1::RemoveResponse resp;
@@ -371,6 +371,7 @@ TEST_F(MasterFixture, RandomizedConcurrentOperationsKeepInvariants) {
   Register("a", 8 * kMiB, 16 * kMiB);
   Register("b", 8 * kMiB);
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937 rng(t + 1);

@@ -298,7 +298,7 @@ TEST_F(MasterFixture, ReleasedLeasesLetEvictionTakeTheBlock) {
   Lookup("k0");
   Lookup("k0");  // two readers of k0
   Lookup("k1");  // recency k0 < k1
-  auto release = [this](std::vector<std::string> keys) {
+  auto release = [this](const std::vector<std::string>& keys) {
     v1::ReleaseLeasesRequest req;
     for (const std::string& k : keys) req.add_keys(k);
     return master_->ReleaseLeases(req);

@@ -142,6 +142,7 @@ TEST_F(HttpServerTest, OnlyGetAndHead) {
 
 TEST_F(HttpServerTest, ConcurrentScrapes) {
   std::vector<std::thread> threads;
+  threads.reserve(4);
   std::atomic<int> ok{0};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -135,7 +136,7 @@ TEST(ObservabilityTest, PromtoolAndARealPrometheusReadTheCluster) {
   size_t at = answer.find("\"value\":[");
   ASSERT_NE(at, std::string::npos) << "no answer from Prometheus: " << answer;
   size_t q = answer.find('"', answer.find(',', at) + 1);
-  double ratio = std::atof(answer.c_str() + q + 1);
+  double ratio = std::strtod(answer.c_str() + q + 1, nullptr);
   EXPECT_GT(ratio, 0.0) << answer;
   EXPECT_LE(ratio, 1.0) << answer;
   std::printf("Prometheus hit ratio: %.3f\n", ratio);

@@ -27,7 +27,9 @@ constexpr size_t kClientBytes = 8 << 20;
 constexpr uint64_t kDeadlineMs = 5000;  // generous: nothing here should come close
 
 void Fill(char* p, size_t n, uint32_t seed) {
-  for (size_t i = 0; i < n; ++i) p[i] = static_cast<char>((i * 131 + seed * 7 + (i >> 9)) & 0xff);
+  for (size_t i = 0; i < n; ++i) {
+    p[i] = static_cast<char>((i * 131 + size_t{seed} * 7 + (i >> 9)) & 0xff);
+  }
 }
 
 class SimulatedRdmaEndpointTest : public ::testing::Test {
@@ -237,7 +239,10 @@ TEST_F(SimulatedRdmaEndpointTest, SelectiveSignallingCountsCompletions) {
   for (Case c : {Case{64, 4}, Case{10, 1}, Case{33, 3}, Case{1, 1}, Case{16, 1}}) {
     SCOPED_TRACE(c.ops);
     std::vector<RdmaOp> ops;
-    for (int i = 0; i < c.ops; ++i) ops.push_back(Op(RdmaOpKind::kWrite, i * 64, 64, i * 64));
+    ops.reserve(c.ops);
+    for (int i = 0; i < c.ops; ++i) {
+      ops.push_back(Op(RdmaOpKind::kWrite, size_t{64} * i, 64, uint64_t{64} * i));
+    }
     const uint64_t before = sim_.stats().completions;
     RdmaBatchResult r = Run(ops);
     ASSERT_TRUE(r.status.ok()) << r.status;
@@ -427,13 +432,14 @@ TEST_F(SimulatedRdmaEndpointTest, ConcurrentBatchesFromManyThreads) {
   constexpr uint64_t kSlice = 256 << 10;  // each thread owns a slice, both sides
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       char* mine = local_.data() + t * kSlice;
       for (int round = 0; round < kRounds; ++round) {
-        Fill(mine, 16 * 1024, t * 1000 + round);
+        Fill(mine, size_t{16} * 1024, t * 1000 + round);
         std::vector<RdmaOp> writes, reads;
-        for (int i = 0; i < 16; ++i) {
+        for (size_t i = 0; i < 16; ++i) {
           writes.push_back(
               RdmaOp{RdmaOpKind::kWrite, mine + i * 1024, 1024, t * kSlice + i * 1024});
           reads.push_back(
@@ -441,7 +447,7 @@ TEST_F(SimulatedRdmaEndpointTest, ConcurrentBatchesFromManyThreads) {
         }
         if (!client_ep_->Execute(writes, MonoMs() + kDeadlineMs).status.ok()) ++failures;
         if (!client_ep_->Execute(reads, MonoMs() + kDeadlineMs).status.ok()) ++failures;
-        if (std::memcmp(mine, mine + kSlice / 2, 16 * 1024) != 0) ++failures;
+        if (std::memcmp(mine, mine + kSlice / 2, size_t{16} * 1024) != 0) ++failures;
       }
     });
   }

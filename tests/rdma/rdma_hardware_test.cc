@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "common/clock.h"
 #include "tests/common/memory_handler.h"
 #include "transport/data_server.h"
@@ -53,7 +54,9 @@ TEST(RdmaHardwareTest, LoopbackWriteAndRead) {
   IbVerbs verbs;
   RdmaEngine::Options options;
   if (const char* dev = std::getenv("SHELF_RDMA_DEVICE")) options.device_name = dev;
-  if (const char* gid = std::getenv("SHELF_RDMA_GID_INDEX")) options.gid_index = std::atoi(gid);
+  if (const char* gid = std::getenv("SHELF_RDMA_GID_INDEX")) {
+    ASSERT_TRUE(absl::SimpleAtoi(gid, &options.gid_index)) << "SHELF_RDMA_GID_INDEX=" << gid;
+  }
   absl::StatusOr<std::unique_ptr<RdmaEngine>> engine = RdmaEngine::Open(&verbs, options);
   if (!engine.ok() && engine.status().code() == absl::StatusCode::kUnavailable) {
     GTEST_SKIP() << "RDMA device present but unusable: " << engine.status();
@@ -109,7 +112,9 @@ TEST(RdmaHardwareTest, TransportReadsAStoreSegmentOnLoopback) {
   }
   RdmaEngine::Options options;
   if (const char* dev = std::getenv("SHELF_RDMA_DEVICE")) options.device_name = dev;
-  if (const char* gid = std::getenv("SHELF_RDMA_GID_INDEX")) options.gid_index = std::atoi(gid);
+  if (const char* gid = std::getenv("SHELF_RDMA_GID_INDEX")) {
+    ASSERT_TRUE(absl::SimpleAtoi(gid, &options.gid_index)) << "SHELF_RDMA_GID_INDEX=" << gid;
+  }
   IbVerbs verbs;
   absl::StatusOr<std::unique_ptr<RdmaEngine>> store_engine = RdmaEngine::Open(&verbs, options);
   if (!store_engine.ok() && store_engine.status().code() == absl::StatusCode::kUnavailable) {

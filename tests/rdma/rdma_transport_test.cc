@@ -430,11 +430,12 @@ TEST_F(SimulatedRdmaTransportTest, AClientReadingAcrossGrantExpiriesRenewsItsQue
   const uint64_t end = MonoMs() + 3000;
   int reads = 0;
   for (; MonoMs() < end; ++reads) {
-    Op op = Read(*h, 0, reads * 4096, dst.size());
+    const uint64_t offset = uint64_t{4096} * reads;
+    Op op = Read(*h, 0, offset, dst.size());
     op.grant = Credential(UnixMs() + 1500);
     absl::Status s = (*client)->Execute({&op, 1}, MonoMs() + 5000);
     ASSERT_TRUE(s.ok()) << "read " << reads << ": " << s;
-    ASSERT_EQ(std::memcmp(dst.data(), handler_.base() + reads * 4096, dst.size()), 0) << reads;
+    ASSERT_EQ(std::memcmp(dst.data(), handler_.base() + offset, dst.size()), 0) << reads;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   RdmaTransport::Stats st = (*client)->stats();

@@ -127,7 +127,7 @@ TEST_F(GrantTest, ReadsNeedTheReadGrantOfThatKeyRangeStoreAndTime) {
   EXPECT_EQ(RawRead(la, wire::EncodeReadGrant(widened) + "a", &got).code(),
             absl::StatusCode::kPermissionDenied);
   wire::ReadGrant extended = g;
-  extended.expires_unix_ms += 3600 * 1000;
+  extended.expires_unix_ms += uint64_t{3600} * 1000;
   EXPECT_EQ(RawRead(la, wire::EncodeReadGrant(extended) + "a", &got).code(),
             absl::StatusCode::kPermissionDenied);
   // a's grant for b: b's range, b's key, READ_KEY of b.
@@ -350,7 +350,9 @@ class GrantSsdShmTest : public GrantTest {
     return o;
   }
   ClientOptions ClientOptionsFor(const LocalCluster::Options& cluster) override {
-    return ClusterFixture::ClientOptionsFor(cluster);  // shared memory allowed
+    ClientOptions co = GrantTest::ClientOptionsFor(cluster);
+    co.allow_shm = true;  // shared memory allowed
+    return co;
   }
 
   // Puts `key` and has the admin evict the store's DRAM: its location once

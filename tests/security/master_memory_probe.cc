@@ -39,8 +39,13 @@ uint64_t StatusKiB(pid_t pid, const char* field) {
 }
 
 int Main(int argc, char** argv) {
-  int n = argc > 1 ? std::atoi(argv[1]) : 8;
-  int mib = argc > 2 ? std::atoi(argv[2]) : 60;
+  int n = 8;
+  int mib = 60;
+  if ((argc > 1 && !absl::SimpleAtoi(argv[1], &n)) ||
+      (argc > 2 && !absl::SimpleAtoi(argv[2], &mib))) {
+    std::fprintf(stderr, "usage: master_memory_probe N B_MiB [shelf-master flags...]\n");
+    return 1;
+  }
   std::string dir = "/tmp/shelf-memprobe-" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   std::string secret = "memory-probe-secret-0123456789abcdef";
@@ -75,6 +80,7 @@ int Main(int argc, char** argv) {
     }
   });
   std::vector<std::thread> callers;
+  callers.reserve(n);
   std::vector<std::string> results(n);
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) {

@@ -243,9 +243,9 @@ TEST_F(MtlsTest, A60MiBRequestWithoutTheTokenIsRefusedBeforeItIsRead) {
   // quarantine, so the transport's buffers for the refused calls stay
   // resident (about 35 MiB for the three). Reading even one body would
   // still add more than 60 MiB.
-  constexpr uint64_t kGrowthMaxKiB = 60 * 1024;
+  constexpr uint64_t kGrowthMaxKiB = uint64_t{60} * 1024;
 #else
-  constexpr uint64_t kGrowthMaxKiB = 30 * 1024;
+  constexpr uint64_t kGrowthMaxKiB = uint64_t{30} * 1024;
 #endif
   EXPECT_LT(after, before + kGrowthMaxKiB) << "VmRSS " << before << " KiB -> " << after << " KiB";
 }

@@ -20,6 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "common/credentials.h"
+#include "common/errno_text.h"
 #include "common/net.h"
 #include "common/rpc.h"
 #include "proto/shelf.grpc.pb.h"
@@ -232,7 +233,7 @@ TEST_F(PrincipalsTest, AnEngineCannotNameAnotherTenantsKeys) {
 }
 
 TEST_F(PrincipalsTest, AnEngineMakesNoAdminOrStoreCalls) {
-  auto expect_denied = [&](const char* what, grpc::Status s) {
+  auto expect_denied = [&](const char* what, const grpc::Status& s) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
         << what << ": " << s.error_message();
   };
@@ -658,7 +659,7 @@ TEST_F(PrincipalsTlsTest, ASilentConnectionIsClosedAtTheHandshakeTimeout) {
     char c;
     const ssize_t n = ::recv(fd, &c, 1, 0);
     const int err = errno;
-    EXPECT_TRUE(n == 0 || (n < 0 && err == ECONNRESET)) << n << " " << strerror(err);
+    EXPECT_TRUE(n == 0 || (n < 0 && err == ECONNRESET)) << n << " " << ErrnoText(err);
     ::close(fd);
   }
 }
@@ -699,7 +700,7 @@ TEST_F(PrincipalsTlsTest, ConnectionsPastTheCapOrASourcesShareAreClosedAtOnce) {
     std::vector<int> fds;
     for (int i = 0; i < n; ++i) {
       const int fd = ConnectFrom(source, hp->port);
-      EXPECT_GE(fd, 0) << strerror(errno);
+      EXPECT_GE(fd, 0) << ErrnoText(errno);
       if (fd >= 0) fds.push_back(fd);
     }
     return fds;

@@ -234,7 +234,7 @@ TEST_F(SecurityTest, WritesNeedAValidGrantForThatNodeRangeAndTime) {
   EXPECT_EQ(raw.Write(store, widened, seg, 0, data.data(), size, deadline).code(),
             absl::StatusCode::kPermissionDenied);
   wire::Grant extended = grant;
-  extended.expires_unix_ms += 3600 * 1000;
+  extended.expires_unix_ms += uint64_t{3600} * 1000;
   EXPECT_EQ(raw.Write(store, extended, seg, off, data.data(), size, deadline).code(),
             absl::StatusCode::kPermissionDenied);
   // The right grant, outside its range (before it, past it).

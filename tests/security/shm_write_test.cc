@@ -209,7 +209,7 @@ TEST_F(ShmWriteTest, ABadGrantIsRefusedLikeOverTcpAndTheSegmentIsUnchanged) {
   widened.offset = 0;
   widened.length = kDramBytes;
   wire::Grant extended = grant;
-  extended.expires_unix_ms += 3600 * 1000;
+  extended.expires_unix_ms += uint64_t{3600} * 1000;
   struct Case {
     const char* what;
     wire::Grant grant;

@@ -63,6 +63,7 @@ int Main(int argc, char** argv) {
   Counts c;
   const uint64_t until = MonoMs() + seconds * 1000;
   std::vector<std::thread> pool;
+  pool.reserve(threads);
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       std::mt19937_64 rng(t + 1);

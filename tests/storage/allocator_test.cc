@@ -39,15 +39,16 @@ TEST(RangeAllocator, RejectsBadFreesWithoutChange) {
 }
 
 TEST(RangeAllocator, BestFitPicksSmallestHole) {
-  RangeAllocator a(64 * 4096, 4096);
+  RangeAllocator a(uint64_t{64} * 4096, 4096);
   std::vector<uint64_t> offs;
+  offs.reserve(64);
   for (int i = 0; i < 64; ++i) offs.push_back(*a.Allocate(4096));
   // Holes of 3 pages at [0..3) and 1 page at [10].
   for (int i : {0, 1, 2, 10}) ASSERT_TRUE(a.Free(offs[i], 4096).ok());
   auto one = a.Allocate(4096);
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(*one, offs[10]);
-  auto three = a.Allocate(3 * 4096);
+  auto three = a.Allocate(uint64_t{3} * 4096);
   ASSERT_TRUE(three.ok());
   EXPECT_EQ(*three, offs[0]);
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/base/internal/endian.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/mutex.h"
@@ -673,7 +674,7 @@ TEST(SsdTier, AsyncSyncsCompleteInOrderAndOverwritesFreeEveryExtent) {
     Mutex mu;
     std::vector<int> order;
     auto done = [&](int n) {
-      return [&, n](absl::Status s) {
+      return [&, n](const absl::Status& s) {
         EXPECT_TRUE(s.ok()) << s;
         MutexLock lock(&mu);
         order.push_back(n);
@@ -711,7 +712,8 @@ TEST(SsdTier, AsyncSyncsCompleteInOrderAndOverwritesFreeEveryExtent) {
   for (const auto& e : (*tier)->Inventory()) {
     taken += (e.size + 4095) / 4096 * 4096;
     if (e.key == "a") continue;
-    int round = std::atoi(e.key.c_str() + 1);
+    int round = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(e.key.c_str() + 1, &round)) << e.key;
     EXPECT_FALSE(round % 3 == 1 && round < 19) << e.key << " was deleted";
     ASSERT_TRUE((*tier)->Get(e.key, &got).ok()) << e.key;
     EXPECT_TRUE(got == Block(kBytes, round)) << e.key;

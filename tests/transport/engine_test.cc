@@ -186,6 +186,7 @@ TEST_F(TcpEngineTest, PipelinedRunsOfSmallOpsKeepEachOpsStatus) {
   // Reads: op 7 is outside the segment (the store answers it and the
   // stream stays in step); the others read what was written.
   std::vector<Op> reads;
+  reads.reserve(kOps);
   for (int i = 0; i < kOps; ++i) {
     reads.push_back(Read(*hd, i * kBlock, i == 7 ? kSegment : 1000000 + i * kBlock, kBlock));
   }
@@ -561,6 +562,7 @@ TEST(StreamWritevTest, SendsEveryPieceOfALongVector) {
   setsockopt(fds[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   constexpr int kPieces = 64;
   std::vector<std::string> pieces;
+  pieces.reserve(kPieces);
   std::vector<iovec> iov;
   std::string want;
   for (int i = 0; i < kPieces; ++i) pieces.push_back(Pattern(1000 + i, i));

@@ -234,6 +234,7 @@ Rate InProcessReads(Master* master, uint64_t objects, ReadKind kind, int threads
   std::vector<Rate> per(threads);
   std::atomic<bool> go{false};
   std::vector<std::thread> th;
+  th.reserve(threads);
   for (int t = 0; t < threads; ++t) {
     th.emplace_back([&, t] {
       // Requests are built first, so the timing is the master's alone.
@@ -310,6 +311,7 @@ Rate GrpcMatchPrefix(const std::string& address, pid_t master_pid, uint64_t obje
   std::atomic<bool> go{false};
   std::vector<std::thread> th;
   std::string token = AuthToken("");
+  th.reserve(threads);
   for (int t = 0; t < threads; ++t) {
     th.emplace_back([&, t] {
       grpc::ChannelArguments args;

@@ -102,6 +102,7 @@ int ReplayClients(const std::string& master, uint16_t master_metrics_port,
   const uint64_t trace_t0 = reqs.empty() ? 0 : reqs[0].timestamp_ms;
   const uint64_t t_start = MonoUs();
   std::vector<std::thread> threads;
+  threads.reserve(clients);
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
       Client* client = handles[c].get();

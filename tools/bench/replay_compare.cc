@@ -36,6 +36,7 @@ bool RunChild(const std::vector<std::string>& args, Json* out) {
   if (pipe(fds) != 0) return false;
   // Built before fork: only async-signal-safe calls in the child until exec.
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid = fork();

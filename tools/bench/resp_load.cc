@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/errno_text.h"
 #include "common/net.h"
 #include "transport/data_tls.h"
 #include "transport/session.h"
@@ -149,7 +150,7 @@ class Conn {
         n = recv(fd_, at, room, 0);
       } while (n < 0 && errno == EINTR);
       if (n == 0) return absl::UnavailableError("the server closed the connection");
-      if (n < 0) return absl::UnavailableError(absl::StrCat("recv: ", std::strerror(errno)));
+      if (n < 0) return absl::UnavailableError(absl::StrCat("recv: ", ErrnoText(errno)));
     }
     end_ += static_cast<size_t>(n);
     return absl::OkStatus();

@@ -214,7 +214,7 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
           MutexLock lock(&syncs->mu);
           ++syncs->running;
         }
-        (*tier)->SyncAsync([syncs](absl::Status st) {
+        (*tier)->SyncAsync([syncs](const absl::Status& st) {
           {
             MutexLock lock(&syncs->mu);
             --syncs->running;

@@ -156,7 +156,7 @@ Json RdmaSimulatedRows(const std::vector<uint64_t>& sizes, const std::vector<int
         g.put_id = put_id++;
         g.offset = j * size;
         g.length = size;
-        g.expires_unix_ms = UnixMs() + 24 * 3600 * 1000ull;
+        g.expires_unix_ms = UnixMs() + uint64_t{24} * 3600 * 1000;
         g.mac = wire::GrantMac(kGrantKey, kScope, g);
         writes[j].grant = wire::EncodeGrant(g);
       }

@@ -36,6 +36,7 @@ absl::StatusOr<std::vector<std::string>> IbVerbs::ListDevices() {
     return VerbError(errno, "ibv_get_device_list");
   }
   std::vector<std::string> names;
+  names.reserve(n);
   for (int i = 0; i < n; ++i) names.emplace_back(ibv_get_device_name(list[i]));
   ibv_free_device_list(list);
   return names;

@@ -60,7 +60,8 @@ absl::StatusOr<int> ChooseGidIndex(VerbsApi* verbs, ibv_context* ctx, const std:
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs, Options options) {
+absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs,
+                                                             const Options& options) {
   if (options.gid_index != kGidIndexAuto &&
       (options.gid_index < 0 || options.gid_index > kGidIndexMax)) {
     return absl::InvalidArgumentError(absl::StrCat("RDMA gid_index ", options.gid_index,

@@ -92,7 +92,7 @@ class RdmaEngine {
   // (an unused entry: on RoCE, no address behind it) or, on auto, when a
   // RoCE port has no RoCE v2 GID; otherwise the device's error. Errors about
   // the GID name the device, port and index.
-  static absl::StatusOr<std::unique_ptr<RdmaEngine>> Open(VerbsApi* verbs, Options options);
+  static absl::StatusOr<std::unique_ptr<RdmaEngine>> Open(VerbsApi* verbs, const Options& options);
   // Deregisters all memory, deallocates every protection domain and
   // closes the device.
   ~RdmaEngine();
