@@ -36,8 +36,9 @@ if [ -f "$node_dir/package-lock.json" ]; then
   fi
 fi
 
-# The engines' call sequences (tests/python/test_engine_sequences.py) are
-# replayed with real tensors: Debian's CPU torch. Only in a source tree with
+# The engines' call sequences (tests/python/test_engine_sequences.py) and
+# LMCache's connector calls (test_lmcache.py) are replayed with real
+# tensors: Debian's CPU torch. Only in a source tree with
 # the tests (the Docker builder, which builds alone, skips it).
 # The KV event stream is decoded, too, as llm-d's indexer decodes it: a Go
 # program (tests/python/llmd_decoder) on the msgpack library llm-d uses.

@@ -28,6 +28,16 @@ void RegisterErrors(py::module_& m);
 // Raise(s) unless s is OK.
 void Check(const Status& s);
 
+// "HOST:PORT,HOST:PORT" (or one etcd:// spec) as ClientOptions::masters:
+// the non-empty fields between any of `separators`.
+std::vector<std::string> SplitMasters(const std::string& masters, const char* separators = ",");
+
+// Whether the principal `o` names (its credentials file's only one when
+// `o.principal` is empty) belongs to `tenant`; "default" is any tenant.
+// False when the file cannot be read. A client cannot choose a tenant its
+// credentials do not give it.
+bool PrincipalHasTenant(const ClientOptions& o, const std::string& tenant);
+
 // Keys are bytes; str keys are taken as their UTF-8 bytes.
 std::string ToKey(py::handle key);
 std::vector<std::string> ToKeys(py::handle keys);
@@ -276,6 +286,7 @@ class PyClient {
 void BindKeys(py::module_& m);            // keys_binding.cc
 void BindStorageAdapter(py::module_& m);  // adapter_binding.cc
 void BindMooncake(py::module_& m);        // mooncake_binding.cc: shelf.mooncake
+void BindLmcache(py::module_& m);         // lmcache_binding.cc: shelf.lmcache
 
 }  // namespace shelf::python
 

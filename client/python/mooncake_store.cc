@@ -17,7 +17,6 @@
 #include "client/cuda_runtime.h"
 #include "client/memory_batch.h"
 #include "client/testing_hooks.h"
-#include "common/credentials.h"
 #include "common/errno_text.h"
 #include "common/net.h"
 #include "common/secret_file.h"
@@ -85,15 +84,7 @@ std::vector<std::string> MasterList(const std::string& master_server_addr,
   // metadata, often etcd) when master_server_addr is empty.
   if (IsEtcd(master_server_addr)) return {EtcdSpec(master_server_addr)};
   if (master_server_addr.empty() && IsEtcd(metadata_server)) return {EtcdSpec(metadata_server)};
-  std::vector<std::string> masters;
-  size_t start = 0;
-  while (start <= master_server_addr.size()) {
-    size_t comma = master_server_addr.find_first_of(",;", start);
-    if (comma == std::string::npos) comma = master_server_addr.size();
-    if (comma > start) masters.push_back(master_server_addr.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return masters;
+  return SplitMasters(master_server_addr, ",;");
 }
 
 namespace {
@@ -173,20 +164,9 @@ int ShelfEnvironmentOptions(ClientOptions* o) {
   return kMcOk;
 }
 
-// Mooncake's tenant_id on Shelf: "default" is whatever tenant the client's
-// principal has; another name must be that principal's tenant (read from
-// its credentials file), else INVALID_PARAMS. A client cannot choose a
-// tenant its credentials do not give it.
+// Mooncake's tenant_id on Shelf: PrincipalHasTenant, else INVALID_PARAMS.
 int CheckTenant(const ClientOptions& o, const std::string& tenant_id) {
-  if (tenant_id == "default") return kMcOk;
-  if (o.credentials_file.empty()) return kMcInvalidParams;
-  absl::StatusOr<std::vector<PrincipalEntry>> entries = ReadCredentialsFile(o.credentials_file);
-  if (!entries.ok()) return kMcInvalidParams;
-  for (const PrincipalEntry& e : *entries) {
-    bool chosen = o.principal.empty() ? entries->size() == 1 : e.principal.name == o.principal;
-    if (chosen) return e.principal.tenant == tenant_id ? kMcOk : kMcInvalidParams;
-  }
-  return kMcInvalidParams;
+  return PrincipalHasTenant(o, tenant_id) ? kMcOk : kMcInvalidParams;
 }
 
 }  // namespace

@@ -110,14 +110,7 @@ std::shared_ptr<PyClient> PyClient::Create(
     const std::string& data_tls_cert, const std::string& data_tls_key, bool session_tag_payload) {
   ClientOptions o;
   if (py::isinstance<py::str>(masters)) {
-    std::string all = masters.cast<std::string>();
-    size_t start = 0;
-    while (start <= all.size()) {
-      size_t comma = all.find(',', start);
-      if (comma == std::string::npos) comma = all.size();
-      if (comma > start) o.masters.push_back(all.substr(start, comma - start));
-      start = comma + 1;
-    }
+    o.masters = SplitMasters(masters.cast<std::string>());
   } else {
     o.masters = masters.cast<std::vector<std::string>>();
   }

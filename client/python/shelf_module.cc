@@ -209,4 +209,5 @@ PYBIND11_MODULE(_shelf, m) {
 
   BindStorageAdapter(m);
   BindMooncake(m);
+  BindLmcache(m);
 }

@@ -109,6 +109,35 @@ class Cluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def private_file(path, text):
+    """Writes `text` to `path`, readable by its owner alone (as credentials
+    and secret files must be); returns the path as a string."""
+    path.write_text(text)
+    path.chmod(0o600)
+    return str(path)
+
+
+STORE_PRINCIPAL_SECRET = "secret-of-the-store-0123456789"
+ADMIN_PRINCIPAL_SECRET = "secret-of-the-admin-0123456789"
+
+
+def principals_cluster(directory, engine_lines, data_secret):
+    """One store, its master and store run with --credentials: the file
+    holds `engine_lines` ("name engine tenant secret" lines), the store's
+    principal store-1 and the admin ops. Returns the cluster and the
+    cluster secret's file (the data plane's secret, `data_secret`)."""
+    creds = private_file(directory / "credentials",
+                         engine_lines + f"store-1 store - {STORE_PRINCIPAL_SECRET} nodes=*\n"
+                         f"ops admin - {ADMIN_PRINCIPAL_SECRET}\n")
+    secret = private_file(directory / "secret", data_secret + "\n")
+    c = Cluster(stores=1, master_args=["--credentials", creds, "--secret-file", secret],
+                store_args=["--credentials", creds, "--principal", "store-1",
+                            "--secret-file", secret],
+                client_kwargs=dict(secret=data_secret, principal="ops",
+                                   principal_secret=ADMIN_PRINCIPAL_SECRET))
+    return c, secret
+
+
 @pytest.fixture(scope="session")
 def cluster():
     c = Cluster(stores=2)

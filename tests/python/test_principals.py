@@ -12,39 +12,25 @@ import pytest
 import shelf
 from shelf.mooncake import MooncakeDistributedStore
 
-from conftest import Cluster
+from conftest import (ADMIN_PRINCIPAL_SECRET, STORE_PRINCIPAL_SECRET, principals_cluster,
+                      private_file)
 
 DATA_SECRET = "python-principals-data-plane-secret"
 SECRETS = {
     "eng-a": "secret-of-engine-a-0123456789",
     "eng-b": "secret-of-engine-b-0123456789",
-    "store-1": "secret-of-the-store-0123456789",
-    "ops": "secret-of-the-admin-0123456789",
+    "store-1": STORE_PRINCIPAL_SECRET,
+    "ops": ADMIN_PRINCIPAL_SECRET,
 }
-CREDENTIALS = (f"eng-a engine team-a {SECRETS['eng-a']}\n"
-               f"eng-b engine team-b {SECRETS['eng-b']}\n"
-               f"store-1 store - {SECRETS['store-1']} nodes=*\n"
-               f"ops admin - {SECRETS['ops']}\n")
-
-
-def _private(path, text):
-    path.write_text(text)
-    path.chmod(0o600)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
 def tenants():
     d = pathlib.Path(tempfile.mkdtemp(prefix="shelf-pyprinc-"))
-    creds = _private(d / "credentials", CREDENTIALS)
-    secret = _private(d / "secret", DATA_SECRET + "\n")
+    c, secret = principals_cluster(d, f"eng-a engine team-a {SECRETS['eng-a']}\n"
+                                   f"eng-b engine team-b {SECRETS['eng-b']}\n", DATA_SECRET)
     # A caller's file holds only its own line.
-    eng_b = _private(d / "eng-b", f"eng-b engine team-b {SECRETS['eng-b']}\n")
-    c = Cluster(stores=1, master_args=["--credentials", creds, "--secret-file", secret],
-                store_args=["--credentials", creds, "--principal", "store-1",
-                            "--secret-file", secret],
-                client_kwargs=dict(secret=DATA_SECRET, principal="ops",
-                                   principal_secret=SECRETS["ops"]))
+    eng_b = private_file(d / "eng-b", f"eng-b engine team-b {SECRETS['eng-b']}\n")
     yield c, secret, eng_b
     c.stop()
     shutil.rmtree(d, ignore_errors=True)

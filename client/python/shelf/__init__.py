@@ -2,8 +2,9 @@
 
 The extension module is shelf._shelf; everything it defines is re-exported
 here (Client, KeyNamespace, KeyBuilder, StorageAdapter, the Error classes,
-...). shelf.mooncake is Mooncake Store's Python API over Shelf. See
-docs/client.md and docs/mooncake-compat.md.
+...). shelf.mooncake is Mooncake Store's Python API over Shelf;
+shelf.lmcache.ShelfConnector is LMCache's native_plugin connector. See
+docs/client.md, docs/mooncake-compat.md and docs/integrations.md.
 """
 
 from ._shelf import *  # noqa: F401,F403
