@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "client/data_tls_flags.h"
+#include "common/credentials.h"
 #include "common/flags.h"
 #include "common/http_server.h"
 #include "common/log.h"
@@ -72,7 +73,8 @@ int main(int argc, char** argv) {
   flags.AddString("secret-file", &secret_file, "cluster secret (>= 16 bytes)");
   flags.AddString("credentials", &credentials_file,
                   "credentials file holding this gateway's principal (role gateway): its keys "
-                  "live in the principal's tenant (docs/security.md)");
+                  "live in the principal's tenant (docs/security.md). Every gateway principal "
+                  "in it is also a user clients may AUTH as, with its secret (docs/resp.md)");
   flags.AddString("principal", &principal,
                   "which principal of --credentials (default: the file's only one)");
   flags.AddString("requirepass-file", &requirepass_file,
@@ -216,6 +218,27 @@ int main(int argc, char** argv) {
   std::unique_ptr<Client> client;
   Status st = Client::Open(copts, &client);
   if (!st.ok()) return Fail(st.ToString(), 1);
+  if (!credentials_file.empty()) {
+    // Named users: the gateway principals of --credentials, each AUTHing
+    // with its secret; a session authenticated as one runs as it, in its
+    // tenant. "default" stays the default user's name.
+    absl::StatusOr<std::vector<PrincipalEntry>> entries = ReadCredentialsFile(credentials_file);
+    if (!entries.ok()) return Fail(std::string(entries.status().message()));
+    for (const PrincipalEntry& e : *entries) {
+      if (e.principal.role == Role::kGateway && e.principal.name != "default") {
+        cmd_opts.users[e.principal.name] = e.secret;
+      }
+    }
+    cmd_opts.open_user =
+        [copts](const std::string& user) -> absl::StatusOr<std::unique_ptr<Client>> {
+      ClientOptions o = copts;
+      o.principal = user;
+      std::unique_ptr<Client> c;
+      Status s = Client::Open(o, &c);
+      if (!s.ok()) return absl::UnavailableError(s.ToString());
+      return c;
+    };
+  }
 
   cmd_opts.replicas = static_cast<uint32_t>(replicas);
   cmd_opts.max_value_bytes = max_value;

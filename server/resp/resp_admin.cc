@@ -124,8 +124,8 @@ void CommandHandler::Hello(Ctx& c) {
   for (; i < c.argc(); ++i) {
     std::string opt = Upper(c.arg(i));
     if (opt == "AUTH" && i + 2 < c.argc()) {
-      // With no password configured any AUTH passes, as for Redis's
-      // default `nopass` user.
+      // With no password configured (none for the default user, no named
+      // user) any AUTH passes, as for Redis's default `nopass` user.
       if (!Authenticate(c, c.arg(i + 1), c.arg(i + 2))) return;
       i += 2;
     } else if (opt == "SETNAME" && i + 1 < c.argc()) {
@@ -167,8 +167,9 @@ void CommandHandler::ClientCmd(Ctx& c) {
   auto client_line = [&] {
     return absl::StrCat("id=", s->id, " addr=", s->peer, " laddr=", options_.listen,
                         " fd=0 name=", s->name, " age=", NowUnixS() - s->created_unix_s,
-                        " idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 resp=", s->protocol,
-                        " lib-name=", s->lib_name, " lib-ver=", s->lib_ver, "\n");
+                        " idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 user=", s->user,
+                        " resp=", s->protocol, " lib-name=", s->lib_name, " lib-ver=", s->lib_ver,
+                        "\n");
   };
   if (sub == "SETNAME" && c.argc() == 3) {
     for (char ch : c.arg(2)) {
@@ -307,7 +308,7 @@ void CommandHandler::Info(Ctx& c) {
   }
   if (want("keyspace")) {
     uint64_t keys = 0;
-    Status s = CountKeys(&keys);
+    Status s = CountKeys(c.client, &keys);
     absl::StrAppend(&text, "# Keyspace\r\n");
     if (s.ok() && keys > 0) absl::StrAppend(&text, "db0:keys=", keys, ",expires=0,avg_ttl=0\r\n");
     absl::StrAppend(&text, "\r\n");

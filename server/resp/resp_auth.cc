@@ -17,8 +17,11 @@ std::string Sha256(absl::string_view bytes) {
 
 }  // namespace
 
-PasswordCheck::PasswordCheck(absl::string_view password)
-    : required_(!password.empty()), digest_(Sha256(password)) {}
+PasswordCheck::PasswordCheck(absl::string_view password,
+                             const std::map<std::string, std::string>& users)
+    : required_(!password.empty()), digest_(Sha256(password)) {
+  for (const auto& [name, secret] : users) users_.emplace(name, Sha256(secret));
+}
 
 std::string PasswordCheck::AddressOf(absl::string_view peer) {
   // "[v6]:port" or "v4:port": the part before the last colon.
@@ -29,7 +32,10 @@ std::string PasswordCheck::AddressOf(absl::string_view peer) {
 PasswordCheck::Verdict PasswordCheck::Check(absl::string_view peer, absl::string_view user,
                                             absl::string_view password, uint64_t now_ms,
                                             uint64_t* retry_ms) {
-  if (!required_) return Verdict::kOk;
+  // Without passwords any AUTH passes, as with Redis's `nopass` default
+  // user; the default user without a password passes beside named ones.
+  const bool named = user != "default";
+  if (!required_ && (!named || users_.empty())) return Verdict::kOk;
   const std::string address = AddressOf(peer);
   {
     absl::MutexLock l(&mu_);
@@ -40,10 +46,14 @@ PasswordCheck::Verdict PasswordCheck::Check(absl::string_view peer, absl::string
     }
   }
   // Both sides hashed: the comparison takes the same time whatever the
-  // guess's bytes and length. The user name is not secret.
+  // guess's bytes and length. An unknown user is compared with the default
+  // user's digest, and fails: user names are not secret, but the check
+  // takes one time for all.
+  auto known = named ? users_.find(user) : users_.end();
+  const std::string& digest = known != users_.end() ? known->second : digest_;
   const std::string guess = Sha256(password);
-  const bool match = CRYPTO_memcmp(guess.data(), digest_.data(), digest_.size()) == 0;
-  const bool ok = match && user == "default";
+  const bool match = CRYPTO_memcmp(guess.data(), digest.data(), digest.size()) == 0;
+  const bool ok = match && (!named || known != users_.end());
   absl::MutexLock l(&mu_);
   if (ok) {
     failures_.erase(address);

@@ -1,12 +1,14 @@
-// The password check of shelf-resp (--requirepass-file), one for AUTH and
-// for HELLO's AUTH option:
+// The password check of shelf-resp, one for AUTH and for HELLO's AUTH
+// option: the default user's password (--requirepass-file), and the named
+// users' (the gateway principals of --credentials, each with its secret):
 //
-//   PasswordCheck check(requirepass);
+//   PasswordCheck check(requirepass, {{"gw-a", "secret-of-gw-a"}});
 //   uint64_t retry_ms = 0;
 //   switch (check.Check(peer_address, user, password, MonoMs(), &retry_ms)) ...
 //
 // The password is compared in time that depends on neither its bytes nor
-// its length (the SHA-256 digests of both are compared with CRYPTO_memcmp).
+// its length (the SHA-256 digests of both are compared with CRYPTO_memcmp),
+// and an unknown user name costs the same comparison as a known one.
 // After a failure, the client's address (the peer without its port) is
 // refused for a back-off that doubles with each consecutive failure, from
 // kBackoffFirstMs to kBackoffMaxMs; an attempt during the back-off is
@@ -17,6 +19,7 @@
 #define SHELF_SERVER_RESP_RESP_AUTH_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -39,16 +42,21 @@ class PasswordCheck {
 
   enum class Verdict { kOk, kWrongPass, kBackoff };
 
-  // `password` empty: none is required, and every Check passes.
-  explicit PasswordCheck(absl::string_view password);
+  // `password` empty: the default user needs none (its Check passes).
+  // `users`: the named users and their passwords (none empty).
+  explicit PasswordCheck(absl::string_view password,
+                         const std::map<std::string, std::string>& users = {});
   PasswordCheck(const PasswordCheck&) = delete;
   PasswordCheck& operator=(const PasswordCheck&) = delete;
 
+  // Whether a client must authenticate before it runs commands: the
+  // default user has a password.
   bool required() const { return required_; }
 
-  // Checks `user` ("default" is the only one) and `password` for a client
+  // Checks `user` ("default", or a named user) and `password` for a client
   // at `peer` (HOST:PORT, or "unix") at monotonic time `now_ms`. kBackoff:
-  // *retry_ms is how long the address must wait.
+  // *retry_ms is how long the address must wait. With no password at all
+  // (none for the default user, no named user) every Check passes.
   Verdict Check(absl::string_view peer, absl::string_view user, absl::string_view password,
                 uint64_t now_ms, uint64_t* retry_ms);
 
@@ -62,7 +70,8 @@ class PasswordCheck {
   void ForgetOneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const bool required_;
-  const std::string digest_;  // SHA-256 of the password
+  const std::string digest_;                             // SHA-256 of the default user's password
+  absl::flat_hash_map<std::string, std::string> users_;  // name -> SHA-256 of its password
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Failures> failures_ ABSL_GUARDED_BY(mu_);

@@ -30,14 +30,40 @@ CommandHandler::CommandHandler(Client* client, CommandOptions options, ServerSta
       options_(std::move(options)),
       stats_(stats),
       start_unix_s_(NowUnixS()),
-      password_(options_.requirepass) {}
+      password_(options_.requirepass, options_.users) {}
+
+absl::StatusOr<Client*> CommandHandler::UserClient(const std::string& user) {
+  absl::MutexLock l(&users_mu_);
+  std::unique_ptr<Client>& client = user_clients_[user];
+  if (client == nullptr) {
+    if (!options_.open_user) return absl::FailedPreconditionError("no named users");
+    absl::StatusOr<std::unique_ptr<Client>> opened = options_.open_user(user);
+    if (!opened.ok()) return opened.status();
+    client = *std::move(opened);
+  }
+  return client.get();
+}
 
 bool CommandHandler::Authenticate(Ctx& c, const std::string& user, const std::string& password) {
   uint64_t retry_ms = 0;
   switch (password_.Check(c.session->peer, user, password, MonoMs(), &retry_ms)) {
-    case PasswordCheck::Verdict::kOk:
+    case PasswordCheck::Verdict::kOk: {
+      Client* client = nullptr;  // the default user's
+      if (user != "default") {
+        absl::StatusOr<Client*> opened = UserClient(user);
+        if (!opened.ok()) {
+          c.Error(absl::StrCat("ERR cannot reach the cluster as user '", user,
+                               "': ", opened.status().message()));
+          return false;
+        }
+        client = *opened;
+      }
       c.session->authenticated = true;
+      c.session->user = user;
+      c.session->client = client;
+      c.client = ClientOf(*c.session);
       return true;
+    }
     case PasswordCheck::Verdict::kWrongPass:
       stats_->auth_failures.Increment(1);
       c.Error("WRONGPASS invalid username-password pair or user is disabled.");
@@ -53,7 +79,7 @@ bool CommandHandler::Authenticate(Ctx& c, const std::string& user, const std::st
 
 void CommandHandler::Execute(Session* session, std::vector<std::string>* args, ReplyChunks* out,
                              bool* close) {
-  Ctx c{session, args, out, close, absl::AsciiStrToLower((*args)[0])};
+  Ctx c{session, args, out, close, absl::AsciiStrToLower((*args)[0]), ClientOf(*session)};
   stats_->commands.Increment(1);
   std::string* tail = out->tail();
   size_t chunks = out->chunks.size(), before = tail->size();
@@ -113,11 +139,13 @@ void CommandHandler::Dispatch(Ctx& c) {
     c.session->protocol = 2;
     c.session->name.clear();
     c.session->authenticated = false;
+    c.session->user = "default";
+    c.session->client = nullptr;
     return c.w().Simple("RESET");
   }
   if (n == "hello") return Hello(c);
   if (n == "auth") {
-    if (options_.requirepass.empty()) {
+    if (options_.requirepass.empty() && (c.argc() == 2 || options_.users.empty())) {
       return c.Error(
           "ERR AUTH <password> called without any password configured for the default user. "
           "Are you sure your configuration is correct?");
@@ -136,7 +164,7 @@ void CommandHandler::Dispatch(Ctx& c) {
   if (n == "info") return Info(c);
   if (n == "dbsize") {
     uint64_t count = 0;
-    Status s = CountKeys(&count);
+    Status s = CountKeys(c.client, &count);
     if (!s.ok()) return c.Error(ErrorText(s));
     return c.w().Integer(static_cast<int64_t>(count));
   }
@@ -158,15 +186,16 @@ void CommandHandler::Dispatch(Ctx& c) {
 
 // ------------------------------------------------------------ storage
 
-Status CommandHandler::Load(const std::string& key, std::string* value) {
-  return DecodeValue(client_->Get(key, value), value);
+Status CommandHandler::Load(Client* client, const std::string& key, std::string* value) {
+  return DecodeValue(client->Get(key, value), value);
 }
 
-Status CommandHandler::Store(const std::string& key, std::string* value, bool nx, bool* written) {
+Status CommandHandler::Store(Client* client, const std::string& key, std::string* value, bool nx,
+                             bool* written) {
   *written = false;
   if (nx) {
     std::vector<bool> present;
-    Status s = client_->Exists({key}, &present);
+    Status s = client->Exists({key}, &present);
     if (!s.ok()) return s;
     if (present[0]) return Status::Ok();
   }
@@ -177,31 +206,31 @@ Status CommandHandler::Store(const std::string& key, std::string* value, bool nx
   PutOptions po;
   po.replicas = options_.replicas;
   po.replace = !nx;  // NX: a value someone set meanwhile stays
-  Status s = client_->Put(key, value->data(), value->size(), po);
+  Status s = client->Put(key, value->data(), value->size(), po);
   if (s.ok()) *written = true;
   return s;
 }
 
-Status CommandHandler::ExistsMany(const std::vector<std::string>& keys,
+Status CommandHandler::ExistsMany(Client* client, const std::vector<std::string>& keys,
                                   std::vector<bool>* present) {
   present->clear();
   Status s;
   ForEachBatchSlice(keys.size(), [&](size_t begin, size_t end) {
     std::vector<std::string> part(keys.begin() + begin, keys.begin() + end);
     std::vector<bool> p;
-    s = client_->Exists(part, &p);
+    s = client->Exists(part, &p);
     present->insert(present->end(), p.begin(), p.end());
     return s.ok();
   });
   return s;
 }
 
-Status CommandHandler::CountKeys(uint64_t* n) {
+Status CommandHandler::CountKeys(Client* client, uint64_t* n) {
   *n = 0;
   std::string cursor, next;
   std::vector<std::string> keys;
   do {
-    Status s = client_->ListKeys(cursor, "", kBatchItemsMax, &keys, &next);
+    Status s = client->ListKeys(cursor, "", kBatchItemsMax, &keys, &next);
     if (!s.ok()) return s;
     *n += keys.size();
     cursor = next;
@@ -211,7 +240,7 @@ Status CommandHandler::CountKeys(uint64_t* n) {
 
 void CommandHandler::Get(Ctx& c, bool del) {
   std::string value;
-  Status s = Load(c.arg(1), &value);
+  Status s = Load(c.client, c.arg(1), &value);
   if (s.code() == StatusCode::kNotFound) {
     stats_->misses.Increment(1);
     return c.w().Null();
@@ -219,7 +248,7 @@ void CommandHandler::Get(Ctx& c, bool del) {
   if (!s.ok()) return c.Error(ValueErrorText(s));
   stats_->hits.Increment(1);
   if (del) {
-    Status r = client_->Remove(c.arg(1));
+    Status r = c.client->Remove(c.arg(1));
     if (!r.ok() && r.code() != StatusCode::kNotFound) return c.Error(ErrorText(r));
   }
   c.w().BulkHeader(value.size());
@@ -254,10 +283,10 @@ void CommandHandler::SetCmd(Ctx& c, bool setnx) {
   bool have_old = false;
   std::string old;
   if (get || xx) {
-    Status s = get ? Load(key, &old) : Status::Ok();
+    Status s = get ? Load(c.client, key, &old) : Status::Ok();
     if (!get) {
       std::vector<bool> present;
-      s = client_->Exists({key}, &present);
+      s = c.client->Exists({key}, &present);
       if (s.ok() && !present[0]) s = Status(StatusCode::kNotFound, "");
     }
     if (s.ok()) {
@@ -272,7 +301,7 @@ void CommandHandler::SetCmd(Ctx& c, bool setnx) {
   };
   if (xx && !have_old) return get ? reply_old() : c.w().Null();
   bool written = false;
-  Status s = Store(key, value, nx, &written);
+  Status s = Store(c.client, key, value, nx, &written);
   if (!s.ok()) return c.Error(ErrorText(s));
   if (setnx) return c.w().Integer(written ? 1 : 0);
   if (get) return reply_old();
@@ -295,7 +324,7 @@ void CommandHandler::MGet(Ctx& c) {
     std::vector<std::string> part(keys.begin() + begin, keys.begin() + end);
     // (A bound of 0 would be none.)
     const uint64_t room = std::max<uint64_t>(options_.max_inflight_bytes - held, 1);
-    Status s = client_->BatchGetAtMost(part, room, &part_values, &part_statuses);
+    Status s = c.client->BatchGetAtMost(part, room, &part_values, &part_statuses);
     if (!s.ok()) {
       error = ErrorText(s);
       return false;
@@ -366,7 +395,7 @@ void CommandHandler::MSet(Ctx& c) {
   ForEachBatchSlice(items.size(), [&](size_t begin, size_t end) {
     std::vector<PutItem> part(items.begin() + begin, items.begin() + end);
     std::vector<Status> statuses;
-    failed = client_->BatchPut(part, &statuses, po);
+    failed = c.client->BatchPut(part, &statuses, po);
     for (size_t i = 0; i < statuses.size() && failed.ok(); ++i) failed = statuses[i];
     return failed.ok();
   });
@@ -377,7 +406,7 @@ void CommandHandler::MSet(Ctx& c) {
 void CommandHandler::ExistsCmd(Ctx& c) {
   std::vector<std::string> keys(c.args->begin() + 1, c.args->end());
   std::vector<bool> present;
-  Status s = ExistsMany(keys, &present);
+  Status s = ExistsMany(c.client, keys, &present);
   if (!s.ok()) return c.Error(ErrorText(s));
   c.w().Integer(std::count(present.begin(), present.end(), true));
 }
@@ -393,7 +422,7 @@ void CommandHandler::Del(Ctx& c) {
   ForEachBatchSlice(keys.size(), [&](size_t begin, size_t end) {
     std::vector<std::string> part(keys.begin() + begin, keys.begin() + end);
     std::vector<Status> statuses;
-    call = client_->BatchRemove(part, &statuses);
+    call = c.client->BatchRemove(part, &statuses);
     for (const Status& st : statuses) {
       if (st.ok()) {
         ++removed;
@@ -410,7 +439,7 @@ void CommandHandler::Del(Ctx& c) {
 
 void CommandHandler::Strlen(Ctx& c) {
   std::string value;
-  Status s = Load(c.arg(1), &value);
+  Status s = Load(c.client, c.arg(1), &value);
   if (s.code() == StatusCode::kNotFound) return c.w().Integer(0);
   if (!s.ok()) return c.Error(ValueErrorText(s));
   c.w().Integer(static_cast<int64_t>(value.size()));
@@ -418,27 +447,28 @@ void CommandHandler::Strlen(Ctx& c) {
 
 void CommandHandler::TypeTtl(Ctx& c) {
   std::vector<bool> present;
-  Status s = client_->Exists({c.arg(1)}, &present);
+  Status s = c.client->Exists({c.arg(1)}, &present);
   if (!s.ok()) return c.Error(ErrorText(s));
   if (c.name == "type") return c.w().Simple(present[0] ? "string" : "none");
   c.w().Integer(present[0] ? -1 : -2);  // no key expires
 }
 
-uint64_t CommandHandler::NewScanCursor(std::string shelf_cursor) {
+uint64_t CommandHandler::NewScanCursor(const std::string& user, std::string shelf_cursor) {
   absl::MutexLock l(&cursors_mu_);
   uint64_t id = next_cursor_++;
-  cursors_[id] = std::move(shelf_cursor);
+  cursors_[id] = ScanCursor{user, std::move(shelf_cursor)};
   while (cursors_.size() > kScanCursorsMax) cursors_.erase(cursors_.begin());
   return id;
 }
 
-bool CommandHandler::FindScanCursor(uint64_t id, std::string* shelf_cursor) {
+bool CommandHandler::FindScanCursor(const std::string& user, uint64_t id,
+                                    std::string* shelf_cursor) {
   // Kept after use, as Redis's cursors stay valid: a scan step that failed
   // (the master unreachable) can be retried, and a cursor replayed.
   absl::MutexLock l(&cursors_mu_);
   auto it = cursors_.find(id);
-  if (it == cursors_.end()) return false;
-  *shelf_cursor = it->second;
+  if (it == cursors_.end() || it->second.user != user) return false;
+  *shelf_cursor = it->second.shelf_cursor;
   return true;
 }
 
@@ -463,15 +493,15 @@ void CommandHandler::Scan(Ctx& c) {
     }
   }
   std::string shelf_cursor;
-  if (cursor_id != 0 && !FindScanCursor(cursor_id, &shelf_cursor)) {
+  if (cursor_id != 0 && !FindScanCursor(c.session->user, cursor_id, &shelf_cursor)) {
     return c.Error("ERR invalid cursor");
   }
   std::vector<std::string> keys;
   std::string next;
   size_t want = static_cast<size_t>(std::min<int64_t>(count, kBatchItemsMax));
-  Status s = client_->ListKeys(shelf_cursor, pattern, want, &keys, &next);
+  Status s = c.client->ListKeys(shelf_cursor, pattern, want, &keys, &next);
   if (!s.ok()) return c.Error(ErrorText(s));
-  uint64_t next_id = next.empty() ? 0 : NewScanCursor(next);
+  uint64_t next_id = next.empty() ? 0 : NewScanCursor(c.session->user, next);
   RespWriter w = c.w();
   w.Array(2);
   w.Bulk(std::to_string(next_id));
@@ -485,7 +515,7 @@ void CommandHandler::Keys(Ctx& c) {
   std::vector<std::string> all, page;
   std::string cursor, next;
   do {
-    Status s = client_->ListKeys(cursor, pattern, kBatchItemsMax, &page, &next);
+    Status s = c.client->ListKeys(cursor, pattern, kBatchItemsMax, &page, &next);
     if (!s.ok()) return c.Error(ErrorText(s));
     all.insert(all.end(), page.begin(), page.end());
     cursor = next;
@@ -503,7 +533,7 @@ void CommandHandler::Flush(Ctx& c) {
                                 " is disabled; start shelf-resp with --enable-flush"));
   }
   uint64_t removed = 0;
-  Status s = client_->RemoveMatching("", &removed);
+  Status s = c.client->RemoveMatching("", &removed);
   if (!s.ok()) return c.Error(ErrorText(s));
   c.Ok();
 }

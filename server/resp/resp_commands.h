@@ -15,12 +15,14 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/prom.h"
 #include "server/resp/resp_auth.h"
@@ -35,7 +37,12 @@ namespace shelf::resp {
 inline constexpr size_t kScanCursorsMax = 65536;
 
 struct CommandOptions {
-  std::string requirepass;  // empty: no AUTH needed
+  std::string requirepass;  // the default user's password; empty: none
+  // Named users (docs/resp.md, "Users"): name -> password, and how to open
+  // the libshelf client a session authenticated as one runs its commands
+  // with (called once per user, on its first AUTH).
+  std::map<std::string, std::string> users;
+  std::function<absl::StatusOr<std::unique_ptr<Client>>(const std::string& user)> open_user;
   uint32_t replicas = 1;
   bool flush_enabled = false;  // FLUSHDB / FLUSHALL
   uint64_t max_value_bytes = 512ull << 20;
@@ -76,6 +83,8 @@ struct Session {
   uint64_t id = 0;
   int protocol = 2;
   bool authenticated = false;
+  std::string user = "default";
+  Client* client = nullptr;  // a named user's client; null: the default user's
   std::string name;
   std::string lib_name, lib_ver;
   std::string peer;
@@ -132,6 +141,7 @@ class CommandHandler {
     ReplyChunks* out;
     bool* close;
     std::string name;  // lower case
+    Client* client;    // the session user's
     RespWriter w() { return RespWriter(out->tail(), session->protocol); }
     const std::string& arg(size_t i) const { return (*args)[i]; }
     size_t argc() const { return args->size(); }
@@ -159,28 +169,44 @@ class CommandHandler {
   void Keys(Ctx& c);
   void Flush(Ctx& c);
 
-  // Stores `value` (its spare capacity takes the trailer) as `key`,
-  // replacing a different existing value unless `nx`. *written false when
-  // nx and the key exists.
-  Status Store(const std::string& key, std::string* value, bool nx, bool* written);
-  // Reads `key` into *value without the trailer.
-  Status Load(const std::string& key, std::string* value);
-  Status CountKeys(uint64_t* n);
-  Status ExistsMany(const std::vector<std::string>& keys, std::vector<bool>* present);
-  // SCAN cursors: numbers for positions in the master's key listing, the
-  // newest kScanCursorsMax kept (used ones too: they may be retried).
-  uint64_t NewScanCursor(std::string shelf_cursor);
-  bool FindScanCursor(uint64_t id, std::string* shelf_cursor);
+  // The client `session`'s commands run with.
+  Client* ClientOf(const Session& session) const {
+    return session.client != nullptr ? session.client : client_;
+  }
+  // A named user's client, opened on its first use and kept.
+  absl::StatusOr<Client*> UserClient(const std::string& user) ABSL_LOCKS_EXCLUDED(users_mu_);
 
-  Client* const client_;
+  // Stores `value` (its spare capacity takes the trailer) as `key` through
+  // `client`, replacing a different existing value unless `nx`. *written
+  // false when nx and the key exists.
+  Status Store(Client* client, const std::string& key, std::string* value, bool nx, bool* written);
+  // Reads `key` into *value without the trailer.
+  Status Load(Client* client, const std::string& key, std::string* value);
+  Status CountKeys(Client* client, uint64_t* n);
+  Status ExistsMany(Client* client, const std::vector<std::string>& keys,
+                    std::vector<bool>* present);
+  // SCAN cursors: numbers for positions in the master's key listing of one
+  // user, the newest kScanCursorsMax kept (used ones too: they may be
+  // retried). Another user's cursor is not found.
+  uint64_t NewScanCursor(const std::string& user, std::string shelf_cursor);
+  bool FindScanCursor(const std::string& user, uint64_t id, std::string* shelf_cursor);
+
+  Client* const client_;  // the default user's
   const CommandOptions options_;
   ServerStats* const stats_;
   const int64_t start_unix_s_;
   PasswordCheck password_;
 
+  absl::Mutex users_mu_;
+  std::map<std::string, std::unique_ptr<Client>> user_clients_ ABSL_GUARDED_BY(users_mu_);
+
+  struct ScanCursor {
+    std::string user;
+    std::string shelf_cursor;
+  };
   absl::Mutex cursors_mu_;
   uint64_t next_cursor_ ABSL_GUARDED_BY(cursors_mu_) = 1;
-  std::map<uint64_t, std::string> cursors_ ABSL_GUARDED_BY(cursors_mu_);
+  std::map<uint64_t, ScanCursor> cursors_ ABSL_GUARDED_BY(cursors_mu_);
 };
 
 }  // namespace shelf::resp

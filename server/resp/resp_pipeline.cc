@@ -38,6 +38,7 @@ CommandHandler::BatchKind CommandHandler::Batchable(const Session& session,
 void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
                                 std::vector<std::vector<std::string>>* commands, ReplyChunks* out) {
   const size_t n = commands->size();
+  Client* const client = ClientOf(*session);
   stats_->commands.Increment(n);
   auto writer = [&] { return RespWriter(out->tail(), session->protocol); };
   std::vector<std::string> keys;
@@ -47,7 +48,7 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
   if (kind == BatchKind::kGet) {
     std::vector<std::string> values;
     std::vector<Status> statuses;
-    Status s = client_->BatchGet(keys, &values, &statuses);
+    Status s = client->BatchGet(keys, &values, &statuses);
     for (size_t i = 0; i < n; ++i) {
       std::string& v = values.size() == n ? values[i] : keys[i];  // unused unless ok
       const Status st = DecodeValue(s.ok() ? statuses[i] : s, &v);
@@ -85,13 +86,13 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
     po.replicas = options_.replicas;
     po.replace = true;
     std::vector<Status> statuses;
-    Status s = client_->BatchPut(items, &statuses, po);
+    Status s = client->BatchPut(items, &statuses, po);
     for (size_t i = 0; i < n; ++i) results[i] = s.ok() ? statuses[i] : s;
   }
   for (size_t i = 0; i < n; ++i) {
     if (repeats) {  // in order, one by one: the last value of a key wins
       bool written = false;
-      results[i] = Store(keys[i], &(*commands)[i][2], false, &written);
+      results[i] = Store(client, keys[i], &(*commands)[i][2], false, &written);
     }
     if (results[i].ok()) {
       writer().Simple("OK");
