@@ -84,7 +84,7 @@ class InstallTest(unittest.TestCase):
 
     def test_python_component(self):
         """The `shelf` package lands in Debian's dist-packages for the
-        prefix, imports (shelf, shelf.mooncake, shelf.lmcache) from there, and the
+        prefix, imports (shelf, shelf.mooncake, shelf.lmcache, shelf.sglang) from there, and the
         mooncake.store shim lands off every path, in share/shelf/."""
         cache = os.path.join(BUILD_DIR, "CMakeCache.txt")
         with open(cache) as f:
@@ -102,7 +102,7 @@ class InstallTest(unittest.TestCase):
             env = dict(os.environ, PYTHONPATH=f"{site}:{compat}")
             proc = subprocess.run(
                 ["/usr/bin/python3", "-c",
-                 "import shelf, shelf.mooncake, shelf.lmcache, mooncake.store as m; "
+                 "import shelf, shelf.mooncake, shelf.lmcache, shelf.sglang, mooncake.store as m; "
                  "assert callable(shelf.lmcache.ShelfConnector.submit_batch_delete); "
                  "assert m.MooncakeDistributedStore is shelf.mooncake.MooncakeDistributedStore; "
                  "print(shelf.__file__)"],

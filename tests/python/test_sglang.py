@@ -1,0 +1,194 @@
+"""shelf.sglang.ShelfHiCacheStorage driven as SGLang HiCache drives a
+`dynamic` storage backend (python/sglang/srt/mem_cache/storage/
+backend_factory.py and hicache_storage.py in sgl-project/sglang): loaded
+from extra_config's module_path and class_name, checked to subclass
+HiCacheStorage, built with (storage_config, kwargs), given the host KV pool,
+then batch_set_v1 of pages (backup), batch_exists (the prefix count the
+prefetch asks), batch_get_v1 of that prefix into the host pool. Host pools
+in every layout SGLang has, MHA and MLA (sglang_pools.py), against a real
+cluster."""
+
+import importlib
+import json
+import os
+import pathlib
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import pytest
+import torch
+
+import shelf.sglang
+from conftest import Cluster
+from sglang_pools import MHAHostPool, MLAHostPool, page_bytes, page_indices
+
+LAYOUTS = ["layer_first", "page_first", "page_first_direct"]
+
+
+@dataclass
+class HiCacheStorageConfig:
+    """SGLang's HiCacheStorageConfig (hicache_storage.py), its fields."""
+    tp_rank: int
+    tp_size: int
+    pp_rank: int
+    pp_size: int
+    attn_cp_rank: int
+    attn_cp_size: int
+    is_mla_model: bool
+    enable_storage_metrics: bool
+    is_page_first_layout: bool
+    model_name: Optional[str]
+    dp_rank: int = 0
+    dp_size: int = 1
+    tp_lcm_size: Optional[int] = None
+    should_split_heads: bool = False
+    extra_config: Optional[dict] = None
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(stores=2, dram_bytes=64 << 20)
+    yield c
+    c.stop()
+
+
+def create_dynamic_backend(cluster, tp_rank=0, tp_size=1, mla=False, layout="page_first",
+                           model="org/model", **extra):
+    """StorageBackendFactory._create_dynamic_backend, as SGLang runs it."""
+    config = HiCacheStorageConfig(
+        tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1, attn_cp_rank=0,
+        attn_cp_size=1, is_mla_model=mla, enable_storage_metrics=True,
+        is_page_first_layout=layout != "layer_first", model_name=model,
+        extra_config={"backend_name": "shelf", "module_path": "shelf.sglang",
+                      "class_name": "ShelfHiCacheStorage", "master": cluster.master, **extra})
+    backend = config.extra_config
+    cls = getattr(importlib.import_module(backend["module_path"]), backend["class_name"])
+    assert issubclass(cls, shelf.sglang.HiCacheStorage)
+    return cls(config, {})
+
+
+def fill(pool, seed):
+    g = torch.Generator().manual_seed(seed)
+    flat = pool.kv_buffer.reshape(-1).view(torch.uint8)
+    flat.copy_(torch.randint(0, 256, flat.shape, dtype=torch.uint8, generator=g))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("kind", ["mha", "mla"])
+def test_pages_round_trip_in_every_layout(cluster, kind, layout):
+    pool = MHAHostPool(layout) if kind == "mha" else MLAHostPool(layout)
+    storage = create_dynamic_backend(cluster, mla=kind == "mla", layout=layout,
+                                     model=f"m-{kind}-{layout}")
+    storage.register_mem_pool_host(pool)
+    fill(pool, seed=1)
+    ps = pool.page_size
+    want = {p: page_bytes(pool, p, ps).clone() for p in range(8)}
+    keys = [f"hash{p:04d}" for p in range(8)]
+    # Backup: pages 0..7 of the pool under keys 0..7.
+    assert storage.batch_set_v1(keys, page_indices(range(8), ps)) == [True] * 8
+    # Prefetch: the prefix count, then a get of the counted pages into other
+    # slots of the pool (8..15), which must then hold the same bytes.
+    assert storage.batch_exists(keys + ["hash-never-stored"]) == 8
+    pool.kv_buffer.zero_()
+    assert storage.batch_get_v1(keys, page_indices(range(8, 16), ps)) == [True] * 8
+    for p in range(8):
+        assert torch.equal(page_bytes(pool, 8 + p, ps), want[p]), f"page {p}"
+        assert int(page_bytes(pool, p, ps).count_nonzero()) == 0  # untouched
+    stats = storage.get_stats()
+    assert stats.backup_pgs == [8] and stats.prefetch_pgs == [8]
+    assert len(stats.prefetch_bandwidth) == 1 and stats.prefetch_bandwidth[0] > 0
+    assert storage.get_stats().prefetch_pgs == []  # taken once
+    assert storage.counters["hit_pages"] == 8 and storage.counters["written_pages"] == 8
+    storage.clear()
+    assert storage.batch_exists(keys) == 0
+    storage.close()
+
+
+def test_the_prefix_stops_at_the_first_missing_page(cluster):
+    pool = MHAHostPool("page_first")
+    storage = create_dynamic_backend(cluster, model="m-prefix")
+    storage.register_mem_pool_host(pool)
+    fill(pool, seed=2)
+    keys = [f"p{p}" for p in range(6)]
+    ps = pool.page_size
+    assert storage.batch_set_v1(keys[:3] + keys[4:], page_indices([0, 1, 2, 4, 5], ps)) == \
+        [True] * 5
+    assert storage.batch_exists(keys) == 3
+    # A get of pages that include a miss: the miss alone is False, its slot
+    # untouched.
+    pool.kv_buffer.zero_()
+    assert storage.batch_get_v1(keys[2:5], page_indices([8, 9, 10], ps)) == [True, False, True]
+    assert int(page_bytes(pool, 9, ps).count_nonzero()) == 0
+    assert storage.counters["miss_pages"] == 1
+    storage.clear()
+    storage.close()
+
+
+def test_mla_pages_are_written_once_and_read_by_every_rank(cluster):
+    pools = [MLAHostPool("page_first") for _ in range(2)]
+    ranks = [create_dynamic_backend(cluster, tp_rank=r, tp_size=2, mla=True, model="m-mla-tp")
+             for r in range(2)]
+    for storage, pool in zip(ranks, pools):
+        storage.register_mem_pool_host(pool)
+    fill(pools[0], seed=3)
+    fill(pools[1], seed=4)  # rank 1's pool differs: its set must not be stored
+    keys = [f"mla{p}" for p in range(4)]
+    ps = pools[0].page_size
+    assert ranks[1].batch_set_v1(keys, page_indices(range(4), ps)) == [True] * 4
+    assert ranks[1].batch_exists(keys) == 0  # nothing written by rank 1
+    assert ranks[0].batch_set_v1(keys, page_indices(range(4), ps)) == [True] * 4
+    want = [page_bytes(pools[0], p, ps).clone() for p in range(4)]
+    assert ranks[1].batch_exists(keys) == 4
+    assert ranks[1].batch_get_v1(keys, page_indices(range(8, 12), ps)) == [True] * 4
+    for p in range(4):
+        assert torch.equal(page_bytes(pools[1], 8 + p, ps), want[p])
+    ranks[0].clear()
+    for storage in ranks:
+        storage.close()
+
+
+def test_tensor_parallel_mha_ranks_keep_their_own_shards(cluster):
+    pools = [MHAHostPool("page_first") for _ in range(2)]
+    ranks = [create_dynamic_backend(cluster, tp_rank=r, tp_size=2, model="m-mha-tp")
+             for r in range(2)]
+    for r, (storage, pool) in enumerate(zip(ranks, pools)):
+        storage.register_mem_pool_host(pool)
+        fill(pool, seed=10 + r)
+    ps = pools[0].page_size
+    want = [[page_bytes(pool, 0, ps).clone()] for pool in pools]
+    for storage in ranks:
+        assert storage.batch_set_v1(["shared-hash"], page_indices([0], ps)) == [True]
+    for r, (storage, pool) in enumerate(zip(ranks, pools)):
+        pool.kv_buffer.zero_()
+        assert storage.batch_get_v1(["shared-hash"], page_indices([1], ps)) == [True]
+        assert torch.equal(page_bytes(pool, 1, ps), want[r][0]), f"rank {r}"
+        storage.clear()
+        storage.close()
+
+
+def test_the_configuration_in_the_docs_loads_and_moves_a_page(cluster):
+    doc = (pathlib.Path(os.environ["SHELF_SOURCE_DIR"]) / "docs" / "integrations.md").read_text()
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", doc, re.S)]
+    extra = next(b for b in blocks if b.get("class_name") == "ShelfHiCacheStorage")
+    assert extra["master"] == "10.0.0.1:7000"
+    extra["master"] = cluster.master
+    config = HiCacheStorageConfig(0, 1, 0, 1, 0, 1, False, False, True, "m-docs",
+                                  extra_config=extra)
+    cls = getattr(importlib.import_module(extra["module_path"]), extra["class_name"])
+    storage = cls(config, {})
+    pool = MHAHostPool("page_first")
+    storage.register_mem_pool_host(pool)
+    fill(pool, seed=20)
+    want = page_bytes(pool, 0, pool.page_size).clone()
+    assert storage.batch_set_v1(["docs"], page_indices([0], pool.page_size)) == [True]
+    assert storage.batch_get_v1(["docs"], page_indices([1], pool.page_size)) == [True]
+    assert torch.equal(page_bytes(pool, 1, pool.page_size), want)
+    storage.clear()
+    storage.close()
+
+
+def test_extra_config_is_checked(cluster):
+    with pytest.raises(ValueError, match="master"):
+        shelf.sglang.ShelfHiCacheStorage(
+            HiCacheStorageConfig(0, 1, 0, 1, 0, 1, False, False, True, "m", extra_config={}), {})
