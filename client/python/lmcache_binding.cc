@@ -1,4 +1,4 @@
-// shelf.lmcache.ShelfConnector: NativeConnector (lmcache_connector.h) as
+// shelf.lmcache.ShelfConnector: NativeConnector (client/native_connector.h) as
 // LMCache's multiprocess mode loads a `native_plugin` L2 adapter:
 //
 //   --l2-adapter '{"type": "native_plugin", "module_path": "shelf.lmcache",
@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "client/python/lmcache_connector.h"
+#include "client/native_connector.h"
 #include "client/python/module.h"
 #include "common/net.h"
 

@@ -15,8 +15,8 @@
 // completion list and the eventfd is written; Drain reads the eventfd and
 // takes the list. The buffers of a batch must stay valid until its
 // completion has been drained.
-#ifndef SHELF_CLIENT_PYTHON_LMCACHE_CONNECTOR_H_
-#define SHELF_CLIENT_PYTHON_LMCACHE_CONNECTOR_H_
+#ifndef SHELF_CLIENT_NATIVE_CONNECTOR_H_
+#define SHELF_CLIENT_NATIVE_CONNECTOR_H_
 
 #include <atomic>
 #include <cstddef>
@@ -30,7 +30,7 @@
 #include "common/mutex.h"
 #include "shelf/client.h"
 
-namespace shelf::python {
+namespace shelf {
 
 class NativeConnector {
  public:
@@ -137,6 +137,6 @@ class NativeConnector {
   Mutex close_mu_;                    // one Close at a time
 };
 
-}  // namespace shelf::python
+}  // namespace shelf
 
-#endif  // SHELF_CLIENT_PYTHON_LMCACHE_CONNECTOR_H_
+#endif  // SHELF_CLIENT_NATIVE_CONNECTOR_H_

@@ -1,5 +1,5 @@
-// NativeConnector: the bodies of lmcache_connector.h's declarations.
-#include "client/python/lmcache_connector.h"
+// NativeConnector: the bodies of native_connector.h's declarations.
+#include "client/native_connector.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include "common/errno_text.h"
 #include "shelf/limits.h"
 
-namespace shelf::python {
+namespace shelf {
 namespace {
 
 // The client's limit on registered buffers (Client::RegisterBuffer), of
@@ -306,4 +306,4 @@ void NativeConnector::RunDelete(const Request& r, Completion* c, Failures* faile
   });
 }
 
-}  // namespace shelf::python
+}  // namespace shelf
