@@ -45,21 +45,47 @@ std::string LoadedDriverPath() {
   return path;
 }
 
-// cuPointerGetAttribute from the CUDA driver, when the process has loaded
-// it (a framework such as torch does before it makes device memory); null
-// when it has not, and then no memory of the process is device memory.
-// Looked up without loading anything, and again on each call until found,
-// since the driver may be loaded later.
-CuPointerGetAttribute LoadedDriverPointerGetAttribute() {
-  static std::atomic<CuPointerGetAttribute> found{nullptr};
-  if (CuPointerGetAttribute f = found.load(std::memory_order_acquire); f != nullptr) return f;
+// A function of the CUDA driver, when the process has loaded it (a
+// framework such as torch does before it makes device memory); null when
+// it has not, or the driver lacks `name`. Looked up without loading
+// anything, and again on each call until found (the driver may be loaded
+// later); `found` keeps it once found.
+void* LoadedDriverSymbol(const char* name, std::atomic<void*>* found) {
+  if (void* f = found->load(std::memory_order_acquire); f != nullptr) return f;
   const std::string path = LoadedDriverPath();
   if (path.empty()) return nullptr;
   void* driver = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
   if (driver == nullptr) return nullptr;
-  auto f = reinterpret_cast<CuPointerGetAttribute>(dlsym(driver, "cuPointerGetAttribute"));
-  if (f != nullptr) found.store(f, std::memory_order_release);
+  void* f = dlsym(driver, name);
+  if (f != nullptr) found->store(f, std::memory_order_release);
   return f;  // the reference dlopen took stays: the driver is never unloaded
+}
+
+// cuPointerGetAttribute; null without a loaded driver, and then no memory
+// of the process is device memory.
+CuPointerGetAttribute LoadedDriverPointerGetAttribute() {
+  static std::atomic<void*> found{nullptr};
+  return reinterpret_cast<CuPointerGetAttribute>(
+      LoadedDriverSymbol("cuPointerGetAttribute", &found));
+}
+
+// The driver's synchronous copies (cuda.h: cuMemcpyDtoH_v2, cuMemcpyHtoD_v2).
+using CuMemcpyDtoH = int (*)(void* dst_host, unsigned long long src_device, size_t n);
+using CuMemcpyHtoD = int (*)(unsigned long long dst_device, const void* src_host, size_t n);
+
+CuMemcpyDtoH LoadedDriverMemcpyDtoH() {
+  static std::atomic<void*> found{nullptr};
+  return reinterpret_cast<CuMemcpyDtoH>(LoadedDriverSymbol("cuMemcpyDtoH_v2", &found));
+}
+
+CuMemcpyHtoD LoadedDriverMemcpyHtoD() {
+  static std::atomic<void*> found{nullptr};
+  return reinterpret_cast<CuMemcpyHtoD>(LoadedDriverSymbol("cuMemcpyHtoD_v2", &found));
+}
+
+bool RuntimeReachesDevice(CudaRuntime* runtime) {
+  int devices = 0;
+  return runtime->DeviceCount(&devices).ok() && devices > 0;
 }
 
 // What the loaded driver says `p` is; an error when no driver is loaded
@@ -221,6 +247,34 @@ CudaRuntime* CudaRuntime::Default() {
   static NoCudaRuntime* runtime = new NoCudaRuntime();
 #endif
   return runtime;
+}
+
+bool CanCopyDeviceMemory(CudaRuntime* runtime) {
+  return RuntimeReachesDevice(runtime) ||
+         (LoadedDriverMemcpyDtoH() != nullptr && LoadedDriverMemcpyHtoD() != nullptr);
+}
+
+absl::Status CopyDeviceMemory(CudaRuntime* runtime, void* dst, const void* src, size_t n,
+                              CudaRuntime::CopyKind kind) {
+  if (n == 0) return absl::OkStatus();
+  if (RuntimeReachesDevice(runtime)) {
+    // The legacy default stream, then a wait for it: the copy is done, and
+    // ordered after the work the caller enqueued there.
+    if (absl::Status s = runtime->MemcpyAsync(dst, src, n, kind, nullptr); !s.ok()) return s;
+    return runtime->StreamSynchronize(nullptr);
+  }
+  int e = 0;
+  if (kind == CudaRuntime::CopyKind::kDeviceToHost) {
+    CuMemcpyDtoH copy = LoadedDriverMemcpyDtoH();
+    if (copy == nullptr) return absl::FailedPreconditionError("no CUDA driver to copy with");
+    e = copy(dst, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(src)), n);
+  } else {
+    CuMemcpyHtoD copy = LoadedDriverMemcpyHtoD();
+    if (copy == nullptr) return absl::FailedPreconditionError("no CUDA driver to copy with");
+    e = copy(static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(dst)), src, n);
+  }
+  if (e != kCuSuccess) return absl::InternalError(absl::StrCat("cuMemcpy: CUresult ", e));
+  return absl::OkStatus();
 }
 
 }  // namespace shelf

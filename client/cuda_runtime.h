@@ -78,6 +78,17 @@ class CudaRuntime {
   virtual absl::Status EventSynchronize(Event event) = 0;
 };
 
+// Copies `n` bytes between host and device memory (`kind`), synchronously,
+// with the calling thread's current CUDA context: through `runtime` when it
+// reaches a device, else through the loaded driver's cuMemcpyDtoH_v2 /
+// cuMemcpyHtoD_v2 (a process whose framework loaded the driver, where the
+// runtime of this build cannot start). FAILED_PRECONDITION when neither can;
+// INTERNAL with CUDA's error when the copy fails.
+absl::Status CopyDeviceMemory(CudaRuntime* runtime, void* dst, const void* src, size_t n,
+                              CudaRuntime::CopyKind kind);
+// Whether CopyDeviceMemory has a way to copy in this process.
+bool CanCopyDeviceMemory(CudaRuntime* runtime);
+
 }  // namespace shelf
 
 #endif  // SHELF_CLIENT_CUDA_RUNTIME_H_

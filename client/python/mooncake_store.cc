@@ -110,21 +110,20 @@ size_t TotalOf(const std::vector<int64_t>& sizes) {
 // Cuts keys [0, n) into runs of at most kBatchItemsMax whose scratch bytes
 // stay within kScratchBytesMax (a larger key gets a run of its own), and
 // calls run(begin, end, offsets, scratch_bytes) for each: offsets[i - begin]
-// is key i's offset in the scratch, or SIZE_MAX for a key of one piece,
-// which moves straight from or to that piece. `pieces(i)` are key i's piece
-// sizes.
-template <typename Pieces, typename Run>
-void ForEachScratchRun(size_t n, Pieces pieces, Run run) {
+// is key i's offset in the scratch, or SIZE_MAX for a key that moves
+// straight from or to its one piece (`straight(i)`). `pieces(i)` are key
+// i's piece sizes.
+template <typename Pieces, typename Straight, typename Run>
+void ForEachScratchRun(size_t n, Pieces pieces, Straight straight, Run run) {
   for (size_t begin = 0; begin < n;) {
     std::vector<size_t> offsets;
     size_t scratch_bytes = 0, end = begin;
     for (; end < n && end - begin < kBatchItemsMax; ++end) {
-      const std::vector<int64_t>& sizes = pieces(end);
-      if (sizes.size() == 1) {
+      if (straight(end)) {
         offsets.push_back(SIZE_MAX);
         continue;
       }
-      const size_t total = TotalOf(sizes);
+      const size_t total = TotalOf(pieces(end));
       if (scratch_bytes > 0 && scratch_bytes + total > kScratchBytesMax) break;
       offsets.push_back(scratch_bytes);
       scratch_bytes += total;
@@ -134,14 +133,25 @@ void ForEachScratchRun(size_t n, Pieces pieces, Run run) {
   }
 }
 
+// `s` as libshelf's Status (the codes are the same).
+Status AsStatus(const absl::Status& s) {
+  return s.ok() ? Status::Ok()
+                : Status(static_cast<StatusCode>(s.code()), std::string(s.message()));
+}
+
+// The CUDA runtime the layer asks and copies with (a test's simulated one
+// when set: client/testing_hooks.h).
+CudaRuntime* Cuda() {
+  return internal::CudaForTesting() != nullptr ? internal::CudaForTesting()
+                                               : CudaRuntime::Default();
+}
+
 // Whether `address` is CUDA device memory, as the client's CUDA runtime
 // tells (in a build without CUDA, the driver the process loaded, if any:
 // client/cuda_runtime.cc).
 bool IsDeviceMemory(uint64_t address) {
-  CudaRuntime* cuda =
-      internal::CudaForTesting() != nullptr ? internal::CudaForTesting() : CudaRuntime::Default();
   CudaRuntime::PointerInfo info;
-  return cuda->PointerAttributes(reinterpret_cast<const void*>(address), &info).ok() &&
+  return Cuda()->PointerAttributes(reinterpret_cast<const void*>(address), &info).ok() &&
          info.type == CudaRuntime::MemoryType::kDevice;
 }
 
@@ -330,42 +340,60 @@ std::vector<int> MooncakeStore::BatchPutFromMulti(
     return out;
   }
   std::vector<size_t> where;
+  std::vector<bool> device;  // per entry of `where`: its pieces are device memory
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (int rc = CheckPieces(keys[i], all_ptrs[i], all_sizes[i]); rc != kMcOk) {
+    bool gpu = false;
+    if (int rc = CheckPieces(keys[i], all_ptrs[i], all_sizes[i], &gpu); rc != kMcOk) {
       out[i] = rc;
       continue;
     }
     where.push_back(i);
+    device.push_back(gpu);
   }
   py::gil_scoped_release nogil;
-  // A key of one piece is put straight from it; the pieces of any other
-  // are gathered into scratch first (Shelf stores a block contiguously).
+  // A host key of one piece is put straight from it; the pieces of any
+  // other are gathered into scratch first (Shelf stores a block
+  // contiguously), device pieces by CUDA copies.
   ForEachScratchRun(
       where.size(), [&](size_t i) -> const std::vector<int64_t>& { return all_sizes[where[i]]; },
+      [&](size_t i) { return !device[i] && all_ptrs[where[i]].size() == 1; },
       [&](size_t begin, size_t end, const std::vector<size_t>& offsets, size_t scratch_bytes) {
         char* scratch = ThreadScratch(scratch_bytes);
         std::vector<PutItem> run;
+        std::vector<size_t> run_keys;  // run[j] is key run_keys[j]
         for (size_t i = begin; i < end; ++i) {
           const size_t k = where[i];
           const size_t offset = offsets[i - begin];
           if (offset == SIZE_MAX) {
             run.push_back(PutItem{keys[k], reinterpret_cast<const char*>(all_ptrs[k][0]),
                                   static_cast<size_t>(all_sizes[k][0])});
+            run_keys.push_back(k);
             continue;
           }
           size_t at = offset;
-          for (size_t p = 0; p < all_ptrs[k].size(); ++p) {
+          Status copied;
+          for (size_t p = 0; p < all_ptrs[k].size() && copied.ok(); ++p) {
             const size_t n = static_cast<size_t>(all_sizes[k][p]);
-            std::memcpy(scratch + at, reinterpret_cast<const char*>(all_ptrs[k][p]), n);
+            const auto* piece = reinterpret_cast<const char*>(all_ptrs[k][p]);
+            if (device[i]) {
+              copied = AsStatus(CopyDeviceMemory(Cuda(), scratch + at, piece, n,
+                                                 CudaRuntime::CopyKind::kDeviceToHost));
+            } else {
+              std::memcpy(scratch + at, piece, n);
+            }
             at += n;
           }
+          if (!copied.ok()) {
+            out[k] = ToMooncake(copied);
+            continue;
+          }
           run.push_back(PutItem{keys[k], scratch + offset, at - offset});
+          run_keys.push_back(k);
         }
+        if (run.empty()) return;
         std::vector<Status> st;
         Status s = c->BatchPut(run, &st, po);
-        for (size_t i = begin; i < end; ++i) {
-          out[where[i]] = ToMooncake(s.ok() ? st[i - begin] : s);
-        }
+        for (size_t j = 0; j < run.size(); ++j) out[run_keys[j]] = ToMooncake(s.ok() ? st[j] : s);
       });
   return out;
 }
@@ -382,18 +410,23 @@ std::vector<int> MooncakeStore::BatchGetIntoMulti(
     return out;
   }
   std::vector<size_t> where;
+  std::vector<bool> device;  // per entry of `where`: its pieces are device memory
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (int rc = CheckPieces(keys[i], all_ptrs[i], all_sizes[i]); rc != kMcOk) {
+    bool gpu = false;
+    if (int rc = CheckPieces(keys[i], all_ptrs[i], all_sizes[i], &gpu); rc != kMcOk) {
       out[i] = rc;
       continue;
     }
     where.push_back(i);
+    device.push_back(gpu);
   }
   py::gil_scoped_release nogil;
-  // A key of one piece is read straight into it; a key of several is read
-  // whole into scratch, then copied out to its pieces in order.
+  // A host key of one piece is read straight into it; any other is read
+  // whole into scratch, then copied out to its pieces in order (device
+  // pieces by CUDA copies).
   ForEachScratchRun(
       where.size(), [&](size_t i) -> const std::vector<int64_t>& { return all_sizes[where[i]]; },
+      [&](size_t i) { return !device[i] && all_ptrs[where[i]].size() == 1; },
       [&](size_t begin, size_t end, const std::vector<size_t>& offsets, size_t scratch_bytes) {
         char* scratch = ThreadScratch(scratch_bytes);
         std::vector<std::string> run;
@@ -426,15 +459,23 @@ std::vector<int> MooncakeStore::BatchGetIntoMulti(
           // The block fills the pieces in order; pieces larger than it in
           // total keep their tail.
           const size_t size = got[i - begin];
+          Status copied;
           if (const size_t offset = offsets[i - begin]; offset != SIZE_MAX) {
             size_t at = 0;
-            for (size_t p = 0; p < all_ptrs[k].size() && at < size; ++p) {
+            for (size_t p = 0; p < all_ptrs[k].size() && at < size && copied.ok(); ++p) {
               const size_t n = std::min(static_cast<size_t>(all_sizes[k][p]), size - at);
-              std::memcpy(reinterpret_cast<void*>(all_ptrs[k][p]), scratch + offset + at, n);
+              auto* piece = reinterpret_cast<void*>(all_ptrs[k][p]);
+              if (device[i]) {
+                copied = AsStatus(CopyDeviceMemory(Cuda(), piece, scratch + offset + at, n,
+                                                   CudaRuntime::CopyKind::kHostToDevice));
+              } else {
+                std::memcpy(piece, scratch + offset + at, n);
+              }
               at += n;
             }
           }
-          out[k] = static_cast<int>(std::min<size_t>(size, INT32_MAX));
+          out[k] = copied.ok() ? static_cast<int>(std::min<size_t>(size, INT32_MAX))
+                               : ToMooncake(copied);
         }
       });
   return out;
@@ -756,7 +797,10 @@ int MooncakeStore::RegisterBuffer(uint64_t address, int64_t size) {
   }
   // Device memory (vLLM registers its GPU KV cache) is registered as a GPU
   // buffer: libshelf stages it through pinned host memory, and never
-  // touches it from the host. A build without CUDA cannot move it: -600.
+  // touches it from the host. Where libshelf cannot (its runtime reaches
+  // no device) but the loaded driver can copy, the region is kept without
+  // a handle: the multi-buffer calls move its pieces by the driver's
+  // copies. Neither: -600.
   const bool gpu = IsDeviceMemory(address);
   BufferHandle h;
   Status s;
@@ -764,7 +808,11 @@ int MooncakeStore::RegisterBuffer(uint64_t address, int64_t size) {
     py::gil_scoped_release nogil;
     s = c->RegisterBuffer(reinterpret_cast<void*>(address), static_cast<size_t>(size), &h, gpu);
   }
-  if (!s.ok()) return gpu ? kMcInvalidParams : ToMooncake(s);
+  if (!s.ok() && gpu && CanCopyDeviceMemory(Cuda())) {
+    h = BufferHandle();
+  } else if (!s.ok()) {
+    return gpu ? kMcInvalidParams : ToMooncake(s);
+  }
   MutexLock lock(&mu_);
   regions_[address] = Region{static_cast<size_t>(size), h, gpu};
   return kMcOk;
@@ -781,6 +829,7 @@ int MooncakeStore::UnregisterBuffer(uint64_t address) {
     h = it->second.handle;
     regions_.erase(it);
   }
+  if (!h.valid()) return kMcOk;  // device memory the driver copies: no handle
   py::gil_scoped_release nogil;
   return ToMooncake(c->UnregisterBuffer(h));
 }
@@ -926,7 +975,7 @@ void MooncakeStore::BatchGetValues(const std::vector<std::string>& keys,
 }
 
 int MooncakeStore::Locate(const std::string& key, uint64_t address, int64_t size,
-                          BufferHandle* handle, size_t* offset, bool host_only) {
+                          BufferHandle* handle, size_t* offset, bool host_only, bool* gpu) {
   if (!ValidKeyLength(key.size())) return kMcInvalidKey;
   if (size <= 0 || address == 0) return kMcInvalidParams;
   MutexLock lock(&mu_);
@@ -938,24 +987,30 @@ int MooncakeStore::Locate(const std::string& key, uint64_t address, int64_t size
     return kMcInvalidParams;
   }
   if (host_only && it->second.gpu) return kMcInvalidParams;
+  if (gpu != nullptr) *gpu = it->second.gpu;
   *handle = it->second.handle;
   *offset = static_cast<size_t>(off);
   return kMcOk;
 }
 
 int MooncakeStore::CheckPieces(const std::string& key, const std::vector<uint64_t>& ptrs,
-                               const std::vector<int64_t>& sizes) {
+                               const std::vector<int64_t>& sizes, bool* device) {
   if (!ValidKeyLength(key.size())) return kMcInvalidKey;
   if (ptrs.empty() || ptrs.size() != sizes.size()) return kMcInvalidParams;
   for (size_t j = 0; j < ptrs.size(); ++j) {
     BufferHandle h;
     size_t off = 0;
-    if (int rc = Locate(key, ptrs[j], sizes[j], &h, &off, /*host_only=*/true); rc != kMcOk) {
+    bool gpu = false;
+    if (int rc = Locate(key, ptrs[j], sizes[j], &h, &off, /*host_only=*/false, &gpu); rc != kMcOk) {
       return rc;
     }
+    // One kind of memory per key: its pieces move one way.
+    if (j > 0 && gpu != *device) return kMcInvalidParams;
+    *device = gpu;
   }
   return kMcOk;
 }
+
 std::map<std::string, std::vector<ReplicaDescriptor>> MooncakeStore::BatchGetReplicaDesc(
     const std::vector<std::string>& keys) {
   std::map<std::string, std::vector<ReplicaDescriptor>> out;

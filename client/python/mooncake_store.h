@@ -316,9 +316,10 @@ class MooncakeStore {
   // The registered region holding [address, address + size): its handle
   // and the offset of `address` in it. INVALID_PARAMS when no registered
   // region holds the whole range, or with `host_only` (for the calls that
-  // copy on the host: multi-buffer pieces, ranges) when it is device memory.
+  // copy on the host: ranges) when it is device memory. `gpu` (may be
+  // null) gets whether the region is device memory.
   int Locate(const std::string& key, uint64_t address, int64_t size, BufferHandle* handle,
-             size_t* offset, bool host_only = false) ABSL_LOCKS_EXCLUDED(mu_);
+             size_t* offset, bool host_only = false, bool* gpu = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The items of a single-buffer batch (GetIntoItem: size is the
   // capacity; PutFromItem: the block's size) whose ranges Locate finds,
@@ -347,9 +348,10 @@ class MooncakeStore {
   }
 
   // The pieces of a multi-buffer block: one size per pointer, each piece
-  // inside a registered region.
+  // inside a registered region, all host memory or all device memory
+  // (*device says which).
   int CheckPieces(const std::string& key, const std::vector<uint64_t>& ptrs,
-                  const std::vector<int64_t>& sizes);
+                  const std::vector<int64_t>& sizes, bool* device);
 
   Mutex mu_;
   std::shared_ptr<Client> client_ ABSL_GUARDED_BY(mu_);      // null: not set up
