@@ -10,8 +10,11 @@ cache as CPU tensors in both of its layouts (FlashAttention's separate K and
 V segments, FlashInfer's one segment per layer)."""
 
 import ctypes
+import json
 import math
+import os
 import pathlib
+import re
 import sys
 import uuid
 
@@ -180,14 +183,48 @@ def vllm_register_kv_caches(store, kv_caches, num_blocks):
     return seg_addrs, block_lens
 
 
+def vllm_parse_size(value):
+    """The worker's _parse_size: an int, or a number with gb/mb/kb/b."""
+    if isinstance(value, int):
+        return value
+    m = re.match(r"^\s*([\d.]+)\s*(gb|mb|kb|b)?\s*$", str(value).strip().lower())
+    assert m, value
+    return int(float(m.group(1)) * {"gb": 1 << 30, "mb": 1 << 20, "kb": 1 << 10,
+                                      "b": 1}[m.group(2) or "b"])
+
+
+def vllm_setup(store, master):
+    """MooncakeStoreWorker.__init__: MooncakeStoreConfig.from_file of the
+    file MOONCAKE_CONFIG_PATH names (here docs/integrations.md's, with this
+    cluster's master), then setup() of the dict it builds, sizes as strings."""
+    doc = (pathlib.Path(os.environ["SHELF_SOURCE_DIR"]) / "docs" / "integrations.md").read_text()
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", doc, re.S)]
+    config = next(b for b in blocks if "master_server_address" in b)
+    assert config["master_server_address"] == "10.0.0.1:7000"
+    config["master_server_address"] = master
+    return store.setup({
+        "local_hostname": "127.0.0.1",  # get_ip()
+        "metadata_server": config.get("metadata_server", ""),
+        "global_segment_size": str(vllm_parse_size(config.get("global_segment_size", 4 << 30))),
+        "local_buffer_size": str(vllm_parse_size(config.get("local_buffer_size", 4 << 30))),
+        "protocol": config.get("protocol", "rdma"),
+        "rdma_devices": config.get("device_name", ""),
+        "master_server_addr": config.get("master_server_address", ""),
+    })
+
+
+def test_vllm_setup_of_older_releases_takes_seven_positional_arguments(cluster):
+    store = MooncakeDistributedStore()
+    assert store.setup("127.0.0.1", "P2PHANDSHAKE", 64 * MiB, 64 * MiB, "tcp", "",
+                       cluster.master) == OK
+    assert store.close() == OK
+
+
 @pytest.mark.parametrize("layout,segments_per_layer", [("flash_attn", 2), ("flashinfer", 1)])
 def test_vllm_store_connector_sequence(cluster, layout, segments_per_layer):
     store = MooncakeDistributedStore()
-    # Seven positional arguments, as the worker passes them.
-    assert store.setup("127.0.0.1", "P2PHANDSHAKE", 64 * MiB, 64 * MiB, "tcp", "",
-                       cluster.master) == OK
-    replicate_config = ReplicateConfig()
-    replicate_config.preferred_segment = "127.0.0.1"
+    # The dict form, from the config file, as the worker builds it.
+    assert vllm_setup(store, cluster.master) == OK
 
     kv_caches, num_blocks = vllm_kv_caches(layout)
     seg_addrs, block_lens = vllm_register_kv_caches(store, kv_caches, num_blocks)
@@ -203,11 +240,14 @@ def test_vllm_store_connector_sequence(cluster, layout, segments_per_layer):
     sizes = [list(block_lens) for _ in block_ids]
 
     # KVCacheStoreSendingThread: batch_is_exist, then the missing keys in
-    # one batch_put_from_multi_buffers with the shared config, four
-    # positional arguments.
+    # one batch_put_from_multi_buffers, three positional arguments (older
+    # releases passed a ReplicateConfig fourth).
     assert [e for e in store.batch_is_exist(keys) if e == 1] == []
-    res = store.batch_put_from_multi_buffers(keys, addrs, sizes, replicate_config)
+    res = store.batch_put_from_multi_buffers(keys, addrs, sizes)
     assert res == [OK] * len(keys)
+    config = ReplicateConfig()
+    config.preferred_segment = "127.0.0.1"
+    assert store.batch_put_from_multi_buffers(keys[:1], addrs[:1], sizes[:1], config) == [OK]
 
     # KVCacheStoreRecvingThread: three arguments, one code per key (zip
     # strict), bytes on success.
