@@ -13,6 +13,9 @@ import json
 import os
 import pathlib
 import re
+import shutil
+import tempfile
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -20,7 +23,7 @@ import pytest
 import torch
 
 import shelf.sglang
-from conftest import Cluster
+from conftest import Cluster, principals_cluster, private_file
 from sglang_pools import MHAHostPool, MLAHostPool, page_bytes, page_indices
 
 LAYOUTS = ["layer_first", "page_first", "page_first_direct"]
@@ -192,3 +195,71 @@ def test_extra_config_is_checked(cluster):
     with pytest.raises(ValueError, match="master"):
         shelf.sglang.ShelfHiCacheStorage(
             HiCacheStorageConfig(0, 1, 0, 1, 0, 1, False, False, True, "m", extra_config={}), {})
+
+
+def test_a_store_killed_mid_prefetch_fails_only_its_pages():
+    cluster = Cluster(stores=2, dram_bytes=64 << 20)
+    try:
+        # Over TCP: a client keeps a same-host store's segment mapped.
+        storage = create_dynamic_backend(cluster, model="m-kill", allow_shm=False,
+                                         timeout_ms=3000, prefetch_timeout_max=3.0)
+        pool = MHAHostPool("page_first", pages=64)
+        storage.register_mem_pool_host(pool)
+        fill(pool, seed=30)
+        ps = pool.page_size
+        keys = [f"kill{p}" for p in range(32)]
+        want = [page_bytes(pool, p, ps).clone() for p in range(32)]
+        assert storage.batch_set_v1(keys, page_indices(range(32), ps)) == [True] * 32
+        pool.kv_buffer.zero_()
+        killer = threading.Thread(target=cluster.kill_store, args=(0,))
+        killer.start()
+        loaded = storage.batch_get_v1(keys, page_indices(range(32, 64), ps))
+        killer.join()
+        for p in range(32):  # a page reported loaded holds its own bytes
+            if loaded[p]:
+                assert torch.equal(page_bytes(pool, 32 + p, ps), want[p]), p
+        # After the kill: a page whose K and V objects both live on the
+        # survivor loads; a page with either on the dead store is False
+        # (a batch spreads K and V over the stores, so here that is every
+        # page); nothing raises.
+        pool.kv_buffer.zero_()
+        loaded = storage.batch_get_v1(keys, page_indices(range(32, 64), ps))
+        assert len(loaded) == 32 and loaded.count(False) > 0
+        for p in range(32):
+            if loaded[p]:
+                assert torch.equal(page_bytes(pool, 32 + p, ps), want[p]), p
+        assert storage.counters["miss_pages"] >= loaded.count(False)
+        storage.close()
+    finally:
+        cluster.stop()
+
+
+SECRET = "sglang-backend-data-plane-secret"
+PRINCIPALS = {"eng-a": ("team-a", "secret-of-engine-a-0123456789"),
+              "eng-b": ("team-b", "secret-of-engine-b-0123456789")}
+
+
+def test_a_tenant_reads_only_its_own_pages():
+    d = pathlib.Path(tempfile.mkdtemp(prefix="shelf-sglang-"))
+    lines = "".join(f"{p} engine {t} {s}\n" for p, (t, s) in PRINCIPALS.items())
+    cluster, secret = principals_cluster(d, lines, SECRET)
+    try:
+        own = {p: private_file(d / p, f"{p} engine {t} {s}\n")
+               for p, (t, s) in PRINCIPALS.items()}
+        a, b = (create_dynamic_backend(cluster, model="m-tenant", secret_file=secret,
+                                       credentials=own[p]) for p in ("eng-a", "eng-b"))
+        pools = [MHAHostPool("page_first") for _ in range(2)]
+        for storage, pool in zip((a, b), pools):
+            storage.register_mem_pool_host(pool)
+        fill(pools[0], seed=40)
+        ps = pools[0].page_size
+        assert a.batch_set_v1(["shared"], page_indices([0], ps)) == [True]
+        assert b.batch_exists(["shared"]) == 0
+        assert b.batch_get_v1(["shared"], page_indices([1], ps)) == [False]
+        assert int(page_bytes(pools[1], 1, ps).count_nonzero()) == 0
+        assert a.batch_exists(["shared"]) == 1
+        for storage in (a, b):
+            storage.close()
+    finally:
+        cluster.stop()
+        shutil.rmtree(d, ignore_errors=True)

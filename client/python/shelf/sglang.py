@@ -114,6 +114,8 @@ class ShelfHiCacheStorage(HiCacheStorage):
       credentials,      a credentials file and which of its principals
       principal         (the pages then live in its tenant)
       timeout_ms        each call's deadline but prefetches' (default 5000)
+      allow_shm         reach stores on this host through shared memory
+                        (default true; false: TCP)
       key_prefix        before every key (default "sglang")
       prefetch_timeout_base, prefetch_timeout_per_ki_token,
       prefetch_timeout_max
@@ -138,7 +140,8 @@ class ShelfHiCacheStorage(HiCacheStorage):
                 secret = f.read().strip()
         self.timeout_ms = int(extra.get("timeout_ms", 5000))
         self.client = Client(master, secret=secret, credentials=extra.get("credentials", ""),
-                             principal=extra.get("principal", ""), timeout_ms=self.timeout_ms)
+                             principal=extra.get("principal", ""), timeout_ms=self.timeout_ms,
+                             allow_shm=bool(extra.get("allow_shm", True)))
         self.prefetch_timeout = (float(extra.get("prefetch_timeout_base", 2.0)),
                                  float(extra.get("prefetch_timeout_per_ki_token", 0.1)),
                                  float(extra.get("prefetch_timeout_max", 30.0)))
