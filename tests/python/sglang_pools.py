@@ -85,6 +85,31 @@ class MLAHostPool:
         return ptrs, [size] * len(ptrs)
 
 
+class MambaHostPool:
+    """A Mamba state pool (pool_host/mamba.py): one slot per request state
+    (page_size 1), each a temporal state and conv states of other sizes,
+    in tensors of their own."""
+
+    def __init__(self, slots=8, temporal_bytes=96, conv_bytes=(40, 24)):
+        self.page_size = 1
+        self.temporal = torch.zeros((slots, temporal_bytes), dtype=torch.uint8)
+        self.conv_buffer = [torch.zeros((slots, n), dtype=torch.uint8) for n in conv_bytes]
+
+    def buffers(self):
+        return [self.temporal, *self.conv_buffer]
+
+    def get_page_buffer_meta(self, indices):
+        ptrs, sizes = [], []
+        for i in indices.tolist():
+            for b in self.buffers():
+                ptrs.append(b[i].data_ptr())
+                sizes.append(b.shape[1])
+        return ptrs, sizes
+
+    def slot_bytes(self, slot):
+        return torch.cat([b[slot] for b in self.buffers()])
+
+
 def page_indices(pages, page_size):
     """Host indices of whole pages, as SGLang's controller passes them."""
     return torch.cat([torch.arange(p * page_size, (p + 1) * page_size) for p in pages])

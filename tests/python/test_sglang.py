@@ -24,7 +24,7 @@ import torch
 
 import shelf.sglang
 from conftest import Cluster, principals_cluster, private_file
-from sglang_pools import MHAHostPool, MLAHostPool, page_bytes, page_indices
+from sglang_pools import MambaHostPool, MHAHostPool, MLAHostPool, page_bytes, page_indices
 
 LAYOUTS = ["layer_first", "page_first", "page_first_direct"]
 
@@ -54,6 +54,16 @@ def cluster():
     c = Cluster(stores=2, dram_bytes=64 << 20)
     yield c
     c.stop()
+
+
+@dataclass
+class PoolTransfer:
+    """SGLang's PoolTransfer (hicache_storage.py), the fields the storage
+    calls read."""
+    name: str
+    host_indices: Optional[torch.Tensor] = None
+    keys: Optional[list] = None
+    hit_policy: str = "all_pages"
 
 
 def create_dynamic_backend(cluster, tp_rank=0, tp_size=1, mla=False, layout="page_first",
@@ -263,3 +273,79 @@ def test_a_tenant_reads_only_its_own_pages():
     finally:
         cluster.stop()
         shutil.rmtree(d, ignore_errors=True)
+
+
+def hybrid_backend(cluster, model):
+    """A backend of a hybrid model: the KV pool, a Mamba state pool and an
+    SWA pool (an MHA-shaped side pool), registered as SGLang does."""
+    storage = create_dynamic_backend(cluster, model=model)
+    kv, mamba, swa = MHAHostPool("page_first"), MambaHostPool(), MHAHostPool("page_first")
+    storage.register_mem_pool_host(kv)
+    storage.register_mem_host_pool_v2(kv, "kv")
+    storage.register_mem_host_pool_v2(mamba, "mamba")
+    storage.register_mem_host_pool_v2(swa, "swa")
+    return storage, kv, mamba, swa
+
+
+def test_hybrid_pools_round_trip_through_the_v2_calls(cluster):
+    storage, kv, mamba, swa = hybrid_backend(cluster, "m-hybrid")
+    for seed, pool in enumerate((kv, swa)):
+        fill(pool, seed=50 + seed)
+    mamba.temporal.copy_(torch.randint(0, 256, mamba.temporal.shape, dtype=torch.uint8))
+    for b in mamba.conv_buffer:
+        b.copy_(torch.randint(0, 256, b.shape, dtype=torch.uint8))
+    ps = kv.page_size
+    keys = [f"hy{p}" for p in range(4)]
+    want_swa = [page_bytes(swa, p, ps).clone() for p in range(4)]
+    want_mamba = [mamba.slot_bytes(p).clone() for p in range(4)]
+    assert storage.batch_set_v1(keys, page_indices(range(4), ps)) == [True] * 4
+    result = storage.batch_set_v2([
+        PoolTransfer("mamba", torch.arange(4), keys),
+        PoolTransfer("swa", page_indices(range(4), ps), keys)])
+    assert result == {"mamba": [True] * 4, "swa": [True] * 4}
+    found = storage.batch_exists_v2(keys + ["hy-missing"], [
+        PoolTransfer("mamba", keys=keys), PoolTransfer("swa", keys=keys)])
+    assert found.kv_hit_pages == 4
+    assert found.extra_pool_hit_pages == {"kv": 4, "mamba": 4, "swa": 4}
+    swa.kv_buffer.zero_()
+    for b in mamba.buffers():
+        b.zero_()
+    result = storage.batch_get_v2([
+        PoolTransfer("mamba", torch.arange(4, 8), keys),
+        PoolTransfer("swa", page_indices(range(8, 12), ps), keys)])
+    assert result == {"mamba": [True] * 4, "swa": [True] * 4}
+    for p in range(4):
+        assert torch.equal(mamba.slot_bytes(4 + p), want_mamba[p]), p
+        assert torch.equal(page_bytes(swa, 8 + p, ps), want_swa[p]), p
+    storage.clear()
+    storage.close()
+
+
+def test_hit_policies_bound_the_restorable_prefix(cluster):
+    storage, kv, mamba, _ = hybrid_backend(cluster, "m-policy")
+    fill(kv, seed=60)
+    ps = kv.page_size
+    keys = [f"po{p}" for p in range(4)]
+    assert storage.batch_set_v1(keys, page_indices(range(4), ps)) == [True] * 4
+    # A Mamba state for the last page alone, as SGLang backs up the state
+    # of a prefix's end.
+    assert storage.batch_set_v2([PoolTransfer("mamba", torch.tensor([3]), keys[3:])]) == \
+        {"mamba": [True]}
+    # trailing_pages with a window of one: only stop point 4 has its state.
+    trailing = storage.batch_exists_v2(
+        keys, [PoolTransfer("mamba", keys=keys[3:], hit_policy="trailing_pages")])
+    assert trailing.kv_hit_pages == 4
+    assert trailing.extra_pool_hit_pages["mamba"] == 4
+    # all_pages: page 0 has no state, so nothing can be restored.
+    every = storage.batch_exists_v2(keys, [PoolTransfer("mamba", keys=keys)])
+    assert every.kv_hit_pages == 0
+    assert "mamba" not in every.extra_pool_hit_pages
+    # A KV page missing in the middle stops the KV prefix first.
+    storage.client.remove(f"{storage.prefix}po2_k".encode())
+    shorter = storage.batch_exists_v2(
+        keys, [PoolTransfer("mamba", keys=keys[3:], hit_policy="trailing_pages")])
+    assert shorter.kv_hit_pages == 0  # stop points 1 and 2 lack the state
+    with pytest.raises(ValueError, match="never registered"):
+        storage.batch_get_v2([PoolTransfer("indexer", torch.arange(1), keys[:1])])
+    storage.clear()
+    storage.close()

@@ -10,96 +10,27 @@ dynamic``::
 
 SGLang's factory imports module_path, checks that class_name subclasses its
 HiCacheStorage and builds it with (storage_config, kwargs); the scheduler
-then registers its host KV pool and calls batch_exists, batch_get_v1 and
-batch_set_v1 with host indices. Pages move between the host pool and the
-stores with libshelf's batch calls, without a copy in the page layouts that
-keep a page's K and V each in one piece (page_first, page_first_direct) and
-through one scratch copy in layer_first, where a page is a piece per layer.
-See docs/integrations.md.
+then registers its host KV pool (and a hybrid model's side pools) and
+calls batch_exists, batch_get_v1 and batch_set_v1 with host indices (the
+v2 calls for the side pools). Pages move between the host pools and the
+stores with libshelf's batch calls (_sglang_pages.py): without a copy in
+the page layouts that keep a page's K and V each in one piece (page_first,
+page_first_direct), through one scratch copy where a page is more pieces
+(layer_first). See docs/integrations.md.
 
 When SGLang is not installed, the base classes are structurally identical
-stand-ins defined here, so the backend can be driven (and tested) alone.
+stand-ins (_sglang_api.py), so the backend can be driven (and tested) alone.
 """
 
-import ctypes
 import time
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
+from ._sglang_api import (HiCacheStorage, PoolTransferResult, StorageMetrics, policy_name,
+                          pool_transfer_result)
+from ._sglang_pages import PagePool, view
 from ._shelf import Client
 
-try:  # SGLang's own base class, when SGLang is installed
-    from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
-except ImportError:  # a stand-in with the same methods
-
-    class HiCacheStorage(ABC):
-        """SGLang's HiCacheStorage interface (hicache_storage.py)."""
-
-        def register_mem_pool_host(self, mem_pool_host):
-            self.mem_pool_host = mem_pool_host
-
-        def batch_get_v1(self, keys, host_indices, extra_info=None) -> List[bool]:
-            raise NotImplementedError()
-
-        def batch_set_v1(self, keys, host_indices, extra_info=None) -> List[bool]:
-            raise NotImplementedError()
-
-        @abstractmethod
-        def get(self, key, target_location=None, target_sizes=None):
-            pass
-
-        @abstractmethod
-        def batch_get(self, keys, target_locations=None, target_sizes=None):
-            pass
-
-        @abstractmethod
-        def set(self, key, value=None, target_location=None, target_sizes=None) -> bool:
-            pass
-
-        @abstractmethod
-        def batch_set(self, keys, values=None, target_locations=None, target_sizes=None) -> bool:
-            pass
-
-        @abstractmethod
-        def exists(self, key) -> bool:
-            pass
-
-        def batch_exists(self, keys, extra_info=None) -> int:
-            for i, key in enumerate(keys):
-                if not self.exists(key):
-                    return i
-            return len(keys)
-
-        def clear(self) -> None:
-            pass
-
-        def get_stats(self):
-            return None
-
-try:  # SGLang's metrics record, when SGLang is installed
-    from sglang.srt.observability.metrics_collector import StorageMetrics
-except ImportError:
-
-    @dataclass
-    class StorageMetrics:
-        """SGLang's StorageMetrics (observability/metrics_collector.py)."""
-        prefetch_pgs: List[int] = field(default_factory=list)
-        backup_pgs: List[int] = field(default_factory=list)
-        prefetch_bandwidth: List[float] = field(default_factory=list)
-        backup_bandwidth: List[float] = field(default_factory=list)
-
-BATCH_ITEMS_MAX = 1024  # libshelf's keys per batch call
-
-
-def _view(address: int, size: int) -> memoryview:
-    """The bytes [address, address + size) of the host pool, as a buffer."""
-    return memoryview((ctypes.c_ubyte * size).from_address(address))
-
-
-def _slices(n: int, size: int = BATCH_ITEMS_MAX):
-    for begin in range(0, n, size):
-        yield begin, min(n, begin + size)
+__all__ = ["HiCacheStorage", "PoolTransferResult", "ShelfHiCacheStorage", "StorageMetrics"]
 
 
 class ShelfHiCacheStorage(HiCacheStorage):
@@ -160,11 +91,8 @@ class ShelfHiCacheStorage(HiCacheStorage):
         self.writes = not (self.is_mla and self.tp_rank != 0)
 
         self.mem_pool_host = None
-        self._pool_handle = None
-        self._pool_base = 0
-        self._pieces = 0       # pool pieces of one page (get_page_buffer_meta)
-        self._piece_bytes = 0
-        self._suffixes: List[str] = []  # one object per suffix per page
+        self._kv: Optional[PagePool] = None
+        self._side_pools = {}  # pool name -> PagePool (register_mem_host_pool_v2)
         self.gb_per_page = 0.0
         self.prefetch_pgs: List[int] = []
         self.backup_pgs: List[int] = []
@@ -175,40 +103,31 @@ class ShelfHiCacheStorage(HiCacheStorage):
         self.counters = {"hit_pages": 0, "miss_pages": 0, "read_pages": 0, "written_pages": 0,
                          "read_bytes": 0, "written_bytes": 0, "errors": 0}
 
-    # ------------------------------------------------------------ the pool
+    # ----------------------------------------------------------- the pools
 
     def register_mem_pool_host(self, mem_pool_host):
         super().register_mem_pool_host(mem_pool_host)
-        kv = mem_pool_host.kv_buffer
-        nbytes = kv.numel() * kv.element_size()
-        self._pool_base = kv.data_ptr()
-        self._pool_handle = self.client.register_buffer(self._pool_base, size=nbytes)
-        # How the pool lays out one page: its pieces and their size.
-        import torch
-        ptrs, sizes = mem_pool_host.get_page_buffer_meta(
-            torch.arange(mem_pool_host.page_size, dtype=torch.int64))
-        if len(set(sizes)) != 1:
-            raise ValueError("pieces of one page differ in size: " + repr(sorted(set(sizes))))
-        self._pieces, self._piece_bytes = len(ptrs), sizes[0]
-        if self._pieces == 1:
-            self._suffixes = ["_kv"]            # MLA page_first: one piece
-        elif self._pieces == 2:
-            self._suffixes = ["_k", "_v"]       # MHA page_first(_direct): K, V
-        else:
-            self._suffixes = ["_lf"]            # layer_first: gathered per page
-        self.gb_per_page = self._pieces * self._piece_bytes / (1 << 30)
+        self._kv = PagePool(self.client, self.counters, self.prefix, mem_pool_host, None,
+                            register=True)
+        self.gb_per_page = self._kv.page_bytes / (1 << 30)
 
-    def _object_keys(self, keys: List[str]) -> List[str]:
-        return [f"{self.prefix}{k}{s}" for k in keys for s in self._suffixes]
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        """A side pool of a hybrid model (Mamba, SWA, DSA indexer, ...),
+        its pages stored under the pool's name beside the KV pages."""
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        name = str(getattr(host_pool_name, "value", host_pool_name))
+        if name == "kv":
+            return  # the KV pool came through register_mem_pool_host
+        self._side_pools[name] = PagePool(self.client, self.counters, self.prefix, host_pool,
+                                          name, register=False)
 
-    def _gathered(self) -> bool:
-        return len(self._suffixes) == 1 and self._pieces > 1
-
-    def _pieces_of(self, host_indices, pages: int):
-        ptrs, _ = self.mem_pool_host.get_page_buffer_meta(host_indices)
-        if len(ptrs) != pages * self._pieces:
-            raise ValueError(f"{len(ptrs)} pieces for {pages} pages: the pool's layout changed")
-        return ptrs
+    def _pool(self, name) -> PagePool:
+        key = str(getattr(name, "value", name))
+        if key == "kv" and self._kv is not None:
+            return self._kv
+        if key not in self._side_pools:
+            raise ValueError(f"pool {key!r} was never registered (register_mem_host_pool_v2)")
+        return self._side_pools[key]
 
     def _prefetch_timeout_ms(self, pages: int) -> int:
         base, per_ki, most = self.prefetch_timeout
@@ -219,49 +138,14 @@ class ShelfHiCacheStorage(HiCacheStorage):
 
     def batch_exists(self, keys, extra_info=None) -> int:
         """The leading pages present: one MatchPrefix per 1,024 objects."""
-        objects = self._object_keys(keys)
-        per_page = len(self._suffixes)
-        matched = 0
-        try:
-            for begin, end in _slices(len(objects)):
-                n = self.client.match_prefix(objects[begin:end])
-                matched += n
-                if n < end - begin:
-                    break
-        except Exception:
-            self.counters["errors"] += 1
-            return 0
-        return matched // per_page
+        return self._kv.leading_pages(keys)
 
     def batch_get_v1(self, keys, host_indices, extra_info=None) -> List[bool]:
         pages = len(keys)
         if pages == 0:
             return []
-        ptrs = self._pieces_of(host_indices, pages)
-        objects = self._object_keys(keys)
-        timeout_ms = self._prefetch_timeout_ms(pages)
         start = time.perf_counter()
-        if self._gathered():
-            page_bytes = self._pieces * self._piece_bytes
-            scratch = bytearray(pages * page_bytes)
-            view = memoryview(scratch)
-            sizes = self._get_into(objects, [view[i * page_bytes:(i + 1) * page_bytes]
-                                             for i in range(pages)], timeout_ms)
-            loaded = [s == page_bytes for s in sizes]
-            base = ctypes.addressof(ctypes.c_char.from_buffer(scratch))
-            for p in range(pages):
-                if not loaded[p]:
-                    continue
-                for j in range(self._pieces):
-                    ctypes.memmove(ptrs[p * self._pieces + j],
-                                   base + p * page_bytes + j * self._piece_bytes,
-                                   self._piece_bytes)
-        else:
-            offsets = [p - self._pool_base for p in ptrs]
-            sizes = self._get_registered(objects, offsets, timeout_ms)
-            per_page = len(self._suffixes)
-            loaded = [all(s == self._piece_bytes for s in sizes[p * per_page:(p + 1) * per_page])
-                      for p in range(pages)]
+        loaded = self._kv.get(keys, host_indices, self._prefetch_timeout_ms(pages))
         elapsed = time.perf_counter() - start
         self.prefetch_pgs.append(pages)
         self.prefetch_bandwidth.append(pages / max(elapsed, 1e-9) * self.gb_per_page)
@@ -269,7 +153,7 @@ class ShelfHiCacheStorage(HiCacheStorage):
         self.counters["hit_pages"] += hits
         self.counters["miss_pages"] += pages - hits
         self.counters["read_pages"] += hits
-        self.counters["read_bytes"] += hits * self._pieces * self._piece_bytes
+        self.counters["read_bytes"] += hits * self._kv.page_bytes
         return loaded
 
     def batch_set_v1(self, keys, host_indices, extra_info=None) -> List[bool]:
@@ -278,68 +162,63 @@ class ShelfHiCacheStorage(HiCacheStorage):
             return []
         if not self.writes:
             return [True] * pages  # rank 0 writes the MLA pages every rank holds
-        ptrs = self._pieces_of(host_indices, pages)
-        objects = self._object_keys(keys)
         start = time.perf_counter()
-        if self._gathered():
-            page_bytes = self._pieces * self._piece_bytes
-            scratch = bytearray(pages * page_bytes)
-            base = ctypes.addressof(ctypes.c_char.from_buffer(scratch))
-            for p in range(pages):
-                for j in range(self._pieces):
-                    ctypes.memmove(base + p * page_bytes + j * self._piece_bytes,
-                                   ptrs[p * self._pieces + j], self._piece_bytes)
-            view = memoryview(scratch)
-            values = [view[i * page_bytes:(i + 1) * page_bytes] for i in range(pages)]
-        else:
-            values = [_view(p, self._piece_bytes) for p in ptrs]
-        ok = self._put(objects, values)
-        per_page = len(self._suffixes)
-        stored = [all(ok[p * per_page:(p + 1) * per_page]) for p in range(pages)]
+        stored = self._kv.put(keys, host_indices)
         elapsed = time.perf_counter() - start
         self.backup_pgs.append(pages)
         self.backup_bandwidth.append(pages / max(elapsed, 1e-9) * self.gb_per_page)
         self.counters["written_pages"] += sum(stored)
-        self.counters["written_bytes"] += sum(stored) * self._pieces * self._piece_bytes
+        self.counters["written_bytes"] += sum(stored) * self._kv.page_bytes
         return stored
 
-    # ------------------------------------------------- calls on the cluster
+    # -------------------------------------------- v2 calls (hybrid pools)
 
-    def _get_registered(self, objects, offsets, timeout_ms) -> List[int]:
-        """Sizes read into the registered pool at `offsets`; 0 where not."""
-        out: List[int] = []
-        for begin, end in _slices(len(objects)):
-            try:
-                got = self.client.batch_get_into_async(
-                    objects[begin:end], self._pool_handle, offsets[begin:end],
-                    self._piece_bytes, timeout_ms=timeout_ms).result()
-            except Exception:
-                self.counters["errors"] += 1
-                got = [None] * (end - begin)
-            out.extend(0 if g is None else g for g in got)
+    def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
+        """The longest prefix of `keys` every pool can restore, as SGLang's
+        Mooncake backend computes it: KV pages by MatchPrefix; per side
+        pool, its pages of those keys by presence, under the transfer's
+        hit policy (all_pages: every page up to the stop; trailing_pages:
+        the last len(transfer.keys) pages before it)."""
+        kv_pages = self._kv.leading_pages(keys) if self._kv is not None else len(keys)
+        hits = {"kv": kv_pages} if kv_pages else {}
+        restorable = list(range(1, kv_pages + 1))
+        for transfer in pool_transfers or []:
+            if not restorable:
+                break
+            exists = self._pool(transfer.name).present(keys[:kv_pages])
+            policy = policy_name(transfer.hit_policy)
+            if policy == "all_pages":
+                boundary = exists.index(False) if False in exists else kv_pages
+                can = set(range(1, boundary + 1))
+            elif policy == "trailing_pages":
+                window = max(1, len(transfer.keys) if transfer.keys else 1)
+                can = {n for n in range(1, kv_pages + 1) if all(exists[max(0, n - window):n])}
+                boundary = max(can) if can else 0
+            else:
+                raise ValueError(f"unknown pool hit policy {policy!r}")
+            if boundary:
+                hits[transfer.name] = boundary
+            restorable = [n for n in restorable if n in can]
+        return pool_transfer_result(restorable[-1] if restorable else 0, hits, restorable)
+
+    def batch_get_v2(self, transfers, extra_info=None) -> dict:
+        """Per transfer, its pages read into its pool: {name: [bool per page]}."""
+        out = {}
+        for transfer in transfers:
+            pool = self._pool(transfer.name)
+            out[transfer.name] = pool.get(transfer.keys, transfer.host_indices,
+                                          self._prefetch_timeout_ms(len(transfer.keys)))
         return out
 
-    def _get_into(self, objects, targets, timeout_ms) -> List[int]:
-        out: List[int] = []
-        for begin, end in _slices(len(objects)):
-            try:
-                got = self.client.batch_get_into(objects[begin:end], targets[begin:end],
-                                                 timeout_ms=timeout_ms)
-            except Exception:
-                self.counters["errors"] += 1
-                got = [None] * (end - begin)
-            out.extend(0 if g is None else g for g in got)
-        return out
-
-    def _put(self, objects, values) -> List[bool]:
-        out: List[bool] = []
-        for begin, end in _slices(len(objects)):
-            try:
-                statuses = self.client.batch_put(objects[begin:end], values[begin:end])
-                out.extend(bool(s) for s in statuses)
-            except Exception:
-                self.counters["errors"] += 1
-                out.extend([False] * (end - begin))
+    def batch_set_v2(self, transfers, extra_info=None) -> dict:
+        """Per transfer, its pages stored: {name: [bool per page]}."""
+        out = {}
+        for transfer in transfers:
+            if not self.writes:
+                out[transfer.name] = [True] * len(transfer.keys)
+                continue
+            out[transfer.name] = self._pool(transfer.name).put(transfer.keys,
+                                                               transfer.host_indices)
         return out
 
     # ------------------------------- SGLang's older calls, by raw pointers
@@ -350,8 +229,13 @@ class ShelfHiCacheStorage(HiCacheStorage):
     def batch_get(self, keys, target_locations=None, target_sizes=None) -> int:
         """Reads key i into [target_locations[i], + target_sizes[i]); the
         number of leading keys read."""
-        targets = [_view(a, n) for a, n in zip(target_locations, target_sizes)]
-        sizes = self._get_into([self.prefix + k for k in keys], targets, self.timeout_ms)
+        targets = [view(a, n) for a, n in zip(target_locations, target_sizes)]
+        try:
+            sizes = self.client.batch_get_into([self.prefix + k for k in keys], targets,
+                                               timeout_ms=self.timeout_ms)
+        except Exception:
+            self.counters["errors"] += 1
+            return 0
         for i, (s, n) in enumerate(zip(sizes, target_sizes)):
             if s != n:
                 return i
@@ -364,11 +248,15 @@ class ShelfHiCacheStorage(HiCacheStorage):
         if not self.writes:
             return True
         if target_locations is not None and all(a is not None for a in target_locations):
-            data: List[Any] = [_view(a, n) for a, n in zip(target_locations, target_sizes)]
+            data: List[Any] = [view(a, n) for a, n in zip(target_locations, target_sizes)]
         else:
             data = [memoryview(v.contiguous().view(-1).numpy()) if hasattr(v, "numpy") else v
                     for v in values]
-        return all(self._put([self.prefix + k for k in keys], data))
+        try:
+            return all(self.client.batch_put([self.prefix + k for k in keys], data))
+        except Exception:
+            self.counters["errors"] += 1
+            return False
 
     def exists(self, key) -> bool:
         return self.batch_exists([key]) == 1
@@ -396,7 +284,7 @@ class ShelfHiCacheStorage(HiCacheStorage):
         return metrics
 
     def close(self) -> None:
-        if self._pool_handle is not None:
-            self.client.unregister_buffer(self._pool_handle)
-            self._pool_handle = None
+        for pool in [self._kv, *self._side_pools.values()]:
+            if pool is not None:
+                pool.close()
         self.client.close()
