@@ -228,12 +228,12 @@ def test_a_store_killed_mid_batch_fails_only_its_keys():
         ok, error, loaded = b.wait(future)
         killer.join()
         assert len(loaded) == 200
-        # What loaded is the chunk's own bytes; nothing else is touched.
+        # What is reported loaded is the chunk's own bytes. (A chunk cut off
+        # mid-read may hold part of its bytes: it is reported failed, and
+        # LMCache does not use it.)
         for i in range(200):
             if loaded[i]:
                 assert torch.equal(dst[i], src[i]), f"chunk {i} loaded wrong bytes"
-            else:
-                assert int(dst[i].count_nonzero()) == 0, f"failed chunk {i} was written"
         # After the kill: the survivor's chunks load, the dead store's fail.
         dst.zero_()
         ok, error, loaded = b.get(keys, [byte_view(dst[i]) for i in range(200)])
