@@ -117,6 +117,9 @@ def private_file(path, text):
     return str(path)
 
 
+# Two engines of two tenants, for the tenant tests: name -> (tenant, secret).
+ENGINE_PRINCIPALS = {"eng-a": ("team-a", "secret-of-engine-a-0123456789"),
+                     "eng-b": ("team-b", "secret-of-engine-b-0123456789")}
 STORE_PRINCIPAL_SECRET = "secret-of-the-store-0123456789"
 ADMIN_PRINCIPAL_SECRET = "secret-of-the-admin-0123456789"
 

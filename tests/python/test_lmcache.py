@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import shelf
-from conftest import Cluster, principals_cluster, private_file
+from conftest import ENGINE_PRINCIPALS, Cluster, principals_cluster, private_file
 from lmcache_bridge import Bridge, byte_view, load_native_plugin
 
 KiB = 1 << 10
@@ -249,8 +249,7 @@ def test_a_store_killed_mid_batch_fails_only_its_keys():
 # ------------------------------------------------------------------ tenants
 
 SECRET = "lmcache-plugin-data-plane-secret"
-PRINCIPALS = {"eng-a": ("team-a", "secret-of-engine-a-0123456789"),
-              "eng-b": ("team-b", "secret-of-engine-b-0123456789")}
+PRINCIPALS = ENGINE_PRINCIPALS
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import shelf.sglang
-from conftest import Cluster, principals_cluster, private_file
+from conftest import ENGINE_PRINCIPALS, Cluster, principals_cluster, private_file
 from sglang_pools import MambaHostPool, MHAHostPool, MLAHostPool, page_bytes, page_indices
 
 LAYOUTS = ["layer_first", "page_first", "page_first_direct"]
@@ -245,8 +245,7 @@ def test_a_store_killed_mid_prefetch_fails_only_its_pages():
 
 
 SECRET = "sglang-backend-data-plane-secret"
-PRINCIPALS = {"eng-a": ("team-a", "secret-of-engine-a-0123456789"),
-              "eng-b": ("team-b", "secret-of-engine-b-0123456789")}
+PRINCIPALS = ENGINE_PRINCIPALS
 
 
 def test_a_tenant_reads_only_its_own_pages():
