@@ -20,6 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "client/absl_status.h"
 #include "client/batch_state.h"
 #include "client/buffer_registry.h"
 #include "client/gpu_staging.h"
@@ -36,7 +37,6 @@
 
 namespace shelf {
 
-Status FromAbsl(const absl::Status& s);
 // INVALID_ARGUMENT for an empty key or one over kKeyBytesMax bytes.
 absl::Status ValidateKey(const std::string& key);
 // INVALID_ARGUMENT for a batch of 0 or over kBatchItemsMax `what`.

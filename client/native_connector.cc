@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -58,7 +57,7 @@ class NativeConnector::Failures {
   std::string first_;
 };
 
-size_t NativeConnector::GetSliceKeys(uint32_t workers) {
+size_t NativeConnector::GetRegistrationBudget(uint32_t workers) {
   return std::clamp<size_t>(kRegistrationsForGets / std::max<uint32_t>(workers, 1), 1,
                             kBatchItemsMax);
 }
@@ -178,7 +177,7 @@ void NativeConnector::RunGet(const Request& r, Completion* c, Failures* failed) 
   ForEachBatchSlice(r.keys.size(), [&](size_t begin, size_t end) {
     // Few registrations per slice (one per run of touching buffers); a
     // slice of scattered buffers goes in parts that stay within the budget.
-    const size_t budget = GetSliceKeys(options_.workers);
+    const size_t budget = GetRegistrationBudget(options_.workers);
     std::vector<TargetRun> runs = TargetRuns(r, begin, end);
     if (runs.size() <= budget) {
       GetRuns(r, runs, c, failed);

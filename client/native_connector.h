@@ -89,7 +89,7 @@ class NativeConnector {
   // buffers (an engine's arena of chunks: one). A slice needing more than
   // this many goes in parts of this many keys, so that together the
   // workers stay within the client's 4096 registrations.
-  static size_t GetSliceKeys(uint32_t workers);
+  static size_t GetRegistrationBudget(uint32_t workers);
 
  private:
   struct Request {

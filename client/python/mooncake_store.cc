@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/absl_status.h"
 #include "client/cuda_runtime.h"
 #include "client/memory_batch.h"
 #include "client/testing_hooks.h"
@@ -131,12 +132,6 @@ void ForEachScratchRun(size_t n, Pieces pieces, Straight straight, Run run) {
     run(begin, end, offsets, scratch_bytes);
     begin = end;
   }
-}
-
-// `s` as libshelf's Status (the codes are the same).
-Status AsStatus(const absl::Status& s) {
-  return s.ok() ? Status::Ok()
-                : Status(static_cast<StatusCode>(s.code()), std::string(s.message()));
 }
 
 // The CUDA runtime the layer asks and copies with (a test's simulated one
@@ -376,7 +371,7 @@ std::vector<int> MooncakeStore::BatchPutFromMulti(
             const size_t n = static_cast<size_t>(all_sizes[k][p]);
             const auto* piece = reinterpret_cast<const char*>(all_ptrs[k][p]);
             if (device[i]) {
-              copied = AsStatus(CopyDeviceMemory(Cuda(), scratch + at, piece, n,
+              copied = FromAbsl(CopyDeviceMemory(Cuda(), scratch + at, piece, n,
                                                  CudaRuntime::CopyKind::kDeviceToHost));
             } else {
               std::memcpy(scratch + at, piece, n);
@@ -466,7 +461,7 @@ std::vector<int> MooncakeStore::BatchGetIntoMulti(
               const size_t n = std::min(static_cast<size_t>(all_sizes[k][p]), size - at);
               auto* piece = reinterpret_cast<void*>(all_ptrs[k][p]);
               if (device[i]) {
-                copied = AsStatus(CopyDeviceMemory(Cuda(), piece, scratch + offset + at, n,
+                copied = FromAbsl(CopyDeviceMemory(Cuda(), piece, scratch + offset + at, n,
                                                    CudaRuntime::CopyKind::kHostToDevice));
               } else {
                 std::memcpy(piece, scratch + offset + at, n);
