@@ -366,12 +366,17 @@ class Master {
   // heartbeat still waits here.
   struct Wake {
     Mutex mu;
-    CondVar cv;  // `woken` was set
-    bool woken ABSL_GUARDED_BY(mu) = false;
-    void Notify() ABSL_LOCKS_EXCLUDED(mu) {
+    CondVar cv;                                // `woken` or `noticed` was set
+    bool woken ABSL_GUARDED_BY(mu) = false;    // an order: answer at once
+    bool noticed ABSL_GUARDED_BY(mu) = false;  // a notice: answer soon
+    void Notify() ABSL_LOCKS_EXCLUDED(mu) { Set(&woken); }
+    void NotifyNotice() ABSL_LOCKS_EXCLUDED(mu) { Set(&noticed); }
+
+   private:
+    void Set(bool* flag) ABSL_LOCKS_EXCLUDED(mu) {
       {
         MutexLock lock(&mu);
-        woken = true;
+        *flag = true;
       }
       cv.SignalAll();
     }
@@ -407,7 +412,7 @@ class Master {
     // kept until a heartbeat acknowledges it: every answer until then
     // sends it again (Heartbeat, docs/master.md "Heartbeat orders").
     std::deque<v1::TierMove> outbox;   // orders (OrderLocked): they wake a long poll
-    std::deque<v1::TierMove> notices;  // RECORD/FORGET (QueueNoticeLocked), ride along
+    std::deque<v1::TierMove> notices;  // RECORD/FORGET (QueueNoticeLocked): they end it soon
     // VERIFY orders out (move id -> the replica a reader reported
     // corrupt): the replica is dropped only if the store finds its bytes
     // bad (ReportDataLoss, VerifyResultLocked).
@@ -611,6 +616,8 @@ class Master {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues an order for the node's next heartbeat and wakes its long poll.
   void OrderLocked(Node* n, v1::TierMove move) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues a notice for the node's next heartbeat, which answers
+  // MasterOptions::notice_delay_ms later.
   void QueueNoticeLocked(Node* n, v1::TierMove notice) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Heartbeat's answer: drops what `acked` covers, then sends the rest.
   void ForgetAckedLocked(Node* n, uint64_t acked) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

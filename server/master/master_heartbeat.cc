@@ -60,12 +60,24 @@ absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRes
     {
       MutexLock w(&wake->mu);
       wake->woken = false;  // the outbox is empty: no order is pending
+      // Notices not yet sent (queued since the last answer) end this poll
+      // after the delay, as one queued during it does.
+      wake->noticed = !n.notices.empty();
     }
     mu_.Unlock();
     {
       MutexLock w(&wake->mu);
       auto woken = [&wake]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wake->mu) { return wake->woken; };
-      clock_->WaitUntil(&wake->mu, &wake->cv, now + wait_ms, woken);
+      auto either = [&wake]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wake->mu) {
+        return wake->woken || wake->noticed;
+      };
+      const uint64_t end = now + wait_ms;
+      if (clock_->WaitUntil(&wake->mu, &wake->cv, end, either) && !wake->woken) {
+        // A notice: wait a little longer for the notices of the same burst
+        // of commits (or an order, which ends the wait at once).
+        uint64_t by = std::min(end, clock_->NowMs() + options_.notice_delay_ms);
+        clock_->WaitUntil(&wake->mu, &wake->cv, by, woken);
+      }
     }
     mu_.Lock();
     if (reset_epoch_ != epoch) {
@@ -152,6 +164,7 @@ void Master::OrderLocked(Node* n, v1::TierMove move) {
 void Master::QueueNoticeLocked(Node* n, v1::TierMove notice) {
   notice.set_seq(n->next_seq++);
   n->notices.push_back(std::move(notice));
+  n->wake->NotifyNotice();
 }
 
 }  // namespace shelf

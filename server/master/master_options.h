@@ -38,7 +38,14 @@ struct MasterOptions {
   // back empty too. Not a flag: tests lower it.
   uint64_t dead_store_commits_max = 2 << 20;
   uint64_t heartbeat_interval_ms = 500;  // told to stores at registration
-  uint64_t put_timeout_ms = 30000;       // an open put is reclaimed after this
+  // A notice (RECORD, FORGET) ends its store's long poll this long after
+  // it was queued, carrying those queued meanwhile with it: a store learns
+  // of a commit or a removal within this plus a round trip, which bounds
+  // what a leader's death can lose of fresh commits (docs/ha.md), while a
+  // store under a stream of commits answers at most this often. Not a
+  // flag: tests change it.
+  uint64_t notice_delay_ms = 20;
+  uint64_t put_timeout_ms = 30000;  // an open put is reclaimed after this
   // A store checks a write grant's expiry by its own clock: the ranges of
   // a put that ended uncommitted go to other puts only this long after
   // its grants expire (clock skew between master and stores).

@@ -572,8 +572,11 @@ absl::Status Store::HeartbeatOnce(bool* more_work) {
   // by one that does: the master holds that one until its next orders, so
   // a demotion ordered meanwhile starts then, not a whole interval later
   // (writers wait for the room it frees).
+  // So is a long poll the master ended early with orders or notices: it
+  // does so as soon as it has them, so the next may come at once (sleeping
+  // out the interval would hold the next commits' notices that long).
   *more_work = !moves_.empty() || moving_ || syncs_running_ > 0 || !results_.empty() ||
-               req.wait_for_orders_ms() == 0;
+               req.wait_for_orders_ms() == 0 || resp.moves_size() > 0;
   moves_cv_.Signal();
   return absl::OkStatus();
 }

@@ -1,6 +1,7 @@
 // The master's state machine, in process: placement, two-phase puts,
 // leases, pins, eviction and demotion, liveness, limits.
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -654,6 +655,50 @@ TEST_F(MasterFixture, ALongPollIsWokenByItsOwnStoresOrdersOnly) {
   b.join();
   EXPECT_FALSE(b_resp.reregister());
   EXPECT_EQ(b_resp.moves_size(), 0);
+}
+
+// A commit's RECORD notice ends its store's long poll notice_delay_ms
+// later, carrying the notices queued meanwhile: the store learns of fresh
+// commits within that, not a whole poll later (what a leader's death can
+// lose, docs/ha.md).
+TEST_F(MasterFixture, ANoticeEndsALongPollAfterTheNoticeDelay) {
+  MasterOptions o;
+  o.node_ttl_ms = 10000;  // the poll could wait 5 s
+  o.notice_delay_ms = 20;
+  Make(o);
+  Register("a", 64 * kMiB);
+  v1::HeartbeatResponse resp;
+  std::atomic<bool> answered{false};
+  std::atomic<std::thread::id> store_thread{};
+  std::atomic<int> store_reads{0};
+  std::thread store([&] {
+    store_thread.store(std::this_thread::get_id());
+    v1::HeartbeatRequest hb;
+    hb.set_node_id("a");
+    hb.set_incarnation(1);
+    hb.set_wait_for_orders_ms(3000);
+    EXPECT_TRUE(master_->Heartbeat(hb, &resp).ok());
+    answered.store(true);
+  });
+  clock_.WaitForWaiters(1);
+  // From here the poll reads the clock once: woken by the notice, to
+  // time the delay, which it then waits out.
+  clock_.SetReadHook([&] {
+    if (std::this_thread::get_id() == store_thread.load()) store_reads.fetch_add(1);
+  });
+  ASSERT_TRUE(Put("first", kMiB).ok());
+  while (store_reads.load() == 0) std::this_thread::yield();
+  clock_.WaitForWaiters(1);
+  clock_.SetReadHook(nullptr);
+  ASSERT_TRUE(Put("second", kMiB).ok());
+  clock_.Advance(19);
+  EXPECT_FALSE(answered.load()) << "the poll ended before the notice delay";
+  clock_.Advance(1);
+  store.join();
+  ASSERT_EQ(resp.moves_size(), 2);
+  EXPECT_EQ(resp.moves(0).kind(), v1::TierMove::RECORD);
+  EXPECT_EQ(resp.moves(0).key(), "first");
+  EXPECT_EQ(resp.moves(1).key(), "second");
 }
 
 // A put that finds DRAM full orders demotions and waits demote_wait_ms
