@@ -442,12 +442,13 @@ Status ClientImpl::Exists(const std::vector<std::string>& keys, std::vector<bool
   return Status::Ok();
 }
 
-Status ClientImpl::Remove(const std::string& key, Deadline deadline) {
+Status ClientImpl::Remove(const std::string& key, Deadline deadline, bool force) {
   uint64_t deadline_ms = 0;
   if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
   if (absl::Status s = ValidateKey(key); !s.ok()) return FromAbsl(s);
   v1::RemoveRequest req;
   req.add_keys(key);
+  req.set_force(force);
   v1::RemoveResponse resp;
   absl::Status s = CallMaster(&v1::MasterService::Stub::Remove, req, &resp, deadline_ms);
   // This client's own removes leave its cache at once (a replace, remove
@@ -461,7 +462,7 @@ Status ClientImpl::Remove(const std::string& key, Deadline deadline) {
 }
 
 Status ClientImpl::BatchRemove(const std::vector<std::string>& keys, std::vector<Status>* statuses,
-                               Deadline deadline) {
+                               Deadline deadline, bool force) {
   uint64_t deadline_ms = 0;
   if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
   if (statuses == nullptr) {
@@ -470,6 +471,7 @@ Status ClientImpl::BatchRemove(const std::vector<std::string>& keys, std::vector
   statuses->clear();
   if (absl::Status s = ValidateBatchSize(keys.size(), "keys"); !s.ok()) return FromAbsl(s);
   v1::RemoveRequest req;
+  req.set_force(force);
   for (const std::string& k : keys) {
     if (absl::Status s = ValidateKey(k); !s.ok()) return FromAbsl(s);
     req.add_keys(k);

@@ -68,9 +68,9 @@ class ClientImpl final : public Client {
                         Deadline deadline) override;
   Status Exists(const std::vector<std::string>& keys, std::vector<bool>* present,
                 Deadline deadline) override;
-  Status Remove(const std::string& key, Deadline deadline) override;
+  Status Remove(const std::string& key, Deadline deadline, bool force) override;
   Status BatchRemove(const std::vector<std::string>& keys, std::vector<Status>* statuses,
-                     Deadline deadline) override;
+                     Deadline deadline, bool force) override;
   Status ListKeys(const std::string& cursor, const std::string& pattern, size_t count,
                   std::vector<std::string>* keys, std::string* next_cursor, bool regex,
                   Deadline deadline) override;

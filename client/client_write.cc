@@ -65,6 +65,7 @@ v1::PutStartRequest ClientImpl::MakePutStart(const HostPut& item, const PutOptio
   po->set_prefer_local(options.prefer_local);
   po->set_spread_label(options.spread_label);
   po->set_replace(options.replace);
+  po->set_soft_pin_ttl_ms(options.soft_pin_ttl_ms);
   po->set_client_host_id(HostId());
   const BlockEventInfo& b = item.block != nullptr ? *item.block : options.block;
   if (!b.empty()) {

@@ -370,6 +370,7 @@ class Ctl {
       j["checksum"] = o.checksum();
       j["pinned"] = r.pinned();
       j["hard_pin"] = r.hard_pin();
+      j["pin_expires_unix_ms"] = r.pin_expires_unix_ms();  // 0: none, or until unpinned
       j["last_access_unix_ms"] = r.last_access_unix_ms();
       j["lease_expires_unix_ms"] = r.lease_expires_unix_ms();
       j["replicas"] = reps;

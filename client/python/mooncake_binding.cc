@@ -208,14 +208,16 @@ void BindMooncake(py::module_& parent) {
           "remove_all",
           [](MooncakeStore& s, bool force) { return s.RemoveMatching("", false, force); },
           py::arg("force") = false,
-          "Removes every key (with force, pinned ones too); the count removed.")
+          "Removes every key, pinned ones too (pins shape eviction only, as in Mooncake); "
+          "the count removed.")
       .def(
           "remove_by_regex",
           [](MooncakeStore& s, const std::string& regex_pattern, bool force) {
             return s.RemoveMatching(regex_pattern, true, force);
           },
           py::arg("regex_pattern"), py::arg("force") = false,
-          "Removes the keys in which the regex (RE2 syntax) is found; the count removed.")
+          "Removes the keys in which the regex (RE2 syntax) is found, pinned ones too; the "
+          "count removed.")
       .def("register_buffer", &MooncakeStore::RegisterBuffer, py::arg("buffer_ptr"),
            py::arg("size"))
       .def("unregister_buffer", &MooncakeStore::UnregisterBuffer, py::arg("buffer_ptr"))

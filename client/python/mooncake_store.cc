@@ -725,13 +725,16 @@ std::vector<int> MooncakeStore::BatchIsExist(const std::vector<std::string>& key
   return out;
 }
 
+// Mooncake's force skips its lease checks; Shelf's remove makes none. A
+// pin never keeps a key from Mooncake's remove (pins shape eviction
+// only), so Shelf's is always forced.
 int MooncakeStore::Remove(const std::string& key, bool force) {
-  (void)force;  // Mooncake's force skips its lease checks; Shelf's remove makes none
+  (void)force;
   std::shared_ptr<Client> c = client();
   if (c == nullptr) return kMcInvalidParams;
   if (!ValidKeyLength(key.size())) return kMcInvalidKey;
   py::gil_scoped_release nogil;
-  return ToMooncake(c->Remove(key));
+  return ToMooncake(c->Remove(key, Deadline(), /*force=*/true));
 }
 
 std::vector<int> MooncakeStore::BatchRemove(const std::vector<std::string>& keys, bool force) {
@@ -749,20 +752,21 @@ std::vector<int> MooncakeStore::BatchRemove(const std::vector<std::string>& keys
   ForEachBatchSlice(valid.size(), [&](size_t b, size_t e) {
     std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
     std::vector<Status> st;
-    Status s = c->BatchRemove(slice, &st);
+    Status s = c->BatchRemove(slice, &st, Deadline(), /*force=*/true);
     for (size_t i = b; i < e; ++i) out[where[i]] = ToMooncake(s.ok() ? st[i - b] : s);
   });
   return out;
 }
 
 int64_t MooncakeStore::RemoveMatching(const std::string& pattern, bool regex, bool force) {
+  (void)force;
   std::shared_ptr<Client> c = client();
   if (c == nullptr) return kMcInvalidParams;
   uint64_t removed = 0;
   Status s;
   {
     py::gil_scoped_release nogil;
-    s = c->RemoveMatching(pattern, &removed, regex, force);
+    s = c->RemoveMatching(pattern, &removed, regex, /*force=*/true);  // as Remove
   }
   if (!s.ok()) return ToMooncake(s);
   return static_cast<int64_t>(removed);
@@ -924,6 +928,18 @@ int MooncakeStore::ToPutOptions(const ReplicateConfig& config, size_t keys, PutO
   if (config.nof_replica_num > 0 || config.dfs_replica_num > 0) return kMcNotSupported;
   if (config.replica_num > static_cast<int64_t>(kReplicasMax)) return kMcInvalidParams;
   po->replicas = static_cast<uint32_t>(config.replica_num);
+  // ENABLE pins at the commit, for the TTL given or Mooncake's default (0:
+  // no pin, as there); `with_soft_pin`, the field of releases before
+  // soft_pin_action, is ENABLE with the default. PRESERVE and DISABLE
+  // leave a new block unpinned, and the block of a put is always new to
+  // Shelf (an upsert of a pinned key is refused).
+  if (config.soft_pin_action == static_cast<int>(SoftPinAction::kEnable)) {
+    int64_t ttl = config.soft_pin_ttl_ms.value_or(static_cast<int64_t>(kDefaultSoftPinTtlMs));
+    if (ttl < 0) return kMcInvalidParams;
+    po->soft_pin_ttl_ms = static_cast<uint64_t>(ttl);
+  } else if (config.with_soft_pin) {
+    po->soft_pin_ttl_ms = kDefaultSoftPinTtlMs;
+  }
   std::string host = Hostname();
   po->prefer_local = !host.empty() && config.preferred_segment == host;
   return kMcOk;

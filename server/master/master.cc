@@ -320,6 +320,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
     put.event_info = std::make_unique<v1::BlockEventInfo>(req.block_info());
   }
   put.replace = req.options().replace();
+  put.soft_pin_ttl_ms = req.options().soft_pin_ttl_ms();
   absl::StatusOr<bool> placed = PlaceRangesLocked(req, candidates, *want, &put, resp);
   if (!placed.ok()) return placed.status();
   if (!*placed) return absl::OkStatus();  // answered: the key appeared meanwhile
@@ -339,7 +340,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
 }
 
 void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner,
-                       v1::PutCommitResponse* resp) {
+                       v1::PutCommitResponse* resp, std::vector<CommitPin>* pinned) {
   SHELF_SYNC_POINT("Master::PutCommit:Start");
   uint64_t now = clock_->NowMs();
   absl::MutexLock lock(&mu_);
@@ -372,9 +373,9 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
       if (PinnedLocked(*old, now)) {
         // Pinned since the put started: the old value stays.
         AbortPutLocked(id);
-        absl::Status pinned = PinnedError();
-        st->set_code(static_cast<int>(pinned.code()));
-        st->set_message(std::string(pinned.message()));
+        absl::Status refused = PinnedError();
+        st->set_code(static_cast<int>(refused.code()));
+        st->set_message(std::string(refused.message()));
         continue;
       }
       // The old commit goes as by a Remove (ranges under a read lease are
@@ -434,6 +435,13 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
       if (obj.hard_pin) nodes_[r.node]->hard_pinned_bytes += obj.size;
       NoticeLocked(obj, obj.replicas.back(), true);
       EmitStoredLocked(obj, obj.replicas.back(), put.event_info.get());
+    }
+    if (put.soft_pin_ttl_ms != 0) {
+      if (obj.extra == nullptr) obj.extra = std::make_unique<ObjectExtra>();
+      // Saturated, as Pin's.
+      obj.extra->pin_until_ms =
+          put.soft_pin_ttl_ms > UINT64_MAX - now ? UINT64_MAX : now + put.soft_pin_ttl_ms;
+      if (pinned != nullptr) pinned->push_back({put.key, put.size, put.soft_pin_ttl_ms});
     }
     put_by_key_.erase(put.key);
     puts_.erase(it);

@@ -85,8 +85,15 @@ class Master {
                         const std::string& owner, v1::PutStartResponse* resp);
   // Per-id statuses: NOT_FOUND for an unknown (or reclaimed) put id;
   // PERMISSION_DENIED for a put another owner started (nothing changes).
+  // `pinned` (may be null) gets the keys a commit soft-pinned
+  // (PutOptions.soft_pin_ttl_ms), for the caller's quotas.
+  struct CommitPin {
+    std::string key;
+    uint64_t size = 0;
+    uint64_t ttl_ms = 0;
+  };
   void PutCommit(const v1::PutCommitRequest& req, const std::string& owner,
-                 v1::PutCommitResponse* resp);
+                 v1::PutCommitResponse* resp, std::vector<CommitPin>* pinned = nullptr);
   void PutAbort(const v1::PutAbortRequest& req, const std::string& owner,
                 v1::PutAbortResponse* resp);
   // A reader reports a replica whose bytes did not match the checksum
@@ -489,7 +496,8 @@ class Master {
     std::unique_ptr<v1::BlockEventInfo> event_info;  // as the put carried it
     uint64_t deadline_ms = 0;                        // NowMs
     std::vector<Replica> ranges;
-    bool replace = false;  // PutOptions.replace: the commit replaces the key
+    bool replace = false;          // PutOptions.replace: the commit replaces the key
+    uint64_t soft_pin_ttl_ms = 0;  // PutOptions.soft_pin_ttl_ms: pinned at the commit
   };
   struct PendingPromote {
     std::string key;

@@ -129,6 +129,13 @@ absl::Status MasterServiceImpl::PutStartWithQuota(const Principal& caller,
   QuotaBook& quotas = master_->quotas();
   const uint64_t replaced =
       quotas.active() && req.options().replace() ? master_->DramBytesOf(req.key()) : 0;
+  if (const uint64_t pin_ms = req.options().soft_pin_ttl_ms(); pin_ms != 0 && quotas.active()) {
+    // As a Pin would be checked: the commit pins.
+    if (absl::Status s = quotas.CheckPin(caller, req.key(), req.size(), pin_ms, /*hard=*/false);
+        !s.ok()) {
+      return s;
+    }
+  }
   if (absl::Status s = quotas.BeforePut(caller, req, replaced); !s.ok()) return s;
   absl::Status s = master_->PutStart(req, req.options().client_host_id(), caller.name, resp);
   quotas.AfterPut(caller, req, s, *resp, master_->options().put_timeout_ms);
@@ -221,8 +228,11 @@ grpc::Status MasterServiceImpl::PutCommit(grpc::ServerContext* ctx, const v1::Pu
     return rpc_scope.Done(ToGrpc(absl::InvalidArgumentError(
         absl::StrCat("a commit takes at most ", kBatchItemsMax, " put ids"))));
   }
-  master_->PutCommit(*req, caller.name, resp);
-  master_->quotas().AfterEnd(req->put_ids(), resp->statuses());
+  QuotaBook& quotas = master_->quotas();
+  std::vector<Master::CommitPin> pinned;
+  master_->PutCommit(*req, caller.name, resp, quotas.active() ? &pinned : nullptr);
+  quotas.AfterEnd(req->put_ids(), resp->statuses());
+  for (const Master::CommitPin& pin : pinned) quotas.Pinned(caller, pin.key, pin.size, pin.ttl_ms);
   return grpc::Status::OK;
 }
 

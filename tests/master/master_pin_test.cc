@@ -3,6 +3,9 @@
 // store's inventory, a promotion).
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "tests/master/master_fixture.h"
 
 namespace shelf {
@@ -53,6 +56,50 @@ TEST_F(PinTest, ReplicasAddedAfterAHardPinCountAgainstTheirNode) {
   ASSERT_TRUE(Commit(r.put_id()).ok());
   ASSERT_EQ(Peek("m").replicas(0).store().node_id(), "b");
   EXPECT_EQ(HardPin("m").code(), absl::StatusCode::kResourceExhausted);
+}
+
+// PutOptions.soft_pin_ttl_ms pins at the commit, as Pin with that TTL
+// would: Remove refuses the key until the pin expires, unless forced.
+TEST_F(PinTest, APutPinsAtItsCommitForItsTtl) {
+  Register("a", 16 * kMiB);
+  v1::PutOptions pin;
+  pin.set_soft_pin_ttl_ms(5000);
+  absl::Status s;
+  v1::PutStartResponse r = Start("pinned", kMiB, 1, &s, pin);
+  ASSERT_TRUE(s.ok()) << s;
+  // Nothing is pinned before the commit.
+  v1::StatRequest stat;
+  stat.set_key("pinned");
+  v1::StatResponse before;
+  EXPECT_EQ(master_->Stat(stat, &before).code(), absl::StatusCode::kNotFound);
+  std::vector<Master::CommitPin> pinned;
+  v1::PutCommitRequest commit;
+  commit.add_put_ids(r.put_id());
+  v1::PutCommitResponse committed;
+  master_->PutCommit(commit, "test", &committed, &pinned);
+  ASSERT_EQ(committed.statuses(0).code(), 0) << committed.statuses(0).message();
+  ASSERT_EQ(pinned.size(), 1u);
+  EXPECT_EQ(pinned[0].key, "pinned");
+  EXPECT_EQ(pinned[0].size, kMiB);
+  EXPECT_EQ(pinned[0].ttl_ms, 5000u);
+  v1::StatResponse after;
+  ASSERT_TRUE(master_->Stat(stat, &after).ok());
+  EXPECT_TRUE(after.pinned());
+  EXPECT_FALSE(after.hard_pin());
+  EXPECT_EQ(after.pin_expires_unix_ms(), clock_.UnixMs() + 5000);
+  v1::RemoveRequest rm;
+  rm.add_keys("pinned");
+  v1::RemoveResponse refused;
+  ASSERT_TRUE(master_->Remove(rm, &refused).ok());
+  EXPECT_EQ(refused.statuses(0).code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  // Expired, the pin holds nothing; a put without one pins nothing.
+  clock_.Advance(5000);
+  ASSERT_TRUE(master_->Stat(stat, &after).ok());
+  EXPECT_FALSE(after.pinned());
+  ASSERT_TRUE(Put("plain", kMiB).ok());
+  stat.set_key("plain");
+  ASSERT_TRUE(master_->Stat(stat, &after).ok());
+  EXPECT_FALSE(after.pinned());
 }
 
 }  // namespace

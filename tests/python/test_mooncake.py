@@ -2,9 +2,11 @@
 cluster: every supported method, its return codes on misses and misuse, the
 call sequences of vLLM, SGLang and LMCache, and the `mooncake.store` shim."""
 
+import json
 import os
 import subprocess
 import sys
+import time
 import pathlib
 
 import numpy as np
@@ -14,7 +16,7 @@ import shelf
 from shelf.mooncake import (MooncakeDistributedStore, ObjectDataType, ReplicateConfig,
                             SoftPinAction)
 
-from conftest import Cluster
+from conftest import BIN_DIR, Cluster
 
 OK = 0
 BUFFER_OVERFLOW = -10
@@ -141,7 +143,8 @@ def test_misses_and_bad_arguments(store, pool):
 
 def test_replicate_config_fields(store):
     # Mooncake's enums with its values; the fields are accepted and the put
-    # succeeds (pins and data types have no effect on Shelf: see the docs).
+    # succeeds (hard pins and data types have no effect on Shelf: see the
+    # docs; soft pins, below).
     assert int(SoftPinAction.PRESERVE) == 0 and int(SoftPinAction.ENABLE) == 1
     assert int(SoftPinAction.DISABLE) == 2 and int(ObjectDataType.KVCACHE) == 1
     c = ReplicateConfig()
@@ -156,6 +159,55 @@ def test_replicate_config_fields(store):
     assert store.get("cfg/k") == b"c" * 100
     c.replica_num = 9
     assert store.put("cfg/k9", b"c", c) == INVALID_PARAMS
+
+
+def _pin_of(cluster, key):
+    """(pinned, seconds until the pin expires or None) as the master has it."""
+    out = subprocess.run([str(BIN_DIR / "shelfctl"), "--master", cluster.master, "--json",
+                          "stat", key], check=True, capture_output=True, text=True).stdout
+    st = json.loads(out)
+    expires = st["pin_expires_unix_ms"]
+    return st["pinned"], (expires / 1000 - time.time()) if expires else None
+
+
+def test_soft_pins_follow_mooncakes_actions(store, big_cluster):
+    # ENABLE pins at the commit for soft_pin_ttl_ms, or Mooncake's default
+    # of 30 minutes; a TTL of 0, PRESERVE and DISABLE pin nothing; the
+    # older with_soft_pin is ENABLE with the default.
+    def put(key, action=None, ttl=None, legacy=False):
+        c = ReplicateConfig()
+        if action is not None:
+            c.soft_pin_action = action
+        if ttl is not None:
+            c.soft_pin_ttl_ms = ttl
+        c.with_soft_pin = legacy
+        assert store.put(key, b"p" * 4096, c) == OK
+
+    put("pin/ttl", SoftPinAction.ENABLE, ttl=60_000)
+    pinned, left = _pin_of(big_cluster, "pin/ttl")
+    assert pinned and 50 < left <= 60
+    put("pin/default", SoftPinAction.ENABLE)
+    pinned, left = _pin_of(big_cluster, "pin/default")
+    assert pinned and 1790 < left <= 1800
+    put("pin/legacy", legacy=True)
+    assert _pin_of(big_cluster, "pin/legacy")[0]
+    put("pin/zero", SoftPinAction.ENABLE, ttl=0)
+    put("pin/preserve", SoftPinAction.PRESERVE)
+    put("pin/disable", SoftPinAction.DISABLE)
+    for key in ("pin/zero", "pin/preserve", "pin/disable"):
+        assert _pin_of(big_cluster, key) == (False, None), key
+    negative = ReplicateConfig()
+    negative.soft_pin_action = SoftPinAction.ENABLE
+    negative.soft_pin_ttl_ms = -1
+    assert store.put("pin/negative", b"p", negative) == INVALID_PARAMS
+    # A pin shapes eviction only, as in Mooncake: remove takes the key, where
+    # Shelf's own remove (shelfctl rm) refuses a pinned one.
+    rm = subprocess.run([str(BIN_DIR / "shelfctl"), "--master", big_cluster.master, "rm",
+                         "pin/ttl"], capture_output=True, text=True)
+    assert rm.returncode != 0 and "FAILED_PRECONDITION" in rm.stderr, rm.stderr
+    assert store.remove("pin/ttl") == OK
+    assert store.batch_remove(["pin/default", "pin/legacy"]) == [OK, OK]
+    assert store.is_exist("pin/ttl") == 0 and store.is_exist("pin/default") == 0
 
 
 def test_values_batches_and_buffers(store, pool):

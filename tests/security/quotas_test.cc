@@ -344,6 +344,21 @@ TEST_F(QuotasTest, PinTtlIsCapped) {
   ASSERT_NE(b, nullptr);
   ASSERT_TRUE(b->Put("k", "v", 1).ok());
   EXPECT_TRUE(Pin("eng-b", "k", 0).ok());
+  // A put that pins at its commit is held to the same cap, before it
+  // stores anything.
+  PutOptions too_long;
+  too_long.soft_pin_ttl_ms = 60000;
+  Status refused = a->Put("pinned-at-put", "v", 1, too_long);
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.ToString();
+  std::vector<bool> present;
+  ASSERT_TRUE(a->Exists({"pinned-at-put"}, &present).ok());
+  EXPECT_EQ(present, std::vector<bool>{false});
+  PutOptions within;
+  within.soft_pin_ttl_ms = 5000;
+  Status pinned = a->Put("pinned-at-put", "v", 1, within);
+  ASSERT_TRUE(pinned.ok()) << pinned.ToString();
+  EXPECT_EQ(a->Remove("pinned-at-put").code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(a->Remove("pinned-at-put", Deadline(), /*force=*/true).ok());
 }
 
 TEST_F(QuotasTest, PutsInFlightAreLimited) {

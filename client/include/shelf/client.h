@@ -279,6 +279,13 @@ struct PutOptions {
   // (FAILED_PRECONDITION). Without it, a put of an existing key is a
   // no-op that returns OK (content keys: the bytes are the same).
   bool replace = false;
+  // Soft-pins the block at its commit for this long (0: no pin), as
+  // shelfctl pin --ttl does: evicted only after every unpinned block of
+  // its segment (docs/master.md, "Pins"), and a Remove without `force`
+  // answers FAILED_PRECONDITION until it expires. A put of a key already
+  // present commits nothing and changes no pin. Quotas: as a pin
+  // (docs/security.md, `pinned=`, `pin_ttl=`).
+  uint64_t soft_pin_ttl_ms = 0;
   // When the put must be done by. When left at the default, timeout_ms
   // applies (0: the client's default); otherwise `deadline` wins.
   Deadline deadline;
@@ -472,14 +479,16 @@ class Client {
   // before it is read).
   virtual Status Exists(const std::vector<std::string>& keys, std::vector<bool>* present,
                         Deadline deadline = Deadline()) = 0;
-  // Removes a key. NOT_FOUND if absent; FAILED_PRECONDITION if pinned.
-  virtual Status Remove(const std::string& key, Deadline deadline = Deadline()) = 0;
+  // Removes a key. NOT_FOUND if absent; FAILED_PRECONDITION if pinned,
+  // unless `force`.
+  virtual Status Remove(const std::string& key, Deadline deadline = Deadline(),
+                        bool force = false) = 0;
   // Removes 1..kBatchItemsMax keys in one master round trip. `statuses`
   // gets one status per key, in order, as Remove returns it (NOT_FOUND,
   // FAILED_PRECONDITION); the return is the call's own (INVALID_ARGUMENT for
   // a bad key or batch size, nothing removed; UNAVAILABLE, ...).
   virtual Status BatchRemove(const std::vector<std::string>& keys, std::vector<Status>* statuses,
-                             Deadline deadline = Deadline()) = 0;
+                             Deadline deadline = Deadline(), bool force = false) = 0;
   // One page of a listing of the keys matching `pattern`: a glob (Redis's:
   // `*`, `?`, `[a-z]`, `[^a]`, `\x`) that must match the whole key, or with
   // `regex` an ECMAScript regular expression found anywhere in the key; ""
