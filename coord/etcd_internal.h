@@ -126,8 +126,8 @@ class EtcdChannels {
 
 // How long one connectivity watch stays armed: bounds the destructor, which
 // every short-lived process that finds its master through etcd (shelfctl,
-// an engine starting) pays on exit. At 200 ms a shelfctl call took 240 ms
-// where 60 ms do with a static master list; re-arming costs a wake-up.
+// an engine starting) waits for on exit, so it is kept short; re-arming
+// costs a wake-up.
 inline constexpr int kConnectivityPollMs = 25;
 
 // gRPC codes are the canonical codes; the message gains the endpoint.
