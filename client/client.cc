@@ -643,6 +643,7 @@ ClientStats ClientImpl::stats() const {
   }
 #endif
   s.shm_refusals = shm_.refusals();
+  s.bytes_staged_shm = shm_.staged_bytes();
   s.location_cache_hits = stats_.cache_hits.load();
   s.location_cache_misses = stats_.cache_misses.load();
   s.location_cache_fallbacks = stats_.cache_fallbacks.load();
@@ -685,6 +686,9 @@ ClientImpl::ClientMetrics::ClientMetrics(prom::Exposition& e)
       shm_refusals(prom::AddUnlabelledCounter(
           e.registry(), "shelf_client_shm_refusals_total",
           "Same-host stores whose shared memory was refused (peer uid, unsealed segment)")),
+      bytes_staged_shm(prom::AddUnlabelledCounter(
+          e.registry(), "shelf_client_shm_staged_bytes_total",
+          "Bytes of same-host puts copied into staging memory first: not in shared host memory")),
       cache(prom::AddCounter(e.registry(), "shelf_client_location_cache_total",
                              "Keys read by what the location cache did: hit (read without "
                              "the master), miss, fallback (a cached read that went back to "
@@ -731,6 +735,7 @@ std::string ClientImpl::MetricsText() const {
   sync(metrics_.checksum_mismatches, st.checksum_mismatches);
   sync(metrics_.failovers, st.replica_failovers);
   sync(metrics_.shm_refusals, st.shm_refusals);
+  sync(metrics_.bytes_staged_shm, st.bytes_staged_shm);
   return exposition_->Render();
 }
 

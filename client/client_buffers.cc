@@ -2,7 +2,8 @@
 // straight between the buffer and the transport (one memcpy out of a mapped
 // segment or into shm staging memory, or the socket writing from / reading
 // into it); device memory goes through a pinned bounce buffer
-// (gpu_staging.h).
+// (gpu_staging.h). Shared host memory: memory a same-host store copies
+// puts from directly (transport/shm_sources.h).
 #include <algorithm>
 #include <atomic>
 
@@ -10,8 +11,27 @@
 #include "client/client_impl.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "transport/shm_sources.h"
 
 namespace shelf {
+
+Status AllocateSharedHostMemory(size_t size, void** out) {
+  if (out == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "AllocateSharedHostMemory: null out");
+  }
+  *out = nullptr;
+  if (size == 0) {
+    return Status(StatusCode::kInvalidArgument, "AllocateSharedHostMemory: size must be 1 or more");
+  }
+  absl::StatusOr<char*> memory = AllocateShmSource(size);
+  if (!memory.ok()) return FromAbsl(memory.status());
+  *out = *memory;
+  return Status();
+}
+
+Status FreeSharedHostMemory(void* memory) {
+  return FromAbsl(FreeShmSource(static_cast<char*>(memory)));
+}
 
 Status ClientImpl::RegisterBuffer(void* base, size_t size, BufferHandle* handle, bool gpu) {
   if (absl::Status s = CheckOpen(); !s.ok()) return FromAbsl(s);

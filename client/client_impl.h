@@ -324,6 +324,7 @@ class ClientImpl final : public Client {
     prom::Counter& checksum_mismatches;
     prom::Counter& failovers;
     prom::Counter& shm_refusals;
+    prom::Counter& bytes_staged_shm;
     prom::Family<prom::Counter>& cache;
     prom::Counter& cache_hits;
     prom::Counter& cache_misses;

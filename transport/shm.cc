@@ -400,7 +400,7 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
   absl::StatusOr<int> fd = Handshake(socket_path, &memfd, reply);
   if (!fd.ok()) return fd.status();
   // From here the socket belongs to the mapping: its puts travel on it.
-  auto writer = std::make_unique<ShmWriter>(*fd);
+  auto writer = std::make_unique<ShmWriter>(*fd, &staged_bytes_);
   SetIoTimeoutMs(*fd, kShmWriteTimeoutMs);
   if (absl::little_endian::Load32(reply + 4) == kShmArenas) {
     // Nothing mapped yet: each arena is asked for with a read grant.

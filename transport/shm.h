@@ -174,6 +174,9 @@ class ShmAttachments {
   void Forget(const std::string& socket_path);
   // Attachments refused so far (each socket and incarnation once).
   uint64_t refusals() const { return refusals_.load(); }
+  // Bytes of puts copied into a staging memfd first (their source was not
+  // shared host memory: transport/shm_sources.h).
+  uint64_t staged_bytes() const { return staged_bytes_.load(); }
 
  private:
   struct Refusal {
@@ -189,6 +192,7 @@ class ShmAttachments {
   const std::string secret_;
   const int64_t store_uid_;
   std::atomic<uint64_t> refusals_{0};
+  std::atomic<uint64_t> staged_bytes_{0};
   Mutex mu_;
   std::map<std::string, std::shared_ptr<ShmMapping>> maps_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Refusal> refused_ ABSL_GUARDED_BY(mu_);

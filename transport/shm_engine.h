@@ -47,6 +47,9 @@ class ShmEngine final : public Engine {
                        absl::string_view read_grant, uint64_t deadline_ms);
   // Stores whose shared memory was refused (ShmAttachments::refusals).
   uint64_t refusals() const { return attachments_.refusals(); }
+  // Bytes of writes staged before the store copied them in
+  // (ShmAttachments::staged_bytes).
+  uint64_t staged_bytes() const { return attachments_.staged_bytes(); }
 
  private:
   void Start(std::shared_ptr<Batch> batch, std::vector<Work> work, uint64_t deadline_ms) override;

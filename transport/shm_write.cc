@@ -2,13 +2,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -56,41 +59,83 @@ bool Reply(int fd, const absl::Status& status) {
   return WriteFullv(fd, iov, 2).ok();
 }
 
-// A staging descriptor the store copies from: a memfd (only those take
-// seals) that cannot shrink under the copy.
-absl::Status CheckStaging(int fd) {
-  int seals = fcntl(fd, F_GET_SEALS);
-  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
-    return absl::FailedPreconditionError(
-        "the staging descriptor is not a memfd sealed against shrinking (F_SEAL_SHRINK)");
+// What the store copies a connection's puts from: slot 0 its staging
+// memfd, slots 1..kShmSourceSlots its shared-memory sources, each mapped
+// read-only while the connection lasts.
+class MappedSources {
+ public:
+  MappedSources() = default;
+  ~MappedSources() {
+    for (uint32_t slot = 0; slot < slots_.size(); ++slot) Drop(slot);
   }
-  return absl::OkStatus();
-}
+  MappedSources(const MappedSources&) = delete;
+  MappedSources& operator=(const MappedSources&) = delete;
 
-// Copies [src_offset, +length) of `staging` to `dst`, bounds-checked against
-// the descriptor's current size (it can only grow).
-absl::Status CopyIn(int staging, uint64_t src_offset, char* dst, uint64_t length) {
-  struct stat st;
-  if (fstat(staging, &st) != 0) {
-    return absl::InternalError(absl::StrCat("fstat staging: ", ErrnoText(errno)));
-  }
-  const uint64_t have = st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
-  if (src_offset > have || length > have - src_offset) {
-    return absl::OutOfRangeError(absl::StrCat("staging range [", src_offset, ", +", length,
-                                              ") outside its descriptor of ", have));
-  }
-  uint64_t done = 0;
-  while (done < length) {
-    ssize_t n = pread(staging, dst + done, length - done, static_cast<off_t>(src_offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::InternalError(
-          absl::StrCat("reading staging: ", n == 0 ? "unexpected end" : ErrnoText(errno)));
+  // Empties `slot`, then takes `fd` into it when it is a tmpfs memfd
+  // sealed against shrinking; closes it otherwise.
+  absl::Status Attach(uint32_t slot, int fd) {
+    struct statfs fs;
+    const int seals = fcntl(fd, F_GET_SEALS);
+    absl::Status s = absl::OkStatus();
+    if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+      s = absl::FailedPreconditionError(
+          "the source descriptor is not a memfd sealed against shrinking (F_SEAL_SHRINK)");
+    } else if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {
+      s = absl::FailedPreconditionError("the source descriptor is not a memfd on tmpfs");
     }
-    done += static_cast<uint64_t>(n);
+    Drop(slot);
+    if (!s.ok()) {
+      close(fd);
+      return s;
+    }
+    slots_[slot].fd = fd;
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
-}
+
+  void Drop(uint32_t slot) {
+    Source& src = slots_[slot];
+    if (src.base != nullptr) munmap(const_cast<char*>(src.base), src.mapped);
+    if (src.fd >= 0) close(src.fd);
+    src = Source{};
+  }
+
+  bool Has(uint32_t slot) const { return slots_[slot].fd >= 0; }
+
+  // Copies [src_offset, +length) of `slot`'s memory to `dst`, bounds-checked
+  // against the descriptor's size (it can only grow: mapped again when it
+  // has).
+  absl::Status CopyOut(uint32_t slot, uint64_t src_offset, char* dst, uint64_t length) {
+    Source& src = slots_[slot];
+    if (src_offset > src.mapped || length > src.mapped - src_offset) {
+      struct stat st;
+      if (fstat(src.fd, &st) != 0) {
+        return absl::InternalError(absl::StrCat("fstat source: ", ErrnoText(errno)));
+      }
+      const uint64_t have = st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
+      if (src_offset > have || length > have - src_offset) {
+        return absl::OutOfRangeError(absl::StrCat("source range [", src_offset, ", +", length,
+                                                  ") outside its descriptor of ", have));
+      }
+      void* p = mmap(nullptr, have, PROT_READ, MAP_SHARED, src.fd, 0);
+      if (p == MAP_FAILED) {
+        return absl::InternalError(absl::StrCat("mapping a source: ", ErrnoText(errno)));
+      }
+      if (src.base != nullptr) munmap(const_cast<char*>(src.base), src.mapped);
+      src.base = static_cast<const char*>(p);
+      src.mapped = have;
+    }
+    if (length > 0) std::memcpy(dst, src.base + src_offset, length);
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Source {
+    int fd = -1;
+    const char* base = nullptr;
+    uint64_t mapped = 0;
+  };
+  std::array<Source, kShmSourceSlots + 1> slots_;
+};
 
 // Whether `fd` has bytes to read before MonoMs() reaches `deadline_ms`.
 bool WaitReadable(int fd, uint64_t deadline_ms) {
@@ -193,10 +238,31 @@ bool ServeArena(int fd, const char* head, DataHandler* handler) {
   return n == static_cast<ssize_t>(sizeof(status));
 }
 
+// A slot request ("SHMS") whose header is `head`, with descriptor `got`
+// (-1: none; taken). False when the connection must close.
+bool ServeSlot(int fd, const char* head, int got, MappedSources* sources) {
+  const uint32_t flags = absl::little_endian::Load32(head + 4);
+  const uint32_t slot = absl::little_endian::Load32(head + 8);
+  if ((got >= 0) != ((flags & kShmWriteFlagFd) != 0) || (flags & ~kShmWriteFlagFd) != 0 ||
+      slot == 0 || slot > kShmSourceSlots) {
+    if (got >= 0) close(got);
+    return false;
+  }
+  if (got < 0) {
+    sources->Drop(slot);
+    return Reply(fd, absl::OkStatus());
+  }
+  absl::Status s = sources->Attach(slot, got);
+  if (!s.ok()) {
+    SHELF_LOG(WARNING) << "shared-memory source refused" << Kv("error", s.message());
+  }
+  return Reply(fd, s);
+}
+
 }  // namespace
 
 void ServeShmWrites(int fd, DataHandler* handler) {
-  int staging = -1;
+  MappedSources sources;
   std::set<uint64_t> pins;  // held by this connection
   for (;;) {
     char head[kShmWriteHeaderBytes];
@@ -212,6 +278,10 @@ void ServeShmWrites(int fd, DataHandler* handler) {
       if (!ServeArena(fd, head, handler)) break;
       continue;
     }
+    if (magic == kShmSourceMagic) {
+      if (!ServeSlot(fd, head, got, &sources)) break;
+      continue;
+    }
     if (magic != kShmWriteMagic) {
       if (got >= 0) close(got);
       break;  // closed by the peer, or not a request: drop the connection
@@ -223,7 +293,13 @@ void ServeShmWrites(int fd, DataHandler* handler) {
     r.offset = absl::little_endian::Load64(head + 16);
     r.length = absl::little_endian::Load64(head + 24);
     r.src_offset = absl::little_endian::Load64(head + 32);
-    if ((got >= 0) != ((r.flags & kShmWriteFlagFd) != 0) || (r.flags & ~kShmWriteFlagFd) != 0 ||
+    // Bit 0 (the staging rides along) or bit 1 (a slot's source, named in
+    // the high half), never both.
+    const bool from_slot = (r.flags & kShmWriteFlagSlot) != 0;
+    const uint32_t slot = from_slot ? r.flags >> 16 : 0;
+    const uint32_t known = from_slot ? (kShmWriteFlagSlot | 0xFFFF0000u) : kShmWriteFlagFd;
+    if ((got >= 0) != ((r.flags & kShmWriteFlagFd) != 0) || (r.flags & ~known) != 0 ||
+        (from_slot && (slot == 0 || slot > kShmSourceSlots)) ||
         r.grant_len > wire::kExtraBytesMax) {
       if (got >= 0) close(got);
       break;
@@ -233,16 +309,7 @@ void ServeShmWrites(int fd, DataHandler* handler) {
       if (got >= 0) close(got);
       break;
     }
-    absl::Status verdict = absl::OkStatus();
-    if (got >= 0) {
-      verdict = CheckStaging(got);
-      if (verdict.ok()) {
-        if (staging >= 0) close(staging);
-        staging = got;
-      } else {
-        close(got);
-      }
-    }
+    absl::Status verdict = got >= 0 ? sources.Attach(0, got) : absl::OkStatus();
     if (verdict.ok() && handler == nullptr) {
       verdict = absl::FailedPreconditionError("this store takes no shared-memory writes");
     }
@@ -264,10 +331,14 @@ void ServeShmWrites(int fd, DataHandler* handler) {
                            : grant.status();
       if (verdict.ok()) admitted.emplace(handler, *grant);
     }
-    if (verdict.ok() && staging < 0) {
-      verdict = absl::FailedPreconditionError("no staging descriptor sent on this connection");
+    if (verdict.ok() && !sources.Has(slot)) {
+      verdict = absl::FailedPreconditionError(
+          slot == 0 ? "no staging descriptor sent on this connection"
+                    : absl::StrCat("no source in slot ", slot, " on this connection"));
     }
-    if (verdict.ok()) verdict = CopyIn(staging, r.src_offset, seg->base + r.offset, r.length);
+    if (verdict.ok()) {
+      verdict = sources.CopyOut(slot, r.src_offset, seg->base + r.offset, r.length);
+    }
     if (verdict.ok()) {
       handler->OnWrite(r.length);
     } else {
@@ -275,7 +346,6 @@ void ServeShmWrites(int fd, DataHandler* handler) {
     }
     if (!Reply(fd, verdict)) break;
   }
-  if (staging >= 0) close(staging);
   for (uint64_t pin : pins) handler->Unpin(pin);
 }
 
@@ -311,20 +381,21 @@ absl::Status ShmWriter::Reserve(uint64_t bytes) {
 }
 
 absl::Status ShmWriter::Request(uint32_t segment_id, uint64_t offset, uint64_t length,
-                                absl::string_view grant) {
+                                absl::string_view grant, uint32_t slot, uint64_t src_offset) {
+  const bool attach_staging = slot == 0 && !staging_sent_;
   WriteRequest r;
-  r.flags = staging_sent_ ? 0 : kShmWriteFlagFd;
+  r.flags = slot != 0 ? (kShmWriteFlagSlot | slot << 16) : attach_staging ? kShmWriteFlagFd : 0;
   r.segment_id = segment_id;
   r.grant_len = static_cast<uint32_t>(grant.size());
   r.offset = offset;
   r.length = length;
-  r.src_offset = 0;
+  r.src_offset = src_offset;
   char head[kShmWriteHeaderBytes];
   EncodeRequest(r, head);
   // Header and grant in one message (the descriptor rides on its first
   // byte); a short send finishes with WriteFullv.
   struct iovec iov[2] = {{head, sizeof(head)}, {const_cast<char*>(grant.data()), grant.size()}};
-  ssize_t n = SendWithFd(fd_, iov, 2, staging_sent_ ? -1 : staging_fd_);
+  ssize_t n = SendWithFd(fd_, iov, 2, attach_staging ? staging_fd_ : -1);
   absl::Status s = absl::OkStatus();
   if (n < 0) {
     s = absl::UnavailableError(absl::StrCat("shm write request: ", ErrnoText(errno)));
@@ -343,8 +414,70 @@ absl::Status ShmWriter::Request(uint32_t segment_id, uint64_t offset, uint64_t l
     broken_ = true;
     return absl::UnavailableError(absl::StrCat("shared-memory write channel: ", s.message()));
   }
-  staging_sent_ = true;
+  if (attach_staging) staging_sent_ = true;
   return ReadReply();
+}
+
+absl::Status ShmWriter::SetSlot(uint32_t slot, int fd) {
+  WriteRequest r;
+  r.flags = fd >= 0 ? kShmWriteFlagFd : 0;
+  r.segment_id = slot;
+  char head[kShmWriteHeaderBytes];
+  EncodeRequest(r, head);
+  absl::little_endian::Store32(head, kShmSourceMagic);
+  struct iovec iov = {head, sizeof(head)};
+  ssize_t n = SendWithFd(fd_, &iov, 1, fd);
+  absl::Status s = absl::OkStatus();
+  if (n < 0) {
+    s = absl::UnavailableError(absl::StrCat("shm source request: ", ErrnoText(errno)));
+  } else if (static_cast<size_t>(n) < sizeof(head)) {
+    s = WriteFull(fd_, head + n, sizeof(head) - static_cast<size_t>(n));
+  }
+  if (!s.ok()) {
+    broken_ = true;
+    return absl::UnavailableError(absl::StrCat("shared-memory write channel: ", s.message()));
+  }
+  return ReadReply();
+}
+
+absl::StatusOr<uint32_t> ShmWriter::SlotFor(const ShmSource& source) {
+  if (source.id == refused_source_) return 0;
+  uint32_t victim = 1;
+  for (uint32_t slot = 1; slot <= kShmSourceSlots; ++slot) {
+    if (slots_[slot].source_id == source.id) {
+      slots_[slot].last_use = ++uses_;
+      return slot;
+    }
+    if (slots_[slot].last_use < slots_[victim].last_use) victim = slot;
+  }
+  // The least recently used slot (an empty one first) takes the source.
+  slots_[victim] = Slot{};
+  absl::Status s = SetSlot(victim, source.fd);
+  if (s.code() == absl::StatusCode::kUnavailable) return s;
+  if (!s.ok()) {
+    SHELF_LOG(WARNING) << "the store maps no shared-memory source of this client; its puts are "
+                          "staged"
+                       << Kv("error", s.message());
+    refused_source_ = source.id;
+    return 0;
+  }
+  slots_[victim] = Slot{source.id, ++uses_};
+  return victim;
+}
+
+absl::Status ShmWriter::DropFreedSources() {
+  const uint64_t removals = ShmSources::Process().removals();
+  if (removals == removals_seen_) return absl::OkStatus();
+  for (uint32_t slot = 1; slot <= kShmSourceSlots; ++slot) {
+    if (slots_[slot].source_id == 0 || ShmSources::Process().Alive(slots_[slot].source_id)) {
+      continue;
+    }
+    slots_[slot] = Slot{};
+    absl::Status s = SetSlot(slot, -1);
+    if (!s.ok()) return s;
+  }
+  removals_seen_ = removals;
+  return absl::OkStatus();
 }
 
 absl::Status ShmWriter::ReadReply() {
@@ -476,17 +609,34 @@ absl::StatusOr<int> ShmWriter::MapArena(uint32_t segment_id, uint64_t offset, ui
 
 absl::Status ShmWriter::Write(uint32_t segment_id, uint64_t offset, const char* src,
                               uint64_t length, absl::string_view grant) {
+  // Held while the store may copy from it: its descriptor stays open.
+  std::shared_ptr<const ShmSource> source =
+      length > 0 ? ShmSources::Process().Find(src, length) : nullptr;
   MutexLock lock(&mu_);
   if (broken_) return absl::UnavailableError("shared-memory write channel broken");
+  if (absl::Status s = DropFreedSources(); !s.ok()) return s;
+  uint32_t slot = 0;
+  if (source != nullptr) {
+    absl::StatusOr<uint32_t> got = SlotFor(*source);
+    if (!got.ok()) return got.status();
+    slot = *got;
+  }
   uint64_t done = 0;
   do {
     const uint64_t chunk = std::min(length - done, kShmStagingBytesMax);
-    if (absl::Status s = Reserve(std::max<uint64_t>(chunk, 1)); !s.ok()) {
-      broken_ = true;
-      return s;
+    uint64_t src_offset = 0;
+    if (slot != 0) {
+      src_offset = static_cast<uint64_t>(src + done - source->base);
+    } else {
+      if (absl::Status s = Reserve(std::max<uint64_t>(chunk, 1)); !s.ok()) {
+        broken_ = true;
+        return s;
+      }
+      std::memcpy(staging_, src + done, chunk);
+      if (staged_bytes_ != nullptr) staged_bytes_->fetch_add(chunk, std::memory_order_relaxed);
     }
-    std::memcpy(staging_, src + done, chunk);
-    if (absl::Status s = Request(segment_id, offset + done, chunk, grant); !s.ok()) return s;
+    absl::Status s = Request(segment_id, offset + done, chunk, grant, slot, src_offset);
+    if (!s.ok()) return s;
     done += chunk;
   } while (done < length);
   return absl::OkStatus();

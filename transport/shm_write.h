@@ -1,10 +1,16 @@
 // Shared-memory puts under the put's grant. Clients map a store's segment
 // read-only (transport/shm.h), so a same-host put does not write into it:
-// the client copies the block into its own staging memfd and asks the store,
-// over the shm socket it attached through, to copy a range of that memfd
-// into the granted range. The store checks the grant exactly as its TCP data
-// server does (DataHandler::CheckWrite) and bounds-checks the copy against
-// the staging descriptor, which is sealed against shrinking.
+// the store copies the block in, with one memcpy, from memory of the client
+// it maps read-only, once it has checked the grant exactly as its TCP data
+// server does (DataHandler::CheckWrite). That memory is a memfd sealed
+// against shrinking, so it cannot be truncated under the store's mapping:
+//   - slot 0, the connection's staging memfd: the client copies a block
+//     there first when its bytes lie anywhere else;
+//   - slots 1..kShmSourceSlots, the client's shared host memory
+//     (transport/shm_sources.h): a put from there is copied once, by the
+//     store.
+// Only memfds on tmpfs are mapped: a hugetlbfs one could fault SIGBUS in
+// the store when its pool runs dry.
 //
 // After a successful handshake the socket stays open for these requests
 // (little-endian):
@@ -13,10 +19,23 @@
 //                    src_offset u64 | grant[grant_len]
 //                    flags bit 0: the staging memfd is attached (SCM_RIGHTS);
 //                    it replaces the connection's previous one
+//                    flags bit 1: the bytes are in source slot flags >> 16
+//                    (then no descriptor rides along), not in the staging
 //   store -> client: status u32 (absl::StatusCode) | msg_len u32 | msg
-// [src_offset, +length) of the staging memfd is copied to [offset, +length)
-// of segment segment_id. A refused request leaves the segment unchanged and
-// the connection open; a malformed one closes it.
+// [src_offset, +length) of the staging memfd (or the slot's source) is
+// copied to [offset, +length) of segment segment_id. A refused request
+// leaves the segment unchanged and the connection open; a malformed one
+// closes it.
+//
+// A source takes a slot with
+//   client -> store: magic u32 "SHMS" | flags u32 | slot u32 | 0 u32 |
+//                    0 u64 | 0 u64 | 0 u64
+//                    flags bit 0: the source's memfd is attached; it
+//                    replaces the slot's previous one. Without it the slot
+//                    is emptied (the client freed that memory).
+//   store -> client: status u32 | msg_len u32 | msg
+// FAILED_PRECONDITION for a descriptor that is not a tmpfs memfd sealed
+// against shrinking. The store unmaps every slot when the connection closes.
 //
 // Same-host reads of SSD-tier blocks travel on the same socket (the client
 // never opens the store's files):
@@ -60,6 +79,8 @@
 #ifndef SHELF_TRANSPORT_SHM_WRITE_H_
 #define SHELF_TRANSPORT_SHM_WRITE_H_
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 
 #include "absl/functional/function_ref.h"
@@ -67,6 +88,7 @@
 #include "absl/strings/string_view.h"
 #include "common/mutex.h"
 #include "transport/data_server.h"
+#include "transport/shm_sources.h"
 #include "transport/wire.h"
 
 namespace shelf {
@@ -75,7 +97,10 @@ inline constexpr uint32_t kShmWriteMagic = 0x574D4853;    // "SHMW"
 inline constexpr uint32_t kShmReadMagic = 0x524D4853;     // "SHMR"
 inline constexpr uint32_t kShmReleaseMagic = 0x464D4853;  // "SHMF"
 inline constexpr uint32_t kShmArenaMagic = 0x414D4853;    // "SHMA"
+inline constexpr uint32_t kShmSourceMagic = 0x534D4853;   // "SHMS"
 inline constexpr uint32_t kShmWriteFlagFd = 1;
+inline constexpr uint32_t kShmWriteFlagSlot = 2;
+inline constexpr uint32_t kShmSourceSlots = 64;  // per connection
 inline constexpr uint32_t kShmReadFlagGranted = 1;
 inline constexpr size_t kShmReadReplyBytes = 32;  // after an OK status
 inline constexpr size_t kShmPinsMax = 64;
@@ -97,16 +122,21 @@ void ServeShmWrites(int fd, DataHandler* handler);
 // Client side: the write half of one attachment's socket.
 class ShmWriter {
  public:
-  // Takes `fd`, the attachment's connected socket.
-  explicit ShmWriter(int fd) : fd_(fd) {}
+  // Takes `fd`, the attachment's connected socket. `staged` (optional)
+  // counts the bytes copied into the staging memfd: what the puts from
+  // outside any shared-memory source cost in an extra copy.
+  explicit ShmWriter(int fd, std::atomic<uint64_t>* staged = nullptr)
+      : fd_(fd), staged_bytes_(staged) {}
   ~ShmWriter();
   ShmWriter(const ShmWriter&) = delete;
   ShmWriter& operator=(const ShmWriter&) = delete;
 
   // Writes `length` bytes from `src` to [offset, +length) of `segment_id`
-  // under `grant` (wire::EncodeGrant). The store's verdict on a refused
-  // request (as the TCP path gives it); UNAVAILABLE when the socket or the
-  // staging memory fails, after which this writer fails every request.
+  // under `grant` (wire::EncodeGrant): copied by the store straight from
+  // `src` when it lies in a shared-memory source, else through the staging
+  // memfd. The store's verdict on a refused request (as the TCP path gives
+  // it); UNAVAILABLE when the socket or the staging memory fails, after
+  // which this writer fails every request.
   absl::Status Write(uint32_t segment_id, uint64_t offset, const char* src, uint64_t length,
                      absl::string_view grant);
 
@@ -136,7 +166,16 @@ class ShmWriter {
   // writer broken, when the socket fails.
   absl::Status ReadReply() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Request(uint32_t segment_id, uint64_t offset, uint64_t length,
-                       absl::string_view grant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                       absl::string_view grant, uint32_t slot, uint64_t src_offset)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The slot `source` holds on this connection, given to it now if need
+  // be; 0 when the store refuses it (its puts then go through the staging).
+  // UNAVAILABLE when the socket fails.
+  absl::StatusOr<uint32_t> SlotFor(const ShmSource& source) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends "SHMS" for `slot` with `fd` (-1: empty it) and reads the reply.
+  absl::Status SetSlot(uint32_t slot, int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Empties the slots of sources freed since the last look.
+  absl::Status DropFreedSources() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int fd_;
   Mutex mu_;
@@ -145,6 +184,15 @@ class ShmWriter {
   char* staging_ ABSL_GUARDED_BY(mu_) = nullptr;
   uint64_t staging_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool staging_sent_ ABSL_GUARDED_BY(mu_) = false;  // on this connection
+  struct Slot {
+    uint64_t source_id = 0;  // 0: empty
+    uint64_t last_use = 0;
+  };
+  std::array<Slot, kShmSourceSlots + 1> slots_ ABSL_GUARDED_BY(mu_);  // [0]: the staging
+  uint64_t uses_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t removals_seen_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t refused_source_ ABSL_GUARDED_BY(mu_) = 0;  // the last the store refused
+  std::atomic<uint64_t>* const staged_bytes_;
 };
 
 }  // namespace shelf

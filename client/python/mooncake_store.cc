@@ -1,8 +1,6 @@
 // MooncakeStore: the bodies of mooncake_store.h's declarations.
 #include "client/python/mooncake_store.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -1047,71 +1045,23 @@ std::map<std::string, std::vector<ReplicaDescriptor>> MooncakeStore::BatchGetRep
   return out;
 }
 
-namespace {
-
-// Every HostMemAllocator's allocations, by address.
-struct HostSegments {
-  struct Segment {
-    int fd = -1;
-    size_t size = 0;
-  };
-  Mutex mu;
-  std::map<uint64_t, Segment> by_address ABSL_GUARDED_BY(mu);
-};
-
-HostSegments* Segments() {
-  static HostSegments* segments = new HostSegments();  // lives as long as the mappings
-  return segments;
-}
-
-}  // namespace
-
 uint64_t HostMemAllocator::Alloc(int64_t size) {
   if (size <= 0) {
     throw std::runtime_error("MooncakeHostMemAllocator.alloc: size must be 1 byte or more, not " +
                              std::to_string(size));
   }
-  const size_t bytes = static_cast<size_t>(size);
-  int fd = memfd_create("shelf-mooncake-host", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) {
-    throw std::runtime_error("MooncakeHostMemAllocator.alloc: memfd_create: " + ErrnoText(errno));
+  // Shared host memory: a same-host store copies puts from it directly.
+  void* memory = nullptr;
+  Status s = AllocateSharedHostMemory(static_cast<size_t>(size), &memory);
+  if (!s.ok()) {
+    throw std::runtime_error("MooncakeHostMemAllocator.alloc of " + std::to_string(size) +
+                             " bytes: " + s.ToString());
   }
-  // Sealed against shrinking once sized: the pages under the caller's
-  // tensor can never be taken away by a truncate through the fd.
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
-      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
-    int err = errno;
-    close(fd);
-    throw std::runtime_error("MooncakeHostMemAllocator.alloc of " + std::to_string(bytes) +
-                             " bytes: " + ErrnoText(err));
-  }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (p == MAP_FAILED) {
-    int err = errno;
-    close(fd);
-    throw std::runtime_error("MooncakeHostMemAllocator.alloc of " + std::to_string(bytes) +
-                             " bytes: mmap: " + ErrnoText(err));
-  }
-  const uint64_t address = reinterpret_cast<uintptr_t>(p);
-  HostSegments* segments = Segments();
-  MutexLock lock(&segments->mu);
-  segments->by_address[address] = HostSegments::Segment{fd, bytes};
-  return address;
+  return reinterpret_cast<uintptr_t>(memory);
 }
 
 int HostMemAllocator::Free(uint64_t address) {
-  HostSegments::Segment segment;
-  {
-    HostSegments* segments = Segments();
-    MutexLock lock(&segments->mu);
-    auto it = segments->by_address.find(address);
-    if (it == segments->by_address.end()) return -1;
-    segment = it->second;
-    segments->by_address.erase(it);
-  }
-  int rc = munmap(reinterpret_cast<void*>(address), segment.size) == 0 ? 0 : -1;
-  close(segment.fd);
-  return rc;
+  return FreeSharedHostMemory(reinterpret_cast<void*>(address)).ok() ? 0 : -1;
 }
 
 }  // namespace shelf::python::mooncake

@@ -117,11 +117,12 @@ struct ReplicaDescriptor {
 };
 
 // Mooncake's MooncakeHostMemAllocator: host memory for an engine's KV pool,
-// each allocation its own memfd (sealed against shrinking, so the mapping
-// can never lose pages under the caller), mapped read-write and populated.
-// alloc returns the address as an int; free unmaps it. Every allocator of
-// the process shares one table of allocations, as Mooncake's do; what is
-// not freed goes with the process. Thread-safe.
+// each allocation libshelf's shared host memory (AllocateSharedHostMemory:
+// its own memfd, sealed against shrinking, mapped read-write and
+// populated), so a same-host store copies puts from it directly. alloc
+// returns the address as an int; free unmaps it. Every allocator of the
+// process shares one table of allocations, as Mooncake's do; what is not
+// freed goes with the process. Thread-safe.
 class HostMemAllocator {
  public:
   // The address of `size` bytes (1 or more), zeroed; throws

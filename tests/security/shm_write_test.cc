@@ -2,7 +2,9 @@
 // Unix sockets): the segment a client receives cannot be written through;
 // an shm put is copied in by the store only under a valid grant for that
 // range, refused like the same put over tcp otherwise, and the segment is
-// then unchanged; shm puts and gets of many sizes round-trip.
+// then unchanged; shm puts and gets of many sizes round-trip; a put from
+// shared host memory is copied once, by the store, which maps only memfds
+// that cannot shrink and copies only inside them.
 #include <errno.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "absl/base/internal/endian.h"
@@ -20,6 +23,7 @@
 #include "client/write_grant.h"
 #include "common/checksum.h"
 #include "common/clock.h"
+#include "common/errno_text.h"
 #include "common/net.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
@@ -39,36 +43,48 @@ using fault::BlockBytes;
 constexpr char kSecret[] = "shm-write-test-secret-0123456789ab";
 constexpr uint64_t kDramBytes = 192ull << 20;
 
-// The client's side of the handshake done by hand, so that the test holds
-// the descriptor a peer receives (or -1).
-int RawAttach(const std::string& path) {
+// The client's side of the handshake done by hand: the connected socket
+// (-1 when the handshake fails), and in *memfd the descriptor the store
+// sent with its answer (-1: none).
+int RawHandshake(const std::string& path, int* memfd) {
+  *memfd = -1;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un addr;
   std::memset(&addr, 0, sizeof(addr));
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  if (fd < 0 || connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0) {
+  char hello[kShmHelloBytes];
+  char reply[16];
+  bool ok = fd >= 0 && connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0;
+  if (ok) SetIoTimeoutMs(fd, 10000);
+  ok = ok && ReadFull(fd, hello, sizeof(hello)).ok();
+  std::string mac = ok ? ShmMac(kSecret, absl::string_view(hello + 4, kShmNonceBytes)) : "";
+  ok = ok && WriteFull(fd, mac.data(), mac.size()).ok() &&
+       RecvWithFd(fd, reply, sizeof(reply), memfd) == sizeof(reply) &&
+       absl::little_endian::Load32(reply) == 0;
+  if (!ok) {
+    if (*memfd >= 0) close(*memfd);
+    *memfd = -1;
     if (fd >= 0) close(fd);
     return -1;
   }
-  SetIoTimeoutMs(fd, 10000);
+  return fd;
+}
+
+// The descriptor a peer receives (or -1).
+int RawAttach(const std::string& path) {
   int memfd = -1;
-  char hello[kShmHelloBytes];
-  if (ReadFull(fd, hello, sizeof(hello)).ok()) {
-    std::string mac = ShmMac(kSecret, absl::string_view(hello + 4, kShmNonceBytes));
-    if (WriteFull(fd, mac.data(), mac.size()).ok()) {
-      char reply[16];
-      int got = -1;
-      if (RecvWithFd(fd, reply, sizeof(reply), &got) == sizeof(reply) &&
-          absl::little_endian::Load32(reply) == 0) {
-        memfd = got;
-      } else if (got >= 0) {
-        close(got);
-      }
-    }
-  }
-  close(fd);
+  int fd = RawHandshake(path, &memfd);
+  if (fd >= 0) close(fd);
   return memfd;
+}
+
+// The socket, kept for requests (or -1).
+int RawChannel(const std::string& path) {
+  int memfd = -1;
+  int fd = RawHandshake(path, &memfd);
+  if (memfd >= 0) close(memfd);
+  return fd;
 }
 
 class ShmWriteTest : public ::testing::Test {
@@ -124,6 +140,15 @@ class ShmWriteTest : public ::testing::Test {
   }
 
   static wire::Grant ToWire(const v1::WriteGrant& g) { return ToWireGrant(g); }
+
+  // A new client reads `key` back as `data`.
+  void ExpectBlock(const std::string& key, const std::string& data) {
+    std::unique_ptr<Client> client = OpenClient();
+    ASSERT_NE(client, nullptr);
+    std::string got;
+    ASSERT_TRUE(client->Get(key, &got).ok()) << key;
+    EXPECT_TRUE(got == data) << key << ": wrong bytes";
+  }
 
   // One shm write of `data` to [offset, +size) of `segment` under `grant`.
   absl::Status ShmWrite(transport::ShmEngine* engine, const wire::Grant& grant, uint32_t segment,
@@ -277,9 +302,160 @@ TEST_F(ShmWriteTest, ShmPutsAndGetsOfManySizesRoundTrip) {
   }
   ClientStats st = client->stats();
   EXPECT_EQ(st.bytes_stored_shm, total);
+  EXPECT_EQ(st.bytes_staged_shm, total) << "private memory goes through staging";
   EXPECT_EQ(st.bytes_stored_tcp, 0u);
   EXPECT_EQ(st.bytes_loaded_shm, 2 * total);
   EXPECT_EQ(st.shm_refusals, 0u);
+}
+
+// Lines of process `pid`'s memory map naming shared host memory.
+int SharedHostMappings(pid_t pid) {
+  std::ifstream maps(absl::StrCat("/proc/", pid, "/maps"));
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("memfd:shelf-host") != std::string::npos) ++n;
+  }
+  return n;
+}
+
+TEST_F(ShmWriteTest, APutFromSharedHostMemoryIsCopiedOnceByTheStore) {
+  std::unique_ptr<Client> client = OpenClient();
+  ASSERT_NE(client, nullptr);
+  const uint64_t size = (3 << 20) + 5;
+  void* shared = nullptr;
+  ASSERT_TRUE(AllocateSharedHostMemory(2 * size, &shared).ok());
+  char* mem = static_cast<char*>(shared);
+  const std::string a = BlockBytes(size, 41), b = BlockBytes(size, 42);
+  std::memcpy(mem, a.data(), size);
+  std::memcpy(mem + size, b.data(), size);
+  const std::string priv = BlockBytes(64 << 10, 43);
+
+  // From the start of the memory, from its middle through a registered
+  // buffer (as an engine's KV pool), and from private memory.
+  ASSERT_TRUE(client->Put("shared-a", mem, size).ok());
+  BufferHandle pool;
+  ASSERT_TRUE(client->RegisterBuffer(mem, 2 * size, &pool).ok());
+  ASSERT_TRUE(client->PutFrom("shared-b", pool, size, size).ok());
+  ASSERT_TRUE(client->Put("private", priv.data(), priv.size()).ok());
+  ClientStats st = client->stats();
+  EXPECT_EQ(st.bytes_stored_shm, 2 * size + priv.size());
+  EXPECT_EQ(st.bytes_staged_shm, priv.size()) << "only the private block goes through staging";
+  const pid_t store = cluster_->store_process(0)->pid();
+  EXPECT_GE(SharedHostMappings(store), 1) << "the store maps the client's shared memory";
+  for (const auto& [key, want] : {std::pair<std::string, const std::string*>{"shared-a", &a},
+                                  {"shared-b", &b},
+                                  {"private", &priv}}) {
+    std::string got;
+    ASSERT_TRUE(client->Get(key, &got).ok()) << key;
+    EXPECT_TRUE(got == *want) << key << ": wrong bytes";
+  }
+
+  // Freed, the memory leaves the store's address space at the client's
+  // next same-host put, and the blocks put from it stay.
+  ASSERT_TRUE(client->UnregisterBuffer(pool).ok());
+  ASSERT_TRUE(FreeSharedHostMemory(shared).ok());
+  EXPECT_EQ(FreeSharedHostMemory(shared).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(client->Put("after-free", priv.data(), priv.size()).ok());
+  EXPECT_EQ(SharedHostMappings(store), 0);
+  std::string got;
+  ASSERT_TRUE(client->Get("shared-b", &got).ok());
+  EXPECT_TRUE(got == b);
+}
+
+// One request header (transport/shm_write.h) with `attach` (-1: none)
+// riding along, then `extra`; the store's status (UNAVAILABLE when the
+// connection closed instead).
+absl::Status RawRequest(int fd, uint32_t magic, uint32_t flags, uint32_t third, uint64_t offset,
+                        uint64_t length, uint64_t src_offset, int attach,
+                        const std::string& extra = "") {
+  char head[kShmWriteHeaderBytes];
+  absl::little_endian::Store32(head, magic);
+  absl::little_endian::Store32(head + 4, flags);
+  absl::little_endian::Store32(head + 8, third);
+  absl::little_endian::Store32(head + 12, static_cast<uint32_t>(extra.size()));
+  absl::little_endian::Store64(head + 16, offset);
+  absl::little_endian::Store64(head + 24, length);
+  absl::little_endian::Store64(head + 32, src_offset);
+  struct iovec iov = {head, sizeof(head)};
+  if (SendWithFd(fd, &iov, 1, attach) != static_cast<ssize_t>(sizeof(head)) ||
+      !WriteFull(fd, extra.data(), extra.size()).ok()) {
+    return absl::UnavailableError("send failed");
+  }
+  char reply[kShmWriteReplyBytes];
+  if (!ReadFull(fd, reply, sizeof(reply)).ok()) return absl::UnavailableError("closed");
+  std::string text(absl::little_endian::Load32(reply + 4), '\0');
+  if (!ReadFull(fd, text.data(), text.size()).ok()) return absl::UnavailableError("closed");
+  return absl::Status(static_cast<absl::StatusCode>(absl::little_endian::Load32(reply)), text);
+}
+
+// A memfd of `size` bytes holding `data`, sealed with `seals`.
+int Memfd(const std::string& data, uint64_t size, int seals) {
+  int fd = memfd_create("shelf-host", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0 ||
+      pwrite(fd, data.data(), std::min<uint64_t>(size, data.size()), 0) < 0 ||
+      (seals != 0 && fcntl(fd, F_ADD_SEALS, seals) != 0)) {
+    ADD_FAILURE() << "memfd: " << ErrnoText(errno);
+  }
+  return fd;
+}
+
+TEST_F(ShmWriteTest, SourcesTheStoreCannotMapSafelyAreRefusedAndCopiesStayInBounds) {
+  const uint64_t size = 64 << 10;
+  const std::string data = BlockBytes(size, 51);
+  v1::PutStartResponse put = StartPut("raw-source", data);
+  ASSERT_EQ(put.replicas_size(), 1);
+  const std::string grant = wire::EncodeGrant(ToWire(put.grants(0)));
+  const uint32_t seg = put.replicas(0).segment_id();
+  const uint64_t off = put.replicas(0).offset();
+  ShmAttachments view(kSecret);
+  absl::StatusOr<std::shared_ptr<ShmMapping>> m = view.Get(Socket());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string before((*m)->base + off, size);
+
+  int fd = RawChannel(Socket());
+  ASSERT_GE(fd, 0);
+  const uint32_t from_slot_1 = kShmWriteFlagSlot | (1u << 16);
+  // An empty slot holds nothing to copy from.
+  absl::Status s = RawRequest(fd, kShmWriteMagic, from_slot_1, seg, off, size, 0, -1, grant);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  // A memfd that can shrink (SIGBUS in the store's copy), and a pipe.
+  int unsealed = Memfd(data, size, 0);
+  s = RawRequest(fd, kShmSourceMagic, kShmWriteFlagFd, 1, 0, 0, 0, unsealed);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  s = RawRequest(fd, kShmSourceMagic, kShmWriteFlagFd, 1, 0, 0, 0, pipe_fds[0]);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  s = RawRequest(fd, kShmWriteMagic, from_slot_1, seg, off, size, 0, -1, grant);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  // A sealed memfd smaller than the copy asked of it: OUT_OF_RANGE.
+  int sealed = Memfd(data, 4096, F_SEAL_SHRINK);
+  ASSERT_TRUE(RawRequest(fd, kShmSourceMagic, kShmWriteFlagFd, 1, 0, 0, 0, sealed).ok());
+  s = RawRequest(fd, kShmWriteMagic, from_slot_1, seg, off, size, 0, -1, grant);
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+  s = RawRequest(fd, kShmWriteMagic, from_slot_1, seg, off, 4096, 1, -1, grant);
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+  EXPECT_TRUE(std::string((*m)->base + off, size) == before) << "a refused copy wrote";
+  // Grown (sealed against shrinking only), it holds the block: copied in.
+  ASSERT_EQ(ftruncate(sealed, size), 0);
+  ASSERT_EQ(pwrite(sealed, data.data(), size, 0), static_cast<ssize_t>(size));
+  s = RawRequest(fd, kShmWriteMagic, from_slot_1, seg, off, size, 0, -1, grant);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(std::string((*m)->base + off, size) == data);
+  // A slot past the last, or a write naming both a slot and a descriptor,
+  // is malformed: the store closes the connection.
+  int extra = Memfd(data, size, F_SEAL_SHRINK);
+  s = RawRequest(fd, kShmWriteMagic, from_slot_1 | kShmWriteFlagFd, seg, off, size, 0, extra,
+                 grant);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  close(fd);
+  fd = RawChannel(Socket());
+  ASSERT_GE(fd, 0);
+  s = RawRequest(fd, kShmSourceMagic, kShmWriteFlagFd, kShmSourceSlots + 1, 0, 0, 0, extra);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  for (int f : {fd, unsealed, pipe_fds[0], pipe_fds[1], sealed, extra}) close(f);
+  Commit(put.put_id());
+  ExpectBlock("raw-source", data);
 }
 
 }  // namespace

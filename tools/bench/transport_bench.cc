@@ -8,9 +8,11 @@
 //        WRITE ops on pooled connections, a block of 4 MiB or more striped
 //        over --tcp-streams connections
 //   shm  transport::ShmEngine: one memcpy per block read from the store's
-//        segment, mapped read-only through its shm socket; a write is
-//        copied in by the store from the engine's staging memfd, under
-//        the grant
+//        segment, mapped read-only through its shm socket; a write from
+//        private memory is copied into the engine's staging memfd, then
+//        in by the store under the grant
+//   shm-shr a write from shared host memory (transport/shm_sources.h):
+//        the store maps it and copies each block in once
 //   rdma rdma::RdmaTransport on the SIMULATED verbs device, in this
 //        process (transport_rdma_sim.cc): reads and store-pulled puts,
 //        every byte checked; correctness and per-op overhead only
@@ -63,6 +65,7 @@
 #include "tools/bench/socket_peer.h"
 #include "transport/engine.h"
 #include "transport/shm_engine.h"
+#include "transport/shm_sources.h"
 #include "transport/tcp_engine.h"
 
 namespace shelf::bench {
@@ -195,6 +198,9 @@ struct Cell {
   int batch = 0;
   // [0] read, [1] write
   Measure tcp[2], sock[2], shm[2], mem;
+  // A write from shared host memory (transport/shm_sources.h): copied once,
+  // by the store, where shm[1] (private memory) is staged first.
+  Measure shm_shared;
   // The connections the engine stripes one block of this size over; when
   // more than 1, sock_striped moves each block over as many connections.
   int stripes = 1;
@@ -371,6 +377,22 @@ int TransportBench(int argc, char** argv) {
     pattern.Fill(off / pattern.bytes(), tmp.data());
     std::memcpy(src_mem.data() + off, tmp.data(), std::min(tmp.size(), src_mem.size() - off));
   }
+  // The same source bytes in shared host memory, which the store maps and
+  // copies from directly.
+  absl::StatusOr<char*> shared_src = AllocateShmSource(src_mem.size());
+  if (!shared_src.ok()) {
+    std::fprintf(stderr, "shelf-bench transport: shared host memory: %s\n",
+                 std::string(shared_src.status().message()).c_str());
+    return 1;
+  }
+  std::memcpy(*shared_src, src_mem.data(), src_mem.size());
+  absl::StatusOr<transport::MemoryHandle> shared_handle =
+      shm.RegisterMemory(*shared_src, src_mem.size(), transport::MemoryKind::kHost);
+  if (!shared_handle.ok()) {
+    std::fprintf(stderr, "shelf-bench transport: cannot register memory: %s\n",
+                 std::string(shared_handle.status().message()).c_str());
+    return 1;
+  }
   transport::MemoryHandle handles[2][2];  // [tcp, shm][src, dst]
   transport::Engine* engines[2] = {&tcp, &shm};
   for (int e = 0; e < 2; ++e) {
@@ -504,6 +526,9 @@ int TransportBench(int argc, char** argv) {
       auto tcp_write = run(0, 1);
       auto shm_read = run(1, 0);
       auto shm_write = run(1, 1);
+      std::vector<transport::Op> shared_ops = ops[1][1];
+      for (transport::Op& op : shared_ops) op.local = *shared_handle;
+      auto shm_shared_write = [&]() { return shm.Execute(shared_ops, MonoMs() + kOpTimeoutMs); };
       auto mem_copy = [&]() -> absl::Status {
         for (int j = 0; j < batch; ++j) std::memcpy(dst[j], src[j], size);
         return absl::OkStatus();
@@ -521,15 +546,15 @@ int TransportBench(int argc, char** argv) {
       }
       // What shared memory wrote, TCP reads back; the source changes first,
       // so the check sees the shm write and not what TCP left there.
-      if (check.ok()) {
-        for (size_t k = 0; k < batch_bytes; ++k) src_mem[k] ^= 0x5A;
-        check = shm_write();
+      // And so for a write from shared host memory.
+      for (char* from : {src_mem.data(), *shared_src}) {
+        if (!check.ok()) break;
+        for (size_t k = 0; k < batch_bytes; ++k) from[k] ^= 0x5A;
+        check = from == src_mem.data() ? shm_write() : shm_shared_write();
         std::fill(dst_mem.begin(), dst_mem.begin() + batch_bytes, 0);
         if (check.ok()) check = tcp_read();
-        if (check.ok() && std::memcmp(dst_mem.data(), src_mem.data(), batch_bytes) != 0) {
-          ++mismatches;
-        }
-        for (size_t k = 0; k < batch_bytes; ++k) src_mem[k] ^= 0x5A;
+        if (check.ok() && std::memcmp(dst_mem.data(), from, batch_bytes) != 0) ++mismatches;
+        for (size_t k = 0; k < batch_bytes; ++k) from[k] ^= 0x5A;
       }
       if (!check.ok()) {
         std::fprintf(stderr, "shelf-bench transport: %s x%d: %s\n", ShortBytes(size).c_str(), batch,
@@ -573,6 +598,7 @@ int TransportBench(int argc, char** argv) {
         Timed(per_round, batch_bytes, &c.mem, mem_copy);
         Timed(per_round, batch_bytes, &c.shm[0], shm_read);
         Timed(per_round, batch_bytes, &c.shm[1], shm_write);
+        Timed(per_round, batch_bytes, &c.shm_shared, shm_shared_write);
       }
       cells.push_back(std::move(c));
       if (json_only) {
@@ -648,6 +674,8 @@ int TransportBench(int argc, char** argv) {
       note_errors(c.shm[d]);
       add_row(c, "shm", d == 0 ? "read" : "write", c.shm[d], "memcpy", c.mem, 1);
     }
+    note_errors(c.shm_shared);
+    add_row(c, "shm-shr", "write", c.shm_shared, "memcpy", c.mem, 1);
     // A striped block: tcp next to the socket peer on as many connections.
     for (int d = 0; c.stripes > 1 && d < 2; ++d) {
       note_errors(c.sock_striped[d]);
@@ -678,6 +706,18 @@ int TransportBench(int argc, char** argv) {
       } else {
         o[key] = nullptr;
       }
+    }
+    // Writes from shared host memory: the smallest over batches.
+    double shared = 0;
+    for (Cell& c : cells) {
+      const double r = c.size == size ? RoundRatio(c.shm_shared, c.mem) : 0;
+      if (r > 0) shared = shared > 0 ? std::min(shared, r) : r;
+    }
+    const std::string key = absl::StrCat("shm_shared_write_ratio_", label);
+    if (shared > 0) {
+      o[key] = shared;
+    } else {
+      o[key] = nullptr;
     }
   }
   if (!json_only) {

@@ -314,6 +314,23 @@ struct BufferHandle {
   bool valid() const { return id != 0; }
 };
 
+// Host memory a store on the same host copies puts from directly: `size`
+// bytes (1 or more), zeroed, backed by a memfd sealed against shrinking and
+// mapped read-write. A same-host put from anywhere else is copied twice
+// (into the client's staging memory, then by the store into its segment);
+// from here, once. Register it with RegisterBuffer like any host memory (an
+// engine's KV pool), or put from it with Put. Thread-safe.
+//   void* pool = nullptr;
+//   Status s = AllocateSharedHostMemory(pool_bytes, &pool);
+//   ...
+//   FreeSharedHostMemory(pool);
+// RESOURCE_EXHAUSTED when the memory cannot be had.
+Status AllocateSharedHostMemory(size_t size, void** out);
+// Frees what AllocateSharedHostMemory returned (INVALID_ARGUMENT for any
+// other address). Unregister it first; a store's mapping of it goes at the
+// client's next same-host put.
+Status FreeSharedHostMemory(void* memory);
+
 // A block to read into bytes [offset, offset + capacity) of a registered
 // buffer.
 struct GetIntoItem {
@@ -336,6 +353,10 @@ struct PutFromItem {
 struct ClientStats {
   uint64_t bytes_stored = 0;      // written to stores (all replicas)
   uint64_t bytes_stored_shm = 0;  // of which through shared memory
+  // Of bytes_stored_shm, copied into the client's staging memory first,
+  // because they were not in shared host memory (AllocateSharedHostMemory):
+  // those cost two copies, the rest one.
+  uint64_t bytes_staged_shm = 0;
   uint64_t bytes_stored_tcp = 0;
   uint64_t bytes_loaded = 0;      // read from stores
   uint64_t bytes_loaded_shm = 0;  // of which through shared memory
