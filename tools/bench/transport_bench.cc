@@ -27,6 +27,10 @@
 //           A batch is one request: the ideal a per-block protocol pays
 //           round trips against.
 //   memcpy  memcpy between two private buffers of this process
+// The shm and memcpy rows cycle, a batch at a time, through
+// --shm-working-set (512 MiB) of distinct blocks and store ranges per
+// cell, more than a last-level cache holds, so neither side is measured on
+// cache-resident bytes.
 // The baselines run on one thread and one connection; Shelf's tcp path uses
 // what the engine does for a client (parallel ops, striping), so its ratio
 // says what the engine adds over one plain socket. A block the engine
@@ -60,6 +64,7 @@
 #include "common/rpc.h"
 #include "common/units.h"
 #include "proto/shelf.grpc.pb.h"
+#include "shelf/limits.h"
 #include "testing/local_cluster.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/socket_peer.h"
@@ -97,45 +102,49 @@ struct StoreRanges {
 absl::StatusOr<StoreRanges> AllocateRanges(v1::MasterService::Stub* master, const std::string& tag,
                                            uint64_t size, int count,
                                            const std::string& secret = "") {
-  v1::BatchPutStartRequest req;
-  for (int i = 0; i < count; ++i) {
-    v1::PutStartRequest* p = req.add_puts();
-    p->set_key(absl::StrCat("transport/", tag, "/", size, "/", i));
-    p->set_size(size);
-    p->mutable_options()->set_replicas(1);
-  }
-  v1::BatchPutStartResponse resp;
-  grpc::ClientContext ctx;
-  PrepareContext(&ctx, AuthToken(secret), 30000);
-  absl::Status s = FromGrpc(master->BatchPutStart(&ctx, req, &resp));
-  if (!s.ok()) return s;
-  if (resp.results_size() != count) return absl::InternalError("malformed BatchPutStart answer");
   StoreRanges out;
-  v1::PutCommitRequest commit;
-  for (int i = 0; i < count; ++i) {
-    if (resp.statuses_size() > i && resp.statuses(i).code() != 0) {
-      return absl::ResourceExhaustedError(resp.statuses(i).message());
+  // In batches of at most kBatchItemsMax puts, as the master takes them.
+  for (int first = 0; first < count; first += static_cast<int>(kBatchItemsMax)) {
+    const int n = std::min(count - first, static_cast<int>(kBatchItemsMax));
+    v1::BatchPutStartRequest req;
+    for (int i = first; i < first + n; ++i) {
+      v1::PutStartRequest* p = req.add_puts();
+      p->set_key(absl::StrCat("transport/", tag, "/", size, "/", i));
+      p->set_size(size);
+      p->mutable_options()->set_replicas(1);
     }
-    const v1::PutStartResponse& r = resp.results(i);
-    if (r.state() != v1::PUT_STARTED || r.replicas_size() != 1 || r.grants_size() != 1) {
-      return absl::InternalError("PutStart did not grant one range");
+    v1::BatchPutStartResponse resp;
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, AuthToken(secret), 30000);
+    absl::Status s = FromGrpc(master->BatchPutStart(&ctx, req, &resp));
+    if (!s.ok()) return s;
+    if (resp.results_size() != n) return absl::InternalError("malformed BatchPutStart answer");
+    v1::PutCommitRequest commit;
+    for (int i = 0; i < n; ++i) {
+      if (resp.statuses_size() > i && resp.statuses(i).code() != 0) {
+        return absl::ResourceExhaustedError(resp.statuses(i).message());
+      }
+      const v1::PutStartResponse& r = resp.results(i);
+      if (r.state() != v1::PUT_STARTED || r.replicas_size() != 1 || r.grants_size() != 1) {
+        return absl::InternalError("PutStart did not grant one range");
+      }
+      const v1::Replica& rep = r.replicas(0);
+      const v1::WriteGrant& g = r.grants(0);
+      out.data_address = rep.store().data_address();
+      out.shm_socket = rep.store().shm_socket();
+      Range range;
+      range.segment = rep.segment_id();
+      range.offset = rep.offset();
+      range.grant = ToWireGrant(g);
+      out.ranges.push_back(range);
+      commit.add_put_ids(r.put_id());
     }
-    const v1::Replica& rep = r.replicas(0);
-    const v1::WriteGrant& g = r.grants(0);
-    out.data_address = rep.store().data_address();
-    out.shm_socket = rep.store().shm_socket();
-    Range range;
-    range.segment = rep.segment_id();
-    range.offset = rep.offset();
-    range.grant = ToWireGrant(g);
-    out.ranges.push_back(range);
-    commit.add_put_ids(r.put_id());
+    v1::PutCommitResponse cresp;
+    grpc::ClientContext cctx;
+    PrepareContext(&cctx, AuthToken(secret), 30000);
+    s = FromGrpc(master->PutCommit(&cctx, commit, &cresp));
+    if (!s.ok()) return s;
   }
-  v1::PutCommitResponse cresp;
-  grpc::ClientContext cctx;
-  PrepareContext(&cctx, AuthToken(secret), 30000);
-  s = FromGrpc(master->PutCommit(&cctx, commit, &cresp));
-  if (!s.ok()) return s;
   return out;
 }
 
@@ -259,6 +268,7 @@ absl::StatusOr<std::unique_ptr<Variant>> StartVariant(const std::string& name,
 
 int TransportBench(int argc, char** argv) {
   std::string sizes_text = "64KiB,1MiB,16MiB", batches_text = "1,32", work_dir;
+  std::string working_set_text = "512MiB";
   double seconds = 1.5;
   int64_t rounds = 5;
   int64_t tcp_streams = 4;
@@ -268,6 +278,10 @@ int TransportBench(int argc, char** argv) {
               "memcpy");
   flags.AddString("sizes", &sizes_text, "block sizes, comma-separated");
   flags.AddString("batches", &batches_text, "blocks per batch, comma-separated");
+  flags.AddString("shm-working-set", &working_set_text,
+                  "bytes of distinct blocks (and store ranges) the shm and memcpy rows cycle "
+                  "through per cell, larger than the last-level cache (at most 8192 blocks; 0: "
+                  "one batch's)");
   flags.AddDouble("seconds", &seconds, "time per figure per cell, split over the rounds");
   flags.AddInt("rounds", &rounds, "rounds alternating Shelf and baseline, per cell");
   flags.AddInt("tcp-streams", &tcp_streams,
@@ -286,6 +300,7 @@ int TransportBench(int argc, char** argv) {
     if (!flags.WasSet("seconds")) seconds = 0.05;
     if (!flags.WasSet("rounds")) rounds = 1;
     if (!flags.WasSet("batches")) batches_text = "1,4";
+    if (!flags.WasSet("shm-working-set")) working_set_text = "0";
   }
   std::vector<uint64_t> sizes;
   std::vector<int> batches;
@@ -300,14 +315,26 @@ int TransportBench(int argc, char** argv) {
     ok = ok && absl::SimpleAtoi(p, &v) && v >= 1 && v <= 1024;
     batches.push_back(v);
   }
+  absl::StatusOr<uint64_t> working_set = ParseSize(working_set_text);
+  ok = ok && working_set.ok() && *working_set <= (8ull << 30);
   if (!ok || sizes.empty() || batches.empty()) {
     std::fprintf(stderr,
                  "shelf-bench transport: bad --sizes (1B..256MiB), --batches (1..1024), "
-                 "--seconds, --rounds or --tcp-streams (1..16)\n");
+                 "--seconds, --rounds, --tcp-streams (1..16) or --shm-working-set (0..8GiB)\n");
     return 2;
   }
   uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
   int max_batch = *std::max_element(batches.begin(), batches.end());
+  // Blocks of each size the shm and memcpy rows cycle through: the working
+  // set, so that neither side reads or writes cache-resident bytes; the tcp
+  // rows use the first batch of them.
+  constexpr uint64_t kWorkingSetBlocksMax = 8192;
+  auto blocks_for = [&](uint64_t size) {
+    return static_cast<int>(std::max<uint64_t>(
+        max_batch, std::min<uint64_t>(*working_set / size, kWorkingSetBlocksMax)));
+  };
+  uint64_t mem_bytes = 0;
+  for (uint64_t s : sizes) mem_bytes = std::max(mem_bytes, s * blocks_for(s));
 
   // The baseline peer first: fork while this process has one thread.
   auto peer = BaselinePeer::Start(max_size);
@@ -322,9 +349,13 @@ int TransportBench(int argc, char** argv) {
     return 1;
   }
 
-  // A one-store cluster holding every size's ranges at once.
-  uint64_t segment_bytes = 64ull << 20;
-  for (uint64_t s : sizes) segment_bytes += (s + 4095) / 4096 * 4096 * max_batch;
+  // A one-store cluster holding every size's ranges at once (the variants'
+  // clusters hold one batch of each).
+  uint64_t segment_bytes = 64ull << 20, variant_segment_bytes = 64ull << 20;
+  for (uint64_t s : sizes) {
+    segment_bytes += (s + 4095) / 4096 * 4096 * blocks_for(s);
+    variant_segment_bytes += (s + 4095) / 4096 * 4096 * max_batch;
+  }
   LocalCluster::Options co;
   co.stores = 1;
   co.dram_bytes = segment_bytes;
@@ -346,7 +377,7 @@ int TransportBench(int argc, char** argv) {
   std::string tag = absl::StrCat(getpid(), "-", MonoUs() % 1000000);
   std::vector<StoreRanges> ranges;
   for (uint64_t s : sizes) {
-    auto r = AllocateRanges(master.get(), tag, s, max_batch);
+    auto r = AllocateRanges(master.get(), tag, s, blocks_for(s));
     if (!r.ok()) {
       std::fprintf(stderr, "shelf-bench transport: cannot place %s blocks: %s\n",
                    ShortBytes(s).c_str(), std::string(r.status().message()).c_str());
@@ -370,7 +401,7 @@ int TransportBench(int argc, char** argv) {
 
   // Private buffers, written once so their pages are in place, and
   // registered with both engines.
-  std::vector<char> src_mem(max_size * max_batch), dst_mem(max_size * max_batch, 0);
+  std::vector<char> src_mem(mem_bytes), dst_mem(mem_bytes, 0);
   BlockPattern pattern(std::min<uint64_t>(max_size, 1ull << 20));
   for (size_t off = 0; off < src_mem.size(); off += pattern.bytes()) {
     std::vector<char> tmp(pattern.bytes());
@@ -413,6 +444,7 @@ int TransportBench(int argc, char** argv) {
   for (int payload = 0; session_mac && payload < 2; ++payload) {
     const std::string name = payload ? "tcp+mac+payload" : "tcp+mac";
     LocalCluster::Options vo = co;
+    vo.dram_bytes = variant_segment_bytes;
     vo.work_dir = work_dir.empty() ? "" : work_dir + "/" + (payload ? "mac-payload" : "mac");
     vo.secret = "shelf-bench-transport-secret-0123456789";
     if (payload) vo.store_args.push_back("--session-tag-payload");
@@ -445,6 +477,7 @@ int TransportBench(int argc, char** argv) {
       return 1;
     }
     LocalCluster::Options vo = co;
+    vo.dram_bytes = variant_segment_bytes;
     vo.work_dir = work_dir.empty() ? "" : work_dir + "/tls";
     vo.store_args = {"--data-tls", "--data-tls-cert", d + "/store.pem", "--data-tls-key",
                      d + "/store.key"};
@@ -478,15 +511,17 @@ int TransportBench(int argc, char** argv) {
   };
   // One batch of `batch` ops of `size` bytes: block j between src/dst block
   // j and range j.
+  // Of the working set, the set'th batch.
   auto make_ops = [&](int e, transport::OpKind kind, const StoreRanges& sr, uint64_t size,
-                      int batch) {
+                      int batch, int set = 0) {
     std::vector<transport::Op> ops(batch);
     for (int j = 0; j < batch; ++j) {
-      const Range& r = sr.ranges[j];
+      const int block = set * batch + j;
+      const Range& r = sr.ranges[block];
       transport::Op& op = ops[j];
       op.kind = kind;
       op.local = handles[e][kind == transport::OpKind::kRead ? 1 : 0];
-      op.local_offset = j * size;
+      op.local_offset = block * size;
       op.peer = &store;
       op.segment_id = r.segment;
       op.remote_offset = r.offset;
@@ -529,10 +564,35 @@ int TransportBench(int argc, char** argv) {
       std::vector<transport::Op> shared_ops = ops[1][1];
       for (transport::Op& op : shared_ops) op.local = *shared_handle;
       auto shm_shared_write = [&]() { return shm.Execute(shared_ops, MonoMs() + kOpTimeoutMs); };
-      auto mem_copy = [&]() -> absl::Status {
-        for (int j = 0; j < batch; ++j) std::memcpy(dst[j], src[j], size);
+      // The timed shm and memcpy rows cycle through the working set, a
+      // batch at a time: [0] read, [1] write, [2] write from shared memory.
+      const int sets = std::max(1, blocks_for(size) / batch);
+      std::vector<std::vector<transport::Op>> cycle[3];
+      for (int set = 0; set < sets; ++set) {
+        cycle[0].push_back(make_ops(1, transport::OpKind::kRead, sr, size, batch, set));
+        cycle[1].push_back(make_ops(1, transport::OpKind::kWrite, sr, size, batch, set));
+        cycle[2].push_back(cycle[1].back());
+        for (transport::Op& op : cycle[2].back()) op.local = *shared_handle;
+      }
+      int next[4] = {0, 0, 0, 0};  // [3]: memcpy
+      auto cycled = [&](int k) {
+        return [&, k]() {
+          const std::vector<transport::Op>& o = cycle[k][next[k]++ % sets];
+          return shm.Execute(o, MonoMs() + kOpTimeoutMs);
+        };
+      };
+      auto mem_cycled = [&]() -> absl::Status {
+        const uint64_t at = static_cast<uint64_t>(next[3]++ % sets) * batch * size;
+        for (int j = 0; j < batch; ++j) std::memcpy(dst[j] + at, src[j] + at, size);
         return absl::OkStatus();
       };
+      // One pass through the working set before the timings, so that no
+      // row pays for the first touch of its pages (the store's segment, the
+      // client's mappings of it, the buffers).
+      for (int set = 0; set < sets && !StopRequested(); ++set) {
+        for (int k = 0; k < 3; ++k) cycled(k)().IgnoreError();
+        mem_cycled().IgnoreError();
+      }
       // Correctness once per cell, outside the timings: what TCP wrote,
       // TCP and shared memory read back; what shared memory wrote, TCP
       // reads back.
@@ -595,10 +655,10 @@ int TransportBench(int argc, char** argv) {
             });
           }
         }
-        Timed(per_round, batch_bytes, &c.mem, mem_copy);
-        Timed(per_round, batch_bytes, &c.shm[0], shm_read);
-        Timed(per_round, batch_bytes, &c.shm[1], shm_write);
-        Timed(per_round, batch_bytes, &c.shm_shared, shm_shared_write);
+        Timed(per_round, batch_bytes, &c.mem, mem_cycled);
+        Timed(per_round, batch_bytes, &c.shm[0], cycled(0));
+        Timed(per_round, batch_bytes, &c.shm[1], cycled(1));
+        Timed(per_round, batch_bytes, &c.shm_shared, cycled(2));
       }
       cells.push_back(std::move(c));
       if (json_only) {
