@@ -1,6 +1,9 @@
 #include "transport/shm_engine.h"
 
 #include <cstring>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/net.h"
@@ -41,6 +44,15 @@ absl::Status ShmEngine::ReadSsd(const Peer& peer, const std::string& key, char* 
 
 void ShmEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work,
                       uint64_t /*deadline_ms*/) {
+  // Writes, per attachment: sent as one pipelined batch each, after the
+  // reads (which are memcpys, done here).
+  struct Writes {
+    std::shared_ptr<ShmMapping> mapping;
+    std::string socket;
+    std::vector<ShmWriter::WriteOp> ops;
+    std::vector<size_t> indexes;
+  };
+  std::map<ShmMapping*, Writes> writes;
   for (const Work& w : work) {
     const Op& op = w.op;
     const std::string& socket = op.peer->route(Kind::kShm);
@@ -87,12 +99,26 @@ void ShmEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work,
       batch->Complete(w.index, absl::OkStatus());
       continue;
     }
-    // The mapping is read-only: the store copies the block in from this
-    // client's staging memory, once it has checked the put's grant.
-    absl::Status s = m.writer->Write(op.segment_id, op.remote_offset,
-                                     static_cast<const char*>(w.local), op.length, op.grant);
-    if (s.code() == absl::StatusCode::kUnavailable) attachments_.Forget(socket);
-    batch->Complete(w.index, s);
+    // The mapping is read-only: the store copies the block in, once it has
+    // checked the put's grant (transport/shm_write.h).
+    Writes& to = writes[&m];
+    if (to.mapping == nullptr) {
+      to.mapping = *map;
+      to.socket = socket;
+    }
+    to.ops.push_back(ShmWriter::WriteOp{op.segment_id, op.remote_offset,
+                                        static_cast<const char*>(w.local), op.length, op.grant});
+    to.indexes.push_back(w.index);
+  }
+  for (auto& [unused, to] : writes) {
+    std::vector<absl::Status> results(to.ops.size());
+    to.mapping->writer->WriteBatch(to.ops, absl::MakeSpan(results));
+    bool broken = false;
+    for (size_t k = 0; k < results.size(); ++k) {
+      broken = broken || results[k].code() == absl::StatusCode::kUnavailable;
+      batch->Complete(to.indexes[k], std::move(results[k]));
+    }
+    if (broken) attachments_.Forget(to.socket);
   }
 }
 

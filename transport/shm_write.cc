@@ -382,6 +382,12 @@ absl::Status ShmWriter::Reserve(uint64_t bytes) {
 
 absl::Status ShmWriter::Request(uint32_t segment_id, uint64_t offset, uint64_t length,
                                 absl::string_view grant, uint32_t slot, uint64_t src_offset) {
+  absl::Status s = Send(segment_id, offset, length, grant, slot, src_offset);
+  return s.ok() ? ReadReply() : s;
+}
+
+absl::Status ShmWriter::Send(uint32_t segment_id, uint64_t offset, uint64_t length,
+                             absl::string_view grant, uint32_t slot, uint64_t src_offset) {
   const bool attach_staging = slot == 0 && !staging_sent_;
   WriteRequest r;
   r.flags = slot != 0 ? (kShmWriteFlagSlot | slot << 16) : attach_staging ? kShmWriteFlagFd : 0;
@@ -415,7 +421,7 @@ absl::Status ShmWriter::Request(uint32_t segment_id, uint64_t offset, uint64_t l
     return absl::UnavailableError(absl::StrCat("shared-memory write channel: ", s.message()));
   }
   if (attach_staging) staging_sent_ = true;
-  return ReadReply();
+  return absl::OkStatus();
 }
 
 absl::Status ShmWriter::SetSlot(uint32_t slot, int fd) {
@@ -615,6 +621,12 @@ absl::Status ShmWriter::Write(uint32_t segment_id, uint64_t offset, const char* 
   MutexLock lock(&mu_);
   if (broken_) return absl::UnavailableError("shared-memory write channel broken");
   if (absl::Status s = DropFreedSources(); !s.ok()) return s;
+  return WriteLocked(segment_id, offset, src, length, grant, source);
+}
+
+absl::Status ShmWriter::WriteLocked(uint32_t segment_id, uint64_t offset, const char* src,
+                                    uint64_t length, absl::string_view grant,
+                                    const std::shared_ptr<const ShmSource>& source) {
   uint32_t slot = 0;
   if (source != nullptr) {
     absl::StatusOr<uint32_t> got = SlotFor(*source);
@@ -640,6 +652,87 @@ absl::Status ShmWriter::Write(uint32_t segment_id, uint64_t offset, const char* 
     done += chunk;
   } while (done < length);
   return absl::OkStatus();
+}
+
+void ShmWriter::WriteBatch(absl::Span<const WriteOp> ops, absl::Span<absl::Status> results) {
+  // Each op's source, held while the store may copy from it.
+  std::vector<std::shared_ptr<const ShmSource>> sources(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].length > 0) sources[i] = ShmSources::Process().Find(ops[i].src, ops[i].length);
+  }
+  MutexLock lock(&mu_);
+  absl::Status channel =
+      broken_ ? absl::UnavailableError("shared-memory write channel broken") : DropFreedSources();
+  // The slots first: giving a source one is a request of its own, answered
+  // before any write goes out.
+  std::vector<uint32_t> slots(ops.size(), 0);
+  for (size_t i = 0; channel.ok() && i < ops.size(); ++i) {
+    if (sources[i] == nullptr) continue;
+    absl::StatusOr<uint32_t> got = SlotFor(*sources[i]);
+    if (got.ok()) {
+      slots[i] = *got;
+    } else {
+      channel = got.status();
+    }
+  }
+  size_t i = 0;
+  while (i < ops.size()) {
+    if (!channel.ok()) {
+      results[i++] = channel;
+      continue;
+    }
+    if (ops[i].length > kShmStagingBytesMax) {  // alone, in chunks
+      results[i] = WriteLocked(ops[i].segment_id, ops[i].offset, ops[i].src, ops[i].length,
+                               ops[i].grant, slots[i] != 0 ? sources[i] : nullptr);
+      if (broken_) channel = results[i];
+      ++i;
+      continue;
+    }
+    // A window: the ops that fit the staging memory together, each staged
+    // one at its own offset of it, all sent, then every answer read.
+    size_t end = i;
+    uint64_t staged = 0;
+    bool any_staged = false;
+    while (end < ops.size() && end - i < kShmPipelineOps &&
+           ops[end].length <= kShmStagingBytesMax &&
+           (slots[end] != 0 || staged + ops[end].length <= kShmStagingBytesMax)) {
+      if (slots[end] == 0) {
+        staged += ops[end].length;
+        any_staged = true;
+      }
+      ++end;
+    }
+    if (any_staged) {
+      channel = Reserve(std::max<uint64_t>(staged, 1));
+      if (!channel.ok()) {
+        broken_ = true;
+        continue;
+      }
+    }
+    uint64_t at = 0;
+    size_t sent = i;
+    for (; sent < end && channel.ok(); ++sent) {
+      const WriteOp& op = ops[sent];
+      uint64_t src_offset = 0;
+      if (slots[sent] != 0) {
+        src_offset = static_cast<uint64_t>(op.src - sources[sent]->base);
+      } else {
+        std::memcpy(staging_ + at, op.src, op.length);
+        if (staged_bytes_ != nullptr) {
+          staged_bytes_->fetch_add(op.length, std::memory_order_relaxed);
+        }
+        src_offset = at;
+        at += op.length;
+      }
+      channel = Send(op.segment_id, op.offset, op.length, op.grant, slots[sent], src_offset);
+    }
+    // Every request sent has an answer coming, in order.
+    for (size_t k = i; k < sent; ++k) {
+      results[k] = channel.ok() || !broken_ ? ReadReply() : channel;
+      if (broken_ && channel.ok()) channel = results[k];
+    }
+    i = sent;
+  }
 }
 
 }  // namespace shelf

@@ -86,6 +86,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/mutex.h"
 #include "transport/data_server.h"
 #include "transport/shm_sources.h"
@@ -101,6 +102,11 @@ inline constexpr uint32_t kShmSourceMagic = 0x534D4853;   // "SHMS"
 inline constexpr uint32_t kShmWriteFlagFd = 1;
 inline constexpr uint32_t kShmWriteFlagSlot = 2;
 inline constexpr uint32_t kShmSourceSlots = 64;  // per connection
+// Write requests a client sends before reading their answers: few enough
+// that the answers (each at most kShmWriteReplyBytes plus a message of
+// kShmWriteMessageBytesMax) fit the socket's buffer, so neither side
+// blocks on a full one.
+inline constexpr size_t kShmPipelineOps = 64;
 inline constexpr uint32_t kShmReadFlagGranted = 1;
 inline constexpr size_t kShmReadReplyBytes = 32;  // after an OK status
 inline constexpr size_t kShmPinsMax = 64;
@@ -140,6 +146,22 @@ class ShmWriter {
   absl::Status Write(uint32_t segment_id, uint64_t offset, const char* src, uint64_t length,
                      absl::string_view grant);
 
+  // One write of a batch: `length` bytes from `src` to [offset, +length)
+  // of `segment_id` under `grant`.
+  struct WriteOp {
+    uint32_t segment_id = 0;
+    uint64_t offset = 0;
+    const char* src = nullptr;
+    uint64_t length = 0;
+    absl::string_view grant;
+  };
+  // Writes each op as Write does, into results[i] (results.size() ==
+  // ops.size()), pipelined: up to kShmPipelineOps requests go out before
+  // their answers are read, so a batch of small blocks pays one round trip
+  // per window, not per block. An op larger than kShmStagingBytesMax moves
+  // alone, in chunks.
+  void WriteBatch(absl::Span<const WriteOp> ops, absl::Span<absl::Status> results);
+
   // Has the store read SSD-tier block `key` (of `size` bytes, 0: any) into
   // its segment, runs `copy` on the range while the store keeps it pinned,
   // then releases the pin. `read_grant`: the replica's read grant from the
@@ -167,6 +189,14 @@ class ShmWriter {
   absl::Status ReadReply() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Request(uint32_t segment_id, uint64_t offset, uint64_t length,
                        absl::string_view grant, uint32_t slot, uint64_t src_offset)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends one write request, its answer left to read (Request is Send,
+  // then ReadReply).
+  absl::Status Send(uint32_t segment_id, uint64_t offset, uint64_t length, absl::string_view grant,
+                    uint32_t slot, uint64_t src_offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Write's body, under the lock, with `source` already looked up.
+  absl::Status WriteLocked(uint32_t segment_id, uint64_t offset, const char* src, uint64_t length,
+                           absl::string_view grant, const std::shared_ptr<const ShmSource>& source)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The slot `source` holds on this connection, given to it now if need
   // be; 0 when the store refuses it (its puts then go through the staging).

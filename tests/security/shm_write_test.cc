@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
@@ -306,6 +307,62 @@ TEST_F(ShmWriteTest, ShmPutsAndGetsOfManySizesRoundTrip) {
   EXPECT_EQ(st.bytes_stored_tcp, 0u);
   EXPECT_EQ(st.bytes_loaded_shm, 2 * total);
   EXPECT_EQ(st.shm_refusals, 0u);
+}
+
+// A batch of writes goes out pipelined: each op gets its own answer, in
+// order, a refused one in the middle changes nothing around it, and an op
+// past the staging limit moves alone, in chunks, between the others.
+TEST_F(ShmWriteTest, APipelinedBatchGetsEveryAnswerInOrder) {
+  const uint64_t sizes[] = {64 << 10, 1 << 20, 4096, kShmStagingBytesMax + 4096, 7, 1 << 20};
+  constexpr int kOps = sizeof(sizes) / sizeof(sizes[0]);
+  constexpr int kRefused = 2;  // its grant forged
+  uint64_t total = 0;
+  for (uint64_t size : sizes) total += size;
+  void* shared = nullptr;
+  ASSERT_TRUE(AllocateSharedHostMemory(total, &shared).ok());
+  std::string priv(total, '\0');
+  transport::ShmEngine engine(kSecret);
+  auto hp = engine.RegisterMemory(priv.data(), priv.size(), transport::MemoryKind::kHost);
+  auto hs = engine.RegisterMemory(shared, total, transport::MemoryKind::kHost);
+  ASSERT_TRUE(hp.ok() && hs.ok());
+  std::vector<transport::Op> ops;
+  std::vector<std::string> data;
+  std::vector<v1::PutStartResponse> puts;
+  uint64_t at = 0;
+  for (int i = 0; i < kOps; ++i) {
+    data.push_back(BlockBytes(sizes[i], 60 + i));
+    // Every other op from shared host memory.
+    char* local = i % 2 == 0 ? static_cast<char*>(shared) : priv.data();
+    std::memcpy(local + at, data[i].data(), sizes[i]);
+    puts.push_back(StartPut(absl::StrCat("pipelined-", i), data[i]));
+    ASSERT_EQ(puts[i].replicas_size(), 1);
+    wire::Grant grant = ToWire(puts[i].grants(0));
+    if (i == kRefused) grant.mac = std::string(32, '\0');
+    ops.push_back(transport::Op{transport::OpKind::kWrite, i % 2 == 0 ? *hs : *hp, at, &peer_,
+                                puts[i].replicas(0).segment_id(), puts[i].replicas(0).offset(),
+                                sizes[i], wire::EncodeGrant(grant)});
+    at += sizes[i];
+  }
+  std::shared_ptr<transport::Batch> batch = engine.Submit(ops, MonoMs() + 30000);
+  batch->Wait();
+  ShmAttachments view(kSecret);
+  absl::StatusOr<std::shared_ptr<ShmMapping>> m = view.Get(Socket());
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (int i = 0; i < kOps; ++i) {
+    const absl::Status& s = batch->statuses()[i];
+    const std::string landed((*m)->base + puts[i].replicas(0).offset(), sizes[i]);
+    if (i == kRefused) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+      EXPECT_FALSE(landed == data[i]) << "a refused write landed";
+      continue;
+    }
+    EXPECT_TRUE(s.ok()) << i << ": " << s;
+    EXPECT_TRUE(landed == data[i]) << i << ": wrong bytes";
+  }
+  EXPECT_GT(engine.staged_bytes(), 0u);
+  EXPECT_LT(engine.staged_bytes(), total) << "the shared ops were not staged";
+  ASSERT_TRUE(engine.UnregisterMemory(*hs).ok());
+  ASSERT_TRUE(FreeSharedHostMemory(shared).ok());
 }
 
 // Lines of process `pid`'s memory map naming shared host memory.
