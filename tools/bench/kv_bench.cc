@@ -9,7 +9,8 @@
 //          to every server at once (RedisShards)
 //   shm    libshelf with its defaults: a same-host store is read through its
 //          shared-memory segment (one memcpy) and written through the store
-//          under the put's grant (copied from the client's staging memfd)
+//          under the put's grant (copied from the client's staging memfd;
+//          with --shared-values, straight from the values' shared memory)
 //   tcp    libshelf with allow_shm=false: the TCP data plane over loopback
 // Shelf get rows run twice: cold (clients without a location cache: every
 // get asks the master) and warm (shm-warm, tcp-warm: clients whose location
@@ -78,7 +79,34 @@ struct Config {
   double seconds = 1.0;
   uint64_t row_bytes_max = 256ull << 20;
   bool client_per_thread = false;
+  // Put values in shared host memory (AllocateSharedHostMemory), which a
+  // same-host store copies from directly, instead of private memory.
+  bool shared_values = false;
   uint64_t timeout_ms = 60000;
+};
+
+// A put thread's value buffers: private memory, or shared host memory.
+class ValueBuffer {
+ public:
+  ValueBuffer(size_t bytes, bool shared) {
+    void* p = nullptr;
+    if (shared && AllocateSharedHostMemory(bytes, &p).ok()) {
+      shared_ = static_cast<char*>(p);
+    } else {
+      if (shared) std::fprintf(stderr, "shelf-bench kv: no shared host memory; values private\n");
+      private_.resize(bytes);
+    }
+  }
+  ~ValueBuffer() {
+    if (shared_ != nullptr) static_cast<void>(FreeSharedHostMemory(shared_));
+  }
+  ValueBuffer(const ValueBuffer&) = delete;
+  ValueBuffer& operator=(const ValueBuffer&) = delete;
+  char* data() { return shared_ != nullptr ? shared_ : private_.data(); }
+
+ private:
+  char* shared_ = nullptr;
+  std::vector<char> private_;
 };
 
 // What one worker thread's op reports.
@@ -188,15 +216,17 @@ void PutRow(const Config& cfg, const Blocks& blocks, const std::string& prefix, 
       1, cfg.row_bytes_max / (row->size * per_op * static_cast<uint64_t>(row->threads)));
   // Each thread owns per_op buffers, filled (and so faulted in) up front;
   // an op only restamps their ids.
-  std::vector<std::vector<char>> bufs(row->threads);
-  for (auto& b : bufs) {
-    b.resize(per_op * row->size);
-    for (size_t j = 0; j < per_op; ++j) blocks.Fill(0, b.data() + j * row->size, row->size);
+  std::vector<std::unique_ptr<ValueBuffer>> bufs;
+  for (int t = 0; t < row->threads; ++t) {
+    bufs.push_back(std::make_unique<ValueBuffer>(per_op * row->size, cfg.shared_values));
+    for (size_t j = 0; j < per_op; ++j) {
+      blocks.Fill(0, bufs.back()->data() + j * row->size, row->size);
+    }
   }
   std::vector<std::vector<uint64_t>> ids(row->threads);
   RunRow(cfg, quota, row, [&](int t, uint64_t i) {
     OpResult r;
-    char* base = bufs[t].data();
+    char* base = bufs[t]->data();
     // The warm-up op writes one block, under an id above those of the
     // timed ops: enough to open connections and fault in buffers.
     bool warmup = i == kWarmupOp;
@@ -430,6 +460,7 @@ int KvBench(int argc, char** argv) {
   uint64_t redis_pipeline_bytes = 4ull << 20;
   double seconds = 1.0;
   bool quick = false, json_only = false, no_redis = false, client_per_thread = false;
+  bool shared_values = false;
   bool grant_row = true;
   Flags flags("shelf-bench kv",
               "puts and gets through libshelf (shared memory and TCP) next to redis-server");
@@ -447,6 +478,10 @@ int KvBench(int argc, char** argv) {
                 "row has more in flight");
   flags.AddBool("client-per-thread", &client_per_thread,
                 "give each thread its own Client (default: one Client shared by all threads)");
+  flags.AddBool("shared-values", &shared_values,
+                "put values from shared host memory (AllocateSharedHostMemory), which a "
+                "same-host store copies from directly, for every system (default: private "
+                "memory, which shm puts stage first)");
   flags.AddString("redis-server", &redis_binary, "redis-server binary for the baseline");
   flags.AddBool("no-redis", &no_redis, "skip the Redis rows");
   flags.AddInt("redis-servers", &redis_servers,
@@ -484,6 +519,7 @@ int KvBench(int argc, char** argv) {
   cfg.seconds = seconds;
   cfg.row_bytes_max = row_bytes_max;
   cfg.client_per_thread = client_per_thread;
+  cfg.shared_values = shared_values;
   int max_threads = *std::max_element(cfg.threads.begin(), cfg.threads.end());
   uint64_t max_size = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
 
