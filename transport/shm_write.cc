@@ -615,13 +615,10 @@ absl::StatusOr<int> ShmWriter::MapArena(uint32_t segment_id, uint64_t offset, ui
 
 absl::Status ShmWriter::Write(uint32_t segment_id, uint64_t offset, const char* src,
                               uint64_t length, absl::string_view grant) {
-  // Held while the store may copy from it: its descriptor stays open.
-  std::shared_ptr<const ShmSource> source =
-      length > 0 ? ShmSources::Process().Find(src, length) : nullptr;
-  MutexLock lock(&mu_);
-  if (broken_) return absl::UnavailableError("shared-memory write channel broken");
-  if (absl::Status s = DropFreedSources(); !s.ok()) return s;
-  return WriteLocked(segment_id, offset, src, length, grant, source);
+  const WriteOp op{segment_id, offset, src, length, grant};
+  absl::Status result;
+  WriteBatch({&op, 1}, {&result, 1});
+  return result;
 }
 
 absl::Status ShmWriter::WriteLocked(uint32_t segment_id, uint64_t offset, const char* src,

@@ -194,7 +194,8 @@ class ShmWriter {
   // then ReadReply).
   absl::Status Send(uint32_t segment_id, uint64_t offset, uint64_t length, absl::string_view grant,
                     uint32_t slot, uint64_t src_offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Write's body, under the lock, with `source` already looked up.
+  // One op of WriteBatch's that moves alone (in chunks), under the lock,
+  // with `source` already looked up.
   absl::Status WriteLocked(uint32_t segment_id, uint64_t offset, const char* src, uint64_t length,
                            absl::string_view grant, const std::shared_ptr<const ShmSource>& source)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
