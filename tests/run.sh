@@ -61,8 +61,11 @@ report() {
 trap report EXIT
 
 stage install-deps bash "$root/deploy/install-deps.sh"
-# Test builds compile the named sync points the race tests drive.
-stage configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHELF_SYNC_POINTS=ON >/dev/null
+# Test builds compile the named sync points the race tests drive. -g1:
+# line tables, all a failing test's report and a backtrace need; full
+# debug info took a third of each compilation (docs/testing.md).
+stage configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHELF_SYNC_POINTS=ON \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" >/dev/null
 stage build cmake --build "$build" -j"$jobs"
 # CTest's output is kept (ctest-output.log) for tests/skips.sh.
 ctest_logged() {
@@ -85,9 +88,18 @@ if [[ "${SHELF_SKIP_ASAN:-0}" != 1 ]]; then
   # No Python module: an ASan extension cannot load into an uninstrumented
   # python3.
   # -O1 -g1: ASan's own advice for speed, and line tables are all its
-  # reports need (file:line in every frame); the build is the longest stage
-  # of a cold run, and full debug info and -O2 made most of its time.
+  # reports need (file:line in every frame). Clang, as the fuzz and TSan
+  # builds: the same sanitizers compile in two thirds of GCC's time, and
+  # this build is the longest stage of a cold run (docs/testing.md).
+  asan_cc=$(command -v clang-14 || command -v clang)
+  asan_cxx=$(command -v clang++-14 || command -v clang++)
+  # A folder configured with another compiler is configured afresh.
+  if [[ -f "$asan_build/CMakeCache.txt" ]] &&
+     ! grep -qx "CMAKE_CXX_COMPILER:[A-Z]*=$asan_cxx" "$asan_build/CMakeCache.txt"; then
+    rm -rf "$asan_build/CMakeCache.txt" "$asan_build/CMakeFiles"
+  fi
   stage asan-configure cmake -S "$root" -B "$asan_build" -G Ninja \
+    -DCMAKE_C_COMPILER="$asan_cc" -DCMAKE_CXX_COMPILER="$asan_cxx" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHELF_SANITIZE=address,undefined -DSHELF_SYNC_POINTS=ON \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
     -DSHELF_BUILD_PYTHON=OFF >/dev/null

@@ -53,10 +53,12 @@ fi
 echo "tidy.sh: ${#files[@]} file(s), $(nproc) at a time" >&2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+# The commands without the tests' precompiled header (tests/tidy_db.py).
+db=$(/usr/bin/python3 "$root/tests/tidy_db.py" "$build")
 # clang-tidy exits non-zero on a file it cannot parse; that is a finding too.
 rc=0
 printf '%s\n' "${files[@]}" |
-  xargs -P "$(nproc)" -n 1 "$tidy" -p "$build" --quiet 2>/dev/null >"$log" || rc=$?
+  xargs -P "$(nproc)" -n 1 "$tidy" -p "$db" --quiet 2>/dev/null >"$log" || rc=$?
 if ((rc != 0)) && ! grep -qE '(warning|error):' "$log"; then
   echo "tidy.sh: clang-tidy failed (status $rc) without a finding" >&2
   exit 1

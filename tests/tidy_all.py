@@ -27,6 +27,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tidy_db import tidy_database  # noqa: E402
+
 
 def fail(message):
     sys.stderr.write("tidy_all.py: %s\n" % message)
@@ -87,9 +90,10 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     build = os.path.abspath(args[0])
     extra = ["--checks=-clang-analyzer-*"] if no_analyzer else []
-    db_path = os.path.join(build, "compile_commands.json")
-    if not os.path.isfile(db_path):
-        fail("no %s: configure and build first" % db_path)
+    if not os.path.isfile(os.path.join(build, "compile_commands.json")):
+        fail("no %s/compile_commands.json: configure and build first" % build)
+    # The commands without the tests' precompiled header, which clang cannot read.
+    db = tidy_database(build)
     tidy = tidy_binary()
     version = subprocess.run([tidy, "--version"], stdout=subprocess.PIPE, text=True).stdout
     with open(os.path.join(root, ".clang-tidy"), "rb") as f:
@@ -97,7 +101,7 @@ def main():
     cache = os.environ.get("SHELF_TIDY_CACHE") or os.path.expanduser("~/.cache/shelf-tidy")
     os.makedirs(cache, exist_ok=True)
 
-    with open(db_path) as f:
+    with open(os.path.join(db, "compile_commands.json")) as f:
         entries = json.load(f)
     deps = ninja_deps(build)
     hasher = Hasher(build)
@@ -130,7 +134,7 @@ def main():
     finding = re.compile(r"^\S+:\d+:\d+: (warning|error): ")
 
     def check(path):
-        p = subprocess.run([tidy, "-p", build, "--quiet"] + extra + [path], cwd=root,
+        p = subprocess.run([tidy, "-p", db, "--quiet"] + extra + [path], cwd=root,
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         found = [l for l in p.stdout.splitlines() if finding.match(l)]
         return path, found, p.stdout, p.returncode

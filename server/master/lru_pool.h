@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/base/config.h"
 #include "absl/base/thread_annotations.h"
 #include "common/mutex.h"
 
@@ -78,7 +79,7 @@ struct LruAllocator {
   LruAllocator(const LruAllocator<U>&) {}  // NOLINT: rebinding is implicit
 
   static constexpr bool Pooled(size_t n) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(ABSL_HAVE_ADDRESS_SANITIZER)
     return false;
 #else
     return n == 1 && sizeof(T) == LruNodePool::kCellBytes && alignof(T) <= 8;

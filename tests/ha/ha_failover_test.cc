@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/base/config.h"
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -280,7 +281,7 @@ TEST_F(HaDefaultsTest, KillingTheLeaderLosesNothingALiveStoreHolds) {
   ASSERT_GT(elected_ms.load(), 0u) << "no new leader";
   ASSERT_GT(readable_ms, 0u) << readable_count << " of " << kBlocks
                              << " blocks readable 20 s after the kill";
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(ABSL_HAVE_ADDRESS_SANITIZER) && !defined(ABSL_HAVE_THREAD_SANITIZER)
   // A bound on time holds in the normal build only: sanitizers slow every
   // process several times over.
   EXPECT_LE(readable_ms, kDefaultElectionTtlMs + 2000)

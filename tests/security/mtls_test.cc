@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/base/config.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
@@ -238,7 +239,7 @@ TEST_F(MtlsTest, A60MiBRequestWithoutTheTokenIsRefusedBeforeItIsRead) {
   }
   uint64_t after = VmRssKiB(master_->pid());
   // Reading and parsing the body would take 60 MiB or more, per call.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(ABSL_HAVE_ADDRESS_SANITIZER)
   // AddressSanitizer pads every allocation and keeps freed memory in
   // quarantine, so the transport's buffers for the refused calls stay
   // resident (about 35 MiB for the three). Reading even one body would

@@ -48,10 +48,12 @@ def rss_bytes(pid):
 def sanitized(pid):
     """Whether the process runs under AddressSanitizer or ThreadSanitizer,
     whose allocators keep freed memory in quarantine (hundreds of MiB):
-    its RSS then says nothing about what the gateway holds."""
-    with open(f"/proc/{pid}/maps") as f:
-        maps = f.read()
-    return "libasan" in maps or "libtsan" in maps
+    its RSS then says nothing about what the gateway holds. GCC links the
+    runtime as a shared library, clang into the executable: either way the
+    executable names the runtime's entry point."""
+    with open(f"/proc/{pid}/exe", "rb") as f:
+        exe = f.read()
+    return b"__asan_init" in exe or b"__tsan_init" in exe
 
 
 def check_growth(pid, grew):
