@@ -46,8 +46,9 @@ function(shelf_cc_binary)
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS})
 endfunction()
 
-# Tests get SHELF_BIN_DIR (where shelf-master etc. are) and SHELF_SOURCE_DIR
-# compiled in, and the same in their environment under CTest.
+# Tests find the binaries and the sources through testing/test_paths.h:
+# SHELF_BIN_DIR and SHELF_SOURCE_DIR in their environment under CTest, else
+# the build's own folders.
 function(shelf_test_executable name)
   add_executable(${name} ${ARGN})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
@@ -57,9 +58,7 @@ function(shelf_test_executable name)
   if(SHELF_TEST_PCH AND CMAKE_CXX_COMPILER_ID MATCHES "Clang")
     target_compile_options(${name} PRIVATE -Xclang -fno-pch-timestamp)
   endif()
-  target_compile_definitions(${name} PRIVATE
-      SHELF_BIN_DIR="${CMAKE_BINARY_DIR}/bin" SHELF_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
-  target_link_libraries(${name} PRIVATE GTest::gtest GTest::gtest_main)
+  target_link_libraries(${name} PRIVATE shelf_test_paths GTest::gtest GTest::gtest_main)
   if(SHELF_TEST_PCH)
     # What the precompiled header was built with, in every test: the
     # generated protocol headers' folder and -pthread (_REENTRANT).

@@ -50,6 +50,11 @@ void IoPool::Loop() {
   }
 }
 
+ExtentWriter::~ExtentWriter() {
+  MutexLock lock(&mu_);
+  while (drains_ > 0) drained_.Wait(&mu_);
+}
+
 void ExtentWriter::Write(uint64_t offset, char* buf, uint64_t length, std::function<void(int)> done,
                          bool gather) {
   {
@@ -69,7 +74,7 @@ void ExtentWriter::Drain() {
     {
       MutexLock lock(&mu_);
       if (jobs_.empty()) {
-        --drains_;
+        if (--drains_ == 0) drained_.SignalAll();
         return;
       }
       uint64_t bytes = 0;

@@ -58,6 +58,10 @@ class ExtentWriter {
   // `drains`: the writes in flight at most (the pool's thread count).
   ExtentWriter(int fd, IoPool* pool, int drains = 8, bool stage = false)
       : fd_(fd), pool_(pool), drains_max_(drains < 1 ? 1 : drains), stage_(stage) {}
+  // Waits for the drains under way: a drain looks for more work after
+  // the last `done` it runs, so a caller that saw every `done` may still
+  // have one in flight.
+  ~ExtentWriter() ABSL_LOCKS_EXCLUDED(mu_);
   // Writes [buf, +length) at `offset`; done(0 or an errno) runs on a pool
   // thread once it is written (or failed). `gather`: `buf` is not on
   // hugepages, and its run is worth staging.
@@ -85,6 +89,7 @@ class ExtentWriter {
   Mutex mu_;
   std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
   int drains_ ABSL_GUARDED_BY(mu_) = 0;  // Drain jobs submitted and not finished
+  CondVar drained_;                      // drains_ reached 0
 };
 
 }  // namespace shelf

@@ -26,6 +26,7 @@
 
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 
 namespace shelf {
 
@@ -34,9 +35,7 @@ class ClusterFixture : public ::testing::Test {
   // Two stores of 64 MiB DRAM each, the binaries of this build.
   virtual LocalCluster::Options ClusterOptions() {
     LocalCluster::Options o;
-#ifdef SHELF_BIN_DIR  // compiled into every test (shelf_cc_test)
-    o.bin_dir = SHELF_BIN_DIR;
-#endif
+    o.bin_dir = TestBinDir();
     return o;
   }
 

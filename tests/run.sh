@@ -5,7 +5,7 @@
 #      parallel;
 #   2. a short run of every libFuzzer target (tests/fuzz/run_short.sh:
 #      clang build in build/fuzz, SHELF_FUZZ_SECONDS each, default 10);
-#   3. the suite again built with AddressSanitizer and UBSan
+#   3. the suite again, built by clang with AddressSanitizer and UBSan
 #      (-DSHELF_SANITIZE=address,undefined, build/asan), ctest -j2, on the
 #      labels in SHELF_ASAN_LABELS (default: all), less the packaging tests
 #      and the clang thread-safety check, which stage 1 ran

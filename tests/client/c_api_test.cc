@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 
 extern "C" int shelf_c_api_checks(const char* master);
 
@@ -12,7 +13,7 @@ namespace {
 TEST(CApiTest, EveryCheckPassesAgainstALiveCluster) {
   LocalCluster::Options o;
   o.stores = 2;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   EXPECT_EQ(shelf_c_api_checks((*cluster)->master_address().c_str()), 0)

@@ -15,6 +15,7 @@
 #include "shelf/client.h"
 #include "shelf/keys.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 
 namespace shelf {
 namespace {
@@ -39,7 +40,7 @@ std::unique_ptr<LocalCluster> StartCluster(int stores) {
   LocalCluster::Options o;
   o.stores = stores;
   o.dram_bytes = 128ull << 20;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   auto c = LocalCluster::Start(o);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? *std::move(c) : nullptr;

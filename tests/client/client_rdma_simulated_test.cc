@@ -25,6 +25,7 @@
 #include "server/store/store.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "tests/client/fake_cuda_runtime.h"
 #include "transport/rdma/simulated_verbs.h"
 
@@ -46,7 +47,7 @@ class ClientRdmaSimulatedTest : public ::testing::Test {
     LocalCluster::Options o;
     o.stores = 0;
     o.secret = kSecret;
-    o.bin_dir = SHELF_BIN_DIR;
+    o.bin_dir = TestBinDir();
     o.master_args = master_args_;
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();

@@ -29,6 +29,7 @@
 #include "shelf/client.h"
 #include "testing/credentials_file.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "tests/client/fake_cuda_runtime.h"
 #include "transport/rdma/connection_info.h"
 #include "transport/rdma/rdma_engine.h"
@@ -64,7 +65,7 @@ class ClientRdmaTenantTest : public ::testing::Test {
     LocalCluster::Options o;
     o.stores = 0;
     o.secret = kSecret;
-    o.bin_dir = SHELF_BIN_DIR;
+    o.bin_dir = TestBinDir();
     o.master_args = {"--credentials", credentials_};
     o.admin_token = PrincipalToken("ops", SecretOf("ops"));
     auto cluster = LocalCluster::Start(o);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 
 namespace shelf {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 int RunExample(LocalCluster* cluster, const std::vector<std::string>& args, std::string* out) {
   static int runs = 0;
   std::string log = cluster->work_dir() + "/example" + std::to_string(runs++) + ".log";
-  std::vector<std::string> argv = {std::string(SHELF_BIN_DIR) + "/shelf_engine_example", "--master",
+  std::vector<std::string> argv = {TestBinDir() + "/shelf_engine_example", "--master",
                                    cluster->master_address()};
   argv.insert(argv.end(), args.begin(), args.end());
   auto p = Process::Spawn(argv, log);
@@ -34,7 +35,7 @@ int RunExample(LocalCluster* cluster, const std::vector<std::string>& args, std:
 TEST(EngineExampleTest, SecondRequestLoadsTheSharedPrefix) {
   LocalCluster::Options o;
   o.stores = 2;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::string out;
@@ -69,7 +70,7 @@ TEST(EngineExampleTest, SecondRequestLoadsTheSharedPrefix) {
 
 TEST(EngineExampleTest, WithoutAMasterItPrintsUsage) {
   std::string log = ::testing::TempDir() + "/engine_example_usage.log";
-  auto p = Process::Spawn({std::string(SHELF_BIN_DIR) + "/shelf_engine_example"}, log);
+  auto p = Process::Spawn({TestBinDir() + "/shelf_engine_example"}, log);
   ASSERT_TRUE(p.ok()) << p.status();
   int status = (*p)->Wait(30000);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;

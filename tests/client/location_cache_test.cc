@@ -20,6 +20,7 @@
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "testing/wait_for.h"
 #include "transport/tcp_client.h"
 #include "transport/wire.h"
@@ -43,7 +44,7 @@ class LocationCacheTest : public ::testing::Test {
     LocalCluster::Options o;
     o.stores = 1;
     o.dram_bytes = 64ull << 20;
-    o.bin_dir = SHELF_BIN_DIR;
+    o.bin_dir = TestBinDir();
     auto c = LocalCluster::Start(o);
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = c->release();
@@ -289,7 +290,7 @@ class SsdClusterTest : public ::testing::Test {
     o.stores = 1;
     o.dram_bytes = kDramBytes;
     o.ssd_bytes = 128ull << 20;
-    o.bin_dir = SHELF_BIN_DIR;
+    o.bin_dir = TestBinDir();
     o.store_args = std::move(store_args);
     auto c = LocalCluster::Start(o);
     // NOLINTNEXTLINE(concurrency-mt-unsafe): as above

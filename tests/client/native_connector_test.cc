@@ -22,6 +22,7 @@
 #include "common/mutex.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 
 namespace shelf {
 namespace {
@@ -35,7 +36,7 @@ class NativeConnectorTest : public ::testing::Test {
   static void SetUpTestSuite() {
     LocalCluster::Options o;
     o.dram_bytes = 128ull << 20;
-    o.bin_dir = SHELF_BIN_DIR;
+    o.bin_dir = TestBinDir();
     absl::StatusOr<std::unique_ptr<LocalCluster>> started = LocalCluster::Start(o);
     ASSERT_TRUE(started.ok()) << started.status();
     cluster_ = std::move(*started);

@@ -9,6 +9,7 @@
 
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 
 namespace shelf {
 namespace {
@@ -36,7 +37,7 @@ TEST(SsdShmClusterTest, SameHostSsdHitsSkipTcp) {
   o.stores = 1;
   o.dram_bytes = kDram;
   o.ssd_bytes = kSsd;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   // A window of 16 MiB: room for the parallel reads of a batch (8 transfer
   // threads), and passed through many times over by the reads below, so
   // every pin must be released for them to keep going through it.
@@ -117,7 +118,7 @@ TEST(SsdShmClusterTest, BlockLargerThanTheWindowGoesOverTcp) {
   o.stores = 1;
   o.dram_bytes = 16ull << 20;
   o.ssd_bytes = 96ull << 20;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   o.store_args = {"--shm-ssd-window=2MiB"};
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();

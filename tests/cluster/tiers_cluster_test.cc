@@ -13,6 +13,7 @@
 #include "shelf/client.h"
 #include "testing/http_probe.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "testing/wait_for.h"
 
 namespace shelf {
@@ -48,7 +49,7 @@ class TiersClusterTest : public ::testing::Test {
     o.stores = 1;
     o.dram_bytes = kDram;
     o.ssd_bytes = kSsd;
-    o.bin_dir = SHELF_BIN_DIR;
+    o.bin_dir = TestBinDir();
     o.store_args = std::move(store_args);
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();

@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 
 namespace shelf {
 namespace {
@@ -39,7 +40,7 @@ void StartRig(const char* kill_point, CrashRig* rig) {
   o.stores = 0;
   o.dram_bytes = 8ull << 20;
   o.ssd_bytes = 64ull << 20;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   // Demotions start at the fixed watermark only (not ahead of the put
   // rate), so each test knows which puts and orders demote.
   o.master_args = {"--demote-lead", "0"};

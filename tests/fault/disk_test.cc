@@ -17,6 +17,7 @@
 #include "shelf/client.h"
 #include "storage/ssd_tier.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "tests/fault/fault_util.h"
 #include "transport/tcp_client.h"
 
@@ -143,7 +144,7 @@ TEST(FullDiskTest, StoreWithAFullSsdDirectoryServesNothingWrong) {
   LocalCluster::Options o;
   o.stores = 0;
   o.dram_bytes = 8ull << 20;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   o.master_args = {"--demote-wait", "300ms"};
   o.keep_work_dir = std::getenv("SHELF_FAULT_KEEP") != nullptr;
   auto cluster = LocalCluster::Start(o);
@@ -226,7 +227,7 @@ TEST(CorruptBlobTest, CorruptSsdBlocksAreReportedAndNeverServed) {
   o.stores = 1;
   o.dram_bytes = 16ull << 20;
   o.ssd_bytes = 256ull << 20;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   LocalCluster& c = **cluster;
@@ -338,7 +339,7 @@ TEST(UnreadableSsdDirTest, StoreStartsWithAnEmptyTierAndKeepsItsNodeId) {
   LocalCluster::Options o;
   o.stores = 0;
   o.dram_bytes = 8ull << 20;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   o.keep_work_dir = std::getenv("SHELF_FAULT_KEEP") != nullptr;
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();

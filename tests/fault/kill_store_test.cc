@@ -14,6 +14,7 @@
 #include "common/mutex.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "tests/fault/fault_util.h"
 
 namespace shelf {
@@ -122,7 +123,7 @@ TEST(KillStoreTest, NoFailedGetForABlockWithASurvivingReplica) {
   LocalCluster::Options o;
   o.stores = 3;
   o.dram_bytes = 256ull << 20;  // no eviction: every committed block stays
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ClientOptions co;
@@ -196,7 +197,7 @@ TEST(KillStoreTest, SharedMemoryClientWritesTheRestartedStoreNotTheDeadOne) {
   LocalCluster::Options o;
   o.stores = 1;
   o.dram_bytes = 32ull << 20;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   LocalCluster& c = **cluster;

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "tests/fault/fault_util.h"
 
 namespace shelf {
@@ -38,7 +39,7 @@ class PartitionTest : public ::testing::Test {
     LocalCluster::Options o;
     o.stores = 1;
     o.dram_bytes = 64ull << 20;
-    o.bin_dir = SHELF_BIN_DIR;
+    o.bin_dir = TestBinDir();
     o.master_args = {"--listen", "0.0.0.0:0", "--insecure", "--node-ttl", "2s"};
     o.store_args = {"--shm=false"};
     auto c = LocalCluster::Start(o);
@@ -68,7 +69,7 @@ class PartitionTest : public ::testing::Test {
     std::string dir = cluster_->work_dir();
     std::string ready = dir + "/ns-store.addr";
     std::vector<std::string> argv =
-        ns_->Wrap({std::string(SHELF_BIN_DIR) + "/shelf-store", "--master",
+        ns_->Wrap({TestBinDir() + "/shelf-store", "--master",
                    absl::StrCat(ns_->root_ip(), ":", port_), "--listen", ns_->ns_ip() + ":0",
                    "--dram-size", std::to_string(64ull << 20), "--node-id", "ns-store", "--run-dir",
                    dir + "/ns-store.run", "--ready-file", ready, "--shm=false", "--insecure"});

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "tests/fault/fault_util.h"
 
 namespace shelf {
@@ -27,7 +28,7 @@ TEST_P(PutCrashTest, SpaceComesBackAndNoHalfBlockIsEverVisible) {
   LocalCluster::Options o;
   o.stores = 1;
   o.dram_bytes = 32ull << 20;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   o.secret = "fault-test-secret-0123456789";
   o.master_args = {"--put-timeout", "2s"};
   auto cluster = LocalCluster::Start(o);

@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "tests/fault/fault_util.h"
 
 namespace shelf {
@@ -56,7 +57,7 @@ TEST(StallTest, DeadlinesHoldWhileAStoreIsStoppedAndItRejoinsAfter) {
   LocalCluster::Options o;
   o.stores = 2;
   o.dram_bytes = 64ull << 20;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   o.master_args = {"--node-ttl", "2s"};
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -128,7 +129,7 @@ TEST(StallTest, DeadlinesHoldWhileAStoreIsStoppedAndItRejoinsAfter) {
 TEST(StallTest, GetsFailOverToTheHealthyReplicaWhileOneIsFrozen) {
   LocalCluster::Options o;
   o.stores = 2;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   // A long TTL: the master keeps listing the frozen replica, as it does for
   // the first seconds of any stall.
   o.master_args = {"--node-ttl", "60s"};

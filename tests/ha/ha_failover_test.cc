@@ -19,6 +19,7 @@
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "testing/wait_for.h"
 #include "tests/coord/etcd_harness.h"
 
@@ -60,7 +61,7 @@ class HaTest : public ::testing::Test {
     for (int i = 0; i < 2; ++i) {
       std::string ready = absl::StrCat(dir_, "/s", i, ".addr");
       auto p = Process::Spawn(
-          {std::string(SHELF_BIN_DIR) + "/shelf-store", "--master",
+          {TestBinDir() + "/shelf-store", "--master",
            absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_), "--listen", "127.0.0.1:0",
            "--dram-size", "64MiB", "--node-id", absl::StrCat("store", i), "--run-dir",
            absl::StrCat(dir_, "/s", i, ".run"), "--ready-file", ready},
@@ -80,7 +81,7 @@ class HaTest : public ::testing::Test {
 
   absl::Status StartMaster(int i) {
     std::string ready = absl::StrCat(dir_, "/m", i, ".addr");
-    std::vector<std::string> argv = {std::string(SHELF_BIN_DIR) + "/shelf-master",
+    std::vector<std::string> argv = {TestBinDir() + "/shelf-master",
                                      "--listen",
                                      "127.0.0.1:0",
                                      "--ready-file",
@@ -347,7 +348,7 @@ TEST_F(HaTest, AStoreRestartingDuringRecoveryIsHandled) {
   stores_[0]->Signal(SIGKILL);
   stores_[0]->Wait(5000);
   std::string ready = absl::StrCat(dir_, "/s0b.addr");
-  auto p = Process::Spawn({std::string(SHELF_BIN_DIR) + "/shelf-store", "--master",
+  auto p = Process::Spawn({TestBinDir() + "/shelf-store", "--master",
                            absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_), "--listen",
                            "127.0.0.1:0", "--dram-size", "64MiB", "--node-id", "store0",
                            "--run-dir", dir_ + "/s0b.run", "--ready-file", ready},

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "testing/test_paths.h"
 
 namespace shelf {
 namespace {
@@ -52,7 +53,7 @@ uint32_t U32(const Json& v) {
 }
 
 std::vector<Vector> LoadVectors() {
-  const std::string path = std::string(SHELF_SOURCE_DIR) + "/tests/data/key_vectors.json";
+  const std::string path = TestSourceDir() + "/tests/data/key_vectors.json";
   std::ifstream in(path, std::ios::binary);
   EXPECT_TRUE(in.good()) << "cannot open " << path;
   std::stringstream text;

@@ -15,13 +15,14 @@
 
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
+#include "testing/test_paths.h"
 
 namespace {
 
 constexpr const char* kPython = "/usr/bin/python3";
 constexpr const char* kPromtool = "/usr/bin/promtool";
 
-const std::string kSource = SHELF_SOURCE_DIR;
+const std::string kSource = shelf::TestSourceDir();
 const std::string kDashboard = kSource + "/deploy/grafana/shelf.json";
 const std::string kDocs = kSource + "/docs/metrics.md";
 

@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "common/prom.h"
 #include "gtest/gtest.h"
+#include "testing/test_paths.h"
 
 namespace shelf {
 namespace prom {
@@ -142,7 +143,7 @@ std::vector<CatalogueEntry> ReadCatalogue(const std::string& path) {
 }
 
 std::vector<CatalogueEntry> Catalogue() {
-  return ReadCatalogue(std::string(SHELF_SOURCE_DIR) + "/docs/metrics.md");
+  return ReadCatalogue(TestSourceDir() + "/docs/metrics.md");
 }
 
 // Registers each documented metric with one made-up child, as the master,

@@ -19,6 +19,7 @@
 #include "shelf/client.h"
 #include "testing/http_probe.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 
 namespace shelf {
 namespace {
@@ -30,7 +31,7 @@ TEST(ObservabilityTest, PromtoolAndARealPrometheusReadTheCluster) {
   // (a port picked here could be taken before the daemon binds it).
   LocalCluster::Options o;
   o.stores = 0;
-  o.bin_dir = SHELF_BIN_DIR;
+  o.bin_dir = TestBinDir();
   o.master_args = {"--metrics-listen", "127.0.0.1:0"};
   auto cluster = LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();

@@ -33,6 +33,7 @@
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "testing/wait_for.h"
 #include "tests/coord/etcd_harness.h"
 #include "tests/fault/fault_util.h"
@@ -108,7 +109,7 @@ class EtcdSecurityTest : public ::testing::Test {
   absl::StatusOr<std::string> StartMaster(const std::vector<std::string>& etcd_flags) {
     std::string name = masters_.empty() ? "m" : absl::StrCat("m", masters_.size());
     std::string ready = absl::StrCat(dir_, "/", name, ".addr");
-    std::vector<std::string> argv = {std::string(SHELF_BIN_DIR) + "/shelf-master",
+    std::vector<std::string> argv = {TestBinDir() + "/shelf-master",
                                      "--listen",
                                      "127.0.0.1:0",
                                      "--ready-file",
@@ -131,7 +132,7 @@ class EtcdSecurityTest : public ::testing::Test {
     master_addr_ = *addr;
 
     std::string store_ready = dir_ + "/s.addr";
-    std::vector<std::string> sargv = {std::string(SHELF_BIN_DIR) + "/shelf-store",
+    std::vector<std::string> sargv = {TestBinDir() + "/shelf-store",
                                       "--master",
                                       MasterSpec(),
                                       "--listen",
@@ -431,7 +432,7 @@ TEST_F(EtcdSecurityTest, WithEtcdAuthTheFakeCannotWriteTheLeaderKey) {
   {
     // Refused before it is used, like every credential file.
     std::string out;
-    int rc = RunShell(absl::StrCat(SHELF_BIN_DIR, "/shelf-master --listen 127.0.0.1:0 --etcd ",
+    int rc = RunShell(absl::StrCat(TestBinDir(), "/shelf-master --listen 127.0.0.1:0 --etcd ",
                                    etcd_->endpoint(), " --etcd-user-file ", ShellQuote(loose)),
                       &out);
     EXPECT_EQ(rc, 2) << out;

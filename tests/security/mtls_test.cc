@@ -17,6 +17,7 @@
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "testing/wait_for.h"
 #include "tests/fault/fault_util.h"
 
@@ -59,7 +60,7 @@ class MtlsTest : public ::testing::Test {
     secret_file_ = dir_ + "/secret";
     std::ofstream(secret_file_) << kSecret << "\n";
     ::chmod(secret_file_.c_str(), 0600);
-    const std::string bin = SHELF_BIN_DIR;
+    const std::string bin = TestBinDir();
     auto master = Process::Spawn(
         {bin + "/shelf-master", "--listen", "127.0.0.1:0", "--ready-file", dir_ + "/master.addr",
          "--secret-file", secret_file_, "--tls-cert", cert_, "--tls-key", key_, "--tls-ca", ca_},
@@ -91,9 +92,9 @@ class MtlsTest : public ::testing::Test {
   }
 
   int Shelfctl(const std::vector<std::string>& args, std::string* out) {
-    std::string cmd = ShellQuote(std::string(SHELF_BIN_DIR) + "/shelfctl") + " --master " +
-                      ShellQuote(address_) + " --secret-file " + ShellQuote(secret_file_) +
-                      " --tls-ca " + ShellQuote(ca_) + " --timeout 3s";
+    std::string cmd = ShellQuote(TestBinDir() + "/shelfctl") + " --master " + ShellQuote(address_) +
+                      " --secret-file " + ShellQuote(secret_file_) + " --tls-ca " +
+                      ShellQuote(ca_) + " --timeout 3s";
     for (const std::string& a : args) cmd += " " + ShellQuote(a);
     return RunShell(cmd, out);
   }
@@ -146,7 +147,7 @@ TEST_F(MtlsTest, CallersWithACertificateOfTheCaWorkOthersAreRefused) {
 // a certificate never registers; shelf-resp reaches the master with
 // --master-tls-cert/--master-tls-key and serves SET and GET.
 TEST_F(MtlsTest, AStoreAndTheRespGatewayCallTheMasterWithTheirCertificates) {
-  const std::string bin = SHELF_BIN_DIR;
+  const std::string bin = TestBinDir();
   auto store = [&](const std::string& name, bool with_cert) {
     std::vector<std::string> argv = {bin + "/shelf-store",
                                      "--master",

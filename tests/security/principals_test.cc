@@ -29,6 +29,7 @@
 #include "testing/credentials_file.h"
 #include "testing/http_probe.h"
 #include "testing/raw_peer.h"
+#include "testing/test_paths.h"
 #include "testing/wait_for.h"
 #include "tests/fault/fault_util.h"
 
@@ -536,7 +537,7 @@ class PrincipalsTlsTest : public ::testing::Test {
   // Starts the master serving TLS with good.pem, and `extra` flags; sets
   // address_.
   void StartMaster(const std::vector<std::string>& extra) {
-    const std::string bin = SHELF_BIN_DIR;
+    const std::string bin = TestBinDir();
     std::vector<std::string> argv = {
         bin + "/shelf-master", "--listen",      "127.0.0.1:0",         "--ready-file",
         dir_ + "/master.addr", "--credentials", dir_ + "/credentials", "--tls-cert",

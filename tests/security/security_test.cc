@@ -16,6 +16,7 @@
 #include "shelf/client.h"
 #include "testing/cluster_fixture.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "tests/fault/fault_util.h"
 #include "transport/shm.h"
 #include "transport/tcp_client.h"
@@ -56,7 +57,7 @@ class SecurityTest : public ClusterFixture {
 
   // shelfctl with explicit arguments (no --secret-file added).
   int RawShelfctl(const std::vector<std::string>& args, std::string* out) {
-    std::string cmd = ShellQuote(std::string(SHELF_BIN_DIR) + "/shelfctl") + " --master " +
+    std::string cmd = ShellQuote(TestBinDir() + "/shelfctl") + " --master " +
                       ShellQuote(cluster_->master_address());
     for (const std::string& a : args) cmd += " " + ShellQuote(a);
     return fault::RunShell(cmd, out);

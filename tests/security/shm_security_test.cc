@@ -29,6 +29,7 @@
 #include "common/net.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "tests/fault/fault_util.h"
 #include "transport/fd_passing.h"
 #include "transport/shm.h"
@@ -152,7 +153,7 @@ class ShmSecurityTest : public ::testing::Test {
     LocalCluster::Options o;
     o.stores = 0;  // each test starts the store it needs
     o.dram_bytes = kDramBytes;
-    o.bin_dir = SHELF_BIN_DIR;
+    o.bin_dir = TestBinDir();
     o.secret = kSecret;
     auto c = LocalCluster::Start(o);
     ASSERT_TRUE(c.ok()) << c.status();

@@ -28,6 +28,7 @@
 #include "common/net.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "tests/fault/fault_util.h"
 #include "transport/fd_passing.h"
 #include "transport/shm.h"
@@ -94,7 +95,7 @@ class ShmWriteTest : public ::testing::Test {
     LocalCluster::Options o;
     o.stores = 1;
     o.dram_bytes = kDramBytes;
-    o.bin_dir = SHELF_BIN_DIR;
+    o.bin_dir = TestBinDir();
     o.secret = kSecret;
     o.master_args = {"--put-timeout", "2s"};
     auto c = LocalCluster::Start(o);

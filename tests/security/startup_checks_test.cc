@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "tests/fault/fault_util.h"
 
 namespace shelf {
@@ -37,7 +38,7 @@ class StartupChecksTest : public ::testing::Test {
   // Runs a daemon that must refuse to start; returns its exit code (124:
   // it started and was still running after 10 s) and its stderr.
   int Run(const std::string& binary, const std::vector<std::string>& args, std::string* out) {
-    std::string cmd = "timeout 10 " + ShellQuote(std::string(SHELF_BIN_DIR) + "/" + binary);
+    std::string cmd = "timeout 10 " + ShellQuote(TestBinDir() + "/" + binary);
     for (const std::string& a : args) cmd += " " + ShellQuote(a);
     return RunShell(cmd + " 2>&1", out);
   }
@@ -86,10 +87,9 @@ TEST_F(StartupChecksTest, SecretFilesOthersCanReadAreRefusedWithTheFix) {
 
 TEST_F(StartupChecksTest, PrivateSecretFilesAreAccepted) {
   ASSERT_EQ(::chmod(secret_.c_str(), 0600), 0);
-  auto master =
-      Process::Spawn({std::string(SHELF_BIN_DIR) + "/shelf-master", "--listen", "127.0.0.1:0",
-                      "--secret-file", secret_, "--ready-file", dir_ + "/master.addr"},
-                     dir_ + "/master.log");
+  auto master = Process::Spawn({TestBinDir() + "/shelf-master", "--listen", "127.0.0.1:0",
+                                "--secret-file", secret_, "--ready-file", dir_ + "/master.addr"},
+                               dir_ + "/master.log");
   ASSERT_TRUE(master.ok());
   EXPECT_TRUE(WaitForFileLine(dir_ + "/master.addr", 15000, master->get()).ok());
 }
@@ -140,7 +140,7 @@ TEST_F(StartupChecksTest, ProtectedModeRefusesOpenNonLoopbackListeners) {
 
 TEST_F(StartupChecksTest, ProtectedModeLetsLoopbackCredentialsOrInsecureStart) {
   ASSERT_EQ(::chmod(secret_.c_str(), 0600), 0);
-  const std::string bin = SHELF_BIN_DIR;
+  const std::string bin = TestBinDir();
   const std::vector<std::vector<std::string>> starts = {
       {"--listen", "0.0.0.0:0", "--insecure"},
       {"--listen", "0.0.0.0:0", "--secret-file", secret_},

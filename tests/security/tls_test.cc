@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "shelf/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_paths.h"
 #include "tests/fault/fault_util.h"
 
 namespace shelf {
@@ -59,7 +60,7 @@ class TlsTest : public ::testing::Test {
     secret_file_ = dir_ + "/secret";
     std::ofstream(secret_file_) << kSecret << "\n";
     ::chmod(secret_file_.c_str(), 0600);
-    const std::string bin = SHELF_BIN_DIR;
+    const std::string bin = TestBinDir();
     auto master =
         Process::Spawn({bin + "/shelf-master", "--listen", "127.0.0.1:0", "--ready-file",
                         dir_ + "/master.addr", "--secret-file", secret_file_, "--tls-cert",
@@ -100,8 +101,8 @@ class TlsTest : public ::testing::Test {
   }
 
   int Shelfctl(const std::vector<std::string>& args, std::string* out) {
-    std::string cmd = ShellQuote(std::string(SHELF_BIN_DIR) + "/shelfctl") + " --master " +
-                      ShellQuote(address_) + " --secret-file " + ShellQuote(secret_file_);
+    std::string cmd = ShellQuote(TestBinDir() + "/shelfctl") + " --master " + ShellQuote(address_) +
+                      " --secret-file " + ShellQuote(secret_file_);
     for (const std::string& a : args) cmd += " " + ShellQuote(a);
     return RunShell(cmd, out);
   }
