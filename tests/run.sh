@@ -3,21 +3,25 @@
 #   1. the RelWithDebInfo build (build/test) and its CTest suite (unit,
 #      cluster, fault, security, Python tests against real processes), in
 #      parallel;
-#   2. a short run of every libFuzzer target (tests/fuzz/run_short.sh:
+#   2. clang-tidy's curated checks (.clang-tidy, less the static
+#      analyzer) over every C++ file stage 1 compiled (tests/tidy_all.py;
+#      files found clean before, with nothing they read changed since,
+#      come from its cache in ~/.cache/shelf-tidy); any finding fails;
+#   3. a short run of every libFuzzer target (tests/fuzz/run_short.sh:
 #      clang build in build/fuzz, SHELF_FUZZ_SECONDS each, default 10);
-#   3. the suite again, built by clang with AddressSanitizer and UBSan
+#   4. the suite again, built by clang with AddressSanitizer and UBSan
 #      (-DSHELF_SANITIZE=address,undefined, build/asan), ctest -j2, on the
 #      labels in SHELF_ASAN_LABELS (default: all), less the packaging tests
 #      and the clang thread-safety check, which stage 1 ran
 #      (SHELF_ASAN_EXCLUDE, default ^deploy_|^thread_safety_).
-#   4. ThreadSanitizer on the concurrency tests of the data plane,
+#   5. ThreadSanitizer on the concurrency tests of the data plane,
 #      allocator and metrics (tests/sanitize.sh: clang build in build/tsan,
 #      no suppressions);
-#   5. every skipped test, printed with its reason (tests/skips.sh); a skip
+#   6. every skipped test, printed with its reason (tests/skips.sh); a skip
 #      tests/allowed_skips.txt does not list fails the run.
 # Logs of failing tests are printed. Exit status 0 only when all pass.
-# SHELF_SKIP_FUZZ=1 / SHELF_SKIP_ASAN=1 / SHELF_SKIP_TSAN=1 leave out
-# stages 2 / 3 / 4.
+# SHELF_SKIP_TIDY=1 / SHELF_SKIP_FUZZ=1 / SHELF_SKIP_ASAN=1 /
+# SHELF_SKIP_TSAN=1 leave out stages 2 / 3 / 4 / 5.
 #
 # Each stage's time, and how many compilations ccache answered, are
 # printed at the end of every run; docs/testing.md has typical times. The
@@ -74,6 +78,10 @@ ctest_logged() {
   ctest --test-dir "$dir" "$@" 2>&1 | tee "$dir/ctest-output.log"
 }
 stage ctest ctest_logged "$build" -j"$jobs" --output-on-failure --timeout 600
+
+if [[ "${SHELF_SKIP_TIDY:-0}" != 1 ]]; then
+  stage tidy /usr/bin/python3 "$root/tests/tidy_all.py" --no-analyzer "$build"
+fi
 
 if [[ "${SHELF_SKIP_FUZZ:-0}" != 1 ]]; then
   stage fuzz env SHELF_FUZZ_BUILD_DIR="${SHELF_FUZZ_BUILD_DIR:-$root/build/fuzz}" \
