@@ -648,6 +648,8 @@ ClientStats ClientImpl::stats() const {
   s.location_cache_misses = stats_.cache_misses.load();
   s.location_cache_fallbacks = stats_.cache_fallbacks.load();
   s.location_cache_entries = cache_ == nullptr ? 0 : cache_->size();
+  s.read_lookups = stats_.read_lookups.load();
+  s.read_lookups_joined = stats_.read_lookups_joined.load();
   return s;
 }
 

@@ -23,6 +23,7 @@
 #include "client/absl_status.h"
 #include "client/batch_state.h"
 #include "client/buffer_registry.h"
+#include "client/call_coalescer.h"
 #include "client/gpu_staging.h"
 #include "client/location_cache.h"
 #include "common/mutex.h"
@@ -232,6 +233,11 @@ class ClientImpl final : public Client {
   using ReadFn = std::function<absl::Status(size_t, const v1::ObjectLocation&, bool)>;
   absl::Status LookupAndRead(const std::vector<const std::string*>& keys, uint64_t deadline_ms,
                              const ReadFn& read, std::vector<absl::Status>* statuses);
+  // A Lookup that takes read leases, with `store_table` answers put back
+  // inline (InlineStores); several threads' lookups at once go to the
+  // master as one (lookups_).
+  absl::Status CoalescedLookup(const v1::LookupRequest& req, v1::LookupResponse* resp,
+                               uint64_t deadline_ms);
   // Gives back the leases of `resp` (a Lookup answered at
   // `leased_at_unix_ms`) once their reads are done. Best effort and off the
   // caller's path: the keys are queued for the releaser thread, which sends
@@ -294,7 +300,8 @@ class ClientImpl final : public Client {
         bytes_loaded_ssd{0}, blocks_loaded_dram{0}, blocks_loaded_ssd{0}, checksum_mismatches{0},
         replica_failovers{0}, bytes_staged_gpu{0}, cache_hits{0}, cache_misses{0},
         cache_fallbacks{0}, bytes_stored_rdma{0}, bytes_loaded_gpu_direct{0},
-        bytes_gpu_direct_checked{0}, gpu_rdma_registration_failures{0};
+        bytes_gpu_direct_checked{0}, gpu_rdma_registration_failures{0}, read_lookups{0},
+        read_lookups_joined{0};
   };
   mutable AtomicStats stats_;
 
@@ -354,6 +361,17 @@ class ClientImpl final : public Client {
   std::vector<PendingRelease> releases_ ABSL_GUARDED_BY(release_mu_);
   bool release_stop_ ABSL_GUARDED_BY(release_mu_) = false;
   std::thread releaser_;  // joined in the destructor, before the pools
+
+  // The reads' lookups in flight to the master, one call at a time.
+  struct LookupJob {
+    const v1::LookupRequest* request = nullptr;
+    uint64_t deadline_ms = 0;
+  };
+  struct LookupResult {
+    absl::Status status;
+    v1::LookupResponse response;
+  };
+  CallCoalescer<LookupJob, LookupResult> lookups_;
 
   // Last: destroyed (joined) first, while everything their tasks use lives.
   // Async tasks use the transfer pool, so it outlives the async pool.

@@ -459,9 +459,7 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
   req.set_client_host_id(HostId());
   req.set_store_table(true);
   v1::LookupResponse resp;
-  absl::Status s = CallMaster(&v1::MasterService::Stub::Lookup, req, &resp, deadline_ms);
-  if (s.ok()) s = InlineStores(&resp);
-  if (!s.ok()) return s;
+  if (absl::Status s = CoalescedLookup(req, &resp, deadline_ms); !s.ok()) return s;
   const uint64_t leased_at_unix_ms = UnixMs();
   if (resp.objects_size() != static_cast<int>(ask.size())) {
     return absl::InternalError("malformed lookup response");
@@ -483,6 +481,51 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
   }
   ReleaseLeases(resp, leased_at_unix_ms);
   return absl::OkStatus();
+}
+
+absl::Status ClientImpl::CoalescedLookup(const v1::LookupRequest& req, v1::LookupResponse* resp,
+                                         uint64_t deadline_ms) {
+  // Threads reading at once (an engine's workers, each with a block) send
+  // one Lookup for all: the master's round trip and its CPU are paid once
+  // per call out, not once per reader. A job joins only a call whose
+  // deadline is no later than its own.
+  LookupJob job{&req, deadline_ms};
+  LookupResult r = lookups_.Call(
+      job,
+      [](const LookupJob& front, const LookupJob& other) {
+        return other.deadline_ms >= front.deadline_ms;
+      },
+      [this](const std::vector<const LookupJob*>& jobs, std::vector<LookupResult>* results) {
+        ForEachRunOfJobs(
+            jobs, kBatchItemsMax,
+            [](const LookupJob& j) { return static_cast<size_t>(j.request->keys_size()); },
+            [&](size_t begin, size_t end) {
+              v1::LookupRequest merged = *jobs[begin]->request;
+              for (size_t j = begin + 1; j < end; ++j) {
+                for (const std::string& k : jobs[j]->request->keys()) merged.add_keys(k);
+              }
+              v1::LookupResponse all;
+              stats_.read_lookups.fetch_add(1);
+              stats_.read_lookups_joined.fetch_add(end - begin - 1);
+              absl::Status s = CallMaster(&v1::MasterService::Stub::Lookup, merged, &all,
+                                          jobs[begin]->deadline_ms);
+              if (s.ok()) s = InlineStores(&all);
+              if (s.ok() && all.objects_size() != merged.keys_size()) {
+                s = absl::InternalError("malformed lookup response");
+              }
+              int next = 0;
+              for (size_t j = begin; j < end; ++j) {
+                LookupResult& out = (*results)[j];
+                out.status = s;
+                if (!s.ok()) continue;
+                for (int k = 0; k < jobs[j]->request->keys_size(); ++k) {
+                  out.response.add_objects()->Swap(all.mutable_objects(next++));
+                }
+              }
+            });
+      });
+  *resp = std::move(r.response);
+  return r.status;
 }
 
 void ClientImpl::ReleaseLeases(const v1::LookupResponse& resp, uint64_t leased_at_unix_ms) {

@@ -15,8 +15,8 @@
 #      and the clang thread-safety check, which stage 1 ran
 #      (SHELF_ASAN_EXCLUDE, default ^deploy_|^thread_safety_).
 #   5. ThreadSanitizer on the concurrency tests of the data plane,
-#      allocator and metrics (tests/sanitize.sh: clang build in build/tsan,
-#      no suppressions);
+#      allocator, metrics and call coalescer (tests/sanitize.sh: clang
+#      build in build/tsan, no suppressions);
 #   6. every skipped test, printed with its reason (tests/skips.sh); a skip
 #      tests/allowed_skips.txt does not list fails the run.
 # Logs of failing tests are printed. Exit status 0 only when all pass.

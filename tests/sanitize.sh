@@ -2,8 +2,9 @@
 # ThreadSanitizer on the concurrency tests of the project's own structures:
 # the TCP data plane (DataServer + pooled TcpDataClient), RangeAllocator,
 # the metrics layer over prometheus-cpp (tests/fault/concurrency_test.cc),
-# and the allocator and metrics (common/prom.h) unit tests. Built with clang -fsanitize=thread from a small
-# CMake project generated here, from the sources alone: no gRPC, no
+# the allocator and metrics (common/prom.h) unit tests, and the client's
+# call coalescer (client/call_coalescer.h). Built with clang
+# -fsanitize=thread from a small CMake project generated here, from the sources alone: no gRPC, no
 # RocksDB, no protobuf (Debian ships them uninstrumented, and TSan reports
 # races it cannot see the synchronization of).
 #
@@ -53,7 +54,8 @@ target_link_libraries(shelf_tsan_lib PUBLIC absl::status absl::statusor absl::st
   PkgConfig::PROMETHEUS_CPP_CORE)
 foreach(test concurrency_test:tests/fault/concurrency_test.cc
              allocator_test:tests/storage/allocator_test.cc
-             prom_test:tests/metrics/prom_test.cc)
+             prom_test:tests/metrics/prom_test.cc
+             call_coalescer_test:tests/client/call_coalescer_test.cc)
   string(REPLACE ":" ";" parts \${test})
   list(GET parts 0 name)
   list(GET parts 1 src)
@@ -66,7 +68,7 @@ cmake -S "$build/project" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$build" -j"$jobs"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 status=0
-for test in concurrency_test allocator_test prom_test; do
+for test in concurrency_test allocator_test prom_test call_coalescer_test; do
   # Death tests fork a threaded process; TSan and they do not mix.
   if "$build/$test" --gtest_filter='-*DeathTest*' >"$build/$test.log" 2>&1; then
     echo "tsan: $test: $(grep -c '^\[       OK \]' "$build/$test.log") tests passed, no report"

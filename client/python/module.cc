@@ -1,6 +1,7 @@
 // Errors, conversions and Status items of the `shelf` Python module.
 #include "client/python/module.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/credentials.h"
@@ -30,7 +31,23 @@ PyObject* NewError(py::module_& m, const char* name, PyObject* base, PyObject* b
   return type;
 }
 
+// Smaller values are copied with the GIL held: releasing and taking it
+// back costs more than their copy.
+constexpr size_t kCopyWithoutGilBytes = size_t{64} << 10;
+
 }  // namespace
+
+py::bytes ToBytes(const std::string& s) {
+  if (s.size() < kCopyWithoutGilBytes) return py::bytes(s.data(), s.size());
+  PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(s.size()));
+  if (out == nullptr) throw py::error_already_set();
+  char* dst = PyBytes_AS_STRING(out);
+  {
+    py::gil_scoped_release nogil;
+    std::copy_n(s.data(), s.size(), dst);
+  }
+  return py::reinterpret_steal<py::bytes>(out);
+}
 
 void RegisterErrors(py::module_& m) {
   Exceptions& e = Errors();

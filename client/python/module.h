@@ -66,7 +66,11 @@ class BufferView {
   bool held_ = false;
 };
 
-inline py::bytes ToBytes(const std::string& s) { return py::bytes(s.data(), s.size()); }
+// `s` as Python bytes. A large value is copied with the GIL released (the
+// new object is this thread's alone until returned), so threads reading
+// blocks at once do not queue on the GIL for their copies. Call with the
+// GIL held.
+py::bytes ToBytes(const std::string& s);
 
 // shelf.Status: the outcome of one item of a batch.
 struct ItemStatus {

@@ -200,6 +200,59 @@ TEST_F(ClientClusterTest, BatchGetReadsRemoteBlocksInParallel) {
   EXPECT_TRUE(statuses.empty());
 }
 
+// Single gets from many threads at once, from a client with nothing
+// cached: their lookups go to the master together (call_coalescer.h), and
+// each get still answers for its own key: its bytes, NOT_FOUND for a key
+// never put, the same bytes to every thread reading a shared key.
+TEST_F(ClientClusterTest, ConcurrentSingleGetsEachAnswerForTheirOwnKey) {
+  constexpr int kThreads = 8, kKeysEach = 24;
+  constexpr size_t kBlock = 64 << 10;
+  std::vector<std::string> keys, data;
+  std::vector<PutItem> items;
+  for (int i = 0; i < kThreads * kKeysEach; ++i) {
+    keys.push_back("concurrent-get/" + std::to_string(i));
+    data.push_back(Block(kBlock, 500 + static_cast<uint32_t>(i)));
+  }
+  const std::string shared_key = "concurrent-get/shared";
+  const std::string shared = Block(kBlock, 499);
+  for (size_t i = 0; i < keys.size(); ++i) items.push_back({keys[i], data[i].data(), kBlock});
+  items.push_back({shared_key, shared.data(), kBlock});
+  std::vector<Status> statuses;
+  ASSERT_TRUE(client_->BatchPut(items, &statuses).ok());
+  for (const Status& st : statuses) ASSERT_TRUE(st.ok()) << st.ToString();
+
+  std::unique_ptr<Client> reader = OpenClient(cluster_->master_address());
+  ASSERT_NE(reader, nullptr);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::string value;
+      for (int k = 0; k < kKeysEach; ++k) {
+        const int i = t * kKeysEach + k;
+        Status s = reader->Get(keys[i], &value);
+        if (!s.ok() || value != data[i]) wrong.fetch_add(1);
+        s = reader->Get(shared_key, &value);
+        if (!s.ok() || value != shared) wrong.fetch_add(1);
+        s = reader->Get("concurrent-get/never-put/" + std::to_string(i), &value);
+        if (s.code() != StatusCode::kNotFound) wrong.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  // How many went together depends on the scheduler: reported, and each
+  // read's lookup is counted once, sent or joined.
+  const ClientStats st = reader->stats();
+  std::printf("%d single gets from %d threads: %llu lookups sent, %llu joined another's\n",
+              3 * kThreads * kKeysEach, kThreads, static_cast<unsigned long long>(st.read_lookups),
+              static_cast<unsigned long long>(st.read_lookups_joined));
+  EXPECT_EQ(st.read_lookups + st.read_lookups_joined,
+            static_cast<uint64_t>(kThreads * kKeysEach * 2 + kThreads * kKeysEach) -
+                st.location_cache_hits);
+}
+
 // BatchGetAtMost takes no memory past its bound: items whose blocks would
 // take the batch's values over it fail with RESOURCE_EXHAUSTED, empty;
 // the rest read as BatchGet reads them. With the location cache warm too

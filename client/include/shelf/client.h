@@ -392,6 +392,10 @@ struct ClientStats {
   uint64_t location_cache_misses = 0;
   uint64_t location_cache_fallbacks = 0;
   uint64_t location_cache_entries = 0;
+  // Lookups the reads sent to the master, and the reads' lookups that went
+  // in another thread's call instead of their own (made while it was out).
+  uint64_t read_lookups = 0;
+  uint64_t read_lookups_joined = 0;
 };
 
 namespace internal {
