@@ -105,8 +105,17 @@ def main():
         entries = json.load(f)
     deps = ninja_deps(build)
     hasher = Hasher(build)
-    # The paths of this tree, written as they would be in any clone of it.
-    relative = lambda text: text.replace(root + "/", "").replace(build + "/", "")
+    # The paths of this tree, written as they would be in any clone of it:
+    # the build folder, then the tree, wherever they appear as a whole path
+    # (`-I/src/tree` as much as `/src/tree/common/x.h`).
+    def placeholder(path, name):
+        return re.compile(re.escape(path) + r"(?=/|\s|$)"), name
+    swaps = [placeholder(build, "<build>"), placeholder(root, "<root>")]
+
+    def relative(text):
+        for pattern, name in swaps:
+            text = pattern.sub(name, text)
+        return text
     files = {}
     for e in entries:
         path = os.path.relpath(e["file"], root)
@@ -122,10 +131,13 @@ def main():
         key = hashlib.sha256()
         key.update(version.encode() + config + " ".join(extra).encode())
         key.update(relative(command).encode())
-        for d in sorted(read):
-            key.update(("\n%s %s" % (relative(os.path.normpath(os.path.join(build, d))
-                                              if not os.path.isabs(d) else d),
-                                     hasher(d))).encode())
+        # Ninja records a path as the compiler wrote it: absolute from one
+        # compilation, relative to the build folder from another (a ccache
+        # hit). Each is written as its whole path, placeholders in, and the
+        # list sorted after that, so both give one key.
+        named = sorted((relative(os.path.normpath(os.path.join(build, d))), d) for d in read)
+        for name, d in named:
+            key.update(("\n%s %s" % (name, hasher(d))).encode())
         files[path] = key.hexdigest()
 
     todo = sorted(p for p, k in files.items() if not os.path.exists(os.path.join(cache, k)))
