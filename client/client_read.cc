@@ -507,8 +507,9 @@ absl::Status ClientImpl::CoalescedLookup(const v1::LookupRequest& req, v1::Looku
               v1::LookupResponse all;
               stats_.read_lookups.fetch_add(1);
               stats_.read_lookups_joined.fetch_add(end - begin - 1);
-              absl::Status s = CallMaster(&v1::MasterService::Stub::Lookup, merged, &all,
-                                          jobs[begin]->deadline_ms);
+              // The leader's deadline, the earliest of every job it took.
+              absl::Status s =
+                  CallMaster(&v1::MasterService::Stub::Lookup, merged, &all, jobs[0]->deadline_ms);
               if (s.ok()) s = InlineStores(&all);
               if (s.ok() && all.objects_size() != merged.keys_size()) {
                 s = absl::InternalError("malformed lookup response");
