@@ -517,8 +517,14 @@ absl::Status ClientImpl::CoalescedLookup(const v1::LookupRequest& req, v1::Looku
               int next = 0;
               for (size_t j = begin; j < end; ++j) {
                 LookupResult& out = (*results)[j];
-                out.status = s;
-                if (!s.ok()) continue;
+                if (!s.ok()) {
+                  // Each caller gets a status of its own, not a reference
+                  // to one shared rep: the rep's count is released inside
+                  // Debian's uninstrumented Abseil, where ThreadSanitizer
+                  // cannot see two threads hand it over.
+                  out.status = absl::Status(s.code(), s.message());
+                  continue;
+                }
                 for (int k = 0; k < jobs[j]->request->keys_size(); ++k) {
                   out.response.add_objects()->Swap(all.mutable_objects(next++));
                 }

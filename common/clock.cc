@@ -9,12 +9,6 @@ class RealClock final : public Clock {
   uint64_t NowMs() override { return MonoMs(); }
   uint64_t UnixMs() override { return ::shelf::UnixMs(); }
 
-  bool AwaitUntil(absl::Mutex* mu, const absl::Condition& cond, uint64_t deadline_ms) override
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    uint64_t now = MonoMs();
-    return mu->AwaitWithTimeout(cond, absl::Milliseconds(ElapsedMs(deadline_ms, now)));
-  }
-
   bool WaitUntil(Mutex* mu, CondVar* cv, uint64_t deadline_ms,
                  const std::function<bool()>& pred) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     while (!pred()) {

@@ -10,7 +10,7 @@
 //
 //   Clock* clock = options.clock;            // Clock::Real() by default
 //   uint64_t deadline = clock->NowMs() + wait_ms;
-//   clock->AwaitUntil(&mu_, absl::Condition(&ready_), deadline);
+//   clock->WaitUntil(&mu_, &ready_cv_, deadline, [this] { return ready_; });
 #ifndef SHELF_COMMON_CLOCK_H_
 #define SHELF_COMMON_CLOCK_H_
 
@@ -19,7 +19,6 @@
 #include <functional>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "common/mutex.h"
 
 namespace shelf {
@@ -60,17 +59,12 @@ class Clock {
   // Wall-clock Unix milliseconds.
   virtual uint64_t UnixMs() = 0;
 
-  // Waits until `cond` holds or NowMs() reaches `deadline_ms`, releasing
-  // `mu` meanwhile, as absl::Mutex::AwaitWithTimeout. Returns whether
-  // `cond` holds; `mu` is held again on return.
-  // REQUIRES: `mu` held exclusively.
-  virtual bool AwaitUntil(absl::Mutex* mu, const absl::Condition& cond, uint64_t deadline_ms)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
-
-  // As AwaitUntil for a shelf::Mutex and the condition variable that is
-  // signalled whenever `pred` may have become true. Returns pred(), which
+  // Waits until `pred` holds or NowMs() reaches `deadline_ms`, on `cv`,
+  // which is signalled whenever `pred` may have become true; `mu` is
+  // released meanwhile and held again on return. Returns pred(), which
   // runs with `mu` held.
-  // REQUIRES: `mu` held; `pred` reads only what `mu` guards.
+  // REQUIRES: `mu` held; `pred` reads only what `mu` guards (or atomics
+  // whose writers signal `cv` under `mu`).
   virtual bool WaitUntil(Mutex* mu, CondVar* cv, uint64_t deadline_ms,
                          const std::function<bool()>& pred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
 };

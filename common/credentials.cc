@@ -334,7 +334,7 @@ void Authenticator::Install(std::vector<PrincipalEntry> entries, TenantQuotas te
     (*table)[name] = Known{std::move(e.principal), std::move(mac)};
   }
   auto quotas = std::make_shared<const TenantQuotas>(std::move(tenants));
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   table_ = std::move(table);
   tenant_quotas_ = std::move(quotas);
 }
@@ -349,18 +349,18 @@ absl::Status Authenticator::Reload() {
 }
 
 size_t Authenticator::size() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return table_ == nullptr ? 0 : table_->size();
 }
 
 std::shared_ptr<const TenantQuotas> Authenticator::tenant_quotas() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return tenant_quotas_;
 }
 
 std::vector<std::string> Authenticator::tenants() const {
   std::vector<std::string> out;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (const auto& [name, q] : *tenant_quotas_) out.push_back(name);
   if (table_ != nullptr) {
     for (const auto& [name, k] : *table_) {
@@ -401,7 +401,7 @@ absl::StatusOr<Principal> Authenticator::Authenticate(absl::string_view token) c
   }
   std::shared_ptr<const absl::flat_hash_map<std::string, Known>> table;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     table = table_;
   }
   auto it = table->find(token.substr(0, colon));

@@ -38,7 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace shelf {
 
@@ -161,7 +161,7 @@ class Authenticator {
   const Mode mode_;
   std::string path_;
   std::string cluster_token_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::shared_ptr<const absl::flat_hash_map<std::string, Known>> table_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const TenantQuotas> tenant_quotas_ ABSL_GUARDED_BY(mu_) =
       std::make_shared<TenantQuotas>();

@@ -27,25 +27,6 @@ uint64_t ManualClock::NowMs() {
 
 uint64_t ManualClock::UnixMs() { return now_ms_.load() + unix_offset_ms_; }
 
-bool ManualClock::AwaitUntil(absl::Mutex* mu, const absl::Condition& cond, uint64_t deadline_ms) {
-  struct Wait {
-    const absl::Condition* cond;
-    const std::atomic<uint64_t>* now_ms;
-    uint64_t deadline_ms;
-  } wait{&cond, &now_ms_, deadline_ms};
-  // Registered while `mu` is held, so an Advance() that follows takes `mu`
-  // only once this thread waits in Await; releasing it there makes absl
-  // evaluate the condition below with the new time.
-  uint64_t id = AddWaiter([mu] {
-    mu->Lock();
-    mu->Unlock();
-  });
-  mu->Await(absl::Condition(
-      +[](Wait* w) { return w->cond->Eval() || w->now_ms->load() >= w->deadline_ms; }, &wait));
-  RemoveWaiter(id);
-  return cond.Eval();
-}
-
 bool ManualClock::WaitUntil(Mutex* mu, CondVar* cv, uint64_t deadline_ms,
                             const std::function<bool()>& pred) {
   // Registered while `mu` is held, so an Advance() that follows takes `mu`

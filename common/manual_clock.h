@@ -38,8 +38,6 @@ class ManualClock final : public Clock {
 
   uint64_t NowMs() override;
   uint64_t UnixMs() override;
-  bool AwaitUntil(absl::Mutex* mu, const absl::Condition& cond, uint64_t deadline_ms) override
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   bool WaitUntil(Mutex* mu, CondVar* cv, uint64_t deadline_ms,
                  const std::function<bool()>& pred) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 

@@ -18,16 +18,18 @@ ThreadPool::ThreadPool(size_t threads, size_t queue_max) : queue_max_(queue_max)
 ThreadPool::~ThreadPool() { Shutdown(); }
 
 bool ThreadPool::TrySubmit(std::function<void()> task) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (stopping_ || queue_.size() >= queue_max_) return false;
   queue_.push_back(std::move(task));
+  work_cv_.Signal();
   return true;
 }
 
 void ThreadPool::Shutdown() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
+    work_cv_.SignalAll();
   }
   for (std::thread& t : threads_) {
     if (t.joinable()) t.join();
@@ -38,10 +40,8 @@ void ThreadPool::Loop() {
   for (;;) {
     std::function<void()> task;
     {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]()
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
-      mu_.Await(absl::Condition(&ready));
+      MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty()) work_cv_.Wait(&mu_);
       // Queued tasks still run after Shutdown: each owes someone a result.
       if (queue_.empty()) return;
       task = std::move(queue_.front());
@@ -61,7 +61,8 @@ struct ForState {
   const size_t n;
   const std::function<void(size_t)>* const fn;
   std::atomic<size_t> next{0};
-  absl::Mutex mu;
+  Mutex mu;
+  CondVar done_cv;  // `finished` reached n
   size_t finished ABSL_GUARDED_BY(mu) = 0;
 
   void Work() {
@@ -69,8 +70,8 @@ struct ForState {
       size_t i = next.fetch_add(1);
       if (i >= n) return;
       (*fn)(i);
-      absl::MutexLock lock(&mu);
-      ++finished;
+      MutexLock lock(&mu);
+      if (++finished == n) done_cv.SignalAll();
     }
   }
 };
@@ -90,11 +91,8 @@ void ParallelFor(ThreadPool* pool, size_t n, size_t helpers_max,
     if (!pool->TrySubmit([state] { state->Work(); })) break;  // busy: do more ourselves
   }
   state->Work();
-  absl::MutexLock lock(&state->mu);
-  auto all_done = [&state]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state->mu) {
-    return state->finished == state->n;
-  };
-  state->mu.Await(absl::Condition(&all_done));
+  MutexLock lock(&state->mu);
+  while (state->finished != state->n) state->done_cv.Wait(&state->mu);
 }
 
 }  // namespace shelf

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace shelf {
 
@@ -48,7 +48,8 @@ class ThreadPool {
   const size_t queue_max_;
   std::vector<std::thread> threads_;
 
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar work_cv_;  // a task was queued, or the pool is stopping
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };

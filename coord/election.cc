@@ -95,8 +95,8 @@ absl::Status LeaderElection::Start() {
   if (!options_.on_elected || !options_.on_lost) {
     return absl::InvalidArgumentError("election needs on_elected and on_lost");
   }
-  absl::MutexLock join_lock(&join_mu_);
-  absl::MutexLock lock(&mu_);
+  MutexLock join_lock(&join_mu_);
+  MutexLock lock(&mu_);
   if (running_) return absl::FailedPreconditionError("election already running");
   running_ = true;
   stopping_ = false;
@@ -109,12 +109,12 @@ absl::Status LeaderElection::Start() {
 
 void LeaderElection::Stop() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     cv_.SignalAll();
   }
   Join();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   running_ = false;
 }
 
@@ -123,7 +123,7 @@ absl::Status LeaderElection::Resign() {
   int64_t held_term = 0;
   int64_t lease_id = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     std::swap(held_term, held_term_);
     std::swap(lease_id, lease_id_);
   }
@@ -142,7 +142,7 @@ absl::Status LeaderElection::Resign() {
 }
 
 void LeaderElection::Join() {
-  absl::MutexLock lock(&join_mu_);
+  MutexLock lock(&join_mu_);
   if (!thread_.joinable()) return;
   if (thread_.get_id() == std::this_thread::get_id()) {
     SHELF_LOG(ERROR) << "LeaderElection::Stop/Resign called from an election callback";
@@ -152,12 +152,12 @@ void LeaderElection::Join() {
 }
 
 bool LeaderElection::is_leader() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return term_ != 0 && keepalive_ != nullptr && keepalive_->alive();
 }
 
 int64_t LeaderElection::term() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return term_;
 }
 
@@ -166,14 +166,14 @@ void LeaderElection::Run() {
   int64_t stale_lease = 0;
   {
     // A lease left behind by Stop() is not refreshed any more: drop it.
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     std::swap(stale_lease, lease_id_);
     held_term_ = 0;
   }
   int failures = 0;
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (stopping_) break;
     }
     if (stale_lease != 0) {
@@ -188,7 +188,7 @@ void LeaderElection::Run() {
     }
     if (session == nullptr) {
       {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         session_lost_ = false;
         health_.clear();
       }
@@ -203,12 +203,12 @@ void LeaderElection::Run() {
       session->lease = *lease;
       KeepAliveCallbacks callbacks;
       callbacks.on_lost = [this](const absl::Status&) {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         session_lost_ = true;
         cv_.SignalAll();
       };
       callbacks.on_health = [this](const absl::Status& health) {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         health_.push_back(health);
         cv_.SignalAll();
       };
@@ -218,7 +218,7 @@ void LeaderElection::Run() {
         std::abort();
       }
       session->keepalive = *std::move(keepalive);
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       lease_id_ = session->lease.id;
       keepalive_ = session->keepalive.get();
     }
@@ -251,7 +251,7 @@ void LeaderElection::Run() {
     if (wake == Wake::kSessionLost || !session->keepalive->alive()) {
       session->keepalive->Stop();
       {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         keepalive_ = nullptr;
         lease_id_ = 0;
       }
@@ -261,7 +261,7 @@ void LeaderElection::Run() {
   }
   // Leaving: the lease stays until Resign() revokes it or it expires.
   if (session != nullptr) session->keepalive->Stop();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   keepalive_ = nullptr;
   lease_id_ = session != nullptr ? session->lease.id : stale_lease;
 }
@@ -269,7 +269,7 @@ void LeaderElection::Run() {
 LeaderElection::Wake LeaderElection::Lead(Session* session, const KeyValue& kv, int64_t revision) {
   const int64_t term = kv.create_revision;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     term_ = term;
     held_term_ = term;
     key_changed_ = false;
@@ -302,7 +302,7 @@ LeaderElection::Wake LeaderElection::Lead(Session* session, const KeyValue& kv, 
     watch = WatchKey(now->revision);
   }
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     term_ = 0;
     if (wake == Wake::kChanged) held_term_ = 0;
   }
@@ -328,7 +328,7 @@ LeaderElection::Wake LeaderElection::Lead(Session* session, const KeyValue& kv, 
 LeaderElection::Wake LeaderElection::StandBy(Session* session, const KeyValue& holder,
                                              int64_t revision) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     key_changed_ = false;
   }
   const bool overwritten = !ToLeaderInfo(holder).intact;
@@ -394,13 +394,13 @@ std::unique_ptr<EtcdWatch> LeaderElection::WatchKey(int64_t revision) {
   options.start_revision = revision + 1;
   options.on_events = [this](const std::vector<WatchEvent>& events, int64_t) {
     if (events.empty()) return;
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     key_changed_ = true;
     cv_.SignalAll();
   };
   options.on_error = [this](const absl::Status&) {
     // The watch is over (history compacted): re-read the key.
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     key_changed_ = true;
     cv_.SignalAll();
   };
@@ -416,7 +416,7 @@ std::unique_ptr<EtcdWatch> LeaderElection::WatchKey(int64_t revision) {
 LeaderElection::Wake LeaderElection::WaitForWake(Session* session, uint64_t timeout_ms,
                                                  bool leading) {
   const uint64_t deadline = timeout_ms == 0 ? UINT64_MAX : MonoMs() + timeout_ms;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (true) {
     if (stopping_) return Wake::kStop;
     if (session_lost_) return Wake::kSessionLost;
@@ -444,7 +444,7 @@ LeaderElection::Wake LeaderElection::WaitForWake(Session* session, uint64_t time
       until = std::min(until, expiry);
     }
     if (now >= until) return Wake::kTimeout;
-    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(std::min<uint64_t>(until - now, 1000)));
+    cv_.WaitFor(&mu_, std::chrono::milliseconds(std::min<uint64_t>(until - now, 1000)));
   }
 }
 
@@ -452,11 +452,11 @@ bool LeaderElection::Backoff(int* failures) {
   uint64_t backoff_ms = client_->options().backoff_initial_ms << std::min(*failures, 10);
   uint64_t until = MonoMs() + std::min<uint64_t>(backoff_ms, kCampaignBackoffMaxMs);
   ++*failures;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
     uint64_t now = MonoMs();
     if (now >= until) return true;
-    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(until - now));
+    cv_.WaitFor(&mu_, std::chrono::milliseconds(until - now));
   }
   return false;
 }

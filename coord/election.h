@@ -60,7 +60,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "coord/etcd_client.h"
 
 namespace shelf::coord {
@@ -183,8 +183,8 @@ class LeaderElection {
   const ElectionOptions options_;
   const std::string key_;
 
-  mutable absl::Mutex mu_;
-  absl::CondVar cv_;
+  mutable Mutex mu_;
+  CondVar cv_;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Set by the keepalive and watch threads, consumed by the election thread.
@@ -196,7 +196,7 @@ class LeaderElection {
   int64_t lease_id_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t held_term_ ABSL_GUARDED_BY(mu_) = 0;  // key to delete on Resign, 0 = none
   const LeaseKeepAlive* keepalive_ ABSL_GUARDED_BY(mu_) = nullptr;
-  absl::Mutex join_mu_;  // serializes joins of thread_
+  Mutex join_mu_;  // serializes joins of thread_
   std::thread thread_;
 };
 

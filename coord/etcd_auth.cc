@@ -86,7 +86,7 @@ bool TokenRejected(const absl::Status& status) {
 absl::Status EtcdChannels::Authorize(size_t index, grpc::ClientContext* ctx, std::string* token) {
   token->clear();
   if (security_.user.empty()) return absl::OkStatus();
-  absl::MutexLock lock(&token_mu_);
+  MutexLock lock(&token_mu_);
   if (token_.empty()) {
     const EtcdEndpoint& ep = endpoint(index);
     etcdserverpb::AuthenticateRequest request;
@@ -115,7 +115,7 @@ absl::Status EtcdChannels::Authorize(size_t index, grpc::ClientContext* ctx, std
 }
 
 void EtcdChannels::InvalidateToken(const std::string& token) {
-  absl::MutexLock lock(&token_mu_);
+  MutexLock lock(&token_mu_);
   if (token_ == token) token_.clear();
 }
 

@@ -15,10 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/mutex.h"
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "common/net.h"
 #include "coord/etcd_internal.h"
 
@@ -88,7 +88,7 @@ EtcdChannels::EtcdChannels(std::vector<std::string> addresses, const EtcdOptions
 EtcdChannels::~EtcdChannels() {
   {
     // No watch may be armed on a queue that is shut down.
-    absl::MutexLock lock(&connectivity_mu_);
+    MutexLock lock(&connectivity_mu_);
     stopping_ = true;
     connectivity_cq_.Shutdown();
   }
@@ -105,13 +105,13 @@ void EtcdChannels::WatchConnectivity() {
         &connectivity_cq_, reinterpret_cast<void*>(i));
   };
   {
-    absl::MutexLock lock(&connectivity_mu_);
+    MutexLock lock(&connectivity_mu_);
     for (size_t i = 0; i < endpoints_.size() && !stopping_; ++i) arm(i);
   }
   void* tag = nullptr;
   bool changed = false;
   while (connectivity_cq_.Next(&tag, &changed)) {
-    absl::MutexLock lock(&connectivity_mu_);
+    MutexLock lock(&connectivity_mu_);
     if (!stopping_) arm(reinterpret_cast<size_t>(tag));
   }
 }

@@ -27,7 +27,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "coord/etcd/rpc.grpc.pb.h"
 #include "coord/etcd_client.h"
 
@@ -114,11 +114,11 @@ class EtcdChannels {
 
   // Held across an Authenticate call, so that threads whose token expired
   // together log in once.
-  absl::Mutex token_mu_;
+  Mutex token_mu_;
   std::string token_ ABSL_GUARDED_BY(token_mu_);
 
   std::atomic<size_t> current_{0};
-  absl::Mutex connectivity_mu_;
+  Mutex connectivity_mu_;
   bool stopping_ ABSL_GUARDED_BY(connectivity_mu_) = false;
   grpc::CompletionQueue connectivity_cq_;
   std::thread connectivity_thread_;

@@ -15,10 +15,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "coord/etcd_client.h"
 #include "coord/etcd_internal.h"
 
@@ -46,12 +46,12 @@ class LeaseKeepAliveImpl final : public LeaseKeepAlive {
 
   void Stop() override {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
       if (active_call_ != nullptr) active_call_->TryCancel();
       cv_.SignalAll();
     }
-    absl::MutexLock lock(&join_mu_);
+    MutexLock lock(&join_mu_);
     if (!thread_.joinable()) return;
     if (thread_.get_id() == std::this_thread::get_id()) {
       SHELF_LOG(ERROR) << "LeaseKeepAlive::Stop called from its own callback";
@@ -73,7 +73,7 @@ class LeaseKeepAliveImpl final : public LeaseKeepAlive {
   // Sleeps until `until_mono_ms`; false when stopped.
   bool SleepUntil(uint64_t until_mono_ms);
   bool stopping() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return stopping_;
   }
   void Lost(const absl::Status& why);
@@ -84,11 +84,11 @@ class LeaseKeepAliveImpl final : public LeaseKeepAlive {
   const KeepAliveCallbacks callbacks_;
 
   std::atomic<uint64_t> expiry_mono_ms_;
-  absl::Mutex mu_;
-  absl::CondVar cv_;
+  Mutex mu_;
+  CondVar cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* active_call_ ABSL_GUARDED_BY(mu_) = nullptr;
-  absl::Mutex join_mu_;  // serializes joins of thread_
+  Mutex join_mu_;  // serializes joins of thread_
   std::thread thread_;
 };
 
@@ -150,7 +150,7 @@ absl::StatusOr<int64_t> LeaseKeepAliveImpl::RefreshOnce(size_t index, uint64_t d
   std::string token;
   if (absl::Status auth = channels_->Authorize(index, &ctx, &token); !auth.ok()) return auth;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return absl::CancelledError("keepalive stopped");
     active_call_ = &ctx;
   }
@@ -165,7 +165,7 @@ absl::StatusOr<int64_t> LeaseKeepAliveImpl::RefreshOnce(size_t index, uint64_t d
   }
   grpc::Status finish = stream->Finish();
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     active_call_ = nullptr;
   }
   if (!answered) {
@@ -182,11 +182,11 @@ absl::StatusOr<int64_t> LeaseKeepAliveImpl::RefreshOnce(size_t index, uint64_t d
 }
 
 bool LeaseKeepAliveImpl::SleepUntil(uint64_t until_mono_ms) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
     uint64_t now = MonoMs();
     if (now >= until_mono_ms) return true;
-    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(until_mono_ms - now));
+    cv_.WaitFor(&mu_, std::chrono::milliseconds(until_mono_ms - now));
   }
   return false;
 }

@@ -12,10 +12,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "coord/etcd_client.h"
 #include "coord/etcd_internal.h"
 
@@ -44,12 +44,12 @@ class EtcdWatchImpl final : public EtcdWatch {
 
   void Cancel() override {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       cancelled_ = true;
       if (active_call_ != nullptr) active_call_->TryCancel();
       cv_.SignalAll();
     }
-    absl::MutexLock lock(&join_mu_);
+    MutexLock lock(&join_mu_);
     if (!thread_.joinable()) return;
     if (thread_.get_id() == std::this_thread::get_id()) {
       SHELF_LOG(ERROR) << "EtcdWatch::Cancel called from its own callback";
@@ -69,7 +69,7 @@ class EtcdWatchImpl final : public EtcdWatch {
   // stream broke. `progressed` is set when the stream delivered anything.
   absl::Status RunStream(size_t index, bool* progressed);
   bool cancelled() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return cancelled_;
   }
   bool SleepMs(uint64_t ms);  // false when cancelled
@@ -80,8 +80,8 @@ class EtcdWatchImpl final : public EtcdWatch {
   const std::string range_end_;
   const WatchOptions options_;
 
-  absl::Mutex mu_;
-  absl::CondVar cv_;
+  Mutex mu_;
+  CondVar cv_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool created_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -90,17 +90,17 @@ class EtcdWatchImpl final : public EtcdWatch {
   grpc::ClientContext* active_call_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Only the watch thread: where a new stream starts (0 = now).
   int64_t next_revision_;
-  absl::Mutex join_mu_;  // serializes joins of thread_
+  Mutex join_mu_;  // serializes joins of thread_
   std::thread thread_;
 };
 
 absl::Status EtcdWatchImpl::WaitCreated(uint64_t timeout_ms) {
   uint64_t deadline = MonoMs() + timeout_ms;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (!created_ && !finished_ && failures_before_created_ < channels_->options().attempts_max) {
     uint64_t now = MonoMs();
     if (now >= deadline) break;
-    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(deadline - now));
+    cv_.WaitFor(&mu_, std::chrono::milliseconds(deadline - now));
   }
   if (created_) return absl::OkStatus();
   if (!last_error_.ok()) return last_error_;
@@ -118,7 +118,7 @@ void EtcdWatchImpl::Run() {
     SHELF_LOG(DEBUG) << "etcd watch stream broke, resuming" << Kv("key", key_)
                      << Kv("from_revision", next_revision_) << Kv("error", s.ToString());
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       last_error_ = s;
       if (!created_) ++failures_before_created_;
       cv_.SignalAll();
@@ -127,7 +127,7 @@ void EtcdWatchImpl::Run() {
     if (progressed) failures = 0;
     if (!SleepMs(channels_->BackoffMs(failures++))) break;
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   finished_ = true;
   cv_.SignalAll();
 }
@@ -138,7 +138,7 @@ absl::Status EtcdWatchImpl::RunStream(size_t index, bool* progressed) {
   std::string token;
   if (absl::Status auth = channels_->Authorize(index, &ctx, &token); !auth.ok()) return auth;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (cancelled_) return absl::OkStatus();
     active_call_ = &ctx;
   }
@@ -157,7 +157,7 @@ absl::Status EtcdWatchImpl::RunStream(size_t index, bool* progressed) {
       if (response.created()) {
         if (next_revision_ == 0) next_revision_ = response.header().revision() + 1;
         *progressed = true;
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         created_ = true;
         cv_.SignalAll();
       }
@@ -175,7 +175,7 @@ absl::Status EtcdWatchImpl::RunStream(size_t index, bool* progressed) {
           grpc::Status finished = stream->Finish();
           (void)finished;
           {
-            absl::MutexLock lock(&mu_);
+            MutexLock lock(&mu_);
             active_call_ = nullptr;
           }
           return absl::PermissionDeniedError(absl::StrCat("etcd ", ep.address, ": watch on '", key_,
@@ -209,14 +209,14 @@ absl::Status EtcdWatchImpl::RunStream(size_t index, bool* progressed) {
   ctx.TryCancel();
   grpc::Status finish = stream->Finish();
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     active_call_ = nullptr;
     if (cancelled_) return absl::OkStatus();
   }
   if (!ended.ok()) {
     SHELF_LOG(WARNING) << "etcd watch ended" << Kv("key", key_) << Kv("why", ended.ToString());
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       last_error_ = ended;
     }
     if (options_.on_error) options_.on_error(ended);
@@ -230,11 +230,11 @@ absl::Status EtcdWatchImpl::RunStream(size_t index, bool* progressed) {
 
 bool EtcdWatchImpl::SleepMs(uint64_t ms) {
   uint64_t until = MonoMs() + ms;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (!cancelled_) {
     uint64_t now = MonoMs();
     if (now >= until) return true;
-    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(until - now));
+    cv_.WaitFor(&mu_, std::chrono::milliseconds(until - now));
   }
   return false;
 }

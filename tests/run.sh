@@ -32,9 +32,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${SHELF_BUILD_DIR:-$root/build/test}
 asan_build=${SHELF_ASAN_BUILD_DIR:-$root/build/asan}
 jobs=${SHELF_JOBS:-$(nproc)}
-# The daemons the tests start keep Abseil's lock-order checks, which they
-# turn off otherwise (common/mutex_debug.h).
-export SHELF_MUTEX_DEADLOCK_DETECTION=${SHELF_MUTEX_DEADLOCK_DETECTION:-1}
 asan_labels=${SHELF_ASAN_LABELS:-}
 # ccache keyed by paths relative to the tree, not where it was cloned: a
 # fresh clone in another folder (CI's) hits what an earlier one compiled.

@@ -21,14 +21,13 @@ const char* KindName(Kind kind) {
 Batch::Batch(size_t ops) : remaining_(ops), statuses_(ops) {}
 
 bool Batch::Poll() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return remaining_ == 0;
 }
 
 void Batch::Wait() const {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](const size_t* remaining) { return *remaining == 0; }, &remaining_));
+  MutexLock lock(&mu_);
+  while (remaining_ != 0) done_cv_.Wait(&mu_);
 }
 
 absl::Status Batch::status() const {
@@ -40,8 +39,10 @@ absl::Status Batch::status() const {
 
 void Batch::Complete(size_t index, absl::Status status) {
   statuses_[index] = std::move(status);
-  absl::MutexLock lock(&mu_);
-  --remaining_;
+  MutexLock lock(&mu_);
+  // Signalled with mu_ held: the waiter may destroy the batch once it
+  // holds mu_ again.
+  if (--remaining_ == 0) done_cv_.SignalAll();
 }
 
 absl::StatusOr<MemoryHandle> Engine::RegisterMemory(void* base, size_t length, MemoryKind kind) {
@@ -57,11 +58,11 @@ absl::StatusOr<MemoryHandle> Engine::RegisterMemory(void* base, size_t length, M
   Region region{static_cast<char*>(base), length, kind};
   MemoryHandle handle;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     handle = next_handle_++;
   }
   if (absl::Status s = OnRegister(handle, region); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   regions_.emplace(handle, region);
   return handle;
 }
@@ -69,7 +70,7 @@ absl::StatusOr<MemoryHandle> Engine::RegisterMemory(void* base, size_t length, M
 absl::Status Engine::UnregisterMemory(MemoryHandle handle) {
   Region region;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = regions_.find(handle);
     if (it == regions_.end()) {
       return absl::NotFoundError(absl::StrCat("no registered memory with handle ", handle));
@@ -86,7 +87,7 @@ std::shared_ptr<Batch> Engine::Submit(absl::Span<const Op> ops, uint64_t deadlin
   std::vector<Work> work;
   work.reserve(ops.size());
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     for (size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
       absl::Status verdict;

@@ -44,8 +44,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/mutex.h"
 
 namespace shelf::transport {
 
@@ -117,7 +117,8 @@ class Batch {
   void Complete(size_t index, absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
+  mutable CondVar done_cv_;  // remaining_ reached 0
   size_t remaining_ ABSL_GUARDED_BY(mu_);
   // Each slot is written once, before `remaining_` drops under mu_; read
   // only after it reaches 0.
@@ -182,7 +183,7 @@ class Engine {
                      uint64_t deadline_ms) = 0;
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
   MemoryHandle next_handle_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<MemoryHandle, Region> regions_ ABSL_GUARDED_BY(mu_);
 };

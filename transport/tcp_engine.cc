@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "transport/wire.h"
 
 namespace shelf::transport {
@@ -20,12 +20,12 @@ constexpr size_t kQueueMax = 4096;
 // The result of one striped op: the first failure of its stripes.
 struct StripedOp {
   explicit StripedOp(size_t stripes) : left(stripes) {}
-  absl::Mutex mu;
+  Mutex mu;
   absl::Status first ABSL_GUARDED_BY(mu);
   size_t left ABSL_GUARDED_BY(mu);
   // True for the stripe that finishes the op.
   bool Finish(const absl::Status& s, absl::Status* result) {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     if (!s.ok() && first.ok()) first = s;
     if (--left != 0) return false;
     *result = first;

@@ -29,12 +29,12 @@ Master::Master(MasterOptions options, prom::Exposition* exposition)
                                         std::max<uint64_t>(options_.alignment, 4096), clock_, r);
   gauges_.push_back(
       r.AddCallbackGauge("shelf_master_objects", "Committed objects in the index", [this] {
-        absl::ReaderMutexLock lock(&mu_);
+        ReaderMutexLock lock(&mu_);
         return static_cast<double>(ObjectCountLocked());
       }));
   gauges_.push_back(
       r.AddCallbackGauge("shelf_master_puts_in_flight", "Puts started, not committed", [this] {
-        absl::MutexLock lock(&mu_);
+        WriterMutexLock lock(&mu_);
         return static_cast<double>(puts_.size());
       }));
   gauges_.push_back(r.AddCallbackGauge("shelf_master_is_leader", "1 when this master leads",
@@ -42,7 +42,7 @@ Master::Master(MasterOptions options, prom::Exposition* exposition)
   gauges_.push_back(r.AddCallbackGauge("shelf_master_term", "Leader term",
                                        [this] { return static_cast<double>(term()); }));
   gauges_.push_back(r.AddCallbackGauge("shelf_master_nodes", "Stores by state", {"state"}, [this] {
-    absl::MutexLock lock(&mu_);
+    WriterMutexLock lock(&mu_);
     double live = 0, draining = 0, dead = 0;
     for (const auto& n : nodes_) {
       if (n->state == v1::NODE_DEAD) {
@@ -57,7 +57,7 @@ Master::Master(MasterOptions options, prom::Exposition* exposition)
         {{"live"}, live}, {{"draining"}, draining}, {{"dead"}, dead}};
   }));
   auto per_node = [this](bool used) {
-    absl::MutexLock lock(&mu_);
+    WriterMutexLock lock(&mu_);
     std::vector<prom::GaugeSample> out;
     for (const auto& n : nodes_) {
       if (n->state == v1::NODE_DEAD) continue;
@@ -139,14 +139,14 @@ absl::string_view Master::ObjectKey::view() const {
 
 Master::Object* Master::FindLocked(const std::string& key) {
   Shard& shard = ShardOf(key);
-  absl::MutexLock lock(&shard.mu);
+  MutexLock lock(&shard.mu);
   auto it = shard.objects.find(key);
   return it == shard.objects.end() ? nullptr : &Mut(*it);
 }
 
 std::pair<Master::Object*, bool> Master::EmplaceLocked(const std::string& key) {
   Shard& shard = ShardOf(key);
-  absl::MutexLock lock(&shard.mu);
+  MutexLock lock(&shard.mu);
   auto [pos, inserted] = shard.objects.emplace(key);
   return {&Mut(*pos), inserted};
 }
@@ -154,7 +154,7 @@ std::pair<Master::Object*, bool> Master::EmplaceLocked(const std::string& key) {
 void Master::EraseIndexLocked(Object* obj) {
   quotas_->ObjectGone(obj->key.view());  // its pin goes with it
   Shard& shard = ShardOf(obj->key.view());
-  absl::MutexLock lock(&shard.mu);
+  MutexLock lock(&shard.mu);
   // Found by address: the object's key goes with it.
   auto it = shard.objects.find(obj->key.view());
   shard.objects.erase(it);
@@ -163,7 +163,7 @@ void Master::EraseIndexLocked(Object* obj) {
 size_t Master::ObjectCountLocked() {
   size_t n = 0;
   for (Shard& shard : shards_) {
-    absl::MutexLock lock(&shard.mu);
+    MutexLock lock(&shard.mu);
     n += shard.objects.size();
   }
   return n;
@@ -250,13 +250,17 @@ absl::StatusOr<bool> Master::PlaceRangesLocked(const v1::PutStartRequest& req,
     // then place again from scratch.
     for (const Replica& r : put->ranges) FreeRangeLocked(r.node, r.segment, r.offset, put->size);
     put->ranges.clear();
-    std::pair<uint64_t*, uint64_t> progress(&frees_, frees_);
+    const uint64_t seen = frees_.load();
     SHELF_SYNC_POINT("Master::PutStart:WaitForRoom");
-    clock_->AwaitUntil(
-        &mu_,
-        absl::Condition(
-            +[](std::pair<uint64_t*, uint64_t>* p) { return *p->first != p->second; }, &progress),
-        wait_until);
+    // Off mu_, so the reports that free room can take it; a free after
+    // the snapshot above signals room_cv_ under room_mu_, so it is never
+    // missed.
+    mu_.Unlock();
+    {
+      MutexLock room(&room_mu_);
+      clock_->WaitUntil(&room_mu_, &room_cv_, wait_until, [&] { return frees_.load() != seen; });
+    }
+    mu_.Lock();
     now = clock_->NowMs();
     if (reset_epoch_ != epoch) {
       // The master stepped down (or began a new term) while this call
@@ -289,7 +293,7 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   absl::StatusOr<uint32_t> want = CheckPutStart(req);
   if (!want.ok()) return want.status();
   uint64_t now = clock_->NowMs();
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
   if (Object* obj = FindLocked(req.key()); obj != nullptr) {
     if (!req.options().replace() || (obj->size == req.size() && obj->checksum == req.checksum())) {
@@ -343,7 +347,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
                        v1::PutCommitResponse* resp, std::vector<CommitPin>* pinned) {
   SHELF_SYNC_POINT("Master::PutCommit:Start");
   uint64_t now = clock_->NowMs();
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) {
     for (int i = 0; i < req.put_ids_size(); ++i) {
       v1::RpcStatus* st = resp->add_statuses();
@@ -465,7 +469,7 @@ void Master::FreeAfterGrantsLocked(const PendingPut& put, const Replica& r) {
 
 void Master::PutAbort(const v1::PutAbortRequest& req, const std::string& owner,
                       v1::PutAbortResponse* resp) {
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) {
     for (int i = 0; i < req.put_ids_size(); ++i) {
       v1::RpcStatus* st = resp->add_statuses();
@@ -499,7 +503,7 @@ void Master::PutAbort(const v1::PutAbortRequest& req, const std::string& owner,
 absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) {
   if (absl::Status s = ValidateKeys(req.keys(), "a remove"); !s.ok()) return s;
   uint64_t now = clock_->NowMs();
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   // Not while recovering: a store not registered yet would bring the key
   // back (the client retries UNAVAILABLE).
   if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
@@ -528,7 +532,7 @@ absl::Status Master::Remove(const v1::RemoveRequest& req, v1::RemoveResponse* re
 }
 
 uint64_t Master::DramBytesOf(const std::string& key) {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   const Object* obj = FindSharedLocked(Hashed(key));
   if (obj == nullptr) return 0;
   uint64_t bytes = 0;
@@ -545,7 +549,11 @@ absl::Status Master::PinnedError() {
 }
 
 void Master::FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size) {
-  ++frees_;
+  frees_.fetch_add(1);
+  {
+    MutexLock room(&room_mu_);
+    room_cv_.SignalAll();
+  }
   absl::Status s = nodes_[node]->segments[segment].alloc->Free(offset, size);
   // The master frees only ranges it allocated or reserved itself: a refusal
   // means its books are wrong, and going on would hand out live bytes.

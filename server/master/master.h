@@ -27,6 +27,7 @@
 #define SHELF_SERVER_MASTER_MASTER_H_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -46,7 +47,6 @@
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/hmac.h"
 #include "common/mutex.h"
@@ -366,11 +366,9 @@ class Master {
     std::string tenant;
   };
   // Where a node's long-poll heartbeat waits for orders: off mu_, and
-  // woken only by orders for that node. (absl evaluates the condition of
-  // every thread waiting on a mutex each time it is released: a thousand
-  // stores long-polling on mu_ made every call that took it pay for a
-  // thousand conditions.) Shared: a reset frees the Node while its
-  // heartbeat still waits here.
+  // woken only by orders for that node, so a thousand stores long-polling
+  // cost the calls that take mu_ nothing. Shared: a reset frees the Node
+  // while its heartbeat still waits here.
   struct Wake {
     Mutex mu;
     CondVar cv;                                // `woken` or `noticed` was set
@@ -520,7 +518,7 @@ class Master {
 
   // The object index: one shard per slice of the key hash space.
   struct Shard {
-    absl::Mutex mu;
+    Mutex mu;
     absl::node_hash_set<Object, KeyHash, KeyEq> objects ABSL_GUARDED_BY(mu);
   };
   static constexpr size_t kShards = 16;
@@ -803,10 +801,10 @@ class Master {
   Clock* const clock_;
   const uint64_t start_ms_;
 
-  absl::Mutex mu_;
+  SharedMutex mu_;
   // The LRU lists change under mu_ held exclusively, or under mu_ shared
   // plus this (lookups moving what they found to the back).
-  absl::Mutex lru_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  Mutex lru_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::vector<std::unique_ptr<Node>> nodes_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> node_by_id_ ABSL_GUARDED_BY(mu_);
   std::array<Shard, kShards> shards_;  // each shard's mutex is taken after mu_
@@ -815,7 +813,11 @@ class Master {
   std::vector<DeferredFree> deferred_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, PendingPromote> promotes_ ABSL_GUARDED_BY(mu_);
   uint64_t next_promote_id_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t frees_ ABSL_GUARDED_BY(mu_) = 0;              // ranges freed so far
+  // Ranges freed so far, changed under mu_ held exclusively. A put that
+  // waits for room waits off mu_, on room_cv_, for this to move.
+  std::atomic<uint64_t> frees_{0};
+  Mutex room_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  CondVar room_cv_;                                      // frees_ moved
   uint64_t demotions_pending_ ABSL_GUARDED_BY(mu_) = 0;  // DEMOTE orders not yet answered
   uint64_t next_move_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Bumped by ResetLocked: a call that waited (releasing mu_) compares it

@@ -58,7 +58,7 @@ absl::Status Master::CheckLeaderLocked(bool write) {
 void Master::ResetLocked() {
   // Objects first: the node lists point at them.
   for (Shard& shard : shards_) {
-    absl::MutexLock lock(&shard.mu);
+    MutexLock lock(&shard.mu);
     shard.objects.clear();
   }
   puts_.clear();
@@ -74,7 +74,7 @@ void Master::ResetLocked() {
 }
 
 void Master::BecomeLeader(uint64_t term, std::vector<std::string> expected, uint64_t grace_ms) {
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   ResetLocked();
   // Resync for subscribers: the stores' inventories, as they re-register,
   // come out as BlockStored (AddInventoryLocked), the new index block by
@@ -99,7 +99,7 @@ void Master::BecomeLeader(uint64_t term, std::vector<std::string> expected, uint
 }
 
 void Master::StepDown(const std::string& leader_hint) {
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (leader_) {
     SHELF_LOG(WARNING) << "stepped down: no longer the leader" << Kv("term", term_);
   }
@@ -117,34 +117,34 @@ void Master::StepDown(const std::string& leader_hint) {
 }
 
 void Master::StartAsStandby() {
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   leader_ = false;
   term_ = 0;
 }
 
 void Master::SetLeaderHint(const std::string& address) {
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (!leader_) leader_hint_ = address;
 }
 
 bool Master::is_leader() {
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   return leader_;
 }
 
 uint64_t Master::term() {
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   return term_;
 }
 
 void Master::SetLeaderAddress(const std::string& address) {
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   leader_address_ = address;
 }
 
 void Master::Status(v1::StatusResponse* resp) {
   uint64_t now = clock_->NowMs();
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   resp->set_version(SHELF_VERSION);
   std::string self = leader_address_.empty() ? options_.listen_address : leader_address_;
   resp->set_leader(leader_ ? self : leader_hint_);
@@ -166,7 +166,7 @@ void Master::Status(v1::StatusResponse* resp) {
 }
 
 void Master::Segments(v1::SegmentsResponse* resp) {
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   for (const auto& n : nodes_) {
     if (n->state == v1::NODE_DEAD) continue;
     for (const Segment& s : n->segments) {
@@ -193,7 +193,7 @@ absl::Status Master::Stat(const v1::StatRequest& req, v1::StatResponse* resp) {
   if (absl::Status s = ValidateKey(req.key()); !s.ok()) return s;
   uint64_t now = clock_->NowMs();
   uint64_t unix_now = clock_->UnixMs();
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   Object* obj = FindLocked(req.key());
   if (obj == nullptr) return absl::NotFoundError("no such key");
@@ -213,7 +213,7 @@ absl::Status Master::Stat(const v1::StatRequest& req, v1::StatResponse* resp) {
 
 absl::Status Master::Drain(const v1::DrainRequest& req, v1::DrainResponse* resp) {
   uint64_t now = clock_->NowMs();
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   int idx = FindNodeLocked(req.node());
   if (idx < 0) {
@@ -231,7 +231,7 @@ absl::Status Master::Drain(const v1::DrainRequest& req, v1::DrainResponse* resp)
 absl::Status Master::Evict(const v1::EvictRequest& req, v1::EvictResponse* resp) {
   if (req.bytes() == 0) return absl::InvalidArgumentError("evict needs --bytes > 0");
   uint64_t now = clock_->NowMs();
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   int only = -1;
   if (!req.node().empty()) {
@@ -256,7 +256,7 @@ absl::Status Master::Evict(const v1::EvictRequest& req, v1::EvictResponse* resp)
 absl::Status Master::Pin(const v1::PinRequest& req) {
   if (absl::Status s = ValidateKey(req.key()); !s.ok()) return s;
   uint64_t now = clock_->NowMs();
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   Object* obj = FindLocked(req.key());
   if (obj == nullptr) return absl::NotFoundError("no such key");

@@ -85,7 +85,7 @@ absl::Status Master::ReportDataLoss(const v1::ReportDataLossRequest& req,
   if (rep.read_grant().size() != wire::kReadGrantBytes) {
     return absl::PermissionDeniedError("a data loss report needs the replica's read grant");
   }
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
   auto it = node_by_id_.find(rep.store().node_id());
   if (it == node_by_id_.end() || nodes_[it->second]->incarnation != rep.store().incarnation()) {

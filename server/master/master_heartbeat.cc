@@ -12,7 +12,7 @@ namespace shelf {
 absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
   SHELF_SYNC_POINT("Master::Heartbeat:Start");
   uint64_t now = clock_->NowMs();
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   resp->set_term(term_);
   auto it = node_by_id_.find(req.node_id());

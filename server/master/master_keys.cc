@@ -31,10 +31,10 @@ absl::Status Master::ListKeys(const v1::ListKeysRequest& req, v1::ListKeysRespon
   std::priority_queue<std::string> page;
   bool more = false;
   {
-    absl::ReaderMutexLock lock(&mu_);
+    ReaderMutexLock lock(&mu_);
     if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
     for (Shard& shard : shards_) {
-      absl::MutexLock shard_lock(&shard.mu);
+      MutexLock shard_lock(&shard.mu);
       for (const Object& obj : shard.objects) {
         absl::string_view k = obj.key.view();
         if (!cursor.empty() && k <= cursor) continue;
@@ -76,10 +76,10 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
   bool more = false;
   if (!matcher->MatchesAll()) {
     const uint64_t now = clock_->NowMs();
-    absl::ReaderMutexLock lock(&mu_);
+    ReaderMutexLock lock(&mu_);
     if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;  // as Remove
     for (Shard& shard : shards_) {
-      absl::MutexLock shard_lock(&shard.mu);
+      MutexLock shard_lock(&shard.mu);
       for (const Object& obj : shard.objects) {
         if (!matcher->Match(obj.key.view())) continue;
         if ((obj.hard_pin || obj.pin_until_ms() > now) && !req.force()) {
@@ -93,14 +93,14 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
     }
   }
   const uint64_t now = clock_->NowMs();
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
   // Collect first: erasing changes the shard maps being walked. With mu_
   // held exclusively the pointers stay valid until the erase.
   std::vector<Object*> victims;
   if (matcher->MatchesAll()) {
     for (Shard& shard : shards_) {
-      absl::MutexLock shard_lock(&shard.mu);
+      MutexLock shard_lock(&shard.mu);
       for (const Object& found : shard.objects) {
         Object& obj = Mut(found);
         if ((obj.hard_pin || obj.pin_until_ms() > now) && !req.force()) {
@@ -150,7 +150,7 @@ absl::Status Master::RemoveMatching(const v1::RemoveMatchingRequest& req,
 
 absl::Status Master::Locate(const v1::LocateRequest& req, v1::LocateResponse* resp) {
   if (absl::Status s = ValidateKeys(req.keys(), "Locate"); !s.ok()) return s;
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   Object* found[kBatchItemsMax];
   LookupCounts unused;

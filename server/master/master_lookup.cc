@@ -37,7 +37,7 @@ void Master::ForEachByShardLocked(const HashedKey* keys, Object* const* found, i
   for (size_t sh = 0; sh < kShards; ++sh) {
     if (first[sh] == first[sh + 1]) continue;
     Shard& shard = shards_[sh];
-    absl::MutexLock lock(&shard.mu);
+    MutexLock lock(&shard.mu);
     for (uint16_t j = first[sh]; j < first[sh + 1]; ++j) fn(found[by_shard[j]]);
   }
 }
@@ -122,7 +122,7 @@ void Master::MoveToBackLocked(Object* const* objs, int n) {
     if (objs[i] == nullptr) continue;
     for (const Replica& r : objs[i]->replicas) __builtin_prefetch(&*r.lru, 1);
   }
-  absl::MutexLock lock(&lru_mu_);
+  MutexLock lock(&lru_mu_);
   for (int i = 0; i < n; ++i) {
     if (objs[i] == nullptr) continue;
     for (const Replica& r : objs[i]->replicas) {
@@ -225,7 +225,7 @@ absl::Status Master::Lookup(const v1::LookupRequest& req, v1::LookupResponse* re
   if (absl::Status s = ValidateKeys(req.keys(), "a lookup"); !s.ok()) return s;
   uint64_t now = clock_->NowMs();
   const uint64_t now_unix = clock_->UnixMs();
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   metrics_.lookups_lookup.Increment(req.keys_size());
   LookupCounts counts;
@@ -251,7 +251,7 @@ absl::Status Master::MatchPrefix(const v1::MatchPrefixRequest& req, v1::MatchPre
   if (absl::Status s = ValidateKeys(req.keys(), "a prefix match"); !s.ok()) return s;
   uint64_t now = clock_->NowMs();
   const uint64_t now_unix = clock_->UnixMs();
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint32_t matched = 0;
   LookupCounts counts;
@@ -286,14 +286,14 @@ absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
   }
   uint64_t now = clock_->NowMs();
   // Shared, like a lookup: only the lease fields change, under the shard.
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint64_t released = 0;
   const bool named = req.generations_size() == req.keys_size();
   for (int i = 0; i < req.keys_size(); ++i) {
     const std::string& key = req.keys(i);
     Shard& shard = ShardOf(key);
-    absl::MutexLock shard_lock(&shard.mu);
+    MutexLock shard_lock(&shard.mu);
     auto it = shard.objects.find(key);
     if (it == shard.objects.end()) continue;
     Object& obj = Mut(*it);

@@ -37,7 +37,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
     }
   }
   uint64_t now = clock_->NowMs();
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint32_t idx;
   std::vector<v1::InventoryEntry> orphans;
@@ -530,7 +530,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
 absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse* resp) {
   if (absl::Status s = ValidateKey(req.key()); !s.ok()) return s;
   uint64_t now = clock_->NowMs();
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(true); !s.ok()) return s;
   auto it = node_by_id_.find(req.node_id());
   if (it == node_by_id_.end() || nodes_[it->second]->incarnation != req.incarnation() ||
@@ -577,7 +577,7 @@ absl::Status Master::Promote(const v1::PromoteRequest& req, v1::PromoteResponse*
 
 absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
   uint64_t now = clock_->NowMs();
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   auto it = promotes_.find(req.promote_id());
   if (it == promotes_.end()) return absl::NotFoundError("unknown or expired promotion");
@@ -620,7 +620,7 @@ absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
 
 void Master::Tick() {
   SHELF_SYNC_POINT("Master::Tick:Start");
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   SHELF_SYNC_POINT("Master::Tick:Locked");
   // Read under the lock: every heartbeat stamp is then no later than `now`.
   const uint64_t now = clock_->NowMs();
@@ -716,10 +716,10 @@ void Master::EvictSsdLocked(uint32_t node, uint64_t target_used, uint64_t now) {
 }
 
 void Master::CheckInvariants() {
-  absl::MutexLock lock(&mu_);
+  WriterMutexLock lock(&mu_);
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> used;
   for (Shard& shard : shards_) {
-    absl::MutexLock shard_lock(&shard.mu);
+    MutexLock shard_lock(&shard.mu);
     for (const Object& obj : shard.objects) {
       if (obj.replicas.empty()) std::abort();
       if (&ShardOf(obj.key.view()) != &shard) std::abort();

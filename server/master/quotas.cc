@@ -72,7 +72,7 @@ QuotaLimits QuotaBook::TenantLimits(const std::string& tenant) const {
 
 uint16_t QuotaBook::WriterOf(const std::string& name) {
   if (!active() || name.empty()) return 0;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = writer_of_.find(name);
   if (it != writer_of_.end()) return it->second;
   if (writers_.size() >= kWritersMax) return 0;
@@ -87,7 +87,7 @@ void QuotaBook::Stored(absl::string_view kept_key, uint16_t writer, v1::Tier tie
   bytes = Charged(bytes);
   absl::string_view tenant = TenantOf(kept_key);
   if (tenant.empty() && writer == 0) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto count = [&](Usage& u) {
     uint64_t& n = tier == v1::TIER_DRAM ? u.dram : u.ssd;
     n = added ? n + bytes : n - std::min(n, bytes);
@@ -97,7 +97,7 @@ void QuotaBook::Stored(absl::string_view kept_key, uint16_t writer, v1::Tier tie
 }
 
 void QuotaBook::Reset() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   tenants_.clear();
   principals_.clear();
   puts_.clear();
@@ -118,13 +118,13 @@ bool QuotaBook::OverGuarantee(absl::string_view kept_key) {
   if (tenant.empty()) return true;
   uint64_t share = TenantLimits(std::string(tenant)).guarantee_dram_bytes;
   if (share == 0) return true;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = tenants_.find(tenant);
   return it != tenants_.end() && it->second.dram > share;
 }
 
 uint64_t QuotaBook::StoredBytes(const std::string& tenant, v1::Tier tier) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = tenants_.find(tenant);
   if (it == tenants_.end()) return 0;
   return tier == v1::TIER_DRAM ? it->second.dram : it->second.ssd;
@@ -192,7 +192,7 @@ absl::Status QuotaBook::ReservePut(const Principal& p, uint64_t bytes, uint32_t 
   const QuotaLimits& mine = p.quotas;
   QuotaLimits theirs = TenantLimits(p.tenant);
   uint64_t total = bytes * std::max<uint32_t>(replicas, 1);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ExpireLocked(clock_->NowMs());
   Usage& pu = principals_[p.name];
   Usage& tu = tenants_[p.tenant];
@@ -233,7 +233,7 @@ absl::Status QuotaBook::ReservePut(const Principal& p, uint64_t bytes, uint32_t 
 void QuotaBook::PutStarted(const Principal& p, uint64_t put_id, uint64_t bytes, uint32_t replicas,
                            uint64_t ttl_ms) {
   bytes = Charged(bytes);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   uint64_t deadline = clock_->NowMs() + ttl_ms;
   if (auto it = puts_.find(put_id); it != puts_.end()) EndPutLocked(it);  // an id reused
   puts_[put_id] = OpenPut{p.name, p.tenant, bytes * std::max<uint32_t>(replicas, 1), deadline};
@@ -243,7 +243,7 @@ void QuotaBook::PutStarted(const Principal& p, uint64_t put_id, uint64_t bytes, 
 void QuotaBook::CancelPut(const Principal& p, uint64_t bytes, uint32_t replicas) {
   bytes = Charged(bytes);
   uint64_t total = bytes * std::max<uint32_t>(replicas, 1);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (Usage* u : {&principals_[p.name], &tenants_[p.tenant]}) {
     u->puts -= std::min<uint64_t>(u->puts, 1);
     u->put_bytes -= std::min(u->put_bytes, total);
@@ -251,7 +251,7 @@ void QuotaBook::CancelPut(const Principal& p, uint64_t bytes, uint32_t replicas)
 }
 
 void QuotaBook::EndPut(uint64_t put_id) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = puts_.find(put_id);
   if (it != puts_.end()) EndPutLocked(it);
 }
@@ -261,7 +261,7 @@ absl::Status QuotaBook::CheckPin(const Principal& p, const std::string& kept_key
   size = Charged(size);
   const QuotaLimits& mine = p.quotas;
   QuotaLimits theirs = TenantLimits(p.tenant);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ExpireLocked(clock_->NowMs());
   // A pin already counted for this key is replaced, not added to.
   uint64_t already = 0;
@@ -290,7 +290,7 @@ absl::Status QuotaBook::CheckPin(const Principal& p, const std::string& kept_key
 void QuotaBook::Pinned(const Principal& p, const std::string& kept_key, uint64_t size,
                        uint64_t ttl_ms) {
   size = Charged(size);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   DropHoldLocked(pins_, kept_key, /*pin=*/true);
   const uint64_t now = clock_->NowMs();
   uint64_t until = ttl_ms == 0 || ttl_ms >= kForever - now ? kForever : now + ttl_ms;
@@ -301,13 +301,13 @@ void QuotaBook::Pinned(const Principal& p, const std::string& kept_key, uint64_t
 }
 
 void QuotaBook::Unpinned(const std::string& kept_key) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   DropHoldLocked(pins_, kept_key, /*pin=*/true);
 }
 
 void QuotaBook::ObjectGone(absl::string_view kept_key) {
   if (!has_pins_.load(std::memory_order_relaxed)) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   DropHoldLocked(pins_, std::string(kept_key), /*pin=*/true);
 }
 
@@ -319,7 +319,7 @@ absl::Status QuotaBook::CheckLease(const Principal& p) {
   const QuotaLimits& mine = p.quotas;
   QuotaLimits theirs = TenantLimits(p.tenant);
   if (mine.leased_bytes == 0 && theirs.leased_bytes == 0) return absl::OkStatus();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ExpireLocked(clock_->NowMs());
   for (int i = 0; i < 2; ++i) {
     const QuotaLimits& q = i == 0 ? mine : theirs;
@@ -338,7 +338,7 @@ absl::Status QuotaBook::CheckLease(const Principal& p) {
 void QuotaBook::Leased(const Principal& p, const std::string& kept_key, uint64_t size,
                        uint64_t lease_ms) {
   size = Charged(size);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::string id = LeaseId(p.name, kept_key);
   DropHoldLocked(leases_, id, /*pin=*/false);
   uint64_t until = clock_->NowMs() + lease_ms;
@@ -348,7 +348,7 @@ void QuotaBook::Leased(const Principal& p, const std::string& kept_key, uint64_t
 }
 
 void QuotaBook::Released(const Principal& p, const std::string& kept_key) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   DropHoldLocked(leases_, LeaseId(p.name, kept_key), /*pin=*/false);
 }
 

@@ -30,9 +30,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/credentials.h"
+#include "common/mutex.h"
 #include "common/prom.h"
 #include "proto/shelf.pb.h"
 
@@ -166,7 +166,7 @@ class QuotaBook {
   std::atomic<bool> has_pins_{false};
   prom::Family<prometheus::Counter>& refusals_;
 
-  absl::Mutex mu_;
+  Mutex mu_;
   absl::flat_hash_map<std::string, Usage> tenants_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Usage> principals_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> writers_ ABSL_GUARDED_BY(mu_);  // WriterOf's number - 1

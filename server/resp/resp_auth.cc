@@ -38,7 +38,7 @@ PasswordCheck::Verdict PasswordCheck::Check(absl::string_view peer, absl::string
   if (!required_ && (!named || users_.empty())) return Verdict::kOk;
   const std::string address = AddressOf(peer);
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto it = failures_.find(address);
     if (it != failures_.end() && now_ms < it->second.until_ms) {
       *retry_ms = it->second.until_ms - now_ms;
@@ -54,7 +54,7 @@ PasswordCheck::Verdict PasswordCheck::Check(absl::string_view peer, absl::string
   const std::string guess = Sha256(password);
   const bool match = CRYPTO_memcmp(guess.data(), digest.data(), digest.size()) == 0;
   const bool ok = match && (!named || known != users_.end());
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (ok) {
     failures_.erase(address);
     return Verdict::kOk;

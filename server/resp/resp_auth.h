@@ -25,7 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace shelf::resp {
 
@@ -73,7 +73,7 @@ class PasswordCheck {
   const std::string digest_;                             // SHA-256 of the default user's password
   absl::flat_hash_map<std::string, std::string> users_;  // name -> SHA-256 of its password
 
-  absl::Mutex mu_;
+  Mutex mu_;
   absl::flat_hash_map<std::string, Failures> failures_ ABSL_GUARDED_BY(mu_);
 };
 

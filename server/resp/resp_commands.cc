@@ -33,7 +33,7 @@ CommandHandler::CommandHandler(Client* client, CommandOptions options, ServerSta
       password_(options_.requirepass, options_.users) {}
 
 absl::StatusOr<Client*> CommandHandler::UserClient(const std::string& user) {
-  absl::MutexLock l(&users_mu_);
+  MutexLock l(&users_mu_);
   std::unique_ptr<Client>& client = user_clients_[user];
   if (client == nullptr) {
     if (!options_.open_user) return absl::FailedPreconditionError("no named users");
@@ -454,7 +454,7 @@ void CommandHandler::TypeTtl(Ctx& c) {
 }
 
 uint64_t CommandHandler::NewScanCursor(const std::string& user, std::string shelf_cursor) {
-  absl::MutexLock l(&cursors_mu_);
+  MutexLock l(&cursors_mu_);
   uint64_t id = next_cursor_++;
   cursors_[id] = ScanCursor{user, std::move(shelf_cursor)};
   while (cursors_.size() > kScanCursorsMax) cursors_.erase(cursors_.begin());
@@ -465,7 +465,7 @@ bool CommandHandler::FindScanCursor(const std::string& user, uint64_t id,
                                     std::string* shelf_cursor) {
   // Kept after use, as Redis's cursors stay valid: a scan step that failed
   // (the master unreachable) can be retried, and a cursor replayed.
-  absl::MutexLock l(&cursors_mu_);
+  MutexLock l(&cursors_mu_);
   auto it = cursors_.find(id);
   if (it == cursors_.end() || it->second.user != user) return false;
   *shelf_cursor = it->second.shelf_cursor;

@@ -23,7 +23,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/prom.h"
 #include "server/resp/resp_auth.h"
 #include "server/resp/resp_parser.h"
@@ -197,14 +197,14 @@ class CommandHandler {
   const int64_t start_unix_s_;
   PasswordCheck password_;
 
-  absl::Mutex users_mu_;
+  Mutex users_mu_;
   std::map<std::string, std::unique_ptr<Client>> user_clients_ ABSL_GUARDED_BY(users_mu_);
 
   struct ScanCursor {
     std::string user;
     std::string shelf_cursor;
   };
-  absl::Mutex cursors_mu_;
+  Mutex cursors_mu_;
   uint64_t next_cursor_ ABSL_GUARDED_BY(cursors_mu_) = 1;
   std::map<uint64_t, ScanCursor> cursors_ ABSL_GUARDED_BY(cursors_mu_);
 };

@@ -100,7 +100,7 @@ struct Connection {
   std::atomic<int> gated_pending{0};
 
   std::atomic<bool> closed{false};
-  absl::Mutex mu;
+  Mutex mu;
   std::deque<Pending> queue ABSL_GUARDED_BY(mu);
   // The charges (Pending::bytes) of the commands queued or running.
   std::atomic<int64_t> queued_bytes{0};
@@ -445,7 +445,7 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
       conn->queued_bytes.fetch_add(bytes);
       if (gated) conn->gated_pending.fetch_add(1);
       {
-        absl::MutexLock l(&conn->mu);
+        MutexLock l(&conn->mu);
         conn->queue.push_back(Connection::Pending{std::move(args), "", bytes, gated});
       }
       args = {};
@@ -495,7 +495,7 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
   if (eof) {
     bool busy = !conn->wq.empty();
     {
-      absl::MutexLock l(&conn->mu);
+      MutexLock l(&conn->mu);
       busy = busy || conn->running || !conn->queue.empty() || !conn->out.empty();
     }
     if (!busy) {
@@ -578,19 +578,19 @@ void RespServer::FailConnection(const std::shared_ptr<Connection>& conn, const s
   conn->parser = RespParser(options_.limits);  // drops what it held
   ChargeParser(conn.get());
   UpdateEvents(conn.get());
-  absl::MutexLock l(&conn->mu);
+  MutexLock l(&conn->mu);
   if (drop_queued) DropQueueLocked(conn.get(), stats_);
   conn->queue.push_back(Connection::Pending{{}, error, 0});
 }
 
 void RespServer::Schedule(const std::shared_ptr<Connection>& conn) {
   {
-    absl::MutexLock l(&conn->mu);
+    MutexLock l(&conn->mu);
     if (conn->running || conn->queue.empty()) return;
     conn->running = true;
   }
   if (!pool_->TrySubmit([this, conn] { Work(conn); })) {
-    absl::MutexLock l(&conn->mu);
+    MutexLock l(&conn->mu);
     conn->running = false;
   }
 }
@@ -602,7 +602,7 @@ void RespServer::Work(const std::shared_ptr<Connection>& conn) {
     std::vector<std::vector<std::string>> run;
     CommandHandler::BatchKind kind = CommandHandler::BatchKind::kNone;
     {
-      absl::ReleasableMutexLock l(&conn->mu);
+      ReleasableMutexLock l(&conn->mu);
       if (conn->closed.load() || conn->queue.empty() || conn->close_after ||
           conn->unsent_bytes.load() > kUnsentBytesMax) {
         conn->running = false;  // Flush schedules it again once the client has read
@@ -647,7 +647,7 @@ void RespServer::Work(const std::shared_ptr<Connection>& conn) {
     const bool resume = before >= kQueuedBytesMax / 2 && before - p.bytes < kQueuedBytesMax / 2;
     bool notify;
     {
-      absl::MutexLock l(&conn->mu);
+      MutexLock l(&conn->mu);
       for (std::string& chunk : reply.chunks) {
         if (chunk.empty()) continue;
         conn->out_bytes += chunk.size();
@@ -667,7 +667,7 @@ void RespServer::Work(const std::shared_ptr<Connection>& conn) {
 
 void RespServer::Notify(const std::shared_ptr<Connection>& conn) {
   {
-    absl::MutexLock l(&notify_mu_);
+    MutexLock l(&notify_mu_);
     notified_.push_back(conn);
   }
   uint64_t one = 1;
@@ -688,7 +688,7 @@ void RespServer::Pause(Connection* conn) {
 void RespServer::DrainNotified() {
   std::vector<std::shared_ptr<Connection>> batch;
   {
-    absl::MutexLock l(&notify_mu_);
+    MutexLock l(&notify_mu_);
     batch.swap(notified_);
   }
   for (const std::shared_ptr<Connection>& conn : batch) {
@@ -706,7 +706,7 @@ void RespServer::DrainNotified() {
 void RespServer::Flush(const std::shared_ptr<Connection>& conn) {
   bool close_after;
   {
-    absl::MutexLock l(&conn->mu);
+    MutexLock l(&conn->mu);
     for (std::string& chunk : conn->out) conn->wq.push_back(std::move(chunk));
     conn->out.clear();
     conn->out_bytes = 0;
@@ -724,7 +724,7 @@ void RespServer::Flush(const std::shared_ptr<Connection>& conn) {
   if (conn->peer_closed.load() && conn->wq.empty()) {
     bool idle;
     {
-      absl::MutexLock l(&conn->mu);
+      MutexLock l(&conn->mu);
       idle = !conn->running && conn->queue.empty() && conn->out.empty();
     }
     if (idle) {
@@ -832,7 +832,7 @@ void RespServer::Close(const std::shared_ptr<Connection>& conn) {
   conn->wq.clear();
   conn->tls_stage.clear();
   {
-    absl::MutexLock l(&conn->mu);
+    MutexLock l(&conn->mu);
     DropQueueLocked(conn.get(), stats_);
     conn->out.clear();
   }

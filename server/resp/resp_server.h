@@ -148,7 +148,7 @@ class RespServer {
   std::deque<HandshakeDeadline> handshakes_;
 
   std::atomic<bool> stop_{false};
-  absl::Mutex notify_mu_;
+  Mutex notify_mu_;
   std::vector<std::shared_ptr<Connection>> notified_ ABSL_GUARDED_BY(notify_mu_);
 };
 

@@ -55,23 +55,26 @@ TEST(ThreadPoolTest, RunsEveryQueuedTaskBeforeShutdownReturns) {
 
 TEST(ThreadPoolTest, RefusesBeyondItsQueueAndAfterShutdown) {
   ThreadPool pool(1, 2);
-  absl::Mutex mu;
+  Mutex mu;
+  CondVar cv;
   bool started = false, release = false;
   ASSERT_TRUE(pool.TrySubmit([&] {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     started = true;
-    mu.Await(absl::Condition(&release));
+    cv.SignalAll();
+    while (!release) cv.Wait(&mu);
   }));
   {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&started));  // the one thread is busy, the queue empty
+    MutexLock lock(&mu);
+    while (!started) cv.Wait(&mu);  // the one thread is busy, the queue empty
   }
   EXPECT_TRUE(pool.TrySubmit([] {}));
   EXPECT_TRUE(pool.TrySubmit([] {}));
   EXPECT_FALSE(pool.TrySubmit([] {})) << "queue_max is 2";
   {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     release = true;
+    cv.SignalAll();
   }
   pool.Shutdown();
   EXPECT_FALSE(pool.TrySubmit([] {}));
@@ -96,17 +99,19 @@ TEST(ParallelForTest, CallsEachIndexOnceAndUsesHelpers) {
 
 TEST(ParallelForTest, FinishesAloneWhenThePoolIsBusy) {
   ThreadPool pool(1, 1);
-  absl::Mutex mu;
+  Mutex mu;
+  CondVar cv;
   bool release = false;
   ASSERT_TRUE(pool.TrySubmit([&] {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&release));
+    MutexLock lock(&mu);
+    while (!release) cv.Wait(&mu);
   }));
   std::atomic<int> sum{0};
   ParallelFor(&pool, 10, 4, [&](size_t i) { sum.fetch_add(static_cast<int>(i)); });
   EXPECT_EQ(sum.load(), 45);
-  absl::MutexLock lock(&mu);
+  MutexLock lock(&mu);
   release = true;
+  cv.SignalAll();
 }
 
 // -------------------------------------------------------- buffer registry
@@ -453,9 +458,10 @@ class AsyncGate {
  public:
   AsyncGate() {
     SyncPoint::Get()->SetCallBack("ClientImpl::AsyncTask:Start", [this](void*) {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       ++arrived_;
-      mu_.Await(absl::Condition(&open_));
+      cv_.SignalAll();
+      while (!open_) cv_.Wait(&mu_);
     });
     SyncPoint::Get()->EnableProcessing();
   }
@@ -465,17 +471,18 @@ class AsyncGate {
     SyncPoint::Get()->ClearAll();
   }
   void WaitArrived(int n) {
-    absl::MutexLock lock(&mu_);
-    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return arrived_ >= n; };
-    mu_.Await(absl::Condition(&enough));
+    MutexLock lock(&mu_);
+    while (arrived_ < n) cv_.Wait(&mu_);
   }
   void Open() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     open_ = true;
+    cv_.SignalAll();
   }
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar cv_;  // arrived_ or open_ changed
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   bool open_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "coord/master_locator.h"
 #include "tests/coord/etcd_harness.h"
 
@@ -44,8 +44,9 @@ class Recorder {
  public:
   void Add(Event e) {
     e.at_ms = MonoMs();
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     events_.push_back(std::move(e));
+    cv_.SignalAll();
   }
   // The first event after `from` (an index) that `match` accepts, waiting
   // up to `timeout_ms`.
@@ -61,23 +62,24 @@ class Recorder {
       }
       return false;
     };
-    absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&done), absl::Milliseconds(timeout_ms));
+    MutexLock lock(&mu_);
+    cv_.WaitFor(&mu_, std::chrono::milliseconds(timeout_ms), done);
     return found;
   }
   size_t size() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return events_.size();
   }
   int Count(const std::string& who, Event::Kind kind) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     int n = 0;
     for (const Event& e : events_) n += e.who == who && e.kind == kind;
     return n;
   }
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar cv_;  // an event was added
   std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -179,12 +181,14 @@ TEST_F(ElectionTest, ResignHandsOverAtOnce) {
   EXPECT_EQ(leader->term, term_a);
   EXPECT_NE(leader->lease_id, 0);
 
-  absl::Mutex seen_mu;
+  Mutex seen_mu;
+  CondVar seen_cv;
   std::vector<std::optional<LeaderInfo>> seen;
   auto watch =
       LeaderElection::WatchLeader(client_.get(), cluster_, [&](const std::optional<LeaderInfo>& l) {
-        absl::MutexLock lock(&seen_mu);
+        MutexLock lock(&seen_mu);
         seen.push_back(l);
+        seen_cv.SignalAll();
       });
   ASSERT_TRUE(watch.ok()) << watch.status();
 
@@ -208,11 +212,11 @@ TEST_F(ElectionTest, ResignHandsOverAtOnce) {
   EXPECT_EQ(leader->term, b_elected->term);
 
   {
-    absl::MutexLock lock(&seen_mu);
+    MutexLock lock(&seen_mu);
     auto b_seen = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(seen_mu) {
       return !seen.empty() && seen.back().has_value() && seen.back()->address == b.address();
     };
-    seen_mu.AwaitWithTimeout(absl::Condition(&b_seen), absl::Milliseconds(3000));
+    seen_cv.WaitFor(&seen_mu, std::chrono::milliseconds(3000), b_seen);
     ASSERT_GE(seen.size(), 2u);
     ASSERT_TRUE(seen.front().has_value());
     EXPECT_EQ(seen.front()->address, a.address());
@@ -235,20 +239,22 @@ TEST_F(ElectionTest, MasterLocatorFollowsANewLeaderAndTellsItsListener) {
   auto locator = MasterLocator::Create(absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_));
   ASSERT_TRUE(locator.ok()) << locator.status();
   EXPECT_EQ((*locator)->Current(), a.address());
-  absl::Mutex mu;
+  Mutex mu;
+  CondVar cv;
   int told = 0;
   (*locator)->SetListener([&] {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     ++told;
+    cv.SignalAll();
   });
   ASSERT_TRUE(b.election().Start().ok());
   size_t from = recorder_.size();
   ASSERT_TRUE(a.election().Resign().ok());
   ASSERT_TRUE(recorder_.WaitFor(from, 3000, Elected("b")).has_value());
   {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     auto was_told = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return told > 0; };
-    EXPECT_TRUE(mu.AwaitWithTimeout(absl::Condition(&was_told), absl::Milliseconds(3000)))
+    EXPECT_TRUE(cv.WaitFor(&mu, std::chrono::milliseconds(3000), was_told))
         << "the listener was not told of the new leader";
   }
   // Current() follows the watch, with no failure reported to it.

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/net.h"
 #include "tests/coord/etcd_harness.h"
 
@@ -73,24 +73,26 @@ class EventSink {
     options.prefix = prefix;
     options.start_revision = start_revision;
     options.on_events = [this](const std::vector<WatchEvent>& events, int64_t) {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       for (const WatchEvent& e : events) events_.push_back(e);
+      cv_.SignalAll();
     };
     return options;
   }
   std::vector<WatchEvent> WaitFor(size_t count, uint64_t timeout_ms) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return events_.size() >= count; };
-    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Milliseconds(timeout_ms));
+    cv_.WaitFor(&mu_, std::chrono::milliseconds(timeout_ms), enough);
     return events_;
   }
   size_t size() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return events_.size();
   }
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar cv_;  // events were added
   std::vector<WatchEvent> events_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -254,14 +256,16 @@ TEST_F(EtcdClientTest, KeepAliveKeepsKeyAndStopLetsItExpire) {
 TEST_F(EtcdClientTest, KeepAliveReportsRevokedLease) {
   auto lease = client_->LeaseGrant(5);
   ASSERT_TRUE(lease.ok()) << lease.status();
-  absl::Mutex mu;
+  Mutex mu;
+  CondVar cv;
   absl::Status lost_why = absl::OkStatus();
   bool lost = false;
   KeepAliveCallbacks callbacks;
   callbacks.on_lost = [&](const absl::Status& why) {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     lost = true;
     lost_why = why;
+    cv.SignalAll();
   };
   auto keepalive = client_->KeepAlive(*lease, callbacks);
   ASSERT_TRUE(keepalive.ok());
@@ -269,8 +273,8 @@ TEST_F(EtcdClientTest, KeepAliveReportsRevokedLease) {
   ASSERT_TRUE(client_->LeaseRevoke(lease->id).ok());
   EXPECT_TRUE(absl::IsNotFound(client_->Get(Key("k")).status()));  // revoke deletes at once
   // The next refresh (within ttl/3) learns the lease is gone.
-  absl::MutexLock lock(&mu);
-  mu.AwaitWithTimeout(absl::Condition(&lost), absl::Milliseconds(lease->ttl_s * 1000));
+  MutexLock lock(&mu);
+  cv.WaitFor(&mu, std::chrono::milliseconds(lease->ttl_s * 1000), [&] { return lost; });
   ASSERT_TRUE(lost);
   EXPECT_TRUE(absl::IsNotFound(lost_why)) << lost_why;
   EXPECT_FALSE((*keepalive)->alive());

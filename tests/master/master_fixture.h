@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/manual_clock.h"
+#include "common/mutex.h"
 #include "common/prom.h"
 #include "server/master/master.h"
 
@@ -61,6 +62,7 @@ class MasterFixture : public ::testing::Test {
     for (auto& e : inventory) *req.add_inventory() = e;
     v1::RegisterStoreResponse resp;
     EXPECT_TRUE(master_->RegisterStore(req, &resp).ok());
+    MutexLock lock(&stores_mu_);
     orders_taken_[id] = 0;
     registration_[id] = resp.registration_id();
     return incarnation;
@@ -76,12 +78,16 @@ class MasterFixture : public ::testing::Test {
     req.set_node_id(id);
     req.set_incarnation(incarnation);
     req.set_acks_orders(true);
-    uint64_t& taken = orders_taken_[id];
-    req.set_orders_acked(taken);
-    req.set_registration_id(registration_[id]);
+    {
+      MutexLock lock(&stores_mu_);
+      req.set_orders_acked(orders_taken_[id]);
+      req.set_registration_id(registration_[id]);
+    }
     for (auto& r : results) *req.add_moves() = r;
     absl::Status s = master_->Heartbeat(req, resp);
     if (s.ok() && !lost) {
+      MutexLock lock(&stores_mu_);
+      uint64_t& taken = orders_taken_[id];
       for (const v1::TierMove& m : resp->moves()) taken = std::max(taken, m.seq());
     }
     return s;
@@ -175,8 +181,12 @@ class MasterFixture : public ::testing::Test {
 
   ManualClock clock_;  // outlives master_
   std::unique_ptr<prom::Exposition> registry_;
-  std::map<std::string, uint64_t> orders_taken_;  // store id -> highest TierMove.seq taken
-  std::map<std::string, uint64_t> registration_;  // store id -> its registration id
+  // Threads of a test heartbeat as the same store (master_race_test).
+  Mutex stores_mu_;
+  // store id -> highest TierMove.seq taken
+  std::map<std::string, uint64_t> orders_taken_ ABSL_GUARDED_BY(stores_mu_);
+  // store id -> its registration id
+  std::map<std::string, uint64_t> registration_ ABSL_GUARDED_BY(stores_mu_);
   std::unique_ptr<Master> master_;
 };
 

@@ -19,11 +19,9 @@ namespace {
 constexpr uint64_t kMiB = 1 << 20;
 
 // A store's heartbeat long-polls for orders, holding a pointer to its Node
-// while it waits; a step-down meanwhile frees every Node. absl evaluates a
-// waiter's condition in the thread that unlocks, so the step-down itself
-// read the freed Node (AddressSanitizer: heap-use-after-free, seen in the
-// HA failover test). The waiter now checks the reset epoch first and tells
-// the store to register again.
+// while it waits; a step-down meanwhile frees every Node, and a waiter
+// that then read its Node would read freed memory. The waiter checks the
+// reset epoch first and tells the store to register again.
 TEST_F(MasterFixture, AStepDownDuringAHeartbeatLongPollFreesNothingInUse) {
   MasterOptions o;
   o.node_ttl_ms = 10000;  // the long poll waits up to half of it

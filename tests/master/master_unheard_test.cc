@@ -199,7 +199,11 @@ TEST_F(UnheardTest, ADropTakenButNotRunDoesNotBringTheKeyBack) {
 // drops count for nothing; a store that reads the answer registers again.
 TEST_F(UnheardTest, ALateHeartbeatOfAnEarlierRegistrationAcknowledgesNothing) {
   const v1::InventoryEntry k = KOnSsdThenRemoved();
-  const uint64_t earlier = registration_["a"];
+  uint64_t earlier = 0;
+  {
+    MutexLock lock(&stores_mu_);
+    earlier = registration_["a"];
+  }
   Register("a", 16 * kMiB, 64 * kMiB, "host", 2, {}, {k});  // registered again
   v1::HeartbeatRequest late;
   late.set_node_id("a");

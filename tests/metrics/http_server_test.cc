@@ -14,7 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/net.h"
 #include "common/prom.h"
 #include "gtest/gtest.h"
@@ -70,7 +70,7 @@ class HttpServerTest : public ::testing::Test {
       return HttpResponse{200, prom::Exposition::kContentType, registry_.Render()};
     };
     handlers["/health"] = [this](const HttpRequest& request) {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       last_query_ = request.query;
       return HttpResponse{healthy_ ? 200 : 503, "text/plain; charset=utf-8",
                           healthy_ ? "ok\n" : "not leader\n"};
@@ -83,7 +83,7 @@ class HttpServerTest : public ::testing::Test {
 
   prom::Exposition registry_;
   std::atomic<bool> healthy_{true};
-  absl::Mutex mu_;
+  Mutex mu_;
   std::string last_query_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<HttpServer> server_;
 };
@@ -108,7 +108,7 @@ TEST_F(HttpServerTest, HealthStatusComesFromHandler) {
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, "ok\n");
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     EXPECT_EQ(last_query_, "verbose=1");
   }
   healthy_ = false;

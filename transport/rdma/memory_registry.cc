@@ -43,7 +43,7 @@ MemoryRegistry::MemoryRegistry(VerbsApi* verbs, ibv_pd* pd, Options options)
     : verbs_(verbs), pd_(pd), options_(options) {}
 
 MemoryRegistry::~MemoryRegistry() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (auto& [key, entry] : by_addr_) {
     absl::Status s = verbs_->DeregMr(entry.mr);
     if (!s.ok()) {
@@ -99,7 +99,7 @@ absl::StatusOr<MemoryRegion> MemoryRegistry::Register(void* addr, size_t length,
   if (addr == nullptr || length == 0 || a + length < a) {
     return absl::InvalidArgumentError("RDMA registration: empty or wrapping range");
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   // A cache hit: a live region of the same kind that covers the range.
   auto it = by_addr_.upper_bound({a, std::numeric_limits<uint64_t>::max()});
   while (it != by_addr_.begin()) {
@@ -142,7 +142,7 @@ absl::StatusOr<MemoryRegion> MemoryRegistry::Register(void* addr, size_t length,
 }
 
 absl::Status MemoryRegistry::Unregister(uint64_t id) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto id_it = addr_by_id_.find(id);
   if (id_it == addr_by_id_.end()) {
     return absl::NotFoundError(absl::StrCat("RDMA registration: no region ", id));
@@ -161,7 +161,7 @@ absl::Status MemoryRegistry::Unregister(uint64_t id) {
 
 std::optional<MemoryRegion> MemoryRegistry::Find(const void* addr, uint64_t bytes) const {
   const uint64_t a = reinterpret_cast<uint64_t>(addr);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = by_addr_.upper_bound({a, std::numeric_limits<uint64_t>::max()});
   while (it != by_addr_.begin()) {
     --it;
@@ -171,14 +171,14 @@ std::optional<MemoryRegion> MemoryRegistry::Find(const void* addr, uint64_t byte
 }
 
 bool MemoryRegistry::IsLive(const MemoryRegion& region) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = by_addr_.find({region.addr, region.id});
   return it != by_addr_.end() && it->second.region.lkey == region.lkey &&
          it->second.region.length == region.length;
 }
 
 MemoryRegistry::Stats MemoryRegistry::stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 

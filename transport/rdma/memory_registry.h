@@ -31,7 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "transport/rdma/connection_info.h"
 #include "transport/rdma/gpu_memory.h"
 #include "transport/rdma/verbs_api.h"
@@ -137,7 +137,7 @@ class MemoryRegistry {
   ibv_pd* const pd_;
   const Options options_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   // Keyed by (start address, id): several regions may start at one address.
   std::map<std::pair<uint64_t, uint64_t>, Entry> by_addr_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, uint64_t> addr_by_id_ ABSL_GUARDED_BY(mu_);

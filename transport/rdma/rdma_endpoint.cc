@@ -77,7 +77,7 @@ RdmaEndpoint::RdmaEndpoint(const EndpointDevice& device, Options options,
 
 RdmaEndpoint::~RdmaEndpoint() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     DestroyQpLocked();
   }
   live_endpoints_->fetch_sub(1);
@@ -168,7 +168,7 @@ std::string RdmaEndpoint::LocalInfoLocked() const {
 }
 
 absl::StatusOr<std::string> RdmaEndpoint::LocalInfo() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (state_ == State::kBroken) {
     absl::Status s = CreateQpLocked();
     if (!s.ok()) return s;
@@ -245,7 +245,7 @@ absl::Status RdmaEndpoint::ConnectLocked(absl::string_view remote_info) {
 }
 
 absl::Status RdmaEndpoint::Connect(absl::string_view remote_info) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return ConnectLocked(remote_info);
 }
 
@@ -375,7 +375,7 @@ absl::StatusOr<uint64_t> RdmaEndpoint::Submit(absl::Span<const RdmaOp> ops) {
     return absl::InvalidArgumentError(
         absl::StrCat("RDMA batch of ", ops.size(), " ops; want 1..", options_.batch_ops_max));
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (batches_.size() >= options_.batches_max) {
     return absl::ResourceExhaustedError(
         absl::StrCat("RDMA endpoint has ", batches_.size(), " batches not yet waited for"));
@@ -446,7 +446,7 @@ RdmaBatchResult RdmaEndpoint::Result(Batch batch) {
 RdmaBatchResult RdmaEndpoint::Wait(uint64_t id, uint64_t deadline_ms) {
   for (int idle = 0;; ++idle) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       auto it = batches_.find(id);
       if (it == batches_.end()) {
         return RdmaBatchResult{absl::NotFoundError(absl::StrCat("no RDMA batch ", id)), {}};
@@ -497,32 +497,32 @@ RdmaBatchResult RdmaEndpoint::Execute(absl::Span<const RdmaOp> ops, uint64_t dea
 }
 
 void RdmaEndpoint::TearDown(const absl::Status& why) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (state_ != State::kBroken) TearDownLocked(why);
 }
 
 RdmaEndpoint::State RdmaEndpoint::state() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return state_;
 }
 
 uint32_t RdmaEndpoint::qp_num() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return qp_ == nullptr ? 0 : qp_->qp_num;
 }
 
 std::optional<RemoteSegment> RdmaEndpoint::remote_segment() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return remote_;
 }
 
 RdmaEndpoint::Stats RdmaEndpoint::stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
 std::pair<uint8_t, uint8_t> RdmaEndpoint::rd_atomic() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return {max_rd_atomic_, max_dest_rd_atomic_};
 }
 

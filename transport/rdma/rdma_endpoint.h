@@ -58,8 +58,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/mutex.h"
 #include "transport/rdma/connection_info.h"
 #include "transport/rdma/memory_registry.h"
 #include "transport/rdma/verbs_api.h"
@@ -252,7 +252,7 @@ class RdmaEndpoint {
   const Options options_;
   std::atomic<int>* const live_endpoints_;  // the engine's count of live endpoints
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kBroken;
   ibv_cq* cq_ ABSL_GUARDED_BY(mu_) = nullptr;
   ibv_qp* qp_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -155,7 +155,7 @@ absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs,
   engine->regions_max_ = options.regions_max;
   engine->domains_max_ = options.domains_max;
   {
-    absl::MutexLock lock(&engine->domains_mu_);
+    MutexLock lock(&engine->domains_mu_);
     if (absl::Status pd = engine->AddDomainLocked(); !pd.ok()) return pd;
     d.pd = engine->domains_[kDefaultDomain]->pd;
     d.registry = engine->domains_[kDefaultDomain]->registry.get();
@@ -168,7 +168,7 @@ absl::StatusOr<std::unique_ptr<RdmaEngine>> RdmaEngine::Open(VerbsApi* verbs,
 
 RdmaEngine::~RdmaEngine() {
   SHELF_CHECK(live_endpoints_.load() == 0);
-  absl::MutexLock lock(&domains_mu_);
+  MutexLock lock(&domains_mu_);
   // Every MR before the PDs (no QP is left: the endpoints are gone).
   for (std::unique_ptr<Domain>& domain : domains_) domain->registry.reset();
   for (std::unique_ptr<Domain>& domain : domains_) {
@@ -207,13 +207,13 @@ absl::Status RdmaEngine::AddDomainLocked() {
 }
 
 absl::StatusOr<uint32_t> RdmaEngine::NewDomain() {
-  absl::MutexLock lock(&domains_mu_);
+  MutexLock lock(&domains_mu_);
   if (absl::Status s = AddDomainLocked(); !s.ok()) return s;
   return static_cast<uint32_t>(domains_.size() - 1);
 }
 
 RdmaEngine::Domain* RdmaEngine::FindDomain(uint32_t id) const {
-  absl::MutexLock lock(&domains_mu_);
+  MutexLock lock(&domains_mu_);
   return id < domains_.size() ? domains_[id].get() : nullptr;
 }
 
@@ -280,7 +280,7 @@ absl::StatusOr<std::unique_ptr<RdmaEndpoint>> RdmaEngine::CreateEndpoint(
       new RdmaEndpoint(device, std::move(options), &live_endpoints_));
   absl::Status s;
   {
-    absl::MutexLock lock(&endpoint->mu_);
+    MutexLock lock(&endpoint->mu_);
     s = endpoint->CreateQpLocked();
   }
   if (!s.ok()) return s;

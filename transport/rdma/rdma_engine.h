@@ -44,7 +44,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "transport/rdma/gpu_memory.h"
 #include "transport/rdma/memory_registry.h"
 #include "transport/rdma/rdma_endpoint.h"
@@ -154,7 +154,7 @@ class RdmaEngine {
   size_t regions_max_ = 0;
   size_t domains_max_ = 0;
 
-  mutable absl::Mutex domains_mu_;
+  mutable Mutex domains_mu_;
   // Indexed by domain id; kDefaultDomain first. Only ever appended to.
   std::vector<std::unique_ptr<Domain>> domains_ ABSL_GUARDED_BY(domains_mu_);
 

@@ -28,12 +28,13 @@ constexpr uint64_t kExpiryIdleWaitMs = 60000;
 RdmaStoreAcceptor::~RdmaStoreAcceptor() {
   std::thread expiry;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
+    replan_cv_.SignalAll();
     expiry = std::move(expiry_thread_);
   }
   if (expiry.joinable()) expiry.join();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   SHELF_CHECK(queue_pairs_.empty()) << "an RDMA queue pair outlives its acceptor";
   for (auto& [id, region] : segments_) engine_->UnregisterMemory(region).IgnoreError();
 }
@@ -48,7 +49,7 @@ absl::Status RdmaStoreAcceptor::AddSegment(uint32_t id, void* base, uint64_t siz
   absl::StatusOr<MemoryRegion> region =
       engine_->RegisterMemory(base, size, MemoryKind::kHost, MemoryAccess::kRemoteRead, pd);
   if (!region.ok()) return region.status();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto [it, inserted] = segments_.emplace(id, *region);
   if (!inserted) {
     engine_->UnregisterMemory(*region).IgnoreError();
@@ -63,7 +64,7 @@ absl::StatusOr<std::shared_ptr<void>> RdmaStoreAcceptor::Accept(uint32_t segment
                                                                 std::string* store_info) {
   RdmaEndpoint::Options options;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = segments_.find(segment_id);
     if (it == segments_.end()) {
       return absl::NotFoundError(absl::StrCat("no segment ", segment_id, " on this store"));
@@ -83,7 +84,7 @@ absl::StatusOr<std::shared_ptr<void>> RdmaStoreAcceptor::Accept(uint32_t segment
   }
   absl::StatusOr<std::unique_ptr<RdmaEndpoint>> endpoint =
       MakeQueuePair(options, client_info, store_info);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!endpoint.ok()) {
     --stats_.live;
     return endpoint.status();
@@ -96,13 +97,14 @@ absl::StatusOr<std::shared_ptr<void>> RdmaStoreAcceptor::Accept(uint32_t segment
   qp.until_unix_ms = exposure.expose ? exposure.until_unix_ms : 0;
   if (qp.until_unix_ms != 0) {
     ++timed_exposures_;
+    replan_cv_.SignalAll();
     if (!expiry_thread_.joinable()) expiry_thread_ = std::thread([this] { ExpiryLoop(); });
   }
   // The queue pair counts against queue_pairs_max until the connection
   // releases it (or it expires).
   return std::shared_ptr<void>((*endpoint).release(), [this, id](void* p) {
     {
-      absl::MutexLock release(&mu_);
+      MutexLock release(&mu_);
       auto it = queue_pairs_.find(id);
       SHELF_CHECK(it != queue_pairs_.end());
       if (!it->second.expired) --stats_.live;
@@ -147,7 +149,7 @@ uint64_t RdmaStoreAcceptor::ExpireLocked(uint64_t now_unix_ms) {
 }
 
 void RdmaStoreAcceptor::ExpiryLoop() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
     const uint64_t now = clock_->UnixMs();
     const uint64_t next = ExpireLocked(now);
@@ -155,10 +157,10 @@ void RdmaStoreAcceptor::ExpiryLoop() {
         next == 0 ? kExpiryIdleWaitMs : std::min(next - now, kExpiryIdleWaitMs);
     // Up at the next end, or sooner when a new exposure may end before it.
     const uint64_t planned = timed_exposures_;
-    auto replan = [this, planned]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return stopping_ || timed_exposures_ != planned;
-    };
-    clock_->AwaitUntil(&mu_, absl::Condition(&replan), clock_->NowMs() + wait_ms);
+    clock_->WaitUntil(&mu_, &replan_cv_, clock_->NowMs() + wait_ms,
+                      [this, planned]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                        return stopping_ || timed_exposures_ != planned;
+                      });
   }
 }
 
@@ -171,7 +173,7 @@ absl::Status RdmaStoreAcceptor::Pull(void* queue_pair, char* dst, uint64_t lengt
   RdmaOp op{RdmaOpKind::kRead, dst, length, source.addr, source.rkey};
   RdmaBatchResult result = endpoint->Execute({&op, 1}, deadline_ms);
   absl::Status s = result.ops.empty() ? result.status : result.ops[0];
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (s.ok()) {
     ++stats_.pulls;
     stats_.pull_bytes += length;
@@ -182,12 +184,12 @@ absl::Status RdmaStoreAcceptor::Pull(void* queue_pair, char* dst, uint64_t lengt
 }
 
 uint64_t RdmaStoreAcceptor::accepted() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return stats_.accepted;
 }
 
 RdmaStoreAcceptor::Stats RdmaStoreAcceptor::stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
@@ -218,14 +220,14 @@ RdmaTransport::RdmaTransport(Options options, std::unique_ptr<RdmaEngine> engine
 RdmaTransport::~RdmaTransport() {
   std::map<ConnectionKey, std::shared_ptr<Connection>> connections;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     connections.swap(connections_);
   }
   connections.clear();  // every endpoint before the engine
 }
 
 RdmaTransport::Stats RdmaTransport::stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Stats s = stats_;
   s.live_connections = connections_.size();
   s.live_regions = regions_.size();
@@ -239,7 +241,7 @@ RdmaTransport::Stats RdmaTransport::stats() const {
 absl::Status RdmaTransport::OnRegister(transport::MemoryHandle handle, const Region& region) {
   const bool gpu = region.kind == transport::MemoryKind::kGpu;
   if (gpu) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (stats_.live_gpu_regions >= options_.gpu_regions_max) {
       return absl::ResourceExhaustedError(absl::StrCat("rdma: GPU regions are at their bound of ",
                                                        options_.gpu_regions_max,
@@ -251,7 +253,7 @@ absl::Status RdmaTransport::OnRegister(transport::MemoryHandle handle, const Reg
   absl::StatusOr<MemoryRegion> r = engine_->RegisterMemory(
       region.base, region.length, gpu ? MemoryKind::kGpu : MemoryKind::kHost,
       options_.store_pull_writes ? MemoryAccess::kRemoteRead : MemoryAccess::kLocal);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!r.ok()) {
     if (gpu) --stats_.live_gpu_regions;
     return r.status();
@@ -263,7 +265,7 @@ absl::Status RdmaTransport::OnRegister(transport::MemoryHandle handle, const Reg
 void RdmaTransport::OnUnregister(transport::MemoryHandle handle, const Region& region) {
   MemoryRegion r;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = regions_.find(handle);
     if (it == regions_.end()) return;
     r = it->second;
@@ -281,7 +283,7 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Dial(
   if (!fd.ok()) return fd.status();
   conn->fd = *fd;
   {
-    absl::MutexLock control(&conn->control_mu);
+    MutexLock control(&conn->control_mu);
     conn->credential = credential;
     conn->grant_expires_unix_ms = wire::ReadGrantExpiry(credential);
   }
@@ -295,7 +297,7 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Dial(
   const uint64_t timeout_ms = options_.connect_timeout_ms;
   options.reconnect = [this, raw, segment,
                        timeout_ms](const std::string& local) -> absl::StatusOr<std::string> {
-    absl::MutexLock control(&raw->control_mu);
+    MutexLock control(&raw->control_mu);
     absl::StatusOr<std::string> remote =
         control_.RdmaConnect(raw->fd, segment, local, raw->credential, MonoMs() + timeout_ms);
     if (remote.ok()) raw->grant_expires_unix_ms = wire::ReadGrantExpiry(raw->credential);
@@ -317,7 +319,7 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Get(
     const ConnectionKey& key, const std::string& credential, uint64_t deadline_ms) {
   std::vector<std::shared_ptr<Connection>> stale;  // released after the lock
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = connections_.find(key);
     if (it != connections_.end()) {
       it->second->last_used = ++use_clock_;
@@ -345,7 +347,7 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Get(
   }
   absl::StatusOr<std::shared_ptr<Connection>> conn = Dial(key, credential, deadline_ms);
   if (!conn.ok()) return conn.status();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ++stats_.connections;
   // A new incarnation at the same route: the store restarted, and the
   // connections to its old incarnation lead nowhere.
@@ -368,7 +370,7 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Connection>> RdmaTransport::Get(
 
 void RdmaTransport::Drop(const ConnectionKey& key, const std::shared_ptr<Connection>& conn) {
   std::shared_ptr<Connection> dropped;  // released after the lock
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = connections_.find(key);
   if (it == connections_.end() || it->second != conn) return;
   dropped = std::move(it->second);
@@ -380,7 +382,7 @@ bool RdmaTransport::ExposureEnding(Connection* conn, bool write,
                                    uint64_t grant_expires_unix_ms) const {
   uint64_t until = 0;
   {
-    absl::MutexLock control(&conn->control_mu);
+    MutexLock control(&conn->control_mu);
     until = conn->grant_expires_unix_ms;
   }
   // A store that exposes for as long as the connection lives (one segment)
@@ -449,7 +451,7 @@ void RdmaTransport::Start(std::shared_ptr<transport::Batch> batch, std::vector<W
          (!write && !credential.empty() && !(*conn)->Exposed()))) {
       Drop(key, *conn);
       if (ending) {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         ++stats_.renewed;
       }
       conn = Get(key, credential, deadline_ms);
@@ -475,7 +477,7 @@ void RdmaTransport::Read(const ConnectionKey& key, const std::shared_ptr<Connect
   if (!credential.empty()) {
     // A queue pair made again after a teardown presents the grant that
     // lasts longest, not one that may have expired since.
-    absl::MutexLock control(&conn->control_mu);
+    MutexLock control(&conn->control_mu);
     if (wire::ReadGrantExpiry(credential) >= wire::ReadGrantExpiry(conn->credential)) {
       conn->credential = credential;
     }
@@ -493,7 +495,7 @@ void RdmaTransport::Read(const ConnectionKey& key, const std::shared_ptr<Connect
     batch->Complete(items[i]->index, std::move(s));
   }
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stats_.ops += ok;
   }
   // A torn-down queue pair is made again on the next batch, over the same
@@ -516,13 +518,13 @@ void RdmaTransport::Pull(const ConnectionKey& key, const std::shared_ptr<Connect
     } else if (!region.has_value() || region->access == MemoryAccess::kLocal) {
       s = absl::FailedPreconditionError("rdma: a pull's source must be registered for remote READ");
     } else {
-      absl::MutexLock control(&conn->control_mu);
+      MutexLock control(&conn->control_mu);
       s = control_.RdmaPull(conn->fd, w->op.segment_id, w->op.remote_offset, w->op.length,
                             wire::RdmaSource{reinterpret_cast<uint64_t>(w->local), region->rkey},
                             w->op.grant, deadline_ms);
       failed = !s.ok();
     }
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (s.ok()) {
       ++stats_.pulls;
       stats_.pull_bytes += w->op.length;

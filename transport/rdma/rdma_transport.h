@@ -46,8 +46,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "transport/data_server.h"
 #include "transport/engine.h"
 #include "transport/rdma/rdma_engine.h"
@@ -131,7 +131,7 @@ class RdmaStoreAcceptor final : public RdmaAcceptor {
   RdmaEngine* const engine_;
   const uint64_t queue_pairs_max_;
   Clock* const clock_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::map<uint32_t, MemoryRegion> segments_ ABSL_GUARDED_BY(mu_);
   // Lock order: mu_, then an endpoint's lock (the expiry thread tears
   // endpoints down under mu_; a connection's deleter takes its queue pair
@@ -141,6 +141,7 @@ class RdmaStoreAcceptor final : public RdmaAcceptor {
   // Bumped by each exposure with an end: the expiry thread plans its next
   // wake-up again.
   uint64_t timed_exposures_ ABSL_GUARDED_BY(mu_) = 0;
+  CondVar replan_cv_;  // timed_exposures_ or stopping_ changed
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
   // Started by the first exposure with an end (a store of one segment, or
@@ -234,7 +235,7 @@ class RdmaTransport final : public transport::Engine {
     // Serializes the control connection's frames (pulls, and the
     // endpoint's reconnect, which runs under the endpoint's lock: take
     // this one inside it, never the other way round).
-    absl::Mutex control_mu;
+    Mutex control_mu;
     uint64_t last_used = 0;  // RdmaTransport::mu_'s clock, for eviction
   };
   // (route, segment, incarnation).
@@ -270,7 +271,7 @@ class RdmaTransport final : public transport::Engine {
   TcpDataClient control_;
   std::unique_ptr<RdmaEngine> engine_;  // destroyed last
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<transport::MemoryHandle, MemoryRegion> regions_ ABSL_GUARDED_BY(mu_);
   std::map<ConnectionKey, std::shared_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
   uint64_t use_clock_ ABSL_GUARDED_BY(mu_) = 0;

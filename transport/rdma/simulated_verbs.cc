@@ -177,7 +177,7 @@ absl::StatusOr<std::vector<std::string>> SimulatedVerbs::ListDevices() {
 }
 
 absl::StatusOr<ibv_context*> SimulatedVerbs::OpenDevice(const std::string& name) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (const auto& device : devices_) {
     if (device->name != name) continue;
     auto context = std::make_unique<Context>();
@@ -191,7 +191,7 @@ absl::StatusOr<ibv_context*> SimulatedVerbs::OpenDevice(const std::string& name)
 }
 
 absl::Status SimulatedVerbs::CloseDevice(ibv_context* ctx) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Context* context = FindContext(ctx);
   if (context == nullptr) return Errno(EINVAL, "CloseDevice: unknown context");
   for (const auto& [handle, pd] : pds_) {
@@ -206,7 +206,7 @@ absl::Status SimulatedVerbs::CloseDevice(ibv_context* ctx) {
 }
 
 absl::Status SimulatedVerbs::QueryDevice(ibv_context* ctx, ibv_device_attr* attr) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Context* context = FindContext(ctx);
   if (context == nullptr) return Errno(EINVAL, "QueryDevice: unknown context");
   *attr = ibv_device_attr{};
@@ -226,7 +226,7 @@ absl::Status SimulatedVerbs::QueryDevice(ibv_context* ctx, ibv_device_attr* attr
 }
 
 absl::Status SimulatedVerbs::QueryPort(ibv_context* ctx, uint8_t port_num, ibv_port_attr* attr) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Context* context = FindContext(ctx);
   if (context == nullptr) return Errno(EINVAL, "QueryPort: unknown context");
   if (port_num != 1) return Errno(EINVAL, "QueryPort: the device has only port 1");
@@ -244,7 +244,7 @@ absl::Status SimulatedVerbs::QueryPort(ibv_context* ctx, uint8_t port_num, ibv_p
 
 absl::Status SimulatedVerbs::QueryGid(ibv_context* ctx, uint8_t port_num, int gid_index,
                                       ibv_gid* gid) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Context* context = FindContext(ctx);
   if (context == nullptr) return Errno(EINVAL, "QueryGid: unknown context");
   const std::vector<SimulatedGid>& gids = context->device->gids;
@@ -257,7 +257,7 @@ absl::Status SimulatedVerbs::QueryGid(ibv_context* ctx, uint8_t port_num, int gi
 
 absl::StatusOr<GidType> SimulatedVerbs::QueryGidType(ibv_context* ctx, uint8_t port_num,
                                                      int gid_index) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Context* context = FindContext(ctx);
   if (context == nullptr) return Errno(EINVAL, "QueryGidType: unknown context");
   const std::vector<SimulatedGid>& gids = context->device->gids;
@@ -270,7 +270,7 @@ absl::StatusOr<GidType> SimulatedVerbs::QueryGidType(ibv_context* ctx, uint8_t p
 }
 
 absl::StatusOr<ibv_pd*> SimulatedVerbs::AllocPd(ibv_context* ctx) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Context* context = FindContext(ctx);
   if (context == nullptr) return Errno(EINVAL, "AllocPd: unknown context");
   auto pd = std::make_unique<Pd>();
@@ -283,7 +283,7 @@ absl::StatusOr<ibv_pd*> SimulatedVerbs::AllocPd(ibv_context* ctx) {
 }
 
 absl::Status SimulatedVerbs::DeallocPd(ibv_pd* handle) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Pd* pd = FindPd(handle);
   if (pd == nullptr) return Errno(EINVAL, "DeallocPd: unknown PD");
   for (const auto& [h, mr] : mrs_) {
@@ -330,7 +330,7 @@ absl::StatusOr<ibv_mr*> SimulatedVerbs::AddMr(Pd* pd, uint64_t addr, size_t leng
 
 absl::StatusOr<ibv_mr*> SimulatedVerbs::RegMr(ibv_pd* handle, void* addr, size_t length,
                                               int access) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Pd* pd = FindPd(handle);
   if (pd == nullptr) return Errno(EINVAL, "RegMr: unknown PD");
   if (addr == nullptr) return Errno(EFAULT, "RegMr: null address");
@@ -340,7 +340,7 @@ absl::StatusOr<ibv_mr*> SimulatedVerbs::RegMr(ibv_pd* handle, void* addr, size_t
 
 absl::StatusOr<ibv_mr*> SimulatedVerbs::RegDmabufMr(ibv_pd* handle, uint64_t offset, size_t length,
                                                     uint64_t iova, int fd, int access) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Pd* pd = FindPd(handle);
   if (pd == nullptr) return Errno(EINVAL, "RegDmabufMr: unknown PD");
   if (fd < 0) return Errno(EBADF, "RegDmabufMr: bad fd");
@@ -350,7 +350,7 @@ absl::StatusOr<ibv_mr*> SimulatedVerbs::RegDmabufMr(ibv_pd* handle, uint64_t off
 }
 
 absl::Status SimulatedVerbs::DeregMr(ibv_mr* handle) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = mrs_.find(handle);
   if (it == mrs_.end()) return Errno(EINVAL, "DeregMr: unknown MR");
   mrs_by_key_.erase(handle->lkey);
@@ -360,7 +360,7 @@ absl::Status SimulatedVerbs::DeregMr(ibv_mr* handle) {
 }
 
 absl::StatusOr<ibv_cq*> SimulatedVerbs::CreateCq(ibv_context* ctx, int cqe) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Context* context = FindContext(ctx);
   if (context == nullptr) return Errno(EINVAL, "CreateCq: unknown context");
   if (cqe < 1 || cqe > options_.max_cqe) return Errno(EINVAL, "CreateCq: bad size");
@@ -376,7 +376,7 @@ absl::StatusOr<ibv_cq*> SimulatedVerbs::CreateCq(ibv_context* ctx, int cqe) {
 }
 
 absl::Status SimulatedVerbs::DestroyCq(ibv_cq* handle) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Cq* cq = FindCq(handle);
   if (cq == nullptr) return Errno(EINVAL, "DestroyCq: unknown CQ");
   if (cq->users > 0) return Errno(EBUSY, "DestroyCq: a QP still uses it");
@@ -386,7 +386,7 @@ absl::Status SimulatedVerbs::DestroyCq(ibv_cq* handle) {
 }
 
 absl::StatusOr<ibv_qp*> SimulatedVerbs::CreateQp(ibv_pd* pd_handle, ibv_qp_init_attr* init) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Pd* pd = FindPd(pd_handle);
   if (pd == nullptr) return Errno(EINVAL, "CreateQp: unknown PD");
   Cq* send_cq = FindCq(init->send_cq);
@@ -436,7 +436,7 @@ void SimulatedVerbs::SetState(Qp* qp, ibv_qp_state state) {
 }
 
 absl::Status SimulatedVerbs::ModifyQp(ibv_qp* handle, ibv_qp_attr* attr, int mask) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Qp* qp = FindQp(handle);
   if (qp == nullptr) return Errno(EINVAL, "ModifyQp: unknown QP");
   if (!(mask & IBV_QP_STATE)) return Errno(EINVAL, "ModifyQp: IBV_QP_STATE missing");
@@ -522,7 +522,7 @@ absl::Status SimulatedVerbs::ModifyQp(ibv_qp* handle, ibv_qp_attr* attr, int mas
 }
 
 absl::Status SimulatedVerbs::DestroyQp(ibv_qp* handle) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Qp* qp = FindQp(handle);
   if (qp == nullptr) return Errno(EINVAL, "DestroyQp: unknown QP");
   --qp->send_cq->users;
@@ -635,7 +635,7 @@ void SimulatedVerbs::Complete(Qp* qp, const ibv_send_wr& wr, ibv_wc_status statu
 }
 
 absl::Status SimulatedVerbs::PostSend(ibv_qp* handle, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   *bad_wr = wr;
   Qp* qp = FindQp(handle);
   if (qp == nullptr) return Errno(EINVAL, "PostSend: unknown QP");
@@ -674,7 +674,7 @@ absl::Status SimulatedVerbs::PostSend(ibv_qp* handle, ibv_send_wr* wr, ibv_send_
 }
 
 absl::StatusOr<int> SimulatedVerbs::PollCq(ibv_cq* handle, int max_entries, ibv_wc* wc) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Cq* cq = FindCq(handle);
   if (cq == nullptr) return Errno(EINVAL, "PollCq: unknown CQ");
   if (cq->overflowed) return absl::InternalError("simulated device: PollCq: CQ overflowed");
@@ -690,12 +690,12 @@ absl::StatusOr<int> SimulatedVerbs::PollCq(ibv_cq* handle, int max_entries, ibv_
 }
 
 void SimulatedVerbs::FailNext(Call call, int err) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   faults_[call].push_back(err);
 }
 
 absl::Status SimulatedVerbs::ForceQpError(uint32_t qp_num) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = qps_by_num_.find(qp_num);
   if (it == qps_by_num_.end()) return absl::NotFoundError(absl::StrCat("no QP ", qp_num));
   SetState(it->second, IBV_QPS_ERR);
@@ -703,17 +703,17 @@ absl::Status SimulatedVerbs::ForceQpError(uint32_t qp_num) {
 }
 
 void SimulatedVerbs::DropCompletions(int count) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   drop_completions_ += count;
 }
 
 SimulatedVerbs::Stats SimulatedVerbs::stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
 absl::StatusOr<SimulatedVerbs::QpAttributes> SimulatedVerbs::QpAttrs(uint32_t qp_num) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = qps_by_num_.find(qp_num);
   if (it == qps_by_num_.end()) return absl::NotFoundError(absl::StrCat("no QP ", qp_num));
   const Qp& qp = *it->second;
@@ -730,14 +730,14 @@ absl::StatusOr<SimulatedVerbs::QpAttributes> SimulatedVerbs::QpAttrs(uint32_t qp
 }
 
 absl::StatusOr<ibv_qp_state> SimulatedVerbs::QpState(uint32_t qp_num) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = qps_by_num_.find(qp_num);
   if (it == qps_by_num_.end()) return absl::NotFoundError(absl::StrCat("no QP ", qp_num));
   return it->second->state;
 }
 
 std::vector<uint32_t> SimulatedVerbs::LiveQpNums() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<uint32_t> nums;
   nums.reserve(qps_by_num_.size());
   for (const auto& [num, qp] : qps_by_num_) nums.push_back(num);

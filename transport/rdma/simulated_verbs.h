@@ -59,7 +59,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "transport/rdma/verbs_api.h"
 
 namespace shelf::rdma {
@@ -205,7 +205,7 @@ class SimulatedVerbs final : public VerbsApi {
   const Options options_;
   std::vector<std::unique_ptr<Device>> devices_;  // constant after construction
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::map<ibv_context*, std::unique_ptr<Context>> contexts_ ABSL_GUARDED_BY(mu_);
   std::map<ibv_pd*, std::unique_ptr<Pd>> pds_ ABSL_GUARDED_BY(mu_);
   std::map<ibv_mr*, std::unique_ptr<Mr>> mrs_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,227 @@
+// shelf-resp's server in this process, in front of a real cluster (real
+// shelf-master and shelf-store processes): many connections at once, each
+// pipelining SETs and GETs of its own keys while others connect and drop
+// halfway through a pipeline. Every reply is checked, in order. The suite
+// runs this under ThreadSanitizer too (tests/sanitize.sh), which sees the
+// event loop, the worker pool and each connection's queue race or not.
+#include "server/resp/resp_server.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/net.h"
+#include "server/resp/resp_commands.h"
+#include "testing/cluster_fixture.h"
+
+namespace shelf::resp {
+namespace {
+
+// A blocking RESP client on one socket: commands out, replies in.
+class Conn {
+ public:
+  explicit Conn(const std::string& address) {
+    absl::StatusOr<HostPort> hp = ParseHostPort(address);
+    EXPECT_TRUE(hp.ok()) << hp.status();
+    if (!hp.ok()) return;
+    absl::StatusOr<int> fd = TcpConnect(*hp, /*timeout_ms=*/10000);
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    if (fd.ok()) fd_ = *fd;
+  }
+  ~Conn() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+
+  bool ok() const { return fd_ >= 0; }
+
+  static std::string Encode(const std::vector<std::string>& args) {
+    std::string out = absl::StrCat("*", args.size(), "\r\n");
+    for (const std::string& a : args) absl::StrAppend(&out, "$", a.size(), "\r\n", a, "\r\n");
+    return out;
+  }
+
+  bool Send(const std::string& bytes) {
+    size_t off = 0;
+    while (off < bytes.size()) {
+      ssize_t n = send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  // One reply: "+OK", "-ERR ...", ":5", a bulk string's bytes, or "(nil)";
+  // "(eof)" when the connection ended first.
+  std::string Reply() {
+    std::string line;
+    if (!Line(&line)) return "(eof)";
+    if (line.empty()) return "(bad)";
+    if (line[0] != '$') return line;
+    int64_t len = 0;
+    if (!absl::SimpleAtoi(line.substr(1), &len)) return "(bad)";
+    if (len < 0) return "(nil)";
+    std::string value;
+    if (!Bytes(static_cast<size_t>(len) + 2, &value)) return "(eof)";
+    value.resize(static_cast<size_t>(len));
+    return value;
+  }
+
+ private:
+  bool Fill() {
+    char buf[64 << 10];
+    ssize_t n = recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    in_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+  bool Line(std::string* line) {
+    for (;;) {
+      size_t end = in_.find("\r\n");
+      if (end != std::string::npos) {
+        *line = in_.substr(0, end);
+        in_.erase(0, end + 2);
+        return true;
+      }
+      if (!Fill()) return false;
+    }
+  }
+  bool Bytes(size_t n, std::string* out) {
+    while (in_.size() < n) {
+      if (!Fill()) return false;
+    }
+    *out = in_.substr(0, n);
+    in_.erase(0, n);
+    return true;
+  }
+
+  int fd_ = -1;
+  std::string in_;
+};
+
+class RespServerTest : public ClusterFixture {
+ protected:
+  void SetUp() override {
+    ClusterFixture::SetUp();
+    if (HasFatalFailure()) return;
+    stats_ = std::make_unique<ServerStats>();
+    handler_ = std::make_unique<CommandHandler>(client_.get(), CommandOptions{}, stats_.get());
+    RespServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.threads = 4;
+    auto server = RespServer::Start(o, handler_.get(), stats_.get());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    runner_ = std::thread([this] { server_->Run(); });
+  }
+  void TearDown() override {
+    if (server_ != nullptr) {
+      server_->Stop();
+      runner_.join();
+    }
+    server_.reset();
+    handler_.reset();
+  }
+
+  std::unique_ptr<ServerStats> stats_;
+  std::unique_ptr<CommandHandler> handler_;
+  std::unique_ptr<RespServer> server_;
+  std::thread runner_;
+};
+
+// Each of 6 connections pipelines 24 SETs then 24 GETs (and one GET of a
+// key nobody wrote) of its own keys, 4 rounds; two more connections keep
+// sending half a pipeline and hanging up. Every reply comes back, in
+// order, with the bytes that connection wrote.
+TEST_F(RespServerTest, ConcurrentPipelinesEachGetTheirOwnRepliesInOrder) {
+  constexpr int kWriters = 6, kRounds = 4, kKeys = 24;
+  std::atomic<bool> writers_done{false};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kWriters; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<uint64_t>(t) + 1);
+      Conn c(server_->address());
+      if (!c.ok()) {
+        failures.fetch_add(1);
+        return;
+      }
+      for (int round = 0; round < kRounds; ++round) {
+        std::vector<std::string> values(kKeys);
+        std::string sets, gets;
+        for (int k = 0; k < kKeys; ++k) {
+          values[k].resize(1 + rng() % 8192);
+          for (char& ch : values[k]) ch = static_cast<char>(rng());
+          std::string key = absl::StrCat("t", t, "-r", round, "-k", k);
+          sets += Conn::Encode({"SET", key, values[k]});
+          gets += Conn::Encode({"GET", key});
+        }
+        gets += Conn::Encode({"GET", absl::StrCat("t", t, "-r", round, "-never")});
+        if (!c.Send(sets)) {
+          failures.fetch_add(1);
+          return;
+        }
+        for (int k = 0; k < kKeys; ++k) {
+          std::string reply = c.Reply();
+          if (reply != "+OK") {
+            ADD_FAILURE() << "SET " << t << "/" << round << "/" << k << ": " << reply;
+            failures.fetch_add(1);
+          }
+        }
+        if (!c.Send(gets)) {
+          failures.fetch_add(1);
+          return;
+        }
+        for (int k = 0; k < kKeys; ++k) {
+          if (c.Reply() != values[k]) {
+            ADD_FAILURE() << "GET " << t << "/" << round << "/" << k << " answered other bytes";
+            failures.fetch_add(1);
+          }
+        }
+        std::string miss = c.Reply();
+        if (miss != "(nil)") {
+          ADD_FAILURE() << "GET of a key never written: " << miss;
+          failures.fetch_add(1);
+        }
+      }
+    });
+  }
+  std::atomic<int> dropped{0};
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      while (!writers_done.load()) {
+        Conn c(server_->address());
+        if (!c.ok()) continue;
+        std::string pipeline =
+            Conn::Encode({"SET", absl::StrCat("drop", t), std::string(4096, 'x')});
+        pipeline += Conn::Encode({"GET", absl::StrCat("drop", t)});
+        pipeline += Conn::Encode({"PING"});
+        c.Send(pipeline.substr(0, pipeline.size() / 2 + static_cast<size_t>(t)));
+        dropped.fetch_add(1);
+      }  // closed with half a command unread
+    });
+  }
+  for (int t = 0; t < kWriters; ++t) threads[t].join();
+  writers_done.store(true);
+  for (size_t t = kWriters; t < threads.size(); ++t) threads[t].join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(dropped.load(), 0);
+
+  // The server still answers a fresh connection.
+  Conn after(server_->address());
+  ASSERT_TRUE(after.ok());
+  ASSERT_TRUE(after.Send(Conn::Encode({"PING"})));
+  EXPECT_EQ(after.Reply(), "+PONG");
+}
+
+}  // namespace
+}  // namespace shelf::resp
