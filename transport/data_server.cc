@@ -332,6 +332,9 @@ void DataServer::ServeConnection(int fd, uint64_t deadline_ms) {
   if (hs.ok() && !admitted) hs = absl::UnavailableError("evicted during the handshake");
   if (hs.ok()) {
     SetIoTimeoutMs(fd, options_.io_timeout_ms);
+    // A plain connection reads ahead (wire::ReadAhead): a frame's header,
+    // extra bytes and tag in one receive.
+    conn.session.read_ahead = conn.session.tls == nullptr;
     // Idle connections wait in poll, up to idle_timeout_ms (the socket's
     // timeouts stay io_timeout_ms, no system call to change them per
     // frame); a frame, once started, must arrive within io_timeout_ms.

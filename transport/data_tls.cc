@@ -154,6 +154,7 @@ absl::StatusOr<std::shared_ptr<void>> DataTls::Handshake(int fd, const std::stri
 }
 
 absl::Status StreamRead(int fd, const Session* s, void* buf, size_t n) {
+  if (s != nullptr && s->read_ahead) return s->ahead.Read(fd, static_cast<char*>(buf), n);
   if (s == nullptr || s->tls == nullptr) return ReadFull(fd, buf, n);
   SSL* ssl = Ssl(s);
   char* p = static_cast<char*>(buf);
@@ -278,6 +279,11 @@ absl::Status StreamReadBefore(int fd, const Session* s, void* buf, size_t n, uin
     SetBlocking(fd, true);
     return st;
   }
+  if (s != nullptr && s->read_ahead) {
+    const size_t took = s->ahead.Take(p, n);
+    p += took;
+    n -= took;
+  }
   // Each recv waits only what is left: a byte a second buys nothing.
   while (n > 0) {
     if (absl::Status st = SetLeft(fd, deadline_ms); !st.ok()) return st;
@@ -316,6 +322,7 @@ absl::Status StreamWritevBefore(int fd, const Session* s, const struct iovec* io
 }
 
 size_t StreamPending(const Session* s) {
+  if (s != nullptr && s->read_ahead) return s->ahead.pending();
   if (s == nullptr || s->tls == nullptr) return 0;
   // Decrypted bytes, or raw ones read ahead and not yet decrypted.
   SSL* ssl = Ssl(s);

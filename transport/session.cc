@@ -2,13 +2,17 @@
 
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
+#include <sys/uio.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstring>
 
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/errno_text.h"
 #include "common/hmac.h"
 #include "common/net.h"
 #include "transport/data_tls.h"
@@ -272,6 +276,119 @@ absl::Status ClientHandshake(int fd, absl::string_view secret, Session* session,
   }
   DeriveSession(secret, store_nonce, client_nonce, node_id, incarnation, reply->segment_id, session,
                 nullptr);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// What one read of a plain connection may take beyond what was asked for:
+// a frame's header, extra bytes and tag with room to spare, and the start
+// of a pipelined client's next frame.
+constexpr size_t kReadAheadBytes = 16 << 10;
+
+}  // namespace
+
+void ReadAhead::Unland() {
+  if (landed_n_ == 0) return;
+  std::string joined(data_, begin_, end_ - begin_);
+  joined.append(landed_, landed_n_);
+  joined.append(data_, back_begin_, back_end_ - back_begin_);
+  data_ = std::move(joined);
+  begin_ = 0;
+  end_ = data_.size();
+  landed_ = nullptr;
+  landed_n_ = 0;
+}
+
+size_t ReadAhead::Take(char* buf, size_t n) {
+  if (n == 0) return 0;
+  // The block's own read reaches the landed bytes exactly where they lie;
+  // any other read takes them from the buffer.
+  if (landed_n_ > 0 && buf + (end_ - begin_) != landed_) Unland();
+  size_t took = 0;
+  if (landed_n_ > 0) {
+    const size_t front = std::min(n, end_ - begin_);
+    std::memcpy(buf, data_.data() + begin_, front);
+    begin_ += front;
+    took = front;
+    if (took == n) return took;
+    const size_t in_place = std::min(n - took, landed_n_);
+    landed_ += in_place;
+    landed_n_ -= in_place;
+    took += in_place;
+    if (landed_n_ > 0) return took;
+    landed_ = nullptr;
+    begin_ = back_begin_;
+    end_ = back_end_;
+  }
+  const size_t from_buffer = std::min(n - took, end_ - begin_);
+  std::memcpy(buf + took, data_.data() + begin_, from_buffer);
+  begin_ += from_buffer;
+  return took + from_buffer;
+}
+
+absl::Status ReadAhead::Read(int fd, char* buf, size_t n) {
+  char* const expect = expect_;
+  const size_t expect_n = expect_n_;
+  expect_ = nullptr;  // the hint is for this read alone
+  expect_n_ = 0;
+  const size_t took = Take(buf, n);
+  buf += took;
+  n -= took;
+  // The block's first bytes go to the buffer's first kLandScratchBytes, the
+  // rest to the block's place, then whatever follows to the buffer's rest.
+  const size_t scratch = expect == nullptr ? 0 : std::min(expect_n, kLandScratchBytes);
+  while (n > 0) {
+    // Nothing is left ahead: read what was asked for, then as much more as
+    // arrived.
+    if (data_.size() < kReadAheadBytes) data_.resize(kReadAheadBytes);
+    begin_ = end_ = 0;
+    struct iovec iov[4];
+    int count = 0;
+    iov[count++] = {buf, n};
+    if (expect != nullptr) {
+      iov[count++] = {data_.data(), scratch};
+      if (expect_n > scratch) iov[count++] = {expect + scratch, expect_n - scratch};
+      iov[count++] = {data_.data() + scratch, data_.size() - scratch};
+    } else {
+      iov[count++] = {data_.data(), data_.size()};
+    }
+    const ssize_t got = readv(fd, iov, count);
+    if (got == 0) return absl::UnavailableError("connection closed by peer");
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      const int e = errno;
+      std::string msg = absl::StrCat("read from peer: ", ErrnoText(e));
+      if (e == EAGAIN || e == EWOULDBLOCK) return absl::DeadlineExceededError(msg);
+      return absl::UnavailableError(msg);
+    }
+    size_t more = static_cast<size_t>(got);
+    if (more <= n) {
+      buf += more;
+      n -= more;
+      continue;
+    }
+    more -= n;
+    n = 0;
+    if (expect == nullptr) {
+      end_ = more;
+      break;
+    }
+    const size_t in_scratch = std::min(more, scratch);
+    const size_t in_place = std::min(more - in_scratch, expect_n - scratch);
+    const size_t after = more - in_scratch - in_place;
+    if (in_place == 0) {
+      // All in the buffer, in order (anything after the scratch means the
+      // block fit in it).
+      end_ = in_scratch + after;
+    } else {
+      end_ = in_scratch;
+      landed_ = expect + scratch;
+      landed_n_ = in_place;
+      back_begin_ = scratch;
+      back_end_ = scratch + after;
+    }
+  }
   return absl::OkStatus();
 }
 

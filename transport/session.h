@@ -100,6 +100,51 @@ class FrameMac {
   bool payload_now_ = false;  // this frame's tag covers its payload
 };
 
+// What a plain TCP data connection read from its socket beyond what was
+// asked for, so that a frame's header, extra bytes and tag come in one
+// system call, and a payload's tail and the tag after it in one more
+// (StreamRead). With Expect(), the next read of a header also lands the
+// block after it in the block's destination: the first kLandScratchBytes
+// in the buffer (an error's text, read where a block was expected, stays
+// there and the destination is not touched), the rest in place. A whole
+// small answer is then one receive and one copy of at most 4 KiB.
+class ReadAhead {
+ public:
+  static constexpr size_t kLandScratchBytes = 4 << 10;
+
+  // Bytes read and not yet consumed, wherever they sit.
+  size_t pending() const {
+    return (end_ - begin_) + landed_n_ + (landed_n_ > 0 ? back_end_ - back_begin_ : 0);
+  }
+  // The next header read puts what follows it (up to n bytes) at dst, as
+  // above.
+  void Expect(char* dst, size_t n) {
+    expect_ = dst;
+    expect_n_ = n;
+  }
+  // Reads exactly n bytes into buf: first what was read ahead, then from
+  // the socket, reading ahead as far as the buffer allows.
+  absl::Status Read(int fd, char* buf, size_t n);
+  // Takes up to n bytes that were read ahead (none from the socket);
+  // returns how many.
+  size_t Take(char* buf, size_t n);
+
+ private:
+  // Moves the landed bytes, and the buffer's bytes after them, into the
+  // buffer after its bytes before them: for a read that is not the block's.
+  void Unland();
+
+  // The stream's next bytes: data_[begin_, end_), then (when landed_n_ >
+  // 0) landed_n_ bytes at landed_, then data_[back_begin_, back_end_).
+  std::string data_;  // the buffer; sized on first use
+  size_t begin_ = 0, end_ = 0;
+  char* landed_ = nullptr;
+  size_t landed_n_ = 0;
+  size_t back_begin_ = 0, back_end_ = 0;
+  char* expect_ = nullptr;
+  size_t expect_n_ = 0;
+};
+
 // Both directions of a session, and who the store said it is.
 struct Session {
   FrameMac send;
@@ -112,6 +157,11 @@ struct Session {
   // The socket's SO_RCVTIMEO and SO_SNDTIMEO in ms as TcpDataClient last
   // set them (TcpDataClient::ArmTimeout); 0: not known.
   uint64_t armed_timeout_ms = 0;
+  // Plain TCP data connections read ahead (never a unix socket: a read
+  // ahead would drop the descriptors a message carries). Every read of the
+  // connection then goes through StreamRead or StreamReadBefore.
+  bool read_ahead = false;
+  mutable ReadAhead ahead;
 };
 
 // Fills `client` and `store` with the session's FrameMacs (client sends on

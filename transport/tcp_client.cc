@@ -79,6 +79,9 @@ absl::Status TcpDataClient::Dial1(const HostPort& hp, uint64_t deadline_ms, int*
     close(*fd);
     return s;
   }
+  // A plain connection reads ahead (wire::ReadAhead): an answer's header,
+  // block and tag in one receive.
+  session->read_ahead = session->tls == nullptr;
   {
     // A session left under this number belonged to a descriptor closed
     // since (the number is free again only once closed).
@@ -115,11 +118,11 @@ void TcpDataClient::Close(int fd) {
 }
 
 absl::Status TcpDataClient::Exchange(int fd, const wire::Header& request, struct iovec* rest,
-                                     int restcnt, wire::Header* response) {
+                                     int restcnt, wire::Header* response, bool* answered) {
   if (absl::Status s = wire::SendFrame(fd, SessionOf(fd), request, rest, restcnt); !s.ok()) {
     return s;
   }
-  return Receive(fd, request, response);
+  return Receive(fd, request, response, answered);
 }
 
 namespace {
@@ -133,10 +136,12 @@ absl::Status Untrusted(const absl::Status& s) {
 
 }  // namespace
 
-absl::Status TcpDataClient::Receive(int fd, const wire::Header& request, wire::Header* response) {
+absl::Status TcpDataClient::Receive(int fd, const wire::Header& request, wire::Header* response,
+                                    bool* answered) {
   wire::Session* session = SessionOf(fd);
   char in[wire::kHeaderBytes];
   if (absl::Status s = wire::StreamRead(fd, session, in, sizeof(in)); !s.ok()) return s;
+  if (answered != nullptr) *answered = true;
   absl::StatusOr<wire::Header> h = wire::DecodeHeader(in);
   if (!h.ok()) return absl::UnavailableError(absl::StrCat("bad response: ", h.status().message()));
   if (h->request_id != request.request_id || h->op != request.op) {
@@ -165,7 +170,9 @@ absl::Status TcpDataClient::ReadBody(int fd, char* dst, uint64_t length) {
   return Untrusted(session->recv.ReadAndCheck(fd, session));
 }
 
-absl::StatusOr<int> TcpDataClient::Acquire(const std::string& address, uint64_t deadline_ms) {
+absl::StatusOr<int> TcpDataClient::Acquire(const std::string& address, uint64_t deadline_ms,
+                                           bool* reused) {
+  if (reused != nullptr) *reused = false;
   for (;;) {
     int idle = -1;
     {
@@ -174,6 +181,10 @@ absl::StatusOr<int> TcpDataClient::Acquire(const std::string& address, uint64_t 
       if (it == idle_.end() || it->second.empty()) break;
       idle = it->second.back();
       it->second.pop_back();
+    }
+    if (reused != nullptr) {
+      *reused = true;
+      return idle;
     }
     // A store sends nothing unasked: an idle connection that reads (EOF:
     // the store restarted or closed it) or has failed is not used.
@@ -221,12 +232,28 @@ bool StoreAnswered(const absl::Status& s) {
 
 }  // namespace
 
+bool TcpDataClient::Retry(bool reused, bool answered, const absl::Status& s) {
+  return reused && !answered && s.code() == absl::StatusCode::kUnavailable;
+}
+
 absl::Status TcpDataClient::Read(const std::string& address, uint32_t segment_id, uint64_t offset,
                                  uint64_t length, char* dst, uint64_t deadline_ms,
                                  absl::string_view read_credential) {
+  for (bool first = true;; first = false) {
+    bool reused = false, answered = false;
+    absl::Status s = ReadOnce(address, segment_id, offset, length, dst, deadline_ms,
+                              read_credential, first ? &reused : nullptr, &answered);
+    if (!Retry(reused, answered, s)) return s;
+  }
+}
+
+absl::Status TcpDataClient::ReadOnce(const std::string& address, uint32_t segment_id,
+                                     uint64_t offset, uint64_t length, char* dst,
+                                     uint64_t deadline_ms, absl::string_view read_credential,
+                                     bool* reused, bool* answered) {
   uint64_t left = 0;
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
-  absl::StatusOr<int> fd = Acquire(address, deadline_ms);
+  absl::StatusOr<int> fd = Acquire(address, deadline_ms, reused);
   if (!fd.ok()) return WithPeer(fd.status(), address);
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) {
     Release(address, *fd, true);
@@ -245,7 +272,8 @@ absl::Status TcpDataClient::Read(const std::string& address, uint32_t segment_id
   req.extra_len = static_cast<uint32_t>(read_credential.size());
   struct iovec rest[1] = {{const_cast<char*>(read_credential.data()), read_credential.size()}};
   wire::Header resp;
-  absl::Status s = Exchange(*fd, req, rest, read_credential.empty() ? 0 : 1, &resp);
+  SessionOf(*fd)->ahead.Expect(dst, length);  // the block follows the answer's header
+  absl::Status s = Exchange(*fd, req, rest, read_credential.empty() ? 0 : 1, &resp, answered);
   if (s.ok() && resp.length != length) {
     s = absl::UnavailableError("store answered a read with the wrong length");
   }
@@ -313,7 +341,8 @@ absl::Status TcpDataClient::KeyOp(const std::string& address, absl::string_view 
                                   uint64_t length, uint64_t generation, char* dst,
                                   uint64_t deadline_ms, absl::string_view read_grant,
                                   absl::FunctionRef<void()> meanwhile, const wire::KeyRange* at) {
-  // Runs `meanwhile` at its place, or on the way out of an early return.
+  // Runs `meanwhile` once: at its place in the first attempt, or on the
+  // way out of an early return.
   struct Once {
     absl::FunctionRef<void()> fn;
     bool ran = false;
@@ -324,9 +353,23 @@ absl::Status TcpDataClient::KeyOp(const std::string& address, absl::string_view 
     }
     ~Once() { Run(); }
   } once{meanwhile};
+  for (bool first = true;; first = false) {
+    bool reused = false, answered = false;
+    absl::Status s = KeyOpOnce(
+        address, key, length, generation, dst, deadline_ms, read_grant, [&once] { once.Run(); }, at,
+        first ? &reused : nullptr, &answered);
+    if (!Retry(reused, answered, s)) return s;
+  }
+}
+
+absl::Status TcpDataClient::KeyOpOnce(const std::string& address, absl::string_view key,
+                                      uint64_t length, uint64_t generation, char* dst,
+                                      uint64_t deadline_ms, absl::string_view read_grant,
+                                      absl::FunctionRef<void()> meanwhile, const wire::KeyRange* at,
+                                      bool* reused, bool* answered) {
   uint64_t left = 0;
   if (absl::Status s = TimeLeft(deadline_ms, &left); !s.ok()) return s;
-  absl::StatusOr<int> fd = Acquire(address, deadline_ms);
+  absl::StatusOr<int> fd = Acquire(address, deadline_ms, reused);
   if (!fd.ok()) return WithPeer(fd.status(), address);
   ArmTimeout(*fd, left);
   wire::Header req;
@@ -347,13 +390,14 @@ absl::Status TcpDataClient::KeyOp(const std::string& address, absl::string_view 
                           {const_cast<char*>(range.data()), range.size()}};
   wire::Header resp;
   absl::Status s = wire::SendFrame(*fd, SessionOf(*fd), req, rest, 3);
-  once.Run();
+  meanwhile();
   // The wait for the answer gets what is left of the deadline after
   // `meanwhile`.
   if (s.ok()) s = TimeLeft(deadline_ms, &left);
   if (s.ok()) {
     ArmTimeout(*fd, left);
-    s = Receive(*fd, req, &resp);
+    if (dst != nullptr) SessionOf(*fd)->ahead.Expect(dst, length);
+    s = Receive(*fd, req, &resp, answered);
   }
   const uint64_t want = dst == nullptr ? 0 : length;
   if (s.ok() && resp.length != want) {

@@ -140,7 +140,27 @@ class TcpDataClient {
                      uint64_t generation, char* dst, uint64_t deadline_ms,
                      absl::string_view read_grant, absl::FunctionRef<void()> meanwhile,
                      const wire::KeyRange* at = nullptr);
-  absl::StatusOr<int> Acquire(const std::string& address, uint64_t deadline_ms);
+  // A connection to `address`: an idle one, or a new one. With `reused`,
+  // an idle one is taken without asking the socket whether the store
+  // closed it meanwhile (one system call less per call): *reused says so,
+  // and a caller whose request then finds the connection closed before any
+  // answer retries once on a new one (Retry). Without, an idle connection
+  // that reads (EOF) or failed is closed and skipped.
+  // One attempt of KeyOp, of Read: on a connection taken idle without a
+  // check when `reused` is given.
+  absl::Status KeyOpOnce(const std::string& address, absl::string_view key, uint64_t length,
+                         uint64_t generation, char* dst, uint64_t deadline_ms,
+                         absl::string_view read_grant, absl::FunctionRef<void()> meanwhile,
+                         const wire::KeyRange* at, bool* reused, bool* answered);
+  absl::Status ReadOnce(const std::string& address, uint32_t segment_id, uint64_t offset,
+                        uint64_t length, char* dst, uint64_t deadline_ms,
+                        absl::string_view read_credential, bool* reused, bool* answered);
+  absl::StatusOr<int> Acquire(const std::string& address, uint64_t deadline_ms,
+                              bool* reused = nullptr);
+  // Whether a request that failed with `s` on a connection taken idle
+  // (`reused`) goes again on a new one: the store closed the idle
+  // connection (restarted, or its idle timeout) before it answered.
+  static bool Retry(bool reused, bool answered, const absl::Status& s);
   void Release(const std::string& address, int fd, bool reusable);
   absl::Status Connect(const std::string& address, uint64_t deadline_ms, int* fd);
   // One connection attempt of Connect: TCP, TLS, the handshake.
@@ -148,7 +168,7 @@ class TcpDataClient {
   // Sends a request, reads the response header and its error text. On OK the
   // caller reads `response->length` payload bytes.
   absl::Status Exchange(int fd, const wire::Header& request, struct iovec* extra_and_payload,
-                        int iovcnt, wire::Header* response);
+                        int iovcnt, wire::Header* response, bool* answered = nullptr);
   // For the pipelined calls: a connection to `address` with its timeouts set
   // from the deadline, and `n` requests with fresh ids. On failure every
   // status gets it.
@@ -157,7 +177,9 @@ class TcpDataClient {
                                     std::vector<absl::Status>* statuses);
   // Reads the response to `request`: its header and error text.
   // On OK with a payload: the caller reads it with ReadBody.
-  absl::Status Receive(int fd, const wire::Header& request, wire::Header* response);
+  // `answered`, if given, is set once the response's header has arrived.
+  absl::Status Receive(int fd, const wire::Header& request, wire::Header* response,
+                       bool* answered = nullptr);
   // Reads a response's payload and checks its tag.
   absl::Status ReadBody(int fd, char* dst, uint64_t length);
   // The session of a descriptor from Connect (tags of both directions).

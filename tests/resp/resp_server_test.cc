@@ -147,6 +147,7 @@ TEST_F(RespServerTest, ConcurrentPipelinesEachGetTheirOwnRepliesInOrder) {
   std::atomic<bool> writers_done{false};
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
+  threads.reserve(kWriters + 2);
   for (int t = 0; t < kWriters; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937_64 rng(static_cast<uint64_t>(t) + 1);
