@@ -109,9 +109,12 @@ TEST(ParallelForTest, FinishesAloneWhenThePoolIsBusy) {
   std::atomic<int> sum{0};
   ParallelFor(&pool, 10, 4, [&](size_t i) { sum.fetch_add(static_cast<int>(i)); });
   EXPECT_EQ(sum.load(), 45);
-  MutexLock lock(&mu);
-  release = true;
-  cv.SignalAll();
+  {
+    MutexLock lock(&mu);
+    release = true;
+    cv.SignalAll();
+  }
+  pool.Shutdown();  // the task reads `release` once more, before it goes
 }
 
 // -------------------------------------------------------- buffer registry
