@@ -216,8 +216,8 @@ absl::Status ClientImpl::Connect() {
     etcd.tls_cert_file = options_.etcd_cert;
     etcd.tls_key_file = options_.etcd_key;
     etcd.user_file = options_.etcd_user_file;
-    absl::StatusOr<std::unique_ptr<MasterLocator>> loc =
-        MasterLocator::Create(options_.masters[0], etcd);
+    absl::StatusOr<std::unique_ptr<coord::MasterLocator>> loc =
+        coord::MasterLocator::Create(options_.masters[0], etcd);
     if (!loc.ok()) {
       return absl::Status(loc.status().code(),
                           absl::StrCat("ClientOptions.masters ", options_.masters[0], ": ",
@@ -232,14 +232,15 @@ absl::Status ClientImpl::Connect() {
   }
   if (options_.rdma_device.empty()) return absl::OkStatus();
 #if SHELF_WITH_RDMA
-  std::shared_ptr<rdma::VerbsApi> verbs;
+  std::shared_ptr<transport::rdma::VerbsApi> verbs;
   if (void* fake = internal::RdmaVerbsForTesting(); fake != nullptr) {
-    verbs = std::shared_ptr<rdma::VerbsApi>(static_cast<rdma::VerbsApi*>(fake), [](auto*) {});
+    verbs = std::shared_ptr<transport::rdma::VerbsApi>(
+        static_cast<transport::rdma::VerbsApi*>(fake), [](auto*) {});
   } else {
-    verbs = std::make_shared<rdma::IbVerbs>();
+    verbs = std::make_shared<transport::rdma::IbVerbs>();
   }
   rdma_verbs_ = verbs;
-  rdma::RdmaTransport::Options ro;
+  transport::rdma::RdmaTransport::Options ro;
   ro.secret = options_.secret;
   ro.device.device_name = options_.rdma_device;
   ro.device.port_num = static_cast<uint8_t>(options_.rdma_port);
@@ -250,8 +251,8 @@ absl::Status ClientImpl::Connect() {
   ro.store_pull_writes = options_.rdma_store_pull_puts;
   ro.connections_max = std::max<uint32_t>(options_.rdma_connections_max, 1);
   ro.gpu_regions_max = options_.rdma_gpu_registrations_max;
-  absl::StatusOr<std::unique_ptr<rdma::RdmaTransport>> rdma =
-      rdma::RdmaTransport::Open(verbs.get(), ro);
+  absl::StatusOr<std::unique_ptr<transport::rdma::RdmaTransport>> rdma =
+      transport::rdma::RdmaTransport::Open(verbs.get(), ro);
   if (!rdma.ok()) {
     return absl::Status(rdma.status().code(),
                         absl::StrCat("ClientOptions.rdma_device ", options_.rdma_device, ": ",
@@ -639,7 +640,7 @@ ClientStats ClientImpl::stats() const {
 #if SHELF_WITH_RDMA
   if (rdma_ != nullptr) {
     s.rdma_registered_buffers =
-        static_cast<const rdma::RdmaTransport*>(rdma_.get())->stats().live_regions;
+        static_cast<const transport::rdma::RdmaTransport*>(rdma_.get())->stats().live_regions;
   }
 #endif
   s.shm_refusals = shm_.refusals();

@@ -23,14 +23,14 @@ Status AllocateSharedHostMemory(size_t size, void** out) {
   if (size == 0) {
     return Status(StatusCode::kInvalidArgument, "AllocateSharedHostMemory: size must be 1 or more");
   }
-  absl::StatusOr<char*> memory = AllocateShmSource(size);
+  absl::StatusOr<char*> memory = transport::AllocateShmSource(size);
   if (!memory.ok()) return FromAbsl(memory.status());
   *out = *memory;
   return Status();
 }
 
 Status FreeSharedHostMemory(void* memory) {
-  return FromAbsl(FreeShmSource(static_cast<char*>(memory)));
+  return FromAbsl(transport::FreeShmSource(static_cast<char*>(memory)));
 }
 
 Status ClientImpl::RegisterBuffer(void* base, size_t size, BufferHandle* handle, bool gpu) {

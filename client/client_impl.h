@@ -273,7 +273,7 @@ class ClientImpl final : public Client {
   // Set by Connect when options_.masters is one "etcd://" spec: the leader
   // is whichever master etcd names (coord/master_locator.h), and masters_
   // stays empty.
-  std::unique_ptr<MasterLocator> locator_;
+  std::unique_ptr<coord::MasterLocator> locator_;
 
   // Thread-safe members.
   transport::TcpEngine tcp_;

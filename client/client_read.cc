@@ -88,7 +88,7 @@ absl::Status ClientImpl::MoveReplica(transport::OpKind kind, const v1::Replica& 
   op.remote_offset = replica.offset();
   op.length = size;
   if (grant != nullptr) {
-    op.grant = wire::EncodeGrant(ToWireGrant(*grant));
+    op.grant = transport::wire::EncodeGrant(ToWireGrant(*grant));
   } else if (kind == transport::OpKind::kRead && !replica.read_grant().empty()) {
     op.grant = absl::StrCat(replica.read_grant(), key);  // the read credential
   }
@@ -208,7 +208,7 @@ absl::Status ClientImpl::ReadCachedReplica(const v1::ObjectLocation& loc, char* 
             copied = MoveReplica(transport::OpKind::kRead, r, nullptr, dst, loc.size(), deadline_ms,
                                  transport, StoreKey(loc));
           },
-          wire::KeyRange{r.segment_id(), r.offset()});
+          transport::wire::KeyRange{r.segment_id(), r.offset()});
       if (!copied.ok()) return copied;
       if (std::strcmp(*transport, "shm") == 0) return checked;
       // The copy went over another transport (a stale mapping): read again

@@ -12,7 +12,7 @@ LocationCache::LocationCache(size_t entries_max) : entries_max_(entries_max) {
 
 uint64_t LocationCache::GrantExpiry(const v1::Replica& replica) {
   const std::string& g = replica.read_grant();
-  return g.size() == wire::kReadGrantBytes ? wire::ReadGrantExpiry(g) : 0;
+  return g.size() == transport::wire::kReadGrantBytes ? transport::wire::ReadGrantExpiry(g) : 0;
 }
 
 bool LocationCache::Get(absl::string_view key, v1::ObjectLocation* out, uint64_t now_unix_ms) {

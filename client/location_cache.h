@@ -40,7 +40,7 @@ class LocationCache {
   // A cached read must reach the store before its grant expires: entries
   // closer than this to expiry are not used.
   static constexpr uint64_t kGrantMarginMs = 2000;
-  // When the read grant of `replica` expires (wire::ReadGrant); 0 when it
+  // When the read grant of `replica` expires (transport::wire::ReadGrant); 0 when it
   // carries none.
   static uint64_t GrantExpiry(const v1::Replica& replica);
   // A stamp to take before asking the master where keys are; Put with it

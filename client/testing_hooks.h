@@ -1,7 +1,7 @@
 // Devices a test substitutes for hardware this machine lacks. Internal to
 // libshelf and its tests; engines never call this.
 //
-//   rdma::SimulatedVerbs sim;
+//   transport::rdma::SimulatedVerbs sim;
 //   FakeCudaRuntime cuda;
 //   internal::SetDevicesForTesting(&sim, &cuda);  // clients opened from here on
 //   ... Client::Open(options, &client) ...
@@ -14,7 +14,7 @@
 namespace shelf::internal {
 
 // Clients opened after this call open ClientOptions::rdma_device on
-// `rdma_verbs` (an rdma::VerbsApi, e.g. a simulated device) instead of
+// `rdma_verbs` (a transport::rdma::VerbsApi, e.g. a simulated device) instead of
 // libibverbs, and use `cuda` instead of the CUDA runtime; null: the real
 // one. Neither is owned; both must outlive those clients.
 void SetDevicesForTesting(void* rdma_verbs, CudaRuntime* cuda);

@@ -9,8 +9,8 @@
 
 namespace shelf {
 
-inline wire::Grant ToWireGrant(const v1::WriteGrant& g) {
-  wire::Grant w;
+inline transport::wire::Grant ToWireGrant(const v1::WriteGrant& g) {
+  transport::wire::Grant w;
   w.put_id = g.put_id();
   w.segment_id = g.segment_id();
   w.offset = g.offset();

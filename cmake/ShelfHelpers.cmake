@@ -20,23 +20,58 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   list(APPEND SHELF_WARNINGS -Wthread-safety -Wc++20-designator)
 endif()
 
-# A library exports the source root as its include root; the build tree
-# (generated protobuf headers) comes only from the proto libraries
+# A library exports only its own headers. Each gets an include root of its
+# own, <build>/hdrs/<library>/, holding a link to each of its HDRS at the
+# header's path in the tree (the way Bazel's virtual includes work), so
+# "common/log.h" resolves for shelf_common and for whoever depends on it,
+# and for nobody else: a source that includes a header of a library it does
+# not depend on fails to compile. The SDK's public headers (client/include/,
+# common/include/) are found through their own include folders; the build
+# tree (generated protobuf headers) comes only from the proto libraries
 # (shelf_proto_library), to whoever depends on them.
+function(shelf_link_headers root)
+  file(REMOVE_RECURSE ${root})
+  file(MAKE_DIRECTORY ${root})
+  foreach(hdr ${ARGN})
+    get_filename_component(abs ${hdr} ABSOLUTE BASE_DIR ${CMAKE_CURRENT_SOURCE_DIR})
+    file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${abs})
+    if(rel MATCHES "^(client|common)/include/")
+      continue()
+    endif()
+    get_filename_component(dir ${root}/${rel} DIRECTORY)
+    file(MAKE_DIRECTORY ${dir})
+    file(CREATE_LINK ${abs} ${root}/${rel} SYMBOLIC)
+  endforeach()
+endfunction()
+
 function(shelf_cc_library)
   cmake_parse_arguments(ARG "" "NAME" "HDRS;SRCS;DEPS;DEFINES" ${ARGN})
+  set(root ${PROJECT_BINARY_DIR}/hdrs/${ARG_NAME})
+  shelf_link_headers(${root} ${ARG_HDRS})
   if(ARG_SRCS)
     add_library(${ARG_NAME} STATIC ${ARG_SRCS} ${ARG_HDRS})
     target_compile_options(${ARG_NAME} PRIVATE ${SHELF_WARNINGS})
-    target_include_directories(${ARG_NAME} PUBLIC ${PROJECT_SOURCE_DIR})
+    target_include_directories(${ARG_NAME} PUBLIC ${root})
     target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS})
     target_compile_definitions(${ARG_NAME} PUBLIC ${ARG_DEFINES})
   else()
     add_library(${ARG_NAME} INTERFACE)
-    target_include_directories(${ARG_NAME} INTERFACE ${PROJECT_SOURCE_DIR})
+    target_include_directories(${ARG_NAME} INTERFACE ${root})
     target_link_libraries(${ARG_NAME} INTERFACE ${ARG_DEPS})
     target_compile_definitions(${ARG_NAME} INTERFACE ${ARG_DEFINES})
   endif()
+endfunction()
+
+# A binary, a test or a Python module sees, besides its dependencies'
+# headers, the headers of its own folder (FOLDER, relative to the source
+# root): a link <build>/hdrs/<target>/<FOLDER> to the folder.
+function(shelf_see_own_folder target folder)
+  set(root ${PROJECT_BINARY_DIR}/hdrs/${target})
+  file(REMOVE_RECURSE ${root})
+  get_filename_component(parent ${root}/${folder} DIRECTORY)
+  file(MAKE_DIRECTORY ${parent})
+  file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${folder} ${root}/${folder} SYMBOLIC)
+  target_include_directories(${target} PRIVATE ${root})
 endfunction()
 
 function(shelf_cc_binary)
@@ -44,6 +79,8 @@ function(shelf_cc_binary)
   add_executable(${ARG_NAME} ${ARG_SRCS})
   target_compile_options(${ARG_NAME} PRIVATE ${SHELF_WARNINGS})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS})
+  file(RELATIVE_PATH folder ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+  shelf_see_own_folder(${ARG_NAME} ${folder})
 endfunction()
 
 # Tests find the binaries and the sources through testing/test_paths.h:
@@ -59,6 +96,8 @@ function(shelf_test_executable name)
     target_compile_options(${name} PRIVATE -Xclang -fno-pch-timestamp)
   endif()
   target_link_libraries(${name} PRIVATE shelf_test_paths GTest::gtest GTest::gtest_main)
+  # Every test sees tests/ (the fixtures tests share), one link for all.
+  target_include_directories(${name} PRIVATE ${PROJECT_BINARY_DIR}/hdrs/shelf_tests)
   if(SHELF_TEST_PCH)
     # What the precompiled header was built with, in every test: the
     # generated protocol headers' folder and -pthread (_REENTRANT).

@@ -11,7 +11,7 @@
 #include "coord/election.h"
 #include "coord/etcd_client.h"
 
-namespace shelf {
+namespace shelf::coord {
 
 MasterLocator::~MasterLocator() {
   std::unique_ptr<coord::EtcdWatch> watch;
@@ -177,4 +177,4 @@ std::vector<std::string> MasterLocator::Candidates() {
   return {Current()};
 }
 
-}  // namespace shelf
+}  // namespace shelf::coord

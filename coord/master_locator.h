@@ -29,7 +29,7 @@
 #include "common/mutex.h"
 #include "coord/etcd_client.h"
 
-namespace shelf {
+namespace shelf::coord {
 
 class MasterLocator {
  public:
@@ -86,6 +86,6 @@ class MasterLocator {
   std::unique_ptr<coord::EtcdWatch> watch_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace shelf
+}  // namespace shelf::coord
 
 #endif  // SHELF_COORD_MASTER_LOCATOR_H_

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 
-namespace shelf {
+namespace shelf::storage {
 
 RangeAllocator::RangeAllocator(uint64_t capacity, uint64_t alignment)
     : capacity_(capacity & ~(alignment - 1)), alignment_(alignment) {
@@ -132,4 +132,4 @@ void RangeAllocator::CheckInvariants() const {
   SHELF_CHECK(free_sum + used_ == capacity_) << free_sum << " free + " << used_ << " used";
 }
 
-}  // namespace shelf
+}  // namespace shelf::storage

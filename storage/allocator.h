@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace shelf {
+namespace shelf::storage {
 
 class RangeAllocator {
  public:
@@ -67,6 +67,6 @@ class RangeAllocator {
   std::set<std::pair<uint64_t, uint64_t>> by_size_;  // (size, offset)
 };
 
-}  // namespace shelf
+}  // namespace shelf::storage
 
 #endif  // SHELF_STORAGE_ALLOCATOR_H_

@@ -13,7 +13,7 @@
 #include "common/io_buffer.h"
 #include "common/log.h"
 
-namespace shelf {
+namespace shelf::storage {
 namespace {
 
 constexpr uint64_t kHugePage = 2ull << 20;
@@ -151,4 +151,4 @@ DramSegment::~DramSegment() {
   for (int fd : arena_fds_) close(fd);
 }
 
-}  // namespace shelf
+}  // namespace shelf::storage

@@ -23,7 +23,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace shelf {
+namespace shelf::storage {
 
 class DramSegment {
  public:
@@ -82,6 +82,6 @@ class DramSegment {
   std::vector<int> arena_fds_;
 };
 
-}  // namespace shelf
+}  // namespace shelf::storage
 
 #endif  // SHELF_STORAGE_DRAM_SEGMENT_H_

@@ -12,7 +12,7 @@
 
 #include "common/io_buffer.h"
 
-namespace shelf {
+namespace shelf::storage {
 IoPool::IoPool(int threads) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
 }
@@ -143,4 +143,4 @@ void ExtentWriter::WriteRun(std::vector<Job>& run) {
   }
 }
 
-}  // namespace shelf
+}  // namespace shelf::storage

@@ -17,7 +17,7 @@
 
 #include "common/mutex.h"
 
-namespace shelf {
+namespace shelf::storage {
 
 class IoPool {
  public:
@@ -92,6 +92,6 @@ class ExtentWriter {
   CondVar drained_;                      // drains_ reached 0
 };
 
-}  // namespace shelf
+}  // namespace shelf::storage
 
 #endif  // SHELF_STORAGE_IO_POOL_H_

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/errno_text.h"
 
-namespace shelf::ssd_records {
+namespace shelf::storage::ssd_records {
 
 inline constexpr uint32_t kExtentMagic = 0x32445353;  // "SSD2": index entry of an extent
 inline constexpr size_t kExtentRecord = 32;
@@ -54,6 +54,6 @@ inline absl::Status FromRocks(const rocksdb::Status& s, const std::string& what)
   return absl::UnavailableError(msg);
 }
 
-}  // namespace shelf::ssd_records
+}  // namespace shelf::storage::ssd_records
 
 #endif  // SHELF_STORAGE_SSD_RECORDS_H_

@@ -24,7 +24,7 @@
 #include "common/sync_point.h"
 #include "storage/ssd_records.h"
 
-namespace shelf {
+namespace shelf::storage {
 namespace {
 
 using ssd_records::AlignUp;
@@ -669,4 +669,4 @@ uint64_t SsdTier::free_extent_bytes() {
   return file_bytes_ > space_.used() ? file_bytes_ - space_.used() : 0;
 }
 
-}  // namespace shelf
+}  // namespace shelf::storage

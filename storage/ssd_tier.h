@@ -58,7 +58,7 @@ class Env;
 struct WriteOptions;
 }  // namespace rocksdb
 
-namespace shelf {
+namespace shelf::storage {
 
 class SsdTier {
  public:
@@ -259,6 +259,6 @@ class SsdTier {
   uint64_t spare_bytes_ ABSL_GUARDED_BY(io_mu_) = 0;
 };
 
-}  // namespace shelf
+}  // namespace shelf::storage
 
 #endif  // SHELF_STORAGE_SSD_TIER_H_

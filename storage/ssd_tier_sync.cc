@@ -19,7 +19,7 @@
 #include "storage/ssd_records.h"
 #include "storage/ssd_tier.h"
 
-namespace shelf {
+namespace shelf::storage {
 
 using ssd_records::AlignUp;
 using ssd_records::EncodeExtent;
@@ -281,4 +281,4 @@ absl::Status SsdTier::DeleteKeys(const std::vector<std::string>& keys, const Loc
   return absl::OkStatus();
 }
 
-}  // namespace shelf
+}  // namespace shelf::storage

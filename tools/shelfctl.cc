@@ -188,7 +188,7 @@ class Ctl {
   explicit Ctl(Globals g) : g_(std::move(g)) {}
 
   absl::Status Connect() {
-    auto loc = MasterLocator::Create(g_.master, g_.etcd);
+    auto loc = coord::MasterLocator::Create(g_.master, g_.etcd);
     if (!loc.ok()) return loc.status();
     locator_ = *std::move(loc);
     if (!g_.credentials_file.empty()) {
@@ -572,7 +572,7 @@ class Ctl {
 
  private:
   Globals g_;
-  std::unique_ptr<MasterLocator> locator_;
+  std::unique_ptr<coord::MasterLocator> locator_;
   std::map<std::string, std::unique_ptr<v1::AdminService::Stub>> stubs_;
   std::string token_;
 };
@@ -607,7 +607,7 @@ namespace {
 // back several times. Returns GB/s.
 absl::StatusOr<double> MeasureGetGbps(const Globals& g) {
   ClientOptions opts = ClientOptionsOf(g, std::max<uint64_t>(g.timeout_ms, 30000));
-  auto loc = MasterLocator::Create(g.master, g.etcd);
+  auto loc = coord::MasterLocator::Create(g.master, g.etcd);
   if (!loc.ok()) return loc.status();
   opts.masters =
       (*loc)->uses_etcd() ? std::vector<std::string>{(*loc)->Current()} : (*loc)->Candidates();

@@ -26,7 +26,7 @@
 #include "transport/data_tls.h"
 #include "transport/session.h"
 
-namespace shelf {
+namespace shelf::transport {
 
 absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(const Options& options,
                                                               DataHandler* handler) {
@@ -690,4 +690,4 @@ bool DataServer::HandlePull(int fd, const wire::Header& h, const std::string& ex
   return Reply(fd, &conn->session, h, verdict, nullptr, 0);
 }
 
-}  // namespace shelf
+}  // namespace shelf::transport

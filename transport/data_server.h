@@ -40,7 +40,7 @@
 #include "transport/session.h"
 #include "transport/wire.h"
 
-namespace shelf {
+namespace shelf::transport {
 
 // What the queue pair of an RDMA_CONNECT exposes (DataHandler::RdmaExposes).
 struct RdmaExposure {
@@ -316,6 +316,6 @@ class DataServer {
   std::atomic<uint64_t> closed_[static_cast<int>(Rule::kCount)] = {};
 };
 
-}  // namespace shelf
+}  // namespace shelf::transport
 
 #endif  // SHELF_TRANSPORT_DATA_SERVER_H_

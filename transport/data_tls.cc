@@ -23,7 +23,7 @@
 #include "common/net.h"
 #include "transport/session.h"
 
-namespace shelf::wire {
+namespace shelf::transport::wire {
 namespace {
 
 SSL_CTX* Ctx(void* p) { return static_cast<SSL_CTX*>(p); }
@@ -329,4 +329,4 @@ size_t StreamPending(const Session* s) {
   return SSL_pending(ssl) > 0 || SSL_has_pending(ssl) == 1 ? 1 : 0;
 }
 
-}  // namespace shelf::wire
+}  // namespace shelf::transport::wire

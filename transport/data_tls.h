@@ -27,7 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace shelf::wire {
+namespace shelf::transport::wire {
 
 struct Session;
 
@@ -74,6 +74,6 @@ absl::Status StreamWritevBefore(int fd, const Session* s, const struct iovec* io
 // or not (0 without TLS): the socket may then be empty with a frame waiting.
 size_t StreamPending(const Session* s);
 
-}  // namespace shelf::wire
+}  // namespace shelf::transport::wire
 
 #endif  // SHELF_TRANSPORT_DATA_TLS_H_

@@ -13,7 +13,7 @@
 #include <cstddef>
 #include <cstring>
 
-namespace shelf {
+namespace shelf::transport {
 
 // Reads exactly `len` bytes into `buf` (MSG_WAITALL) and the one descriptor
 // sent with them, close-on-exec, into *received_fd (-1 when none came).
@@ -85,6 +85,6 @@ inline ssize_t SendWithFd(int fd, struct iovec* iov, int iovcnt, int send_fd) {
   return n;
 }
 
-}  // namespace shelf
+}  // namespace shelf::transport
 
 #endif  // SHELF_TRANSPORT_FD_PASSING_H_

@@ -17,7 +17,7 @@
 #include "common/net.h"
 #include "transport/data_tls.h"
 
-namespace shelf::wire {
+namespace shelf::transport::wire {
 namespace {
 
 std::string U64(uint64_t v) {
@@ -392,4 +392,4 @@ absl::Status ReadAhead::Read(int fd, char* buf, size_t n) {
   return absl::OkStatus();
 }
 
-}  // namespace shelf::wire
+}  // namespace shelf::transport::wire

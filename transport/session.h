@@ -41,7 +41,7 @@
 #include "absl/strings/string_view.h"
 #include "transport/wire.h"
 
-namespace shelf::wire {
+namespace shelf::transport::wire {
 
 struct Session;
 inline constexpr size_t kTagBytes = 16;
@@ -193,6 +193,6 @@ absl::Status ReadPayload(int fd, Session* s, char* dst, uint64_t n, uint64_t dea
 // sending key, and writes all of it. At most 4 entries in `rest`.
 absl::Status SendFrame(int fd, Session* s, const Header& h, const struct iovec* rest, int restcnt);
 
-}  // namespace shelf::wire
+}  // namespace shelf::transport::wire
 
 #endif  // SHELF_TRANSPORT_SESSION_H_

@@ -25,7 +25,7 @@
 #include "transport/fd_passing.h"
 #include "transport/shm_handshake.h"
 
-namespace shelf {
+namespace shelf::transport {
 
 std::string ShmMac(const std::string& secret, absl::string_view nonce) {
   if (secret.empty()) return std::string(kMacBytes, '\0');
@@ -527,4 +527,4 @@ void ShmAttachments::Forget(const std::string& socket_path) {
   maps_.erase(socket_path);
 }
 
-}  // namespace shelf
+}  // namespace shelf::transport

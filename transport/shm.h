@@ -44,7 +44,7 @@
 #include "common/mutex.h"
 #include "transport/shm_write.h"
 
-namespace shelf {
+namespace shelf::transport {
 
 class ShmServer {
  public:
@@ -198,6 +198,6 @@ class ShmAttachments {
   std::map<std::string, Refusal> refused_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace shelf
+}  // namespace shelf::transport
 
 #endif  // SHELF_TRANSPORT_SHM_H_

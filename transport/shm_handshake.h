@@ -12,7 +12,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace shelf {
+namespace shelf::transport {
 
 // The store's hello: kShmMagic (u32, little-endian), then the nonce.
 inline constexpr uint32_t kShmMagic = 0x484D4853;  // "SHMH"
@@ -24,6 +24,6 @@ inline constexpr size_t kShmHelloBytes = 4 + kShmNonceBytes;
 // open cluster).
 std::string ShmMac(const std::string& secret, absl::string_view nonce);
 
-}  // namespace shelf
+}  // namespace shelf::transport
 
 #endif  // SHELF_TRANSPORT_SHM_HANDSHAKE_H_

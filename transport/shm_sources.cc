@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/errno_text.h"
 
-namespace shelf {
+namespace shelf::transport {
 
 ShmSource::~ShmSource() { close(fd); }
 
@@ -145,4 +145,4 @@ absl::Status FreeShmSource(char* base) {
   return absl::OkStatus();
 }
 
-}  // namespace shelf
+}  // namespace shelf::transport

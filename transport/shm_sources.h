@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 
-namespace shelf {
+namespace shelf::transport {
 
 // One registered source: [base, base + size) of this process, offset 0 of
 // `fd` (the table's own descriptor, closed when the last reference goes).
@@ -78,6 +78,6 @@ absl::StatusOr<char*> AllocateShmSource(uint64_t size);
 // for any other address.
 absl::Status FreeShmSource(char* base);
 
-}  // namespace shelf
+}  // namespace shelf::transport
 
 #endif  // SHELF_TRANSPORT_SHM_SOURCES_H_

@@ -26,7 +26,7 @@
 #include "transport/fd_passing.h"
 #include "transport/wire.h"
 
-namespace shelf {
+namespace shelf::transport {
 namespace {
 
 constexpr uint64_t kStagingGrainBytes = 1ull << 20;
@@ -732,4 +732,4 @@ void ShmWriter::WriteBatch(absl::Span<const WriteOp> ops, absl::Span<absl::Statu
   }
 }
 
-}  // namespace shelf
+}  // namespace shelf::transport

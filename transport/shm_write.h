@@ -92,7 +92,7 @@
 #include "transport/shm_sources.h"
 #include "transport/wire.h"
 
-namespace shelf {
+namespace shelf::transport {
 
 inline constexpr uint32_t kShmWriteMagic = 0x574D4853;    // "SHMW"
 inline constexpr uint32_t kShmReadMagic = 0x524D4853;     // "SHMR"
@@ -226,6 +226,6 @@ class ShmWriter {
   std::atomic<uint64_t>* const staged_bytes_;
 };
 
-}  // namespace shelf
+}  // namespace shelf::transport
 
 #endif  // SHELF_TRANSPORT_SHM_WRITE_H_

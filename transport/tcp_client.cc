@@ -12,7 +12,7 @@
 #include "common/net.h"
 #include "transport/session.h"
 
-namespace shelf {
+namespace shelf::transport {
 namespace {
 
 absl::Status TimeLeft(uint64_t deadline_ms, uint64_t* left) {
@@ -601,4 +601,4 @@ absl::Status TcpDataClient::Ping(const std::string& address, uint64_t deadline_m
   return WithPeer(s, address);
 }
 
-}  // namespace shelf
+}  // namespace shelf::transport

@@ -30,7 +30,7 @@
 #include "transport/session.h"
 #include "transport/wire.h"
 
-namespace shelf {
+namespace shelf::transport {
 
 class TcpDataClient {
  public:
@@ -207,6 +207,6 @@ class TcpDataClient {
   std::map<int, std::unique_ptr<wire::Session>> sessions_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace shelf
+}  // namespace shelf::transport
 
 #endif  // SHELF_TRANSPORT_TCP_CLIENT_H_

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/hmac.h"
 
-namespace shelf::wire {
+namespace shelf::transport::wire {
 namespace {
 
 void Put16(char* p, uint16_t v) { absl::little_endian::Store16(p, v); }
@@ -278,4 +278,4 @@ absl::StatusOr<RdmaSource> DecodeRdmaSource(absl::string_view in) {
   return RdmaSource{Get64(in.data()), Get32(in.data() + 8)};
 }
 
-}  // namespace shelf::wire
+}  // namespace shelf::transport::wire

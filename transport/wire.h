@@ -19,7 +19,7 @@
 #include "common/hmac.h"
 #include "shelf/limits.h"
 
-namespace shelf::wire {
+namespace shelf::transport::wire {
 
 inline constexpr uint32_t kMagic = 0x464C4853;  // "SHLF" on the wire
 // 2: mutual handshake, session tags on every frame after it.
@@ -207,6 +207,6 @@ absl::Status VerifyReadGrant(const HmacKey& grant_key, absl::string_view node_id
                              bool range, uint32_t segment_id, uint64_t offset, uint64_t length,
                              uint64_t now_unix_ms);
 
-}  // namespace shelf::wire
+}  // namespace shelf::transport::wire
 
 #endif  // SHELF_TRANSPORT_WIRE_H_

@@ -18,7 +18,7 @@
 #include "common/errno_text.h"
 #include "common/log.h"
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 constexpr char kSocketPrefix[] = "socket:[";
@@ -186,4 +186,4 @@ void ConnectionCap::Classify(int fd, ino_t ino) {
   seen_.emplace(ino, std::move(seen));
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

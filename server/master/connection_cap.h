@@ -40,7 +40,7 @@
 #include "common/mutex.h"
 #include "common/prom.h"
 
-namespace shelf {
+namespace shelf::master {
 
 struct ConnectionCapOptions {
   uint16_t port = 0;  // the server's listening TCP port
@@ -95,6 +95,6 @@ class ConnectionCap {
   std::thread thread_;
 };
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_CONNECTION_CAP_H_

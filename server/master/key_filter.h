@@ -21,7 +21,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace shelf {
+namespace shelf::master {
 
 class KeyFilter {
  public:
@@ -74,6 +74,6 @@ class KeyFilter {
   size_t added_ = 0;
 };
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_KEY_FILTER_H_

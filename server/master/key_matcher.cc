@@ -6,7 +6,7 @@
 #include "absl/strings/strip.h"
 #include "shelf/limits.h"
 
-namespace shelf {
+namespace shelf::master {
 
 bool GlobMatch(absl::string_view p, absl::string_view k) {
   size_t pi = 0, ki = 0;
@@ -111,4 +111,4 @@ bool KeyMatcher::Match(absl::string_view key) const {
   return RE2::PartialMatch(re2::StringPiece(key.data(), key.size()), *re_);
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

@@ -26,7 +26,7 @@ namespace re2 {
 class RE2;
 }  // namespace re2
 
-namespace shelf {
+namespace shelf::master {
 
 // The memory RE2 may use for one compiled regex (its program and lazily
 // built DFA); a pattern whose program does not fit is refused, and a DFA
@@ -67,6 +67,6 @@ class KeyMatcher {
   std::unique_ptr<re2::RE2> re_;  // bytes as Latin-1: a key is any bytes
 };
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_KEY_MATCHER_H_

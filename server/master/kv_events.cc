@@ -24,7 +24,7 @@
 #endif
 #include <msgpack.hpp>
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 constexpr int kIdlePollMs = 5;              // publisher wake-up when nothing is queued
@@ -690,4 +690,4 @@ void KvEventPublisher::ServiceZap() {
   }
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

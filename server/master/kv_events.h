@@ -40,7 +40,7 @@
 #include "common/prom.h"
 #include "shelf/limits.h"
 
-namespace shelf {
+namespace shelf::master {
 
 // Limits (docs/events.md).
 inline constexpr size_t kKvEventQueueMax = 1 << 20;          // largest --events-queue
@@ -199,6 +199,6 @@ class KvEventPublisher {
   std::thread thread_;
 };
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_KV_EVENTS_H_

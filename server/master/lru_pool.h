@@ -21,7 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "common/mutex.h"
 
-namespace shelf {
+namespace shelf::master {
 
 class LruNodePool {
  public:
@@ -106,6 +106,6 @@ struct LruAllocator {
   }
 };
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_LRU_POOL_H_

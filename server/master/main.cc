@@ -33,7 +33,7 @@
 #include "server/master/rpc_limits.h"
 #include "server/master/service.h"
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 sigset_t BlockTerminationSignals() {
@@ -108,10 +108,11 @@ HttpResponse Health(Master* master, const MasterHa* ha) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::master
 
 int main(int argc, char** argv) {
   using namespace shelf;
+  using namespace shelf::master;
   sigset_t signals = BlockTerminationSignals();
   ConfigureMutexDeadlockDetection();
   SetLogComponent("master");

@@ -14,7 +14,7 @@
 #include "common/sync_point.h"
 #include "transport/wire.h"
 
-namespace shelf {
+namespace shelf::master {
 
 Master::Master(MasterOptions options, prom::Exposition* exposition)
     : options_(std::move(options)),
@@ -610,4 +610,4 @@ void Master::EraseObjectLocked(Object* obj, uint64_t now) {
   EraseIndexLocked(obj);
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

@@ -61,7 +61,7 @@
 #include "shelf/limits.h"
 #include "storage/allocator.h"
 
-namespace shelf {
+namespace shelf::master {
 
 class KeyMatcher;  // key_matcher.h
 
@@ -349,7 +349,7 @@ class Master {
   static constexpr uint32_t kLeaseHoldersMax = (1u << 15) - 1;
   struct Segment {
     uint32_t id = 0;
-    std::unique_ptr<RangeAllocator> alloc;
+    std::unique_ptr<storage::RangeAllocator> alloc;
     LruList lru;                  // front = least recently used
     uint64_t demoting_bytes = 0;  // allocated bytes whose demotion is ordered
     // The put byte rate into this segment (master_demote.cc): bytes
@@ -845,6 +845,6 @@ class Master {
   absl::flat_hash_map<std::string, uint32_t> model_ids_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_MASTER_H_

@@ -4,7 +4,7 @@
 #include "common/log.h"
 #include "server/master/master.h"
 
-namespace shelf {
+namespace shelf::master {
 
 int Master::FindNodeLocked(const std::string& id_or_address) {
   auto it = node_by_id_.find(id_or_address);
@@ -300,4 +300,4 @@ absl::Status Master::Pin(const v1::PinRequest& req) {
   return absl::OkStatus();
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

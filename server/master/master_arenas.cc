@@ -10,7 +10,7 @@
 #include "common/log.h"
 #include "server/master/master.h"
 
-namespace shelf {
+namespace shelf::master {
 
 std::vector<uint32_t> Master::SegmentOrderLocked(const Node& n, absl::string_view key,
                                                  absl::Status* why) const {
@@ -41,4 +41,4 @@ void Master::BindArenaLocked(const Node& n, Segment* seg, absl::string_view key)
                   << Kv("arena", seg->id) << Kv("tenant", seg->tenant);
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

@@ -16,7 +16,7 @@
 #include "common/protected_mode.h"
 #include "coord/etcd_flags.h"
 
-namespace shelf {
+namespace shelf::master {
 
 namespace {
 
@@ -362,4 +362,4 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
   return c;
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

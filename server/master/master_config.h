@@ -18,7 +18,7 @@
 #include "server/master/master.h"
 #include "server/master/master_ha.h"
 
-namespace shelf {
+namespace shelf::master {
 
 struct MasterConfig {
   // listen_address is left empty: the bound address is known after the
@@ -66,6 +66,6 @@ struct MasterConfig {
 // when both are absent.
 absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv);
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_MASTER_CONFIG_H_

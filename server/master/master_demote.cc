@@ -18,7 +18,7 @@
 #include "common/log.h"
 #include "server/master/master.h"
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 constexpr uint64_t kRateWindowMs = 50;
@@ -175,4 +175,4 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
   StaleMoveResultLocked(node, obj, result);
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

@@ -8,7 +8,7 @@
 #include "common/log.h"
 #include "server/master/master.h"
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 // Distinct models the master keeps for topics; a put naming one more is
@@ -151,4 +151,4 @@ void Master::EndBulkRemovalLocked(const std::vector<std::string>& node_ids) {
   }
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

@@ -11,7 +11,10 @@
 #include "server/master/master.h"
 #include "transport/wire.h"
 
-namespace shelf {
+namespace shelf::master {
+
+namespace wire = transport::wire;
+
 namespace {
 
 // VERIFY orders out on one store at once: reports past it are refused
@@ -196,4 +199,4 @@ void Master::VerifyResultLocked(uint32_t node, const v1::TierMoveResult& result,
   }
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

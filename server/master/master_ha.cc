@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 
-namespace shelf {
+namespace shelf::master {
 
 MasterHa::MasterHa(Master* master, MasterHaOptions options)
     : master_(master),
@@ -92,4 +92,4 @@ void MasterHa::OnHealth(const absl::Status& status) {
   }
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

@@ -38,7 +38,7 @@
 #include "coord/etcd_client.h"
 #include "server/master/master.h"
 
-namespace shelf {
+namespace shelf::master {
 
 struct MasterHaOptions {
   // Required: etcd endpoints, http[s]://HOST:PORT[,...].
@@ -97,6 +97,6 @@ class MasterHa {
   bool campaigning_ = false;  // between a successful Start and Stop
 };
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_MASTER_HA_H_

@@ -7,7 +7,7 @@
 #include "common/sync_point.h"
 #include "server/master/master.h"
 
-namespace shelf {
+namespace shelf::master {
 
 absl::Status Master::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
   SHELF_SYNC_POINT("Master::Heartbeat:Start");
@@ -167,4 +167,4 @@ void Master::QueueNoticeLocked(Node* n, v1::TierMove notice) {
   n->wake->NotifyNotice();
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

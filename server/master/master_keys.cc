@@ -14,7 +14,7 @@
 #include "server/master/key_matcher.h"
 #include "server/master/master.h"
 
-namespace shelf {
+namespace shelf::master {
 
 absl::Status Master::ListKeys(const v1::ListKeysRequest& req, v1::ListKeysResponse* resp,
                               const std::string& scope) {
@@ -217,4 +217,4 @@ absl::Status Master::Locate(const v1::LocateRequest& req, v1::LocateResponse* re
   return absl::OkStatus();
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

@@ -13,7 +13,7 @@
 #include "server/master/master.h"
 #include "transport/wire.h"
 
-namespace shelf {
+namespace shelf::master {
 
 template <typename Fn>
 void Master::ForEachByShardLocked(const HashedKey* keys, Object* const* found, int n, Fn fn) {
@@ -313,4 +313,4 @@ absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
   return absl::OkStatus();
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "common/prom.h"
 
-namespace shelf {
+namespace shelf::master {
 
 struct MasterMetrics {
   // Every gRPC method that service.cc times (the `method` label): the
@@ -146,6 +146,6 @@ struct MasterMetrics {
   mutable std::array<Rpc, kRpcMethods.size()> rpc;
 };
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_MASTER_METRICS_H_

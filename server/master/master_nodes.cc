@@ -14,7 +14,7 @@
 #include "common/sync_point.h"
 #include "server/master/master.h"
 
-namespace shelf {
+namespace shelf::master {
 
 absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
                                    v1::RegisterStoreResponse* resp) {
@@ -109,7 +109,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
   for (const v1::SegmentInfo& s : req.segments()) {
     Segment seg;
     seg.id = s.segment_id();
-    seg.alloc = std::make_unique<RangeAllocator>(s.capacity_bytes(), options_.alignment);
+    seg.alloc = std::make_unique<storage::RangeAllocator>(s.capacity_bytes(), options_.alignment);
     for (const Segment& b : before) {
       if (same_process && b.id == seg.id && b.bound) {
         seg.bound = true;
@@ -314,7 +314,8 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
     }
   }
   for (Segment& seg : n.segments) {
-    seg.alloc = std::make_unique<RangeAllocator>(seg.alloc->capacity(), options_.alignment);
+    seg.alloc =
+        std::make_unique<storage::RangeAllocator>(seg.alloc->capacity(), options_.alignment);
     seg.demoting_bytes = 0;
   }
   n.ssd_used = 0;
@@ -754,11 +755,11 @@ void Master::CheckInvariants() {
     }
     if (nodes_[i]->state == v1::NODE_DEAD) continue;
     for (uint32_t s = 0; s < nodes_[i]->segments.size(); ++s) {
-      const RangeAllocator& a = *nodes_[i]->segments[s].alloc;
+      const storage::RangeAllocator& a = *nodes_[i]->segments[s].alloc;
       a.CheckInvariants();
       if (a.used() != used[{i, s}]) std::abort();
     }
   }
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

@@ -10,10 +10,10 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/credentials.h"
 
-namespace shelf {
+namespace shelf::master {
 
-class Authenticator;     // common/credentials.h
 class KvEventPublisher;  // kv_events.h
 
 // Limits on requests, validated with INVALID_ARGUMENT (docs/master.md); the
@@ -95,6 +95,6 @@ struct MasterOptions {
   NodeLossEvents events_node_loss = NodeLossEvents::kRemoved;
 };
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_MASTER_OPTIONS_H_

@@ -16,7 +16,7 @@
 #include "server/master/key_matcher.h"
 #include "server/master/master.h"
 
-namespace shelf {
+namespace shelf::master {
 
 Master::Unheard Master::UnheardRemovalsLocked(Node* n) {
   Unheard u;
@@ -168,4 +168,4 @@ void Master::LoseUnheardLocked(Node* n, absl::string_view why) {
                      << Kv("node", n->endpoint.node_id()) << Kv("why", why);
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

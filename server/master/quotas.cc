@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/units.h"
 
-namespace shelf {
+namespace shelf::master {
 
 namespace {
 
@@ -392,4 +392,4 @@ void QuotaBook::AfterLookup(const Principal& p, bool leased,
   }
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

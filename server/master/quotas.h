@@ -36,7 +36,7 @@
 #include "common/prom.h"
 #include "proto/shelf.pb.h"
 
-namespace shelf {
+namespace shelf::master {
 
 class QuotaBook {
  public:
@@ -179,6 +179,6 @@ class QuotaBook {
   std::vector<prom::CallbackHandle> gauges_;
 };
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_QUOTAS_H_

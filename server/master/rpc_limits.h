@@ -17,7 +17,7 @@
 #include "server/master/master_metrics.h"
 #include "shelf/limits.h"
 
-namespace shelf {
+namespace shelf::master {
 
 struct RpcRequestLimit {
   const char* method;  // as in MasterMetrics::kRpcMethods
@@ -68,6 +68,6 @@ inline size_t RpcRequestBytesMax(const char* method) {
   std::abort();
 }
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_RPC_LIMITS_H_

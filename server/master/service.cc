@@ -7,7 +7,7 @@
 #include "server/master/rpc_limits.h"
 #include "server/master/tenant_keys.h"
 
-namespace shelf {
+namespace shelf::master {
 
 namespace {
 
@@ -440,4 +440,4 @@ grpc::Status AdminServiceImpl::Pin(grpc::ServerContext* ctx, const v1::PinReques
   return rpc_scope.Done(ToGrpc(PinWithQuota(master_, caller, *req)));
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

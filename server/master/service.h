@@ -13,7 +13,7 @@
 #include "proto/shelf.grpc.pb.h"
 #include "server/master/master.h"
 
-namespace shelf {
+namespace shelf::master {
 
 class MasterServiceImpl final : public v1::MasterService::Service {
  public:
@@ -83,6 +83,6 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   const std::shared_ptr<const Authenticator> auth_;
 };
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_SERVICE_H_

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace shelf {
+namespace shelf::master {
 
 std::string TenantScope(const Principal& p) {
   if (p.tenant.empty()) return std::string();
@@ -73,4 +73,4 @@ void ToCaller(const Principal& p, const google::protobuf::RepeatedPtrField<std::
   }
 }
 
-}  // namespace shelf
+}  // namespace shelf::master

@@ -21,7 +21,7 @@
 #include "common/credentials.h"
 #include "proto/shelf.pb.h"
 
-namespace shelf {
+namespace shelf::master {
 
 inline constexpr char kTenantSeparator = '/';
 
@@ -46,6 +46,6 @@ absl::Status ToKept(const Principal& p, google::protobuf::RepeatedPtrField<std::
 void ToCaller(const Principal& p, const google::protobuf::RepeatedPtrField<std::string>& asked,
               google::protobuf::RepeatedPtrField<v1::ObjectLocation>* objects);
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_SERVER_MASTER_TENANT_KEYS_H_

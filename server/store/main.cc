@@ -25,6 +25,7 @@
 
 int main(int argc, char** argv) {
   using namespace shelf;
+  using namespace shelf::store;
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);

@@ -8,14 +8,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/hmac.h"
 
-namespace shelf {
+namespace shelf::store {
 
 absl::Status RangeOwners::BeginWrite(uint64_t offset, uint64_t length, uint64_t seq,
                                      absl::string_view key_digest) {
-  if (seq == 0 || key_digest.size() != wire::kKeyDigestBytes) {
+  if (seq == 0 || key_digest.size() != transport::wire::kKeyDigestBytes) {
     return absl::PermissionDeniedError("write grant names no range allocation");
   }
-  std::array<char, wire::kKeyDigestBytes> digest;
+  std::array<char, transport::wire::kKeyDigestBytes> digest;
   std::memcpy(digest.data(), key_digest.data(), digest.size());
   const uint64_t end = offset + length;
   MutexLock lock(&mu_);
@@ -79,4 +79,4 @@ uint64_t RangeOwners::max_seq() const {
   return max_seq_;
 }
 
-}  // namespace shelf
+}  // namespace shelf::store

@@ -35,7 +35,7 @@
 #include "common/mutex.h"
 #include "transport/wire.h"
 
-namespace shelf {
+namespace shelf::store {
 
 class RangeOwners {
  public:
@@ -61,7 +61,7 @@ class RangeOwners {
   struct Claim {
     uint64_t end = 0;
     uint64_t seq = 0;
-    std::array<char, wire::kKeyDigestBytes> key_digest{};
+    std::array<char, transport::wire::kKeyDigestBytes> key_digest{};
     uint32_t writers = 0;  // admitted writes not yet ended
   };
   mutable Mutex mu_;
@@ -69,6 +69,6 @@ class RangeOwners {
   uint64_t max_seq_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace shelf
+}  // namespace shelf::store
 
 #endif  // SHELF_SERVER_STORE_RANGE_OWNERS_H_

@@ -20,7 +20,7 @@
 #include "common/net.h"
 #include "shelf/limits.h"
 
-namespace shelf {
+namespace shelf::store {
 namespace {
 
 // Fault injection for tests: SHELF_FAULT_LOSE_HEARTBEAT_ANSWERS names
@@ -48,7 +48,7 @@ void Store::Stop() {
   stop_cv_.SignalAll();
 }
 
-absl::StatusOr<DataHandler::Region> Store::Segment(uint32_t id) {
+absl::StatusOr<transport::DataHandler::Region> Store::Segment(uint32_t id) {
   if (id >= SegmentCount()) return absl::NotFoundError(absl::StrCat("no segment ", id));
   return Region{segment_->data() + id * SegmentBytes(), SegmentBytes()};
 }
@@ -105,7 +105,8 @@ absl::Status Store::ReadKeyInto(absl::string_view key, char* buf, uint64_t capac
   return s;
 }
 
-absl::StatusOr<DataHandler::Region> Store::DramKey(absl::string_view key, uint64_t generation) {
+absl::StatusOr<transport::DataHandler::Region> Store::DramKey(absl::string_view key,
+                                                              uint64_t generation) {
   MutexLock lock(&mu_);
   auto k = dram_by_key_.find(key);
   if (k == dram_by_key_.end()) return absl::NotFoundError("no DRAM record of the key");
@@ -117,7 +118,7 @@ absl::StatusOr<DataHandler::Region> Store::DramKey(absl::string_view key, uint64
   if (!InDram(k->second, r.size)) return absl::NotFoundError("record outside segment");
   // The record follows the master's notices, which lag: its range may
   // hold a newer put's block already (range_owners.h).
-  if (!owners_.CheckRead(k->second, r.size, wire::KeyDigest(key)).ok()) {
+  if (!owners_.CheckRead(k->second, r.size, transport::wire::KeyDigest(key)).ok()) {
     return absl::NotFoundError("the record's range holds another block now");
   }
   return Region{segment_->data() + k->second, r.size};
@@ -227,7 +228,7 @@ absl::Status Store::Register() {
       MutexLock lock(&mu_);
       for (const auto& [key, count] : ssd_drops_pending_) dropping.insert(key);
     }
-    for (const SsdTier::Entry& e : ssd_->Inventory()) {
+    for (const storage::SsdTier::Entry& e : ssd_->Inventory()) {
       if (dropping.contains(e.key)) continue;
       v1::InventoryEntry* inv = req.add_inventory();
       inv->set_key(e.key);
@@ -748,7 +749,9 @@ void Store::Promote(const Promotion& p) {
   uint64_t at = 0;
   bool ok = ToGlobal(resp.segment_id(), resp.offset(), p.data.size(), &at);
   // The copy claims its range as a put's write does (range_owners.h).
-  ok = ok && owners_.BeginWrite(at, p.data.size(), resp.range_seq(), wire::KeyDigest(p.key)).ok();
+  ok = ok &&
+       owners_.BeginWrite(at, p.data.size(), resp.range_seq(), transport::wire::KeyDigest(p.key))
+           .ok();
   if (ok) {
     std::memcpy(segment_->data() + at, p.data.data(), p.data.size());
     owners_.EndWrite(at, resp.range_seq());
@@ -836,4 +839,4 @@ void Store::Run() {
   mover.join();
 }
 
-}  // namespace shelf
+}  // namespace shelf::store

@@ -39,7 +39,7 @@
 #include "transport/data_server.h"
 #include "transport/shm.h"
 
-namespace shelf {
+namespace shelf::store {
 
 struct StoreOptions {
   std::string master;                     // HOST:PORT[,...] or etcd://HOST:PORT[,...]/CLUSTER
@@ -79,7 +79,7 @@ struct StoreOptions {
   // Client queue pairs at once (one per client connection that asks);
   // past it a client reads over tcp.
   int rdma_queue_pairs_max = 1024;
-  // The verbs implementation (an rdma::VerbsApi): null, the real
+  // The verbs implementation (a transport::rdma::VerbsApi): null, the real
   // libibverbs; tests pass a simulated device. Not owned; must outlive the
   // store.
   void* rdma_verbs = nullptr;
@@ -138,7 +138,7 @@ struct StoreOptions {
 // most an arena. 0 when not even 2 fit (one segment).
 uint64_t DefaultArenaBytes(uint64_t dram_size);
 
-class Store : public DataHandler {
+class Store : public transport::DataHandler {
  public:
   // The RDMA device, its engine and the acceptor of client queue pairs
   // (defined in store_start.cc).
@@ -161,10 +161,10 @@ class Store : public DataHandler {
 
   // DataHandler.
   absl::StatusOr<Region> Segment(uint32_t id) override;
-  absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
+  absl::Status CheckWrite(const transport::wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                           uint64_t length) override ABSL_LOCKS_EXCLUDED(mu_);
-  void EndWrite(const wire::Grant& grant) override;
-  uint64_t WriteMsLeft(const wire::Grant& grant) override;
+  void EndWrite(const transport::wire::Grant& grant) override;
+  uint64_t WriteMsLeft(const transport::wire::Grant& grant) override;
   absl::Status CheckRead(absl::string_view credential, absl::string_view key, bool range,
                          uint32_t segment_id, uint64_t offset, uint64_t length) override
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -178,8 +178,9 @@ class Store : public DataHandler {
   absl::Status CheckNotDropping(absl::string_view key) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<int> ShmArena(absl::string_view credential, uint32_t segment_id, uint64_t offset,
                                uint64_t length) override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<RdmaExposure> RdmaExposes(absl::string_view credential,
-                                           uint32_t segment_id) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<transport::RdmaExposure> RdmaExposes(absl::string_view credential,
+                                                      uint32_t segment_id) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Pinned> PinSsdKey(absl::string_view key, uint64_t size) override
       ABSL_LOCKS_EXCLUDED(mu_, pin_mu_);
   void Unpin(uint64_t pin) override ABSL_LOCKS_EXCLUDED(pin_mu_);
@@ -189,7 +190,7 @@ class Store : public DataHandler {
   void OnClosedByRule(absl::string_view rule) override {
     prom::Child(metrics_.data_closed, {{"rule", std::string(rule)}}).Increment();
   }
-  SsdTier* ssd() const { return ssd_.get(); }
+  storage::SsdTier* ssd() const { return ssd_.get(); }
 
  private:
   explicit Store(const StoreOptions& options);
@@ -327,32 +328,33 @@ class Store : public DataHandler {
   std::string run_dir_;
   std::string shm_socket_;  // in run_dir_
   const uint64_t incarnation_;
-  std::unique_ptr<DramSegment> segment_;
+  std::unique_ptr<storage::DramSegment> segment_;
   // The part of segment_ the master allocates, [0, dram_bytes_); past it,
   // the window of same-host SSD reads (store_shm_ssd.cc).
   uint64_t dram_bytes_ = 0;
   uint32_t arenas_ = 0;  // 0: one segment (options_.shm_arena_bytes == 0)
   Mutex pin_mu_;         // never held together with mu_
-  std::unique_ptr<RangeAllocator> window_ ABSL_GUARDED_BY(pin_mu_);  // offsets in the window
+  std::unique_ptr<storage::RangeAllocator> window_
+      ABSL_GUARDED_BY(pin_mu_);  // offsets in the window
   struct PinnedRange {
     uint64_t offset;  // in the window
     uint64_t bytes;
   };
   std::map<uint64_t, PinnedRange> pinned_ ABSL_GUARDED_BY(pin_mu_);  // by pin
   uint64_t next_pin_ ABSL_GUARDED_BY(pin_mu_) = 0;
-  std::unique_ptr<SsdTier> ssd_;
+  std::unique_ptr<storage::SsdTier> ssd_;
   // Demotions of at least this many bytes are copied (Put), smaller ones
   // written from the segment (PutInPlace): options_.demote_copy, resolved.
   uint64_t demote_copy_min_ = ~0ull;
-  std::unique_ptr<DataServer> data_server_;
-  std::unique_ptr<ShmServer> shm_server_;
+  std::unique_ptr<transport::DataServer> data_server_;
+  std::unique_ptr<transport::ShmServer> shm_server_;
   // Null without RDMA. Outlives data_server_.
   std::unique_ptr<Rdma> rdma_;
   // The leading master: its address and a stub for it (stubs are cached
   // per address). A failure moves the locator on.
   v1::MasterService::Stub* Master(std::string* address) ABSL_LOCKS_EXCLUDED(stubs_mu_);
   void MasterFailed(const std::string& address, const absl::Status& status);
-  std::unique_ptr<MasterLocator> locator_;
+  std::unique_ptr<coord::MasterLocator> locator_;
   Mutex stubs_mu_;  // never held together with mu_
   std::map<std::string, std::unique_ptr<v1::MasterService::Stub>> stubs_ ABSL_GUARDED_BY(stubs_mu_);
   std::string token_;
@@ -413,6 +415,6 @@ class Store : public DataHandler {
   std::vector<prom::CallbackHandle> gauges_;
 };
 
-}  // namespace shelf
+}  // namespace shelf::store
 
 #endif  // SHELF_SERVER_STORE_STORE_H_

@@ -8,7 +8,9 @@
 #include "common/log.h"
 #include "server/store/store.h"
 
-namespace shelf {
+namespace shelf::store {
+
+namespace wire = transport::wire;
 
 absl::StatusOr<int> Store::ShmArena(absl::string_view credential, uint32_t segment_id,
                                     uint64_t offset, uint64_t length) {
@@ -28,15 +30,16 @@ absl::StatusOr<int> Store::ShmArena(absl::string_view credential, uint32_t segme
   return segment_->arena_fd(segment_id);
 }
 
-absl::StatusOr<RdmaExposure> Store::RdmaExposes(absl::string_view credential, uint32_t segment_id) {
+absl::StatusOr<transport::RdmaExposure> Store::RdmaExposes(absl::string_view credential,
+                                                           uint32_t segment_id) {
   // One segment: its rkey goes to every authenticated peer, as it always
   // has (reads are checked by nothing the device can enforce).
-  if (arenas_ == 0) return RdmaExposure{};
+  if (arenas_ == 0) return transport::RdmaExposure{};
   if (segment_id >= arenas_) return absl::NotFoundError(absl::StrCat("no arena ", segment_id));
   // Without read grants every peer may read every arena anyway.
-  if (options_.secret.empty() || !options_.read_grants) return RdmaExposure{};
+  if (options_.secret.empty() || !options_.read_grants) return transport::RdmaExposure{};
   // No credential: a queue pair for pulled puts, exposing nothing.
-  if (credential.empty()) return RdmaExposure{false, 0};
+  if (credential.empty()) return transport::RdmaExposure{false, 0};
   // The same right as mapping the arena (ShmArena): a read grant into it.
   absl::string_view key;
   absl::StatusOr<wire::ReadGrant> grant = wire::DecodeReadCredential(credential, &key);
@@ -49,7 +52,7 @@ absl::StatusOr<RdmaExposure> Store::RdmaExposes(absl::string_view credential, ui
   }
   // The right ends with the grant: the acceptor tears the queue pair down
   // at its expiry, and the client makes a new one with a newer grant.
-  return RdmaExposure{true, grant->expires_unix_ms};
+  return transport::RdmaExposure{true, grant->expires_unix_ms};
 }
 
 absl::Status Store::CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
@@ -151,4 +154,4 @@ bool Store::AwaitRegistration(std::shared_ptr<const HmacKey>* key, uint64_t* ter
   return true;
 }
 
-}  // namespace shelf
+}  // namespace shelf::store

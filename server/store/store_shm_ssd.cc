@@ -13,7 +13,7 @@
 #include "common/prom.h"
 #include "server/store/store.h"
 
-namespace shelf {
+namespace shelf::store {
 
 uint64_t Store::WindowBytes() const {
   if (!options_.shm || options_.ssd_dir.empty() || options_.shm_ssd_window == 0 ||
@@ -25,7 +25,8 @@ uint64_t Store::WindowBytes() const {
   return (options_.shm_ssd_window + kGrain - 1) / kGrain * kGrain;
 }
 
-absl::StatusOr<DataHandler::Pinned> Store::PinSsdKey(absl::string_view key, uint64_t size) {
+absl::StatusOr<transport::DataHandler::Pinned> Store::PinSsdKey(absl::string_view key,
+                                                                uint64_t size) {
   if (ssd_ == nullptr) return absl::NotFoundError("this store has no SSD tier");
   const std::string k(key);
   if (absl::Status s = CheckNotDropping(key); !s.ok()) return s;
@@ -98,4 +99,4 @@ void Store::Unpin(uint64_t pin) {
   pinned_.erase(it);
 }
 
-}  // namespace shelf
+}  // namespace shelf::store

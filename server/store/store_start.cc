@@ -25,7 +25,7 @@
 #include "transport/rdma/rdma_transport.h"
 #endif
 
-namespace shelf {
+namespace shelf::store {
 namespace {
 
 uint64_t RandomIncarnation() {
@@ -151,9 +151,9 @@ Store::Store(const StoreOptions& options)
 
 #if SHELF_WITH_RDMA
 struct Store::Rdma {
-  rdma::IbVerbs verbs;
-  std::unique_ptr<rdma::RdmaEngine> engine;
-  std::unique_ptr<rdma::RdmaStoreAcceptor> acceptor;  // before engine
+  transport::rdma::IbVerbs verbs;
+  std::unique_ptr<transport::rdma::RdmaEngine> engine;
+  std::unique_ptr<transport::rdma::RdmaStoreAcceptor> acceptor;  // before engine
   ~Rdma() { acceptor.reset(); }
 };
 #else
@@ -164,12 +164,12 @@ namespace {
 
 // Opens the RDMA device and exposes the segment on it; null (logged) when
 // that fails or the build has no RDMA.
-std::unique_ptr<Store::Rdma> OpenRdma(const StoreOptions& options, DramSegment* segment,
+std::unique_ptr<Store::Rdma> OpenRdma(const StoreOptions& options, storage::DramSegment* segment,
                                       uint32_t segment_id) {
   if (options.rdma_device.empty()) return nullptr;
 #if SHELF_WITH_RDMA
   auto r = std::make_unique<Store::Rdma>();
-  rdma::RdmaEngine::Options eo;
+  transport::rdma::RdmaEngine::Options eo;
   eo.device_name = options.rdma_device;
   eo.port_num = static_cast<uint8_t>(options.rdma_port);
   eo.gid_index = options.rdma_gid_index;
@@ -177,14 +177,15 @@ std::unique_ptr<Store::Rdma> OpenRdma(const StoreOptions& options, DramSegment* 
   eo.service_level = options.rdma_service_level;
   eo.pkey_index = options.rdma_pkey_index;
   absl::Status s;
-  rdma::VerbsApi* verbs =
-      options.rdma_verbs != nullptr ? static_cast<rdma::VerbsApi*>(options.rdma_verbs) : &r->verbs;
-  auto engine = rdma::RdmaEngine::Open(verbs, eo);
+  transport::rdma::VerbsApi* verbs =
+      options.rdma_verbs != nullptr ? static_cast<transport::rdma::VerbsApi*>(options.rdma_verbs)
+                                    : &r->verbs;
+  auto engine = transport::rdma::RdmaEngine::Open(verbs, eo);
   if (engine.ok()) {
     r->engine = *std::move(engine);
     // The store's clock: exposures end with read grants, which CheckRead
     // judges by it.
-    r->acceptor = std::make_unique<rdma::RdmaStoreAcceptor>(
+    r->acceptor = std::make_unique<transport::rdma::RdmaStoreAcceptor>(
         r->engine.get(), static_cast<uint64_t>(std::max(options.rdma_queue_pairs_max, 1)),
         options.clock != nullptr ? options.clock : Clock::Real());
     if (segment->arenas() == 0) {
@@ -195,7 +196,8 @@ std::unique_ptr<Store::Rdma> OpenRdma(const StoreOptions& options, DramSegment* 
     // location in it, and a queue pair made for one arena reads no other.
     for (uint32_t i = 0; s.ok() && i < segment->arenas(); ++i) {
       s = r->acceptor->AddSegment(i, segment->data() + i * segment->arena_bytes(),
-                                  segment->arena_bytes(), rdma::RdmaStoreAcceptor::Domain::kOwn);
+                                  segment->arena_bytes(),
+                                  transport::rdma::RdmaStoreAcceptor::Domain::kOwn);
     }
   } else {
     s = engine.status();
@@ -247,13 +249,13 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
         absl::StrCat("--demote-copy takes auto, always or never, not '", options.demote_copy, "'"));
   }
   std::unique_ptr<Store> store(new Store(options));
-  DramSegment::Options dram;
+  storage::DramSegment::Options dram;
   store->dram_bytes_ = options.dram_size;
   dram.size_bytes = options.dram_size + store->WindowBytes();
   dram.try_hugepages = options.hugepages;
   dram.mlock = options.mlock;
   dram.arena_bytes = options.shm_arena_bytes;
-  auto seg = DramSegment::Create(dram);
+  auto seg = storage::DramSegment::Create(dram);
   if (!seg.ok()) return seg.status();
   store->segment_ = *std::move(seg);
   store->arenas_ = store->segment_->arenas();
@@ -264,8 +266,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
   }
   if (store->segment_->size() > store->dram_bytes_) {
     MutexLock lock(&store->pin_mu_);
-    store->window_ = std::make_unique<RangeAllocator>(store->segment_->size() - store->dram_bytes_,
-                                                      kWindowAlign);
+    store->window_ = std::make_unique<storage::RangeAllocator>(
+        store->segment_->size() - store->dram_bytes_, kWindowAlign);
   }
 
   store->OpenSsdTier();
@@ -274,7 +276,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
   store->OfferShm();
   store->AddGauges();
 
-  auto locator = MasterLocator::Create(options.master, options.etcd);
+  auto locator = coord::MasterLocator::Create(options.master, options.etcd);
   if (!locator.ok()) return locator.status();
   store->locator_ = *std::move(locator);
   store->token_ = options.master_token.empty() ? AuthToken(options.secret) : options.master_token;
@@ -288,7 +290,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
 
 void Store::OpenSsdTier() {
   if (options_.ssd_dir.empty()) return;
-  SsdTier::Options so;
+  storage::SsdTier::Options so;
   so.dir = options_.ssd_dir;
   so.capacity_bytes = options_.ssd_size != 0 ? options_.ssd_size : (64ull << 30);
   // Demotions from a segment of 4 KiB pages: blocks of 2 MiB and more
@@ -300,7 +302,7 @@ void Store::OpenSsdTier() {
                     (options_.demote_copy == "auto" && small_pages && ThpAdvisable("enabled"));
   if (copy) demote_copy_min_ = options_.demote_copy == "always" ? 0 : kIoBufferHugePage;
   so.stage_runs = copy;
-  auto ssd = SsdTier::Open(so);
+  auto ssd = storage::SsdTier::Open(so);
   if (!ssd.ok()) {
     // What is there cannot be read: keep it for a post-mortem under
     // another name and start this tier empty. Its blocks are lost to the
@@ -313,7 +315,7 @@ void Store::OpenSsdTier() {
                      << Kv("moved_to",
                            ec ? std::string("(not moved: ") + ec.message() + ")" : aside);
     if (!ec) {
-      ssd = SsdTier::Open(so);
+      ssd = storage::SsdTier::Open(so);
       // Same identity: the node id moves back into the fresh directory.
       std::filesystem::copy_file(aside + "/NODE_ID", options_.ssd_dir + "/NODE_ID", ec);
     }
@@ -343,7 +345,7 @@ void Store::OpenSsdTier() {
 absl::Status Store::ServeData() {
   absl::StatusOr<HostPort> listen = ParseHostPort(options_.listen);
   if (!listen.ok()) return listen.status();
-  DataServer::Options dso;
+  transport::DataServer::Options dso;
   dso.listen = *listen;
   dso.secret = options_.secret;
   dso.max_connections = options_.max_connections;
@@ -354,7 +356,7 @@ absl::Status Store::ServeData() {
   dso.max_unauthenticated_per_source = options_.max_unauthenticated_per_source;
   dso.session_tag_payload = options_.session_tag_payload;
   if (options_.data_tls) {
-    auto tls = wire::DataTls::ForServer(
+    auto tls = transport::wire::DataTls::ForServer(
         {options_.data_tls_files.cert, options_.data_tls_files.key, options_.data_tls_files.ca});
     if (!tls.ok()) return tls.status();
     dso.tls = *std::move(tls);
@@ -366,7 +368,7 @@ absl::Status Store::ServeData() {
 #if SHELF_WITH_RDMA
   if (rdma_ != nullptr) dso.rdma = rdma_->acceptor.get();
 #endif
-  auto server = DataServer::Start(dso, this);
+  auto server = transport::DataServer::Start(dso, this);
   if (!server.ok()) return server.status();
   data_server_ = *std::move(server);
   return absl::OkStatus();
@@ -408,11 +410,12 @@ void Store::OfferShm() {
   }
   // With arenas no descriptor goes with the handshake: each arena's is
   // handed over for a read grant into it (ShmServer::StartArenas).
-  auto shm = arenas_ > 0
-                 ? ShmServer::StartArenas(shm_socket_, segment_->arena_bytes(), options_.secret,
-                                          options_.shm_allow_uids, this)
-                 : ShmServer::Start(shm_socket_, segment_->fd(), kSegmentId, segment_->size(),
-                                    options_.secret, options_.shm_allow_uids, this);
+  auto shm =
+      arenas_ > 0
+          ? transport::ShmServer::StartArenas(shm_socket_, segment_->arena_bytes(), options_.secret,
+                                              options_.shm_allow_uids, this)
+          : transport::ShmServer::Start(shm_socket_, segment_->fd(), kSegmentId, segment_->size(),
+                                        options_.secret, options_.shm_allow_uids, this);
   if (shm.ok()) {
     shm_server_ = *std::move(shm);
   } else {
@@ -449,7 +452,7 @@ void Store::AddGauges() {
         "RDMA: live client queue pairs, those refused or expired, and puts pulled (count, bytes, "
         "errors)",
         {"what"}, [this] {
-          rdma::RdmaStoreAcceptor::Stats s = rdma_->acceptor->stats();
+          transport::rdma::RdmaStoreAcceptor::Stats s = rdma_->acceptor->stats();
           return std::vector<prom::GaugeSample>{
               {{"queue_pairs"}, static_cast<double>(s.live)},
               {{"queue_pairs_refused"}, static_cast<double>(s.refused)},
@@ -462,4 +465,4 @@ void Store::AddGauges() {
 #endif
 }
 
-}  // namespace shelf
+}  // namespace shelf::store

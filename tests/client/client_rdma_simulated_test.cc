@@ -52,7 +52,7 @@ class ClientRdmaSimulatedTest : public ::testing::Test {
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
-    StoreOptions so;
+    store::StoreOptions so;
     so.master = cluster_->master_address();
     so.listen = "127.0.0.1:0";
     so.dram_size = 64ull << 20;
@@ -62,7 +62,7 @@ class ClientRdmaSimulatedTest : public ::testing::Test {
     so.rdma_device = "sim1";
     so.rdma_verbs = &sim_;
     so.shm_arena_bytes = arena_bytes_;
-    auto store = Store::Start(so);
+    auto store = store::Store::Start(so);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
     store_thread_ = std::thread([this] { store_->Run(); });
@@ -75,7 +75,7 @@ class ClientRdmaSimulatedTest : public ::testing::Test {
     if (store_thread_.joinable()) store_thread_.join();
     store_.reset();
     cluster_.reset();
-    rdma::SimulatedVerbs::Stats s = sim_.stats();
+    transport::rdma::SimulatedVerbs::Stats s = sim_.stats();
     EXPECT_EQ(s.live_contexts + s.live_pds + s.live_mrs + s.live_cqs + s.live_qps, 0)
         << "simulated objects leaked";
   }
@@ -98,10 +98,10 @@ class ClientRdmaSimulatedTest : public ::testing::Test {
   uint64_t arena_bytes_ = 0;  // StoreOptions::shm_arena_bytes
   std::vector<std::string> master_args_;
   size_t location_cache_entries_ = ClientOptions().location_cache_entries;
-  rdma::SimulatedVerbs sim_;
+  transport::rdma::SimulatedVerbs sim_;
   FakeCudaRuntime cuda_;
   std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<store::Store> store_;
   std::thread store_thread_;
 };
 

@@ -71,7 +71,7 @@ class ClientRdmaTenantTest : public ::testing::Test {
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
-    StoreOptions so;
+    store::StoreOptions so;
     so.master = cluster_->master_address();
     so.master_token = PrincipalToken("store-1", SecretOf("store-1"));
     so.listen = "127.0.0.1:0";
@@ -82,7 +82,7 @@ class ClientRdmaTenantTest : public ::testing::Test {
     so.rdma_device = "sim1";
     so.rdma_verbs = &sim_;
     so.shm_arena_bytes = kArenaBytes;
-    auto store = Store::Start(so);
+    auto store = store::Store::Start(so);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
     store_thread_ = std::thread([this] { store_->Run(); });
@@ -98,7 +98,7 @@ class ClientRdmaTenantTest : public ::testing::Test {
     cluster_.reset();
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
-    rdma::SimulatedVerbs::Stats s = sim_.stats();
+    transport::rdma::SimulatedVerbs::Stats s = sim_.stats();
     EXPECT_EQ(s.live_contexts + s.live_pds + s.live_mrs + s.live_cqs + s.live_qps, 0)
         << "simulated objects leaked";
   }
@@ -159,26 +159,27 @@ class ClientRdmaTenantTest : public ::testing::Test {
   // server for queue pairs by hand, reading into `local` (kBlock bytes).
   struct RawClient {
     std::string local = std::string(kBlock, '\0');
-    std::unique_ptr<rdma::RdmaEngine> engine;
-    std::optional<rdma::MemoryRegion> region;  // of local, in engine
+    std::unique_ptr<transport::rdma::RdmaEngine> engine;
+    std::optional<transport::rdma::MemoryRegion> region;  // of local, in engine
   };
   void OpenRawClient(RawClient* c) {
-    rdma::RdmaEngine::Options eo;
+    transport::rdma::RdmaEngine::Options eo;
     eo.device_name = "sim0";
-    auto engine = rdma::RdmaEngine::Open(&sim_, eo);
+    auto engine = transport::rdma::RdmaEngine::Open(&sim_, eo);
     ASSERT_TRUE(engine.ok()) << engine.status();
     c->engine = std::move(*engine);
     auto region = c->engine->RegisterMemory(c->local.data(), c->local.size(),
-                                            rdma::MemoryKind::kHost, rdma::MemoryAccess::kLocal);
+                                            transport::rdma::MemoryKind::kHost,
+                                            transport::rdma::MemoryAccess::kLocal);
     ASSERT_TRUE(region.ok()) << region.status();
     c->region.emplace(*region);
   }
 
   std::string dir_, credentials_;
-  rdma::SimulatedVerbs sim_;
+  transport::rdma::SimulatedVerbs sim_;
   FakeCudaRuntime cuda_;
   std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<store::Store> store_;
   std::thread store_thread_;
   std::unique_ptr<v1::MasterService::Stub> stub_;
 };
@@ -228,7 +229,7 @@ TEST_F(ClientRdmaTenantTest, AnArenasRkeyIsToldOnlyForAReadGrantIntoIt) {
   ASSERT_TRUE(ep.ok()) << ep.status();
   auto info = (*ep)->LocalInfo();
   ASSERT_TRUE(info.ok()) << info.status();
-  TcpDataClient control(TcpDataClient::Options{kSecret, 5000, 0});
+  transport::TcpDataClient control(transport::TcpDataClient::Options{kSecret, 5000, 0});
   auto fd = control.Dial(store_->data_address(), MonoMs() + 5000);
   ASSERT_TRUE(fd.ok()) << fd.status();
   auto connect = [&](uint32_t arena, const std::string& credential) {
@@ -240,7 +241,7 @@ TEST_F(ClientRdmaTenantTest, AnArenasRkeyIsToldOnlyForAReadGrantIntoIt) {
   EXPECT_EQ(remote.status().code(), absl::StatusCode::kPermissionDenied) << remote.status();
   // A forged grant (B's, one MAC byte changed): refused.
   std::string forged = cred_b;
-  forged[wire::kReadGrantBytes - 1] ^= 1;
+  forged[transport::wire::kReadGrantBytes - 1] ^= 1;
   remote = connect(rb.segment_id(), forged);
   EXPECT_EQ(remote.status().code(), absl::StatusCode::kPermissionDenied) << remote.status();
   // Garbage where the grant goes: refused.
@@ -250,7 +251,8 @@ TEST_F(ClientRdmaTenantTest, AnArenasRkeyIsToldOnlyForAReadGrantIntoIt) {
   // exposes nothing: no address, no length, no rkey.
   remote = connect(rb.segment_id(), "");
   ASSERT_TRUE(remote.ok()) << remote.status();
-  absl::StatusOr<rdma::ConnectionInfo> told = rdma::DecodeConnectionInfo(*remote);
+  absl::StatusOr<transport::rdma::ConnectionInfo> told =
+      transport::rdma::DecodeConnectionInfo(*remote);
   ASSERT_TRUE(told.ok()) << told.status();
   EXPECT_EQ(told->segment.rkey, 0u);
   EXPECT_EQ(told->segment.addr, 0u);
@@ -260,12 +262,13 @@ TEST_F(ClientRdmaTenantTest, AnArenasRkeyIsToldOnlyForAReadGrantIntoIt) {
   // a one-sided READ.
   remote = connect(ra.segment_id(), cred_a);
   ASSERT_TRUE(remote.ok()) << remote.status();
-  told = rdma::DecodeConnectionInfo(*remote);
+  told = transport::rdma::DecodeConnectionInfo(*remote);
   ASSERT_TRUE(told.ok()) << told.status();
   EXPECT_EQ(told->segment.length, kArenaBytes);
   ASSERT_TRUE((*ep)->Connect(*remote).ok());
-  rdma::RdmaBatchResult r = (*ep)->Execute(
-      {{rdma::RdmaOpKind::kRead, local.data(), ra.length(), ra.offset()}}, MonoMs() + 5000);
+  transport::rdma::RdmaBatchResult r =
+      (*ep)->Execute({{transport::rdma::RdmaOpKind::kRead, local.data(), ra.length(), ra.offset()}},
+                     MonoMs() + 5000);
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_TRUE(local.substr(0, ra.length()) == data_a);
 
@@ -282,10 +285,10 @@ TEST_F(ClientRdmaTenantTest, AQueuePairOfOneArenaCannotReadAnotherUnderItsRkey) 
   RawClient raw;
   ASSERT_NO_FATAL_FAILURE(OpenRawClient(&raw));
   std::string& local = raw.local;
-  TcpDataClient control(TcpDataClient::Options{kSecret, 5000, 0});
+  transport::TcpDataClient control(transport::TcpDataClient::Options{kSecret, 5000, 0});
   std::vector<int> fds;
   auto expose = [&](uint32_t arena, const std::string& credential) {
-    std::unique_ptr<rdma::RdmaEndpoint> ep;
+    std::unique_ptr<transport::rdma::RdmaEndpoint> ep;
     auto made = raw.engine->CreateEndpoint({});
     EXPECT_TRUE(made.ok()) << made.status();
     auto fd = control.Dial(store_->data_address(), MonoMs() + 5000);
@@ -298,17 +301,18 @@ TEST_F(ClientRdmaTenantTest, AQueuePairOfOneArenaCannotReadAnotherUnderItsRkey) 
     if (remote.ok() && (*made)->Connect(*remote).ok()) ep = *std::move(made);
     return ep;
   };
-  std::unique_ptr<rdma::RdmaEndpoint> ep_a = expose(ra.segment_id(), cred_a);
-  std::unique_ptr<rdma::RdmaEndpoint> ep_b = expose(rb.segment_id(), cred_b);
+  std::unique_ptr<transport::rdma::RdmaEndpoint> ep_a = expose(ra.segment_id(), cred_a);
+  std::unique_ptr<transport::rdma::RdmaEndpoint> ep_b = expose(rb.segment_id(), cred_b);
   ASSERT_TRUE(ep_a != nullptr && ep_b != nullptr);
-  const rdma::RemoteSegment seg_b = *ep_b->remote_segment();
-  const rdma::RdmaOp into_b{rdma::RdmaOpKind::kRead, local.data(), rb.length(),
-                            seg_b.addr + rb.offset(), seg_b.rkey};
+  const transport::rdma::RemoteSegment seg_b = *ep_b->remote_segment();
+  const transport::rdma::RdmaOp into_b{transport::rdma::RdmaOpKind::kRead, local.data(),
+                                       rb.length(), seg_b.addr + rb.offset(), seg_b.rkey};
 
   // A's queue pair reads A's arena, but B's bytes under B's real rkey and
   // address it does not: each arena is in a protection domain of its own.
-  rdma::RdmaBatchResult r = ep_a->Execute(
-      {{rdma::RdmaOpKind::kRead, local.data(), ra.length(), ra.offset()}}, MonoMs() + 5000);
+  transport::rdma::RdmaBatchResult r =
+      ep_a->Execute({{transport::rdma::RdmaOpKind::kRead, local.data(), ra.length(), ra.offset()}},
+                    MonoMs() + 5000);
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_TRUE(local.substr(0, ra.length()) == data_a);
   r = ep_a->Execute({&into_b, 1}, MonoMs() + 5000);

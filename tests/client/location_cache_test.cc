@@ -26,6 +26,9 @@
 #include "transport/wire.h"
 
 namespace shelf {
+
+namespace wire = transport::wire;
+
 namespace {
 
 std::string Block(size_t n, uint32_t seed) {
@@ -73,10 +76,10 @@ class LocationCacheTest : public ::testing::Test {
     return raw_.CheckKey(cluster_->store_address(0), key, size, 0, MonoMs() + 5000).ok();
   }
   static LocalCluster* cluster_;
-  static TcpDataClient raw_;
+  static transport::TcpDataClient raw_;
 };
 LocalCluster* LocationCacheTest::cluster_ = nullptr;
-TcpDataClient LocationCacheTest::raw_{TcpDataClient::Options{}};
+transport::TcpDataClient LocationCacheTest::raw_{transport::TcpDataClient::Options{}};
 
 TEST_F(LocationCacheTest, WarmGetsSkipTheMasterOverShmAndTcp) {
   for (bool shm : {true, false}) {
@@ -339,7 +342,7 @@ class SsdClusterTest : public ::testing::Test {
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<v1::MasterService::Stub> master_;
   std::unique_ptr<v1::AdminService::Stub> admin_;
-  TcpDataClient raw_{TcpDataClient::Options{}};
+  transport::TcpDataClient raw_{transport::TcpDataClient::Options{}};
 };
 
 // A cached read of an SSD copy that the master dropped (its key removed)

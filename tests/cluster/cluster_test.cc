@@ -124,7 +124,7 @@ TEST_F(ClusterTest, BadInputGetsClearErrors) {
 TEST_F(ClusterTest, StoreRejectsRangesOutsideItsSegmentAndUngrantedWrites) {
   // A store's data plane, spoken to directly: reads outside the segment are
   // OUT_OF_RANGE; writes need a valid grant; nothing crashes.
-  TcpDataClient raw(TcpDataClient::Options{});
+  transport::TcpDataClient raw(transport::TcpDataClient::Options{});
   const std::string& store = cluster_->store_address(0);
   std::vector<char> buf(4096);
   uint64_t deadline = MonoMs() + 5000;
@@ -134,7 +134,7 @@ TEST_F(ClusterTest, StoreRejectsRangesOutsideItsSegmentAndUngrantedWrites) {
   EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
   s = raw.Read(store, 7, 0, 16, buf.data(), deadline);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
-  wire::Grant forged;
+  transport::wire::Grant forged;
   forged.put_id = 1;
   forged.length = 4096;
   forged.expires_unix_ms = ~0ull;
@@ -157,7 +157,7 @@ TEST_F(ClusterTest, GarbageOnTheDataPlaneClosesTheConnectionOnly) {
     absl::StatusOr<int> fd = TcpConnect(*hp, 2000);
     ASSERT_TRUE(fd.ok());
     SetIoTimeoutMs(*fd, 2000);
-    char hello[wire::kHeaderBytes + wire::kNonceBytes];
+    char hello[transport::wire::kHeaderBytes + transport::wire::kNonceBytes];
     ASSERT_TRUE(ReadFull(*fd, hello, sizeof(hello)).ok());
     std::string junk = RandomBytes(size_t{4096} * (round + 1), 100 + round);
     WriteFull(*fd, junk.data(), junk.size()).IgnoreError();
@@ -166,7 +166,7 @@ TEST_F(ClusterTest, GarbageOnTheDataPlaneClosesTheConnectionOnly) {
     EXPECT_LE(recv(*fd, &c, 1, 0), 0);
     close(*fd);
   }
-  EXPECT_TRUE(TcpDataClient(TcpDataClient::Options{})
+  EXPECT_TRUE(transport::TcpDataClient(transport::TcpDataClient::Options{})
                   .Ping(cluster_->store_address(0), MonoMs() + 5000)
                   .ok());
 }

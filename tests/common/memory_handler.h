@@ -23,7 +23,7 @@
 
 namespace shelf::testing {
 
-class MemoryHandler : public DataHandler {
+class MemoryHandler : public transport::DataHandler {
  public:
   MemoryHandler(uint64_t size, std::string grant_key, std::string node_id)
       : size_(size), grant_key_(std::move(grant_key)), node_id_(std::move(node_id)) {
@@ -49,15 +49,15 @@ class MemoryHandler : public DataHandler {
   uint64_t size() const { return size_; }
 
   // A grant for [offset, +length) of segment 0, valid for `valid_ms`.
-  wire::Grant MakeGrant(uint64_t put_id, uint64_t offset, uint64_t length,
-                        uint64_t valid_ms = 60000) const {
-    wire::Grant g;
+  transport::wire::Grant MakeGrant(uint64_t put_id, uint64_t offset, uint64_t length,
+                                   uint64_t valid_ms = 60000) const {
+    transport::wire::Grant g;
     g.put_id = put_id;
     g.segment_id = 0;
     g.offset = offset;
     g.length = length;
     g.expires_unix_ms = UnixMs() + valid_ms;
-    g.mac = wire::GrantMac(grant_key_, Scope(), g);
+    g.mac = transport::wire::GrantMac(grant_key_, Scope(), g);
     return g;
   }
 
@@ -65,11 +65,12 @@ class MemoryHandler : public DataHandler {
     if (id != 0) return absl::NotFoundError("no such segment");
     return Region{base_, size_};
   }
-  absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
+  absl::Status CheckWrite(const transport::wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                           uint64_t length) override {
-    return wire::VerifyGrant(grant_key_, Scope(), grant, segment_id, offset, length, UnixMs());
+    return transport::wire::VerifyGrant(grant_key_, Scope(), grant, segment_id, offset, length,
+                                        UnixMs());
   }
-  uint64_t WriteMsLeft(const wire::Grant& grant) override {
+  uint64_t WriteMsLeft(const transport::wire::Grant& grant) override {
     const uint64_t now = UnixMs();
     return grant.expires_unix_ms > now ? grant.expires_unix_ms - now : 0;
   }
@@ -91,7 +92,7 @@ class MemoryHandler : public DataHandler {
 
  private:
   // Incarnation 1 under term 1: the handler stands for one store process.
-  wire::GrantScope Scope() const { return wire::GrantScope{node_id_, 1, 1}; }
+  transport::wire::GrantScope Scope() const { return transport::wire::GrantScope{node_id_, 1, 1}; }
   const uint64_t size_;
   const std::string grant_key_;
   const std::string node_id_;

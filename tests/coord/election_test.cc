@@ -236,7 +236,8 @@ TEST_F(ElectionTest, MasterLocatorFollowsANewLeaderAndTellsItsListener) {
   Candidate a("a", client_.get(), cluster_, &recorder_);
   Candidate b("b", client_.get(), cluster_, &recorder_);
   ASSERT_GT(StartLeader(&a, "a"), 0);
-  auto locator = MasterLocator::Create(absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_));
+  auto locator =
+      coord::MasterLocator::Create(absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_));
   ASSERT_TRUE(locator.ok()) << locator.status();
   EXPECT_EQ((*locator)->Current(), a.address());
   Mutex mu;

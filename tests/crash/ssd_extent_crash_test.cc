@@ -30,8 +30,8 @@ constexpr int kEvenKeys = 8;  // overwritten every round, never deleted
 constexpr int kOddKeys = 8;   // put, then deleted four rounds later
 constexpr uint64_t kCapacity = 12ull << 20;
 
-SsdTier::Options TierOptions(const std::string& dir) {
-  SsdTier::Options o;
+storage::SsdTier::Options TierOptions(const std::string& dir) {
+  storage::SsdTier::Options o;
   o.dir = dir;
   o.capacity_bytes = kCapacity;
   o.grow_bytes = 1 << 20;
@@ -61,7 +61,7 @@ std::string Key(uint64_t id) { return absl::StrCat("k", id); }
 // completes, while the next rounds are written (up to 3 syncs under way,
 // as the store's mover). Never returns.
 [[noreturn]] void Writer(const std::string& dir, uint64_t first_version, int fd, bool async) {
-  auto tier = SsdTier::Open(TierOptions(dir));
+  auto tier = storage::SsdTier::Open(TierOptions(dir));
   if (!tier.ok()) {
     std::fprintf(stderr, "writer: %s\n", std::string(tier.status().message()).c_str());
     _exit(3);
@@ -111,13 +111,13 @@ std::string Key(uint64_t id) { return absl::StrCat("k", id); }
 // block its key and version say, and every even key is at `min_version`
 // or later.
 int Check(const std::string& dir, uint64_t min_version, uint64_t* file_bytes) {
-  auto tier = SsdTier::Open(TierOptions(dir));
+  auto tier = storage::SsdTier::Open(TierOptions(dir));
   if (!tier.ok()) {
     std::fprintf(stderr, "reopen: %s\n", std::string(tier.status().message()).c_str());
     return 1;
   }
   std::map<uint64_t, uint64_t> versions;
-  for (const SsdTier::Entry& e : (*tier)->Inventory()) {
+  for (const storage::SsdTier::Entry& e : (*tier)->Inventory()) {
     std::string got;
     absl::Status s = (*tier)->Get(e.key, &got);
     if (!s.ok()) {

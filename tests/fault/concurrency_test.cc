@@ -43,23 +43,23 @@ TEST(ConcurrencyTest, DataPlaneServesManyThreadsOnPooledConnections) {
   MemoryHandler handler(kThreads * kSlice, kGrantKey, kNode);
   ASSERT_TRUE(handler.ok());
   handler.AddKey("ssd-key", std::string(10000, 'k'));
-  DataServer::Options so;
+  transport::DataServer::Options so;
   so.listen = HostPort{"127.0.0.1", 0};
   so.secret = kSecret;
   so.max_connections = 64;
-  auto server = DataServer::Start(so, &handler);
+  auto server = transport::DataServer::Start(so, &handler);
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string address = (*server)->bound().ToString();
-  TcpDataClient::Options co;
+  transport::TcpDataClient::Options co;
   co.secret = kSecret;
   co.max_idle_per_peer = 4;  // fewer than the threads: connections churn
-  TcpDataClient client(co);
+  transport::TcpDataClient client(co);
 
   std::atomic<int> errors{0};
   std::atomic<uint64_t> written{0};
   auto worker = [&](int t) {
     std::mt19937_64 rng(t);
-    TcpDataClient own(co);
+    transport::TcpDataClient own(co);
     const uint64_t base = t * kSlice;
     std::string buf(kSlice, '\0'), back(kSlice, '\0');
     for (int i = 0; i < 60; ++i) {
@@ -67,7 +67,7 @@ TEST(ConcurrencyTest, DataPlaneServesManyThreadsOnPooledConnections) {
       uint64_t off = rng() % (kSlice - len + 1);
       for (uint64_t j = 0; j < len; ++j) buf[j] = static_cast<char>(rng());
       uint64_t deadline = MonoMs() + 20000;
-      wire::Grant g = handler.MakeGrant(t * 1000 + i, base, kSlice);
+      transport::wire::Grant g = handler.MakeGrant(t * 1000 + i, base, kSlice);
       absl::Status s = own.Write(address, g, 0, base + off, buf.data(), len, deadline);
       if (!s.ok()) {
         ADD_FAILURE() << "write: " << s;
@@ -94,7 +94,7 @@ TEST(ConcurrencyTest, DataPlaneServesManyThreadsOnPooledConnections) {
         }
         case 2: {
           // Outside the grant: rejected, and the connection is dropped.
-          wire::Grant other = handler.MakeGrant(1, base, kSlice / 2);
+          transport::wire::Grant other = handler.MakeGrant(1, base, kSlice / 2);
           s = client.Write(address, other, 0, base + kSlice / 2, buf.data(), 16, deadline);
           if (s.code() != absl::StatusCode::kPermissionDenied) {
             ADD_FAILURE() << "ungranted write: " << s;
@@ -114,10 +114,10 @@ TEST(ConcurrencyTest, DataPlaneServesManyThreadsOnPooledConnections) {
   for (int t = 0; t < kThreads; ++t) threads.emplace_back(worker, t);
   // Meanwhile a stranger keeps knocking with the wrong secret.
   std::thread stranger([&] {
-    TcpDataClient::Options bad;
+    transport::TcpDataClient::Options bad;
     bad.secret = "not-the-secret";
     for (int i = 0; i < 20; ++i) {
-      TcpDataClient c(bad);
+      transport::TcpDataClient c(bad);
       if (c.Ping(address, MonoMs() + 5000).code() != absl::StatusCode::kUnauthenticated) {
         errors.fetch_add(1);
       }
@@ -134,7 +134,7 @@ TEST(ConcurrencyTest, AllocatorBehindAMutexNeverHandsOutARangeTwice) {
   constexpr uint64_t kAlign = 4096;
   constexpr uint64_t kPages = 4096;
   Mutex mu;
-  RangeAllocator alloc(kPages * kAlign, kAlign);  // guarded by mu
+  storage::RangeAllocator alloc(kPages * kAlign, kAlign);  // guarded by mu
   std::vector<std::atomic<int>> owner(kPages);
   for (auto& o : owner) o.store(-1);
   std::atomic<int> overlaps{0};

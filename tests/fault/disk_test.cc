@@ -64,7 +64,7 @@ class TinyDisk {
 
 // Fills a tier on a 4 MiB disk; returns how many 512 KiB blocks it took and
 // the error of the first that did not fit.
-void FillTier(SsdTier* tier, int* stored, absl::Status* full) {
+void FillTier(storage::SsdTier* tier, int* stored, absl::Status* full) {
   constexpr size_t kBytes = 512 << 10;
   *stored = 0;
   *full = absl::OkStatus();
@@ -81,10 +81,10 @@ void FillTier(SsdTier* tier, int* stored, absl::Status* full) {
 TEST(FullDiskTest, SsdTierReportsNoSpaceAndKeepsWhatItHas) {
   auto disk = TinyDisk::Mount(4ull << 20);
   if (!disk.ok()) GTEST_SKIP() << disk.status();
-  SsdTier::Options so;
+  storage::SsdTier::Options so;
   so.dir = (*disk)->dir() + "/ssd";
   so.capacity_bytes = 1ull << 30;  // the tier believes it has room; the disk has not
-  auto tier = SsdTier::Open(so);
+  auto tier = storage::SsdTier::Open(so);
   ASSERT_TRUE(tier.ok()) << tier.status();
   int stored = 0;
   absl::Status full;
@@ -123,10 +123,10 @@ TEST(FullDiskTest, SsdTierReportsNoSpaceAndKeepsWhatItHas) {
 TEST(FullDiskTest, SsdTierWithItsInfoLogOnTheFullDiskSurvives) {
   auto disk = TinyDisk::Mount(4ull << 20);
   if (!disk.ok()) GTEST_SKIP() << disk.status();
-  SsdTier::Options so;
+  storage::SsdTier::Options so;
   so.dir = (*disk)->dir() + "/ssd";
   so.capacity_bytes = 1ull << 30;
-  auto tier = SsdTier::Open(so);
+  auto tier = storage::SsdTier::Open(so);
   ASSERT_TRUE(tier.ok()) << tier.status();
   int stored = 0;
   absl::Status full;
@@ -295,7 +295,7 @@ TEST(CorruptBlobTest, CorruptSsdBlocksAreReportedAndNeverServed) {
   }
   EXPECT_GT(data_loss, 0);
   {
-    TcpDataClient raw(TcpDataClient::Options{});
+    transport::TcpDataClient raw(transport::TcpDataClient::Options{});
     std::string buf(kBytes, '\0');
     for (int i = kCount / 2; i < kCount; ++i) {
       absl::Status s =

@@ -47,7 +47,7 @@ void Trace(const char* call, const google::protobuf::Message& req, const absl::S
 class Program {
  public:
   explicit Program(fuzz::FuzzInput& in) : in_(in) {
-    MasterOptions o;
+    master::MasterOptions o;
     // 0 makes the time-based work of Tick (expiry, liveness) happen at the
     // next tick; a minute keeps it from ever happening within one input.
     o.node_ttl_ms = in_.Bool() ? 0 : 60000;
@@ -58,7 +58,7 @@ class Program {
     o.block_bytes_max = 1 << 20;
     o.evict_high = 0.9;
     o.evict_low = 0.5;
-    master_ = std::make_unique<Master>(o, &registry_);
+    master_ = std::make_unique<master::Master>(o, &registry_);
   }
 
   void Run() {
@@ -435,7 +435,7 @@ class Program {
 
   fuzz::FuzzInput& in_;
   prom::Exposition registry_;
-  std::unique_ptr<Master> master_;
+  std::unique_ptr<master::Master> master_;
   std::map<std::string, uint64_t> incarnations_;
   std::map<std::string, std::vector<v1::TierMove>> pending_moves_;
   std::vector<uint64_t> put_ids_;

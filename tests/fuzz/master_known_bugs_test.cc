@@ -28,10 +28,10 @@ v1::RegisterStoreRequest Store(const std::string& id, uint64_t incarnation) {
 class MasterKnownBugsTest : public ::testing::Test {
  protected:
   MasterKnownBugsTest() {
-    MasterOptions o;
+    master::MasterOptions o;
     o.demote_wait_ms = 0;
     o.clock = &clock_;
-    master_ = std::make_unique<Master>(o, &registry_);
+    master_ = std::make_unique<master::Master>(o, &registry_);
   }
 
   // A put of "k" is open on store "a" when store "b" registers (a restart,
@@ -65,7 +65,7 @@ class MasterKnownBugsTest : public ::testing::Test {
 
   ManualClock clock_;  // outlives master_
   prom::Exposition registry_;
-  std::unique_ptr<Master> master_;
+  std::unique_ptr<master::Master> master_;
 };
 
 // Master::PutCommit (server/master/master.cc) assumes the key is not in
@@ -126,7 +126,7 @@ TEST_F(MasterKnownBugsTest, NodeHoldingABlockInBothTiersDropsItOnce) {
   // The store restarts: everything it held leaves the index, once. (The
   // new incarnation registers once the old one has been silent for the
   // node timeout.)
-  clock_.Advance(MasterOptions().node_ttl_ms + 1);
+  clock_.Advance(master::MasterOptions().node_ttl_ms + 1);
   ASSERT_TRUE(master_->RegisterStore(Store("a", 2), &reg).ok());
   master_->CheckInvariants();
   v1::StatResponse gone;

@@ -72,7 +72,7 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
   const bool secret = in.Bool();
   const bool attach = in.Bool();
   const uint64_t fd_size = in.Pick(4) == 0 ? in.U32() % (1 << 20) : 4096 * (in.U8() % 4);
-  std::string hello = in.Bytes(in.Pick(3) == 0 ? in.Pick(24) : kShmHelloBytes);
+  std::string hello = in.Bytes(in.Pick(3) == 0 ? in.Pick(24) : transport::kShmHelloBytes);
   std::string reply = in.Bytes(in.Pick(3) == 0 ? in.Pick(24) : 16);
   // Last, so that older corpus entries keep their meaning (they seal: the
   // client maps only a descriptor sealed against resizing and writes).
@@ -84,7 +84,7 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
     if (fd < 0) return;
     SetIoTimeoutMs(fd, 2000);
     WriteFull(fd, hello.data(), hello.size()).IgnoreError();
-    if (hello.size() == kShmHelloBytes) {
+    if (hello.size() == transport::kShmHelloBytes) {
       char mac[kMacBytes];
       ReadFull(fd, mac, sizeof(mac)).IgnoreError();
     }
@@ -98,19 +98,19 @@ void FuzzClientSide(fuzz::FuzzInput& in) {
         std::abort();
       }
     }
-    SendWithFd(fd, &iov, 1, memfd);
+    transport::SendWithFd(fd, &iov, 1, memfd);
     if (memfd >= 0) close(memfd);
     close(fd);
   });
-  ShmAttachments attachments(secret ? kSecret : "");
-  absl::StatusOr<std::shared_ptr<ShmMapping>> m = attachments.Get(path);
+  transport::ShmAttachments attachments(secret ? kSecret : "");
+  absl::StatusOr<std::shared_ptr<transport::ShmMapping>> m = attachments.Get(path);
   store.join();
   close(listener);
   unlink(path.c_str());
   if (!m.ok()) return;
   Check(reply.size() == 16 && absl::little_endian::Load32(reply.data()) == 0,
         "a mapping from a refusal");
-  if (absl::little_endian::Load32(reply.data() + 4) == kShmArenas) {
+  if (absl::little_endian::Load32(reply.data() + 4) == transport::kShmArenas) {
     // A store of tenant arenas hands over no descriptor at the handshake:
     // each arena is asked for later, with a read grant.
     Check(!attach, "a mapping of arenas from a reply that carried a descriptor");
@@ -136,9 +136,9 @@ void FuzzStoreSide(fuzz::FuzzInput& in) {
   if (fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) !=
       0)
     std::abort();
-  auto server = ShmServer::Start(path, memfd, 7, 1 << 16, secret ? kSecret : "");
+  auto server = transport::ShmServer::Start(path, memfd, 7, 1 << 16, secret ? kSecret : "");
   Check(server.ok(), "ShmServer starts");
-  absl::StatusOr<std::shared_ptr<ShmMapping>> m;
+  absl::StatusOr<std::shared_ptr<transport::ShmMapping>> m;
   {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_un addr;
@@ -147,17 +147,18 @@ void FuzzStoreSide(fuzz::FuzzInput& in) {
     std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
     if (connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0) std::abort();
     SetIoTimeoutMs(fd, 3000);
-    char hello[kShmHelloBytes];
+    char hello[transport::kShmHelloBytes];
     Check(ReadFull(fd, hello, sizeof(hello)).ok(), "the store says hello");
-    Check(absl::little_endian::Load32(hello) == kShmMagic, "hello magic");
+    Check(absl::little_endian::Load32(hello) == transport::kShmMagic, "hello magic");
     // The MAC the product's client side would send.
-    const std::string right_mac = ShmMac(kSecret, absl::string_view(hello + 4, kShmNonceBytes));
+    const std::string right_mac =
+        transport::ShmMac(kSecret, absl::string_view(hello + 4, transport::kShmNonceBytes));
     if (sign && secret) mac = right_mac;
     WriteFull(fd, mac.data(), mac.size()).IgnoreError();
     if (mac.size() < kMacBytes) shutdown(fd, SHUT_WR);
     char reply[16];
     int got_fd = -1;
-    ssize_t n = RecvWithFd(fd, reply, sizeof(reply), &got_fd);
+    ssize_t n = transport::RecvWithFd(fd, reply, sizeof(reply), &got_fd);
     if (mac.size() < kMacBytes) {
       Check(n <= 0 && got_fd < 0, "a short MAC gets nothing");
     } else if (n == 16) {

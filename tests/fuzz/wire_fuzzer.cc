@@ -17,6 +17,9 @@
 #include "transport/wire.h"
 
 namespace shelf {
+
+namespace wire = transport::wire;
+
 namespace {
 
 void Check(bool ok, const char* what) {
@@ -95,10 +98,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string bytes(reinterpret_cast<const char*>(data), size);
   shelf::FuzzHeader(bytes);
   shelf::fuzz::FuzzInput in(data, size);
-  in.Bytes(size >= shelf::wire::kHeaderBytes ? shelf::wire::kHeaderBytes : 0);
+  in.Bytes(size >= shelf::transport::wire::kHeaderBytes ? shelf::transport::wire::kHeaderBytes : 0);
   shelf::FuzzGrant(in);
   std::string nonce = in.Bytes(16);
-  std::string mac = shelf::wire::ClientProof(in.Bytes(in.Pick(64)), nonce, in.Bytes(16));
+  std::string mac = shelf::transport::wire::ClientProof(in.Bytes(in.Pick(64)), nonce, in.Bytes(16));
   shelf::Check(mac.empty() || mac.size() == 32, "AUTH MAC size");
   return 0;
 }

@@ -28,8 +28,8 @@ constexpr uint64_t kWaitMs = 60000;
 struct Candidate {
   std::string address;
   std::unique_ptr<prom::Exposition> exposition;  // each master its own metrics
-  std::unique_ptr<Master> master;
-  std::unique_ptr<MasterHa> ha;
+  std::unique_ptr<master::Master> master;
+  std::unique_ptr<master::MasterHa> ha;
 
   v1::StatusResponse Status() const {
     v1::StatusResponse st;
@@ -57,11 +57,11 @@ class MasterHaTest : public ::testing::Test {
     auto c = std::make_unique<Candidate>();
     c->address = address;
     c->exposition = std::make_unique<prom::Exposition>();
-    MasterOptions o;
+    master::MasterOptions o;
     o.listen_address = address;
-    c->master = std::make_unique<Master>(o, c->exposition.get());
+    c->master = std::make_unique<master::Master>(o, c->exposition.get());
     c->master->SetLeaderAddress(address);
-    MasterHaOptions ho;
+    master::MasterHaOptions ho;
     ho.etcd = etcd_->endpoint();
     ho.cluster = kCluster;
     ho.advertise = address;
@@ -69,13 +69,13 @@ class MasterHaTest : public ::testing::Test {
     // Long enough that a new leader is still recovering when the test
     // looks, unless the nodes it expects have registered.
     ho.recovery_grace_ms = 10 * kWaitMs;
-    c->ha = std::make_unique<MasterHa>(c->master.get(), ho);
+    c->ha = std::make_unique<master::MasterHa>(c->master.get(), ho);
     absl::Status s = c->ha->Start();
     EXPECT_TRUE(s.ok()) << s;
     return c;
   }
 
-  static void RegisterNode(Master* master, const std::string& id) {
+  static void RegisterNode(master::Master* master, const std::string& id) {
     v1::RegisterStoreRequest req;
     req.set_protocol_version(1);
     req.mutable_endpoint()->set_node_id(id);
@@ -159,13 +159,13 @@ TEST_F(MasterHaTest, OneLeadsTheOtherFollowsAndTakesOverWhenItStops) {
 }
 
 TEST(MasterHaStartTest, FailsOnABadEtcdEndpoint) {
-  MasterOptions o;
+  master::MasterOptions o;
   prom::Exposition exposition;
-  Master master(o, &exposition);
-  MasterHaOptions ho;
+  master::Master master(o, &exposition);
+  master::MasterHaOptions ho;
   ho.etcd = "unix:///run/etcd.sock";
   ho.advertise = "10.0.0.1:7000";
-  MasterHa ha(&master, ho);
+  master::MasterHa ha(&master, ho);
   absl::Status s = ha.Start();
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_EQ(s.message().substr(0, 8), "--etcd: ") << s;

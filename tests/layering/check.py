@@ -5,6 +5,16 @@ above. Every quoted #include of a tree header ("common/log.h",
 "shelf/client.h") in every .h and .cc is checked against LAYERS; the first
 folder prefix that matches a file names its layer.
 
+Namespaces follow folders: every namespace a file opens is its folder's
+(NAMESPACES) or one nested in it, so `shelf::transport::wire::Session`
+lives in transport/ and `shelf::master::Master` in server/master/.
+Anonymous namespaces and the forward declarations of other projects'
+names (FOREIGN) are the exceptions.
+
+Which library may include which header is enforced by the build itself:
+each library's include root holds only its own headers
+(cmake/ShelfHelpers.cmake, shelf_cc_library).
+
     /usr/bin/python3 tests/layering/check.py SOURCE_DIR
 
 Exit status 0 when every include respects the layers, 1 with one line per
@@ -58,6 +68,30 @@ FILE_LAYERS = [("common/include/shelf/", "limits"), ("client/include/shelf/", "s
 # included as "shelf/...".
 INCLUDE_LAYERS = [("shelf/limits.h", "limits"), ("shelf/", "sdk")] + FOLDERS + [("tests/", "tests")]
 
+# Each folder's namespace (longest prefix first). The shared vocabulary
+# (common/), the SDK (client/) and the test harness (testing/, beside
+# GoogleTest's own ::testing) speak `shelf` itself.
+NAMESPACES = [
+    ("transport/rdma/", "shelf::transport::rdma"),
+    ("transport/", "shelf::transport"),
+    ("server/master/", "shelf::master"),
+    ("server/store/", "shelf::store"),
+    ("server/resp/", "shelf::resp"),
+    ("coord/", "shelf::coord"),
+    ("storage/", "shelf::storage"),
+    ("client/python/", "shelf::python"),
+    ("client/", "shelf"),
+    ("common/", "shelf"),
+    ("testing/", "shelf"),
+    ("tools/bench/", "shelf::bench"),
+    ("tools/", "shelf"),
+]
+# Other projects' namespaces a file may open to forward-declare their names.
+FOREIGN = ("rocksdb", "prometheus", "re2", "pybind11")
+
+NAMESPACE_OPEN = re.compile(r"^namespace ([A-Za-z_][\w:]*) \{", re.M)
+NAMESPACE_CLOSE = re.compile(r"^\}  // namespace ([A-Za-z_][\w:]*)", re.M)
+
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -89,6 +123,40 @@ def violations(root):
     return out
 
 
+def namespace_violations(root):
+    """Every named namespace a file opens, spelled out in full (a nested
+    `namespace internal {` inside `namespace shelf::coord {` is
+    shelf::coord::internal), must be its folder's or nested in it."""
+    out = []
+    for path in sorted(root.rglob("*")):
+        if path.suffix not in (".h", ".cc") or not path.is_file():
+            continue
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(("build/", "tests/", ".")):
+            continue
+        expected = layer_of(rel, NAMESPACES)
+        if expected is None:
+            continue
+        text = path.read_text(errors="replace")
+        events = sorted([(m.start(), "open", m.group(1)) for m in NAMESPACE_OPEN.finditer(text)] +
+                        [(m.start(), "close", m.group(1)) for m in NAMESPACE_CLOSE.finditer(text)])
+        stack = []
+        for pos, kind, name in events:
+            if kind == "close":
+                if stack:
+                    stack.pop()
+                continue
+            stack.append(name)
+            full = "::".join(stack)
+            if stack[0].split("::")[0] in FOREIGN:
+                continue
+            if full != expected and not full.startswith(expected + "::"):
+                lineno = text.count("\n", 0, pos) + 1
+                out.append(f"{rel}:{lineno}: opens namespace {full}; files in this folder "
+                           f"live in {expected}")
+    return out
+
+
 def lines_including(path):
     text = path.read_text(errors="replace")
     for m in INCLUDE.finditer(text):
@@ -105,14 +173,19 @@ def main():
         print(f"layering: LAYERS names unknown layers {missing}", file=sys.stderr)
         return 2
     found = violations(root)
-    for line in found:
+    misplaced = namespace_violations(root)
+    for line in found + misplaced:
         print(line)
     checked = sum(1 for p in root.rglob("*") if p.suffix in (".h", ".cc")
                   and not p.relative_to(root).as_posix().startswith(("build/", "tests/", ".")))
     if found:
         print(f"layering: {len(found)} includes cross the layers (tests/layering/check.py)")
+    if misplaced:
+        print(f"layering: {len(misplaced)} namespaces do not follow their folders")
+    if found or misplaced:
         return 1
-    print(f"layering: {checked} sources checked, every include below its layer")
+    print(f"layering: {checked} sources checked, every include below its layer, "
+          f"every namespace its folder's")
     return 0
 
 

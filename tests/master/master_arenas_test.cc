@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "tests/master/master_fixture.h"
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 constexpr uint64_t kArena = 1ull << 20;
@@ -125,4 +125,4 @@ TEST_F(MasterArenasTest, OneSegmentStoresAndOpenClustersAreUnchanged) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::master

@@ -17,7 +17,7 @@
 #include "common/prom.h"
 #include "server/master/master.h"
 
-namespace shelf {
+namespace shelf::master {
 
 class MasterFixture : public ::testing::Test {
  protected:
@@ -190,6 +190,6 @@ class MasterFixture : public ::testing::Test {
   std::unique_ptr<Master> master_;
 };
 
-}  // namespace shelf
+}  // namespace shelf::master
 
 #endif  // SHELF_TESTS_MASTER_MASTER_FIXTURE_H_

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "tests/master/master_fixture.h"
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
@@ -239,4 +239,4 @@ TEST_F(MasterFixture, BatchLookupsAnswerKeysOfEveryLengthInOrder) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::master

@@ -5,7 +5,7 @@
 
 #include "tests/master/master_fixture.h"
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 class MasterOwnerTest : public MasterFixture {};
@@ -110,4 +110,4 @@ TEST_F(MasterOwnerTest, EachRegistrationGetsItsOwnGrantKey) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::master

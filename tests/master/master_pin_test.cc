@@ -8,7 +8,7 @@
 
 #include "tests/master/master_fixture.h"
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
@@ -103,4 +103,4 @@ TEST_F(PinTest, APutPinsAtItsCommitForItsTtl) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::master

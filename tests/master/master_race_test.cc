@@ -13,7 +13,7 @@
 #include "common/sync_point.h"
 #include "tests/master/master_fixture.h"
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
@@ -421,4 +421,4 @@ TEST_F(MasterFixture, RandomizedConcurrentOperationsKeepInvariants) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::master

@@ -6,7 +6,7 @@
 
 #include "tests/master/master_fixture.h"
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
@@ -216,4 +216,4 @@ TEST_F(ReplaceTest, ALeaseOnTheOldCommitReleasesNothingOfTheNew) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::master

@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "tests/master/master_fixture.h"
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
@@ -828,4 +828,4 @@ TEST_F(MasterFixture, RemoveMatchingKeepsPinnedKeysUnlessForced) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::master

@@ -11,7 +11,7 @@
 #include "server/master/key_filter.h"
 #include "tests/master/master_fixture.h"
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
@@ -522,4 +522,4 @@ TEST_F(UnheardTest, APromotionCommitsOnlyFromItsOwnStore) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::master

@@ -16,7 +16,7 @@
 #include "common/credentials.h"
 #include "common/rpc.h"
 
-namespace shelf {
+namespace shelf::master {
 namespace {
 
 constexpr char kGood[] =
@@ -226,4 +226,4 @@ TEST(TenantKeysTest, KeysMapIntoTheTenantAndBack) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::master

@@ -6,7 +6,7 @@
 
 #include <string>
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 ConnectionInfo Sample() {
@@ -142,4 +142,4 @@ TEST(ConnectionInfoTest, InitiatorOnlyEndExposesNothing) {
 }
 
 }  // namespace
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

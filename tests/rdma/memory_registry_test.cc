@@ -12,7 +12,7 @@
 
 #include "transport/rdma/simulated_verbs.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 // Hands out a real fd (of /dev/null) so that the registry's close() is
@@ -205,4 +205,4 @@ TEST_F(SimulatedMemoryRegistryTest, GpuPathPolicies) {
 }
 
 }  // namespace
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

@@ -19,7 +19,7 @@
 #include "transport/rdma/rdma_engine.h"
 #include "transport/rdma/simulated_verbs.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 constexpr size_t kSegmentBytes = 8 << 20;
@@ -559,4 +559,4 @@ TEST_F(SimulatedRdmaEndpointTest, OpenFailsCleanly) {
 }
 
 }  // namespace
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

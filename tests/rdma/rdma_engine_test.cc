@@ -17,7 +17,7 @@
 #include "transport/rdma/connection_info.h"
 #include "transport/rdma/simulated_verbs.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 constexpr size_t kBytes = 1 << 20;
@@ -368,4 +368,4 @@ TEST(RdmaEngineSimulatedTest, ProtectionDomainsKeepTheirMemoryAndEndpointsApart)
 }
 
 }  // namespace
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

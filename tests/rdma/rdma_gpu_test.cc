@@ -30,7 +30,7 @@
 #include "transport/rdma/rdma_engine.h"
 #include "transport/rdma/simulated_verbs.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 // The few driver calls the test needs to own some GPU memory.
@@ -243,4 +243,4 @@ TEST_F(RdmaGpuTest, GpuDirectLoopback) {
 }
 
 }  // namespace
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

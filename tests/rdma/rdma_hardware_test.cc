@@ -19,7 +19,7 @@
 #include "transport/rdma/rdma_engine.h"
 #include "transport/rdma/rdma_transport.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 std::vector<std::string> SysfsDevices() {
@@ -157,4 +157,4 @@ TEST(RdmaHardwareTest, TransportReadsAStoreSegmentOnLoopback) {
 }
 
 }  // namespace
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

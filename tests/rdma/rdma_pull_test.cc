@@ -25,7 +25,7 @@
 #include "transport/tcp_client.h"
 #include "transport/wire.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 using transport::Kind;
@@ -41,7 +41,7 @@ constexpr uint64_t kSegment = 16 << 20;
 class HookedHandler : public testing::MemoryHandler {
  public:
   using MemoryHandler::MemoryHandler;
-  absl::Status CheckWrite(const wire::Grant& grant, uint32_t segment_id, uint64_t offset,
+  absl::Status CheckWrite(const transport::wire::Grant& grant, uint32_t segment_id, uint64_t offset,
                           uint64_t length) override {
     absl::Status s = MemoryHandler::CheckWrite(grant, segment_id, offset, length);
     if (s.ok() && on_granted) on_granted(grant.put_id);
@@ -128,7 +128,7 @@ class SimulatedRdmaPullTest : public ::testing::Test {
               0,
               remote,
               length,
-              wire::EncodeGrant(handler_.MakeGrant(put_id, remote, length))};
+              transport::wire::EncodeGrant(handler_.MakeGrant(put_id, remote, length))};
   }
   // Every byte of the segment: `expect` where it says, 0x5a elsewhere.
   void ExpectSegment(const std::vector<std::pair<uint64_t, std::string>>& expect) {
@@ -186,10 +186,10 @@ TEST_F(SimulatedRdmaPullTest, ARefusedGrantWritesNothing) {
   // A grant for another range, a forged MAC, and a range past its grant.
   Op elsewhere = Write(*h, 0, 0, 4096, 1);
   elsewhere.remote_offset = 8192;
-  wire::Grant forged = handler_.MakeGrant(2, 0, 4096);
+  transport::wire::Grant forged = handler_.MakeGrant(2, 0, 4096);
   forged.mac[0] ^= 1;
   Op bad_mac = Write(*h, 0, 0, 4096, 2);
-  bad_mac.grant = wire::EncodeGrant(forged);
+  bad_mac.grant = transport::wire::EncodeGrant(forged);
   Op longer = Write(*h, 0, 0, 4096, 3);
   longer.length = 8192;
   for (const Op& op : {elsewhere, bad_mac, longer}) {
@@ -402,28 +402,33 @@ TEST_F(SimulatedRdmaPullTest, APullBeforeRdmaConnectOrWithABadSourceIsRefused) {
   TcpDataClient control(TcpDataClient::Options{kSecret, 5000, 0});
   absl::StatusOr<int> fd = control.Dial(peer_.route(Kind::kRdma), MonoMs() + 5000);
   ASSERT_TRUE(fd.ok()) << fd.status();
-  const std::string grant = wire::EncodeGrant(handler_.MakeGrant(1, 0, 4096));
+  const std::string grant = transport::wire::EncodeGrant(handler_.MakeGrant(1, 0, 4096));
   // No queue pair on this connection yet: nothing to pull with.
   EXPECT_EQ(
-      control.RdmaPull(*fd, 0, 0, 4096, wire::RdmaSource{4096, 1}, grant, MonoMs() + 5000).code(),
+      control
+          .RdmaPull(*fd, 0, 0, 4096, transport::wire::RdmaSource{4096, 1}, grant, MonoMs() + 5000)
+          .code(),
       absl::StatusCode::kFailedPrecondition);
   // The connection stays usable: the refusal carried no payload.
   EXPECT_EQ(
-      control.RdmaPull(*fd, 0, 0, 4096, wire::RdmaSource{4096, 1}, grant, MonoMs() + 5000).code(),
+      control
+          .RdmaPull(*fd, 0, 0, 4096, transport::wire::RdmaSource{4096, 1}, grant, MonoMs() + 5000)
+          .code(),
       absl::StatusCode::kFailedPrecondition);
   close(*fd);
   // The source's encoding round-trips; a non-zero reserved field is refused.
-  std::string bytes = wire::EncodeRdmaSource(wire::RdmaSource{0x1122334455667788ull, 0xabcdef01});
-  ASSERT_EQ(bytes.size(), wire::kRdmaSourceBytes);
-  absl::StatusOr<wire::RdmaSource> back = wire::DecodeRdmaSource(bytes);
+  std::string bytes = transport::wire::EncodeRdmaSource(
+      transport::wire::RdmaSource{0x1122334455667788ull, 0xabcdef01});
+  ASSERT_EQ(bytes.size(), transport::wire::kRdmaSourceBytes);
+  absl::StatusOr<transport::wire::RdmaSource> back = transport::wire::DecodeRdmaSource(bytes);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->addr, 0x1122334455667788ull);
   EXPECT_EQ(back->rkey, 0xabcdef01u);
   bytes[12] = 1;
-  EXPECT_FALSE(wire::DecodeRdmaSource(bytes).ok());
-  EXPECT_FALSE(wire::DecodeRdmaSource(bytes.substr(0, 8)).ok());
+  EXPECT_FALSE(transport::wire::DecodeRdmaSource(bytes).ok());
+  EXPECT_FALSE(transport::wire::DecodeRdmaSource(bytes.substr(0, 8)).ok());
   ExpectSegment({});
 }
 
 }  // namespace
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

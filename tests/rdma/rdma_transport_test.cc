@@ -23,7 +23,7 @@
 #include "transport/rdma/simulated_verbs.h"
 #include "transport/wire.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 using transport::Kind;
@@ -42,17 +42,17 @@ class GrantExposingHandler : public testing::MemoryHandler {
   using MemoryHandler::MemoryHandler;
   absl::StatusOr<RdmaExposure> RdmaExposes(absl::string_view credential,
                                            uint32_t segment_id) override {
-    return RdmaExposure{true, wire::ReadGrantExpiry(credential)};
+    return RdmaExposure{true, transport::wire::ReadGrantExpiry(credential)};
   }
 };
 
 // A read credential for all of segment 0 that expires at `expires_unix_ms`.
 std::string Credential(uint64_t expires_unix_ms) {
-  wire::ReadGrant g;
+  transport::wire::ReadGrant g;
   g.length = kSegment;
   g.expires_unix_ms = expires_unix_ms;
   g.mac = std::string(32, 'm');
-  return wire::EncodeReadGrant(g) + "key";
+  return transport::wire::EncodeReadGrant(g) + "key";
 }
 
 class SimulatedRdmaTransportTest : public ::testing::Test {
@@ -150,8 +150,8 @@ TEST_F(SimulatedRdmaTransportTest, EachOpGetsItsOwnStatusAndWritesAreRefused) {
       Read(*h, 0, 0, 4096),               // ok
       Read(*h, 0, kSegment - 100, 4096),  // past the segment
       Op{OpKind::kWrite, *h, 0, &peer_, 0, 0, 4096,
-         wire::EncodeGrant(handler_.MakeGrant(1, 0, 4096))},  // refused
-      Read(*h, 8192, 65536, 4096),                            // ok
+         transport::wire::EncodeGrant(handler_.MakeGrant(1, 0, 4096))},  // refused
+      Read(*h, 8192, 65536, 4096),                                       // ok
   };
   std::shared_ptr<transport::Batch> batch = client_->Submit(ops, MonoMs() + 5000);
   batch->Wait();
@@ -172,8 +172,8 @@ TEST_F(SimulatedRdmaTransportTest, TheSegmentIsExposedForReadOnly) {
   auto raw = RdmaEngine::Open(&sim_, o);
   ASSERT_TRUE(raw.ok());
   std::string local(4096, 'x');
-  auto region = (*raw)->RegisterMemory(local.data(), local.size(), rdma::MemoryKind::kHost,
-                                       MemoryAccess::kLocal);
+  auto region = (*raw)->RegisterMemory(local.data(), local.size(),
+                                       transport::rdma::MemoryKind::kHost, MemoryAccess::kLocal);
   ASSERT_TRUE(region.ok());
   auto ep = (*raw)->CreateEndpoint({});
   ASSERT_TRUE(ep.ok());
@@ -274,8 +274,8 @@ class RawClient {
     EXPECT_TRUE(engine.ok()) << engine.status();
     if (!engine.ok()) return;
     engine_ = *std::move(engine);
-    auto region = engine_->RegisterMemory(local_.data(), local_.size(), rdma::MemoryKind::kHost,
-                                          MemoryAccess::kLocal);
+    auto region = engine_->RegisterMemory(local_.data(), local_.size(),
+                                          transport::rdma::MemoryKind::kHost, MemoryAccess::kLocal);
     EXPECT_TRUE(region.ok()) << region.status();
   }
   ~RawClient() {
@@ -446,4 +446,4 @@ TEST_F(SimulatedRdmaTransportTest, AClientReadingAcrossGrantExpiriesRenewsItsQue
 }
 
 }  // namespace
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

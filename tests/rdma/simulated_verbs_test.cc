@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 constexpr int kRemoteAccess =
@@ -338,4 +338,4 @@ TEST_F(SimulatedVerbsTest, CqOverflowMakesTheCqUnusable) {
 }
 
 }  // namespace
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

@@ -27,6 +27,9 @@
 #include "transport/wire.h"
 
 namespace shelf {
+
+namespace wire = transport::wire;
+
 namespace {
 
 using fault::BlockBytes;
@@ -187,9 +190,9 @@ TEST_F(BadInputTest, EveryBadInputGetsItsAnswerAndChangesNothing) {
   }
 
   auto tcp = [](const char* secret) {
-    TcpDataClient::Options o;
+    transport::TcpDataClient::Options o;
     o.secret = secret;
-    return std::make_unique<TcpDataClient>(o);
+    return std::make_unique<transport::TcpDataClient>(o);
   };
   std::string payload(4096, 'x');
 
@@ -545,9 +548,9 @@ TEST_F(BadInputTest, EveryBadInputGetsItsAnswerAndChangesNothing) {
   }
   std::printf("%s", rows.c_str());
   // The stores serve, the existing block is intact on both replicas.
-  TcpDataClient::Options o;
+  transport::TcpDataClient::Options o;
   o.secret = kSecret;
-  TcpDataClient raw(o);
+  transport::TcpDataClient raw(o);
   for (int i = 0; i < cluster_->store_count(); ++i) {
     EXPECT_TRUE(raw.Ping(cluster_->store_address(i), MonoMs() + 5000).ok());
   }
@@ -574,14 +577,14 @@ TEST_F(BadInputTest, SmallCallsRefuseLargeBodies) {
   absl::StatusOr<fault::ClusterSnapshot> before = probe_->Snapshot();
   ASSERT_TRUE(before.ok());
   v1::LookupRequest lookup;
-  for (int i = 0; i < 3; ++i) lookup.add_keys(std::string(kSmallRequestBytesMax / 2, 'k'));
+  for (int i = 0; i < 3; ++i) lookup.add_keys(std::string(master::kSmallRequestBytesMax / 2, 'k'));
   v1::LookupResponse lookup_resp;
   EXPECT_EQ(
       CodeName(
           probe_->master()->Lookup(probe_->Context().get(), lookup, &lookup_resp).error_code()),
       "RESOURCE_EXHAUSTED");
   v1::HeartbeatRequest heartbeat;
-  heartbeat.set_node_id(std::string(kHeartbeatBytesMax + 1, 'n'));
+  heartbeat.set_node_id(std::string(master::kHeartbeatBytesMax + 1, 'n'));
   v1::HeartbeatResponse heartbeat_resp;
   EXPECT_EQ(CodeName(probe_->master()
                          ->Heartbeat(probe_->Context().get(), heartbeat, &heartbeat_resp)

@@ -233,11 +233,11 @@ TEST_F(DataPlaneIdleTest, HeldIdleConnectionsLockNewClientsOutOnlyUntilTheIdleTi
   const std::string store = cluster_->store_address(0);
   // Each held connection is a client of its own that pinged once (an
   // authenticated connection, back in its pool) and stays idle.
-  std::vector<std::unique_ptr<TcpDataClient>> held;
+  std::vector<std::unique_ptr<transport::TcpDataClient>> held;
   for (int i = 0; i < kMaxConnections; ++i) {
-    TcpDataClient::Options o;
+    transport::TcpDataClient::Options o;
     o.secret = kSecret;
-    held.push_back(std::make_unique<TcpDataClient>(o));
+    held.push_back(std::make_unique<transport::TcpDataClient>(o));
     ASSERT_TRUE(held.back()->Ping(store, MonoMs() + 5000).ok()) << i;
   }
   // A real client gets through within a few idle timeouts (it retries as
@@ -282,12 +282,12 @@ TEST_F(DataPlaneShareTest, OneHostHoldingItsShareLeavesTheOtherHalfToOtherHosts)
   const std::string store = cluster_->store_address(0);
   auto hp = ParseHostPort(store);
   ASSERT_TRUE(hp.ok());
-  std::vector<std::unique_ptr<TcpDataClient>> held;
+  std::vector<std::unique_ptr<transport::TcpDataClient>> held;
   int refused = 0;
   for (int i = 0; i < kMaxConnections; ++i) {
-    TcpDataClient::Options o;
+    transport::TcpDataClient::Options o;
     o.secret = kSecret;
-    held.push_back(std::make_unique<TcpDataClient>(o));
+    held.push_back(std::make_unique<transport::TcpDataClient>(o));
     if (!held.back()->Ping(store, MonoMs() + 5000).ok()) ++refused;
   }
   EXPECT_EQ(refused, kMaxConnections / 2);

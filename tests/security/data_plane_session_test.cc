@@ -31,6 +31,9 @@
 #include "transport/wire.h"
 
 namespace shelf {
+
+namespace wire = transport::wire;
+
 namespace {
 
 constexpr char kSecret[] = "session-test-secret-0123456789abcdef";
@@ -195,12 +198,12 @@ TEST_F(DataPlaneSessionTest, RelayForwardingTheHandshakeCannotIssueReplayOrAlter
   const double before = ClosedByBadTag(metrics_port());
   for (bool payload : {false, true}) {
     SCOPED_TRACE(payload ? "payload tags" : "header tags");
-    TcpDataClient::Options o;
+    transport::TcpDataClient::Options o;
     o.secret = kSecret;
     o.session_tag_payload = payload;
     for (Relay::Attack attack : {Relay::Attack::kOwnRead, Relay::Attack::kAlterRequest}) {
       Relay relay(cluster_->store_address(0), attack);
-      TcpDataClient client(o);
+      transport::TcpDataClient client(o);
       // The client's PING never gets its answer: the relay held it back.
       EXPECT_FALSE(client.Ping(relay.address(), MonoMs() + 10000).ok());
       relay.Join();
@@ -208,7 +211,7 @@ TEST_F(DataPlaneSessionTest, RelayForwardingTheHandshakeCannotIssueReplayOrAlter
     }
     {
       Relay relay(cluster_->store_address(0), Relay::Attack::kReplay);
-      TcpDataClient client(o);
+      transport::TcpDataClient client(o);
       EXPECT_TRUE(client.Ping(relay.address(), MonoMs() + 10000).ok());
       relay.Join();
       EXPECT_EQ(relay.outcome(), "closed");
@@ -216,7 +219,7 @@ TEST_F(DataPlaneSessionTest, RelayForwardingTheHandshakeCannotIssueReplayOrAlter
     // An answer with another header fails its tag at the client.
     {
       Relay relay(cluster_->store_address(0), Relay::Attack::kAlterAnswerHeader);
-      TcpDataClient client(o);
+      transport::TcpDataClient client(o);
       std::string buf(4096, '\0');
       absl::Status s = client.Read(relay.address(), 0, 0, buf.size(), buf.data(), MonoMs() + 10000);
       EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
@@ -236,9 +239,9 @@ TEST_F(DataPlaneSessionTest, RelayForwardingTheHandshakeCannotIssueReplayOrAlter
 // An altered payload: payload tags catch it; header tags do not cover it,
 // and the client's block checksum is what catches it in a get.
 TEST_F(DataPlaneSessionTest, AlteredPayloadIsCaughtByPayloadTagsOnly) {
-  TcpDataClient::Options o;
+  transport::TcpDataClient::Options o;
   o.secret = kSecret;
-  TcpDataClient direct(o);
+  transport::TcpDataClient direct(o);
   std::string want(4096, '\0');
   ASSERT_TRUE(
       direct.Read(cluster_->store_address(0), 0, 0, want.size(), want.data(), MonoMs() + 10000)
@@ -247,7 +250,7 @@ TEST_F(DataPlaneSessionTest, AlteredPayloadIsCaughtByPayloadTagsOnly) {
     SCOPED_TRACE(payload ? "payload tags" : "header tags");
     o.session_tag_payload = payload;
     Relay relay(cluster_->store_address(0), Relay::Attack::kAlterAnswerPayload);
-    TcpDataClient client(o);
+    transport::TcpDataClient client(o);
     std::string got(4096, '\0');
     absl::Status s = client.Read(relay.address(), 0, 0, got.size(), got.data(), MonoMs() + 10000);
     relay.Join();
@@ -267,11 +270,11 @@ TEST_F(DataPlaneSessionTest, AlteredPayloadIsCaughtByPayloadTagsOnly) {
 // them: a relay that clears the ask gets no header-tag session out of it
 // (the store's answer, which says which it chose, is under its proof).
 TEST_F(DataPlaneSessionTest, RelayCannotTurnPayloadTagsOff) {
-  TcpDataClient::Options o;
+  transport::TcpDataClient::Options o;
   o.secret = kSecret;
   o.session_tag_payload = true;
   Relay relay(cluster_->store_address(0), Relay::Attack::kStripPayloadAsk);
-  TcpDataClient client(o);
+  transport::TcpDataClient client(o);
   absl::Status s = client.Ping(relay.address(), MonoMs() + 10000);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "did not agree")) << s;
@@ -290,11 +293,11 @@ class PayloadTagStoreTest : public DataPlaneSessionTest {
 };
 
 TEST_F(PayloadTagStoreTest, ClientsFollowTheStoreAndAlteredPayloadsAreCaught) {
-  TcpDataClient::Options o;
+  transport::TcpDataClient::Options o;
   o.secret = kSecret;  // not asking: the store's answer decides
   {
     Relay relay(cluster_->store_address(0), Relay::Attack::kAlterAnswerPayload);
-    TcpDataClient client(o);
+    transport::TcpDataClient client(o);
     std::string got(4096, '\0');
     absl::Status s = client.Read(relay.address(), 0, 0, got.size(), got.data(), MonoMs() + 10000);
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
@@ -304,7 +307,7 @@ TEST_F(PayloadTagStoreTest, ClientsFollowTheStoreAndAlteredPayloadsAreCaught) {
   }
   {
     Relay relay(cluster_->store_address(0), Relay::Attack::kReplay);
-    TcpDataClient client(o);
+    transport::TcpDataClient client(o);
     EXPECT_TRUE(client.Ping(relay.address(), MonoMs() + 10000).ok());
     relay.Join();
     EXPECT_EQ(relay.outcome(), "closed");
@@ -369,9 +372,9 @@ class FakeStore {
 
 TEST_F(DataPlaneSessionTest, ClientRefusesAStoreThatCannotProveTheSecret) {
   FakeStore fake(wire::kVersion);
-  TcpDataClient::Options o;
+  transport::TcpDataClient::Options o;
   o.secret = kSecret;
-  TcpDataClient client(o);
+  transport::TcpDataClient client(o);
   absl::Status s = client.Ping(fake.address(), MonoMs() + 5000);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "prove")) << s;
@@ -381,9 +384,9 @@ TEST_F(DataPlaneSessionTest, PeersOfAnotherVersionAreToldSo) {
   // A client of this release and a store of another.
   {
     FakeStore old(1);
-    TcpDataClient::Options o;
+    transport::TcpDataClient::Options o;
     o.secret = kSecret;
-    TcpDataClient client(o);
+    transport::TcpDataClient client(o);
     absl::Status s = client.Ping(old.address(), MonoMs() + 5000);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
     EXPECT_TRUE(absl::StrContains(s.message(), "protocol version 1")) << s;

@@ -94,11 +94,11 @@ TEST_F(DataTlsTest, ClientWithTheCaRoundTrips) {
   ASSERT_TRUE(client_->Get("tls-big", &got).ok());
   EXPECT_TRUE(got == big);
   // The raw data client too, pipelined reads included.
-  TcpDataClient::Options o;
+  transport::TcpDataClient::Options o;
   o.secret = kSecret;
   o.tls = true;
   o.tls_files.ca = dir_ + "/good-ca.pem";
-  TcpDataClient raw(o);
+  transport::TcpDataClient raw(o);
   EXPECT_TRUE(raw.Ping(cluster_->store_address(0), MonoMs() + 5000).ok());
 }
 
@@ -106,11 +106,11 @@ TEST_F(DataTlsTest, ClientTrustingAnotherCaIsRefused) {
   std::string data(5000, 'd');
   ASSERT_TRUE(client_->Put("tls-guarded", data.data(), data.size()).ok());
 
-  TcpDataClient::Options o;
+  transport::TcpDataClient::Options o;
   o.secret = kSecret;
   o.tls = true;
   o.tls_files.ca = dir_ + "/other-ca.pem";
-  TcpDataClient raw(o);
+  transport::TcpDataClient raw(o);
   absl::Status s = raw.Ping(cluster_->store_address(0), MonoMs() + 5000);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "certificate")) << s;

@@ -256,7 +256,7 @@ TEST_F(EtcdSecurityTest, FakeLeaderIsNotFollowed) {
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(PutsAndGetsWork(client.get(), "before-", 5));
 
-  auto locator = MasterLocator::Create(MasterSpec());
+  auto locator = coord::MasterLocator::Create(MasterSpec());
   ASSERT_TRUE(locator.ok()) << locator.status();
   auto etcd = coord::EtcdClient::Connect(etcd_->endpoint());
   ASSERT_TRUE(etcd.ok());

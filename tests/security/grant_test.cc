@@ -23,6 +23,9 @@
 #include "transport/wire.h"
 
 namespace shelf {
+
+namespace wire = transport::wire;
+
 namespace {
 
 using fault::BlockBytes;
@@ -48,9 +51,9 @@ class GrantTest : public ClusterFixture {
     ClusterFixture::SetUp();
     if (HasFatalFailure()) return;
     probe_ = std::make_unique<fault::FaultProbe>(cluster_->master_address(), kSecret);
-    TcpDataClient::Options o;
+    transport::TcpDataClient::Options o;
     o.secret = kSecret;
-    raw_ = std::make_unique<TcpDataClient>(o);
+    raw_ = std::make_unique<transport::TcpDataClient>(o);
   }
 
   std::string Snapshot() {
@@ -93,7 +96,7 @@ class GrantTest : public ClusterFixture {
   }
 
   std::unique_ptr<fault::FaultProbe> probe_;
-  std::unique_ptr<TcpDataClient> raw_;
+  std::unique_ptr<transport::TcpDataClient> raw_;
 };
 
 TEST_F(GrantTest, ReadsNeedTheReadGrantOfThatKeyRangeStoreAndTime) {
@@ -379,10 +382,10 @@ class GrantSsdShmTest : public GrantTest {
                        const std::string& grant, std::string* got) {
     got->clear();
     const v1::StoreEndpoint& store = loc.replicas(0).store();
-    absl::StatusOr<std::shared_ptr<ShmMapping>> m =
+    absl::StatusOr<std::shared_ptr<transport::ShmMapping>> m =
         attachments_.Get(store.shm_socket(), store.incarnation());
     if (!m.ok()) return m.status();
-    ShmMapping& map = **m;
+    transport::ShmMapping& map = **m;
     return attachments_.ReadSsd(
         map, key, loc.size(), grant, 0, [&](uint32_t segment_id, uint64_t offset, uint64_t length) {
           if (segment_id != map.segment_id || offset > map.size || length > map.size - offset) {
@@ -393,7 +396,7 @@ class GrantSsdShmTest : public GrantTest {
         });
   }
 
-  ShmAttachments attachments_{kSecret};
+  transport::ShmAttachments attachments_{kSecret};
 };
 
 TEST_F(GrantSsdShmTest, ShmSsdReadsNeedTheReadGrantOfThatKey) {

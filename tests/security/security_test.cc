@@ -23,6 +23,9 @@
 #include "transport/wire.h"
 
 namespace shelf {
+
+namespace wire = transport::wire;
+
 namespace {
 
 using fault::BlockBytes;
@@ -173,9 +176,9 @@ TEST_F(SecurityTest, ShelfctlWithoutTheSecretExitsFiveAndChangesNothing) {
 
 TEST_F(SecurityTest, DataPlaneWithAWrongSecretIsRejected) {
   for (const char* secret : {"", kWrongSecret}) {
-    TcpDataClient::Options o;
+    transport::TcpDataClient::Options o;
     o.secret = secret;
-    TcpDataClient raw(o);
+    transport::TcpDataClient raw(o);
     for (int i = 0; i < cluster_->store_count(); ++i) {
       absl::Status s = raw.Ping(cluster_->store_address(i), MonoMs() + 5000);
       EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
@@ -192,28 +195,29 @@ TEST_F(SecurityTest, DataPlaneWithAWrongSecretIsRejected) {
   ASSERT_TRUE(Client::Open(co, &wrong).ok());
   std::string got;
   EXPECT_EQ(wrong->Get("existing", &got).code(), StatusCode::kUnauthenticated);
-  TcpDataClient::Options right;
+  transport::TcpDataClient::Options right;
   right.secret = kSecret;
-  EXPECT_TRUE(TcpDataClient(right).Ping(cluster_->store_address(0), MonoMs() + 5000).ok());
+  EXPECT_TRUE(
+      transport::TcpDataClient(right).Ping(cluster_->store_address(0), MonoMs() + 5000).ok());
 }
 
 TEST_F(SecurityTest, ShmAttachWithAWrongSecretIsRejected) {
   const std::string socket = cluster_->work_dir() + "/store0.run/shm.sock";
   for (const char* secret : {"", kWrongSecret}) {
-    ShmAttachments shm(secret);
-    absl::StatusOr<std::shared_ptr<ShmMapping>> m = shm.Get(socket);
+    transport::ShmAttachments shm(secret);
+    absl::StatusOr<std::shared_ptr<transport::ShmMapping>> m = shm.Get(socket);
     EXPECT_EQ(m.status().code(), absl::StatusCode::kUnauthenticated) << m.status();
   }
-  ShmAttachments good(kSecret);
-  absl::StatusOr<std::shared_ptr<ShmMapping>> m = good.Get(socket);
+  transport::ShmAttachments good(kSecret);
+  absl::StatusOr<std::shared_ptr<transport::ShmMapping>> m = good.Get(socket);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ((*m)->size, 32ull << 20);
 }
 
 TEST_F(SecurityTest, WritesNeedAValidGrantForThatNodeRangeAndTime) {
-  TcpDataClient::Options o;
+  transport::TcpDataClient::Options o;
   o.secret = kSecret;
-  TcpDataClient raw(o);
+  transport::TcpDataClient raw(o);
   const uint64_t size = 64 << 10;
   std::string data = BlockBytes(size, 7);
   v1::PutStartResponse put = StartPut("granted", size);
@@ -274,9 +278,9 @@ TEST_F(SecurityTest, AReplayedLiveGrantCannotMakeAReaderAcceptWrongBytes) {
   // Documented limit (docs/security.md): within its lifetime a grant that
   // was seen on the wire can be replayed on its own range. The reader's
   // checksum turns that into a miss, never a hit with wrong bytes.
-  TcpDataClient::Options o;
+  transport::TcpDataClient::Options o;
   o.secret = kSecret;
-  TcpDataClient raw(o);
+  transport::TcpDataClient raw(o);
   const uint64_t size = 64 << 10;
   std::string data = BlockBytes(size, 7);
   v1::PutStartResponse put = StartPut("replayed", size);

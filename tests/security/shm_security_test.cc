@@ -72,14 +72,15 @@ uint32_t RawAttach(const std::string& path, int* memfd) {
   int fd = Connect(path);
   if (fd < 0) return static_cast<uint32_t>(absl::StatusCode::kUnavailable);
   SetIoTimeoutMs(fd, 10000);
-  char hello[kShmHelloBytes];
+  char hello[transport::kShmHelloBytes];
   uint32_t code = static_cast<uint32_t>(absl::StatusCode::kUnavailable);
   if (ReadFull(fd, hello, sizeof(hello)).ok()) {
-    std::string mac = ShmMac(kSecret, absl::string_view(hello + 4, kShmNonceBytes));
+    std::string mac =
+        transport::ShmMac(kSecret, absl::string_view(hello + 4, transport::kShmNonceBytes));
     if (WriteFull(fd, mac.data(), mac.size()).ok()) {
       char reply[16];
       int got = -1;
-      if (RecvWithFd(fd, reply, sizeof(reply), &got) == sizeof(reply)) {
+      if (transport::RecvWithFd(fd, reply, sizeof(reply), &got) == sizeof(reply)) {
         code = absl::little_endian::Load32(reply);
         if (got >= 0) *memfd = got;
       } else if (got >= 0) {
@@ -128,14 +129,14 @@ class FaultInjectionUnsealedShmPeer {
       int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) return;
       SetIoTimeoutMs(fd, 10000);
-      char hello[kShmHelloBytes] = {0};
-      absl::little_endian::Store32(hello, kShmMagic);
+      char hello[transport::kShmHelloBytes] = {0};
+      absl::little_endian::Store32(hello, transport::kShmMagic);
       char mac[kMacBytes];
       if (WriteFull(fd, hello, sizeof(hello)).ok() && ReadFull(fd, mac, sizeof(mac)).ok()) {
         char reply[16] = {0};  // OK, segment 0, the segment's size
         absl::little_endian::Store64(reply + 8, kDramBytes);
         struct iovec iov = {reply, sizeof(reply)};
-        if (SendWithFd(fd, &iov, 1, memfd_) == sizeof(reply)) handshakes_.fetch_add(1);
+        if (transport::SendWithFd(fd, &iov, 1, memfd_) == sizeof(reply)) handshakes_.fetch_add(1);
       }
       close(fd);
     }
@@ -246,8 +247,8 @@ TEST_F(ShmSecurityTest, AnUnsealedSegmentIsRefusedAndTheClientUsesTcp) {
   EXPECT_EQ(st.bytes_loaded_tcp, 6u * (256 << 10));
   EXPECT_TRUE(absl::StrContains(client->MetricsText(), "shelf_client_shm_refusals_total 1"));
   // The product's attach says why.
-  ShmAttachments attachments(kSecret);
-  absl::StatusOr<std::shared_ptr<ShmMapping>> m = attachments.Get(Socket(0));
+  transport::ShmAttachments attachments(kSecret);
+  absl::StatusOr<std::shared_ptr<transport::ShmMapping>> m = attachments.Get(Socket(0));
   EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition) << m.status();
   EXPECT_TRUE(absl::StrContains(m.status().message(), "not sealed")) << m.status();
 }
@@ -349,8 +350,8 @@ TEST_F(ShmSecurityTest, AClientRefusesASocketServedByAnotherUid) {
   ASSERT_EQ(read(ready[0], &one, 1), 1) << "the child could not listen as uid " << kOtherUid;
   close(ready[0]);
 
-  ShmAttachments expect_self(kSecret);  // default: this process's uid (root) or root
-  absl::StatusOr<std::shared_ptr<ShmMapping>> m = expect_self.Get(path);
+  transport::ShmAttachments expect_self(kSecret);  // default: this process's uid (root) or root
+  absl::StatusOr<std::shared_ptr<transport::ShmMapping>> m = expect_self.Get(path);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kPermissionDenied) << m.status();
   EXPECT_TRUE(absl::StrContains(m.status().message(), absl::StrCat("uid ", kOtherUid)))
       << m.status();
@@ -360,7 +361,7 @@ TEST_F(ShmSecurityTest, AClientRefusesASocketServedByAnotherUid) {
   EXPECT_EQ(expect_self.refusals(), 1u);
   // Told to expect that uid, the client goes on to the handshake (which
   // this stand-in never answers).
-  ShmAttachments expect_other(kSecret, kOtherUid);
+  transport::ShmAttachments expect_other(kSecret, kOtherUid);
   m = expect_other.Get(path);
   EXPECT_NE(m.status().code(), absl::StatusCode::kPermissionDenied) << m.status();
   EXPECT_EQ(expect_other.refusals(), 0u);

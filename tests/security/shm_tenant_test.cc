@@ -177,13 +177,13 @@ TEST_F(ShmTenantTest, AClientOfTenantACannotMapTenantBsArena) {
 
   // The handshake (any holder of the data-plane secret on an allowed uid)
   // hands no descriptor: the segment is made of arenas.
-  ShmAttachments attachments(kDataSecret);
-  absl::StatusOr<std::shared_ptr<ShmMapping>> m = attachments.Get(Socket());
+  transport::ShmAttachments attachments(kDataSecret);
+  absl::StatusOr<std::shared_ptr<transport::ShmMapping>> m = attachments.Get(Socket());
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_TRUE((*m)->arenas);
   EXPECT_EQ((*m)->base, nullptr);
   EXPECT_EQ((*m)->size, kArenaBytes);
-  ShmWriter& channel = *(*m)->writer;
+  transport::ShmWriter& channel = *(*m)->writer;
 
   // Tenant A's grant for B's arena, no grant, a forged one: refused.
   absl::StatusOr<int> fd = channel.MapArena(rb.segment_id(), rb.offset(), rb.length(), cred_a);
@@ -292,8 +292,8 @@ TEST_F(ShmTenantDefaultTest, AStoreOfPrincipalsKeepsTenantsInArenasByDefault) {
   ASSERT_NO_FATAL_FAILURE(PutABlockOfEachTenant(&ra, &cred_a, &rb, &cred_b));
   EXPECT_NE(ra.segment_id(), rb.segment_id());
 
-  ShmAttachments attachments(kDataSecret);
-  absl::StatusOr<std::shared_ptr<ShmMapping>> m = attachments.Get(Socket());
+  transport::ShmAttachments attachments(kDataSecret);
+  absl::StatusOr<std::shared_ptr<transport::ShmMapping>> m = attachments.Get(Socket());
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_TRUE((*m)->arenas);
   EXPECT_EQ((*m)->base, nullptr) << "the handshake mapped the whole segment";

@@ -38,6 +38,9 @@
 #include "transport/wire.h"
 
 namespace shelf {
+
+namespace wire = transport::wire;
+
 namespace {
 
 using fault::BlockBytes;
@@ -55,14 +58,15 @@ int RawHandshake(const std::string& path, int* memfd) {
   std::memset(&addr, 0, sizeof(addr));
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  char hello[kShmHelloBytes];
+  char hello[transport::kShmHelloBytes];
   char reply[16];
   bool ok = fd >= 0 && connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0;
   if (ok) SetIoTimeoutMs(fd, 10000);
   ok = ok && ReadFull(fd, hello, sizeof(hello)).ok();
-  std::string mac = ok ? ShmMac(kSecret, absl::string_view(hello + 4, kShmNonceBytes)) : "";
+  std::string mac =
+      ok ? transport::ShmMac(kSecret, absl::string_view(hello + 4, transport::kShmNonceBytes)) : "";
   ok = ok && WriteFull(fd, mac.data(), mac.size()).ok() &&
-       RecvWithFd(fd, reply, sizeof(reply), memfd) == sizeof(reply) &&
+       transport::RecvWithFd(fd, reply, sizeof(reply), memfd) == sizeof(reply) &&
        absl::little_endian::Load32(reply) == 0;
   if (!ok) {
     if (*memfd >= 0) close(*memfd);
@@ -218,17 +222,17 @@ TEST_F(ShmWriteTest, ABadGrantIsRefusedLikeOverTcpAndTheSegmentIsUnchanged) {
   v1::PutStartResponse other_put = StartPut("other", BlockBytes(size, 8));
   const wire::Grant other = ToWire(other_put.grants(0));
 
-  ShmAttachments view(kSecret);
-  absl::StatusOr<std::shared_ptr<ShmMapping>> m = view.Get(Socket());
+  transport::ShmAttachments view(kSecret);
+  absl::StatusOr<std::shared_ptr<transport::ShmMapping>> m = view.Get(Socket());
   ASSERT_TRUE(m.ok()) << m.status();
   const char* segment = (*m)->base;
   const std::string before(segment + off, size);
 
   transport::ShmEngine engine(kSecret);
   ASSERT_TRUE(engine.Reaches(peer_));
-  TcpDataClient::Options o;
+  transport::TcpDataClient::Options o;
   o.secret = kSecret;
-  TcpDataClient tcp(o);
+  transport::TcpDataClient tcp(o);
   const std::string evil = BlockBytes(size, 666);
   wire::Grant forged = grant;
   forged.mac = std::string(32, '\0');
@@ -281,8 +285,8 @@ TEST_F(ShmWriteTest, ShmPutsAndGetsOfManySizesRoundTrip) {
   std::unique_ptr<Client> client = OpenClient();
   ASSERT_NE(client, nullptr);
   // Past the staging limit too: that block moves in chunks.
-  const uint64_t sizes[] = {1,     7,         4095,          4096,
-                            65537, (1 << 20), (3 << 20) + 5, kShmStagingBytesMax + 12345};
+  const uint64_t sizes[] = {
+      1, 7, 4095, 4096, 65537, (1 << 20), (3 << 20) + 5, transport::kShmStagingBytesMax + 12345};
   uint64_t total = 0;
   int i = 0;
   for (uint64_t size : sizes) {
@@ -314,7 +318,8 @@ TEST_F(ShmWriteTest, ShmPutsAndGetsOfManySizesRoundTrip) {
 // order, a refused one in the middle changes nothing around it, and an op
 // past the staging limit moves alone, in chunks, between the others.
 TEST_F(ShmWriteTest, APipelinedBatchGetsEveryAnswerInOrder) {
-  const uint64_t sizes[] = {64 << 10, 1 << 20, 4096, kShmStagingBytesMax + 4096, 7, 1 << 20};
+  const uint64_t sizes[] = {64 << 10, 1 << 20, 4096, transport::kShmStagingBytesMax + 4096,
+                            7,        1 << 20};
   constexpr int kOps = sizeof(sizes) / sizeof(sizes[0]);
   constexpr int kRefused = 2;  // its grant forged
   uint64_t total = 0;
@@ -346,8 +351,8 @@ TEST_F(ShmWriteTest, APipelinedBatchGetsEveryAnswerInOrder) {
   }
   std::shared_ptr<transport::Batch> batch = engine.Submit(ops, MonoMs() + 30000);
   batch->Wait();
-  ShmAttachments view(kSecret);
-  absl::StatusOr<std::shared_ptr<ShmMapping>> m = view.Get(Socket());
+  transport::ShmAttachments view(kSecret);
+  absl::StatusOr<std::shared_ptr<transport::ShmMapping>> m = view.Get(Socket());
   ASSERT_TRUE(m.ok()) << m.status();
   for (int i = 0; i < kOps; ++i) {
     const absl::Status& s = batch->statuses()[i];
@@ -426,7 +431,7 @@ TEST_F(ShmWriteTest, APutFromSharedHostMemoryIsCopiedOnceByTheStore) {
 absl::Status RawRequest(int fd, uint32_t magic, uint32_t flags, uint32_t third, uint64_t offset,
                         uint64_t length, uint64_t src_offset, int attach,
                         const std::string& extra = "") {
-  char head[kShmWriteHeaderBytes];
+  char head[transport::kShmWriteHeaderBytes];
   absl::little_endian::Store32(head, magic);
   absl::little_endian::Store32(head + 4, flags);
   absl::little_endian::Store32(head + 8, third);
@@ -435,11 +440,11 @@ absl::Status RawRequest(int fd, uint32_t magic, uint32_t flags, uint32_t third, 
   absl::little_endian::Store64(head + 24, length);
   absl::little_endian::Store64(head + 32, src_offset);
   struct iovec iov = {head, sizeof(head)};
-  if (SendWithFd(fd, &iov, 1, attach) != static_cast<ssize_t>(sizeof(head)) ||
+  if (transport::SendWithFd(fd, &iov, 1, attach) != static_cast<ssize_t>(sizeof(head)) ||
       !WriteFull(fd, extra.data(), extra.size()).ok()) {
     return absl::UnavailableError("send failed");
   }
-  char reply[kShmWriteReplyBytes];
+  char reply[transport::kShmWriteReplyBytes];
   if (!ReadFull(fd, reply, sizeof(reply)).ok()) return absl::UnavailableError("closed");
   std::string text(absl::little_endian::Load32(reply + 4), '\0');
   if (!ReadFull(fd, text.data(), text.size()).ok()) return absl::UnavailableError("closed");
@@ -465,51 +470,56 @@ TEST_F(ShmWriteTest, SourcesTheStoreCannotMapSafelyAreRefusedAndCopiesStayInBoun
   const std::string grant = wire::EncodeGrant(ToWire(put.grants(0)));
   const uint32_t seg = put.replicas(0).segment_id();
   const uint64_t off = put.replicas(0).offset();
-  ShmAttachments view(kSecret);
-  absl::StatusOr<std::shared_ptr<ShmMapping>> m = view.Get(Socket());
+  transport::ShmAttachments view(kSecret);
+  absl::StatusOr<std::shared_ptr<transport::ShmMapping>> m = view.Get(Socket());
   ASSERT_TRUE(m.ok()) << m.status();
   const std::string before((*m)->base + off, size);
 
   int fd = RawChannel(Socket());
   ASSERT_GE(fd, 0);
-  const uint32_t from_slot_1 = kShmWriteFlagSlot | (1u << 16);
+  const uint32_t from_slot_1 = transport::kShmWriteFlagSlot | (1u << 16);
   // An empty slot holds nothing to copy from.
-  absl::Status s = RawRequest(fd, kShmWriteMagic, from_slot_1, seg, off, size, 0, -1, grant);
+  absl::Status s =
+      RawRequest(fd, transport::kShmWriteMagic, from_slot_1, seg, off, size, 0, -1, grant);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   // A memfd that can shrink (SIGBUS in the store's copy), and a pipe.
   int unsealed = Memfd(data, size, 0);
-  s = RawRequest(fd, kShmSourceMagic, kShmWriteFlagFd, 1, 0, 0, 0, unsealed);
+  s = RawRequest(fd, transport::kShmSourceMagic, transport::kShmWriteFlagFd, 1, 0, 0, 0, unsealed);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   int pipe_fds[2];
   ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
-  s = RawRequest(fd, kShmSourceMagic, kShmWriteFlagFd, 1, 0, 0, 0, pipe_fds[0]);
+  s = RawRequest(fd, transport::kShmSourceMagic, transport::kShmWriteFlagFd, 1, 0, 0, 0,
+                 pipe_fds[0]);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  s = RawRequest(fd, kShmWriteMagic, from_slot_1, seg, off, size, 0, -1, grant);
+  s = RawRequest(fd, transport::kShmWriteMagic, from_slot_1, seg, off, size, 0, -1, grant);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   // A sealed memfd smaller than the copy asked of it: OUT_OF_RANGE.
   int sealed = Memfd(data, 4096, F_SEAL_SHRINK);
-  ASSERT_TRUE(RawRequest(fd, kShmSourceMagic, kShmWriteFlagFd, 1, 0, 0, 0, sealed).ok());
-  s = RawRequest(fd, kShmWriteMagic, from_slot_1, seg, off, size, 0, -1, grant);
+  ASSERT_TRUE(
+      RawRequest(fd, transport::kShmSourceMagic, transport::kShmWriteFlagFd, 1, 0, 0, 0, sealed)
+          .ok());
+  s = RawRequest(fd, transport::kShmWriteMagic, from_slot_1, seg, off, size, 0, -1, grant);
   EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
-  s = RawRequest(fd, kShmWriteMagic, from_slot_1, seg, off, 4096, 1, -1, grant);
+  s = RawRequest(fd, transport::kShmWriteMagic, from_slot_1, seg, off, 4096, 1, -1, grant);
   EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
   EXPECT_TRUE(std::string((*m)->base + off, size) == before) << "a refused copy wrote";
   // Grown (sealed against shrinking only), it holds the block: copied in.
   ASSERT_EQ(ftruncate(sealed, size), 0);
   ASSERT_EQ(pwrite(sealed, data.data(), size, 0), static_cast<ssize_t>(size));
-  s = RawRequest(fd, kShmWriteMagic, from_slot_1, seg, off, size, 0, -1, grant);
+  s = RawRequest(fd, transport::kShmWriteMagic, from_slot_1, seg, off, size, 0, -1, grant);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_TRUE(std::string((*m)->base + off, size) == data);
   // A slot past the last, or a write naming both a slot and a descriptor,
   // is malformed: the store closes the connection.
   int extra = Memfd(data, size, F_SEAL_SHRINK);
-  s = RawRequest(fd, kShmWriteMagic, from_slot_1 | kShmWriteFlagFd, seg, off, size, 0, extra,
-                 grant);
+  s = RawRequest(fd, transport::kShmWriteMagic, from_slot_1 | transport::kShmWriteFlagFd, seg, off,
+                 size, 0, extra, grant);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   close(fd);
   fd = RawChannel(Socket());
   ASSERT_GE(fd, 0);
-  s = RawRequest(fd, kShmSourceMagic, kShmWriteFlagFd, kShmSourceSlots + 1, 0, 0, 0, extra);
+  s = RawRequest(fd, transport::kShmSourceMagic, transport::kShmWriteFlagFd,
+                 transport::kShmSourceSlots + 1, 0, 0, 0, extra);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   for (int f : {fd, unsealed, pipe_fds[0], pipe_fds[1], sealed, extra}) close(f);
   Commit(put.put_id());

@@ -72,9 +72,9 @@ class StaleGrantTest : public ClusterFixture {
     ASSERT_TRUE(channel.ok()) << channel.status();
     master_ = v1::MasterService::NewStub(*channel);
     // Every engine host has the data-plane secret: the attacker too.
-    TcpDataClient::Options o;
+    transport::TcpDataClient::Options o;
     o.secret = kDataSecret;
-    raw_ = std::make_unique<TcpDataClient>(o);
+    raw_ = std::make_unique<transport::TcpDataClient>(o);
   }
   void TearDown() override {
     std::error_code ec;
@@ -137,7 +137,7 @@ class StaleGrantTest : public ClusterFixture {
 
   std::string dir_, credentials_;
   std::unique_ptr<v1::MasterService::Stub> master_;
-  std::unique_ptr<TcpDataClient> raw_;
+  std::unique_ptr<transport::TcpDataClient> raw_;
 };
 
 // The attack as found: remove your own block, let another tenant's put
@@ -171,10 +171,10 @@ TEST_F(StaleGrantTest, ARemovedBlocksGrantsNeitherReadNorWriteTheBlockThatReuses
   // may lag the remove; it must not serve the range's new bytes.
   got.assign(kBlockBytes, '\0');
   absl::string_view kept_key;
-  ASSERT_TRUE(wire::DecodeReadCredential(read_credential, &kept_key).ok());
+  ASSERT_TRUE(transport::wire::DecodeReadCredential(read_credential, &kept_key).ok());
   absl::Status by_key =
       raw_->ReadKey(store, kept_key, kBlockBytes, got.data(), MonoMs() + 10000, 0,
-                    absl::string_view(read_credential).substr(0, wire::kReadGrantBytes));
+                    absl::string_view(read_credential).substr(0, transport::wire::kReadGrantBytes));
   EXPECT_FALSE(by_key.ok()) << "a removed block read by key";
   EXPECT_FALSE(got == theirs) << "tenant A read tenant B's block by its own key";
 

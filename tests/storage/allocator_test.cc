@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-namespace shelf {
+namespace shelf::storage {
 namespace {
 
 TEST(RangeAllocator, AlignsAndCoalesces) {
@@ -125,4 +125,4 @@ TEST(RangeAllocator, RandomizedAgainstReferenceModel) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::storage

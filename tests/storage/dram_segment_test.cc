@@ -7,7 +7,7 @@
 
 #include "common/io_buffer.h"
 
-namespace shelf {
+namespace shelf::storage {
 namespace {
 
 TEST(DramSegment, CreatesSharedMappingWithHugepageFallback) {
@@ -49,4 +49,4 @@ TEST(DramSegment, RejectsZero) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::storage

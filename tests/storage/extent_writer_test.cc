@@ -14,7 +14,7 @@
 #include "common/mutex.h"
 #include "storage/io_pool.h"
 
-namespace shelf {
+namespace shelf::storage {
 namespace {
 
 // Staged or not (each run gathered into one hugepage buffer first).
@@ -84,4 +84,4 @@ TEST_P(ExtentWriterTest, AdjacentAndScatteredWritesLandWhereAsked) {
 INSTANTIATE_TEST_SUITE_P(Staging, ExtentWriterTest, ::testing::Bool());
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::storage

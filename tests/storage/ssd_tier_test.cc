@@ -30,7 +30,7 @@
 #include "common/mutex.h"
 #include "common/sync_point.h"
 
-namespace shelf {
+namespace shelf::storage {
 namespace {
 
 namespace fs = std::filesystem;
@@ -795,4 +795,4 @@ TEST(SsdTier, UnwritableDirectoryIsAnError) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::storage

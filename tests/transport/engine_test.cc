@@ -61,7 +61,7 @@ class TcpEngineTest : public ::testing::Test {
   }
 
   std::string Grant(uint64_t put_id, uint64_t offset, uint64_t length) {
-    return wire::EncodeGrant(handler_.MakeGrant(put_id, offset, length));
+    return transport::wire::EncodeGrant(handler_.MakeGrant(put_id, offset, length));
   }
   Op Read(MemoryHandle h, uint64_t local_offset, uint64_t remote, uint64_t length) {
     return Op{OpKind::kRead, h, local_offset, &peer_, 0, remote, length, ""};
@@ -265,19 +265,19 @@ class DataServerTest : public ::testing::Test {
 TEST_F(DataServerTest, NoByteOfAWriteLandsAfterItsGrantExpires) {
   absl::StatusOr<int> fd = TcpConnect(server_->bound(), 2000);
   ASSERT_TRUE(fd.ok()) << fd.status();
-  wire::Session session;
-  ASSERT_TRUE(wire::ClientHandshake(*fd, "", &session).ok());
+  transport::wire::Session session;
+  ASSERT_TRUE(transport::wire::ClientHandshake(*fd, "", &session).ok());
   constexpr uint64_t kHalf = 32 << 10;
   // Valid for 1.5 s: time enough, on a loaded machine, for the store to
   // check it and take the first half.
-  const std::string extra = wire::EncodeGrant(handler_.MakeGrant(1, 0, 2 * kHalf, 1500));
-  wire::Header h;
-  h.op = wire::Op::kWrite;
+  const std::string extra = transport::wire::EncodeGrant(handler_.MakeGrant(1, 0, 2 * kHalf, 1500));
+  transport::wire::Header h;
+  h.op = transport::wire::Op::kWrite;
   h.request_id = 1;
   h.length = 2 * kHalf;
   h.extra_len = static_cast<uint32_t>(extra.size());
-  char head[wire::kHeaderBytes];
-  wire::EncodeHeader(h, head);
+  char head[transport::wire::kHeaderBytes];
+  transport::wire::EncodeHeader(h, head);
   const std::string first(kHalf, 'a'), rest(kHalf, 'b');
   ASSERT_TRUE(WriteFull(*fd, head, sizeof(head)).ok());
   ASSERT_TRUE(WriteFull(*fd, extra.data(), extra.size()).ok());
@@ -345,25 +345,25 @@ class BadPeer {
     while (!stopping_) {
       int fd = accept(listen_fd_, nullptr, nullptr);
       if (fd < 0) return;
-      char head[wire::kHeaderBytes];
-      wire::Header hello;
-      hello.op = wire::Op::kHello;
-      hello.extra_len = wire::kNonceBytes;
-      wire::EncodeHeader(hello, head);
-      std::string nonce(wire::kNonceBytes, 'n');
+      char head[transport::wire::kHeaderBytes];
+      transport::wire::Header hello;
+      hello.op = transport::wire::Op::kHello;
+      hello.extra_len = transport::wire::kNonceBytes;
+      transport::wire::EncodeHeader(hello, head);
+      std::string nonce(transport::wire::kNonceBytes, 'n');
       (void)WriteFull(fd, head, sizeof(head));
       (void)WriteFull(fd, nonce.data(), nonce.size());
-      absl::StatusOr<wire::Header> auth = ReadFrame(fd);
+      absl::StatusOr<transport::wire::Header> auth = ReadFrame(fd);
       if (auth.ok()) {
         // OK, with no proof (an open cluster), incarnation 0, no node id.
-        wire::Header ok;
-        ok.op = wire::Op::kAuth;
+        transport::wire::Header ok;
+        ok.op = transport::wire::Op::kAuth;
         ok.request_id = auth->request_id;
         ok.extra_len = 8;
-        wire::EncodeHeader(ok, head);
+        transport::wire::EncodeHeader(ok, head);
         (void)WriteFull(fd, head, sizeof(head));
         (void)WriteFull(fd, std::string(8, '\0').data(), 8);
-        absl::StatusOr<wire::Header> req = ReadFrame(fd);
+        absl::StatusOr<transport::wire::Header> req = ReadFrame(fd);
         for (int i = 0; i < answered_ && req.ok(); ++i) {
           Answer(fd, *req, std::string(req->length, 'w'));
           req = ReadFrame(fd);
@@ -379,20 +379,20 @@ class BadPeer {
   }
   // An OK header promising req.length bytes, then `payload` (all of them,
   // or fewer).
-  static void Answer(int fd, const wire::Header& req, const std::string& payload) {
-    char head[wire::kHeaderBytes];
-    wire::Header resp;
+  static void Answer(int fd, const transport::wire::Header& req, const std::string& payload) {
+    char head[transport::wire::kHeaderBytes];
+    transport::wire::Header resp;
     resp.op = req.op;
     resp.request_id = req.request_id;
     resp.length = req.length;
-    wire::EncodeHeader(resp, head);
+    transport::wire::EncodeHeader(resp, head);
     (void)WriteFull(fd, head, sizeof(head));
     (void)WriteFull(fd, payload.data(), payload.size());
   }
-  static absl::StatusOr<wire::Header> ReadFrame(int fd) {
-    char head[wire::kHeaderBytes];
+  static absl::StatusOr<transport::wire::Header> ReadFrame(int fd) {
+    char head[transport::wire::kHeaderBytes];
     if (absl::Status s = ReadFull(fd, head, sizeof(head)); !s.ok()) return s;
-    absl::StatusOr<wire::Header> h = wire::DecodeHeader(head);
+    absl::StatusOr<transport::wire::Header> h = transport::wire::DecodeHeader(head);
     if (!h.ok()) return h;
     std::string extra(h->extra_len, '\0');
     if (absl::Status s = ReadFull(fd, extra.data(), extra.size()); !s.ok()) return s;
@@ -496,7 +496,7 @@ TEST_F(ShmEngineTest, ReadsAndWritesAreCopiesOfTheMappedSegment) {
   auto hd = engine.RegisterMemory(dst.data(), dst.size(), MemoryKind::kHost);
   ASSERT_TRUE(hs.ok() && hd.ok());
   // A write is copied in by the store, under the grant.
-  const std::string grant = wire::EncodeGrant(handler_.MakeGrant(1, 8192, src.size()));
+  const std::string grant = transport::wire::EncodeGrant(handler_.MakeGrant(1, 8192, src.size()));
   std::vector<Op> ops = {{OpKind::kWrite, *hs, 0, &peer_, 0, 8192, src.size(), grant}};
   ASSERT_TRUE(engine.Execute(ops, MonoMs() + 10000).ok());
   EXPECT_EQ(std::memcmp(handler_.base() + 8192, src.data(), src.size()), 0);
@@ -572,7 +572,7 @@ TEST(StreamWritevTest, SendsEveryPieceOfALongVector) {
   }
   std::string got(want.size(), '\0');
   std::thread reader([&] { EXPECT_TRUE(ReadFull(fds[1], got.data(), got.size()).ok()); });
-  EXPECT_TRUE(wire::StreamWritev(fds[0], nullptr, iov.data(), kPieces).ok());
+  EXPECT_TRUE(transport::wire::StreamWritev(fds[0], nullptr, iov.data(), kPieces).ok());
   reader.join();
   EXPECT_TRUE(got == want);
   // Nothing more was sent than the pieces.

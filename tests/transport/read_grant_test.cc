@@ -1,4 +1,4 @@
-// Read grants as the master mints them (wire::MintReadGrant, written in
+// Read grants as the master mints them (transport::wire::MintReadGrant, written in
 // place for every replica of every lookup hit) are exactly EncodeReadGrant
 // of ReadGrantMac, and verify only for their own key, store incarnation,
 // range and time. And descriptors passed with the shared-memory requests
@@ -17,7 +17,7 @@
 #include "transport/fd_passing.h"
 #include "transport/wire.h"
 
-namespace shelf::wire {
+namespace shelf::transport::wire {
 namespace {
 
 constexpr char kGrantKey[] = "0123456789abcdef0123456789abcdef";
@@ -150,4 +150,4 @@ TEST(FdPassingTest, ExtraDescriptorsAreClosed) {
 }
 
 }  // namespace
-}  // namespace shelf::wire
+}  // namespace shelf::transport::wire

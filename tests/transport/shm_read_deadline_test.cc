@@ -19,7 +19,7 @@
 #include "tests/common/memory_handler.h"
 #include "transport/shm_write.h"
 
-namespace shelf {
+namespace shelf::transport {
 namespace {
 
 // Fault injection: PinSsdKey stalls until Release(), then "reads" the
@@ -125,4 +125,4 @@ TEST(ShmReadDeadlineTest, ReadWithinItsDeadlineIsServed) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::transport

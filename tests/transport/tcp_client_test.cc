@@ -1,7 +1,7 @@
 // TcpDataClient against a real DataServer on loopback, in this process:
 // what its read-ahead and its unchecked reuse of idle connections must
 // keep. A key read is one send and one receive on each side
-// (wire::ReadAhead), and a pooled connection is taken without asking the
+// (transport::wire::ReadAhead), and a pooled connection is taken without asking the
 // socket whether the store closed it, so a read that finds it closed goes
 // again on a new one.
 #include "transport/tcp_client.h"
@@ -19,7 +19,7 @@
 #include "transport/data_server.h"
 #include "transport/wire.h"
 
-namespace shelf {
+namespace shelf::transport {
 namespace {
 
 constexpr char kSecret[] = "tcp-client-test-secret";
@@ -124,4 +124,4 @@ TEST_F(TcpClientTest, AReadOnAConnectionTheStoreClosedGoesAgainOnANewOne) {
 }
 
 }  // namespace
-}  // namespace shelf
+}  // namespace shelf::transport

@@ -156,7 +156,8 @@ v1::HeartbeatRequest FakeHeartbeat() {
 // In-process: fills objects [from, to) with PutStart + PutCommit. The fake
 // store heartbeats as a real one would (every ~4k puts here), which drains
 // what the master queues for it.
-absl::Status Fill(Master* master, uint64_t from, uint64_t to, uint64_t object_bytes, Rate* rate) {
+absl::Status Fill(master::Master* master, uint64_t from, uint64_t to, uint64_t object_bytes,
+                  Rate* rate) {
   v1::PutStartRequest req;
   req.set_size(object_bytes);
   req.mutable_options()->set_replicas(1);
@@ -196,7 +197,7 @@ absl::Status Fill(Master* master, uint64_t from, uint64_t to, uint64_t object_by
 // In-process: adds objects [from, to) as the inventories of new fake
 // stores (1M objects each), as stores re-registering with a new leader do.
 // Much faster than puts, so the large memory point is quick to reach.
-absl::Status Grow(Master* master, uint64_t from, uint64_t to, uint64_t object_bytes,
+absl::Status Grow(master::Master* master, uint64_t from, uint64_t to, uint64_t object_bytes,
                   uint64_t segment_bytes, Rate* rate) {
   constexpr uint64_t kPerStore = 1000000;
   int store = 1;
@@ -228,8 +229,8 @@ absl::Status Grow(Master* master, uint64_t from, uint64_t to, uint64_t object_by
 enum class ReadKind { kLookup1, kLookup64, kMatchPrefix64 };
 
 // In-process reads of random present objects on `threads` threads.
-Rate InProcessReads(Master* master, uint64_t objects, ReadKind kind, int threads, double seconds,
-                    bool store_table) {
+Rate InProcessReads(master::Master* master, uint64_t objects, ReadKind kind, int threads,
+                    double seconds, bool store_table) {
   size_t keys_per_call = kind == ReadKind::kLookup1 ? 1 : kChain;
   std::vector<Rate> per(threads);
   std::atomic<bool> go{false};
@@ -494,7 +495,7 @@ int MasterBench(int argc, char** argv) {
   Rate fill_small, fill_big;
   Rate reads[3][2];  // [lookup1, lookup64, match64][1 thread, 2 threads]
   {
-    MasterOptions mo;
+    master::MasterOptions mo;
     mo.node_ttl_ms = 24ull * 3600 * 1000;
     mo.put_timeout_ms = 24ull * 3600 * 1000;
     mo.read_grants = !no_read_grants;
@@ -511,7 +512,7 @@ int MasterBench(int argc, char** argv) {
       mo.credentials = Authenticator::FromEntries(std::move(entries));
       mo.tenant_namespaces = true;
     }
-    Master master(mo);
+    master::Master master(mo);
     v1::RegisterStoreResponse rresp;
     absl::Status s = master.RegisterStore(FakeStore(segment_bytes), &rresp);
     if (!s.ok()) {
@@ -583,7 +584,8 @@ int MasterBench(int argc, char** argv) {
   bool goal_grpc = grpc[2].per_s() >= 2e5 || grpc[2].per_cpu_s() >= 2e5;
   bool goal_memory = bpo_big > 0 && bpo_big <= 200;
   if (!json_only) {
-    std::printf("\nShelf master: in-process Master and a shelf-master over gRPC on loopback\n\n");
+    std::printf(
+        "\nShelf master: in-process master::Master and a shelf-master over gRPC on loopback\n\n");
     std::printf("  in-process, %s objects of %s, %lld-byte keys, one replica, read grants %s%s\n",
                 Count(n_small).c_str(), FormatBytes(object_bytes).c_str(),
                 static_cast<long long>(key_bytes), no_read_grants ? "off" : "on",

@@ -26,6 +26,9 @@
 #include "transport/session.h"
 
 namespace shelf::bench {
+
+namespace wire = transport::wire;
+
 namespace {
 
 constexpr size_t kStampBytes = 16;

@@ -155,12 +155,12 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
   // one block) and two more blocks. The ring is a DRAM segment, the
   // store's own kind of memory (its pages are what the writes map).
   uint64_t slots = 1;
-  std::unique_ptr<DramSegment> ring;
+  std::unique_ptr<storage::DramSegment> ring;
   if (how != TierWrite::kPut) {  // sync_bytes != 0: SsdBench puts otherwise
     slots = std::min(count, ((kSyncsAhead + 1) * sync_bytes + size - 1) / size + kSyncsAhead + 3);
-    DramSegment::Options so;
+    storage::DramSegment::Options so;
     so.size_bytes = (slots * size + kIoBufferHugePage - 1) / kIoBufferHugePage * kIoBufferHugePage;
-    auto seg = DramSegment::Create(so);
+    auto seg = storage::DramSegment::Create(so);
     if (!seg.ok()) return seg.status();
     ring = std::move(*seg);
     for (uint64_t k = 0; k < slots; ++k) std::memcpy(ring->data() + k * size, base, size);
@@ -169,12 +169,12 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
   const bool gathering =
       how == TierWrite::kStore && !ring->large_pages() && ThpAdvisable("enabled");
   f->copied = how == TierWrite::kPut || (gathering && size >= kIoBufferHugePage);
-  SsdTier::Options opts;
+  storage::SsdTier::Options opts;
   opts.dir = dir;
   opts.compression = compression;
   opts.stage_runs = gathering;
   {
-    auto tier = SsdTier::Open(opts);
+    auto tier = storage::SsdTier::Open(opts);
     if (!tier.ok()) return tier.status();
     double in_put = 0;
     uint64_t start = MonoUs(), unsynced = 0;
@@ -242,7 +242,7 @@ absl::Status TierRun(const std::string& dir, bool compression, const char* base,
   }
   f->disk_bytes = BytesUnder(dir);
   uint64_t t_open = MonoUs();
-  auto tier = SsdTier::Open(opts);
+  auto tier = storage::SsdTier::Open(opts);
   if (!tier.ok()) return tier.status();
   f->open_s = (MonoUs() - t_open) / 1e6;
   SyncAndDrop(dir, /*sync=*/false, /*drop=*/true);
@@ -352,17 +352,19 @@ int SsdBench(int argc, char** argv) {
                 "tier writes: a SyncAsync after this many bytes (writes go on meanwhile), as "
                 "the store's mover (0: one Sync at the end)");
   std::string tier_read = "into";
-  flags.AddString("tier-read", &tier_read,
-                  "how the tier reads are made: into (SsdTier::GetInto an aligned buffer, as the "
-                  "store reads for its clients) or get (SsdTier::Get into a string: a copy out)");
+  flags.AddString(
+      "tier-read", &tier_read,
+      "how the tier reads are made: into (storage::SsdTier::GetInto an aligned buffer, as the "
+      "store reads for its clients) or get (storage::SsdTier::Get into a string: a copy out)");
   std::string tier_write = "store";
-  flags.AddString("tier-write", &tier_write,
-                  "how the tier writes are made: store (as a store demotes with --demote-copy "
-                  "auto: in place, but where the DRAM segment is on 4KiB pages blocks of 2MiB "
-                  "and more copied, runs of smaller ones gathered, into hugepage buffers), "
-                  "in-place (SsdTier::PutInPlace from a DRAM segment left "
-                  "unchanged until synced) or put (SsdTier::Put: a copy in, the caller's buffer "
-                  "free at once); with --sync-bytes 0, put");
+  flags.AddString(
+      "tier-write", &tier_write,
+      "how the tier writes are made: store (as a store demotes with --demote-copy "
+      "auto: in place, but where the DRAM segment is on 4KiB pages blocks of 2MiB "
+      "and more copied, runs of smaller ones gathered, into hugepage buffers), "
+      "in-place (storage::SsdTier::PutInPlace from a DRAM segment left "
+      "unchanged until synced) or put (storage::SsdTier::Put: a copy in, the caller's buffer "
+      "free at once); with --sync-bytes 0, put");
   int64_t rounds = 3;
   flags.AddInt("rounds", &rounds,
                "rounds per block size, each writing and reading --bytes on both sides, which "

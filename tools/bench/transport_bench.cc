@@ -13,7 +13,7 @@
 //        in by the store under the grant
 //   shm-shr a write from shared host memory (transport/shm_sources.h):
 //        the store maps it and copies each block in once
-//   rdma rdma::RdmaTransport on the SIMULATED verbs device, in this
+//   rdma transport::rdma::RdmaTransport on the SIMULATED verbs device, in this
 //        process (transport_rdma_sim.cc): reads and store-pulled puts,
 //        every byte checked; correctness and per-op overhead only
 // With --session-mac / --data-tls, tcp again on a store of its own with
@@ -88,7 +88,7 @@ constexpr uint64_t kOpTimeoutMs = 60000;
 struct Range {
   uint32_t segment = 0;
   uint64_t offset = 0;
-  wire::Grant grant;
+  transport::wire::Grant grant;
 };
 
 struct StoreRanges {
@@ -410,7 +410,7 @@ int TransportBench(int argc, char** argv) {
   }
   // The same source bytes in shared host memory, which the store maps and
   // copies from directly.
-  absl::StatusOr<char*> shared_src = AllocateShmSource(src_mem.size());
+  absl::StatusOr<char*> shared_src = transport::AllocateShmSource(src_mem.size());
   if (!shared_src.ok()) {
     std::fprintf(stderr, "shelf-bench transport: shared host memory: %s\n",
                  std::string(shared_src.status().message()).c_str());
@@ -505,7 +505,7 @@ int TransportBench(int argc, char** argv) {
       op.segment_id = r.segment;
       op.remote_offset = r.offset;
       op.length = size;
-      if (kind == transport::OpKind::kWrite) op.grant = wire::EncodeGrant(r.grant);
+      if (kind == transport::OpKind::kWrite) op.grant = transport::wire::EncodeGrant(r.grant);
     }
     return ops;
   };
@@ -526,7 +526,7 @@ int TransportBench(int argc, char** argv) {
       op.segment_id = r.segment;
       op.remote_offset = r.offset;
       op.length = size;
-      if (kind == transport::OpKind::kWrite) op.grant = wire::EncodeGrant(r.grant);
+      if (kind == transport::OpKind::kWrite) op.grant = transport::wire::EncodeGrant(r.grant);
     }
     return ops;
   };

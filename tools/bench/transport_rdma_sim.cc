@@ -25,6 +25,8 @@
 
 namespace shelf::bench {
 
+namespace wire = transport::wire;
+
 bool StopRequested();  // main.cc
 
 #if SHELF_WITH_RDMA
@@ -36,7 +38,7 @@ constexpr char kNode[] = "sim-store";
 const wire::GrantScope kScope{kNode, 1, 1};  // node, incarnation, term
 
 // The store's side: one segment; writes checked against their grants.
-class SegmentHandler : public DataHandler {
+class SegmentHandler : public transport::DataHandler {
  public:
   explicit SegmentHandler(uint64_t bytes) : segment_(bytes, 0) {}
   char* base() { return segment_.data(); }
@@ -98,25 +100,25 @@ Json RdmaSimulatedRows(const std::vector<uint64_t>& sizes, const std::vector<int
     ++*errors;
     return rows;
   };
-  rdma::SimulatedVerbs sim;
-  rdma::RdmaEngine::Options so;
+  transport::rdma::SimulatedVerbs sim;
+  transport::rdma::RdmaEngine::Options so;
   so.device_name = "sim1";
-  auto store_engine = rdma::RdmaEngine::Open(&sim, so);
+  auto store_engine = transport::rdma::RdmaEngine::Open(&sim, so);
   if (!store_engine.ok()) return fail(std::string(store_engine.status().message()));
   SegmentHandler handler(kSimBytes);
-  auto acceptor = std::make_unique<rdma::RdmaStoreAcceptor>(store_engine->get());
+  auto acceptor = std::make_unique<transport::rdma::RdmaStoreAcceptor>(store_engine->get());
   if (absl::Status s = acceptor->AddSegment(0, handler.base(), kSimBytes); !s.ok()) {
     return fail(std::string(s.message()));
   }
-  DataServer::Options dso;
+  transport::DataServer::Options dso;
   dso.listen = HostPort{"127.0.0.1", 0};
   dso.rdma = acceptor.get();
-  auto server = DataServer::Start(dso, &handler);
+  auto server = transport::DataServer::Start(dso, &handler);
   if (!server.ok()) return fail(std::string(server.status().message()));
-  rdma::RdmaTransport::Options co;
+  transport::rdma::RdmaTransport::Options co;
   co.device.device_name = "sim0";
   co.store_pull_writes = true;
-  auto client = rdma::RdmaTransport::Open(&sim, co);
+  auto client = transport::rdma::RdmaTransport::Open(&sim, co);
   if (!client.ok()) return fail(std::string(client.status().message()));
   std::vector<char> src(kSimBytes), dst(kSimBytes);
   auto hs = (*client)->RegisterMemory(src.data(), src.size(), transport::MemoryKind::kHost);

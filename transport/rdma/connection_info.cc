@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 // Field offsets; the layout is documented in docs/rdma.md.
@@ -98,4 +98,4 @@ absl::StatusOr<ConnectionInfo> DecodeConnectionInfo(absl::string_view bytes) {
   return info;
 }
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

@@ -23,7 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "transport/wire.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 
 inline constexpr uint32_t kConnectionInfoMagic = 0x4D445253;  // "SRDM" on the wire
 // Version 2 adds the READ depths (bytes 6 and 7, reserved in version 1).
@@ -70,6 +70,6 @@ std::string EncodeConnectionInfo(const ConnectionInfo& info);
 // address space.
 absl::StatusOr<ConnectionInfo> DecodeConnectionInfo(absl::string_view bytes);
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma
 
 #endif  // SHELF_TRANSPORT_RDMA_CONNECTION_INFO_H_

@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 // The driver entry points we use. The driver is opened with dlopen rather than
@@ -144,14 +144,14 @@ std::unique_ptr<DmabufExporter> NewCudaDmabufExporter() {
   return std::make_unique<CudaDmabufExporter>();
 }
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma
 
 #else  // !SHELF_RDMA_WITH_CUDA
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 
 std::unique_ptr<DmabufExporter> NewCudaDmabufExporter() { return nullptr; }
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma
 
 #endif  // SHELF_RDMA_WITH_CUDA

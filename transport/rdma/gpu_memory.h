@@ -26,7 +26,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 
 // A dmabuf covering a GPU range: `addr` of the exported range lies `offset`
 // bytes into the dmabuf `fd`.
@@ -52,6 +52,6 @@ class DmabufExporter {
 // device that owns `addr`.
 std::unique_ptr<DmabufExporter> NewCudaDmabufExporter();
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma
 
 #endif  // SHELF_TRANSPORT_RDMA_GPU_MEMORY_H_

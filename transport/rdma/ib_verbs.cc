@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 // Verbs report failure either by returning an errno value (ibv_post_send,
@@ -174,4 +174,4 @@ absl::StatusOr<int> IbVerbs::PollCq(ibv_cq* cq, int max_entries, ibv_wc* wc) {
   return n;
 }
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

@@ -13,7 +13,7 @@
 
 #include "transport/rdma/verbs_api.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 
 class IbVerbs final : public VerbsApi {
  public:
@@ -39,6 +39,6 @@ class IbVerbs final : public VerbsApi {
   absl::StatusOr<int> PollCq(ibv_cq* cq, int max_entries, ibv_wc* wc) override;
 };
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma
 
 #endif  // SHELF_TRANSPORT_RDMA_IB_VERBS_H_

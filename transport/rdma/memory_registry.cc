@@ -11,7 +11,7 @@
 #include "common/check.h"
 #include "common/log.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 int AccessFlags(MemoryKind kind, MemoryAccess access) {
@@ -182,4 +182,4 @@ MemoryRegistry::Stats MemoryRegistry::stats() const {
   return stats_;
 }
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

@@ -36,7 +36,7 @@
 #include "transport/rdma/gpu_memory.h"
 #include "transport/rdma/verbs_api.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 
 enum class MemoryKind { kHost, kGpu };
 
@@ -145,6 +145,6 @@ class MemoryRegistry {
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma
 
 #endif  // SHELF_TRANSPORT_RDMA_MEMORY_REGISTRY_H_

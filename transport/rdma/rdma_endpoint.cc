@@ -13,7 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 // Completions taken per poll.
@@ -526,4 +526,4 @@ std::pair<uint8_t, uint8_t> RdmaEndpoint::rd_atomic() const {
   return {max_rd_atomic_, max_dest_rd_atomic_};
 }
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

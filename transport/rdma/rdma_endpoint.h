@@ -64,7 +64,7 @@
 #include "transport/rdma/memory_registry.h"
 #include "transport/rdma/verbs_api.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 
 enum class RdmaOpKind { kRead, kWrite };
 
@@ -275,6 +275,6 @@ class RdmaEndpoint {
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma
 
 #endif  // SHELF_TRANSPORT_RDMA_RDMA_ENDPOINT_H_

@@ -9,7 +9,7 @@
 #include "common/check.h"
 #include "common/log.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 namespace {
 
 // Outstanding RDMA READs per QP we ask for; devices commonly allow 16.
@@ -287,4 +287,4 @@ absl::StatusOr<std::unique_ptr<RdmaEndpoint>> RdmaEngine::CreateEndpoint(
   return endpoint;
 }
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

@@ -50,7 +50,7 @@
 #include "transport/rdma/rdma_endpoint.h"
 #include "transport/rdma/verbs_api.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 
 class RdmaEngine {
  public:
@@ -161,6 +161,6 @@ class RdmaEngine {
   std::atomic<int> live_endpoints_{0};
 };
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma
 
 #endif  // SHELF_TRANSPORT_RDMA_RDMA_ENGINE_H_

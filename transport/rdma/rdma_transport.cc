@@ -13,7 +13,7 @@
 #include "common/clock.h"
 #include "transport/wire.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 
 // ---- RdmaStoreAcceptor
 
@@ -539,4 +539,4 @@ void RdmaTransport::Pull(const ConnectionKey& key, const std::shared_ptr<Connect
   if (failed) Drop(key, conn);
 }
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

@@ -53,7 +53,7 @@
 #include "transport/rdma/rdma_engine.h"
 #include "transport/tcp_client.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 
 // The store side: answers RDMA_CONNECT for the segments it was given.
 //
@@ -278,6 +278,6 @@ class RdmaTransport final : public transport::Engine {
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma
 
 #endif  // SHELF_TRANSPORT_RDMA_RDMA_TRANSPORT_H_

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 
 // The libibverbs struct comes first in each simulated object so that the
 // pointer handed out is the object's own address; the maps validate every
@@ -744,4 +744,4 @@ std::vector<uint32_t> SimulatedVerbs::LiveQpNums() const {
   return nums;
 }
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma

@@ -62,7 +62,7 @@
 #include "common/mutex.h"
 #include "transport/rdma/verbs_api.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 
 // One entry of a simulated port's GID table.
 struct SimulatedGid {
@@ -220,6 +220,6 @@ class SimulatedVerbs final : public VerbsApi {
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma
 
 #endif  // SHELF_TRANSPORT_RDMA_SIMULATED_VERBS_H_

@@ -37,7 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace shelf::rdma {
+namespace shelf::transport::rdma {
 
 // What a GID table entry addresses with. RoCE v1 frames are plain Ethernet
 // (one L2 segment); RoCE v2 frames are UDP/IP, routable.
@@ -101,6 +101,6 @@ class VerbsApi {
   virtual absl::StatusOr<int> PollCq(ibv_cq* cq, int max_entries, ibv_wc* wc) = 0;
 };
 
-}  // namespace shelf::rdma
+}  // namespace shelf::transport::rdma
 
 #endif  // SHELF_TRANSPORT_RDMA_VERBS_API_H_
