@@ -59,7 +59,7 @@ void SelectValidKeys(const std::vector<std::string>& keys, std::vector<std::stri
 enum class SoftPinAction : int { kPreserve = 0, kEnable = 1, kDisable = 2 };
 // A soft pin's lifetime when ENABLE names none: Mooncake's master default
 // (--default_kv_soft_pin_ttl, 30 minutes).
-constexpr uint64_t kDefaultSoftPinTtlMs = 30 * 60 * 1000;
+constexpr uint64_t kDefaultSoftPinTtlMs = uint64_t{30} * 60 * 1000;
 enum class ObjectDataType : int { kUnknown = 0, kKvCache = 1 };
 
 // Mooncake's ReplicateConfig, its fields and defaults as Mooncake binds

@@ -38,7 +38,7 @@ struct MasterConfig {
   // accept is closed (gRPC's own default is 120 s).
   uint64_t handshake_timeout_ms = 10000;
   // A connection with no call in progress this long is closed; 0: never.
-  uint64_t idle_timeout_ms = 10 * 60 * 1000;
+  uint64_t idle_timeout_ms = uint64_t{10} * 60 * 1000;
   // gRPC connections held at once, and from one source address (0: half of
   // max_connections); past them, new ones are shut down
   // (server/master/connection_cap.h). max_connections 0: no cap.

@@ -32,7 +32,7 @@ struct MasterOptions {
   // What a dead store did not hear of (removals) is kept this long; one
   // dead longer comes back empty (docs/master.md, "Removed keys stay
   // removed").
-  uint64_t dead_store_memory_ms = 3600 * 1000;
+  uint64_t dead_store_memory_ms = uint64_t{3600} * 1000;
   // Keys committed while a store is dead that it remembers (a Bloom
   // filter's, 26% false positives at the default); past this it comes
   // back empty too. Not a flag: tests lower it.

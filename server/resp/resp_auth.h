@@ -38,7 +38,7 @@ class PasswordCheck {
   static constexpr size_t kAddressesMax = 65536;
   // An address with no failure for this long starts again from the first
   // back-off.
-  static constexpr uint64_t kForgetAfterMs = 10 * 60 * 1000;
+  static constexpr uint64_t kForgetAfterMs = uint64_t{10} * 60 * 1000;
 
   enum class Verdict { kOk, kWrongPass, kBackoff };
 

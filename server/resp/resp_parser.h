@@ -28,9 +28,9 @@
 namespace shelf::resp {
 
 struct RespLimits {
-  size_t args_max = 1024 * 1024;           // elements of one command array
-  uint64_t bulk_bytes_max = 512ull << 20;  // one argument (--max-value-size)
-  size_t line_bytes_max = 64 * 1024;       // an inline command, a header line
+  size_t args_max = size_t{1024} * 1024;      // elements of one command array
+  uint64_t bulk_bytes_max = 512ull << 20;     // one argument (--max-value-size)
+  size_t line_bytes_max = size_t{64} * 1024;  // an inline command, a header line
   // The limits of a client that has not authenticated: errors say so.
   bool unauthenticated = false;
 };

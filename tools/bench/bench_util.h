@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -28,7 +29,8 @@ class Samples {
       std::sort(values_.begin(), values_.end());
       sorted_ = true;
     }
-    size_t i = static_cast<size_t>(p / 100.0 * (values_.size() - 1) + 0.5);
+    size_t i =
+        static_cast<size_t>(std::lround(p / 100.0 * static_cast<double>(values_.size() - 1)));
     return values_[std::min(i, values_.size() - 1)];
   }
   double Sum() const {
