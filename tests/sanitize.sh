@@ -6,8 +6,8 @@
 # client's call coalescer, thread pool and async calls (call_coalescer_test,
 # client_unit_test), the master's index, placement, leases and long polls
 # under threads (master_test, master_race_test), the etcd client's
-# keepalives, watches and retries against a real etcd (etcd_client_test,
-# coord_unit_test), and shelf-resp's event loop, worker pool and pipelines
+# keepalives, watches and retries and the leader election against a real
+# etcd (etcd_client_test, coord_unit_test, election_test), and shelf-resp's event loop, worker pool and pipelines
 # in front of a real cluster (resp_server_test; the cluster's daemons are
 # the uninstrumented ones of the test build, $SHELF_BIN_DIR).
 #
@@ -17,10 +17,6 @@
 # TSan sees each lock and unlock. Debian's gRPC, protobuf, Abseil and
 # RocksDB are uninstrumented: tests/tsan_suppressions.txt lists what is
 # suppressed in them and why; nothing of the project's own code is.
-# election_test stays out: its leaders revoke leases while their watches
-# read, and the error text gRPC hands a revoke is memory gRPC allocated and
-# filled in its own threads, which TSan reports as a race with the watch
-# thread's earlier use of the same bytes.
 #
 #   bash tests/sanitize.sh          # build into build/tsan and run
 # Exit status 0 only when every test passes with no report.
@@ -43,7 +39,7 @@ for daemon in shelf-master shelf-store; do
   fi
 done
 tests=(concurrency_test allocator_test prom_test call_coalescer_test client_unit_test
-       master_test master_race_test coord_unit_test etcd_client_test
+       master_test master_race_test coord_unit_test etcd_client_test election_test
        resp_server_test)
 # A folder configured by something else (the small project this script
 # generated before, another compiler) is configured afresh.
