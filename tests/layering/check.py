@@ -102,14 +102,20 @@ def layer_of(path, table):
     return None
 
 
-def violations(root):
-    out = []
+def sources(root):
+    """Every .h and .cc of the tree outside build/, tests/ and dot folders,
+    as (path, path relative to root)."""
     for path in sorted(root.rglob("*")):
         if path.suffix not in (".h", ".cc") or not path.is_file():
             continue
         rel = path.relative_to(root).as_posix()
-        if rel.startswith(("build/", "tests/", ".")):
-            continue
+        if not rel.startswith(("build/", "tests/", ".")):
+            yield path, rel
+
+
+def violations(root):
+    out = []
+    for path, rel in sources(root):
         layer = layer_of(rel, FILE_LAYERS)
         if layer is None:
             continue
@@ -128,12 +134,7 @@ def namespace_violations(root):
     `namespace internal {` inside `namespace shelf::coord {` is
     shelf::coord::internal), must be its folder's or nested in it."""
     out = []
-    for path in sorted(root.rglob("*")):
-        if path.suffix not in (".h", ".cc") or not path.is_file():
-            continue
-        rel = path.relative_to(root).as_posix()
-        if rel.startswith(("build/", "tests/", ".")):
-            continue
+    for path, rel in sources(root):
         expected = layer_of(rel, NAMESPACES)
         if expected is None:
             continue
@@ -176,8 +177,7 @@ def main():
     misplaced = namespace_violations(root)
     for line in found + misplaced:
         print(line)
-    checked = sum(1 for p in root.rglob("*") if p.suffix in (".h", ".cc")
-                  and not p.relative_to(root).as_posix().startswith(("build/", "tests/", ".")))
+    checked = sum(1 for _ in sources(root))
     if found:
         print(f"layering: {len(found)} includes cross the layers (tests/layering/check.py)")
     if misplaced:
