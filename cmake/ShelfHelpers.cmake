@@ -62,16 +62,20 @@ function(shelf_cc_library)
   endif()
 endfunction()
 
-# A binary, a test or a Python module sees, besides its dependencies'
-# headers, the headers of its own folder (FOLDER, relative to the source
-# root): a link <build>/hdrs/<target>/<FOLDER> to the folder.
-function(shelf_see_own_folder target folder)
-  set(root ${PROJECT_BINARY_DIR}/hdrs/${target})
+# An include root ROOT that holds one folder of the tree (FOLDER, relative
+# to the source root) at its path: ROOT/FOLDER links to the folder.
+function(shelf_link_folder root folder)
   file(REMOVE_RECURSE ${root})
   get_filename_component(parent ${root}/${folder} DIRECTORY)
   file(MAKE_DIRECTORY ${parent})
   file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${folder} ${root}/${folder} SYMBOLIC)
-  target_include_directories(${target} PRIVATE ${root})
+endfunction()
+
+# A binary, a test or a Python module sees, besides its dependencies'
+# headers, the headers of its own folder: <build>/hdrs/<target>/<FOLDER>.
+function(shelf_see_own_folder target folder)
+  shelf_link_folder(${PROJECT_BINARY_DIR}/hdrs/${target} ${folder})
+  target_include_directories(${target} PRIVATE ${PROJECT_BINARY_DIR}/hdrs/${target})
 endfunction()
 
 function(shelf_cc_binary)
