@@ -1,7 +1,7 @@
 // shelf-master: the metadata master. See docs/master.md.
 //
 // Parse the flags (master_config.cc), build the master, serve gRPC, join
-// the election when --etcd is given (master_ha.cc), serve /metrics and
+// the election when --etcd is given (ha/master_ha.cc), serve /metrics and
 // /health, then tick until SIGINT or SIGTERM.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -27,9 +27,9 @@
 #include "common/ready_file.h"
 #include "common/rpc.h"
 #include "server/master/connection_cap.h"
+#include "server/master/ha/master_ha.h"
 #include "server/master/master.h"
 #include "server/master/master_config.h"
-#include "server/master/master_ha.h"
 #include "server/master/rpc_limits.h"
 #include "server/master/service.h"
 
@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
   std::string bound =
       HostPort{config.listen_host_port.host, static_cast<uint16_t>(port)}.ToString();
   if (config.ha.advertise.empty()) config.ha.advertise = bound;
-  master->SetLeaderAddress(config.ha.advertise);
+  master->electable().SetLeaderAddress(config.ha.advertise);
   ConnectionCapOptions cap_opts;
   cap_opts.port = static_cast<uint16_t>(port);
   cap_opts.max_connections = static_cast<int>(config.max_connections);
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
   // High availability: campaign through etcd; lead only while elected.
   std::unique_ptr<MasterHa> ha;
   if (!config.ha.etcd.empty()) {
-    ha = std::make_unique<MasterHa>(master.get(), config.ha);
+    ha = std::make_unique<MasterHa>(&master->electable(), config.ha);
     if (absl::Status s = ha->Start(); !s.ok()) return Fail(s.message(), 2);
   }
   std::unique_ptr<HttpServer> http;

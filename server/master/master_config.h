@@ -14,9 +14,9 @@
 #include "common/credentials.h"
 #include "common/net.h"
 #include "common/rpc.h"
-#include "server/master/kv_events.h"
+#include "server/master/events/kv_events.h"
+#include "server/master/ha/master_ha.h"
 #include "server/master/master.h"
-#include "server/master/master_ha.h"
 
 namespace shelf::master {
 

@@ -14,7 +14,7 @@
 
 namespace shelf::master {
 
-class KvEventPublisher;  // kv_events.h
+class KvEventPublisher;  // events/kv_events.h
 
 // Limits on requests, validated with INVALID_ARGUMENT (docs/master.md); the
 // protocol's own (key, batch, replicas, version) are in shelf/limits.h.

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
+#include "server/master/quotas/tenant_keys.h"
 #include "server/master/rpc_limits.h"
-#include "server/master/tenant_keys.h"
 
 namespace shelf::master {
 

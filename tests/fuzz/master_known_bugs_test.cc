@@ -68,7 +68,7 @@ class MasterKnownBugsTest : public ::testing::Test {
   std::unique_ptr<master::Master> master_;
 };
 
-// Master::PutCommit (server/master/master.cc) assumes the key is not in
+// Master::PutCommit (server/master/puts/puts.cc) assumes the key is not in
 // the index (`assert(inserted)`, compiled out with NDEBUG) and overwrites
 // the object that the inventory created: store b's replica leaves the
 // object but its range stays allocated and its LRU entry stays linked

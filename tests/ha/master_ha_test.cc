@@ -3,7 +3,7 @@
 // the other points callers at it; when the leader's MasterHa stops, the
 // other takes over with a larger term and waits for the nodes the first one
 // recorded. The process-level failover is tests/ha/ha_failover_test.cc.
-#include "server/master/master_ha.h"
+#include "server/master/ha/master_ha.h"
 
 #include <gtest/gtest.h>
 
@@ -60,7 +60,7 @@ class MasterHaTest : public ::testing::Test {
     master::MasterOptions o;
     o.listen_address = address;
     c->master = std::make_unique<master::Master>(o, c->exposition.get());
-    c->master->SetLeaderAddress(address);
+    c->master->electable().SetLeaderAddress(address);
     master::MasterHaOptions ho;
     ho.etcd = etcd_->endpoint();
     ho.cluster = kCluster;
@@ -69,7 +69,7 @@ class MasterHaTest : public ::testing::Test {
     // Long enough that a new leader is still recovering when the test
     // looks, unless the nodes it expects have registered.
     ho.recovery_grace_ms = 10 * kWaitMs;
-    c->ha = std::make_unique<master::MasterHa>(c->master.get(), ho);
+    c->ha = std::make_unique<master::MasterHa>(&c->master->electable(), ho);
     absl::Status s = c->ha->Start();
     EXPECT_TRUE(s.ok()) << s;
     return c;
@@ -103,15 +103,15 @@ TEST_F(MasterHaTest, OneLeadsTheOtherFollowsAndTakesOverWhenItStops) {
   Candidate* standby = nullptr;
   ASSERT_TRUE(WaitFor(
       [&] {
-        bool la = a->master->is_leader(), lb = b->master->is_leader();
+        bool la = a->master->electable().is_leader(), lb = b->master->electable().is_leader();
         if (la == lb) return false;
         leader = la ? a.get() : b.get();
         standby = la ? b.get() : a.get();
         return standby->Status().leader() == leader->address;
       },
       kWaitMs));
-  EXPECT_TRUE(leader->master->is_leader());
-  EXPECT_FALSE(standby->master->is_leader());
+  EXPECT_TRUE(leader->master->electable().is_leader());
+  EXPECT_FALSE(standby->master->electable().is_leader());
   v1::StatusResponse leader_st = leader->Status();
   v1::StatusResponse standby_st = standby->Status();
   EXPECT_TRUE(leader_st.is_leader());
@@ -136,8 +136,8 @@ TEST_F(MasterHaTest, OneLeadsTheOtherFollowsAndTakesOverWhenItStops) {
   // The leader's MasterHa stops: it steps down at once and the standby
   // takes over with a larger term.
   leader->ha->Stop();
-  EXPECT_FALSE(leader->master->is_leader());
-  ASSERT_TRUE(WaitFor([&] { return standby->master->is_leader(); }, kWaitMs));
+  EXPECT_FALSE(leader->master->electable().is_leader());
+  ASSERT_TRUE(WaitFor([&] { return standby->master->electable().is_leader(); }, kWaitMs));
   v1::StatusResponse taken = standby->Status();
   EXPECT_TRUE(taken.is_leader());
   EXPECT_EQ(taken.leader(), standby->address);
@@ -152,7 +152,7 @@ TEST_F(MasterHaTest, OneLeadsTheOtherFollowsAndTakesOverWhenItStops) {
   RegisterNode(standby->master.get(), "store-1");
   standby->master->Tick();
   EXPECT_FALSE(standby->Status().recovering());
-  EXPECT_FALSE(leader->master->is_leader());
+  EXPECT_FALSE(leader->master->electable().is_leader());
 
   // Stop is idempotent; the destructors stop the other one.
   leader->ha->Stop();
@@ -165,7 +165,7 @@ TEST(MasterHaStartTest, FailsOnABadEtcdEndpoint) {
   master::MasterHaOptions ho;
   ho.etcd = "unix:///run/etcd.sock";
   ho.advertise = "10.0.0.1:7000";
-  master::MasterHa ha(&master, ho);
+  master::MasterHa ha(&master.electable(), ho);
   absl::Status s = ha.Start();
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_EQ(s.message().substr(0, 8), "--etcd: ") << s;

@@ -40,7 +40,7 @@ TEST_F(MasterFixture, AStepDownDuringAHeartbeatLongPollFreesNothingInUse) {
   });
   clock_.WaitForWaiters(1);  // the heartbeat waits for orders
   EXPECT_FALSE(answered.load()) << "the heartbeat did not wait for orders";
-  master_->StepDown("elsewhere:1");
+  master_->electable().StepDown("elsewhere:1");
   // The clock stands still: only the step-down can end the wait.
   for (uint64_t t0 = MonoMs(); !answered.load() && MonoMs() - t0 < 10000;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

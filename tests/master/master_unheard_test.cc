@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "server/master/key_filter.h"
+#include "server/master/registry/key_filter.h"
 #include "tests/master/master_fixture.h"
 
 namespace shelf::master {

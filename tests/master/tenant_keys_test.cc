@@ -1,7 +1,7 @@
 // The credentials file's parser, principal tokens and the tenant key
 // mapping (common/credentials.h, server/master/tenant_keys.h), without a
 // cluster; tests/security/principals_test.cc runs them against real processes.
-#include "server/master/tenant_keys.h"
+#include "server/master/quotas/tenant_keys.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
