@@ -85,7 +85,7 @@ class Master final : private Electable {
   // Metrics go to `exposition` (the process-wide default when null), which
   // must outlive the master.
   explicit Master(MasterOptions options, prom::Exposition* exposition = nullptr);
-  ~Master();
+  ~Master() override;
 
   // Stores.
   absl::Status RegisterStore(const v1::RegisterStoreRequest& req, v1::RegisterStoreResponse* resp);
