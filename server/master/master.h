@@ -305,6 +305,10 @@ class Master final : private Electable {
   void FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortPutLocked(uint64_t put_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live put `id` when `owner` started it; else null, with `st` saying
+  // why (NOT_FOUND: unknown or reclaimed; PERMISSION_DENIED: another's).
+  PendingPut* OwnedPutLocked(uint64_t id, const std::string& owner, v1::RpcStatus* st)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees range `r` of `put` once the put's write grants have expired at
   // every store (grant_skew_ms after its deadline): until then a late
   // frame under its grant may still land there.

@@ -68,16 +68,22 @@ void BlockEvents::FillTopic(const Object& obj, KvEvent* e) const {
   e->tenant = std::string(TenantOf(obj.key.view(), tenant_namespaces_));
 }
 
-void BlockEvents::Stored(const Object& obj, const std::string& node_id, v1::Tier tier,
-                         const v1::BlockEventInfo* put_info) {
-  if (emit_ == nullptr) return;
+KvEvent BlockEvents::BlockEvent(KvEvent::Type type, const Object& obj, const std::string& node_id,
+                                v1::Tier tier) const {
   KvEvent e;
-  e.type = KvEvent::kBlockStored;
+  e.type = type;
   e.node_id = node_id;
   FillTopic(obj, &e);
   e.medium = MediumOf(tier);
-  const ObjectExtra* x = obj.extra.get();
   e.block_hash = BlockHash(obj);
+  return e;
+}
+
+void BlockEvents::Stored(const Object& obj, const std::string& node_id, v1::Tier tier,
+                         const v1::BlockEventInfo* put_info) {
+  if (emit_ == nullptr) return;
+  KvEvent e = BlockEvent(KvEvent::kBlockStored, obj, node_id, tier);
+  const ObjectExtra* x = obj.extra.get();
   if (x != nullptr && x->has_engine_parent_hash) {
     e.has_parent = true;
     e.parent_hash = x->engine_parent_hash;
@@ -95,12 +101,7 @@ void BlockEvents::Stored(const Object& obj, const std::string& node_id, v1::Tier
 
 void BlockEvents::Removed(const Object& obj, const std::string& node_id, v1::Tier tier) {
   if (emit_ == nullptr) return;
-  KvEvent e;
-  e.type = KvEvent::kBlockRemoved;
-  e.node_id = node_id;
-  FillTopic(obj, &e);
-  e.medium = MediumOf(tier);
-  e.block_hash = BlockHash(obj);
+  KvEvent e = BlockEvent(KvEvent::kBlockRemoved, obj, node_id, tier);
   if (bulk_removed_ != nullptr) {
     (*bulk_removed_)[BulkTopic(e.node_id, e.model, e.tenant, e.medium)].push_back(e.block_hash);
     return;

@@ -75,6 +75,10 @@ class BlockEvents {
  private:
   // The topic fields of `obj`'s events.
   void FillTopic(const Object& obj, KvEvent* e) const;
+  // An event of `type` about `obj`'s replica on `node_id` in `tier`: its
+  // topic, medium and hash.
+  KvEvent BlockEvent(KvEvent::Type type, const Object& obj, const std::string& node_id,
+                     v1::Tier tier) const;
 
   const EmitFn emit_;
   const bool tenant_namespaces_;

@@ -191,33 +191,49 @@ absl::Status Master::PutStart(const v1::PutStartRequest& req, const std::string&
   return absl::OkStatus();
 }
 
+namespace {
+
+// Every put id of a call answers `s` (this master does not lead).
+void FailEveryPut(int n, const absl::Status& s,
+                  google::protobuf::RepeatedPtrField<v1::RpcStatus>* statuses) {
+  for (int i = 0; i < n; ++i) {
+    v1::RpcStatus* st = statuses->Add();
+    st->set_code(static_cast<int>(s.code()));
+    st->set_message(std::string(s.message()));
+  }
+}
+
+}  // namespace
+
+PendingPut* Master::OwnedPutLocked(uint64_t id, const std::string& owner, v1::RpcStatus* st) {
+  auto it = puts_.find(id);
+  if (it == puts_.end()) {
+    st->set_code(static_cast<int>(absl::StatusCode::kNotFound));
+    st->set_message(absl::StrCat("put ", id, " is unknown: never started, aborted or expired"));
+    return nullptr;
+  }
+  if (it->second.owner != owner) {
+    st->set_code(static_cast<int>(absl::StatusCode::kPermissionDenied));
+    st->set_message(absl::StrCat("put ", id, " was started by another principal"));
+    return nullptr;
+  }
+  return &it->second;
+}
+
 void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner,
                        v1::PutCommitResponse* resp, std::vector<CommitPin>* pinned) {
   SHELF_SYNC_POINT("Master::PutCommit:Start");
   uint64_t now = clock_->NowMs();
   WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) {
-    for (int i = 0; i < req.put_ids_size(); ++i) {
-      v1::RpcStatus* st = resp->add_statuses();
-      st->set_code(static_cast<int>(s.code()));
-      st->set_message(std::string(s.message()));
-    }
+    FailEveryPut(req.put_ids_size(), s, resp->mutable_statuses());
     return;
   }
   for (uint64_t id : req.put_ids()) {
     v1::RpcStatus* st = resp->add_statuses();
-    auto it = puts_.find(id);
-    if (it == puts_.end()) {
-      st->set_code(static_cast<int>(absl::StatusCode::kNotFound));
-      st->set_message(absl::StrCat("put ", id, " is unknown: never started, aborted or expired"));
-      continue;
-    }
-    PendingPut& put = it->second;
-    if (put.owner != owner) {
-      st->set_code(static_cast<int>(absl::StatusCode::kPermissionDenied));
-      st->set_message(absl::StrCat("put ", id, " was started by another principal"));
-      continue;
-    }
+    PendingPut* found = OwnedPutLocked(id, owner, st);
+    if (found == nullptr) continue;
+    PendingPut& put = *found;
     // Replicas on nodes that died meanwhile were dropped by AbortPutLocked's
     // caller; whatever remains is live.
     if (Object* old = FindLocked(put.key);
@@ -296,7 +312,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
       if (pinned != nullptr) pinned->push_back({put.key, put.size, put.soft_pin_ttl_ms});
     }
     put_by_key_.erase(put.key);
-    puts_.erase(it);
+    puts_.erase(id);  // last: `put` refers into it
     metrics_.puts_committed.Increment();
     st->set_code(0);
   }
@@ -319,26 +335,12 @@ void Master::PutAbort(const v1::PutAbortRequest& req, const std::string& owner,
                       v1::PutAbortResponse* resp) {
   WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) {
-    for (int i = 0; i < req.put_ids_size(); ++i) {
-      v1::RpcStatus* st = resp->add_statuses();
-      st->set_code(static_cast<int>(s.code()));
-      st->set_message(std::string(s.message()));
-    }
+    FailEveryPut(req.put_ids_size(), s, resp->mutable_statuses());
     return;
   }
   for (uint64_t id : req.put_ids()) {
     v1::RpcStatus* st = resp->add_statuses();
-    auto it = puts_.find(id);
-    if (it == puts_.end()) {
-      st->set_code(static_cast<int>(absl::StatusCode::kNotFound));
-      st->set_message(absl::StrCat("put ", id, " is unknown"));
-      continue;
-    }
-    if (it->second.owner != owner) {
-      st->set_code(static_cast<int>(absl::StatusCode::kPermissionDenied));
-      st->set_message(absl::StrCat("put ", id, " was started by another principal"));
-      continue;
-    }
+    if (OwnedPutLocked(id, owner, st) == nullptr) continue;
     // The put's write grants stay valid at the stores until they expire, so
     // its ranges are not handed to another put before then: a leftover
     // grant can only write bytes nobody will read.

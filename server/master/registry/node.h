@@ -146,6 +146,18 @@ struct Node {
   // drop it all (LoseUnheardLocked).
   bool unheard_lost = false;
   uint64_t dead_since_ms = 0;  // NowMs it was declared dead
+
+  // What goes with the node's replicas (it died, or registered anew):
+  // SSD accounting, the timed demotion, pinned bytes, and the orders,
+  // notices and verifications about them.
+  void ForgetReplicaState() {
+    ssd_used = 0;
+    demote_timer.Forget();
+    hard_pinned_bytes = 0;
+    outbox.clear();
+    notices.clear();
+    verifies.clear();
+  }
 };
 inline constexpr size_t kRemovedWhileDeadMax = 1 << 20;
 // An answer's orders, at most (the rest go in the next one).

@@ -128,12 +128,7 @@ absl::Status Master::RegisterStore(const v1::RegisterStoreRequest& req,
     n.segments.push_back(std::move(seg));
   }
   n.ssd_capacity = req.ssd_capacity_bytes();
-  n.ssd_used = 0;
-  n.demote_timer.Forget();
-  n.hard_pinned_bytes = 0;
-  n.outbox.clear();
-  n.notices.clear();
-  n.verifies.clear();
+  n.ForgetReplicaState();
   n.answer_cut = false;
   // Orphans first: they are what the index held, while a store's record
   // of a range may be stale (a RECORD for a newer block not yet received).
@@ -321,12 +316,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
         std::make_unique<storage::RangeAllocator>(seg.alloc->capacity(), options_.alignment);
     seg.demoting_bytes = 0;
   }
-  n.ssd_used = 0;
-  n.demote_timer.Forget();
-  n.hard_pinned_bytes = 0;
-  n.outbox.clear();
-  n.notices.clear();
-  n.verifies.clear();
+  n.ForgetReplicaState();
 }
 
 }  // namespace shelf::master
