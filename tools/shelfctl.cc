@@ -6,6 +6,7 @@
 // 6 RESOURCE_EXHAUSTED. Errors print "shelfctl: CODE: message" on stderr.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -142,6 +143,8 @@ Json NodeJson(const v1::NodeStatus& n) {
   o["state"] = StateName(n.state());
   o["dram_capacity_bytes"] = n.dram_capacity_bytes();
   o["dram_used_bytes"] = n.dram_used_bytes();
+  o["dram_clean_bytes"] = n.dram_clean_bytes();
+  o["dram_demoting_bytes"] = n.dram_demoting_bytes();
   o["ssd_capacity_bytes"] = n.ssd_capacity_bytes();
   o["ssd_used_bytes"] = n.ssd_used_bytes();
   o["objects"] = n.objects();
@@ -274,6 +277,8 @@ class Ctl {
       o["puts_in_flight"] = r.puts_in_flight();
       o["dram_capacity_bytes"] = r.dram_capacity_bytes();
       o["dram_used_bytes"] = r.dram_used_bytes();
+      o["dram_clean_bytes"] = r.dram_clean_bytes();
+      o["dram_demoting_bytes"] = r.dram_demoting_bytes();
       o["ssd_capacity_bytes"] = r.ssd_capacity_bytes();
       o["ssd_used_bytes"] = r.ssd_used_bytes();
       o["uptime_ms"] = r.uptime_ms();
@@ -290,10 +295,11 @@ class Ctl {
     std::printf("objects %llu  puts in flight %llu  nodes %d live / %d\n",
                 static_cast<unsigned long long>(r.objects()),
                 static_cast<unsigned long long>(r.puts_in_flight()), live, r.nodes_size());
-    std::printf("DRAM %s / %s   SSD %s / %s\n\n", FormatBytes(r.dram_used_bytes()).c_str(),
-                FormatBytes(r.dram_capacity_bytes()).c_str(),
-                FormatBytes(r.ssd_used_bytes()).c_str(),
-                FormatBytes(r.ssd_capacity_bytes()).c_str());
+    std::printf(
+        "DRAM %s / %s (clean %s, demoting %s)   SSD %s / %s\n\n",
+        FormatBytes(r.dram_used_bytes()).c_str(), FormatBytes(r.dram_capacity_bytes()).c_str(),
+        FormatBytes(r.dram_clean_bytes()).c_str(), FormatBytes(r.dram_demoting_bytes()).c_str(),
+        FormatBytes(r.ssd_used_bytes()).c_str(), FormatBytes(r.ssd_capacity_bytes()).c_str());
     PrintNodes(r.nodes());
     return 0;
   }
@@ -330,21 +336,38 @@ class Ctl {
         o["used_bytes"] = s.used_bytes();
         o["free_extents"] = s.free_extents();
         o["largest_free_bytes"] = s.largest_free_bytes();
+        if (s.tier() == v1::TIER_DRAM) {
+          o["clean_bytes"] = s.clean_bytes();
+          o["demoting_bytes"] = s.demoting_bytes();
+          o["dram_only_bytes"] = DramOnly(s);
+        }
         out.push_back(o);
       }
       std::printf("%s\n", JsonDump(out).c_str());
       return 0;
     }
-    std::printf("%-24s %4s %-5s %14s %14s %8s %14s\n", "NODE", "SEG", "TIER", "USED", "CAPACITY",
-                "EXTENTS", "LARGEST FREE");
+    // Of USED, DRAM: CLEAN is also on the store's SSD (dropped at once when
+    // a writer needs the room), DEMOTING is being written there, DRAM-ONLY
+    // is the rest (docs/storage.md, "What the capacity holds").
+    std::printf("%-24s %4s %-5s %11s %11s %11s %11s %11s %8s %12s\n", "NODE", "SEG", "TIER", "USED",
+                "CAPACITY", "DRAM-ONLY", "CLEAN", "DEMOTING", "EXTENTS", "LARGEST FREE");
     for (const auto& s : r.segments()) {
-      std::printf("%-24s %4u %-5s %14s %14s %8llu %14s\n", s.node_id().c_str(), s.segment_id(),
-                  TierName(s.tier()), FormatBytes(s.used_bytes()).c_str(),
-                  FormatBytes(s.capacity_bytes()).c_str(),
+      const bool ssd = s.tier() == v1::TIER_SSD;
+      auto dram = [ssd](uint64_t v) { return ssd ? std::string("-") : FormatBytes(v); };
+      std::printf("%-24s %4u %-5s %11s %11s %11s %11s %11s %8llu %12s\n", s.node_id().c_str(),
+                  s.segment_id(), TierName(s.tier()), FormatBytes(s.used_bytes()).c_str(),
+                  FormatBytes(s.capacity_bytes()).c_str(), dram(DramOnly(s)).c_str(),
+                  dram(s.clean_bytes()).c_str(), dram(s.demoting_bytes()).c_str(),
                   static_cast<unsigned long long>(s.free_extents()),
-                  s.tier() == v1::TIER_SSD ? "-" : FormatBytes(s.largest_free_bytes()).c_str());
+                  dram(s.largest_free_bytes()).c_str());
     }
     return 0;
+  }
+
+  // A DRAM segment's used bytes that are neither clean nor demoting.
+  static uint64_t DramOnly(const v1::SegmentStatus& s) {
+    uint64_t held = std::min(s.used_bytes(), s.clean_bytes() + s.demoting_bytes());
+    return s.used_bytes() - held;
   }
 
   int Stat(const std::string& key) {

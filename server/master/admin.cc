@@ -22,15 +22,19 @@ void Master::FillNodeStatus(uint32_t idx, uint64_t now, v1::NodeStatus* out) {
   out->set_host_id(n.endpoint.host_id());
   out->set_state(n.state == v1::NODE_LIVE && n.draining ? v1::NODE_DRAINING : n.state);
   for (const auto& [k, v] : n.labels) (*out->mutable_labels())[k] = v;
-  uint64_t cap = 0, used = 0, objects = 0;
+  uint64_t cap = 0, used = 0, clean = 0, demoting = 0, objects = 0;
   for (const Segment& s : n.segments) {
     cap += s.alloc->capacity();
     used += s.alloc->used();
+    clean += s.clean_bytes;
+    demoting += s.demoting_bytes;
     objects += s.lru.size();
   }
   objects += n.ssd_lru.size();
   out->set_dram_capacity_bytes(cap);
   out->set_dram_used_bytes(n.state == v1::NODE_DEAD ? 0 : used);
+  out->set_dram_clean_bytes(n.state == v1::NODE_DEAD ? 0 : clean);
+  out->set_dram_demoting_bytes(n.state == v1::NODE_DEAD ? 0 : demoting);
   out->set_ssd_capacity_bytes(n.ssd_capacity);
   out->set_ssd_used_bytes(n.ssd_used);
   out->set_objects(objects);
@@ -56,6 +60,8 @@ void Master::Status(v1::StatusResponse* resp) {
     if (ns->state() == v1::NODE_DEAD) continue;
     resp->set_dram_capacity_bytes(resp->dram_capacity_bytes() + ns->dram_capacity_bytes());
     resp->set_dram_used_bytes(resp->dram_used_bytes() + ns->dram_used_bytes());
+    resp->set_dram_clean_bytes(resp->dram_clean_bytes() + ns->dram_clean_bytes());
+    resp->set_dram_demoting_bytes(resp->dram_demoting_bytes() + ns->dram_demoting_bytes());
     resp->set_ssd_capacity_bytes(resp->ssd_capacity_bytes() + ns->ssd_capacity_bytes());
     resp->set_ssd_used_bytes(resp->ssd_used_bytes() + ns->ssd_used_bytes());
   }
@@ -74,6 +80,8 @@ void Master::Segments(v1::SegmentsResponse* resp) {
       out->set_used_bytes(s.alloc->used());
       out->set_free_extents(s.alloc->free_extents());
       out->set_largest_free_bytes(s.alloc->largest_free());
+      out->set_clean_bytes(s.clean_bytes);
+      out->set_demoting_bytes(s.demoting_bytes);
     }
     if (n->ssd_capacity > 0) {
       v1::SegmentStatus* out = resp->add_segments();

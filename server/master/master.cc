@@ -81,6 +81,31 @@ Master::Master(MasterOptions options, prom::Exposition* exposition)
     }
     return out;
   };
+  gauges_.push_back(r.AddCallbackGauge(
+      "shelf_master_dram_bytes",
+      "DRAM by node and what it holds: free, dram_only (blocks on no other tier of the store, "
+      "puts in flight, ranges held for a lease), clean (also on the store's SSD), demoting",
+      {"node", "state"}, [this] {
+        WriterMutexLock lock(&mu_);
+        std::vector<prom::GaugeSample> out;
+        for (const auto& n : nodes_) {
+          if (n->state == v1::NODE_DEAD) continue;
+          uint64_t cap = 0, used = 0, clean = 0, demoting = 0;
+          for (const Segment& s : n->segments) {
+            cap += s.alloc->capacity();
+            used += s.alloc->used();
+            clean += s.clean_bytes;
+            demoting += s.demoting_bytes;
+          }
+          const std::string& id = n->endpoint.node_id();
+          uint64_t held = std::min(used, clean + demoting);
+          out.push_back({{id, "free"}, static_cast<double>(cap - used)});
+          out.push_back({{id, "dram_only"}, static_cast<double>(used - held)});
+          out.push_back({{id, "clean"}, static_cast<double>(clean)});
+          out.push_back({{id, "demoting"}, static_cast<double>(demoting)});
+        }
+        return out;
+      }));
   gauges_.push_back(r.AddCallbackGauge("shelf_master_capacity_bytes", "Capacity by node and tier",
                                        {"node", "tier"}, [per_node] { return per_node(false); }));
   gauges_.push_back(r.AddCallbackGauge("shelf_master_used_bytes", "Used bytes by node and tier",
@@ -207,7 +232,7 @@ void Master::FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, u
 
 void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
   SHELF_CHECK(r.node < nodes_.size() && r.segment < nodes_[r.node]->segments.size());
-  EmitRemovedLocked(*obj, r);
+  ReplicaRemovedLocked(obj, r);
   Node& n = *nodes_[r.node];
   if (r.demoting) {
     // Its demotion is still out: undo the reservations made for it. The
@@ -333,7 +358,7 @@ void Master::Tick() {
 
 void Master::CheckInvariants() {
   WriterMutexLock lock(&mu_);
-  std::map<std::pair<uint32_t, uint32_t>, uint64_t> used;
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> used, clean;
   for (Shard& shard : shards_) {
     MutexLock shard_lock(&shard.mu);
     for (const Object& obj : shard.objects) {
@@ -342,7 +367,14 @@ void Master::CheckInvariants() {
       for (const Replica& r : obj.replicas) {
         if (r.node >= nodes_.size() || *r.lru != &obj) std::abort();
         if (r.tier == v1::TIER_DRAM) {
-          used[{r.node, r.segment}] += nodes_[r.node]->segments[r.segment].alloc->RoundUp(obj.size);
+          uint64_t aligned = nodes_[r.node]->segments[r.segment].alloc->RoundUp(obj.size);
+          used[{r.node, r.segment}] += aligned;
+          bool ssd_here = false;
+          for (const Replica& s : obj.replicas) {
+            ssd_here |= s.node == r.node && s.tier == v1::TIER_SSD;
+          }
+          if (r.clean != ssd_here) std::abort();  // clean: an SSD copy on its store
+          if (r.clean) clean[{r.node, r.segment}] += aligned;
         }
       }
     }
@@ -373,19 +405,50 @@ void Master::CheckInvariants() {
       const storage::RangeAllocator& a = *nodes_[i]->segments[s].alloc;
       a.CheckInvariants();
       if (a.used() != used[{i, s}]) std::abort();
+      if (nodes_[i]->segments[s].clean_bytes != clean[{i, s}]) std::abort();
     }
   }
 }
 
-void Master::EmitStoredLocked(const Object& obj, const Replica& r,
-                              const v1::BlockEventInfo* put_info) {
-  quotas_->Stored(obj.key.view(), obj.writer, r.tier, obj.size, /*added=*/true);
-  events_.Stored(obj, nodes_[r.node]->endpoint.node_id(), r.tier, put_info);
+void Master::ReplicaAddedLocked(Object* obj, Replica* r, const v1::BlockEventInfo* put_info) {
+  quotas_->Stored(obj->key.view(), obj->writer, r->tier, obj->size, /*added=*/true);
+  events_.Stored(*obj, nodes_[r->node]->endpoint.node_id(), r->tier, put_info);
+  // A DRAM replica with an SSD copy on its store is clean: dropping it
+  // loses nothing (docs/storage.md, "What the capacity holds").
+  Node& n = *nodes_[r->node];
+  for (Replica& d : obj->replicas) {
+    if (d.node != r->node || d.tier != v1::TIER_DRAM || d.clean) continue;
+    bool ssd_here = false;
+    for (const Replica& s : obj->replicas) ssd_here |= s.node == d.node && s.tier == v1::TIER_SSD;
+    if (!ssd_here) continue;
+    d.clean = true;
+    Segment& seg = n.segments[d.segment];
+    seg.clean_bytes += seg.alloc->RoundUp(obj->size);
+  }
 }
 
-void Master::EmitRemovedLocked(const Object& obj, const Replica& r) {
-  quotas_->Stored(obj.key.view(), obj.writer, r.tier, obj.size, /*added=*/false);
-  events_.Removed(obj, nodes_[r.node]->endpoint.node_id(), r.tier);
+void Master::ReplicaRemovedLocked(Object* obj, const Replica& r) {
+  quotas_->Stored(obj->key.view(), obj->writer, r.tier, obj->size, /*added=*/false);
+  events_.Removed(*obj, nodes_[r.node]->endpoint.node_id(), r.tier);
+  // `r` is one of obj->replicas or a copy of one taken out: a DRAM replica
+  // going counts its clean bytes once (its flag cleared where it still
+  // stands); an SSD copy going leaves its store's DRAM replicas dirty.
+  Node& n = *nodes_[r.node];
+  const bool dram = r.tier == v1::TIER_DRAM;
+  if (dram && !r.clean) return;
+  bool counted = false;
+  for (Replica& d : obj->replicas) {
+    if (d.node != r.node || d.tier != v1::TIER_DRAM || !d.clean) continue;
+    if (dram && (d.segment != r.segment || d.offset != r.offset)) continue;
+    d.clean = false;
+    Segment& seg = n.segments[d.segment];
+    seg.clean_bytes -= std::min(seg.clean_bytes, seg.alloc->RoundUp(obj->size));
+    counted = true;
+  }
+  if (dram && !counted) {  // a copy taken out of the vector
+    Segment& seg = n.segments[r.segment];
+    seg.clean_bytes -= std::min(seg.clean_bytes, seg.alloc->RoundUp(obj->size));
+  }
 }
 
 }  // namespace shelf::master

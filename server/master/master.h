@@ -409,12 +409,14 @@ class Master final : private Electable {
   // `n`'s record of what it did not hear of is lost (Node::unheard_lost):
   // frees it, and logs why once per death.
   static void LoseUnheardLocked(Node* n, absl::string_view why);
-  // A replica entered or left the index: its writer's and tenant's stored
-  // bytes (quotas/quotas.h) and the event stream (events_) follow.
-  // `put_info` (what the committing put carried) may be null.
-  void EmitStoredLocked(const Object& obj, const Replica& r, const v1::BlockEventInfo* put_info)
+  // A replica entered or left the index (every change of a replica set
+  // passes here): its writer's and tenant's stored bytes (quotas/quotas.h),
+  // the event stream (events_) and its segment's clean bytes follow. `r`
+  // entered as one of obj->replicas; one that left may be a copy taken out
+  // of them. `put_info` (what the committing put carried) may be null.
+  void ReplicaAddedLocked(Object* obj, Replica* r, const v1::BlockEventInfo* put_info)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EmitRemovedLocked(const Object& obj, const Replica& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReplicaRemovedLocked(Object* obj, const Replica& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillNodeStatus(uint32_t node, uint64_t now, v1::NodeStatus* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillReplica(const Replica& r, uint64_t size, v1::Replica* out, StoreTable* table = nullptr)

@@ -33,6 +33,7 @@ REQUIRED = {
     "latency percentiles": r"histogram_quantile\(0\.99, .*shelf_master_rpc_seconds_bucket",
     "capacity per node and tier": r"by \(node, tier\) \(shelf_master_capacity_bytes",
     "used per node and tier": r"by \(node, tier\) \(shelf_master_used_bytes",
+    "what DRAM holds": r"by \(node, state\) \(shelf_master_dram_bytes",
     "evictions": r"shelf_master_evictions_total",
     "demotions": r"shelf_master_demotions_total",
     "live nodes": r"shelf_master_nodes\{state=\"live\"\}",

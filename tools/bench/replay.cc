@@ -192,9 +192,12 @@ struct Chains {
 
 // What the cluster's DRAM holds at one point of the replay.
 struct CapacitySample {
-  size_t requests = 0;      // replayed so far
-  uint64_t configured = 0;  // DRAM capacity of the live stores
-  uint64_t allocated = 0;   // allocated by the master (blocks, open puts, deferred frees)
+  size_t requests = 0;          // replayed so far
+  uint64_t configured = 0;      // DRAM capacity of the live stores
+  uint64_t ssd_configured = 0;  // their SSD tiers' capacity
+  uint64_t allocated = 0;       // allocated by the master (blocks, open puts, deferred frees)
+  uint64_t clean = 0;           // ... of which blocks also on their store's SSD
+  uint64_t demoting = 0;        // ... of which blocks being demoted
   uint64_t puts_in_flight = 0;
   uint64_t resident_blocks = 0;  // trace blocks in the index
   uint64_t orphaned_blocks = 0;  // ... of which some ancestor is not: they can never hit
@@ -217,7 +220,10 @@ absl::Status SampleCapacity(const std::string& master, const Chains& chains, siz
     grpc::Status s = admin->Status(&ctx, v1::StatusRequest(), &r);
     if (!s.ok()) return absl::UnavailableError(s.error_message());
     out->configured = r.dram_capacity_bytes();
+    out->ssd_configured = r.ssd_capacity_bytes();
     out->allocated = r.dram_used_bytes();
+    out->clean = r.dram_clean_bytes();
+    out->demoting = r.dram_demoting_bytes();
     out->puts_in_flight = r.puts_in_flight();
   }
   std::unordered_map<uint64_t, bool> useful;  // resident and every ancestor resident
@@ -593,17 +599,21 @@ int Replay(int argc, char** argv) {
         get_seconds, FormatBytes(block_bytes).c_str());
     std::printf("\n%s\n", AsciiChart(chart).c_str());
     std::printf(
-        "  DRAM over time: configured, allocated, holding trace blocks, and of those\n"
-        "  the orphaned tails (a block of the chain before them is gone: no hit)\n");
-    std::printf("  %9s %11s %11s %7s %11s %7s %9s %7s %6s\n", "requests", "configured", "allocated",
-                "", "resident", "", "orphaned", "", "puts");
+        "  DRAM over time: configured; allocated, and of it the clean share (blocks\n"
+        "  also on their store's SSD: dropped at once for a writer) and the share\n"
+        "  being demoted; trace blocks resident in either tier (as bytes, against\n"
+        "  DRAM + SSD), and of those the orphaned tails (a block of the chain\n"
+        "  before them is gone: no hit)\n");
+    std::printf("  %9s %11s %11s %7s %7s %7s %11s %7s %9s %7s %6s\n", "requests", "configured",
+                "allocated", "", "clean", "demot.", "resident", "", "orphaned", "", "puts");
     for (const CapacitySample& c : capacity) {
       auto pct = [](uint64_t a, uint64_t b) { return b ? 100.0 * a / b : 0.0; };
       uint64_t resident_bytes = c.resident_blocks * aligned;
-      std::printf("  %9zu %11s %11s %6.1f%% %11s %6.1f%% %9llu %6.1f%% %6llu\n", c.requests,
-                  FormatBytes(c.configured).c_str(), FormatBytes(c.allocated).c_str(),
-                  pct(c.allocated, c.configured), FormatBytes(resident_bytes).c_str(),
-                  pct(resident_bytes, c.configured),
+      std::printf("  %9zu %11s %11s %6.1f%% %6.1f%% %6.1f%% %11s %6.1f%% %9llu %6.1f%% %6llu\n",
+                  c.requests, FormatBytes(c.configured).c_str(), FormatBytes(c.allocated).c_str(),
+                  pct(c.allocated, c.configured), pct(c.clean, c.configured),
+                  pct(c.demoting, c.configured), FormatBytes(resident_bytes).c_str(),
+                  pct(resident_bytes, c.configured + c.ssd_configured),
                   static_cast<unsigned long long>(c.orphaned_blocks),
                   pct(c.orphaned_blocks, c.resident_blocks),
                   static_cast<unsigned long long>(c.puts_in_flight));
@@ -659,13 +669,15 @@ int Replay(int argc, char** argv) {
   o["fetch_scale_model"] = fetch_model;
   o["wall_seconds"] = wall_s;
   Json samples = Json::array();
-  double resident_sum = 0, orphaned_sum = 0;
+  double resident_sum = 0, resident_both_sum = 0, orphaned_sum = 0;
   uint64_t resident_n = 0;
   for (const CapacitySample& c : capacity) {
     Json s = Json::object();
     s["requests"] = static_cast<uint64_t>(c.requests);
     s["configured_bytes"] = c.configured;
     s["allocated_bytes"] = c.allocated;
+    s["clean_bytes"] = c.clean;
+    s["demoting_bytes"] = c.demoting;
     s["resident_bytes"] = c.resident_blocks * aligned;
     s["resident_blocks"] = c.resident_blocks;
     s["orphaned_blocks"] = c.orphaned_blocks;
@@ -675,12 +687,18 @@ int Replay(int argc, char** argv) {
     // a loss of capacity).
     if (c.configured > 0 && c.allocated * 10 >= c.configured * 9) {
       resident_sum += static_cast<double>(c.resident_blocks * aligned) / c.configured;
+      resident_both_sum +=
+          static_cast<double>(c.resident_blocks * aligned) / (c.configured + c.ssd_configured);
       orphaned_sum += c.resident_blocks ? double(c.orphaned_blocks) / c.resident_blocks : 0;
       ++resident_n;
     }
   }
   o["dram_samples"] = samples;
   o["dram_resident_fraction_when_full"] = resident_n ? resident_sum / resident_n : 0.0;
+  // Distinct trace blocks resident in either tier, against what DRAM and
+  // SSD together hold, once DRAM is full.
+  o["resident_fraction_of_both_tiers_when_full"] =
+      resident_n ? resident_both_sum / resident_n : 0.0;
   o["dram_orphaned_fraction_when_full"] = resident_n ? orphaned_sum / resident_n : 0.0;
   if (!capacity.empty()) {
     o["orphaned_blocks_end"] = capacity.back().orphaned_blocks;

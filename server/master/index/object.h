@@ -46,6 +46,9 @@ struct Replica {
   uint8_t segment = 0;  // index into its node's segments (at most 64)
   TierByte tier = v1::TIER_DRAM;
   bool demoting = false;  // a DEMOTE order is out for this replica
+  // DRAM: its store's SSD holds the block too, so dropping this copy loses
+  // nothing (Segment::clean_bytes counts it).
+  bool clean = false;
   uint64_t offset = 0;
   LruList::iterator lru;  // position in its node's tier list
 };

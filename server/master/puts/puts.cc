@@ -302,7 +302,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
       obj.replicas.push_back(r);
       if (obj.hard_pin) nodes_[r.node]->hard_pinned_bytes += obj.size;
       NoticeLocked(obj, obj.replicas.back(), true);
-      EmitStoredLocked(obj, obj.replicas.back(), put.event_info.get());
+      ReplicaAddedLocked(&obj, &obj.replicas.back(), put.event_info.get());
     }
     if (put.soft_pin_ttl_ms != 0) {
       if (obj.extra == nullptr) obj.extra = std::make_unique<ObjectExtra>();

@@ -36,6 +36,8 @@ struct Segment {
   std::unique_ptr<storage::RangeAllocator> alloc;
   LruList lru;                  // front = least recently used
   uint64_t demoting_bytes = 0;  // allocated bytes whose demotion is ordered
+  // Allocated bytes of clean replicas: blocks also on this store's SSD.
+  uint64_t clean_bytes = 0;
   // The put byte rate into this segment (tiers/demotion_planner.h).
   PutRate put_rate;
   // Used bytes that eviction still has to act on.

@@ -236,7 +236,7 @@ void Master::AddInventoryLocked(uint32_t node, const v1::InventoryEntry& e, uint
   // the count with its replica (ReleaseReplicaLocked).
   if (obj.hard_pin) n.hard_pinned_bytes += obj.size;
   obj.replicas.push_back(r);
-  EmitStoredLocked(obj, obj.replicas.back(), nullptr);
+  ReplicaAddedLocked(&obj, &obj.replicas.back(), nullptr);
 }
 
 void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
@@ -264,7 +264,7 @@ void Master::DropNodeReplicasLocked(uint32_t node, uint64_t now,
     auto& reps = obj->replicas;
     for (const Replica& r : reps) {
       if (r.node == node && r.demoting) --demotions_pending_;
-      if (r.node == node) EmitRemovedLocked(*obj, r);  // counts the bytes as gone
+      if (r.node == node) ReplicaRemovedLocked(obj, r);  // counts the bytes as gone
       if (r.node == node && r.tier == v1::TIER_DRAM && orphans != nullptr) {
         v1::InventoryEntry& e = orphans->emplace_back();
         e.set_key(obj->key.str());

@@ -114,8 +114,8 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
     r.offset = 0;
     r.lru = n.ssd_lru.insert(n.ssd_lru.end(), obj);
     // A tier move: the DRAM copy goes, an SSD copy comes.
-    EmitRemovedLocked(*obj, old);
-    EmitStoredLocked(*obj, r, nullptr);
+    ReplicaRemovedLocked(obj, old);
+    ReplicaAddedLocked(obj, &r, nullptr);
     metrics_.demotions_ok.Increment();
     return;
   }

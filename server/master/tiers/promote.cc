@@ -104,7 +104,7 @@ absl::Status Master::PromoteCommit(const v1::PromoteCommitRequest& req) {
   r.lru = lru.insert(lru.end(), obj);
   obj->replicas.push_back(r);
   if (obj->hard_pin) n.hard_pinned_bytes += obj->size;
-  EmitStoredLocked(*obj, obj->replicas.back(), nullptr);
+  ReplicaAddedLocked(obj, &obj->replicas.back(), nullptr);
   obj->Touch(now);
   metrics_.promotions.Increment();
   return absl::OkStatus();
