@@ -24,57 +24,12 @@
 #include "testing/local_cluster.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
+#include "tools/bench/cache_sim.h"
 #include "tools/bench/replay_compare.h"
 #include "tools/bench/trace.h"
 
 namespace shelf::bench {
 namespace {
-
-// A two-level LRU of blocks: DRAM, whose victims move to SSD, whose victims
-// are dropped. Capacities in blocks; ssd 0 means DRAM only.
-class LruSim {
- public:
-  LruSim(uint64_t dram_blocks, uint64_t ssd_blocks) : cap_{dram_blocks, ssd_blocks} {}
-  // Returns the number of leading ids present, then touches/inserts all.
-  size_t Request(const std::vector<uint64_t>& ids) {
-    size_t matched = 0;
-    while (matched < ids.size() && where_.count(ids[matched])) ++matched;
-    for (uint64_t id : ids) {
-      auto it = where_.find(id);
-      if (it != where_.end()) {
-        Level& l = levels_[it->second.level];
-        l.splice(l.end(), l, it->second.pos);
-        continue;
-      }
-      Insert(0, id);
-    }
-    return matched;
-  }
-
- private:
-  using Level = std::list<uint64_t>;
-  struct Where {
-    int level;
-    Level::iterator pos;
-  };
-  void Insert(int level, uint64_t id) {
-    if (cap_[level] == 0) {
-      if (level == 0 && cap_[1] > 0) Insert(1, id);
-      return;
-    }
-    levels_[level].push_back(id);
-    where_[id] = Where{level, std::prev(levels_[level].end())};
-    if (levels_[level].size() > cap_[level]) {
-      uint64_t victim = levels_[level].front();
-      levels_[level].pop_front();
-      where_.erase(victim);
-      if (level == 0 && cap_[1] > 0) Insert(1, victim);
-    }
-  }
-  uint64_t cap_[2];
-  Level levels_[2];
-  std::unordered_map<uint64_t, Where> where_;
-};
 
 double IdealHitRatio(const std::vector<TraceRequest>& reqs) {
   std::unordered_map<uint64_t, bool> seen;
@@ -195,6 +150,7 @@ struct CapacitySample {
   size_t requests = 0;          // replayed so far
   uint64_t configured = 0;      // DRAM capacity of the live stores
   uint64_t ssd_configured = 0;  // their SSD tiers' capacity
+  uint64_t ssd_used = 0;        // ... of which used
   uint64_t allocated = 0;       // allocated by the master (blocks, open puts, deferred frees)
   uint64_t clean = 0;           // ... of which blocks also on their store's SSD
   uint64_t demoting = 0;        // ... of which blocks being demoted
@@ -221,6 +177,7 @@ absl::Status SampleCapacity(const std::string& master, const Chains& chains, siz
     if (!s.ok()) return absl::UnavailableError(s.error_message());
     out->configured = r.dram_capacity_bytes();
     out->ssd_configured = r.ssd_capacity_bytes();
+    out->ssd_used = r.ssd_used_bytes();
     out->allocated = r.dram_used_bytes();
     out->clean = r.dram_clean_bytes();
     out->demoting = r.dram_demoting_bytes();
@@ -415,7 +372,10 @@ int Replay(int argc, char** argv) {
   uint64_t ssd_blocks = static_cast<uint64_t>(stores) * (ssd_size / block_bytes);
   LruSim sim(dram_blocks, ssd_blocks);
   LruSim sim_dram(dram_blocks, 0);
-  uint64_t sim_hits = 0, sim_dram_hits = 0;
+  // Admission: the same hierarchies with DRAM as S3-FIFO (docs/storage.md).
+  S3FifoSim s3(dram_blocks, ssd_blocks);
+  S3FifoSim s3_dram(dram_blocks, 0);
+  uint64_t sim_hits = 0, sim_dram_hits = 0, s3_hits = 0, s3_dram_hits = 0;
 
   BlockPattern pattern(block_bytes);
   std::vector<char> scratch;
@@ -453,6 +413,8 @@ int Replay(int argc, char** argv) {
     }
     sim_hits += sim.Request(r.hash_ids);
     sim_dram_hits += sim_dram.Request(r.hash_ids);
+    s3_hits += s3.Request(r.hash_ids);
+    s3_dram_hits += s3_dram.Request(r.hash_ids);
     total_blocks += r.hash_ids.size();
     // Engines send a request's blocks in chunks of at most 1024 keys.
     for (size_t base = 0; base < r.hash_ids.size(); base += 1024) {
@@ -548,6 +510,8 @@ int Replay(int argc, char** argv) {
   double hit_ratio = total_blocks ? static_cast<double>(hit_blocks) / total_blocks : 0;
   double lru = total_blocks ? static_cast<double>(sim_hits) / total_blocks : 0;
   double lru_dram = total_blocks ? static_cast<double>(sim_dram_hits) / total_blocks : 0;
+  double s3fifo = total_blocks ? static_cast<double>(s3_hits) / total_blocks : 0;
+  double s3fifo_dram = total_blocks ? static_cast<double>(s3_dram_hits) / total_blocks : 0;
   double ideal = IdealHitRatio(*reqs);
   double hit_dram = total_blocks ? static_cast<double>(cs.blocks_loaded_dram) / total_blocks : 0;
   double hit_ssd = total_blocks ? static_cast<double>(cs.blocks_loaded_ssd) / total_blocks : 0;
@@ -574,6 +538,8 @@ int Replay(int argc, char** argv) {
     std::printf("  %-34s %7.2f%%\n", "  served from SSD", 100 * hit_ssd);
     std::printf("  %-34s %7.2f%%\n", "LRU simulation, same capacity", 100 * lru);
     std::printf("  %-34s %7.2f%%\n", "LRU simulation, DRAM only", 100 * lru_dram);
+    std::printf("  %-34s %7.2f%%\n", "S3-FIFO admission, same capacity", 100 * s3fifo);
+    std::printf("  %-34s %7.2f%%\n", "S3-FIFO admission, DRAM only", 100 * s3fifo_dram);
     std::printf("  %-34s %7.2f%%\n\n", "ideal (infinite capacity)", 100 * ideal);
     std::printf("  bytes loaded    %s (shm %s, tcp %s; from SSD %s)\n",
                 FormatBytes(cs.bytes_loaded).c_str(), FormatBytes(cs.bytes_loaded_shm).c_str(),
@@ -642,6 +608,8 @@ int Replay(int argc, char** argv) {
   o["hit_ratio_ssd"] = hit_ssd;
   o["lru_sim_hit_ratio"] = lru;
   o["lru_sim_dram_only_hit_ratio"] = lru_dram;
+  o["s3fifo_sim_hit_ratio"] = s3fifo;
+  o["s3fifo_sim_dram_only_hit_ratio"] = s3fifo_dram;
   o["ideal_hit_ratio"] = ideal;
   o["errors"] = errors;
   o["checksum_mismatches"] = mismatches;
@@ -669,7 +637,7 @@ int Replay(int argc, char** argv) {
   o["fetch_scale_model"] = fetch_model;
   o["wall_seconds"] = wall_s;
   Json samples = Json::array();
-  double resident_sum = 0, resident_both_sum = 0, orphaned_sum = 0;
+  double resident_sum = 0, orphaned_sum = 0;
   uint64_t resident_n = 0;
   for (const CapacitySample& c : capacity) {
     Json s = Json::object();
@@ -687,18 +655,26 @@ int Replay(int argc, char** argv) {
     // a loss of capacity).
     if (c.configured > 0 && c.allocated * 10 >= c.configured * 9) {
       resident_sum += static_cast<double>(c.resident_blocks * aligned) / c.configured;
-      resident_both_sum +=
-          static_cast<double>(c.resident_blocks * aligned) / (c.configured + c.ssd_configured);
       orphaned_sum += c.resident_blocks ? double(c.orphaned_blocks) / c.resident_blocks : 0;
       ++resident_n;
     }
   }
+  // Distinct trace blocks resident in either tier, against what DRAM and
+  // SSD together hold, over the samples where the two tiers are at least
+  // 90% allocated together (DRAM alone may never be, while demotion
+  // keeps room free).
+  double resident_both_sum = 0;
+  int resident_both_n = 0;
+  for (const CapacitySample& c : capacity) {
+    const uint64_t both = c.configured + c.ssd_configured;
+    if (both == 0 || (c.allocated + c.ssd_used) * 10 < both * 9) continue;
+    resident_both_sum += static_cast<double>(c.resident_blocks * aligned) / both;
+    ++resident_both_n;
+  }
   o["dram_samples"] = samples;
   o["dram_resident_fraction_when_full"] = resident_n ? resident_sum / resident_n : 0.0;
-  // Distinct trace blocks resident in either tier, against what DRAM and
-  // SSD together hold, once DRAM is full.
   o["resident_fraction_of_both_tiers_when_full"] =
-      resident_n ? resident_both_sum / resident_n : 0.0;
+      resident_both_n ? resident_both_sum / resident_both_n : 0.0;
   o["dram_orphaned_fraction_when_full"] = resident_n ? orphaned_sum / resident_n : 0.0;
   if (!capacity.empty()) {
     o["orphaned_blocks_end"] = capacity.back().orphaned_blocks;
