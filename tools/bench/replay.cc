@@ -256,6 +256,9 @@ int Replay(int argc, char** argv) {
                   "extra flags for the started stores, space-separated (e.g. '--demote-copy "
                   "never')");
   flags.AddString("plot", &plot, "also write the hit-ratio-over-time chart as SVG to this file");
+  double probation = 0.1;
+  flags.AddDouble("s3fifo-probation", &probation,
+                  "the S3-FIFO simulation's probationary share of DRAM (0..1, exclusive)");
   bool compare = false;
   flags.AddBool("compare-dram-only", &compare,
                 "run the replay twice, DRAM only (--ssd-size 0) and with --ssd-size, and print "
@@ -266,6 +269,11 @@ int Replay(int argc, char** argv) {
                "each side's best put round is reported (1..16)");
   std::vector<std::string> args = flags.ParseOrExit(argc, argv);
   if (!args.empty()) trace = args[0];
+  if (!(probation > 0 && probation < 1)) {
+    std::fprintf(stderr, "shelf-bench replay: --s3fifo-probation takes a share in (0, 1), not %g\n",
+                 probation);
+    return 2;
+  }
   // The fetch time is reported for the model's real block size: the bench
   // moves --block-bytes per block (a real model's blocks would make the
   // bundled trace terabytes), so the measured time is scaled by
@@ -373,8 +381,8 @@ int Replay(int argc, char** argv) {
   LruSim sim(dram_blocks, ssd_blocks);
   LruSim sim_dram(dram_blocks, 0);
   // Admission: the same hierarchies with DRAM as S3-FIFO (docs/storage.md).
-  S3FifoSim s3(dram_blocks, ssd_blocks);
-  S3FifoSim s3_dram(dram_blocks, 0);
+  S3FifoSim s3(dram_blocks, ssd_blocks, probation);
+  S3FifoSim s3_dram(dram_blocks, 0, probation);
   uint64_t sim_hits = 0, sim_dram_hits = 0, s3_hits = 0, s3_dram_hits = 0;
 
   BlockPattern pattern(block_bytes);
