@@ -11,15 +11,6 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-v1::InventoryEntry SsdEntry(const std::string& key, uint64_t size, uint64_t checksum) {
-  v1::InventoryEntry e;
-  e.set_key(key);
-  e.set_size(size);
-  e.set_checksum(checksum);
-  e.set_tier(v1::TIER_SSD);
-  return e;
-}
-
 struct Shares {
   uint64_t used = 0, clean = 0, demoting = 0;
 };
@@ -46,11 +37,7 @@ class CapacityTest : public MasterFixture {
   void PromoteCold(const std::string& key, uint64_t checksum) {
     uint64_t id = Promote("a", 1, key, kMiB, checksum);
     ASSERT_NE(id, 0u);
-    v1::PromoteCommitRequest commit;
-    commit.set_node_id("a");
-    commit.set_promote_id(id);
-    commit.set_ok(true);
-    ASSERT_TRUE(master_->PromoteCommit(commit).ok());
+    ASSERT_TRUE(CommitPromotion("a", id).ok());
   }
 };
 

@@ -173,6 +173,25 @@ class MasterFixture : public ::testing::Test {
     return resp.promote_id();
   }
 
+  // The store `node` reports promotion `id` copied into DRAM.
+  absl::Status CommitPromotion(const std::string& node, uint64_t id) {
+    v1::PromoteCommitRequest commit;
+    commit.set_node_id(node);
+    commit.set_promote_id(id);
+    commit.set_ok(true);
+    return master_->PromoteCommit(commit);
+  }
+
+  // An inventory entry for a block on the store's SSD tier.
+  static v1::InventoryEntry SsdEntry(const std::string& key, uint64_t size, uint64_t checksum) {
+    v1::InventoryEntry e;
+    e.set_key(key);
+    e.set_size(size);
+    e.set_checksum(checksum);
+    e.set_tier(v1::TIER_SSD);
+    return e;
+  }
+
   uint64_t DramUsed() {
     v1::StatusResponse st;
     master_->Status(&st);

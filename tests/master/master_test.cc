@@ -492,19 +492,10 @@ TEST_F(MasterFixture, MatchPrefixStopsAtFirstMiss) {
 }
 
 TEST_F(MasterFixture, PromotionAddsADramCopyBesideTheSsdOne) {
-  v1::InventoryEntry e;
-  e.set_key("cold");
-  e.set_size(kMiB);
-  e.set_checksum(9);
-  e.set_tier(v1::TIER_SSD);
-  Register("a", 8 * kMiB, 64 * kMiB, "h", 1, {}, {e});
+  Register("a", 8 * kMiB, 64 * kMiB, "h", 1, {}, {SsdEntry("cold", kMiB, 9)});
   uint64_t id = Promote("a", 1, "cold", kMiB, 9);
   ASSERT_NE(id, 0u);
-  v1::PromoteCommitRequest commit;
-  commit.set_node_id("a");
-  commit.set_promote_id(id);
-  commit.set_ok(true);
-  ASSERT_TRUE(master_->PromoteCommit(commit).ok());
+  ASSERT_TRUE(CommitPromotion("a", id).ok());
   v1::ObjectLocation loc = Lookup("cold", false);
   ASSERT_EQ(loc.replicas_size(), 2);
   EXPECT_EQ(loc.replicas(0).tier(), v1::TIER_DRAM);  // DRAM sorts first
