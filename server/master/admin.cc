@@ -22,22 +22,15 @@ void Master::FillNodeStatus(uint32_t idx, uint64_t now, v1::NodeStatus* out) {
   out->set_host_id(n.endpoint.host_id());
   out->set_state(n.state == v1::NODE_LIVE && n.draining ? v1::NODE_DRAINING : n.state);
   for (const auto& [k, v] : n.labels) (*out->mutable_labels())[k] = v;
-  uint64_t cap = 0, used = 0, clean = 0, demoting = 0, objects = 0;
-  for (const Segment& s : n.segments) {
-    cap += s.alloc->capacity();
-    used += s.alloc->used();
-    clean += s.clean_bytes;
-    demoting += s.demoting_bytes;
-    objects += s.lru.size();
-  }
-  objects += n.ssd_lru.size();
-  out->set_dram_capacity_bytes(cap);
-  out->set_dram_used_bytes(n.state == v1::NODE_DEAD ? 0 : used);
-  out->set_dram_clean_bytes(n.state == v1::NODE_DEAD ? 0 : clean);
-  out->set_dram_demoting_bytes(n.state == v1::NODE_DEAD ? 0 : demoting);
+  const Node::DramTotals dram = n.Dram();
+  const bool dead = n.state == v1::NODE_DEAD;
+  out->set_dram_capacity_bytes(dram.capacity);
+  out->set_dram_used_bytes(dead ? 0 : dram.used);
+  out->set_dram_clean_bytes(dead ? 0 : dram.clean);
+  out->set_dram_demoting_bytes(dead ? 0 : dram.demoting);
   out->set_ssd_capacity_bytes(n.ssd_capacity);
   out->set_ssd_used_bytes(n.ssd_used);
-  out->set_objects(objects);
+  out->set_objects(dram.objects + n.ssd_lru.size());
   out->set_last_heartbeat_age_ms(ElapsedMs(now, n.last_heartbeat_ms));
   for (int t : n.endpoint.transports()) out->add_transports(static_cast<v1::TransportKind>(t));
 }
@@ -184,9 +177,8 @@ absl::Status Master::Pin(const v1::PinRequest& req) {
     if (obj->hard_pin) return absl::OkStatus();
     for (const Replica& r : obj->replicas) {
       const Node& n = *nodes_[r.node];
-      uint64_t dram = 0;
-      for (const Segment& s : n.segments) dram += s.alloc->capacity();
-      uint64_t cap = options_.hard_pin_bytes_max != 0 ? options_.hard_pin_bytes_max : dram / 10;
+      uint64_t cap =
+          options_.hard_pin_bytes_max != 0 ? options_.hard_pin_bytes_max : n.Dram().capacity / 10;
       if (n.hard_pinned_bytes + obj->size > cap) {
         return absl::ResourceExhaustedError(
             absl::StrCat("hard pins on node ", n.endpoint.node_id(), " would exceed ", cap,

@@ -68,12 +68,9 @@ Master::Master(MasterOptions options, prom::Exposition* exposition)
     std::vector<prom::GaugeSample> out;
     for (const auto& n : nodes_) {
       if (n->state == v1::NODE_DEAD) continue;
-      uint64_t cap = 0, use = 0;
-      for (const Segment& s : n->segments) {
-        cap += s.alloc->capacity();
-        use += s.alloc->used();
-      }
-      out.push_back({{n->endpoint.node_id(), "dram"}, static_cast<double>(used ? use : cap)});
+      const Node::DramTotals dram = n->Dram();
+      out.push_back(
+          {{n->endpoint.node_id(), "dram"}, static_cast<double>(used ? dram.used : dram.capacity)});
       if (n->ssd_capacity > 0) {
         out.push_back({{n->endpoint.node_id(), "ssd"},
                        static_cast<double>(used ? n->ssd_used : n->ssd_capacity)});
@@ -90,19 +87,12 @@ Master::Master(MasterOptions options, prom::Exposition* exposition)
         std::vector<prom::GaugeSample> out;
         for (const auto& n : nodes_) {
           if (n->state == v1::NODE_DEAD) continue;
-          uint64_t cap = 0, used = 0, clean = 0, demoting = 0;
-          for (const Segment& s : n->segments) {
-            cap += s.alloc->capacity();
-            used += s.alloc->used();
-            clean += s.clean_bytes;
-            demoting += s.demoting_bytes;
-          }
+          const Node::DramTotals dram = n->Dram();
           const std::string& id = n->endpoint.node_id();
-          uint64_t held = std::min(used, clean + demoting);
-          out.push_back({{id, "free"}, static_cast<double>(cap - used)});
-          out.push_back({{id, "dram_only"}, static_cast<double>(used - held)});
-          out.push_back({{id, "clean"}, static_cast<double>(clean)});
-          out.push_back({{id, "demoting"}, static_cast<double>(demoting)});
+          out.push_back({{id, "free"}, static_cast<double>(dram.capacity - dram.used)});
+          out.push_back({{id, "dram_only"}, static_cast<double>(dram.dram_only())});
+          out.push_back({{id, "clean"}, static_cast<double>(dram.clean)});
+          out.push_back({{id, "demoting"}, static_cast<double>(dram.demoting)});
         }
         return out;
       }));

@@ -6,6 +6,7 @@
 #ifndef SHELF_SERVER_MASTER_REGISTRY_NODE_H_
 #define SHELF_SERVER_MASTER_REGISTRY_NODE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -148,6 +149,24 @@ struct Node {
   // drop it all (LoseUnheardLocked).
   bool unheard_lost = false;
   uint64_t dead_since_ms = 0;  // NowMs it was declared dead
+
+  // Its DRAM segments together (docs/storage.md, "What the capacity
+  // holds"): `dram_only` is what is used and neither clean nor demoting.
+  struct DramTotals {
+    uint64_t capacity = 0, used = 0, clean = 0, demoting = 0, objects = 0;
+    uint64_t dram_only() const { return used - std::min(used, clean + demoting); }
+  };
+  DramTotals Dram() const {
+    DramTotals t;
+    for (const Segment& s : segments) {
+      t.capacity += s.alloc->capacity();
+      t.used += s.alloc->used();
+      t.clean += s.clean_bytes;
+      t.demoting += s.demoting_bytes;
+      t.objects += s.lru.size();
+    }
+    return t;
+  }
 
   // What goes with the node's replicas (it died, or registered anew):
   // SSD accounting, the timed demotion, pinned bytes, and the orders,
