@@ -6,12 +6,13 @@
 #include <atomic>
 #include <cstring>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
-
-#ifdef SHELF_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include "absl/strings/str_join.h"
 
 namespace shelf {
 namespace {
@@ -107,117 +108,245 @@ absl::Status DriverPointerAttributes(const void* p, CudaRuntime::PointerInfo* in
   return absl::OkStatus();
 }
 
-#ifdef SHELF_WITH_CUDA
+// The CUDA runtime API, loaded at run time: the calls RealCudaRuntime makes,
+// with the values it passes (cuda_runtime_api.h, driver_types.h; stable
+// since CUDA 11). No CUDA header or library is needed to build libshelf,
+// and none is linked into it: the process's own libcudart is used (one a
+// framework such as torch loaded), else the newest this host has.
+constexpr int kCudaSuccess = 0;
+constexpr unsigned kCudaHostAllocPortable = 1;
+constexpr unsigned kCudaStreamNonBlocking = 1;
+constexpr unsigned kCudaEventDisableTiming = 2;
+constexpr int kCudaMemcpyHostToDevice = 1;
+constexpr int kCudaMemcpyDeviceToHost = 2;
+constexpr int kCudaMemoryTypeDevice = 2;
+constexpr int kCudaMemoryTypeManaged = 3;
 
-absl::Status Check(const char* what, cudaError_t e) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  // Clears a non-sticky error so that it does not show in a later call.
-  cudaGetLastError();
-  return absl::InternalError(
-      absl::StrCat(what, ": ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
+// cudaPointerAttributes, CUDA 11 and later.
+struct CudaPointerAttributes {
+  int type;
+  int device;
+  void* device_pointer;
+  void* host_pointer;
+};
+
+struct CudartApi {
+  int (*GetDeviceCount)(int*);
+  int (*GetDevice)(int*);
+  int (*SetDevice)(int);
+  int (*GetLastError)();
+  const char* (*GetErrorName)(int);
+  const char* (*GetErrorString)(int);
+  int (*PointerGetAttributes)(CudaPointerAttributes*, const void*);
+  int (*HostAlloc)(void**, size_t, unsigned);
+  int (*FreeHost)(void*);
+  int (*StreamCreateWithFlags)(void**, unsigned);
+  int (*StreamDestroy)(void*);
+  int (*EventCreateWithFlags)(void**, unsigned);
+  int (*EventDestroy)(void*);
+  int (*EventRecord)(void*, void*);
+  int (*StreamWaitEvent)(void*, void*, unsigned);
+  int (*MemcpyAsync)(void*, const void*, size_t, int, void*);
+  int (*StreamSynchronize)(void*);
+  int (*EventSynchronize)(void*);
+};
+
+// Where libcudart is looked for when the process has not loaded one: by
+// soname on the library path, newest first, then the toolkit's default
+// place.
+constexpr const char* kCudartCandidates[] = {
+    "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
+    "/usr/local/cuda/lib64/libcudart.so"};
+
+// The path of a libcudart the process has loaded, or empty.
+std::string LoadedCudartPath() {
+  std::string path;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) -> int {
+        const char* name = info->dlpi_name;
+        if (name == nullptr) return 0;
+        const char* slash = std::strrchr(name, '/');
+        const char* base = slash == nullptr ? name : slash + 1;
+        if (std::strncmp(base, "libcudart.so", std::strlen("libcudart.so")) != 0) return 0;
+        *static_cast<std::string*>(out) = name;
+        return 1;
+      },
+      &path);
+  return path;
 }
 
-cudaStream_t AsStream(CudaRuntime::Stream s) { return static_cast<cudaStream_t>(s); }
-cudaEvent_t AsEvent(CudaRuntime::Event e) { return static_cast<cudaEvent_t>(e); }
+// Every function of `api` from `library`; false when one is missing.
+bool ResolveCudart(void* library, CudartApi* api) {
+  bool complete = true;
+  auto resolve = [&](auto* fn, const char* name) {
+    void* f = dlsym(library, name);
+    if (f == nullptr) complete = false;
+    *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(f);
+  };
+  resolve(&api->GetDeviceCount, "cudaGetDeviceCount");
+  resolve(&api->GetDevice, "cudaGetDevice");
+  resolve(&api->SetDevice, "cudaSetDevice");
+  resolve(&api->GetLastError, "cudaGetLastError");
+  resolve(&api->GetErrorName, "cudaGetErrorName");
+  resolve(&api->GetErrorString, "cudaGetErrorString");
+  resolve(&api->PointerGetAttributes, "cudaPointerGetAttributes");
+  resolve(&api->HostAlloc, "cudaHostAlloc");
+  resolve(&api->FreeHost, "cudaFreeHost");
+  resolve(&api->StreamCreateWithFlags, "cudaStreamCreateWithFlags");
+  resolve(&api->StreamDestroy, "cudaStreamDestroy");
+  resolve(&api->EventCreateWithFlags, "cudaEventCreateWithFlags");
+  resolve(&api->EventDestroy, "cudaEventDestroy");
+  resolve(&api->EventRecord, "cudaEventRecord");
+  resolve(&api->StreamWaitEvent, "cudaStreamWaitEvent");
+  resolve(&api->MemcpyAsync, "cudaMemcpyAsync");
+  resolve(&api->StreamSynchronize, "cudaStreamSynchronize");
+  resolve(&api->EventSynchronize, "cudaEventSynchronize");
+  return complete;
+}
+
+// The runtime API, loaded on first use and kept for the process's life;
+// null when no libcudart can be loaded (`why` says what was tried).
+const CudartApi* Cudart(std::string* why) {
+  struct Loaded {
+    CudartApi api{};
+    bool ok = false;
+    std::string why;
+  };
+  static const Loaded* loaded = [] {
+    auto* l = new Loaded();
+    std::vector<std::string> tried;
+    const std::string in_process = LoadedCudartPath();
+    if (!in_process.empty()) tried.push_back(in_process);
+    for (const char* c : kCudartCandidates) tried.emplace_back(c);
+    for (size_t i = 0; i < tried.size(); ++i) {
+      const int flags = RTLD_NOW | RTLD_LOCAL | (i == 0 && !in_process.empty() ? RTLD_NOLOAD : 0);
+      void* library = dlopen(tried[i].c_str(), flags);
+      if (library == nullptr) continue;
+      if (ResolveCudart(library, &l->api)) {
+        l->ok = true;
+        return l;  // the library stays loaded
+      }
+      dlclose(library);
+    }
+    l->why = absl::StrCat("no CUDA runtime could be loaded (tried ", absl::StrJoin(tried, ", "),
+                          ")");
+    return l;
+  }();
+  if (!loaded->ok) {
+    if (why != nullptr) *why = loaded->why;
+    return nullptr;
+  }
+  return &loaded->api;
+}
 
 class RealCudaRuntime final : public CudaRuntime {
  public:
+  explicit RealCudaRuntime(const CudartApi* api) : api_(*api) {}
+
   bool Built() const override { return true; }
   // Whether the runtime starts in this process: a driver and a device it
   // can use. Asked once; a runtime that failed to start stays so.
-  static bool Starts() {
-    static const bool starts = [] {
+  bool Starts() const {
+    absl::call_once(starts_once_, [this] {
       int count = 0;
-      bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-      cudaGetLastError();  // clears the error of a failed start
-      return ok;
-    }();
-    return starts;
+      starts_ = api_.GetDeviceCount(&count) == kCudaSuccess && count > 0;
+      api_.GetLastError();  // clears the error of a failed start
+    });
+    return starts_;
   }
   absl::Status DeviceCount(int* count) override {
-    return Check("cudaGetDeviceCount", cudaGetDeviceCount(count));
+    return Check("cudaGetDeviceCount", api_.GetDeviceCount(count));
   }
   absl::Status GetDevice(int* device) override {
-    return Check("cudaGetDevice", cudaGetDevice(device));
+    return Check("cudaGetDevice", api_.GetDevice(device));
   }
   absl::Status SetDevice(int device) override {
-    return Check("cudaSetDevice", cudaSetDevice(device));
+    return Check("cudaSetDevice", api_.SetDevice(device));
   }
   absl::Status PointerAttributes(const void* p, PointerInfo* info) override {
     // A runtime that cannot start (no driver, or no device it can use)
     // leaves the driver the process loaded, if any, to say what `p` is;
     // asking the runtime again would retry its start on every call.
     if (!Starts()) return DriverPointerAttributes(p, info);
-    cudaPointerAttributes attr;
-    if (absl::Status s = Check("cudaPointerGetAttributes", cudaPointerGetAttributes(&attr, p));
+    CudaPointerAttributes attr{};
+    if (absl::Status s = Check("cudaPointerGetAttributes", api_.PointerGetAttributes(&attr, p));
         !s.ok()) {
       return s;
     }
-    info->type = attr.type == cudaMemoryTypeDevice    ? MemoryType::kDevice
-                 : attr.type == cudaMemoryTypeManaged ? MemoryType::kManaged
-                                                      : MemoryType::kHost;
+    info->type = attr.type == kCudaMemoryTypeDevice    ? MemoryType::kDevice
+                 : attr.type == kCudaMemoryTypeManaged ? MemoryType::kManaged
+                                                       : MemoryType::kHost;
     info->device = attr.device;
     return absl::OkStatus();
   }
   absl::Status HostAlloc(size_t bytes, void** p) override {
-    return Check("cudaHostAlloc", cudaHostAlloc(p, bytes, cudaHostAllocPortable));
+    return Check("cudaHostAlloc", api_.HostAlloc(p, bytes, kCudaHostAllocPortable));
   }
-  void FreeHost(void* p) override { cudaFreeHost(p); }
+  void FreeHost(void* p) override { api_.FreeHost(p); }
   absl::Status StreamCreate(Stream* stream) override {
-    cudaStream_t s = nullptr;
+    void* s = nullptr;
     absl::Status st =
-        Check("cudaStreamCreate", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        Check("cudaStreamCreate", api_.StreamCreateWithFlags(&s, kCudaStreamNonBlocking));
     *stream = s;
     return st;
   }
-  void StreamDestroy(Stream stream) override { cudaStreamDestroy(AsStream(stream)); }
+  void StreamDestroy(Stream stream) override { api_.StreamDestroy(stream); }
   absl::Status EventCreate(Event* event) override {
-    cudaEvent_t e = nullptr;
+    void* e = nullptr;
     absl::Status st =
-        Check("cudaEventCreate", cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        Check("cudaEventCreate", api_.EventCreateWithFlags(&e, kCudaEventDisableTiming));
     *event = e;
     return st;
   }
-  void EventDestroy(Event event) override { cudaEventDestroy(AsEvent(event)); }
+  void EventDestroy(Event event) override { api_.EventDestroy(event); }
   absl::Status EventRecord(Event event, Stream stream) override {
-    return Check("cudaEventRecord", cudaEventRecord(AsEvent(event), AsStream(stream)));
+    return Check("cudaEventRecord", api_.EventRecord(event, stream));
   }
   absl::Status StreamWaitEvent(Stream stream, Event event) override {
-    return Check("cudaStreamWaitEvent", cudaStreamWaitEvent(AsStream(stream), AsEvent(event), 0));
+    return Check("cudaStreamWaitEvent", api_.StreamWaitEvent(stream, event, 0));
   }
   absl::Status MemcpyAsync(void* dst, const void* src, size_t n, CopyKind kind,
                            Stream stream) override {
-    return Check(kind == CopyKind::kHostToDevice ? "cudaMemcpyAsync to device"
-                                                 : "cudaMemcpyAsync from device",
-                 cudaMemcpyAsync(dst, src, n,
-                                 kind == CopyKind::kHostToDevice ? cudaMemcpyHostToDevice
-                                                                 : cudaMemcpyDeviceToHost,
-                                 AsStream(stream)));
+    const bool to_device = kind == CopyKind::kHostToDevice;
+    return Check(to_device ? "cudaMemcpyAsync to device" : "cudaMemcpyAsync from device",
+                 api_.MemcpyAsync(dst, src, n,
+                                  to_device ? kCudaMemcpyHostToDevice : kCudaMemcpyDeviceToHost,
+                                  stream));
   }
   absl::Status StreamSynchronize(Stream stream) override {
-    return Check("cudaStreamSynchronize", cudaStreamSynchronize(AsStream(stream)));
+    return Check("cudaStreamSynchronize", api_.StreamSynchronize(stream));
   }
   absl::Status EventSynchronize(Event event) override {
-    return Check("cudaEventSynchronize", cudaEventSynchronize(AsEvent(event)));
+    return Check("cudaEventSynchronize", api_.EventSynchronize(event));
   }
+
+ private:
+  absl::Status Check(const char* what, int e) const {
+    if (e == kCudaSuccess) return absl::OkStatus();
+    // Clears a non-sticky error so that it does not show in a later call.
+    api_.GetLastError();
+    return absl::InternalError(
+        absl::StrCat(what, ": ", api_.GetErrorName(e), ": ", api_.GetErrorString(e)));
+  }
+
+  const CudartApi api_;
+  mutable absl::once_flag starts_once_;
+  mutable bool starts_ = false;  // set once, under starts_once_
 };
 
-#else  // !SHELF_WITH_CUDA
-
-absl::Status NoCuda() {
-  return absl::UnimplementedError(
-      "GPU buffers need libshelf built with CUDA (a CUDA toolkit found at configure time)");
-}
-
+// The runtime where no libcudart can be loaded: UNIMPLEMENTED, with what
+// was tried, for every call but PointerAttributes.
 class NoCudaRuntime final : public CudaRuntime {
  public:
+  explicit NoCudaRuntime(std::string why) : why_(std::move(why)) {}
+
   bool Built() const override { return false; }
   absl::Status DeviceCount(int*) override { return NoCuda(); }
   absl::Status GetDevice(int*) override { return NoCuda(); }
   absl::Status SetDevice(int) override { return NoCuda(); }
-  // A build without the toolkit still tells device memory from host
-  // memory, through the CUDA driver the process loaded, so that device
-  // memory is refused rather than touched from the host.
+  // Device memory is still told from host memory, through the CUDA driver
+  // the process loaded, so that it is refused rather than touched from the
+  // host.
   absl::Status PointerAttributes(const void* p, PointerInfo* info) override {
     return DriverPointerAttributes(p, info);
   }
@@ -234,18 +363,23 @@ class NoCudaRuntime final : public CudaRuntime {
   }
   absl::Status StreamSynchronize(Stream) override { return NoCuda(); }
   absl::Status EventSynchronize(Event) override { return NoCuda(); }
-};
 
-#endif  // SHELF_WITH_CUDA
+ private:
+  absl::Status NoCuda() const {
+    return absl::UnimplementedError(absl::StrCat("GPU buffers need the CUDA runtime: ", why_));
+  }
+
+  const std::string why_;
+};
 
 }  // namespace
 
 CudaRuntime* CudaRuntime::Default() {
-#ifdef SHELF_WITH_CUDA
-  static RealCudaRuntime* runtime = new RealCudaRuntime();
-#else
-  static NoCudaRuntime* runtime = new NoCudaRuntime();
-#endif
+  static CudaRuntime* runtime = []() -> CudaRuntime* {
+    std::string why;
+    if (const CudartApi* api = Cudart(&why); api != nullptr) return new RealCudaRuntime(api);
+    return new NoCudaRuntime(std::move(why));
+  }();
   return runtime;
 }
 

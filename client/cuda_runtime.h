@@ -14,7 +14,7 @@
 // Handles are CUDA's own (a Stream is a cudaStream_t, an Event a
 // cudaEvent_t), carried as void* so that this header needs no CUDA header.
 // Every call that can fail returns a Status: INTERNAL with CUDA's error name
-// and message; UNIMPLEMENTED from the runtime of a build without CUDA.
+// and message; UNIMPLEMENTED where no CUDA runtime library can be loaded.
 // Calls act on the calling thread's current device (SetDevice), as CUDA's.
 //
 // Thread-safe, as the CUDA runtime is.
@@ -38,13 +38,16 @@ class CudaRuntime {
     int device = 0;                       // kDevice and kManaged only
   };
 
-  // The runtime of this build: CUDA's (static; lives forever) when built
-  // with CUDA, else one that answers UNIMPLEMENTED to every call.
+  // The process's CUDA runtime (static; lives forever): libcudart loaded at
+  // run time on first use (the one the process already loaded, else
+  // libcudart.so.13, .12, .11.0, libcudart.so on the library path, else
+  // /usr/local/cuda/lib64), nothing linked in; where none loads, one that
+  // answers UNIMPLEMENTED, naming what was tried, to every call.
   static CudaRuntime* Default();
 
   virtual ~CudaRuntime() = default;
 
-  // True when this runtime can reach a GPU at all (the build has CUDA).
+  // True when this runtime can reach a GPU at all (a libcudart loaded).
   virtual bool Built() const = 0;
   // The number of usable devices; an error with no driver.
   virtual absl::Status DeviceCount(int* count) = 0;

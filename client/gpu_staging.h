@@ -27,9 +27,9 @@
 //                      caller must have synchronized its writes before a
 //                      put, and a get's bytes are in place when it returns.
 //
-// With CUDA built but no driver or device at run time, GPU operations answer
-// FAILED_PRECONDITION and host memory still works; without CUDA built they
-// answer UNIMPLEMENTED and all memory is host memory.
+// With a CUDA runtime loaded but no driver or device, GPU operations answer
+// FAILED_PRECONDITION and host memory still works; where no CUDA runtime can
+// be loaded they answer UNIMPLEMENTED and all memory is host memory.
 //
 // Thread-safe. A Bounce is used by one thread at a time.
 #ifndef SHELF_CLIENT_GPU_STAGING_H_
@@ -51,7 +51,7 @@ namespace shelf {
 
 class GpuStaging {
  public:
-  // True when libshelf's own runtime (CudaRuntime::Default) has CUDA.
+  // True when libshelf's own runtime (CudaRuntime::Default) loaded CUDA's.
   static bool Built();
 
   struct Buffer;  // a pinned host allocation and its streams (internal)
@@ -84,7 +84,7 @@ class GpuStaging {
   GpuStaging& operator=(const GpuStaging&) = delete;
 
   // OK, with the CUDA device ordinal, when [p, p + n) is device (or managed)
-  // memory. UNIMPLEMENTED without CUDA; FAILED_PRECONDITION with no usable
+  // memory. UNIMPLEMENTED without a CUDA runtime; FAILED_PRECONDITION with no usable
   // driver or device; INVALID_ARGUMENT when p is host memory.
   absl::Status CheckDeviceMemory(const void* p, size_t n, int* device);
   // OK when p is not device memory (always, without CUDA or a driver);
@@ -94,7 +94,7 @@ class GpuStaging {
   // Lends a pinned buffer of at least `bytes`, waiting (until the MonoMs
   // deadline) while all buffers are lent. DEADLINE_EXCEEDED when none comes
   // free in time; RESOURCE_EXHAUSTED when pinned memory cannot be allocated;
-  // UNIMPLEMENTED without CUDA; the runtime's error when an earlier copy
+  // UNIMPLEMENTED without a CUDA runtime; the runtime's error when an earlier copy
   // from the buffer failed.
   absl::StatusOr<Bounce> Acquire(size_t bytes, uint64_t deadline_ms);
   // Copies n bytes from device memory of `device` into `bounce`, ordered

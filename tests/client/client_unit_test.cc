@@ -401,7 +401,7 @@ TEST(MisuseTest, RegisterBufferRejectsBadMemory) {
   EXPECT_EQ(c->RegisterBuffer(nullptr, 8, &h).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c->RegisterBuffer(mem, 0, &h).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c->RegisterBuffer(mem, 8, nullptr).code(), StatusCode::kInvalidArgument);
-  // Host memory is never accepted as GPU memory: without CUDA built in the
+  // Host memory is never accepted as GPU memory: without a CUDA runtime the
   // library says so; with CUDA but no device, that; with a device, that the
   // memory is host memory.
   Status s = c->RegisterBuffer(mem, sizeof(mem), &h, /*gpu=*/true);

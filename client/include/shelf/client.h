@@ -552,12 +552,12 @@ class Client {
 
   // Registers [base, base + size) for the zero-copy calls below and returns
   // its handle. `gpu`: the memory is CUDA device memory; its blocks move
-  // through pinned host bounce buffers (the library must be built with CUDA).
+  // through pinned host bounce buffers (a CUDA runtime must be loadable).
   // Regions may overlap. The memory stays the caller's: it must stay valid
   // until UnregisterBuffer returns.
   // INVALID_ARGUMENT: null base, size 0, host memory registered as gpu or
-  // device memory as host. UNIMPLEMENTED: gpu with a library built without
-  // CUDA. FAILED_PRECONDITION: gpu with no usable CUDA driver or device, or
+  // device memory as host. UNIMPLEMENTED: gpu where no CUDA runtime
+  // (libcudart) can be loaded. FAILED_PRECONDITION: gpu with no usable CUDA driver or device, or
   // the client is closed. RESOURCE_EXHAUSTED: over 4096 registrations.
   virtual Status RegisterBuffer(void* base, size_t size, BufferHandle* handle,
                                 bool gpu = false) = 0;

@@ -271,7 +271,8 @@ void shelf_free(void* p);
 
 /* Registers [base, base + size) (gpu != 0: CUDA device memory) and sets
  * *handle (never 0). SHELF_INVALID_ARGUMENT: null base, size 0, or memory
- * of the other kind; SHELF_UNIMPLEMENTED: gpu without CUDA support built in;
+ * of the other kind; SHELF_UNIMPLEMENTED: gpu where no CUDA runtime
+ * (libcudart) can be loaded;
  * SHELF_FAILED_PRECONDITION: gpu with no usable device. */
 int shelf_register_buffer(shelf_client_t* client, void* base, size_t size, int gpu,
                           uint64_t* handle);
