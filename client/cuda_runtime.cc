@@ -154,9 +154,9 @@ struct CudartApi {
 // Where libcudart is looked for when the process has not loaded one: by
 // soname on the library path, newest first, then the toolkit's default
 // place.
-constexpr const char* kCudartCandidates[] = {
-    "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
-    "/usr/local/cuda/lib64/libcudart.so"};
+constexpr const char* kCudartCandidates[] = {"libcudart.so.13", "libcudart.so.12",
+                                             "libcudart.so.11.0", "libcudart.so",
+                                             "/usr/local/cuda/lib64/libcudart.so"};
 
 // The path of a libcudart the process has loaded, or empty.
 std::string LoadedCudartPath() {
@@ -228,8 +228,8 @@ const CudartApi* Cudart(std::string* why) {
       }
       dlclose(library);
     }
-    l->why = absl::StrCat("no CUDA runtime could be loaded (tried ", absl::StrJoin(tried, ", "),
-                          ")");
+    l->why =
+        absl::StrCat("no CUDA runtime could be loaded (tried ", absl::StrJoin(tried, ", "), ")");
     return l;
   }();
   if (!loaded->ok) {
@@ -308,10 +308,10 @@ class RealCudaRuntime final : public CudaRuntime {
   absl::Status MemcpyAsync(void* dst, const void* src, size_t n, CopyKind kind,
                            Stream stream) override {
     const bool to_device = kind == CopyKind::kHostToDevice;
-    return Check(to_device ? "cudaMemcpyAsync to device" : "cudaMemcpyAsync from device",
-                 api_.MemcpyAsync(dst, src, n,
-                                  to_device ? kCudaMemcpyHostToDevice : kCudaMemcpyDeviceToHost,
-                                  stream));
+    return Check(
+        to_device ? "cudaMemcpyAsync to device" : "cudaMemcpyAsync from device",
+        api_.MemcpyAsync(dst, src, n, to_device ? kCudaMemcpyHostToDevice : kCudaMemcpyDeviceToHost,
+                         stream));
   }
   absl::Status StreamSynchronize(Stream stream) override {
     return Check("cudaStreamSynchronize", api_.StreamSynchronize(stream));
