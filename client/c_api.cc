@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "client/c_api_internal.h"
 #include "client/memory_batch.h"
 #include "shelf/client.h"
 #include "shelf/keys.h"
@@ -35,16 +36,8 @@ static_assert(SHELF_CONTENT_KEY_BYTES == shelf::kKeyBytes, "");
 
 thread_local std::string t_last_error;
 
-int Fail(StatusCode code, std::string message) {
-  t_last_error = std::move(message);
-  return static_cast<int>(code);
-}
-
-// Records a failed status's message; returns its code.
-int Report(const Status& s) {
-  if (!s.ok()) t_last_error = s.message();
-  return static_cast<int>(s.code());
-}
+using shelf::c_api::Fail;
+using shelf::c_api::Report;
 
 int NullArg(const char* fn, const char* what) {
   return Fail(StatusCode::kInvalidArgument, std::string(fn) + ": " + what + " is null");
@@ -108,13 +101,23 @@ shelf::GpuSync ToGpuSync(const shelf_gpu_sync_t* gpu) {
 
 }  // namespace
 
-struct shelf_options {
-  shelf::ClientOptions options;
-};
+namespace shelf::c_api {
 
-struct shelf_client {
-  std::unique_ptr<Client> client;
-};
+int Fail(StatusCode code, std::string message) {
+  t_last_error = std::move(message);
+  return static_cast<int>(code);
+}
+
+int Report(const Status& s) {
+  if (!s.ok()) t_last_error = s.message();
+  return static_cast<int>(s.code());
+}
+
+ClientOptions& Options(shelf_options_t* options) { return options->options; }
+
+ClientStats Stats(const shelf_client_t* client) { return client->client->stats(); }
+
+}  // namespace shelf::c_api
 
 struct shelf_future {
   BatchFuture future;
@@ -127,6 +130,32 @@ struct shelf_key_builder {
 };
 
 namespace {
+
+// A started batch as a shelf_future_t: *future gets it (also when the
+// batch failed to start: then it is done with that status); SHELF_OK, or
+// the error that kept it from starting.
+int StartedFuture(BatchFuture started, size_t n, shelf_future_t** future) {
+  auto f = std::make_unique<shelf_future>();
+  f->n = n;
+  f->future = std::move(started);
+  int rc = f->future.Poll() ? Report(f->future.status()) : SHELF_OK;
+  *future = f.release();
+  return rc;
+}
+
+// `value` into a new malloc'd buffer (*data, *size): the bytes of
+// shelf_get and shelf_batch_get. `fn` names the call in errors.
+int CopyOut(const char* fn, const std::string& value, void** data, size_t* size) {
+  // malloc(0) may return null: a block is never empty, but be exact.
+  void* p = std::malloc(value.empty() ? 1 : value.size());
+  if (p == nullptr)
+    return Fail(StatusCode::kResourceExhausted, std::string(fn) + ": out of memory");
+  // A value is bytes, not a string: the size says where it ends.
+  std::memcpy(p, value.data(), value.size());  // NOLINT(bugprone-not-null-terminated-result)
+  *data = p;
+  *size = value.size();
+  return SHELF_OK;
+}
 
 // shelf_get_into_buffer[_gpu]; `fn` names the call in errors.
 int GetIntoBuffer(const char* fn, shelf_client_t* client, const void* key, size_t key_len,
@@ -156,14 +185,10 @@ int BatchGetIntoAsync(const char* fn, shelf_client_t* client, const void* const*
     items[i] = shelf::GetIntoItem{std::move(k[i]), shelf::BufferHandle{handles[i]}, offsets[i],
                                   capacities[i]};
   }
-  auto f = std::make_unique<shelf_future>();
-  f->n = n;
-  f->future = client->client->BatchGetIntoAsync(
-      std::move(items), Deadline::FromTimeoutMs(timeout_ms), ToGpuSync(gpu));
   // A batch refused at submission is done already; report that at once.
-  int rc = f->future.Poll() ? Report(f->future.status()) : SHELF_OK;
-  *future = f.release();
-  return rc;
+  return StartedFuture(client->client->BatchGetIntoAsync(
+                           std::move(items), Deadline::FromTimeoutMs(timeout_ms), ToGpuSync(gpu)),
+                       n, future);
 }
 
 }  // namespace
@@ -343,12 +368,29 @@ int shelf_get(shelf_client_t* client, const void* key, size_t key_len, void** da
   Status s =
       client->client->Get(MakeKey(key, key_len), &value, Deadline::FromTimeoutMs(timeout_ms));
   if (!s.ok()) return Report(s);
-  void* p = std::malloc(value.size());
-  if (p == nullptr) return Fail(StatusCode::kResourceExhausted, "shelf_get: out of memory");
-  // A value is bytes, not a string: the size says where it ends.
-  std::memcpy(p, value.data(), value.size());  // NOLINT(bugprone-not-null-terminated-result)
-  *data = p;
-  *size = value.size();
+  return CopyOut("shelf_get", value, data, size);
+}
+
+int shelf_batch_get(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
+                    size_t n, void** data, size_t* sizes, int* statuses, int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_batch_get", "client");
+  if (n > 0 && (data == nullptr || sizes == nullptr || statuses == nullptr)) {
+    return NullArg("shelf_batch_get", "data, sizes or statuses");
+  }
+  std::vector<std::string> k;
+  if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_batch_get", "a key");
+  for (size_t i = 0; i < n; ++i) {
+    data[i] = nullptr;
+    sizes[i] = 0;
+  }
+  std::vector<std::string> values;
+  std::vector<Status> st;
+  Status s = client->client->BatchGet(k, &values, &st, Deadline::FromTimeoutMs(timeout_ms));
+  if (!s.ok()) return Report(s);
+  for (size_t i = 0; i < n; ++i) {
+    statuses[i] =
+        st[i].ok() ? CopyOut("shelf_batch_get", values[i], &data[i], &sizes[i]) : Report(st[i]);
+  }
   return SHELF_OK;
 }
 
@@ -396,6 +438,67 @@ int shelf_match_prefix(shelf_client_t* client, const void* const* keys, const si
   std::vector<std::string> k;
   if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_match_prefix", "a key");
   return Report(client->client->MatchPrefix(k, matched, Deadline::FromTimeoutMs(timeout_ms)));
+}
+
+namespace {
+
+// `text` as a JSON string literal.
+void AppendJsonString(std::string* out, const std::string& text) {
+  out->push_back('"');
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (u < 0x20) {
+      static const char kHex[] = "0123456789abcdef";
+      out->append("\\u00");
+      out->push_back(kHex[u >> 4]);
+      out->push_back(kHex[u & 0xf]);
+    } else {
+      out->push_back(c);
+    }
+  }
+  out->push_back('"');
+}
+
+}  // namespace
+
+int shelf_locate(shelf_client_t* client, const void* const* keys, const size_t* key_lens, size_t n,
+                 char** json, int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_locate", "client");
+  if (json == nullptr) return NullArg("shelf_locate", "json");
+  *json = nullptr;
+  std::vector<std::string> k;
+  if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_locate", "a key");
+  std::vector<shelf::NodeRun> nodes;
+  size_t cluster_blocks = 0;
+  Status s =
+      client->client->Locate(k, &nodes, &cluster_blocks, Deadline::FromTimeoutMs(timeout_ms));
+  if (!s.ok()) return Report(s);
+  std::string out = "{\"cluster_blocks\": " + std::to_string(cluster_blocks) + ", \"nodes\": [";
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const shelf::NodeRun& r = nodes[i];
+    out += i == 0 ? "{\"node_id\": " : ", {\"node_id\": ";
+    AppendJsonString(&out, r.node_id);
+    out += ", \"data_address\": ";
+    AppendJsonString(&out, r.data_address);
+    out += ", \"host_id\": ";
+    AppendJsonString(&out, r.host_id);
+    out += ", \"blocks\": " + std::to_string(r.blocks) +
+           ", \"dram_blocks\": " + std::to_string(r.dram_blocks) + ", \"tiers\": [";
+    for (size_t t = 0; t < r.tiers.size(); ++t) {
+      out += t == 0 ? "" : ", ";
+      out += r.tiers[t] == shelf::Tier::kDram ? "\"dram\"" : "\"ssd\"";
+    }
+    out += "]}";
+  }
+  out += "]}";
+  auto* p = static_cast<char*>(std::malloc(out.size() + 1));
+  if (p == nullptr) return Fail(StatusCode::kResourceExhausted, "shelf_locate: out of memory");
+  std::memcpy(p, out.c_str(), out.size() + 1);
+  *json = p;
+  return SHELF_OK;
 }
 
 int shelf_batch_put(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
@@ -531,13 +634,41 @@ int shelf_batch_put_from_async(shelf_client_t* client, const void* const* keys,
     items[i] = shelf::PutFromItem{std::move(k[i]), shelf::BufferHandle{handles[i]}, offsets[i],
                                   sizes[i], BatchItemBlock(put_options, i)};
   }
-  auto f = std::make_unique<shelf_future>();
-  f->n = n;
-  f->future =
-      client->client->BatchPutFromAsync(std::move(items), ToPutOptions(put_options, timeout_ms));
-  int rc = f->future.Poll() ? Report(f->future.status()) : SHELF_OK;
-  *future = f.release();
-  return rc;
+  return StartedFuture(
+      client->client->BatchPutFromAsync(std::move(items), ToPutOptions(put_options, timeout_ms)), n,
+      future);
+}
+
+int shelf_batch_get_async(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
+                          size_t n, int64_t timeout_ms, shelf_future_t** future) {
+  if (future == nullptr) return NullArg("shelf_batch_get_async", "future");
+  *future = nullptr;
+  if (client == nullptr) return NullArg("shelf_batch_get_async", "client");
+  std::vector<std::string> k;
+  if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_batch_get_async", "a key");
+  return StartedFuture(
+      client->client->BatchGetAsync(std::move(k), Deadline::FromTimeoutMs(timeout_ms)), n, future);
+}
+
+int shelf_batch_put_async(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
+                          const void* const* data, const size_t* sizes, size_t n,
+                          const shelf_put_options_t* put_options, int64_t timeout_ms,
+                          shelf_future_t** future) {
+  if (future == nullptr) return NullArg("shelf_batch_put_async", "future");
+  *future = nullptr;
+  if (client == nullptr) return NullArg("shelf_batch_put_async", "client");
+  if (n > 0 && (data == nullptr || sizes == nullptr)) {
+    return NullArg("shelf_batch_put_async", "data or sizes");
+  }
+  std::vector<std::string> k;
+  if (!MakeKeys(keys, key_lens, n, &k)) return NullArg("shelf_batch_put_async", "a key");
+  std::vector<shelf::PutItem> items(n);
+  for (size_t i = 0; i < n; ++i) {
+    items[i] = shelf::PutItem{std::move(k[i]), data[i], sizes[i], BatchItemBlock(put_options, i)};
+  }
+  return StartedFuture(
+      client->client->BatchPutAsync(std::move(items), ToPutOptions(put_options, timeout_ms)), n,
+      future);
 }
 
 int shelf_future_poll(const shelf_future_t* future) {
@@ -568,6 +699,27 @@ int shelf_future_result(shelf_future_t* future, int* statuses, size_t* sizes, si
     if (statuses != nullptr) statuses[i] = i < st.size() ? Report(st[i]) : SHELF_INTERNAL;
     if (sizes != nullptr) sizes[i] = i < sz.size() ? sz[i] : 0;
   }
+  return SHELF_OK;
+}
+
+int shelf_future_value(shelf_future_t* future, size_t i, const void** data, size_t* size) {
+  if (future == nullptr || data == nullptr || size == nullptr) {
+    return NullArg("shelf_future_value", "an argument");
+  }
+  *data = nullptr;
+  *size = 0;
+  const Status& s = future->future.status();
+  if (!s.ok()) return Report(s);
+  const std::vector<Status>& st = future->future.statuses();
+  const std::vector<std::string>* values = future->future.values();
+  if (i >= future->n || values->size() != future->n) {
+    return Fail(StatusCode::kInvalidArgument, "shelf_future_value: item " + std::to_string(i) +
+                                                  " of a batch of " + std::to_string(future->n) +
+                                                  (values->empty() ? " that read no blocks" : ""));
+  }
+  if (i < st.size() && !st[i].ok()) return Report(st[i]);
+  *data = (*values)[i].data();
+  *size = (*values)[i].size();
   return SHELF_OK;
 }
 

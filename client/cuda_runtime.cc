@@ -26,24 +26,28 @@ constexpr int kCuPointerAttributeIsManaged = 8;
 constexpr unsigned kCuMemoryTypeDevice = 2;
 constexpr int kCuSuccess = 0;
 
-// The path the process loaded the CUDA driver from (a file named
-// libcuda.so or libcuda.so.N), or empty. Reads the loaded objects in
+// The path the process loaded a library named `prefix`* from (libcuda.so
+// and libcuda.so.N for the driver), or empty. Reads the loaded objects in
 // memory: no file is opened (a dlopen by bare name, even RTLD_NOLOAD,
 // searches the library path on disk).
-std::string LoadedDriverPath() {
-  std::string path;
+std::string LoadedLibraryPath(const char* prefix) {
+  struct Search {
+    const char* prefix;
+    std::string path;
+  } search{prefix, {}};
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* out) -> int {
+        auto* s = static_cast<Search*>(out);
         const char* name = info->dlpi_name;
         if (name == nullptr) return 0;
         const char* slash = std::strrchr(name, '/');
         const char* base = slash == nullptr ? name : slash + 1;
-        if (std::strncmp(base, "libcuda.so", std::strlen("libcuda.so")) != 0) return 0;
-        *static_cast<std::string*>(out) = name;
+        if (std::strncmp(base, s->prefix, std::strlen(s->prefix)) != 0) return 0;
+        s->path = name;
         return 1;
       },
-      &path);
-  return path;
+      &search);
+  return search.path;
 }
 
 // A function of the CUDA driver, when the process has loaded it (a
@@ -53,7 +57,7 @@ std::string LoadedDriverPath() {
 // later); `found` keeps it once found.
 void* LoadedDriverSymbol(const char* name, std::atomic<void*>* found) {
   if (void* f = found->load(std::memory_order_acquire); f != nullptr) return f;
-  const std::string path = LoadedDriverPath();
+  const std::string path = LoadedLibraryPath("libcuda.so");
   if (path.empty()) return nullptr;
   void* driver = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
   if (driver == nullptr) return nullptr;
@@ -158,23 +162,6 @@ constexpr const char* kCudartCandidates[] = {"libcudart.so.13", "libcudart.so.12
                                              "libcudart.so.11.0", "libcudart.so",
                                              "/usr/local/cuda/lib64/libcudart.so"};
 
-// The path of a libcudart the process has loaded, or empty.
-std::string LoadedCudartPath() {
-  std::string path;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* out) -> int {
-        const char* name = info->dlpi_name;
-        if (name == nullptr) return 0;
-        const char* slash = std::strrchr(name, '/');
-        const char* base = slash == nullptr ? name : slash + 1;
-        if (std::strncmp(base, "libcudart.so", std::strlen("libcudart.so")) != 0) return 0;
-        *static_cast<std::string*>(out) = name;
-        return 1;
-      },
-      &path);
-  return path;
-}
-
 // Every function of `api` from `library`; false when one is missing.
 bool ResolveCudart(void* library, CudartApi* api) {
   bool complete = true;
@@ -215,7 +202,7 @@ const CudartApi* Cudart(std::string* why) {
   static const Loaded* loaded = [] {
     auto* l = new Loaded();
     std::vector<std::string> tried;
-    const std::string in_process = LoadedCudartPath();
+    const std::string in_process = LoadedLibraryPath("libcudart.so");
     if (!in_process.empty()) tried.push_back(in_process);
     for (const char* c : kCudartCandidates) tried.emplace_back(c);
     for (size_t i = 0; i < tried.size(); ++i) {

@@ -17,6 +17,7 @@ packages=(
   etcd-server etcd-client
   prometheus
   python3 python3-dev python3-pytest python3-pybind11 pybind11-dev python3-numpy python3-xxhash python3-yaml
+  python3-build python3-wheel python3-setuptools python3-venv python3-pip-whl python3-setuptools-whl patchelf
   clang libclang-rt-14-dev clang-format clang-tidy
   iproute2 openssl procps psmisc
   systemd

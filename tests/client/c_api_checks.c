@@ -267,6 +267,79 @@ static void check_batches(shelf_client_t* c) {
   CHECK(statuses[3] == SHELF_NOT_FOUND);
 }
 
+/* What languages binding the library at run time use: options and
+ * counters by name, a batch get into the library's memory, locate, and
+ * the asynchronous batches of bytes. */
+static void check_by_name_and_bytes(shelf_client_t* c) {
+  shelf_options_t* opts = shelf_options_new();
+  uint64_t v = 0;
+  size_t i, n_stats = 0;
+  CHECK_RC(shelf_options_set(opts, "tcp_streams_per_block", "2"), SHELF_OK);
+  CHECK_RC(shelf_options_set(opts, "rdma_gid_index", "-1"), SHELF_OK);
+  CHECK_RC(shelf_options_set(opts, "allow_shm", "false"), SHELF_OK);
+  CHECK_RC(shelf_options_set(opts, "no_such_option", "1"), SHELF_INVALID_ARGUMENT);
+  CHECK(strstr(shelf_last_error(), "no_such_option") != NULL);
+  CHECK_RC(shelf_options_set(opts, "rdma_port", "-1"), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_set(opts, "allow_tcp", "yes"), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_set(opts, "timeout_ms", "12x"), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_options_set(opts, NULL, "1"), SHELF_INVALID_ARGUMENT);
+  shelf_options_free(opts);
+
+  while (shelf_client_stat_name(n_stats) != NULL) ++n_stats;
+  CHECK(n_stats >= 20);
+  CHECK_RC(shelf_client_stat(c, "bytes_stored", &v), SHELF_OK);
+  CHECK_RC(shelf_client_stat(c, "no_such_counter", &v), SHELF_INVALID_ARGUMENT);
+
+  {
+    enum { N = 3 };
+    static const char* names[N] = {"cn/0", "cn/missing", "cn/2"};
+    const void* keys[N];
+    size_t key_lens[N], sizes[N];
+    const void* datas[N];
+    size_t data_sizes[N];
+    void* got[N];
+    int statuses[N];
+    char* json = NULL;
+    shelf_future_t* f = NULL;
+    const void* value = NULL;
+    size_t value_size = 0;
+    for (i = 0; i < N; ++i) {
+      keys[i] = names[i];
+      key_lens[i] = strlen(names[i]);
+      datas[i] = names[i];
+      data_sizes[i] = key_lens[i];
+    }
+    CHECK_RC(shelf_put(c, keys[0], key_lens[0], "zero", 4, NULL, 0), SHELF_OK);
+    CHECK_RC(shelf_put(c, keys[2], key_lens[2], "two!", 4, NULL, 0), SHELF_OK);
+    CHECK_RC(shelf_batch_get(c, keys, key_lens, N, got, sizes, statuses, 0), SHELF_OK);
+    CHECK(statuses[0] == SHELF_OK && sizes[0] == 4 && memcmp(got[0], "zero", 4) == 0);
+    CHECK(statuses[1] == SHELF_NOT_FOUND && got[1] == NULL);
+    CHECK(statuses[2] == SHELF_OK && memcmp(got[2], "two!", 4) == 0);
+    for (i = 0; i < N; ++i) shelf_free(got[i]);
+
+    CHECK_RC(shelf_locate(c, keys, key_lens, 1, &json, 0), SHELF_OK);
+    CHECK(json != NULL && strstr(json, "\"cluster_blocks\": 1") != NULL);
+    CHECK(json != NULL && strstr(json, "\"tiers\": [\"dram\"]") != NULL);
+    shelf_free(json);
+
+    CHECK_RC(shelf_batch_get_async(c, keys, key_lens, N, 0, &f), SHELF_OK);
+    CHECK_RC(shelf_future_result(f, statuses, NULL, N), SHELF_OK);
+    CHECK_RC(shelf_future_value(f, 2, &value, &value_size), SHELF_OK);
+    CHECK(value_size == 4 && memcmp(value, "two!", 4) == 0);
+    CHECK_RC(shelf_future_value(f, 1, &value, &value_size), SHELF_NOT_FOUND);
+    CHECK_RC(shelf_future_value(f, N, &value, &value_size), SHELF_INVALID_ARGUMENT);
+    shelf_future_free(f);
+
+    CHECK_RC(shelf_batch_put_async(c, keys, key_lens, datas, data_sizes, N, NULL, 0, &f),
+             SHELF_OK);
+    CHECK_RC(shelf_future_result(f, statuses, NULL, N), SHELF_OK);
+    CHECK(statuses[0] == SHELF_OK && statuses[1] == SHELF_OK && statuses[2] == SHELF_OK);
+    CHECK_RC(shelf_future_value(f, 0, &value, &value_size), SHELF_INVALID_ARGUMENT);
+    shelf_future_free(f);
+    for (i = 0; i < N; ++i) shelf_remove(c, keys[i], key_lens[i], 0);
+  }
+}
+
 static void check_registered(shelf_client_t* c) {
   enum { N = 8, B = 64 * 1024 };
   unsigned char* src = (unsigned char*)malloc(N * B);
@@ -395,6 +468,7 @@ int shelf_c_api_checks(const char* master) {
   if (c == NULL) return failures + 1;
   check_blocks(c);
   check_batches(c);
+  check_by_name_and_bytes(c);
   check_registered(c);
   check_closed(c);
   shelf_client_destroy(c);

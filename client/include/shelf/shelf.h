@@ -138,6 +138,13 @@ int shelf_options_set_data_tls(shelf_options_t* options, int enabled, const char
 int shelf_options_set_session_tag_payload(shelf_options_t* options, int enabled);
 int shelf_options_set_threads(shelf_options_t* options, uint32_t transfer_threads,
                               uint32_t async_threads, uint32_t async_queue_max);
+/* Any field of shelf::ClientOptions (client.h) by its name there, from
+ * text: "secret", "timeout_ms", "allow_shm", "rdma_device",
+ * "tcp_streams_per_block", ... Booleans are "1"/"0"/"true"/"false",
+ * integers decimal. SHELF_INVALID_ARGUMENT, with the reason in
+ * shelf_last_error(), for a name that is no option or a value out of its
+ * type's range. The setters above are the same fields, typed. */
+int shelf_options_set(shelf_options_t* options, const char* name, const char* value);
 
 /* -------------------------------------------------------------- client */
 
@@ -210,6 +217,12 @@ int shelf_put(shelf_client_t* client, const void* key, size_t key_len, const voi
  * wrong bytes. */
 int shelf_get(shelf_client_t* client, const void* key, size_t key_len, void** data, size_t* size,
               int64_t timeout_ms);
+/* Reads n blocks (1..SHELF_BATCH_ITEMS_MAX) in one batch: data[i] (a new
+ * buffer, release with shelf_free; null where the item failed) and
+ * sizes[i]; statuses[i] as shelf_get would return it. The return is the
+ * batch's status. */
+int shelf_batch_get(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
+                    size_t n, void** data, size_t* sizes, int* statuses, int64_t timeout_ms);
 /* Reads a block into `buffer` of `capacity` bytes; *size (may be null) gets
  * its size. SHELF_OUT_OF_RANGE, nothing read, when it does not fit (*size
  * still set); SHELF_NOT_FOUND on a miss. */
@@ -227,6 +240,15 @@ int shelf_batch_remove(shelf_client_t* client, const void* const* keys, const si
 /* *matched = the number of leading keys present (read leases taken). */
 int shelf_match_prefix(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
                        size_t n, size_t* matched, int64_t timeout_ms);
+
+/* Where the chain of keys lives (shelf::Client::Locate; no lease, no LRU
+ * move): *json (release with shelf_free) gets
+ *   {"cluster_blocks": N, "nodes": [{"node_id": "...", "data_address":
+ *    "HOST:PORT", "host_id": "...", "blocks": N, "dram_blocks": N,
+ *    "tiers": ["dram"|"ssd", ...]}, ...]}
+ * longest run first. */
+int shelf_locate(shelf_client_t* client, const void* const* keys, const size_t* key_lens, size_t n,
+                 char** json, int64_t timeout_ms);
 
 /* Batches. The return is the batch's status; statuses[i] (caller-allocated,
  * n ints) each item's, as the single call would return it. */
@@ -263,6 +285,13 @@ int shelf_client_stats(const shelf_client_t* client, shelf_client_stats_t* stats
 #if defined(__cplusplus) && defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+/* Every counter of shelf::ClientStats by its name there ("bytes_stored",
+ * "location_cache_hits", ...), including those the struct above lacks:
+ * shelf_client_stat_name(i) is the i-th name (static), null past the last.
+ * SHELF_INVALID_ARGUMENT for a name that is no counter. */
+const char* shelf_client_stat_name(size_t i);
+int shelf_client_stat(const shelf_client_t* client, const char* name, uint64_t* value);
 
 /* Frees memory the library returned (shelf_get). Null is fine. */
 void shelf_free(void* p);
@@ -320,6 +349,17 @@ int shelf_batch_put_from_async(shelf_client_t* client, const void* const* keys,
                                const size_t* offsets, const size_t* sizes, size_t n,
                                const shelf_put_options_t* put_options, int64_t timeout_ms,
                                shelf_future_t** future);
+/* Starts a batch get of n blocks into the library's memory; once done,
+ * shelf_future_value gives each block. */
+int shelf_batch_get_async(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
+                          size_t n, int64_t timeout_ms, shelf_future_t** future);
+/* Starts a batch put of data[i] (sizes[i] bytes) under keys[i]: the bytes
+ * are not copied, and must stay valid and unchanged until the future is
+ * done. */
+int shelf_batch_put_async(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
+                          const void* const* data, const size_t* sizes, size_t n,
+                          const shelf_put_options_t* put_options, int64_t timeout_ms,
+                          shelf_future_t** future);
 /* 1 when the batch has finished, else 0. Never blocks. */
 int shelf_future_poll(const shelf_future_t* future);
 /* Waits up to timeout_ms (negative: without limit); 1 when finished. */
@@ -328,6 +368,12 @@ int shelf_future_wait(const shelf_future_t* future, int64_t timeout_ms);
  * n per-item codes and sizes (may be null) n block sizes (gets only). n must
  * be the batch's size. */
 int shelf_future_result(shelf_future_t* future, int* statuses, size_t* sizes, size_t n);
+/* A shelf_batch_get_async's block i, once the batch is done (waits for it):
+ * *data points into the future (valid until it is freed), *size its
+ * bytes. The item's status (SHELF_NOT_FOUND on a miss), or the batch's
+ * when the whole batch failed; SHELF_INVALID_ARGUMENT for an i out of
+ * range or a future of another kind of batch. */
+int shelf_future_value(shelf_future_t* future, size_t i, const void** data, size_t* size);
 /* Waits for the batch if still running, then frees. Null is fine. */
 void shelf_future_free(shelf_future_t* future);
 
