@@ -36,6 +36,7 @@ static_assert(SHELF_CONTENT_KEY_BYTES == shelf::kKeyBytes, "");
 
 thread_local std::string t_last_error;
 
+using shelf::c_api::AppendJsonString;
 using shelf::c_api::Fail;
 using shelf::c_api::Report;
 
@@ -117,6 +118,26 @@ ClientOptions& Options(shelf_options_t* options) { return options->options; }
 
 ClientStats Stats(const shelf_client_t* client) { return client->client->stats(); }
 
+// `text` as a JSON string literal.
+void AppendJsonString(std::string* out, const std::string& text) {
+  out->push_back('"');
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (u < 0x20) {
+      static const char kHex[] = "0123456789abcdef";
+      out->append("\\u00");
+      out->push_back(kHex[u >> 4]);
+      out->push_back(kHex[u & 0xf]);
+    } else {
+      out->push_back(c);
+    }
+  }
+  out->push_back('"');
+}
+
 }  // namespace shelf::c_api
 
 struct shelf_future {
@@ -155,6 +176,35 @@ int CopyOut(const char* fn, const std::string& value, void** data, size_t* size)
   *data = p;
   *size = value.size();
   return SHELF_OK;
+}
+
+// `value` into the caller's `out` of `capacity` bytes; *size gets its
+// length. SHELF_OUT_OF_RANGE, nothing written, when it does not fit.
+int CopyInto(const char* fn, const std::string& value, uint8_t* out, size_t capacity,
+             size_t* size) {
+  *size = value.size();
+  if (value.size() > capacity) {
+    return Fail(StatusCode::kOutOfRange, std::string(fn) + ": " + std::to_string(value.size()) +
+                                             " bytes, the buffer has " + std::to_string(capacity));
+  }
+  if (!value.empty() && out == nullptr) return NullArg(fn, "out");
+  std::memcpy(out, value.data(), value.size());  // NOLINT(bugprone-not-null-terminated-result)
+  return SHELF_OK;
+}
+
+// A KeyNamespace from the C API's arguments (salt may be null: none).
+shelf::KeyNamespace MakeNamespace(const char* model, const char* dtype, const char* kv_layout,
+                                  uint32_t tp_rank, uint32_t tp_size, const char* salt,
+                                  uint32_t chunk_tokens) {
+  shelf::KeyNamespace ns;
+  ns.model = model;
+  ns.dtype = dtype;
+  ns.kv_layout = kv_layout;
+  ns.tp_rank = tp_rank;
+  ns.tp_size = tp_size;
+  ns.salt = salt == nullptr ? "" : salt;
+  ns.chunk_tokens = chunk_tokens;
+  return ns;
 }
 
 // shelf_get_into_buffer[_gpu]; `fn` names the call in errors.
@@ -440,30 +490,6 @@ int shelf_match_prefix(shelf_client_t* client, const void* const* keys, const si
   return Report(client->client->MatchPrefix(k, matched, Deadline::FromTimeoutMs(timeout_ms)));
 }
 
-namespace {
-
-// `text` as a JSON string literal.
-void AppendJsonString(std::string* out, const std::string& text) {
-  out->push_back('"');
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out->push_back('\\');
-      out->push_back(c);
-    } else if (u < 0x20) {
-      static const char kHex[] = "0123456789abcdef";
-      out->append("\\u00");
-      out->push_back(kHex[u >> 4]);
-      out->push_back(kHex[u & 0xf]);
-    } else {
-      out->push_back(c);
-    }
-  }
-  out->push_back('"');
-}
-
-}  // namespace
-
 int shelf_locate(shelf_client_t* client, const void* const* keys, const size_t* key_lens, size_t n,
                  char** json, int64_t timeout_ms) {
   if (client == nullptr) return NullArg("shelf_locate", "client");
@@ -498,6 +524,51 @@ int shelf_locate(shelf_client_t* client, const void* const* keys, const size_t* 
   if (p == nullptr) return Fail(StatusCode::kResourceExhausted, "shelf_locate: out of memory");
   std::memcpy(p, out.c_str(), out.size() + 1);
   *json = p;
+  return SHELF_OK;
+}
+
+int shelf_list_keys(shelf_client_t* client, const void* pattern, size_t pattern_len,
+                    const void* cursor, size_t cursor_len, size_t count, void** keys,
+                    size_t** key_lens, size_t* n, void** next_cursor, size_t* next_cursor_len,
+                    int64_t timeout_ms) {
+  if (client == nullptr) return NullArg("shelf_list_keys", "client");
+  if (keys == nullptr || key_lens == nullptr || n == nullptr || next_cursor == nullptr ||
+      next_cursor_len == nullptr) {
+    return NullArg("shelf_list_keys", "an output");
+  }
+  *keys = nullptr;
+  *key_lens = nullptr;
+  *n = 0;
+  *next_cursor = nullptr;
+  *next_cursor_len = 0;
+  std::vector<std::string> found;
+  std::string next;
+  Status s =
+      client->client->ListKeys(MakeKey(cursor, cursor_len), MakeKey(pattern, pattern_len), count,
+                               &found, &next, /*regex=*/false, Deadline::FromTimeoutMs(timeout_ms));
+  if (!s.ok()) return Report(s);
+  std::string packed;
+  for (const std::string& k : found) packed += k;
+  void* packed_out = nullptr;
+  size_t packed_size = 0;
+  if (int rc = CopyOut("shelf_list_keys", packed, &packed_out, &packed_size); rc != SHELF_OK) {
+    return rc;
+  }
+  auto* lens =
+      static_cast<size_t*>(std::malloc(sizeof(size_t) * (found.empty() ? 1 : found.size())));
+  if (lens == nullptr) {
+    std::free(packed_out);
+    return Fail(StatusCode::kResourceExhausted, "shelf_list_keys: out of memory");
+  }
+  for (size_t i = 0; i < found.size(); ++i) lens[i] = found[i].size();
+  if (int rc = CopyOut("shelf_list_keys", next, next_cursor, next_cursor_len); rc != SHELF_OK) {
+    std::free(packed_out);
+    std::free(lens);
+    return rc;
+  }
+  *keys = packed_out;
+  *key_lens = lens;
+  *n = found.size();
   return SHELF_OK;
 }
 
@@ -733,14 +804,8 @@ int shelf_key_builder_new(const char* model, const char* dtype, const char* kv_l
   if (model == nullptr || dtype == nullptr || kv_layout == nullptr) {
     return NullArg("shelf_key_builder_new", "model, dtype or kv_layout");
   }
-  shelf::KeyNamespace ns;
-  ns.model = model;
-  ns.dtype = dtype;
-  ns.kv_layout = kv_layout;
-  ns.tp_rank = tp_rank;
-  ns.tp_size = tp_size;
-  ns.salt = salt == nullptr ? "" : salt;
-  ns.chunk_tokens = chunk_tokens;
+  shelf::KeyNamespace ns =
+      MakeNamespace(model, dtype, kv_layout, tp_rank, tp_size, salt, chunk_tokens);
   std::string why;
   if (!shelf::KeyBuilder::Validate(ns, &why)) {
     return Fail(StatusCode::kInvalidArgument, "invalid key namespace: " + why);
@@ -770,6 +835,42 @@ int shelf_block_keys(const shelf_key_builder_t* builder, const uint32_t* tokens,
     std::memcpy(keys + i * shelf::kKeyBytes, k[i].data(), shelf::kKeyBytes);
   }
   return SHELF_OK;
+}
+
+int shelf_key_extend(const shelf_key_builder_t* builder, const void* previous_key,
+                     size_t previous_key_len, const uint32_t* chunk, uint8_t* key) {
+  if (builder == nullptr || chunk == nullptr || key == nullptr) {
+    return NullArg("shelf_key_extend", "builder, chunk or key");
+  }
+  std::string k = builder->builder.Extend(MakeKey(previous_key, previous_key_len), chunk);
+  if (k.empty()) {
+    return Fail(StatusCode::kInvalidArgument,
+                "shelf_key_extend: previous_key is neither empty nor a version-1 key");
+  }
+  std::memcpy(key, k.data(), shelf::kKeyBytes);
+  return SHELF_OK;
+}
+
+int shelf_key_builder_digest(const shelf_key_builder_t* builder, uint8_t* digest, size_t capacity,
+                             size_t* size) {
+  if (builder == nullptr || size == nullptr) {
+    return NullArg("shelf_key_builder_digest", "builder or size");
+  }
+  return CopyInto("shelf_key_builder_digest", builder->builder.namespace_digest(), digest, capacity,
+                  size);
+}
+
+int shelf_key_namespace_serialize(const char* model, const char* dtype, const char* kv_layout,
+                                  uint32_t tp_rank, uint32_t tp_size, const char* salt,
+                                  uint32_t chunk_tokens, uint8_t* out, size_t capacity,
+                                  size_t* size) {
+  if (model == nullptr || dtype == nullptr || kv_layout == nullptr || size == nullptr) {
+    return NullArg("shelf_key_namespace_serialize", "model, dtype, kv_layout or size");
+  }
+  shelf::KeyNamespace ns =
+      MakeNamespace(model, dtype, kv_layout, tp_rank, tp_size, salt, chunk_tokens);
+  return CopyInto("shelf_key_namespace_serialize", shelf::KeyBuilder::SerializeNamespace(ns), out,
+                  capacity, size);
 }
 
 }  // extern "C"

@@ -26,6 +26,10 @@ int Fail(StatusCode code, std::string message);
 int Report(const Status& s);
 
 ClientOptions& Options(shelf_options_t* options);
+
+// Appends `text` as a JSON string literal (the JSON answers of
+// shelf_locate and shelf_mc_batch_get_replica_desc).
+void AppendJsonString(std::string* out, const std::string& text);
 ClientStats Stats(const shelf_client_t* client);
 
 }  // namespace shelf::c_api

@@ -11,7 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "client/binding_options.h"
 #include "common/errno_text.h"
+#include "common/net.h"
 #include "shelf/limits.h"
 
 namespace shelf {
@@ -303,6 +305,50 @@ void NativeConnector::RunDelete(const Request& r, Completion* c, Failures* faile
       failed->Add(r.keys[i], statuses[j]);  // absent: not removed, and no error
     }
   });
+}
+
+Status OpenNativeConnector(const NativeConnectorConfig& config,
+                           std::unique_ptr<NativeConnector>* out) {
+  if (config.workers < 1 || config.workers > 64) {
+    return Status(StatusCode::kInvalidArgument, "workers is 1..64");
+  }
+  if (config.queue_max < 1 || config.queue_max > 65536) {
+    return Status(StatusCode::kInvalidArgument, "queue_max is 1..65536");
+  }
+  ClientOptions o;
+  o.masters = SplitMasters(config.master);
+  if (o.masters.empty()) {
+    return Status(StatusCode::kInvalidArgument, "master is HOST:PORT[,HOST:PORT...] or etcd://...");
+  }
+  if (!config.secret_file.empty()) {
+    absl::StatusOr<std::string> secret = ReadSecretFile(config.secret_file);
+    if (!secret.ok()) {
+      return Status(StatusCode::kInvalidArgument, std::string(secret.status().message()));
+    }
+    o.secret = *std::move(secret);
+  }
+  o.credentials_file = config.credentials;
+  o.principal = config.principal;
+  o.timeout_ms = config.timeout_ms;
+  o.transfer_threads = config.transfer_threads;
+  o.allow_shm = config.allow_shm;
+  if (!PrincipalHasTenant(o, config.tenant)) {
+    return Status(StatusCode::kPermissionDenied,
+                  "tenant '" + config.tenant +
+                      "' is not the tenant of the principal the credentials name (keys live in "
+                      "the principal's tenant; \"default\" takes it as it is)");
+  }
+  std::unique_ptr<Client> client;
+  if (Status s = Client::Open(o, &client); !s.ok()) return s;
+  NativeConnector::Options options;
+  options.workers = config.workers;
+  options.queue_max = config.queue_max;
+  try {
+    *out = std::make_unique<NativeConnector>(std::move(client), options);
+  } catch (const std::runtime_error& e) {
+    return Status(StatusCode::kInternal, e.what());
+  }
+  return Status();
 }
 
 }  // namespace shelf

@@ -1,7 +1,8 @@
 // NativeConnector: the connector shape LMCache's multiprocess mode loads as
 // a `native_plugin` L2 adapter (docs/integrations.md), over libshelf. It
 // knows nothing of Python; lmcache_binding.cc wraps it as
-// shelf.lmcache.ShelfConnector.
+// shelf.lmcache.ShelfConnector, and the C API of shelf/lmcache.h for the
+// wheel's ctypes layer.
 //
 //   NativeConnector c(std::move(client), {.workers = 4});
 //   uint64_t id = c.NewFutureId();
@@ -31,6 +32,29 @@
 #include "shelf/client.h"
 
 namespace shelf {
+
+class NativeConnector;
+
+// What a ShelfConnector is opened with: its bindings' arguments.
+struct NativeConnectorConfig {
+  std::string master;              // HOST:PORT[,HOST:PORT...] or etcd://HOST:PORT/CLUSTER
+  std::string secret_file;         // the cluster secret's file, or empty
+  std::string credentials;         // a credentials file, or empty
+  std::string principal;           // which of its principals
+  std::string tenant = "default";  // must be that principal's ("default": any)
+  uint32_t workers = 4;            // 1..64
+  uint32_t queue_max = 1024;       // 1..65536
+  uint64_t timeout_ms = 5000;
+  uint32_t transfer_threads = 8;
+  bool allow_shm = true;
+};
+
+// Checks `config`, opens a client with it and starts a connector over it.
+// INVALID_ARGUMENT for workers, queue_max or master out of form or a
+// secret file that cannot be read; PERMISSION_DENIED for a tenant that is
+// not the principal's; the client's own errors.
+Status OpenNativeConnector(const NativeConnectorConfig& config,
+                           std::unique_ptr<NativeConnector>* out);
 
 class NativeConnector {
  public:

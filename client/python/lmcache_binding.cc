@@ -20,7 +20,6 @@
 
 #include "client/native_connector.h"
 #include "client/python/module.h"
-#include "common/net.h"
 
 namespace shelf::python {
 namespace {
@@ -31,41 +30,24 @@ class ShelfConnector {
                  const std::string& credentials, const std::string& principal,
                  const std::string& tenant, uint32_t workers, uint32_t queue_max,
                  uint64_t timeout_ms, uint32_t transfer_threads, bool allow_shm) {
-    if (workers < 1 || workers > 64) throw py::value_error("workers is 1..64");
-    if (queue_max < 1 || queue_max > 65536) throw py::value_error("queue_max is 1..65536");
-    ClientOptions o;
-    o.masters = SplitMasters(master);
-    if (o.masters.empty())
-      throw py::value_error("master is HOST:PORT[,HOST:PORT...] or etcd://...");
-    if (!secret_file.empty()) {
-      absl::StatusOr<std::string> secret = ReadSecretFile(secret_file);
-      if (!secret.ok()) {
-        Raise(Status(StatusCode::kInvalidArgument, std::string(secret.status().message())));
-      }
-      o.secret = *std::move(secret);
-    }
-    o.credentials_file = credentials;
-    o.principal = principal;
-    o.timeout_ms = timeout_ms;
-    o.transfer_threads = transfer_threads;
-    o.allow_shm = allow_shm;
-    if (!PrincipalHasTenant(o, tenant)) {
-      Raise(Status(StatusCode::kPermissionDenied,
-                   "tenant '" + tenant +
-                       "' is not the tenant of the principal the credentials name (keys live in "
-                       "the principal's tenant; \"default\" takes it as it is)"));
-    }
-    std::unique_ptr<Client> client;
+    NativeConnectorConfig config;
+    config.master = master;
+    config.secret_file = secret_file;
+    config.credentials = credentials;
+    config.principal = principal;
+    config.tenant = tenant;
+    config.workers = workers;
+    config.queue_max = queue_max;
+    config.timeout_ms = timeout_ms;
+    config.transfer_threads = transfer_threads;
+    config.allow_shm = allow_shm;
     Status s;
     {
       py::gil_scoped_release nogil;
-      s = Client::Open(o, &client);
+      s = OpenNativeConnector(config, &connector_);
     }
+    // Arguments out of range are shelf.InvalidArgumentError, a ValueError.
     Check(s);
-    NativeConnector::Options options;
-    options.workers = workers;
-    options.queue_max = queue_max;
-    connector_ = std::make_unique<NativeConnector>(std::move(client), options);
   }
 
   ~ShelfConnector() {

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/credentials.h"
-
 namespace shelf::python {
 namespace {
 
@@ -99,30 +97,6 @@ void Check(const Status& s) {
 }
 
 // ------------------------------------------------------------ conversions
-
-std::vector<std::string> SplitMasters(const std::string& masters, const char* separators) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= masters.size()) {
-    size_t comma = masters.find_first_of(separators, start);
-    if (comma == std::string::npos) comma = masters.size();
-    if (comma > start) out.push_back(masters.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
-
-bool PrincipalHasTenant(const ClientOptions& o, const std::string& tenant) {
-  if (tenant == "default") return true;
-  if (o.credentials_file.empty()) return false;
-  absl::StatusOr<std::vector<PrincipalEntry>> entries = ReadCredentialsFile(o.credentials_file);
-  if (!entries.ok()) return false;
-  for (const PrincipalEntry& e : *entries) {
-    bool chosen = o.principal.empty() ? entries->size() == 1 : e.principal.name == o.principal;
-    if (chosen) return e.principal.tenant == tenant;
-  }
-  return false;
-}
 
 // Keys are bytes; str keys are taken as their UTF-8 bytes.
 std::string ToKey(py::handle key) {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/binding_options.h"
 #include "common/mutex.h"
 #include "shelf/client.h"
 
@@ -27,16 +28,6 @@ void RegisterErrors(py::module_& m);
 [[noreturn]] void Raise(const Status& s);
 // Raise(s) unless s is OK.
 void Check(const Status& s);
-
-// "HOST:PORT,HOST:PORT" (or one etcd:// spec) as ClientOptions::masters:
-// the non-empty fields between any of `separators`.
-std::vector<std::string> SplitMasters(const std::string& masters, const char* separators = ",");
-
-// Whether the principal `o` names (its credentials file's only one when
-// `o.principal` is empty) belongs to `tenant`; "default" is any tenant.
-// False when the file cannot be read. A client cannot choose a tenant its
-// credentials do not give it.
-bool PrincipalHasTenant(const ClientOptions& o, const std::string& tenant);
 
 // Keys are bytes; str keys are taken as their UTF-8 bytes.
 std::string ToKey(py::handle key);

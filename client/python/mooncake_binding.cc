@@ -9,27 +9,72 @@
 //   store.put("k", b"bytes")                   # 0
 //   store.get("k")                             # b"bytes"; b"" on a miss
 //
-// The class is MooncakeStore (mooncake_store.h); this file binds it.
+// The class is MooncakeStore (client/mooncake/store.h), which holds no
+// Python; this file converts the arguments and results, and releases the
+// GIL around every call into it.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "client/mooncake/store.h"
 #include "client/python/module.h"
-#include "client/python/mooncake_store.h"
 
 namespace shelf::python {
 
 using mooncake::HostMemAllocator;
 using mooncake::kDefaultSegmentBytes;
 using mooncake::kMcNotSupported;
+using mooncake::kMcOk;
 using mooncake::MooncakeStore;
-using mooncake::ReadBuffer;
 using mooncake::ReplicaDescriptor;
 using mooncake::ReplicaStatus;
 using mooncake::ReplicateConfig;
 using mooncake::SetupExtras;
+
+namespace {
+
+// A block read with get_buffer: owns its bytes; ptr() / size() / the buffer
+// protocol, as Mooncake's BufferHandle.
+struct ReadBuffer {
+  std::string bytes;
+};
+
+// Mooncake's setup dict as MooncakeStore::SetupConfig reads it: each value
+// that is not None as its str() (ints as digits, True as "True").
+std::map<std::string, std::string> ConfigText(const py::dict& config) {
+  std::map<std::string, std::string> out;
+  for (auto [key, value] : config) {
+    if (value.is_none()) continue;
+    out[py::str(key).cast<std::string>()] = py::str(value).cast<std::string>();
+  }
+  return out;
+}
+
+// The blocks of get_batch and batch_get_buffer: values and per-key
+// statuses, read without the GIL.
+void ReadValues(MooncakeStore& s, const std::vector<std::string>& keys,
+                std::vector<std::string>* values, std::vector<Status>* statuses) {
+  values->assign(keys.size(), std::string());
+  statuses->assign(keys.size(), Status(StatusCode::kInvalidArgument, "bad key"));
+  py::gil_scoped_release nogil;
+  s.BatchGetValues(keys, values, statuses);
+}
+
+// put (replace false) and upsert of a bytes-like value.
+int PutValue(MooncakeStore& s, const std::string& key, py::handle value,
+             const ReplicateConfig& config, bool replace) {
+  BufferView v(value, /*writable=*/false);
+  py::gil_scoped_release nogil;
+  return replace ? s.Upsert(key, v.data(), v.size(), config)
+                 : s.Put(key, v.data(), v.size(), config);
+}
+
+}  // namespace
 
 void BindMooncake(py::module_& parent) {
   py::module_ m =
@@ -143,6 +188,9 @@ void BindMooncake(py::module_& parent) {
     return kMcNotSupported;
   };
   const ReplicateConfig kDefault;
+  // MooncakeStore holds no Python: every call into it runs without the GIL
+  // (the arguments are converted before, the results after).
+  const py::call_guard<py::gil_scoped_release> kNoGil;
   py::class_<MooncakeStore>(m, "MooncakeDistributedStore")
       .def(py::init<>())
       .def(
@@ -161,6 +209,7 @@ void BindMooncake(py::module_& parent) {
             extras.tenant_id = tenant_id;
             extras.enable_client_http_server = enable_client_http_server;
             extras.client_http_port = client_http_port;
+            py::gil_scoped_release nogil;
             return s.Setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
                            protocol, rdma_devices, master_server_addr, extras);
           },
@@ -176,38 +225,130 @@ void BindMooncake(py::module_& parent) {
           "Mooncake's engine and keywords are accepted (docs/mooncake-compat.md); "
           "tenant_id other than \"default\" must be the tenant of the principal in "
           "SHELF_CREDENTIALS. 0, or a negative code.")
-      .def("setup", &MooncakeStore::SetupConfig, py::arg("config"),
-           "The dict form: Mooncake's JSON config keys (sizes as ints or \"16MB\"-style "
-           "strings). 0, or a negative code.")
+      .def(
+          "setup",
+          [](MooncakeStore& s, const py::dict& config) {
+            std::map<std::string, std::string> text = ConfigText(config);
+            py::gil_scoped_release nogil;
+            return s.SetupConfig(text);
+          },
+          py::arg("config"),
+          "The dict form: Mooncake's JSON config keys (sizes as ints or \"16MB\"-style "
+          "strings). 0, or a negative code.")
       .def("setup_dummy", &MooncakeStore::SetupDummy, py::arg("mem_pool_size"),
-           py::arg("local_buffer_size"), py::arg("server_address"),
+           py::arg("local_buffer_size"), py::arg("server_address"), kNoGil,
            "A client like any other; server_address names the Shelf master(s).")
-      .def("close", &MooncakeStore::Close)
-      .def("health_check", &MooncakeStore::HealthCheck)
-      .def("get_hostname", &MooncakeStore::Hostname)
-      .def("put", &MooncakeStore::Put, py::arg("key"), py::arg("value"),
-           py::arg("config") = kDefault)
-      .def("put_parts", &MooncakeStore::PutParts)
-      .def("upsert", &MooncakeStore::Upsert, py::arg("key"), py::arg("value"),
-           py::arg("config") = kDefault)
-      .def("put_batch", &MooncakeStore::PutBatch, py::arg("keys"), py::arg("values"),
-           py::arg("config") = kDefault)
-      .def("get", &MooncakeStore::Get, py::arg("key"))
-      .def("get_batch", &MooncakeStore::GetBatch, py::arg("keys"))
-      .def("get_buffer", &MooncakeStore::GetBuffer, py::arg("key"))
-      .def("batch_get_buffer", &MooncakeStore::BatchGetBuffer, py::arg("keys"))
-      .def("is_exist", &MooncakeStore::IsExist, py::arg("key"))
-      .def("batch_is_exist", &MooncakeStore::BatchIsExist, py::arg("keys"))
-      .def("remove", &MooncakeStore::Remove, py::arg("key"), py::arg("force") = false)
-      .def("batch_remove", &MooncakeStore::BatchRemove, py::arg("keys"), py::arg("force") = false)
-      .def("batch_get_replica_desc", &MooncakeStore::BatchGetReplicaDesc, py::arg("keys"),
+      .def("close", &MooncakeStore::Close, kNoGil)
+      .def("health_check", &MooncakeStore::HealthCheck, kNoGil)
+      .def("get_hostname", &MooncakeStore::Hostname, kNoGil)
+      .def(
+          "put",
+          [](MooncakeStore& s, const std::string& key, py::handle value,
+             const ReplicateConfig& config) { return PutValue(s, key, value, config, false); },
+          py::arg("key"), py::arg("value"), py::arg("config") = kDefault)
+      .def("put_parts",
+           [](MooncakeStore& s, const py::args& args, const py::kwargs& kwargs) {
+             if (args.empty()) return mooncake::kMcInvalidParams;
+             ReplicateConfig config;
+             if (kwargs.contains("config")) config = kwargs["config"].cast<ReplicateConfig>();
+             std::string key = args[0].cast<std::string>();
+             std::string joined;
+             for (size_t i = 1; i < args.size(); ++i) {
+               BufferView v(args[i], /*writable=*/false);
+               joined.append(v.data(), v.size());
+             }
+             py::gil_scoped_release nogil;
+             return s.Put(key, joined.data(), joined.size(), config);
+           })
+      .def(
+          "upsert",
+          [](MooncakeStore& s, const std::string& key, py::handle value,
+             const ReplicateConfig& config) { return PutValue(s, key, value, config, true); },
+          py::arg("key"), py::arg("value"), py::arg("config") = kDefault)
+      .def(
+          "put_batch",
+          [](MooncakeStore& s, const std::vector<std::string>& keys,
+             const std::vector<py::object>& values, const ReplicateConfig& config) {
+            std::vector<BufferView> views;
+            std::vector<std::pair<const char*, size_t>> bytes;
+            for (const py::object& v : values) {
+              views.emplace_back(v, /*writable=*/false);
+              bytes.emplace_back(views.back().data(), views.back().size());
+            }
+            py::gil_scoped_release nogil;
+            return s.PutBatch(keys, bytes, config);
+          },
+          py::arg("keys"), py::arg("values"), py::arg("config") = kDefault)
+      .def(
+          "get",
+          [](MooncakeStore& s, const std::string& key) {
+            std::string value;
+            int rc;
+            {
+              py::gil_scoped_release nogil;
+              rc = s.Get(key, &value);
+            }
+            return rc == kMcOk ? ToBytes(value) : py::bytes();
+          },
+          py::arg("key"))
+      .def(
+          "get_batch",
+          [](MooncakeStore& s, const std::vector<std::string>& keys) {
+            std::vector<std::string> values;
+            std::vector<Status> statuses;
+            ReadValues(s, keys, &values, &statuses);
+            py::list out;
+            for (size_t i = 0; i < keys.size(); ++i) {
+              out.append(statuses[i].ok() ? ToBytes(values[i]) : py::bytes());
+            }
+            return out;
+          },
+          py::arg("keys"))
+      .def(
+          "get_buffer",
+          [](MooncakeStore& s, const std::string& key) -> py::object {
+            auto buffer = std::make_shared<ReadBuffer>();
+            int rc;
+            {
+              py::gil_scoped_release nogil;
+              rc = s.Get(key, &buffer->bytes);
+            }
+            if (rc != kMcOk) return py::none();
+            return py::cast(buffer);
+          },
+          py::arg("key"))
+      .def(
+          "batch_get_buffer",
+          [](MooncakeStore& s, const std::vector<std::string>& keys) {
+            std::vector<std::string> values;
+            std::vector<Status> statuses;
+            ReadValues(s, keys, &values, &statuses);
+            py::list out;
+            for (size_t i = 0; i < keys.size(); ++i) {
+              if (!statuses[i].ok()) {
+                out.append(py::none());
+                continue;
+              }
+              auto buffer = std::make_shared<ReadBuffer>();
+              buffer->bytes = std::move(values[i]);
+              out.append(py::cast(buffer));
+            }
+            return out;
+          },
+          py::arg("keys"))
+      .def("is_exist", &MooncakeStore::IsExist, py::arg("key"), kNoGil)
+      .def("batch_is_exist", &MooncakeStore::BatchIsExist, py::arg("keys"), kNoGil)
+      .def("remove", &MooncakeStore::Remove, py::arg("key"), py::arg("force") = false, kNoGil)
+      .def("batch_remove", &MooncakeStore::BatchRemove, py::arg("keys"), py::arg("force") = false,
+           kNoGil)
+      .def("batch_get_replica_desc", &MooncakeStore::BatchGetReplicaDesc, py::arg("keys"), kNoGil,
            "Per key present: one ReplicaDescriptor per store holding it; keys not found "
            "are left out.")
-      .def("get_size", &MooncakeStore::GetSize, py::arg("key"))
+      .def("get_size", &MooncakeStore::GetSize, py::arg("key"), kNoGil)
       .def(
           "remove_all",
           [](MooncakeStore& s, bool force) { return s.RemoveMatching("", false, force); },
-          py::arg("force") = false,
+          py::arg("force") = false, kNoGil,
           "Removes every key, pinned ones too (pins shape eviction only, as in Mooncake); "
           "the count removed.")
       .def(
@@ -215,22 +356,22 @@ void BindMooncake(py::module_& parent) {
           [](MooncakeStore& s, const std::string& regex_pattern, bool force) {
             return s.RemoveMatching(regex_pattern, true, force);
           },
-          py::arg("regex_pattern"), py::arg("force") = false,
+          py::arg("regex_pattern"), py::arg("force") = false, kNoGil,
           "Removes the keys in which the regex (RE2 syntax) is found, pinned ones too; the "
           "count removed.")
       .def("register_buffer", &MooncakeStore::RegisterBuffer, py::arg("buffer_ptr"),
-           py::arg("size"))
-      .def("unregister_buffer", &MooncakeStore::UnregisterBuffer, py::arg("buffer_ptr"))
+           py::arg("size"), kNoGil)
+      .def("unregister_buffer", &MooncakeStore::UnregisterBuffer, py::arg("buffer_ptr"), kNoGil)
       .def("get_into", &MooncakeStore::GetInto, py::arg("key"), py::arg("buffer_ptr"),
-           py::arg("size"))
+           py::arg("size"), kNoGil)
       .def("batch_get_into", &MooncakeStore::BatchGetInto, py::arg("keys"), py::arg("buffer_ptrs"),
-           py::arg("sizes"))
+           py::arg("sizes"), kNoGil)
       .def("put_from", &MooncakeStore::PutFrom, py::arg("key"), py::arg("buffer_ptr"),
-           py::arg("size"), py::arg("config") = kDefault)
+           py::arg("size"), py::arg("config") = kDefault, kNoGil)
       .def("batch_put_from", &MooncakeStore::BatchPutFrom, py::arg("keys"), py::arg("buffer_ptrs"),
-           py::arg("sizes"), py::arg("config") = kDefault)
+           py::arg("sizes"), py::arg("config") = kDefault, kNoGil)
       .def("batch_put_from_multi_buffers", &MooncakeStore::BatchPutFromMulti, py::arg("keys"),
-           py::arg("all_buffer_ptrs"), py::arg("all_sizes"), py::arg("config") = kDefault)
+           py::arg("all_buffer_ptrs"), py::arg("all_sizes"), py::arg("config") = kDefault, kNoGil)
       .def(
           "batch_get_into_multi_buffers",
           [](MooncakeStore& s, const std::vector<std::string>& keys,
@@ -240,10 +381,10 @@ void BindMooncake(py::module_& parent) {
             return s.BatchGetIntoMulti(keys, ptrs, sizes);
           },
           py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"),
-          py::arg("prefer_alloc_in_same_node") = false)
+          py::arg("prefer_alloc_in_same_node") = false, kNoGil)
       .def("get_into_ranges", &MooncakeStore::GetIntoRanges, py::arg("buffer_ptrs"),
            py::arg("all_keys"), py::arg("all_dst_offsets"), py::arg("all_src_offsets"),
-           py::arg("all_sizes"),
+           py::arg("all_sizes"), kNoGil,
            "Copies byte ranges of blocks into registered buffers; per range the bytes "
            "copied or a negative code.")
       // Not supported: NOT_SUPPORTED (-1012), whatever the arguments.

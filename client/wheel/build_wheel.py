@@ -1,10 +1,15 @@
 #!/usr/bin/python3
-"""Builds the shelf_kv wheel from a build tree: stages client/wheel/shelf_kv
-with libshelf.so and every shared library it needs that a bare Debian 12
-with python3 lacks (found with ldd, copied under their sonames, stripped,
-their run path set to $ORIGIN with patchelf), each library's Debian
-copyright file, and a BUNDLED.txt manifest; then runs Debian's
-`python3 -m build --no-isolation --wheel` on the stage. No index access.
+"""Builds Shelf's two wheels from a build tree, with Debian's
+`python3 -m build --no-isolation --wheel` and no index access:
+
+- shelf_kv: client/wheel/shelf_kv staged with the modules of the system
+  package that need nothing but shelf.Client (shelf.sglang), libshelf.so and every shared
+  library it needs that a bare Debian 12 with python3 lacks (found with
+  ldd, copied under their sonames, stripped, their run path set to $ORIGIN
+  with patchelf), each library's Debian copyright file, and a BUNDLED.txt
+  manifest;
+- shelf_kv_mooncake: client/wheel/shelf_kv_mooncake with the `mooncake`
+  package of client/python/compat/mooncake (pure Python).
 
     build_wheel.py --library <build>/lib/libshelf.so --version 0.1.0 \
         --stage <build>/wheel-stage --out <build>/dist
@@ -21,6 +26,11 @@ import subprocess
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
+COMPAT_MOONCAKE = HERE.parent / "python" / "compat" / "mooncake"
+# The pure-Python modules of the system package that sit on shelf.Client
+# alone: the wheel carries the same files.
+SHARED_MODULES = [HERE.parent / "python" / "shelf" / name
+                  for name in ("sglang.py", "_sglang_api.py", "_sglang_pages.py")]
 
 # What a bare Debian 12 with python3 has, so the wheel leaves it out:
 # glibc's libraries (libc6), the GCC runtime (libgcc-s1, libstdc++6: apt,
@@ -83,28 +93,31 @@ def stage_library(src, dest, rpath):
     run(["patchelf", "--set-rpath", rpath, dest])
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--library", required=True, help="the build's libshelf.so")
-    ap.add_argument("--version", required=True)
-    ap.add_argument("--stage", required=True, help="scratch folder (emptied first)")
-    ap.add_argument("--out", required=True, help="where the wheel is written")
-    args = ap.parse_args()
+def build(stage, out, name):
+    """python3 -m build on `stage`; the wheel's path."""
+    for old in out.glob(f"{name}-*.whl"):
+        old.unlink()
+    run([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", out, stage],
+        stdout=subprocess.DEVNULL)
+    wheels = sorted(out.glob(f"{name}-*.whl"))
+    if len(wheels) != 1:
+        sys.exit(f"build_wheel: expected one {name} wheel in {out}, found {wheels}")
+    return wheels[0]
 
-    library = pathlib.Path(args.library)
-    stage = pathlib.Path(args.stage)
-    out = pathlib.Path(args.out)
-    if stage.exists():
-        shutil.rmtree(stage)
+
+def stage_client(library, version, stage):
+    """The shelf_kv stage; the number of libraries bundled."""
     shutil.copytree(HERE / "shelf_kv", stage,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.egg-info"))
-    (stage / "VERSION").write_text(args.version + "\n")
+    (stage / "VERSION").write_text(version + "\n")
+    for module in SHARED_MODULES:
+        shutil.copyfile(module, stage / "shelf" / module.name)
     libs_dir = stage / "shelf" / "_libs"
     licenses = libs_dir / "licenses"
     licenses.mkdir(parents=True)
 
     stage_library(library, libs_dir / "libshelf.so", "$ORIGIN")
-    manifest = ["# soname  debian-package  version", "libshelf.so  (shelf)  " + args.version]
+    manifest = ["# soname  debian-package  version", "libshelf.so  (shelf)  " + version]
     for soname, path in sorted(needed_libraries(library).items()):
         if soname in BASE_SONAMES:
             continue
@@ -124,16 +137,37 @@ def main():
         for soname, path in needed_libraries(lib).items():
             if soname not in BASE_SONAMES and pathlib.Path(path).parent != libs_dir:
                 sys.exit(f"build_wheel: {lib.name} loads {soname} from {path}, outside the wheel")
+    return len(manifest) - 2
 
+
+def stage_mooncake(version, stage):
+    shutil.copytree(HERE / "shelf_kv_mooncake", stage,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.egg-info"))
+    (stage / "VERSION").write_text(version + "\n")
+    shutil.copytree(COMPAT_MOONCAKE, stage / "mooncake",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--library", required=True, help="the build's libshelf.so")
+    ap.add_argument("--version", required=True)
+    ap.add_argument("--stage", required=True, help="scratch folder (emptied first)")
+    ap.add_argument("--out", required=True, help="where the wheels are written")
+    args = ap.parse_args()
+
+    stage = pathlib.Path(args.stage).resolve()
+    out = pathlib.Path(args.out).resolve()
+    if stage.exists():
+        shutil.rmtree(stage)
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("shelf_kv-*.whl"):
-        old.unlink()
-    run([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", out, stage],
-        stdout=subprocess.DEVNULL)
-    wheels = sorted(out.glob("shelf_kv-*.whl"))
-    for w in wheels:
-        print(f"build_wheel: {w} ({w.stat().st_size / 1e6:.1f} MB, "
-              f"{len(manifest) - 2} bundled libraries)")
+    bundled = stage_client(pathlib.Path(args.library), args.version, stage / "shelf_kv")
+    client = build(stage / "shelf_kv", out, "shelf_kv")
+    print(f"build_wheel: {client} ({client.stat().st_size / 1e6:.1f} MB, "
+          f"{bundled} bundled libraries)")
+    stage_mooncake(args.version, stage / "shelf_kv_mooncake")
+    shim = build(stage / "shelf_kv_mooncake", out, "shelf_kv_mooncake")
+    print(f"build_wheel: {shim} ({shim.stat().st_size / 1e3:.1f} kB)")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
-/* The C API (shelf/shelf.h) exercised from C against a running cluster.
- * Compiled as C99 with -pedantic -Werror, so shelf.h is proven to be C.
+/* The C APIs (shelf/shelf.h, shelf/mooncake.h, shelf/lmcache.h) exercised
+ * from C against a running cluster. Compiled as C99 with -pedantic
+ * -Werror, so the headers are proven to be C. The Mooncake and LMCache
+ * APIs' calls on the cluster run through the wheel's Python layers too
+ * (tests/python, CTest python_wheel_api); here, their C shapes and misuse.
  * shelf_c_api_checks(master) returns the number of failed checks and prints
  * each failure; c_api_test.cc starts the cluster and calls it. */
 #include <stdint.h>
@@ -7,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shelf/lmcache.h"
+#include "shelf/mooncake.h"
 #include "shelf/shelf.h"
 
 int shelf_c_api_checks(const char* master);
@@ -452,6 +457,85 @@ static void check_closed(shelf_client_t* c) {
   shelf_future_free(f);
 }
 
+/* The Mooncake layer's C API: Mooncake's codes for misuse and before
+ * setup, a round trip after it. */
+static void check_mooncake(const char* master) {
+  shelf_mc_store_t* s = shelf_mc_store_new();
+  shelf_mc_replicate_config_t config;
+  const char* key = "cmc/k";
+  void* data = NULL;
+  size_t size = 0;
+  uint64_t pool = 0;
+  int out[2];
+  shelf_mc_replicate_config_init(&config);
+  CHECK(config.replica_num == 1 && config.has_group_ids == 0);
+  CHECK(shelf_mc_put(s, key, 5, "v", 1, &config, 0) == SHELF_MC_INVALID_PARAMS);
+  CHECK(shelf_mc_setup(s, "h", "P2PHANDSHAKE", 0, 1 << 20, "udp", "", master, NULL) ==
+        SHELF_MC_INVALID_PARAMS);
+  CHECK(shelf_mc_setup(s, "h", "P2PHANDSHAKE", 0, 1 << 20, "tcp", "", master, NULL) == SHELF_MC_OK);
+  CHECK(shelf_mc_put(s, key, 5, "value", 5, &config, 0) == SHELF_MC_OK);
+  CHECK(shelf_mc_get(s, key, 5, &data, &size) == SHELF_MC_OK && size == 5 &&
+        memcmp(data, "value", 5) == 0);
+  shelf_free(data);
+  CHECK(shelf_mc_get(s, "cmc/none", 8, &data, &size) == SHELF_MC_OBJECT_NOT_FOUND);
+  CHECK(shelf_mc_get_size(s, key, 5) == 5);
+  config.prefer_alloc_in_same_node = 1; /* Mooncake refuses it */
+  CHECK(shelf_mc_put(s, key, 5, "value", 5, &config, 0) == SHELF_MC_INVALID_PARAMS);
+  {
+    const void* keys[2] = {"cmc/k", "cmc/none"};
+    size_t lens[2] = {5, 8};
+    CHECK(shelf_mc_batch_is_exist(s, keys, lens, 2, out) == SHELF_MC_OK);
+    CHECK(out[0] == 1 && out[1] == 0);
+  }
+  CHECK(shelf_mc_register_buffer(s, 0, 16) == SHELF_MC_INVALID_PARAMS);
+  CHECK(shelf_mc_remove(s, key, 5, 0) == SHELF_MC_OK);
+  CHECK(shelf_mc_close(s) == SHELF_MC_OK);
+  shelf_mc_store_free(s);
+  shelf_mc_store_free(NULL);
+
+  CHECK_RC(shelf_mc_host_alloc(0, &pool), SHELF_INVALID_ARGUMENT);
+  CHECK_RC(shelf_mc_host_alloc(4096, &pool), SHELF_OK);
+  CHECK(pool != 0 && ((unsigned char*)(uintptr_t)pool)[4095] == 0);
+  CHECK(shelf_mc_host_free(pool) == 0);
+  CHECK(shelf_mc_host_free(pool) == -1);
+}
+
+/* LMCache's connector C API: options checked at open, misuse at submit. */
+static void check_lmcache(const char* master) {
+  shelf_lmc_config_t config;
+  shelf_lmc_t* c = NULL;
+  shelf_lmc_drained_t* drained = NULL;
+  shelf_lmc_completion_t done;
+  size_t n = 0;
+  const void* keys[1] = {"clm/k"};
+  size_t lens[1] = {5};
+  uint64_t id;
+  shelf_lmc_config_init(&config);
+  config.master = master;
+  config.workers = 0;
+  CHECK_RC(shelf_lmc_open(&config, &c), SHELF_INVALID_ARGUMENT);
+  CHECK(c == NULL && strstr(shelf_last_error(), "workers") != NULL);
+  config.workers = 1;
+  config.tenant = "team-x";
+  CHECK_RC(shelf_lmc_open(&config, &c), SHELF_PERMISSION_DENIED);
+  config.tenant = NULL;
+  CHECK_RC(shelf_lmc_open(&config, &c), SHELF_OK);
+  if (c == NULL) return;
+  CHECK(shelf_lmc_event_fd(c) >= 0);
+  CHECK(shelf_lmc_submit(c, 7, keys, lens, 1, NULL, NULL) == 0);
+  CHECK(shelf_lmc_submit(c, SHELF_LMC_GET, keys, lens, 1, NULL, NULL) == 0);
+  id = shelf_lmc_submit(c, SHELF_LMC_EXISTS, keys, lens, 1, NULL, NULL);
+  CHECK(id != 0);
+  shelf_lmc_close(c); /* lets the queued batch finish */
+  CHECK_RC(shelf_lmc_drain(c, &drained, &n), SHELF_OK);
+  CHECK(n == 1);
+  CHECK_RC(shelf_lmc_drained_get(drained, 0, &done), SHELF_OK);
+  CHECK(done.future_id == id && done.ok && done.n_results == 1 && done.results[0] == 0);
+  CHECK_RC(shelf_lmc_drained_get(drained, 1, &done), SHELF_INVALID_ARGUMENT);
+  shelf_lmc_drained_free(drained);
+  shelf_lmc_free(c);
+}
+
 int shelf_c_api_checks(const char* master) {
   shelf_options_t* opts;
   shelf_client_t* c = NULL;
@@ -459,6 +543,8 @@ int shelf_c_api_checks(const char* master) {
   check_status_names();
   check_options();
   check_keys();
+  check_mooncake(master);
+  check_lmcache(master);
 
   opts = shelf_options_new();
   CHECK_RC(shelf_options_add_master(opts, master), SHELF_OK);

@@ -414,9 +414,10 @@ def test_lmcache_sequence(big_cluster):
 
 
 def test_shim_in_subprocess(big_cluster):
-    # <build>/python holds the shelf package and the compat directory.
+    # <build>/python holds the shelf package and the compat directory; a
+    # run against the wheel's package names the shim's folder.
     shelf_dir = pathlib.Path(shelf.__file__).resolve().parent.parent
-    compat = shelf_dir / "compat"
+    compat = pathlib.Path(os.environ.get("SHELF_MOONCAKE_COMPAT_DIR", shelf_dir / "compat"))
     assert (compat / "mooncake" / "store.py").exists()
     code = f"""
 import sys

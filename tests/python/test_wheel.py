@@ -1,8 +1,10 @@
-"""The shelf_kv wheel as an engine's operator installs it: into a fresh
-venv (python3 -m venv) with pip and no package index, then used from a
-directory outside the source tree with no PYTHONPATH, against a real
-cluster. Also checks what the wheel carries: every bundled library
-resolves inside the wheel or to the base set below (docs/python-wheel.md).
+"""The shelf_kv and shelf_kv_mooncake wheels as an engine's operator
+installs them: into a fresh venv (python3 -m venv) with pip and no package
+index, then used from a directory outside the source tree with no
+PYTHONPATH, against a real cluster: the Client, and Mooncake Store's API as
+SGLang's and vLLM's connectors call it on host memory. Also checks what the
+wheel carries: every bundled library resolves inside the wheel or to the
+base set below (docs/python-wheel.md).
 
     SHELF_WHEEL_DIR=<build>/dist PYTHONPATH=<build>/python \
         SHELF_BIN_DIR=<build>/bin /usr/bin/python3 -m pytest -q tests/python/test_wheel.py
@@ -65,10 +67,64 @@ with shelf.Client(master, timeout_ms=20000) as c:
 print(json.dumps(out))
 """
 
+# The Mooncake-layer sequences of SGLang's HiCache backend and vLLM's
+# MooncakeStoreConnector on host memory, as their current sources make the
+# calls (docs/mooncake-compat.md lists them): `import mooncake.store`, the
+# allocator's shared memory, the eight-argument setup with Mooncake's
+# keywords, registration, zero-copy batches and multi-buffer blocks.
+MOONCAKE_SCRIPT = r"""
+import ctypes, json, sys
+from mooncake.store import MooncakeDistributedStore, MooncakeHostMemAllocator, ReplicateConfig
+master = sys.argv[1]
+out = {"module": sys.modules["mooncake.store"].__file__}
+out["group_ids"] = hasattr(ReplicateConfig, "group_ids")
+page, pages = 64 << 10, 16
+alloc = MooncakeHostMemAllocator()
+pool = alloc.alloc(page * pages)
+store = MooncakeDistributedStore()
+out["setup"] = store.setup("localhost", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", master, None,
+                           tenant_id="default", enable_ssd_offload=False)
+out["register"] = store.register_buffer(pool, page * pages)
+for i in range(pages):
+    ctypes.memset(pool + i * page, 65 + i, page)
+keys = ["sglang/%d" % i for i in range(pages // 2)]
+config = ReplicateConfig()
+config.replica_num = 1
+out["put"] = store.batch_put_from(keys, [pool + i * page for i in range(len(keys))],
+                                  [page] * len(keys), config)
+out["exist"] = store.batch_is_exist(keys + ["sglang/none"])
+half = pages // 2
+out["get"] = store.batch_get_into(keys, [pool + (half + i) * page for i in range(len(keys))],
+                                  [page] * len(keys))
+out["same"] = all(ctypes.string_at(pool + (half + i) * page, page) == bytes([65 + i]) * page
+                  for i in range(len(keys)))
+# vLLM: each key a K and a V piece of one registered region.
+vkeys = ["vllm/%d" % i for i in range(4)]
+ptrs = [[pool + (2 * i) * page, pool + (2 * i + 1) * page] for i in range(4)]
+sizes = [[page, page] for _ in range(4)]
+out["multi_put"] = store.batch_put_from_multi_buffers(vkeys, ptrs, sizes, ReplicateConfig())
+ctypes.memset(pool, 0, page * 8)
+out["multi_get"] = store.batch_get_into_multi_buffers(vkeys, ptrs, sizes)
+out["multi_same"] = ctypes.string_at(pool + 3 * page, page) == bytes([65 + 3]) * page
+desc = store.batch_get_replica_desc(vkeys[:1])
+out["desc"] = [d.is_memory_replica() for d in desc.get(vkeys[0], [])]
+out["removed"] = store.batch_remove(keys + vkeys)
+out["unregister"] = store.unregister_buffer(pool)
+out["close"] = store.close()
+out["free"] = alloc.free(pool)
+print(json.dumps(out))
+"""
+
 
 def _wheel():
     wheels = sorted(WHEEL_DIR.glob("shelf_kv-*-py3-none-linux_x86_64.whl"))
     assert wheels, f"no shelf_kv wheel in {WHEEL_DIR}: build it with the `wheel` target"
+    return wheels[-1]
+
+
+def _mooncake_wheel():
+    wheels = sorted(WHEEL_DIR.glob("shelf_kv_mooncake-*-py3-none-any.whl"))
+    assert wheels, f"no shelf_kv_mooncake wheel in {WHEEL_DIR}"
     return wheels[-1]
 
 
@@ -84,13 +140,14 @@ def _clean_env():
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
-    """A fresh venv with the wheel installed by pip, no index."""
+    """A fresh venv with both wheels installed by pip, no index."""
     root = tmp_path_factory.mktemp("venv")
     env = _clean_env()
     subprocess.run(["/usr/bin/python3", "-m", "venv", root / "env"], check=True, env=env,
                    cwd=root)
     python = root / "env" / "bin" / "python"
-    r = subprocess.run([python, "-m", "pip", "install", "--no-index", "--no-cache-dir", _wheel()],
+    r = subprocess.run([python, "-m", "pip", "install", "--no-index", "--no-cache-dir", _wheel(),
+                        _mooncake_wheel()],
                        env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True)
     assert r.returncode == 0, r.stdout
@@ -103,8 +160,9 @@ def _site_package(python):
     return pathlib.Path(out.stdout.strip())
 
 
-def test_wheel_name_says_any_cpython_3_on_x86_64_linux():
+def test_wheel_names_say_any_cpython_3():
     assert re.fullmatch(r"shelf_kv-[0-9.]+-py3-none-linux_x86_64\.whl", _wheel().name)
+    assert re.fullmatch(r"shelf_kv_mooncake-[0-9.]+-py3-none-any\.whl", _mooncake_wheel().name)
 
 
 def test_installed_client_talks_to_a_cluster_from_outside_the_tree(venv, cluster, tmp_path):
@@ -125,6 +183,48 @@ def test_installed_client_talks_to_a_cluster_from_outside_the_tree(venv, cluster
     assert seen["match_prefix"] == 2
     assert seen["error"] == "INVALID_ARGUMENT"
     assert seen["removed"] is True
+
+
+def _run_in(venv, directory, code, *args):
+    directory.mkdir(exist_ok=True)
+    script = directory / "engine.py"
+    script.write_text(code)
+    return subprocess.run([venv, script, *args], env=_clean_env(), cwd=directory,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=120)
+
+
+def test_mooncake_sequences_of_sglang_and_vllm_on_the_installed_wheels(venv, cluster, tmp_path):
+    r = _run_in(venv, tmp_path / "elsewhere", MOONCAKE_SCRIPT, cluster.master)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert venv.parent.parent in pathlib.Path(seen["module"]).parents, seen
+    assert seen["group_ids"] is True
+    assert seen["setup"] == 0 and seen["register"] == 0, seen
+    assert seen["put"] == [0] * 8 and seen["exist"] == [1] * 8 + [0], seen
+    assert seen["get"] == [64 << 10] * 8 and seen["same"], seen
+    assert seen["multi_put"] == [0] * 4 and seen["multi_get"] == [128 << 10] * 4, seen
+    assert seen["multi_same"] and seen["desc"] == [True], seen
+    assert seen["removed"] == [0] * 12, seen
+    assert seen["unregister"] == 0 and seen["close"] == 0 and seen["free"] == 0, seen
+
+
+def test_the_shim_refuses_to_load_beside_mooncakes_own_package(venv, tmp_path):
+    # pip cannot keep both from being installed; the shim says so at import.
+    site = _site_package(venv).parent
+    fake = site / "mooncake_transfer_engine-0.3.7.dist-info"
+    fake.mkdir()
+    try:
+        (fake / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: mooncake-transfer-engine\nVersion: 0.3.7\n")
+        r = _run_in(venv, tmp_path / "elsewhere", "import mooncake.store\n")
+        assert r.returncode != 0
+        assert "Mooncake's own package 'mooncake-transfer-engine' is installed too" in r.stderr
+        assert "pip uninstall" in r.stderr
+    finally:
+        (fake / "METADATA").unlink()
+        fake.rmdir()
+    assert _run_in(venv, tmp_path / "elsewhere", "import mooncake.store\n").returncode == 0
 
 
 def test_bundled_libraries_resolve_inside_the_wheel_or_to_the_base(venv):

@@ -250,6 +250,17 @@ int shelf_match_prefix(shelf_client_t* client, const void* const* keys, const si
 int shelf_locate(shelf_client_t* client, const void* const* keys, const size_t* key_lens, size_t n,
                  char** json, int64_t timeout_ms);
 
+/* One page of the keys matching the glob `pattern` (empty: all) after
+ * `cursor` (empty: the first page), at most `count` (1..1024) of them, in
+ * byte order (shelf::Client::ListKeys; for tools, not an engine's hot
+ * path): *n keys packed back to back in *keys, their lengths in
+ * *key_lens, and the next page's cursor in *next_cursor (length 0 on the
+ * last page). Release *keys, *key_lens and *next_cursor with shelf_free. */
+int shelf_list_keys(shelf_client_t* client, const void* pattern, size_t pattern_len,
+                    const void* cursor, size_t cursor_len, size_t count, void** keys,
+                    size_t** key_lens, size_t* n, void** next_cursor, size_t* next_cursor_len,
+                    int64_t timeout_ms);
+
 /* Batches. The return is the batch's status; statuses[i] (caller-allocated,
  * n ints) each item's, as the single call would return it. */
 int shelf_batch_put(shelf_client_t* client, const void* const* keys, const size_t* key_lens,
@@ -392,6 +403,24 @@ void shelf_key_builder_free(shelf_key_builder_t* builder); /* null is fine */
  * nothing written, when the keys do not fit. */
 int shelf_block_keys(const shelf_key_builder_t* builder, const uint32_t* tokens, size_t n,
                      uint8_t* keys, size_t keys_capacity, size_t* count);
+
+/* The key of `chunk` (chunk_tokens tokens) following the block keyed
+ * `previous_key` (length 0 for the first block), into `key`
+ * (SHELF_CONTENT_KEY_BYTES bytes). SHELF_INVALID_ARGUMENT when
+ * previous_key is neither empty nor a version-1 key. */
+int shelf_key_extend(const shelf_key_builder_t* builder, const void* previous_key,
+                     size_t previous_key_len, const uint32_t* chunk, uint8_t* key);
+/* The builder's namespace digest (the chain's first hash) into `digest` of
+ * `capacity` bytes; *size gets its length (SHELF_OUT_OF_RANGE, nothing
+ * written, when it does not fit). */
+int shelf_key_builder_digest(const shelf_key_builder_t* builder, uint8_t* digest, size_t capacity,
+                             size_t* size);
+/* The canonical serialization of a namespace (docs/keys.md), the digest's
+ * input, into `out`, as shelf_key_builder_digest. Not validated. */
+int shelf_key_namespace_serialize(const char* model, const char* dtype, const char* kv_layout,
+                                  uint32_t tp_rank, uint32_t tp_size, const char* salt,
+                                  uint32_t chunk_tokens, uint8_t* out, size_t capacity,
+                                  size_t* size);
 
 #ifdef __cplusplus
 } /* extern "C" */

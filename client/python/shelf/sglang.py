@@ -28,7 +28,7 @@ from typing import Any, List, Optional
 from ._sglang_api import (HiCacheStorage, PoolTransferResult, StorageMetrics, policy_name,
                           pool_transfer_result)
 from ._sglang_pages import PagePool, view
-from ._shelf import Client
+from . import Client
 
 __all__ = ["HiCacheStorage", "PoolTransferResult", "ShelfHiCacheStorage", "StorageMetrics"]
 

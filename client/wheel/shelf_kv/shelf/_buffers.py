@@ -24,6 +24,23 @@ _get_buffer.restype = c_int
 _release_buffer = ctypes.pythonapi.PyBuffer_Release
 _release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
 _release_buffer.restype = None
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.argtypes = [c_void_p, c_ssize_t]
+_new_bytes.restype = ctypes.py_object
+_bytes_address = ctypes.pythonapi.PyBytes_AsString
+_bytes_address.argtypes = [ctypes.py_object]
+_bytes_address.restype = c_void_p
+
+
+def bytes_at(address, size):
+    """A new bytes object holding [address, address + size): allocated
+    with the GIL, filled without it (ctypes.memmove releases it), so
+    threads reading blocks at once do not queue on the GIL for their
+    copies. The object is this thread's alone until returned."""
+    out = _new_bytes(None, size)
+    if size:
+        ctypes.memmove(_bytes_address(out), address, size)
+    return out
 
 
 class BufferView:

@@ -8,7 +8,7 @@ import json
 from ctypes import byref, c_int, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p
 
 from . import _native
-from ._buffers import BufferView, KeyArray, key_bytes, keys_bytes
+from ._buffers import BufferView, KeyArray, bytes_at, key_bytes, keys_bytes
 from ._errors import StatusCode, check, item_status, make_error
 
 _NOT_FOUND = int(StatusCode.NOT_FOUND)
@@ -172,7 +172,7 @@ class Future:
                 out.append(None)
                 continue
             check(_native.future_value(self._handle, i, byref(data), byref(size)))
-            out.append(ctypes.string_at(data.value, size.value) if size.value else b"")
+            out.append(bytes_at(data.value, size.value))
         return out
 
     def statuses(self):
@@ -279,7 +279,7 @@ class Client:
             return None
         check(rc)
         try:
-            return ctypes.string_at(data.value, size.value)
+            return bytes_at(data.value, size.value)
         finally:
             _native.free(data)
 
@@ -364,6 +364,27 @@ class Client:
                                    byref(matched), timeout_ms))
         return matched.value
 
+    def list_keys(self, pattern=b"", *, cursor=b"", count=1024, timeout_ms=0):
+        """One page of the keys matching `pattern` (glob; b'' for all) after
+        `cursor`: (keys, next_cursor), next_cursor b'' on the last page."""
+        pattern, cursor = bytes(pattern), bytes(cursor)
+        packed, lens, cursor_out = c_void_p(), c_void_p(), c_void_p()
+        n, cursor_len = c_size_t(), c_size_t()
+        check(_native.list_keys(self._handle, pattern, len(pattern), cursor, len(cursor), count,
+                                byref(packed), byref(lens), byref(n), byref(cursor_out),
+                                byref(cursor_len), timeout_ms))
+        try:
+            sizes = ctypes.cast(lens, ctypes.POINTER(c_size_t))
+            raw = ctypes.string_at(packed.value, sum(sizes[i] for i in range(n.value)))
+            keys, at = [], 0
+            for i in range(n.value):
+                keys.append(raw[at:at + sizes[i]])
+                at += sizes[i]
+            return keys, ctypes.string_at(cursor_out.value, cursor_len.value)
+        finally:
+            for p in (packed, lens, cursor_out):
+                _native.free(p)
+
     def batch_get(self, keys, *, timeout_ms=0, return_statuses=False):
         """A list of bytes, None where the block is missing or unreadable."""
         batch = KeyArray(keys_bytes(keys))
@@ -374,7 +395,7 @@ class Client:
                                 statuses, timeout_ms))
         out = []
         for i in range(batch.n):
-            out.append(ctypes.string_at(data[i], sizes[i]) if statuses[i] == 0 else None)
+            out.append(bytes_at(data[i], sizes[i]) if statuses[i] == 0 else None)
             if data[i]:
                 _native.free(data[i])
         if return_statuses:

@@ -46,7 +46,8 @@ class PutOptions(Structure):
                 ("blocks", POINTER(BlockInfo))]
 
 
-def _declare(name, restype, *argtypes):
+def declare(name, restype, *argtypes):
+    """libshelf's function `name`, with its C prototype set."""
     fn = getattr(lib, name)
     fn.restype = restype
     fn.argtypes = list(argtypes)
@@ -56,49 +57,61 @@ def _declare(name, restype, *argtypes):
 _P = c_void_p  # any pointer: arrays, buffers, handles
 _SIZE_P = POINTER(c_size_t)
 
-status_name = _declare("shelf_status_name", c_char_p, c_int)
-last_error = _declare("shelf_last_error", c_char_p)
-options_new = _declare("shelf_options_new", _P)
-options_free = _declare("shelf_options_free", None, _P)
-options_add_master = _declare("shelf_options_add_master", c_int, _P, c_char_p)
-options_set = _declare("shelf_options_set", c_int, _P, c_char_p, c_char_p)
-client_open = _declare("shelf_client_open", c_int, _P, POINTER(c_void_p))
-client_close = _declare("shelf_client_close", None, _P)
-client_destroy = _declare("shelf_client_destroy", None, _P)
-put = _declare("shelf_put", c_int, _P, _P, c_size_t, _P, c_size_t, POINTER(PutOptions), c_int64)
-get = _declare("shelf_get", c_int, _P, _P, c_size_t, POINTER(c_void_p), _SIZE_P, c_int64)
-batch_get = _declare("shelf_batch_get", c_int, _P, _P, _P, c_size_t, _P, _P, _P, c_int64)
-get_into = _declare("shelf_get_into", c_int, _P, _P, c_size_t, _P, c_size_t, _SIZE_P, c_int64)
-exists = _declare("shelf_exists", c_int, _P, _P, _P, c_size_t, POINTER(c_uint8), c_int64)
-remove = _declare("shelf_remove", c_int, _P, _P, c_size_t, c_int64)
-batch_remove = _declare("shelf_batch_remove", c_int, _P, _P, _P, c_size_t, _P, c_int64)
-match_prefix = _declare("shelf_match_prefix", c_int, _P, _P, _P, c_size_t, _SIZE_P, c_int64)
-batch_put = _declare("shelf_batch_put", c_int, _P, _P, _P, _P, _P, c_size_t, POINTER(PutOptions),
+status_name = declare("shelf_status_name", c_char_p, c_int)
+last_error = declare("shelf_last_error", c_char_p)
+options_new = declare("shelf_options_new", _P)
+options_free = declare("shelf_options_free", None, _P)
+options_add_master = declare("shelf_options_add_master", c_int, _P, c_char_p)
+options_set = declare("shelf_options_set", c_int, _P, c_char_p, c_char_p)
+client_open = declare("shelf_client_open", c_int, _P, POINTER(c_void_p))
+client_close = declare("shelf_client_close", None, _P)
+client_destroy = declare("shelf_client_destroy", None, _P)
+put = declare("shelf_put", c_int, _P, _P, c_size_t, _P, c_size_t, POINTER(PutOptions), c_int64)
+get = declare("shelf_get", c_int, _P, _P, c_size_t, POINTER(c_void_p), _SIZE_P, c_int64)
+batch_get = declare("shelf_batch_get", c_int, _P, _P, _P, c_size_t, _P, _P, _P, c_int64)
+get_into = declare("shelf_get_into", c_int, _P, _P, c_size_t, _P, c_size_t, _SIZE_P, c_int64)
+exists = declare("shelf_exists", c_int, _P, _P, _P, c_size_t, POINTER(c_uint8), c_int64)
+remove = declare("shelf_remove", c_int, _P, _P, c_size_t, c_int64)
+batch_remove = declare("shelf_batch_remove", c_int, _P, _P, _P, c_size_t, _P, c_int64)
+match_prefix = declare("shelf_match_prefix", c_int, _P, _P, _P, c_size_t, _SIZE_P, c_int64)
+batch_put = declare("shelf_batch_put", c_int, _P, _P, _P, _P, _P, c_size_t, POINTER(PutOptions),
                      _P, c_int64)
-batch_get_into = _declare("shelf_batch_get_into", c_int, _P, _P, _P, _P, _P, c_size_t, _P, _P,
+batch_get_into = declare("shelf_batch_get_into", c_int, _P, _P, _P, _P, _P, c_size_t, _P, _P,
                           c_int64)
-client_stat_name = _declare("shelf_client_stat_name", c_char_p, c_size_t)
-client_stat = _declare("shelf_client_stat", c_int, _P, c_char_p, POINTER(c_uint64))
-free = _declare("shelf_free", None, _P)
-register_buffer = _declare("shelf_register_buffer", c_int, _P, _P, c_size_t, c_int,
+client_stat_name = declare("shelf_client_stat_name", c_char_p, c_size_t)
+client_stat = declare("shelf_client_stat", c_int, _P, c_char_p, POINTER(c_uint64))
+free = declare("shelf_free", None, _P)
+register_buffer = declare("shelf_register_buffer", c_int, _P, _P, c_size_t, c_int,
                            POINTER(c_uint64))
-unregister_buffer = _declare("shelf_unregister_buffer", c_int, _P, c_uint64)
-put_from = _declare("shelf_put_from", c_int, _P, _P, c_size_t, c_uint64, c_size_t, c_size_t,
+unregister_buffer = declare("shelf_unregister_buffer", c_int, _P, c_uint64)
+put_from = declare("shelf_put_from", c_int, _P, _P, c_size_t, c_uint64, c_size_t, c_size_t,
                     POINTER(PutOptions), c_int64)
-get_into_buffer_gpu = _declare("shelf_get_into_buffer_gpu", c_int, _P, _P, c_size_t, c_uint64,
+get_into_buffer_gpu = declare("shelf_get_into_buffer_gpu", c_int, _P, _P, c_size_t, c_uint64,
                                c_size_t, c_size_t, _SIZE_P, POINTER(GpuSync), c_int64)
-batch_get_into_async_gpu = _declare("shelf_batch_get_into_async_gpu", c_int, _P, _P, _P, _P, _P,
+batch_get_into_async_gpu = declare("shelf_batch_get_into_async_gpu", c_int, _P, _P, _P, _P, _P,
                                     _P, c_size_t, POINTER(GpuSync), c_int64, POINTER(c_void_p))
-locate = _declare("shelf_locate", c_int, _P, _P, _P, c_size_t, POINTER(c_void_p), c_int64)
-batch_get_async = _declare("shelf_batch_get_async", c_int, _P, _P, _P, c_size_t, c_int64,
+locate = declare("shelf_locate", c_int, _P, _P, _P, c_size_t, POINTER(c_void_p), c_int64)
+batch_get_async = declare("shelf_batch_get_async", c_int, _P, _P, _P, c_size_t, c_int64,
                            POINTER(c_void_p))
-batch_put_async = _declare("shelf_batch_put_async", c_int, _P, _P, _P, _P, _P, c_size_t,
+batch_put_async = declare("shelf_batch_put_async", c_int, _P, _P, _P, _P, _P, c_size_t,
                            POINTER(PutOptions), c_int64, POINTER(c_void_p))
-future_value = _declare("shelf_future_value", c_int, _P, c_size_t, POINTER(c_void_p), _SIZE_P)
-future_poll = _declare("shelf_future_poll", c_int, _P)
-future_wait = _declare("shelf_future_wait", c_int, _P, c_int64)
-future_result = _declare("shelf_future_result", c_int, _P, _P, _P, c_size_t)
-future_free = _declare("shelf_future_free", None, _P)
+future_value = declare("shelf_future_value", c_int, _P, c_size_t, POINTER(c_void_p), _SIZE_P)
+list_keys = declare("shelf_list_keys", c_int, _P, _P, c_size_t, _P, c_size_t, c_size_t,
+                     POINTER(c_void_p), POINTER(c_void_p), _SIZE_P, POINTER(c_void_p), _SIZE_P,
+                     c_int64)
+key_builder_new = declare("shelf_key_builder_new", c_int, c_char_p, c_char_p, c_char_p, c_uint32,
+                           c_uint32, c_char_p, c_uint32, POINTER(c_void_p))
+key_builder_free = declare("shelf_key_builder_free", None, _P)
+block_keys = declare("shelf_block_keys", c_int, _P, _P, c_size_t, _P, c_size_t, _SIZE_P)
+key_extend = declare("shelf_key_extend", c_int, _P, _P, c_size_t, _P, _P)
+key_builder_digest = declare("shelf_key_builder_digest", c_int, _P, _P, c_size_t, _SIZE_P)
+key_namespace_serialize = declare("shelf_key_namespace_serialize", c_int, c_char_p, c_char_p,
+                                   c_char_p, c_uint32, c_uint32, c_char_p, c_uint32, _P,
+                                   c_size_t, _SIZE_P)
+future_poll = declare("shelf_future_poll", c_int, _P)
+future_wait = declare("shelf_future_wait", c_int, _P, c_int64)
+future_result = declare("shelf_future_result", c_int, _P, _P, _P, c_size_t)
+future_free = declare("shelf_future_free", None, _P)
 
 
 def error_message():

@@ -1,16 +1,17 @@
 // MooncakeStore: Mooncake Store's MooncakeDistributedStore over libshelf,
-// the class behind shelf.mooncake (mooncake_binding.cc binds it).
+// with no Python in it: the class behind shelf.mooncake, bound by the
+// pybind11 module (client/python/mooncake_binding.cc) and by the C API of
+// shelf/mooncake.h that the wheel's ctypes layer calls. Blocks are bytes
+// in and out (the bindings convert Python objects); no method touches the
+// GIL, so the bindings release it around every call.
 //
 // Conventions are Mooncake's, not the `shelf` module's: no exceptions for
 // store errors; ints, 0 on success and Mooncake's negative ErrorCode values
 // on failure (kMc* below). Raw addresses passed to *_from / *_into calls
 // must lie inside a buffer given to register_buffer. Every method, the
 // codes it returns and where it differs from Mooncake: docs/mooncake-compat.md.
-#ifndef SHELF_CLIENT_PYTHON_MOONCAKE_STORE_H_
-#define SHELF_CLIENT_PYTHON_MOONCAKE_STORE_H_
-
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
+#ifndef SHELF_CLIENT_MOONCAKE_STORE_H_
+#define SHELF_CLIENT_MOONCAKE_STORE_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -23,11 +24,10 @@
 #include <utility>
 #include <vector>
 
-#include "client/python/module.h"
 #include "common/mutex.h"
 #include "shelf/client.h"
 
-namespace shelf::python::mooncake {
+namespace shelf::mooncake {
 
 // Mooncake's ErrorCode values (mooncake-store/include/types.h).
 constexpr int kMcOk = 0;
@@ -132,12 +132,6 @@ class HostMemAllocator {
   int Free(uint64_t address);
 };
 
-// A block read with get_buffer: owns its bytes; ptr() / size() / the buffer
-// protocol, as Mooncake's BufferHandle.
-struct ReadBuffer {
-  std::string bytes;
-};
-
 // A registered region: [base, base + size), its libshelf handle, and
 // whether it is CUDA device memory (registered as a GPU buffer).
 struct Region {
@@ -163,12 +157,13 @@ class MooncakeStore {
 
   // setup(config): the dict form (Mooncake's JSON config keys:
   // local_hostname, metadata_server, global_segment_size and
-  // local_buffer_size as ints or "16MB"-style strings, protocol,
-  // device_name, master_server_address). Keys Shelf has no use for are
-  // ignored. Shelf's own: shelf_secret_file (the cluster secret's file),
-  // shelf_credentials (a credentials file) and shelf_principal (which of
-  // its principals; docs/security.md).
-  int SetupConfig(const py::dict& config);
+  // local_buffer_size as decimal or "16MB"-style strings, protocol,
+  // device_name, master_server_address), each value as its text (a
+  // binding passes str() of each value that is not None). Keys Shelf has
+  // no use for are ignored. Shelf's own: shelf_secret_file (the cluster
+  // secret's file), shelf_credentials (a credentials file) and
+  // shelf_principal (which of its principals; docs/security.md).
+  int SetupConfig(const std::map<std::string, std::string>& config);
   // setup_dummy(mem_pool_size, local_buffer_size, server_address): a client
   // like any other (the node's shelf-store serves it over shared memory);
   // server_address names the master(s), as master_server_addr does.
@@ -199,29 +194,33 @@ class MooncakeStore {
 
   // ------------------------------------------------------------ values
 
-  int Put(const std::string& key, py::handle value, const ReplicateConfig& config);
-
-  // put_parts(key, *parts, config=ReplicateConfig()): the parts are joined
-  // into one block.
-  int PutParts(const py::args& args, const py::kwargs& kwargs);
+  // put, and put_parts with its parts joined: stores `size` bytes.
+  int Put(const std::string& key, const char* data, size_t size, const ReplicateConfig& config) {
+    return PutBytes(key, data, size, config);
+  }
 
   // Remove, then put: not atomic (a reader between the two sees a miss).
   // A put that replaces the key's value in one step at its commit
   // (PutOptions.replace): readers never see it missing, and a failed
   // upsert leaves the old value.
-  int Upsert(const std::string& key, py::handle value, const ReplicateConfig& config);
+  int Upsert(const std::string& key, const char* data, size_t size, const ReplicateConfig& config) {
+    return PutBytes(key, data, size, config, /*replace=*/true);
+  }
 
-  int PutBatch(const std::vector<std::string>& keys, const std::vector<py::object>& values,
+  // Stores values[i] ([data, data + size)) under keys[i]; the first
+  // failure's code, else 0.
+  int PutBatch(const std::vector<std::string>& keys,
+               const std::vector<std::pair<const char*, size_t>>& values,
                const ReplicateConfig& config);
 
-  py::bytes Get(const std::string& key);
+  // The block into *value: 0, or a negative code (a miss is
+  // OBJECT_NOT_FOUND). Mooncake's get answers b"" for any failure.
+  int Get(const std::string& key, std::string* value);
 
-  // The blocks, b"" for a miss (or every item when the batch failed).
-  py::list GetBatch(const std::vector<std::string>& keys);
-
-  py::object GetBuffer(const std::string& key);
-
-  py::list BatchGetBuffer(const std::vector<std::string>& keys);
+  // Fills `statuses` (pre-sized, preset to an error) and `values` for the
+  // valid keys, in batches: get_batch and batch_get_buffer.
+  void BatchGetValues(const std::vector<std::string>& keys, std::vector<std::string>* values,
+                      std::vector<Status>* statuses);
 
   // 1 present, 0 absent, a negative code on error.
   int IsExist(const std::string& key);
@@ -312,11 +311,6 @@ class MooncakeStore {
   int PutBytes(const std::string& key, const char* data, size_t size, const ReplicateConfig& config,
                bool replace = false);
 
-  // Fills `statuses` (pre-sized, preset to an error) and `values` for the
-  // valid keys, in batches.
-  void BatchGetValues(const std::vector<std::string>& keys, std::vector<std::string>* values,
-                      std::vector<Status>* statuses);
-
   // The registered region holding [address, address + size): its handle
   // and the offset of `address` in it. INVALID_PARAMS when no registered
   // region holds the whole range, or with `host_only` (for the calls that
@@ -364,6 +358,6 @@ class MooncakeStore {
   int64_t local_buffer_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace shelf::python::mooncake
+}  // namespace shelf::mooncake
 
-#endif  // SHELF_CLIENT_PYTHON_MOONCAKE_STORE_H_
+#endif  // SHELF_CLIENT_MOONCAKE_STORE_H_

@@ -1,5 +1,5 @@
 // MooncakeStore: the bodies of mooncake_store.h's declarations.
-#include "client/python/mooncake_store.h"
+#include "client/mooncake/store.h"
 
 #include <unistd.h>
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "client/absl_status.h"
+#include "client/binding_options.h"
 #include "client/cuda_runtime.h"
 #include "client/memory_batch.h"
 #include "client/testing_hooks.h"
@@ -20,7 +21,7 @@
 #include "common/net.h"
 #include "common/secret_file.h"
 
-namespace shelf::python::mooncake {
+namespace shelf::mooncake {
 
 namespace {
 
@@ -206,23 +207,17 @@ int MooncakeStore::SetupWith(ClientOptions o, const std::string& local_hostname,
   return Connect(o, local_hostname, local_buffer_size);
 }
 
-int MooncakeStore::SetupConfig(const py::dict& config) {
+int MooncakeStore::SetupConfig(const std::map<std::string, std::string>& config) {
   auto text = [&](const char* key, const char* fallback) -> std::string {
-    if (!config.contains(key) || config[key].is_none()) return fallback;
-    return py::str(config[key]).cast<std::string>();
+    auto it = config.find(key);
+    return it == config.end() ? fallback : it->second;
   };
   auto size = [&](const char* key, int64_t* out) {
-    if (!config.contains(key) || config[key].is_none()) return true;
-    py::object v = config[key];
-    if (py::isinstance<py::int_>(v)) {
-      *out = v.cast<int64_t>();
-      return *out >= 0;
-    }
-    return ParseSize(py::str(v).cast<std::string>(), out);
+    auto it = config.find(key);
+    return it == config.end() || ParseSize(it->second, out);
   };
   auto flag = [&](const char* key) {
-    if (!config.contains(key) || config[key].is_none()) return false;
-    std::string v = py::str(config[key]).cast<std::string>();
+    const std::string v = text(key, "");
     return v == "True" || v == "true" || v == "1";
   };
   int64_t segment = kDefaultSegmentBytes, buffer = kDefaultSegmentBytes;
@@ -237,7 +232,7 @@ int MooncakeStore::SetupConfig(const py::dict& config) {
   if (!size("client_http_port", &extras.client_http_port)) return kMcInvalidParams;
   // An empty master address with metadata_server naming etcd finds the
   // masters there (MasterList).
-  std::string master = config.contains("master_server_address")
+  std::string master = config.count("master_server_address") != 0
                            ? text("master_server_address", "")
                            : text("master_server_addr", "127.0.0.1:50051");
   std::string devices = text("device_name", "");
@@ -274,10 +269,7 @@ int MooncakeStore::Connect(const ClientOptions& options, const std::string& host
   // reached, so probe it once.
   std::vector<bool> present;
   Status s;
-  {
-    py::gil_scoped_release nogil;
-    s = client->Exists({"\x01shelf-mooncake-probe"}, &present);
-  }
+  { s = client->Exists({"\x01shelf-mooncake-probe"}, &present); }
   if (!s.ok()) return ToMooncake(s);
   Close();
   MutexLock lock(&mu_);
@@ -343,7 +335,6 @@ std::vector<int> MooncakeStore::BatchPutFromMulti(
     where.push_back(i);
     device.push_back(gpu);
   }
-  py::gil_scoped_release nogil;
   // A host key of one piece is put straight from it; the pieces of any
   // other are gathered into scratch first (Shelf stores a block
   // contiguously), device pieces by CUDA copies.
@@ -413,7 +404,6 @@ std::vector<int> MooncakeStore::BatchGetIntoMulti(
     where.push_back(i);
     device.push_back(gpu);
   }
-  py::gil_scoped_release nogil;
   // A host key of one piece is read straight into it; any other is read
   // whole into scratch, then copied out to its pieces in order (device
   // pieces by CUDA copies).
@@ -519,7 +509,6 @@ std::vector<std::vector<std::vector<int64_t>>> MooncakeStore::GetIntoRanges(
   }
   if (wanted.empty()) return out;
   // One BatchGet per slice of keys; then each block's ranges are copied out.
-  py::gil_scoped_release nogil;
   ForEachBatchSlice(wanted.size(), [&](size_t begin, size_t end) {
     std::vector<std::string> slice(wanted.begin() + begin, wanted.begin() + end);
     std::vector<std::string> values;
@@ -561,7 +550,6 @@ int MooncakeStore::Close() {
     regions_.clear();
   }
   if (client != nullptr) {
-    py::gil_scoped_release nogil;
     client->Close();
     client.reset();
   }
@@ -572,7 +560,6 @@ int MooncakeStore::HealthCheck() {
   std::shared_ptr<Client> c = client();
   if (c == nullptr) return kMcInvalidParams;
   std::vector<bool> present;
-  py::gil_scoped_release nogil;
   return ToMooncake(c->Exists({"\x01shelf-mooncake-probe"}, &present));
 }
 
@@ -581,45 +568,20 @@ std::string MooncakeStore::Hostname() {
   return hostname_;
 }
 
-int MooncakeStore::Put(const std::string& key, py::handle value, const ReplicateConfig& config) {
-  BufferView v(value, /*writable=*/false);
-  return PutBytes(key, v.data(), v.size(), config);
-}
-
-int MooncakeStore::PutParts(const py::args& args, const py::kwargs& kwargs) {
-  if (args.empty()) return kMcInvalidParams;
-  ReplicateConfig config;
-  if (kwargs.contains("config")) config = kwargs["config"].cast<ReplicateConfig>();
-  std::string key = args[0].cast<std::string>();
-  std::string joined;
-  for (size_t i = 1; i < args.size(); ++i) {
-    BufferView v(args[i], /*writable=*/false);
-    joined.append(v.data(), v.size());
-  }
-  return PutBytes(key, joined.data(), joined.size(), config);
-}
-
-int MooncakeStore::Upsert(const std::string& key, py::handle value, const ReplicateConfig& config) {
-  BufferView v(value, /*writable=*/false);
-  return PutBytes(key, v.data(), v.size(), config, /*replace=*/true);
-}
-
 int MooncakeStore::PutBatch(const std::vector<std::string>& keys,
-                            const std::vector<py::object>& values, const ReplicateConfig& config) {
+                            const std::vector<std::pair<const char*, size_t>>& values,
+                            const ReplicateConfig& config) {
   std::shared_ptr<Client> c = client();
   if (c == nullptr || keys.size() != values.size()) return kMcInvalidParams;
   if (int rc = CheckLocalBuffer(); rc != kMcOk) return rc;
   PutOptions po;
   if (int rc = ToPutOptions(config, keys.size(), &po); rc != kMcOk) return rc;
-  std::vector<BufferView> views;
   std::vector<PutItem> items;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!ValidKeyLength(keys[i].size())) return kMcInvalidKey;
-    views.emplace_back(values[i], /*writable=*/false);
-    items.push_back(PutItem{keys[i], views.back().data(), views.back().size()});
+    items.push_back(PutItem{keys[i], values[i].first, values[i].second});
   }
   int rc = kMcOk;
-  py::gil_scoped_release nogil;
   ForEachBatchSlice(items.size(), [&](size_t b, size_t e) {
     if (rc != kMcOk) return;
     std::vector<PutItem> slice(items.begin() + b, items.begin() + e);
@@ -639,57 +601,11 @@ int MooncakeStore::PutBatch(const std::vector<std::string>& keys,
   return rc;
 }
 
-py::bytes MooncakeStore::Get(const std::string& key) {
+int MooncakeStore::Get(const std::string& key, std::string* value) {
   std::shared_ptr<Client> c = client();
-  if (c == nullptr || !ValidKeyLength(key.size())) return py::bytes();
-  std::string value;
-  Status s;
-  {
-    py::gil_scoped_release nogil;
-    s = c->Get(key, &value);
-  }
-  return s.ok() ? ToBytes(value) : py::bytes();
-}
-
-py::list MooncakeStore::GetBatch(const std::vector<std::string>& keys) {
-  std::vector<std::string> values(keys.size());
-  std::vector<Status> statuses(keys.size(), Status(StatusCode::kInvalidArgument, "bad key"));
-  BatchGetValues(keys, &values, &statuses);
-  py::list out;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    out.append(statuses[i].ok() ? ToBytes(values[i]) : py::bytes());
-  }
-  return out;
-}
-
-py::object MooncakeStore::GetBuffer(const std::string& key) {
-  std::shared_ptr<Client> c = client();
-  if (c == nullptr || !ValidKeyLength(key.size())) return py::none();
-  auto buffer = std::make_shared<ReadBuffer>();
-  Status s;
-  {
-    py::gil_scoped_release nogil;
-    s = c->Get(key, &buffer->bytes);
-  }
-  if (!s.ok()) return py::none();
-  return py::cast(buffer);
-}
-
-py::list MooncakeStore::BatchGetBuffer(const std::vector<std::string>& keys) {
-  std::vector<std::string> values(keys.size());
-  std::vector<Status> statuses(keys.size(), Status(StatusCode::kInvalidArgument, "bad key"));
-  BatchGetValues(keys, &values, &statuses);
-  py::list out;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!statuses[i].ok()) {
-      out.append(py::none());
-      continue;
-    }
-    auto buffer = std::make_shared<ReadBuffer>();
-    buffer->bytes = std::move(values[i]);
-    out.append(py::cast(buffer));
-  }
-  return out;
+  if (c == nullptr) return kMcInvalidParams;
+  if (!ValidKeyLength(key.size())) return kMcInvalidKey;
+  return ToMooncake(c->Get(key, value));
 }
 
 int MooncakeStore::IsExist(const std::string& key) {
@@ -711,7 +627,6 @@ std::vector<int> MooncakeStore::BatchIsExist(const std::vector<std::string>& key
       out[i] = kMcInvalidKey;
     }
   }
-  py::gil_scoped_release nogil;
   ForEachBatchSlice(valid.size(), [&](size_t b, size_t e) {
     std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
     std::vector<bool> present;
@@ -731,7 +646,6 @@ int MooncakeStore::Remove(const std::string& key, bool force) {
   std::shared_ptr<Client> c = client();
   if (c == nullptr) return kMcInvalidParams;
   if (!ValidKeyLength(key.size())) return kMcInvalidKey;
-  py::gil_scoped_release nogil;
   return ToMooncake(c->Remove(key, Deadline(), /*force=*/true));
 }
 
@@ -746,7 +660,6 @@ std::vector<int> MooncakeStore::BatchRemove(const std::vector<std::string>& keys
   std::vector<std::string> valid;
   std::vector<size_t> where;
   SelectValidKeys(keys, &valid, &where);
-  py::gil_scoped_release nogil;
   ForEachBatchSlice(valid.size(), [&](size_t b, size_t e) {
     std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
     std::vector<Status> st;
@@ -763,7 +676,6 @@ int64_t MooncakeStore::RemoveMatching(const std::string& pattern, bool regex, bo
   uint64_t removed = 0;
   Status s;
   {
-    py::gil_scoped_release nogil;
     s = c->RemoveMatching(pattern, &removed, regex, /*force=*/true);  // as Remove
   }
   if (!s.ok()) return ToMooncake(s);
@@ -777,10 +689,7 @@ int64_t MooncakeStore::GetSize(const std::string& key) {
   char probe = 0;
   size_t size = 0;
   Status s;
-  {
-    py::gil_scoped_release nogil;
-    s = c->GetInto(key, &probe, 1, &size);
-  }
+  { s = c->GetInto(key, &probe, 1, &size); }
   if (s.ok() || s.code() == StatusCode::kOutOfRange) return static_cast<int64_t>(size);
   return ToMooncake(s);
 }
@@ -801,10 +710,7 @@ int MooncakeStore::RegisterBuffer(uint64_t address, int64_t size) {
   const bool gpu = IsDeviceMemory(address);
   BufferHandle h;
   Status s;
-  {
-    py::gil_scoped_release nogil;
-    s = c->RegisterBuffer(reinterpret_cast<void*>(address), static_cast<size_t>(size), &h, gpu);
-  }
+  { s = c->RegisterBuffer(reinterpret_cast<void*>(address), static_cast<size_t>(size), &h, gpu); }
   if (!s.ok() && gpu && CanCopyDeviceMemory(Cuda())) {
     h = BufferHandle();
   } else if (!s.ok()) {
@@ -827,7 +733,6 @@ int MooncakeStore::UnregisterBuffer(uint64_t address) {
     regions_.erase(it);
   }
   if (!h.valid()) return kMcOk;  // device memory the driver copies: no handle
-  py::gil_scoped_release nogil;
   return ToMooncake(c->UnregisterBuffer(h));
 }
 
@@ -847,7 +752,6 @@ std::vector<int64_t> MooncakeStore::BatchGetInto(const std::vector<std::string>&
   std::vector<GetIntoItem> items;
   std::vector<size_t> where;
   LocateAll(keys, addresses, sizes, &items, &where, &out);
-  py::gil_scoped_release nogil;
   ForEachBatchSlice(items.size(), [&](size_t b, size_t e) {
     std::vector<GetIntoItem> slice(items.begin() + b, items.begin() + e);
     std::vector<Status> st;
@@ -889,7 +793,6 @@ std::vector<int> MooncakeStore::BatchPutFrom(const std::vector<std::string>& key
   std::vector<PutFromItem> items;
   std::vector<size_t> where;
   LocateAll(keys, addresses, sizes, &items, &where, &out);
-  py::gil_scoped_release nogil;
   ForEachBatchSlice(items.size(), [&](size_t b, size_t e) {
     std::vector<PutFromItem> slice(items.begin() + b, items.begin() + e);
     std::vector<Status> st;
@@ -958,7 +861,6 @@ int MooncakeStore::PutBytes(const std::string& key, const char* data, size_t siz
   PutOptions po;
   if (int rc = ToPutOptions(config, 1, &po); rc != kMcOk) return rc;
   po.replace = replace;
-  py::gil_scoped_release nogil;
   return ToMooncake(c->Put(key, data, size, po));
 }
 
@@ -970,7 +872,6 @@ void MooncakeStore::BatchGetValues(const std::vector<std::string>& keys,
   std::vector<std::string> valid;
   std::vector<size_t> where;
   SelectValidKeys(keys, &valid, &where);
-  py::gil_scoped_release nogil;
   ForEachBatchSlice(valid.size(), [&](size_t b, size_t e) {
     std::vector<std::string> slice(valid.begin() + b, valid.begin() + e);
     std::vector<std::string> got;
@@ -1025,7 +926,6 @@ std::map<std::string, std::vector<ReplicaDescriptor>> MooncakeStore::BatchGetRep
   std::map<std::string, std::vector<ReplicaDescriptor>> out;
   std::shared_ptr<Client> c = client();
   if (c == nullptr) return out;
-  py::gil_scoped_release nogil;
   for (const std::string& key : keys) {
     if (!ValidKeyLength(key.size()) || out.count(key) > 0) continue;
     // Locate of a one-key chain: each store holding the key, and its tier.
@@ -1064,4 +964,4 @@ int HostMemAllocator::Free(uint64_t address) {
   return FreeSharedHostMemory(reinterpret_cast<void*>(address)).ok() ? 0 : -1;
 }
 
-}  // namespace shelf::python::mooncake
+}  // namespace shelf::mooncake
