@@ -92,6 +92,8 @@ class ClientImpl final : public Client {
                       std::vector<size_t>* sizes, Deadline deadline, const GpuSync& gpu) override;
   Status BatchPutFrom(const std::vector<PutFromItem>& items, std::vector<Status>* statuses,
                       const PutOptions& options) override;
+  Status BatchGetIntoPieces(const std::vector<PiecesItem>& items, std::vector<Status>* statuses,
+                            std::vector<size_t>* sizes, Deadline deadline) override;
 
   BatchFuture BatchGetAsync(std::vector<std::string> keys, Deadline deadline) override;
   BatchFuture BatchPutAsync(std::vector<PutItem> items, const PutOptions& options) override;
@@ -171,6 +173,15 @@ class ClientImpl final : public Client {
                                uint64_t deadline_ms, std::vector<absl::Status>* statuses);
 
   // ---- client_read.cc
+  // Counts a block read: bytes loaded, by tier and by transport.
+  void CountLoaded(uint64_t bytes, v1::Tier tier, const char* transport);
+  // Reads `loc` across `pieces` (BatchGetIntoPieces): a fresh location's
+  // DRAM replica on this host straight out of the store's mapped segment,
+  // checked as ReadObject checks it; anything else through ReadObject into
+  // `scratch`, then copied out.
+  absl::Status ReadToPieces(const v1::ObjectLocation& loc,
+                            const std::vector<std::pair<void*, size_t>>& pieces,
+                            std::string* scratch, uint64_t deadline_ms, bool cached);
   // Transport negotiation: what the store advertises (an empty list, from a
   // store older than the list, means TCP, plus shared memory when it names
   // a socket) and what this client allows. Best shared: shm, then tcp.

@@ -279,23 +279,135 @@ absl::Status ClientImpl::ReadObject(const v1::ObjectLocation& loc, char* dst, ui
           absl::StrCat("checksum mismatch from store ", r.store().data_address()));
       continue;
     }
-    stats_.bytes_loaded.fetch_add(loc.size());
-    if (r.tier() == v1::TIER_SSD) {
-      stats_.bytes_loaded_ssd.fetch_add(loc.size());
-      stats_.blocks_loaded_ssd.fetch_add(1);
-    } else {
-      stats_.blocks_loaded_dram.fetch_add(1);
-    }
-    (std::strcmp(transport, "shm") == 0    ? stats_.bytes_loaded_shm
-     : std::strcmp(transport, "rdma") == 0 ? stats_.bytes_loaded_rdma
-                                           : stats_.bytes_loaded_tcp)
-        .fetch_add(loc.size());
+    CountLoaded(loc.size(), r.tier(), transport);
     return absl::OkStatus();
   }
   if (mismatch && last.code() != absl::StatusCode::kDataLoss) {
     return absl::DataLossError("every replica failed or had wrong bytes");
   }
   return last;
+}
+
+void ClientImpl::CountLoaded(uint64_t bytes, v1::Tier tier, const char* transport) {
+  stats_.bytes_loaded.fetch_add(bytes);
+  if (tier == v1::TIER_SSD) {
+    stats_.bytes_loaded_ssd.fetch_add(bytes);
+    stats_.blocks_loaded_ssd.fetch_add(1);
+  } else {
+    stats_.blocks_loaded_dram.fetch_add(1);
+  }
+  (std::strcmp(transport, "shm") == 0    ? stats_.bytes_loaded_shm
+   : std::strcmp(transport, "rdma") == 0 ? stats_.bytes_loaded_rdma
+                                         : stats_.bytes_loaded_tcp)
+      .fetch_add(bytes);
+}
+
+namespace {
+
+// Copies [data, data + size) across `pieces`, in order.
+void Scatter(const char* data, size_t size, const std::vector<std::pair<void*, size_t>>& pieces) {
+  size_t at = 0;
+  for (const auto& [piece, bytes] : pieces) {
+    if (at == size) break;
+    const size_t n = std::min(bytes, size - at);
+    std::memcpy(piece, data + at, n);
+    at += n;
+  }
+}
+
+}  // namespace
+
+absl::Status ClientImpl::ReadToPieces(const v1::ObjectLocation& loc,
+                                      const std::vector<std::pair<void*, size_t>>& pieces,
+                                      std::string* scratch, uint64_t deadline_ms, bool cached) {
+  const v1::Replica& r = loc.replicas(0);
+  if (!cached && r.tier() == v1::TIER_DRAM && options_.allow_shm &&
+      Offers(r.store(), v1::TRANSPORT_SHM)) {
+    const transport::Peer peer = PeerOf(r.store());
+    if (shm_.Reaches(peer)) {
+      // The block, as ReadObject would have copied it, lies in the store's
+      // mapped segment under this read's lease: check it there and copy it
+      // once, into the pieces. Anything amiss (no mapping, wrong bytes, a
+      // lease that ended during the copy) goes the whole way below, which
+      // tries every replica and reports a corrupt one.
+      bool copied = false;
+      absl::Status s = shm_.ReadView(
+          peer, r.segment_id(), r.offset(), loc.size(),
+          r.read_grant().empty() ? std::string() : absl::StrCat(r.read_grant(), StoreKey(loc)),
+          [&](const char* data) {
+            if (options_.verify_checksums && BlockChecksum(data, loc.size()) != loc.checksum()) {
+              return;
+            }
+            Scatter(data, loc.size(), pieces);
+            copied = true;
+          });
+      const bool leased =
+          loc.lease_expires_unix_ms() == 0 || UnixMs() <= loc.lease_expires_unix_ms();
+      if (s.ok() && copied && leased) {
+        CountLoaded(loc.size(), r.tier(), "shm");
+        return absl::OkStatus();
+      }
+    }
+  }
+  scratch->resize(loc.size());
+  if (absl::Status s = ReadObject(loc, scratch->data(), deadline_ms, cached); !s.ok()) return s;
+  Scatter(scratch->data(), loc.size(), pieces);
+  return absl::OkStatus();
+}
+
+Status ClientImpl::BatchGetIntoPieces(const std::vector<PiecesItem>& items,
+                                      std::vector<Status>* statuses, std::vector<size_t>* sizes,
+                                      Deadline deadline) {
+  if (statuses == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "BatchGetIntoPieces: null statuses");
+  }
+  statuses->clear();  // empty unless the batch as a whole succeeds
+  if (sizes != nullptr) sizes->clear();
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
+  if (absl::Status s = ValidateBatchSize(items.size(), "blocks"); !s.ok()) return FromAbsl(s);
+  std::vector<absl::Status> results(items.size());
+  std::vector<size_t> sent;  // items whose key and pieces are fine
+  std::vector<const std::string*> keys;
+  std::vector<size_t> capacity(items.size(), 0);
+  for (size_t i = 0; i < items.size(); ++i) {
+    absl::Status v = ValidateKey(items[i].key);
+    if (v.ok() && items[i].pieces.empty()) v = absl::InvalidArgumentError("an item has no pieces");
+    for (const auto& [piece, bytes] : items[i].pieces) {
+      if (v.ok() && (piece == nullptr || bytes == 0)) {
+        v = absl::InvalidArgumentError("a piece is null or empty");
+      }
+      capacity[i] += bytes;
+    }
+    if (!v.ok()) {
+      results[i] = v;
+      continue;
+    }
+    sent.push_back(i);
+    keys.push_back(&items[i].key);
+  }
+  std::vector<size_t> found(items.size(), 0);
+  std::vector<absl::Status> read;
+  absl::Status s = LookupAndRead(
+      keys, deadline_ms,
+      [&](size_t j, const v1::ObjectLocation& loc, bool cached) {
+        const size_t i = sent[j];
+        found[i] = loc.size();
+        if (loc.size() > capacity[i]) {
+          return absl::OutOfRangeError(absl::StrCat("block of ", loc.size(),
+                                                    " bytes does not fit pieces of ", capacity[i],
+                                                    " bytes; nothing was read"));
+        }
+        thread_local std::string scratch;
+        return ReadToPieces(loc, items[i].pieces, &scratch, deadline_ms, cached);
+      },
+      &read);
+  if (!s.ok()) return FromAbsl(s);
+  for (size_t j = 0; j < sent.size(); ++j) results[sent[j]] = read[j];
+  statuses->reserve(items.size());
+  for (const absl::Status& r : results) statuses->push_back(FromAbsl(r));
+  if (sizes != nullptr) *sizes = std::move(found);
+  return Status();
 }
 
 void ClientImpl::ReportDataLoss(const std::string& key, uint64_t generation,

@@ -42,6 +42,52 @@ absl::Status ShmEngine::ReadSsd(const Peer& peer, const std::string& key, char* 
   return s;
 }
 
+absl::StatusOr<const char*> ShmEngine::ReadSource(ShmMapping& m, const std::string& socket,
+                                                  const Peer& peer, uint32_t segment_id,
+                                                  uint64_t offset, uint64_t length,
+                                                  absl::string_view grant) {
+  if (m.arenas) {
+    // Each arena is mapped the first time it is read from, for this read's
+    // grant: the store hands only arenas the grant reaches.
+    absl::StatusOr<const char*> base =
+        offset > m.size || length > m.size - offset
+            ? absl::OutOfRangeError(absl::StrCat("[", offset, ", +", length,
+                                                 ") is past an arena of ", m.size, " bytes"))
+            : attachments_.Arena(m, segment_id, offset, length, grant);
+    if (!base.ok()) {
+      if (base.status().code() == absl::StatusCode::kUnavailable) attachments_.Forget(socket);
+      return absl::UnavailableError(absl::StrCat("arena ", segment_id, " of store ", peer.node_id,
+                                                 " not mapped: ", base.status().message()));
+    }
+    return *base + offset;
+  }
+  if (m.segment_id != segment_id || offset > m.size || length > m.size - offset) {
+    // The socket may belong to a restarted store: map it afresh next time.
+    attachments_.Forget(socket);
+    return absl::UnavailableError(absl::StrCat(
+        "store ", peer.node_id, "'s mapped segment ", m.segment_id, " (", m.size,
+        " bytes) does not hold segment ", segment_id, " [", offset, ", +", length, ")"));
+  }
+  return m.base + offset;
+}
+
+absl::Status ShmEngine::ReadView(const Peer& peer, uint32_t segment_id, uint64_t offset,
+                                 uint64_t length, absl::string_view grant,
+                                 absl::FunctionRef<void(const char*)> view) {
+  const std::string& socket = peer.route(Kind::kShm);
+  absl::StatusOr<std::shared_ptr<ShmMapping>> map = attachments_.Get(socket, peer.incarnation);
+  if (!map.ok()) {
+    return absl::UnavailableError(absl::StrCat("shared memory of store ", peer.node_id,
+                                               " unavailable: ", map.status().message()));
+  }
+  // *map holds the mapping for the length of the view.
+  absl::StatusOr<const char*> source =
+      ReadSource(**map, socket, peer, segment_id, offset, length, grant);
+  if (!source.ok()) return source.status();
+  view(*source);
+  return absl::OkStatus();
+}
+
 void ShmEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work,
                       uint64_t /*deadline_ms*/) {
   // Writes, per attachment: sent as one pipelined batch each, after the
@@ -65,23 +111,11 @@ void ShmEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work,
       continue;
     }
     ShmMapping& m = **map;
-    if (m.arenas && op.kind == OpKind::kRead) {
-      // Each arena is mapped the first time it is read from, for this op's
-      // read grant: the store hands only arenas the grant reaches.
-      absl::StatusOr<const char*> base =
-          op.remote_offset > m.size || op.length > m.size - op.remote_offset
-              ? absl::OutOfRangeError(absl::StrCat("[", op.remote_offset, ", +", op.length,
-                                                   ") is past an arena of ", m.size, " bytes"))
-              : attachments_.Arena(m, op.segment_id, op.remote_offset, op.length, op.grant);
-      if (!base.ok()) {
-        if (base.status().code() == absl::StatusCode::kUnavailable) attachments_.Forget(socket);
-        batch->Complete(w.index, absl::UnavailableError(absl::StrCat(
-                                     "arena ", op.segment_id, " of store ", op.peer->node_id,
-                                     " not mapped: ", base.status().message())));
-        continue;
-      }
-      std::memcpy(w.local, *base + op.remote_offset, op.length);
-      batch->Complete(w.index, absl::OkStatus());
+    if (op.kind == OpKind::kRead) {
+      absl::StatusOr<const char*> source =
+          ReadSource(m, socket, *op.peer, op.segment_id, op.remote_offset, op.length, op.grant);
+      if (source.ok()) std::memcpy(w.local, *source, op.length);
+      batch->Complete(w.index, source.status());
       continue;
     }
     if ((!m.arenas && m.segment_id != op.segment_id) || op.remote_offset > m.size ||
@@ -92,11 +126,6 @@ void ShmEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work,
                                    "store ", op.peer->node_id, "'s mapped segment ", m.segment_id,
                                    " (", m.size, " bytes) does not hold segment ", op.segment_id,
                                    " [", op.remote_offset, ", +", op.length, ")")));
-      continue;
-    }
-    if (op.kind == OpKind::kRead) {
-      std::memcpy(w.local, m.base + op.remote_offset, op.length);
-      batch->Complete(w.index, absl::OkStatus());
       continue;
     }
     // The mapping is read-only: the store copies the block in, once it has

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "transport/engine.h"
 #include "transport/shm.h"
 
@@ -45,6 +46,14 @@ class ShmEngine final : public Engine {
   // once it passes.
   absl::Status ReadSsd(const Peer& peer, const std::string& key, char* dst, uint64_t size,
                        absl::string_view read_grant, uint64_t deadline_ms);
+  // Calls `view` with the bytes [offset, offset + length) of segment
+  // `segment_id` of the store `peer`, where they lie in its read-only
+  // mapping (an arena mapped under `grant`, the read credential), while
+  // the mapping is held: a reader copies them where it wants them, once.
+  // Errors as a read op's: UNAVAILABLE (no mapping, or one that does not
+  // hold the range) sends the caller to another transport.
+  absl::Status ReadView(const Peer& peer, uint32_t segment_id, uint64_t offset, uint64_t length,
+                        absl::string_view grant, absl::FunctionRef<void(const char*)> view);
   // Stores whose shared memory was refused (ShmAttachments::refusals).
   uint64_t refusals() const { return attachments_.refusals(); }
   // Bytes of writes staged before the store copied them in
@@ -53,6 +62,12 @@ class ShmEngine final : public Engine {
 
  private:
   void Start(std::shared_ptr<Batch> batch, std::vector<Work> work, uint64_t deadline_ms) override;
+  // Where a read of [offset, +length) of segment `segment_id` finds its
+  // bytes in mapping `m` of the store `peer` (reached at `socket`):
+  // UNAVAILABLE, the mapping forgotten, when it does not hold them.
+  absl::StatusOr<const char*> ReadSource(ShmMapping& m, const std::string& socket, const Peer& peer,
+                                         uint32_t segment_id, uint64_t offset, uint64_t length,
+                                         absl::string_view grant);
 
   ShmAttachments attachments_;
 };

@@ -382,9 +382,10 @@ std::vector<int> MooncakeStore::BatchPutFromMulti(
   return out;
 }
 
-// Reads the blocks in batches (a key of one piece straight into it), then
-// scatters each over its pieces in order. A block larger than its pieces'
-// total is INVALID_PARAMS, nothing copied.
+// Reads the blocks in batches: a host key of several pieces across them
+// (Client::BatchGetIntoPieces), a host key of one piece straight into it,
+// a device key whole into scratch and then over its pieces in order. A
+// block larger than its pieces' total is INVALID_PARAMS, nothing copied.
 std::vector<int> MooncakeStore::BatchGetIntoMulti(
     const std::vector<std::string>& keys, const std::vector<std::vector<uint64_t>>& all_ptrs,
     const std::vector<std::vector<int64_t>>& all_sizes) {
@@ -394,19 +395,48 @@ std::vector<int> MooncakeStore::BatchGetIntoMulti(
     return out;
   }
   std::vector<size_t> where;
-  std::vector<bool> device;  // per entry of `where`: its pieces are device memory
+  std::vector<bool> device;           // per entry of `where`: its pieces are device memory
+  std::vector<PiecesItem> scattered;  // host keys of several pieces
+  std::vector<size_t> scattered_keys;
   for (size_t i = 0; i < keys.size(); ++i) {
     bool gpu = false;
     if (int rc = CheckPieces(keys[i], all_ptrs[i], all_sizes[i], &gpu); rc != kMcOk) {
       out[i] = rc;
       continue;
     }
+    if (!gpu && all_ptrs[i].size() > 1) {
+      PiecesItem item;
+      item.key = keys[i];
+      for (size_t p = 0; p < all_ptrs[i].size(); ++p) {
+        item.pieces.emplace_back(reinterpret_cast<void*>(all_ptrs[i][p]),
+                                 static_cast<size_t>(all_sizes[i][p]));
+      }
+      scattered.push_back(std::move(item));
+      scattered_keys.push_back(i);
+      continue;
+    }
     where.push_back(i);
     device.push_back(gpu);
   }
-  // A host key of one piece is read straight into it; any other is read
-  // whole into scratch, then copied out to its pieces in order (device
-  // pieces by CUDA copies).
+  // A host key of several pieces is read across them by libshelf (from a
+  // store on this host, one copy out of its segment: BatchGetIntoPieces).
+  ForEachBatchSlice(scattered.size(), [&](size_t b, size_t e) {
+    std::vector<PiecesItem> slice(scattered.begin() + b, scattered.begin() + e);
+    std::vector<Status> st;
+    std::vector<size_t> got;
+    Status s = c->BatchGetIntoPieces(slice, &st, &got);
+    for (size_t i = b; i < e; ++i) {
+      const Status& item = s.ok() ? st[i - b] : s;
+      // Pieces smaller than the block: Mooncake's INVALID_PARAMS, nothing
+      // written to them.
+      out[scattered_keys[i]] = item.ok() ? static_cast<int>(std::min<size_t>(got[i - b], INT32_MAX))
+                               : item.code() == StatusCode::kOutOfRange ? kMcInvalidParams
+                                                                        : ToMooncake(item);
+    }
+  });
+  // A host key of one piece is read straight into it; a device key is read
+  // whole into scratch, then copied out to its pieces in order by CUDA
+  // copies.
   ForEachScratchRun(
       where.size(), [&](size_t i) -> const std::vector<int64_t>& { return all_sizes[where[i]]; },
       [&](size_t i) { return !device[i] && all_ptrs[where[i]].size() == 1; },

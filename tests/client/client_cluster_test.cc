@@ -113,6 +113,72 @@ TEST_F(ClientClusterTest, ZeroCopyPutFromAndGetIntoRoundTrip) {
   EXPECT_TRUE(client_->UnregisterBuffer(out).ok());
 }
 
+// A block read across pieces, as an engine's K and V segments lie apart:
+// straight out of the store's segment over shared memory, through scratch
+// over TCP; misses, blocks larger than their pieces and bad pieces fail
+// their item alone.
+TEST_F(ClientClusterTest, BatchGetIntoPiecesScattersEachBlockInOrder) {
+  constexpr size_t kBlock = 96 << 10;
+  constexpr size_t kKeys = 6;
+  std::vector<std::vector<char>> blocks(kKeys, std::vector<char>(kBlock));
+  std::vector<PutItem> puts;
+  for (size_t i = 0; i < kKeys; ++i) {
+    Fill(blocks[i].data(), kBlock, 40 + static_cast<int>(i));
+    puts.push_back(PutItem{"pieces/" + std::to_string(i), blocks[i].data(), kBlock});
+  }
+  std::vector<Status> put_statuses;
+  ASSERT_TRUE(client_->BatchPut(puts, &put_statuses).ok());
+  for (const Status& st : put_statuses) ASSERT_TRUE(st.ok()) << st.ToString();
+
+  for (bool shm : {true, false}) {
+    SCOPED_TRACE(shm ? "shm" : "tcp");
+    std::unique_ptr<Client> reader = OpenClient(cluster_->master_address(), shm);
+    // Each key's halves land far apart, the second piece larger than the
+    // rest of the block: its tail stays as it was.
+    std::vector<char> k_side(kKeys * kBlock, 0), v_side(kKeys * (kBlock + 100), 'x');
+    std::vector<PiecesItem> items(kKeys);
+    for (size_t i = 0; i < kKeys; ++i) {
+      items[i].key = "pieces/" + std::to_string(i);
+      items[i].pieces = {{k_side.data() + i * kBlock, kBlock / 2},
+                         {v_side.data() + i * (kBlock + 100), kBlock / 2 + 100}};
+    }
+    std::vector<Status> statuses;
+    std::vector<size_t> sizes;
+    ASSERT_TRUE(reader->BatchGetIntoPieces(items, &statuses, &sizes).ok());
+    for (size_t i = 0; i < kKeys; ++i) {
+      ASSERT_TRUE(statuses[i].ok()) << i << ": " << statuses[i].ToString();
+      EXPECT_EQ(sizes[i], kBlock);
+      EXPECT_EQ(std::memcmp(k_side.data() + i * kBlock, blocks[i].data(), kBlock / 2), 0) << i;
+      EXPECT_EQ(std::memcmp(v_side.data() + i * (kBlock + 100), blocks[i].data() + kBlock / 2,
+                            kBlock / 2),
+                0)
+          << i;
+      EXPECT_EQ(v_side[i * (kBlock + 100) + kBlock / 2], 'x') << "the tail is kept";
+    }
+    const ClientStats st = reader->stats();
+    EXPECT_EQ(st.bytes_loaded, kKeys * kBlock);
+    EXPECT_EQ(shm ? st.bytes_loaded_shm : st.bytes_loaded_tcp, kKeys * kBlock);
+
+    // A miss, pieces too small (nothing written), a null piece, no pieces.
+    std::vector<char> small(kBlock / 4, 'y');
+    std::vector<PiecesItem> bad(4);
+    bad[0].key = "pieces/none";
+    bad[0].pieces = {{small.data(), small.size()}};
+    bad[1].key = "pieces/0";
+    bad[1].pieces = {{small.data(), small.size() / 2}, {small.data() + small.size() / 2, 1}};
+    bad[2].key = "pieces/1";
+    bad[2].pieces = {{nullptr, 16}};
+    bad[3].key = "pieces/2";
+    ASSERT_TRUE(reader->BatchGetIntoPieces(bad, &statuses, &sizes).ok());
+    EXPECT_EQ(statuses[0].code(), StatusCode::kNotFound);
+    EXPECT_EQ(statuses[1].code(), StatusCode::kOutOfRange) << statuses[1].ToString();
+    EXPECT_EQ(sizes[1], kBlock);
+    EXPECT_EQ(std::count(small.begin(), small.end(), 'y'), static_cast<long>(small.size()));
+    EXPECT_EQ(statuses[2].code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(statuses[3].code(), StatusCode::kInvalidArgument);
+  }
+}
+
 // A batch that names a key twice puts it once: with replace, its last
 // value, as if the puts ran in order; without, its first (content keys).
 TEST_F(ClientClusterTest, ABatchOfReplacesKeepsTheLastValueOfARepeatedKey) {

@@ -72,6 +72,20 @@ class GrantTest : public ClusterFixture {
     return resp.objects_size() == 1 ? resp.objects(0) : v1::ObjectLocation();
   }
 
+  // Writes `data` to replica 0 of `put` over raw TCP under its grant, and
+  // commits the put.
+  void WriteAndCommit(const v1::PutStartResponse& put, const std::string& data) {
+    const v1::Replica& r = put.replicas(0);
+    ASSERT_TRUE(raw_->Write(r.store().data_address(), ToWire(put.grants(0)), r.segment_id(),
+                            r.offset(), data.data(), data.size(), MonoMs() + 5000)
+                    .ok());
+    v1::PutCommitRequest commit;
+    commit.add_put_ids(put.put_id());
+    v1::PutCommitResponse commit_resp;
+    ASSERT_TRUE(probe_->master()->PutCommit(probe_->Context().get(), commit, &commit_resp).ok());
+    ASSERT_EQ(commit_resp.statuses(0).code(), 0);
+  }
+
   // Reads replica 0 of `loc` over raw TCP under `credential`.
   absl::Status RawRead(const v1::ObjectLocation& loc, const std::string& credential,
                        std::string* out) {
@@ -291,14 +305,7 @@ TEST_F(GrantTest, AReplicaReportedCorruptLeavesTheIndex) {
   v1::PutStartResponse put = StartPut("rotten", data);
   const v1::Replica& r = put.replicas(0);
   const std::string store = r.store().data_address();
-  ASSERT_TRUE(raw_->Write(store, ToWire(put.grants(0)), r.segment_id(), r.offset(), data.data(),
-                          data.size(), MonoMs() + 5000)
-                  .ok());
-  v1::PutCommitRequest commit;
-  commit.add_put_ids(put.put_id());
-  v1::PutCommitResponse commit_resp;
-  ASSERT_TRUE(probe_->master()->PutCommit(probe_->Context().get(), commit, &commit_resp).ok());
-  ASSERT_EQ(commit_resp.statuses(0).code(), 0);
+  ASSERT_NO_FATAL_FAILURE(WriteAndCommit(put, data));
   v1::ObjectLocation loc = Lookup("rotten");
   ASSERT_TRUE(loc.found());
 
@@ -336,6 +343,45 @@ TEST_F(GrantTest, AReplicaReportedCorruptLeavesTheIndex) {
   // the master drops the replica on its answer.
   EXPECT_TRUE(WaitFor([&] { return !Lookup("rotten").found(); }, 20000));
   EXPECT_EQ(client_->Get("rotten", &got).code(), StatusCode::kNotFound);
+}
+
+// A read across pieces from a store on this host checks the block in the
+// store's segment before it copies anything: bad bytes (a replayed live
+// grant, as above) are DATA_LOSS, reported, and none reach the pieces.
+TEST_F(GrantTest, APiecesReadOnThisHostChecksTheBytesBeforeCopying) {
+  const std::string data = BlockBytes(64 << 10, 7);
+  v1::PutStartResponse put = StartPut("rotten-pieces", data);
+  const v1::Replica& r = put.replicas(0);
+  const std::string store = r.store().data_address();
+  ASSERT_NO_FATAL_FAILURE(WriteAndCommit(put, data));
+
+  ClientOptions co = DefaultClientOptions();
+  co.allow_shm = true;
+  std::unique_ptr<Client> shm = OpenClient(co);
+  ASSERT_NE(shm, nullptr);
+  std::string half_a(data.size() / 2, 'a'), half_b(data.size() / 2, 'b');
+  std::vector<PiecesItem> items(1);
+  items[0].key = "rotten-pieces";
+  items[0].pieces = {{half_a.data(), half_a.size()}, {half_b.data(), half_b.size()}};
+  std::vector<Status> statuses;
+  std::vector<size_t> sizes;
+  ASSERT_TRUE(shm->BatchGetIntoPieces(items, &statuses, &sizes).ok());
+  ASSERT_TRUE(statuses[0].ok()) << statuses[0].ToString();
+  EXPECT_EQ(half_a + half_b, data);
+  EXPECT_EQ(shm->stats().bytes_loaded_shm, data.size());
+
+  std::string evil = BlockBytes(data.size(), 667);
+  ASSERT_TRUE(raw_->Write(store, ToWire(put.grants(0)), r.segment_id(), r.offset(), evil.data(),
+                          evil.size(), MonoMs() + 5000)
+                  .ok());
+  half_a.assign(half_a.size(), 'a');
+  half_b.assign(half_b.size(), 'b');
+  ASSERT_TRUE(shm->BatchGetIntoPieces(items, &statuses, &sizes).ok());
+  EXPECT_EQ(statuses[0].code(), StatusCode::kDataLoss) << statuses[0].ToString();
+  EXPECT_EQ(half_a, std::string(half_a.size(), 'a'));
+  EXPECT_EQ(half_b, std::string(half_b.size(), 'b'));
+  EXPECT_GE(shm->stats().checksum_mismatches, 1u);
+  EXPECT_TRUE(WaitFor([&] { return !Lookup("rotten-pieces").found(); }, 20000));
 }
 
 // Same-host SSD reads through the store's shared segment

@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shelf/limits.h"
@@ -340,6 +341,15 @@ struct GetIntoItem {
   size_t capacity = 0;
 };
 
+// A block read across several pieces of host memory, in order
+// (Client::BatchGetIntoPieces): the first piece gets its first bytes, the
+// next piece the bytes after, and so on. An engine's K and V segments of
+// one block, far apart in its KV cache, are two pieces.
+struct PiecesItem {
+  std::string key;
+  std::vector<std::pair<void*, size_t>> pieces;  // (address, bytes), 1 or more
+};
+
 // A block to store from bytes [offset, offset + size) of a registered buffer.
 struct PutFromItem {
   std::string key;
@@ -590,6 +600,16 @@ class Client {
                               const GpuSync& gpu = GpuSync()) = 0;
   virtual Status BatchPutFrom(const std::vector<PutFromItem>& items, std::vector<Status>* statuses,
                               const PutOptions& options = PutOptions()) = 0;
+  // Reads item i's block across its pieces, in order (PiecesItem); pieces
+  // larger than the block in total keep their tail. From a store on this
+  // host the bytes are copied once, out of its mapped segment, straight
+  // into the pieces; otherwise the block is read whole into scratch memory
+  // and copied out. Per-item statuses as for BatchGet; OUT_OF_RANGE for a
+  // block larger than its pieces (nothing written; `sizes` gets its size),
+  // INVALID_ARGUMENT for a null piece or none. Host memory only.
+  virtual Status BatchGetIntoPieces(const std::vector<PiecesItem>& items,
+                                    std::vector<Status>* statuses, std::vector<size_t>* sizes,
+                                    Deadline deadline = Deadline()) = 0;
 
   // ------------------------------------------------------------ async
 
