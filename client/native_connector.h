@@ -94,8 +94,10 @@ class NativeConnector {
   uint64_t NewFutureId() { return next_future_id_.fetch_add(1, std::memory_order_relaxed); }
 
   // Queues batch `future_id`. kGet reads key i into [buffers[i],
-  // buffers[i] + lengths[i]); kSet stores those bytes; kExists and kDelete
-  // take no buffers.
+  // buffers[i] + lengths[i]), the keys in parallel: buffers that overlap
+  // must receive the same bytes (two blocks copied into one place at once
+  // leave a mix, which fails the checksum check). kSet stores those bytes;
+  // kExists and kDelete take no buffers.
   // REQUIRES: buffers and lengths hold one entry per key for kGet and kSet.
   void Submit(uint64_t future_id, Op op, std::vector<std::string> keys, std::vector<void*> buffers,
               std::vector<size_t> lengths) ABSL_LOCKS_EXCLUDED(mu_);

@@ -6,12 +6,14 @@
 
 #include <atomic>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "absl/base/config.h"
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/clock.h"
 #include "common/rpc.h"
 #include "coord/election.h"
@@ -60,12 +62,23 @@ class HaTest : public ::testing::Test {
     ASSERT_TRUE(WaitForLeader(60000).ok());
     for (int i = 0; i < 2; ++i) {
       std::string ready = absl::StrCat(dir_, "/s", i, ".addr");
-      auto p = Process::Spawn(
-          {TestBinDir() + "/shelf-store", "--master",
-           absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_), "--listen", "127.0.0.1:0",
-           "--dram-size", "64MiB", "--node-id", absl::StrCat("store", i), "--run-dir",
-           absl::StrCat(dir_, "/s", i, ".run"), "--ready-file", ready},
-          absl::StrCat(dir_, "/s", i, ".log"));
+      std::vector<std::string> argv = {TestBinDir() + "/shelf-store",
+                                       "--master",
+                                       absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_),
+                                       "--listen",
+                                       "127.0.0.1:0",
+                                       "--dram-size",
+                                       "64MiB",
+                                       "--node-id",
+                                       absl::StrCat("store", i),
+                                       "--run-dir",
+                                       absl::StrCat(dir_, "/s", i, ".run"),
+                                       "--ready-file",
+                                       ready};
+      for (const std::string& f : store_flags_) {
+        argv.push_back(absl::StrReplaceAll(f, {{"{i}", absl::StrCat(i)}, {"{dir}", dir_}}));
+      }
+      auto p = Process::Spawn(argv, absl::StrCat(dir_, "/s", i, ".log"));
       ASSERT_TRUE(p.ok());
       stores_.push_back(*std::move(p));
       ASSERT_TRUE(WaitForFileLine(ready, 60000, stores_.back().get()).ok());
@@ -149,6 +162,8 @@ class HaTest : public ::testing::Test {
   // quicker; the failover timing test (HaDefaultsTest) runs the defaults.
   std::vector<std::string> master_flags_ = {"--election-ttl",   "2s", "--node-ttl", "2s",
                                             "--recovery-grace", "4s"};
+  // Extra store flags; "{i}" is the store's number, "{dir}" the test's folder.
+  std::vector<std::string> store_flags_;
   std::unique_ptr<coord::testing::EtcdProcess> etcd_;
   std::unique_ptr<coord::EtcdClient> etcd_client_;
   std::string cluster_, dir_;
@@ -294,6 +309,100 @@ TEST_F(HaDefaultsTest, KillingTheLeaderLosesNothingALiveStoreHolds) {
   std::move(join_loop).Invoke();
   EXPECT_GE(ok_after.load(), 5) << "client loop did not resume";
   EXPECT_EQ(wrong.load(), 0);
+}
+
+// Stores with an SSD tier that promote what they serve from it.
+class HaTieredTest : public HaTest {
+ protected:
+  HaTieredTest() {
+    store_flags_ = {"--ssd-dir", "{dir}/ssd{i}", "--ssd-size", "256MiB", "--promote-on-hit"};
+  }
+
+  // The tier of `key`'s first replica as Locate reports it, or none.
+  std::optional<Tier> TierOf(Client* client, const std::string& key) {
+    std::vector<NodeRun> nodes;
+    if (!client->Locate({key}, &nodes).ok() || nodes.empty() || nodes[0].tiers.empty()) {
+      return std::nullopt;
+    }
+    return nodes[0].tiers[0];
+  }
+
+  absl::Status Evict(uint64_t bytes) {
+    auto leader = Leader();
+    if (!leader.ok()) return leader.status();
+    auto ch = MakeChannel(leader->address, TlsFiles());
+    if (!ch.ok()) return ch.status();
+    auto stub = v1::AdminService::NewStub(*ch);
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, "", 5000);
+    v1::EvictRequest req;
+    req.set_bytes(bytes);
+    v1::EvictResponse resp;
+    return FromGrpc(stub->Evict(&ctx, req, &resp));
+  }
+};
+
+// kill -9 of the leader while the stores hold blocks in every state: clean
+// (promoted back from SSD), DRAM-only (fresh, and a key replaced after its
+// old value was demoted, which its store's SSD may still hold), and being
+// demoted (ordered just before the kill). The new leader rebuilds the
+// index from the stores' inventories: every block reads back, each key
+// with the last value put, none with an older one.
+TEST_F(HaTieredTest, AFailoverKeepsEveryBlockStateAndServesNothingStale) {
+  ClientOptions co;
+  co.masters = {absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_)};
+  co.timeout_ms = 5000;
+  std::unique_ptr<Client> client;
+  ASSERT_TRUE(Client::Open(co, &client).ok());
+  constexpr size_t kMiB = 1 << 20;
+  auto put = [&](const std::string& key, uint64_t seed, bool replace) {
+    std::string data = Block(kMiB, seed);
+    PutOptions po;
+    po.replace = replace;
+    Status st = client->Put(key, data.data(), data.size(), po);
+    ASSERT_TRUE(st.ok()) << key << ": " << st.ToString();
+  };
+  auto demote_alone = [&](const std::string& key) {
+    ASSERT_TRUE(Evict(kMiB).ok());
+    ASSERT_TRUE(WaitFor([&] { return TierOf(client.get(), key) == Tier::kSsd; }, 15000, 20))
+        << key << " did not reach SSD";
+  };
+  ASSERT_NO_FATAL_FAILURE(put("s", 1, false));
+  ASSERT_NO_FATAL_FAILURE(demote_alone("s"));
+  ASSERT_NO_FATAL_FAILURE(put("a", 2, false));
+  ASSERT_NO_FATAL_FAILURE(demote_alone("a"));
+  std::string got;
+  ASSERT_TRUE(client->Get("a", &got).ok());
+  ASSERT_TRUE(WaitFor([&] { return TierOf(client.get(), "a") == Tier::kDram; }, 15000, 20))
+      << "a was not promoted";
+  ASSERT_NO_FATAL_FAILURE(put("s", 3, true));
+  for (int i = 0; i < 3; ++i) ASSERT_NO_FATAL_FAILURE(put(absl::StrCat("d", i), 10 + i, false));
+  // Let the stores learn what their DRAM holds (notices ride on heartbeats).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  ASSERT_TRUE(Evict(2 * kMiB).ok());  // demotions in flight at the kill
+  auto old = Leader();
+  ASSERT_TRUE(old.ok());
+  const int idx = MasterIndex(old->address);
+  ASSERT_GE(idx, 0);
+  masters_[idx]->Signal(SIGKILL);
+  masters_[idx]->Wait(5000);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto l = Leader();
+        return l.ok() && l->address != old->address;
+      },
+      20000, 50));
+  ASSERT_TRUE(WaitForLiveStores(2, 20000).ok());
+
+  const std::pair<std::string, uint64_t> latest[] = {
+      {"s", 3}, {"a", 2}, {"d0", 10}, {"d1", 11}, {"d2", 12}};
+  std::unique_ptr<Client> fresh;
+  ASSERT_TRUE(Client::Open(co, &fresh).ok());
+  for (const auto& [key, seed] : latest) {
+    Status st = fresh->Get(key, &got);
+    ASSERT_TRUE(st.ok()) << key << " is lost after the failover: " << st.ToString();
+    ASSERT_TRUE(got == Block(kMiB, seed)) << key << " came back with another (older) value";
+  }
 }
 
 TEST_F(HaTest, AStoppedOldLeaderAcceptsNoWritesAfterFailover) {
