@@ -55,6 +55,13 @@ std::map<std::string, std::string> ConfigText(const py::dict& config) {
   return out;
 }
 
+// The block of get and get_buffer, read without the GIL; false for a miss
+// or an error (Mooncake answers b"" or None for either).
+bool ReadValue(MooncakeStore& s, const std::string& key, std::string* value) {
+  py::gil_scoped_release nogil;
+  return s.Get(key, value) == kMcOk;
+}
+
 // The blocks of get_batch and batch_get_buffer: values and per-key
 // statuses, read without the GIL.
 void ReadValues(MooncakeStore& s, const std::vector<std::string>& keys,
@@ -283,12 +290,7 @@ void BindMooncake(py::module_& parent) {
           "get",
           [](MooncakeStore& s, const std::string& key) {
             std::string value;
-            int rc;
-            {
-              py::gil_scoped_release nogil;
-              rc = s.Get(key, &value);
-            }
-            return rc == kMcOk ? ToBytes(value) : py::bytes();
+            return ReadValue(s, key, &value) ? ToBytes(value) : py::bytes();
           },
           py::arg("key"))
       .def(
@@ -308,12 +310,7 @@ void BindMooncake(py::module_& parent) {
           "get_buffer",
           [](MooncakeStore& s, const std::string& key) -> py::object {
             auto buffer = std::make_shared<ReadBuffer>();
-            int rc;
-            {
-              py::gil_scoped_release nogil;
-              rc = s.Get(key, &buffer->bytes);
-            }
-            if (rc != kMcOk) return py::none();
+            if (!ReadValue(s, key, &buffer->bytes)) return py::none();
             return py::cast(buffer);
           },
           py::arg("key"))
