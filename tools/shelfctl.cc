@@ -55,6 +55,7 @@ struct Globals {
   std::string node;
   uint64_t ttl_ms = 0;
   bool hard = false;
+  bool copy = false;
   uint64_t interval_ms = 1000;
   int64_t iterations = 0;
 };
@@ -532,6 +533,7 @@ class Ctl {
     v1::EvictRequest req;
     req.set_bytes(g_.bytes);
     req.set_node(g_.node);
+    req.set_copy(g_.copy);
     v1::EvictResponse r;
     if (absl::Status s = Admin(&v1::AdminService::Stub::Evict, req, &r); !s.ok()) return Fail(s);
     if (g_.json) {
@@ -612,7 +614,9 @@ constexpr char kCommands[] =
     "  locate KEY...               per node, how many leading keys of the chain it holds\n"
     "                              and in which tier (D: DRAM, S: SSD)\n"
     "  drain NODE | undrain NODE   stop / resume new placements on a node (id or address)\n"
-    "  evict --bytes N [--node N]  evict at least N bytes (demoting to SSD where it can)\n"
+    "  evict --bytes N [--node N] [--copy]\n"
+    "                              evict at least N bytes (demoting to SSD where it can);\n"
+    "                              --copy: copy N bytes to SSD, keeping them in DRAM (clean)\n"
     "  pin KEY [--ttl D] [--hard]  keep KEY from eviction; unpin KEY\n"
     "  top                         live view, refreshed every --interval\n"
     "  plan ARGS                   size a cluster from the KV formula (shelfctl plan --help);\n"
@@ -706,6 +710,7 @@ int main(int argc, char** argv) {
   flags.AddInt("replicas", &g.replicas, "put: replicas on distinct nodes");
   flags.AddBool("best-effort", &g.best_effort, "put: accept fewer replicas than asked");
   flags.AddSize("bytes", &g.bytes, "evict: bytes to evict");
+  flags.AddBool("copy", &g.copy, "evict: copy to SSD and keep the DRAM copies (clean)");
   flags.AddString("node", &g.node, "evict: only this node (id or address)");
   flags.AddDurationMs("ttl", &g.ttl_ms, "pin: soft pin lifetime (0: until unpinned)");
   flags.AddBool("hard", &g.hard, "pin: never evict (counts against the node's cap)");

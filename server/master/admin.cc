@@ -141,6 +141,14 @@ absl::Status Master::Evict(const v1::EvictRequest& req, v1::EvictResponse* resp)
     if (nodes_[i]->state == v1::NODE_DEAD) continue;
     for (Segment& seg : nodes_[i]->segments) {
       if (left == 0) break;
+      if (req.copy()) {
+        // Counted in what is left to copy: DRAM-only bytes.
+        uint64_t unsettled = UnsettledLocked(seg, /*clean_is_room=*/true);
+        uint64_t target = unsettled > left ? unsettled - left : 0;
+        EvictSegmentLocked(i, &seg, target, EvictMode::kCopy, now, resp);
+        left -= std::min(left, unsettled - std::min(unsettled, UnsettledLocked(seg, true)));
+        continue;
+      }
       uint64_t used = seg.alloc->used();
       uint64_t target = used > left ? used - left : 0;
       uint64_t freed = EvictSegmentLocked(i, &seg, target, EvictMode::kDemoteOrDrop, now, resp);

@@ -208,12 +208,14 @@ absl::Status Master::PinnedError() {
   return absl::FailedPreconditionError("key is pinned: unpin it");
 }
 
-void Master::FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size) {
+void Master::RoomMadeLocked() {
   frees_.fetch_add(1);
-  {
-    MutexLock room(&room_mu_);
-    room_cv_.SignalAll();
-  }
+  MutexLock room(&room_mu_);
+  room_cv_.SignalAll();
+}
+
+void Master::FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size) {
+  RoomMadeLocked();
   absl::Status s = nodes_[node]->segments[segment].alloc->Free(offset, size);
   // The master frees only ranges it allocated or reserved itself: a refusal
   // means its books are wrong, and going on would hand out live bytes.

@@ -302,6 +302,8 @@ class Master final : private Electable {
   void DropNodeReplicasLocked(uint32_t node, uint64_t now,
                               std::vector<v1::InventoryEntry>* orphans = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Wakes the puts waiting for room (frees_ moves).
+  void RoomMadeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortPutLocked(uint64_t put_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -355,7 +357,21 @@ class Master final : private Electable {
     kDemoteOrDrop,
     // Drop now: a put needs the room (no demotions: they are not done yet).
     kDrop,
+    // Drop clean replicas only (their block stays on the node's SSD): a
+    // put takes their room at once, losing nothing (--demote-keep-dram).
+    kDropClean,
+    // Move DRAM-only blocks to SSD (no copy kept): a put found no room it
+    // could take at once (clean copies leased) and waits for these.
+    kMoveNow,
+    // Copy DRAM-only blocks to SSD, keeping them in DRAM (an admin's
+    // Evict with copy); nothing dropped.
+    kCopy,
   };
+  // The bytes of `seg` eviction still has to act on: allocated, less what
+  // demotions under way will free, less (`clean_is_room`) clean replicas,
+  // which a writer takes at once.
+  uint64_t UnsettledLocked(const Segment& seg, bool clean_is_room) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts (or demotes) from `seg` of `node` until `target_used` bytes are
   // used or nothing more is evictable. Returns bytes freed now.
   uint64_t EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target_used, EvictMode mode,
@@ -459,8 +475,9 @@ class Master final : private Electable {
   std::vector<DeferredFree> deferred_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, PendingPromote> promotes_ ABSL_GUARDED_BY(mu_);
   uint64_t next_promote_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Ranges freed so far, changed under mu_ held exclusively. A put that
-  // waits for room waits off mu_, on room_cv_, for this to move.
+  // Ranges freed (or made clean: a writer's at once) so far, changed under
+  // mu_ held exclusively (RoomMadeLocked). A put that waits for room waits
+  // off mu_, on room_cv_, for this to move.
   std::atomic<uint64_t> frees_{0};
   Mutex room_mu_ ABSL_ACQUIRED_AFTER(mu_);
   CondVar room_cv_;                                      // frees_ moved

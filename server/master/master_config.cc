@@ -191,7 +191,12 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
                       "demote ahead: keep free the DRAM puts fill in this long (at least twice "
                       "a store's measured demotion time; 0: the watermarks alone)");
   flags.AddDouble("demote-headroom-max", &opts.demote_headroom_max,
-                  "most of a DRAM segment (0..1) kept free ahead of puts");
+                  "most of a DRAM segment (0..1) kept as room ahead of puts (free, or clean: "
+                  "also on SSD)");
+  flags.AddBool("demote-keep-dram", &opts.demote_keep_dram,
+                "demotion ahead of need copies the block to SSD and keeps its DRAM copy, clean, "
+                "until a writer needs the room (dropped at once, nothing lost); "
+                "=false: it moves the block, leaving the room empty");
   flags.AddSize("block-bytes-max", &opts.block_bytes_max, "largest block accepted");
   flags.AddSize("hard-pin-max", &opts.hard_pin_bytes_max,
                 "hard-pinned bytes allowed per node (0: 10% of its DRAM)");

@@ -73,6 +73,12 @@ struct MasterMetrics {
         demotion_reports_unnamed(prom::AddUnlabelledCounter(
             e.registry(), "shelf_master_demotion_reports_unnamed_total",
             "Demotion reports that named no commit (a store of an older version), matched by key")),
+        room_waits(prom::AddUnlabelledCounter(
+            e.registry(), "shelf_master_put_room_waits_total",
+            "Puts that waited for demotions to make room: writers faster than the SSD tier")),
+        room_wait_seconds(prom::AddUnlabelledCounter(
+            e.registry(), "shelf_master_put_room_wait_seconds_total",
+            "Time puts spent waiting for demotions to make room (up to --demote-wait each)")),
         leases_granted(prom::AddUnlabelledCounter(e.registry(), "shelf_master_leases_granted_total",
                                                   "Read leases granted or extended by lookups")),
         leases_released(
@@ -129,6 +135,8 @@ struct MasterMetrics {
   // Reports for a commit removed or replaced while the store worked.
   prom::Counter& demotions_stale;
   prom::Counter& demotion_reports_unnamed;
+  prom::Counter& room_waits;
+  prom::Counter& room_wait_seconds;
   prom::Counter& leases_granted;
   prom::Counter& leases_released;
   prom::Counter& heartbeat_orders_resent;

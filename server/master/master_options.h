@@ -50,21 +50,32 @@ struct MasterOptions {
   // a put that ended uncommitted go to other puts only this long after
   // its grants expire (clock skew between master and stores).
   uint64_t grant_skew_ms = 1000;
-  uint64_t lease_ms = 5000;      // read lease granted by lookups
-  double evict_high = 0.95;      // segment fill that starts eviction
-  double evict_low = 0.85;       // eviction stops below this fill
-  double ssd_evict_high = 0.98;  // the SSD tier's own watermarks
-  double ssd_evict_low = 0.95;
+  uint64_t lease_ms = 5000;  // read lease granted by lookups
+  double evict_high = 0.95;  // segment fill that starts eviction
+  double evict_low = 0.85;   // eviction stops below this fill
+  // The SSD tier's own watermarks: close to full, as every free byte is a
+  // block the tiers could hold (a run of drops is one RocksDB write).
+  double ssd_evict_high = 0.995;
+  double ssd_evict_low = 0.985;
   uint64_t block_bytes_max = 1ull << 30;  // <= kBlockBytesLimit
   uint64_t alignment = 4096;              // every DRAM range starts aligned
   uint64_t hard_pin_bytes_max = 0;        // per node; 0 = 10% of its DRAM
   uint64_t demote_wait_ms = 2000;         // PutStart waits this long for demotions to free room
-  // Demotion ahead of need: a segment keeps free (or being demoted) the
-  // bytes its puts fill in this long, at least twice the measured
-  // order-to-report time of a demotion, at most demote_headroom_max of it.
-  // 0: the evict_high / evict_low watermarks alone.
+  // Demotion ahead of need: a segment keeps room (free, clean or being
+  // demoted) for the bytes its puts fill in this long, at least twice the
+  // measured order-to-report time of a demotion, at most
+  // demote_headroom_max of it. 0: the evict_high / evict_low watermarks
+  // alone.
   uint64_t demote_lead_ms = 1000;
-  double demote_headroom_max = 0.5;
+  // With clean copies kept, the room is DRAM blocks also on SSD: each of
+  // its bytes is one the SSD tier holds twice, so it is kept small.
+  double demote_headroom_max = 0.1;
+  // Demotion ahead of need copies (docs/storage.md, "Room without
+  // emptiness"): the store writes the block to SSD, keeps its DRAM copy,
+  // and the master indexes both; the DRAM copy, now clean, stays readable
+  // and a writer takes its room at once. Off: a demotion moves the block
+  // (its DRAM range is freed on the report).
+  bool demote_keep_dram = true;
   // Keys are kept as TENANT/KEY (--credentials; tenant_keys.h): a block's
   // event hash, when its engine gave none, is of KEY, the form its engine
   // names it by.

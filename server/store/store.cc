@@ -375,6 +375,7 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
   result.set_key(move.key());
   result.set_generation(move.generation());
   result.set_kind(move.kind());
+  if (move.kind() == v1::TierMove::DEMOTE) result.set_keep_dram(move.keep_dram());
   absl::Status s;
   switch (move.kind()) {
     case v1::TierMove::DEMOTE:
@@ -405,7 +406,8 @@ v1::TierMoveResult Store::Execute(const v1::TierMove& move) {
                  : ssd_->PutInPlace(move.key(), block, move.size(), move.checksum());
         if (s.ok() && copy) metrics_.demotion_copies.Increment();
         if (s.ok()) {
-          // Its DRAM record goes once the write is durable (SyncRun).
+          // Its DRAM record goes once the write is durable (SyncRun),
+          // unless the order keeps the DRAM copy (keep_dram).
           metrics_.written_ssd_local.Increment(move.size());
           metrics_.demotions_ok.Increment();
         } else {
@@ -683,9 +685,11 @@ void Store::MoverLoop() {
             ++demotions_unsynced_;
             // Records are keyed by the offset in the whole segment; an
             // order names its arena and the offset in it.
+            // A demotion that keeps the DRAM copy keeps its record too.
             uint64_t at = 0;
-            if (ToGlobal(m.segment_id(), m.offset(), m.size(), &at))
+            if (!m.keep_dram() && ToGlobal(m.segment_id(), m.offset(), m.size(), &at)) {
               demoted.emplace_back(m.key(), at);
+            }
           }
           run.push_back(std::move(result));
         } else if (m.kind() == v1::TierMove::DROP_SSD && m.seq() != 0) {

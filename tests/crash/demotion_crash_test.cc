@@ -161,7 +161,7 @@ std::string TiersOf(LocalCluster* cluster, const std::string& key) {
 }
 
 // A store killed with blocks in every state a DRAM byte can be in: clean
-// (promoted back from its SSD copy), DRAM-only (fresh puts, and a key
+// (promoted back from its SSD copy, or copied ahead to it), DRAM-only (fresh puts, and a key
 // replaced after its old value was demoted, whose old value the SSD may
 // still hold when the store dies), and demoting (a run whose SSD writes
 // are not durable). After the restart every block the master indexes
@@ -199,9 +199,15 @@ TEST(DemotionCrashTest, CleanDramOnlyAndDemotingBlocksComeBackWholeAndNeverStale
   // S replaced: its new value is DRAM-only. DRAM-only blocks besides.
   ASSERT_NO_FATAL_FAILURE(put("s", 3, true));
   for (int i = 0; i < 3; ++i) ASSERT_NO_FATAL_FAILURE(put(absl::StrCat("d", i), 10 + i, false));
-  // A run of demotions: the store dies before it is durable.
+  // S's new value copied ahead (a run of one), kept in DRAM: clean too.
   std::string out;
-  ASSERT_EQ(cluster->Shelfctl({"evict", "--bytes", "3MiB"}, &out), 0) << out;
+  ASSERT_EQ(cluster->Shelfctl({"evict", "--copy", "--bytes", "1MiB"}, &out), 0) << out;
+  ASSERT_TRUE(WaitFor([&] { return TiersOf(cluster, "s") == "both"; }, 15000))
+      << "s is " << TiersOf(cluster, "s");
+  // A run of demotions: dropping the clean DRAM copies of A and S (their
+  // blocks stay on SSD) frees 2 MiB, demoting D0 and D1 the rest; the
+  // store dies before they are durable.
+  ASSERT_EQ(cluster->Shelfctl({"evict", "--bytes", "4MiB"}, &out), 0) << out;
   Process* store = cluster->store_process(rig.store);
   ASSERT_NE(store->Wait(20000), -1) << "the store did not reach its kill point";
   // Until the master declares the store dead, its DRAM replicas stay
@@ -228,8 +234,10 @@ TEST(DemotionCrashTest, CleanDramOnlyAndDemotingBlocksComeBackWholeAndNeverStale
       EXPECT_EQ(s.code(), StatusCode::kNotFound) << key << ": " << s.ToString();
     }
   }
-  // A's SSD copy was durable before the crash.
+  // A's and S's SSD copies were durable before the crash: S reads its
+  // second value, never its first.
   EXPECT_TRUE(client->Get("a", &got).ok());
+  EXPECT_TRUE(client->Get("s", &got).ok());
   std::printf("mixed states: %d of 5 keys readable after the crash\n", readable);
 }
 

@@ -45,8 +45,11 @@ std::vector<uint32_t> Master::PlaceLocked(const v1::PutOptions& opts,
     Rank r;
     r.node = i;
     for (const Segment& s : nodes_[i]->segments) {
-      r.free += s.alloc->free_bytes();
-      r.room |= s.alloc->largest_free() >= s.alloc->RoundUp(size);
+      // Clean copies (--demote-keep-dram) are room: a put drops them at once.
+      const uint64_t clean = options_.demote_keep_dram ? s.clean_bytes : 0;
+      r.free += s.alloc->free_bytes() + clean;
+      r.room |=
+          s.alloc->largest_free() >= s.alloc->RoundUp(size) || clean >= s.alloc->RoundUp(size);
       if (!s.lru.empty()) r.oldest_ms = std::min(r.oldest_ms, s.lru.front()->last_access_ms());
     }
     ranked.push_back(r);
@@ -92,8 +95,24 @@ absl::StatusOr<Replica> Master::AllocateOnNodeLocked(uint32_t node, uint64_t siz
     Segment& seg = n.segments[si];
     if (seg.alloc->capacity() < size) continue;
     absl::StatusOr<uint64_t> off = seg.alloc->Allocate(size);
+    if (!off.ok() && options_.demote_keep_dram && seg.clean_bytes > 0) {
+      // Clean copies first: their blocks stay on this store's SSD, so their
+      // room is the writer's at once.
+      size_t budget = seg.lru.size();
+      while (!off.ok() && budget-- > 0) {
+        uint64_t target = seg.alloc->used() > size ? seg.alloc->used() - size : 0;
+        if (EvictSegmentLocked(node, &seg, target, EvictMode::kDropClean, now, nullptr) == 0) break;
+        off = seg.alloc->Allocate(size);
+      }
+    }
     if (!off.ok() && !allow_drop) {
-      // Full: start demotions (they free room asynchronously).
+      // Full: start demotions (they free room asynchronously). With clean
+      // copies kept, those left are leased: move blocks for this put.
+      if (options_.demote_keep_dram && CanDemoteLocked(n, now)) {
+        uint64_t need = seg.alloc->RoundUp(size);
+        uint64_t target = seg.alloc->used() > need ? seg.alloc->used() - need : 0;
+        EvictSegmentLocked(node, &seg, target, EvictMode::kMoveNow, now, nullptr);
+      }
       DemoteAheadLocked(node, &seg, now);
     }
     if (!off.ok() && allow_drop) {

@@ -73,6 +73,7 @@ absl::StatusOr<bool> Master::PlaceRangesLocked(const v1::PutStartRequest& req,
   // free room. Only then drop least recently used blocks outright.
   absl::Status last = absl::OkStatus();
   uint64_t wait_until = now + options_.demote_wait_ms;
+  bool waited = false;
   for (bool allow_drop = false;;) {
     for (uint32_t node : candidates) {
       if (put->ranges.size() == want) break;
@@ -110,6 +111,10 @@ absl::StatusOr<bool> Master::PlaceRangesLocked(const v1::PutStartRequest& req,
     }
     mu_.Lock();
     now = clock_->NowMs();
+    // Backpressure, counted: a writer faster than the SSD tier waits here.
+    if (!waited) metrics_.room_waits.Increment();
+    waited = true;
+    metrics_.room_wait_seconds.Increment(static_cast<double>(now - std::min(now, t)) / 1000.0);
     if (reset_epoch_ != epoch) {
       // The master stepped down (or began a new term) while this call
       // waited: `candidates` name nodes that no longer exist.

@@ -41,8 +41,6 @@ struct Segment {
   uint64_t clean_bytes = 0;
   // The put byte rate into this segment (tiers/demotion_planner.h).
   PutRate put_rate;
-  // Used bytes that eviction still has to act on.
-  uint64_t settled_used() const { return alloc->used() - demoting_bytes; }
   // A store of arenas in a cluster of tenants (ArenasLocked): the tenant
   // this arena was given to with its first block. It holds that
   // tenant's blocks only, for as long as the node's registration lasts.

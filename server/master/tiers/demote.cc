@@ -28,7 +28,7 @@ void Master::DemoteAheadLocked(uint32_t node, Segment* seg, uint64_t now) {
                               options_.demote_headroom_max};
   uint64_t headroom = std::min(cap, DemoteHeadroom(policy, cap, seg->put_rate.BytesPerSecond(now),
                                                    n.demote_timer.turnaround_ms()));
-  if (seg->settled_used() + headroom <= cap) return;
+  if (UnsettledLocked(*seg, options_.demote_keep_dram) + headroom <= cap) return;
   // Past the line: demote a batch beyond it (the watermarks' gap), so
   // orders go out in runs the store syncs together.
   uint64_t batch = static_cast<uint64_t>((options_.evict_high - options_.evict_low) * cap);
@@ -100,6 +100,20 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
       }
       if (!ssd_here) OrderDropSsdLocked(&n, result.key());
       return;  // stays in DRAM; eviction may drop it later
+    }
+    if (result.keep_dram()) {
+      // A copy ahead (--demote-keep-dram): the DRAM copy stays where it is
+      // in its LRU list, now clean, and the SSD copy joins it. A writer
+      // takes its room at once; a reader still finds it in DRAM.
+      Replica ssd;
+      ssd.node = node;
+      ssd.tier = v1::TIER_SSD;
+      ssd.lru = n.ssd_lru.insert(n.ssd_lru.end(), obj);
+      obj->replicas.push_back(ssd);  // `r` is not used past this point
+      ReplicaAddedLocked(obj, &obj->replicas.back(), nullptr);
+      metrics_.demotions_ok.Increment();
+      RoomMadeLocked();
+      return;
     }
     // Free the DRAM range (or defer it under a lease) and re-link as SSD.
     Replica old = r;

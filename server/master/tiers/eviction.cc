@@ -38,7 +38,14 @@ bool Master::CanDemoteLocked(const Node& n, uint64_t now) const {
 uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target_used,
                                     EvictMode mode, uint64_t now, v1::EvictResponse* stats) {
   Node& n = *nodes_[node];
-  const bool demote_ok = mode != EvictMode::kDrop;
+  const bool demote_ok = mode != EvictMode::kDrop && mode != EvictMode::kDropClean;
+  // Demotion ahead of need copies (--demote-keep-dram); one that must
+  // free the room (a put's, an admin's Evict) moves.
+  const bool keep_dram =
+      mode == EvictMode::kCopy || (options_.demote_keep_dram && mode == EvictMode::kDemote);
+  // Passes that never drop a block its store holds nowhere else.
+  const bool keeps_blocks =
+      mode == EvictMode::kDemote || mode == EvictMode::kMoveNow || mode == EvictMode::kCopy;
   uint64_t freed = 0;
   // The list is in LRU order (lookups move what they find to the back).
   // Pass 0, when tenants have guaranteed DRAM shares, takes only blocks of
@@ -52,7 +59,9 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
       // Demotions already ordered will free their bytes: count them done,
       // unless this pass must make room now (it drops; a demotion may yet
       // fail).
-      if ((demote_ok ? seg->settled_used() : seg->alloc->used()) <= target_used) return freed;
+      if ((demote_ok ? UnsettledLocked(*seg, keep_dram) : seg->alloc->used()) <= target_used) {
+        return freed;
+      }
       Object* obj = *it++;
       Replica* rep = nullptr;
       bool has_ssd_here = false;
@@ -61,6 +70,11 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
         if (r.node == node && r.tier == v1::TIER_SSD) has_ssd_here = true;
       }
       if (rep == nullptr) continue;
+      if (mode == EvictMode::kDropClean && !has_ssd_here) continue;
+      // Clean copies are room already: demotion ahead of need leaves them
+      // in DRAM, and a put drops them (kDropClean) before it moves blocks,
+      // so those it finds are leased.
+      if ((keep_dram || mode == EvictMode::kMoveNow) && has_ssd_here) continue;
       if (!EvictableLocked(*obj, now, pass == 2, demote_ok)) continue;
       if (pass == 0 && !quotas_->OverGuarantee(obj->key.view())) continue;
       uint64_t aligned = seg->alloc->RoundUp(obj->size);
@@ -76,7 +90,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
       if (!can_demote && obj->lease_until_ms > now) continue;  // leased: cannot drop
       // The watermark pass drops only what stays on SSD here; the rest
       // keeps its room until a put needs it.
-      if (!can_demote && mode == EvictMode::kDemote && !has_ssd_here) continue;
+      if (!can_demote && keeps_blocks && !has_ssd_here) continue;
       if (can_demote) {
         v1::TierMove m;
         m.set_move_id(next_move_id_++);
@@ -88,6 +102,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
         m.set_checksum(obj->checksum);
         m.set_generation(obj->generation);
         m.set_term(leadership_.term());
+        m.set_keep_dram(keep_dram);
         n.demote_timer.Ordered(m.move_id(), now);
         OrderLocked(&n, std::move(m));
         rep->demoting = true;
@@ -115,7 +130,10 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
 
 void Master::EvictSsdLocked(uint32_t node, uint64_t target_used, uint64_t now) {
   Node& n = *nodes_[node];
-  // In LRU order (lookups move what they find to the back).
+  // In LRU order (lookups move what they find to the back). An SSD copy of
+  // a block still clean in DRAM here is a copy ahead (--demote-keep-dram),
+  // written after the blocks below it: LRU order takes the older blocks
+  // first, and the DRAM copy left goes back to DRAM-only.
   for (auto it = n.ssd_lru.begin(); it != n.ssd_lru.end() && n.ssd_used > target_used;) {
     Object* obj = *it++;
     size_t k = 0;
@@ -131,6 +149,11 @@ void Master::EvictSsdLocked(uint32_t node, uint64_t target_used, uint64_t now) {
     metrics_.evictions.Increment();
     if (obj->replicas.empty()) EraseIndexLocked(obj);
   }
+}
+
+uint64_t Master::UnsettledLocked(const Segment& seg, bool clean_is_room) const {
+  uint64_t settled = seg.demoting_bytes + (clean_is_room ? seg.clean_bytes : 0);
+  return seg.alloc->used() - std::min(seg.alloc->used(), settled);
 }
 
 }  // namespace shelf::master
