@@ -183,7 +183,11 @@ def content_key(i):
 
 
 def test_subscriber_rebuilds_index_through_evictions_demotions_and_store_death(procs, zctx):
-    m = procs.master("master", ["--node-ttl", "1500ms", "--heartbeat-interval", "200ms"])
+    # Demotions move here: Locate names one tier per store, so the index
+    # view above cannot show a block on both tiers of one store, as a copy
+    # ahead leaves it (the next test follows one).
+    m = procs.master("master", ["--node-ttl", "1500ms", "--heartbeat-interval", "200ms",
+                                "--demote-keep-dram=false"])
     procs.store("ssd-0", m["grpc"], ssd=True)
     procs.store("ssd-1", m["grpc"], ssd=True)
     procs.store("dram-2", m["grpc"])
@@ -247,6 +251,46 @@ def test_subscriber_rebuilds_index_through_evictions_demotions_and_store_death(p
         want = assert_converges(client, [sub], "death")
         assert not any(node == "dram-2" for node, _, _ in want)
         assert metric(m["metrics"], "shelf_master_kv_events_dropped_total") == 0
+    finally:
+        client.close()
+        sub.close()
+
+
+def wait_for_state(sub, node, want, absent=()):
+    """Polls until the subscriber's blocks on `node` hold every (hash,
+    medium) of `want` and none of `absent`."""
+    deadline = time.monotonic() + SYNC_TIMEOUT_S
+    while True:
+        have = sub.state.get(node, set())
+        if all(w in have for w in want) and not any(a in have for a in absent):
+            return
+        assert time.monotonic() < deadline, f"{node}: {sorted(have)} after {SYNC_TIMEOUT_S} s"
+        sub.poll(50)
+
+
+def test_a_copy_ahead_is_stored_on_disk_beside_its_cpu_copy(procs, zctx):
+    """A block copied ahead to SSD (shelfctl evict --copy) is on both media
+    of its store: BlockStored on DISK, and its CPU copy stays. Dropping the
+    clean CPU copy (an evict) removes CPU alone; the block reads back."""
+    m = procs.master("master", ["--heartbeat-interval", "200ms"])
+    procs.store("ssd-0", m["grpc"], ssd=True)
+    state = {}
+    sub = Subscriber(zctx, "tcp://" + m["events"].split("//")[1], m["replay"], state)
+    client = connect(m["grpc"], 1)
+    shelfctl = [str(BIN_DIR / "shelfctl"), "--master", m["grpc"]]
+    try:
+        key, value = content_key(7), os.urandom(BLOCK)
+        h = block_hash(key)
+        wait_for_put(client, [sub], "marker/copy")  # the subscription is live
+        client.put(key, value)
+        wait_for_state(sub, "ssd-0", [(h, "CPU")], absent=[(h, "DISK")])
+        subprocess.run(shelfctl + ["evict", "--copy", "--bytes", "16MiB"], check=True,
+                       stdout=subprocess.DEVNULL)
+        wait_for_state(sub, "ssd-0", [(h, "CPU"), (h, "DISK")])
+        subprocess.run(shelfctl + ["evict", "--bytes", "16MiB"], check=True,
+                       stdout=subprocess.DEVNULL)
+        wait_for_state(sub, "ssd-0", [(h, "DISK")], absent=[(h, "CPU")])
+        assert client.get(key) == value
     finally:
         client.close()
         sub.close()
