@@ -327,6 +327,33 @@ class HaTieredTest : public HaTest {
     return nodes[0].tiers[0];
   }
 
+  // A client that finds the leader through etcd; null if it cannot open.
+  std::unique_ptr<Client> OpenClient() {
+    ClientOptions co;
+    co.masters = {absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_)};
+    co.timeout_ms = 5000;
+    std::unique_ptr<Client> client;
+    if (!Client::Open(co, &client).ok()) return nullptr;
+    return client;
+  }
+
+  // kill -9 of the leader; returns once another leads with both stores.
+  void KillTheLeader() {
+    auto old = Leader();
+    ASSERT_TRUE(old.ok());
+    const int idx = MasterIndex(old->address);
+    ASSERT_GE(idx, 0);
+    masters_[idx]->Signal(SIGKILL);
+    masters_[idx]->Wait(5000);
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          auto l = Leader();
+          return l.ok() && l->address != old->address;
+        },
+        20000, 50));
+    ASSERT_TRUE(WaitForLiveStores(2, 20000).ok());
+  }
+
   absl::Status Evict(uint64_t bytes, bool copy = false) {
     auto leader = Leader();
     if (!leader.ok()) return leader.status();
@@ -350,11 +377,8 @@ class HaTieredTest : public HaTest {
 // index from the stores' inventories: every block reads back, each key
 // with the last value put, none with an older one.
 TEST_F(HaTieredTest, AFailoverKeepsEveryBlockStateAndServesNothingStale) {
-  ClientOptions co;
-  co.masters = {absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_)};
-  co.timeout_ms = 5000;
-  std::unique_ptr<Client> client;
-  ASSERT_TRUE(Client::Open(co, &client).ok());
+  std::unique_ptr<Client> client = OpenClient();
+  ASSERT_NE(client, nullptr);
   constexpr size_t kMiB = 1 << 20;
   auto put = [&](const std::string& key, uint64_t seed, bool replace) {
     std::string data = Block(kMiB, seed);
@@ -381,24 +405,12 @@ TEST_F(HaTieredTest, AFailoverKeepsEveryBlockStateAndServesNothingStale) {
   // Let the stores learn what their DRAM holds (notices ride on heartbeats).
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));
   ASSERT_TRUE(Evict(2 * kMiB).ok());  // demotions in flight at the kill
-  auto old = Leader();
-  ASSERT_TRUE(old.ok());
-  const int idx = MasterIndex(old->address);
-  ASSERT_GE(idx, 0);
-  masters_[idx]->Signal(SIGKILL);
-  masters_[idx]->Wait(5000);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto l = Leader();
-        return l.ok() && l->address != old->address;
-      },
-      20000, 50));
-  ASSERT_TRUE(WaitForLiveStores(2, 20000).ok());
+  ASSERT_NO_FATAL_FAILURE(KillTheLeader());
 
   const std::pair<std::string, uint64_t> latest[] = {
       {"s", 3}, {"a", 2}, {"d0", 10}, {"d1", 11}, {"d2", 12}};
-  std::unique_ptr<Client> fresh;
-  ASSERT_TRUE(Client::Open(co, &fresh).ok());
+  std::unique_ptr<Client> fresh = OpenClient();  // finds the new leader
+  ASSERT_NE(fresh, nullptr);
   for (const auto& [key, seed] : latest) {
     Status st = fresh->Get(key, &got);
     ASSERT_TRUE(st.ok()) << key << " is lost after the failover: " << st.ToString();
@@ -410,11 +422,8 @@ TEST_F(HaTieredTest, AFailoverKeepsEveryBlockStateAndServesNothingStale) {
 // killed: each store's inventory lists both copies, and the new leader
 // indexes both, counts them clean, and reads every block back.
 TEST_F(HaTieredTest, CopiedAheadBlocksStayCleanAcrossAFailover) {
-  ClientOptions co;
-  co.masters = {absl::StrCat("etcd://", etcd_->endpoint(), "/", cluster_)};
-  co.timeout_ms = 5000;
-  std::unique_ptr<Client> client;
-  ASSERT_TRUE(Client::Open(co, &client).ok());
+  std::unique_ptr<Client> client = OpenClient();
+  ASSERT_NE(client, nullptr);
   constexpr size_t kMiB = 1 << 20;
   constexpr int kBlocks = 4;
   for (int i = 0; i < kBlocks; ++i) {
@@ -432,23 +441,11 @@ TEST_F(HaTieredTest, CopiedAheadBlocksStayCleanAcrossAFailover) {
       << "clean bytes: " << clean();
   // Let the stores learn what their DRAM holds (notices ride on heartbeats).
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-  auto old = Leader();
-  ASSERT_TRUE(old.ok());
-  const int idx = MasterIndex(old->address);
-  ASSERT_GE(idx, 0);
-  masters_[idx]->Signal(SIGKILL);
-  masters_[idx]->Wait(5000);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto l = Leader();
-        return l.ok() && l->address != old->address;
-      },
-      20000, 50));
-  ASSERT_TRUE(WaitForLiveStores(2, 20000).ok());
+  ASSERT_NO_FATAL_FAILURE(KillTheLeader());
   EXPECT_TRUE(WaitFor([&] { return clean() == kBlocks * kMiB; }, 5000, 20))
       << "the new leader counts " << clean() << " clean bytes";
-  std::unique_ptr<Client> fresh;
-  ASSERT_TRUE(Client::Open(co, &fresh).ok());
+  std::unique_ptr<Client> fresh = OpenClient();  // finds the new leader
+  ASSERT_NE(fresh, nullptr);
   for (int i = 0; i < kBlocks; ++i) {
     std::string got;
     Status st = fresh->Get(absl::StrCat("c", i), &got);
