@@ -651,12 +651,45 @@ absl::Status ShmWriter::WriteLocked(uint32_t segment_id, uint64_t offset, const 
   return absl::OkStatus();
 }
 
-void ShmWriter::WriteBatch(absl::Span<const WriteOp> ops, absl::Span<absl::Status> results) {
-  // Each op's source, held while the store may copy from it.
-  std::vector<std::shared_ptr<const ShmSource>> sources(ops.size());
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].length > 0) sources[i] = ShmSources::Process().Find(ops[i].src, ops[i].length);
+void ShmWriter::WriteBatch(absl::Span<const WriteOp> whole, absl::Span<absl::Status> results) {
+  // Each op's source, held while the store may copy from it. An op staged
+  // from private memory large enough to split goes as pieces
+  // (kShmSplitBytes), each a request of its own under the op's grant, so
+  // the two copies overlap; `owner` maps a piece to its op.
+  std::vector<WriteOp> ops;
+  std::vector<size_t> owner;
+  std::vector<std::shared_ptr<const ShmSource>> sources;
+  ops.reserve(whole.size());
+  for (size_t w = 0; w < whole.size(); ++w) {
+    const WriteOp& op = whole[w];
+    std::shared_ptr<const ShmSource> source =
+        op.length > 0 ? ShmSources::Process().Find(op.src, op.length) : nullptr;
+    const bool split =
+        source == nullptr && op.length >= kShmSplitMinBytes && op.length <= kShmStagingBytesMax;
+    const uint64_t step = split ? kShmSplitBytes : std::max<uint64_t>(op.length, 1);
+    uint64_t at = 0;
+    do {
+      WriteOp piece = op;
+      piece.offset += at;
+      piece.src += at;
+      piece.length = std::min(step, op.length - at);
+      ops.push_back(piece);
+      owner.push_back(w);
+      sources.push_back(source);
+      at += step;
+    } while (at < op.length);
   }
+  std::vector<absl::Status> piece_results(ops.size());
+  WritePieces(ops, sources, absl::MakeSpan(piece_results));
+  for (size_t w = 0; w < whole.size(); ++w) results[w] = absl::OkStatus();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (results[owner[i]].ok()) results[owner[i]] = piece_results[i];
+  }
+}
+
+void ShmWriter::WritePieces(absl::Span<const WriteOp> ops,
+                            const std::vector<std::shared_ptr<const ShmSource>>& sources,
+                            absl::Span<absl::Status> results) {
   MutexLock lock(&mu_);
   absl::Status channel =
       broken_ ? absl::UnavailableError("shared-memory write channel broken") : DropFreedSources();

@@ -117,6 +117,13 @@ inline constexpr uint32_t kShmWriteMessageBytesMax = 1024;
 // of it, each under the same grant.
 inline constexpr uint64_t kShmStagingBytesMax = 64ull << 20;
 static_assert(kShmStagingBytesMax <= wire::kPayloadBytesMax, "a chunk is one op's payload");
+// A block staged from private memory of kShmSplitMinBytes or more goes as
+// requests of kShmSplitBytes under its grant, pipelined: the store copies
+// one piece into the segment while the client copies the next into the
+// staging memory, where a whole block would be two copies one after the
+// other.
+inline constexpr uint64_t kShmSplitBytes = 256ull << 10;
+inline constexpr uint64_t kShmSplitMinBytes = 2 * kShmSplitBytes;
 // How long the client waits on one request's send or reply (a chunk's copy).
 inline constexpr uint64_t kShmWriteTimeoutMs = 30000;
 
@@ -158,8 +165,10 @@ class ShmWriter {
   // Writes each op as Write does, into results[i] (results.size() ==
   // ops.size()), pipelined: up to kShmPipelineOps requests go out before
   // their answers are read, so a batch of small blocks pays one round trip
-  // per window, not per block. An op larger than kShmStagingBytesMax moves
-  // alone, in chunks.
+  // per window, not per block. An op staged from private memory of
+  // kShmSplitMinBytes or more goes as pieces of kShmSplitBytes, so the
+  // store copies one while the client stages the next. An op larger than
+  // kShmStagingBytesMax moves alone, in chunks.
   void WriteBatch(absl::Span<const WriteOp> ops, absl::Span<absl::Status> results);
 
   // Has the store read SSD-tier block `key` (of `size` bytes, 0: any) into
@@ -194,6 +203,10 @@ class ShmWriter {
   // then ReadReply).
   absl::Status Send(uint32_t segment_id, uint64_t offset, uint64_t length, absl::string_view grant,
                     uint32_t slot, uint64_t src_offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // WriteBatch's ops, split into pieces, with their sources looked up.
+  void WritePieces(absl::Span<const WriteOp> ops,
+                   const std::vector<std::shared_ptr<const ShmSource>>& sources,
+                   absl::Span<absl::Status> results) ABSL_LOCKS_EXCLUDED(mu_);
   // One op of WriteBatch's that moves alone (in chunks), under the lock,
   // with `source` already looked up.
   absl::Status WriteLocked(uint32_t segment_id, uint64_t offset, const char* src, uint64_t length,

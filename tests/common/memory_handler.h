@@ -82,12 +82,16 @@ class MemoryHandler : public transport::DataHandler {
     return absl::OkStatus();
   }
   void OnRead(uint64_t bytes) override { read_.fetch_add(bytes); }
-  void OnWrite(uint64_t bytes) override { written_.fetch_add(bytes); }
+  void OnWrite(uint64_t bytes) override {
+    written_.fetch_add(bytes);
+    writes_.fetch_add(1);
+  }
   void AddKey(const std::string& key, std::string value) ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
     keys_[key] = std::move(value);
   }
   uint64_t written() const { return written_.load(); }
+  uint64_t writes() const { return writes_.load(); }  // requests written
   uint64_t read() const { return read_.load(); }
 
  private:
@@ -100,7 +104,7 @@ class MemoryHandler : public transport::DataHandler {
   char* base_ = nullptr;
   Mutex mu_;
   std::map<std::string, std::string> keys_ ABSL_GUARDED_BY(mu_);
-  std::atomic<uint64_t> read_{0}, written_{0};
+  std::atomic<uint64_t> read_{0}, written_{0}, writes_{0};
 };
 
 }  // namespace shelf::testing

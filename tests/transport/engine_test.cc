@@ -526,6 +526,39 @@ TEST_F(ShmEngineTest, ReadsAndWritesAreCopiesOfTheMappedSegment) {
   EXPECT_EQ(dst, std::string(dst.size(), '\0'));
 }
 
+// A block staged from private memory of 512 KiB or more goes as 256 KiB
+// requests under its grant, so the store copies one while the client
+// stages the next; each op still gets one status, and a piece its grant
+// does not cover fails that op alone.
+TEST_F(ShmEngineTest, LargeStagedWritesGoInPiecesEachOpWithOneStatus) {
+  ShmEngine engine(kSecret);
+  constexpr uint64_t kKiB = 1024, kMiB = 1024 * kKiB;
+  const uint64_t sizes[] = {512 * kKiB, 512 * kKiB + 1, 4 * kKiB, kMiB};
+  const uint64_t at[] = {0, kMiB, 2 * kMiB, 3 * kMiB};
+  std::string src = Pattern(4 * kMiB, 5);
+  auto hs = engine.RegisterMemory(src.data(), src.size(), MemoryKind::kHost);
+  ASSERT_TRUE(hs.ok());
+  std::vector<Op> ops;
+  for (int i = 0; i < 4; ++i) {
+    // The last op's grant covers 768 KiB of its 1 MiB: its fourth piece
+    // is refused.
+    const uint64_t granted = i == 3 ? 768 * kKiB : sizes[i];
+    ops.push_back({OpKind::kWrite, *hs, at[i], &peer_, 0, at[i], sizes[i],
+                   transport::wire::EncodeGrant(handler_.MakeGrant(1, at[i], granted))});
+  }
+  const uint64_t writes_before = handler_.writes();
+  std::shared_ptr<Batch> batch = engine.Submit(ops, MonoMs() + 10000);
+  batch->Wait();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(batch->statuses()[i].ok()) << i << ": " << batch->statuses()[i];
+    EXPECT_EQ(std::memcmp(handler_.base() + at[i], src.data() + at[i], sizes[i]), 0) << i;
+  }
+  EXPECT_EQ(batch->statuses()[3].code(), absl::StatusCode::kPermissionDenied)
+      << batch->statuses()[3];
+  // 2 + 3 + 1 requests, and the last op's three granted pieces.
+  EXPECT_EQ(handler_.writes() - writes_before, 9u);
+}
+
 TEST_F(ShmEngineTest, ReachesOnlyAStoreOnThisHostThatOffersShm) {
   ShmEngine engine(kSecret);
   Peer other_host = peer_;
