@@ -646,7 +646,7 @@ int Replay(int argc, char** argv) {
   o["wall_seconds"] = wall_s;
   Json samples = Json::array();
   double resident_sum = 0, orphaned_sum = 0;
-  uint64_t resident_n = 0;
+  uint64_t resident_n = 0, dram_resident_n = 0;
   for (const CapacitySample& c : capacity) {
     Json s = Json::object();
     s["requests"] = static_cast<uint64_t>(c.requests);
@@ -662,7 +662,13 @@ int Replay(int argc, char** argv) {
     // Averages over the samples once DRAM is full (the cold start is not
     // a loss of capacity).
     if (c.configured > 0 && c.allocated * 10 >= c.configured * 9) {
-      resident_sum += static_cast<double>(c.resident_blocks * aligned) / c.configured;
+      // Against DRAM alone only where DRAM is all there is: with an SSD
+      // tier, blocks resident there count too (resident_fraction_of_both_
+      // tiers_when_full, below), and DRAM, full of clean copies, is full.
+      if (c.ssd_configured == 0) {
+        resident_sum += static_cast<double>(c.resident_blocks * aligned) / c.configured;
+        ++dram_resident_n;
+      }
       orphaned_sum += c.resident_blocks ? double(c.orphaned_blocks) / c.resident_blocks : 0;
       ++resident_n;
     }
@@ -680,7 +686,7 @@ int Replay(int argc, char** argv) {
     ++resident_both_n;
   }
   o["dram_samples"] = samples;
-  o["dram_resident_fraction_when_full"] = resident_n ? resident_sum / resident_n : 0.0;
+  o["dram_resident_fraction_when_full"] = dram_resident_n ? resident_sum / dram_resident_n : 0.0;
   o["resident_fraction_of_both_tiers_when_full"] =
       resident_both_n ? resident_both_sum / resident_both_n : 0.0;
   o["dram_orphaned_fraction_when_full"] = resident_n ? orphaned_sum / resident_n : 0.0;
