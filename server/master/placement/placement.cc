@@ -95,15 +95,20 @@ absl::StatusOr<Replica> Master::AllocateOnNodeLocked(uint32_t node, uint64_t siz
     Segment& seg = n.segments[si];
     if (seg.alloc->capacity() < size) continue;
     absl::StatusOr<uint64_t> off = seg.alloc->Allocate(size);
-    if (!off.ok() && options_.demote_keep_dram && seg.clean_bytes > 0) {
-      // Clean copies first: their blocks stay on this store's SSD, so their
-      // room is the writer's at once.
+    // Drops `mode`'s victims here, one at a time, until the block fits.
+    // Bounded by the segment's object count.
+    auto drop_until_it_fits = [&](EvictMode mode) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       size_t budget = seg.lru.size();
       while (!off.ok() && budget-- > 0) {
         uint64_t target = seg.alloc->used() > size ? seg.alloc->used() - size : 0;
-        if (EvictSegmentLocked(node, &seg, target, EvictMode::kDropClean, now, nullptr) == 0) break;
+        if (EvictSegmentLocked(node, &seg, target, mode, now, nullptr) == 0) break;
         off = seg.alloc->Allocate(size);
       }
+    };
+    if (!off.ok() && options_.demote_keep_dram && seg.clean_bytes > 0) {
+      // Clean copies first: their blocks stay on this store's SSD, so their
+      // room is the writer's at once.
+      drop_until_it_fits(EvictMode::kDropClean);
     }
     if (!off.ok() && !allow_drop) {
       // Full: start demotions (they free room asynchronously). With clean
@@ -116,14 +121,8 @@ absl::StatusOr<Replica> Master::AllocateOnNodeLocked(uint32_t node, uint64_t siz
       DemoteAheadLocked(node, &seg, now);
     }
     if (!off.ok() && allow_drop) {
-      // No room and no time left to wait: drop LRU victims here, one at a
-      // time, until it fits. Bounded by the segment's object count.
-      size_t budget = seg.lru.size();
-      while (!off.ok() && budget-- > 0) {
-        uint64_t target = seg.alloc->used() > size ? seg.alloc->used() - size : 0;
-        if (EvictSegmentLocked(node, &seg, target, EvictMode::kDrop, now, nullptr) == 0) break;
-        off = seg.alloc->Allocate(size);
-      }
+      // No room and no time left to wait: drop LRU victims.
+      drop_until_it_fits(EvictMode::kDrop);
     }
     if (off.ok()) {
       BindArenaLocked(n, &seg, key);
