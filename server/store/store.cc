@@ -805,6 +805,11 @@ void Store::Run() {
     uint64_t started = clock_->NowMs();
     if (!registered_.load()) {
       s = Register();
+      // The first heartbeat follows at once (it long-polls): orders for a
+      // new registration, such as the demotions that make room for its
+      // first writers, reach the store as they are made, not a heartbeat
+      // interval later while those writers wait.
+      more = true;
     } else {
       s = HeartbeatOnce(&more);
     }

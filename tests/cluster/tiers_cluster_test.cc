@@ -44,13 +44,14 @@ constexpr uint64_t kSsd = 160ull << 20;
 // One store with kDram of DRAM and kSsd of SSD, and a client of it.
 class TiersClusterTest : public ::testing::Test {
  protected:
-  void Start(std::vector<std::string> store_args = {}) {
+  void Start(std::vector<std::string> store_args = {}, std::vector<std::string> master_args = {}) {
     LocalCluster::Options o;
     o.stores = 1;
     o.dram_bytes = kDram;
     o.ssd_bytes = kSsd;
     o.bin_dir = TestBinDir();
     o.store_args = std::move(store_args);
+    o.master_args = std::move(master_args);
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
@@ -199,6 +200,27 @@ TEST_F(TiersClusterTest, BlocksDemotedFromACopyReadBackWholeAfterKill9) {
     ++back;
   }
   EXPECT_GT(back, 0);
+}
+
+// A store that has just registered takes its first orders at once: its
+// first heartbeat long-polls from the start, so the copy ahead ordered in
+// its first moments (here by an admin) runs then. With a 10 s heartbeat
+// interval, a first heartbeat sent only once the interval was over would
+// leave the block DRAM-only for about 10 s, while writers waited for the
+// room such orders make.
+TEST_F(TiersClusterTest, AStoreJustRegisteredTakesItsFirstOrdersAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(Start({}, {"--heartbeat-interval", "10s", "--node-ttl", "60s"}));
+  const std::string data = Block(kBlock, 7);
+  ASSERT_TRUE(client_->Put("first", data.data(), data.size()).ok());
+  std::string out;
+  ASSERT_EQ(cluster_->Shelfctl({"evict", "--copy", "--bytes", "1MiB"}, &out), 0) << out;
+  auto copied = [&] {
+    std::string stat;
+    cluster_->Shelfctl({"stat", "first"}, &stat);
+    return stat.find(" ssd offset ") != std::string::npos &&
+           stat.find(" dram ") != std::string::npos;
+  };
+  EXPECT_TRUE(WaitFor(copied, 5000)) << "the copy ahead was not done within 5 s of its order";
 }
 
 // Heartbeat answers lost on their way, injected: the store drops the first

@@ -159,6 +159,13 @@ int ReplayCompare(const std::vector<std::string>& args, const ReplayCompareOptio
       if (r + 1 < options.rounds) std::printf(",");
     }
     std::printf(" (DRAM only / DRAM + SSD)\n");
+    // The hit ratio depends on the timing of demotions against lookups:
+    // every round's, not just the one whose puts were fastest.
+    std::printf("  DRAM + SSD hit ratio by round:");
+    for (int r = 0; r < options.rounds; ++r) {
+      std::printf(" %.2f%%", 100 * Num(tiered_rounds[r], "hit_ratio"));
+    }
+    std::printf(" (exclusive LRU %.2f%%)\n", 100 * Num(b, "lru_sim_hit_ratio"));
   }
   std::printf("\n  tiered / DRAM only: puts %.2fx GB/s, put p99 %.2fx; gets %.2fx GB/s\n",
               put_ratio, put_p99_ratio, get_ratio);
@@ -181,6 +188,9 @@ int ReplayCompare(const std::vector<std::string>& args, const ReplayCompareOptio
         Json::array({Num(dram_rounds[r], "put_gbps"), Num(tiered_rounds[r], "put_gbps")}));
   }
   o["put_gbps_rounds"] = put_rounds;
+  Json hit_rounds = Json::array();
+  for (const Json& j : tiered_rounds) hit_rounds.push_back(Num(j, "hit_ratio"));
+  o["tiered_hit_ratio_rounds"] = hit_rounds;
   o["put_gbps_ratio"] = put_ratio;
   o["put_p99_ratio"] = put_p99_ratio;
   o["get_gbps_ratio"] = get_ratio;
