@@ -141,6 +141,9 @@ class DataHandler {
   // for its own).
   virtual void OnRead(uint64_t bytes) {}
   virtual void OnWrite(uint64_t bytes) {}
+  // A put copied in from a same-host client's shared memory (ShmServer);
+  // by default counted as a write.
+  virtual void OnShmWrite(uint64_t bytes) { OnWrite(bytes); }
   // A put pulled over rdma (RDMA_PULL); by default counted as a write.
   virtual void OnPull(uint64_t bytes) { OnWrite(bytes); }
   // A connection was refused or closed by one of the server's rules

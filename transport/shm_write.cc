@@ -340,7 +340,7 @@ void ServeShmWrites(int fd, DataHandler* handler) {
       verdict = sources.CopyOut(slot, r.src_offset, seg->base + r.offset, r.length);
     }
     if (verdict.ok()) {
-      handler->OnWrite(r.length);
+      handler->OnShmWrite(r.length);
     } else {
       SHELF_LOG(WARNING) << "shared-memory write rejected" << Kv("error", verdict.message());
     }

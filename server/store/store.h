@@ -186,6 +186,7 @@ class Store : public transport::DataHandler {
   void Unpin(uint64_t pin) override ABSL_LOCKS_EXCLUDED(pin_mu_);
   void OnRead(uint64_t bytes) override { metrics_.read_dram_tcp.Increment(bytes); }
   void OnWrite(uint64_t bytes) override { metrics_.written_dram_tcp.Increment(bytes); }
+  void OnShmWrite(uint64_t bytes) override { metrics_.written_dram_shm.Increment(bytes); }
   void OnPull(uint64_t bytes) override { metrics_.written_dram_rdma.Increment(bytes); }
   void OnClosedByRule(absl::string_view rule) override {
     prom::Child(metrics_.data_closed, {{"rule", std::string(rule)}}).Increment();
@@ -255,6 +256,7 @@ class Store : public transport::DataHandler {
     prom::Counter& read_ssd_shm;
     prom::Family<prom::Counter>& written_bytes;
     prom::Counter& written_dram_tcp;
+    prom::Counter& written_dram_shm;
     prom::Counter& written_dram_rdma;
     prom::Counter& written_ssd_local;
     prom::Family<prom::Counter>& demotions;

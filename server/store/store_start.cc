@@ -114,6 +114,7 @@ Store::Metrics::Metrics(prom::Exposition& e)
       written_bytes(prom::AddCounter(e.registry(), "shelf_store_written_bytes_total",
                                      "Bytes written, by tier and transport")),
       written_dram_tcp(prom::Child(written_bytes, {{"tier", "dram"}, {"transport", "tcp"}})),
+      written_dram_shm(prom::Child(written_bytes, {{"tier", "dram"}, {"transport", "shm"}})),
       written_dram_rdma(prom::Child(written_bytes, {{"tier", "dram"}, {"transport", "rdma"}})),
       written_ssd_local(prom::Child(written_bytes, {{"tier", "ssd"}, {"transport", "local"}})),
       demotions(

@@ -175,6 +175,28 @@ double StoreSsdBytes(uint16_t metrics_port) {
   return StoreMetric(metrics_port, "shelf_store_used_bytes{tier=\"ssd\"}");
 }
 
+// The store counts the block bytes clients write by the transport that
+// carried them: a same-host client's puts come in through shared memory
+// (shm), a TCP-only client's over its data connection (tcp).
+TEST_F(TiersClusterTest, WrittenBytesAreCountedByTheTransportThatCarriedThem) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--metrics-listen", "127.0.0.1:0"}));
+  const std::string a = Block(kBlock, 1), b = Block(kBlock, 2);
+  ASSERT_TRUE(client_->Put("by-shm", a.data(), a.size()).ok());
+  ASSERT_EQ(client_->stats().bytes_stored_shm, kBlock) << "the same-host put did not use shm";
+  ClientOptions co;
+  co.masters = {cluster_->master_address()};
+  co.timeout_ms = 20000;
+  co.allow_shm = false;
+  std::unique_ptr<Client> tcp;
+  ASSERT_TRUE(Client::Open(co, &tcp).ok());
+  ASSERT_TRUE(tcp->Put("by-tcp", b.data(), b.size()).ok());
+  const uint16_t port = cluster_->store_metrics_port(0);
+  EXPECT_EQ(StoreMetric(port, "shelf_store_written_bytes_total{tier=\"dram\",transport=\"shm\"}"),
+            kBlock);
+  EXPECT_EQ(StoreMetric(port, "shelf_store_written_bytes_total{tier=\"dram\",transport=\"tcp\"}"),
+            kBlock);
+}
+
 // Demotions copied to a hugepage buffer before their writes (--demote-copy
 // always; by default, blocks of 2 MiB and more where the segment is on
 // 4 KiB pages) reach the SSD whole, read back and survive a kill -9.
