@@ -150,6 +150,8 @@ const StatField kStatFields[] = {
     SHELF_STAT(location_cache_entries),
     SHELF_STAT(read_lookups),
     SHELF_STAT(read_lookups_joined),
+    SHELF_STAT(put_calls),
+    SHELF_STAT(put_calls_joined),
 };
 
 #undef SHELF_STAT

@@ -112,6 +112,23 @@ void ForEachRunOfJobs(const std::vector<const Job*>& jobs, size_t items_max, Ite
   }
 }
 
+// CallCoalescer::Call for jobs with a `deadline_ms`: a job joins only a
+// call whose deadline is no later than its own, so the leader's deadline
+// is the earliest of every job it took; the jobs taken are cut into runs of
+// at most `items_max` items (ForEachRunOfJobs), and
+// send(jobs, begin, end, results) makes one call for each run.
+template <typename Job, typename Result, typename Items, typename Send>
+Result CallByDeadline(CallCoalescer<Job, Result>* coalescer, const Job& job, size_t items_max,
+                      Items items, Send send) {
+  return coalescer->Call(
+      job,
+      [](const Job& front, const Job& other) { return other.deadline_ms >= front.deadline_ms; },
+      [&](const std::vector<const Job*>& jobs, std::vector<Result>* results) {
+        ForEachRunOfJobs(jobs, items_max, items,
+                         [&](size_t begin, size_t end) { send(jobs, begin, end, results); });
+      });
+}
+
 }  // namespace shelf
 
 #endif  // SHELF_CLIENT_CALL_COALESCER_H_

@@ -651,6 +651,8 @@ ClientStats ClientImpl::stats() const {
   s.location_cache_entries = cache_ == nullptr ? 0 : cache_->size();
   s.read_lookups = stats_.read_lookups.load();
   s.read_lookups_joined = stats_.read_lookups_joined.load();
+  s.put_calls = stats_.put_calls.load();
+  s.put_calls_joined = stats_.put_calls_joined.load();
   return s;
 }
 

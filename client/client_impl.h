@@ -163,6 +163,12 @@ class ClientImpl final : public Client {
   // One put from PutStart to commit, waiting for another writer's put of
   // the same key; PutWithRetry retries once when the put was reclaimed.
   absl::Status PutOnce(const HostPut& item, const PutOptions& options, uint64_t deadline_ms);
+  // A single put's PutStart and its commit; several threads' at once go to
+  // the master as one BatchPutStart (put_starts_) and one PutCommit
+  // (commits_). A call alone goes as it is.
+  absl::Status CoalescedPutStart(const v1::PutStartRequest& req, v1::PutStartResponse* resp,
+                                 uint64_t deadline_ms);
+  absl::Status CoalescedCommit(uint64_t put_id, uint64_t deadline_ms, absl::Status* committed);
   absl::Status PutWithRetry(const HostPut& item, const PutOptions& options, uint64_t deadline_ms);
   // Puts host blocks with one BatchPutStart, parallel writes and one commit.
   // The return is the batch's status; (*statuses)[i] each block's.
@@ -312,7 +318,7 @@ class ClientImpl final : public Client {
         replica_failovers{0}, bytes_staged_gpu{0}, cache_hits{0}, cache_misses{0},
         cache_fallbacks{0}, bytes_stored_rdma{0}, bytes_loaded_gpu_direct{0},
         bytes_gpu_direct_checked{0}, gpu_rdma_registration_failures{0}, read_lookups{0},
-        read_lookups_joined{0};
+        read_lookups_joined{0}, put_calls{0}, put_calls_joined{0};
   };
   mutable AtomicStats stats_;
 
@@ -373,16 +379,37 @@ class ClientImpl final : public Client {
   bool release_stop_ ABSL_GUARDED_BY(release_mu_) = false;
   std::thread releaser_;  // joined in the destructor, before the pools
 
-  // The reads' lookups in flight to the master, one call at a time.
-  struct LookupJob {
-    const v1::LookupRequest* request = nullptr;
+  // A request of one caller to the master, to go with other callers' in
+  // one call (CallByDeadline), and that caller's answer.
+  template <typename Request>
+  struct MasterJob {
+    const Request* request = nullptr;
     uint64_t deadline_ms = 0;
   };
-  struct LookupResult {
+  template <typename Response>
+  struct MasterResult {
     absl::Status status;
-    v1::LookupResponse response;
+    Response response;
   };
+  // The reads' lookups in flight to the master, one call at a time.
+  using LookupJob = MasterJob<v1::LookupRequest>;
+  using LookupResult = MasterResult<v1::LookupResponse>;
   CallCoalescer<LookupJob, LookupResult> lookups_;
+
+  // Single puts' starts and commits in flight to the master, one call of
+  // each at a time.
+  using PutStartJob = MasterJob<v1::PutStartRequest>;
+  using PutStartResult = MasterResult<v1::PutStartResponse>;
+  CallCoalescer<PutStartJob, PutStartResult> put_starts_;
+  struct CommitJob {
+    uint64_t put_id = 0;
+    uint64_t deadline_ms = 0;
+  };
+  struct CommitResult {
+    absl::Status call;       // the PutCommit call's own status
+    absl::Status committed;  // this put's, when the call succeeded
+  };
+  CallCoalescer<CommitJob, CommitResult> commits_;
 
   // Last: destroyed (joined) first, while everything their tasks use lives.
   // Async tasks use the transfer pool, so it outlives the async pool.

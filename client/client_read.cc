@@ -599,49 +599,42 @@ absl::Status ClientImpl::CoalescedLookup(const v1::LookupRequest& req, v1::Looku
                                          uint64_t deadline_ms) {
   // Threads reading at once (an engine's workers, each with a block) send
   // one Lookup for all: the master's round trip and its CPU are paid once
-  // per call out, not once per reader. A job joins only a call whose
-  // deadline is no later than its own.
+  // per call out, not once per reader. The leader's deadline is the
+  // earliest of every job it took (CallByDeadline).
   LookupJob job{&req, deadline_ms};
-  LookupResult r = lookups_.Call(
-      job,
-      [](const LookupJob& front, const LookupJob& other) {
-        return other.deadline_ms >= front.deadline_ms;
-      },
-      [this](const std::vector<const LookupJob*>& jobs, std::vector<LookupResult>* results) {
-        ForEachRunOfJobs(
-            jobs, kBatchItemsMax,
-            [](const LookupJob& j) { return static_cast<size_t>(j.request->keys_size()); },
-            [&](size_t begin, size_t end) {
-              v1::LookupRequest merged = *jobs[begin]->request;
-              for (size_t j = begin + 1; j < end; ++j) {
-                for (const std::string& k : jobs[j]->request->keys()) merged.add_keys(k);
-              }
-              v1::LookupResponse all;
-              stats_.read_lookups.fetch_add(1);
-              stats_.read_lookups_joined.fetch_add(end - begin - 1);
-              // The leader's deadline, the earliest of every job it took.
-              absl::Status s =
-                  CallMaster(&v1::MasterService::Stub::Lookup, merged, &all, jobs[0]->deadline_ms);
-              if (s.ok()) s = InlineStores(&all);
-              if (s.ok() && all.objects_size() != merged.keys_size()) {
-                s = absl::InternalError("malformed lookup response");
-              }
-              int next = 0;
-              for (size_t j = begin; j < end; ++j) {
-                LookupResult& out = (*results)[j];
-                if (!s.ok()) {
-                  // Each caller gets a status of its own, not a reference
-                  // to one shared rep: the rep's count is released inside
-                  // Debian's uninstrumented Abseil, where ThreadSanitizer
-                  // cannot see two threads hand it over.
-                  out.status = absl::Status(s.code(), s.message());
-                  continue;
-                }
-                for (int k = 0; k < jobs[j]->request->keys_size(); ++k) {
-                  out.response.add_objects()->Swap(all.mutable_objects(next++));
-                }
-              }
-            });
+  LookupResult r = CallByDeadline(
+      &lookups_, job, kBatchItemsMax,
+      [](const LookupJob& j) { return static_cast<size_t>(j.request->keys_size()); },
+      [this](const std::vector<const LookupJob*>& jobs, size_t begin, size_t end,
+             std::vector<LookupResult>* results) {
+        v1::LookupRequest merged = *jobs[begin]->request;
+        for (size_t j = begin + 1; j < end; ++j) {
+          for (const std::string& k : jobs[j]->request->keys()) merged.add_keys(k);
+        }
+        v1::LookupResponse all;
+        stats_.read_lookups.fetch_add(1);
+        stats_.read_lookups_joined.fetch_add(end - begin - 1);
+        absl::Status s =
+            CallMaster(&v1::MasterService::Stub::Lookup, merged, &all, jobs[0]->deadline_ms);
+        if (s.ok()) s = InlineStores(&all);
+        if (s.ok() && all.objects_size() != merged.keys_size()) {
+          s = absl::InternalError("malformed lookup response");
+        }
+        int next = 0;
+        for (size_t j = begin; j < end; ++j) {
+          LookupResult& out = (*results)[j];
+          if (!s.ok()) {
+            // Each caller gets a status of its own, not a reference
+            // to one shared rep: the rep's count is released inside
+            // Debian's uninstrumented Abseil, where ThreadSanitizer
+            // cannot see two threads hand it over.
+            out.status = absl::Status(s.code(), s.message());
+            continue;
+          }
+          for (int k = 0; k < jobs[j]->request->keys_size(); ++k) {
+            out.response.add_objects()->Swap(all.mutable_objects(next++));
+          }
+        }
       });
   *resp = std::move(r.response);
   return r.status;

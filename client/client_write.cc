@@ -154,7 +154,7 @@ absl::Status ClientImpl::PutOnce(const HostPut& item, const PutOptions& options,
   // commit (or vanish, then write it ourselves).
   for (uint64_t backoff_ms = 2;; backoff_ms = std::min(backoff_ms * 2, kInFlightBackoffMaxMs)) {
     v1::PutStartResponse started;
-    absl::Status s = CallMaster(&v1::MasterService::Stub::PutStart, req, &started, deadline_ms);
+    absl::Status s = CoalescedPutStart(req, &started, deadline_ms);
     if (!s.ok()) return s;
     switch (started.state()) {
       case v1::PUT_ALREADY_EXISTS:
@@ -165,14 +165,14 @@ absl::Status ClientImpl::PutOnce(const HostPut& item, const PutOptions& options,
           Abort({started.put_id()});
           return written;
         }
-        std::vector<absl::Status> committed;
-        s = Commit({started.put_id()}, deadline_ms, &committed);
+        absl::Status committed;
+        s = CoalescedCommit(started.put_id(), deadline_ms, &committed);
         ForgetCached(*item.key);
         // Unanswered (the call failed, perhaps unsent): ended either way, or
         // the put would hold its ranges and the key until it expires. An
         // abort of a put that did commit changes nothing (NOT_FOUND).
         if (!s.ok()) Abort({started.put_id()});
-        return s.ok() ? committed[0] : s;
+        return s.ok() ? committed : s;
       }
       case v1::PUT_IN_FLIGHT:
         break;
@@ -184,6 +184,75 @@ absl::Status ClientImpl::PutOnce(const HostPut& item, const PutOptions& options,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
   }
+}
+
+absl::Status ClientImpl::CoalescedPutStart(const v1::PutStartRequest& req,
+                                           v1::PutStartResponse* resp, uint64_t deadline_ms) {
+  // Threads putting at once (an engine's workers, each with a block) start
+  // their puts with one master call: its round trip and its CPU, on the
+  // client and on the master, are paid once per call out, not once per
+  // put. The leader's deadline is the earliest of every job it took.
+  PutStartJob job{&req, deadline_ms};
+  PutStartResult r = CallByDeadline(
+      &put_starts_, job, kBatchItemsMax, [](const PutStartJob&) { return size_t{1}; },
+      [this](const std::vector<const PutStartJob*>& jobs, size_t begin, size_t end,
+             std::vector<PutStartResult>* results) {
+        stats_.put_calls.fetch_add(1);
+        stats_.put_calls_joined.fetch_add(end - begin - 1);
+        const uint64_t deadline = jobs[0]->deadline_ms;
+        if (end - begin == 1) {
+          PutStartResult& out = (*results)[begin];
+          out.status = CallMaster(&v1::MasterService::Stub::PutStart, *jobs[begin]->request,
+                                  &out.response, deadline);
+          return;
+        }
+        v1::BatchPutStartRequest batch;
+        for (size_t j = begin; j < end; ++j) *batch.add_puts() = *jobs[j]->request;
+        v1::BatchPutStartResponse all;
+        absl::Status s = CallMaster(&v1::MasterService::Stub::BatchPutStart, batch, &all, deadline);
+        const int n = static_cast<int>(end - begin);
+        if (s.ok() && (all.results_size() != n || all.statuses_size() != n)) {
+          // Whatever it started is reclaimed when its puts time out.
+          s = absl::InternalError("malformed batch put response");
+        }
+        for (size_t j = begin; j < end; ++j) {
+          PutStartResult& out = (*results)[j];
+          if (!s.ok()) {
+            // A status of its own for each caller (see CoalescedLookup).
+            out.status = absl::Status(s.code(), s.message());
+            continue;
+          }
+          const int k = static_cast<int>(j - begin);
+          out.status = FromRpcStatus(all.statuses(k));
+          out.response.Swap(all.mutable_results(k));
+        }
+      });
+  *resp = std::move(r.response);
+  return r.status;
+}
+
+absl::Status ClientImpl::CoalescedCommit(uint64_t put_id, uint64_t deadline_ms,
+                                         absl::Status* committed) {
+  // As CoalescedPutStart: the commits of puts written at once go together.
+  CommitJob job{put_id, deadline_ms};
+  CommitResult r = CallByDeadline(
+      &commits_, job, kBatchItemsMax, [](const CommitJob&) { return size_t{1}; },
+      [this](const std::vector<const CommitJob*>& jobs, size_t begin, size_t end,
+             std::vector<CommitResult>* results) {
+        stats_.put_calls.fetch_add(1);
+        stats_.put_calls_joined.fetch_add(end - begin - 1);
+        std::vector<uint64_t> ids;
+        for (size_t j = begin; j < end; ++j) ids.push_back(jobs[j]->put_id);
+        std::vector<absl::Status> statuses;
+        const absl::Status s = Commit(ids, jobs[0]->deadline_ms, &statuses);
+        for (size_t j = begin; j < end; ++j) {
+          CommitResult& out = (*results)[j];
+          const absl::Status& st = s.ok() ? statuses[j - begin] : s;
+          (s.ok() ? out.committed : out.call) = absl::Status(st.code(), st.message());
+        }
+      });
+  *committed = std::move(r.committed);
+  return r.call;
 }
 
 absl::Status ClientImpl::PutWithRetry(const HostPut& item, const PutOptions& options,

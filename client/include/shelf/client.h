@@ -406,6 +406,11 @@ struct ClientStats {
   // in another thread's call instead of their own (made while it was out).
   uint64_t read_lookups = 0;
   uint64_t read_lookups_joined = 0;
+  // The master calls single puts made (their PutStarts and commits), and
+  // the single puts' starts and commits that went in another thread's call
+  // instead of their own.
+  uint64_t put_calls = 0;
+  uint64_t put_calls_joined = 0;
 };
 
 namespace internal {
