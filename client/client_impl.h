@@ -94,6 +94,8 @@ class ClientImpl final : public Client {
                       const PutOptions& options) override;
   Status BatchGetIntoPieces(const std::vector<PiecesItem>& items, std::vector<Status>* statuses,
                             std::vector<size_t>* sizes, Deadline deadline) override;
+  Status BatchGetViews(const std::vector<std::string>& keys, const ViewsFn& use,
+                       Deadline deadline) override;
 
   BatchFuture BatchGetAsync(std::vector<std::string> keys, Deadline deadline) override;
   BatchFuture BatchPutAsync(std::vector<PutItem> items, const PutOptions& options) override;
@@ -246,10 +248,13 @@ class ClientImpl final : public Client {
   // read(i, location, cached) for each key the location cache holds, then
   // one Lookup for the others and those whose cached read failed, and
   // read(i, location, false) for each hit, in parallel. (*statuses)[i]:
-  // NOT_FOUND for a miss, else read's status.
+  // NOT_FOUND for a miss, else read's status. `before_release` (optional)
+  // runs once every read is done, while the lookup's leases are still held
+  // (not when the batch fails).
   using ReadFn = std::function<absl::Status(size_t, const v1::ObjectLocation&, bool)>;
   absl::Status LookupAndRead(const std::vector<const std::string*>& keys, uint64_t deadline_ms,
-                             const ReadFn& read, std::vector<absl::Status>* statuses);
+                             const ReadFn& read, std::vector<absl::Status>* statuses,
+                             const std::function<void()>& before_release = nullptr);
   // A Lookup that takes read leases, with `store_table` answers put back
   // inline (InlineStores); several threads' lookups at once go to the
   // master as one (lookups_).

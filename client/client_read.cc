@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
@@ -410,6 +413,87 @@ Status ClientImpl::BatchGetIntoPieces(const std::vector<PiecesItem>& items,
   return Status();
 }
 
+Status ClientImpl::BatchGetViews(const std::vector<std::string>& keys, const ViewsFn& use,
+                                 Deadline deadline) {
+  if (!use) return Status(StatusCode::kInvalidArgument, "BatchGetViews: no callback");
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
+  if (absl::Status s = ValidateBatchSize(keys.size(), "keys"); !s.ok()) return FromAbsl(s);
+  std::vector<const std::string*> key_ptrs;
+  key_ptrs.reserve(keys.size());
+  for (const std::string& k : keys) {
+    if (absl::Status s = ValidateKey(k); !s.ok()) return FromAbsl(s);
+    key_ptrs.push_back(&k);
+  }
+  const size_t n = keys.size();
+  std::vector<BlockView> views(n);
+  // What keeps each view's bytes: the store's mapping (in place), or a
+  // copy of the call's own (left uninitialized until the read fills it).
+  std::vector<std::shared_ptr<const void>> mappings(n);
+  std::vector<std::unique_ptr<char[]>> copies(n);
+  std::vector<uint64_t> lease_until_unix_ms(n, 0);  // in-place views only
+  std::vector<absl::Status> statuses;
+  absl::Status batch = LookupAndRead(
+      key_ptrs, deadline_ms,
+      [&](size_t i, const v1::ObjectLocation& loc, bool cached) -> absl::Status {
+        const v1::Replica& r = loc.replicas(0);
+        // In place only under a lease: it alone keeps the range this
+        // block's until the bytes are used (a cached location has none).
+        if (!cached && loc.lease_expires_unix_ms() != 0 && r.tier() == v1::TIER_DRAM &&
+            options_.allow_shm && Offers(r.store(), v1::TRANSPORT_SHM)) {
+          const transport::Peer peer = PeerOf(r.store());
+          if (shm_.Reaches(peer)) {
+            absl::StatusOr<transport::ShmEngine::HeldView> held =
+                shm_.HoldView(peer, r.segment_id(), r.offset(), loc.size(),
+                              r.read_grant().empty() ? std::string()
+                                                     : absl::StrCat(r.read_grant(), StoreKey(loc)));
+            // Checked whatever verify_checksums says: the bytes leave this
+            // process as they are. Anything amiss goes the whole way below,
+            // which tries every replica and reports a corrupt one.
+            if (held.ok() && BlockChecksum(held->data, loc.size()) == loc.checksum() &&
+                UnixMs() <= loc.lease_expires_unix_ms()) {
+              views[i].data = held->data;
+              views[i].size = loc.size();
+              views[i].in_place = true;
+              mappings[i] = std::move(held->mapping);
+              lease_until_unix_ms[i] = loc.lease_expires_unix_ms();
+              CountLoaded(loc.size(), r.tier(), "shm");
+              return absl::OkStatus();
+            }
+          }
+        }
+        copies[i].reset(new char[loc.size()]);
+        if (absl::Status s = ReadObject(loc, copies[i].get(), deadline_ms, cached); !s.ok()) {
+          return s;
+        }
+        views[i].data = copies[i].get();
+        views[i].size = loc.size();
+        return absl::OkStatus();
+      },
+      &statuses,
+      [&] {
+        const uint64_t now_unix_ms = UnixMs();
+        uint64_t until_unix_ms = UINT64_MAX;
+        for (size_t i = 0; i < n; ++i) {
+          views[i].status = FromAbsl(statuses[i]);
+          if (!statuses[i].ok() || !views[i].in_place) continue;
+          if (now_unix_ms > lease_until_unix_ms[i]) {
+            // The lease ran out between the read and now (a stalled
+            // thread): the range may hold another block already.
+            views[i] = BlockView{Status(StatusCode::kDeadlineExceeded,
+                                        "read lease expired before the block was used"),
+                                 nullptr, 0, false};
+            continue;
+          }
+          until_unix_ms = std::min(until_unix_ms, lease_until_unix_ms[i]);
+        }
+        const uint64_t use_by_mono_ms =
+            until_unix_ms == UINT64_MAX ? UINT64_MAX : MonoMs() + (until_unix_ms - now_unix_ms) / 2;
+        use(views, use_by_mono_ms);
+      });
+  return FromAbsl(batch);
+}
+
 void ClientImpl::ReportDataLoss(const std::string& key, uint64_t generation,
                                 const v1::Replica& replica, uint64_t deadline_ms) {
   if (replica.read_grant().empty()) return;
@@ -519,7 +603,8 @@ absl::Status ClientImpl::ReadGpuDirect(const v1::ObjectLocation& loc, const Read
 
 absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& keys,
                                        uint64_t deadline_ms, const ReadFn& read,
-                                       std::vector<absl::Status>* statuses) {
+                                       std::vector<absl::Status>* statuses,
+                                       const std::function<void()>& before_release) {
   statuses->assign(keys.size(), absl::OkStatus());
   if (keys.empty()) return absl::OkStatus();
   // Keys to ask the master about: those the cache does not hold, and those
@@ -562,7 +647,10 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
     metrics_.cache_misses.Increment(static_cast<double>(ask.size() - fallbacks));
     metrics_.cache_fallbacks.Increment(static_cast<double>(fallbacks));
   }
-  if (ask.empty()) return absl::OkStatus();
+  if (ask.empty()) {
+    if (before_release) before_release();
+    return absl::OkStatus();
+  }
   // Taken before the lookup: a put or remove of these keys by this client
   // while it is out keeps its answer out of the cache.
   const uint64_t stamp = cache_ == nullptr ? 0 : cache_->Stamp();
@@ -591,6 +679,7 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
     }
     metrics_.cache_entries.Set(static_cast<double>(cache_->size()));
   }
+  if (before_release) before_release();
   ReleaseLeases(resp, leased_at_unix_ms);
   return absl::OkStatus();
 }

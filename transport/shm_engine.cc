@@ -74,18 +74,25 @@ absl::StatusOr<const char*> ShmEngine::ReadSource(ShmMapping& m, const std::stri
 absl::Status ShmEngine::ReadView(const Peer& peer, uint32_t segment_id, uint64_t offset,
                                  uint64_t length, absl::string_view grant,
                                  absl::FunctionRef<void(const char*)> view) {
+  absl::StatusOr<HeldView> held = HoldView(peer, segment_id, offset, length, grant);
+  if (!held.ok()) return held.status();
+  view(held->data);  // held->mapping keeps the bytes mapped meanwhile
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ShmEngine::HeldView> ShmEngine::HoldView(const Peer& peer, uint32_t segment_id,
+                                                        uint64_t offset, uint64_t length,
+                                                        absl::string_view grant) {
   const std::string& socket = peer.route(Kind::kShm);
   absl::StatusOr<std::shared_ptr<ShmMapping>> map = attachments_.Get(socket, peer.incarnation);
   if (!map.ok()) {
     return absl::UnavailableError(absl::StrCat("shared memory of store ", peer.node_id,
                                                " unavailable: ", map.status().message()));
   }
-  // *map holds the mapping for the length of the view.
   absl::StatusOr<const char*> source =
       ReadSource(**map, socket, peer, segment_id, offset, length, grant);
   if (!source.ok()) return source.status();
-  view(*source);
-  return absl::OkStatus();
+  return HeldView{*std::move(map), *source};
 }
 
 void ShmEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
 #include "transport/engine.h"
 #include "transport/shm.h"
 
@@ -54,6 +55,16 @@ class ShmEngine final : public Engine {
   // hold the range) sends the caller to another transport.
   absl::Status ReadView(const Peer& peer, uint32_t segment_id, uint64_t offset, uint64_t length,
                         absl::string_view grant, absl::FunctionRef<void(const char*)> view);
+  // The same bytes as ReadView's, where they lie, with the mapping that
+  // holds them: `data` stays mapped while `mapping` is held, past this
+  // call (a reader that hands the bytes on, e.g. to a socket, without a
+  // copy). Errors as ReadView's.
+  struct HeldView {
+    std::shared_ptr<const void> mapping;
+    const char* data = nullptr;
+  };
+  absl::StatusOr<HeldView> HoldView(const Peer& peer, uint32_t segment_id, uint64_t offset,
+                                    uint64_t length, absl::string_view grant);
   // Stores whose shared memory was refused (ShmAttachments::refusals).
   uint64_t refusals() const { return attachments_.refusals(); }
   // Bytes of writes staged before the store copied them in

@@ -98,7 +98,19 @@ ServerStats::ServerStats()
       auth_backoffs(prom::AddUnlabelledCounter(
           DefaultExposition().registry(), "shelf_resp_auth_backoffs_total",
           "AUTH and HELLO AUTH attempts refused unchecked, during their address's back-off "
-          "after failures.")) {
+          "after failures.")),
+      values_in_place(prom::AddUnlabelledCounter(
+          DefaultExposition().registry(), "shelf_resp_values_in_place_total",
+          "GET values read where they lie, in the mapped segment of a store on this host "
+          "(not copied into shelf-resp).")),
+      direct_sent_bytes(prom::AddUnlabelledCounter(
+          DefaultExposition().registry(), "shelf_resp_direct_sent_bytes_total",
+          "GET reply bytes a worker sent to the socket itself, values from where they lie "
+          "(part of shelf_resp_sent_bytes_total).")),
+      direct_cut(prom::AddUnlabelledCounter(
+          DefaultExposition().registry(), "shelf_resp_direct_cut_total",
+          "GET replies a client's socket took only part of in time: the rest was copied and "
+          "queued.")) {
   gauges_.push_back(DefaultExposition().AddCallbackGauge(
       "shelf_resp_connections", "Client connections open.",
       [this] { return static_cast<double>(connected_clients.load()); }));

@@ -239,6 +239,12 @@ Status CommandHandler::CountKeys(Client* client, uint64_t* n) {
 }
 
 void CommandHandler::Get(Ctx& c, bool del) {
+  if (!del) {
+    // Execute counts an error reply (never sent directly: ReplyValues
+    // queues a reply without a value).
+    ReplyValues(*c.session, c.client, {c.arg(1)}, c.out);
+    return;
+  }
   std::string value;
   Status s = Load(c.client, c.arg(1), &value);
   if (s.code() == StatusCode::kNotFound) {

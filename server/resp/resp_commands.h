@@ -12,6 +12,8 @@
 #ifndef SHELF_SERVER_RESP_RESP_COMMANDS_H_
 #define SHELF_SERVER_RESP_RESP_COMMANDS_H_
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -71,6 +73,9 @@ struct ServerStats {
   prom::Counter& tls_handshake_failures;  // TLS connections closed in the handshake
   prom::Counter& auth_failures;           // AUTH or HELLO AUTH with a wrong password
   prom::Counter& auth_backoffs;           // ... refused during an address's back-off
+  prom::Counter& values_in_place;         // GET values read in a store's mapped segment
+  prom::Counter& direct_sent_bytes;       // ... sent by a worker itself (DirectSink)
+  prom::Counter& direct_cut;              // ... replies the socket took part of in time
   std::atomic<int64_t> connected_clients{0};
   std::atomic<int64_t> inflight_bytes{0};
 
@@ -91,11 +96,34 @@ struct Session {
   int64_t created_unix_s = 0;
 };
 
+// The connection's socket, for replies sent from where their bytes lie
+// (a value in a store's mapped segment) instead of through the reply
+// queue. The server gives one to a command of a plain (not TLS)
+// connection.
+class DirectSink {
+ public:
+  virtual ~DirectSink() = default;
+  // Writes a prefix of `iov` to the client now, when none of the
+  // connection's earlier replies waits to be sent (else nothing), waiting
+  // for the socket to take it until `until_mono_ms` (MonoMs) at the
+  // latest. Returns the bytes written; the caller queues the rest, copied,
+  // in ReplyChunks.
+  virtual size_t Send(const iovec* iov, int iovcnt, uint64_t until_mono_ms) = 0;
+};
+
 // The reply of one command: small parts are appended to the last string,
 // a large value is moved in as its own chunk (no copy).
 struct ReplyChunks {
   std::deque<std::string> chunks;
   size_t bytes = 0;
+  DirectSink* direct = nullptr;  // null: queue everything
+  // Nothing added yet.
+  bool empty() const {
+    for (const std::string& c : chunks) {
+      if (!c.empty()) return false;
+    }
+    return true;
+  }
   std::string* tail() {
     if (chunks.empty()) chunks.emplace_back();
     return &chunks.back();
@@ -182,6 +210,13 @@ class CommandHandler {
   Status Store(Client* client, const std::string& key, std::string* value, bool nx, bool* written);
   // Reads `key` into *value without the trailer.
   Status Load(Client* client, const std::string& key, std::string* value);
+  // GET's reply for each of `keys`, in order, appended to `out`: read with
+  // Client::BatchGetViews, and sent from where the values lie through
+  // out->direct when it takes them (a reply of errors and nils alone is
+  // queued), the rest copied into `out`. Counts hits and misses; returns
+  // the error replies, for the caller to count.
+  size_t ReplyValues(const Session& session, Client* client, const std::vector<std::string>& keys,
+                     ReplyChunks* out);
   Status CountKeys(Client* client, uint64_t* n);
   Status ExistsMany(Client* client, const std::vector<std::string>& keys,
                     std::vector<bool>* present);

@@ -1,8 +1,13 @@
 // Pipelined runs of GET and SET, executed with one batch call per run
 // (CommandHandler::ExecuteRun). redis-benchmark -P and LMCache's pipelines
 // send exactly such runs; one master round trip per run instead of one per
-// command is what makes pipelining pay off against the cluster.
+// command is what makes pipelining pay off against the cluster. Both a
+// run of GETs and a single GET reply through ReplyValues, which hands
+// values to the socket from where they lie.
+#include <sys/uio.h>
+
 #include <algorithm>
+#include <deque>
 #include <unordered_set>
 
 #include "absl/strings/match.h"
@@ -46,25 +51,7 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
   for (const auto& c : *commands) keys.push_back(c[1]);
 
   if (kind == BatchKind::kGet) {
-    std::vector<std::string> values;
-    std::vector<Status> statuses;
-    Status s = client->BatchGet(keys, &values, &statuses);
-    for (size_t i = 0; i < n; ++i) {
-      std::string& v = values.size() == n ? values[i] : keys[i];  // unused unless ok
-      const Status st = DecodeValue(s.ok() ? statuses[i] : s, &v);
-      if (st.code() == StatusCode::kNotFound) {
-        stats_->misses.Increment(1);
-        writer().Null();
-      } else if (!st.ok()) {
-        stats_->errors.Increment(1);
-        writer().Error(ValueErrorText(st));
-      } else {
-        stats_->hits.Increment(1);
-        writer().BulkHeader(v.size());
-        out->AddOwned(std::move(v));
-        out->tail()->append("\r\n");
-      }
-    }
+    stats_->errors.Increment(static_cast<double>(ReplyValues(*session, client, keys, out)));
     return;
   }
 
@@ -101,6 +88,91 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
       writer().Error(internal::ErrorText(results[i]));
     }
   }
+}
+
+size_t CommandHandler::ReplyValues(const Session& session, Client* client,
+                                   const std::vector<std::string>& keys, ReplyChunks* out) {
+  size_t errors = 0;
+  auto reply = [&](const std::vector<BlockView>& views, uint64_t use_by_mono_ms) {
+    // The reply as parts in order: text of our own (headers, nils, errors,
+    // CRLFs), in `text` (a deque: its strings stay put), and the values
+    // where BatchGetViews holds them.
+    std::deque<std::string> text;
+    std::vector<iovec> parts;
+    std::vector<bool> is_value;   // per part
+    std::string* open = nullptr;  // the text part being written
+    auto writer = [&] {
+      if (open == nullptr) open = &text.emplace_back();
+      return RespWriter(open, session.protocol);
+    };
+    auto close_text = [&] {
+      if (open == nullptr) return;
+      parts.push_back(iovec{open->data(), open->size()});
+      is_value.push_back(false);
+      open = nullptr;
+    };
+    bool values = false;
+    for (const BlockView& v : views) {
+      size_t size = 0;
+      const Status st = DecodeValue(v.status, v.data, v.size, &size);
+      if (st.code() == StatusCode::kNotFound) {
+        stats_->misses.Increment(1);
+        writer().Null();
+      } else if (!st.ok()) {
+        ++errors;
+        writer().Error(ValueErrorText(st));
+      } else {
+        stats_->hits.Increment(1);
+        if (v.in_place) stats_->values_in_place.Increment(1);
+        writer().BulkHeader(size);
+        if (size > 0) {
+          close_text();
+          parts.push_back(iovec{const_cast<char*>(v.data), size});
+          is_value.push_back(true);
+          values = true;
+        }
+        if (open == nullptr) open = &text.emplace_back();
+        open->append("\r\n");
+      }
+    }
+    close_text();
+    size_t sent = 0;
+    if (values && out->direct != nullptr && out->empty()) {
+      sent = out->direct->Send(parts.data(), static_cast<int>(parts.size()), use_by_mono_ms);
+      size_t total = 0;
+      for (const iovec& part : parts) total += part.iov_len;
+      if (sent > 0 && sent < total) stats_->direct_cut.Increment(1);
+    }
+    // What the socket did not take now goes through the queue, copied:
+    // each value a chunk of its own, text into the tail.
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const iovec& part = parts[i];
+      if (sent >= part.iov_len) {
+        sent -= part.iov_len;
+        continue;
+      }
+      const char* p = static_cast<const char*>(part.iov_base) + sent;
+      const size_t len = part.iov_len - sent;
+      sent = 0;
+      if (is_value[i]) {
+        out->AddOwned(std::string(p, len));
+      } else {
+        out->tail()->append(p, len);
+      }
+    }
+  };
+  const Status batch = client->BatchGetViews(keys, reply);
+  if (batch.ok()) return errors;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (batch.code() == StatusCode::kNotFound) {
+      stats_->misses.Increment(1);
+      RespWriter(out->tail(), session.protocol).Null();
+    } else {
+      ++errors;
+      RespWriter(out->tail(), session.protocol).Error(ValueErrorText(batch));
+    }
+  }
+  return errors;
 }
 
 }  // namespace shelf::resp

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -11,10 +12,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -43,6 +46,9 @@ constexpr size_t kDrainBytesMax = 8 << 20;  // then close anyway
 // ones are encrypted straight from the queue, this much per call at most.
 constexpr size_t kTlsCoalesceBytes = 16 << 10;
 constexpr size_t kTlsWriteBytesMax = 4 << 20;
+// How long a worker waits for a slow client's socket to take a reply sent
+// from where its values lie, before it queues the rest, copied.
+constexpr uint64_t kDirectSendWaitMs = 20;
 }  // namespace
 
 struct Connection {
@@ -101,6 +107,10 @@ struct Connection {
 
   std::atomic<bool> closed{false};
   Mutex mu;
+  // A worker is writing replies to fd itself (RespServer::SendDirect):
+  // Close waits for it before closing fd.
+  bool direct_writing ABSL_GUARDED_BY(mu) = false;
+  CondVar direct_done;
   std::deque<Pending> queue ABSL_GUARDED_BY(mu);
   // The charges (Pending::bytes) of the commands queued or running.
   std::atomic<int64_t> queued_bytes{0};
@@ -121,6 +131,19 @@ static void DropQueueLocked(Connection* conn, ServerStats* stats)
   }
   conn->queue.clear();
 }
+
+// The socket of one plain connection, for the command a worker runs.
+class RespServer::ConnectionSink final : public DirectSink {
+ public:
+  ConnectionSink(RespServer* server, Connection* conn) : server_(server), conn_(conn) {}
+  size_t Send(const iovec* iov, int iovcnt, uint64_t until_mono_ms) override {
+    return server_->SendDirect(conn_, iov, iovcnt, until_mono_ms);
+  }
+
+ private:
+  RespServer* const server_;
+  Connection* const conn_;
+};
 
 RespServer::RespServer(const RespServerOptions& options, CommandHandler* handler,
                        ServerStats* stats)
@@ -628,6 +651,8 @@ void RespServer::Work(const std::shared_ptr<Connection>& conn) {
       }
     }
     ReplyChunks reply;
+    ConnectionSink sink(this, conn.get());
+    if (conn->ssl == nullptr) reply.direct = &sink;  // set at accept, before any command
     bool close = false;
     if (!p.error.empty()) {
       RespWriter(reply.tail(), conn->session.protocol).Error(p.error);
@@ -658,11 +683,67 @@ void RespServer::Work(const std::shared_ptr<Connection>& conn) {
         conn->close_after = true;
         DropQueueLocked(conn.get(), stats_);
       }
-      notify =
-          conn->queue.empty() || conn->out_bytes >= kNotifyOutBytes || close || resume || p.gated;
+      // A reply sent whole by the worker (SendDirect) leaves the loop
+      // nothing to do.
+      notify = (conn->queue.empty() && !conn->out.empty()) || conn->out_bytes >= kNotifyOutBytes ||
+               close || resume || p.gated;
     }
     if (notify) Notify(conn);
   }
+}
+
+size_t RespServer::SendDirect(Connection* conn, const iovec* iov, int iovcnt,
+                              uint64_t until_mono_ms) {
+  {
+    // Nothing of the connection's may be waiting to be sent: these bytes
+    // must follow every earlier reply. The loop writes only what is queued
+    // (none now, and only this worker queues for this connection), so the
+    // socket is this thread's until it is done.
+    MutexLock l(&conn->mu);
+    if (conn->closed.load() || conn->close_after || !conn->out.empty() ||
+        conn->unsent_bytes.load() != 0) {
+      return 0;
+    }
+    conn->direct_writing = true;
+  }
+  until_mono_ms = std::min(until_mono_ms, MonoMs() + kDirectSendWaitMs);
+  std::vector<iovec> rest(iov, iov + iovcnt);
+  size_t first = 0;  // rest[first] is the next to send
+  size_t sent = 0;
+  while (first < rest.size()) {
+    msghdr msg{};
+    msg.msg_iov = &rest[first];
+    msg.msg_iovlen = std::min<size_t>(rest.size() - first, IOV_MAX);
+    ssize_t w = sendmsg(conn->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      sent += static_cast<size_t>(w);
+      size_t left = static_cast<size_t>(w);
+      while (first < rest.size() && left >= rest[first].iov_len) left -= rest[first++].iov_len;
+      if (left > 0) {
+        rest[first].iov_base = static_cast<char*>(rest[first].iov_base) + left;
+        rest[first].iov_len -= left;
+      }
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      const uint64_t now = MonoMs();
+      if (now >= until_mono_ms) break;
+      pollfd pfd{conn->fd, POLLOUT, 0};
+      if (poll(&pfd, 1, static_cast<int>(until_mono_ms - now)) > 0 &&
+          (pfd.revents & (POLLERR | POLLHUP)) == 0) {
+        continue;
+      }
+      break;
+    }
+    break;  // the peer is gone: the rest is queued, and the loop's write closes it
+  }
+  stats_->bytes_out.Increment(static_cast<double>(sent));
+  stats_->direct_sent_bytes.Increment(static_cast<double>(sent));
+  MutexLock l(&conn->mu);
+  conn->direct_writing = false;
+  conn->direct_done.SignalAll();
+  return sent;
 }
 
 void RespServer::Notify(const std::shared_ptr<Connection>& conn) {
@@ -825,6 +906,14 @@ void RespServer::Close(const std::shared_ptr<Connection>& conn) {
   if (conn->closed.exchange(true)) return;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->fd, nullptr);
   conns_.erase(conn->fd);
+  {
+    // A worker sending to the socket itself is stopped (its send fails at
+    // once) and waited for: fd must not be closed, and perhaps reused for
+    // another client, under it.
+    MutexLock l(&conn->mu);
+    if (conn->direct_writing) shutdown(conn->fd, SHUT_RDWR);
+    while (conn->direct_writing) conn->direct_done.Wait(&conn->mu);
+  }
   close(conn->fd);
   stats_->inflight_bytes.fetch_sub(conn->parser_charge);
   conn->parser_charge = 0;

@@ -4,7 +4,10 @@
 // RespParser) and writes. Whole commands go to a small worker pool, which
 // runs each connection's commands one at a time, in arrival order, so
 // pipelined replies come back in order while distinct connections run in
-// parallel.
+// parallel. A worker answering GETs on a plain connection with nothing
+// left to send writes the reply itself, values from where they lie in a
+// store's mapped segment (DirectSink, SendDirect); Close waits for such a
+// write before it closes the socket.
 //
 //   RespServerOptions o;  o.listen = "0.0.0.0:6379";
 //   auto server = RespServer::Start(o, &handler, &stats);
@@ -98,6 +101,9 @@ class RespServer {
   void Schedule(const std::shared_ptr<Connection>& conn);
   void Work(const std::shared_ptr<Connection>& conn);
   void Notify(const std::shared_ptr<Connection>& conn);
+  // DirectSink::Send for `conn`, from the worker running its command.
+  class ConnectionSink;
+  size_t SendDirect(Connection* conn, const iovec* iov, int iovcnt, uint64_t until_mono_ms);
   void DrainNotified();
   void UpdateEvents(Connection* conn);
   // Whether `conn` is read under kUnauthenticatedLimits.

@@ -20,6 +20,16 @@ Status DecodeValue(const Status& read, std::string* block) {
   return Status::Ok();
 }
 
+Status DecodeValue(const Status& read, const char* block, size_t block_size, size_t* value_size) {
+  *value_size = 0;
+  if (!read.ok()) return read;
+  if (block_size == 0 || block[block_size - 1] != kValueTrailer) {
+    return Status(StatusCode::kFailedPrecondition, kForeignBlock);
+  }
+  *value_size = block_size - 1;
+  return Status::Ok();
+}
+
 std::string ValueErrorText(const Status& s) {
   if (s.code() == StatusCode::kFailedPrecondition && s.message() == kForeignBlock) {
     return s.message();

@@ -13,6 +13,7 @@
 #ifndef SHELF_SERVER_RESP_RESP_VALUE_H_
 #define SHELF_SERVER_RESP_RESP_VALUE_H_
 
+#include <cstddef>
 #include <string>
 
 #include "shelf/status.h"
@@ -30,6 +31,9 @@ inline void EncodeValue(std::string* value) { value->push_back(kValueTrailer); }
 // not end in the trailer was not written through shelf-resp and is
 // FAILED_PRECONDITION, `block` cleared.
 Status DecodeValue(const Status& read, std::string* block);
+// The same for a block of `block_size` bytes at `block`, left where it is:
+// *value_size gets the value's length (the block's without its trailer).
+Status DecodeValue(const Status& read, const char* block, size_t block_size, size_t* value_size);
 
 // The error line a failed DecodeValue other than kNotFound answers:
 // "WRONGTYPE ..." for a block of another client, else the status itself

@@ -11,7 +11,8 @@
 // (FLUSHALL) before each row. docs/benchmarks.md ("shelf-bench resp") says
 // what the figures mean. With --tls every row goes over TLS on both sides
 // (redis-server's tls-port, shelf-resp's --tls-listen), with certificates
-// made here by the openssl CLI.
+// made here by the openssl CLI. With --redis-benchmark, redis-benchmark's
+// GET rows follow against the same two servers (resp_redis_benchmark.h).
 #include <stdio.h>
 #include <unistd.h>
 
@@ -34,6 +35,7 @@
 #include "testing/local_cluster.h"
 #include "tools/bench/redis_peer.h"
 #include "tools/bench/resp_load.h"
+#include "tools/bench/resp_redis_benchmark.h"
 
 namespace shelf::bench {
 
@@ -94,7 +96,9 @@ int RespBench(int argc, char** argv) {
   std::string redis_server = "/usr/bin/redis-server", redis_cli = "/usr/bin/redis-cli";
   uint64_t row_bytes = 2ull << 30, dram_size = 0;
   int64_t stores = 2, pipeline = 16;
-  bool quick = false, tls = false;
+  bool quick = false, tls = false, redis_benchmark = false;
+  std::string redis_benchmark_bin = "/usr/bin/redis-benchmark";
+  std::string rb_sizes_text = "64KiB,1MiB";
   Flags flags("shelf-bench resp",
               "one RESP load, every value checked, against redis-server and against shelf-resp "
               "on a Shelf cluster");
@@ -115,7 +119,22 @@ int RespBench(int argc, char** argv) {
   flags.AddBool("tls", &tls,
                 "every row over TLS on both sides (redis-server's tls-port, shelf-resp's "
                 "--tls-listen)");
+  flags.AddBool("redis-benchmark", &redis_benchmark,
+                "then redis-benchmark's GET rows (one hot key, -c 4 and 32, -P 1 and 16) "
+                "against both servers; not with --tls");
+  flags.AddString("redis-benchmark-bin", &redis_benchmark_bin, "redis-benchmark binary");
+  flags.AddString("redis-benchmark-sizes", &rb_sizes_text,
+                  "value sizes of the redis-benchmark rows (-n = --row-bytes / size)");
   flags.ParseOrExit(argc, argv);
+  if (redis_benchmark && tls) {
+    std::fprintf(stderr, "shelf-bench resp: --redis-benchmark runs over plain TCP only\n");
+    return 2;
+  }
+  if (redis_benchmark && access(redis_benchmark_bin.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "shelf-bench resp: no %s (Debian: redis-tools)\n",
+                 redis_benchmark_bin.c_str());
+    return 1;
+  }
   if (quick) {
     if (!flags.WasSet("sizes")) sizes_text = "64KiB,1MiB";
     if (!flags.WasSet("clients")) clients_text = "1";
@@ -129,6 +148,16 @@ int RespBench(int argc, char** argv) {
       return 2;
     }
     sizes.push_back(*v);
+  }
+  std::vector<uint64_t> rb_sizes;
+  for (absl::string_view s : absl::StrSplit(rb_sizes_text, ',', absl::SkipEmpty())) {
+    absl::StatusOr<uint64_t> v = ParseSize(s);
+    if (!v.ok() || *v == 0) {
+      std::fprintf(stderr, "shelf-bench resp: bad --redis-benchmark-sizes entry '%s'\n",
+                   std::string(s).c_str());
+      return 2;
+    }
+    rb_sizes.push_back(*v);
   }
   std::vector<int> clients;
   for (absl::string_view s : absl::StrSplit(clients_text, ',', absl::SkipEmpty())) {
@@ -285,6 +314,23 @@ int RespBench(int argc, char** argv) {
                 static_cast<unsigned long long>(row.shelf.misses));
     std::fflush(stdout);
   }
+  std::vector<RedisBenchmarkRow> rb_rows;
+  if (redis_benchmark && error.empty() && !StopRequested()) {
+    RedisBenchmarkOptions rbo;
+    rbo.binary = redis_benchmark_bin;
+    rbo.redis_port = redis_port;
+    rbo.shelf_port = shelf_port;
+    rbo.sizes = rb_sizes;
+    rbo.row_bytes = row_bytes;
+    for (int port : {redis_port, shelf_port}) {
+      if (absl::Status f = Flush(redis_cli, port); !f.ok()) error = std::string(f.message());
+    }
+    if (error.empty()) {
+      if (absl::Status s = RunRedisBenchmarkRows(rbo, &rb_rows); !s.ok()) {
+        error = absl::StrCat("redis-benchmark: ", s.message());
+      }
+    }
+  }
   // A row counts once both servers ran it whole.
   auto done = [](const RespRow& r) {
     return r.redis.set_per_s > 0 && r.shelf.set_per_s > 0 && r.redis.get_per_s > 0 &&
@@ -311,12 +357,7 @@ int RespBench(int argc, char** argv) {
       min_ratio = any ? std::min(min_ratio, x) : x;
       any = true;
     }
-    Json o = Json::object();
-    o["size"] = r.size;
-    o["clients"] = r.clients;
-    o["pipeline"] = r.pipeline;
-    o["requests"] = r.requests;
-    o["first"] = r.shelf_first ? "shelf" : "redis";
+    Json o = RespRowJson(r.size, r.clients, r.pipeline, r.requests, r.shelf_first);
     o["redis_set"] = r.redis.set_per_s;
     o["shelf_set"] = r.shelf.set_per_s;
     o["redis_get"] = r.redis.get_per_s;
@@ -338,6 +379,11 @@ int RespBench(int argc, char** argv) {
   o["mismatches"] = mismatches;
   if (!error.empty()) o["error"] = error;
   o["rows"] = row_json;
+  if (redis_benchmark) {
+    double rb_min = 0;
+    o["redis_benchmark_rows"] = RedisBenchmarkJson(rb_rows, &rb_min);
+    o["redis_benchmark_get_min_vs_redis"] = or_null(rb_min);
+  }
   std::printf("%s\n", JsonDump(o).c_str());
   return error.empty() && mismatches == 0 ? 0 : 1;
 }

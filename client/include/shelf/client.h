@@ -47,6 +47,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -350,6 +351,17 @@ struct PiecesItem {
   std::vector<std::pair<void*, size_t>> pieces;  // (address, bytes), 1 or more
 };
 
+// A block as Client::BatchGetViews hands it over: where its bytes lie for
+// the length of the call.
+struct BlockView {
+  Status status;  // OK: [data, data + size) is the block; else why not
+  const char* data = nullptr;
+  size_t size = 0;
+  // The bytes lie in a store's segment on this host, mapped read-only, not
+  // in memory of the call: valid only until the callback's use_by time.
+  bool in_place = false;
+};
+
 // A block to store from bytes [offset, offset + size) of a registered buffer.
 struct PutFromItem {
   std::string key;
@@ -615,6 +627,25 @@ class Client {
   virtual Status BatchGetIntoPieces(const std::vector<PiecesItem>& items,
                                     std::vector<Status>* statuses, std::vector<size_t>* sizes,
                                     Deadline deadline = Deadline()) = 0;
+  // Reads `keys` as BatchGet does, then calls `use` once, on this thread,
+  // with views[i] for keys[i], and returns after it. A block of a store on
+  // this host, in its DRAM, read under the lease of a fresh lookup, is not
+  // copied: its view is the block where it lies in the store's mapped
+  // segment (BlockView::in_place), checked against its checksum there, and
+  // the lease is held until `use` returns. `use` must be done with such
+  // bytes by `use_by_mono_ms` (std::chrono::steady_clock, in milliseconds
+  // since its epoch: half the lease's time left when `use` is called);
+  // after it they may be another
+  // block's. Other blocks (over TCP, from an SSD tier, through a location
+  // this client cached) are copied into memory the call owns, valid until
+  // `use` returns; when every view is such, use_by_mono_ms is UINT64_MAX.
+  // A front end sends the bytes on without a copy of its own (shelf-resp's
+  // GET). The batch's failure (INVALID_ARGUMENT for a bad key, the lookup's
+  // error) is returned without calling `use`; per-key errors are in the
+  // views, as BatchGet's statuses.
+  using ViewsFn = std::function<void(const std::vector<BlockView>& views, uint64_t use_by_mono_ms)>;
+  virtual Status BatchGetViews(const std::vector<std::string>& keys, const ViewsFn& use,
+                               Deadline deadline = Deadline()) = 0;
 
   // ------------------------------------------------------------ async
 
