@@ -38,7 +38,8 @@ REQUIRED = {
                        "put_goal_gbps", "put_goal_ratio", "errors", "mismatches"],
     "kv-events-router-view": ["map_placed_pct", "array_placed_pct"],
     "resp": ["resp_get_1m_vs_redis", "resp_set_1m_vs_redis", "resp_get_64k_vs_redis",
-             "resp_min_vs_redis", "errors", "mismatches", "rows"],
+             "resp_min_vs_redis", "redis_benchmark_get_min_vs_redis", "errors", "mismatches",
+             "rows", "redis_benchmark_rows"],
 }
 # Subcommands run with other arguments than `SUBCOMMAND --quick`.
 ARGS = {
@@ -49,6 +50,10 @@ ARGS = {
     # encodings followed.
     "kv-events-router-view": ["kv-events", "--router-view", "--requests", "300",
                               "--dram-size", "8MiB"],
+    # The checked load's quick rows, then redis-benchmark's four GET rows
+    # of 64 KiB, 2000 requests each.
+    "resp": ["resp", "--quick", "--redis-benchmark", "--redis-benchmark-sizes", "64KiB",
+             "--redis-benchmark-bytes", "64MiB"],
     "replay_compare": ["replay", "--compare-dram-only", "--rounds", "2", "--requests", "150",
                        "--block-bytes", "32KiB", "--dram-size", "8MiB", "--ssd-size", "24MiB"],
 }
@@ -85,7 +90,8 @@ def run_quick(bench, sub):
     for field in REQUIRED[sub]:
         if field not in obj:
             fail("JSON lacks %r" % field, p.stdout)
-    numbers = [f for f in REQUIRED[sub] if f not in ("rows", "errors", "mismatches")]
+    numbers = [f for f in REQUIRED[sub]
+               if f not in ("rows", "redis_benchmark_rows", "errors", "mismatches")]
     if sub == "kv" and not obj.get("redis"):
         # The ratios are null without a baseline: a smoke test that passed
         # then would check no comparison at all.
@@ -107,6 +113,9 @@ def run_quick(bench, sub):
     # Neither RESP server always runs first: the rows take turns.
     if sub == "resp" and {r.get("first") for r in obj["rows"]} != {"redis", "shelf"}:
         fail("resp rows do not alternate which server goes first", p.stdout)
+    if sub == "resp" and len(obj["redis_benchmark_rows"]) != 4:
+        fail("resp ran %d redis-benchmark rows, want 4 (-c 4, 32 x -P 1, 16)"
+             % len(obj["redis_benchmark_rows"]), p.stdout)
     if p.returncode != 0:
         fail("exit status %d" % p.returncode, p.stdout + p.stderr)
     print("%s --quick: ok in %.1f s" % (sub, elapsed))

@@ -99,6 +99,7 @@ int RespBench(int argc, char** argv) {
   bool quick = false, tls = false, redis_benchmark = false;
   std::string redis_benchmark_bin = "/usr/bin/redis-benchmark";
   std::string rb_sizes_text = "64KiB,1MiB";
+  uint64_t rb_bytes = 4ull << 30;
   Flags flags("shelf-bench resp",
               "one RESP load, every value checked, against redis-server and against shelf-resp "
               "on a Shelf cluster");
@@ -124,7 +125,10 @@ int RespBench(int argc, char** argv) {
                 "against both servers; not with --tls");
   flags.AddString("redis-benchmark-bin", &redis_benchmark_bin, "redis-benchmark binary");
   flags.AddString("redis-benchmark-sizes", &rb_sizes_text,
-                  "value sizes of the redis-benchmark rows (-n = --row-bytes / size)");
+                  "value sizes of the redis-benchmark rows");
+  flags.AddSize("redis-benchmark-bytes", &rb_bytes,
+                "bytes each redis-benchmark row reads per server (-n = bytes / size, at least "
+                "2000)");
   flags.ParseOrExit(argc, argv);
   if (redis_benchmark && tls) {
     std::fprintf(stderr, "shelf-bench resp: --redis-benchmark runs over plain TCP only\n");
@@ -321,7 +325,7 @@ int RespBench(int argc, char** argv) {
     rbo.redis_port = redis_port;
     rbo.shelf_port = shelf_port;
     rbo.sizes = rb_sizes;
-    rbo.row_bytes = row_bytes;
+    rbo.row_bytes = rb_bytes;
     for (int port : {redis_port, shelf_port}) {
       if (absl::Status f = Flush(redis_cli, port); !f.ok()) error = std::string(f.message());
     }

@@ -68,7 +68,7 @@ absl::Status RunRedisBenchmarkRows(const RedisBenchmarkOptions& o,
         row.size = size;
         row.clients = c;
         row.pipeline = p;
-        row.requests = std::max<uint64_t>(o.row_bytes / size, 1000);
+        row.requests = std::max<uint64_t>(o.row_bytes / size, kRedisBenchmarkRequestsMin);
         row.shelf_first = rows->size() % 2 == 1;
         for (bool shelf : {row.shelf_first, !row.shelf_first}) {
           absl::StatusOr<double> v = RunSide(o, shelf ? o.shelf_port : o.redis_port, row);

@@ -20,6 +20,8 @@
 
 namespace shelf::bench {
 
+inline constexpr uint64_t kRedisBenchmarkRequestsMin = 2000;
+
 struct RedisBenchmarkRow {
   uint64_t size = 0;
   int clients = 0;
@@ -37,7 +39,9 @@ struct RedisBenchmarkOptions {
   std::vector<uint64_t> sizes = {64ull << 10, 1ull << 20};
   std::vector<int> clients = {4, 32};
   std::vector<int> pipelines = {1, 16};
-  uint64_t row_bytes = 2ull << 30;  // requests = row_bytes / size (at least 1000)
+  // requests = row_bytes / size, at least kRedisBenchmarkRequestsMin: the
+  // tool times in milliseconds, so a row must last a while.
+  uint64_t row_bytes = 4ull << 30;
 };
 
 // Runs every row, printing each as it ends; stops at the first failure
