@@ -110,7 +110,11 @@ ServerStats::ServerStats()
       direct_cut(prom::AddUnlabelledCounter(
           DefaultExposition().registry(), "shelf_resp_direct_cut_total",
           "GET replies a client's socket took only part of in time: the rest was copied and "
-          "queued.")) {
+          "queued.")),
+      direct_received_bytes(prom::AddUnlabelledCounter(
+          DefaultExposition().registry(), "shelf_resp_direct_received_bytes_total",
+          "Value bytes (bulks of 64 KiB and more) read from the socket straight into their "
+          "command's argument (part of shelf_resp_received_bytes_total).")) {
   gauges_.push_back(DefaultExposition().AddCallbackGauge(
       "shelf_resp_connections", "Client connections open.",
       [this] { return static_cast<double>(connected_clients.load()); }));

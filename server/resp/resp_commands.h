@@ -76,6 +76,7 @@ struct ServerStats {
   prom::Counter& values_in_place;         // GET values read in a store's mapped segment
   prom::Counter& direct_sent_bytes;       // ... sent by a worker itself (DirectSink)
   prom::Counter& direct_cut;              // ... replies the socket took part of in time
+  prom::Counter& direct_received_bytes;   // value bytes read straight into their argument
   std::atomic<int64_t> connected_clients{0};
   std::atomic<int64_t> inflight_bytes{0};
 

@@ -1,5 +1,6 @@
 #include "server/resp/resp_parser.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
@@ -30,6 +31,23 @@ bool ParseRespInt(absl::string_view text, int64_t* value) {
 void RespParser::Feed(const char* data, size_t size) {
   if (state_ == State::kError) return;
   buf_.append(data, size);
+}
+
+char* RespParser::BeginBulkFill(size_t max, size_t* room) {
+  *room = 0;
+  if (!WantsBulkFill() || max == 0) return nullptr;
+  std::string& arg = partial_.back();
+  fill_from_ = arg.size();
+  *room = static_cast<size_t>(std::min<uint64_t>(bulk_left_, max));
+  // Within the capacity reserved at the bulk's header: no reallocation.
+  arg.resize(fill_from_ + *room);
+  return arg.data() + fill_from_;
+}
+
+void RespParser::EndBulkFill(size_t n) {
+  partial_.back().resize(fill_from_ + n);
+  partial_bytes_ += n;
+  bulk_left_ -= n;
 }
 
 void RespParser::Compact() {
@@ -229,6 +247,7 @@ RespParser::Result RespParser::Next(std::vector<std::string>* args, std::string*
       // in place (server/resp/resp_commands.cc) without a reallocation.
       partial_.back().reserve(static_cast<size_t>(len) + 1);
       bulk_left_ = static_cast<uint64_t>(len);
+      bulk_len_ = bulk_left_;
       state_ = State::kBulkData;
     }
     if (state_ == State::kBulkData) {

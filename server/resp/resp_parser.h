@@ -67,6 +67,22 @@ class RespParser {
   // True between commands, with no partial input held.
   bool idle() const { return state_ == State::kStart && pos_ == buf_.size(); }
 
+  // Reading a bulk straight into its argument: while a bulk of at least
+  // kDirectBulkBytesMin is being received and no input waits to be parsed
+  // (the socket's next bytes are the bulk's), BeginBulkFill gives room for
+  // up to `max` of its bytes (never past its end) in the argument itself,
+  // and EndBulkFill(n) takes the first n as received, as Feed would have;
+  // the server reads the socket into it, where Feed would cost two copies
+  // (its buffer, then the argument). nullptr, *room 0, when not so.
+  static constexpr size_t kDirectBulkBytesMin = size_t{64} * 1024;
+  bool WantsBulkFill() const {
+    return state_ == State::kBulkData && bulk_left_ > 0 && pos_ == buf_.size() &&
+           bulk_len_ >= kDirectBulkBytesMin;
+  }
+  char* BeginBulkFill(size_t max, size_t* room);
+  // REQUIRES: BeginBulkFill returned room >= n just before.
+  void EndBulkFill(size_t n);
+
  private:
   enum class State { kStart, kBulkHeader, kBulkData, kError };
 
@@ -86,6 +102,8 @@ class RespParser {
   size_t partial_bytes_ = 0;
   size_t args_left_ = 0;
   uint64_t bulk_left_ = 0;  // bytes of the current bulk still to read
+  uint64_t bulk_len_ = 0;   // the current bulk's whole length
+  size_t fill_from_ = 0;    // BeginBulkFill: the argument's size before it
 };
 
 // Parses a RESP integer: optional '-', then 1..19 digits, no overflow.

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -410,7 +411,8 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
   if (conn->ssl != nullptr && !conn->handshake_done && !Handshake(conn)) return;
   size_t total = 0;
   bool eof = false;
-  bool more = false;  // stopped with input left
+  bool more = false;    // stopped with input left
+  bool queued = false;  // a command (or a failure) was queued to run
   while (conn->reading && !conn->paused) {
     if (total >= kReadPerEventBytes) {
       more = true;
@@ -423,10 +425,37 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
       if (held >= kUnauthenticatedBufferBytes) break;
       want = std::min(want, kUnauthenticatedBufferBytes - held);
     }
+    if (conn->ssl == nullptr && conn->parser.WantsBulkFill()) {
+      // A large value arriving: read it straight into its argument, as
+      // much as the socket holds now (what is zero-filled ahead of the
+      // read is then all overwritten).
+      int ready = 0;
+      size_t room = 0;
+      char* into = nullptr;
+      if (ioctl(conn->fd, FIONREAD, &ready) == 0 && ready > 0) {
+        into = conn->parser.BeginBulkFill(std::min(want, static_cast<size_t>(ready)), &room);
+      }
+      if (into != nullptr) {
+        ssize_t n = ReadSome(conn.get(), into, room);
+        conn->parser.EndBulkFill(n > 0 ? static_cast<size_t>(n) : 0);
+        if (n > 0) {
+          total += static_cast<size_t>(n);
+          stats_->direct_received_bytes.Increment(static_cast<double>(n));
+          queued |= ParseInput(conn);  // the value may be whole now
+          continue;
+        }
+        if (n < 0) break;
+        eof = true;
+        break;
+      }
+    }
     ssize_t n = ReadSome(conn.get(), buf.data(), want);
     if (n > 0) {
       total += static_cast<size_t>(n);
       conn->parser.Feed(buf.data(), static_cast<size_t>(n));
+      // Parsed as it comes: a large value's header, once parsed, lets the
+      // rest of the value be read straight into its argument (above).
+      queued |= ParseInput(conn);
       // A short plain read emptied the socket; SSL_read returns one record
       // at a time, so TLS reads on until OpenSSL wants more input.
       if (conn->ssl == nullptr && static_cast<size_t>(n) < want) break;
@@ -439,49 +468,8 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
   // The socket may show nothing while OpenSSL holds the rest.
   if (more && conn->ssl != nullptr && TlsHasPending(conn->ssl)) tls_pending_.push_back(conn);
   stats_->bytes_in.Increment(total);
-  std::vector<std::string> args;
-  std::string error;
-  bool queued = false;
-  while (conn->reading) {
-    if (conn->queued_bytes.load() > kQueuedBytesMax) {
-      // The rest stays unparsed (counted at its size) and the socket unread
-      // until they run down to half (DrainNotified).
-      Pause(conn.get());
-      ChargeParser(conn.get());
-      break;
-    }
-    const bool gated = Gated(*conn);
-    if (gated && conn->gated_pending.load() > 0) {
-      // The command before decides the limits of the next: wait for it
-      // (DrainNotified resumes once it has run).
-      Pause(conn.get());
-      break;
-    }
-    conn->parser.set_limits(gated ? kUnauthenticatedLimits : options_.limits);
-    RespParser::Result r = conn->parser.Next(&args, &error);
-    if (r == RespParser::Result::kCommand) {
-      int64_t bytes = kCommandOverheadBytes;
-      for (const std::string& a : args) {
-        bytes += static_cast<int64_t>(a.capacity() + kArgOverheadBytes);
-      }
-      stats_->inflight_bytes.fetch_add(bytes);
-      conn->queued_bytes.fetch_add(bytes);
-      if (gated) conn->gated_pending.fetch_add(1);
-      {
-        MutexLock l(&conn->mu);
-        conn->queue.push_back(Connection::Pending{std::move(args), "", bytes, gated});
-      }
-      args = {};
-      queued = true;
-      continue;
-    }
-    ChargeParser(conn.get());
-    if (r == RespParser::Result::kError) {
-      FailConnection(conn, "ERR " + error);
-      queued = true;
-    }
-    break;
-  }
+  // What was left unparsed before (a connection resumed after a pause).
+  queued |= ParseInput(conn);
   if (conn->reading && !conn->paused && Gated(*conn) &&
       conn->parser.buffered_bytes() >= kUnauthenticatedBufferBytes) {
     // Cannot happen with whole commands under kUnauthenticatedLimits; were
@@ -535,6 +523,53 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
     queued = true;
   }
   if (queued) Schedule(conn);
+}
+
+bool RespServer::ParseInput(const std::shared_ptr<Connection>& conn) {
+  std::vector<std::string> args;
+  std::string error;
+  bool queued = false;
+  while (conn->reading) {
+    if (conn->queued_bytes.load() > kQueuedBytesMax) {
+      // The rest stays unparsed (counted at its size) and the socket unread
+      // until they run down to half (DrainNotified).
+      Pause(conn.get());
+      ChargeParser(conn.get());
+      break;
+    }
+    const bool gated = Gated(*conn);
+    if (gated && conn->gated_pending.load() > 0) {
+      // The command before decides the limits of the next: wait for it
+      // (DrainNotified resumes once it has run).
+      Pause(conn.get());
+      break;
+    }
+    conn->parser.set_limits(gated ? kUnauthenticatedLimits : options_.limits);
+    RespParser::Result r = conn->parser.Next(&args, &error);
+    if (r == RespParser::Result::kCommand) {
+      int64_t bytes = kCommandOverheadBytes;
+      for (const std::string& a : args) {
+        bytes += static_cast<int64_t>(a.capacity() + kArgOverheadBytes);
+      }
+      stats_->inflight_bytes.fetch_add(bytes);
+      conn->queued_bytes.fetch_add(bytes);
+      if (gated) conn->gated_pending.fetch_add(1);
+      {
+        MutexLock l(&conn->mu);
+        conn->queue.push_back(Connection::Pending{std::move(args), "", bytes, gated});
+      }
+      args = {};
+      queued = true;
+      continue;
+    }
+    ChargeParser(conn.get());
+    if (r == RespParser::Result::kError) {
+      FailConnection(conn, "ERR " + error);
+      queued = true;
+    }
+    break;
+  }
+  return queued;
 }
 
 bool RespServer::Handshake(const std::shared_ptr<Connection>& conn) {

@@ -96,6 +96,9 @@ class RespServer {
   RespServer(const RespServerOptions& options, CommandHandler* handler, ServerStats* stats);
   void Accept(int listen_fd);
   void OnReadable(const std::shared_ptr<Connection>& conn);
+  // Queues the whole commands conn's parser holds (or a failure); pauses
+  // reading past the queue's bound. True when anything was queued.
+  bool ParseInput(const std::shared_ptr<Connection>& conn);
   void Flush(const std::shared_ptr<Connection>& conn);
   void Close(const std::shared_ptr<Connection>& conn);
   void Schedule(const std::shared_ptr<Connection>& conn);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,68 @@ TEST(RespParserTest, MultibulkCommandsSplitAnywhere) {
     EXPECT_EQ(cmds[0], (Args{"SET", "k", std::string("v\r\n\0x", 5)}));
     EXPECT_EQ(cmds[1], (Args{"PING"}));
   }
+}
+
+// A large value may be read straight into its argument once its header is
+// parsed (BeginBulkFill/EndBulkFill, what the server does with the socket),
+// in pieces of any size, mixed with bytes fed the usual way; the command is
+// the same as if every byte had been fed. Small values, and a parser still
+// holding unparsed input, offer no room.
+TEST(RespParserTest, LargeValuesAreFilledInPlace) {
+  RespLimits limits;
+  const std::string value = [] {
+    std::string v(size_t{300} * 1024, '\0');
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<char>(i * 131 + i / 7);
+    return v;
+  }();
+  for (size_t piece : {size_t{1}, size_t{4096}, size_t{65536}, value.size()}) {
+    RespParser p(limits);
+    Args args;
+    std::string error;
+    size_t room = 0;
+    const std::string head =
+        "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$" + std::to_string(value.size()) + "\r\n";
+    // Header and the first 10 bytes of the value fed, not yet parsed.
+    p.Feed(head.data(), head.size());
+    p.Feed(value.data(), 10);
+    EXPECT_FALSE(p.WantsBulkFill());
+    EXPECT_EQ(p.BeginBulkFill(1 << 20, &room), nullptr);
+    ASSERT_EQ(p.Next(&args, &error), RespParser::Result::kNeedMore);
+    size_t at = 10;
+    while (at < value.size()) {
+      ASSERT_TRUE(p.WantsBulkFill()) << "at " << at;
+      char* into = p.BeginBulkFill(piece, &room);
+      ASSERT_NE(into, nullptr);
+      ASSERT_EQ(room, std::min(piece, value.size() - at));
+      // A short read: half the room (at least a byte) arrives.
+      const size_t n = std::max<size_t>(room / 2, 1);
+      std::memcpy(into, value.data() + at, n);
+      p.EndBulkFill(n);
+      at += n;
+      EXPECT_EQ(p.announced_bytes(), value.size() - at);
+    }
+    EXPECT_FALSE(p.WantsBulkFill());  // whole: the CRLF comes the usual way
+    ASSERT_EQ(p.Next(&args, &error), RespParser::Result::kNeedMore);
+    const std::string rest = "\r\n*1\r\n$4\r\nPING\r\n";
+    p.Feed(rest.data(), rest.size());
+    ASSERT_EQ(p.Next(&args, &error), RespParser::Result::kCommand) << error;
+    ASSERT_EQ(args.size(), 3u);
+    EXPECT_EQ(args[0], "SET");
+    EXPECT_TRUE(args[2] == value) << "piece " << piece << ": the value differs";
+    ASSERT_EQ(p.Next(&args, &error), RespParser::Result::kCommand);
+    EXPECT_EQ(args, (Args{"PING"}));
+  }
+  // A value under kDirectBulkBytesMin goes through Feed alone.
+  RespParser small(limits);
+  Args args;
+  std::string error;
+  size_t room = 0;
+  const std::string head = "*2\r\n$3\r\nGET\r\n$100\r\n";
+  small.Feed(head.data(), head.size());
+  ASSERT_EQ(small.Next(&args, &error), RespParser::Result::kNeedMore);
+  EXPECT_FALSE(small.WantsBulkFill());
+  EXPECT_EQ(small.BeginBulkFill(1 << 20, &room), nullptr);
+  EXPECT_EQ(room, 0u);
 }
 
 TEST(RespParserTest, EmptyBulkAndEmptyArrays) {
