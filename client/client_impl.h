@@ -94,8 +94,8 @@ class ClientImpl final : public Client {
                       const PutOptions& options) override;
   Status BatchGetIntoPieces(const std::vector<PiecesItem>& items, std::vector<Status>* statuses,
                             std::vector<size_t>* sizes, Deadline deadline) override;
-  Status BatchGetViews(const std::vector<std::string>& keys, const ViewsFn& use,
-                       Deadline deadline) override;
+  Status BatchGetViews(const std::vector<std::string>& keys, const ViewsFn& use, Deadline deadline,
+                       uint64_t bytes_max) override;
 
   BatchFuture BatchGetAsync(std::vector<std::string> keys, Deadline deadline) override;
   BatchFuture BatchPutAsync(std::vector<PutItem> items, const PutOptions& options) override;

@@ -414,7 +414,7 @@ Status ClientImpl::BatchGetIntoPieces(const std::vector<PiecesItem>& items,
 }
 
 Status ClientImpl::BatchGetViews(const std::vector<std::string>& keys, const ViewsFn& use,
-                                 Deadline deadline) {
+                                 Deadline deadline, uint64_t bytes_max) {
   if (!use) return Status(StatusCode::kInvalidArgument, "BatchGetViews: no callback");
   uint64_t deadline_ms = 0;
   if (absl::Status s = Begin(deadline, &deadline_ms); !s.ok()) return FromAbsl(s);
@@ -432,10 +432,23 @@ Status ClientImpl::BatchGetViews(const std::vector<std::string>& keys, const Vie
   std::vector<std::shared_ptr<const void>> mappings(n);
   std::vector<std::unique_ptr<char[]>> copies(n);
   std::vector<uint64_t> lease_until_unix_ms(n, 0);  // in-place views only
+  std::vector<char> counted(n, 0);                  // against bytes_max (not bits: threads)
+  std::atomic<uint64_t> bytes_taken{0};
   std::vector<absl::Status> statuses;
   absl::Status batch = LookupAndRead(
       key_ptrs, deadline_ms,
       [&](size_t i, const v1::ObjectLocation& loc, bool cached) -> absl::Status {
+        // A cached read that failed comes back here with the master's
+        // answer: its block is counted once.
+        if (bytes_max != 0 && counted[i] == 0) {
+          if (bytes_taken.fetch_add(loc.size()) + loc.size() > bytes_max) {
+            bytes_taken.fetch_sub(loc.size());
+            return absl::ResourceExhaustedError(absl::StrCat("block of ", loc.size(),
+                                                             " bytes would take the views past ",
+                                                             bytes_max, " bytes; not read"));
+          }
+          counted[i] = 1;
+        }
         const v1::Replica& r = loc.replicas(0);
         // In place only under a lease: it alone keeps the range this
         // block's until the bytes are used (a cached location has none).

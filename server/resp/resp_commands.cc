@@ -242,7 +242,7 @@ void CommandHandler::Get(Ctx& c, bool del) {
   if (!del) {
     // Execute counts an error reply (never sent directly: ReplyValues
     // queues a reply without a value).
-    ReplyValues(*c.session, c.client, {c.arg(1)}, c.out);
+    ReplyValues(*c.session, c.client, {c.arg(1)}, ValuesReply::kGets, c.out);
     return;
   }
   std::string value;
@@ -317,6 +317,14 @@ void CommandHandler::SetCmd(Ctx& c, bool setnx) {
 
 void CommandHandler::MGet(Ctx& c) {
   std::vector<std::string> keys(c.args->begin() + 1, c.args->end());
+  if (keys.size() <= kBatchItemsMax) {
+    // One batch: values sent from where they lie, as GET's (Execute counts
+    // an error reply).
+    ReplyValues(*c.session, c.client, keys, ValuesReply::kMget, c.out);
+    return;
+  }
+  // More keys than one batch takes: read slice by slice, every value held
+  // (copied) until the reply is sent.
   std::vector<std::string> values;
   std::vector<Status> statuses;
   std::vector<std::string> part_values;

@@ -211,13 +211,17 @@ class CommandHandler {
   Status Store(Client* client, const std::string& key, std::string* value, bool nx, bool* written);
   // Reads `key` into *value without the trailer.
   Status Load(Client* client, const std::string& key, std::string* value);
-  // GET's reply for each of `keys`, in order, appended to `out`: read with
+  // GET's reply for each of `keys`, in order (kGets), or MGET's for all
+  // of them (kMget), appended to `out`: read with
   // Client::BatchGetViews, and sent from where the values lie through
   // out->direct when it takes them (a reply of errors and nils alone is
   // queued), the rest copied into `out`. Counts hits and misses; returns
   // the error replies, for the caller to count.
+  // kMget: one array (nil for a miss or another client's block), or one
+  // error for the command; its values bounded by --max-inflight-bytes.
+  enum class ValuesReply { kGets, kMget };
   size_t ReplyValues(const Session& session, Client* client, const std::vector<std::string>& keys,
-                     ReplyChunks* out);
+                     ValuesReply kind, ReplyChunks* out);
   Status CountKeys(Client* client, uint64_t* n);
   Status ExistsMany(Client* client, const std::vector<std::string>& keys,
                     std::vector<bool>* present);

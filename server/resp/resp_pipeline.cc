@@ -51,7 +51,8 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
   for (const auto& c : *commands) keys.push_back(c[1]);
 
   if (kind == BatchKind::kGet) {
-    stats_->errors.Increment(static_cast<double>(ReplyValues(*session, client, keys, out)));
+    stats_->errors.Increment(
+        static_cast<double>(ReplyValues(*session, client, keys, ValuesReply::kGets, out)));
     return;
   }
 
@@ -91,9 +92,29 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
 }
 
 size_t CommandHandler::ReplyValues(const Session& session, Client* client,
-                                   const std::vector<std::string>& keys, ReplyChunks* out) {
+                                   const std::vector<std::string>& keys, ValuesReply kind,
+                                   ReplyChunks* out) {
+  const bool mget = kind == ValuesReply::kMget;
   size_t errors = 0;
   auto reply = [&](const std::vector<BlockView>& views, uint64_t use_by_mono_ms) {
+    if (mget) {
+      // MGET answers one array, or one error for the whole command: a
+      // failed read other than a miss (a value over the bound: -OOM).
+      for (const BlockView& v : views) {
+        if (v.status.ok() || v.status.code() == StatusCode::kNotFound) continue;
+        std::string line = internal::ErrorText(v.status);
+        if (v.status.code() == StatusCode::kResourceExhausted) {
+          stats_->inflight_rejections.Increment(1);
+          line = absl::StrCat(
+              "OOM command not allowed: the values this MGET names are over "
+              "--max-inflight-bytes (",
+              options_.max_inflight_bytes, " bytes)");
+        }
+        RespWriter(out->tail(), session.protocol).Error(line);
+        ++errors;
+        return;
+      }
+    }
     // The reply as parts in order: text of our own (headers, nils, errors,
     // CRLFs), in `text` (a deque: its strings stay put), and the values
     // where BatchGetViews holds them.
@@ -112,10 +133,13 @@ size_t CommandHandler::ReplyValues(const Session& session, Client* client,
       open = nullptr;
     };
     bool values = false;
+    if (mget) writer().Array(views.size());
     for (const BlockView& v : views) {
       size_t size = 0;
       const Status st = DecodeValue(v.status, v.data, v.size, &size);
-      if (st.code() == StatusCode::kNotFound) {
+      // A block of another client is a nil in an MGET, as Redis's MGET
+      // answers a key holding another type.
+      if (st.code() == StatusCode::kNotFound || (mget && !st.ok())) {
         stats_->misses.Increment(1);
         writer().Null();
       } else if (!st.ok()) {
@@ -161,8 +185,15 @@ size_t CommandHandler::ReplyValues(const Session& session, Client* client,
       }
     }
   };
-  const Status batch = client->BatchGetViews(keys, reply);
+  // What an MGET holds, in place or copied, is bounded as its copies were:
+  // a client that reads nothing leaves it all queued.
+  const Status batch =
+      client->BatchGetViews(keys, reply, Deadline(), mget ? options_.max_inflight_bytes : 0);
   if (batch.ok()) return errors;
+  if (mget) {
+    RespWriter(out->tail(), session.protocol).Error(internal::ErrorText(batch));
+    return errors + 1;
+  }
   for (size_t i = 0; i < keys.size(); ++i) {
     if (batch.code() == StatusCode::kNotFound) {
       stats_->misses.Increment(1);

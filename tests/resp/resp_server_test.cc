@@ -45,6 +45,10 @@ class Conn {
 
   bool ok() const { return fd_ >= 0; }
 
+  bool ShrinkReceiveBuffer(int bytes) {
+    return setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes)) == 0;
+  }
+
   static std::string Encode(const std::vector<std::string>& args) {
     std::string out = absl::StrCat("*", args.size(), "\r\n");
     for (const std::string& a : args) absl::StrAppend(&out, "$", a.size(), "\r\n", a, "\r\n");
@@ -276,6 +280,19 @@ TEST_F(RespServerTest, GetsSendValuesFromWhereTheyLieInOrder) {
   // worker sent at least the single GET's reply itself.
   EXPECT_GE(stats_->values_in_place.Value() - in_place_before, 3);
   EXPECT_GE(stats_->direct_sent_bytes.Value() - direct_before, values[0].size());
+
+  // MGET: one array, nil for the miss; a batch of more than 4 keys asks
+  // the master (under leases) rather than its cached locations, so every
+  // value is read in place.
+  const double mget_in_place_before = stats_->values_in_place.Value();
+  ASSERT_TRUE(c.Send(Conn::Encode({"MGET", "v2", "v0", "never", "v1", "v2"})));
+  EXPECT_EQ(c.Reply(), "*5");
+  EXPECT_TRUE(c.Reply() == values[2]) << "MGET v2 answered other bytes";
+  EXPECT_TRUE(c.Reply() == values[0]) << "MGET v0 answered other bytes";
+  EXPECT_EQ(c.Reply(), "(nil)");
+  EXPECT_TRUE(c.Reply() == values[1]) << "MGET v1 answered other bytes";
+  EXPECT_TRUE(c.Reply() == values[2]) << "MGET v2 again answered other bytes";
+  EXPECT_EQ(stats_->values_in_place.Value() - mget_in_place_before, 4);
 }
 
 // A client that asks for a large value and does not read for a while gets
@@ -292,16 +309,22 @@ TEST_F(RespServerTest, ASlowOrVanishingReaderGetsWholeValuesOrNothing) {
   }
   const double cut_before = stats_->direct_cut.Value();
   {
-    // Loopback sockets hold a few MiB between them: 16 MiB cannot all be
-    // taken while the client sleeps.
+    // The client reads nothing until the worker has given up waiting: a
+    // receive buffer of 64 KiB and the server's send buffer (a few MiB at
+    // most) cannot hold 16 MiB, so the cut comes, however slowly the
+    // worker gets to the GET.
     Conn slow(server_->address());
     ASSERT_TRUE(slow.ok());
+    ASSERT_TRUE(slow.ShrinkReceiveBuffer(64 << 10));
     ASSERT_TRUE(slow.Send(Conn::Encode({"GET", "big"}) + Conn::Encode({"PING"})));
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (stats_->direct_cut.Value() == cut_before && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_GE(stats_->direct_cut.Value() - cut_before, 1);
     EXPECT_TRUE(slow.Reply() == big) << "a slow reader got other bytes";
     EXPECT_EQ(slow.Reply(), "+PONG");
   }
-  EXPECT_GE(stats_->direct_cut.Value() - cut_before, 1);
   for (int i = 0; i < 8; ++i) {
     Conn gone(server_->address());
     ASSERT_TRUE(gone.ok());

@@ -642,10 +642,13 @@ class Client {
   // A front end sends the bytes on without a copy of its own (shelf-resp's
   // GET). The batch's failure (INVALID_ARGUMENT for a bad key, the lookup's
   // error) is returned without calling `use`; per-key errors are in the
-  // views, as BatchGet's statuses.
+  // views, as BatchGet's statuses. `bytes_max` (0: none) bounds the views'
+  // bytes together, in place or copied, as BatchGetAtMost bounds its
+  // values: a block that would take them past it is RESOURCE_EXHAUSTED in
+  // its view (nothing read), its size known before.
   using ViewsFn = std::function<void(const std::vector<BlockView>& views, uint64_t use_by_mono_ms)>;
   virtual Status BatchGetViews(const std::vector<std::string>& keys, const ViewsFn& use,
-                               Deadline deadline = Deadline()) = 0;
+                               Deadline deadline = Deadline(), uint64_t bytes_max = 0) = 0;
 
   // ------------------------------------------------------------ async
 
