@@ -1,9 +1,9 @@
 // Pipelined runs of GET and SET, executed with one batch call per run
 // (CommandHandler::ExecuteRun). redis-benchmark -P and LMCache's pipelines
 // send exactly such runs; one master round trip per run instead of one per
-// command is what makes pipelining pay off against the cluster. Both a
-// run of GETs and a single GET reply through ReplyValues, which hands
-// values to the socket from where they lie.
+// command is what makes pipelining pay off against the cluster. A run of
+// GETs, a single GET and an MGET of one batch all reply through
+// ReplyValues, which hands values to the socket from where they lie.
 #include <sys/uio.h>
 
 #include <algorithm>
