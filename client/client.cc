@@ -649,6 +649,7 @@ ClientStats ClientImpl::stats() const {
   s.location_cache_misses = stats_.cache_misses.load();
   s.location_cache_fallbacks = stats_.cache_fallbacks.load();
   s.location_cache_entries = cache_ == nullptr ? 0 : cache_->size();
+  s.location_cache_board_reads = stats_.cache_board_reads.load();
   s.read_lookups = stats_.read_lookups.load();
   s.read_lookups_joined = stats_.read_lookups_joined.load();
   s.put_calls = stats_.put_calls.load();

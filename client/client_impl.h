@@ -94,6 +94,8 @@ class ClientImpl final : public Client {
                       const PutOptions& options) override;
   Status BatchGetIntoPieces(const std::vector<PiecesItem>& items, std::vector<Status>* statuses,
                             std::vector<size_t>* sizes, Deadline deadline) override;
+  Status BatchGetViewsCached(const std::vector<std::string>& keys, const ViewsFn& use,
+                             uint64_t bytes_max) override;
   Status BatchGetViews(const std::vector<std::string>& keys, const ViewsFn& use, Deadline deadline,
                        uint64_t bytes_max) override;
 
@@ -228,11 +230,19 @@ class ClientImpl final : public Client {
                           const char** transport);
   absl::Status ReadReplica(const v1::Replica& replica, const std::string& key, char* dst,
                            uint64_t size, uint64_t deadline_ms, const char** transport);
-  // A cached location's replica: READ_KEY (generation checked) over TCP,
-  // or a copy from the shared mapping that the store then confirms is
-  // still the key's current block (READ_KEY's check-only form).
+  // A cached location's replica: a copy from the shared mapping that the
+  // store's key board vouches for (transport/shm_board.h); where the store
+  // keeps no board, a copy the store then confirms is still the key's
+  // current block (READ_KEY's check-only form); READ_KEY (generation
+  // checked) over TCP otherwise.
   absl::Status ReadCachedReplica(const v1::ObjectLocation& loc, char* dst, uint64_t deadline_ms,
                                  const char** transport);
+  // Whether reading cached location `loc` asks its store over a round
+  // trip though its bytes are in this host's shared memory: a same-host
+  // DRAM block of a store without a key board mapped here.
+  bool AskedCached(const v1::ObjectLocation& loc);
+  // Whether cached location `loc` is in the DRAM of a store on this host.
+  bool SameHostDram(const v1::ObjectLocation& loc);
   // Reads into a target: OUT_OF_RANGE when the block does not fit.
   // Registers a RegisterBuffer buffer with the RDMA device; its handle, or
   // 0 without a device or when the device refuses (GPU: logged once,
@@ -250,11 +260,14 @@ class ClientImpl final : public Client {
   // read(i, location, false) for each hit, in parallel. (*statuses)[i]:
   // NOT_FOUND for a miss, else read's status. `before_release` (optional)
   // runs once every read is done, while the lookup's leases are still held
-  // (not when the batch fails).
+  // (not when the batch fails). `in_place` (BatchGetViews): a cached
+  // same-host DRAM block of kInPlaceMinBytes or more is asked for anew, so
+  // that its lease lets the caller use it where it lies.
   using ReadFn = std::function<absl::Status(size_t, const v1::ObjectLocation&, bool)>;
   absl::Status LookupAndRead(const std::vector<const std::string*>& keys, uint64_t deadline_ms,
                              const ReadFn& read, std::vector<absl::Status>* statuses,
-                             const std::function<void()>& before_release = nullptr);
+                             const std::function<void()>& before_release = nullptr,
+                             bool in_place = false);
   // A Lookup that takes read leases, with `store_table` answers put back
   // inline (InlineStores); several threads' lookups at once go to the
   // master as one (lookups_).
@@ -323,7 +336,7 @@ class ClientImpl final : public Client {
         replica_failovers{0}, bytes_staged_gpu{0}, cache_hits{0}, cache_misses{0},
         cache_fallbacks{0}, bytes_stored_rdma{0}, bytes_loaded_gpu_direct{0},
         bytes_gpu_direct_checked{0}, gpu_rdma_registration_failures{0}, read_lookups{0},
-        read_lookups_joined{0}, put_calls{0}, put_calls_joined{0};
+        read_lookups_joined{0}, put_calls{0}, put_calls_joined{0}, cache_board_reads{0};
   };
   mutable AtomicStats stats_;
 

@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "transport/shm_board.h"
 
 namespace shelf {
 namespace {
@@ -28,10 +29,15 @@ constexpr uint64_t kReleaseTimeoutMs = 1000;
 constexpr uint64_t kReleaseGatherMs = 2;
 constexpr size_t kReleaseQueueMax = size_t{64} * 1024;
 // A cached read of a same-host DRAM block costs a round trip to its store
-// (the check after the copy), where a Lookup costs one round trip for the
-// whole batch: batches larger than this read such blocks through the
+// (the check after the copy) unless the store's key board vouches for it,
+// where a Lookup costs one round trip for the whole batch: batches larger
+// than this read such blocks of stores without a board through the
 // master. TCP reads cost a round trip per block either way.
 constexpr size_t kCachedShmBatchMax = 4;
+// A same-host block this large costs more to copy out of a cached location
+// than a Lookup's round trip costs to lease it where it lies: a reader
+// that uses blocks in place (BatchGetViews) asks the master for it.
+constexpr uint64_t kInPlaceMinBytes = 256 << 10;
 
 // Puts each replica's store back from the answer's table (a lookup asked
 // with `store_table`), so the rest of the client reads `replica.store()`
@@ -77,6 +83,18 @@ transport::Peer ClientImpl::PeerOf(const v1::StoreEndpoint& store) const {
     peer.set_route(transport::Kind::kRdma, store.data_address());
   }
   return peer;
+}
+
+bool ClientImpl::AskedCached(const v1::ObjectLocation& loc) {
+  const v1::Replica& r = loc.replicas(0);
+  if (r.tier() != v1::TIER_DRAM) return false;
+  const transport::Peer peer = PeerOf(r.store());
+  return shm_.Reaches(peer) && !shm_.Vouches(peer);
+}
+
+bool ClientImpl::SameHostDram(const v1::ObjectLocation& loc) {
+  const v1::Replica& r = loc.replicas(0);
+  return r.tier() == v1::TIER_DRAM && shm_.Reaches(PeerOf(r.store()));
 }
 
 absl::Status ClientImpl::MoveReplica(transport::OpKind kind, const v1::Replica& replica,
@@ -187,6 +205,25 @@ absl::Status ClientImpl::ReadCachedReplica(const v1::ObjectLocation& loc, char* 
         s.ok() || s.code() == absl::StatusCode::kDataLoss ||
         s.code() == absl::StatusCode::kDeadlineExceeded) {
       return s;
+    }
+  }
+  if (r.tier() == v1::TIER_DRAM) {
+    const transport::Peer peer = PeerOf(store);
+    if (shm_.Reaches(peer)) {
+      // The store's key board tells, in shared memory, what a check by key
+      // would: the copy is the block of this commit, the key's current one
+      // as the store's records say, and no write touched it meanwhile
+      // (docs/client.md, "Cached reads"). Its "no" is the store's answer
+      // too; only a store that keeps no board is asked.
+      absl::Status s =
+          shm_.CopyIfCurrent(peer, r.segment_id(), r.offset(), loc.size(),
+                             transport::KeyBoardTag(StoreKey(loc), loc.generation()), dst);
+      if (s.ok()) {
+        *transport = "shm";
+        stats_.cache_board_reads.fetch_add(1);
+        return s;
+      }
+      if (s.code() == absl::StatusCode::kFailedPrecondition) return s;
     }
   }
   // Both forms ask the store over TCP: a client that may not use it has no
@@ -503,8 +540,69 @@ Status ClientImpl::BatchGetViews(const std::vector<std::string>& keys, const Vie
         const uint64_t use_by_mono_ms =
             until_unix_ms == UINT64_MAX ? UINT64_MAX : MonoMs() + (until_unix_ms - now_unix_ms) / 2;
         use(views, use_by_mono_ms);
-      });
+      },
+      /*in_place=*/true);
   return FromAbsl(batch);
+}
+
+Status ClientImpl::BatchGetViewsCached(const std::vector<std::string>& keys, const ViewsFn& use,
+                                       uint64_t bytes_max) {
+  if (!use) return Status(StatusCode::kInvalidArgument, "BatchGetViewsCached: no callback");
+  uint64_t deadline_ms = 0;
+  if (absl::Status s = Begin(Deadline(), &deadline_ms); !s.ok()) return FromAbsl(s);
+  if (absl::Status s = ValidateBatchSize(keys.size(), "keys"); !s.ok()) return FromAbsl(s);
+  if (cache_ == nullptr) return Status(StatusCode::kUnavailable, "no location cache");
+  const size_t n = keys.size();
+  const uint64_t now_unix_ms = UnixMs();
+  std::vector<v1::ObjectLocation> locs(n);
+  std::vector<transport::Peer> peers(n);
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (absl::Status s = ValidateKey(keys[i]); !s.ok()) return FromAbsl(s);
+    if (!cache_->Get(keys[i], &locs[i], now_unix_ms)) {
+      return Status(StatusCode::kUnavailable, "a key's location is not cached");
+    }
+    const v1::Replica& r = locs[i].replicas(0);
+    if (r.tier() != v1::TIER_DRAM) return Status(StatusCode::kUnavailable, "a block is on SSD");
+    if (locs[i].size() >= kInPlaceMinBytes) {
+      return Status(StatusCode::kUnavailable, "a block is large enough to lease in place");
+    }
+    peers[i] = PeerOf(r.store());
+    if (!shm_.Reaches(peers[i]) || !shm_.Vouches(peers[i])) {
+      return Status(StatusCode::kUnavailable, "a block's store keeps no board mapped here");
+    }
+    total += locs[i].size();
+    if (bytes_max != 0 && total > bytes_max) {
+      return Status(StatusCode::kUnavailable, "the blocks are over the bound");
+    }
+  }
+  std::vector<std::unique_ptr<char[]>> copies(n);
+  std::vector<BlockView> views(n);
+  for (size_t i = 0; i < n; ++i) {
+    const v1::ObjectLocation& loc = locs[i];
+    const v1::Replica& r = loc.replicas(0);
+    copies[i].reset(new char[loc.size()]);
+    absl::Status s = shm_.CopyIfCurrent(peers[i], r.segment_id(), r.offset(), loc.size(),
+                                        transport::KeyBoardTag(StoreKey(loc), loc.generation()),
+                                        copies[i].get());
+    if (s.ok() && BlockChecksum(copies[i].get(), loc.size()) != loc.checksum()) {
+      s = absl::DataLossError("checksum mismatch");
+    }
+    if (!s.ok()) {
+      // As a failed cached read: the next read asks the master.
+      cache_->Erase(keys[i]);
+      stats_.cache_fallbacks.fetch_add(1);
+      metrics_.cache_fallbacks.Increment(1);
+      return Status(StatusCode::kUnavailable, std::string(s.message()));
+    }
+    views[i] = BlockView{Status::Ok(), copies[i].get(), loc.size(), false};
+  }
+  for (const v1::ObjectLocation& loc : locs) CountLoaded(loc.size(), v1::TIER_DRAM, "shm");
+  stats_.cache_hits.fetch_add(n);
+  stats_.cache_board_reads.fetch_add(n);
+  metrics_.cache_hits.Increment(static_cast<double>(n));
+  use(views, UINT64_MAX);
+  return Status::Ok();
 }
 
 void ClientImpl::ReportDataLoss(const std::string& key, uint64_t generation,
@@ -617,7 +715,7 @@ absl::Status ClientImpl::ReadGpuDirect(const v1::ObjectLocation& loc, const Read
 absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& keys,
                                        uint64_t deadline_ms, const ReadFn& read,
                                        std::vector<absl::Status>* statuses,
-                                       const std::function<void()>& before_release) {
+                                       const std::function<void()>& before_release, bool in_place) {
   statuses->assign(keys.size(), absl::OkStatus());
   if (keys.empty()) return absl::OkStatus();
   // Keys to ask the master about: those the cache does not hold, and those
@@ -632,9 +730,8 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
     const bool large = keys.size() > kCachedShmBatchMax;
     for (size_t i = 0; i < keys.size(); ++i) {
       v1::ObjectLocation loc;
-      if (cache_->Get(*keys[i], &loc, UnixMs()) &&
-          !(large && loc.replicas(0).tier() == v1::TIER_DRAM &&
-            shm_.Reaches(PeerOf(loc.replicas(0).store())))) {
+      if (cache_->Get(*keys[i], &loc, UnixMs()) && !(large && AskedCached(loc)) &&
+          !(in_place && loc.size() >= kInPlaceMinBytes && SameHostDram(loc))) {
         hits.push_back(i);
         cached.push_back(std::move(loc));
       } else {

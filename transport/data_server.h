@@ -125,6 +125,12 @@ class DataHandler {
                                        uint64_t offset, uint64_t length) {
     return absl::FailedPreconditionError("this store's segment has no arenas");
   }
+  // Shared memory: the descriptor of the store's key board
+  // (transport/shm_board.h), sealed as ShmArena's are. Not owned by the
+  // caller. FAILED_PRECONDITION where the store keeps none.
+  virtual absl::StatusOr<int> ShmKeyBoard() {
+    return absl::FailedPreconditionError("this store keeps no key board");
+  }
   // RDMA_CONNECT for segment `segment_id` with `credential` (a read grant
   // then its key, or empty): whether the new queue pair exposes the
   // segment to the client (it learns the segment's rkey) or nothing

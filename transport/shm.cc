@@ -63,6 +63,20 @@ bool WriteProtected(int fd) {
   return flags >= 0 && (flags & O_ACCMODE) == O_RDONLY;
 }
 
+// OK when descriptor `fd` (of `what`, for messages) may be mapped: sealed
+// against resizing and not writable through; FAILED_PRECONDITION if not.
+absl::Status CheckSealed(int fd, absl::string_view what) {
+  if (!SealedAgainstResize(fd)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " is not sealed against shrinking and growing: refusing to map it"));
+  }
+  if (!WriteProtected(fd)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " can be written through: refusing to map it"));
+  }
+  return absl::OkStatus();
+}
+
 // The uid of the process on the other end of a connected Unix socket.
 absl::StatusOr<uid_t> PeerUid(int fd) {
   struct ucred cred;
@@ -269,17 +283,11 @@ absl::StatusOr<const char*> ShmAttachments::Arena(ShmMapping& m, uint32_t segmen
   }
   absl::StatusOr<int> fd = m.writer->MapArena(segment_id, offset, length, credential);
   if (!fd.ok()) return fd.status();
+  const std::string what = absl::StrCat("arena ", segment_id, " of ", m.socket_path);
   struct stat st;
-  absl::Status s;
-  if (!SealedAgainstResize(*fd)) {
-    s = absl::FailedPreconditionError(
-        absl::StrCat("arena ", segment_id, " of ", m.socket_path,
-                     " is not sealed against shrinking and growing: refusing to map it"));
-  } else if (!WriteProtected(*fd)) {
-    s = absl::FailedPreconditionError(absl::StrCat("arena ", segment_id, " of ", m.socket_path,
-                                                   " can be written through: refusing to map it"));
-  } else if (fstat(*fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < m.size) {
-    s = absl::DataLossError(absl::StrCat("arena ", segment_id, " is smaller than ", m.size));
+  absl::Status s = CheckSealed(*fd, what);
+  if (s.ok() && (fstat(*fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < m.size)) {
+    s = absl::DataLossError(absl::StrCat(what, " is smaller than ", m.size));
   }
   void* p = MAP_FAILED;
   if (s.ok()) {
@@ -291,6 +299,31 @@ absl::StatusOr<const char*> ShmAttachments::Arena(ShmMapping& m, uint32_t segmen
   MutexLock lock(&m.arenas_mu);
   auto [it, inserted] = m.arena_bases.emplace(segment_id, static_cast<const char*>(p));
   if (!inserted) munmap(p, m.size);  // another thread mapped it meanwhile
+  return it->second;
+}
+
+void ShmAttachments::MapBoard(ShmMapping& m) {
+  absl::StatusOr<int> fd = m.writer->MapArena(kShmKeyBoard, 0, 0, "");
+  if (!fd.ok()) return;  // the store keeps none: cached reads ask it
+  absl::Status s = CheckSealed(*fd, absl::StrCat("the key board of ", m.socket_path));
+  absl::StatusOr<std::unique_ptr<KeyBoardView>> view =
+      s.ok() ? KeyBoardView::Map(*fd) : absl::StatusOr<std::unique_ptr<KeyBoardView>>(s);
+  close(*fd);
+  if (!view.ok()) {
+    SHELF_LOG(WARNING) << "key board not mapped: cached same-host reads ask the store"
+                       << Kv("socket", m.socket_path) << Kv("error", view.status().message());
+    return;
+  }
+  m.board = *std::move(view);
+}
+
+std::shared_ptr<ShmMapping> ShmAttachments::Mapped(const std::string& socket_path,
+                                                   uint64_t incarnation) {
+  MutexLock lock(&mu_);
+  auto it = maps_.find(socket_path);
+  if (it == maps_.end() || (incarnation != 0 && it->second->incarnation != incarnation)) {
+    return nullptr;
+  }
   return it->second;
 }
 
@@ -453,6 +486,7 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
     return absl::UnavailableError(absl::StrCat("mmap store segment: ", ErrnoText(errno)));
   }
   mapping->base = static_cast<char*>(p);
+  MapBoard(*mapping);
   MutexLock lock(&mu_);
   auto [it, inserted] = maps_.insert_or_assign(socket_path, mapping);
   return it->second;

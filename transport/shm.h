@@ -42,6 +42,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "transport/shm_board.h"
 #include "transport/shm_write.h"
 
 namespace shelf::transport {
@@ -133,6 +134,12 @@ struct ShmMapping {
   std::vector<std::unique_ptr<ShmWriter>> idle_readers ABSL_GUARDED_BY(readers_mu);
   int readers ABSL_GUARDED_BY(readers_mu) = 0;               // made and not broken
   bool readers_refused ABSL_GUARDED_BY(readers_mu) = false;  // the store closed a new one
+  // The store's key board (transport/shm_board.h), asked for when the
+  // segment is attached, while the store answers (a read never waits on
+  // the store for it): null when the store keeps none, with arenas, or
+  // when its descriptor is not sealed as a segment's must be. Set before
+  // the mapping is shared.
+  std::unique_ptr<KeyBoardView> board;
   ~ShmMapping();
 };
 
@@ -170,6 +177,9 @@ class ShmAttachments {
   // fails.
   absl::StatusOr<const char*> Arena(ShmMapping& m, uint32_t segment_id, uint64_t offset,
                                     uint64_t length, absl::string_view credential);
+  // The mapping of `socket_path` for `incarnation` (0: any) if there is
+  // one already; null otherwise. Attaches nothing.
+  std::shared_ptr<ShmMapping> Mapped(const std::string& socket_path, uint64_t incarnation);
   // Forgets a mapping (e.g. the store restarted with a new segment).
   void Forget(const std::string& socket_path);
   // Attachments refused so far (each socket and incarnation once).
@@ -185,6 +195,9 @@ class ShmAttachments {
   };
   absl::StatusOr<std::shared_ptr<ShmMapping>> Attach(const std::string& socket_path,
                                                      uint64_t incarnation);
+  // Asks `m`'s store for its key board and maps it into m.board (nothing
+  // when the store refuses).
+  static void MapBoard(ShmMapping& m);
   // Connects to `socket_path` and runs the handshake: the connected socket,
   // the segment descriptor in *memfd and the store's 16-byte reply.
   absl::StatusOr<int> Handshake(const std::string& socket_path, int* memfd, char reply[16]);

@@ -95,6 +95,33 @@ absl::StatusOr<ShmEngine::HeldView> ShmEngine::HoldView(const Peer& peer, uint32
   return HeldView{*std::move(map), *source};
 }
 
+absl::Status ShmEngine::CopyIfCurrent(const Peer& peer, uint32_t segment_id, uint64_t offset,
+                                      uint64_t length, uint64_t tag, char* dst) {
+  const std::string& socket = peer.route(Kind::kShm);
+  absl::StatusOr<std::shared_ptr<ShmMapping>> map = attachments_.Get(socket, peer.incarnation);
+  if (!map.ok()) {
+    return absl::UnavailableError(absl::StrCat("shared memory of store ", peer.node_id,
+                                               " unavailable: ", map.status().message()));
+  }
+  ShmMapping& m = **map;
+  const KeyBoardView* board = m.board.get();
+  if (board == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("store ", peer.node_id, " keeps no key board"));
+  }
+  absl::StatusOr<const char*> source = ReadSource(m, socket, peer, segment_id, offset, length, "");
+  if (!source.ok()) return source.status();
+  if (!board->CopyIfMarked(m.base, offset, length, tag, dst)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("store ", peer.node_id, "'s key board does not mark the block at ", offset));
+  }
+  return absl::OkStatus();
+}
+
+bool ShmEngine::Vouches(const Peer& peer) {
+  std::shared_ptr<ShmMapping> m = attachments_.Mapped(peer.route(Kind::kShm), peer.incarnation);
+  return m != nullptr && m->board != nullptr;
+}
+
 void ShmEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work,
                       uint64_t /*deadline_ms*/) {
   // Writes, per attachment: sent as one pipelined batch each, after the

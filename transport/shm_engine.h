@@ -65,6 +65,20 @@ class ShmEngine final : public Engine {
   };
   absl::StatusOr<HeldView> HoldView(const Peer& peer, uint32_t segment_id, uint64_t offset,
                                     uint64_t length, absl::string_view grant);
+  // Copies [offset, +length) of segment `segment_id` of the store `peer`
+  // into `dst` if the store's key board (transport/shm_board.h) marks the
+  // block there with `tag` before and after the copy: the store's records
+  // named that block there throughout, and no write touched its range. OK
+  // then; FAILED_PRECONDITION when the board did not mark it (replaced,
+  // removed, not yet recorded, or written meanwhile); UNIMPLEMENTED when
+  // the store keeps no board; UNAVAILABLE as ReadView's. The caller still
+  // verifies the bytes against their checksum.
+  absl::Status CopyIfCurrent(const Peer& peer, uint32_t segment_id, uint64_t offset,
+                             uint64_t length, uint64_t tag, char* dst);
+  // Whether the store `peer` is mapped here with its key board, so that
+  // CopyIfCurrent needs no round trip. Attaches nothing: false until an op
+  // has mapped the store.
+  bool Vouches(const Peer& peer);
   // Stores whose shared memory was refused (ShmAttachments::refusals).
   uint64_t refusals() const { return attachments_.refusals(); }
   // Bytes of writes staged before the store copied them in

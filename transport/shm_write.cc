@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "transport/fd_passing.h"
+#include "transport/shm_board.h"
 #include "transport/wire.h"
 
 namespace shelf::transport {
@@ -214,11 +215,13 @@ bool ServeArena(int fd, const char* head, DataHandler* handler) {
   std::string cred(cred_len, '\0');
   if (!ReadFull(fd, cred.data(), cred.size()).ok()) return false;
   absl::StatusOr<int> arena =
-      handler == nullptr
-          ? absl::FailedPreconditionError("this store has no arenas")
+      handler == nullptr ? absl::FailedPreconditionError("this store has no arenas")
+      : segment_id == kShmKeyBoard
+          ? handler->ShmKeyBoard()
           : handler->ShmArena(cred, segment_id, absl::little_endian::Load64(head + 16),
                               absl::little_endian::Load64(head + 24));
   if (!arena.ok()) {
+    if (segment_id == kShmKeyBoard) return Reply(fd, arena.status());  // asked, not an error
     SHELF_LOG(WARNING) << "shared-memory arena refused" << Kv("arena", segment_id)
                        << Kv("error", arena.status().message());
     return Reply(fd, arena.status());

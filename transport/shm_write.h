@@ -74,6 +74,10 @@
 //   store -> client: status u32 | msg_len u32 | msg, with the arena's
 //                    sealed, write-protected memfd attached when OK.
 // A credential that does not verify for the range is PERMISSION_DENIED.
+// The same request for segment_id kShmKeyBoard, with no credential, asks
+// for the store's key board (transport/shm_board.h): its memfd, sealed
+// the same way, or a refusal where the store keeps none (a store that
+// knows no board refuses it as an arena it does not have).
 //
 // ShmWriter is thread-safe (requests on one connection are serialized).
 #ifndef SHELF_TRANSPORT_SHM_WRITE_H_

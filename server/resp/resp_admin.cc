@@ -114,7 +114,12 @@ ServerStats::ServerStats()
       direct_received_bytes(prom::AddUnlabelledCounter(
           DefaultExposition().registry(), "shelf_resp_direct_received_bytes_total",
           "Value bytes (bulks of 64 KiB and more) read from the socket straight into their "
-          "command's argument (part of shelf_resp_received_bytes_total).")) {
+          "command's argument (part of shelf_resp_received_bytes_total).")),
+      loop_gets(prom::AddUnlabelledCounter(
+          DefaultExposition().registry(), "shelf_resp_loop_gets_total",
+          "GETs answered on the event loop, with no hand-off to a worker: their values were "
+          "read without a round trip (a cached location a same-host store's key board "
+          "vouched for).")) {
   gauges_.push_back(DefaultExposition().AddCallbackGauge(
       "shelf_resp_connections", "Client connections open.",
       [this] { return static_cast<double>(connected_clients.load()); }));

@@ -77,6 +77,7 @@ struct ServerStats {
   prom::Counter& direct_sent_bytes;       // ... sent by a worker itself (DirectSink)
   prom::Counter& direct_cut;              // ... replies the socket took part of in time
   prom::Counter& direct_received_bytes;   // value bytes read straight into their argument
+  prom::Counter& loop_gets;               // GETs answered on the event loop (ServeCached)
   std::atomic<int64_t> connected_clients{0};
   std::atomic<int64_t> inflight_bytes{0};
 
@@ -159,6 +160,19 @@ class CommandHandler {
   // fewer, as a run holds all its values at once before they are sent.
   static constexpr size_t kSetRunCommandsMax = kBatchItemsMax;
   static constexpr size_t kGetRunCommandsMax = 32;
+  // The most value bytes ReplyCachedGets copies for one run: the event
+  // loop serves every connection, and a larger run goes to a worker, which
+  // sends large values from where they lie under a lease.
+  static constexpr uint64_t kCachedRunBytesMax = 4 << 20;
+  // Replies to a run of plain GETs (Batchable kGet; `keys` one per
+  // command) if none of their values needs a round trip to read
+  // (Client::BatchGetViewsCached), appending one reply each to `out`, as
+  // ExecuteRun would: true. False, with nothing appended and nothing
+  // counted, when any does, or when their values are over
+  // kCachedRunBytesMax; the caller then runs them as usual. Never waits on
+  // the network: the event loop calls it.
+  bool ReplyCachedGets(const Session& session, const std::vector<std::string>& keys,
+                       ReplyChunks* out);
 
   const CommandOptions& options() const { return options_; }
 
@@ -222,6 +236,12 @@ class CommandHandler {
   enum class ValuesReply { kGets, kMget };
   size_t ReplyValues(const Session& session, Client* client, const std::vector<std::string>& keys,
                      ValuesReply kind, ReplyChunks* out);
+  // ReplyValues's replies from views `read` hands to its callback (as
+  // BatchGetViews does): `read`'s status, the replies appended and their
+  // errors added to *errors only when it is OK.
+  Status ReplyFromViews(const Session& session,
+                        const std::function<Status(const Client::ViewsFn&)>& read, ValuesReply kind,
+                        ReplyChunks* out, size_t* errors);
   Status CountKeys(Client* client, uint64_t* n);
   Status ExistsMany(Client* client, const std::vector<std::string>& keys,
                     std::vector<bool>* present);

@@ -40,6 +40,24 @@ CommandHandler::BatchKind CommandHandler::Batchable(const Session& session,
   return BatchKind::kNone;
 }
 
+bool CommandHandler::ReplyCachedGets(const Session& session, const std::vector<std::string>& keys,
+                                     ReplyChunks* out) {
+  Client* const client = ClientOf(session);
+  size_t errors = 0;
+  const Status read = ReplyFromViews(
+      session,
+      [&](const Client::ViewsFn& use) {
+        return client->BatchGetViewsCached(
+            keys, use, std::min<uint64_t>(kCachedRunBytesMax, options_.max_inflight_bytes));
+      },
+      ValuesReply::kGets, out, &errors);
+  if (!read.ok()) return false;
+  stats_->loop_gets.Increment(static_cast<double>(keys.size()));
+  stats_->commands.Increment(static_cast<double>(keys.size()));
+  stats_->errors.Increment(static_cast<double>(errors));
+  return true;
+}
+
 void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
                                 std::vector<std::vector<std::string>>* commands, ReplyChunks* out) {
   const size_t n = commands->size();
@@ -91,9 +109,9 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
   }
 }
 
-size_t CommandHandler::ReplyValues(const Session& session, Client* client,
-                                   const std::vector<std::string>& keys, ValuesReply kind,
-                                   ReplyChunks* out) {
+Status CommandHandler::ReplyFromViews(const Session& session,
+                                      const std::function<Status(const Client::ViewsFn&)>& read,
+                                      ValuesReply kind, ReplyChunks* out, size_t* errors_out) {
   const bool mget = kind == ValuesReply::kMget;
   size_t errors = 0;
   auto reply = [&](const std::vector<BlockView>& views, uint64_t use_by_mono_ms) {
@@ -185,10 +203,24 @@ size_t CommandHandler::ReplyValues(const Session& session, Client* client,
       }
     }
   };
+  const Status batch = read(reply);
+  if (batch.ok()) *errors_out += errors;
+  return batch;
+}
+
+size_t CommandHandler::ReplyValues(const Session& session, Client* client,
+                                   const std::vector<std::string>& keys, ValuesReply kind,
+                                   ReplyChunks* out) {
+  const bool mget = kind == ValuesReply::kMget;
+  size_t errors = 0;
   // What an MGET holds, in place or copied, is bounded as its copies were:
   // a client that reads nothing leaves it all queued.
-  const Status batch =
-      client->BatchGetViews(keys, reply, Deadline(), mget ? options_.max_inflight_bytes : 0);
+  const Status batch = ReplyFromViews(
+      session,
+      [&](const Client::ViewsFn& use) {
+        return client->BatchGetViews(keys, use, Deadline(), mget ? options_.max_inflight_bytes : 0);
+      },
+      kind, out, &errors);
   if (batch.ok()) return errors;
   if (mget) {
     RespWriter(out->tail(), session.protocol).Error(internal::ErrorText(batch));

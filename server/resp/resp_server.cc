@@ -522,7 +522,55 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
     }
     queued = true;
   }
-  if (queued) Schedule(conn);
+  if (!queued) return;
+  if (ServeCached(conn)) {
+    Flush(conn);  // writes the replies, and schedules what is left
+    return;
+  }
+  Schedule(conn);
+}
+
+bool RespServer::ServeCached(const std::shared_ptr<Connection>& conn) {
+  std::vector<std::string> keys;
+  {
+    MutexLock l(&conn->mu);
+    if (conn->running || conn->closed.load() || conn->close_after ||
+        conn->unsent_bytes.load() > kUnsentBytesMax) {
+      return false;
+    }
+    for (const Connection::Pending& p : conn->queue) {
+      if (!p.error.empty() || p.gated || keys.size() == CommandHandler::kGetRunCommandsMax ||
+          handler_->Batchable(conn->session, p.args) != CommandHandler::BatchKind::kGet) {
+        break;
+      }
+      keys.push_back(p.args[1]);
+    }
+    if (keys.empty()) return false;
+    conn->running = true;  // the session is this thread's meanwhile
+  }
+  ReplyChunks reply;  // no DirectSink: the loop writes what it queues
+  const bool served = handler_->ReplyCachedGets(conn->session, keys, &reply);
+  int64_t bytes = 0;
+  {
+    MutexLock l(&conn->mu);
+    conn->running = false;
+    if (!served) return false;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      bytes += conn->queue.front().bytes;
+      conn->queue.pop_front();
+    }
+    for (std::string& chunk : reply.chunks) {
+      if (chunk.empty()) continue;
+      conn->out_bytes += chunk.size();
+      conn->unsent_bytes.fetch_add(chunk.size());
+      conn->out.push_back(std::move(chunk));
+    }
+  }
+  stats_->inflight_bytes.fetch_sub(bytes);
+  conn->queued_bytes.fetch_sub(bytes);
+  // A connection paused for its queue's bytes reads again (DrainNotified).
+  if (conn->paused && conn->queued_bytes.load() < kQueuedBytesMax / 2) Notify(conn);
+  return true;
 }
 
 bool RespServer::ParseInput(const std::shared_ptr<Connection>& conn) {
@@ -925,7 +973,12 @@ bool RespServer::WritePlain(const std::shared_ptr<Connection>& conn) {
       iov[n].iov_len = it->size() - off;
       off = 0;
     }
-    ssize_t w = writev(conn->fd, iov, n);
+    // sendmsg, not writev: a client gone away is EPIPE, never SIGPIPE,
+    // whatever the embedding process does with the signal.
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    ssize_t w = sendmsg(conn->fd, &msg, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;

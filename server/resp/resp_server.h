@@ -7,7 +7,9 @@
 // parallel. A worker answering GETs on a plain connection with nothing
 // left to send writes the reply itself, values from where they lie in a
 // store's mapped segment (DirectSink, SendDirect); Close waits for such a
-// write before it closes the socket.
+// write before it closes the socket. GETs whose values this host's stores
+// vouch for without a round trip (a cached location, the store's key
+// board) run on the loop itself when no worker holds their connection.
 //
 //   RespServerOptions o;  o.listen = "0.0.0.0:6379";
 //   auto server = RespServer::Start(o, &handler, &stats);
@@ -102,6 +104,10 @@ class RespServer {
   void Flush(const std::shared_ptr<Connection>& conn);
   void Close(const std::shared_ptr<Connection>& conn);
   void Schedule(const std::shared_ptr<Connection>& conn);
+  // Runs conn's leading plain GETs here, on the loop, when none needs a
+  // round trip to read (CommandHandler::ReplyCachedGets): no hand-off to a
+  // worker and back. True when it ran any.
+  bool ServeCached(const std::shared_ptr<Connection>& conn);
   void Work(const std::shared_ptr<Connection>& conn);
   void Notify(const std::shared_ptr<Connection>& conn);
   // DirectSink::Send for `conn`, from the worker running its command.

@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
                   "0: one segment, every same-host client maps all of it. auto: up to 16 arenas "
                   "(of at least 1 MiB) when the store runs as a principal (--credentials), so a "
                   "cluster of tenants keeps them apart; one segment otherwise");
+  flags.AddBool("shm-key-board", &opts.shm_key_board,
+                "with --shm and one segment: publish which block each range holds in shared "
+                "memory (read-only to clients), so same-host clients check a cached location "
+                "without a round trip to the store (docs/client.md, \"Cached reads\")");
   flags.AddSize("shm-ssd-window", &opts.shm_ssd_window,
                 "with --shm and --ssd-dir: shared memory past the DRAM segment into which "
                 "same-host clients' SSD hits are read for them to copy (0: over TCP)");

@@ -37,12 +37,20 @@ absl::Status RangeOwners::BeginWrite(uint64_t offset, uint64_t length, uint64_t 
         return absl::PermissionDeniedError("write grant disagrees with its allocation's range");
       }
       ++last->second.writers;
+      // The same put writes its range again (a retried piece): its block
+      // is no longer vouched for until it is recorded again.
+      if (board_ != nullptr) board_->ClearRange(offset, length);
       return absl::OkStatus();
     }
     if (c.writers > 0) {
       return absl::UnavailableError(absl::StrCat(
           "[", offset, ", +", length, ") is still being written under an older put's grant"));
     }
+  }
+  if (board_ != nullptr) {
+    for (auto it = first; it != last; ++it)
+      board_->ClearRange(it->first, it->second.end - it->first);
+    board_->ClearRange(offset, length);
   }
   claims_.erase(first, last);
   claims_.emplace(offset, Claim{end, seq, digest, 1});
@@ -58,20 +66,37 @@ void RangeOwners::EndWrite(uint64_t offset, uint64_t seq) {
   }
 }
 
+bool RangeOwners::CoveredLocked(uint64_t offset, uint64_t length,
+                                absl::string_view key_digest) const {
+  auto it = claims_.upper_bound(offset);
+  if (it == claims_.begin()) return false;
+  const Claim& c = std::prev(it)->second;
+  return c.end >= offset && c.end - offset >= length &&
+         ConstantTimeEqual(absl::string_view(c.key_digest.data(), c.key_digest.size()), key_digest);
+}
+
 absl::Status RangeOwners::CheckRead(uint64_t offset, uint64_t length,
                                     absl::string_view key_digest) const {
   MutexLock lock(&mu_);
-  auto it = claims_.upper_bound(offset);
-  if (it != claims_.begin()) {
-    const Claim& c = std::prev(it)->second;
-    if (c.end >= offset && c.end - offset >= length &&
-        ConstantTimeEqual(absl::string_view(c.key_digest.data(), c.key_digest.size()),
-                          key_digest)) {
-      return absl::OkStatus();
-    }
-  }
+  if (CoveredLocked(offset, length, key_digest)) return absl::OkStatus();
   return absl::PermissionDeniedError(
       "read grant is stale: its range no longer holds the block it names");
+}
+
+void RangeOwners::AttachBoard(transport::KeyBoard* board) {
+  MutexLock lock(&mu_);
+  board_ = board;
+}
+
+void RangeOwners::Publish(uint64_t offset, uint64_t length, absl::string_view key_digest,
+                          uint64_t tag) {
+  MutexLock lock(&mu_);
+  if (board_ != nullptr && CoveredLocked(offset, length, key_digest)) board_->Mark(offset, tag);
+}
+
+void RangeOwners::Unpublish(uint64_t offset) {
+  MutexLock lock(&mu_);
+  if (board_ != nullptr) board_->Clear(offset);
 }
 
 uint64_t RangeOwners::max_seq() const {

@@ -21,6 +21,12 @@
 // payload there: the newer write is refused (UNAVAILABLE) while an older
 // write of an overlapping range is in flight, rather than interleave bytes.
 //
+// With a key board (transport/shm_board.h) the claims also keep it: a
+// block is marked there only while a claim for its key covers its range
+// (Publish), and every slot of a claim's range is cleared before a write
+// that overlaps it is admitted, under the same lock, so no mark outlives
+// the bytes it vouches for.
+//
 // Thread-safe.
 #ifndef SHELF_SERVER_STORE_RANGE_OWNERS_H_
 #define SHELF_SERVER_STORE_RANGE_OWNERS_H_
@@ -33,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/mutex.h"
+#include "transport/shm_board.h"
 #include "transport/wire.h"
 
 namespace shelf::store {
@@ -53,6 +60,17 @@ class RangeOwners {
   // `key_digest`; PERMISSION_DENIED otherwise.
   absl::Status CheckRead(uint64_t offset, uint64_t length, absl::string_view key_digest) const;
 
+  // Keeps `board` from now on (null: none; not owned). Called before the
+  // store takes writes.
+  void AttachBoard(transport::KeyBoard* board);
+  // Marks the block of key digest `key_digest` at [offset, +length) with
+  // `tag` on the board if a claim covers it as CheckRead would admit a
+  // read; otherwise leaves its slot as it is (a write since has cleared
+  // it). Without a board, nothing.
+  void Publish(uint64_t offset, uint64_t length, absl::string_view key_digest, uint64_t tag);
+  // Clears the board's slot of the block at `offset` (its record is gone).
+  void Unpublish(uint64_t offset);
+
   // The highest allocation number ever admitted: the master numbers the
   // store's next ranges above it when the store registers.
   uint64_t max_seq() const;
@@ -64,7 +82,11 @@ class RangeOwners {
     std::array<char, transport::wire::kKeyDigestBytes> key_digest{};
     uint32_t writers = 0;  // admitted writes not yet ended
   };
+  bool CoveredLocked(uint64_t offset, uint64_t length, absl::string_view key_digest) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable Mutex mu_;
+  transport::KeyBoard* board_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::map<uint64_t, Claim> claims_ ABSL_GUARDED_BY(mu_);  // by start offset, disjoint
   uint64_t max_seq_ ABSL_GUARDED_BY(mu_) = 0;
 };

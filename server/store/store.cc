@@ -19,6 +19,8 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "shelf/limits.h"
+#include "transport/shm_board.h"
+#include "transport/wire.h"
 
 namespace shelf::store {
 namespace {
@@ -618,12 +620,18 @@ void Store::NoteLocked(const v1::TierMove& notice) {
       start, Record{notice.key(), notice.size(), notice.checksum(), notice.generation()});
   SHELF_CHECK(inserted);
   dram_by_key_[rec->second.key] = start;
+  // On the board only with a generation: a reader's tag names one.
+  if (notice.generation() != 0) {
+    owners_.Publish(start, notice.size(), transport::wire::KeyDigest(notice.key()),
+                    transport::KeyBoardTag(notice.key(), notice.generation()));
+  }
 }
 
 std::map<uint64_t, Store::Record>::iterator Store::EraseRecordLocked(
     std::map<uint64_t, Record>::iterator it) {
   auto k = dram_by_key_.find(it->second.key);
   if (k != dram_by_key_.end() && k->second == it->first) dram_by_key_.erase(k);
+  owners_.Unpublish(it->first);
   return dram_records_.erase(it);
 }
 

@@ -38,6 +38,7 @@
 #include "storage/ssd_tier.h"
 #include "transport/data_server.h"
 #include "transport/shm.h"
+#include "transport/shm_board.h"
 
 namespace shelf::store {
 
@@ -64,6 +65,9 @@ struct StoreOptions {
   bool hugepages = true;
   bool mlock = false;
   bool shm = true;  // offer same-host shared memory
+  // With shm and one segment: keep a key board (transport/shm_board.h), so
+  // same-host clients check cached locations without asking.
+  bool shm_key_board = true;
   // The uids whose processes may map the segment (SO_PEERCRED on the
   // socket); empty: the store's own effective uid and root.
   std::vector<uint32_t> shm_allow_uids;
@@ -178,6 +182,7 @@ class Store : public transport::DataHandler {
   absl::Status CheckNotDropping(absl::string_view key) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<int> ShmArena(absl::string_view credential, uint32_t segment_id, uint64_t offset,
                                uint64_t length) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<int> ShmKeyBoard() override;
   absl::StatusOr<transport::RdmaExposure> RdmaExposes(absl::string_view credential,
                                                       uint32_t segment_id) override
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -350,6 +355,10 @@ class Store : public transport::DataHandler {
   uint64_t demote_copy_min_ = ~0ull;
   std::unique_ptr<transport::DataServer> data_server_;
   std::unique_ptr<transport::ShmServer> shm_server_;
+  // One segment's board of the blocks its records name (transport/
+  // shm_board.h), kept by owners_ and the records; null with arenas or
+  // without shared memory.
+  std::unique_ptr<transport::KeyBoard> board_;
   // Null without RDMA. Outlives data_server_.
   std::unique_ptr<Rdma> rdma_;
   // The leading master: its address and a stub for it (stubs are cached

@@ -30,6 +30,11 @@ absl::StatusOr<int> Store::ShmArena(absl::string_view credential, uint32_t segme
   return segment_->arena_fd(segment_id);
 }
 
+absl::StatusOr<int> Store::ShmKeyBoard() {
+  if (board_ == nullptr) return absl::FailedPreconditionError("this store keeps no key board");
+  return board_->fd();
+}
+
 absl::StatusOr<transport::RdmaExposure> Store::RdmaExposes(absl::string_view credential,
                                                            uint32_t segment_id) {
   // One segment: its rkey goes to every authenticated peer, as it always

@@ -409,6 +409,18 @@ void Store::OfferShm() {
                      << Kv("run_dir", run_dir_) << Kv("reason", s.message());
     return;
   }
+  // Same-host clients check cached locations against the board, not by
+  // asking; a store without one is asked (ShmKeyBoard refuses).
+  if (arenas_ == 0 && options_.shm_key_board) {
+    auto board = transport::KeyBoard::Create(segment_->size());
+    if (board.ok()) {
+      board_ = *std::move(board);
+      owners_.AttachBoard(board_.get());
+    } else {
+      SHELF_LOG(WARNING) << "no key board: cached same-host reads ask the store"
+                         << Kv("error", board.status().message());
+    }
+  }
   // With arenas no descriptor goes with the handshake: each arena's is
   // handed over for a read grant into it (ShmServer::StartArenas).
   auto shm =

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/rpc.h"
@@ -43,11 +45,13 @@ std::string Block(size_t n, uint32_t seed) {
 
 class LocationCacheTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  static void SetUpTestSuite() { StartCluster({}); }
+  static void StartCluster(std::vector<std::string> store_args) {
     LocalCluster::Options o;
     o.stores = 1;
     o.dram_bytes = 64ull << 20;
     o.bin_dir = TestBinDir();
+    o.store_args = std::move(store_args);
     auto c = LocalCluster::Start(o);
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = c->release();
@@ -107,11 +111,52 @@ TEST_F(LocationCacheTest, WarmGetsSkipTheMasterOverShmAndTcp) {
     ClientStats st = c->stats();
     EXPECT_EQ(st.location_cache_hits, 5u);
     EXPECT_EQ(st.location_cache_fallbacks, 0u);
+    EXPECT_EQ(st.location_cache_board_reads, shm ? 5u : 0u);  // the store's key board
     EXPECT_EQ(shm ? st.bytes_loaded_shm : st.bytes_loaded_tcp, 6 * value.size());
     EXPECT_NE(c->MetricsText().find("shelf_client_location_cache_total{result=\"hit\"} 5"),
               std::string::npos)
         << c->MetricsText();
   }
+}
+
+// The store's key board vouches for a same-host cached block by itself:
+// with the master and the store both stopped, warm gets still read it.
+TEST_F(LocationCacheTest, WarmSameHostGetsAskNeitherMasterNorStore) {
+  const std::string key = "warm-board";
+  const std::string value = Block(128 << 10, 11);
+  auto c = Open(true);
+  ASSERT_TRUE(c->Put(key, value.data(), value.size()).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, value.size()); }, 10000));
+  std::string got;
+  // A miss: the master's answer, cached; the store's segment and its board
+  // are mapped while the store answers.
+  ASSERT_TRUE(c->Get(key, &got).ok());
+  ASSERT_TRUE(c->Get(key, &got).ok());  // a hit: the board vouches for it
+  ASSERT_EQ(c->stats().location_cache_board_reads, 1u);
+  cluster_->master_process()->Signal(SIGSTOP);
+  cluster_->store_process(0)->Signal(SIGSTOP);
+  for (int i = 0; i < 5; ++i) {
+    got.clear();
+    Status s = c->Get(key, &got, Deadline::After(std::chrono::milliseconds(3000)));
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(got, value);
+  }
+  cluster_->store_process(0)->Signal(SIGCONT);
+  cluster_->master_process()->Signal(SIGCONT);
+  ClientStats st = c->stats();
+  EXPECT_EQ(st.location_cache_board_reads, 6u);
+  EXPECT_EQ(st.location_cache_hits, 6u);
+  EXPECT_EQ(st.location_cache_fallbacks, 0u);
+  // Replaced by another client: the board no longer marks the old block,
+  // and the get goes back to the master for the new one.
+  auto b = Open(true);
+  const std::string replaced = Block(160 << 10, 12);
+  ASSERT_TRUE(b->Remove(key).ok());
+  ASSERT_TRUE(b->Put(key, replaced.data(), replaced.size()).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, replaced.size()); }, 10000));
+  ASSERT_TRUE(c->Get(key, &got).ok());
+  EXPECT_TRUE(got == replaced);
+  EXPECT_EQ(c->stats().location_cache_fallbacks, 1u);
 }
 
 TEST_F(LocationCacheTest, ReplacedKeyReadsTheNewValue) {
@@ -513,6 +558,37 @@ TEST_F(LocationCacheTest, OwnReplaceIsReadBackAtOnce) {
     EXPECT_EQ(got, value);
     EXPECT_EQ(a->stats().location_cache_misses, before.location_cache_misses + 1);
   }
+}
+
+// A store started with --shm-key-board=false keeps no board: same-host
+// cached reads ask it (READ_KEY's check-only form) and still never return
+// a replaced block.
+class LocationCacheNoBoardTest : public LocationCacheTest {
+ protected:
+  static void SetUpTestSuite() { StartCluster({"--shm-key-board=false"}); }
+};
+
+TEST_F(LocationCacheNoBoardTest, SameHostCachedReadsAskTheStore) {
+  const std::string key = "no-board";
+  const std::string value = Block(64 << 10, 13), replaced = Block(80 << 10, 14);
+  auto a = Open(true);
+  auto b = Open(true);
+  ASSERT_TRUE(a->Put(key, value.data(), value.size()).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, value.size()); }, 10000));
+  std::string got;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(a->Get(key, &got).ok());
+    EXPECT_EQ(got, value);
+  }
+  EXPECT_EQ(a->stats().location_cache_hits, 2u);
+  EXPECT_EQ(a->stats().location_cache_board_reads, 0u);
+  EXPECT_EQ(a->stats().bytes_loaded_shm, 3 * value.size());
+  ASSERT_TRUE(b->Remove(key).ok());
+  ASSERT_TRUE(b->Put(key, replaced.data(), replaced.size()).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, replaced.size()); }, 10000));
+  ASSERT_TRUE(a->Get(key, &got).ok());
+  EXPECT_TRUE(got == replaced);
+  EXPECT_EQ(a->stats().location_cache_fallbacks, 1u);
 }
 
 TEST_F(LocationCacheTest, CacheOffAndBounds) {

@@ -19,9 +19,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/net.h"
 #include "server/resp/resp_commands.h"
+#include "server/resp/resp_value.h"
 #include "testing/cluster_fixture.h"
+#include "testing/wait_for.h"
+#include "transport/tcp_client.h"
 
 namespace shelf::resp {
 namespace {
@@ -135,6 +139,22 @@ class RespServerTest : public ClusterFixture {
     }
     server_.reset();
     handler_.reset();
+  }
+
+  // Some store records block `key` of `size` bytes (its values carry the
+  // trailer byte): the master's notice of its commit has arrived.
+  bool StoresRecord(const std::string& key, size_t size) {
+    transport::TcpDataClient raw{transport::TcpDataClient::Options{}};
+    return WaitFor(
+        [&] {
+          for (int i = 0; i < cluster_->store_count(); ++i) {
+            if (raw.CheckKey(cluster_->store_address(i), key, size, 0, MonoMs() + 5000).ok()) {
+              return true;
+            }
+          }
+          return false;
+        },
+        10000);
   }
 
   std::unique_ptr<ServerStats> stats_;
@@ -281,9 +301,13 @@ TEST_F(RespServerTest, GetsSendValuesFromWhereTheyLieInOrder) {
   EXPECT_GE(stats_->values_in_place.Value() - in_place_before, 3);
   EXPECT_GE(stats_->direct_sent_bytes.Value() - direct_before, values[0].size());
 
-  // MGET: one array, nil for the miss; a batch of more than 4 keys asks
-  // the master (under leases) rather than its cached locations, so every
-  // value is read in place.
+  // MGET: one array, nil for the miss. The keys read before have their
+  // locations cached: the small value (twice) is read from there, the
+  // store's key board vouching for it, whatever the batch's size; the
+  // large ones (1 and 3 MiB) are leased anew and read in place, as a copy
+  // of them would cost more than the master's round trip.
+  ASSERT_TRUE(StoresRecord("v2", values[2].size() + 1));  // the board follows the records
+  const uint64_t board_before = client_->stats().location_cache_board_reads;
   const double mget_in_place_before = stats_->values_in_place.Value();
   ASSERT_TRUE(c.Send(Conn::Encode({"MGET", "v2", "v0", "never", "v1", "v2"})));
   EXPECT_EQ(c.Reply(), "*5");
@@ -292,7 +316,66 @@ TEST_F(RespServerTest, GetsSendValuesFromWhereTheyLieInOrder) {
   EXPECT_EQ(c.Reply(), "(nil)");
   EXPECT_TRUE(c.Reply() == values[1]) << "MGET v1 answered other bytes";
   EXPECT_TRUE(c.Reply() == values[2]) << "MGET v2 again answered other bytes";
-  EXPECT_EQ(stats_->values_in_place.Value() - mget_in_place_before, 4);
+  EXPECT_EQ(client_->stats().location_cache_board_reads - board_before, 2u);
+  EXPECT_EQ(stats_->values_in_place.Value() - mget_in_place_before, 2);
+}
+
+// A key the gateway read before has its location cached, which the store's
+// key board vouches for: its GETs run on the event loop, with no worker.
+// A pipeline mixing them with a SET, a miss and keys not yet read answers
+// in order; a key another client replaced is read anew, never stale.
+TEST_F(RespServerTest, CachedGetsRunOnTheEventLoopInOrder) {
+  const std::string a = RandomValue(64 << 10, 4), b = RandomValue(200 << 10, 5);
+  Conn c(server_->address());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c.Send(Conn::Encode({"SET", "loop-a", a}) + Conn::Encode({"SET", "loop-b", b})));
+  ASSERT_EQ(c.Reply(), "+OK");
+  ASSERT_EQ(c.Reply(), "+OK");
+  // The stores record a commit when the master's notice reaches them (up
+  // to a heartbeat later); their boards vouch for a block from then on.
+  ASSERT_TRUE(StoresRecord("loop-a", a.size() + 1));
+  ASSERT_TRUE(StoresRecord("loop-b", b.size() + 1));
+  // First reads: the master's answers, under leases, by a worker.
+  ASSERT_TRUE(c.Send(Conn::Encode({"GET", "loop-a"}) + Conn::Encode({"GET", "loop-b"})));
+  ASSERT_TRUE(c.Reply() == a);
+  ASSERT_TRUE(c.Reply() == b);
+
+  // One at a time: each GET after the first finds no worker on the
+  // connection (the first may, still finishing the reads above).
+  const double loop_before = stats_->loop_gets.Value();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(c.Send(Conn::Encode({"GET", i % 2 == 0 ? "loop-a" : "loop-b"})));
+    ASSERT_TRUE(c.Reply() == (i % 2 == 0 ? a : b)) << "GET " << i << " answered other bytes";
+  }
+  EXPECT_GE(stats_->loop_gets.Value() - loop_before, 10);
+
+  // A pipeline: loop-able GETs first, then a SET, a miss, the new key and
+  // loop-b again, all answered in order.
+  const std::string fresh = RandomValue(1000, 6);
+  ASSERT_TRUE(c.Send(Conn::Encode({"GET", "loop-b"}) + Conn::Encode({"GET", "loop-a"}) +
+                     Conn::Encode({"SET", "loop-c", fresh}) + Conn::Encode({"GET", "never"}) +
+                     Conn::Encode({"GET", "loop-c"}) + Conn::Encode({"GET", "loop-b"})));
+  EXPECT_TRUE(c.Reply() == b);
+  EXPECT_TRUE(c.Reply() == a);
+  EXPECT_EQ(c.Reply(), "+OK");
+  EXPECT_EQ(c.Reply(), "(nil)");
+  EXPECT_TRUE(c.Reply() == fresh);
+  EXPECT_TRUE(c.Reply() == b);
+
+  // Another client replaces loop-a (another size, so the store's record of
+  // the new block tells its notice has arrived): the board no longer
+  // vouches for the cached location, and the GET reads the new value.
+  ClientOptions co = ClientOptionsFor(cluster_options_);
+  std::unique_ptr<Client> other = OpenClient(co);
+  ASSERT_NE(other, nullptr);
+  std::string replaced = RandomValue(80 << 10, 7);
+  const std::string want = replaced;
+  EncodeValue(&replaced);
+  ASSERT_TRUE(other->Remove("loop-a").ok());
+  ASSERT_TRUE(other->Put("loop-a", replaced.data(), replaced.size()).ok());
+  ASSERT_TRUE(StoresRecord("loop-a", replaced.size()));
+  ASSERT_TRUE(c.Send(Conn::Encode({"GET", "loop-a"})));
+  EXPECT_TRUE(c.Reply() == want) << "GET loop-a answered the replaced value";
 }
 
 // A client that asks for a large value and does not read for a while gets

@@ -414,6 +414,10 @@ struct ClientStats {
   uint64_t location_cache_misses = 0;
   uint64_t location_cache_fallbacks = 0;
   uint64_t location_cache_entries = 0;
+  // Of location_cache_hits, same-host DRAM blocks the store's key board
+  // vouched for (transport/shm_board.h): read without a round trip to the
+  // store.
+  uint64_t location_cache_board_reads = 0;
   // Lookups the reads sent to the master, and the reads' lookups that went
   // in another thread's call instead of their own (made while it was out).
   uint64_t read_lookups = 0;
@@ -649,6 +653,21 @@ class Client {
   using ViewsFn = std::function<void(const std::vector<BlockView>& views, uint64_t use_by_mono_ms)>;
   virtual Status BatchGetViews(const std::vector<std::string>& keys, const ViewsFn& use,
                                Deadline deadline = Deadline(), uint64_t bytes_max = 0) = 0;
+  // BatchGetViews for blocks this client reads without a round trip to
+  // anyone: each key's location is cached (ClientOptions::
+  // location_cache_entries), in the DRAM of a store on this host whose key
+  // board this client has mapped (docs/client.md, "Cached reads"). Every
+  // view is then a copy in memory of the call, checked against its
+  // checksum, `use` is called as BatchGetViews calls it (use_by_mono_ms
+  // UINT64_MAX), and OK returned. UNAVAILABLE, without calling `use`, when
+  // any key is not such a block, or is one of 256 KiB or more (which
+  // BatchGetViews leases and hands over in place: cheaper than its copy),
+  // when their bytes together pass `bytes_max` (0: none), or when a
+  // store's board no longer vouches for one (its cache entry is dropped):
+  // the caller reads them with BatchGetViews. It never waits on the
+  // network, so a front end may call it on its event loop.
+  virtual Status BatchGetViewsCached(const std::vector<std::string>& keys, const ViewsFn& use,
+                                     uint64_t bytes_max = 0) = 0;
 
   // ------------------------------------------------------------ async
 
