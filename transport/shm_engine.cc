@@ -14,14 +14,21 @@ bool ShmEngine::Reaches(const Peer& peer) const {
   return !peer.route(Kind::kShm).empty() && peer.host_id == HostId();
 }
 
-absl::Status ShmEngine::ReadSsd(const Peer& peer, const std::string& key, char* dst, uint64_t size,
-                                absl::string_view read_grant, uint64_t deadline_ms) {
-  const std::string& socket = peer.route(Kind::kShm);
-  absl::StatusOr<std::shared_ptr<ShmMapping>> map = attachments_.Get(socket, peer.incarnation);
+absl::StatusOr<std::shared_ptr<ShmMapping>> ShmEngine::MappingOf(const Peer& peer) {
+  absl::StatusOr<std::shared_ptr<ShmMapping>> map =
+      attachments_.Get(peer.route(Kind::kShm), peer.incarnation);
   if (!map.ok()) {
     return absl::UnavailableError(absl::StrCat("shared memory of store ", peer.node_id,
                                                " unavailable: ", map.status().message()));
   }
+  return map;
+}
+
+absl::Status ShmEngine::ReadSsd(const Peer& peer, const std::string& key, char* dst, uint64_t size,
+                                absl::string_view read_grant, uint64_t deadline_ms) {
+  const std::string& socket = peer.route(Kind::kShm);
+  absl::StatusOr<std::shared_ptr<ShmMapping>> map = MappingOf(peer);
+  if (!map.ok()) return map.status();
   ShmMapping& m = **map;
   absl::Status s = attachments_.ReadSsd(
       m, key, size, read_grant, deadline_ms,
@@ -84,11 +91,8 @@ absl::StatusOr<ShmEngine::HeldView> ShmEngine::HoldView(const Peer& peer, uint32
                                                         uint64_t offset, uint64_t length,
                                                         absl::string_view grant) {
   const std::string& socket = peer.route(Kind::kShm);
-  absl::StatusOr<std::shared_ptr<ShmMapping>> map = attachments_.Get(socket, peer.incarnation);
-  if (!map.ok()) {
-    return absl::UnavailableError(absl::StrCat("shared memory of store ", peer.node_id,
-                                               " unavailable: ", map.status().message()));
-  }
+  absl::StatusOr<std::shared_ptr<ShmMapping>> map = MappingOf(peer);
+  if (!map.ok()) return map.status();
   absl::StatusOr<const char*> source =
       ReadSource(**map, socket, peer, segment_id, offset, length, grant);
   if (!source.ok()) return source.status();
@@ -98,11 +102,8 @@ absl::StatusOr<ShmEngine::HeldView> ShmEngine::HoldView(const Peer& peer, uint32
 absl::Status ShmEngine::CopyIfCurrent(const Peer& peer, uint32_t segment_id, uint64_t offset,
                                       uint64_t length, uint64_t tag, char* dst) {
   const std::string& socket = peer.route(Kind::kShm);
-  absl::StatusOr<std::shared_ptr<ShmMapping>> map = attachments_.Get(socket, peer.incarnation);
-  if (!map.ok()) {
-    return absl::UnavailableError(absl::StrCat("shared memory of store ", peer.node_id,
-                                               " unavailable: ", map.status().message()));
-  }
+  absl::StatusOr<std::shared_ptr<ShmMapping>> map = MappingOf(peer);
+  if (!map.ok()) return map.status();
   ShmMapping& m = **map;
   const KeyBoardView* board = m.board.get();
   if (board == nullptr) {

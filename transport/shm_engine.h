@@ -87,6 +87,9 @@ class ShmEngine final : public Engine {
 
  private:
   void Start(std::shared_ptr<Batch> batch, std::vector<Work> work, uint64_t deadline_ms) override;
+  // The mapping of the store `peer` (attached the first time); UNAVAILABLE
+  // when it cannot be had.
+  absl::StatusOr<std::shared_ptr<ShmMapping>> MappingOf(const Peer& peer);
   // Where a read of [offset, +length) of segment `segment_id` finds its
   // bytes in mapping `m` of the store `peer` (reached at `socket`):
   // UNAVAILABLE, the mapping forgotten, when it does not hold them.

@@ -203,7 +203,7 @@ Status CommandHandler::ReplyFromViews(const Session& session,
       }
     }
   };
-  const Status batch = read(reply);
+  Status batch = read(reply);
   if (batch.ok()) *errors_out += errors;
   return batch;
 }
