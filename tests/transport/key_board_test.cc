@@ -177,6 +177,7 @@ TEST(KeyBoardTest, AVouchedCopyNeverMixesGenerations) {
   });
   std::atomic<uint64_t> vouched{0}, refused{0}, mixed{0};
   std::vector<std::thread> readers;
+  readers.reserve(kReaders);
   for (int r = 0; r < kReaders; ++r) {
     readers.emplace_back([&] {
       std::string dst(kLength, '\0');
