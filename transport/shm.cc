@@ -68,11 +68,15 @@ bool WriteProtected(int fd) {
 absl::Status CheckSealed(int fd, absl::string_view what) {
   if (!SealedAgainstResize(fd)) {
     return absl::FailedPreconditionError(
-        absl::StrCat(what, " is not sealed against shrinking and growing: refusing to map it"));
+        absl::StrCat(what,
+                     " is not sealed against shrinking and growing (F_SEAL_SHRINK | "
+                     "F_SEAL_GROW): refusing to map it"));
   }
   if (!WriteProtected(fd)) {
     return absl::FailedPreconditionError(
-        absl::StrCat(what, " can be written through: refusing to map it"));
+        absl::StrCat(what,
+                     " can be written through (neither F_SEAL_FUTURE_WRITE nor O_RDONLY): "
+                     "refusing to map it"));
   }
   return absl::OkStatus();
 }
@@ -449,19 +453,11 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
     auto [it, inserted] = maps_.insert_or_assign(socket_path, mapping);
     return it->second;
   }
-  if (!SealedAgainstResize(memfd)) {
+  if (absl::Status sealed =
+          CheckSealed(memfd, absl::StrCat("store segment descriptor from ", socket_path));
+      !sealed.ok()) {
     close(memfd);
-    return absl::FailedPreconditionError(
-        absl::StrCat("store segment descriptor from ", socket_path,
-                     " is not sealed against shrinking and growing (F_SEAL_SHRINK | "
-                     "F_SEAL_GROW): refusing to map it"));
-  }
-  if (!WriteProtected(memfd)) {
-    close(memfd);
-    return absl::FailedPreconditionError(
-        absl::StrCat("store segment descriptor from ", socket_path,
-                     " can be written through (neither F_SEAL_FUTURE_WRITE nor O_RDONLY): "
-                     "refusing to map it"));
+    return sealed;
   }
   auto mapping = std::make_shared<ShmMapping>();
   mapping->segment_id = absl::little_endian::Load32(reply + 4);

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <string>
 
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
@@ -19,10 +18,14 @@
 namespace shelf::transport {
 
 uint64_t KeyBoardTag(absl::string_view key, uint64_t generation) {
-  std::string bytes(key.size() + 8, '\0');
-  std::memcpy(bytes.data(), key.data(), key.size());
-  absl::little_endian::Store64(bytes.data() + key.size(), generation);
-  const uint64_t tag = BlockChecksum(bytes.data(), bytes.size());
+  // The key's bytes, then the generation's (little-endian), hashed as one
+  // block without building it.
+  char gen[8];
+  absl::little_endian::Store64(gen, generation);
+  ChecksumStream hash;
+  hash.Update(key.data(), key.size());
+  hash.Update(gen, sizeof(gen));
+  const uint64_t tag = hash.Digest();
   return tag == 0 ? 1 : tag;
 }
 
