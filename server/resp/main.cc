@@ -1,6 +1,7 @@
 // shelf-resp: a Redis-protocol (RESP2/RESP3) front end to a Shelf cluster,
 // so that Redis clients (LMCache's redis:// backend, redis-py, redis-cli)
 // can use Shelf. See docs/resp.md.
+#include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -47,6 +48,16 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   ConfigureMutexDeadlockDetection();
   SetLogComponent("resp");
+  // Values pass through heap buffers of 64 KiB to tens of MiB (a GET's copy
+  // on the event loop, a SET's body), each freed once sent. By default
+  // glibc hands such memory back to the kernel as soon as it is free, and
+  // the next value faults every page of it in again: 16-deep pipelines of
+  // 64 KiB GETs ran at a third of their speed, the front end's CPU in
+  // copies into freshly faulted pages. Blocks under 32 MiB come from the
+  // arenas, and up to 64 MiB of free memory stays with each. Set before
+  // any other thread starts.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // NOLINT(concurrency-mt-unsafe): one thread yet
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);  // NOLINT(concurrency-mt-unsafe): as above
 
   RespServerOptions server_opts;
   server_opts.listen = "127.0.0.1:6379";
