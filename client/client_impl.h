@@ -158,10 +158,12 @@ class ClientImpl final : public Client {
   // Writes the bytes of a started put to all its replicas.
   absl::Status WriteReplicas(const v1::PutStartResponse& started, const char* data, uint64_t size,
                              uint64_t deadline_ms);
-  // Commits puts whose bytes are written; one status per id. A put the
-  // master reclaimed meanwhile answers ABORTED (retryable).
-  void ForgetCached(absl::string_view key);
-  absl::Status Commit(const std::vector<uint64_t>& put_ids, uint64_t deadline_ms,
+  // Commits puts whose bytes are written, of keys `keys` (parallel); one
+  // status per id. A put the master reclaimed meanwhile answers ABORTED
+  // (retryable). The location cache then holds each committed block's
+  // location, as the commit answered it, and nothing older of the others.
+  absl::Status Commit(const std::vector<uint64_t>& put_ids,
+                      const std::vector<const std::string*>& keys, uint64_t deadline_ms,
                       std::vector<absl::Status>* statuses);
   void Abort(const std::vector<uint64_t>& put_ids);
   // One put from PutStart to commit, waiting for another writer's put of
@@ -172,7 +174,8 @@ class ClientImpl final : public Client {
   // (commits_). A call alone goes as it is.
   absl::Status CoalescedPutStart(const v1::PutStartRequest& req, v1::PutStartResponse* resp,
                                  uint64_t deadline_ms);
-  absl::Status CoalescedCommit(uint64_t put_id, uint64_t deadline_ms, absl::Status* committed);
+  absl::Status CoalescedCommit(uint64_t put_id, const std::string& key, uint64_t deadline_ms,
+                               absl::Status* committed);
   absl::Status PutWithRetry(const HostPut& item, const PutOptions& options, uint64_t deadline_ms);
   // Puts host blocks with one BatchPutStart, parallel writes and one commit.
   // The return is the batch's status; (*statuses)[i] each block's.
@@ -421,6 +424,7 @@ class ClientImpl final : public Client {
   CallCoalescer<PutStartJob, PutStartResult> put_starts_;
   struct CommitJob {
     uint64_t put_id = 0;
+    const std::string* key = nullptr;
     uint64_t deadline_ms = 0;
   };
   struct CommitResult {

@@ -109,23 +109,48 @@ absl::Status ClientImpl::WriteReplicas(const v1::PutStartResponse& started, cons
   return absl::OkStatus();
 }
 
-void ClientImpl::ForgetCached(absl::string_view key) {
-  // Any location this client remembers for the key names the block the
-  // commit replaced (or a lookup that raced with it): drop it, after the
-  // commit, so the next get asks the master.
-  if (cache_ != nullptr) cache_->Erase(key);
-}
-
-absl::Status ClientImpl::Commit(const std::vector<uint64_t>& put_ids, uint64_t deadline_ms,
+absl::Status ClientImpl::Commit(const std::vector<uint64_t>& put_ids,
+                                const std::vector<const std::string*>& keys, uint64_t deadline_ms,
                                 std::vector<absl::Status>* statuses) {
   v1::PutCommitRequest commit;
   for (uint64_t id : put_ids) commit.add_put_ids(id);
+  // With a location cache and shared memory, the commit answers where each
+  // block now is, and this client reads its own puts on this host back
+  // without a Lookup. The stamp is taken first: a change of a key
+  // meanwhile keeps its entry out.
+  const uint64_t stamp = cache_ != nullptr ? cache_->Stamp() : 0;
+  if (cache_ != nullptr && options_.allow_shm) {
+    commit.set_locations(true);
+    commit.set_client_host_id(HostId());
+  }
   v1::PutCommitResponse resp;
   absl::Status s = CallMaster(&v1::MasterService::Stub::PutCommit, commit, &resp, deadline_ms);
-  if (!s.ok()) return s;
-  if (resp.statuses_size() != static_cast<int>(put_ids.size())) {
-    return absl::InternalError("malformed commit response");
+  if (s.ok() && resp.statuses_size() != static_cast<int>(put_ids.size())) {
+    s = absl::InternalError("malformed commit response");
   }
+  if (cache_ != nullptr) {
+    // Whatever this client remembers of each key names the block the
+    // commit replaced (or a lookup that raced with it): replaced by the
+    // commit's location, or dropped, even when the call failed (it may
+    // have committed). Kept only where the store's key board vouches for
+    // reads: until the store records the commit (the master's notice
+    // follows it within tens of milliseconds) a read of it falls back to a
+    // Lookup at no extra cost, where a check over TCP would cost a round
+    // trip first.
+    const bool located = s.ok() && resp.locations_size() == resp.statuses_size();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const int k = static_cast<int>(i);
+      const v1::ObjectLocation* loc =
+          located && resp.statuses(k).code() == 0 ? &resp.locations(k) : nullptr;
+      if (loc != nullptr &&
+          (loc->replicas_size() == 0 || !SameHostDram(*loc) || AskedCached(*loc))) {
+        loc = nullptr;
+      }
+      cache_->PutCommitted(*keys[i], loc, stamp);
+    }
+    metrics_.cache_entries.Set(static_cast<double>(cache_->size()));
+  }
+  if (!s.ok()) return s;
   statuses->clear();
   for (int i = 0; i < resp.statuses_size(); ++i) {
     absl::Status st = FromRpcStatus(resp.statuses(i));
@@ -166,8 +191,7 @@ absl::Status ClientImpl::PutOnce(const HostPut& item, const PutOptions& options,
           return written;
         }
         absl::Status committed;
-        s = CoalescedCommit(started.put_id(), deadline_ms, &committed);
-        ForgetCached(*item.key);
+        s = CoalescedCommit(started.put_id(), *item.key, deadline_ms, &committed);
         // Unanswered (the call failed, perhaps unsent): ended either way, or
         // the put would hold its ranges and the key until it expires. An
         // abort of a put that did commit changes nothing (NOT_FOUND).
@@ -231,10 +255,10 @@ absl::Status ClientImpl::CoalescedPutStart(const v1::PutStartRequest& req,
   return r.status;
 }
 
-absl::Status ClientImpl::CoalescedCommit(uint64_t put_id, uint64_t deadline_ms,
-                                         absl::Status* committed) {
+absl::Status ClientImpl::CoalescedCommit(uint64_t put_id, const std::string& key,
+                                         uint64_t deadline_ms, absl::Status* committed) {
   // As CoalescedPutStart: the commits of puts written at once go together.
-  CommitJob job{put_id, deadline_ms};
+  CommitJob job{put_id, &key, deadline_ms};
   CommitResult r = CallByDeadline(
       &commits_, job, kBatchItemsMax, [](const CommitJob&) { return size_t{1}; },
       [this](const std::vector<const CommitJob*>& jobs, size_t begin, size_t end,
@@ -242,9 +266,13 @@ absl::Status ClientImpl::CoalescedCommit(uint64_t put_id, uint64_t deadline_ms,
         stats_.put_calls.fetch_add(1);
         stats_.put_calls_joined.fetch_add(end - begin - 1);
         std::vector<uint64_t> ids;
-        for (size_t j = begin; j < end; ++j) ids.push_back(jobs[j]->put_id);
+        std::vector<const std::string*> keys;
+        for (size_t j = begin; j < end; ++j) {
+          ids.push_back(jobs[j]->put_id);
+          keys.push_back(jobs[j]->key);
+        }
         std::vector<absl::Status> statuses;
-        const absl::Status s = Commit(ids, jobs[0]->deadline_ms, &statuses);
+        const absl::Status s = Commit(ids, keys, jobs[0]->deadline_ms, &statuses);
         for (size_t j = begin; j < end; ++j) {
           CommitResult& out = (*results)[j];
           const absl::Status& st = s.ok() ? statuses[j - begin] : s;
@@ -336,11 +364,13 @@ absl::Status ClientImpl::PutUniqueBlocks(const std::vector<HostPut>& items,
     }
   });
   std::vector<uint64_t> commit_ids, abort_ids;
+  std::vector<const std::string*> commit_keys;
   std::vector<size_t> committing, retry;
   for (size_t i = 0; i < items.size(); ++i) {
     uint64_t id = resp.results(static_cast<int>(i)).put_id();
     if (next[i] == Next::kCommit) {
       commit_ids.push_back(id);
+      commit_keys.push_back(items[i].key);
       committing.push_back(i);
     } else if (next[i] == Next::kAbort) {
       abort_ids.push_back(id);
@@ -351,9 +381,8 @@ absl::Status ClientImpl::PutUniqueBlocks(const std::vector<HostPut>& items,
   Abort(abort_ids);
   if (!commit_ids.empty()) {
     std::vector<absl::Status> committed;
-    s = Commit(commit_ids, deadline_ms, &committed);
+    s = Commit(commit_ids, commit_keys, deadline_ms, &committed);
     if (!s.ok()) Abort(commit_ids);  // unanswered: ended either way (PutOnce)
-    for (size_t i : committing) ForgetCached(*items[i].key);
     for (size_t j = 0; j < committing.size(); ++j) {
       size_t i = committing[j];
       (*statuses)[i] = s.ok() ? committed[j] : s;

@@ -41,17 +41,15 @@ uint64_t LocationCache::Stamp() const {
   return erases_;
 }
 
-void LocationCache::Put(const v1::ObjectLocation& loc, uint64_t stamp) {
-  if (!loc.found() || loc.replicas_size() == 0) return;
-  if (loc.generation() == 0) {
-    // Of unknown generation (a master that learned the block from a
-    // store's SSD inventory, which names none): a store would take it for
-    // any commit of the key, so a replacement could not be told apart.
-    // Read through the master, and forget what was kept of an older answer.
-    MutexLock lock(&mu_);
-    DropLocked(loc.key());
-    return;
-  }
+bool LocationCache::Keepable(const v1::ObjectLocation& loc) {
+  // Of unknown generation (a master that learned the block from a store's
+  // SSD inventory, which names none), a store would take it for any commit
+  // of the key, so a replacement could not be told apart: such a key is
+  // read through the master.
+  return loc.found() && loc.replicas_size() > 0 && loc.generation() != 0;
+}
+
+void LocationCache::InsertLocked(const v1::ObjectLocation& loc) {
   v1::ObjectLocation entry;
   entry.set_key(loc.key());
   entry.set_found(true);
@@ -60,8 +58,6 @@ void LocationCache::Put(const v1::ObjectLocation& loc, uint64_t stamp) {
   entry.set_generation(loc.generation());
   entry.set_store_key(loc.store_key());
   *entry.add_replicas() = loc.replicas(0);
-  MutexLock lock(&mu_);
-  if (erased_at_[StripeOf(loc.key())] > stamp) return;
   DropLocked(loc.key());
   lru_.push_front(std::move(entry));
   index_.emplace(lru_.front().key(), lru_.begin());
@@ -69,6 +65,30 @@ void LocationCache::Put(const v1::ObjectLocation& loc, uint64_t stamp) {
     index_.erase(lru_.back().key());
     lru_.pop_back();
   }
+}
+
+void LocationCache::Put(const v1::ObjectLocation& loc, uint64_t stamp) {
+  if (!loc.found() || loc.replicas_size() == 0) return;
+  MutexLock lock(&mu_);
+  if (!Keepable(loc)) {
+    DropLocked(loc.key());  // and what was kept of an older answer
+    return;
+  }
+  if (erased_at_[StripeOf(loc.key())] > stamp) return;
+  InsertLocked(loc);
+}
+
+void LocationCache::PutCommitted(absl::string_view key, const v1::ObjectLocation* loc,
+                                 uint64_t stamp) {
+  MutexLock lock(&mu_);
+  uint64_t& erased_at = erased_at_[StripeOf(key)];
+  // Another change of the key's stripe since `stamp` (a remove, another
+  // put) may be of this key and later than this commit: keep nothing.
+  const bool current = erased_at <= stamp;
+  // As an erase: a lookup answered before this commit brings nothing back.
+  erased_at = ++erases_;
+  DropLocked(key);
+  if (current && loc != nullptr && loc->key() == key && Keepable(*loc)) InsertLocked(*loc);
 }
 
 void LocationCache::Erase(absl::string_view key) {

@@ -54,6 +54,12 @@ class LocationCache {
   // generation (0), which no store check could tell from a replacement:
   // that forgets the key instead.
   void Put(const v1::ObjectLocation& loc, uint64_t stamp) ABSL_LOCKS_EXCLUDED(mu_);
+  // After this client's commit of `key`: erases the key as Erase does (a
+  // lookup answered before the commit brings nothing back), then keeps
+  // `loc`, the commit's location (null: none answered), unless the key's
+  // stripe was erased after `stamp`, taken before the commit was sent.
+  void PutCommitted(absl::string_view key, const v1::ObjectLocation* loc, uint64_t stamp)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void Erase(absl::string_view key) ABSL_LOCKS_EXCLUDED(mu_);
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -68,6 +74,10 @@ class LocationCache {
   static size_t StripeOf(absl::string_view key);
   // Drops the key's entry, if any.
   void DropLocked(absl::string_view key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `loc` may be kept: found, with a replica, of known generation.
+  static bool Keepable(const v1::ObjectLocation& loc);
+  // Keeps `loc`'s first replica as the key's entry, the most recent.
+  void InsertLocked(const v1::ObjectLocation& loc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t entries_max_;
   mutable Mutex mu_;

@@ -231,6 +231,9 @@ grpc::Status MasterServiceImpl::PutCommit(grpc::ServerContext* ctx, const v1::Pu
   QuotaBook& quotas = master_->quotas();
   std::vector<Master::CommitPin> pinned;
   master_->PutCommit(*req, caller.name, resp, quotas.active() ? &pinned : nullptr);
+  // A tenant's locations name its keys as it asked for them, and the
+  // stores' keys apart (as Lookup answers).
+  ToCaller(caller, {}, resp->mutable_locations());
   quotas.AfterEnd(req->put_ids(), resp->statuses());
   for (const Master::CommitPin& pin : pinned) quotas.Pinned(caller, pin.key, pin.size, pin.ttl_ms);
   return grpc::Status::OK;

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/rpc.h"
 #include "proto/shelf.grpc.pb.h"
@@ -94,9 +95,11 @@ TEST_F(LocationCacheTest, WarmGetsSkipTheMasterOverShmAndTcp) {
     ASSERT_TRUE(c->Put(key, value.data(), value.size()).ok());
     ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, value.size()); }, 10000));
     std::string got;
-    ASSERT_TRUE(c->Get(key, &got).ok());  // a miss: asks the master, caches
+    // Over shared memory, a hit: the commit answered the location. Over
+    // TCP, a miss: the master's answer, cached.
+    ASSERT_TRUE(c->Get(key, &got).ok());
     EXPECT_EQ(got, value);
-    EXPECT_EQ(c->stats().location_cache_misses, 1u);
+    EXPECT_EQ(c->stats().location_cache_misses, shm ? 0u : 1u);
     EXPECT_EQ(c->stats().location_cache_entries, 1u);
     // A stopped master answers nothing: these gets can only come from the
     // store.
@@ -109,11 +112,12 @@ TEST_F(LocationCacheTest, WarmGetsSkipTheMasterOverShmAndTcp) {
     }
     cluster_->master_process()->Signal(SIGCONT);
     ClientStats st = c->stats();
-    EXPECT_EQ(st.location_cache_hits, 5u);
+    EXPECT_EQ(st.location_cache_hits, shm ? 6u : 5u);
     EXPECT_EQ(st.location_cache_fallbacks, 0u);
-    EXPECT_EQ(st.location_cache_board_reads, shm ? 5u : 0u);  // the store's key board
+    EXPECT_EQ(st.location_cache_board_reads, shm ? 6u : 0u);  // the store's key board
     EXPECT_EQ(shm ? st.bytes_loaded_shm : st.bytes_loaded_tcp, 6 * value.size());
-    EXPECT_NE(c->MetricsText().find("shelf_client_location_cache_total{result=\"hit\"} 5"),
+    EXPECT_NE(c->MetricsText().find(
+                  absl::StrCat("shelf_client_location_cache_total{result=\"hit\"} ", shm ? 6 : 5)),
               std::string::npos)
         << c->MetricsText();
   }
@@ -128,11 +132,11 @@ TEST_F(LocationCacheTest, WarmSameHostGetsAskNeitherMasterNorStore) {
   ASSERT_TRUE(c->Put(key, value.data(), value.size()).ok());
   ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, value.size()); }, 10000));
   std::string got;
-  // A miss: the master's answer, cached; the store's segment and its board
-  // are mapped while the store answers.
+  // Hits: the commit answered the location, and the board, mapped with the
+  // segment when the put attached it, vouches for the block.
   ASSERT_TRUE(c->Get(key, &got).ok());
-  ASSERT_TRUE(c->Get(key, &got).ok());  // a hit: the board vouches for it
-  ASSERT_EQ(c->stats().location_cache_board_reads, 1u);
+  ASSERT_TRUE(c->Get(key, &got).ok());
+  ASSERT_EQ(c->stats().location_cache_board_reads, 2u);
   cluster_->master_process()->Signal(SIGSTOP);
   cluster_->store_process(0)->Signal(SIGSTOP);
   for (int i = 0; i < 5; ++i) {
@@ -144,8 +148,8 @@ TEST_F(LocationCacheTest, WarmSameHostGetsAskNeitherMasterNorStore) {
   cluster_->store_process(0)->Signal(SIGCONT);
   cluster_->master_process()->Signal(SIGCONT);
   ClientStats st = c->stats();
-  EXPECT_EQ(st.location_cache_board_reads, 6u);
-  EXPECT_EQ(st.location_cache_hits, 6u);
+  EXPECT_EQ(st.location_cache_board_reads, 7u);
+  EXPECT_EQ(st.location_cache_hits, 7u);
   EXPECT_EQ(st.location_cache_fallbacks, 0u);
   // Replaced by another client: the board no longer marks the old block,
   // and the get goes back to the master for the new one.
@@ -172,7 +176,10 @@ TEST_F(LocationCacheTest, ReplacedKeyReadsTheNewValue) {
     std::string got;
     ASSERT_TRUE(a->Get(key, &got).ok());
     ASSERT_TRUE(a->Get(key, &got).ok());
-    ASSERT_EQ(a->stats().location_cache_hits, 1u);  // A holds the old location
+    // A holds the old location, from its commit over shared memory (two
+    // hits), else from the first get's lookup (a miss, then a hit).
+    const uint64_t hits = shm ? 2 : 1;
+    ASSERT_EQ(a->stats().location_cache_hits, hits);
     // B replaces the key (Mooncake's upsert, RESP's SET): remove, then put.
     ASSERT_TRUE(b->Remove(key).ok());
     ASSERT_TRUE(b->Put(key, new_value.data(), new_value.size()).ok());
@@ -184,7 +191,7 @@ TEST_F(LocationCacheTest, ReplacedKeyReadsTheNewValue) {
     // The new location is cached and read without the master.
     ASSERT_TRUE(a->Get(key, &got).ok());
     EXPECT_EQ(got, new_value);
-    EXPECT_EQ(a->stats().location_cache_hits, 2u);
+    EXPECT_EQ(a->stats().location_cache_hits, hits + 1);
   }
 }
 
@@ -556,8 +563,57 @@ TEST_F(LocationCacheTest, OwnReplaceIsReadBackAtOnce) {
     ASSERT_TRUE(a->Put(key, value.data(), value.size()).ok());
     ASSERT_TRUE(a->Get(key, &got).ok());
     EXPECT_EQ(got, value);
-    EXPECT_EQ(a->stats().location_cache_misses, before.location_cache_misses + 1);
+    // Over TCP the put left nothing cached: the get asked the master. Over
+    // shared memory the cache holds the commit's location, read through the
+    // board or, until the store records it, through the master.
+    if (!shm) {
+      EXPECT_EQ(a->stats().location_cache_misses, before.location_cache_misses + 1);
+    }
   }
+}
+
+// A put on this host leaves its block's location in the cache, from the
+// commit's answer: once the store records the commit, the block reads back
+// through the key board with the master stopped, and no read asks for it.
+TEST_F(LocationCacheTest, OwnPutsReadBackWithoutALookup) {
+  const std::string key = "own-put-board";
+  const std::string value = Block(64 << 10, 41);
+  auto c = Open(true);
+  ASSERT_TRUE(c->Put(key, value.data(), value.size()).ok());
+  EXPECT_EQ(c->stats().location_cache_entries, 1u);
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, value.size()); }, 10000));
+  cluster_->master_process()->Signal(SIGSTOP);
+  std::string got;
+  Status s = c->Get(key, &got, Deadline::After(std::chrono::milliseconds(3000)));
+  cluster_->master_process()->Signal(SIGCONT);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(got == value);
+  ClientStats st = c->stats();
+  EXPECT_EQ(st.location_cache_misses, 0u);
+  EXPECT_EQ(st.location_cache_hits, 1u);
+  EXPECT_EQ(st.location_cache_board_reads, 1u);
+  // Replaced by another client: the board stops vouching for the old block
+  // once the store records the new one, and the get reads the new value.
+  auto b = Open(true);
+  const std::string replaced = Block(68 << 10, 42);
+  PutOptions replace;
+  replace.replace = true;
+  ASSERT_TRUE(b->Put(key, replaced.data(), replaced.size(), replace).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, replaced.size()); }, 10000));
+  ASSERT_TRUE(c->Get(key, &got).ok());
+  EXPECT_TRUE(got == replaced);
+  EXPECT_EQ(c->stats().location_cache_fallbacks, 1u);
+  // Read right after its put, before the store can have recorded it: the
+  // board does not vouch yet, and the get asks the master.
+  const std::string fresh = Block(64 << 10, 43);
+  ASSERT_TRUE(c->Put("own-put-fresh", fresh.data(), fresh.size()).ok());
+  ASSERT_TRUE(c->Get("own-put-fresh", &got).ok());
+  EXPECT_TRUE(got == fresh);
+  // A client without shared memory keeps nothing of its puts: its cached
+  // reads would ask the store over TCP, a round trip of their own.
+  auto t = Open(false);
+  ASSERT_TRUE(t->Put("own-put-tcp", fresh.data(), fresh.size()).ok());
+  EXPECT_EQ(t->stats().location_cache_entries, 0u);
 }
 
 // A store started with --shm-key-board=false keeps no board: same-host

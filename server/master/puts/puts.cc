@@ -229,6 +229,7 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
                        v1::PutCommitResponse* resp, std::vector<CommitPin>* pinned) {
   SHELF_SYNC_POINT("Master::PutCommit:Start");
   uint64_t now = clock_->NowMs();
+  const uint64_t now_unix = clock_->UnixMs();
   WriterMutexLock lock(&mu_);
   if (absl::Status s = CheckLeaderLocked(false); !s.ok()) {
     FailEveryPut(req.put_ids_size(), s, resp->mutable_statuses());
@@ -236,6 +237,8 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
   }
   for (uint64_t id : req.put_ids()) {
     v1::RpcStatus* st = resp->add_statuses();
+    // Filled below once the put commits; left not found otherwise.
+    v1::ObjectLocation* located = req.locations() ? resp->add_locations() : nullptr;
     PendingPut* found = OwnedPutLocked(id, owner, st);
     if (found == nullptr) continue;
     PendingPut& put = *found;
@@ -315,6 +318,9 @@ void Master::PutCommit(const v1::PutCommitRequest& req, const std::string& owner
       obj.extra->pin_until_ms =
           put.soft_pin_ttl_ms > UINT64_MAX - now ? UINT64_MAX : now + put.soft_pin_ttl_ms;
       if (pinned != nullptr) pinned->push_back({put.key, put.size, put.soft_pin_ttl_ms});
+    }
+    if (located != nullptr) {
+      FillLocation(obj, put.key, req.client_host_id(), /*lease=*/false, now_unix, located);
     }
     put_by_key_.erase(put.key);
     puts_.erase(id);  // last: `put` refers into it
