@@ -1,5 +1,8 @@
 #include "client/location_cache.h"
 
+#include <optional>
+#include <utility>
+
 #include "absl/hash/hash.h"
 #include "common/check.h"
 #include "transport/wire.h"
@@ -49,7 +52,7 @@ bool LocationCache::Keepable(const v1::ObjectLocation& loc) {
   return loc.found() && loc.replicas_size() > 0 && loc.generation() != 0;
 }
 
-void LocationCache::InsertLocked(const v1::ObjectLocation& loc) {
+v1::ObjectLocation LocationCache::EntryOf(const v1::ObjectLocation& loc) {
   v1::ObjectLocation entry;
   entry.set_key(loc.key());
   entry.set_found(true);
@@ -58,7 +61,11 @@ void LocationCache::InsertLocked(const v1::ObjectLocation& loc) {
   entry.set_generation(loc.generation());
   entry.set_store_key(loc.store_key());
   *entry.add_replicas() = loc.replicas(0);
-  DropLocked(loc.key());
+  return entry;
+}
+
+void LocationCache::InsertLocked(v1::ObjectLocation entry) {
+  DropLocked(entry.key());
   lru_.push_front(std::move(entry));
   index_.emplace(lru_.front().key(), lru_.begin());
   while (lru_.size() > entries_max_) {
@@ -69,17 +76,21 @@ void LocationCache::InsertLocked(const v1::ObjectLocation& loc) {
 
 void LocationCache::Put(const v1::ObjectLocation& loc, uint64_t stamp) {
   if (!loc.found() || loc.replicas_size() == 0) return;
-  MutexLock lock(&mu_);
   if (!Keepable(loc)) {
+    MutexLock lock(&mu_);
     DropLocked(loc.key());  // and what was kept of an older answer
     return;
   }
+  v1::ObjectLocation entry = EntryOf(loc);  // built outside the lock
+  MutexLock lock(&mu_);
   if (erased_at_[StripeOf(loc.key())] > stamp) return;
-  InsertLocked(loc);
+  InsertLocked(std::move(entry));
 }
 
 void LocationCache::PutCommitted(absl::string_view key, const v1::ObjectLocation* loc,
                                  uint64_t stamp) {
+  std::optional<v1::ObjectLocation> entry;
+  if (loc != nullptr && loc->key() == key && Keepable(*loc)) entry = EntryOf(*loc);
   MutexLock lock(&mu_);
   uint64_t& erased_at = erased_at_[StripeOf(key)];
   // Another change of the key's stripe since `stamp` (a remove, another
@@ -88,7 +99,7 @@ void LocationCache::PutCommitted(absl::string_view key, const v1::ObjectLocation
   // As an erase: a lookup answered before this commit brings nothing back.
   erased_at = ++erases_;
   DropLocked(key);
-  if (current && loc != nullptr && loc->key() == key && Keepable(*loc)) InsertLocked(*loc);
+  if (current && entry.has_value()) InsertLocked(*std::move(entry));
 }
 
 void LocationCache::Erase(absl::string_view key) {

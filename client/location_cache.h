@@ -76,8 +76,10 @@ class LocationCache {
   void DropLocked(absl::string_view key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `loc` may be kept: found, with a replica, of known generation.
   static bool Keepable(const v1::ObjectLocation& loc);
-  // Keeps `loc`'s first replica as the key's entry, the most recent.
-  void InsertLocked(const v1::ObjectLocation& loc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The entry kept for `loc` (Keepable): its first replica only.
+  static v1::ObjectLocation EntryOf(const v1::ObjectLocation& loc);
+  // Keeps `entry` (EntryOf) as its key's, the most recent.
+  void InsertLocked(v1::ObjectLocation entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t entries_max_;
   mutable Mutex mu_;
