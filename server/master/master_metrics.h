@@ -79,6 +79,10 @@ struct MasterMetrics {
         room_wait_seconds(prom::AddUnlabelledCounter(
             e.registry(), "shelf_master_put_room_wait_seconds_total",
             "Time puts spent waiting for demotions to make room (up to --demote-wait each)")),
+        put_drops(prom::AddUnlabelledCounter(
+            e.registry(), "shelf_master_put_drops_total",
+            "DRAM blocks dropped to place a put with no copy left on their store's SSD: the "
+            "wait for demotions ran out, or nothing could be demoted")),
         leases_granted(prom::AddUnlabelledCounter(e.registry(), "shelf_master_leases_granted_total",
                                                   "Read leases granted or extended by lookups")),
         leases_released(
@@ -137,6 +141,7 @@ struct MasterMetrics {
   prom::Counter& demotion_reports_unnamed;
   prom::Counter& room_waits;
   prom::Counter& room_wait_seconds;
+  prom::Counter& put_drops;
   prom::Counter& leases_granted;
   prom::Counter& leases_released;
   prom::Counter& heartbeat_orders_resent;

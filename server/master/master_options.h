@@ -55,8 +55,8 @@ struct MasterOptions {
   double evict_low = 0.85;   // eviction stops below this fill
   // The SSD tier's own watermarks: close to full, as every free byte is a
   // block the tiers could hold (a run of drops is one RocksDB write).
-  double ssd_evict_high = 0.995;
-  double ssd_evict_low = 0.985;
+  double ssd_evict_high = 0.999;
+  double ssd_evict_low = 0.997;
   uint64_t block_bytes_max = 1ull << 30;  // <= kBlockBytesLimit
   uint64_t alignment = 4096;              // every DRAM range starts aligned
   uint64_t hard_pin_bytes_max = 0;        // per node; 0 = 10% of its DRAM

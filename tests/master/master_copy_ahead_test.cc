@@ -96,6 +96,7 @@ TEST_F(CopyAheadTest, APutTakesACleanCopysRoomWithoutWaiting) {
   // would block on the test's clock, which never moves here.
   ASSERT_TRUE(Put("new", kMiB).ok());
   EXPECT_EQ(master_->metrics().room_waits.Value(), 0u);
+  EXPECT_EQ(master_->metrics().put_drops.Value(), 0u) << "the block stays on SSD";
   EXPECT_EQ(Tiers(demoted[0]), (std::vector<int>{v1::TIER_SSD}));
   EXPECT_EQ(Clean(), (demoted.size() - 1) * kMiB);
   for (int i = 0; i < 4; ++i) {
@@ -124,6 +125,7 @@ TEST_F(CopyAheadTest, WithItsCleanCopiesLeasedAPutWaitsForABlockMovedForIt) {
   ASSERT_TRUE(Commit(r.put_id()).ok());
   EXPECT_EQ(master_->metrics().room_waits.Value(), 1u);
   EXPECT_EQ(master_->metrics().evictions.Value(), 0u) << "nothing dropped";
+  EXPECT_EQ(master_->metrics().put_drops.Value(), 0u);
   EXPECT_EQ(Tiers("k0"), (std::vector<int>{v1::TIER_DRAM, v1::TIER_SSD}));
   EXPECT_EQ(Tiers("k1"), (std::vector<int>{v1::TIER_SSD}));
   for (const char* k : {"k2", "k3", "new"}) {

@@ -227,6 +227,8 @@ TEST_F(MasterFixture, DramOnlyEvictionDropsOnlyWhatAPutNeeds) {
   ASSERT_TRUE(Put("new", kMiB).ok());
   EXPECT_EQ(DramUsed(), 20 * kMiB);  // one block made room for one
   EXPECT_EQ(master_->metrics().evictions.Value(), 1u);
+  // Its only copy: counted as a put's drop.
+  EXPECT_EQ(master_->metrics().put_drops.Value(), 1u);
   EXPECT_FALSE(Peek("k0").found());  // the least recently used
   EXPECT_TRUE(Peek("k1").found());
 }

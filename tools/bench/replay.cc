@@ -21,7 +21,9 @@
 #include "common/units.h"
 #include "proto/shelf.grpc.pb.h"
 #include "shelf/client.h"
+#include "testing/http_probe.h"
 #include "testing/local_cluster.h"
+#include "testing/raw_peer.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/cache_sim.h"
@@ -347,9 +349,9 @@ int Replay(int argc, char** argv) {
     for (absl::string_view f : absl::StrSplit(store_flags, ' ', absl::SkipEmpty())) {
       co.store_args.emplace_back(f);
     }
-    // Concurrent clients: the master's own handling time of each call (its
-    // rpc histogram) is reported next to what the clients measured.
-    if (clients > 1 && master_flags.find("--metrics-listen") == std::string::npos) {
+    // The master's /metrics: its handling time of each call (reported
+    // next to what concurrent clients measured) and the puts' backpressure.
+    if (master_flags.find("--metrics-listen") == std::string::npos) {
       co.master_args.insert(co.master_args.end(), {"--metrics-listen", "127.0.0.1:0"});
     }
     auto c = LocalCluster::Start(co);
@@ -513,6 +515,16 @@ int Replay(int argc, char** argv) {
   }
   double wall_s = (MonoUs() - t_start) / 1e6;
   ClientStats cs = client->stats();
+  // Backpressure as the master counts it: puts that waited for demotions
+  // to make room, and blocks dropped (their only copy) when a wait ran out.
+  const bool have_backpressure = cluster != nullptr && cluster->master_metrics_port() != 0;
+  double room_waits = 0, room_wait_s = 0, put_drops = 0;
+  if (have_backpressure) {
+    const std::string m = HttpGet(cluster->master_metrics_port(), "/metrics");
+    room_waits = MetricValue(m, "shelf_master_put_room_waits_total");
+    room_wait_s = MetricValue(m, "shelf_master_put_room_wait_seconds_total");
+    put_drops = MetricValue(m, "shelf_master_put_drops_total");
+  }
   mismatches += cs.checksum_mismatches;
 
   double hit_ratio = total_blocks ? static_cast<double>(hit_blocks) / total_blocks : 0;
@@ -562,6 +574,12 @@ int Replay(int argc, char** argv) {
                 put_us.Percentile(99));
     std::printf("  MatchPrefix     p50 %.0f us  p99 %.0f us\n", match_us.Percentile(50),
                 match_us.Percentile(99));
+    if (have_backpressure) {
+      std::printf(
+          "  backpressure    %.0f puts waited for room, %.2f s in all; %.0f blocks dropped\n"
+          "                  to place puts with no SSD copy left\n",
+          room_waits, room_wait_s, put_drops);
+    }
     std::printf(
         "  prefill avoided %llu tokens = %.1f GPU-s at %.0f tokens/s, for %.2f s of fetching\n",
         static_cast<unsigned long long>(tokens_saved), gpu_s_saved, prefill_tokens_per_s,
@@ -644,6 +662,11 @@ int Replay(int argc, char** argv) {
   o["fetch_scale"] = fetch_scale;
   o["fetch_scale_model"] = fetch_model;
   o["wall_seconds"] = wall_s;
+  if (have_backpressure) {
+    o["put_room_waits"] = room_waits;
+    o["put_room_wait_seconds"] = room_wait_s;
+    o["put_drops"] = put_drops;
+  }
   Json samples = Json::array();
   double resident_sum = 0, orphaned_sum = 0;
   uint64_t resident_n = 0, dram_resident_n = 0;

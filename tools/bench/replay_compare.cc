@@ -167,6 +167,18 @@ int ReplayCompare(const std::vector<std::string>& args, const ReplayCompareOptio
     }
     std::printf(" (exclusive LRU %.2f%%)\n", 100 * Num(b, "lru_sim_hit_ratio"));
   }
+  // Backpressure: puts that waited for demotions, and blocks a put dropped
+  // (their only copy) once its wait ran out; every tiered round's.
+  if (b.contains("put_room_waits")) {
+    std::printf("  DRAM + SSD backpressure by round:");
+    for (int r = 0; r < options.rounds; ++r) {
+      std::printf(" %.0f waits %.2f s %.0f drops", Num(tiered_rounds[r], "put_room_waits"),
+                  Num(tiered_rounds[r], "put_room_wait_seconds"),
+                  Num(tiered_rounds[r], "put_drops"));
+      if (r + 1 < options.rounds) std::printf(",");
+    }
+    std::printf("\n");
+  }
   std::printf("\n  tiered / DRAM only: puts %.2fx GB/s, put p99 %.2fx; gets %.2fx GB/s\n",
               put_ratio, put_p99_ratio, get_ratio);
   if (have_raw) {
@@ -191,6 +203,13 @@ int ReplayCompare(const std::vector<std::string>& args, const ReplayCompareOptio
   Json hit_rounds = Json::array();
   for (const Json& j : tiered_rounds) hit_rounds.push_back(Num(j, "hit_ratio"));
   o["tiered_hit_ratio_rounds"] = hit_rounds;
+  Json waits = Json::array(), drops = Json::array();
+  for (const Json& j : tiered_rounds) {
+    waits.push_back(Num(j, "put_room_waits"));
+    drops.push_back(Num(j, "put_drops"));
+  }
+  o["tiered_put_room_waits_rounds"] = waits;
+  o["tiered_put_drops_rounds"] = drops;
   o["put_gbps_ratio"] = put_ratio;
   o["put_p99_ratio"] = put_p99_ratio;
   o["get_gbps_ratio"] = get_ratio;

@@ -119,6 +119,7 @@ uint64_t Master::EvictSegmentLocked(uint32_t node, Segment* seg, uint64_t target
       if (obj->replicas.empty()) EraseIndexLocked(obj);
       freed += aligned;
       metrics_.evictions.Increment();
+      if (mode == EvictMode::kDrop && !has_ssd_here) metrics_.put_drops.Increment();
       if (stats != nullptr) {
         stats->set_evicted_objects(stats->evicted_objects() + 1);
         stats->set_evicted_bytes(stats->evicted_bytes() + aligned);
