@@ -105,8 +105,9 @@ ServerStats::ServerStats()
           "(not copied into shelf-resp).")),
       direct_sent_bytes(prom::AddUnlabelledCounter(
           DefaultExposition().registry(), "shelf_resp_direct_sent_bytes_total",
-          "GET reply bytes a worker sent to the socket itself, values from where they lie "
-          "(part of shelf_resp_sent_bytes_total).")),
+          "GET reply bytes sent to the socket by the thread that read the values, not queued: "
+          "a worker's from where they lie, the event loop's from its copies (part of "
+          "shelf_resp_sent_bytes_total).")),
       direct_cut(prom::AddUnlabelledCounter(
           DefaultExposition().registry(), "shelf_resp_direct_cut_total",
           "GET replies a client's socket took only part of in time: the rest was copied and "

@@ -133,17 +133,21 @@ static void DropQueueLocked(Connection* conn, ServerStats* stats)
   conn->queue.clear();
 }
 
-// The socket of one plain connection, for the command a worker runs.
+// The socket of one plain connection, for the command a worker runs, or
+// for the GETs the event loop serves itself (`wait` false: what the socket
+// does not take at once is queued, as the loop must not block).
 class RespServer::ConnectionSink final : public DirectSink {
  public:
-  ConnectionSink(RespServer* server, Connection* conn) : server_(server), conn_(conn) {}
+  ConnectionSink(RespServer* server, Connection* conn, bool wait = true)
+      : server_(server), conn_(conn), wait_(wait) {}
   size_t Send(const iovec* iov, int iovcnt, uint64_t until_mono_ms) override {
-    return server_->SendDirect(conn_, iov, iovcnt, until_mono_ms);
+    return server_->SendDirect(conn_, iov, iovcnt, wait_ ? until_mono_ms : 0);
   }
 
  private:
   RespServer* const server_;
   Connection* const conn_;
+  const bool wait_;
 };
 
 RespServer::RespServer(const RespServerOptions& options, CommandHandler* handler,
@@ -548,7 +552,11 @@ bool RespServer::ServeCached(const std::shared_ptr<Connection>& conn) {
     if (keys.empty()) return false;
     conn->running = true;  // the session is this thread's meanwhile
   }
-  ReplyChunks reply;  // no DirectSink: the loop writes what it queues
+  // The values' copies go to the socket from where they lie when nothing
+  // of the connection's waits to be sent; the rest is queued, copied.
+  ReplyChunks reply;
+  ConnectionSink sink(this, conn.get(), /*wait=*/false);
+  if (conn->ssl == nullptr) reply.direct = &sink;
   const bool served = handler_->ReplyCachedGets(conn->session, keys, &reply);
   int64_t bytes = 0;
   {

@@ -378,6 +378,33 @@ TEST_F(RespServerTest, CachedGetsRunOnTheEventLoopInOrder) {
   EXPECT_TRUE(c.Reply() == want) << "GET loop-a answered the replaced value";
 }
 
+// The event loop writes the replies of the GETs it serves to the socket
+// itself, from its copies, when nothing of the connection's waits to be
+// sent: no reply of a client that reads each before it asks again is
+// queued, whichever thread served it (a worker sends from where the value
+// lies). A value this small fits any socket buffer at once. The server
+// counts a reply after sending it, so the counts are awaited.
+TEST_F(RespServerTest, EventLoopGetsSendTheirRepliesWithoutQueueing) {
+  const std::string v = RandomValue(1000, 8);
+  Conn c(server_->address());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c.Send(Conn::Encode({"SET", "direct-small", v})));
+  ASSERT_EQ(c.Reply(), "+OK");
+  ASSERT_TRUE(StoresRecord("direct-small", v.size() + 1));
+  const double loop_before = stats_->loop_gets.Value();
+  const double direct_before = stats_->direct_sent_bytes.Value();
+  const size_t reply_bytes = std::string("$1000\r\n").size() + v.size() + 2;
+  constexpr int kGets = 20;
+  for (int i = 0; i < kGets; ++i) {
+    ASSERT_TRUE(c.Send(Conn::Encode({"GET", "direct-small"})));
+    ASSERT_TRUE(c.Reply() == v) << "GET " << i << " answered other bytes";
+  }
+  auto direct = [&] { return stats_->direct_sent_bytes.Value() - direct_before; };
+  EXPECT_TRUE(WaitFor([&] { return direct() == 1.0 * kGets * reply_bytes; }, 5000, 5))
+      << direct() << " bytes sent directly, of " << kGets * reply_bytes;
+  EXPECT_GE(stats_->loop_gets.Value() - loop_before, kGets / 2);
+}
+
 // A client that asks for a large value and does not read for a while gets
 // all of it: the worker sends what the socket takes in time and queues the
 // rest, copied while the value is still leased. A client that hangs up in
