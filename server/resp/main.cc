@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   std::string grpc_tls_ca, grpc_tls_cert, grpc_tls_key;
   int64_t replicas = 1, max_clients = 10000, threads = 16;
   uint64_t max_value = 512ull << 20, max_inflight = 2ull << 30, timeout_ms = 30000;
+  uint64_t value_arena = server_opts.value_arena_bytes;
   Flags flags("shelf-resp",
               "a Redis-protocol (RESP2/RESP3) front end to a Shelf cluster (docs/resp.md)");
   flags.AddString("listen", &server_opts.listen,
@@ -107,6 +108,10 @@ int main(int argc, char** argv) {
   flags.AddSize("max-inflight-bytes", &max_inflight,
                 "request bytes held in memory at once, all clients together, and the values "
                 "one MGET may hold; over it: -OOM");
+  flags.AddSize("value-arena-size", &value_arena,
+                "shared memory SET values of 64 KiB and more are read into, so that a store on "
+                "this host copies each put once (a value in heap memory is copied twice); "
+                "values that find it full go to heap memory (0: off)");
   flags.AddInt("threads", &threads, "worker threads running commands against the cluster");
   flags.AddDurationMs("timeout", &timeout_ms, "deadline of each call to the cluster");
   flags.AddBool("enable-flush", &cmd_opts.flush_enabled,
@@ -157,6 +162,7 @@ int main(int argc, char** argv) {
   if (threads < 1 || threads > 1024) return Fail("--threads takes 1..1024");
   if (max_value < 1 || max_value > (4ull << 30)) return Fail("--max-value-size takes 1B..4GiB");
   if (max_inflight < max_value) return Fail("--max-inflight-bytes must be >= --max-value-size");
+  if (value_arena > (64ull << 30)) return Fail("--value-arena-size takes 0..64GiB");
 
   // One descriptor per client: raise the soft limit to the hard one; when
   // even that is short of --max-clients and 256 more (the cluster's own
@@ -257,6 +263,7 @@ int main(int argc, char** argv) {
   server_opts.max_clients = static_cast<size_t>(max_clients);
   server_opts.max_inflight_bytes = max_inflight;
   server_opts.threads = static_cast<size_t>(threads);
+  server_opts.value_arena_bytes = static_cast<size_t>(value_arena);
   server_opts.limits.bulk_bytes_max = max_value;
   server_opts.auth_required = !cmd_opts.requirepass.empty();
   ServerStats stats;

@@ -116,6 +116,15 @@ ServerStats::ServerStats()
           DefaultExposition().registry(), "shelf_resp_direct_received_bytes_total",
           "Value bytes (bulks of 64 KiB and more) read from the socket straight into their "
           "command's argument (part of shelf_resp_received_bytes_total).")),
+      placed_values(prom::AddUnlabelledCounter(
+          DefaultExposition().registry(), "shelf_resp_placed_values_total",
+          "SET values of 64 KiB and more read into the value arena (--value-arena-size): "
+          "shared memory a store on this host copies the put from, once.")),
+      unplaced_values(prom::AddUnlabelledCounter(
+          DefaultExposition().registry(), "shelf_resp_unplaced_values_total",
+          "SET values of 64 KiB and more that found no room in the value arena (full, or "
+          "the value over a quarter of it): read into heap memory, their puts copied once "
+          "more.")),
       loop_gets(prom::AddUnlabelledCounter(
           DefaultExposition().registry(), "shelf_resp_loop_gets_total",
           "GETs answered on the event loop, with no hand-off to a worker: their values were "

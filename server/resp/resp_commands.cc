@@ -78,8 +78,8 @@ bool CommandHandler::Authenticate(Ctx& c, const std::string& user, const std::st
 }
 
 void CommandHandler::Execute(Session* session, std::vector<std::string>* args, ReplyChunks* out,
-                             bool* close) {
-  Ctx c{session, args, out, close, absl::AsciiStrToLower((*args)[0]), ClientOf(*session)};
+                             bool* close, PlacedValue* value) {
+  Ctx c{session, args, out, close, absl::AsciiStrToLower((*args)[0]), ClientOf(*session), value};
   stats_->commands.Increment(1);
   std::string* tail = out->tail();
   size_t chunks = out->chunks.size(), before = tail->size();
@@ -190,8 +190,8 @@ Status CommandHandler::Load(Client* client, const std::string& key, std::string*
   return DecodeValue(client->Get(key, value), value);
 }
 
-Status CommandHandler::Store(Client* client, const std::string& key, std::string* value, bool nx,
-                             bool* written) {
+Status CommandHandler::Store(Client* client, const std::string& key, absl::string_view block,
+                             bool nx, bool* written) {
   *written = false;
   if (nx) {
     std::vector<bool> present;
@@ -199,14 +199,13 @@ Status CommandHandler::Store(Client* client, const std::string& key, std::string
     if (!s.ok()) return s;
     if (present[0]) return Status::Ok();
   }
-  EncodeValue(value);
   // An existing key is replaced in one step at the put's commit: readers
   // get the old value until then, and keep it if the put fails (docs/resp.md,
   // "SET of an existing key"). The same bytes again cost no write.
   PutOptions po;
   po.replicas = options_.replicas;
   po.replace = !nx;  // NX: a value someone set meanwhile stays
-  Status s = client->Put(key, value->data(), value->size(), po);
+  Status s = client->Put(key, block.data(), block.size(), po);
   if (s.ok()) *written = true;
   return s;
 }
@@ -281,8 +280,8 @@ void CommandHandler::SetCmd(Ctx& c, bool setnx) {
   }
   if (nx && xx) return c.Syntax();
   const std::string& key = c.arg(1);
-  std::string* value = &(*c.args)[2];
-  if (value->size() > options_.max_value_bytes) {
+  const bool placed = c.value != nullptr && *c.value;
+  if ((placed ? c.value->size : c.arg(2).size()) > options_.max_value_bytes) {
     return c.Error(
         absl::StrCat("ERR value over --max-value-size (", options_.max_value_bytes, " bytes)"));
   }
@@ -307,7 +306,7 @@ void CommandHandler::SetCmd(Ctx& c, bool setnx) {
   };
   if (xx && !have_old) return get ? reply_old() : c.w().Null();
   bool written = false;
-  Status s = Store(c.client, key, value, nx, &written);
+  Status s = Store(c.client, key, EncodeValue(&(*c.args)[2], c.value), nx, &written);
   if (!s.ok()) return c.Error(ErrorText(s));
   if (setnx) return c.w().Integer(written ? 1 : 0);
   if (get) return reply_old();

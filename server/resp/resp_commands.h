@@ -77,6 +77,8 @@ struct ServerStats {
   prom::Counter& direct_sent_bytes;       // ... sent by a worker itself (DirectSink)
   prom::Counter& direct_cut;              // ... replies the socket took part of in time
   prom::Counter& direct_received_bytes;   // value bytes read straight into their argument
+  prom::Counter& placed_values;           // SET values read into the value arena
+  prom::Counter& unplaced_values;         // ... that found no room there
   prom::Counter& loop_gets;               // GETs answered on the event loop (ServeCached)
   std::atomic<int64_t> connected_clients{0};
   std::atomic<int64_t> inflight_bytes{0};
@@ -142,8 +144,10 @@ class CommandHandler {
   CommandHandler(Client* client, CommandOptions options, ServerStats* stats);
 
   // Runs `args` (args[0] the command name) for `session`, appending the reply
-  // to `out`. Sets `*close` after QUIT. May block on the cluster.
-  void Execute(Session* session, std::vector<std::string>* args, ReplyChunks* out, bool* close);
+  // to `out`. Sets `*close` after QUIT. May block on the cluster. `value`
+  // (optional): the SET's value the parser placed (args[2] then empty).
+  void Execute(Session* session, std::vector<std::string>* args, ReplyChunks* out, bool* close,
+               PlacedValue* value = nullptr);
 
   // Pipelines (resp_pipeline.cc). A run of consecutive plain `GET key` or
   // plain `SET key value` commands of one connection may be executed
@@ -151,10 +155,13 @@ class CommandHandler {
   // command; the replies are exactly those of running them one by one.
   enum class BatchKind { kNone, kGet, kSet };
   // Whether `args` may join a run, for `session` (authenticated, key valid).
-  BatchKind Batchable(const Session& session, const std::vector<std::string>& args) const;
+  // `placed_bytes`: the size of the SET's placed value, if any.
+  BatchKind Batchable(const Session& session, const std::vector<std::string>& args,
+                      size_t placed_bytes = 0) const;
   // Runs `commands`, all of `kind`, appending one reply per command.
+  // `values` (optional, one per command): the SETs' placed values.
   void ExecuteRun(Session* session, BatchKind kind, std::vector<std::vector<std::string>>* commands,
-                  ReplyChunks* out);
+                  ReplyChunks* out, std::vector<PlacedValue>* values = nullptr);
   // The most commands one run takes: SETs up to libshelf's batch limit
   // (their values are in memory already, under --max-inflight-bytes); GETs
   // fewer, as a run holds all its values at once before they are sent.
@@ -183,8 +190,9 @@ class CommandHandler {
     std::vector<std::string>* args;
     ReplyChunks* out;
     bool* close;
-    std::string name;  // lower case
-    Client* client;    // the session user's
+    std::string name;              // lower case
+    Client* client;                // the session user's
+    PlacedValue* value = nullptr;  // SET's value, when placed (arg(2) then empty)
     RespWriter w() { return RespWriter(out->tail(), session->protocol); }
     const std::string& arg(size_t i) const { return (*args)[i]; }
     size_t argc() const { return args->size(); }
@@ -219,10 +227,11 @@ class CommandHandler {
   // A named user's client, opened on its first use and kept.
   absl::StatusOr<Client*> UserClient(const std::string& user) ABSL_LOCKS_EXCLUDED(users_mu_);
 
-  // Stores `value` (its spare capacity takes the trailer) as `key` through
+  // Stores `block` (a value with its trailer: EncodeValue) as `key` through
   // `client`, replacing a different existing value unless `nx`. *written
   // false when nx and the key exists.
-  Status Store(Client* client, const std::string& key, std::string* value, bool nx, bool* written);
+  Status Store(Client* client, const std::string& key, absl::string_view block, bool nx,
+               bool* written);
   // Reads `key` into *value without the trailer.
   Status Load(Client* client, const std::string& key, std::string* value);
   // GET's reply for each of `keys`, in order (kGets), or MGET's for all

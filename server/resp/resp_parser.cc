@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace shelf::resp {
@@ -36,16 +37,32 @@ void RespParser::Feed(const char* data, size_t size) {
 char* RespParser::BeginBulkFill(size_t max, size_t* room) {
   *room = 0;
   if (!WantsBulkFill() || max == 0) return nullptr;
+  *room = static_cast<size_t>(std::min<uint64_t>(bulk_left_, max));
+  if (placing_) return placed_.data() + placed_.size;
   std::string& arg = partial_.back();
   fill_from_ = arg.size();
-  *room = static_cast<size_t>(std::min<uint64_t>(bulk_left_, max));
   // Within the capacity reserved at the bulk's header: no reallocation.
   arg.resize(fill_from_ + *room);
   return arg.data() + fill_from_;
 }
 
 void RespParser::EndBulkFill(size_t n) {
-  partial_.back().resize(fill_from_ + n);
+  if (placing_) {
+    placed_.size += n;
+  } else {
+    partial_.back().resize(fill_from_ + n);
+  }
+  partial_bytes_ += n;
+  bulk_left_ -= n;
+}
+
+void RespParser::AppendBulk(const char* data, size_t n) {
+  if (placing_) {
+    std::memcpy(placed_.data() + placed_.size, data, n);
+    placed_.size += n;
+  } else {
+    partial_.back().append(data, n);
+  }
   partial_bytes_ += n;
   bulk_left_ -= n;
 }
@@ -66,6 +83,8 @@ RespParser::Result RespParser::Fail(std::string message, std::string* error) {
   *error = error_;
   partial_.clear();
   partial_bytes_ = 0;
+  placed_ = PlacedValue();
+  placing_ = false;
   buf_.clear();
   buf_.shrink_to_fit();
   pos_ = 0;
@@ -181,6 +200,15 @@ RespParser::Result RespParser::ParseInline(std::vector<std::string>* args, std::
 }
 
 RespParser::Result RespParser::Next(std::vector<std::string>* args, std::string* error) {
+  PlacedValue value;
+  Result r = Next(args, &value, error);
+  if (value) (*args)[2].assign(value.data(), value.size);
+  return r;
+}
+
+RespParser::Result RespParser::Next(std::vector<std::string>* args, PlacedValue* value,
+                                    std::string* error) {
+  *value = PlacedValue();
   if (state_ == State::kError) {
     *error = error_;
     return Result::kError;
@@ -245,7 +273,13 @@ RespParser::Result RespParser::Next(std::vector<std::string>* args, std::string*
       partial_.emplace_back();
       // One spare byte: the command layer appends the value's trailer byte
       // in place (server/resp/resp_commands.cc) without a reallocation.
-      partial_.back().reserve(static_cast<size_t>(len) + 1);
+      const size_t capacity = static_cast<size_t>(len) + 1;
+      if (placer_ && partial_.size() == 3 && static_cast<size_t>(len) >= kDirectBulkBytesMin &&
+          absl::EqualsIgnoreCase(partial_[0], "set")) {
+        placed_ = placer_(capacity);
+        placing_ = static_cast<bool>(placed_);
+      }
+      if (!placing_) partial_.back().reserve(capacity);
       bulk_left_ = static_cast<uint64_t>(len);
       bulk_len_ = bulk_left_;
       state_ = State::kBulkData;
@@ -254,10 +288,8 @@ RespParser::Result RespParser::Next(std::vector<std::string>* args, std::string*
       size_t avail = buf_.size() - pos_;
       if (bulk_left_ > 0) {
         size_t take = avail < bulk_left_ ? avail : static_cast<size_t>(bulk_left_);
-        partial_.back().append(buf_.data() + pos_, take);
+        AppendBulk(buf_.data() + pos_, take);
         pos_ += take;
-        partial_bytes_ += take;
-        bulk_left_ -= take;
         avail -= take;
         if (bulk_left_ > 0) {
           Compact();
@@ -272,6 +304,7 @@ RespParser::Result RespParser::Next(std::vector<std::string>* args, std::string*
         return Fail("Protocol error: bulk string not followed by CRLF (wrong length?)", error);
       }
       pos_ += 2;
+      placing_ = false;
       if (--args_left_ > 0) {
         state_ = State::kBulkHeader;
         continue;
@@ -280,6 +313,8 @@ RespParser::Result RespParser::Next(std::vector<std::string>* args, std::string*
       args->swap(partial_);
       partial_.clear();
       partial_bytes_ = 0;
+      *value = std::move(placed_);
+      placed_ = PlacedValue();
       Compact();
       return Result::kCommand;
     }

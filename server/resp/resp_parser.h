@@ -20,6 +20,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,11 +42,29 @@ struct RespLimits {
 // that a flood of empty arguments is not free.
 inline constexpr size_t kArgOverheadBytes = 48;
 
+// Memory a large SET value is read into instead of its argument string.
+// shelf-resp places values in shared host memory, which a store on the same
+// host copies the put from directly (resp_value_arena.h). Freed by
+// `memory`'s deleter.
+struct PlacedValue {
+  std::unique_ptr<char, std::function<void(char*)>> memory;
+  size_t size = 0;      // bytes of the value received so far
+  size_t capacity = 0;  // the value's length and one spare byte (its trailer)
+  char* data() const { return memory.get(); }
+  explicit operator bool() const { return memory != nullptr; }
+};
+// Room for `capacity` bytes, or an empty PlacedValue when there is none
+// (the value then goes into its argument, as any other).
+using ValuePlacer = std::function<PlacedValue(size_t capacity)>;
+
 class RespParser {
  public:
   enum class Result { kNeedMore, kCommand, kError };
 
-  explicit RespParser(const RespLimits& limits) : limits_(limits) {}
+  // `placer` (optional) places the value of each `SET key value ...` of
+  // kDirectBulkBytesMin bytes or more, when it has room.
+  explicit RespParser(const RespLimits& limits, ValuePlacer placer = nullptr)
+      : limits_(limits), placer_(std::move(placer)) {}
 
   // The limits from the next header on (shelf-resp tightens them while a
   // client has not authenticated).
@@ -54,7 +74,11 @@ class RespParser {
   void Feed(const char* data, size_t size);
   // The next whole command into `args` (cleared first). kError sets `error`
   // (a message without the leading '-') and stays in error from then on.
+  // A placed value is copied into its argument.
   Result Next(std::vector<std::string>* args, std::string* error);
+  // The same, a placed value left where it is: in *value, its argument
+  // (args[2]) empty. *value is empty for every other command.
+  Result Next(std::vector<std::string>* args, PlacedValue* value, std::string* error);
 
   // Bytes this parser holds: unparsed input plus the arguments of the
   // command being assembled (kArgOverheadBytes each besides their bytes).
@@ -70,7 +94,8 @@ class RespParser {
   // Reading a bulk straight into its argument: while a bulk of at least
   // kDirectBulkBytesMin is being received and no input waits to be parsed
   // (the socket's next bytes are the bulk's), BeginBulkFill gives room for
-  // up to `max` of its bytes (never past its end) in the argument itself,
+  // up to `max` of its bytes (never past its end) in the argument itself
+  // (or its placed memory),
   // and EndBulkFill(n) takes the first n as received, as Feed would have;
   // the server reads the socket into it, where Feed would cost two copies
   // (its buffer, then the argument). nullptr, *room 0, when not so.
@@ -92,8 +117,13 @@ class RespParser {
   Result Fail(std::string message, std::string* error);
   Result ParseInline(std::vector<std::string>* args, std::string* error);
   void Compact();
+  // Appends `n` received bytes to the bulk being read.
+  void AppendBulk(const char* data, size_t n);
 
   RespLimits limits_;
+  ValuePlacer placer_;
+  PlacedValue placed_;    // the value of the SET being read, when placed
+  bool placing_ = false;  // the bulk being read goes to placed_
   std::string buf_;
   size_t pos_ = 0;
   State state_ = State::kStart;

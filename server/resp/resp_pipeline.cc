@@ -28,13 +28,15 @@ bool IsCommand(const std::string& arg, const char* upper) {
 }  // namespace
 
 CommandHandler::BatchKind CommandHandler::Batchable(const Session& session,
-                                                    const std::vector<std::string>& args) const {
+                                                    const std::vector<std::string>& args,
+                                                    size_t placed_bytes) const {
   if (password_.required() && !session.authenticated) return BatchKind::kNone;
   if (args.size() < 2 || !ValidKeyLength(args[1].size())) {
     return BatchKind::kNone;
   }
   if (args.size() == 2 && IsCommand(args[0], "GET")) return BatchKind::kGet;
-  if (args.size() == 3 && IsCommand(args[0], "SET") && args[2].size() <= options_.max_value_bytes) {
+  if (args.size() == 3 && IsCommand(args[0], "SET") &&
+      std::max(args[2].size(), placed_bytes) <= options_.max_value_bytes) {
     return BatchKind::kSet;
   }
   return BatchKind::kNone;
@@ -59,7 +61,8 @@ bool CommandHandler::ReplyCachedGets(const Session& session, const std::vector<s
 }
 
 void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
-                                std::vector<std::vector<std::string>>* commands, ReplyChunks* out) {
+                                std::vector<std::vector<std::string>>* commands, ReplyChunks* out,
+                                std::vector<PlacedValue>* values) {
   const size_t n = commands->size();
   Client* const client = ClientOf(*session);
   stats_->commands.Increment(n);
@@ -79,14 +82,17 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
   std::unordered_set<std::string> seen;
   bool repeats = false;
   for (const std::string& k : keys) repeats |= !seen.insert(k).second;
+  std::vector<absl::string_view> blocks(n);
+  for (size_t i = 0; i < n; ++i) {
+    PlacedValue* placed = values != nullptr && i < values->size() ? &(*values)[i] : nullptr;
+    blocks[i] = EncodeValue(&(*commands)[i][2], placed);
+  }
   std::vector<Status> results(n);
   if (!repeats) {
     // One BatchPut that replaces what exists (PutOptions.replace).
     std::vector<PutItem> items;
     for (size_t i = 0; i < n; ++i) {
-      std::string* value = &(*commands)[i][2];
-      EncodeValue(value);
-      items.push_back(PutItem{keys[i], value->data(), value->size()});
+      items.push_back(PutItem{keys[i], blocks[i].data(), blocks[i].size()});
     }
     PutOptions po;
     po.replicas = options_.replicas;
@@ -98,7 +104,7 @@ void CommandHandler::ExecuteRun(Session* session, BatchKind kind,
   for (size_t i = 0; i < n; ++i) {
     if (repeats) {  // in order, one by one: the last value of a key wins
       bool written = false;
-      results[i] = Store(client, keys[i], &(*commands)[i][2], false, &written);
+      results[i] = Store(client, keys[i], blocks[i], false, &written);
     }
     if (results[i].ok()) {
       writer().Simple("OK");

@@ -25,6 +25,7 @@
 #include "common/errno_text.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "server/resp/resp_value_arena.h"
 
 namespace shelf::resp {
 
@@ -58,9 +59,11 @@ struct Connection {
     std::string error;   // set: reply it and close (protocol error, -OOM)
     int64_t bytes = 0;   // charged to ServerStats::inflight_bytes
     bool gated = false;  // parsed before the connection authenticated
+    PlacedValue value;   // a SET's value the parser placed (args[2] then empty)
   };
 
-  Connection(int fd_in, uint64_t id_in, const RespLimits& limits) : fd(fd_in), parser(limits) {
+  Connection(int fd_in, uint64_t id_in, RespParser parser_in)
+      : fd(fd_in), parser(std::move(parser_in)) {
     session.id = id_in;
   }
   ~Connection() {
@@ -228,6 +231,21 @@ absl::StatusOr<std::unique_ptr<RespServer>> RespServer::Start(const RespServerOp
   ev.events = EPOLLIN;
   ev.data.fd = s->event_fd_;
   epoll_ctl(s->epoll_fd_, EPOLL_CTL_ADD, s->event_fd_, &ev);
+  if (options.value_arena_bytes > 0) {
+    absl::StatusOr<std::shared_ptr<ValueArena>> arena =
+        ValueArena::Create(options.value_arena_bytes);
+    if (arena.ok()) {
+      s->placer_ = [arena = *std::move(arena), stats](size_t capacity) {
+        PlacedValue v = arena->Allocate(capacity);
+        (v ? stats->placed_values : stats->unplaced_values).Increment(1);
+        return v;
+      };
+    } else {
+      // Served all the same: each large SET's put costs one more copy.
+      SHELF_LOG(WARNING) << "no value arena; SET values go to heap memory"
+                         << Kv("error", arena.status().ToString());
+    }
+  }
   // A connection has at most one task queued or running.
   s->pool_ = std::make_unique<ThreadPool>(options.threads, options.max_clients + 64);
   return s;
@@ -347,7 +365,7 @@ void RespServer::Accept(int listen_fd) {
       }
       peer = absl::StrCat(host, ":", port);
     }
-    auto conn = std::make_shared<Connection>(fd, next_id_++, options_.limits);
+    auto conn = std::make_shared<Connection>(fd, next_id_++, NewParser());
     if (listen_fd == tls_listen_fd_) {
       conn->ssl = options_.tls->NewSession(fd);
       if (conn->ssl == nullptr) {
@@ -520,7 +538,7 @@ void RespServer::OnReadable(const std::shared_ptr<Connection>& conn) {
     conn->peer_closed.store(true);
     if (conn->reading) {
       conn->reading = false;
-      conn->parser = RespParser(options_.limits);  // a partial command never runs
+      conn->parser = NewParser();  // a partial command never runs
       ChargeParser(conn.get());
       UpdateEvents(conn.get());
     }
@@ -583,6 +601,7 @@ bool RespServer::ServeCached(const std::shared_ptr<Connection>& conn) {
 
 bool RespServer::ParseInput(const std::shared_ptr<Connection>& conn) {
   std::vector<std::string> args;
+  PlacedValue value;
   std::string error;
   bool queued = false;
   while (conn->reading) {
@@ -601,9 +620,9 @@ bool RespServer::ParseInput(const std::shared_ptr<Connection>& conn) {
       break;
     }
     conn->parser.set_limits(gated ? kUnauthenticatedLimits : options_.limits);
-    RespParser::Result r = conn->parser.Next(&args, &error);
+    RespParser::Result r = conn->parser.Next(&args, &value, &error);
     if (r == RespParser::Result::kCommand) {
-      int64_t bytes = kCommandOverheadBytes;
+      int64_t bytes = kCommandOverheadBytes + static_cast<int64_t>(value.capacity);
       for (const std::string& a : args) {
         bytes += static_cast<int64_t>(a.capacity() + kArgOverheadBytes);
       }
@@ -612,7 +631,8 @@ bool RespServer::ParseInput(const std::shared_ptr<Connection>& conn) {
       if (gated) conn->gated_pending.fetch_add(1);
       {
         MutexLock l(&conn->mu);
-        conn->queue.push_back(Connection::Pending{std::move(args), "", bytes, gated});
+        conn->queue.push_back(
+            Connection::Pending{std::move(args), "", bytes, gated, std::move(value)});
       }
       args = {};
       queued = true;
@@ -688,8 +708,8 @@ ssize_t RespServer::ReadSome(Connection* conn, char* buf, size_t len) {
 void RespServer::FailConnection(const std::shared_ptr<Connection>& conn, const std::string& error,
                                 bool drop_queued) {
   conn->reading = false;
-  conn->paused = false;                        // not reading for good: nothing to resume
-  conn->parser = RespParser(options_.limits);  // drops what it held
+  conn->paused = false;        // not reading for good: nothing to resume
+  conn->parser = NewParser();  // drops what it held
   ChargeParser(conn.get());
   UpdateEvents(conn.get());
   MutexLock l(&conn->mu);
@@ -714,6 +734,7 @@ void RespServer::Work(const std::shared_ptr<Connection>& conn) {
     Connection::Pending p;
     // Consecutive GETs (or SETs) of a pipeline run as one batch.
     std::vector<std::vector<std::string>> run;
+    std::vector<PlacedValue> run_values;  // the run's placed SET values, one per command
     CommandHandler::BatchKind kind = CommandHandler::BatchKind::kNone;
     {
       ReleasableMutexLock l(&conn->mu);
@@ -728,16 +749,21 @@ void RespServer::Work(const std::shared_ptr<Connection>& conn) {
       }
       p = std::move(conn->queue.front());
       conn->queue.pop_front();
-      if (p.error.empty()) kind = handler_->Batchable(conn->session, p.args);
+      if (p.error.empty()) kind = handler_->Batchable(conn->session, p.args, p.value.size);
       while (kind != CommandHandler::BatchKind::kNone && !conn->queue.empty() &&
              run.size() + 1 < (kind == CommandHandler::BatchKind::kGet
                                    ? CommandHandler::kGetRunCommandsMax
                                    : CommandHandler::kSetRunCommandsMax) &&
              conn->queue.front().error.empty() &&
-             handler_->Batchable(conn->session, conn->queue.front().args) == kind) {
-        if (run.empty()) run.push_back(std::move(p.args));
+             handler_->Batchable(conn->session, conn->queue.front().args,
+                                 conn->queue.front().value.size) == kind) {
+        if (run.empty()) {
+          run.push_back(std::move(p.args));
+          run_values.push_back(std::move(p.value));
+        }
         p.bytes += conn->queue.front().bytes;
         run.push_back(std::move(conn->queue.front().args));
+        run_values.push_back(std::move(conn->queue.front().value));
         conn->queue.pop_front();
       }
     }
@@ -749,12 +775,14 @@ void RespServer::Work(const std::shared_ptr<Connection>& conn) {
       RespWriter(reply.tail(), conn->session.protocol).Error(p.error);
       close = true;
     } else if (!run.empty()) {
-      handler_->ExecuteRun(&conn->session, kind, &run, &reply);
+      handler_->ExecuteRun(&conn->session, kind, &run, &reply, &run_values);
       run.clear();
+      run_values.clear();  // their room goes back to the arena
     } else {
-      handler_->Execute(&conn->session, &p.args, &reply, &close);
+      handler_->Execute(&conn->session, &p.args, &reply, &close, &p.value);
     }
     p.args.clear();
+    p.value = PlacedValue();
     conn->authenticated.store(conn->session.authenticated);
     if (p.gated) conn->gated_pending.fetch_sub(1);
     stats_->inflight_bytes.fetch_sub(p.bytes);
@@ -1013,7 +1041,7 @@ void RespServer::Close(const std::shared_ptr<Connection>& conn) {
   close(conn->fd);
   stats_->inflight_bytes.fetch_sub(conn->parser_charge);
   conn->parser_charge = 0;
-  conn->parser = RespParser(options_.limits);
+  conn->parser = NewParser();
   conn->wq.clear();
   conn->tls_stage.clear();
   {

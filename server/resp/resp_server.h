@@ -73,6 +73,9 @@ struct RespServerOptions {
   // A password is required (--requirepass-file): unauthenticated
   // connections are read under kUnauthenticatedLimits.
   bool auth_required = false;
+  // Shared host memory large SET values are read into (--value-arena-size,
+  // resp_value_arena.h); 0: none, every value in heap memory.
+  size_t value_arena_bytes = size_t{64} << 20;
 };
 
 struct Connection;
@@ -133,9 +136,12 @@ class RespServer {
   void Consume(Connection* conn, size_t bytes);
   // Closes TLS connections past their handshake deadline.
   void ExpireHandshakes();
+  // A parser for a connection (new, or reset after an error).
+  RespParser NewParser() const { return RespParser(options_.limits, placer_); }
 
   // Constant after Start.
   const RespServerOptions options_;
+  ValuePlacer placer_;  // null without a value arena
   CommandHandler* const handler_;
   ServerStats* const stats_;
   std::string address_;

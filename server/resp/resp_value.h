@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <string>
 
+#include "absl/strings/string_view.h"
+#include "server/resp/resp_parser.h"
 #include "shelf/status.h"
 
 namespace shelf::resp {
@@ -25,6 +27,16 @@ inline constexpr char kValueTrailer = '\x01';
 // The block for `value`, in place: the trailer appended (in the spare
 // capacity the parser reserved, so no copy).
 inline void EncodeValue(std::string* value) { value->push_back(kValueTrailer); }
+// The block for a command's value, in place: in its placed memory when the
+// parser placed it (`placed` non-null and not empty), else in `arg`.
+inline absl::string_view EncodeValue(std::string* arg, PlacedValue* placed) {
+  if (placed != nullptr && *placed) {
+    placed->data()[placed->size++] = kValueTrailer;  // the spare byte
+    return absl::string_view(placed->data(), placed->size);
+  }
+  EncodeValue(arg);
+  return *arg;
+}
 
 // The value in `block`, read with status `read`, in place. A failed read
 // is returned as it is (kNotFound: the key is absent); a block that does

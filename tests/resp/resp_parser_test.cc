@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -119,6 +121,109 @@ TEST(RespParserTest, LargeValuesAreFilledInPlace) {
   EXPECT_FALSE(small.WantsBulkFill());
   EXPECT_EQ(small.BeginBulkFill(1 << 20, &room), nullptr);
   EXPECT_EQ(room, 0u);
+}
+
+// A placer (here heap memory whose frees are counted) takes the value of a
+// large SET, and only that: the argument stays empty, the bytes, fed or
+// filled in place, are the value's, with its spare byte. Without room the
+// value goes into its argument; the two-argument Next copies a placed
+// value into it; a protocol error mid-value gives the room back.
+TEST(RespParserTest, LargeSetValuesArePlacedWhereThePlacerSays) {
+  const std::string value = [] {
+    std::string v(size_t{200} * 1024, '\0');
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<char>(i * 7 + i / 251);
+    return v;
+  }();
+  int placed = 0, freed = 0;
+  bool room = true;
+  ValuePlacer placer = [&](size_t capacity) {
+    PlacedValue v;
+    if (!room) return v;
+    ++placed;
+    v.memory =
+        std::unique_ptr<char, std::function<void(char*)>>(new char[capacity], [&freed](char* p) {
+          ++freed;
+          delete[] p;
+        });
+    v.capacity = capacity;
+    return v;
+  };
+  auto encode = [](const Args& args) {
+    std::string out = "*" + std::to_string(args.size()) + "\r\n";
+    for (const std::string& a : args) out += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+    return out;
+  };
+  std::string error;
+  Args args;
+  {
+    RespParser p(RespLimits{}, placer);
+    // Half fed, half filled in place; then a SET with options, lower case.
+    const std::string set = encode({"SET", "k", value});
+    const size_t head = set.size() - value.size() - 2;
+    p.Feed(set.data(), head + 1000);
+    PlacedValue v;
+    ASSERT_EQ(p.Next(&args, &v, &error), RespParser::Result::kNeedMore);
+    size_t at = 1000, n = 0;
+    while (at < value.size()) {
+      char* into = p.BeginBulkFill(50000, &n);
+      ASSERT_NE(into, nullptr);
+      std::memcpy(into, value.data() + at, n);
+      p.EndBulkFill(n);
+      at += n;
+    }
+    p.Feed("\r\n", 2);
+    const std::string more = encode({"set", "k2", value, "NX"});
+    p.Feed(more.data(), more.size());
+    for (const char* key : {"k", "k2"}) {
+      ASSERT_EQ(p.Next(&args, &v, &error), RespParser::Result::kCommand) << error;
+      EXPECT_EQ(args[1], key);
+      EXPECT_TRUE(args[2].empty()) << "a placed value's argument holds bytes";
+      ASSERT_TRUE(v);
+      EXPECT_EQ(v.size, value.size());
+      EXPECT_EQ(v.capacity, value.size() + 1);  // room for the trailer
+      EXPECT_TRUE(std::string(v.data(), v.size) == value) << key;
+    }
+    EXPECT_EQ(args.size(), 4u);
+    v = PlacedValue();
+    EXPECT_EQ(placed, 2);
+    EXPECT_EQ(freed, 2);
+
+    // Not placed: under kDirectBulkBytesMin, not SET's value, no room.
+    const std::string small(RespParser::kDirectBulkBytesMin - 1, 's');
+    std::string others = encode({"SET", "k", small}) + encode({"ECHO", value}) +
+                         encode({"SET", value.substr(0, 70000), "v"});
+    p.Feed(others.data(), others.size());
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(p.Next(&args, &v, &error), RespParser::Result::kCommand) << error;
+      EXPECT_FALSE(v) << "command " << i << " placed";
+    }
+    EXPECT_EQ(args[1], value.substr(0, 70000));
+    room = false;
+    const std::string full = encode({"SET", "k3", value});
+    p.Feed(full.data(), full.size());
+    ASSERT_EQ(p.Next(&args, &v, &error), RespParser::Result::kCommand);
+    EXPECT_FALSE(v);
+    EXPECT_TRUE(args[2] == value) << "the value without room differs";
+    room = true;
+
+    // The two-argument Next: the placed value copied into its argument.
+    const std::string again = encode({"SET", "k4", value});
+    p.Feed(again.data(), again.size());
+    ASSERT_EQ(p.Next(&args, &error), RespParser::Result::kCommand);
+    EXPECT_TRUE(args[2] == value) << "Next(args) lost the placed value";
+    EXPECT_EQ(placed, 3);
+    EXPECT_EQ(freed, 3);
+  }
+  // A value cut short by garbage: the error frees the room.
+  RespParser p(RespLimits{}, placer);
+  std::string bad = encode({"SET", "k", value});
+  bad.replace(bad.size() - 2, 2, "XY");
+  p.Feed(bad.data(), bad.size());
+  PlacedValue v;
+  ASSERT_EQ(p.Next(&args, &v, &error), RespParser::Result::kError);
+  EXPECT_FALSE(v);
+  EXPECT_EQ(placed, 4);
+  EXPECT_EQ(freed, 4);
 }
 
 TEST(RespParserTest, EmptyBulkAndEmptyArrays) {
