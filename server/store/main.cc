@@ -77,6 +77,10 @@ int main(int argc, char** argv) {
   flags.AddString("tls-key", &opts.tls.key, "PEM client key for the master channel");
   flags.AddBool("hugepages", &opts.hugepages, "back the DRAM segment with hugepages if reserved");
   flags.AddBool("mlock", &opts.mlock, "lock the DRAM segment in memory");
+  flags.AddBool("populate-dram", &opts.populate_dram,
+                "fault the DRAM segment's pages in from start, in the background, so that no "
+                "put pays a page fault per 4 KiB of fresh memory (the memory is taken at "
+                "start, not as it fills)");
   flags.AddBool("shm", &opts.shm, "serve same-host clients through shared memory");
   std::string shm_arena = "auto";
   flags.AddString("shm-arena", &shm_arena,

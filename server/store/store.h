@@ -64,6 +64,9 @@ struct StoreOptions {
   coord::EtcdOptions etcd;  // TLS and user for an etcd:// master
   bool hugepages = true;
   bool mlock = false;
+  // Populate the DRAM segment in the background from start
+  // (storage::DramSegment::Options::populate).
+  bool populate_dram = true;
   bool shm = true;  // offer same-host shared memory
   // With shm and one segment: keep a key board (transport/shm_board.h), so
   // same-host clients check cached locations without asking.

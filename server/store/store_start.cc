@@ -255,6 +255,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Start(const StoreOptions& options)
   dram.size_bytes = options.dram_size + store->WindowBytes();
   dram.try_hugepages = options.hugepages;
   dram.mlock = options.mlock;
+  dram.populate = options.populate_dram;
   dram.arena_bytes = options.shm_arena_bytes;
   auto seg = storage::DramSegment::Create(dram);
   if (!seg.ok()) return seg.status();
