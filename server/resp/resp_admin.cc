@@ -105,9 +105,10 @@ ServerStats::ServerStats()
           "(not copied into shelf-resp).")),
       direct_sent_bytes(prom::AddUnlabelledCounter(
           DefaultExposition().registry(), "shelf_resp_direct_sent_bytes_total",
-          "GET reply bytes sent to the socket by the thread that read the values, not queued: "
-          "a worker's from where they lie, the event loop's from its copies (part of "
-          "shelf_resp_sent_bytes_total).")),
+          "Reply bytes sent to the socket by the thread that made them, not queued for the "
+          "event loop to write: GET values from where they lie (a worker) or from the loop's "
+          "copies, and a worker's reply to a connection's last command when nothing of the "
+          "connection waits to be sent (part of shelf_resp_sent_bytes_total).")),
       direct_cut(prom::AddUnlabelledCounter(
           DefaultExposition().registry(), "shelf_resp_direct_cut_total",
           "GET replies a client's socket took only part of in time: the rest was copied and "

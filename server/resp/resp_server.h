@@ -116,6 +116,10 @@ class RespServer {
   // DirectSink::Send for `conn`, from the worker running its command.
   class ConnectionSink;
   size_t SendDirect(Connection* conn, const iovec* iov, int iovcnt, uint64_t until_mono_ms);
+  // Sends what the socket takes now of `reply` through reply->direct (which
+  // writes nothing while earlier replies wait), leaving the rest in its
+  // chunks.
+  void SendReplyNow(ReplyChunks* reply);
   void DrainNotified();
   void UpdateEvents(Connection* conn);
   // Whether `conn` is read under kUnauthenticatedLimits.
