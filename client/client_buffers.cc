@@ -88,7 +88,7 @@ absl::Status ClientImpl::PutFromPin(const std::string& key, const BufferRegistry
                                     const PutOptions& options, uint64_t deadline_ms) {
   if (pin.length() == 0) return absl::InvalidArgumentError("a block needs a size > 0");
   if (!pin.gpu())
-    return PutWithRetry(HostPut{&key, pin.data(), pin.length()}, options, deadline_ms);
+    return CoalescedPut(HostPut{&key, pin.data(), pin.length()}, options, deadline_ms);
   absl::StatusOr<GpuStaging::Bounce> bounce = gpu_.Acquire(pin.length(), deadline_ms);
   if (!bounce.ok()) return bounce.status();
   if (absl::Status s =
@@ -97,7 +97,7 @@ absl::Status ClientImpl::PutFromPin(const std::string& key, const BufferRegistry
     return s;
   }
   stats_.bytes_staged_gpu.fetch_add(pin.length());
-  return PutWithRetry(HostPut{&key, bounce->data(), pin.length()}, options, deadline_ms);
+  return CoalescedPut(HostPut{&key, bounce->data(), pin.length()}, options, deadline_ms);
 }
 
 Status ClientImpl::PutFrom(const std::string& key, BufferHandle buffer, size_t offset, size_t size,

@@ -166,9 +166,10 @@ class ClientImpl final : public Client {
                       const std::vector<const std::string*>& keys, uint64_t deadline_ms,
                       std::vector<absl::Status>* statuses);
   void Abort(const std::vector<uint64_t>& put_ids);
-  // One put from PutStart to commit, waiting for another writer's put of
-  // the same key; PutWithRetry retries once when the put was reclaimed.
-  absl::Status PutOnce(const HostPut& item, const PutOptions& options, uint64_t deadline_ms);
+  // One put from PutStart (`req`, MakePutStart's) to commit, waiting for
+  // another writer's put of the same key; PutWithRetry retries once when the
+  // put was reclaimed.
+  absl::Status PutOnce(const HostPut& item, const v1::PutStartRequest& req, uint64_t deadline_ms);
   // A single put's PutStart and its commit; several threads' at once go to
   // the master as one BatchPutStart (put_starts_) and one PutCommit
   // (commits_). A call alone goes as it is.
@@ -176,14 +177,31 @@ class ClientImpl final : public Client {
                                  uint64_t deadline_ms);
   absl::Status CoalescedCommit(uint64_t put_id, const std::string& key, uint64_t deadline_ms,
                                absl::Status* committed);
-  absl::Status PutWithRetry(const HostPut& item, const PutOptions& options, uint64_t deadline_ms);
+  absl::Status PutWithRetry(const HostPut& item, const v1::PutStartRequest& req,
+                            uint64_t deadline_ms);
+  // A single put, whole: the single puts other threads make while one is
+  // out go together in the next, as one batch (whole_puts_), which costs
+  // the master two calls for all of them and the stores one request each
+  // per batch. A put alone goes as PutWithRetry.
+  absl::Status CoalescedPut(const HostPut& item, const PutOptions& options, uint64_t deadline_ms);
   // Puts host blocks with one BatchPutStart, parallel writes and one commit.
-  // The return is the batch's status; (*statuses)[i] each block's.
+  // The return is the batch's status; (*statuses)[i] each block's. A batch
+  // of one block is a single put (CoalescedPut).
   absl::Status PutHostBlocks(const std::vector<HostPut>& items, const PutOptions& options,
                              uint64_t deadline_ms, std::vector<absl::Status>* statuses);
   // PutHostBlocks for a batch without repeated keys.
   absl::Status PutUniqueBlocks(const std::vector<HostPut>& items, const PutOptions& options,
                                uint64_t deadline_ms, std::vector<absl::Status>* statuses);
+  // PutUniqueBlocks of blocks whose PutStart requests are built:
+  // `requests[i]` is items[i]'s. A block whose key another writer is
+  // putting (a repeated key included: the second waits for the first's
+  // commit), or whose put the master reclaimed before its commit, is put
+  // again on its own once the rest are committed; with `again`, it is not:
+  // its index goes to *again, for the caller to put.
+  absl::Status PutStartedBlocks(const std::vector<HostPut>& items,
+                                const std::vector<const v1::PutStartRequest*>& requests,
+                                uint64_t deadline_ms, std::vector<absl::Status>* statuses,
+                                std::vector<size_t>* again);
 
   // ---- client_read.cc
   // Counts a block read: bytes loaded, by tier and by transport.
@@ -432,6 +450,17 @@ class ClientImpl final : public Client {
     absl::Status committed;  // this put's, when the call succeeded
   };
   CallCoalescer<CommitJob, CommitResult> commits_;
+  // Single puts in flight, whole (CoalescedPut), one batch at a time.
+  struct WholePutJob {
+    const HostPut* item = nullptr;
+    const v1::PutStartRequest* request = nullptr;
+    uint64_t deadline_ms = 0;
+  };
+  struct WholePutResult {
+    absl::Status status;
+    bool again = false;  // to be put again by its caller (PutStartedBlocks)
+  };
+  CallCoalescer<WholePutJob, WholePutResult> whole_puts_;
 
   // Last: destroyed (joined) first, while everything their tasks use lives.
   // Async tasks use the transfer pool, so it outlives the async pool.

@@ -172,9 +172,8 @@ void ClientImpl::Abort(const std::vector<uint64_t>& put_ids) {
       .IgnoreError();
 }
 
-absl::Status ClientImpl::PutOnce(const HostPut& item, const PutOptions& options,
+absl::Status ClientImpl::PutOnce(const HostPut& item, const v1::PutStartRequest& req,
                                  uint64_t deadline_ms) {
-  v1::PutStartRequest req = MakePutStart(item, options);
   // A put of the same key by another writer is in flight: wait for it to
   // commit (or vanish, then write it ourselves).
   for (uint64_t backoff_ms = 2;; backoff_ms = std::min(backoff_ms * 2, kInFlightBackoffMaxMs)) {
@@ -283,12 +282,44 @@ absl::Status ClientImpl::CoalescedCommit(uint64_t put_id, const std::string& key
   return r.call;
 }
 
-absl::Status ClientImpl::PutWithRetry(const HostPut& item, const PutOptions& options,
+absl::Status ClientImpl::PutWithRetry(const HostPut& item, const v1::PutStartRequest& req,
                                       uint64_t deadline_ms) {
-  absl::Status s = PutOnce(item, options, deadline_ms);
+  absl::Status s = PutOnce(item, req, deadline_ms);
   // One retry: placement picks live stores again.
-  if (s.code() == absl::StatusCode::kAborted) s = PutOnce(item, options, deadline_ms);
+  if (s.code() == absl::StatusCode::kAborted) s = PutOnce(item, req, deadline_ms);
   return s;
+}
+
+absl::Status ClientImpl::CoalescedPut(const HostPut& item, const PutOptions& options,
+                                      uint64_t deadline_ms) {
+  // The checksum is taken here, in the caller's thread, before it queues.
+  const v1::PutStartRequest req = MakePutStart(item, options);
+  WholePutJob job{&item, &req, deadline_ms};
+  WholePutResult r = CallByDeadline(
+      &whole_puts_, job, kBatchItemsMax, [](const WholePutJob&) { return size_t{1}; },
+      [this](const std::vector<const WholePutJob*>& jobs, size_t begin, size_t end,
+             std::vector<WholePutResult>* results) {
+        stats_.put_calls.fetch_add(1);
+        stats_.put_calls_joined.fetch_add(end - begin - 1);
+        std::vector<HostPut> items;
+        std::vector<const v1::PutStartRequest*> requests;
+        for (size_t j = begin; j < end; ++j) {
+          items.push_back(*jobs[j]->item);
+          requests.push_back(jobs[j]->request);
+        }
+        std::vector<absl::Status> statuses;
+        std::vector<size_t> again;
+        absl::Status s = PutStartedBlocks(items, requests, jobs[0]->deadline_ms, &statuses, &again);
+        for (size_t j = begin; j < end; ++j) {
+          // A status of its own for each caller (see CoalescedLookup).
+          const absl::Status& st = s.ok() ? statuses[j - begin] : s;
+          (*results)[j].status = absl::Status(st.code(), st.message());
+        }
+        for (size_t k : again) (*results)[begin + k].again = true;
+      });
+  // Waiting for another writer's put of the key, or putting it again after
+  // the master reclaimed it, is this caller's alone: outside the queue.
+  return r.again ? PutWithRetry(item, req, deadline_ms) : r.status;
 }
 
 absl::Status ClientImpl::PutHostBlocks(const std::vector<HostPut>& all_items,
@@ -296,6 +327,10 @@ absl::Status ClientImpl::PutHostBlocks(const std::vector<HostPut>& all_items,
                                        std::vector<absl::Status>* all_statuses) {
   all_statuses->assign(all_items.size(), absl::OkStatus());
   if (all_items.empty()) return absl::OkStatus();
+  if (all_items.size() == 1) {
+    (*all_statuses)[0] = CoalescedPut(all_items[0], options, deadline_ms);
+    return absl::OkStatus();
+  }
   // A key twice in one batch is put once: the second would wait for the
   // first's commit, which comes only after the whole batch is written.
   // Its first value (content keys: the same bytes); with `replace`, its
@@ -324,11 +359,23 @@ absl::Status ClientImpl::PutHostBlocks(const std::vector<HostPut>& all_items,
 absl::Status ClientImpl::PutUniqueBlocks(const std::vector<HostPut>& items,
                                          const PutOptions& options, uint64_t deadline_ms,
                                          std::vector<absl::Status>* statuses) {
+  std::vector<v1::PutStartRequest> built;
+  built.reserve(items.size());
+  std::vector<const v1::PutStartRequest*> requests;
+  for (const HostPut& item : items) {
+    built.push_back(MakePutStart(item, options));
+    requests.push_back(&built.back());
+  }
+  return PutStartedBlocks(items, requests, deadline_ms, statuses, nullptr);
+}
+
+absl::Status ClientImpl::PutStartedBlocks(const std::vector<HostPut>& items,
+                                          const std::vector<const v1::PutStartRequest*>& requests,
+                                          uint64_t deadline_ms, std::vector<absl::Status>* statuses,
+                                          std::vector<size_t>* again) {
   statuses->assign(items.size(), absl::OkStatus());
   v1::BatchPutStartRequest req;
-  for (const HostPut& item : items) {
-    *req.add_puts() = MakePutStart(item, options);
-  }
+  for (const v1::PutStartRequest* r : requests) *req.add_puts() = *r;
   v1::BatchPutStartResponse resp;
   absl::Status s = CallMaster(&v1::MasterService::Stub::BatchPutStart, req, &resp, deadline_ms);
   if (!s.ok()) return s;
@@ -389,8 +436,12 @@ absl::Status ClientImpl::PutUniqueBlocks(const std::vector<HostPut>& items,
       if ((*statuses)[i].code() == absl::StatusCode::kAborted) retry.push_back(i);
     }
   }
+  if (again != nullptr) {
+    *again = std::move(retry);
+    return absl::OkStatus();
+  }
   Parallel(retry.size(), [&](size_t j) {
-    (*statuses)[retry[j]] = PutWithRetry(items[retry[j]], options, deadline_ms);
+    (*statuses)[retry[j]] = PutWithRetry(items[retry[j]], *requests[retry[j]], deadline_ms);
   });
   return absl::OkStatus();
 }
@@ -404,7 +455,7 @@ Status ClientImpl::Put(const std::string& key, const void* data, size_t size,
   if (absl::Status s = CheckBlockInfo(options.block); !s.ok()) return FromAbsl(s);
   HostPut item{&key, static_cast<const char*>(data), size};
   uint64_t start_us = MonoUs();
-  Status s = FromAbsl(PutWithRetry(item, options, deadline_ms));
+  Status s = FromAbsl(CoalescedPut(item, options, deadline_ms));
   RecordOp(Op::kPut, s, start_us);
   return s;
 }

@@ -467,6 +467,10 @@ py::dict PyClient::Stats() {
   d["bytes_loaded_gpu_direct"] = s.bytes_loaded_gpu_direct;
   d["gpu_rdma_registration_failures"] = s.gpu_rdma_registration_failures;
   d["rdma_registered_buffers"] = s.rdma_registered_buffers;
+  d["bytes_stored_shm"] = s.bytes_stored_shm;
+  d["bytes_staged_shm"] = s.bytes_staged_shm;
+  d["put_calls"] = s.put_calls;
+  d["put_calls_joined"] = s.put_calls_joined;
   return d;
 }
 

@@ -422,8 +422,12 @@ struct ClientStats {
   // in another thread's call instead of their own (made while it was out).
   uint64_t read_lookups = 0;
   uint64_t read_lookups_joined = 0;
-  // The master calls single puts made (their PutStarts and commits), and
-  // the single puts' starts and commits that went in another thread's call
+  // Single puts (Put, PutFrom, a batch of one) from threads at once go to
+  // the cluster together, as one batch: put_calls counts the batches sent
+  // (each a start and a commit at the master) and the calls of puts made
+  // again on their own (waiting for another writer's put of the key, or
+  // after the master reclaimed theirs: a start and a commit each);
+  // put_calls_joined the single puts that went in another thread's batch
   // instead of their own.
   uint64_t put_calls = 0;
   uint64_t put_calls_joined = 0;
