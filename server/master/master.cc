@@ -241,7 +241,18 @@ void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
     if (n.state == v1::NODE_DEAD) return;  // its allocators were reset
     NoticeLocked(*obj, r, false);
     if (obj->lease_until_ms > now) {
-      deferred_.push_back({obj->lease_until_ms, r.node, r.segment, r.offset, obj->size});
+      // Its readers' releases, arriving after the remove, end the wait
+      // early (ReleaseGoneLeasesLocked): a reader that removes what it has
+      // just read would otherwise hold the range for a whole lease.
+      uint64_t gone = 0;
+      if (obj->lease_holders > 0 && obj->lease_holders != kLeaseHoldersMax) {
+        GoneLease& g = gone_leases_[{obj->key.str(), obj->generation}];
+        if (g.id == 0) {
+          g = {next_gone_lease_++, static_cast<uint32_t>(obj->lease_holders), obj->lease_until_ms};
+        }
+        gone = g.id;
+      }
+      deferred_.push_back({obj->lease_until_ms, r.node, r.segment, r.offset, obj->size, gone});
     } else {
       FreeRangeLocked(r.node, r.segment, r.offset, obj->size);
     }
@@ -265,6 +276,22 @@ void Master::NoticeLocked(const Object& obj, const Replica& r, bool record) {
   m.set_term(leadership_.term());
   m.set_generation(obj.generation);
   QueueNoticeLocked(&n, std::move(m));
+}
+
+void Master::ReleaseGoneLeasesLocked(const std::vector<std::pair<std::string, uint64_t>>& gone) {
+  for (const auto& key : gone) {
+    auto it = gone_leases_.find(key);
+    if (it == gone_leases_.end() || --it->second.holders > 0) continue;
+    const uint64_t id = it->second.id;
+    gone_leases_.erase(it);
+    auto freed = std::partition(deferred_.begin(), deferred_.end(),
+                                [&](const DeferredFree& d) { return d.gone_lease != id; });
+    for (auto d = freed; d != deferred_.end(); ++d) {
+      FreeRangeLocked(d->node, d->segment, d->offset, d->size);
+    }
+    deferred_.erase(freed, deferred_.end());
+    metrics_.removed_leases_released.Increment();
+  }
 }
 
 void Master::EraseObjectLocked(Object* obj, uint64_t now) {
@@ -335,6 +362,7 @@ void Master::Tick() {
     FreeRangeLocked(it->node, it->segment, it->offset, it->size);
   }
   deferred_.erase(due, deferred_.end());
+  absl::erase_if(gone_leases_, [&](const auto& g) { return g.second.until_ms <= now; });
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
     Node& n = *nodes_[i];
     if (n.state == v1::NODE_DEAD) continue;

@@ -50,6 +50,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -302,6 +303,10 @@ class Master final : private Electable {
   void DropNodeReplicasLocked(uint32_t node, uint64_t now,
                               std::vector<v1::InventoryEntry>* orphans = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives back one reader's lease on each removed object named (key as
+  // kept, generation): the last frees the object's deferred ranges now.
+  void ReleaseGoneLeasesLocked(const std::vector<std::pair<std::string, uint64_t>>& gone)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Wakes the puts waiting for room (frees_ moves).
   void RoomMadeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size)
@@ -473,6 +478,18 @@ class Master final : private Electable {
   absl::flat_hash_map<uint64_t, PendingPut> puts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint64_t> put_by_key_ ABSL_GUARDED_BY(mu_);
   std::vector<DeferredFree> deferred_ ABSL_GUARDED_BY(mu_);
+  // The leases of objects removed (or replaced) while readers held them,
+  // by key as kept and generation: their ranges wait in deferred_ until
+  // the lease ends, or until every reader has given it back
+  // (ReleaseLeases), whichever comes first.
+  struct GoneLease {
+    uint64_t id = 0;
+    uint32_t holders = 0;
+    uint64_t until_ms = 0;
+  };
+  absl::flat_hash_map<std::pair<std::string, uint64_t>, GoneLease> gone_leases_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t next_gone_lease_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, PendingPromote> promotes_ ABSL_GUARDED_BY(mu_);
   uint64_t next_promote_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Ranges freed (or made clean: a writer's at once) so far, changed under

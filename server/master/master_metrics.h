@@ -88,6 +88,10 @@ struct MasterMetrics {
         leases_released(
             prom::AddUnlabelledCounter(e.registry(), "shelf_master_leases_released_total",
                                        "Leases ended early: every holder gave its lease back")),
+        removed_leases_released(prom::AddUnlabelledCounter(
+            e.registry(), "shelf_master_removed_leases_released_total",
+            "Leases on removed or replaced objects ended early: every holder gave its lease "
+            "back, and the object's space was freed at once")),
         heartbeat_orders_resent(
             prom::AddUnlabelledCounter(e.registry(), "shelf_master_heartbeat_orders_resent_total",
                                        "Tier orders and notices sent again: an answer that carried "
@@ -144,6 +148,7 @@ struct MasterMetrics {
   prom::Counter& put_drops;
   prom::Counter& leases_granted;
   prom::Counter& leases_released;
+  prom::Counter& removed_leases_released;
   prom::Counter& heartbeat_orders_resent;
   prom::Counter& promotions;
   prom::Counter& removes;

@@ -324,6 +324,60 @@ TEST_F(MasterFixture, ReleasedLeasesLetEvictionTakeTheBlock) {
   EXPECT_EQ(master_->ReleaseLeases(big).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A block removed while readers hold its lease keeps its space until the
+// lease ends, or until every reader has given the lease back: a reader that
+// removes what it has just read (its release still on the way) gets the
+// space back with the release, not a lease later. Releases name the commit:
+// one without generations, or of another commit, frees nothing.
+TEST_F(MasterFixture, ARemovedBlocksSpaceReturnsWhenItsReadersGiveTheLeaseBack) {
+  MasterOptions o;
+  o.lease_ms = 60000;  // never runs out unless the clock is moved
+  Make(o);
+  Register("a", 4 * kMiB);
+  ASSERT_TRUE(Put("k0", kMiB).ok());
+  ASSERT_TRUE(Put("k1", kMiB).ok());
+  const uint64_t k0 = Lookup("k0").generation();
+  ASSERT_EQ(Lookup("k0").generation(), k0);  // two readers of k0
+  const uint64_t k1 = Lookup("k1").generation();
+  auto remove = [this](const std::string& key) {
+    v1::RemoveRequest req;
+    req.add_keys(key);
+    v1::RemoveResponse resp;
+    ASSERT_TRUE(master_->Remove(req, &resp).ok());
+    ASSERT_EQ(resp.statuses(0).code(), 0);
+  };
+  auto release = [this](const std::string& key, const uint64_t* generation) {
+    v1::ReleaseLeasesRequest req;
+    req.add_keys(key);
+    if (generation != nullptr) req.add_generations(*generation);
+    ASSERT_TRUE(master_->ReleaseLeases(req).ok());
+  };
+  remove("k0");
+  remove("k1");
+  EXPECT_EQ(DramUsed(), 2 * kMiB);  // both wait for their readers
+  const uint64_t other = k0 + 1000;
+  release("k0", nullptr);
+  release("k0", &other);
+  release("k0", &k0);  // the first of k0's two readers
+  EXPECT_EQ(DramUsed(), 2 * kMiB);
+  release("k0", &k0);  // the last
+  EXPECT_EQ(DramUsed(), kMiB);
+  EXPECT_EQ(master_->metrics().removed_leases_released.Value(), 1u);
+  release("k0", &k0);  // one more: nothing left to give back
+  // A key put again is a new commit: a release of the old one is not its.
+  ASSERT_TRUE(Put("k0", kMiB).ok());
+  ASSERT_NE(Lookup("k0").generation(), k0);
+  remove("k0");
+  release("k0", &k0);
+  EXPECT_EQ(DramUsed(), 2 * kMiB);
+  // Unreleased, k1's space comes back when its lease runs out.
+  clock_.Advance(60001);
+  master_->Tick();
+  EXPECT_EQ(DramUsed(), 0u);
+  release("k1", &k1);  // after the lease: ignored
+  EXPECT_EQ(master_->metrics().removed_leases_released.Value(), 1u);
+}
+
 TEST_F(MasterFixture, DemotionProtocolMovesReplicasToSsd) {
   Register("a", 4 * kMiB, 64 * kMiB);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(Put("k" + std::to_string(i), kMiB).ok());

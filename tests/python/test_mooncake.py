@@ -440,3 +440,31 @@ print("shim ok")
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "shim ok" in out.stdout
+
+
+def test_space_of_keys_removed_right_after_a_read_comes_back():
+    # A reader gives its lease back a moment after its read; a remove that
+    # comes first (here from another client, Mooncake's batch_remove) leaves
+    # the block's space waiting for that release, not for the whole lease.
+    # 12 rounds of 32 MiB through a 64 MiB store: every put finds room.
+    cluster = Cluster(stores=1, dram_bytes=64 * MiB)
+    try:
+        client = shelf.Client([cluster.master], timeout_ms=20000)
+        store = new_store(cluster)
+        dst = np.zeros(32 * MiB, dtype=np.uint8)
+        handle = client.register_buffer(dst.ctypes.data, size=dst.nbytes)
+        values = [rand(MiB, 900 + i).tobytes() for i in range(32)]
+        for r in range(12):
+            keys = [f"gone/{r}/{i}" for i in range(32)]
+            statuses = client.batch_put([k.encode() for k in keys], values)
+            assert all(s.ok for s in statuses), (r, [str(s) for s in statuses if not s.ok][:1])
+            sizes = client.batch_get_into_async([k.encode() for k in keys], handle,
+                                                [i * MiB for i in range(32)], MiB).result()
+            assert sizes == [MiB] * 32
+            assert dst[:MiB].tobytes() == values[0]
+            assert store.batch_remove(keys) == [OK] * 32
+        client.unregister_buffer(handle)
+        client.close()
+        store.close()
+    finally:
+        cluster.stop()

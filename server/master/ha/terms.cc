@@ -20,6 +20,7 @@ void Master::ResetLocked() {
   puts_.clear();
   put_by_key_.clear();
   deferred_.clear();
+  gone_leases_.clear();
   promotes_.clear();
   for (const auto& n : nodes_) n->wake->Notify();  // their long polls end
   nodes_.clear();

@@ -43,6 +43,9 @@ struct DeferredFree {
   uint32_t segment;
   uint64_t offset;
   uint64_t size;
+  // A removed object's lease (Master::GoneLease's id) whose readers, once
+  // all have given it back, free this range before at_ms; 0: none.
+  uint64_t gone_lease = 0;
 };
 
 }  // namespace shelf::master

@@ -285,29 +285,44 @@ absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
   }
   uint64_t now = clock_->NowMs();
-  // Shared, like a lookup: only the lease fields change, under the shard.
-  ReaderMutexLock lock(&mu_);
-  if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
   uint64_t released = 0;
-  const bool named = req.generations_size() == req.keys_size();
-  for (int i = 0; i < req.keys_size(); ++i) {
-    const std::string& key = req.keys(i);
-    Shard& shard = ShardOf(key);
-    MutexLock shard_lock(&shard.mu);
-    auto it = shard.objects.find(key);
-    if (it == shard.objects.end()) continue;
-    Object& obj = Mut(*it);
-    // A reader of the commit a replace took away gives back nothing of
-    // the new commit's lease, which other readers hold.
-    if (named && req.generations(i) != 0 && req.generations(i) != obj.generation) continue;
-    if (obj.lease_until_ms <= now || obj.lease_holders == 0 ||
-        obj.lease_holders == kLeaseHoldersMax) {
-      continue;  // run out, or too many holders counted: it runs out
+  // Keys whose commit is no longer in the index (removed or replaced
+  // while read): their releases may free the space the remove left
+  // waiting for the lease (ReleaseGoneLeasesLocked), under mu_ exclusive.
+  std::vector<std::pair<std::string, uint64_t>> gone;
+  {
+    // Shared, like a lookup: only the lease fields change, under the shard.
+    ReaderMutexLock lock(&mu_);
+    if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
+    const bool named = req.generations_size() == req.keys_size();
+    const bool any_gone = named && !gone_leases_.empty();
+    for (int i = 0; i < req.keys_size(); ++i) {
+      const std::string& key = req.keys(i);
+      const uint64_t generation = named ? req.generations(i) : 0;
+      Shard& shard = ShardOf(key);
+      MutexLock shard_lock(&shard.mu);
+      auto it = shard.objects.find(key);
+      if (it == shard.objects.end() || (generation != 0 && generation != it->generation)) {
+        if (any_gone && generation != 0 && gone_leases_.contains({key, generation})) {
+          gone.emplace_back(key, generation);
+        }
+        continue;
+      }
+      Object& obj = Mut(*it);
+      if (obj.lease_until_ms <= now || obj.lease_holders == 0 ||
+          obj.lease_holders == kLeaseHoldersMax) {
+        continue;  // run out, or too many holders counted: it runs out
+      }
+      if (--obj.lease_holders == 0) {
+        obj.lease_until_ms = 0;
+        ++released;
+      }
     }
-    if (--obj.lease_holders == 0) {
-      obj.lease_until_ms = 0;
-      ++released;
-    }
+  }
+  if (!gone.empty()) {
+    WriterMutexLock lock(&mu_);
+    if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
+    ReleaseGoneLeasesLocked(gone);
   }
   if (released != 0) metrics_.leases_released.Increment(released);
   return absl::OkStatus();
