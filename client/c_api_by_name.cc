@@ -149,6 +149,7 @@ const StatField kStatFields[] = {
     SHELF_STAT(location_cache_fallbacks),
     SHELF_STAT(location_cache_entries),
     SHELF_STAT(location_cache_board_reads),
+    SHELF_STAT(views_on_kept_leases),
     SHELF_STAT(read_lookups),
     SHELF_STAT(read_lookups_joined),
     SHELF_STAT(put_calls),

@@ -457,6 +457,7 @@ Status ClientImpl::Remove(const std::string& key, Deadline deadline, bool force)
   // remove, not before: a lookup racing with it may not cache the old
   // location (LocationCache::Stamp).
   if (cache_ != nullptr) cache_->Erase(key);
+  DropKeptLease(key);
   if (!s.ok()) return FromAbsl(s);
   if (resp.statuses_size() != 1) return Status(StatusCode::kInternal, "malformed response");
   return Status(static_cast<StatusCode>(resp.statuses(0).code()), resp.statuses(0).message());
@@ -482,6 +483,7 @@ Status ClientImpl::BatchRemove(const std::vector<std::string>& keys, std::vector
   if (cache_ != nullptr) {
     for (const std::string& k : keys) cache_->Erase(k);
   }
+  for (const std::string& k : keys) DropKeptLease(k);
   if (!s.ok()) return FromAbsl(s);
   if (resp.statuses_size() != static_cast<int>(keys.size())) {
     return Status(StatusCode::kInternal, "malformed remove response");
@@ -526,11 +528,12 @@ Status ClientImpl::RemoveMatching(const std::string& pattern, uint64_t* removed,
   // Which keys match is the master's to say: forget every location, once
   // the keys are gone (before, a racing lookup could cache one again).
   struct ClearCache {
-    LocationCache* cache;
+    ClientImpl* client;
     ~ClearCache() {
-      if (cache != nullptr) cache->Clear();
+      if (client->cache_ != nullptr) client->cache_->Clear();
+      client->DropKeptLeases();
     }
-  } clear_cache{cache_.get()};
+  } clear_cache{this};
   v1::RemoveMatchingRequest req;
   req.set_pattern(pattern);
   req.set_regex(regex);
@@ -650,6 +653,7 @@ ClientStats ClientImpl::stats() const {
   s.location_cache_fallbacks = stats_.cache_fallbacks.load();
   s.location_cache_entries = cache_ == nullptr ? 0 : cache_->size();
   s.location_cache_board_reads = stats_.cache_board_reads.load();
+  s.views_on_kept_leases = stats_.views_on_kept_leases.load();
   s.read_lookups = stats_.read_lookups.load();
   s.read_lookups_joined = stats_.read_lookups_joined.load();
   s.put_calls = stats_.put_calls.load();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "client/absl_status.h"
 #include "client/batch_state.h"
@@ -45,6 +46,9 @@ absl::Status ValidateBatchSize(size_t n, const char* what);
 // PutOptions.block: its limits; batch puts refuse a non-empty one.
 absl::Status CheckBlockInfo(const BlockEventInfo& b);
 extern const char* const kBatchBlockInfoError;
+// The key the stores hold a block under: in a tenant namespace the master
+// keeps (and stores hold) another form than the one this client names.
+const std::string& StoreKey(const v1::ObjectLocation& loc);
 
 class ClientImpl final : public Client {
  public:
@@ -284,11 +288,30 @@ class ClientImpl final : public Client {
   // (not when the batch fails). `in_place` (BatchGetViews): a cached
   // same-host DRAM block of kInPlaceMinBytes or more is asked for anew, so
   // that its lease lets the caller use it where it lies.
+  // `kept` (BatchGetViews; may be null): (*kept)[i] set by `read` or
+  // `before_release` keeps key i's lease from being given back.
   using ReadFn = std::function<absl::Status(size_t, const v1::ObjectLocation&, bool)>;
   absl::Status LookupAndRead(const std::vector<const std::string*>& keys, uint64_t deadline_ms,
                              const ReadFn& read, std::vector<absl::Status>* statuses,
                              const std::function<void()>& before_release = nullptr,
-                             bool in_place = false);
+                             bool in_place = false, std::vector<char>* kept = nullptr);
+  // Hot blocks in place (docs/client.md): the lease of a block BatchGetViews
+  // viewed in place is kept when the same key was viewed in place less than
+  // kKeepRecentMs before, and later calls view it under that lease, with no
+  // lookup, until the lease's first half ends, while the store's key board
+  // still marks its commit. KeepLease returns whether it kept the lease;
+  // ViewsOnKeptLeases serves the whole call from kept leases or returns
+  // false (nothing called). DropKeptLease: this client put or removed the
+  // key (DropKeptLeases: keys); KeptLeaseDrops counts those, and KeepLease
+  // keeps nothing of a key dropped since `drops_before`, taken before the
+  // call's lookup (what the call read may be what the put changed).
+  bool KeepLease(const std::string& key, const v1::ObjectLocation& loc,
+                 std::shared_ptr<const void> mapping, const char* data, uint64_t drops_before);
+  uint64_t KeptLeaseDrops();
+  bool ViewsOnKeptLeases(const std::vector<std::string>& keys, const ViewsFn& use,
+                         uint64_t bytes_max);
+  void DropKeptLease(const std::string& key);
+  void DropKeptLeases();
   // A Lookup that takes read leases, with `store_table` answers put back
   // inline (InlineStores); several threads' lookups at once go to the
   // master as one (lookups_).
@@ -298,8 +321,10 @@ class ClientImpl final : public Client {
   // `leased_at_unix_ms`) once their reads are done. Best effort and off the
   // caller's path: the keys are queued for the releaser thread, which sends
   // them in batches (ReleaseLoop).
-  void ReleaseLeases(const v1::LookupResponse& resp, uint64_t leased_at_unix_ms)
-      ABSL_LOCKS_EXCLUDED(release_mu_);
+  // `kept[j]` (may be null): resp.objects(j)'s lease is kept by the caller
+  // (KeepLease), not given back now.
+  void ReleaseLeases(const v1::LookupResponse& resp, uint64_t leased_at_unix_ms,
+                     const std::vector<char>* kept = nullptr) ABSL_LOCKS_EXCLUDED(release_mu_);
   void ReleaseLoop() ABSL_LOCKS_EXCLUDED(release_mu_);
 
   // ---- client_buffers.cc
@@ -357,7 +382,8 @@ class ClientImpl final : public Client {
         replica_failovers{0}, bytes_staged_gpu{0}, cache_hits{0}, cache_misses{0},
         cache_fallbacks{0}, bytes_stored_rdma{0}, bytes_loaded_gpu_direct{0},
         bytes_gpu_direct_checked{0}, gpu_rdma_registration_failures{0}, read_lookups{0},
-        read_lookups_joined{0}, put_calls{0}, put_calls_joined{0}, cache_board_reads{0};
+        read_lookups_joined{0}, put_calls{0}, put_calls_joined{0}, cache_board_reads{0},
+        views_on_kept_leases{0};
   };
   mutable AtomicStats stats_;
 
@@ -412,6 +438,32 @@ class ClientImpl final : public Client {
     uint64_t generation;  // the commit leased
     uint64_t send_by_unix_ms;
   };
+  void QueueReleases(std::vector<PendingRelease> add) ABSL_LOCKS_EXCLUDED(release_mu_);
+  // A lease BatchGetViews keeps for later calls (KeepLease).
+  struct KeptLease {
+    v1::ObjectLocation loc;  // the lookup's answer: replica 0 is the block
+    std::shared_ptr<const void> mapping;
+    const char* data = nullptr;
+    uint64_t lease_until_unix_ms = 0;
+    uint64_t reuse_until_unix_ms = 0;  // the lease's first half
+  };
+  Mutex kept_mu_;
+  absl::flat_hash_map<std::string, KeptLease> kept_ ABSL_GUARDED_BY(kept_mu_);
+  // Keys viewed in place lately, to tell a hot block: when last (unix ms),
+  // and the number of this client's last put or remove of the key
+  // (kept_drops_ then), if it came since.
+  struct Viewed {
+    uint64_t at_unix_ms = 0;
+    uint64_t dropped = 0;
+  };
+  absl::flat_hash_map<std::string, Viewed> viewed_ ABSL_GUARDED_BY(kept_mu_);
+  uint64_t kept_drops_ ABSL_GUARDED_BY(kept_mu_) = 0;  // puts and removes counted
+  // kept_drops_ when viewed_ was last forgotten, or every key dropped.
+  uint64_t all_dropped_ ABSL_GUARDED_BY(kept_mu_) = 0;
+  void ForgetViewedIfFull() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kept_mu_);
+  // Gives a kept lease back (queued as ReleaseLeases queues), while its
+  // first half lasts.
+  void GiveBack(const KeptLease& k) ABSL_LOCKS_EXCLUDED(release_mu_);
   Mutex release_mu_;
   CondVar release_cv_;  // signalled when releases_ grows or release_stop_ is set
   std::vector<PendingRelease> releases_ ABSL_GUARDED_BY(release_mu_);

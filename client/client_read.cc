@@ -143,15 +143,9 @@ absl::Status ClientImpl::MoveReplica(transport::OpKind kind, const v1::Replica& 
   return last;
 }
 
-namespace {
-
-// The key the stores hold a block under: in a tenant namespace the master
-// keeps (and stores hold) another form than the one this client names.
 const std::string& StoreKey(const v1::ObjectLocation& loc) {
   return loc.store_key().empty() ? loc.key() : loc.store_key();
 }
-
-}  // namespace
 
 absl::Status ClientImpl::ReadSsdShm(const v1::StoreEndpoint& store, const std::string& key,
                                     char* dst, uint64_t size, const std::string& read_grant,
@@ -462,7 +456,10 @@ Status ClientImpl::BatchGetViews(const std::vector<std::string>& keys, const Vie
     if (absl::Status s = ValidateKey(k); !s.ok()) return FromAbsl(s);
     key_ptrs.push_back(&k);
   }
+  if (ViewsOnKeptLeases(keys, use, bytes_max)) return Status::Ok();
+  const uint64_t drops_before = KeptLeaseDrops();
   const size_t n = keys.size();
+  std::vector<char> kept(n, 0);  // leases kept for later calls (KeepLease)
   std::vector<BlockView> views(n);
   // What keeps each view's bytes: the store's mapping (in place), or a
   // copy of the call's own (left uninitialized until the read fills it).
@@ -505,6 +502,8 @@ Status ClientImpl::BatchGetViews(const std::vector<std::string>& keys, const Vie
               views[i].data = held->data;
               views[i].size = loc.size();
               views[i].in_place = true;
+              kept[i] =
+                  KeepLease(*key_ptrs[i], loc, held->mapping, held->data, drops_before) ? 1 : 0;
               mappings[i] = std::move(held->mapping);
               lease_until_unix_ms[i] = loc.lease_expires_unix_ms();
               CountLoaded(loc.size(), r.tier(), "shm");
@@ -541,7 +540,7 @@ Status ClientImpl::BatchGetViews(const std::vector<std::string>& keys, const Vie
             until_unix_ms == UINT64_MAX ? UINT64_MAX : MonoMs() + (until_unix_ms - now_unix_ms) / 2;
         use(views, use_by_mono_ms);
       },
-      /*in_place=*/true);
+      /*in_place=*/true, &kept);
   return FromAbsl(batch);
 }
 
@@ -715,7 +714,8 @@ absl::Status ClientImpl::ReadGpuDirect(const v1::ObjectLocation& loc, const Read
 absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& keys,
                                        uint64_t deadline_ms, const ReadFn& read,
                                        std::vector<absl::Status>* statuses,
-                                       const std::function<void()>& before_release, bool in_place) {
+                                       const std::function<void()>& before_release, bool in_place,
+                                       std::vector<char>* kept) {
   statuses->assign(keys.size(), absl::OkStatus());
   if (keys.empty()) return absl::OkStatus();
   // Keys to ask the master about: those the cache does not hold, and those
@@ -790,7 +790,13 @@ absl::Status ClientImpl::LookupAndRead(const std::vector<const std::string*>& ke
     metrics_.cache_entries.Set(static_cast<double>(cache_->size()));
   }
   if (before_release) before_release();
-  ReleaseLeases(resp, leased_at_unix_ms);
+  if (kept != nullptr) {
+    std::vector<char> kept_of_resp(ask.size());
+    for (size_t j = 0; j < ask.size(); ++j) kept_of_resp[j] = (*kept)[ask[j]];
+    ReleaseLeases(resp, leased_at_unix_ms, &kept_of_resp);
+  } else {
+    ReleaseLeases(resp, leased_at_unix_ms);
+  }
   return absl::OkStatus();
 }
 
@@ -839,18 +845,25 @@ absl::Status ClientImpl::CoalescedLookup(const v1::LookupRequest& req, v1::Looku
   return r.status;
 }
 
-void ClientImpl::ReleaseLeases(const v1::LookupResponse& resp, uint64_t leased_at_unix_ms) {
+void ClientImpl::ReleaseLeases(const v1::LookupResponse& resp, uint64_t leased_at_unix_ms,
+                               const std::vector<char>* kept) {
   // The master counts a lease's holders and forgets them when the lease
   // runs out; a release that arrived after that could end a later reader's
   // lease. So a lease is given back only in its first half, far from its
   // end; a later one is left to run out.
   std::vector<PendingRelease> add;
-  for (const v1::ObjectLocation& loc : resp.objects()) {
+  for (int j = 0; j < resp.objects_size(); ++j) {
+    if (kept != nullptr && (*kept)[j] != 0) continue;
+    const v1::ObjectLocation& loc = resp.objects(j);
     const uint64_t until = loc.lease_expires_unix_ms();
     if (!loc.found() || until <= leased_at_unix_ms) continue;
     add.push_back(
         {loc.key(), loc.generation(), leased_at_unix_ms + (until - leased_at_unix_ms) / 2});
   }
+  QueueReleases(std::move(add));
+}
+
+void ClientImpl::QueueReleases(std::vector<PendingRelease> add) {
   if (add.empty()) return;
   {
     MutexLock lock(&release_mu_);

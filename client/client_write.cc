@@ -125,6 +125,7 @@ absl::Status ClientImpl::Commit(const std::vector<uint64_t>& put_ids,
   }
   v1::PutCommitResponse resp;
   absl::Status s = CallMaster(&v1::MasterService::Stub::PutCommit, commit, &resp, deadline_ms);
+  for (const std::string* key : keys) DropKeptLease(*key);  // a replace: read this one next
   if (s.ok() && resp.statuses_size() != static_cast<int>(put_ids.size())) {
     s = absl::InternalError("malformed commit response");
   }

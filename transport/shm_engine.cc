@@ -123,6 +123,11 @@ bool ShmEngine::Vouches(const Peer& peer) {
   return m != nullptr && m->board != nullptr;
 }
 
+bool ShmEngine::Marks(const Peer& peer, uint64_t offset, uint64_t tag) {
+  std::shared_ptr<ShmMapping> m = attachments_.Mapped(peer.route(Kind::kShm), peer.incarnation);
+  return m != nullptr && m->board != nullptr && m->board->Marked(offset, tag);
+}
+
 void ShmEngine::Start(std::shared_ptr<Batch> batch, std::vector<Work> work,
                       uint64_t /*deadline_ms*/) {
   // Writes, per attachment: sent as one pipelined batch each, after the

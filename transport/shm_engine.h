@@ -79,6 +79,9 @@ class ShmEngine final : public Engine {
   // CopyIfCurrent needs no round trip. Attaches nothing: false until an op
   // has mapped the store.
   bool Vouches(const Peer& peer);
+  // Whether the store `peer`, mapped here with its key board, marks the
+  // block at `offset` with `tag` (KeyBoardTag) now. Attaches nothing.
+  bool Marks(const Peer& peer, uint64_t offset, uint64_t tag);
   // Stores whose shared memory was refused (ShmAttachments::refusals).
   uint64_t refusals() const { return attachments_.refusals(); }
   // Bytes of writes staged before the store copied them in

@@ -616,6 +616,83 @@ TEST_F(LocationCacheTest, OwnPutsReadBackWithoutALookup) {
   EXPECT_EQ(t->stats().location_cache_entries, 0u);
 }
 
+// What BatchGetViews hands over for one key: its status, a copy of its
+// bytes, and whether they lay in the store's segment.
+struct OneView {
+  Status status;
+  std::string bytes;
+  bool in_place = false;
+};
+OneView ViewOf(Client* c, const std::string& key) {
+  OneView v;
+  Status s = c->BatchGetViews({key}, [&](const std::vector<BlockView>& views, uint64_t) {
+    v.status = views[0].status;
+    if (views[0].status.ok()) v.bytes.assign(views[0].data, views[0].size);
+    v.in_place = views[0].in_place;
+  });
+  if (!s.ok()) v.status = s;
+  return v;
+}
+
+// A block viewed in place twice in a short while is hot: the client keeps
+// the second view's lease and views the block under it again with no round
+// trip (the master stopped), while the store's key board marks the commit.
+// A replace by another client ends that once the store records it; this
+// client's own replace or remove ends it at once.
+TEST_F(LocationCacheTest, HotBlocksAreViewedInPlaceUnderAKeptLease) {
+  const std::string key = "hot-in-place";
+  const std::string value = Block(1 << 20, 51);
+  auto c = Open(true);
+  ASSERT_TRUE(c->Put(key, value.data(), value.size()).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, value.size()); }, 10000));
+  for (int i = 0; i < 2; ++i) {  // each a lookup: the second lease is kept
+    OneView v = ViewOf(c.get(), key);
+    ASSERT_TRUE(v.status.ok()) << v.status.ToString();
+    EXPECT_TRUE(v.in_place);
+    EXPECT_TRUE(v.bytes == value);
+  }
+  EXPECT_EQ(c->stats().read_lookups, 2u);
+  EXPECT_EQ(c->stats().views_on_kept_leases, 0u);
+  cluster_->master_process()->Signal(SIGSTOP);
+  OneView kept = ViewOf(c.get(), key);
+  OneView again = ViewOf(c.get(), key);
+  cluster_->master_process()->Signal(SIGCONT);
+  for (const OneView* v : {&kept, &again}) {
+    ASSERT_TRUE(v->status.ok()) << v->status.ToString();
+    EXPECT_TRUE(v->in_place);
+    EXPECT_TRUE(v->bytes == value);
+  }
+  EXPECT_EQ(c->stats().views_on_kept_leases, 2u);
+  EXPECT_EQ(c->stats().read_lookups, 2u);
+
+  // Replaced by another client: once the store records the new commit, the
+  // board no longer marks the old one, and the view asks the master.
+  auto b = Open(true);
+  const std::string replaced = Block((1 << 20) + 4096, 52);
+  PutOptions replace;
+  replace.replace = true;
+  ASSERT_TRUE(b->Put(key, replaced.data(), replaced.size(), replace).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, replaced.size()); }, 10000));
+  OneView v = ViewOf(c.get(), key);
+  ASSERT_TRUE(v.status.ok()) << v.status.ToString();
+  EXPECT_TRUE(v.bytes == replaced);
+  v = ViewOf(c.get(), key);  // hot again: kept
+  ASSERT_TRUE(v.bytes == replaced);
+  const uint64_t on_kept = c->stats().views_on_kept_leases;
+  ASSERT_TRUE(ViewOf(c.get(), key).bytes == replaced);
+  EXPECT_EQ(c->stats().views_on_kept_leases, on_kept + 1);
+
+  // This client's own replace, then its remove: the next view sees each at
+  // once, without waiting for the store.
+  ASSERT_TRUE(c->Put(key, value.data(), value.size(), replace).ok());
+  v = ViewOf(c.get(), key);
+  ASSERT_TRUE(v.status.ok()) << v.status.ToString();
+  EXPECT_TRUE(v.bytes == value);
+  ASSERT_TRUE(ViewOf(c.get(), key).bytes == value);  // kept again
+  ASSERT_TRUE(c->Remove(key).ok());
+  EXPECT_EQ(ViewOf(c.get(), key).status.code(), StatusCode::kNotFound);
+}
+
 // A store started with --shm-key-board=false keeps no board: same-host
 // cached reads ask it (READ_KEY's check-only form) and still never return
 // a replaced block.

@@ -418,6 +418,10 @@ struct ClientStats {
   // vouched for (transport/shm_board.h): read without a round trip to the
   // store.
   uint64_t location_cache_board_reads = 0;
+  // BatchGetViews in place under a lease a recent call of this client took
+  // and kept (a hot block: docs/client.md, "Hot blocks in place"), with no
+  // round trip to the master.
+  uint64_t views_on_kept_leases = 0;
   // Lookups the reads sent to the master, and the reads' lookups that went
   // in another thread's call instead of their own (made while it was out).
   uint64_t read_lookups = 0;
