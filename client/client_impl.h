@@ -201,7 +201,8 @@ class ClientImpl final : public Client {
   // putting (a repeated key included: the second waits for the first's
   // commit), or whose put the master reclaimed before its commit, is put
   // again on its own once the rest are committed; with `again`, it is not:
-  // its index goes to *again, for the caller to put.
+  // its index goes to *again, for the caller to put, as does a block the
+  // master refused as UNAVAILABLE (a leader recovering).
   absl::Status PutStartedBlocks(const std::vector<HostPut>& items,
                                 const std::vector<const v1::PutStartRequest*>& requests,
                                 uint64_t deadline_ms, std::vector<absl::Status>* statuses,

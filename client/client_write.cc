@@ -401,6 +401,10 @@ absl::Status ClientImpl::PutStartedBlocks(const std::vector<HostPut>& items,
     const v1::PutStartResponse& started = resp.results(static_cast<int>(i));
     if (!st.ok()) {
       (*statuses)[i] = st;
+      // A master in transition (a new leader recovering) refuses each
+      // block of a batch; a single put's own PutStart waits it out
+      // (CallMaster), so the caller that puts it again does.
+      if (again != nullptr && st.code() == absl::StatusCode::kUnavailable) next[i] = Next::kAfter;
     } else if (started.state() == v1::PUT_STARTED) {
       st = WriteReplicas(started, items[i].data, items[i].size, deadline_ms);
       (*statuses)[i] = st;
