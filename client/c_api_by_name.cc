@@ -127,6 +127,7 @@ const StatField kStatFields[] = {
     SHELF_STAT(bytes_stored),
     SHELF_STAT(bytes_stored_shm),
     SHELF_STAT(bytes_staged_shm),
+    SHELF_STAT(bytes_warmed_shm),
     SHELF_STAT(bytes_stored_tcp),
     SHELF_STAT(bytes_loaded),
     SHELF_STAT(bytes_loaded_shm),

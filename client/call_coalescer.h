@@ -9,16 +9,25 @@
 // its call, in order, and runs them with `run(jobs, &results)`, one result
 // per job; it then hands each waiter its result and wakes the next caller
 // at the front, who leads the jobs that queued meanwhile. A caller alone
-// runs at once, so nothing waits for company: jobs go together only when
-// they overlap a call in flight, as writers do in LevelDB's write queue.
+// runs at once (without a linger, below), so nothing waits for company:
+// jobs go together only when they overlap a call in flight, as writers do
+// in LevelDB's write queue.
 // The queue's mutex is held to queue, take and hand out, never while a
 // call runs.
+//
+// With a linger (the constructor's), a leader alone in the queue whose
+// predecessor led company waits up to that long for as many callers as
+// that call took, so that threads coming back from one call one after
+// another (each woken in turn, or each taking a GIL in turn) go together
+// again rather than as a call of one and a call of the rest. A caller
+// alone after a call of one never waits.
 //
 // Every caller passes a `run` that does the same thing: the leader's
 // serves every job it took.
 #ifndef SHELF_CLIENT_CALL_COALESCER_H_
 #define SHELF_CLIENT_CALL_COALESCER_H_
 
+#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <iterator>
@@ -34,6 +43,7 @@ template <typename Job, typename Result>
 class CallCoalescer {
  public:
   CallCoalescer() = default;
+  explicit CallCoalescer(std::chrono::microseconds linger) : linger_(linger) {}
   CallCoalescer(const CallCoalescer&) = delete;
   CallCoalescer& operator=(const CallCoalescer&) = delete;
 
@@ -48,8 +58,20 @@ class CallCoalescer {
     {
       MutexLock lock(&mu_);
       queue_.push_back(&self);
+      // A lingering leader counts who has come.
+      if (lingering_ && queue_.size() >= last_taken_) queue_.front()->cv.Signal();
       while (!self.done && queue_.front() != &self) self.cv.Wait(&mu_);
       if (self.done) return std::move(self.result);
+      if (linger_.count() > 0 && last_taken_ > 1 && queue_.size() < last_taken_) {
+        const auto until = std::chrono::steady_clock::now() + linger_;
+        lingering_ = true;
+        while (queue_.size() < last_taken_) {
+          const auto now = std::chrono::steady_clock::now();
+          if (now >= until) break;
+          self.cv.WaitFor(&mu_, until - now);
+        }
+        lingering_ = false;
+      }
       // The leader stays at the front while its call runs, so later callers
       // queue behind it; the jobs it takes leave the queue now.
       taken.push_back(&self);
@@ -61,6 +83,7 @@ class CallCoalescer {
           ++it;
         }
       }
+      last_taken_ = taken.size();
     }
     std::vector<const Job*> jobs;
     jobs.reserve(taken.size());
@@ -92,8 +115,11 @@ class CallCoalescer {
     CondVar cv;
   };
 
+  const std::chrono::microseconds linger_{0};
   Mutex mu_;
   std::deque<Waiter*> queue_ ABSL_GUARDED_BY(mu_);
+  size_t last_taken_ ABSL_GUARDED_BY(mu_) = 1;   // jobs the last call took
+  bool lingering_ ABSL_GUARDED_BY(mu_) = false;  // the front waits for company
 };
 
 // Cuts the jobs a leader took into runs of whole jobs of at most

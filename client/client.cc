@@ -181,7 +181,7 @@ ClientImpl::ClientImpl(const ClientOptions& options, std::string token)
     : options_(options),
       token_(std::move(token)),
       tcp_(TcpEngineOptions(options)),
-      shm_(options.secret, options.shm_store_uid),
+      shm_(options.secret, options.shm_store_uid, options.warm_shm_bytes),
       gpu_(2 * static_cast<size_t>(options.transfer_threads) + 2,
            internal::CudaForTesting() != nullptr ? internal::CudaForTesting()
                                                  : CudaRuntime::Default()),
@@ -648,6 +648,7 @@ ClientStats ClientImpl::stats() const {
 #endif
   s.shm_refusals = shm_.refusals();
   s.bytes_staged_shm = shm_.staged_bytes();
+  s.bytes_warmed_shm = shm_.warmed_bytes();
   s.location_cache_hits = stats_.cache_hits.load();
   s.location_cache_misses = stats_.cache_misses.load();
   s.location_cache_fallbacks = stats_.cache_fallbacks.load();
@@ -699,6 +700,9 @@ ClientImpl::ClientMetrics::ClientMetrics(prom::Exposition& e)
       bytes_staged_shm(prom::AddUnlabelledCounter(
           e.registry(), "shelf_client_shm_staged_bytes_total",
           "Bytes of same-host puts copied into staging memory first: not in shared host memory")),
+      bytes_warmed_shm(prom::AddUnlabelledCounter(
+          e.registry(), "shelf_client_shm_warmed_bytes_total",
+          "Bytes of same-host stores' segments read through in the background after mapping")),
       cache(prom::AddCounter(e.registry(), "shelf_client_location_cache_total",
                              "Keys read by what the location cache did: hit (read without "
                              "the master), miss, fallback (a cached read that went back to "
@@ -746,6 +750,7 @@ std::string ClientImpl::MetricsText() const {
   sync(metrics_.failovers, st.replica_failovers);
   sync(metrics_.shm_refusals, st.shm_refusals);
   sync(metrics_.bytes_staged_shm, st.bytes_staged_shm);
+  sync(metrics_.bytes_warmed_shm, st.bytes_warmed_shm);
   return exposition_->Render();
 }
 

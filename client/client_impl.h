@@ -11,6 +11,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -415,6 +416,7 @@ class ClientImpl final : public Client {
     prom::Counter& failovers;
     prom::Counter& shm_refusals;
     prom::Counter& bytes_staged_shm;
+    prom::Counter& bytes_warmed_shm;
     prom::Family<prom::Counter>& cache;
     prom::Counter& cache_hits;
     prom::Counter& cache_misses;
@@ -513,7 +515,13 @@ class ClientImpl final : public Client {
     absl::Status status;
     bool again = false;  // to be put again by its caller (PutStartedBlocks)
   };
-  CallCoalescer<WholePutJob, WholePutResult> whole_puts_;
+  // A leader alone after a batch of several waits this long for the
+  // others to come back (CallCoalescer's linger): threads that put one
+  // block after another return from a batch together but call again one
+  // by one, and going at once would split them into a batch of one and a
+  // batch of the rest.
+  static constexpr std::chrono::microseconds kWholePutLinger{300};
+  CallCoalescer<WholePutJob, WholePutResult> whole_puts_{kWholePutLinger};
 
   // Last: destroyed (joined) first, while everything their tasks use lives.
   // Async tasks use the transfer pool, so it outlives the async pool.

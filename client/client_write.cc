@@ -138,7 +138,9 @@ absl::Status ClientImpl::Commit(const std::vector<uint64_t>& put_ids,
     // follows it within tens of milliseconds) a read of it falls back to a
     // Lookup at no extra cost, where a check over TCP would cost a round
     // trip first.
-    const bool located = s.ok() && resp.locations_size() == resp.statuses_size();
+    const bool located = s.ok() && resp.locations_size() == resp.statuses_size() &&
+                         resp.statuses_size() == static_cast<int>(keys.size());
+    std::vector<const v1::ObjectLocation*> locs(keys.size(), nullptr);
     for (size_t i = 0; i < keys.size(); ++i) {
       const int k = static_cast<int>(i);
       const v1::ObjectLocation* loc =
@@ -147,8 +149,9 @@ absl::Status ClientImpl::Commit(const std::vector<uint64_t>& put_ids,
           (loc->replicas_size() == 0 || !SameHostDram(*loc) || AskedCached(*loc))) {
         loc = nullptr;
       }
-      cache_->PutCommitted(*keys[i], loc, stamp);
+      locs[i] = loc;
     }
+    cache_->PutCommitted(keys, locs, stamp);
     metrics_.cache_entries.Set(static_cast<double>(cache_->size()));
   }
   if (!s.ok()) return s;

@@ -87,19 +87,36 @@ void LocationCache::Put(const v1::ObjectLocation& loc, uint64_t stamp) {
   InsertLocked(std::move(entry));
 }
 
-void LocationCache::PutCommitted(absl::string_view key, const v1::ObjectLocation* loc,
+void LocationCache::PutCommitted(const std::vector<const std::string*>& keys,
+                                 const std::vector<const v1::ObjectLocation*>& locs,
                                  uint64_t stamp) {
-  std::optional<v1::ObjectLocation> entry;
-  if (loc != nullptr && loc->key() == key && Keepable(*loc)) entry = EntryOf(*loc);
+  const size_t n = keys.size();
+  std::vector<std::optional<v1::ObjectLocation>> entries(n);
+  absl::flat_hash_map<absl::string_view, int> named;  // times the commit names each key
+  for (size_t i = 0; i < n; ++i) {
+    ++named[*keys[i]];
+    const v1::ObjectLocation* loc = i < locs.size() ? locs[i] : nullptr;
+    if (loc != nullptr && loc->key() == *keys[i] && Keepable(*loc)) entries[i] = EntryOf(*loc);
+  }
+  std::vector<size_t> stripes(n);
+  std::vector<char> current(n);
   MutexLock lock(&mu_);
-  uint64_t& erased_at = erased_at_[StripeOf(key)];
-  // Another change of the key's stripe since `stamp` (a remove, another
-  // put) may be of this key and later than this commit: keep nothing.
-  const bool current = erased_at <= stamp;
-  // As an erase: a lookup answered before this commit brings nothing back.
-  erased_at = ++erases_;
-  DropLocked(key);
-  if (current && entry.has_value()) InsertLocked(*std::move(entry));
+  // Another change of a key's stripe since `stamp` (a remove, another
+  // put) may be of that key and later than this commit: keep nothing for
+  // it. Judged for every key before this commit's own erases below, which
+  // would otherwise refuse the keys of the same batch that share a stripe.
+  for (size_t i = 0; i < n; ++i) {
+    stripes[i] = StripeOf(*keys[i]);
+    current[i] = erased_at_[stripes[i]] <= stamp && named[*keys[i]] == 1 ? 1 : 0;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    // As an erase: a lookup answered before this commit brings nothing back.
+    erased_at_[stripes[i]] = ++erases_;
+    DropLocked(*keys[i]);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (current[i] != 0 && entries[i].has_value()) InsertLocked(*std::move(entries[i]));
+  }
 }
 
 void LocationCache::Erase(absl::string_view key) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <list>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
@@ -54,11 +55,14 @@ class LocationCache {
   // generation (0), which no store check could tell from a replacement:
   // that forgets the key instead.
   void Put(const v1::ObjectLocation& loc, uint64_t stamp) ABSL_LOCKS_EXCLUDED(mu_);
-  // After this client's commit of `key`: erases the key as Erase does (a
-  // lookup answered before the commit brings nothing back), then keeps
-  // `loc`, the commit's location (null: none answered), unless the key's
-  // stripe was erased after `stamp`, taken before the commit was sent.
-  void PutCommitted(absl::string_view key, const v1::ObjectLocation* loc, uint64_t stamp)
+  // After this client's commit of `keys` (one commit call): erases each
+  // key as Erase does (a lookup answered before the commit brings nothing
+  // back), then keeps `locs[i]`, the commit's location of keys[i] (null:
+  // none answered), unless the key's stripe was erased after `stamp`,
+  // taken before the commit was sent, by anything but this commit. A key
+  // the commit names twice is kept by neither.
+  void PutCommitted(const std::vector<const std::string*>& keys,
+                    const std::vector<const v1::ObjectLocation*>& locs, uint64_t stamp)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Erase(absl::string_view key) ABSL_LOCKS_EXCLUDED(mu_);
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
@@ -70,7 +74,7 @@ class LocationCache {
   // Erases are remembered per stripe of keys (by hash), not per key: a
   // stripe erased after a stamp refuses every Put with that stamp, which
   // costs at most a later miss, never a stale entry.
-  static constexpr size_t kStripes = 256;
+  static constexpr size_t kStripes = 4096;
   static size_t StripeOf(absl::string_view key);
   // Drops the key's entry, if any.
   void DropLocked(absl::string_view key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -483,6 +483,7 @@ absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Attach(const std::st
   }
   mapping->base = static_cast<char*>(p);
   MapBoard(*mapping);
+  warmer_.Add(mapping, mapping->base, mapping->size);
   MutexLock lock(&mu_);
   auto [it, inserted] = maps_.insert_or_assign(socket_path, mapping);
   return it->second;

@@ -43,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "transport/shm_board.h"
+#include "transport/shm_warm.h"
 #include "transport/shm_write.h"
 
 namespace shelf::transport {
@@ -146,9 +147,11 @@ struct ShmMapping {
 class ShmAttachments {
  public:
   // `store_uid`: the uid a store's socket must be served by (root is always
-  // accepted); -1: this process's effective uid.
-  explicit ShmAttachments(std::string secret, int64_t store_uid = -1)
-      : secret_(std::move(secret)), store_uid_(store_uid) {}
+  // accepted); -1: this process's effective uid. `warm_bytes`: bytes of
+  // each segment mapped that a background thread reads through once
+  // (transport/shm_warm.h); 0: none.
+  explicit ShmAttachments(std::string secret, int64_t store_uid = -1, uint64_t warm_bytes = 0)
+      : secret_(std::move(secret)), store_uid_(store_uid), warmer_(warm_bytes) {}
   // Maps (once) the segment served at `socket_path`. UNAVAILABLE when the
   // socket cannot be reached, UNAUTHENTICATED on a wrong secret. A cached
   // mapping made for another non-zero `incarnation` of the store (it
@@ -187,6 +190,10 @@ class ShmAttachments {
   // Bytes of puts copied into a staging memfd first (their source was not
   // shared host memory: transport/shm_sources.h).
   uint64_t staged_bytes() const { return staged_bytes_.load(); }
+  // Bytes of mapped segments read through so far (MappingWarmer).
+  uint64_t warmed_bytes() const { return warmer_.warmed_bytes(); }
+  // Blocks until every mapping queued for a read-through is done (tests).
+  void WaitWarm() { warmer_.WaitIdle(); }
 
  private:
   struct Refusal {
@@ -209,6 +216,8 @@ class ShmAttachments {
   Mutex mu_;
   std::map<std::string, std::shared_ptr<ShmMapping>> maps_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Refusal> refused_ ABSL_GUARDED_BY(mu_);
+  // Last: stopped and joined before the mappings it may hold go.
+  MappingWarmer warmer_;
 };
 
 }  // namespace shelf::transport

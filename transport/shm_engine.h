@@ -29,9 +29,11 @@ namespace shelf::transport {
 class ShmEngine final : public Engine {
  public:
   // `store_uid`: the uid stores' sockets must be served by (root always
-  // passes); -1: this process's effective uid. See ShmAttachments.
-  explicit ShmEngine(std::string secret, int64_t store_uid = -1)
-      : attachments_(std::move(secret), store_uid) {}
+  // passes); -1: this process's effective uid. `warm_bytes`: bytes of
+  // each segment read through in the background once mapped (0: none).
+  // See ShmAttachments.
+  explicit ShmEngine(std::string secret, int64_t store_uid = -1, uint64_t warm_bytes = 0)
+      : attachments_(std::move(secret), store_uid, warm_bytes) {}
 
   Kind kind() const override { return Kind::kShm; }
   // A store on this host that offers shm.
@@ -87,6 +89,9 @@ class ShmEngine final : public Engine {
   // Bytes of writes staged before the store copied them in
   // (ShmAttachments::staged_bytes).
   uint64_t staged_bytes() const { return attachments_.staged_bytes(); }
+  // Bytes of segments read through in the background
+  // (ShmAttachments::warmed_bytes).
+  uint64_t warmed_bytes() const { return attachments_.warmed_bytes(); }
 
  private:
   void Start(std::shared_ptr<Batch> batch, std::vector<Work> work, uint64_t deadline_ms) override;

@@ -469,6 +469,7 @@ py::dict PyClient::Stats() {
   d["rdma_registered_buffers"] = s.rdma_registered_buffers;
   d["bytes_stored_shm"] = s.bytes_stored_shm;
   d["bytes_staged_shm"] = s.bytes_staged_shm;
+  d["bytes_warmed_shm"] = s.bytes_warmed_shm;
   d["put_calls"] = s.put_calls;
   d["put_calls_joined"] = s.put_calls_joined;
   return d;

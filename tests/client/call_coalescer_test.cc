@@ -1,6 +1,7 @@
 // CallCoalescer: a lone caller runs at once; callers that arrive while a
 // call is out go together in the next, each with its own result; a job
-// goes only with a call it joins.
+// goes only with a call it joins; with a linger, a leader alone after a
+// call that took company waits for it.
 #include "client/call_coalescer.h"
 
 #include <gtest/gtest.h>
@@ -120,6 +121,57 @@ TEST_F(CallCoalescerTest, AJobGoesOnlyWithACallItJoins) {
   EXPECT_EQ(got, (std::vector<int>{10, 20, 30, 40, 50, 60, 70, 80}));
   // The leader's call, then group 1's (jobs 1, 3, 5, 7), then group 2's.
   EXPECT_EQ(r_.calls(), (std::vector<std::vector<int>>{{0}, {1, 3, 5, 7}, {2, 4, 6, 8}}));
+}
+
+// With a linger: after a call that took company, a leader alone waits for
+// as many callers as that call took and goes with them; one that waits in
+// vain goes alone once the linger is over, and the next alone goes at once.
+TEST(CallCoalescerLingerTest, ALeaderAloneAfterCompanyWaitsForItsReturn) {
+  for (const auto linger : {std::chrono::microseconds(std::chrono::minutes(5)),
+                            std::chrono::microseconds(std::chrono::milliseconds(20))}) {
+    const bool waits_long = linger > std::chrono::seconds(1);
+    SCOPED_TRACE(waits_long ? "linger 5 min" : "linger 20 ms");
+    CallCoalescer<Job, int> c(linger);
+    Recorder r;
+    auto call = [&](int v) {
+      return c.Call(
+          Job{v, 0}, SameGroup,
+          [&](const std::vector<const Job*>& jobs, std::vector<int>* out) { r.Run(jobs, out); });
+    };
+    // A call of one held out, two callers behind it: a call of two next.
+    r.Hold(true);
+    std::vector<std::thread> threads;
+    threads.emplace_back([&] { call(1); });
+    WaitForQueued(&c, 1);
+    threads.emplace_back([&] { call(2); });
+    WaitForQueued(&c, 2);
+    threads.emplace_back([&] { call(3); });
+    WaitForQueued(&c, 3);
+    r.Hold(false);
+    for (std::thread& t : threads) t.join();
+    threads.clear();
+    ASSERT_EQ(r.calls(), (std::vector<std::vector<int>>{{1}, {2, 3}}));
+
+    if (waits_long) {
+      // Alone: it waits (no call is made) until a second caller comes.
+      int got4 = -1, got5 = -1;
+      threads.emplace_back([&] { got4 = call(4); });
+      WaitForQueued(&c, 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      EXPECT_EQ(r.calls().size(), 2u) << "the leader went without waiting";
+      threads.emplace_back([&] { got5 = call(5); });
+      for (std::thread& t : threads) t.join();
+      EXPECT_EQ(got4, 40);
+      EXPECT_EQ(got5, 50);
+      EXPECT_EQ(r.calls().back(), (std::vector<int>{4, 5}));
+    } else {
+      // Nobody comes: it goes alone after the linger, and so does the next.
+      EXPECT_EQ(call(6), 60);
+      EXPECT_EQ(call(7), 70);
+      EXPECT_EQ(r.calls(), (std::vector<std::vector<int>>{{1}, {2, 3}, {6}, {7}}));
+    }
+    EXPECT_EQ(c.Queued(), 0u);
+  }
 }
 
 TEST(CallCoalescerThreadsTest, ManyThreadsEachGetTheirOwnResult) {

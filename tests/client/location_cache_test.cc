@@ -512,6 +512,46 @@ TEST(LocationCacheStamp, ALookupThatRacedWithAnEraseCachesNothing) {
   EXPECT_EQ(cache.size(), 0u);
 }
 
+// Every block of one commit is kept, though keys of one batch share
+// stripes (400 keys over 4096 stripes: about 19 pairs share one); a
+// stripe changed by anything else since the stamp still keeps its keys
+// out, and a key the commit names twice is kept by neither.
+TEST(LocationCacheStamp, EveryBlockOfOneCommitIsKept) {
+  LocationCache cache(1024);
+  std::vector<std::string> names;
+  std::vector<v1::ObjectLocation> locs(400);
+  for (size_t i = 0; i < locs.size(); ++i) {
+    names.push_back(absl::StrCat("batch-", i));
+    locs[i].set_key(names.back());
+    locs[i].set_found(true);
+    locs[i].set_generation(1);
+    locs[i].add_replicas()->set_offset(4096 * i);
+  }
+  std::vector<const std::string*> keys;
+  std::vector<const v1::ObjectLocation*> located;
+  for (size_t i = 0; i < locs.size(); ++i) {
+    keys.push_back(&names[i]);
+    located.push_back(&locs[i]);
+  }
+  cache.PutCommitted(keys, located, cache.Stamp());
+  v1::ObjectLocation out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSERT_TRUE(cache.Get(names[i], &out, UnixMs())) << names[i];
+    EXPECT_EQ(out.replicas(0).offset(), 4096 * i);
+  }
+
+  // Erased after the stamp (by a remove of this client, say): not kept.
+  const uint64_t stamp = cache.Stamp();
+  cache.Erase(names[0]);
+  cache.PutCommitted({keys[0], keys[1]}, {located[0], located[1]}, stamp);
+  EXPECT_FALSE(cache.Get(names[0], &out, UnixMs()));
+
+  // Named twice in one commit: which location is the last is unknown.
+  cache.PutCommitted({keys[2], keys[2]}, {located[2], located[2]}, cache.Stamp());
+  EXPECT_FALSE(cache.Get(names[2], &out, UnixMs()));
+  EXPECT_TRUE(cache.Get(names[3], &out, UnixMs()));
+}
+
 // An entry keeps its read grant, and is not used once the grant is about
 // to run out: the get asks the master, which mints a fresh one.
 TEST(LocationCacheGrant, AnEntryWhoseGrantRunsOutIsDropped) {

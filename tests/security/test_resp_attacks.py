@@ -38,11 +38,15 @@ def gateway(cluster, request):
 
 
 def rss_bytes(pid):
+    """The gateway's own resident memory (RssAnon): not the stores'
+    segments it maps, which its client reads through once in the
+    background (ClientOptions.warm_shm_bytes) and which count in VmRSS as
+    shared memory."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith("RssAnon:"):
                 return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for {pid}")
+    raise AssertionError(f"no RssAnon for {pid}")
 
 
 def sanitized(pid):

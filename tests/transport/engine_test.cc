@@ -6,6 +6,7 @@
 // key reads, pooled connections to a restarted server.
 #include "transport/engine.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -524,6 +525,65 @@ TEST_F(ShmEngineTest, ReadsAndWritesAreCopiesOfTheMappedSegment) {
   EXPECT_EQ(batch->statuses()[0].code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(batch->statuses()[1].code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(dst, std::string(dst.size(), '\0'));
+}
+
+// Whether each 4 KiB page of [p, +bytes) is mapped in this process's page
+// tables now (/proc/self/pagemap, bit 63).
+std::vector<bool> PagesPresent(const char* p, uint64_t bytes) {
+  std::vector<bool> present;
+  const int fd = open("/proc/self/pagemap", O_RDONLY);
+  if (fd < 0) return present;
+  for (uint64_t at = 0; at < bytes; at += 4096) {
+    uint64_t entry = 0;
+    const off_t where = static_cast<off_t>(reinterpret_cast<uintptr_t>(p + at) / 4096 * 8);
+    if (pread(fd, &entry, sizeof(entry), where) != sizeof(entry)) break;
+    present.push_back((entry >> 63) != 0);
+  }
+  close(fd);
+  return present;
+}
+
+// A segment is read through once in the background after it is mapped, up
+// to the bound: its pages are in this process's page tables before any
+// read asks for them, and none past the bound.
+TEST_F(ShmEngineTest, AMappedSegmentIsReadThroughUpToTheBound) {
+  constexpr uint64_t kWarm = 3 << 20;  // of the 4 MiB segment
+  ShmAttachments attachments(kSecret, -1, kWarm);
+  absl::StatusOr<std::shared_ptr<ShmMapping>> m = attachments.Get(socket_, 1);
+  ASSERT_TRUE(m.ok()) << m.status();
+  attachments.WaitWarm();
+  EXPECT_EQ(attachments.warmed_bytes(), kWarm);
+  const std::vector<bool> present = PagesPresent((*m)->base, (*m)->size);
+  ASSERT_EQ(present.size(), (*m)->size / 4096) << "/proc/self/pagemap unreadable";
+  size_t warm = 0, past = 0;
+  for (size_t i = 0; i < present.size(); ++i) (i < kWarm / 4096 ? warm : past) += present[i];
+  EXPECT_EQ(warm, kWarm / 4096);
+  EXPECT_EQ(past, 0u) << "pages past the bound were touched";
+
+  // Off (0): nothing read through.
+  ShmAttachments cold(kSecret, -1, 0);
+  ASSERT_TRUE(cold.Get(socket_, 1).ok());
+  cold.WaitWarm();
+  EXPECT_EQ(cold.warmed_bytes(), 0u);
+}
+
+// A mapping whose owner is gone is not walked; the warmer stops with its
+// owner.
+TEST(MappingWarmer, AMappingDroppedBeforeItsWalkIsSkipped) {
+  std::vector<char> bytes(1 << 20);
+  MappingWarmer warmer(bytes.size());
+  std::weak_ptr<const void> gone;
+  {
+    auto keep = std::make_shared<int>(0);
+    gone = keep;
+  }
+  warmer.Add(gone, bytes.data(), bytes.size());
+  warmer.WaitIdle();
+  EXPECT_EQ(warmer.warmed_bytes(), 0u);
+  auto keep = std::make_shared<int>(0);
+  warmer.Add(keep, bytes.data(), bytes.size());
+  warmer.WaitIdle();
+  EXPECT_EQ(warmer.warmed_bytes(), bytes.size());
 }
 
 // A block staged from private memory of 512 KiB or more goes as 256 KiB
