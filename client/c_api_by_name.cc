@@ -82,6 +82,7 @@ const OptionField kOptionFields[] = {
     SHELF_BOOL_OPTION(allow_tcp),
     SHELF_BOOL_OPTION(allow_shm),
     SHELF_INT_OPTION(shm_store_uid),
+    SHELF_INT_OPTION(warm_shm_bytes),
     SHELF_STRING_OPTION(rdma_device),
     SHELF_INT_OPTION(rdma_port),
     SHELF_INT_OPTION(rdma_gid_index),

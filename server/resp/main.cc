@@ -112,6 +112,11 @@ int main(int argc, char** argv) {
                 "shared memory SET values of 64 KiB and more are read into, so that a store on "
                 "this host copies each put once (a value in heap memory is copied twice); "
                 "values that find it full go to heap memory (0: off)");
+  ClientOptions copts;
+  flags.AddSize("warm-shm-bytes", &copts.warm_shm_bytes,
+                "bytes of each same-host store's segment read through once in the background "
+                "after mapping, so that a value's first GET pays no first touch of its pages "
+                "(docs/transport.md; 0: off)");
   flags.AddInt("threads", &threads, "worker threads running commands against the cluster");
   flags.AddDurationMs("timeout", &timeout_ms, "deadline of each call to the cluster");
   flags.AddBool("enable-flush", &cmd_opts.flush_enabled,
@@ -127,7 +132,6 @@ int main(int argc, char** argv) {
   flags.AddString("master-tls-cert", &grpc_tls_cert,
                   "PEM client certificate for the master (mutual TLS)");
   flags.AddString("master-tls-key", &grpc_tls_key, "PEM private key of --master-tls-cert");
-  ClientOptions copts;
   AddDataTlsClientFlags(&flags, &copts);
   bool insecure = false;
   flags.AddBool("insecure", &insecure, kInsecureHelp);

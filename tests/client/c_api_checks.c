@@ -282,6 +282,8 @@ static void check_by_name_and_bytes(shelf_client_t* c) {
   CHECK_RC(shelf_options_set(opts, "tcp_streams_per_block", "2"), SHELF_OK);
   CHECK_RC(shelf_options_set(opts, "rdma_gid_index", "-1"), SHELF_OK);
   CHECK_RC(shelf_options_set(opts, "allow_shm", "false"), SHELF_OK);
+  CHECK_RC(shelf_options_set(opts, "warm_shm_bytes", "0"), SHELF_OK);
+  CHECK_RC(shelf_options_set(opts, "warm_shm_bytes", "-1"), SHELF_INVALID_ARGUMENT);
   CHECK_RC(shelf_options_set(opts, "no_such_option", "1"), SHELF_INVALID_ARGUMENT);
   CHECK(strstr(shelf_last_error(), "no_such_option") != NULL);
   CHECK_RC(shelf_options_set(opts, "rdma_port", "-1"), SHELF_INVALID_ARGUMENT);
@@ -293,6 +295,7 @@ static void check_by_name_and_bytes(shelf_client_t* c) {
   while (shelf_client_stat_name(n_stats) != NULL) ++n_stats;
   CHECK(n_stats >= 20);
   CHECK_RC(shelf_client_stat(c, "bytes_stored", &v), SHELF_OK);
+  CHECK_RC(shelf_client_stat(c, "bytes_warmed_shm", &v), SHELF_OK);
   CHECK_RC(shelf_client_stat(c, "no_such_counter", &v), SHELF_INVALID_ARGUMENT);
 
   {
