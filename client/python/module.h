@@ -178,7 +178,8 @@ class PyClient {
       int64_t shm_store_uid, const std::string& principal, const std::string& principal_secret,
       const std::string& credentials, bool rdma_store_pull_puts, uint32_t rdma_connections_max,
       uint32_t rdma_gpu_registrations_max, bool data_tls, const std::string& data_tls_ca,
-      const std::string& data_tls_cert, const std::string& data_tls_key, bool session_tag_payload);
+      const std::string& data_tls_cert, const std::string& data_tls_key, bool session_tag_payload,
+      uint64_t warm_shm_bytes);
 
   // Never null: close() ends the client but keeps the object, whose calls
   // then answer FAILED_PRECONDITION. Safe without the GIL.

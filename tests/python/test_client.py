@@ -295,6 +295,28 @@ def test_shm_store_uid_is_an_option_and_checked(cluster, unique):
         shelf.Client([cluster.master], shm_store_uid=-2)
 
 
+def test_warm_shm_bytes_is_an_option(cluster, unique):
+    # Each same-host store's segment is read through in the background once
+    # mapped, up to warm_shm_bytes of it; 0 reads none.
+    with shelf.Client([cluster.master], timeout_ms=20000, warm_shm_bytes=0) as c:
+        c.put(unique + b"w0", b"cold")
+        assert c.get(unique + b"w0") == b"cold"
+        assert c.stats()["bytes_stored_shm"] > 0, "no store on this host: nothing to warm"
+        time.sleep(0.5)
+        assert c.stats()["bytes_warmed_shm"] == 0
+    with shelf.Client([cluster.master], timeout_ms=20000, warm_shm_bytes=1 << 20) as c:
+        c.put(unique + b"w1", b"warm")
+        assert c.get(unique + b"w1") == b"warm"
+        deadline = time.monotonic() + 30
+        while c.stats()["bytes_warmed_shm"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # At most 1 MiB of each segment mapped (the cluster's stores).
+        warmed = c.stats()["bytes_warmed_shm"]
+        assert warmed > 0 and warmed % (1 << 20) == 0
+    with pytest.raises((shelf.InvalidArgumentError, OverflowError, TypeError)):
+        shelf.Client([cluster.master], warm_shm_bytes=-1)
+
+
 def test_data_tls_is_an_option_and_checked(cluster):
     # TLS on the data plane needs the CA that signed the stores, and a
     # client certificate comes with its key (the round trip is in

@@ -31,6 +31,7 @@ _OPTION_FIELDS = {
     "rdma_gpu_registrations_max": "rdma_gpu_registrations_max", "data_tls": "data_tls",
     "data_tls_ca": "data_tls_ca", "data_tls_cert": "data_tls_cert",
     "data_tls_key": "data_tls_key", "session_tag_payload": "session_tag_payload",
+    "warm_shm_bytes": "warm_shm_bytes",
 }
 
 _BLOCK_FIELDS = ("parent_key", "engine_hash", "engine_parent_hash", "block_tokens", "token_ids",
@@ -205,7 +206,8 @@ class Client:
                  etcd_key="", etcd_user_file="", shm_store_uid=-1, principal="",
                  principal_secret="", credentials="", rdma_store_pull_puts=False,
                  rdma_connections_max=256, rdma_gpu_registrations_max=64, data_tls=False,
-                 data_tls_ca="", data_tls_cert="", data_tls_key="", session_tag_payload=False):
+                 data_tls_ca="", data_tls_cert="", data_tls_key="", session_tag_payload=False,
+                 warm_shm_bytes=4 << 30):
         self._handle = None
         values = dict(locals())
         if isinstance(masters, str):
