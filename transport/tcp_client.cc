@@ -15,6 +15,9 @@
 namespace shelf::transport {
 namespace {
 
+// Dials of one Connect while the store cuts the handshake short.
+constexpr int kDialAttempts = 3;
+
 absl::Status TimeLeft(uint64_t deadline_ms, uint64_t* left) {
   uint64_t now = MonoMs();
   if (now >= deadline_ms) return absl::DeadlineExceededError("data-plane deadline passed");
@@ -47,13 +50,17 @@ absl::Status TcpDataClient::Connect(const std::string& address, uint64_t deadlin
   if (!hp.ok()) return hp.status();
   // A store under a flood of half-open connections closes the oldest ones
   // in their handshake (docs/security.md, "Denial of service"), and a burst
-  // of this client's own connections can be among them: a handshake cut
-  // short is tried once more.
-  absl::Status first = Dial1(*hp, deadline_ms, out);
-  if (first.code() != absl::StatusCode::kUnavailable || !TimeLeft(deadline_ms, &left).ok()) {
-    return first;
+  // of new connections within this client's handshake can make its own
+  // one of them: a handshake cut short is dialed again, up to
+  // kDialAttempts in all. Once the store has answered AUTH the connection
+  // is out of the handshake and no cap closes it.
+  absl::Status s = Dial1(*hp, deadline_ms, out);
+  for (int attempt = 1; attempt < kDialAttempts && s.code() == absl::StatusCode::kUnavailable &&
+                        TimeLeft(deadline_ms, &left).ok();
+       ++attempt) {
+    s = Dial1(*hp, deadline_ms, out);
   }
-  return Dial1(*hp, deadline_ms, out);
+  return s;
 }
 
 absl::Status TcpDataClient::Dial1(const HostPort& hp, uint64_t deadline_ms, int* out) {
