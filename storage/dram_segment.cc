@@ -19,6 +19,31 @@ namespace shelf::storage {
 namespace {
 
 constexpr uint64_t kHugePage = 2ull << 20;
+constexpr uint64_t kPageBytes = 4096;
+
+// Writes every 4 KiB page of [p, p + n) once, leaving its bytes as they
+// are: an atomic OR of zero into its first word is a write the hardware
+// (and a hypervisor's shadow page tables) sees, and, being one locked
+// read-modify-write, it loses nothing a put writes into that word before or
+// after it. Where a hypervisor keeps shadow page tables, a page the kernel
+// populated (MADV_POPULATE_WRITE) still traps on the first write through
+// this mapping, about 5 us a page: a first 64 KiB put into it took 84 us
+// where a written page takes 3.
+//
+// The puts it runs beside write these words with memcpy. Hardware orders a
+// locked OR against them; the C++ memory model calls an atomic beside a
+// plain write a race all the same, so on x86-64 the OR is an instruction
+// the compiler and the sanitizers do not see.
+void TouchForWrite(char* p, uint64_t n) {
+  for (uint64_t at = 0; at < n; at += kPageBytes) {
+    auto* word = reinterpret_cast<uint64_t*>(p + at);
+#if defined(__x86_64__)
+    asm volatile("lock orq $0, %0" : "+m"(*word) : : "memory");
+#else
+    __atomic_fetch_or(word, uint64_t{0}, __ATOMIC_RELAXED);
+#endif
+  }
+}
 
 // The seals every segment carries before its descriptor can leave the
 // store: no peer that receives it may change its size (a shrink leaves the
@@ -168,6 +193,7 @@ void DramSegment::Populate() {
                          << Kv("populated_bytes", at) << Kv("error", ErrnoText(errno));
       return;
     }
+    TouchForWrite(base_ + at, n);
     at += n;
     populated_bytes_.store(at, std::memory_order_release);
   }

@@ -44,7 +44,10 @@ class DramSegment {
     // a page first written otherwise costs its writer a page fault, about
     // 10 us on a virtual machine and many times the copy of its 4 KiB (a
     // first 1 MiB put into fresh memory spends most of its time there),
-    // where the kernel populates a page in about 1 us. Hugepage and locked
+    // where the kernel populates a page in about 1 us. Each chunk's pages
+    // are then written once in place, their bytes unchanged, for where a
+    // hypervisor's shadow page tables trap a populated page's first write
+    // through this mapping (about 5 us a page). Hugepage and locked
     // segments are populated already.
     bool populate = false;
   };
