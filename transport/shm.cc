@@ -311,7 +311,7 @@ void ShmAttachments::MapBoard(ShmMapping& m) {
   if (!fd.ok()) return;  // the store keeps none: cached reads ask it
   absl::Status s = CheckSealed(*fd, absl::StrCat("the key board of ", m.socket_path));
   absl::StatusOr<std::unique_ptr<KeyBoardView>> view =
-      s.ok() ? KeyBoardView::Map(*fd) : absl::StatusOr<std::unique_ptr<KeyBoardView>>(s);
+      s.ok() ? KeyBoardView::Map(*fd, m.size) : absl::StatusOr<std::unique_ptr<KeyBoardView>>(s);
   close(*fd);
   if (!view.ok()) {
     SHELF_LOG(WARNING) << "key board not mapped: cached same-host reads ask the store"

@@ -13,6 +13,7 @@
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
+#include "common/clock.h"
 #include "common/errno_text.h"
 
 namespace shelf::transport {
@@ -29,10 +30,13 @@ uint64_t KeyBoardTag(absl::string_view key, uint64_t generation) {
   return tag == 0 ? 1 : tag;
 }
 
+uint64_t KeyBoardSlots(uint64_t segment_bytes) {
+  return std::max<uint64_t>(1, (segment_bytes + kKeyBoardGranule - 1) / kKeyBoardGranule);
+}
+
 absl::StatusOr<std::unique_ptr<KeyBoard>> KeyBoard::Create(uint64_t segment_bytes) {
-  const uint64_t slots =
-      std::max<uint64_t>(1, (segment_bytes + kKeyBoardGranule - 1) / kKeyBoardGranule);
-  const uint64_t bytes = slots * sizeof(uint64_t);
+  const uint64_t slots = KeyBoardSlots(segment_bytes);
+  const uint64_t bytes = (slots + 1) * sizeof(uint64_t);  // the trust word last
   int fd = memfd_create("shelf-key-board", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
     return absl::ResourceExhaustedError(absl::StrCat("memfd_create: ", ErrnoText(errno)));
@@ -61,8 +65,12 @@ absl::StatusOr<std::unique_ptr<KeyBoard>> KeyBoard::Create(uint64_t segment_byte
 }
 
 KeyBoard::~KeyBoard() {
-  munmap(slot_, slots_ * sizeof(uint64_t));
+  munmap(slot_, (slots_ + 1) * sizeof(uint64_t));
   close(fd_);
+}
+
+void KeyBoard::TrustUntil(uint64_t mono_ms) {
+  __atomic_store_n(&slot_[slots_], mono_ms, __ATOMIC_RELEASE);
 }
 
 void KeyBoard::Mark(uint64_t offset, uint64_t tag) {
@@ -82,26 +90,37 @@ void KeyBoard::ClearRange(uint64_t offset, uint64_t length) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-absl::StatusOr<std::unique_ptr<KeyBoardView>> KeyBoardView::Map(int fd) {
+absl::StatusOr<std::unique_ptr<KeyBoardView>> KeyBoardView::Map(int fd, uint64_t segment_bytes) {
+  const uint64_t slots = KeyBoardSlots(segment_bytes);
+  const uint64_t bytes = (slots + 1) * sizeof(uint64_t);
   struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size <= 0 ||
-      static_cast<uint64_t>(st.st_size) % sizeof(uint64_t) != 0) {
-    return absl::UnavailableError("the key board's descriptor has no slots");
+  if (fstat(fd, &st) != 0 || st.st_size < 0 || static_cast<uint64_t>(st.st_size) != bytes) {
+    return absl::UnavailableError(absl::StrCat("the key board has ", st.st_size, " bytes, not the ",
+                                               bytes, " of a segment of ", segment_bytes,
+                                               " bytes and its trust word"));
   }
-  const uint64_t bytes = static_cast<uint64_t>(st.st_size);
   void* p = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     return absl::UnavailableError(absl::StrCat("mmap key board: ", ErrnoText(errno)));
   }
-  return std::unique_ptr<KeyBoardView>(
-      new KeyBoardView(static_cast<const uint64_t*>(p), bytes / sizeof(uint64_t)));
+  return std::unique_ptr<KeyBoardView>(new KeyBoardView(static_cast<const uint64_t*>(p), slots));
 }
 
-KeyBoardView::~KeyBoardView() { munmap(const_cast<uint64_t*>(slot_), slots_ * sizeof(uint64_t)); }
+KeyBoardView::~KeyBoardView() {
+  munmap(const_cast<uint64_t*>(slot_), (slots_ + 1) * sizeof(uint64_t));
+}
 
-bool KeyBoardView::Marked(uint64_t offset, uint64_t tag) const {
+bool KeyBoardView::Trusted() const {
+  return MonoMs() < __atomic_load_n(&slot_[slots_], __ATOMIC_ACQUIRE);
+}
+
+bool KeyBoardView::SlotHolds(uint64_t offset, uint64_t tag) const {
   const uint64_t i = offset / kKeyBoardGranule;
   return i < slots_ && __atomic_load_n(&slot_[i], __ATOMIC_ACQUIRE) == tag;
+}
+
+bool KeyBoardView::Marked(uint64_t offset, uint64_t tag) const {
+  return Trusted() && SlotHolds(offset, tag);
 }
 
 bool KeyBoardView::CopyIfMarked(const char* segment, uint64_t offset, uint64_t length, uint64_t tag,

@@ -24,6 +24,18 @@
 // transport/shm_write.h) and maps it read-only. A store whose segment is
 // made of arenas keeps none.
 //
+// A dead store's board would vouch for its last blocks for as long as a
+// client keeps it mapped, though the master dropped them with the store
+// and may have placed a newer value of a key elsewhere since. So one more
+// word, after the slots, says until when the board may be trusted: the
+// store sets it (TrustUntil) after each heartbeat the master answers, to
+// the heartbeat's start plus the master's node TTL (the earliest the
+// master can declare the store dead), and to 0 when it stops. A reader
+// trusts no slot once that time is past (CLOCK_MONOTONIC, one clock for
+// every process on the host): a dead, hung or cut-off store's marks stop
+// counting before its blocks can be placed anew, and the reader asks the
+// store or the master instead.
+//
 // Thread-safe: every slot is read and written atomically.
 #ifndef SHELF_TRANSPORT_SHM_BOARD_H_
 #define SHELF_TRANSPORT_SHM_BOARD_H_
@@ -56,7 +68,13 @@ class KeyBoard {
 
   // The descriptor handed to clients (sealed; owned by the board).
   int fd() const { return fd_; }
+  // Slots, one per kKeyBoardGranule of the segment (the trust word after
+  // them not counted).
   uint64_t slots() const { return slots_; }
+
+  // Readers trust the board's marks while CLOCK_MONOTONIC (MonoMs) is
+  // below `mono_ms`; 0 (the board's start) trusts none.
+  void TrustUntil(uint64_t mono_ms);
 
   // Marks the block at `offset` with `tag`. Offsets past the segment are
   // ignored.
@@ -71,32 +89,41 @@ class KeyBoard {
  private:
   KeyBoard(int fd, uint64_t* slot, uint64_t slots) : fd_(fd), slot_(slot), slots_(slots) {}
   const int fd_;
-  uint64_t* const slot_;
+  uint64_t* const slot_;  // slots_ slots, then the trust word
   const uint64_t slots_;
 };
+
+// The slots of a board for a segment of `segment_bytes`.
+uint64_t KeyBoardSlots(uint64_t segment_bytes);
 
 // A client's side: a store's board, mapped read-only.
 class KeyBoardView {
  public:
   // Maps board descriptor `fd` (not taken; the caller has checked its
-  // seals, as for a segment's): UNAVAILABLE when it cannot be mapped.
-  static absl::StatusOr<std::unique_ptr<KeyBoardView>> Map(int fd);
+  // seals, as for a segment's), the board of a segment of `segment_bytes`:
+  // UNAVAILABLE when it cannot be mapped or is not of that size (a board
+  // without its trust word, say), which leaves reads to ask the store.
+  static absl::StatusOr<std::unique_ptr<KeyBoardView>> Map(int fd, uint64_t segment_bytes);
   ~KeyBoardView();
   KeyBoardView(const KeyBoardView&) = delete;
   KeyBoardView& operator=(const KeyBoardView&) = delete;
 
+  // Whether the store's trust word is ahead of MonoMs() now: false for a
+  // store that stopped, died or lost the master (see above).
+  bool Trusted() const;
   // Copies [offset, +length) of `segment` (the store's segment, mapped)
-  // into `dst` and returns true if the slot of `offset` holds `tag` before
-  // the copy and after it; false otherwise (`dst` then holds bytes that
-  // mean nothing).
+  // into `dst` and returns true if the board is trusted and the slot of
+  // `offset` holds `tag` before the copy and after it; false otherwise
+  // (`dst` then holds bytes that mean nothing).
   bool CopyIfMarked(const char* segment, uint64_t offset, uint64_t length, uint64_t tag,
                     char* dst) const;
-  // Whether the slot of `offset` holds `tag` now.
+  // Whether the board is trusted and the slot of `offset` holds `tag` now.
   bool Marked(uint64_t offset, uint64_t tag) const;
 
  private:
   KeyBoardView(const uint64_t* slot, uint64_t slots) : slot_(slot), slots_(slots) {}
-  const uint64_t* const slot_;
+  bool SlotHolds(uint64_t offset, uint64_t tag) const;
+  const uint64_t* const slot_;  // slots_ slots, then the trust word
   const uint64_t slots_;
 };
 

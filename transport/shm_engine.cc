@@ -120,7 +120,7 @@ absl::Status ShmEngine::CopyIfCurrent(const Peer& peer, uint32_t segment_id, uin
 
 bool ShmEngine::Vouches(const Peer& peer) {
   std::shared_ptr<ShmMapping> m = attachments_.Mapped(peer.route(Kind::kShm), peer.incarnation);
-  return m != nullptr && m->board != nullptr;
+  return m != nullptr && m->board != nullptr && m->board->Trusted();
 }
 
 bool ShmEngine::Marks(const Peer& peer, uint64_t offset, uint64_t tag) {

@@ -77,9 +77,9 @@ class ShmEngine final : public Engine {
   // verifies the bytes against their checksum.
   absl::Status CopyIfCurrent(const Peer& peer, uint32_t segment_id, uint64_t offset,
                              uint64_t length, uint64_t tag, char* dst);
-  // Whether the store `peer` is mapped here with its key board, so that
-  // CopyIfCurrent needs no round trip. Attaches nothing: false until an op
-  // has mapped the store.
+  // Whether the store `peer` is mapped here with its key board, trusted
+  // now (KeyBoardView::Trusted), so that CopyIfCurrent needs no round
+  // trip. Attaches nothing: false until an op has mapped the store.
   bool Vouches(const Peer& peer);
   // Whether the store `peer`, mapped here with its key board, marks the
   // block at `offset` with `tag` (KeyBoardTag) now. Attaches nothing.

@@ -46,6 +46,7 @@ void Store::Stop() {
   {
     MutexLock lock(&mu_);
     stopping_.store(true);
+    if (board_ != nullptr) board_->TrustUntil(0);
   }
   stop_cv_.SignalAll();
 }
@@ -273,6 +274,7 @@ absl::Status Store::Register() {
     grant_mac_ = std::make_shared<const HmacKey>(grant_key_);
     grant_term_ = resp.term();
     heartbeat_interval_ms_ = std::max<uint64_t>(50, resp.heartbeat_interval_ms());
+    node_ttl_ms_ = resp.node_ttl_ms();
     // The new registration's inventory supersedes the demotion reports;
     // the drops' reports still say their keys are gone.
     results_.erase(std::remove_if(results_.begin(), results_.end(),
@@ -794,6 +796,12 @@ void Store::Promote(const Promotion& p) {
   }
 }
 
+void Store::TrustBoard(uint64_t heard_after_mono_ms) {
+  if (board_ == nullptr) return;
+  MutexLock lock(&mu_);  // ordered with Stop's
+  if (!stopping_.load()) board_->TrustUntil(heard_after_mono_ms + node_ttl_ms_);
+}
+
 void Store::Run() {
   std::thread mover([this] { MoverLoop(); });
   // A new leader named in etcd ends the wait below at once: after the old
@@ -811,6 +819,7 @@ void Store::Run() {
     absl::Status s;
     bool more = false;
     uint64_t started = clock_->NowMs();
+    const uint64_t started_mono_ms = MonoMs();
     if (!registered_.load()) {
       s = Register();
       // The first heartbeat follows at once (it long-polls): orders for a
@@ -824,6 +833,10 @@ void Store::Run() {
     uint64_t sleep_ms;
     if (s.ok()) {
       backoff_ms = 100;
+      // The master heard this store after started_mono_ms: it declares the
+      // store dead no sooner than a node TTL after that, and only then may
+      // place its keys anew.
+      if (registered_.load()) TrustBoard(started_mono_ms);
       MutexLock lock(&mu_);
       // The master holds a heartbeat while it has no orders (long poll),
       // so sleep only what is left of the interval.

@@ -155,6 +155,7 @@ class Store : public transport::DataHandler {
 
   // Registers and heartbeats until Stop(). Returns when stopped.
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends Run, and same-host clients' trust in the key board at once.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string& node_id() const { return node_id_; }
@@ -286,6 +287,10 @@ class Store : public transport::DataHandler {
   bool AwaitRegistration(std::shared_ptr<const HmacKey>* key, uint64_t* term)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status HeartbeatOnce(bool* more_work) ABSL_LOCKS_EXCLUDED(mu_);
+  // After the master answered a registration or heartbeat sent at
+  // `heard_after_mono_ms` (MonoMs): same-host clients trust the key board
+  // until a node TTL after it (transport/shm_board.h).
+  void TrustBoard(uint64_t heard_after_mono_ms) ABSL_LOCKS_EXCLUDED(mu_);
   v1::TierMoveResult Execute(const v1::TierMove& move) ABSL_LOCKS_EXCLUDED(mu_);
   // A VERIFY order: OK when the replica's bytes match the order's checksum;
   // DATA_LOSS "corrupt: ..." when they do not, or the replica is not here.
@@ -381,6 +386,9 @@ class Store : public transport::DataHandler {
   bool registering_ ABSL_GUARDED_BY(mu_) = false;
   CondVar registered_cv_;
   uint64_t heartbeat_interval_ms_ ABSL_GUARDED_BY(mu_) = 500;
+  // The master's node TTL, from the registration: how far ahead of an
+  // answered heartbeat's start the key board is trusted (TrustBoard).
+  uint64_t node_ttl_ms_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<v1::TierMoveResult> results_ ABSL_GUARDED_BY(mu_);  // to report
   std::deque<v1::TierMove> moves_ ABSL_GUARDED_BY(mu_);           // to carry out
   // The highest TierMove.seq taken since this store registered: each

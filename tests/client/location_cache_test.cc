@@ -764,6 +764,34 @@ TEST_F(LocationCacheNoBoardTest, SameHostCachedReadsAskTheStore) {
   EXPECT_EQ(a->stats().location_cache_fallbacks, 1u);
 }
 
+// A store killed (kill -9) leaves its board and segment mapped in the
+// client, with its blocks' last marks in place. They count for nothing
+// once the board's trust has run out, a node TTL after the store's last
+// answered heartbeat, which is before the master declares the store dead:
+// a cached get then goes to the store and the master, which no longer
+// hold the block, and is never served from the dead store's memory.
+class LocationCacheDeadStoreTest : public LocationCacheTest {
+ protected:
+  static void SetUpTestSuite() { StartCluster({}); }
+};
+
+TEST_F(LocationCacheDeadStoreTest, ADeadStoresBoardVouchesForNothing) {
+  const std::string key = "dead-board";
+  const std::string value = Block(64 << 10, 15);
+  auto c = Open(true);
+  ASSERT_TRUE(c->Put(key, value.data(), value.size()).ok());
+  ASSERT_TRUE(WaitFor([&] { return StoreRecords(key, value.size()); }, 10000));
+  std::string got;
+  ASSERT_TRUE(c->Get(key, &got).ok());
+  ASSERT_EQ(c->stats().location_cache_board_reads, 1u);
+  cluster_->KillStore(0);
+  ASSERT_TRUE(cluster_->WaitForLiveNodes(0, 20000).ok());
+  got.clear();
+  Status s = c->Get(key, &got, Deadline::After(std::chrono::milliseconds(5000)));
+  EXPECT_FALSE(s.ok()) << "read " << got.size() << " bytes from a dead store's memory";
+  EXPECT_EQ(c->stats().location_cache_board_reads, 1u);
+}
+
 TEST_F(LocationCacheTest, CacheOffAndBounds) {
   auto off = Open(true, 0);
   const std::string value = Block(4096, 9);

@@ -3,18 +3,21 @@
 // through a read-only mapping of the board's descriptor: a mark appears only
 // while a claim for its key covers the block, and goes before any write to
 // an overlapping range is admitted; a copy is vouched for only if no write
-// began meanwhile.
+// began meanwhile, and only while the store trusts the board.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "server/store/range_owners.h"
 #include "transport/shm_board.h"
 #include "transport/wire.h"
@@ -24,8 +27,11 @@ namespace {
 
 constexpr uint64_t kSegment = 1 << 20;
 
-std::unique_ptr<KeyBoardView> MapOf(const KeyBoard& board) {
-  auto view = KeyBoardView::Map(board.fd());
+// A view of `board`, which is trusted for the next hour, as a store that
+// heartbeats keeps it.
+std::unique_ptr<KeyBoardView> MapOf(KeyBoard& board) {
+  board.TrustUntil(MonoMs() + 3600 * 1000);
+  auto view = KeyBoardView::Map(board.fd(), kSegment);
   EXPECT_TRUE(view.ok()) << view.status();
   return view.ok() ? *std::move(view) : nullptr;
 }
@@ -77,6 +83,57 @@ TEST(KeyBoardTest, ClientsMapItReadOnlyAndSeeTheStoresMarks) {
   EXPECT_FALSE(view->Marked(kKeyBoardGranule, tag));
   EXPECT_FALSE(view->Marked(2 * kKeyBoardGranule, tag));
   EXPECT_TRUE(view->Marked(3 * kKeyBoardGranule, tag));
+}
+
+// A board vouches for nothing until its store trusts it, and stops at once
+// when the trust runs out or the store takes it back: a dead store's board
+// (its last marks frozen in memory the client still maps) goes quiet by
+// itself.
+TEST(KeyBoardTest, MarksCountOnlyWhileTheStoreTrustsTheBoard) {
+  auto board = KeyBoard::Create(kSegment);
+  ASSERT_TRUE(board.ok()) << board.status();
+  auto view = KeyBoardView::Map((*board)->fd(), kSegment);
+  ASSERT_TRUE(view.ok()) << view.status();
+  std::string segment(kSegment, 'x');
+  const uint64_t tag = KeyBoardTag("k", 1);
+  char dst[16];
+  (*board)->Mark(0, tag);
+  EXPECT_FALSE((*view)->Trusted());  // never trusted yet
+  EXPECT_FALSE((*view)->Marked(0, tag));
+  EXPECT_FALSE((*view)->CopyIfMarked(segment.data(), 0, sizeof(dst), tag, dst));
+
+  (*board)->TrustUntil(MonoMs() + 60000);
+  EXPECT_TRUE((*view)->Trusted());
+  EXPECT_TRUE((*view)->Marked(0, tag));
+  EXPECT_TRUE((*view)->CopyIfMarked(segment.data(), 0, sizeof(dst), tag, dst));
+
+  // Run out: the mark is still there, and counts for nothing.
+  (*board)->TrustUntil(MonoMs() + 30);
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_FALSE((*view)->Trusted());
+  EXPECT_FALSE((*view)->Marked(0, tag));
+  EXPECT_FALSE((*view)->CopyIfMarked(segment.data(), 0, sizeof(dst), tag, dst));
+
+  // Taken back (a store stopping).
+  (*board)->TrustUntil(MonoMs() + 60000);
+  ASSERT_TRUE((*view)->Marked(0, tag));
+  (*board)->TrustUntil(0);
+  EXPECT_FALSE((*view)->Marked(0, tag));
+}
+
+// A board whose size is not that of the segment's slots and trust word (a
+// store of an older version keeps none) is not mapped: reads ask the store.
+TEST(KeyBoardTest, ABoardWithoutItsTrustWordIsNotMapped) {
+  auto board = KeyBoard::Create(kSegment);
+  ASSERT_TRUE(board.ok()) << board.status();
+  EXPECT_EQ(KeyBoardView::Map((*board)->fd(), 2 * kSegment).status().code(),
+            absl::StatusCode::kUnavailable);
+  int fd = memfd_create("old-board", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(KeyBoardSlots(kSegment) * sizeof(uint64_t))), 0);
+  auto old = KeyBoardView::Map(fd, kSegment);
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kUnavailable) << old.status();
+  close(fd);
 }
 
 // Claims as the store keeps them: block `key` written under allocation `seq`.
