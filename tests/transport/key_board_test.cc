@@ -30,7 +30,7 @@ constexpr uint64_t kSegment = 1 << 20;
 // A view of `board`, which is trusted for the next hour, as a store that
 // heartbeats keeps it.
 std::unique_ptr<KeyBoardView> MapOf(KeyBoard& board) {
-  board.TrustUntil(MonoMs() + 3600 * 1000);
+  board.TrustUntil(MonoMs() + uint64_t{3600} * 1000);
   auto view = KeyBoardView::Map(board.fd(), kSegment);
   EXPECT_TRUE(view.ok()) << view.status();
   return view.ok() ? *std::move(view) : nullptr;
