@@ -94,7 +94,10 @@ absl::StatusOr<std::unique_ptr<KeyBoardView>> KeyBoardView::Map(int fd, uint64_t
   const uint64_t slots = KeyBoardSlots(segment_bytes);
   const uint64_t bytes = (slots + 1) * sizeof(uint64_t);
   struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size < 0 || static_cast<uint64_t>(st.st_size) != bytes) {
+  if (fstat(fd, &st) != 0) {
+    return absl::UnavailableError(absl::StrCat("fstat key board: ", ErrnoText(errno)));
+  }
+  if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) != bytes) {
     return absl::UnavailableError(absl::StrCat("the key board has ", st.st_size, " bytes, not the ",
                                                bytes, " of a segment of ", segment_bytes,
                                                " bytes and its trust word"));
