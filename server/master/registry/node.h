@@ -60,9 +60,13 @@ struct Wake {
   void NotifyNotice() ABSL_LOCKS_EXCLUDED(mu) { Set(&noticed); }
 
  private:
+  // Signals only when the flag turns true: a waiter was woken then, or
+  // saw it set when it began to wait, so a burst of commits costs one
+  // wake-up of the heartbeat, not one each.
   void Set(bool* flag) ABSL_LOCKS_EXCLUDED(mu) {
     {
       MutexLock lock(&mu);
+      if (*flag) return;
       *flag = true;
     }
     cv.SignalAll();
