@@ -144,6 +144,18 @@ std::pair<Object*, bool> Master::EmplaceLocked(const std::string& key) {
 
 void Master::EraseIndexLocked(Object* obj) {
   quotas_->ObjectGone(obj->key.view());  // its pin goes with it
+  if (!gone_leases_.empty()) {
+    // Ranges it lost earlier under its lease (a demotion, a dropped copy)
+    // now wait for the releases of the holders it has as it goes.
+    const std::pair<std::string, uint64_t> key{obj->key.str(), obj->generation};
+    if (gone_leases_.contains(key)) {
+      if (obj->lease_holders == 0) {
+        FreeGoneLeaseLocked(key);  // every reader gave it back
+      } else if (GoneLeaseLocked(*obj) == 0) {
+        gone_leases_.erase(key);  // uncounted: the lease's end frees them
+      }
+    }
+  }
   Shard& shard = ShardOf(obj->key.view());
   MutexLock lock(&shard.mu);
   // Found by address: the object's key goes with it.
@@ -244,15 +256,8 @@ void Master::ReleaseReplicaLocked(Object* obj, const Replica& r, uint64_t now) {
       // Its readers' releases, arriving after the remove, end the wait
       // early (ReleaseGoneLeasesLocked): a reader that removes what it has
       // just read would otherwise hold the range for a whole lease.
-      uint64_t gone = 0;
-      if (obj->lease_holders > 0 && obj->lease_holders != kLeaseHoldersMax) {
-        GoneLease& g = gone_leases_[{obj->key.str(), obj->generation}];
-        if (g.id == 0) {
-          g = {next_gone_lease_++, static_cast<uint32_t>(obj->lease_holders), obj->lease_until_ms};
-        }
-        gone = g.id;
-      }
-      deferred_.push_back({obj->lease_until_ms, r.node, r.segment, r.offset, obj->size, gone});
+      deferred_.push_back(
+          {obj->lease_until_ms, r.node, r.segment, r.offset, obj->size, GoneLeaseLocked(*obj)});
     } else {
       FreeRangeLocked(r.node, r.segment, r.offset, obj->size);
     }
@@ -278,19 +283,49 @@ void Master::NoticeLocked(const Object& obj, const Replica& r, bool record) {
   QueueNoticeLocked(&n, std::move(m));
 }
 
+uint64_t Master::GoneLeaseLocked(const Object& obj) {
+  if (obj.lease_holders == 0 || obj.lease_holders == kLeaseHoldersMax) return 0;
+  GoneLease& g = gone_leases_[{obj.key.str(), obj.generation}];
+  if (g.id == 0) g.id = next_gone_lease_++;
+  // The count now: every holder of this commit's lease, whichever of its
+  // ranges it read.
+  g.holders = static_cast<uint32_t>(obj.lease_holders);
+  g.until_ms = std::max(g.until_ms, obj.lease_until_ms);
+  return g.id;
+}
+
+void Master::FreeGoneLeaseLocked(const std::pair<std::string, uint64_t>& key) {
+  auto it = gone_leases_.find(key);
+  if (it == gone_leases_.end()) return;
+  const uint64_t id = it->second.id;
+  gone_leases_.erase(it);
+  auto freed = std::partition(deferred_.begin(), deferred_.end(),
+                              [&](const DeferredFree& d) { return d.gone_lease != id; });
+  for (auto d = freed; d != deferred_.end(); ++d) {
+    FreeRangeLocked(d->node, d->segment, d->offset, d->size);
+  }
+  deferred_.erase(freed, deferred_.end());
+}
+
 void Master::ReleaseGoneLeasesLocked(const std::vector<std::pair<std::string, uint64_t>>& gone) {
   for (const auto& key : gone) {
     auto it = gone_leases_.find(key);
     if (it == gone_leases_.end() || --it->second.holders > 0) continue;
-    const uint64_t id = it->second.id;
-    gone_leases_.erase(it);
-    auto freed = std::partition(deferred_.begin(), deferred_.end(),
-                                [&](const DeferredFree& d) { return d.gone_lease != id; });
-    for (auto d = freed; d != deferred_.end(); ++d) {
-      FreeRangeLocked(d->node, d->segment, d->offset, d->size);
-    }
-    deferred_.erase(freed, deferred_.end());
+    FreeGoneLeaseLocked(key);
     metrics_.removed_leases_released.Increment();
+  }
+}
+
+void Master::EndGoneLeasesLocked(const std::vector<std::pair<std::string, uint64_t>>& ended) {
+  for (const auto& key : ended) {
+    if (!gone_leases_.contains(key)) continue;  // run out meanwhile
+    // Leased again, or removed, since the count reached 0: a later remove
+    // may have left its own ranges under the same lease, which its
+    // holders' releases end.
+    const Object* obj = FindLocked(key.first);
+    if (obj == nullptr || obj->generation != key.second || obj->lease_holders != 0) continue;
+    FreeGoneLeaseLocked(key);
+    metrics_.moved_leases_released.Increment();
   }
 }
 

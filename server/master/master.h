@@ -307,6 +307,19 @@ class Master final : private Electable {
   // kept, generation): the last frees the object's deferred ranges now.
   void ReleaseGoneLeasesLocked(const std::vector<std::pair<std::string, uint64_t>>& gone)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the deferred ranges of each object named whose lease every
+  // holder has given back while it stayed in the index (a demotion, a
+  // dropped copy): ReleaseLeases saw its count reach 0.
+  void EndGoneLeasesLocked(const std::vector<std::pair<std::string, uint64_t>>& ended)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The GoneLease of `obj`'s lease, for a DRAM range freed under it (its id
+  // for DeferredFree::gone_lease), made or brought to the object's count
+  // now; 0 when the lease's holders are not counted (none, or the count
+  // stopped at kLeaseHoldersMax): the range then waits for the lease's end.
+  uint64_t GoneLeaseLocked(const Object& obj) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees every deferred range of a GoneLease and forgets it.
+  void FreeGoneLeaseLocked(const std::pair<std::string, uint64_t>& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Wakes the puts waiting for room (frees_ moves).
   void RoomMadeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeRangeLocked(uint32_t node, uint32_t segment, uint64_t offset, uint64_t size)
@@ -478,10 +491,12 @@ class Master final : private Electable {
   absl::flat_hash_map<uint64_t, PendingPut> puts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint64_t> put_by_key_ ABSL_GUARDED_BY(mu_);
   std::vector<DeferredFree> deferred_ ABSL_GUARDED_BY(mu_);
-  // The leases of objects removed (or replaced) while readers held them,
-  // by key as kept and generation: their ranges wait in deferred_ until
-  // the lease ends, or until every reader has given it back
-  // (ReleaseLeases), whichever comes first.
+  // The leases of objects that lost a DRAM range while readers held them
+  // (removed, replaced, demoted, a copy dropped), by key as kept and
+  // generation: those ranges wait in deferred_ until the lease ends, or
+  // until every reader has given it back (ReleaseLeases), whichever comes
+  // first. While the object is in the index its own count says when; once
+  // it is gone, `holders` (its count when it went).
   struct GoneLease {
     uint64_t id = 0;
     uint32_t holders = 0;

@@ -92,6 +92,11 @@ struct MasterMetrics {
             e.registry(), "shelf_master_removed_leases_released_total",
             "Leases on removed or replaced objects ended early: every holder gave its lease "
             "back, and the object's space was freed at once")),
+        moved_leases_released(prom::AddUnlabelledCounter(
+            e.registry(), "shelf_master_moved_leases_released_total",
+            "Leases on objects whose DRAM copy went while read (demoted to SSD, or dropped as "
+            "corrupt) ended early: every holder gave its lease back, and the DRAM range was "
+            "freed at once")),
         heartbeat_orders_resent(
             prom::AddUnlabelledCounter(e.registry(), "shelf_master_heartbeat_orders_resent_total",
                                        "Tier orders and notices sent again: an answer that carried "
@@ -149,6 +154,7 @@ struct MasterMetrics {
   prom::Counter& leases_granted;
   prom::Counter& leases_released;
   prom::Counter& removed_leases_released;
+  prom::Counter& moved_leases_released;
   prom::Counter& heartbeat_orders_resent;
   prom::Counter& promotions;
   prom::Counter& removes;

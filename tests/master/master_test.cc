@@ -2,6 +2,7 @@
 // leases, pins, eviction and demotion, liveness, limits.
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -376,6 +377,85 @@ TEST_F(MasterFixture, ARemovedBlocksSpaceReturnsWhenItsReadersGiveTheLeaseBack) 
   EXPECT_EQ(DramUsed(), 0u);
   release("k1", &k1);  // after the lease: ignored
   EXPECT_EQ(master_->metrics().removed_leases_released.Value(), 1u);
+}
+
+// A block demoted while read keeps its DRAM range for its readers; the
+// last reader's release gives the range back at once, not a lease later,
+// as a remove's does. Removed after its demotion, its readers' releases
+// still free the range it left; unreleased, the lease's end does.
+TEST_F(MasterFixture, ADemotedBlocksDramReturnsWhenItsReadersGiveTheLeaseBack) {
+  MasterOptions o = TestOptions();
+  o.lease_ms = 60000;  // never runs out unless the clock is moved
+  Make(o);
+  Register("a", 4 * kMiB, 64 * kMiB);
+  std::map<std::string, uint64_t> generation_of;
+  for (int i = 0; i < 4; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    ASSERT_TRUE(Put(key, kMiB).ok());
+    generation_of[key] = Lookup(key).generation();
+    ASSERT_EQ(Lookup(key).generation(), generation_of[key]);  // two readers of each
+  }
+  // Over the high watermark: demotions ordered at each tick, run by the
+  // store and reported, until three blocks are on SSD.
+  v1::HeartbeatResponse hb;
+  std::vector<v1::TierMoveResult> results;
+  const uint64_t used = DramUsed();
+  for (int round = 0; round < 10 && results.size() < 3; ++round) {
+    master_->Tick();
+    ASSERT_TRUE(Heartbeat("a", 1, {}, &hb).ok());
+    std::vector<v1::TierMoveResult> done;
+    for (const v1::TierMove& m : hb.moves()) {
+      // An order not acknowledged comes again in the next answer.
+      const bool known =
+          std::any_of(results.begin(), results.end(),
+                      [&](const v1::TierMoveResult& r) { return r.key() == m.key(); });
+      if (m.kind() != v1::TierMove::DEMOTE || known) continue;
+      v1::TierMoveResult r;
+      r.set_move_id(m.move_id());
+      r.set_key(m.key());
+      r.set_ok(true);
+      done.push_back(r);
+    }
+    ASSERT_TRUE(Heartbeat("a", 1, done, &hb).ok());
+    results.insert(results.end(), done.begin(), done.end());
+  }
+  ASSERT_GE(results.size(), 3u) << "the test needs three demoted blocks";
+  EXPECT_EQ(DramUsed(), used) << "a demoted block's readers still read its DRAM range";
+  auto release = [this](const std::string& key, uint64_t generation) {
+    v1::ReleaseLeasesRequest req;
+    req.add_keys(key);
+    req.add_generations(generation);
+    ASSERT_TRUE(master_->ReleaseLeases(req).ok());
+  };
+  // The first: released by both its readers while it stays, on SSD.
+  const std::string first = results[0].key();
+  ASSERT_EQ(Lookup(first, false).replicas(0).tier(), v1::TIER_SSD);
+  release(first, generation_of[first]);
+  EXPECT_EQ(DramUsed(), used);
+  release(first, generation_of[first]);
+  EXPECT_EQ(DramUsed(), used - kMiB);
+  EXPECT_EQ(master_->metrics().moved_leases_released.Value(), 1u);
+  // The second: read once more from SSD, then removed; the releases of its
+  // three readers, the last after the remove, free the range it left.
+  const std::string second = results[1].key();
+  ASSERT_EQ(Lookup(second).generation(), generation_of[second]);
+  release(second, generation_of[second]);
+  v1::RemoveRequest remove;
+  remove.add_keys(second);
+  v1::RemoveResponse removed;
+  ASSERT_TRUE(master_->Remove(remove, &removed).ok());
+  ASSERT_EQ(removed.statuses(0).code(), 0);
+  release(second, generation_of[second]);
+  EXPECT_EQ(DramUsed(), used - kMiB) << "freed before its last reader gave the lease back";
+  release(second, generation_of[second]);
+  EXPECT_EQ(DramUsed(), used - 2 * kMiB);
+  EXPECT_EQ(master_->metrics().removed_leases_released.Value(), 1u);
+  // The third, never released: its range comes back when the lease runs out.
+  clock_.Advance(60001);
+  ASSERT_TRUE(Heartbeat("a", 1, {}, &hb).ok());  // the store stays live
+  master_->Tick();
+  EXPECT_EQ(DramUsed(), used - results.size() * kMiB);
+  EXPECT_EQ(master_->metrics().moved_leases_released.Value(), 1u);
 }
 
 TEST_F(MasterFixture, DemotionProtocolMovesReplicasToSsd) {

@@ -43,8 +43,10 @@ struct DeferredFree {
   uint32_t segment;
   uint64_t offset;
   uint64_t size;
-  // A removed object's lease (Master::GoneLease's id) whose readers, once
-  // all have given it back, free this range before at_ms; 0: none.
+  // The lease (Master::GoneLease's id) of the object whose range this was
+  // (removed, replaced, or still indexed with the copy moved to SSD or
+  // dropped): once all its readers have given it back, this range is freed
+  // before at_ms; 0: none.
   uint64_t gone_lease = 0;
 };
 

@@ -290,12 +290,17 @@ absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
   // while read): their releases may free the space the remove left
   // waiting for the lease (ReleaseGoneLeasesLocked), under mu_ exclusive.
   std::vector<std::pair<std::string, uint64_t>> gone;
+  // Keys still in the index whose lease this call ended and which left a
+  // DRAM range waiting for it (a demotion, a dropped copy): freed now
+  // (EndGoneLeasesLocked).
+  std::vector<std::pair<std::string, uint64_t>> ended;
   {
     // Shared, like a lookup: only the lease fields change, under the shard.
     ReaderMutexLock lock(&mu_);
     if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
     const bool named = req.generations_size() == req.keys_size();
-    const bool any_gone = named && !gone_leases_.empty();
+    const bool any_left = !gone_leases_.empty();
+    const bool any_gone = named && any_left;
     for (int i = 0; i < req.keys_size(); ++i) {
       const std::string& key = req.keys(i);
       const uint64_t generation = named ? req.generations(i) : 0;
@@ -316,13 +321,17 @@ absl::Status Master::ReleaseLeases(const v1::ReleaseLeasesRequest& req) {
       if (--obj.lease_holders == 0) {
         obj.lease_until_ms = 0;
         ++released;
+        if (any_left && gone_leases_.contains({key, obj.generation})) {
+          ended.emplace_back(key, obj.generation);
+        }
       }
     }
   }
-  if (!gone.empty()) {
+  if (!gone.empty() || !ended.empty()) {
     WriterMutexLock lock(&mu_);
     if (absl::Status s = CheckLeaderLocked(false); !s.ok()) return s;
     ReleaseGoneLeasesLocked(gone);
+    EndGoneLeasesLocked(ended);
   }
   if (released != 0) metrics_.leases_released.Increment(released);
   return absl::OkStatus();

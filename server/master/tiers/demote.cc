@@ -115,11 +115,14 @@ void Master::ApplyMoveResultLocked(uint32_t node, const v1::TierMoveResult& resu
       RoomMadeLocked();
       return;
     }
-    // Free the DRAM range (or defer it under a lease) and re-link as SSD.
+    // Free the DRAM range and re-link as SSD. Under a lease the range
+    // waits for the lease's end, or for its last reader's release
+    // (EndGoneLeasesLocked), whichever comes first.
     Replica old = r;
     n.segments[old.segment].lru.erase(old.lru);
     if (obj->lease_until_ms > now) {
-      deferred_.push_back({obj->lease_until_ms, node, old.segment, old.offset, obj->size});
+      deferred_.push_back(
+          {obj->lease_until_ms, node, old.segment, old.offset, obj->size, GoneLeaseLocked(*obj)});
     } else {
       FreeRangeLocked(node, old.segment, old.offset, obj->size);
     }
