@@ -60,6 +60,11 @@ std::unique_ptr<grpc::Server> StartGrpcServer(const MasterConfig& config,
   if (config.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, config.credentials, port);
+  // gRPC binds with SO_REUSEPORT by default: a second master started on
+  // the port of a running one would bind too, and the kernel would split
+  // connections between them (stores registered with one, clients asking
+  // the other). A port in use is refused instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // The largest body of any method; each handler then holds its method to
   // its own limit (server/master/rpc_limits.h).
   builder.SetMaxReceiveMessageSize(static_cast<int>(kRpcReceiveBytesMax));
@@ -144,7 +149,11 @@ int main(int argc, char** argv) {
   int port = 0;
   std::unique_ptr<grpc::Server> server =
       StartGrpcServer(config, {&master_service, &admin_service}, &port);
-  if (server == nullptr) return Fail(absl::StrCat("cannot listen on ", config.listen), 1);
+  if (server == nullptr) {
+    return Fail(absl::StrCat("cannot listen on ", config.listen,
+                             ": the port is in use, or the address is not one of this host's"),
+                1);
+  }
   // The address the master advertises as leader: with port 0, the picked one.
   std::string bound =
       HostPort{config.listen_host_port.host, static_cast<uint16_t>(port)}.ToString();

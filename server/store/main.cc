@@ -277,6 +277,7 @@ int main(int argc, char** argv) {
     if (reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
     builder.AddListeningPort(admin_listen, grpc::InsecureServerCredentials());
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is refused
     admin = builder.BuildAndStart();
     if (admin == nullptr) {
       std::fprintf(stderr, "shelf-store: cannot listen on --admin-listen %s\n",

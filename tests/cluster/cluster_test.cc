@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <thread>
 
@@ -169,6 +171,27 @@ TEST_F(ClusterTest, GarbageOnTheDataPlaneClosesTheConnectionOnly) {
   EXPECT_TRUE(transport::TcpDataClient(transport::TcpDataClient::Options{})
                   .Ping(cluster_->store_address(0), MonoMs() + 5000)
                   .ok());
+}
+
+// A second master started on the port of a running one refuses to start,
+// rather than binding beside it and taking half its connections (gRPC's
+// default SO_REUSEPORT); the running master keeps serving.
+TEST_F(ClusterTest, AMasterOnAPortInUseRefusesToStart) {
+  const std::string log = cluster_->work_dir() + "/second-master.log";
+  auto second = Process::Spawn(
+      {cluster_->bin_dir() + "/shelf-master", "--listen", cluster_->master_address()}, log);
+  ASSERT_TRUE(second.ok()) << second.status();
+  const int status = (*second)->Wait(30000);
+  ASSERT_NE(status, -1) << "the second master is still running";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << status;
+  std::ifstream f(log);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("cannot listen on " + cluster_->master_address()), std::string::npos) << text;
+  const std::string data = RandomBytes(4096, 12);
+  ASSERT_TRUE(client_->Put("after-second", data.data(), data.size()).ok());
+  std::string got;
+  ASSERT_TRUE(client_->Get("after-second", &got).ok());
+  EXPECT_TRUE(got == data);
 }
 
 TEST_F(ClusterTest, ShelfctlRoundTripsAFileAndReportsStatus) {
