@@ -8,10 +8,13 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -175,7 +178,36 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const Options&
     if (absl::Status s = c->StartStore(i); !s.ok()) return s;
   }
   if (absl::Status s = c->WaitForLiveNodes(options.stores, 15000); !s.ok()) return s;
+  if (options.wait_populated) {
+    // About 2 s a GiB where each first write traps to a hypervisor, with
+    // room for a loaded host.
+    const uint64_t timeout_ms = 30000 + 10000 * (options.dram_bytes >> 30);
+    if (absl::Status s = c->WaitForPopulated(timeout_ms); !s.ok()) return s;
+  }
   return c;
+}
+
+absl::Status LocalCluster::WaitForPopulated(uint64_t timeout_ms) {
+  const uint64_t deadline = MonoMs() + timeout_ms;
+  for (int i = 0; i < store_count(); ++i) {
+    const std::string log = absl::StrCat(work_dir_, "/store", i, ".log");
+    while (true) {
+      std::ifstream in(log);
+      const std::string text((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+      if (absl::StrContains(text, "DRAM segment populated") ||
+          absl::StrContains(text, "DRAM segment not populated past this point")) {
+        break;
+      }
+      if (MonoMs() >= deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("store ", i, " did not say its DRAM segment was populated within ",
+                         timeout_ms, " ms; see ", log));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  return absl::OkStatus();
 }
 
 LocalCluster::~LocalCluster() {

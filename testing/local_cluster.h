@@ -65,6 +65,11 @@ class LocalCluster {
     // PrincipalToken. Empty: the secret's token.
     std::string admin_token;
     bool keep_work_dir = false;
+    // Start returns only once every store's populator has written its
+    // segment through (WaitForPopulated): what a benchmark measures then
+    // does not share the host with it. The stores must populate (the
+    // default; not with --populate-dram=false).
+    bool wait_populated = false;
   };
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const Options& options);
   ~LocalCluster();
@@ -91,6 +96,9 @@ class LocalCluster {
   absl::Status RestartStore(int i);
   // Waits until the master reports `live` live nodes.
   absl::Status WaitForLiveNodes(int live, uint64_t timeout_ms);
+  // Waits until every store's log says its DRAM segment is populated, or
+  // that its populator stopped early (writes fault the rest in).
+  absl::Status WaitForPopulated(uint64_t timeout_ms);
   // Runs shelfctl with `args` (plus --master, --secret-file); returns its
   // exit status and stdout.
   int Shelfctl(const std::vector<std::string>& args, std::string* out);

@@ -32,7 +32,7 @@ ROUNDS = 10
 
 
 def main():
-    cluster = Cluster(stores=2, dram_bytes=768 * MiB)
+    cluster = Cluster(stores=2, dram_bytes=768 * MiB, wait_populated=True)
     try:
         client = shelf.Client([cluster.master], timeout_ms=20000)
         bridge = Bridge(load_native_plugin({

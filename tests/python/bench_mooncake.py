@@ -201,7 +201,7 @@ def threads_rows(cluster, client, threads=8, keys_n=128, rounds=5):
 
 
 def main():
-    cluster = Cluster(stores=2, dram_bytes=256 * MiB)
+    cluster = Cluster(stores=2, dram_bytes=256 * MiB, wait_populated=True)
     try:
         client = shelf.Client([cluster.master], timeout_ms=20000)
         keys = [f"bench/{i}" for i in range(N)]

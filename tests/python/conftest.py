@@ -55,10 +55,13 @@ def stop_all(procs):
 class Cluster:
     """shelf-master and `stores` shelf-store processes in a fresh directory.
     `master_args` and `store_args` are extra flags; `client_kwargs` what the
-    startup probe's shelf.Client needs (a secret, a principal)."""
+    startup probe's shelf.Client needs (a secret, a principal). With
+    `wait_populated`, the constructor returns once every store's populator
+    has written its DRAM segment through, so that a benchmark does not
+    share the host with it."""
 
     def __init__(self, stores=2, dram_bytes=64 << 20, master_args=(), store_args=(),
-                 client_kwargs=None):
+                 client_kwargs=None, wait_populated=False):
         for name in ("shelf-master", "shelf-store"):
             if not (BIN_DIR / name).exists():
                 raise RuntimeError(f"no {BIN_DIR / name}: build it, or set SHELF_BIN_DIR")
@@ -73,6 +76,22 @@ class Cluster:
                 "--node-id", f"node-{i}", *store_args])
             for i in range(stores)]
         self._wait_until_stores_take_puts(stores, client_kwargs or {})
+        if wait_populated:
+            self._wait_populated(stores, 30 + 10 * (dram_bytes >> 30))
+
+    def _wait_populated(self, stores, timeout_s):
+        deadline = time.monotonic() + timeout_s
+        for i in range(stores):
+            log = self.dir / f"store{i}.log"
+            while True:
+                text = log.read_text(errors="replace")
+                if ("DRAM segment populated" in text
+                        or "DRAM segment not populated past this point" in text):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"store {i} did not populate its DRAM segment within "
+                                       f"{timeout_s} s; see {log}")
+                time.sleep(0.05)
 
     def _spawn(self, name, argv):
         ready = self.dir / f"{name}.addr"

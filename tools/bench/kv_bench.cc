@@ -530,6 +530,7 @@ int KvBench(int argc, char** argv) {
     co.stores = static_cast<int>(stores);
     co.dram_bytes = dram_size;
     co.work_dir = work_dir;
+    co.wait_populated = true;  // rows start once the populators are done
     // Leases outlast the slowest get op on a busy 2-core machine, and end
     // soon enough that the ranges of a row's removed blocks (freed when
     // their leases end) are free again a few rows later.

@@ -33,6 +33,7 @@ std::string StartSide(bool on, Side* side) {
   co.stores = 1;
   co.dram_bytes = 256ull << 20;
   co.secret = kSecret;
+  co.wait_populated = true;
   if (!on) co.store_args = {"--read-grants=false"};
   auto c = LocalCluster::Start(co);
   if (!c.ok()) return std::string(c.status().message());

@@ -343,6 +343,8 @@ int Replay(int argc, char** argv) {
     co.dram_bytes = dram_size;
     co.ssd_bytes = ssd_size;
     co.work_dir = work_dir;
+    // The trace starts once the populators are done (unless turned off).
+    co.wait_populated = !absl::StrContains(store_flags, "populate-dram");
     for (absl::string_view f : absl::StrSplit(master_flags, ' ', absl::SkipEmpty())) {
       co.master_args.emplace_back(f);
     }

@@ -189,6 +189,7 @@ int RespBench(int argc, char** argv) {
   co.stores = static_cast<int>(stores);
   co.dram_bytes = dram_size;
   co.work_dir = work_dir;
+  co.wait_populated = true;  // the loads start once the populators are done
   auto cluster = LocalCluster::Start(co);
   if (!cluster.ok()) {
     std::fprintf(stderr, "shelf-bench resp: cannot start a cluster: %s\n",

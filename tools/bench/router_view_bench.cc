@@ -203,6 +203,7 @@ int RouterViewBench(int argc, char** argv) {
   LocalCluster::Options o;
   o.stores = static_cast<int>(stores);
   o.dram_bytes = dram_bytes;
+  o.wait_populated = true;
   o.master_args = {"--events-listen",       "0", "--events-encoding", "map",
                    "--events-other-listen", "0"};
   auto c = LocalCluster::Start(o);

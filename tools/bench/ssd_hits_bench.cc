@@ -153,6 +153,7 @@ int SsdHitsBench(int argc, char** argv) {
   co.dram_bytes = dram_size;
   co.ssd_bytes = ssd_size;
   co.work_dir = work_dir;
+  co.wait_populated = true;  // reads start once the populator is done
   co.keep_work_dir = !work_dir.empty();
   co.store_args = {absl::StrCat("--shm-ssd-window=", window)};
   auto cluster = LocalCluster::Start(co);

@@ -360,6 +360,7 @@ int TransportBench(int argc, char** argv) {
   co.stores = 1;
   co.dram_bytes = segment_bytes;
   co.work_dir = work_dir;
+  co.wait_populated = true;                  // cells start once the populator is done
   co.master_args = {"--put-timeout", "1h"};  // grants stay valid for the whole run
   auto cluster = LocalCluster::Start(co);
   if (!cluster.ok()) {
