@@ -333,33 +333,48 @@ std::shared_ptr<ShmMapping> ShmAttachments::Mapped(const std::string& socket_pat
 
 absl::StatusOr<std::shared_ptr<ShmMapping>> ShmAttachments::Get(const std::string& socket_path,
                                                                 uint64_t incarnation) {
+  std::shared_ptr<Attaching> mine;
   {
     MutexLock lock(&mu_);
-    auto it = maps_.find(socket_path);
-    if (it != maps_.end()) {
-      if (incarnation == 0 || it->second->incarnation == incarnation) return it->second;
-      // The store restarted: this mapping is the dead one's memory.
-      maps_.erase(it);
+    for (;;) {
+      auto it = maps_.find(socket_path);
+      if (it != maps_.end()) {
+        if (incarnation == 0 || it->second->incarnation == incarnation) return it->second;
+        // The store restarted: this mapping is the dead one's memory.
+        maps_.erase(it);
+      }
+      auto r = refused_.find(socket_path);
+      if (r != refused_.end()) {
+        if (incarnation == 0 || r->second.incarnation == incarnation) return r->second.status;
+        refused_.erase(r);  // another store now: ask it afresh
+      }
+      auto a = attaching_.find(socket_path);
+      if (a == attaching_.end()) break;
+      std::shared_ptr<Attaching> theirs = a->second;
+      while (!theirs->done) attached_.Wait(&mu_);
+      if (incarnation == 0 || theirs->incarnation == incarnation) return theirs->result;
+      // Made for another incarnation of the store: look again.
     }
-    auto r = refused_.find(socket_path);
-    if (r != refused_.end()) {
-      if (incarnation == 0 || r->second.incarnation == incarnation) return r->second.status;
-      refused_.erase(r);  // another store now: ask it afresh
-    }
+    mine = std::make_shared<Attaching>(incarnation);
+    attaching_.emplace(socket_path, mine);
   }
   absl::StatusOr<std::shared_ptr<ShmMapping>> m = Attach(socket_path, incarnation);
   const absl::StatusCode code = m.status().code();
+  MutexLock lock(&mu_);
   if (code == absl::StatusCode::kPermissionDenied ||
       code == absl::StatusCode::kFailedPrecondition) {
     // A deliberate refusal, not a passing failure: remember it, so that it
     // is logged once and every later op goes straight to another transport.
-    MutexLock lock(&mu_);
     if (refused_.insert_or_assign(socket_path, Refusal{incarnation, m.status()}).second) {
       refusals_.fetch_add(1);
       SHELF_LOG(WARNING) << "shared memory refused: using another transport"
                          << Kv("socket", socket_path) << Kv("reason", m.status().message());
     }
   }
+  mine->result = m;
+  mine->done = true;
+  attaching_.erase(socket_path);
+  attached_.SignalAll();
   return m;
 }
 

@@ -152,7 +152,9 @@ class ShmAttachments {
   // (transport/shm_warm.h); 0: none.
   explicit ShmAttachments(std::string secret, int64_t store_uid = -1, uint64_t warm_bytes = 0)
       : secret_(std::move(secret)), store_uid_(store_uid), warmer_(warm_bytes) {}
-  // Maps (once) the segment served at `socket_path`. UNAVAILABLE when the
+  // Maps (once) the segment served at `socket_path`; callers asking while
+  // another's attach to it is under way share that attach's answer.
+  // UNAVAILABLE when the
   // socket cannot be reached, UNAUTHENTICATED on a wrong secret. A cached
   // mapping made for another non-zero `incarnation` of the store (it
   // restarted: same socket path, new segment) is dropped and the segment
@@ -200,6 +202,16 @@ class ShmAttachments {
     uint64_t incarnation;
     absl::Status status;
   };
+  // An attach under way for one socket: the threads that ask for the same
+  // store meanwhile wait for its result instead of each connecting and
+  // mapping the segment again (the last mapping would win, the others
+  // would cost a handshake, a store connection and a read-through each).
+  struct Attaching {
+    explicit Attaching(uint64_t for_incarnation) : incarnation(for_incarnation) {}
+    const uint64_t incarnation;
+    bool done = false;
+    absl::StatusOr<std::shared_ptr<ShmMapping>> result = absl::UnknownError("attach unfinished");
+  };
   absl::StatusOr<std::shared_ptr<ShmMapping>> Attach(const std::string& socket_path,
                                                      uint64_t incarnation);
   // Asks `m`'s store for its key board and maps it into m.board (nothing
@@ -216,6 +228,8 @@ class ShmAttachments {
   Mutex mu_;
   std::map<std::string, std::shared_ptr<ShmMapping>> maps_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Refusal> refused_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<Attaching>> attaching_ ABSL_GUARDED_BY(mu_);
+  CondVar attached_;  // an Attaching is done
   // Last: stopped and joined before the mappings it may hold go.
   MappingWarmer warmer_;
 };

@@ -567,6 +567,32 @@ TEST_F(ShmEngineTest, AMappedSegmentIsReadThroughUpToTheBound) {
   EXPECT_EQ(cold.warmed_bytes(), 0u);
 }
 
+// Threads that ask for a store's segment together share one attach: one
+// handshake, one mapping, one read-through, where each used to map the
+// segment and the last mapping replaced the others.
+TEST_F(ShmEngineTest, ThreadsAttachingAtOnceShareOneMapping) {
+  constexpr int kThreads = 8;
+  ShmAttachments attachments(kSecret, -1, 4 << 20);
+  std::atomic<int> ready{0};
+  std::vector<absl::StatusOr<std::shared_ptr<ShmMapping>>> got(kThreads,
+                                                               absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) std::this_thread::yield();
+      got[i] = attachments.Get(socket_, 1);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kThreads; ++i) {
+    ASSERT_TRUE(got[i].ok()) << got[i].status();
+    EXPECT_EQ(got[i]->get(), got[0]->get()) << "thread " << i << " has a mapping of its own";
+  }
+  attachments.WaitWarm();
+  EXPECT_EQ(attachments.warmed_bytes(), (*got[0])->size) << "the segment was read through twice";
+}
+
 // A mapping whose owner is gone is not walked; the warmer stops with its
 // owner.
 TEST(MappingWarmer, AMappingDroppedBeforeItsWalkIsSkipped) {
