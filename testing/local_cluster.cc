@@ -187,10 +187,14 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const Options&
   return c;
 }
 
+std::string LocalCluster::store_log(int i) const {
+  return absl::StrCat(work_dir_, "/store", i, ".log");
+}
+
 absl::Status LocalCluster::WaitForPopulated(uint64_t timeout_ms) {
   const uint64_t deadline = MonoMs() + timeout_ms;
   for (int i = 0; i < store_count(); ++i) {
-    const std::string log = absl::StrCat(work_dir_, "/store", i, ".log");
+    const std::string log = store_log(i);
     while (true) {
       std::ifstream in(log);
       const std::string text((std::istreambuf_iterator<char>(in)),
@@ -247,11 +251,11 @@ absl::Status LocalCluster::StartStore(int i) {
   }
   if (!secret_file_.empty()) argv.insert(argv.end(), {"--secret-file", secret_file_});
   argv.insert(argv.end(), sp.extra_args.begin(), sp.extra_args.end());
-  auto p = Process::Spawn(argv, absl::StrCat(work_dir_, "/", name, ".log"));
+  auto p = Process::Spawn(argv, store_log(i));
   if (!p.ok()) return p.status();
   sp.process = *std::move(p);
   auto addr = WaitForFileLine(ready, 15000, sp.process.get());
-  if (!addr.ok()) return StartFailed(addr.status(), absl::StrCat(work_dir_, "/", name, ".log"));
+  if (!addr.ok()) return StartFailed(addr.status(), store_log(i));
   sp.address = *addr;
   sp.metrics_port = ReadyFileMetricsPort(ready);
   return absl::OkStatus();

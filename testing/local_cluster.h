@@ -76,6 +76,8 @@ class LocalCluster {
 
   const std::string& master_address() const { return master_address_; }
   const std::string& work_dir() const { return work_dir_; }
+  // Store i's log: its stdout and stderr, appended to across restarts.
+  std::string store_log(int i) const;
   const std::string& secret_file() const { return secret_file_; }
   const std::string& bin_dir() const { return bin_dir_; }
   int store_count() const { return static_cast<int>(stores_.size()); }

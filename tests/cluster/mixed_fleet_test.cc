@@ -121,7 +121,7 @@ TEST_F(MixedFleetTest, AStoreWhoseRdmaDeviceFailsToOpenServesWithoutRdma) {
   ASSERT_TRUE(client->Get("rdma-less", &got).ok());
   EXPECT_TRUE(got == data);
   EXPECT_EQ(client->stats().bytes_loaded_rdma, 0u);
-  std::ifstream log(absl::StrCat(cluster_->work_dir(), "/store", *store, ".log"));
+  std::ifstream log(cluster_->store_log(*store));
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("RDMA UNAVAILABLE"), std::string::npos) << text;
   EXPECT_NE(text.find("shelf-no-such-rdma-device"), std::string::npos) << text;

@@ -309,7 +309,7 @@ TEST(CorruptBlobTest, CorruptSsdBlocksAreReportedAndNeverServed) {
       }
     }
   }
-  std::string log = ReadFile(c.work_dir() + "/store0.log");
+  std::string log = ReadFile(c.store_log(0));
   EXPECT_NE(log.find("corrupt SSD entry dropped"), std::string::npos);
 
   // A restart over the damaged files: the store comes up, and what it
@@ -353,7 +353,7 @@ TEST(UnreadableSsdDirTest, StoreStartsWithAnEmptyTierAndKeepsItsNodeId) {
   auto idx = c.AddStore({"--ssd-dir", dir, "--ssd-size", "64MiB"});
   ASSERT_TRUE(idx.ok()) << idx.status();
   EXPECT_TRUE(c.store_process(0)->Running());
-  std::string log = ReadFile(c.work_dir() + "/store0.log");
+  std::string log = ReadFile(c.store_log(0));
   EXPECT_NE(log.find("SSD TIER UNREADABLE"), std::string::npos) << log;
   EXPECT_NE(log.find("SSD tier open"), std::string::npos) << log;
   // The old directory is kept, renamed, with what it held.

@@ -187,9 +187,7 @@ class ShmSecurityTest : public ::testing::Test {
     }
   }
 
-  std::string StoreLog(int i) {
-    return ReadAll(absl::StrCat(cluster_->work_dir(), "/store", i, ".log"));
-  }
+  std::string StoreLog(int i) { return ReadAll(cluster_->store_log(i)); }
   std::string Socket(int i) {
     return absl::StrCat(cluster_->work_dir(), "/store", i, ".run/shm.sock");
   }
