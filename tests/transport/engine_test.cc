@@ -577,6 +577,7 @@ TEST_F(ShmEngineTest, ThreadsAttachingAtOnceShareOneMapping) {
   std::vector<absl::StatusOr<std::shared_ptr<ShmMapping>>> got(kThreads,
                                                                absl::UnknownError("not run"));
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&, i] {
       ready.fetch_add(1);
