@@ -21,7 +21,12 @@ bool ThreadPool::TrySubmit(std::function<void()> task) {
   MutexLock lock(&mu_);
   if (stopping_ || queue_.size() >= queue_max_) return false;
   queue_.push_back(std::move(task));
-  work_cv_.Signal();
+  if (!idle_.empty()) {
+    Idle* next = idle_.back();
+    idle_.pop_back();
+    next->woken = true;
+    next->cv.Signal();
+  }
   return true;
 }
 
@@ -29,11 +34,20 @@ void ThreadPool::Shutdown() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
-    work_cv_.SignalAll();
+    for (Idle* idle : idle_) {
+      idle->woken = true;
+      idle->cv.Signal();
+    }
+    idle_.clear();
   }
   for (std::thread& t : threads_) {
     if (t.joinable()) t.join();
   }
+}
+
+size_t ThreadPool::idle_threads() {
+  MutexLock lock(&mu_);
+  return idle_.size();
 }
 
 void ThreadPool::Loop() {
@@ -41,7 +55,11 @@ void ThreadPool::Loop() {
     std::function<void()> task;
     {
       MutexLock lock(&mu_);
-      while (!stopping_ && queue_.empty()) work_cv_.Wait(&mu_);
+      while (!stopping_ && queue_.empty()) {
+        Idle self;
+        idle_.push_back(&self);
+        while (!self.woken) self.cv.Wait(&mu_);
+      }
       // Queued tasks still run after Shutdown: each owes someone a result.
       if (queue_.empty()) return;
       task = std::move(queue_.front());

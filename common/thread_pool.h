@@ -40,6 +40,8 @@ class ThreadPool {
   void Shutdown();
 
   size_t threads() const { return threads_.size(); }
+  // Threads waiting for a task now.
+  size_t idle_threads() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Loop();
@@ -48,8 +50,17 @@ class ThreadPool {
   const size_t queue_max_;
   std::vector<std::thread> threads_;
 
+  // A thread waiting for a task. The pool wakes the one that went idle
+  // last: its stack and caches are the warmest, and the threads idle
+  // longest stay asleep, where waking the longest idle (a condition
+  // variable's order) would cycle every task through every thread.
+  struct Idle {
+    CondVar cv;
+    bool woken = false;
+  };
+
   Mutex mu_;
-  CondVar work_cv_;  // a task was queued, or the pool is stopping
+  std::vector<Idle*> idle_ ABSL_GUARDED_BY(mu_);  // the last went idle last
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -78,6 +79,31 @@ TEST(ThreadPoolTest, RefusesBeyondItsQueueAndAfterShutdown) {
   }
   pool.Shutdown();
   EXPECT_FALSE(pool.TrySubmit([] {}));
+}
+
+// Tasks that come one at a time run on the thread that went idle last, not
+// on each thread in turn.
+TEST(ThreadPoolTest, WakesTheThreadThatWentIdleLast) {
+  constexpr size_t kThreads = 4;
+  ThreadPool pool(kThreads, 16);
+  Mutex mu;
+  CondVar cv;
+  int finished = 0;
+  std::map<std::thread::id, int> ran_on;
+  for (int i = 0; i < 30; ++i) {
+    // Every thread parked, so the pool chooses which one wakes.
+    while (pool.idle_threads() < kThreads) std::this_thread::yield();
+    ASSERT_TRUE(pool.TrySubmit([&] {
+      MutexLock lock(&mu);
+      ++ran_on[std::this_thread::get_id()];
+      ++finished;
+      cv.Signal();
+    }));
+    MutexLock lock(&mu);
+    while (finished != i + 1) cv.Wait(&mu);
+  }
+  pool.Shutdown();
+  EXPECT_EQ(ran_on.size(), 1u) << "tasks cycled through the threads";
 }
 
 TEST(ParallelForTest, CallsEachIndexOnceAndUsesHelpers) {
