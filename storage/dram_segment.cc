@@ -189,7 +189,7 @@ void DramSegment::Populate() {
     if (madvise(base_ + at, n, MADV_POPULATE_WRITE) != 0) {
       // EINVAL: a kernel before 5.14; ENOMEM/EFAULT: the memory is not
       // there (a tmpfs or cgroup limit). Writes fault the rest in.
-      SHELF_LOG(WARNING) << "DRAM segment not populated past this point; writes fault it in"
+      SHELF_LOG(WARNING) << kPopulateStoppedLog << "; writes fault it in"
                          << Kv("populated_bytes", at) << Kv("error", ErrnoText(errno));
       return;
     }
@@ -198,8 +198,7 @@ void DramSegment::Populate() {
     populated_bytes_.store(at, std::memory_order_release);
   }
   if (at == size_) {
-    SHELF_LOG(INFO) << "DRAM segment populated" << Kv("bytes", size_)
-                    << Kv("ms", MonoMs() - start_ms);
+    SHELF_LOG(INFO) << kPopulatedLog << Kv("bytes", size_) << Kv("ms", MonoMs() - start_ms);
   }
 }
 

@@ -52,6 +52,11 @@ class DramSegment {
     bool populate = false;
   };
   static constexpr uint64_t kPopulateChunkBytes = 32ull << 20;
+  // What the store logs when the populator ends: every page written
+  // through, or stopped early (writes fault the rest in). Benchmarks wait
+  // for either (LocalCluster::Options::wait_populated).
+  static constexpr char kPopulatedLog[] = "DRAM segment populated";
+  static constexpr char kPopulateStoppedLog[] = "DRAM segment not populated past this point";
   // RESOURCE_EXHAUSTED if the memory cannot be had; INVALID_ARGUMENT for 0;
   // INTERNAL if the kernel cannot seal it (memfd sealing is Linux >= 3.17,
   // on hugetlbfs >= 4.16: a hugepage segment that cannot be sealed falls

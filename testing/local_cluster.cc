@@ -24,6 +24,7 @@
 #include "common/net.h"
 #include "common/rpc.h"
 #include "proto/shelf.grpc.pb.h"
+#include "storage/dram_segment.h"
 
 namespace shelf {
 
@@ -199,8 +200,8 @@ absl::Status LocalCluster::WaitForPopulated(uint64_t timeout_ms) {
       std::ifstream in(log);
       const std::string text((std::istreambuf_iterator<char>(in)),
                              std::istreambuf_iterator<char>());
-      if (absl::StrContains(text, "DRAM segment populated") ||
-          absl::StrContains(text, "DRAM segment not populated past this point")) {
+      if (absl::StrContains(text, storage::DramSegment::kPopulatedLog) ||
+          absl::StrContains(text, storage::DramSegment::kPopulateStoppedLog)) {
         break;
       }
       if (MonoMs() >= deadline) {

@@ -154,11 +154,10 @@ class ShmAttachments {
       : secret_(std::move(secret)), store_uid_(store_uid), warmer_(warm_bytes) {}
   // Maps (once) the segment served at `socket_path`; callers asking while
   // another's attach to it is under way share that attach's answer.
-  // UNAVAILABLE when the
-  // socket cannot be reached, UNAUTHENTICATED on a wrong secret. A cached
-  // mapping made for another non-zero `incarnation` of the store (it
-  // restarted: same socket path, new segment) is dropped and the segment
-  // attached again.
+  // UNAVAILABLE when the socket cannot be reached, UNAUTHENTICATED on a
+  // wrong secret. A cached mapping made for another non-zero `incarnation`
+  // of the store (it restarted: same socket path, new segment) is dropped
+  // and the segment attached again.
   //
   // Refusals, remembered per socket until the store's incarnation changes
   // (logged and counted once, not retried on every op): PERMISSION_DENIED
