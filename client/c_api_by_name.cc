@@ -94,6 +94,7 @@ const OptionField kOptionFields[] = {
     SHELF_INT_OPTION(rdma_gpu_registrations_max),
     SHELF_BOOL_OPTION(verify_checksums),
     SHELF_INT_OPTION(location_cache_entries),
+    SHELF_INT_OPTION(master_call_streams),
     SHELF_BOOL_OPTION(data_tls),
     SHELF_STRING_OPTION(data_tls_ca),
     SHELF_STRING_OPTION(data_tls_cert),

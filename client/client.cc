@@ -27,6 +27,7 @@ constexpr uint32_t kAsyncQueueMax = 65536;
 // Keys a location cache may hold (each entry keeps one replica's endpoint,
 // a few hundred bytes).
 constexpr size_t kLocationCacheEntriesMax = size_t{16} << 20;
+constexpr size_t kMasterCallStreamsMax = 64;
 // ParallelFor helpers may queue behind each other; a few per thread keeps
 // every transfer thread busy without letting the queue grow unbounded.
 constexpr size_t kTransferQueuePerThread = 4;
@@ -114,6 +115,11 @@ absl::Status ValidateOptions(const ClientOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientOptions.async_queue_max is ", o.async_queue_max, "; it takes 1..", kAsyncQueueMax));
   }
+  if (o.master_call_streams > kMasterCallStreamsMax) {
+    return absl::InvalidArgumentError(absl::StrCat("ClientOptions.master_call_streams is ",
+                                                   o.master_call_streams, "; it takes 0..",
+                                                   kMasterCallStreamsMax, " (0: unary calls)"));
+  }
   if (o.location_cache_entries > kLocationCacheEntriesMax) {
     return absl::InvalidArgumentError(absl::StrCat("ClientOptions.location_cache_entries is ",
                                                    o.location_cache_entries, "; it takes 0..",
@@ -189,6 +195,7 @@ ClientImpl::ClientImpl(const ClientOptions& options, std::string token)
       cache_(options.location_cache_entries == 0 || !options.allow_tcp
                  ? nullptr
                  : std::make_unique<LocationCache>(options.location_cache_entries)),
+      call_streams_(options.master_call_streams, token_),
       transfer_pool_(std::make_unique<ThreadPool>(
           options.transfer_threads, kTransferQueuePerThread * options.transfer_threads)),
       async_pool_(std::make_unique<ThreadPool>(options.async_threads, options.async_queue_max)) {
@@ -334,6 +341,58 @@ absl::Status ClientImpl::LeaderStub(std::string* address,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The calls made on call streams (CallStreams), and where each goes in a
+// StreamedCallRequest and comes back in its answer. Others are unary.
+template <typename Req>
+struct Streamed {
+  static constexpr bool kStreamed = false;
+};
+#define SHELF_STREAMED_CALL(Req, Resp, field, Case)                                 \
+  template <>                                                                       \
+  struct Streamed<v1::Req> {                                                        \
+    static constexpr bool kStreamed = true;                                         \
+    static void Put(const v1::Req& req, v1::StreamedCallRequest* call) {            \
+      *call->mutable_##field() = req;                                               \
+    }                                                                               \
+    static bool Take(v1::StreamedCallResponse* answer, v1::Resp* resp) {            \
+      if (answer->result_case() != v1::StreamedCallResponse::k##Case) return false; \
+      resp->Swap(answer->mutable_##field());                                        \
+      return true;                                                                  \
+    }                                                                               \
+  };
+SHELF_STREAMED_CALL(PutStartRequest, PutStartResponse, put_start, PutStart)
+SHELF_STREAMED_CALL(BatchPutStartRequest, BatchPutStartResponse, batch_put_start, BatchPutStart)
+SHELF_STREAMED_CALL(PutCommitRequest, PutCommitResponse, put_commit, PutCommit)
+SHELF_STREAMED_CALL(LookupRequest, LookupResponse, lookup, Lookup)
+#undef SHELF_STREAMED_CALL
+
+}  // namespace
+
+template <typename Req, typename Resp>
+absl::Status ClientImpl::CallMasterOnce(
+    grpc::Status (v1::MasterService::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
+    const std::string& address, v1::MasterService::Stub* stub, const Req& req, Resp* resp,
+    uint64_t deadline_ms) {
+  if constexpr (Streamed<Req>::kStreamed) {
+    v1::StreamedCallRequest call;
+    Streamed<Req>::Put(req, &call);
+    v1::StreamedCallResponse answer;
+    bool sent = false;
+    absl::Status s = call_streams_.Call(address, stub, &call, &answer, deadline_ms, &sent);
+    if (sent) {
+      if (s.ok() && !Streamed<Req>::Take(&answer, resp)) {
+        return absl::InternalError("the master's streamed answer holds no response");
+      }
+      return s;
+    }
+  }
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, token_, deadline_ms - std::min(deadline_ms, MonoMs()));
+  return FromGrpc((stub->*method)(&ctx, req, resp));
+}
+
 template <typename Req, typename Resp>
 absl::Status ClientImpl::CallMaster(
     grpc::Status (v1::MasterService::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
@@ -368,9 +427,8 @@ absl::Status ClientImpl::CallMaster(
         idx = current_master_.load() % masters_.size();
         stub = masters_[idx].get();
       }
-      grpc::ClientContext ctx;
-      PrepareContext(&ctx, token_, deadline_ms - now);
-      last = FromGrpc((stub->*method)(&ctx, req, resp));
+      last = CallMasterOnce(method, locator_ != nullptr ? address : options_.masters[idx], stub,
+                            req, resp, deadline_ms);
       if (last.code() != absl::StatusCode::kUnavailable) return last;
       transition = transition || MasterInTransition(last);
       if (locator_ != nullptr) {

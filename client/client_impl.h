@@ -26,6 +26,7 @@
 #include "client/batch_state.h"
 #include "client/buffer_registry.h"
 #include "client/call_coalescer.h"
+#include "client/call_streams.h"
 #include "client/gpu_staging.h"
 #include "client/location_cache.h"
 #include "common/mutex.h"
@@ -152,6 +153,14 @@ class ClientImpl final : public Client {
   absl::Status CallMaster(grpc::Status (v1::MasterService::Stub::*method)(grpc::ClientContext*,
                                                                           const Req&, Resp*),
                           const Req& req, Resp* resp, uint64_t deadline_ms);
+  // One attempt of CallMaster's against the master at `address`: on a
+  // call stream for the hot calls (call_streams_), unary otherwise or
+  // when no stream takes it.
+  template <typename Req, typename Resp>
+  absl::Status CallMasterOnce(grpc::Status (v1::MasterService::Stub::*method)(grpc::ClientContext*,
+                                                                              const Req&, Resp*),
+                              const std::string& address, v1::MasterService::Stub* stub,
+                              const Req& req, Resp* resp, uint64_t deadline_ms);
   // Runs fn(i), i in [0, n), in parallel on the transfer threads.
   void Parallel(size_t n, const std::function<void(size_t)>& fn);
 
@@ -522,6 +531,9 @@ class ClientImpl final : public Client {
   // batch of the rest.
   static constexpr std::chrono::microseconds kWholePutLinger{300};
   CallCoalescer<WholePutJob, WholePutResult> whole_puts_{kWholePutLinger};
+
+  // The hot master calls' streams (CallMaster).
+  CallStreams call_streams_;
 
   // Last: destroyed (joined) first, while everything their tasks use lives.
   // Async tasks use the transfer pool, so it outlives the async pool.

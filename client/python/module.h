@@ -179,7 +179,7 @@ class PyClient {
       const std::string& credentials, bool rdma_store_pull_puts, uint32_t rdma_connections_max,
       uint32_t rdma_gpu_registrations_max, bool data_tls, const std::string& data_tls_ca,
       const std::string& data_tls_cert, const std::string& data_tls_key, bool session_tag_payload,
-      uint64_t warm_shm_bytes);
+      uint64_t warm_shm_bytes, uint32_t master_call_streams);
 
   // Never null: close() ends the client but keeps the object, whose calls
   // then answer FAILED_PRECONDITION. Safe without the GIL.

@@ -108,7 +108,7 @@ std::shared_ptr<PyClient> PyClient::Create(
     const std::string& credentials, bool rdma_store_pull_puts, uint32_t rdma_connections_max,
     uint32_t rdma_gpu_registrations_max, bool data_tls, const std::string& data_tls_ca,
     const std::string& data_tls_cert, const std::string& data_tls_key, bool session_tag_payload,
-    uint64_t warm_shm_bytes) {
+    uint64_t warm_shm_bytes, uint32_t master_call_streams) {
   ClientOptions o;
   if (py::isinstance<py::str>(masters)) {
     o.masters = SplitMasters(masters.cast<std::string>());
@@ -137,6 +137,7 @@ std::shared_ptr<PyClient> PyClient::Create(
   o.data_tls_key = data_tls_key;
   o.session_tag_payload = session_tag_payload;
   o.warm_shm_bytes = warm_shm_bytes;
+  o.master_call_streams = master_call_streams;
   o.transfer_threads = transfer_threads;
   o.async_threads = async_threads;
   o.async_queue_max = async_queue_max;

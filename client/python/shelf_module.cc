@@ -116,7 +116,8 @@ PYBIND11_MODULE(_shelf, m) {
            py::arg("rdma_gpu_registrations_max") = 64, py::arg("data_tls") = false,
            py::arg("data_tls_ca") = "", py::arg("data_tls_cert") = "", py::arg("data_tls_key") = "",
            py::arg("session_tag_payload") = false,
-           py::arg("warm_shm_bytes") = ClientOptions().warm_shm_bytes)
+           py::arg("warm_shm_bytes") = ClientOptions().warm_shm_bytes,
+           py::arg("master_call_streams") = ClientOptions().master_call_streams)
       .def("put", &PyClient::Put, py::arg("key"), py::arg("value"), py::kw_only(),
            py::arg("replicas") = 1, py::arg("best_effort") = false, py::arg("prefer_local") = false,
            py::arg("spread_label") = "", py::arg("timeout_ms") = 0,

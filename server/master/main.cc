@@ -144,7 +144,8 @@ int main(int argc, char** argv) {
   MasterOptions master_opts = config.master;
   master_opts.listen_address = config.listen;
   auto master = std::make_unique<Master>(master_opts);
-  MasterServiceImpl master_service(master.get(), config.auth);
+  MasterServiceImpl master_service(master.get(), config.auth,
+                                   static_cast<size_t>(config.max_call_streams));
   AdminServiceImpl admin_service(master.get(), config.auth);
   int port = 0;
   std::unique_ptr<grpc::Server> server =
@@ -225,6 +226,7 @@ int main(int argc, char** argv) {
   SHELF_LOG(INFO) << "stopping" << Kv("signal", sig);
   stop.store(true);
   if (ha != nullptr) ha->Stop();  // hand over at once
+  master_service.EndCallStreams();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   ticker.join();
   cap.reset();

@@ -225,6 +225,9 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
   flags.AddInt("max-connections", &c.max_connections,
                "gRPC connections held at once; newer ones are closed at once (counted in "
                "shelf_master_connections_refused_total); keep it under LimitNOFILE; 0: no cap");
+  flags.AddInt("max-call-streams", &c.max_call_streams,
+               "clients' call streams served at once, each holding a thread while open "
+               "(docs/master.md, \"Call streams\"); past it, clients make unary calls; 0: none");
   flags.AddInt("max-connections-per-source", &c.max_connections_per_source,
                "of --max-connections, the most one source address may hold (0: half)");
   flags.AddString("ready-file", &c.ready_file,
@@ -336,6 +339,10 @@ absl::StatusOr<MasterConfig> ParseMasterConfig(int argc, char** argv) {
   }
   if (c.idle_timeout_ms > kTimeoutMsMax) {
     return absl::InvalidArgumentError("--idle-timeout takes 0 (never)..24d");
+  }
+  constexpr int64_t kCallStreamsMax = 1 << 16;
+  if (c.max_call_streams < 0 || c.max_call_streams > kCallStreamsMax) {
+    return absl::InvalidArgumentError("--max-call-streams takes 0 (none)..65536");
   }
   constexpr int64_t kConnectionsMax = 1 << 24;
   if (c.max_connections < 0 || c.max_connections > kConnectionsMax) {

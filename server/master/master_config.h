@@ -43,6 +43,8 @@ struct MasterConfig {
   // max_connections); past them, new ones are shut down
   // (server/master/connection_cap.h). max_connections 0: no cap.
   int64_t max_connections = 16384;
+  // Calls streams served at once (MasterServiceImpl::Calls); 0: none.
+  int64_t max_call_streams = 1024;
   int64_t max_connections_per_source = 0;
   std::shared_ptr<grpc::ServerCredentials> credentials;
   bool reflection = false;

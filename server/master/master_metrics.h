@@ -107,6 +107,11 @@ struct MasterMetrics {
             prom::AddUnlabelledCounter(e.registry(), "shelf_master_removes_total", "Keys removed")),
         nodes_died(prom::AddUnlabelledCounter(e.registry(), "shelf_master_nodes_died_total",
                                               "Stores declared dead after missing heartbeats")),
+        call_streams(prom::Child(
+            prom::AddGauge(e.registry(), "shelf_master_call_streams",
+                           "Calls streams open: clients' hot calls on long-lived streams "
+                           "(docs/master.md, \"Call streams\")"),
+            {})),
         rpc_seconds(
             prom::AddHistogram(e.registry(), "shelf_master_rpc_seconds", "gRPC handling time")),
         rpc_errors(prom::AddCounter(e.registry(), "shelf_master_rpc_errors_total",
@@ -159,6 +164,7 @@ struct MasterMetrics {
   prom::Counter& promotions;
   prom::Counter& removes;
   prom::Counter& nodes_died;
+  prom::Gauge& call_streams;
   prom::Family<prom::Histogram>& rpc_seconds;
   prom::Family<prom::Counter>& rpc_errors;
 

@@ -71,6 +71,8 @@ unsigned MethodRoles(const char* method) {
       // A reader reporting a replica whose bytes failed their checksum; it
       // presents the read grant it was given for that replica.
       {"ReportDataLoss", kKeyUsers},
+      // A stream of the calls above (each checked for its own method too).
+      {"Calls", kKeyUsers},
       // Pinning its own tenant's keys is an engine's call too.
       {"Pin", kKeyUsers},
       // The cluster's state and its operation: admins.
@@ -166,6 +168,66 @@ absl::Status MasterServiceImpl::PutStartWithQuota(const Principal& caller,
         absl::StrCat("principal '", caller.name, "' may not act as store node '", node_id, \
                      "' (not in its nodes=)"))));                                          \
   }
+
+grpc::Status MasterServiceImpl::Calls(
+    grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<v1::StreamedCallResponse, v1::StreamedCallRequest>* stream) {
+  // The opener's principal is checked here, and again by each call for
+  // its own method: a credentials reload reaches open streams.
+  static const unsigned kRoles = MethodRoles("Calls");
+  if (absl::StatusOr<Principal> p = Authorize(ctx, *auth_, kRoles, "Calls"); !p.ok()) {
+    return ToGrpc(p.status());
+  }
+  {
+    MutexLock lock(&streams_mu_);
+    if (streams_ended_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "master stopping");
+    if (streams_.size() >= max_call_streams_) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("the master serves ", max_call_streams_,
+                                       " call streams at once (--max-call-streams); make unary "
+                                       "calls"));
+    }
+    streams_.insert(ctx);
+    master_->metrics().call_streams.Set(static_cast<double>(streams_.size()));
+  }
+  v1::StreamedCallRequest req;
+  while (stream->Read(&req)) {
+    v1::StreamedCallResponse resp;
+    resp.set_id(req.id());
+    grpc::Status s;
+    switch (req.call_case()) {
+      case v1::StreamedCallRequest::kPutStart:
+        s = PutStart(ctx, &req.put_start(), resp.mutable_put_start());
+        break;
+      case v1::StreamedCallRequest::kBatchPutStart:
+        s = BatchPutStart(ctx, &req.batch_put_start(), resp.mutable_batch_put_start());
+        break;
+      case v1::StreamedCallRequest::kPutCommit:
+        s = PutCommit(ctx, &req.put_commit(), resp.mutable_put_commit());
+        break;
+      case v1::StreamedCallRequest::kLookup:
+        s = Lookup(ctx, &req.lookup(), resp.mutable_lookup());
+        break;
+      case v1::StreamedCallRequest::CALL_NOT_SET:
+        s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a streamed call names no method");
+        break;
+    }
+    if (!s.ok()) resp.clear_result();
+    resp.mutable_status()->set_code(static_cast<int>(s.error_code()));
+    resp.mutable_status()->set_message(s.error_message());
+    if (!stream->Write(resp)) break;
+  }
+  MutexLock lock(&streams_mu_);
+  streams_.erase(ctx);
+  master_->metrics().call_streams.Set(static_cast<double>(streams_.size()));
+  return grpc::Status::OK;
+}
+
+void MasterServiceImpl::EndCallStreams() {
+  MutexLock lock(&streams_mu_);
+  streams_ended_ = true;
+  for (grpc::ServerContext* ctx : streams_) ctx->TryCancel();
+}
 
 grpc::Status MasterServiceImpl::RegisterStore(grpc::ServerContext* ctx,
                                               const v1::RegisterStoreRequest* req,

@@ -9,7 +9,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "common/credentials.h"
+#include "common/mutex.h"
 #include "proto/shelf.grpc.pb.h"
 #include "server/master/master.h"
 
@@ -17,8 +19,11 @@ namespace shelf::master {
 
 class MasterServiceImpl final : public v1::MasterService::Service {
  public:
-  MasterServiceImpl(Master* master, std::shared_ptr<const Authenticator> auth)
-      : master_(master), auth_(std::move(auth)) {}
+  // `max_call_streams`: Calls streams open at once (0: none served).
+  MasterServiceImpl(Master* master, std::shared_ptr<const Authenticator> auth,
+                    size_t max_call_streams = kMaxCallStreamsDefault)
+      : master_(master), auth_(std::move(auth)), max_call_streams_(max_call_streams) {}
+  static constexpr size_t kMaxCallStreamsDefault = 1024;
   grpc::Status RegisterStore(grpc::ServerContext* ctx, const v1::RegisterStoreRequest* req,
                              v1::RegisterStoreResponse* resp) override;
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
@@ -51,6 +56,18 @@ class MasterServiceImpl final : public v1::MasterService::Service {
                        v1::PromoteResponse* resp) override;
   grpc::Status PromoteCommit(grpc::ServerContext* ctx, const v1::PromoteCommitRequest* req,
                              v1::PromoteCommitResponse* resp) override;
+  // Answers each call of the stream as its unary method would, in order,
+  // under the principal that opened it (each call checked against its own
+  // method's roles and request limit). A stream past max_call_streams is
+  // refused (RESOURCE_EXHAUSTED): its client makes unary calls instead.
+  grpc::Status Calls(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::StreamedCallResponse, v1::StreamedCallRequest>* stream) override
+      ABSL_LOCKS_EXCLUDED(streams_mu_);
+  // Ends every Calls stream and refuses new ones: called before the server
+  // shuts down, which would otherwise wait for them (each waits for its
+  // client's next call).
+  void EndCallStreams() ABSL_LOCKS_EXCLUDED(streams_mu_);
 
  private:
   // PutStart within the caller's put and stored-bytes quotas (quotas.h).
@@ -59,6 +76,10 @@ class MasterServiceImpl final : public v1::MasterService::Service {
 
   Master* const master_;
   const std::shared_ptr<const Authenticator> auth_;
+  const size_t max_call_streams_;
+  Mutex streams_mu_;
+  absl::flat_hash_set<grpc::ServerContext*> streams_ ABSL_GUARDED_BY(streams_mu_);
+  bool streams_ended_ ABSL_GUARDED_BY(streams_mu_) = false;
 };
 
 class AdminServiceImpl final : public v1::AdminService::Service {

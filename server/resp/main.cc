@@ -117,6 +117,10 @@ int main(int argc, char** argv) {
                 "bytes of each same-host store's segment read through once in the background "
                 "after mapping, so that a value's first GET pays no first touch of its pages "
                 "(docs/transport.md; 0: off)");
+  int64_t call_streams = static_cast<int64_t>(copts.master_call_streams);
+  flags.AddInt("master-call-streams", &call_streams,
+               "streams to the master kept for the hot calls (put start, commit, lookup), each "
+               "carrying one call at a time (docs/master.md, \"Call streams\"; 0: unary calls)");
   flags.AddInt("threads", &threads, "worker threads running commands against the cluster");
   flags.AddDurationMs("timeout", &timeout_ms, "deadline of each call to the cluster");
   flags.AddBool("enable-flush", &cmd_opts.flush_enabled,
@@ -138,6 +142,8 @@ int main(int argc, char** argv) {
   flags.ParseOrExit(argc, argv);
 
   if (master.empty()) return Fail("--master is required");
+  if (call_streams < 0 || call_streams > 64) return Fail("--master-call-streams takes 0..64");
+  copts.master_call_streams = static_cast<size_t>(call_streams);
   if (absl::Status s = CheckDataTlsClientFlags(copts); !s.ok()) {
     return Fail(std::string(s.message()));
   }

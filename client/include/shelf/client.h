@@ -182,6 +182,13 @@ struct ClientOptions {
   // verify_checksums says; docs/client.md ("Cached reads") says what it
   // guarantees.
   size_t location_cache_entries = 65536;
+  // Streams to the master kept for the hot calls (put start, commit,
+  // lookup): a call on an open stream costs about half a unary call's
+  // round trip and CPU (docs/master.md, "Call streams"). Each is opened on
+  // demand, carries one call at a time and closes after 10 s unused; a
+  // call that finds them all busy, or a master that refuses streams, goes
+  // unary. 0: every call unary; at most 64.
+  size_t master_call_streams = 4;
   // TLS 1.3 on the data plane to stores run with --data-tls (off by
   // default): data_tls_ca is the PEM CA bundle that signed the stores'
   // certificates (required; a store's certificate must name the address
