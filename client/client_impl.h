@@ -101,7 +101,7 @@ class ClientImpl final : public Client {
   Status BatchGetIntoPieces(const std::vector<PiecesItem>& items, std::vector<Status>* statuses,
                             std::vector<size_t>* sizes, Deadline deadline) override;
   Status BatchGetViewsCached(const std::vector<std::string>& keys, const ViewsFn& use,
-                             uint64_t bytes_max) override;
+                             uint64_t bytes_max, uint64_t block_bytes_max) override;
   Status BatchGetViews(const std::vector<std::string>& keys, const ViewsFn& use, Deadline deadline,
                        uint64_t bytes_max) override;
 

@@ -34,10 +34,11 @@ constexpr size_t kReleaseQueueMax = size_t{64} * 1024;
 // than this read such blocks of stores without a board through the
 // master. TCP reads cost a round trip per block either way.
 constexpr size_t kCachedShmBatchMax = 4;
-// A same-host block this large costs more to copy out of a cached location
-// than a Lookup's round trip costs to lease it where it lies: a reader
-// that uses blocks in place (BatchGetViews) asks the master for it.
-constexpr uint64_t kInPlaceMinBytes = 256 << 10;
+// A same-host block this large is leased where it lies rather than copied
+// out of a cached location: a reader that uses blocks in place
+// (BatchGetViews) asks the master for it, with no copy, where a smaller one
+// is copied (BatchGetViewsCached's default bound, one below this).
+constexpr uint64_t kInPlaceMinBytes = Client::kCachedViewBytesMax + 1;
 
 // Puts each replica's store back from the answer's table (a lookup asked
 // with `store_table`), so the rest of the client reads `replica.store()`
@@ -545,7 +546,7 @@ Status ClientImpl::BatchGetViews(const std::vector<std::string>& keys, const Vie
 }
 
 Status ClientImpl::BatchGetViewsCached(const std::vector<std::string>& keys, const ViewsFn& use,
-                                       uint64_t bytes_max) {
+                                       uint64_t bytes_max, uint64_t block_bytes_max) {
   if (!use) return Status(StatusCode::kInvalidArgument, "BatchGetViewsCached: no callback");
   uint64_t deadline_ms = 0;
   if (absl::Status s = Begin(Deadline(), &deadline_ms); !s.ok()) return FromAbsl(s);
@@ -563,8 +564,8 @@ Status ClientImpl::BatchGetViewsCached(const std::vector<std::string>& keys, con
     }
     const v1::Replica& r = locs[i].replicas(0);
     if (r.tier() != v1::TIER_DRAM) return Status(StatusCode::kUnavailable, "a block is on SSD");
-    if (locs[i].size() >= kInPlaceMinBytes) {
-      return Status(StatusCode::kUnavailable, "a block is large enough to lease in place");
+    if (locs[i].size() > block_bytes_max) {
+      return Status(StatusCode::kUnavailable, "a block is over the bound of one copied");
     }
     peers[i] = PeerOf(r.store());
     if (!shm_.Reaches(peers[i]) || !shm_.Vouches(peers[i])) {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/data_tls_flags.h"
 #include "common/credentials.h"
@@ -108,6 +109,13 @@ int main(int argc, char** argv) {
   flags.AddSize("max-inflight-bytes", &max_inflight,
                 "request bytes held in memory at once, all clients together, and the values "
                 "one MGET may hold; over it: -OOM");
+  uint64_t loop_get = CommandOptions::kLoopGetBytesMaxDefault;
+  flags.AddSize("max-loop-get-bytes", &loop_get,
+                "largest value a GET is answered with by the event loop itself: copied out of "
+                "a same-host store's memory when its location is cached, checked and sent; a "
+                "larger value goes to a worker, which leases it from the master and sends it "
+                "from where it lies (docs/resp.md, \"GETs on the event loop\"; 0: only empty "
+                "values)");
   flags.AddSize("value-arena-size", &value_arena,
                 "shared memory SET values of 64 KiB and more are read into, so that a store on "
                 "this host copies each put once (a value in heap memory is copied twice); "
@@ -173,6 +181,11 @@ int main(int argc, char** argv) {
   if (max_value < 1 || max_value > (4ull << 30)) return Fail("--max-value-size takes 1B..4GiB");
   if (max_inflight < max_value) return Fail("--max-inflight-bytes must be >= --max-value-size");
   if (value_arena > (64ull << 30)) return Fail("--value-arena-size takes 0..64GiB");
+  if (loop_get >= CommandHandler::kCachedRunBytesMax) {
+    return Fail(absl::StrCat("--max-loop-get-bytes takes 0..",
+                             CommandHandler::kCachedRunBytesMax - 1,
+                             " (below the most one run of GETs the event loop copies)"));
+  }
 
   // One descriptor per client: raise the soft limit to the hard one; when
   // even that is short of --max-clients and 256 more (the cluster's own
@@ -270,6 +283,7 @@ int main(int argc, char** argv) {
   cmd_opts.replicas = static_cast<uint32_t>(replicas);
   cmd_opts.max_value_bytes = max_value;
   cmd_opts.max_inflight_bytes = max_inflight;
+  cmd_opts.loop_get_bytes_max = loop_get;
   server_opts.max_clients = static_cast<size_t>(max_clients);
   server_opts.max_inflight_bytes = max_inflight;
   server_opts.threads = static_cast<size_t>(threads);

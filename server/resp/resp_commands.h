@@ -50,6 +50,13 @@ struct CommandOptions {
   uint64_t max_value_bytes = 512ull << 20;
   // The values one MGET may hold (--max-inflight-bytes).
   uint64_t max_inflight_bytes = 2ull << 30;
+  // The largest value a GET the event loop serves may have
+  // (--max-loop-get-bytes; ReplyCachedGets): one whose location is cached
+  // is copied out of the store's memory, checked and sent by the loop; a
+  // larger one goes to a worker, which leases it and sends it from where
+  // it lies.
+  static constexpr uint64_t kLoopGetBytesMaxDefault = 1 << 20;
+  uint64_t loop_get_bytes_max = kLoopGetBytesMaxDefault;
   std::string listen;  // for INFO
 };
 
@@ -175,9 +182,9 @@ class CommandHandler {
   // command) if none of their values needs a round trip to read
   // (Client::BatchGetViewsCached), appending one reply each to `out`, as
   // ExecuteRun would: true. False, with nothing appended and nothing
-  // counted, when any does, or when their values are over
-  // kCachedRunBytesMax; the caller then runs them as usual. Never waits on
-  // the network: the event loop calls it.
+  // counted, when any does, when one is over loop_get_bytes_max, or when
+  // together they are over kCachedRunBytesMax; the caller then runs them
+  // as usual. Never waits on the network: the event loop calls it.
   bool ReplyCachedGets(const Session& session, const std::vector<std::string>& keys,
                        ReplyChunks* out);
 

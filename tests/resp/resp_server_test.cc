@@ -258,12 +258,13 @@ std::string RandomValue(size_t n, uint64_t seed) {
 }
 
 // Large SET values are read from the socket into their argument. Values
-// read for the first time (a fresh lookup, under its lease) come
+// over the event loop's bound (--max-loop-get-bytes) are leased and come
 // from where they lie in the store's mapped segment, sent by the worker
 // itself; a pipeline mixing them with misses and a repeat (a location
 // the client cached: copied) still answers in order, byte for byte.
 TEST_F(RespServerTest, GetsSendValuesFromWhereTheyLieInOrder) {
-  const std::vector<std::string> values = {RandomValue(1 << 20, 1), RandomValue(3 << 20, 2),
+  static_assert((2 << 20) > CommandOptions::kLoopGetBytesMaxDefault);
+  const std::vector<std::string> values = {RandomValue(2 << 20, 1), RandomValue(3 << 20, 2),
                                            RandomValue(100, 3)};
   Conn c(server_->address());
   ASSERT_TRUE(c.ok());
@@ -304,8 +305,8 @@ TEST_F(RespServerTest, GetsSendValuesFromWhereTheyLieInOrder) {
   // MGET: one array, nil for the miss. The keys read before have their
   // locations cached: the small value (twice) is read from there, the
   // store's key board vouching for it, whatever the batch's size; the
-  // large ones (1 and 3 MiB) are leased anew and read in place, as a copy
-  // of them would cost more than the master's round trip.
+  // large ones (2 and 3 MiB) are leased anew and read in place, as
+  // BatchGetViews reads every block of 256 KiB or more.
   ASSERT_TRUE(StoresRecord("v2", values[2].size() + 1));  // the board follows the records
   const uint64_t board_before = client_->stats().location_cache_board_reads;
   const double mget_in_place_before = stats_->values_in_place.Value();
@@ -376,6 +377,54 @@ TEST_F(RespServerTest, CachedGetsRunOnTheEventLoopInOrder) {
   ASSERT_TRUE(StoresRecord("loop-a", replaced.size()));
   ASSERT_TRUE(c.Send(Conn::Encode({"GET", "loop-a"})));
   EXPECT_TRUE(c.Reply() == want) << "GET loop-a answered the replaced value";
+}
+
+// A cached value of up to --max-loop-get-bytes (1 MiB by default) is
+// copied out of the store's memory and sent by the event loop, with no
+// lease and no worker; one byte more and its GETs go to a worker, which
+// leases it and sends it from where it lies. Either is answered whole.
+TEST_F(RespServerTest, TheEventLoopServesCachedValuesUpToItsBound) {
+  const size_t bound = CommandOptions{}.loop_get_bytes_max;
+  ASSERT_EQ(bound, CommandOptions::kLoopGetBytesMaxDefault);
+  const std::string at = RandomValue(bound, 21), over = RandomValue(bound + 1, 22);
+  Conn c(server_->address());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(
+      c.Send(Conn::Encode({"SET", "bound-at", at}) + Conn::Encode({"SET", "bound-over", over})));
+  ASSERT_EQ(c.Reply(), "+OK");
+  ASSERT_EQ(c.Reply(), "+OK");
+  // The boards vouch for the commits once the stores record them; the
+  // gateway's client cached both locations from the SETs' commits.
+  ASSERT_TRUE(StoresRecord("bound-at", at.size() + 1));
+  ASSERT_TRUE(StoresRecord("bound-over", over.size() + 1));
+
+  constexpr int kGets = 10;
+  const double loop_before = stats_->loop_gets.Value();
+  const double in_place_before = stats_->values_in_place.Value();
+  for (int i = 0; i < kGets; ++i) {
+    ASSERT_TRUE(c.Send(Conn::Encode({"GET", "bound-at"})));
+    ASSERT_TRUE(c.Reply() == at) << "GET " << i << " of bound-at answered other bytes";
+  }
+  // The loop counts a GET after sending its reply: a PING, read after
+  // those GETs, is answered after their counts.
+  auto settle = [&c] {
+    ASSERT_TRUE(c.Send(Conn::Encode({"PING"})));
+    ASSERT_EQ(c.Reply(), "+PONG");
+  };
+  settle();
+  // One at a time: each GET after the first finds no worker on the
+  // connection (the first may, still sending the last SET's reply).
+  EXPECT_GE(stats_->loop_gets.Value() - loop_before, kGets - 1);
+  EXPECT_EQ(stats_->values_in_place.Value(), in_place_before);
+
+  const double loop_between = stats_->loop_gets.Value();
+  for (int i = 0; i < kGets; ++i) {
+    ASSERT_TRUE(c.Send(Conn::Encode({"GET", "bound-over"})));
+    ASSERT_TRUE(c.Reply() == over) << "GET " << i << " of bound-over answered other bytes";
+  }
+  settle();
+  EXPECT_EQ(stats_->loop_gets.Value(), loop_between);
+  EXPECT_EQ(stats_->values_in_place.Value() - in_place_before, kGets);
 }
 
 // The event loop writes the replies of the GETs it serves to the socket

@@ -686,14 +686,17 @@ class Client {
   // view is then a copy in memory of the call, checked against its
   // checksum, `use` is called as BatchGetViews calls it (use_by_mono_ms
   // UINT64_MAX), and OK returned. UNAVAILABLE, without calling `use`, when
-  // any key is not such a block, or is one of 256 KiB or more (which
-  // BatchGetViews leases and hands over in place: cheaper than its copy),
-  // when their bytes together pass `bytes_max` (0: none), or when a
-  // store's board no longer vouches for one (its cache entry is dropped):
-  // the caller reads them with BatchGetViews. It never waits on the
-  // network, so a front end may call it on its event loop.
+  // any key is not such a block, or is one of more than `block_bytes_max`
+  // bytes (which BatchGetViews leases anew and hands over in place, with
+  // no copy but a round trip to the master), when their bytes together
+  // pass `bytes_max` (0: none), or when a store's board no longer vouches
+  // for one (its cache entry is dropped): the caller reads them with
+  // BatchGetViews. It never waits on the network, so a front end may call
+  // it on its event loop.
+  static constexpr uint64_t kCachedViewBytesMax = (256 << 10) - 1;
   virtual Status BatchGetViewsCached(const std::vector<std::string>& keys, const ViewsFn& use,
-                                     uint64_t bytes_max = 0) = 0;
+                                     uint64_t bytes_max = 0,
+                                     uint64_t block_bytes_max = kCachedViewBytesMax) = 0;
 
   // ------------------------------------------------------------ async
 
