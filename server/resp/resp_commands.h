@@ -55,7 +55,7 @@ struct CommandOptions {
   // is copied out of the store's memory, checked and sent by the loop; a
   // larger one goes to a worker, which leases it and sends it from where
   // it lies.
-  static constexpr uint64_t kLoopGetBytesMaxDefault = 1 << 20;
+  static constexpr uint64_t kLoopGetBytesMaxDefault = 4 << 20;
   uint64_t loop_get_bytes_max = kLoopGetBytesMaxDefault;
   std::string listen;  // for INFO
 };
@@ -177,7 +177,7 @@ class CommandHandler {
   // The most value bytes ReplyCachedGets copies for one run: the event
   // loop serves every connection, and a larger run goes to a worker, which
   // sends large values from where they lie under a lease.
-  static constexpr uint64_t kCachedRunBytesMax = 4 << 20;
+  static constexpr uint64_t kCachedRunBytesMax = 16 << 20;
   // Replies to a run of plain GETs (Batchable kGet; `keys` one per
   // command) if none of their values needs a round trip to read
   // (Client::BatchGetViewsCached), appending one reply each to `out`, as

@@ -263,8 +263,8 @@ std::string RandomValue(size_t n, uint64_t seed) {
 // itself; a pipeline mixing them with misses and a repeat (a location
 // the client cached: copied) still answers in order, byte for byte.
 TEST_F(RespServerTest, GetsSendValuesFromWhereTheyLieInOrder) {
-  static_assert((2 << 20) > CommandOptions::kLoopGetBytesMaxDefault);
-  const std::vector<std::string> values = {RandomValue(2 << 20, 1), RandomValue(3 << 20, 2),
+  static_assert((5 << 20) > CommandOptions::kLoopGetBytesMaxDefault);
+  const std::vector<std::string> values = {RandomValue(5 << 20, 1), RandomValue(6 << 20, 2),
                                            RandomValue(100, 3)};
   Conn c(server_->address());
   ASSERT_TRUE(c.ok());
@@ -305,7 +305,7 @@ TEST_F(RespServerTest, GetsSendValuesFromWhereTheyLieInOrder) {
   // MGET: one array, nil for the miss. The keys read before have their
   // locations cached: the small value (twice) is read from there, the
   // store's key board vouching for it, whatever the batch's size; the
-  // large ones (2 and 3 MiB) are leased anew and read in place, as
+  // large ones (5 and 6 MiB) are leased anew and read in place, as
   // BatchGetViews reads every block of 256 KiB or more.
   ASSERT_TRUE(StoresRecord("v2", values[2].size() + 1));  // the board follows the records
   const uint64_t board_before = client_->stats().location_cache_board_reads;
@@ -379,7 +379,7 @@ TEST_F(RespServerTest, CachedGetsRunOnTheEventLoopInOrder) {
   EXPECT_TRUE(c.Reply() == want) << "GET loop-a answered the replaced value";
 }
 
-// A cached value of up to --max-loop-get-bytes (1 MiB by default) is
+// A cached value of up to --max-loop-get-bytes (4 MiB by default) is
 // copied out of the store's memory and sent by the event loop, with no
 // lease and no worker; one byte more and its GETs go to a worker, which
 // leases it and sends it from where it lies. Either is answered whole.
