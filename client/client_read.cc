@@ -565,7 +565,7 @@ Status ClientImpl::BatchGetViewsCached(const std::vector<std::string>& keys, con
     const v1::Replica& r = locs[i].replicas(0);
     if (r.tier() != v1::TIER_DRAM) return Status(StatusCode::kUnavailable, "a block is on SSD");
     if (locs[i].size() > block_bytes_max) {
-      return Status(StatusCode::kUnavailable, "a block is over the bound of one copied");
+      return Status(StatusCode::kUnavailable, "a block is larger than the copies' bound");
     }
     peers[i] = PeerOf(r.store());
     if (!shm_.Reaches(peers[i]) || !shm_.Vouches(peers[i])) {

@@ -52,7 +52,7 @@ bool CommandHandler::ReplyCachedGets(const Session& session, const std::vector<s
         // A stored value is the client's bytes and a trailer (EncodeValue).
         return client->BatchGetViewsCached(
             keys, use, std::min<uint64_t>(kCachedRunBytesMax, options_.max_inflight_bytes),
-            options_.loop_get_bytes_max + 1);
+            options_.loop_get_bytes_max + sizeof(kValueTrailer));
       },
       ValuesReply::kGets, out, &errors);
   if (!read.ok()) return false;
