@@ -195,6 +195,9 @@ TEST(ConcurrencyTest, MetricsUpdateRegisterAndRenderAtOnce) {
   prom::Histogram& latency =
       prom::Child(prom::AddHistogram(registry.registry(), "test_latency_seconds", "latency"), {});
   prom::LazyChild<prom::Counter> shared;
+  // A child from the start: a family with none renders nothing, and the
+  // renderer may run before any thread has added its own.
+  prom::Child(counters, {{"thread", "main"}}).Increment();
   std::atomic<bool> stop{false};
   std::atomic<int64_t> live{0};
   constexpr int kThreads = 6;
